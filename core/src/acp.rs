@@ -1,0 +1,313 @@
+//! ACP (Agent Client Protocol) message decoding and encoding, agent side (SPEC A1–A8).
+//!
+//! Decoders return `Err(message)` naming the field for a `-32602` reply (SPEC T4).
+
+use crate::tools::is_valid_server_name;
+use serde_json::{json, Value};
+
+/// ACP protocol version this agent speaks (SPEC A1).
+pub const PROTOCOL_VERSION: u64 = 1;
+
+/// `initialize` result (SPEC A1): `protocolVersion` = min(client's, 1).
+///
+/// # Errors
+/// A missing or non-integer `protocolVersion` (→ `-32602`).
+pub fn initialize_result(params: &Value, version: &str) -> Result<Value, String> {
+    let v = params
+        .get("protocolVersion")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| "initialize: params.protocolVersion must be a non-negative integer".to_string())?;
+    Ok(json!({
+        "protocolVersion": v.min(PROTOCOL_VERSION),
+        "agentCapabilities": {
+            "loadSession": false,
+            "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+            "mcpCapabilities": {"http": false, "sse": false}
+        },
+        "agentInfo": {"name": "buzz-agent", "version": version},
+        "authMethods": []
+    }))
+}
+
+/// One stdio MCP server entry of `session/new` (SPEC A2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerEntry {
+    pub name: String,
+    pub command: String,
+    pub args: Vec<String>,
+    /// Client-given environment, in the order given (later entries win).
+    pub env: Vec<(String, String)>,
+}
+
+/// Decoded `session/new` params.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// Absolute path (SPEC A2, case C07).
+    pub cwd: String,
+    pub servers: Vec<McpServerEntry>,
+}
+
+/// Decode `session/new` params (SPEC A2, cases C06, C07). Lenient where the SPEC says so:
+/// missing `mcpServers` = `[]`, missing `args`/`env` = empty, `env` as an array of
+/// `{name,value}` or an object map, `"type":"stdio"` accepted.
+///
+/// # Errors
+/// `(message, data)` for a `-32602` reply: relative cwd, http/sse entries, bad or duplicate
+/// names, missing command; `data` carries the offending path.
+pub fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)> {
+    let cwd = match params.get("cwd") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(("session/new: cwd must be a string".into(), json!({"field": "cwd"}))),
+        None => return Err(("session/new: missing field cwd".into(), json!({"field": "cwd"}))),
+    };
+    if cwd.is_empty() || !cwd.starts_with('/') {
+        return Err(("cwd must be an absolute path".into(), json!({"cwd": cwd})));
+    }
+    let list = match params.get("mcpServers") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(_) => return Err(("session/new: mcpServers must be an array".into(), json!({"field": "mcpServers"}))),
+    };
+    let mut servers: Vec<McpServerEntry> = Vec::with_capacity(list.len());
+    for (i, e) in list.iter().enumerate() {
+        let path = |f: &str| format!("mcpServers[{i}].{f}");
+        let bad = |f: &str, what: &str| Err((format!("session/new: {}: {what}", path(f)), json!({"path": path(f)})));
+        if !e.is_object() {
+            return Err((format!("session/new: mcpServers[{i}] must be an object"), json!({"path": format!("mcpServers[{i}]")})));
+        }
+        if let Some(t) = e.get("type").and_then(Value::as_str) {
+            if t != "stdio" {
+                return bad("type", &format!("'{t}' servers are not supported; only stdio MCP servers are supported"));
+            }
+        } else if e.get("url").is_some() {
+            return bad("url", "only stdio MCP servers are supported");
+        }
+        let Some(name) = e.get("name").and_then(Value::as_str) else { return bad("name", "missing or not a string") };
+        if !is_valid_server_name(name) {
+            return bad("name", &format!("invalid server name '{name}': use [A-Za-z0-9_-]+ without '__'"));
+        }
+        if servers.iter().any(|s| s.name == name) {
+            return bad("name", &format!("duplicate server name '{name}'"));
+        }
+        let Some(command) = e.get("command").and_then(Value::as_str).filter(|c| !c.is_empty()) else {
+            return bad("command", "missing");
+        };
+        let args = match e.get("args") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => {
+                let mut out = Vec::with_capacity(a.len());
+                for (j, v) in a.iter().enumerate() {
+                    match v.as_str() {
+                        Some(s) => out.push(s.to_string()),
+                        None => return bad(&format!("args[{j}]"), "must be a string"),
+                    }
+                }
+                out
+            }
+            Some(_) => return bad("args", "must be an array of strings"),
+        };
+        let env = match e.get("env") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => {
+                let mut out = Vec::with_capacity(a.len());
+                for (j, v) in a.iter().enumerate() {
+                    let (Some(n), Some(val)) = (v.get("name").and_then(Value::as_str), v.get("value").and_then(Value::as_str))
+                    else {
+                        return bad(&format!("env[{j}]"), "must be {\"name\": string, \"value\": string}");
+                    };
+                    out.push((n.to_string(), val.to_string()));
+                }
+                out
+            }
+            Some(Value::Object(m)) => {
+                let mut out = Vec::with_capacity(m.len());
+                for (k, v) in m {
+                    match v.as_str() {
+                        Some(s) => out.push((k.clone(), s.to_string())),
+                        None => return bad(&format!("env.{k}"), "must be a string"),
+                    }
+                }
+                out
+            }
+            Some(_) => return bad("env", "must be an array of {name, value} or an object"),
+        };
+        servers.push(McpServerEntry { name: name.to_string(), command: command.to_string(), args, env });
+    }
+    Ok(NewSession { cwd, servers })
+}
+
+/// Read a required non-empty string field `field` of `method`'s params.
+///
+/// # Errors
+/// A `-32602` message naming the method and the field.
+pub fn string_field<'a>(params: &'a Value, method: &str, field: &str) -> Result<&'a str, String> {
+    match params.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(format!("{method}: {field} must be a string")),
+        None => Err(format!("{method}: missing field {field}")),
+    }
+}
+
+/// Render `session/prompt` content blocks to the user message text (SPEC A3).
+///
+/// # Errors
+/// A `-32602` message for a missing/empty prompt, image/audio/blob blocks or unknown types.
+pub fn render_prompt(params: &Value) -> Result<String, String> {
+    let Some(blocks) = params.get("prompt").and_then(Value::as_array) else {
+        return Err("session/prompt: prompt must be an array of content blocks".into());
+    };
+    let mut parts: Vec<String> = Vec::with_capacity(blocks.len());
+    for (i, b) in blocks.iter().enumerate() {
+        let kind = b.get("type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "text" => match b.get("text").and_then(Value::as_str) {
+                Some(t) => parts.push(t.to_string()),
+                None => return Err(format!("session/prompt: prompt[{i}].text must be a string")),
+            },
+            "resource_link" => {
+                let uri = b.get("uri").and_then(Value::as_str).unwrap_or("");
+                parts.push(format!("[resource: {uri}]"));
+            }
+            "resource" => {
+                let r = b.get("resource").unwrap_or(&Value::Null);
+                let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");
+                match r.get("text").and_then(Value::as_str) {
+                    Some(t) => parts.push(format!("[resource: {uri}]\n{t}")),
+                    None => {
+                        return Err(format!(
+                            "session/prompt: prompt[{i}]: blob resources are not supported (promptCapabilities)"
+                        ))
+                    }
+                }
+            }
+            "image" | "audio" => {
+                return Err(format!(
+                    "session/prompt: prompt[{i}]: {kind} content is not supported (promptCapabilities.{kind} is false)"
+                ))
+            }
+            other => return Err(format!("session/prompt: prompt[{i}]: unknown content block type '{other}'")),
+        }
+    }
+    if parts.is_empty() {
+        return Err("session/prompt: prompt is empty".into());
+    }
+    Ok(parts.join("\n"))
+}
+
+/// The `session/update` notification line for `update` (SPEC A6).
+#[must_use]
+pub fn update_line(session_id: &str, update: &Value) -> String {
+    crate::jsonrpc::encode_notification("session/update", &json!({"sessionId": session_id, "update": update}))
+}
+
+/// `agent_message_chunk` / `agent_thought_chunk` update (SPEC A6).
+#[must_use]
+pub fn chunk_update(kind: &str, text: &str) -> Value {
+    json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
+}
+
+/// `session/request_permission` params (SPEC A7).
+#[must_use]
+pub fn permission_params(session_id: &str, tool_call_id: &str, title: &str, raw_input: &Value) -> Value {
+    json!({
+        "sessionId": session_id,
+        "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": "other", "rawInput": raw_input},
+        "options": [
+            {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+            {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
+            {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+            {"optionId": "reject_always", "name": "Always reject", "kind": "reject_always"}
+        ]
+    })
+}
+
+/// A decided permission answer (SPEC A7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionAnswer {
+    AllowOnce,
+    AllowAlways,
+    RejectOnce,
+    RejectAlways,
+    /// Cancelled, malformed, unknown option, error reply or timeout: deny.
+    Denied,
+}
+
+/// Decode a `session/request_permission` response result (SPEC A7): only
+/// `{"outcome":{"outcome":"selected","optionId":<one of ours>}}` allows.
+#[must_use]
+pub fn decode_permission(result: &Value) -> PermissionAnswer {
+    let o = result.get("outcome");
+    if o.and_then(|o| o.get("outcome")).and_then(Value::as_str) != Some("selected") {
+        return PermissionAnswer::Denied;
+    }
+    match o.and_then(|o| o.get("optionId")).and_then(Value::as_str) {
+        Some("allow_once") => PermissionAnswer::AllowOnce,
+        Some("allow_always") => PermissionAnswer::AllowAlways,
+        Some("reject_once") => PermissionAnswer::RejectOnce,
+        Some("reject_always") => PermissionAnswer::RejectAlways,
+        _ => PermissionAnswer::Denied,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a1_version_is_min_of_client_and_ours() {
+        let r = initialize_result(&json!({"protocolVersion": 7}), "0.1.0").unwrap();
+        assert_eq!(r["protocolVersion"], 1);
+        assert_eq!(initialize_result(&json!({"protocolVersion": 0}), "x").unwrap()["protocolVersion"], 0);
+        assert!(initialize_result(&json!({"protocolVersion": "1"}), "x").is_err());
+        assert!(initialize_result(&json!({}), "x").is_err());
+        assert_eq!(r["agentCapabilities"]["mcpCapabilities"], json!({"http": false, "sse": false}));
+    }
+
+    #[test]
+    fn a2_c06_server_entry_shapes() {
+        let p = json!({"cwd": "/tmp/ws", "mcpServers": [
+            {"name":"ok","command":"/bin/x","args":["--root","/tmp"],"env":[{"name":"LOG","value":"1"}]},
+            {"name":"envobj","command":"/bin/x","args":[],"env":{"LOG":"1"}},
+            {"name":"noargs","command":"/bin/x","type":"stdio"}
+        ]});
+        let n = decode_new_session(&p).unwrap();
+        assert_eq!(n.servers.len(), 3);
+        assert_eq!(n.servers[1].env, vec![("LOG".to_string(), "1".to_string())]);
+        assert!(n.servers[2].args.is_empty());
+        let nocmd = json!({"cwd": "/tmp", "mcpServers": [{"name":"nocmd","args":[]}]});
+        assert!(decode_new_session(&nocmd).unwrap_err().0.contains("mcpServers[0].command"));
+        let http = json!({"cwd": "/tmp", "mcpServers": [{"type":"http","name":"r","url":"http://x","headers":[]}]});
+        assert!(decode_new_session(&http).unwrap_err().0.contains("only stdio"));
+        let dup = json!({"cwd": "/tmp", "mcpServers": [{"name":"a","command":"x"},{"name":"a","command":"y"}]});
+        assert!(decode_new_session(&dup).unwrap_err().0.contains("duplicate"));
+        assert!(decode_new_session(&json!({"cwd": "/tmp"})).unwrap().servers.is_empty());
+    }
+
+    #[test]
+    fn c07_relative_cwds_are_rejected() {
+        for cwd in [".", "~", "", "rel/dir"] {
+            let e = decode_new_session(&json!({"cwd": cwd, "mcpServers": []})).unwrap_err();
+            assert_eq!(e.0, "cwd must be an absolute path");
+            assert_eq!(e.1, json!({"cwd": cwd}));
+        }
+    }
+
+    #[test]
+    fn a3_prompt_blocks_render_or_are_rejected() {
+        let p = json!({"prompt": [{"type":"text","text":"hi"},{"type":"resource_link","uri":"file:///a","name":"a"},
+            {"type":"resource","resource":{"uri":"file:///b","text":"B"}}]});
+        assert_eq!(render_prompt(&p).unwrap(), "hi\n[resource: file:///a]\n[resource: file:///b]\nB");
+        assert!(render_prompt(&json!({"prompt":[{"type":"image","data":"","mimeType":"image/png"}]})).is_err());
+        assert!(render_prompt(&json!({"prompt":[]})).is_err());
+    }
+
+    #[test]
+    fn a7_only_selected_allow_options_allow() {
+        let sel = |id: &str| json!({"outcome": {"outcome": "selected", "optionId": id}});
+        assert_eq!(decode_permission(&sel("allow_once")), PermissionAnswer::AllowOnce);
+        assert_eq!(decode_permission(&sel("allow_always")), PermissionAnswer::AllowAlways);
+        assert_eq!(decode_permission(&sel("bogus")), PermissionAnswer::Denied);
+        assert_eq!(decode_permission(&json!({"outcome": {"outcome": "cancelled"}})), PermissionAnswer::Denied);
+        assert_eq!(decode_permission(&json!(null)), PermissionAnswer::Denied);
+    }
+}

@@ -1,0 +1,1471 @@
+//! Configuration read from the environment, once, at start (SPEC C1–C3; M1 for the variables
+//! withheld from MCP children).
+//!
+//! The core never reads the environment or the file system: the runtime passes a snapshot of
+//! the environment as a `BTreeMap` and a closure that reads the system-prompt file
+//! ([`Config::from_env_map`]). Every failure is one [`ConfigError`] whose `Display` is a single
+//! line naming the variable, the value and what is allowed; the runtime prints it and exits 2.
+//!
+//! Rules applied to every variable (C1), including choices the SPEC leaves open:
+//! - Surrounding blanks (Unicode whitespace) are trimmed. A value that is empty after trimming
+//!   is treated as unset, so the default applies (or, for a required variable, it is missing).
+//! - Numbers are plain decimal integers: ASCII digits only after trimming (no sign, `_`,
+//!   exponent or fraction); leading zeros are allowed.
+//! - Booleans are `1/0/true/false/yes/no/on/off` in any case.
+//! - Keywords (`anthropic`, `chat`, `ask`, `info`, `json`, …) are matched in any case.
+//! - Only the selected provider's variables are read; the other provider's are ignored, so an
+//!   environment that also serves other tools does not fail on them.
+//! - Durations configured in seconds accept 1..=4294967295 s (about 136 years: large enough to
+//!   mean "never", small enough that a deadline can never overflow a clock).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Which LLM API the agent talks to (C2 `BUZZ_AGENT_PROVIDER`, `OPENAI_COMPAT_API`; L6–L8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// `BUZZ_AGENT_PROVIDER=anthropic`: Anthropic Messages API (L6).
+    Anthropic,
+    /// `BUZZ_AGENT_PROVIDER=openai` (alias `openai-compat`) with `OPENAI_COMPAT_API=chat`
+    /// (the default): Chat Completions (L7).
+    OpenAiChat,
+    /// `BUZZ_AGENT_PROVIDER=openai` with `OPENAI_COMPAT_API=responses`: Responses API (L8).
+    OpenAiResponses,
+}
+
+/// The hook allowlist from `MCP_HOOK_SERVERS` (C3, H2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookAllowlist {
+    /// Unset, empty, or only blanks and commas: hooks are off (the default).
+    Off,
+    /// `*` as the only entry: every server's hooks run.
+    All,
+    /// Comma-separated server names, trimmed, empties and duplicates dropped, in the order
+    /// given. Matched exactly (case-sensitive) against the `name` from `session/new`.
+    Names(Vec<String>),
+}
+
+impl HookAllowlist {
+    /// Whether hooks of the MCP server named `server` (its `session/new` name) may run (C3, H2).
+    #[must_use]
+    pub fn allows(&self, server: &str) -> bool {
+        match self {
+            HookAllowlist::Off => false,
+            HookAllowlist::All => true,
+            HookAllowlist::Names(names) => names.iter().any(|n| n == server),
+        }
+    }
+}
+
+/// `BUZZ_AGENT_PERMISSION` (C2, A7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionMode {
+    /// `ask` (default): `session/request_permission` before every model tool call.
+    Ask,
+    /// `allow`: model tool calls run without asking.
+    Allow,
+}
+
+/// `BUZZ_AGENT_LOG` stderr log level (C2, P2). Ordered from least to most verbose, so a record
+/// at `level` is emitted when `level <= config.log_level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// `error`
+    Error,
+    /// `warn` (also accepted: `warning`)
+    Warn,
+    /// `info` (default)
+    Info,
+    /// `debug`: adds prompt and tool text (P2)
+    Debug,
+    /// `trace`
+    Trace,
+}
+
+/// `BUZZ_AGENT_LOG_FORMAT` (C2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `text` (default): one human-readable line per record.
+    Text,
+    /// `json`: one compact JSON object per line.
+    Json,
+}
+
+/// The validated configuration (C2). Durations are in milliseconds (`*_ms`); the variables
+/// that configure them in seconds are multiplied by 1000. `Debug` redacts the API key and
+/// prints the system prompt's length only (P2).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `BUZZ_AGENT_PROVIDER` (+ `OPENAI_COMPAT_API`); required.
+    pub provider: ProviderKind,
+    /// `ANTHROPIC_API_KEY` (required, non-blank, for Anthropic) or `OPENAI_COMPAT_API_KEY`
+    /// (optional: empty means no `Authorization` header, for local servers). Trimmed.
+    pub api_key: String,
+    /// `BUZZ_AGENT_MODEL`, else `ANTHROPIC_MODEL` / `OPENAI_COMPAT_MODEL`; required. Trimmed.
+    pub model: String,
+    /// `ANTHROPIC_BASE_URL` (default `https://api.anthropic.com`) / `OPENAI_COMPAT_BASE_URL`
+    /// (default `https://api.openai.com/v1`); `http://` or `https://` (scheme in any case) followed
+    /// by a host; trailing `/` removed, so endpoints are `{base_url}/v1/messages` etc.
+    pub base_url: String,
+    /// `ANTHROPIC_API_VERSION` (default `2023-06-01`), the `anthropic-version` header. Always
+    /// filled (with the default) even for OpenAI-compatible providers.
+    pub anthropic_version: String,
+    /// `BUZZ_AGENT_SYSTEM_PROMPT` (as given, untrimmed), or the content of the file named by
+    /// `BUZZ_AGENT_SYSTEM_PROMPT_FILE` (path trimmed; a leading BOM and trailing whitespace of
+    /// the content removed); both set (non-blank) is an error. `None` if unset or blank.
+    pub system_prompt: Option<String>,
+    /// `BUZZ_AGENT_MAX_ROUNDS` (default 0): LLM calls per prompt; 0 = unlimited.
+    pub max_rounds: u32,
+    /// `BUZZ_AGENT_MAX_OUTPUT_TOKENS` (default 32768): tokens per LLM call, >= 1 and
+    /// < `max_context_tokens`.
+    pub max_output_tokens: u32,
+    /// `BUZZ_AGENT_MAX_CONTEXT_TOKENS` (default 200000), >= 2: tokens, the compaction gate's
+    /// window.
+    pub max_context_tokens: u64,
+    /// `BUZZ_AGENT_MAX_HANDOFFS` (default 10): compactions per prompt.
+    pub max_handoffs: u32,
+    /// `BUZZ_AGENT_MAX_TOKEN_RECOVERIES` (default 3): nudges after a `max_tokens`-truncated
+    /// response.
+    pub max_token_recoveries: u32,
+    /// `BUZZ_AGENT_LLM_TIMEOUT_SECS` (default 240) × 1000: idle timeout of an LLM attempt, ms.
+    pub llm_timeout_ms: u64,
+    /// `BUZZ_AGENT_LLM_MAX_ATTEMPTS` (default 3), >= 1: attempts per LLM call (L5).
+    pub llm_max_attempts: u32,
+    /// `BUZZ_AGENT_TOOL_TIMEOUT_SECS` (default 660) × 1000: per model tool call, ms.
+    pub tool_timeout_ms: u64,
+    /// `BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS` (default 30) × 1000: per MCP handshake step, ms.
+    pub mcp_init_timeout_ms: u64,
+    /// `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (default 8), >= 1: concurrent tool calls per turn.
+    pub max_parallel_tools: usize,
+    /// `BUZZ_AGENT_MAX_SESSIONS`: live sessions, >= 1; `None` (unset) = unlimited.
+    pub max_sessions: Option<usize>,
+    /// `BUZZ_AGENT_MAX_LINE_BYTES` (default 4194304), >= 1024: inbound ACP line cap, bytes (T3).
+    pub max_line_bytes: usize,
+    /// `BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES` (default 51200), 1024..=8388608: per tool result
+    /// text, bytes, middle-elided beyond.
+    pub max_tool_result_text_bytes: usize,
+    /// `MCP_HOOK_SERVERS` (default off) (C3).
+    pub hook_servers: HookAllowlist,
+    /// `BUZZ_AGENT_HOOK_TIMEOUT_MS` (default 2500), 1..=600000 ms: per hook call (H3). The upper
+    /// bound (10 minutes) follows cases C30: a bigger value is almost surely a unit mistake.
+    pub hook_timeout_ms: u64,
+    /// `BUZZ_AGENT_STOP_MAX_REJECTIONS` (default 3): `_Stop` objection budget per prompt; 0
+    /// disables `_Stop` and the reply guard (H5, G1).
+    pub stop_max_rejections: u32,
+    /// `BUZZ_AGENT_REQUIRE_REPLY` (default false): the reply guard (G1).
+    pub require_reply: bool,
+    /// `BUZZ_AGENT_REPLY_TOOLS` (default empty): qualified tool names that count as a posting
+    /// attempt (G2); comma list, trimmed, empties and duplicates dropped.
+    pub reply_tools: Vec<String>,
+    /// `BUZZ_AGENT_PERMISSION` (default ask) (A7).
+    pub permission: PermissionMode,
+    /// `BUZZ_AGENT_PERMISSION_TIMEOUT_SECS` (default 330) × 1000, ms (A7). Must be >= 1 s: 0 would
+    /// deny every tool call at once.
+    pub permission_timeout_ms: u64,
+    /// `BUZZ_AGENT_LOG` (default info).
+    pub log_level: LogLevel,
+    /// `BUZZ_AGENT_LOG_FORMAT` (default text).
+    pub log_format: LogFormat,
+    /// Seed of the retry jitter (L5). Not read from the environment: [`Config::from_env_map`]
+    /// sets 0 and the runtime overwrites it, so the core stays deterministic (DESIGN).
+    pub seed: u64,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = if self.api_key.is_empty() {
+            "<empty>"
+        } else {
+            "<redacted>"
+        };
+        let prompt = self
+            .system_prompt
+            .as_ref()
+            .map(|p| format!("<{} bytes>", p.len()));
+        f.debug_struct("Config")
+            .field("provider", &self.provider)
+            .field("api_key", &format_args!("{key}"))
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("anthropic_version", &self.anthropic_version)
+            .field("system_prompt", &prompt)
+            .field("max_rounds", &self.max_rounds)
+            .field("max_output_tokens", &self.max_output_tokens)
+            .field("max_context_tokens", &self.max_context_tokens)
+            .field("max_handoffs", &self.max_handoffs)
+            .field("max_token_recoveries", &self.max_token_recoveries)
+            .field("llm_timeout_ms", &self.llm_timeout_ms)
+            .field("llm_max_attempts", &self.llm_max_attempts)
+            .field("tool_timeout_ms", &self.tool_timeout_ms)
+            .field("mcp_init_timeout_ms", &self.mcp_init_timeout_ms)
+            .field("max_parallel_tools", &self.max_parallel_tools)
+            .field("max_sessions", &self.max_sessions)
+            .field("max_line_bytes", &self.max_line_bytes)
+            .field(
+                "max_tool_result_text_bytes",
+                &self.max_tool_result_text_bytes,
+            )
+            .field("hook_servers", &self.hook_servers)
+            .field("hook_timeout_ms", &self.hook_timeout_ms)
+            .field("stop_max_rejections", &self.stop_max_rejections)
+            .field("require_reply", &self.require_reply)
+            .field("reply_tools", &self.reply_tools)
+            .field("permission", &self.permission)
+            .field("permission_timeout_ms", &self.permission_timeout_ms)
+            .field("log_level", &self.log_level)
+            .field("log_format", &self.log_format)
+            .field("seed", &self.seed)
+            .finish()
+    }
+}
+
+/// A configuration error (C1). `Display` is one line: the variable, the value (quoted,
+/// escaped, cut to 200 bytes) and what is allowed, e.g.
+/// `BUZZ_AGENT_HOOK_TIMEOUT_MS: invalid value "abc": expected an integer from 1 to 600000`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The variable is set to a value it does not accept.
+    #[error("{var}: invalid value {value:?}: expected {expected}")]
+    Invalid {
+        /// The variable's name.
+        var: &'static str,
+        /// The value as given (untrimmed), cut to 200 bytes.
+        value: String,
+        /// What is allowed.
+        expected: String,
+    },
+    /// A required variable is unset or blank.
+    #[error("{var}: not set: {expected}")]
+    Missing {
+        /// The variable's name.
+        var: &'static str,
+        /// What to set it to.
+        expected: String,
+    },
+    /// `BUZZ_AGENT_SYSTEM_PROMPT_FILE` names a file that could not be read.
+    #[error("{var}: cannot read {path:?}: {reason}")]
+    ReadFile {
+        /// The variable's name.
+        var: &'static str,
+        /// The path as given (trimmed).
+        path: String,
+        /// The reader's error, on one line.
+        reason: String,
+    },
+    /// Two mutually exclusive variables are both set.
+    #[error("{var} and {other} are both set: set only one of them")]
+    Conflict {
+        /// The variable reported.
+        var: &'static str,
+        /// The variable it excludes.
+        other: &'static str,
+    },
+}
+
+impl ConfigError {
+    /// The name of the variable at fault (C1).
+    #[must_use]
+    pub fn variable(&self) -> &'static str {
+        match self {
+            ConfigError::Invalid { var, .. }
+            | ConfigError::Missing { var, .. }
+            | ConfigError::ReadFile { var, .. }
+            | ConfigError::Conflict { var, .. } => var,
+        }
+    }
+}
+
+const PROVIDER: &str = "BUZZ_AGENT_PROVIDER";
+const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+const ANTHROPIC_MODEL: &str = "ANTHROPIC_MODEL";
+const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
+const ANTHROPIC_API_VERSION: &str = "ANTHROPIC_API_VERSION";
+const OPENAI_API_KEY: &str = "OPENAI_COMPAT_API_KEY";
+const OPENAI_MODEL: &str = "OPENAI_COMPAT_MODEL";
+const OPENAI_BASE_URL: &str = "OPENAI_COMPAT_BASE_URL";
+const OPENAI_API: &str = "OPENAI_COMPAT_API";
+const MODEL: &str = "BUZZ_AGENT_MODEL";
+const SYSTEM_PROMPT: &str = "BUZZ_AGENT_SYSTEM_PROMPT";
+const SYSTEM_PROMPT_FILE: &str = "BUZZ_AGENT_SYSTEM_PROMPT_FILE";
+const MAX_ROUNDS: &str = "BUZZ_AGENT_MAX_ROUNDS";
+const MAX_OUTPUT_TOKENS: &str = "BUZZ_AGENT_MAX_OUTPUT_TOKENS";
+const MAX_CONTEXT_TOKENS: &str = "BUZZ_AGENT_MAX_CONTEXT_TOKENS";
+const MAX_HANDOFFS: &str = "BUZZ_AGENT_MAX_HANDOFFS";
+const MAX_TOKEN_RECOVERIES: &str = "BUZZ_AGENT_MAX_TOKEN_RECOVERIES";
+const LLM_TIMEOUT_SECS: &str = "BUZZ_AGENT_LLM_TIMEOUT_SECS";
+const LLM_MAX_ATTEMPTS: &str = "BUZZ_AGENT_LLM_MAX_ATTEMPTS";
+const TOOL_TIMEOUT_SECS: &str = "BUZZ_AGENT_TOOL_TIMEOUT_SECS";
+const MCP_INIT_TIMEOUT_SECS: &str = "BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS";
+const MAX_PARALLEL_TOOLS: &str = "BUZZ_AGENT_MAX_PARALLEL_TOOLS";
+const MAX_SESSIONS: &str = "BUZZ_AGENT_MAX_SESSIONS";
+const MAX_LINE_BYTES: &str = "BUZZ_AGENT_MAX_LINE_BYTES";
+const MAX_TOOL_RESULT_TEXT_BYTES: &str = "BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES";
+const HOOK_SERVERS: &str = "MCP_HOOK_SERVERS";
+const HOOK_TIMEOUT_MS: &str = "BUZZ_AGENT_HOOK_TIMEOUT_MS";
+const STOP_MAX_REJECTIONS: &str = "BUZZ_AGENT_STOP_MAX_REJECTIONS";
+const REQUIRE_REPLY: &str = "BUZZ_AGENT_REQUIRE_REPLY";
+const REPLY_TOOLS: &str = "BUZZ_AGENT_REPLY_TOOLS";
+const PERMISSION: &str = "BUZZ_AGENT_PERMISSION";
+const PERMISSION_TIMEOUT_SECS: &str = "BUZZ_AGENT_PERMISSION_TIMEOUT_SECS";
+const LOG: &str = "BUZZ_AGENT_LOG";
+const LOG_FORMAT: &str = "BUZZ_AGENT_LOG_FORMAT";
+
+const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Largest accepted value of a `*_SECS` variable (u32::MAX seconds, about 136 years).
+const MAX_SECS: u64 = 4_294_967_295;
+/// Largest accepted `BUZZ_AGENT_HOOK_TIMEOUT_MS` (10 minutes, cases C30).
+const MAX_HOOK_TIMEOUT_MS: u64 = 600_000;
+/// Largest accepted `BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES` (8 MiB, C2).
+const MAX_TOOL_RESULT_TEXT_BYTES_LIMIT: u64 = 8 * 1024 * 1024;
+/// Longest value quoted in an error message, bytes.
+const MAX_QUOTED_VALUE_BYTES: usize = 200;
+
+/// Every variable the agent reads: name, default (as shown by `--help`), meaning (C1, C2).
+#[rustfmt::skip]
+const VARIABLES: &[(&str, &str, &str)] = &[
+    (PROVIDER, "required", "LLM provider: anthropic, or openai (alias openai-compat)"),
+    (ANTHROPIC_API_KEY, "", "Anthropic API key; required for provider anthropic"),
+    (ANTHROPIC_MODEL, "", "Anthropic model; required for provider anthropic unless BUZZ_AGENT_MODEL is set"),
+    (ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_BASE_URL, "Anthropic API base URL (http:// or https://)"),
+    (ANTHROPIC_API_VERSION, DEFAULT_ANTHROPIC_VERSION, "anthropic-version header"),
+    (OPENAI_API_KEY, "", "OpenAI-compatible API key; may be empty (no Authorization header)"),
+    (OPENAI_MODEL, "", "OpenAI-compatible model; required for provider openai unless BUZZ_AGENT_MODEL is set"),
+    (OPENAI_BASE_URL, DEFAULT_OPENAI_BASE_URL, "OpenAI-compatible API base URL (http:// or https://)"),
+    (OPENAI_API, "chat", "chat = Chat Completions, responses = Responses API"),
+    (MODEL, "", "model name; overrides ANTHROPIC_MODEL / OPENAI_COMPAT_MODEL"),
+    (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
+    (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
+    (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
+    (MAX_OUTPUT_TOKENS, "32768", "output tokens per LLM call, >= 1 and < BUZZ_AGENT_MAX_CONTEXT_TOKENS"),
+    (MAX_CONTEXT_TOKENS, "200000", "context window in tokens, used by the compaction gate"),
+    (MAX_HANDOFFS, "10", "compactions per prompt"),
+    (MAX_TOKEN_RECOVERIES, "3", "nudges after a max_tokens-truncated response"),
+    (LLM_TIMEOUT_SECS, "240", "seconds without a byte from the provider before an attempt fails, >= 1"),
+    (LLM_MAX_ATTEMPTS, "3", "attempts per LLM call, >= 1"),
+    (TOOL_TIMEOUT_SECS, "660", "seconds per model tool call, >= 1"),
+    (MCP_INIT_TIMEOUT_SECS, "30", "seconds per MCP handshake step, >= 1"),
+    (MAX_PARALLEL_TOOLS, "8", "concurrent tool calls per turn (1 = sequential), >= 1"),
+    (MAX_SESSIONS, "unlimited", "live sessions, >= 1"),
+    (MAX_LINE_BYTES, "4194304", "inbound ACP line cap in bytes, >= 1024"),
+    (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond (1024..8388608)"),
+    (HOOK_SERVERS, "unset = hooks off", "hook allowlist: * = every server, or comma-separated server names"),
+    (HOOK_TIMEOUT_MS, "2500", "milliseconds per hook call (1..600000)"),
+    (STOP_MAX_REJECTIONS, "3", "_Stop objection budget per prompt; 0 disables _Stop and the reply guard"),
+    (REQUIRE_REPLY, "false", "reply guard: remind the model to post its answer (boolean)"),
+    (REPLY_TOOLS, "", "comma-separated qualified tool names that count as posting a reply"),
+    (PERMISSION, "ask", "ask = request permission before each tool call, allow = never ask"),
+    (PERMISSION_TIMEOUT_SECS, "330", "seconds to wait for a permission answer before denying, >= 1"),
+    (LOG, "info", "stderr log level: error, warn, info, debug (adds prompt and tool text), trace"),
+    (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
+];
+
+/// The configuration section of `buzz-agent --help` (C1): every variable with its default and
+/// meaning, one per line, plus the value rules. Ends with `\n`.
+#[must_use]
+pub fn help_text() -> String {
+    let width = VARIABLES.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
+    let mut s = String::from(
+        "Configuration (environment variables; a bad value exits with status 2):\n\
+         Numbers are decimal integers; booleans are 1/0/true/false/yes/no/on/off (any case);\n\
+         a blank value counts as unset.\n\n",
+    );
+    for (name, default, meaning) in VARIABLES {
+        let default = if default.is_empty() {
+            String::new()
+        } else {
+            format!(" [{default}]")
+        };
+        s.push_str(&format!("  {name:<width$}  {meaning}{default}\n"));
+    }
+    s
+}
+
+/// Whether `name` is withheld from MCP children's environment (M1): the provider keys
+/// `ANTHROPIC_API_KEY` and `OPENAI_COMPAT_API_KEY`, every `BUZZ_AGENT_*` variable and
+/// `MCP_HOOK_SERVERS`. Case-sensitive; every other variable passes through.
+#[must_use]
+pub fn is_agent_secret_or_own_variable(name: &str) -> bool {
+    name == ANTHROPIC_API_KEY
+        || name == OPENAI_API_KEY
+        || name == HOOK_SERVERS
+        || name.starts_with("BUZZ_AGENT_")
+}
+
+/// The `BUZZ_AGENT_*` variables in `env` that the agent does not know (probably typos), in
+/// name order, so the runtime can warn about them (C1: a misspelt variable otherwise does
+/// nothing silently). Not an error: a newer or older configuration may carry extra ones.
+#[must_use]
+pub fn unknown_agent_variables(env: &BTreeMap<String, String>) -> Vec<String> {
+    env.keys()
+        .filter(|k| k.starts_with("BUZZ_AGENT_"))
+        .filter(|k| !VARIABLES.iter().any(|(n, _, _)| n == k))
+        .cloned()
+        .collect()
+}
+
+/// Reads variables from an environment snapshot with C1's rules.
+struct Env<'a> {
+    map: &'a BTreeMap<String, String>,
+}
+
+impl<'a> Env<'a> {
+    /// The trimmed value, `None` if unset or blank.
+    fn get(&self, var: &str) -> Option<&'a str> {
+        self.map
+            .get(var)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The untrimmed raw value for error messages ("" if unset).
+    fn raw(&self, var: &str) -> &'a str {
+        self.map.get(var).map_or("", String::as_str)
+    }
+
+    fn invalid(&self, var: &'static str, expected: impl Into<String>) -> ConfigError {
+        invalid(var, self.raw(var), expected)
+    }
+
+    /// A decimal integer in `min..=max`, `default` if unset or blank.
+    fn uint<T: TryFrom<u64>>(
+        &self,
+        var: &'static str,
+        default: T,
+        min: u64,
+        max: u64,
+    ) -> Result<T, ConfigError> {
+        let Some(v) = self.get(var) else {
+            return Ok(default);
+        };
+        let expected = range_text(min, max);
+        let n = parse_decimal(v).filter(|n| (min..=max).contains(n));
+        let n = n.ok_or_else(|| self.invalid(var, expected.clone()))?;
+        T::try_from(n).map_err(|_| self.invalid(var, expected))
+    }
+
+    /// A `*_SECS` duration (>= 1 s) converted to milliseconds.
+    fn secs_as_ms(&self, var: &'static str, default_secs: u64) -> Result<u64, ConfigError> {
+        let secs: u64 = self.uint(var, default_secs, 1, MAX_SECS)?;
+        Ok(secs.saturating_mul(1000))
+    }
+
+    /// A C1 boolean, `default` if unset or blank.
+    fn flag(&self, var: &'static str, default: bool) -> Result<bool, ConfigError> {
+        let Some(v) = self.get(var) else {
+            return Ok(default);
+        };
+        match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err(self.invalid(var, "a boolean: 1/0/true/false/yes/no/on/off")),
+        }
+    }
+
+    /// An `http(s)://host…` URL without trailing `/`, `default` if unset or blank.
+    fn url(&self, var: &'static str, default: &str) -> Result<String, ConfigError> {
+        let Some(v) = self.get(var) else {
+            return Ok(default.to_owned());
+        };
+        let trimmed = v.trim_end_matches('/');
+        let lower = trimmed.to_ascii_lowercase();
+        let rest = lower
+            .strip_prefix("https://")
+            .or_else(|| lower.strip_prefix("http://"));
+        match rest {
+            Some(host) if !host.is_empty() && !host.chars().any(char::is_whitespace) => {
+                Ok(trimmed.to_owned())
+            }
+            Some(_) | None => Err(self.invalid(
+                var,
+                "an http:// or https:// URL with a host, such as https://example.com/v1",
+            )),
+        }
+    }
+
+    /// A comma-separated list: entries trimmed, empties and duplicates dropped, order kept.
+    fn list(&self, var: &str) -> Vec<String> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out: Vec<String> = Vec::new();
+        for entry in self.get(var).unwrap_or("").split(',').map(str::trim) {
+            if !entry.is_empty() && seen.insert(entry) {
+                out.push(entry.to_owned());
+            }
+        }
+        out
+    }
+}
+
+fn invalid(var: &'static str, value: &str, expected: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        var,
+        value: cut(value, MAX_QUOTED_VALUE_BYTES),
+        expected: expected.into(),
+    }
+}
+
+/// `s` cut to at most `max` bytes at a char boundary, with `…` appended when cut.
+fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// A plain decimal integer: ASCII digits only (the caller trims).
+fn parse_decimal(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn range_text(min: u64, max: u64) -> String {
+    let type_max = max == u64::from(u32::MAX) || max == u64::MAX;
+    if type_max {
+        format!("an integer >= {min}")
+    } else {
+        format!("an integer from {min} to {max}")
+    }
+}
+
+/// `MCP_HOOK_SERVERS` per C3.
+fn parse_hook_servers(env: &Env<'_>) -> Result<HookAllowlist, ConfigError> {
+    let entries = env.list(HOOK_SERVERS);
+    if entries.is_empty() {
+        return Ok(HookAllowlist::Off);
+    }
+    let stars = entries.iter().filter(|e| *e == "*").count();
+    if stars == entries.len() {
+        return Ok(HookAllowlist::All);
+    }
+    if stars > 0 {
+        return Err(env.invalid(
+            HOOK_SERVERS,
+            "either * alone (every server) or comma-separated server names, not * mixed with names",
+        ));
+    }
+    // Server names are `[A-Za-z0-9_-]+` without `__` (M3): an entry that cannot be a server
+    // name (a space instead of a comma, a quote) could never match, so it is an error.
+    if let Some(bad) = entries.iter().find(|e| !is_server_name(e)) {
+        return Err(env.invalid(
+            HOOK_SERVERS,
+            format!("comma-separated server names of [A-Za-z0-9_-] without \"__\" (or * alone), but {bad:?} is not one"),
+        ));
+    }
+    Ok(HookAllowlist::Names(entries))
+}
+
+fn is_server_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.contains("__")
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The system prompt from the variable or the file (mutually exclusive).
+fn system_prompt(
+    env: &Env<'_>,
+    read_file: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<Option<String>, ConfigError> {
+    let inline = env.get(SYSTEM_PROMPT).map(|_| env.raw(SYSTEM_PROMPT));
+    let path = env.get(SYSTEM_PROMPT_FILE);
+    match (inline, path) {
+        (Some(_), Some(_)) => Err(ConfigError::Conflict {
+            var: SYSTEM_PROMPT_FILE,
+            other: SYSTEM_PROMPT,
+        }),
+        (Some(text), None) => Ok(Some(text.to_owned())),
+        (None, Some(path)) => {
+            let text = read_file(path).map_err(|reason| ConfigError::ReadFile {
+                var: SYSTEM_PROMPT_FILE,
+                path: cut(path, MAX_QUOTED_VALUE_BYTES),
+                reason: one_line(&reason),
+            })?;
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text).trim_end();
+            Ok((!text.trim().is_empty()).then(|| text.to_owned()))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+fn one_line(s: &str) -> String {
+    let joined: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    cut(joined.trim(), MAX_QUOTED_VALUE_BYTES)
+}
+
+impl Config {
+    /// Builds and validates the configuration from an environment snapshot (C1–C3).
+    ///
+    /// `env` maps variable names to values (the runtime passes `std::env::vars_os` converted
+    /// lossily). `read_file(path)` returns a file's content or a one-line reason; it is called
+    /// only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. Returns the first error found, checking the
+    /// provider first. `seed` is set to 0 (the runtime sets it).
+    pub fn from_env_map(
+        env: &BTreeMap<String, String>,
+        read_file: &dyn Fn(&str) -> Result<String, String>,
+    ) -> Result<Config, ConfigError> {
+        let env = Env { map: env };
+        let provider = match env.get(PROVIDER).map(str::to_ascii_lowercase).as_deref() {
+            None => {
+                return Err(ConfigError::Missing {
+                    var: PROVIDER,
+                    expected: "set it to anthropic or openai".into(),
+                });
+            }
+            Some("anthropic") => ProviderKind::Anthropic,
+            Some("openai" | "openai-compat") => {
+                match env.get(OPENAI_API).map(str::to_ascii_lowercase).as_deref() {
+                    None | Some("chat") => ProviderKind::OpenAiChat,
+                    Some("responses") => ProviderKind::OpenAiResponses,
+                    Some(_) => return Err(env.invalid(OPENAI_API, "chat or responses")),
+                }
+            }
+            Some(_) => return Err(env.invalid(PROVIDER, "anthropic, openai or openai-compat")),
+        };
+        let (key_var, model_var, url_var, default_url) = match provider {
+            ProviderKind::Anthropic => (
+                ANTHROPIC_API_KEY,
+                ANTHROPIC_MODEL,
+                ANTHROPIC_BASE_URL,
+                DEFAULT_ANTHROPIC_BASE_URL,
+            ),
+            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => (
+                OPENAI_API_KEY,
+                OPENAI_MODEL,
+                OPENAI_BASE_URL,
+                DEFAULT_OPENAI_BASE_URL,
+            ),
+        };
+        let api_key = match (provider, env.get(key_var)) {
+            (_, Some(key)) => key.to_owned(),
+            (ProviderKind::Anthropic, None) => {
+                return Err(ConfigError::Missing {
+                    var: ANTHROPIC_API_KEY,
+                    expected: "an API key is required when BUZZ_AGENT_PROVIDER=anthropic".into(),
+                });
+            }
+            (ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses, None) => String::new(),
+        };
+        let model = match env.get(MODEL).or_else(|| env.get(model_var)) {
+            Some(m) => m.to_owned(),
+            None => {
+                return Err(ConfigError::Missing {
+                    var: model_var,
+                    expected: format!("a model name is required (set {model_var} or {MODEL})"),
+                });
+            }
+        };
+        let base_url = env.url(url_var, default_url)?;
+        let anthropic_version = match provider {
+            ProviderKind::Anthropic => env
+                .get(ANTHROPIC_API_VERSION)
+                .unwrap_or(DEFAULT_ANTHROPIC_VERSION),
+            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => DEFAULT_ANTHROPIC_VERSION,
+        }
+        .to_owned();
+        let system_prompt = system_prompt(&env, read_file)?;
+
+        let u32_max = u64::from(u32::MAX);
+        let max_context_tokens: u64 = env.uint(MAX_CONTEXT_TOKENS, 200_000, 2, u64::MAX)?;
+        let max_output_tokens: u32 = env.uint(MAX_OUTPUT_TOKENS, 32_768, 1, u32_max)?;
+        if u64::from(max_output_tokens) >= max_context_tokens {
+            let value = match env.get(MAX_OUTPUT_TOKENS) {
+                Some(_) => env.raw(MAX_OUTPUT_TOKENS).to_owned(),
+                None => format!("{max_output_tokens} (the default)"),
+            };
+            return Err(invalid(
+                MAX_OUTPUT_TOKENS,
+                &value,
+                format!("an integer >= 1 and < {MAX_CONTEXT_TOKENS} ({max_context_tokens})"),
+            ));
+        }
+        let hook_servers = parse_hook_servers(&env)?;
+        let permission = match env.get(PERMISSION).map(str::to_ascii_lowercase).as_deref() {
+            None | Some("ask") => PermissionMode::Ask,
+            Some("allow") => PermissionMode::Allow,
+            Some(_) => return Err(env.invalid(PERMISSION, "ask or allow")),
+        };
+        let log_level = match env.get(LOG).map(str::to_ascii_lowercase).as_deref() {
+            None | Some("info") => LogLevel::Info,
+            Some("error") => LogLevel::Error,
+            Some("warn" | "warning") => LogLevel::Warn,
+            Some("debug") => LogLevel::Debug,
+            Some("trace") => LogLevel::Trace,
+            Some(_) => return Err(env.invalid(LOG, "error, warn, info, debug or trace")),
+        };
+        let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(_) => return Err(env.invalid(LOG_FORMAT, "text or json")),
+        };
+        let max_sessions = match env.get(MAX_SESSIONS) {
+            None => None,
+            Some(_) => Some(
+                env.uint(MAX_SESSIONS, usize::MAX, 1, u64::MAX)
+                    .map_err(|_| {
+                        env.invalid(MAX_SESSIONS, "an integer >= 1 (unset for unlimited)")
+                    })?,
+            ),
+        };
+
+        Ok(Config {
+            provider,
+            api_key,
+            model,
+            base_url,
+            anthropic_version,
+            system_prompt,
+            max_rounds: env.uint(MAX_ROUNDS, 0, 0, u32_max)?,
+            max_output_tokens,
+            max_context_tokens,
+            max_handoffs: env.uint(MAX_HANDOFFS, 10, 0, u32_max)?,
+            max_token_recoveries: env.uint(MAX_TOKEN_RECOVERIES, 3, 0, u32_max)?,
+            llm_timeout_ms: env.secs_as_ms(LLM_TIMEOUT_SECS, 240)?,
+            llm_max_attempts: env.uint(LLM_MAX_ATTEMPTS, 3, 1, u32_max)?,
+            tool_timeout_ms: env.secs_as_ms(TOOL_TIMEOUT_SECS, 660)?,
+            mcp_init_timeout_ms: env.secs_as_ms(MCP_INIT_TIMEOUT_SECS, 30)?,
+            max_parallel_tools: env.uint(MAX_PARALLEL_TOOLS, 8, 1, u64::MAX)?,
+            max_sessions,
+            max_line_bytes: env.uint(MAX_LINE_BYTES, 4_194_304, 1024, u64::MAX)?,
+            max_tool_result_text_bytes: env.uint(
+                MAX_TOOL_RESULT_TEXT_BYTES,
+                51_200,
+                1024,
+                MAX_TOOL_RESULT_TEXT_BYTES_LIMIT,
+            )?,
+            hook_servers,
+            hook_timeout_ms: env.uint(HOOK_TIMEOUT_MS, 2500, 1, MAX_HOOK_TIMEOUT_MS)?,
+            stop_max_rejections: env.uint(STOP_MAX_REJECTIONS, 3, 0, u32_max)?,
+            require_reply: env.flag(REQUIRE_REPLY, false)?,
+            reply_tools: env.list(REPLY_TOOLS),
+            permission,
+            permission_timeout_ms: env.secs_as_ms(PERMISSION_TIMEOUT_SECS, 330)?,
+            log_level,
+            log_format,
+            seed: 0,
+        })
+    }
+
+    /// A valid configuration for tests and tools that do not read the environment: every C2
+    /// default, model `test-model`, key `test-key`, the given provider, and `base_url` with
+    /// trailing `/` removed (not otherwise validated).
+    #[must_use]
+    pub fn for_tests(provider: ProviderKind, base_url: &str) -> Config {
+        Config {
+            provider,
+            api_key: "test-key".to_owned(),
+            model: "test-model".to_owned(),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
+            system_prompt: None,
+            max_rounds: 0,
+            max_output_tokens: 32_768,
+            max_context_tokens: 200_000,
+            max_handoffs: 10,
+            max_token_recoveries: 3,
+            llm_timeout_ms: 240_000,
+            llm_max_attempts: 3,
+            tool_timeout_ms: 660_000,
+            mcp_init_timeout_ms: 30_000,
+            max_parallel_tools: 8,
+            max_sessions: None,
+            max_line_bytes: 4_194_304,
+            max_tool_result_text_bytes: 51_200,
+            hook_servers: HookAllowlist::Off,
+            hook_timeout_ms: 2500,
+            stop_max_rejections: 3,
+            require_reply: false,
+            reply_tools: Vec::new(),
+            permission: PermissionMode::Ask,
+            permission_timeout_ms: 330_000,
+            log_level: LogLevel::Info,
+            log_format: LogFormat::Text,
+            seed: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_file(_: &str) -> Result<String, String> {
+        Err("no such file".to_owned())
+    }
+
+    fn env_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    /// A minimal valid Anthropic environment plus `extra` (later entries win).
+    fn anthropic(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let mut env = env_of(&[
+            (PROVIDER, "anthropic"),
+            (ANTHROPIC_API_KEY, "sk-1"),
+            (ANTHROPIC_MODEL, "claude"),
+        ]);
+        env.extend(env_of(extra));
+        env
+    }
+
+    fn load(env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        Config::from_env_map(env, &no_file)
+    }
+
+    fn err(env: &BTreeMap<String, String>) -> ConfigError {
+        match load(env) {
+            Ok(c) => unreachable!("expected an error, got {c:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn ok(env: &BTreeMap<String, String>) -> Config {
+        match load(env) {
+            Ok(c) => c,
+            Err(e) => unreachable!("expected a config, got {e}"),
+        }
+    }
+
+    #[test]
+    fn c2_every_default_applies_when_only_required_variables_are_set() {
+        let c = ok(&anthropic(&[]));
+        let mut expected = Config::for_tests(ProviderKind::Anthropic, DEFAULT_ANTHROPIC_BASE_URL);
+        expected.api_key = "sk-1".into();
+        expected.model = "claude".into();
+        assert_eq!(c, expected);
+        assert_eq!(c.base_url, "https://api.anthropic.com");
+        assert_eq!(c.anthropic_version, "2023-06-01");
+        assert_eq!(c.system_prompt, None);
+        assert_eq!(c.max_rounds, 0);
+        assert_eq!(c.max_output_tokens, 32_768);
+        assert_eq!(c.max_context_tokens, 200_000);
+        assert_eq!(c.max_handoffs, 10);
+        assert_eq!(c.max_token_recoveries, 3);
+        assert_eq!(c.llm_timeout_ms, 240_000);
+        assert_eq!(c.llm_max_attempts, 3);
+        assert_eq!(c.tool_timeout_ms, 660_000);
+        assert_eq!(c.mcp_init_timeout_ms, 30_000);
+        assert_eq!(c.max_parallel_tools, 8);
+        assert_eq!(c.max_sessions, None);
+        assert_eq!(c.max_line_bytes, 4_194_304);
+        assert_eq!(c.max_tool_result_text_bytes, 51_200);
+        assert_eq!(c.hook_servers, HookAllowlist::Off);
+        assert_eq!(c.hook_timeout_ms, 2500);
+        assert_eq!(c.stop_max_rejections, 3);
+        assert!(!c.require_reply);
+        assert!(c.reply_tools.is_empty());
+        assert_eq!(c.permission, PermissionMode::Ask);
+        assert_eq!(c.permission_timeout_ms, 330_000);
+        assert_eq!(c.log_level, LogLevel::Info);
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.seed, 0);
+    }
+
+    #[test]
+    fn c2_openai_defaults_to_chat_with_optional_empty_key_and_openai_base_url() {
+        let c = ok(&env_of(&[(PROVIDER, "openai"), (OPENAI_MODEL, "gpt")]));
+        assert_eq!(c.provider, ProviderKind::OpenAiChat);
+        assert_eq!(c.api_key, "");
+        assert_eq!(c.model, "gpt");
+        assert_eq!(c.base_url, "https://api.openai.com/v1");
+        assert_eq!(c.anthropic_version, "2023-06-01");
+    }
+
+    #[test]
+    fn c2_openai_compat_alias_and_responses_api_select_the_responses_provider() {
+        let c = ok(&env_of(&[
+            (PROVIDER, " OpenAI-Compat "),
+            (OPENAI_MODEL, "m"),
+            (OPENAI_API, "Responses"),
+            (OPENAI_API_KEY, " k "),
+        ]));
+        assert_eq!(c.provider, ProviderKind::OpenAiResponses);
+        assert_eq!(c.api_key, "k");
+        let e = err(&env_of(&[
+            (PROVIDER, "openai"),
+            (OPENAI_MODEL, "m"),
+            (OPENAI_API, "completions"),
+        ]));
+        assert_eq!(
+            e.to_string(),
+            "OPENAI_COMPAT_API: invalid value \"completions\": expected chat or responses"
+        );
+    }
+
+    #[test]
+    fn c2_provider_is_required_and_validated() {
+        let e = err(&env_of(&[]));
+        assert_eq!(e.variable(), PROVIDER);
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_PROVIDER: not set: set it to anthropic or openai"
+        );
+        assert_eq!(err(&env_of(&[(PROVIDER, "  ")])).variable(), PROVIDER);
+        let e = err(&env_of(&[(PROVIDER, "gemini")]));
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_PROVIDER: invalid value \"gemini\": expected anthropic, openai or openai-compat"
+        );
+    }
+
+    #[test]
+    fn c2_anthropic_key_is_required_and_non_blank() {
+        let mut env = anthropic(&[]);
+        env.remove(ANTHROPIC_API_KEY);
+        assert_eq!(err(&env).variable(), ANTHROPIC_API_KEY);
+        let e = err(&anthropic(&[(ANTHROPIC_API_KEY, " \t")]));
+        assert_eq!(e.variable(), ANTHROPIC_API_KEY);
+        assert!(e.to_string().contains("required"), "{e}");
+    }
+
+    #[test]
+    fn c2_model_is_required_and_the_error_names_the_providers_variable() {
+        let mut env = anthropic(&[]);
+        env.remove(ANTHROPIC_MODEL);
+        assert_eq!(err(&env).variable(), ANTHROPIC_MODEL);
+        let e = err(&env_of(&[
+            (PROVIDER, "openai"),
+            (ANTHROPIC_MODEL, "claude"),
+        ]));
+        assert_eq!(e.variable(), OPENAI_MODEL);
+        assert!(e.to_string().contains(MODEL), "{e}");
+    }
+
+    #[test]
+    fn c2_buzz_agent_model_overrides_the_providers_model() {
+        assert_eq!(ok(&anthropic(&[(MODEL, " opus ")])).model, "opus");
+        assert_eq!(ok(&anthropic(&[(MODEL, " ")])).model, "claude");
+        let mut env = anthropic(&[(MODEL, "opus")]);
+        env.remove(ANTHROPIC_MODEL);
+        assert_eq!(ok(&env).model, "opus");
+    }
+
+    #[test]
+    fn c2_base_url_is_trimmed_of_trailing_slashes_and_must_be_http_or_https() {
+        assert_eq!(
+            ok(&anthropic(&[(ANTHROPIC_BASE_URL, " http://127.0.0.1:9/ ")])).base_url,
+            "http://127.0.0.1:9"
+        );
+        assert_eq!(
+            ok(&anthropic(&[(ANTHROPIC_BASE_URL, "HTTPS://x/v1//")])).base_url,
+            "HTTPS://x/v1"
+        );
+        assert_eq!(
+            ok(&anthropic(&[(ANTHROPIC_BASE_URL, "")])).base_url,
+            DEFAULT_ANTHROPIC_BASE_URL
+        );
+        for bad in [
+            "ftp://x",
+            "api.anthropic.com",
+            "https://",
+            "https:///",
+            "http://a b",
+        ] {
+            let e = err(&anthropic(&[(ANTHROPIC_BASE_URL, bad)]));
+            assert_eq!(e.variable(), ANTHROPIC_BASE_URL, "{bad}");
+            assert!(e.to_string().contains("http:// or https://"), "{e}");
+        }
+        let e = err(&env_of(&[
+            (PROVIDER, "openai"),
+            (OPENAI_MODEL, "m"),
+            (OPENAI_BASE_URL, "localhost:8080"),
+        ]));
+        assert_eq!(e.variable(), OPENAI_BASE_URL);
+    }
+
+    #[test]
+    fn c2_other_providers_variables_are_ignored() {
+        let c = ok(&anthropic(&[
+            (OPENAI_BASE_URL, "nonsense"),
+            (OPENAI_API, "nonsense"),
+        ]));
+        assert_eq!(c.provider, ProviderKind::Anthropic);
+        let c = ok(&env_of(&[
+            (PROVIDER, "openai"),
+            (OPENAI_MODEL, "m"),
+            (ANTHROPIC_API_VERSION, "x"),
+        ]));
+        assert_eq!(c.anthropic_version, DEFAULT_ANTHROPIC_VERSION);
+    }
+
+    #[test]
+    fn c2_anthropic_version_is_read_and_trimmed() {
+        assert_eq!(
+            ok(&anthropic(&[(ANTHROPIC_API_VERSION, " 2024-01-01 ")])).anthropic_version,
+            "2024-01-01"
+        );
+    }
+
+    #[test]
+    fn c2_system_prompt_comes_from_the_variable_or_the_file_but_not_both() {
+        assert_eq!(
+            ok(&anthropic(&[(SYSTEM_PROMPT, "Be brief.")]))
+                .system_prompt
+                .as_deref(),
+            Some("Be brief.")
+        );
+        assert_eq!(ok(&anthropic(&[(SYSTEM_PROMPT, "  ")])).system_prompt, None);
+        let read = |p: &str| {
+            if p == "/p.txt" {
+                Ok("\u{feff}From file.\n\n".to_owned())
+            } else {
+                Err("nope".to_owned())
+            }
+        };
+        let c = Config::from_env_map(&anthropic(&[(SYSTEM_PROMPT_FILE, " /p.txt ")]), &read);
+        assert_eq!(
+            c.map(|c| c.system_prompt),
+            Ok(Some("From file.".to_owned()))
+        );
+        let read_blank = |_: &str| Ok(" \n".to_owned());
+        let c = Config::from_env_map(&anthropic(&[(SYSTEM_PROMPT_FILE, "/p")]), &read_blank);
+        assert_eq!(c.map(|c| c.system_prompt), Ok(None));
+        let e = err(&anthropic(&[
+            (SYSTEM_PROMPT, "a"),
+            (SYSTEM_PROMPT_FILE, "/p.txt"),
+        ]));
+        assert_eq!(e.variable(), SYSTEM_PROMPT_FILE);
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_SYSTEM_PROMPT_FILE and BUZZ_AGENT_SYSTEM_PROMPT are both set: set only one of them"
+        );
+    }
+
+    #[test]
+    fn c1_unreadable_system_prompt_file_is_one_line_naming_the_variable_and_path() {
+        let read = |_: &str| Err("No such file\nor directory".to_owned());
+        let e = Config::from_env_map(&anthropic(&[(SYSTEM_PROMPT_FILE, "/missing")]), &read);
+        let Err(e) = e else {
+            unreachable!("expected an error")
+        };
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_SYSTEM_PROMPT_FILE: cannot read \"/missing\": No such file or directory"
+        );
+    }
+
+    /// (variable, value given, expected field value read back)
+    fn numeric_fields(c: &Config) -> [(&'static str, u64); 16] {
+        [
+            (MAX_ROUNDS, u64::from(c.max_rounds)),
+            (MAX_OUTPUT_TOKENS, u64::from(c.max_output_tokens)),
+            (MAX_CONTEXT_TOKENS, c.max_context_tokens),
+            (MAX_HANDOFFS, u64::from(c.max_handoffs)),
+            (MAX_TOKEN_RECOVERIES, u64::from(c.max_token_recoveries)),
+            (LLM_TIMEOUT_SECS, c.llm_timeout_ms),
+            (LLM_MAX_ATTEMPTS, u64::from(c.llm_max_attempts)),
+            (TOOL_TIMEOUT_SECS, c.tool_timeout_ms),
+            (MCP_INIT_TIMEOUT_SECS, c.mcp_init_timeout_ms),
+            (MAX_PARALLEL_TOOLS, c.max_parallel_tools as u64),
+            (MAX_SESSIONS, c.max_sessions.map_or(0, |n| n as u64)),
+            (MAX_LINE_BYTES, c.max_line_bytes as u64),
+            (
+                MAX_TOOL_RESULT_TEXT_BYTES,
+                c.max_tool_result_text_bytes as u64,
+            ),
+            (HOOK_TIMEOUT_MS, c.hook_timeout_ms),
+            (STOP_MAX_REJECTIONS, u64::from(c.stop_max_rejections)),
+            (PERMISSION_TIMEOUT_SECS, c.permission_timeout_ms),
+        ]
+    }
+
+    #[test]
+    fn c1_numbers_are_decimal_integers_with_blanks_trimmed_and_seconds_become_ms() {
+        let names: Vec<&str> = numeric_fields(&Config::for_tests(ProviderKind::Anthropic, ""))
+            .map(|(n, _)| n)
+            .to_vec();
+        for name in names {
+            // Output tokens at 1000 so that a context of 2048 stays valid.
+            let c = ok(&anthropic(&[
+                (MAX_OUTPUT_TOKENS, "1000"),
+                (name, " \t2048\n"),
+            ]));
+            let got = numeric_fields(&c)
+                .into_iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v);
+            let want = if name.ends_with("_SECS") {
+                2_048_000
+            } else {
+                2048
+            };
+            assert_eq!(got, Some(want), "{name}");
+            assert_eq!(
+                ok(&anthropic(&[(MAX_OUTPUT_TOKENS, "1000"), (name, "002048")])),
+                c,
+                "{name}: leading zeros"
+            );
+        }
+    }
+
+    #[test]
+    fn c1_every_numeric_variable_rejects_non_decimal_values_naming_itself() {
+        let names: Vec<&str> = numeric_fields(&Config::for_tests(ProviderKind::Anthropic, ""))
+            .map(|(n, _)| n)
+            .to_vec();
+        for name in names {
+            for bad in [
+                "abc",
+                "-1",
+                "+5",
+                "1.5",
+                "1e3",
+                "1_000",
+                "0x10",
+                "99999999999999999999999",
+            ] {
+                let e = err(&anthropic(&[(name, bad)]));
+                assert_eq!(e.variable(), name, "{bad}");
+                let line = e.to_string();
+                assert!(
+                    line.starts_with(&format!(
+                        "{name}: invalid value \"{bad}\": expected an integer"
+                    )),
+                    "{line}"
+                );
+                assert!(!line.contains('\n'));
+            }
+        }
+    }
+
+    #[test]
+    fn c1_blank_numeric_values_count_as_unset() {
+        let names: Vec<&str> = numeric_fields(&Config::for_tests(ProviderKind::Anthropic, ""))
+            .map(|(n, _)| n)
+            .to_vec();
+        for name in names {
+            assert_eq!(
+                ok(&anthropic(&[(name, "  ")])),
+                ok(&anthropic(&[])),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn c2_lower_bounds_are_enforced_with_the_allowed_range_in_the_message() {
+        let cases = [
+            (LLM_TIMEOUT_SECS, "0", "an integer >= 1"),
+            (LLM_MAX_ATTEMPTS, "0", "an integer >= 1"),
+            (TOOL_TIMEOUT_SECS, "0", "an integer >= 1"),
+            (MCP_INIT_TIMEOUT_SECS, "0", "an integer >= 1"),
+            (PERMISSION_TIMEOUT_SECS, "0", "an integer >= 1"),
+            (MAX_PARALLEL_TOOLS, "0", "an integer >= 1"),
+            (MAX_SESSIONS, "0", "an integer >= 1 (unset for unlimited)"),
+            (MAX_LINE_BYTES, "1023", "an integer >= 1024"),
+            (
+                MAX_TOOL_RESULT_TEXT_BYTES,
+                "1023",
+                "an integer from 1024 to 8388608",
+            ),
+            (
+                MAX_TOOL_RESULT_TEXT_BYTES,
+                "8388609",
+                "an integer from 1024 to 8388608",
+            ),
+            (HOOK_TIMEOUT_MS, "0", "an integer from 1 to 600000"),
+            (HOOK_TIMEOUT_MS, "600001", "an integer from 1 to 600000"),
+            (MAX_OUTPUT_TOKENS, "0", "an integer >= 1"),
+            (MAX_CONTEXT_TOKENS, "1", "an integer >= 2"),
+            (LLM_TIMEOUT_SECS, "4294967296", "an integer >= 1"),
+        ];
+        for (name, value, expected) in cases {
+            let e = err(&anthropic(&[(name, value)]));
+            assert_eq!(
+                e.to_string(),
+                format!("{name}: invalid value \"{value}\": expected {expected}")
+            );
+        }
+    }
+
+    #[test]
+    fn c2_bounds_themselves_are_accepted() {
+        let c = ok(&anthropic(&[
+            (MAX_LINE_BYTES, "1024"),
+            (MAX_TOOL_RESULT_TEXT_BYTES, "8388608"),
+            (HOOK_TIMEOUT_MS, "600000"),
+            (MAX_SESSIONS, "1"),
+            (STOP_MAX_REJECTIONS, "0"),
+            (MAX_HANDOFFS, "0"),
+            (MAX_TOKEN_RECOVERIES, "0"),
+            (LLM_TIMEOUT_SECS, "4294967295"),
+        ]));
+        assert_eq!(c.max_line_bytes, 1024);
+        assert_eq!(c.max_tool_result_text_bytes, 8_388_608);
+        assert_eq!(c.hook_timeout_ms, 600_000);
+        assert_eq!(c.max_sessions, Some(1));
+        assert_eq!(c.stop_max_rejections, 0);
+        assert_eq!(c.llm_timeout_ms, 4_294_967_295_000);
+    }
+
+    #[test]
+    fn c2_max_output_tokens_must_be_below_max_context_tokens() {
+        let e = err(&anthropic(&[
+            (MAX_OUTPUT_TOKENS, "1000"),
+            (MAX_CONTEXT_TOKENS, "1000"),
+        ]));
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_MAX_OUTPUT_TOKENS: invalid value \"1000\": expected an integer >= 1 and < BUZZ_AGENT_MAX_CONTEXT_TOKENS (1000)"
+        );
+        let e = err(&anthropic(&[(MAX_CONTEXT_TOKENS, "1000")]));
+        assert_eq!(e.variable(), MAX_OUTPUT_TOKENS);
+        assert!(e.to_string().contains("\"32768 (the default)\""), "{e}");
+        let c = ok(&anthropic(&[
+            (MAX_OUTPUT_TOKENS, "999"),
+            (MAX_CONTEXT_TOKENS, "1000"),
+        ]));
+        assert_eq!((c.max_output_tokens, c.max_context_tokens), (999, 1000));
+    }
+
+    #[test]
+    fn c1_booleans_accept_the_six_spellings_in_any_case() {
+        for (v, want) in [
+            ("1", true),
+            ("0", false),
+            ("TRUE", true),
+            ("False", false),
+            ("yes", true),
+            ("No", false),
+            (" on ", true),
+            ("OFF", false),
+            ("", false),
+        ] {
+            assert_eq!(
+                ok(&anthropic(&[(REQUIRE_REPLY, v)])).require_reply,
+                want,
+                "{v:?}"
+            );
+        }
+        let e = err(&anthropic(&[(REQUIRE_REPLY, "y")]));
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_REQUIRE_REPLY: invalid value \"y\": expected a boolean: 1/0/true/false/yes/no/on/off"
+        );
+    }
+
+    #[test]
+    fn c3_unset_empty_or_only_blanks_and_commas_turn_hooks_off() {
+        assert_eq!(ok(&anthropic(&[])).hook_servers, HookAllowlist::Off);
+        for v in ["", "   ", " , ,", ",,,"] {
+            assert_eq!(
+                ok(&anthropic(&[(HOOK_SERVERS, v)])).hook_servers,
+                HookAllowlist::Off,
+                "{v:?}"
+            );
+        }
+        assert!(!HookAllowlist::Off.allows("a"));
+    }
+
+    #[test]
+    fn c3_star_alone_allows_every_server() {
+        for v in ["*", " * ", "*,", ", * ,*"] {
+            assert_eq!(
+                ok(&anthropic(&[(HOOK_SERVERS, v)])).hook_servers,
+                HookAllowlist::All,
+                "{v:?}"
+            );
+        }
+        assert!(HookAllowlist::All.allows("anything"));
+    }
+
+    #[test]
+    fn c3_names_are_trimmed_empties_dropped_and_matched_exactly() {
+        let hooks = ok(&anthropic(&[(HOOK_SERVERS, "a, b,,a")])).hook_servers;
+        assert_eq!(hooks, HookAllowlist::Names(vec!["a".into(), "b".into()]));
+        assert!(hooks.allows("a"));
+        assert!(hooks.allows("b"));
+        assert!(!hooks.allows("A"));
+        assert!(!hooks.allows("c"));
+        assert!(!hooks.allows(""));
+    }
+
+    #[test]
+    fn c3_star_mixed_with_names_is_an_error_that_says_so() {
+        let e = err(&anthropic(&[(HOOK_SERVERS, "*,a")]));
+        assert_eq!(e.variable(), HOOK_SERVERS);
+        assert_eq!(
+            e.to_string(),
+            "MCP_HOOK_SERVERS: invalid value \"*,a\": expected either * alone (every server) or comma-separated server names, not * mixed with names"
+        );
+    }
+
+    #[test]
+    fn c3_an_entry_that_cannot_be_a_server_name_is_an_error() {
+        for v in ["a b", "x,\"y\"", "a__b"] {
+            let e = err(&anthropic(&[(HOOK_SERVERS, v)]));
+            assert_eq!(e.variable(), HOOK_SERVERS, "{v}");
+            assert!(e.to_string().contains("is not one"), "{e}");
+        }
+    }
+
+    #[test]
+    fn g2_reply_tools_are_a_trimmed_list_without_empties() {
+        let c = ok(&anthropic(&[(
+            REPLY_TOOLS,
+            " chat__send, ,x__post,chat__send ",
+        )]));
+        assert_eq!(
+            c.reply_tools,
+            vec!["chat__send".to_owned(), "x__post".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a7_permission_mode_is_ask_or_allow_in_any_case() {
+        assert_eq!(
+            ok(&anthropic(&[(PERMISSION, "ALLOW")])).permission,
+            PermissionMode::Allow
+        );
+        assert_eq!(
+            ok(&anthropic(&[(PERMISSION, "ask")])).permission,
+            PermissionMode::Ask
+        );
+        let e = err(&anthropic(&[(PERMISSION, "deny")]));
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_PERMISSION: invalid value \"deny\": expected ask or allow"
+        );
+    }
+
+    #[test]
+    fn c2_log_level_and_format_parse_and_levels_are_ordered_by_verbosity() {
+        for (v, want) in [
+            ("error", LogLevel::Error),
+            ("WARN", LogLevel::Warn),
+            ("warning", LogLevel::Warn),
+            ("Info", LogLevel::Info),
+            ("debug", LogLevel::Debug),
+            ("trace", LogLevel::Trace),
+        ] {
+            assert_eq!(ok(&anthropic(&[(LOG, v)])).log_level, want);
+        }
+        assert_eq!(err(&anthropic(&[(LOG, "loud")])).variable(), LOG);
+        assert_eq!(
+            ok(&anthropic(&[(LOG_FORMAT, "JSON")])).log_format,
+            LogFormat::Json
+        );
+        assert_eq!(
+            err(&anthropic(&[(LOG_FORMAT, "xml")])).variable(),
+            LOG_FORMAT
+        );
+        assert!(LogLevel::Error < LogLevel::Warn && LogLevel::Warn < LogLevel::Info);
+        assert!(LogLevel::Info < LogLevel::Debug && LogLevel::Debug < LogLevel::Trace);
+    }
+
+    #[test]
+    fn p2_debug_of_config_redacts_the_api_key_and_prompt_text() {
+        let mut c = Config::for_tests(ProviderKind::Anthropic, "http://x");
+        c.api_key = "sk-secret-123".into();
+        c.system_prompt = Some("hidden words".into());
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("sk-secret"), "{dbg}");
+        assert!(dbg.contains("api_key: <redacted>"), "{dbg}");
+        assert!(
+            !dbg.contains("hidden words") && dbg.contains("<12 bytes>"),
+            "{dbg}"
+        );
+        c.api_key.clear();
+        assert!(format!("{c:?}").contains("api_key: <empty>"));
+    }
+
+    #[test]
+    fn c1_error_values_are_quoted_escaped_and_cut_to_stay_one_line() {
+        let e = err(&anthropic(&[(LOG, "a\nb")]));
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_LOG: invalid value \"a\\nb\": expected error, warn, info, debug or trace"
+        );
+        let long = "é".repeat(300);
+        let line = err(&anthropic(&[(LOG, &long)])).to_string();
+        assert!(!line.contains('\n') && line.len() < 300, "{line}");
+    }
+
+    #[test]
+    fn c1_help_text_lists_every_variable_with_its_default() {
+        let help = help_text();
+        for (name, default, _) in VARIABLES {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")));
+            let Some(line) = line else {
+                unreachable!("{name} missing from help")
+            };
+            if !default.is_empty() {
+                assert!(line.contains(&format!("[{default}]")), "{line}");
+            }
+        }
+        assert!(help.contains("BUZZ_AGENT_HOOK_TIMEOUT_MS") && help.ends_with('\n'));
+    }
+
+    #[test]
+    fn c1_every_variable_read_by_from_env_map_is_in_the_help_table() {
+        // Each constant above appears in VARIABLES exactly once.
+        let mut names: Vec<&str> = VARIABLES.iter().map(|(n, _, _)| *n).collect();
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count);
+        assert_eq!(count, 34);
+    }
+
+    #[test]
+    fn m1_agent_secrets_and_own_variables_are_withheld_from_children() {
+        for name in [
+            ANTHROPIC_API_KEY,
+            OPENAI_API_KEY,
+            HOOK_SERVERS,
+            PROVIDER,
+            "BUZZ_AGENT_ANYTHING",
+        ] {
+            assert!(is_agent_secret_or_own_variable(name), "{name}");
+        }
+        for name in [
+            "PATH",
+            "HOME",
+            "ANTHROPIC_MODEL",
+            "OPENAI_API_KEY",
+            "buzz_agent_log",
+            "BUZZ_AGENTX",
+        ] {
+            assert!(!is_agent_secret_or_own_variable(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn c1_unknown_buzz_agent_variables_are_listed_for_a_warning() {
+        let env = anthropic(&[
+            ("BUZZ_AGENT_HOOK_TIMEOUT", "5"),
+            (LOG, "info"),
+            ("PATH", "/bin"),
+        ]);
+        assert_eq!(
+            unknown_agent_variables(&env),
+            vec!["BUZZ_AGENT_HOOK_TIMEOUT".to_owned()]
+        );
+    }
+
+    #[test]
+    fn for_tests_builds_a_valid_config_with_defaults() {
+        let c = Config::for_tests(ProviderKind::OpenAiChat, "http://127.0.0.1:1/v1/");
+        assert_eq!(c.base_url, "http://127.0.0.1:1/v1");
+        assert_eq!(
+            (c.model.as_str(), c.api_key.as_str()),
+            ("test-model", "test-key")
+        );
+        assert!(u64::from(c.max_output_tokens) < c.max_context_tokens);
+    }
+}

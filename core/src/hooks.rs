@@ -1,0 +1,237 @@
+//! MCP lifecycle hooks (SPEC H1–H9, G1–G2): hook rounds (`call_hooks` as pure state), the
+//! `_Stop` gate with its per-prompt budget, the reply guard and the model-visible injection.
+//!
+//! Invariants (DESIGN I1–I5, checked by `core/tests/`):
+//! - `objections <= budget` for every prompt (I1); the count resets only at `session/prompt` (I2);
+//! - a round started at t is decided by t + hook timeout, results in registration order (I3);
+//! - timeout / error / isError / empty / dead never objects (I4);
+//! - a server is killed only on its 2nd consecutive hook timeout (I5).
+
+use crate::agent::Agent;
+use crate::config::LogLevel;
+use crate::llm::{Message, ToolCall};
+use crate::mcp::Purpose;
+use crate::time::MonoTime;
+use serde_json::json;
+
+/// A hook point (SPEC H1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookPoint {
+    Stop,
+    PostCompact,
+}
+
+impl HookPoint {
+    /// The hook tool name, e.g. `_Stop`.
+    #[must_use]
+    pub fn tool_name(self) -> &'static str {
+        match self {
+            HookPoint::Stop => "_Stop",
+            HookPoint::PostCompact => "_PostCompact",
+        }
+    }
+}
+
+/// How one hook call ended (SPEC H3, H9). Only `Objection` carries text to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookOutcome {
+    /// Non-empty text: an objection (for `_Stop`) or an injection (for `_PostCompact`).
+    Objection(String),
+    /// Empty after trimming.
+    Empty,
+    /// JSON-RPC error or `isError` result.
+    Error(String),
+    /// No reply within `BUZZ_AGENT_HOOK_TIMEOUT_MS`.
+    Timeout,
+    /// The server was dead or not ready (never called), or died during the call.
+    Dead,
+}
+
+impl HookOutcome {
+    fn label(&self) -> &'static str {
+        match self {
+            HookOutcome::Objection(_) => "objection",
+            HookOutcome::Empty => "empty",
+            HookOutcome::Error(_) => "error",
+            HookOutcome::Timeout => "timeout",
+            HookOutcome::Dead => "dead",
+        }
+    }
+}
+
+/// One call of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCall {
+    pub server_slot: u64,
+    pub server_name: String,
+    pub request: Option<u64>,
+    pub started: MonoTime,
+    pub outcome: Option<HookOutcome>,
+}
+
+/// A hook round: every target called concurrently, one deadline each (SPEC H3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRound {
+    pub id: u64,
+    pub point: HookPoint,
+    pub deadline: MonoTime,
+    /// In registration order.
+    pub calls: Vec<HookCall>,
+    /// The reply guard's reminder decided at gate start (SPEC G1), delivered last.
+    pub reminder: Option<String>,
+}
+
+impl HookRound {
+    /// All calls decided.
+    #[must_use]
+    pub fn is_decided(&self) -> bool {
+        self.calls.iter().all(|c| c.outcome.is_some())
+    }
+
+    /// Objection texts in registration order: `(server name, text)`.
+    #[must_use]
+    pub fn objections(&self) -> Vec<(String, String)> {
+        self.calls
+            .iter()
+            .filter_map(|c| match &c.outcome {
+                Some(HookOutcome::Objection(t)) => Some((c.server_name.clone(), t.clone())),
+                Some(HookOutcome::Empty | HookOutcome::Error(_) | HookOutcome::Timeout | HookOutcome::Dead) | None => None,
+            })
+            .collect()
+    }
+}
+
+/// The reply guard's reminder text (SPEC G1).
+pub const REPLY_REMINDER: &str = "Your text reply is not seen by anyone: nobody reads this transcript. \
+If a reply is expected, post it with `buzz messages send` (or the configured reply tool) before ending; \
+if silence is right, end your turn again without posting.";
+/// Server name used for the reply guard's objection (SPEC G1).
+pub const REPLY_GUARD_SERVER: &str = "buzz-agent";
+/// Reply-guard reminders per prompt at most (SPEC G1).
+pub const MAX_REMINDERS: u32 = 2;
+
+/// The model-visible injection pair of one objection (SPEC H6): an assistant message with one
+/// tool call `<server>__<hook>` (id `buzz_hook_<hook>_<server>_<n>`, arguments `{}`) and its
+/// tool result, the compact JSON `{"hook","server","text"}`.
+#[must_use]
+pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Message; 2] {
+    let hook = point.tool_name();
+    let id = format!("buzz_hook_{hook}_{server}_{n}");
+    let name = format!("{server}__{hook}");
+    let body = json!({"hook": hook, "server": server, "text": text}).to_string();
+    [
+        Message::Assistant {
+            text: String::new(),
+            thinking: String::new(),
+            tool_calls: vec![ToolCall { id: id.clone(), name: name.clone(), arguments: "{}".into() }],
+        },
+        Message::ToolResult { call_id: id, name, text: body, is_error: false },
+    ]
+}
+
+impl Agent {
+    /// Start a hook round for `point` over the session's allowlisted servers exposing it
+    /// (SPEC H2, H3). Returns `None` when there is no target at all.
+    pub(crate) fn start_hook_round(
+        &mut self,
+        session: &str,
+        point: HookPoint,
+        attempt: u32,
+        budget_remaining: u32,
+        reminder: Option<String>,
+    ) -> HookRound {
+        let now = self.now;
+        let timeout = self.cfg.hook_timeout_ms;
+        let round_id = self.next_hook_round;
+        self.next_hook_round += 1;
+        let slots: Vec<u64> = self.sessions.get(session).map(|s| s.servers.clone()).unwrap_or_default();
+        let hook = point.tool_name();
+        let mut calls = Vec::new();
+        for slot in slots {
+            let Some(s) = self.servers.get(&slot) else { continue };
+            if !self.cfg.hook_servers.allows(&s.name) || !s.hooks.contains(hook) {
+                continue;
+            }
+            let name = s.name.clone();
+            let ready = s.is_ready();
+            let idx = calls.len();
+            let mut call = HookCall { server_slot: slot, server_name: name, request: None, started: now, outcome: None };
+            if ready {
+                let params = json!({
+                    "name": hook,
+                    "arguments": {},
+                    "_meta": {"buzz/hook": {
+                        "point": hook,
+                        "sessionId": session,
+                        "attempt": attempt,
+                        "budgetRemaining": budget_remaining
+                    }}
+                });
+                let purpose = Purpose::Hook { session: session.to_string(), round: round_id, idx };
+                call.request = self.send_mcp_request(slot, "tools/call", &params, purpose, timeout);
+            }
+            if call.request.is_none() {
+                call.outcome = Some(HookOutcome::Dead);
+            }
+            calls.push(call);
+        }
+        let round = HookRound { id: round_id, point, deadline: now.plus_ms(timeout), calls, reminder };
+        for c in &round.calls {
+            if c.outcome == Some(HookOutcome::Dead) {
+                self.log_hook_call(point, &c.server_name, &HookOutcome::Dead, 0);
+            }
+        }
+        round
+    }
+
+    /// H9: one log line per hook call.
+    fn log_hook_call(&mut self, point: HookPoint, server: &str, outcome: &HookOutcome, ms: u64) {
+        let level = match outcome {
+            HookOutcome::Objection(_) | HookOutcome::Empty => LogLevel::Info,
+            HookOutcome::Error(_) | HookOutcome::Timeout | HookOutcome::Dead => LogLevel::Warn,
+        };
+        let detail = match outcome {
+            HookOutcome::Error(e) => format!(" ({e})"),
+            HookOutcome::Objection(_) | HookOutcome::Empty | HookOutcome::Timeout | HookOutcome::Dead => String::new(),
+        };
+        self.log(
+            level,
+            format!("hook: point={} server={server} outcome={}{detail} latency_ms={ms}", point.tool_name(), outcome.label()),
+        );
+    }
+
+    /// A hook call of `round` ended (reply, error, death).
+    pub(crate) fn on_hook_outcome(&mut self, session: &str, round: u64, idx: usize, _slot: u64, outcome: HookOutcome) {
+        let now = self.now;
+        let Some(r) = self.hook_round_mut(session, round) else { return };
+        let Some(call) = r.calls.get_mut(idx) else { return };
+        if call.outcome.is_some() {
+            return;
+        }
+        let ms = now.ms_since(call.started);
+        let (point, name) = (r.point, call.server_name.clone());
+        call.outcome = Some(outcome.clone());
+        self.log_hook_call(point, &name, &outcome, ms);
+        self.maybe_finish_hook_round(session, round);
+    }
+
+    /// A hook call timed out (SPEC H4): cancel it, count, warn on the 1st, kill on the 2nd.
+    pub(crate) fn on_hook_timeout(&mut self, slot: u64, request: u64, session: &str, round: u64, idx: usize) {
+        let ms = self.cfg.hook_timeout_ms;
+        self.cancel_mcp_request(slot, request, &format!("hook timeout after {ms} ms"));
+        let (name, count) = match self.servers.get_mut(&slot) {
+            Some(s) => {
+                s.consecutive_hook_timeouts += 1;
+                (s.name.clone(), s.consecutive_hook_timeouts)
+            }
+            None => (String::new(), 0),
+        };
+        if count >= 2 {
+            self.log(LogLevel::Warn, format!("hook: killing server '{name}' after 2 consecutive timeouts"));
+            self.kill_server(slot, "was killed after 2 consecutive hook timeouts (H4)");
+        } else {
+            self.log(LogLevel::Warn, format!("hook: server '{name}' timed out (1/2)"));
+        }
+        self.on_hook_outcome(session, round, idx, slot, HookOutcome::Timeout);
+    }
+}

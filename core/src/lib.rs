@@ -1,0 +1,30 @@
+//! `buzz-agent-core`: the pure sans-IO state machine of buzz-agent.
+//!
+//! No clocks, environment, files, processes, threads or async in here (DESIGN.md). Time and
+//! randomness come in as inputs; IO is requested as [`Action`]s and observed as [`Input`]s.
+//!
+//! # The drain rule
+//! After any [`Agent::handle`] or [`Agent::handle_timeout`], call [`Agent::poll_action`] until it
+//! returns `None`, then read [`Agent::poll_timeout`], then wait for the next input or that time.
+#![forbid(unsafe_code)]
+
+pub mod acp;
+pub mod agent;
+pub mod config;
+pub mod hooks;
+pub mod io;
+pub mod jsonrpc;
+pub mod llm;
+pub mod mcp;
+pub mod openai_chat;
+pub mod provider;
+pub mod shutdown;
+pub mod sse;
+pub mod time;
+pub mod tools;
+pub mod turn;
+
+pub use agent::{Agent, TimerKey};
+pub use config::Config;
+pub use io::{Action, Input, LlmCallId, LlmIo, LogRecord, ProcKey, Signal, SpawnSpec};
+pub use time::MonoTime;

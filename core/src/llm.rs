@@ -1,0 +1,193 @@
+//! The provider-neutral model of an LLM conversation (SPEC §4, §8).
+//!
+//! The loop (`turn`) only speaks these types; each provider module (`openai_chat`, later
+//! Anthropic Messages and OpenAI Responses) builds an [`HttpRequest`] from them and decodes a
+//! streamed body back into [`StreamDelta`]s and one [`LlmResponse`].
+
+use serde_json::Value;
+
+/// One entry of a session's history.
+///
+/// Invariant (SPEC L4, DESIGN I9): every [`ToolCall`] of an `Assistant` message is followed,
+/// before the next `User` or `Assistant` message, by exactly one `ToolResult` with its id.
+#[derive(Clone, PartialEq)]
+pub enum Message {
+    /// A user turn (the client's prompt, a compaction summary, or an agent nudge).
+    User { text: String },
+    /// What the model said: text, optional reasoning text, and the tool calls it asked for.
+    Assistant { text: String, thinking: String, tool_calls: Vec<ToolCall> },
+    /// The result of one tool call, paired by `call_id` (SPEC L3).
+    ToolResult { call_id: String, name: String, text: String, is_error: bool },
+}
+
+impl Message {
+    /// Approximate size in bytes of the model-visible content (SPEC K1: 1 byte ≈ 1 token).
+    #[must_use]
+    pub fn content_bytes(&self) -> usize {
+        match self {
+            Message::User { text } => text.len(),
+            Message::Assistant { text, thinking, tool_calls } => {
+                text.len()
+                    + thinking.len()
+                    + tool_calls.iter().map(|c| c.name.len() + c.arguments.len() + c.id.len()).sum::<usize>()
+            }
+            Message::ToolResult { call_id, name, text, .. } => call_id.len() + name.len() + text.len(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Message {
+    // Lengths, not contents: history can be megabytes and may hold secrets (DESIGN habits).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Message::User { text } => write!(f, "User({} B)", text.len()),
+            Message::Assistant { text, thinking, tool_calls } => write!(
+                f,
+                "Assistant({} B text, {} B thinking, calls {:?})",
+                text.len(),
+                thinking.len(),
+                tool_calls
+            ),
+            Message::ToolResult { call_id, name, text, is_error } => {
+                write!(f, "ToolResult({call_id} {name} {} B err={is_error})", text.len())
+            }
+        }
+    }
+}
+
+/// One tool call as the model asked for it.
+#[derive(Clone, PartialEq)]
+pub struct ToolCall {
+    /// Provider call id (synthesised when the provider sent none, SPEC C21).
+    pub id: String,
+    /// Provider-visible (qualified, sanitized) tool name, e.g. `fs__read_file`.
+    pub name: String,
+    /// The raw JSON text of the arguments as streamed (may be empty or invalid; the loop
+    /// validates it, SPEC L2).
+    pub arguments: String,
+}
+
+impl std::fmt::Debug for ToolCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}({} B)", self.id, self.name, self.arguments.len())
+    }
+}
+
+/// A tool offered to the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolDef {
+    /// Provider-safe name (`^[A-Za-z0-9_-]{1,64}$`, SPEC M3).
+    pub name: String,
+    pub description: String,
+    /// JSON Schema with `type: "object"` at the root (SPEC M3, C19).
+    pub input_schema: Value,
+}
+
+/// Everything a provider needs to build one request.
+#[derive(Debug, Clone, Copy)]
+pub struct LlmRequest<'a> {
+    pub model: &'a str,
+    pub system: Option<&'a str>,
+    pub messages: &'a [Message],
+    /// Empty for a compaction summary call (SPEC K1).
+    pub tools: &'a [ToolDef],
+    /// Per-call output cap in tokens (`BUZZ_AGENT_MAX_OUTPUT_TOKENS`).
+    pub max_output_tokens: u32,
+}
+
+/// A fully built HTTP request: the runtime sends it verbatim (DESIGN: `CallLlm`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: &'static str,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for HttpRequest {
+    // Never print secrets or the (large) body (SPEC P2).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        write!(f, "{} {} headers={:?} body={} B", self.method, self.url, names, self.body.len())
+    }
+}
+
+/// Why the model stopped, provider-neutral (SPEC L1, L6, L7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopKind {
+    /// The model ended its turn (`stop`, `end_turn`, `stop_sequence`).
+    EndTurn,
+    /// The model asked for tools (`tool_calls`, `tool_use`).
+    ToolUse,
+    /// Output was cut by the token cap (`length`, `max_tokens`).
+    MaxTokens,
+    /// Refusal or content filter (`refusal`, `content_filter`).
+    Refusal,
+}
+
+/// Token usage reported by one response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// A complete decoded response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmResponse {
+    pub text: String,
+    pub thinking: String,
+    /// In provider order (by index), ids never empty.
+    pub tool_calls: Vec<ToolCall>,
+    pub stop: StopKind,
+    pub usage: Option<Usage>,
+}
+
+/// An incremental piece of a streamed response, forwarded to the client as it arrives (SPEC A6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamDelta {
+    /// Visible text → `agent_message_chunk`.
+    Text(String),
+    /// Reasoning → `agent_thought_chunk`.
+    Thought(String),
+}
+
+/// Why a stream could not produce a response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// The body ended before the response was complete (no terminator, cut mid-event, partial
+    /// tool-call JSON). Retryable (SPEC L5, C24).
+    #[error("stream truncated: {0}")]
+    Truncated(String),
+    /// The provider reported an error inside the stream (e.g. Anthropic `overloaded_error`).
+    #[error("provider error: {message}")]
+    Provider { message: String, retryable: bool },
+}
+
+impl StreamError {
+    /// Whether another attempt may succeed (SPEC L5).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StreamError::Truncated(_) => true,
+            StreamError::Provider { retryable, .. } => *retryable,
+        }
+    }
+}
+
+/// Decodes one streamed response body. Bytes may be split anywhere (SPEC L9).
+pub trait StreamDecoder: Send {
+    /// Feed the next chunk of body bytes; incremental deltas are pushed to `out` in order.
+    ///
+    /// # Errors
+    /// A provider error event in the stream.
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<StreamDelta>) -> Result<(), StreamError>;
+    /// True once the stream's own terminator was seen (`[DONE]`, `message_stop`, …): the
+    /// runtime may drop the connection (SPEC C24 b).
+    fn is_complete(&self) -> bool;
+    /// The body ended (EOF); produce the response or say why it is incomplete.
+    ///
+    /// # Errors
+    /// [`StreamError::Truncated`] when the stream ended before a complete response.
+    fn finish(&mut self, out: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError>;
+}

@@ -1,0 +1,197 @@
+//! Provider dispatch: which request builder and stream decoder serve the configured route
+//! (SPEC L6–L8), and HTTP error classification shared by all routes (SPEC L5).
+
+use crate::config::{Config, ProviderKind};
+use crate::llm::{HttpRequest, LlmRequest, StreamDecoder};
+
+/// Whether this build implements the configured provider route.
+#[must_use]
+pub fn is_supported(kind: &ProviderKind) -> bool {
+    match kind {
+        ProviderKind::OpenAiChat => true,
+        ProviderKind::Anthropic | ProviderKind::OpenAiResponses => false,
+    }
+}
+
+/// Build the HTTP request of one LLM call for the configured route.
+#[must_use]
+pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
+    match cfg.provider {
+        ProviderKind::OpenAiChat | ProviderKind::Anthropic | ProviderKind::OpenAiResponses => {
+            crate::openai_chat::build_request(&cfg.base_url, &cfg.api_key, req)
+        }
+    }
+}
+
+/// A fresh stream decoder; `id_prefix` makes synthesised tool-call ids unique (case C21).
+#[must_use]
+pub fn decoder(cfg: &Config, id_prefix: String) -> Box<dyn StreamDecoder> {
+    match cfg.provider {
+        ProviderKind::OpenAiChat | ProviderKind::Anthropic | ProviderKind::OpenAiResponses => {
+            Box::new(crate::openai_chat::ChatDecoder::new(id_prefix))
+        }
+    }
+}
+
+/// How a non-2xx HTTP status is handled (SPEC L5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpFailure {
+    /// 408, 409, 429, 5xx, 529: retry while attempts remain.
+    Retryable,
+    /// 401 / 403: `llm auth: …`, never retried.
+    Auth,
+    /// 400 saying the context is too long (SPEC K1 reactive compaction).
+    ContextTooLong,
+    /// Any other status: the provider's message, never retried.
+    Fatal,
+}
+
+/// Classify a failed status and its (≤ 4 KiB) body.
+#[must_use]
+pub fn classify_status(status: u16, body: &str) -> HttpFailure {
+    match status {
+        408 | 409 | 429 | 500..=599 => HttpFailure::Retryable,
+        401 | 403 => HttpFailure::Auth,
+        400 | 413 if is_context_too_long(body) => HttpFailure::ContextTooLong,
+        _ => HttpFailure::Fatal,
+    }
+}
+
+/// Whether a provider error body says the prompt exceeded the context window.
+#[must_use]
+pub fn is_context_too_long(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    ["context_length_exceeded", "prompt is too long", "maximum context length", "context window", "too many tokens"]
+        .iter()
+        .any(|p| b.contains(p))
+}
+
+/// The provider's error message from a body (`error.message`, `message`), else the body text,
+/// cut to 4 KiB on a character boundary (SPEC A3).
+#[must_use]
+pub fn error_message(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let msg = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) => v
+            .pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| text.trim().to_string()),
+        Err(_) => text.trim().to_string(),
+    };
+    cut(&msg, 4096)
+}
+
+/// Cut `s` to at most `max` bytes on a char boundary.
+#[must_use]
+pub fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Retry delay hint from headers, in ms (SPEC L5): `retry-after-ms`, else `retry-after` as
+/// seconds or as an HTTP date relative to the response's own `date` header; clamped to 60 s.
+/// `None` when absent, unparsable or ≤ 0 (the exponential backoff applies).
+#[must_use]
+pub fn retry_after_ms(headers: &[(String, String)]) -> Option<u64> {
+    let get = |n: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.trim());
+    let ms = if let Some(v) = get("retry-after-ms") {
+        v.parse::<f64>().ok().filter(|x| x.is_finite()).map(|x| x.max(0.0) as u64)
+    } else if let Some(v) = get("retry-after") {
+        if let Ok(secs) = v.parse::<f64>() {
+            Some((secs.max(0.0) * 1000.0) as u64)
+        } else {
+            let target = parse_http_date(v)?;
+            let base = get("date").and_then(parse_http_date)?;
+            Some(target.saturating_sub(base) * 1000)
+        }
+    } else {
+        None
+    }?;
+    if ms == 0 {
+        return None;
+    }
+    Some(ms.min(60_000))
+}
+
+/// Parse an IMF-fixdate (`Wed, 21 Oct 2026 07:28:00 GMT`) to Unix seconds.
+#[must_use]
+pub fn parse_http_date(s: &str) -> Option<u64> {
+    let parts: Vec<&str> = s.split_whitespace().collect();
+    if parts.len() != 6 || parts[5] != "GMT" {
+        return None;
+    }
+    let day: u64 = parts[1].parse().ok()?;
+    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        .iter()
+        .position(|m| *m == parts[2])? as u64
+        + 1;
+    let year: u64 = parts[3].parse().ok()?;
+    let hms: Vec<u64> = parts[4].split(':').filter_map(|x| x.parse().ok()).collect();
+    if hms.len() != 3 || !(1..=31).contains(&day) || year < 1970 {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm), shifted to start the year in March.
+    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn l5_statuses_are_classified() {
+        for s in [408, 409, 429, 500, 503, 529] {
+            assert_eq!(classify_status(s, ""), HttpFailure::Retryable, "{s}");
+        }
+        assert_eq!(classify_status(401, ""), HttpFailure::Auth);
+        assert_eq!(classify_status(403, ""), HttpFailure::Auth);
+        assert_eq!(classify_status(400, "{\"error\":{\"code\":\"context_length_exceeded\"}}"), HttpFailure::ContextTooLong);
+        assert_eq!(classify_status(400, "bad"), HttpFailure::Fatal);
+        assert_eq!(classify_status(404, ""), HttpFailure::Fatal);
+    }
+
+    #[test]
+    fn c28_retry_after_forms_are_honoured_and_clamped() {
+        assert_eq!(retry_after_ms(&h(&[("retry-after", "7")])), Some(7000));
+        assert_eq!(retry_after_ms(&h(&[("retry-after-ms", "250")])), Some(250));
+        assert_eq!(retry_after_ms(&h(&[("retry-after", "3600")])), Some(60_000));
+        assert_eq!(retry_after_ms(&h(&[("retry-after", "0")])), None);
+        assert_eq!(
+            retry_after_ms(&h(&[("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT"), ("date", "Wed, 21 Oct 2026 07:27:50 GMT")])),
+            Some(10_000)
+        );
+        assert_eq!(retry_after_ms(&h(&[("retry-after", "soon")])), None);
+        assert_eq!(retry_after_ms(&[]), None);
+    }
+
+    #[test]
+    fn http_dates_parse_to_unix_seconds() {
+        assert_eq!(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
+    }
+
+    #[test]
+    fn a3_error_messages_come_from_the_body_and_are_capped() {
+        assert_eq!(error_message(b"{\"error\":{\"message\":\"slow down\"}}"), "slow down");
+        assert_eq!(error_message(b"plain"), "plain");
+        assert_eq!(error_message("é".repeat(5000).as_bytes()).len(), 4096);
+    }
+}

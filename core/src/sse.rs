@@ -1,0 +1,459 @@
+//! Server-sent events (W3C `text/event-stream`) over a byte stream split anywhere, and a
+//! lenient JSON parser for event payloads (SPEC L9).
+//!
+//! [`SseParser`] is bytes in, [`SseEvent`]s out: a body may be cut mid-line, mid-UTF-8
+//! character or between the `\r` and `\n` of a CRLF, and the events come out the same. Every
+//! byte is looked at a constant number of times, so a long stream is never rescanned per chunk.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+/// One dispatched server-sent event (W3C "dispatch the event").
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseEvent {
+    /// The last `event:` field of the event; `None` when absent or empty (W3C type `message`).
+    pub event: Option<String>,
+    /// The event's `data:` lines joined with `\n`, without a trailing newline.
+    pub data: String,
+}
+
+/// Incremental W3C server-sent-events parser (SPEC L9).
+///
+/// Lines end with LF, CR or CRLF (a CRLF split across two [`feed`](SseParser::feed) calls counts
+/// once). A blank line dispatches the pending event; `:` lines are comments; `data:` lines are
+/// joined with `\n`; one space after the colon is stripped; `id:`, `retry:` and unknown fields
+/// are ignored; an event without a `data:` line is not dispatched. A leading UTF-8 BOM is
+/// skipped. Bytes are buffered until their line is complete, then decoded as UTF-8 (invalid
+/// sequences become U+FFFD).
+///
+/// Memory: one partial line plus one pending event. Time: linear in the bytes fed.
+#[derive(Default)]
+pub struct SseParser {
+    /// Bytes of the current, not yet terminated line.
+    line: Vec<u8>,
+    /// The last byte fed was a CR that ended a line: a LF at the start of the next feed belongs
+    /// to it.
+    skip_lf: bool,
+    /// At least one line was processed (the BOM is only skipped on the first line).
+    seen_first_line: bool,
+    /// The pending event's type.
+    event: Option<String>,
+    /// The pending event's data lines, each followed by `\n`.
+    data: String,
+    /// The pending event has at least one `data:` line.
+    has_data: bool,
+    /// The pending event has at least one `event:` or `data:` line.
+    has_fields: bool,
+}
+
+impl std::fmt::Debug for SseParser {
+    // Lengths, not contents (DESIGN habits).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SseParser(partial line {} B, pending data {} B)",
+            self.line.len(),
+            self.data.len()
+        )
+    }
+}
+
+impl SseParser {
+    /// A parser at the start of a stream.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed the next bytes of the stream (any split); complete events are appended to `out` in
+    /// stream order.
+    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+        let mut rest = bytes;
+        if self.skip_lf && !rest.is_empty() {
+            self.skip_lf = false;
+            rest = rest.strip_prefix(b"\n").unwrap_or(rest);
+        }
+        while let Some(pos) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let (head, tail) = rest.split_at(pos);
+            let Some((&terminator, after)) = tail.split_first() else {
+                break;
+            };
+            if self.line.is_empty() {
+                self.process_line(head, out);
+            } else {
+                self.line.extend_from_slice(head);
+                let line = std::mem::take(&mut self.line);
+                self.process_line(&line, out);
+                // Keep the allocation for the next partial line.
+                self.line = line;
+                self.line.clear();
+            }
+            rest = after;
+            if terminator == b'\r' {
+                match rest.split_first() {
+                    Some((&b'\n', tail)) => rest = tail,
+                    Some(_) => {}
+                    None => self.skip_lf = true,
+                }
+            }
+        }
+        self.line.extend_from_slice(rest);
+    }
+
+    /// The stream ended (EOF). A last line without a terminator is processed, and a pending
+    /// event that has `data:` lines is dispatched even without its blank line (our leniency:
+    /// the provider decoder decides whether the stream was complete). Returns `true` when there
+    /// was an unterminated line or an event without its closing blank line. The parser is reset
+    /// to the start-of-stream state.
+    pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> bool {
+        let mut partial = false;
+        if !self.line.is_empty() {
+            partial = true;
+            let line = std::mem::take(&mut self.line);
+            self.process_line(&line, out);
+        }
+        if self.has_fields {
+            partial = true;
+        }
+        self.dispatch(out);
+        *self = Self::new();
+        partial
+    }
+
+    /// Interpret one complete line (without its terminator).
+    fn process_line(&mut self, raw: &[u8], out: &mut Vec<SseEvent>) {
+        let decoded: Cow<'_, str> = String::from_utf8_lossy(raw);
+        let mut line: &str = &decoded;
+        if !self.seen_first_line {
+            self.seen_first_line = true;
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
+        if line.is_empty() {
+            self.dispatch(out);
+            return;
+        }
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => {
+                self.event = (!value.is_empty()).then(|| value.to_owned());
+                self.has_fields = true;
+            }
+            "data" => {
+                self.data.push_str(value);
+                self.data.push('\n');
+                self.has_data = true;
+                self.has_fields = true;
+            }
+            // `id`, `retry` and unknown fields: nothing we use.
+            _ => {}
+        }
+    }
+
+    /// W3C "dispatch the event": emit it if it has data, then reset the pending event.
+    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+        let event = self.event.take();
+        self.has_fields = false;
+        if !self.has_data {
+            return;
+        }
+        self.has_data = false;
+        let mut data = std::mem::take(&mut self.data);
+        data.pop(); // the `\n` after the last data line
+        out.push(SseEvent { event, data });
+    }
+}
+
+/// Parse a JSON text, tolerating invalid string escapes (SPEC L9: "replaced, not fatal").
+///
+/// The plain parse is tried first. Only if it fails are invalid escapes replaced by `\ufffd`
+/// (U+FFFD) and the text parsed again: lone surrogates (`\ud800` not followed by a low
+/// surrogate escape, a lone `\udc00`), `\u` with fewer than four hex digits, and unknown escapes
+/// such as `\q` (the backslash becomes U+FFFD, the character is kept). Escaped backslashes are
+/// respected: in `\\ud800` the `\\` is the escape and `ud800` plain text. Linear in `text`.
+///
+/// # Errors
+/// The text is not JSON even after replacement (the original error when nothing was replaced).
+pub fn parse_json_lossy(text: &str) -> Result<Value, serde_json::Error> {
+    match serde_json::from_str(text) {
+        Ok(value) => Ok(value),
+        Err(err) => match replace_invalid_escapes(text) {
+            Some(fixed) => serde_json::from_str(&fixed),
+            None => Err(err),
+        },
+    }
+}
+
+/// `text` with invalid `\` escapes replaced by `\ufffd`, or `None` when it has none.
+fn replace_invalid_escapes(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out: Vec<u8> = Vec::new();
+    let mut copied = 0; // bytes[..copied] are already in `out` (or replaced)
+    let mut i = 0;
+    // Every position we cut at is an ASCII byte or the end, so `out` stays valid UTF-8.
+    let replace = |out: &mut Vec<u8>, copied: &mut usize, start: usize, end: usize| {
+        out.extend_from_slice(bytes.get(*copied..start).unwrap_or_default());
+        out.extend_from_slice(b"\\ufffd");
+        *copied = end;
+    };
+    while i < bytes.len() {
+        if bytes.get(i) != Some(&b'\\') {
+            i += 1;
+            continue;
+        }
+        match bytes.get(i + 1) {
+            Some(b'u') => match hex4(bytes, i + 2) {
+                Some(0xD800..=0xDBFF) => {
+                    let paired = bytes.get(i + 6) == Some(&b'\\')
+                        && bytes.get(i + 7) == Some(&b'u')
+                        && matches!(hex4(bytes, i + 8), Some(0xDC00..=0xDFFF));
+                    if paired {
+                        i += 12;
+                    } else {
+                        replace(&mut out, &mut copied, i, i + 6);
+                        i += 6;
+                    }
+                }
+                Some(0xDC00..=0xDFFF) => {
+                    replace(&mut out, &mut copied, i, i + 6);
+                    i += 6;
+                }
+                Some(_) => i += 6,
+                None => {
+                    let mut end = i + 2;
+                    while end < i + 6 && bytes.get(end).is_some_and(u8::is_ascii_hexdigit) {
+                        end += 1;
+                    }
+                    replace(&mut out, &mut copied, i, end);
+                    i = end;
+                }
+            },
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+            Some(_) | None => {
+                replace(&mut out, &mut copied, i, i + 1);
+                i += 1;
+            }
+        }
+    }
+    if out.is_empty() {
+        return None; // nothing was replaced (every replacement writes `\ufffd`)
+    }
+    out.extend_from_slice(bytes.get(copied..).unwrap_or_default());
+    String::from_utf8(out).ok()
+}
+
+/// The value of four hex digits at `bytes[at..at + 4]`, if they are all there.
+fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
+    let digits = bytes.get(at..at + 4)?;
+    digits.iter().try_fold(0u16, |acc, &b| {
+        let digit = char::from(b).to_digit(16)?;
+        Some(acc * 16 + u16::try_from(digit).ok()?)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(chunks: &[&[u8]]) -> (Vec<SseEvent>, bool) {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            parser.feed(chunk, &mut out);
+        }
+        let partial = parser.finish(&mut out);
+        (out, partial)
+    }
+
+    /// Whole, every 2-chunk split and byte by byte all give the same events (SPEC L9).
+    fn parse_every_split(body: &[u8]) -> (Vec<SseEvent>, bool) {
+        let whole = parse_all(&[body]);
+        for i in 0..=body.len() {
+            let (a, b) = body.split_at(i);
+            assert_eq!(parse_all(&[a, b]), whole, "split at {i}");
+        }
+        let bytes: Vec<&[u8]> = body.chunks(1).collect();
+        assert_eq!(parse_all(&bytes), whole, "byte by byte");
+        whole
+    }
+
+    fn ev(event: Option<&str>, data: &str) -> SseEvent {
+        SseEvent {
+            event: event.map(str::to_owned),
+            data: data.to_owned(),
+        }
+    }
+
+    #[test]
+    fn l9_lf_crlf_and_cr_line_endings_give_the_same_events_at_every_split() {
+        let lf = "event: a\ndata: one\n\ndata: two\ndata: three\n\n";
+        let expected = vec![ev(Some("a"), "one"), ev(None, "two\nthree")];
+        for body in [
+            lf.to_owned(),
+            lf.replace('\n', "\r\n"),
+            lf.replace('\n', "\r"),
+        ] {
+            assert_eq!(
+                parse_every_split(body.as_bytes()),
+                (expected.clone(), false),
+                "{body:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn l9_mixed_line_endings_and_crlf_split_between_cr_and_lf_count_once() {
+        let body = b"data: a\r\n\r\ndata: b\r\rdata: c\n\r\n";
+        assert_eq!(
+            parse_every_split(body),
+            (vec![ev(None, "a"), ev(None, "b"), ev(None, "c")], false)
+        );
+        let (events, _) = parse_all(&[b"data: x\r", b"\n", b"\r", b"\n"]);
+        assert_eq!(events, vec![ev(None, "x")]);
+    }
+
+    #[test]
+    fn l9_comments_id_retry_and_unknown_fields_are_ignored() {
+        let body = b": keep-alive\nid: 7\nretry: 1000\nfoo: bar\ndata: x\n\n:\n\n";
+        assert_eq!(parse_every_split(body), (vec![ev(None, "x")], false));
+    }
+
+    #[test]
+    fn l9_only_one_leading_space_is_stripped_and_a_bare_field_name_is_an_empty_value() {
+        let body = b"data:  two spaces\n\ndata:none\n\ndata\n\ndata:\ndata\n\n";
+        let expected = vec![
+            ev(None, " two spaces"),
+            ev(None, "none"),
+            ev(None, ""),
+            ev(None, "\n"),
+        ];
+        assert_eq!(parse_every_split(body), (expected, false));
+    }
+
+    #[test]
+    fn l9_an_event_without_data_is_not_dispatched_and_its_type_does_not_leak() {
+        let body = b"event: ping\n\ndata: x\n\nevent: \ndata: y\n\n";
+        assert_eq!(
+            parse_every_split(body),
+            (vec![ev(None, "x"), ev(None, "y")], false)
+        );
+    }
+
+    #[test]
+    fn l9_a_chunk_split_inside_a_multibyte_character_decodes_whole() {
+        let body = "data: héllo 🐝\n\n".as_bytes();
+        assert_eq!(parse_every_split(body), (vec![ev(None, "héllo 🐝")], false));
+    }
+
+    #[test]
+    fn l9_invalid_utf8_becomes_replacement_character() {
+        let (events, _) = parse_all(&[b"data: a\xffb\n\n"]);
+        assert_eq!(events, vec![ev(None, "a\u{fffd}b")]);
+    }
+
+    #[test]
+    fn l9_a_leading_bom_is_skipped_only_at_stream_start() {
+        let body = "\u{feff}data: a\n\ndata: \u{feff}b\n\n".as_bytes();
+        assert_eq!(
+            parse_every_split(body),
+            (vec![ev(None, "a"), ev(None, "\u{feff}b")], false)
+        );
+    }
+
+    #[test]
+    fn l9_finish_dispatches_a_pending_event_and_reports_it_as_partial() {
+        assert_eq!(
+            parse_every_split(b"data: a\n\ndata: b"),
+            (vec![ev(None, "a"), ev(None, "b")], true)
+        );
+        assert_eq!(
+            parse_every_split(b"data: a\n\ndata: b\n"),
+            (vec![ev(None, "a"), ev(None, "b")], true)
+        );
+        assert_eq!(
+            parse_every_split(b"data: a\n\nevent: x\n"),
+            (vec![ev(None, "a")], true)
+        );
+        assert_eq!(
+            parse_every_split(b"data: a\n\n: comment"),
+            (vec![ev(None, "a")], true)
+        );
+        assert_eq!(
+            parse_every_split(b"data: a\r\n\r\n"),
+            (vec![ev(None, "a")], false)
+        );
+        assert_eq!(parse_every_split(b""), (vec![], false));
+    }
+
+    #[test]
+    fn l9_finish_resets_the_parser_for_a_new_stream() {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        parser.feed(b"data: a\r", &mut out);
+        assert!(parser.finish(&mut out));
+        parser.feed(b"\ndata: b\n\n", &mut out);
+        assert!(!parser.finish(&mut out));
+        assert_eq!(out, vec![ev(None, "a"), ev(None, "b")]);
+    }
+
+    #[test]
+    fn l9_a_megabyte_line_fed_byte_by_byte_is_parsed_in_linear_time() {
+        let payload = "x".repeat(1 << 20);
+        let body = format!("data: {payload}\n\n");
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        for byte in body.as_bytes().chunks(1) {
+            parser.feed(byte, &mut out);
+        }
+        assert!(!parser.finish(&mut out));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out.first().map(|e| e.data.len()), Some(1 << 20));
+    }
+
+    #[test]
+    fn l9_valid_json_parses_unchanged() {
+        let value = parse_json_lossy(r#"{"a":"\ud83d\udc1d \u00e9 \\ud800","b":[1,2]}"#).unwrap();
+        assert_eq!(value, serde_json::json!({"a": "🐝 é \\ud800", "b": [1, 2]}));
+    }
+
+    #[test]
+    fn l9_lone_high_and_low_surrogates_become_replacement_characters() {
+        for (input, expected) in [
+            (r#"{"t":"a\ud800b"}"#, "a\u{fffd}b"),
+            (r#"{"t":"a\udc00b"}"#, "a\u{fffd}b"),
+            (r#"{"t":"\ud800"}"#, "\u{fffd}"),
+            (r#"{"t":"\ud800\u0041"}"#, "\u{fffd}A"),
+            (r#"{"t":"\ud800\ud83d\udc1d"}"#, "\u{fffd}🐝"),
+            (r#"{"t":"\udc00\ud800"}"#, "\u{fffd}\u{fffd}"),
+            (r#"{"t":"\\\ud800 é"}"#, "\\\u{fffd} é"),
+        ] {
+            let value = parse_json_lossy(input).unwrap();
+            assert_eq!(value, serde_json::json!({ "t": expected }), "{input}");
+        }
+    }
+
+    #[test]
+    fn l9_escaped_backslash_before_u_is_not_an_escape() {
+        let value = parse_json_lossy(r#"{"t":"\\ud800","u":"\udc01"}"#).unwrap();
+        assert_eq!(value, serde_json::json!({"t": "\\ud800", "u": "\u{fffd}"}));
+    }
+
+    #[test]
+    fn l9_short_hex_and_unknown_escapes_become_replacement_characters() {
+        let value = parse_json_lossy(r#"{"t":"a\u12g\qz"}"#).unwrap();
+        assert_eq!(value, serde_json::json!({"t": "a\u{fffd}g\u{fffd}qz"}));
+    }
+
+    #[test]
+    fn l9_text_that_is_not_json_is_still_an_error() {
+        assert!(parse_json_lossy(r#"{"t":"abc"#).is_err());
+        assert!(parse_json_lossy(r#"{"t":"\ud800"#).is_err());
+        assert!(parse_json_lossy("").is_err());
+    }
+}

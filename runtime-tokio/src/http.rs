@@ -1,0 +1,92 @@
+//! LLM HTTP on a blocking thread with `ureq`, streaming the body back as inputs (DESIGN:
+//! "HTTP goes through ureq on a blocking thread that streams body chunks back as inputs").
+//! Idle timeouts, retries and parsing live in the core; this only moves bytes.
+
+use buzz_agent_core::llm::HttpRequest;
+use buzz_agent_core::{Input, LlmCallId, LlmIo};
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Read buffer size per body read, in bytes.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Start `request` on a new thread. Events go to `send`; setting the returned flag makes the
+/// thread stop at its next read (the core ignores anything it still sends).
+pub fn start(
+    agent: &ureq::Agent,
+    call: LlmCallId,
+    request: HttpRequest,
+    send: impl Fn(Input) -> bool + Send + 'static,
+) -> Arc<AtomicBool> {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let flag = cancelled.clone();
+    let agent = agent.clone();
+    let spawned = std::thread::Builder::new().name(format!("llm-{}", call.0)).spawn(move || {
+        let emit = |event: LlmIo| send(Input::Llm { call, event });
+        let mut req = agent.post(&request.url);
+        for (k, v) in &request.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let resp = match req.send(&request.body[..]) {
+            Ok(r) => r,
+            Err(e) => {
+                emit(LlmIo::Failed(e.to_string()));
+                return;
+            }
+        };
+        if flag.load(Ordering::Relaxed) {
+            return;
+        }
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect();
+        if !emit(LlmIo::Head { status, headers }) {
+            return;
+        }
+        let mut reader = resp.into_body().into_reader();
+        let mut buf = vec![0u8; READ_CHUNK];
+        loop {
+            if flag.load(Ordering::Relaxed) {
+                return;
+            }
+            match reader.read(&mut buf) {
+                Ok(0) => {
+                    emit(LlmIo::End);
+                    return;
+                }
+                Ok(n) => {
+                    if !emit(LlmIo::Body(buf[..n].to_vec())) {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    emit(LlmIo::Failed(e.to_string()));
+                    return;
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("buzz-agent ERROR could not start an LLM thread: {e}");
+        cancelled.store(true, Ordering::Relaxed);
+    }
+    cancelled
+}
+
+/// The shared HTTP agent: status codes are data (the core classifies them), reads time out a
+/// little after the core's own idle timeout so an abandoned thread never lives forever.
+pub fn agent(idle_timeout_ms: u64) -> ureq::Agent {
+    let per_read = Duration::from_millis(idle_timeout_ms.saturating_add(5_000));
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(30)))
+        .timeout_per_read(Some(per_read))
+        .build()
+        .into()
+}
