@@ -50,8 +50,10 @@ pub(crate) struct Session {
     pub remembered: BTreeMap<String, bool>,
     /// Counter for ACP tool call ids and hook injection ids.
     pub seq: u64,
-    /// Bytes appended to history since the last usage report (SPEC K1 projection).
+    /// Input tokens reported by the last LLM response (SPEC K1 projection).
     pub last_input_tokens: u64,
+    /// History length when `last_input_tokens` was reported; bytes after it are projected.
+    pub usage_mark: usize,
 }
 
 /// A request we sent to the ACP client (only `session/request_permission`).
@@ -417,6 +419,7 @@ impl Agent {
                 remembered: BTreeMap::new(),
                 seq: 0,
                 last_input_tokens: 0,
+                usage_mark: 0,
             },
         );
         self.log(LogLevel::Info, format!("session {sid}: created with {} MCP server(s)", slots.len()));

@@ -123,6 +123,7 @@ pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Me
         Message::Assistant {
             text: String::new(),
             thinking: String::new(),
+            reasoning: Vec::new(),
             tool_calls: vec![ToolCall { id: id.clone(), name: name.clone(), arguments: "{}".into() }],
         },
         Message::ToolResult { call_id: id, name, text: body, is_error: false },

@@ -10,6 +10,7 @@
 
 pub mod acp;
 pub mod agent;
+pub mod compaction;
 pub mod config;
 pub mod hooks;
 pub mod io;

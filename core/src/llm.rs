@@ -15,7 +15,11 @@ pub enum Message {
     /// A user turn (the client's prompt, a compaction summary, or an agent nudge).
     User { text: String },
     /// What the model said: text, optional reasoning text, and the tool calls it asked for.
-    Assistant { text: String, thinking: String, tool_calls: Vec<ToolCall> },
+    ///
+    /// `thinking` is the reasoning as plain text (ACP thought chunks, size accounting);
+    /// `reasoning` holds the provider's signed reasoning blocks that must be replayed verbatim
+    /// (Anthropic thinking / redacted_thinking, SPEC L6); empty for routes that have none.
+    Assistant { text: String, thinking: String, reasoning: Vec<ReasoningBlock>, tool_calls: Vec<ToolCall> },
     /// The result of one tool call, paired by `call_id` (SPEC L3).
     ToolResult { call_id: String, name: String, text: String, is_error: bool },
 }
@@ -26,9 +30,10 @@ impl Message {
     pub fn content_bytes(&self) -> usize {
         match self {
             Message::User { text } => text.len(),
-            Message::Assistant { text, thinking, tool_calls } => {
+            Message::Assistant { text, thinking, reasoning, tool_calls } => {
                 text.len()
                     + thinking.len()
+                    + reasoning.iter().map(|r| r.redacted.as_ref().map_or(0, String::len)).sum::<usize>()
                     + tool_calls.iter().map(|c| c.name.len() + c.arguments.len() + c.id.len()).sum::<usize>()
             }
             Message::ToolResult { call_id, name, text, .. } => call_id.len() + name.len() + text.len(),
@@ -41,16 +46,44 @@ impl std::fmt::Debug for Message {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Message::User { text } => write!(f, "User({} B)", text.len()),
-            Message::Assistant { text, thinking, tool_calls } => write!(
+            Message::Assistant { text, thinking, reasoning, tool_calls } => write!(
                 f,
-                "Assistant({} B text, {} B thinking, calls {:?})",
+                "Assistant({} B text, {} B thinking, {} reasoning blocks, calls {:?})",
                 text.len(),
                 thinking.len(),
+                reasoning.len(),
                 tool_calls
             ),
             Message::ToolResult { call_id, name, text, is_error } => {
                 write!(f, "ToolResult({call_id} {name} {} B err={is_error})", text.len())
             }
+        }
+    }
+}
+
+/// One provider reasoning block kept for verbatim replay (SPEC L6).
+///
+/// Anthropic requires the `thinking` / `redacted_thinking` blocks of an assistant turn that used
+/// tools to be sent back unchanged, signature included. A plain thinking block has `text` and
+/// `signature` and `redacted: None`; a `redacted_thinking` block has `redacted: Some(data)` (the
+/// opaque encrypted payload) and empty `text` / `signature`.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct ReasoningBlock {
+    /// The reasoning text (`thinking_delta`s concatenated).
+    pub text: String,
+    /// The opaque signature (`signature_delta`s concatenated); may be empty for servers that
+    /// send none.
+    pub signature: String,
+    /// `Some(data)` for a `redacted_thinking` block.
+    pub redacted: Option<String>,
+}
+
+impl std::fmt::Debug for ReasoningBlock {
+    // Lengths, not contents (DESIGN habits).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.redacted {
+            Some(data) => write!(f, "Redacted({} B)", data.len()),
+            None => write!(f, "Thinking({} B, sig {} B)", self.text.len(), self.signature.len()),
         }
     }
 }
@@ -136,7 +169,12 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlmResponse {
     pub text: String,
+    /// All reasoning text of the response, concatenated (also streamed as
+    /// [`StreamDelta::Thought`]).
     pub thinking: String,
+    /// Signed reasoning blocks in stream order, for replay in [`Message::Assistant`] (SPEC L6);
+    /// empty for routes without them.
+    pub reasoning: Vec<ReasoningBlock>,
     /// In provider order (by index), ids never empty.
     pub tool_calls: Vec<ToolCall>,
     pub stop: StopKind,

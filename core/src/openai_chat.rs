@@ -133,6 +133,7 @@ impl Serialize for WireMessage<'_> {
             Message::Assistant {
                 text,
                 thinking: _,
+                reasoning: _,
                 tool_calls,
             } => {
                 let mut map = serializer.serialize_map(None)?;
@@ -578,6 +579,7 @@ impl StreamDecoder for ChatDecoder {
         Ok(LlmResponse {
             text: std::mem::take(&mut self.text),
             thinking: std::mem::take(&mut self.thinking),
+            reasoning: Vec::new(),
             tool_calls,
             stop,
             usage: self.usage,
@@ -798,6 +800,7 @@ mod tests {
             &LlmResponse {
                 text: "Hello, world!".into(),
                 thinking: String::new(),
+                reasoning: Vec::new(),
                 tool_calls: vec![],
                 stop: StopKind::EndTurn,
                 usage: Some(Usage {
@@ -822,6 +825,7 @@ mod tests {
             ok(&outcome),
             &LlmResponse {
                 text: "Checking.".into(),
+                reasoning: Vec::new(),
                 thinking: "Need both.".into(),
                 tool_calls: vec![
                     call("call_1", "fs__read_file", "{\"path\":\"hé.txt\"}"),
@@ -1297,6 +1301,7 @@ mod tests {
             Message::Assistant {
                 text: String::new(),
                 thinking: "secret reasoning".into(),
+                reasoning: Vec::new(),
                 tool_calls: vec![
                     call("call_1", "fs__list_dir", "{\"p\":\".\"}"),
                     call("call_t1_1", "clock__now", ""),
@@ -1331,6 +1336,7 @@ mod tests {
             Message::Assistant {
                 text: "Done \"quoted\" é".into(),
                 thinking: String::new(),
+                reasoning: Vec::new(),
                 tool_calls: vec![],
             },
         ];
@@ -1378,6 +1384,7 @@ mod tests {
         let mut messages = vec![Message::Assistant {
             text: response.text,
             thinking: response.thinking,
+            reasoning: response.reasoning,
             tool_calls: response.tool_calls,
         }];
         messages.extend(results);

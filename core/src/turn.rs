@@ -29,16 +29,26 @@ pub(crate) enum Phase {
     /// An LLM attempt is streaming.
     Llm(Box<LlmAttempt>),
     /// Waiting before the next attempt (SPEC L5).
-    Backoff { until: MonoTime, attempt: u32 },
+    Backoff { until: MonoTime, attempt: u32, purpose: CallPurpose },
     /// Tool calls of the last response.
     Tools(Vec<Slot>),
-    /// A `_Stop` hook round (SPEC H5).
+    /// A `_Stop` or `_PostCompact` hook round (SPEC H5, H7).
     Gate(HookRound),
+}
+
+/// What an LLM call is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallPurpose {
+    /// A round of the loop (history + tools).
+    Round,
+    /// A compaction summary (no tools, SPEC K1).
+    Summary,
 }
 
 /// One LLM attempt.
 pub(crate) struct LlmAttempt {
     pub call: LlmCallId,
+    pub purpose: CallPurpose,
     pub attempt: u32,
     pub status: Option<u16>,
     pub headers: Vec<(String, String)>,
@@ -82,6 +92,14 @@ pub(crate) struct Turn {
     pub posted: bool,
     pub cancelled: bool,
     pub exhausted: bool,
+    /// Compactions this prompt (SPEC K1, `BUZZ_AGENT_MAX_HANDOFFS`).
+    pub handoffs: u32,
+    /// The round number at which the context was last compacted (at most once per round).
+    pub compacted_round: u32,
+    /// Whether a context-too-long answer already triggered reactive compaction (SPEC L5).
+    pub reactive_tried: bool,
+    /// The live user prompt, kept through compaction (SPEC K1).
+    pub prompt_text: String,
     pub phase: Phase,
     /// Exposed tool name → (server slot, bare, qualified), as offered in the last request.
     pub routes: BTreeMap<String, (u64, String, String)>,
@@ -142,8 +160,12 @@ impl Agent {
             self.log(LogLevel::Debug, msg);
         }
         let Some(sess) = self.sessions.get_mut(sid) else { return };
-        sess.history.push(Message::User { text });
+        sess.history.push(Message::User { text: text.clone() });
         sess.turn = Some(Turn {
+            handoffs: 0,
+            compacted_round: 0,
+            reactive_tried: false,
+            prompt_text: text,
             rpc,
             seq,
             rounds: 0,
@@ -279,8 +301,13 @@ impl Agent {
         if max_rounds > 0 && turn.rounds >= max_rounds {
             return self.finish_turn(sid, "max_turn_requests");
         }
-        turn.rounds += 1;
-        self.start_llm_attempt(sid, 1);
+        if turn.compacted_round != turn.rounds + 1 && self.compaction_needed(sid) {
+            return self.begin_compaction(sid, "the context reached 90% of BUZZ_AGENT_MAX_CONTEXT_TOKENS");
+        }
+        if let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+            turn.rounds += 1;
+        }
+        self.start_llm_attempt(sid, 1, CallPurpose::Round);
     }
 
     // ------------------------------------------------------------------ LLM attempts
@@ -307,26 +334,34 @@ impl Agent {
         (defs, routes)
     }
 
-    fn start_llm_attempt(&mut self, sid: &str, attempt: u32) {
-        let (defs, routes) = self.visible_tools(sid);
+    pub(crate) fn start_llm_attempt(&mut self, sid: &str, attempt: u32, purpose: CallPurpose) {
+        let (defs, routes) = match purpose {
+            CallPurpose::Round => self.visible_tools(sid),
+            CallPurpose::Summary => (Vec::new(), BTreeMap::new()),
+        };
         let call = LlmCallId(self.next_llm);
         self.next_llm += 1;
         let Some(sess) = self.sessions.get(sid) else { return };
         let model = sess.model_override.clone().unwrap_or_else(|| self.cfg.model.clone());
-        let req = LlmRequest {
-            model: &model,
-            system: self.cfg.system_prompt.as_deref(),
-            messages: &sess.history,
-            tools: &defs,
-            max_output_tokens: self.cfg.max_output_tokens,
+        let summary_messages;
+        let (system, messages) = match purpose {
+            CallPurpose::Round => (self.cfg.system_prompt.as_deref(), &sess.history[..]),
+            CallPurpose::Summary => {
+                summary_messages = self.summary_messages(sid);
+                (Some(crate::compaction::SUMMARY_SYSTEM_PROMPT), &summary_messages[..])
+            }
         };
+        let req = LlmRequest { model: &model, system, messages, tools: &defs, max_output_tokens: self.cfg.max_output_tokens };
         let request = provider::build_request(&self.cfg, &req);
         let decoder = provider::decoder(&self.cfg, format!("call_{}", call.0));
         let idle = self.now.plus_ms(self.cfg.llm_timeout_ms);
         let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
-        turn.routes = routes;
+        if purpose == CallPurpose::Round {
+            turn.routes = routes;
+        }
         turn.phase = Phase::Llm(Box::new(LlmAttempt {
             call,
+            purpose,
             attempt,
             status: None,
             headers: Vec::new(),
@@ -418,8 +453,10 @@ impl Agent {
         let Phase::Llm(a) = &mut turn.phase else { return };
         let mut deltas = Vec::new();
         let res = a.decoder.finish(&mut deltas);
+        let purpose = a.purpose;
         self.emit_deltas(sid, deltas);
         match res {
+            Ok(resp) if purpose == CallPurpose::Summary => self.on_summary(sid, resp),
             Ok(resp) => self.on_llm_response(sid, resp),
             Err(e) => self.attempt_failed(sid, e.to_string(), e.is_retryable(), None),
         }
@@ -433,6 +470,7 @@ impl Agent {
                 self.attempt_failed(sid, format!("HTTP {status}: {message}"), true, hint);
             }
             HttpFailure::Auth => self.attempt_failed(sid, format!("auth: HTTP {status}: {message}"), false, None),
+            HttpFailure::ContextTooLong if self.try_reactive_compaction(sid) => {}
             HttpFailure::ContextTooLong | HttpFailure::Fatal => {
                 self.attempt_failed(sid, format!("HTTP {status}: {message}"), false, None);
             }
@@ -444,19 +482,22 @@ impl Agent {
         let max = self.cfg.llm_max_attempts;
         let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
         let Phase::Llm(a) = &turn.phase else { return };
-        let (call, attempt, streamed) = (a.call, a.attempt, a.streamed);
+        let (call, attempt, streamed, purpose) = (a.call, a.attempt, a.streamed, a.purpose);
         self.release_llm(call);
         if retryable && attempt < max && !streamed {
             let delay = hint_ms.unwrap_or_else(|| self.backoff_ms(attempt));
             let until = self.now.plus_ms(delay);
             if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
-                t.phase = Phase::Backoff { until, attempt: attempt + 1 };
+                t.phase = Phase::Backoff { until, attempt: attempt + 1, purpose };
             }
             self.log(
                 LogLevel::Warn,
                 format!("llm: attempt {attempt}/{max} failed: {message}; retrying in {delay} ms"),
             );
             return;
+        }
+        if purpose == CallPurpose::Summary {
+            return self.summary_failed(sid, &message);
         }
         let why = if streamed && retryable { " (not retried: part of the response was already streamed)" } else { "" };
         let prefix = if message.starts_with("auth:") { "llm " } else { "llm: " };
@@ -477,12 +518,12 @@ impl Agent {
     pub(crate) fn fire_turn_timers(&mut self) {
         let now = self.now;
         let mut idle: Vec<String> = Vec::new();
-        let mut backoff: Vec<(String, u32)> = Vec::new();
+        let mut backoff: Vec<(String, u32, CallPurpose)> = Vec::new();
         for s in self.sessions.values() {
             let Some(t) = &s.turn else { continue };
             match &t.phase {
                 Phase::Llm(a) if a.idle_deadline <= now => idle.push(s.id.clone()),
-                Phase::Backoff { until, attempt } if *until <= now => backoff.push((s.id.clone(), *attempt)),
+                Phase::Backoff { until, attempt, purpose } if *until <= now => backoff.push((s.id.clone(), *attempt, *purpose)),
                 Phase::Llm(_) | Phase::Backoff { .. } | Phase::Ready | Phase::Tools(_) | Phase::Gate(_) => {}
             }
         }
@@ -490,8 +531,8 @@ impl Agent {
         for sid in idle {
             self.attempt_failed(&sid, format!("no data from the provider for {secs} s (BUZZ_AGENT_LLM_TIMEOUT_SECS)"), true, None);
         }
-        for (sid, attempt) in backoff {
-            self.start_llm_attempt(&sid, attempt);
+        for (sid, attempt, purpose) in backoff {
+            self.start_llm_attempt(&sid, attempt, purpose);
         }
     }
 
@@ -505,22 +546,23 @@ impl Agent {
             self.send_update(sid, &json!({"sessionUpdate": "usage_update", "used": used, "size": size}));
             if let Some(sess) = self.sessions.get_mut(sid) {
                 sess.last_input_tokens = u.input_tokens;
+                sess.usage_mark = sess.history.len();
             }
         }
         let Some(sess) = self.sessions.get_mut(sid) else { return };
         let Some(turn) = sess.turn.as_mut() else { return };
         turn.phase = Phase::Ready;
-        let LlmResponse { text, thinking, tool_calls, stop, .. } = resp;
+        let LlmResponse { text, thinking, reasoning, tool_calls, stop, .. } = resp;
         match stop {
             StopKind::Refusal => {
                 if !text.is_empty() {
-                    sess.history.push(Message::Assistant { text, thinking, tool_calls: Vec::new() });
+                    sess.history.push(Message::Assistant { text, thinking, reasoning, tool_calls: Vec::new() });
                 }
                 self.finish_turn(sid, "refusal");
             }
             StopKind::MaxTokens => {
                 // L1: truncated tool calls are never run.
-                sess.history.push(Message::Assistant { text, thinking, tool_calls: Vec::new() });
+                sess.history.push(Message::Assistant { text, thinking, reasoning, tool_calls: Vec::new() });
                 if turn.recoveries < recoveries_max {
                     turn.recoveries += 1;
                     sess.history.push(Message::User { text: MAX_TOKENS_NUDGE.into() });
@@ -529,12 +571,12 @@ impl Agent {
                 }
             }
             StopKind::EndTurn | StopKind::ToolUse if !tool_calls.is_empty() => {
-                sess.history.push(Message::Assistant { text, thinking, tool_calls: tool_calls.clone() });
+                sess.history.push(Message::Assistant { text, thinking, reasoning, tool_calls: tool_calls.clone() });
                 self.start_tools(sid, tool_calls);
             }
             StopKind::EndTurn | StopKind::ToolUse => {
                 if !text.is_empty() || !thinking.is_empty() {
-                    sess.history.push(Message::Assistant { text, thinking, tool_calls: Vec::new() });
+                    sess.history.push(Message::Assistant { text, thinking, reasoning, tool_calls: Vec::new() });
                 }
                 self.stop_gate(sid);
             }
@@ -797,7 +839,10 @@ impl Agent {
         }
         let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
         let Phase::Gate(r) = std::mem::replace(&mut turn.phase, Phase::Ready) else { return };
-        self.conclude_gate(sid, r);
+        match r.point {
+            HookPoint::Stop => self.conclude_gate(sid, r),
+            HookPoint::PostCompact => self.conclude_post_compact(sid, r),
+        }
     }
 
     /// Decide a `_Stop` round: objections (hooks first, reminder last) cost one budget unit
