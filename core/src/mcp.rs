@@ -26,6 +26,12 @@ pub const KILL_GRACE_MS: u64 = 2000;
 const STDOUT_CLOSED_GRACE_MS: u64 = 500;
 /// `tools/list` pages followed at most (SPEC M2).
 const MAX_LIST_PAGES: u32 = 100;
+/// M9: restart backoff base and cap, in ms (0.5 s · 2^(n−1), cap 30 s).
+const RESTART_BASE_MS: u64 = 500;
+const RESTART_CAP_MS: u64 = 30_000;
+/// M9: failed restarts, or deaths without a successful call, before a server is permanently dead.
+const MAX_FAILED_RESTARTS: u32 = 3;
+const MAX_DEATHS: u32 = 3;
 
 /// A tool a server offers (hooks excluded).
 #[derive(Debug, Clone, PartialEq)]
@@ -101,8 +107,18 @@ pub struct Server {
     exit_status: Option<String>,
     /// Deadline to declare the server dead after its stdout closed.
     stdout_closed_at: Option<MonoTime>,
-    /// When to escalate SIGTERM to SIGKILL for the group.
-    kill_at: Option<MonoTime>,
+    /// Pending SIGKILL escalations: (when, which generation's group).
+    kills: Vec<(MonoTime, ProcKey)>,
+    /// M9: when a lazy restart is allowed (dead, not permanent).
+    restart_at: Option<MonoTime>,
+    /// M9: failed restarts in a row.
+    failed_restarts: u32,
+    /// M9: deaths without one successful tool call in between.
+    deaths: u32,
+    /// M9: permanently dead — its tools leave the model's list, no more restarts.
+    pub permanent: bool,
+    /// A restart's handshake is in progress.
+    restarting: bool,
     /// Whether the group was ever signalled (so shutdown still sweeps grandchildren).
     pub was_started: bool,
     bad_lines: u32,
@@ -126,10 +142,21 @@ impl Server {
     /// Earliest process-control deadline (kill escalation, stdout-closed grace).
     #[must_use]
     pub fn next_kill_deadline(&self) -> Option<MonoTime> {
-        match (self.kill_at, self.stdout_closed_at) {
+        let kill = self.kills.iter().map(|(t, _)| *t).min();
+        match (kill, self.stdout_closed_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Every process generation that may still have a live group (for shutdown sweeps).
+    #[must_use]
+    pub fn procs_to_sweep(&self) -> Vec<ProcKey> {
+        let mut v: Vec<ProcKey> = self.kills.iter().map(|(_, p)| *p).collect();
+        if self.was_started && !v.contains(&self.proc) {
+            v.push(self.proc);
+        }
+        v
     }
 
     /// Ready to serve calls.
@@ -216,12 +243,49 @@ impl Agent {
                 alive: false,
                 exit_status: None,
                 stdout_closed_at: None,
-                kill_at: None,
+                kills: Vec::new(),
+                restart_at: None,
+                failed_restarts: 0,
+                deaths: 0,
+                permanent: false,
+                restarting: false,
                 was_started: false,
                 bad_lines: 0,
             },
         );
         slot
+    }
+
+    /// M9 lazy restart: respawn every dead, non-permanent server of `session` whose previous
+    /// process was reaped and whose backoff elapsed (called at the top of each round).
+    pub(crate) fn restart_due_servers(&mut self, session: &str) {
+        let now = self.now;
+        let due: Vec<u64> = self
+            .servers
+            .values()
+            .filter(|s| {
+                s.session == session
+                    && matches!(s.state, ServerState::Dead { .. })
+                    && !s.permanent
+                    && !s.alive
+                    && s.restart_at.is_some_and(|t| t <= now)
+            })
+            .map(|s| s.slot)
+            .collect();
+        for slot in due {
+            let Some(s) = self.servers.get_mut(&slot) else { continue };
+            s.proc = ProcKey { server: slot, generation: s.proc.generation + 1 };
+            s.buf = LineBuffer::new(MAX_MCP_LINE_BYTES);
+            s.pending.clear();
+            s.restart_at = None;
+            s.restarting = true;
+            s.stdout_closed_at = None;
+            s.bad_lines = 0;
+            s.list_acc.clear();
+            let msg = format!("mcp '{}': restarting ({})", s.name, s.proc);
+            self.log(LogLevel::Info, msg);
+            self.spawn_server(slot);
+        }
     }
 
     pub(crate) fn spawn_server(&mut self, slot: u64) {
@@ -355,14 +419,32 @@ impl Agent {
         s.stdout_closed_at = None;
         let pending: Vec<(u64, Pending)> = std::mem::take(&mut s.pending).into_iter().collect();
         let (proc, session) = (s.proc, s.session.clone());
-        if kill_group && s.was_started {
-            self.push(Action::CloseMcpStdin { proc });
-            self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
-            if let Some(s) = self.servers.get_mut(&slot) {
-                s.kill_at = Some(now.plus_ms(KILL_GRACE_MS));
+        // M9 accounting: a server that was serving may be restarted lazily, with a backoff.
+        let mut permanent_now = false;
+        if listed_before && !s.permanent {
+            s.deaths += 1;
+            if s.restarting {
+                s.failed_restarts += 1;
+            }
+            s.restarting = false;
+            if s.failed_restarts >= MAX_FAILED_RESTARTS || s.deaths >= MAX_DEATHS {
+                s.permanent = true;
+                permanent_now = true;
+            } else {
+                let backoff = (RESTART_BASE_MS << s.failed_restarts.min(16)).min(RESTART_CAP_MS);
+                s.restart_at = Some(now.plus_ms(backoff));
             }
         }
+        if kill_group && s.was_started {
+            s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
+            self.push(Action::CloseMcpStdin { proc });
+            self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
+        }
         self.log(LogLevel::Warn, reason.clone());
+        if permanent_now {
+            let name = self.servers.get(&slot).map(|s| s.name.clone()).unwrap_or_default();
+            self.log(LogLevel::Error, format!("mcp '{name}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed (M9)"));
+        }
         for (_, p) in pending {
             self.fail_pending(slot, p.purpose, &reason);
         }
@@ -385,10 +467,12 @@ impl Agent {
         if !matches!(s.state, ServerState::Dead { .. }) {
             s.state = ServerState::Dead { reason: format!("MCP server '{}' stopped: {why}", s.name) };
         }
+        s.permanent = true;
+        s.restart_at = None;
         s.pending.clear();
-        if s.was_started && s.kill_at.is_none() {
-            let proc = s.proc;
-            s.kill_at = Some(now.plus_ms(KILL_GRACE_MS));
+        let proc = s.proc;
+        if s.was_started && !s.kills.iter().any(|(_, p)| *p == proc) {
+            s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
             self.push(Action::CloseMcpStdin { proc });
             self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
         }
@@ -508,6 +592,9 @@ impl Agent {
             Purpose::Tool { session, turn_seq, slot: idx } => {
                 let out = match outcome {
                     Ok(v) => {
+                        if let Some(s) = self.servers.get_mut(&slot) {
+                            s.deaths = 0; // M9: a successful call
+                        }
                         let out = tools::convert_result(&v, self.cfg.max_tool_result_text_bytes);
                         self.on_tool_finished(&session, turn_seq, idx, out, false);
                         return;
@@ -655,6 +742,10 @@ impl Agent {
             tools_out.push(McpTool { bare: bare.to_string(), exposed, description, schema });
         }
         let was_listing = s.state == ServerState::Listing;
+        if was_listing && s.restarting {
+            s.restarting = false;
+            s.failed_restarts = 0;
+        }
         let count = tools_out.len();
         s.tools = tools_out;
         s.hooks = hooks.clone();
@@ -688,10 +779,14 @@ impl Agent {
                     expired.push((*slot, *id, p.purpose.clone()));
                 }
             }
-            if s.kill_at.is_some_and(|d| d <= now) {
-                s.kill_at = None;
-                escalate.push((*slot, s.proc));
-            }
+            s.kills.retain(|(d, p)| {
+                if *d <= now {
+                    escalate.push((0, *p));
+                    false
+                } else {
+                    true
+                }
+            });
             if s.stdout_closed_at.is_some_and(|d| d <= now) {
                 s.stdout_closed_at = None;
                 closed.push(*slot);

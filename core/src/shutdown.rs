@@ -94,14 +94,14 @@ impl Agent {
     }
 
     fn term_all_groups(&mut self) {
-        let procs: Vec<_> = self.servers.values().filter(|s| s.was_started).map(|s| s.proc).collect();
+        let procs: Vec<_> = self.servers.values().flat_map(crate::mcp::Server::procs_to_sweep).collect();
         for proc in procs {
             self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
         }
     }
 
     fn kill_all_and_exit(&mut self) {
-        let procs: Vec<_> = self.servers.values().filter(|s| s.was_started).map(|s| s.proc).collect();
+        let procs: Vec<_> = self.servers.values().flat_map(crate::mcp::Server::procs_to_sweep).collect();
         for proc in procs {
             self.push(Action::SignalProcessGroup { proc, signal: Signal::Kill });
         }

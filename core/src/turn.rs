@@ -307,6 +307,7 @@ impl Agent {
         if let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
             turn.rounds += 1;
         }
+        self.restart_due_servers(sid);
         self.start_llm_attempt(sid, 1, CallPurpose::Round);
     }
 
@@ -320,7 +321,8 @@ impl Agent {
         let Some(sess) = self.sessions.get(sid) else { return (defs, routes) };
         for slot in &sess.servers {
             let Some(s) = self.servers.get(slot) else { continue };
-            if !s.is_ready() && !matches!(s.state, crate::mcp::ServerState::Dead { .. }) {
+            // M9: a recovering server keeps its tools listed; a permanently dead one loses them.
+            if s.permanent || s.tools.is_empty() {
                 continue;
             }
             for t in &s.tools {
@@ -685,7 +687,8 @@ impl Agent {
             });
             if let Some(reason) = dead {
                 let name = self.servers.get(&server).map(|s| s.name.clone()).unwrap_or_default();
-                self.complete_slot(sid, seq, i, err_out(format!("server '{name}' is not running: {reason}")), true);
+                let text = format!("server '{name}' is recovering; the call was not run ({reason})");
+                self.complete_slot(sid, seq, i, err_out(text), true);
                 continue;
             }
             // G2: a dispatched call to a registered non-hook tool may be a posting attempt.
