@@ -10,6 +10,7 @@
 
 pub mod acp;
 pub mod agent;
+pub mod anthropic;
 pub mod compaction;
 pub mod config;
 pub mod hooks;
@@ -18,6 +19,7 @@ pub mod jsonrpc;
 pub mod llm;
 pub mod mcp;
 pub mod openai_chat;
+pub mod openai_responses;
 pub mod provider;
 pub mod shutdown;
 pub mod sse;

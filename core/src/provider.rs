@@ -4,31 +4,36 @@
 use crate::config::{Config, ProviderKind};
 use crate::llm::{HttpRequest, LlmRequest, StreamDecoder};
 
-/// Whether this build implements the configured provider route.
+/// Whether this build implements the configured provider route (all three do).
 #[must_use]
 pub fn is_supported(kind: &ProviderKind) -> bool {
     match kind {
-        ProviderKind::OpenAiChat => true,
-        ProviderKind::Anthropic | ProviderKind::OpenAiResponses => false,
+        ProviderKind::OpenAiChat | ProviderKind::Anthropic | ProviderKind::OpenAiResponses => true,
     }
 }
 
-/// Build the HTTP request of one LLM call for the configured route.
+/// Build the HTTP request of one LLM call for the configured route: Anthropic Messages (L6),
+/// Chat Completions (L7) or Responses (L8).
 #[must_use]
 pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
     match cfg.provider {
-        ProviderKind::OpenAiChat | ProviderKind::Anthropic | ProviderKind::OpenAiResponses => {
-            crate::openai_chat::build_request(&cfg.base_url, &cfg.api_key, req)
+        ProviderKind::Anthropic => crate::anthropic::build_request(cfg, req),
+        ProviderKind::OpenAiChat => crate::openai_chat::build_request(&cfg.base_url, &cfg.api_key, req),
+        ProviderKind::OpenAiResponses => {
+            crate::openai_responses::build_request(&cfg.base_url, &cfg.api_key, req)
         }
     }
 }
 
-/// A fresh stream decoder; `id_prefix` makes synthesised tool-call ids unique (case C21).
+/// A fresh stream decoder for the configured route; `id_prefix` makes synthesised tool-call
+/// ids unique (case C21).
 #[must_use]
 pub fn decoder(cfg: &Config, id_prefix: String) -> Box<dyn StreamDecoder> {
     match cfg.provider {
-        ProviderKind::OpenAiChat | ProviderKind::Anthropic | ProviderKind::OpenAiResponses => {
-            Box::new(crate::openai_chat::ChatDecoder::new(id_prefix))
+        ProviderKind::Anthropic => Box::new(crate::anthropic::AnthropicDecoder::new(id_prefix)),
+        ProviderKind::OpenAiChat => Box::new(crate::openai_chat::ChatDecoder::new(id_prefix)),
+        ProviderKind::OpenAiResponses => {
+            Box::new(crate::openai_responses::ResponsesDecoder::new(id_prefix))
         }
     }
 }
@@ -154,6 +159,29 @@ mod tests {
 
     fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn l6_l7_l8_every_route_is_supported_and_dispatched() {
+        use crate::config::Config;
+        use crate::llm::{LlmRequest, Message, StreamDelta};
+        let messages = [Message::User { text: "hi".into() }];
+        let req = LlmRequest { model: "m", system: None, messages: &messages, tools: &[], max_output_tokens: 8 };
+        let routes = [
+            (ProviderKind::Anthropic, "http://h/v1/messages", "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+            (ProviderKind::OpenAiChat, "http://h/chat/completions", "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"),
+            (ProviderKind::OpenAiResponses, "http://h/responses", "data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n"),
+        ];
+        for (kind, url, body) in routes {
+            assert!(is_supported(&kind));
+            let cfg = Config::for_tests(kind, "http://h/");
+            assert_eq!(build_request(&cfg, &req).url, url);
+            let mut decoder = decoder(&cfg, "call_1".into());
+            let mut out: Vec<StreamDelta> = Vec::new();
+            decoder.feed(body.as_bytes(), &mut out).unwrap();
+            assert!(decoder.is_complete(), "{kind:?}");
+            assert!(decoder.finish(&mut out).is_ok(), "{kind:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,1556 @@
+//! Anthropic Messages API (SPEC L6): the request builder and the streamed-response decoder.
+//!
+//! Works with `api.anthropic.com` and Anthropic-compatible servers (proxies, gateways), so the
+//! decoder accepts the known deviations (cases C24, C26, L9).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::llm::{
+    HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
+    StreamDelta, StreamError, ToolCall, ToolDef, Usage,
+};
+use crate::sse::{SseEvent, SseParser, parse_json_lossy};
+
+/// Text sent for a user turn that would otherwise be empty: Anthropic rejects empty content
+/// and blank text blocks.
+pub const EMPTY_USER_TEXT: &str = "(empty message)";
+
+/// Text of an error tool result whose own text is blank: Anthropic rejects an empty `content`
+/// when `is_error` is true.
+pub const EMPTY_ERROR_TEXT: &str = "Error";
+
+/// Build the streaming `POST {cfg.base_url}/v1/messages` request (SPEC L6).
+///
+/// * Headers: `content-type: application/json`, `accept: text/event-stream`,
+///   `x-api-key: <cfg.api_key>` (only when non-empty), `anthropic-version:
+///   <cfg.anthropic_version>`.
+/// * Body (compact JSON, keys in this order): `model` (`req.model`); `max_tokens`
+///   (`req.max_output_tokens`, tokens); `system` (only when present and non-empty); `messages`
+///   (see below); `tools` (`[{"name","description","input_schema"}]`, `description` omitted
+///   when empty, the key omitted when there are no tools, e.g. the compaction call); `stream:
+///   true`.
+///
+/// `messages` are the history as alternating `user` / `assistant` turns whose `content` is an
+/// array of blocks:
+/// * `User { text }` → a `{"type":"text","text"}` block in a user turn;
+/// * `ToolResult` → `{"type":"tool_result","tool_use_id","content","is_error"}` in a user
+///   turn ([`EMPTY_ERROR_TEXT`] when an error result's text is blank);
+/// * `Assistant` → an assistant turn: its reasoning blocks first (`{"type":"thinking",
+///   "thinking","signature"}` / `{"type":"redacted_thinking","data"}`, verbatim), then a text
+///   block when the text is not blank, then `{"type":"tool_use","id","name","input"}` per call,
+///   `input` being the parsed arguments object, `{}` when they are blank, invalid or not an
+///   object (C26; the loop already answered such calls with an error result, L2).
+///
+/// Consecutive messages of the same role are merged into one turn (Anthropic requires the
+/// roles to alternate, and every `tool_result` of an assistant turn in the very next user
+/// message), so consecutive tool results and a user message right after them share one user
+/// turn, results first. An assistant message with nothing to send is skipped (never an empty
+/// turn); blank text blocks are never sent; a user turn left without any block gets
+/// [`EMPTY_USER_TEXT`].
+///
+/// Reasoning blocks are replayed only in assistant turns that called tools: that is where
+/// Anthropic requires them (signature included), it ignores them in other past turns, and a
+/// block cut by `max_tokens` has no valid signature. Plain `thinking` text without a block
+/// (other routes) is never sent. No `thinking` request parameter is set: extended thinking is
+/// whatever the model or gateway does by default.
+///
+/// Linear in the history size (each message is visited once; tool-call arguments are parsed
+/// once).
+#[must_use]
+pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
+    let mut headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("accept".to_owned(), "text/event-stream".to_owned()),
+    ];
+    if !cfg.api_key.is_empty() {
+        headers.push(("x-api-key".to_owned(), cfg.api_key.clone()));
+    }
+    headers.push((
+        "anthropic-version".to_owned(),
+        cfg.anthropic_version.clone(),
+    ));
+    let payload = MessagesBody {
+        model: req.model,
+        max_tokens: req.max_output_tokens,
+        system: req.system.filter(|s| !s.is_empty()),
+        messages: wire_turns(req.messages),
+        tools: req.tools.iter().map(WireTool).collect(),
+        stream: true,
+    };
+    let estimate: usize = req
+        .messages
+        .iter()
+        .map(|m| m.content_bytes() + 64)
+        .sum::<usize>()
+        + req.system.map_or(0, str::len)
+        + 256;
+    let mut body = Vec::with_capacity(estimate);
+    if serde_json::to_writer(&mut body, &payload).is_err() {
+        // Unreachable: writing to a Vec cannot fail and every value is a string-keyed tree.
+        // An empty body would be rejected by the server (400), never sent half-written.
+        body.clear();
+    }
+    HttpRequest {
+        method: "POST",
+        url: format!("{}/v1/messages", cfg.base_url.trim_end_matches('/')),
+        headers,
+        body,
+    }
+}
+
+/// The request body, borrowed from the history.
+#[derive(Serialize)]
+struct MessagesBody<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'a str>,
+    messages: Vec<Turn<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    stream: bool,
+}
+
+/// One role turn of `messages`.
+#[derive(Serialize)]
+struct Turn<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+/// One content block of a turn.
+enum Block<'a> {
+    Text(&'a str),
+    Reasoning(&'a ReasoningBlock),
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+    },
+    ToolResult {
+        id: &'a str,
+        text: &'a str,
+        is_error: bool,
+    },
+}
+
+impl Serialize for Block<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        match self {
+            Block::Text(text) => {
+                map.serialize_entry("type", "text")?;
+                map.serialize_entry("text", text)?;
+            }
+            Block::Reasoning(block) => match &block.redacted {
+                Some(data) => {
+                    map.serialize_entry("type", "redacted_thinking")?;
+                    map.serialize_entry("data", data)?;
+                }
+                None => {
+                    map.serialize_entry("type", "thinking")?;
+                    map.serialize_entry("thinking", &block.text)?;
+                    map.serialize_entry("signature", &block.signature)?;
+                }
+            },
+            Block::ToolUse { id, name, input } => {
+                map.serialize_entry("type", "tool_use")?;
+                map.serialize_entry("id", id)?;
+                map.serialize_entry("name", name)?;
+                map.serialize_entry("input", input)?;
+            }
+            Block::ToolResult { id, text, is_error } => {
+                map.serialize_entry("type", "tool_result")?;
+                map.serialize_entry("tool_use_id", id)?;
+                let content = if *is_error && text.trim().is_empty() {
+                    EMPTY_ERROR_TEXT
+                } else {
+                    text
+                };
+                map.serialize_entry("content", content)?;
+                map.serialize_entry("is_error", is_error)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// The history as alternating role turns (see [`build_request`]).
+fn wire_turns(history: &[Message]) -> Vec<Turn<'_>> {
+    let mut turns: Vec<Turn<'_>> = Vec::new();
+    for message in history {
+        let (role, blocks) = match message {
+            Message::User { text } => {
+                let blocks = if text.trim().is_empty() {
+                    Vec::new()
+                } else {
+                    vec![Block::Text(text)]
+                };
+                ("user", blocks)
+            }
+            Message::ToolResult {
+                call_id,
+                name: _,
+                text,
+                is_error,
+            } => (
+                "user",
+                vec![Block::ToolResult {
+                    id: call_id,
+                    text,
+                    is_error: *is_error,
+                }],
+            ),
+            Message::Assistant {
+                text,
+                thinking: _,
+                reasoning,
+                tool_calls,
+            } => {
+                let mut blocks = Vec::with_capacity(reasoning.len() + 1 + tool_calls.len());
+                if !tool_calls.is_empty() {
+                    blocks.extend(reasoning.iter().map(Block::Reasoning));
+                }
+                if !text.trim().is_empty() {
+                    blocks.push(Block::Text(text));
+                }
+                blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
+                    id: &call.id,
+                    name: &call.name,
+                    input: input_object(&call.arguments),
+                }));
+                if blocks.is_empty() {
+                    continue; // never an empty assistant turn
+                }
+                ("assistant", blocks)
+            }
+        };
+        match turns.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            Some(_) | None => turns.push(Turn {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    for turn in &mut turns {
+        if turn.content.is_empty() {
+            turn.content.push(Block::Text(EMPTY_USER_TEXT));
+        }
+    }
+    turns
+}
+
+/// Tool-call arguments as the `input` object: `{}` when blank, invalid or not an object.
+fn input_object(arguments: &str) -> Value {
+    match parse_json_lossy(arguments) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) | Err(_) => Value::Object(serde_json::Map::new()),
+    }
+}
+
+/// One offered tool: `{"name","description","input_schema"}`.
+struct WireTool<'a>(&'a ToolDef);
+
+impl Serialize for WireTool<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("name", &self.0.name)?;
+        if !self.0.description.is_empty() {
+            map.serialize_entry("description", &self.0.description)?;
+        }
+        map.serialize_entry("input_schema", &self.0.input_schema)?;
+        map.end()
+    }
+}
+
+/// Decoder of one streamed Messages body (SPEC L6, L9; cases C24, C26).
+///
+/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_json_lossy`], so lone
+///   surrogates become U+FFFD) whose `type` names the event (the SSE `event:` name is the
+///   fallback). Unknown event and block types, `ping` and unknown fields are ignored.
+/// * `message_start`: `message.usage` gives the input tokens (`input_tokens` +
+///   `cache_creation_input_tokens` + `cache_read_input_tokens`, tokens).
+/// * `content_block_start` opens block `index`: `text` (initial text, if any, is streamed),
+///   `thinking` (initial `thinking` / `signature` kept), `redacted_thinking` (`data` kept),
+///   `tool_use` (`id`, `name` and `input` kept).
+/// * `content_block_delta`: `text_delta` → [`StreamDelta::Text`]; `thinking_delta` →
+///   [`StreamDelta::Thought`]; `signature_delta` appended to the block's signature;
+///   `input_json_delta` `partial_json` appended to the block's arguments. A delta for a block
+///   that was never started opens one of the matching kind.
+/// * `message_delta`: `delta.stop_reason` and `usage` (`output_tokens`, cumulative; input
+///   fields when present). `message_stop` completes the stream; later bytes are ignored.
+/// * `error` (`{"type":"error","error":{"type","message"}}`) → [`StreamError::Provider`],
+///   retryable unless its type is `invalid_request_error`, `authentication_error`,
+///   `permission_error`, `not_found_error`, `request_too_large` or `billing_error`; a complete
+///   event whose data is not JSON is a retryable provider error too. Errors are sticky.
+///
+/// Stop reasons: `end_turn`, `stop_sequence`, `pause_turn` (only server tools pause, and none
+/// are offered) and unknown ones → end turn; `tool_use` → tool use; `max_tokens` → max tokens;
+/// `refusal` → refusal. An end turn with tool calls is tool use, a tool use without calls is end
+/// turn (as for Chat Completions, C23).
+///
+/// Tool calls come out in block order: a block whose accumulated `partial_json` is blank uses the
+/// `input` of its `content_block_start` as JSON text (C26: no deltas for a parameterless tool);
+/// a nameless block is dropped; a missing or duplicate id becomes `{id_prefix}_{index}`. Thinking
+/// and redacted-thinking blocks become [`ReasoningBlock`]s in block order, and all thinking text
+/// is concatenated in `thinking`.
+pub struct AnthropicDecoder {
+    /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
+    id_prefix: String,
+    sse: SseParser,
+    /// Scratch buffer for parsed events (reused across feeds).
+    events: Vec<SseEvent>,
+    text: String,
+    thinking: String,
+    /// Content blocks by stream `index`.
+    blocks: BTreeMap<u64, BlockSlot>,
+    /// Input token counts as last reported: plain, cache creation, cache read.
+    input_tokens: [Option<u64>; 3],
+    output_tokens: Option<u64>,
+    /// The last `stop_reason`, mapped.
+    stop_reason: Option<StopKind>,
+    /// `message_stop` was seen.
+    done: bool,
+    /// Sticky failure.
+    error: Option<StreamError>,
+    /// [`StreamDecoder::finish`] already handed out the response.
+    finished: bool,
+}
+
+/// One content block being assembled.
+enum BlockSlot {
+    Text,
+    Thinking {
+        text: String,
+        signature: String,
+    },
+    Redacted {
+        data: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        /// `content_block_start`'s `input` (used when no argument text was streamed, C26).
+        start_input: Option<Value>,
+        json: String,
+    },
+    /// A block type we do not use (server tool results, citations, …).
+    Other,
+}
+
+impl std::fmt::Debug for AnthropicDecoder {
+    // Lengths, not contents (DESIGN habits).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "AnthropicDecoder(text {} B, thinking {} B, {} blocks, stop {:?}, done {})",
+            self.text.len(),
+            self.thinking.len(),
+            self.blocks.len(),
+            self.stop_reason,
+            self.done
+        )
+    }
+}
+
+impl AnthropicDecoder {
+    /// A decoder for one response; `id_prefix` names tool calls that arrive without an id
+    /// (`{id_prefix}_{index}`), so it should be unique per LLM call (e.g. `call_7`).
+    #[must_use]
+    pub fn new(id_prefix: String) -> Self {
+        AnthropicDecoder {
+            id_prefix,
+            sse: SseParser::new(),
+            events: Vec::new(),
+            text: String::new(),
+            thinking: String::new(),
+            blocks: BTreeMap::new(),
+            input_tokens: [None; 3],
+            output_tokens: None,
+            stop_reason: None,
+            done: false,
+            error: None,
+            finished: false,
+        }
+    }
+
+    /// Handle parsed SSE events in order; the first error is stored (sticky) and returned.
+    fn handle_events(
+        &mut self,
+        out: &mut Vec<StreamDelta>,
+        at_eof: bool,
+    ) -> Result<(), StreamError> {
+        let mut events = std::mem::take(&mut self.events);
+        let mut result = Ok(());
+        for event in events.drain(..) {
+            if self.done {
+                break;
+            }
+            if let Err(err) = self.handle_event(&event, out, at_eof) {
+                self.error = Some(err.clone());
+                result = Err(err);
+                break;
+            }
+        }
+        events.clear();
+        self.events = events;
+        result
+    }
+
+    /// One SSE event. `at_eof`: flushed at EOF without its blank line, so data that is not
+    /// JSON is a cut event (the stream is truncated anyway), not a provider error.
+    fn handle_event(
+        &mut self,
+        event: &SseEvent,
+        out: &mut Vec<StreamDelta>,
+        at_eof: bool,
+    ) -> Result<(), StreamError> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(());
+        }
+        let sse_name = event.event.as_deref().unwrap_or("");
+        let value = match parse_json_lossy(data) {
+            Ok(value) => value,
+            Err(_) if at_eof => return Ok(()),
+            Err(_) if sse_name == "error" => {
+                return Err(StreamError::Provider {
+                    message: data.to_owned(),
+                    retryable: true,
+                });
+            }
+            Err(err) => {
+                return Err(StreamError::Provider {
+                    message: format!("malformed stream event: {err}"),
+                    retryable: true,
+                });
+            }
+        };
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(sse_name);
+        match kind {
+            "message_start" => {
+                if let Some(usage) = value.pointer("/message/usage") {
+                    self.read_usage(usage);
+                }
+            }
+            "content_block_start" => self.start_block(&value, out),
+            "content_block_delta" => self.block_delta(&value, out),
+            "message_delta" => {
+                if let Some(reason) = value
+                    .pointer("/delta/stop_reason")
+                    .and_then(Value::as_str)
+                    .filter(|r| !r.is_empty())
+                {
+                    self.stop_reason = Some(stop_kind(reason));
+                }
+                if let Some(usage) = value.get("usage") {
+                    self.read_usage(usage);
+                }
+            }
+            "message_stop" => self.done = true,
+            "error" => return Err(provider_error(&value)),
+            // `content_block_stop`, `ping` and event types added later carry nothing we need.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Token counts from a `usage` object; absent fields keep their last value.
+    fn read_usage(&mut self, usage: &Value) {
+        let keys = [
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        ];
+        for (slot, key) in self.input_tokens.iter_mut().zip(keys) {
+            if let Some(n) = usage.get(key).and_then(Value::as_u64) {
+                *slot = Some(n);
+            }
+        }
+        if let Some(n) = usage.get("output_tokens").and_then(Value::as_u64) {
+            self.output_tokens = Some(n);
+        }
+    }
+
+    fn start_block(&mut self, value: &Value, out: &mut Vec<StreamDelta>) {
+        let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let block = value.get("content_block");
+        let field = |key: &str| {
+            block
+                .and_then(|b| b.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let kind = block
+            .and_then(|b| b.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let slot = match kind {
+            "text" => {
+                let text = field("text");
+                self.push_text(&text, out);
+                BlockSlot::Text
+            }
+            "thinking" => {
+                let text = field("thinking");
+                self.push_thought(&text, out);
+                BlockSlot::Thinking {
+                    text,
+                    signature: field("signature"),
+                }
+            }
+            "redacted_thinking" => BlockSlot::Redacted {
+                data: field("data"),
+            },
+            "tool_use" => BlockSlot::ToolUse {
+                id: field("id"),
+                name: field("name"),
+                start_input: block
+                    .and_then(|b| b.get("input"))
+                    .filter(|v| !v.is_null())
+                    .cloned(),
+                json: String::new(),
+            },
+            _ => BlockSlot::Other,
+        };
+        self.blocks.insert(index, slot);
+    }
+
+    fn block_delta(&mut self, value: &Value, out: &mut Vec<StreamDelta>) {
+        let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let Some(delta) = value.get("delta") else {
+            return;
+        };
+        let piece = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or("");
+        match delta.get("type").and_then(Value::as_str).unwrap_or("") {
+            "text_delta" => {
+                self.blocks.entry(index).or_insert(BlockSlot::Text);
+                self.push_text(piece("text"), out);
+            }
+            "thinking_delta" => {
+                let thought = piece("thinking");
+                if let BlockSlot::Thinking { text, .. } = self.thinking_slot(index) {
+                    text.push_str(thought);
+                }
+                self.push_thought(thought, out);
+            }
+            "signature_delta" => {
+                if let BlockSlot::Thinking { signature, .. } = self.thinking_slot(index) {
+                    signature.push_str(piece("signature"));
+                }
+            }
+            "input_json_delta" => {
+                let slot = self
+                    .blocks
+                    .entry(index)
+                    .or_insert_with(|| BlockSlot::ToolUse {
+                        id: String::new(),
+                        name: String::new(),
+                        start_input: None,
+                        json: String::new(),
+                    });
+                if let BlockSlot::ToolUse { json, .. } = slot {
+                    json.push_str(piece("partial_json"));
+                }
+            }
+            // `citations_delta` and delta types added later.
+            _ => {}
+        }
+    }
+
+    /// The thinking block at `index`, opened if the stream skipped its start.
+    fn thinking_slot(&mut self, index: u64) -> &mut BlockSlot {
+        self.blocks
+            .entry(index)
+            .or_insert_with(|| BlockSlot::Thinking {
+                text: String::new(),
+                signature: String::new(),
+            })
+    }
+
+    fn push_text(&mut self, text: &str, out: &mut Vec<StreamDelta>) {
+        if !text.is_empty() {
+            self.text.push_str(text);
+            out.push(StreamDelta::Text(text.to_owned()));
+        }
+    }
+
+    fn push_thought(&mut self, thought: &str, out: &mut Vec<StreamDelta>) {
+        if !thought.is_empty() {
+            self.thinking.push_str(thought);
+            out.push(StreamDelta::Thought(thought.to_owned()));
+        }
+    }
+
+    /// Reasoning blocks and tool calls in block order (ids present and unique).
+    fn take_blocks(&mut self) -> (Vec<ReasoningBlock>, Vec<ToolCall>) {
+        let blocks = std::mem::take(&mut self.blocks);
+        let mut reasoning = Vec::new();
+        let mut calls = Vec::new();
+        let mut used: BTreeSet<String> = BTreeSet::new();
+        for (index, slot) in blocks {
+            match slot {
+                BlockSlot::Thinking { text, signature } => {
+                    if !text.is_empty() || !signature.is_empty() {
+                        reasoning.push(ReasoningBlock {
+                            text,
+                            signature,
+                            redacted: None,
+                        });
+                    }
+                }
+                BlockSlot::Redacted { data } => reasoning.push(ReasoningBlock {
+                    text: String::new(),
+                    signature: String::new(),
+                    redacted: Some(data),
+                }),
+                BlockSlot::ToolUse {
+                    mut id,
+                    name,
+                    start_input,
+                    json,
+                } => {
+                    if name.is_empty() {
+                        continue;
+                    }
+                    if id.is_empty() || used.contains(&id) {
+                        id = format!("{}_{index}", self.id_prefix);
+                        while used.contains(&id) {
+                            id.push('_');
+                        }
+                    }
+                    used.insert(id.clone());
+                    let arguments = match start_input {
+                        Some(input) if json.trim().is_empty() => input.to_string(),
+                        Some(_) | None => json,
+                    };
+                    calls.push(ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    });
+                }
+                BlockSlot::Text | BlockSlot::Other => {}
+            }
+        }
+        (reasoning, calls)
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        let [plain, creation, read] = self.input_tokens;
+        if plain.is_none() && creation.is_none() && read.is_none() && self.output_tokens.is_none() {
+            return None;
+        }
+        let input = [plain, creation, read]
+            .iter()
+            .map(|n| n.unwrap_or(0))
+            .fold(0u64, u64::saturating_add);
+        Some(Usage {
+            input_tokens: input,
+            output_tokens: self.output_tokens.unwrap_or(0),
+        })
+    }
+}
+
+impl StreamDecoder for AnthropicDecoder {
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<StreamDelta>) -> Result<(), StreamError> {
+        if let Some(err) = &self.error {
+            return Err(err.clone());
+        }
+        if self.done || self.finished {
+            return Ok(());
+        }
+        self.sse.feed(bytes, &mut self.events);
+        self.handle_events(out, false)
+    }
+
+    /// True after `message_stop`.
+    fn is_complete(&self) -> bool {
+        self.done
+    }
+
+    /// The response once the body ended: only after `message_stop` (otherwise
+    /// [`StreamError::Truncated`], even with a stop reason or partial text, C24). With
+    /// `max_tokens` the (possibly cut) tool calls are kept: the loop does not run them (L1).
+    fn finish(&mut self, out: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError> {
+        if let Some(err) = &self.error {
+            return Err(err.clone());
+        }
+        if self.finished {
+            return Err(StreamError::Truncated("response already taken".to_owned()));
+        }
+        if !self.done {
+            self.sse.finish(&mut self.events);
+            self.handle_events(out, true)?;
+        }
+        if !self.done {
+            return Err(StreamError::Truncated(
+                "stream ended before message_stop".to_owned(),
+            ));
+        }
+        self.finished = true;
+        let (reasoning, tool_calls) = self.take_blocks();
+        let stop = match self.stop_reason.take() {
+            Some(StopKind::EndTurn | StopKind::ToolUse) | None if tool_calls.is_empty() => {
+                StopKind::EndTurn
+            }
+            Some(StopKind::EndTurn | StopKind::ToolUse) | None => StopKind::ToolUse,
+            Some(stop @ (StopKind::MaxTokens | StopKind::Refusal)) => stop,
+        };
+        Ok(LlmResponse {
+            text: std::mem::take(&mut self.text),
+            thinking: std::mem::take(&mut self.thinking),
+            reasoning,
+            tool_calls,
+            stop,
+            usage: self.usage(),
+        })
+    }
+}
+
+/// `stop_reason` → [`StopKind`] (SPEC L6; `pause_turn` and unknown reasons → end turn).
+fn stop_kind(reason: &str) -> StopKind {
+    match reason {
+        "tool_use" => StopKind::ToolUse,
+        "max_tokens" | "model_context_window_exceeded" => StopKind::MaxTokens,
+        "refusal" => StopKind::Refusal,
+        // "end_turn", "stop_sequence", "pause_turn" and reasons added later.
+        _ => StopKind::EndTurn,
+    }
+}
+
+/// An `error` event as a provider error: `"<message> (<type>)"`.
+fn provider_error(value: &Value) -> StreamError {
+    let error = value.get("error").unwrap_or(value);
+    let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .map_or_else(|| error.to_string(), str::to_owned);
+    let retryable = !matches!(
+        kind,
+        "invalid_request_error"
+            | "authentication_error"
+            | "permission_error"
+            | "not_found_error"
+            | "request_too_large"
+            | "billing_error"
+    );
+    let message = if kind.is_empty() || kind == "error" {
+        message
+    } else {
+        format!("{message} ({kind})")
+    };
+    StreamError::Provider { message, retryable }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ProviderKind;
+    use serde_json::json;
+
+    // ---------------------------------------------------------------- recorded streams
+    // Shapes as documented for the Messages streaming API (message_start … message_stop).
+
+    const PLAIN_TEXT: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: ping
+data: {"type": "ping"}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":", héllo 🐝!"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+
+    const THINKING_TOOL_USE: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_02","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":472,"cache_creation_input_tokens":100,"cache_read_input_tokens":28,"output_tokens":2}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"The user wants "}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"the weather."}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3h"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix/LafPsn4a"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"Let me check."}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":2}
+
+event: content_block_start
+data: {"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_01A","name":"weather__get","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"location\": \"San Fra"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"ncisco\", \"unit\": \"°C\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":3}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+
+    /// Case C26, verbatim: a parameterless tool with no `input_json_delta` at all.
+    const C26: &str = r#"event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"get_time","input":{}}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":12}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+
+    const OVERLOADED: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_03","type":"message","role":"assistant","content":[],"usage":{"input_tokens":10,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Partial"}}
+
+event: error
+data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+"#;
+
+    // ---------------------------------------------------------------- harness
+
+    #[derive(Debug, PartialEq)]
+    struct Outcome {
+        result: Result<LlmResponse, StreamError>,
+        deltas: Vec<StreamDelta>,
+        complete: bool,
+    }
+
+    fn run_chunks(chunks: &[&[u8]]) -> Outcome {
+        let mut decoder = AnthropicDecoder::new("call_t1".to_owned());
+        let mut deltas = Vec::new();
+        for chunk in chunks {
+            if let Err(err) = decoder.feed(chunk, &mut deltas) {
+                return Outcome {
+                    result: Err(err),
+                    deltas,
+                    complete: decoder.is_complete(),
+                };
+            }
+        }
+        let complete = decoder.is_complete();
+        let result = decoder.finish(&mut deltas);
+        Outcome {
+            result,
+            deltas,
+            complete,
+        }
+    }
+
+    /// Decode `body` whole, at every 2-chunk split, byte by byte, and with CRLF and CR line
+    /// endings; every run must give the same response and the same deltas (SPEC L9).
+    fn decode_every_split(body: &str) -> Outcome {
+        let whole = run_chunks(&[body.as_bytes()]);
+        let bytes = body.as_bytes();
+        for i in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(i);
+            assert_eq!(run_chunks(&[a, b]), whole, "split at byte {i}");
+        }
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(run_chunks(&singles), whole, "byte by byte");
+        for ending in ["\r\n", "\r"] {
+            let converted = body.replace('\n', ending);
+            let singles: Vec<&[u8]> = converted.as_bytes().chunks(1).collect();
+            assert_eq!(run_chunks(&singles), whole, "line ending {ending:?}");
+        }
+        whole
+    }
+
+    fn ok(outcome: &Outcome) -> &LlmResponse {
+        match &outcome.result {
+            Ok(response) => response,
+            Err(err) => panic!("expected a response, got {err}"),
+        }
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+        }
+    }
+
+    fn thinking(text: &str, signature: &str) -> ReasoningBlock {
+        ReasoningBlock {
+            text: text.to_owned(),
+            signature: signature.to_owned(),
+            redacted: None,
+        }
+    }
+
+    fn redacted(data: &str) -> ReasoningBlock {
+        ReasoningBlock {
+            text: String::new(),
+            signature: String::new(),
+            redacted: Some(data.to_owned()),
+        }
+    }
+
+    fn user(text: &str) -> Message {
+        Message::User {
+            text: text.to_owned(),
+        }
+    }
+
+    fn assistant(text: &str, reasoning: Vec<ReasoningBlock>, tool_calls: Vec<ToolCall>) -> Message {
+        Message::Assistant {
+            text: text.to_owned(),
+            thinking: reasoning.iter().map(|r| r.text.as_str()).collect(),
+            reasoning,
+            tool_calls,
+        }
+    }
+
+    fn result(call_id: &str, text: &str, is_error: bool) -> Message {
+        Message::ToolResult {
+            call_id: call_id.to_owned(),
+            name: "n".to_owned(),
+            text: text.to_owned(),
+            is_error,
+        }
+    }
+
+    fn cfg() -> Config {
+        Config::for_tests(ProviderKind::Anthropic, "http://127.0.0.1:5000/")
+    }
+
+    fn request_body(messages: &[Message], tools: &[ToolDef], system: Option<&str>) -> Value {
+        let req = LlmRequest {
+            model: "claude-x",
+            system,
+            messages,
+            tools,
+            max_output_tokens: 1024,
+        };
+        serde_json::from_slice(&build_request(&cfg(), &req).body).unwrap()
+    }
+
+    // ---------------------------------------------------------------- decoder tests
+
+    #[test]
+    fn l6_plain_text_reply_streams_text_deltas_and_ends_the_turn_at_every_split() {
+        let outcome = decode_every_split(PLAIN_TEXT);
+        assert!(outcome.complete);
+        assert_eq!(
+            outcome.deltas,
+            vec![
+                StreamDelta::Text("Hello".into()),
+                StreamDelta::Text(", héllo 🐝!".into())
+            ]
+        );
+        assert_eq!(
+            ok(&outcome),
+            &LlmResponse {
+                text: "Hello, héllo 🐝!".into(),
+                thinking: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![],
+                stop: StopKind::EndTurn,
+                usage: Some(Usage {
+                    input_tokens: 25,
+                    output_tokens: 15
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn l6_thinking_signature_redacted_text_and_tool_use_are_captured_at_every_split() {
+        let outcome = decode_every_split(THINKING_TOOL_USE);
+        assert_eq!(
+            outcome.deltas,
+            vec![
+                StreamDelta::Thought("The user wants ".into()),
+                StreamDelta::Thought("the weather.".into()),
+                StreamDelta::Text("Let me check.".into()),
+            ]
+        );
+        assert_eq!(
+            ok(&outcome),
+            &LlmResponse {
+                text: "Let me check.".into(),
+                thinking: "The user wants the weather.".into(),
+                reasoning: vec![
+                    thinking(
+                        "The user wants the weather.",
+                        "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"
+                    ),
+                    redacted("EmwKAhgBEgy3va3pzix/LafPsn4a"),
+                ],
+                tool_calls: vec![call(
+                    "toolu_01A",
+                    "weather__get",
+                    "{\"location\": \"San Francisco\", \"unit\": \"°C\"}"
+                )],
+                stop: StopKind::ToolUse,
+                // 472 + 100 cache creation + 28 cache read.
+                usage: Some(Usage {
+                    input_tokens: 600,
+                    output_tokens: 89
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn l6_thinking_blocks_are_replayed_verbatim_before_text_and_tool_use() {
+        let response = ok(&decode_every_split(THINKING_TOOL_USE)).clone();
+        let messages = vec![
+            user("weather?"),
+            Message::Assistant {
+                text: response.text,
+                thinking: response.thinking,
+                reasoning: response.reasoning,
+                tool_calls: response.tool_calls,
+            },
+            result("toolu_01A", "18 °C", false),
+        ];
+        assert_eq!(
+            request_body(&messages, &[], None)["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "The user wants the weather.", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"},
+                    {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+                    {"type": "text", "text": "Let me check."},
+                    {"type": "tool_use", "id": "toolu_01A", "name": "weather__get", "input": {"location": "San Francisco", "unit": "°C"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "18 °C", "is_error": false}
+                ]}
+            ])
+        );
+    }
+
+    #[test]
+    fn c26_tool_use_without_input_json_delta_takes_the_input_from_block_start() {
+        let outcome = decode_every_split(C26);
+        let response = ok(&outcome);
+        assert_eq!(response.stop, StopKind::ToolUse);
+        assert_eq!(response.tool_calls, vec![call("toolu_1", "get_time", "{}")]);
+        assert_eq!(
+            response.usage,
+            Some(Usage {
+                input_tokens: 0,
+                output_tokens: 12
+            })
+        );
+        // A non-empty start input is kept as its JSON text.
+        let with_input = C26.replace("\"input\":{}", "\"input\":{\"tz\":\"UTC\"}");
+        assert_eq!(
+            ok(&decode_every_split(&with_input)).tool_calls,
+            vec![call("toolu_1", "get_time", "{\"tz\":\"UTC\"}")]
+        );
+        // No input at all: blank arguments, which the loop reads as `{}`.
+        let no_input = C26.replace(",\"input\":{}", "");
+        assert_eq!(
+            ok(&decode_every_split(&no_input)).tool_calls,
+            vec![call("toolu_1", "get_time", "")]
+        );
+    }
+
+    #[test]
+    fn l6_overloaded_error_mid_stream_is_a_retryable_provider_error_and_sticks() {
+        let outcome = decode_every_split(OVERLOADED);
+        assert_eq!(
+            outcome.result,
+            Err(StreamError::Provider {
+                message: "Overloaded (overloaded_error)".into(),
+                retryable: true
+            })
+        );
+        assert_eq!(outcome.deltas, vec![StreamDelta::Text("Partial".into())]);
+        assert!(!outcome.complete);
+
+        let mut decoder = AnthropicDecoder::new("c".into());
+        let mut out = Vec::new();
+        assert!(decoder.feed(OVERLOADED.as_bytes(), &mut out).is_err());
+        assert!(
+            decoder
+                .feed(
+                    b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+                    &mut out
+                )
+                .is_err()
+        );
+        assert!(decoder.finish(&mut out).is_err());
+    }
+
+    #[test]
+    fn l6_error_types_decide_retryability() {
+        let event = |kind: &str| {
+            format!(
+                "event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"{kind}\",\"message\":\"m\"}}}}\n\n"
+            )
+        };
+        for kind in [
+            "overloaded_error",
+            "api_error",
+            "rate_limit_error",
+            "timeout_error",
+        ] {
+            assert_eq!(
+                decode_every_split(&event(kind))
+                    .result
+                    .map_err(|e| e.is_retryable()),
+                Err(true),
+                "{kind}"
+            );
+        }
+        for kind in [
+            "invalid_request_error",
+            "authentication_error",
+            "request_too_large",
+        ] {
+            assert_eq!(
+                decode_every_split(&event(kind))
+                    .result
+                    .map_err(|e| e.is_retryable()),
+                Err(false),
+                "{kind}"
+            );
+        }
+        // Non-JSON data in an error event, and a malformed complete event.
+        assert_eq!(
+            decode_every_split("event: error\ndata: upstream exploded\n\n").result,
+            Err(StreamError::Provider {
+                message: "upstream exploded".into(),
+                retryable: true
+            })
+        );
+        assert!(matches!(
+            decode_every_split("event: content_block_delta\ndata: {oops}\n\n").result,
+            Err(StreamError::Provider {
+                retryable: true,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn c24_stream_cut_before_message_stop_is_truncated() {
+        let cut = PLAIN_TEXT
+            .find("event: message_stop")
+            .map(|at| &PLAIN_TEXT[..at])
+            .unwrap();
+        let outcome = decode_every_split(cut);
+        assert!(matches!(outcome.result, Err(StreamError::Truncated(_))));
+        assert!(!outcome.complete);
+        assert_eq!(outcome.deltas.len(), 2);
+        // Cut inside an event, and inside the tool's argument JSON.
+        let in_arguments = THINKING_TOOL_USE.find("ncisco").unwrap();
+        for body in [
+            &PLAIN_TEXT[..PLAIN_TEXT.len() - 10],
+            &THINKING_TOOL_USE[..in_arguments],
+        ] {
+            assert!(matches!(
+                decode_every_split(body).result,
+                Err(StreamError::Truncated(_))
+            ));
+        }
+        // The message_stop event without its closing blank line still completes the stream.
+        let unterminated = PLAIN_TEXT.trim_end();
+        assert_eq!(
+            ok(&decode_every_split(unterminated)).stop,
+            StopKind::EndTurn
+        );
+        assert!(matches!(
+            decode_every_split("").result,
+            Err(StreamError::Truncated(_))
+        ));
+    }
+
+    #[test]
+    fn l6_bytes_after_message_stop_are_ignored() {
+        let body = format!(
+            "{PLAIN_TEXT}event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"late\"}}}}\n\ngarbage"
+        );
+        let outcome = decode_every_split(&body);
+        assert_eq!(ok(&outcome).text, "Hello, héllo 🐝!");
+        assert_eq!(outcome.deltas.len(), 2);
+    }
+
+    #[test]
+    fn l6_stop_reasons_map_to_stop_kinds() {
+        for (reason, stop) in [
+            ("end_turn", StopKind::EndTurn),
+            ("stop_sequence", StopKind::EndTurn),
+            ("pause_turn", StopKind::EndTurn),
+            ("something_new", StopKind::EndTurn),
+            ("max_tokens", StopKind::MaxTokens),
+            ("refusal", StopKind::Refusal),
+            ("tool_use", StopKind::EndTurn), // no tool call in the stream
+        ] {
+            let body = PLAIN_TEXT.replace("\"end_turn\"", &format!("\"{reason}\""));
+            assert_eq!(ok(&decode_every_split(&body)).stop, stop, "{reason}");
+        }
+        // end_turn with a tool call still runs it; max_tokens keeps the cut call.
+        let c26_end = C26.replace(
+            "\"tool_use\",\"stop_sequence\"",
+            "\"end_turn\",\"stop_sequence\"",
+        );
+        assert_eq!(ok(&decode_every_split(&c26_end)).stop, StopKind::ToolUse);
+        let c26_max = C26.replace(
+            "\"tool_use\",\"stop_sequence\"",
+            "\"max_tokens\",\"stop_sequence\"",
+        );
+        let response = ok(&decode_every_split(&c26_max)).clone();
+        assert_eq!(response.stop, StopKind::MaxTokens);
+        assert_eq!(response.tool_calls.len(), 1);
+    }
+
+    #[test]
+    fn l6_missing_or_duplicate_tool_ids_are_synthesised_and_nameless_blocks_dropped() {
+        let body = r#"event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"","name":"a","input":{}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"dup","name":"b","input":{}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"dup","name":"c","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":5,"delta":{"type":"input_json_delta","partial_json":"{}"}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+        let response = ok(&decode_every_split(body)).clone();
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                call("call_t1_0", "a", "{}"),
+                call("dup", "b", "{}"),
+                call("call_t1_2", "c", "{}"),
+            ]
+        );
+        assert_eq!(response.stop, StopKind::ToolUse);
+        assert_eq!(response.usage, None);
+    }
+
+    #[test]
+    fn l9_lone_surrogate_escape_in_a_delta_becomes_replacement_character() {
+        let body = PLAIN_TEXT.replace("\"Hello\"", "\"a\\ud800b\\udc00\"");
+        assert_eq!(
+            ok(&decode_every_split(&body)).text,
+            "a\u{fffd}b\u{fffd}, héllo 🐝!"
+        );
+    }
+
+    #[test]
+    fn l9_split_inside_a_multibyte_character_decodes_whole() {
+        let bee = PLAIN_TEXT.find('🐝').unwrap();
+        let bytes = PLAIN_TEXT.as_bytes();
+        for cut in bee + 1..bee + 4 {
+            let outcome = run_chunks(&[&bytes[..cut], &bytes[cut..]]);
+            assert_eq!(ok(&outcome).text, "Hello, héllo 🐝!", "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn l6_finish_twice_does_not_hand_out_the_response_again() {
+        let mut decoder = AnthropicDecoder::new("c".into());
+        let mut out = Vec::new();
+        decoder.feed(PLAIN_TEXT.as_bytes(), &mut out).unwrap();
+        assert!(decoder.is_complete());
+        assert!(decoder.finish(&mut out).is_ok());
+        assert!(matches!(
+            decoder.finish(&mut out),
+            Err(StreamError::Truncated(_))
+        ));
+    }
+
+    #[test]
+    fn l9_long_tool_input_fed_byte_by_byte_decodes_in_linear_time() {
+        let mut body = String::from(
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\",\"input\":{}}}\n\n",
+        );
+        let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"xxxxxxxx\"}}\n\n";
+        for _ in 0..10_000 {
+            body.push_str(delta);
+        }
+        body.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+        let mut decoder = AnthropicDecoder::new("c".into());
+        let mut out = Vec::new();
+        for byte in body.as_bytes().chunks(1) {
+            decoder.feed(byte, &mut out).unwrap();
+        }
+        let response = decoder.finish(&mut out).unwrap();
+        assert_eq!(
+            response.tool_calls.first().map(|c| c.arguments.len()),
+            Some(80_000)
+        );
+    }
+
+    // ---------------------------------------------------------------- request tests
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+    }
+
+    #[test]
+    fn l6_request_has_url_headers_and_streaming_body() {
+        let tools = [
+            ToolDef {
+                name: "fs__read_file".into(),
+                description: "Read a file".into(),
+                input_schema: schema(),
+            },
+            ToolDef {
+                name: "clock__now".into(),
+                description: String::new(),
+                input_schema: json!({"type": "object", "properties": {}}),
+            },
+        ];
+        let messages = [user("hi")];
+        let req = LlmRequest {
+            model: "claude-x",
+            system: Some("Be brief."),
+            messages: &messages,
+            tools: &tools,
+            max_output_tokens: 4096,
+        };
+        let mut config = cfg();
+        config.anthropic_version = "2024-01-01".into();
+        let request = build_request(&config, &req);
+        assert_eq!(request.method, "POST");
+        assert_eq!(request.url, "http://127.0.0.1:5000/v1/messages");
+        assert_eq!(
+            request.headers,
+            vec![
+                ("content-type".to_owned(), "application/json".to_owned()),
+                ("accept".to_owned(), "text/event-stream".to_owned()),
+                ("x-api-key".to_owned(), "test-key".to_owned()),
+                ("anthropic-version".to_owned(), "2024-01-01".to_owned()),
+            ]
+        );
+        let text = String::from_utf8(request.body.clone()).unwrap();
+        assert!(
+            text.starts_with("{\"model\":\"claude-x\",\"max_tokens\":4096,\"system\":"),
+            "{text}"
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap(),
+            json!({
+                "model": "claude-x",
+                "max_tokens": 4096,
+                "system": "Be brief.",
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                "tools": [
+                    {"name": "fs__read_file", "description": "Read a file", "input_schema": schema()},
+                    {"name": "clock__now", "input_schema": {"type": "object", "properties": {}}}
+                ],
+                "stream": true
+            })
+        );
+    }
+
+    #[test]
+    fn l6_no_tools_no_system_and_no_key_leave_those_out() {
+        let mut config = cfg();
+        config.api_key = String::new();
+        let messages = [user("summarise")];
+        let req = LlmRequest {
+            model: "m",
+            system: Some(""),
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 100,
+        };
+        let request = build_request(&config, &req);
+        assert!(request.headers.iter().all(|(k, _)| k != "x-api-key"));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&request.body).unwrap(),
+            json!({
+                "model": "m",
+                "max_tokens": 100,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "summarise"}]}],
+                "stream": true
+            })
+        );
+    }
+
+    #[test]
+    fn l6_tool_results_are_merged_into_one_user_turn_with_the_next_user_text() {
+        let messages = [
+            user("list and time"),
+            assistant(
+                "",
+                vec![thinking("plan", "sig1")],
+                vec![
+                    call("toolu_1", "fs__list_dir", "{\"p\":\".\"}"),
+                    call("toolu_2", "clock__now", ""),
+                    call("toolu_3", "fs__write", "{\"a\":"),
+                    call("toolu_4", "fs__odd", "[1,2]"),
+                ],
+            ),
+            result("toolu_1", "a.txt\nb.txt", false),
+            result("toolu_2", "12:00", false),
+            result("toolu_3", "arguments were not valid JSON", true),
+            result("toolu_4", "", true),
+            user("Your reply was cut off"),
+            assistant("Done \"quoted\" é", vec![], vec![]),
+            user("thanks"),
+        ];
+        assert_eq!(
+            request_body(&messages, &[], None)["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "list and time"}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "plan", "signature": "sig1"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "fs__list_dir", "input": {"p": "."}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "clock__now", "input": {}},
+                    {"type": "tool_use", "id": "toolu_3", "name": "fs__write", "input": {}},
+                    {"type": "tool_use", "id": "toolu_4", "name": "fs__odd", "input": {}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt\nb.txt", "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "12:00", "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "toolu_3", "content": "arguments were not valid JSON", "is_error": true},
+                    {"type": "tool_result", "tool_use_id": "toolu_4", "content": "Error", "is_error": true},
+                    {"type": "text", "text": "Your reply was cut off"}
+                ]},
+                {"role": "assistant", "content": [{"type": "text", "text": "Done \"quoted\" é"}]},
+                {"role": "user", "content": [{"type": "text", "text": "thanks"}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn l6_empty_assistant_turns_are_never_sent_and_roles_alternate() {
+        let messages = [
+            user("one"),
+            // Nothing at all: skipped.
+            assistant("", vec![], vec![]),
+            user("two"),
+            // Only whitespace text and reasoning without tool calls: nothing to send.
+            assistant("  \n", vec![thinking("cut", "")], vec![]),
+            user("  "),
+            user("three"),
+            assistant("a", vec![], vec![]),
+            // Consecutive assistants (a hook injection after a reply) share one turn.
+            assistant("", vec![], vec![call("buzz_hook_1", "srv___Stop", "{}")]),
+            result("buzz_hook_1", "{\"hook\":\"_Stop\"}", false),
+        ];
+        let body = request_body(&messages, &[], None);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [
+                    {"type": "text", "text": "one"},
+                    {"type": "text", "text": "two"},
+                    {"type": "text", "text": "three"}
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "a"},
+                    {"type": "tool_use", "id": "buzz_hook_1", "name": "srv___Stop", "input": {}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "buzz_hook_1", "content": "{\"hook\":\"_Stop\"}", "is_error": false}
+                ]}
+            ])
+        );
+        // A history of only blank user text still sends a non-empty user turn.
+        assert_eq!(
+            request_body(&[user("")], &[], None)["messages"],
+            json!([{"role": "user", "content": [{"type": "text", "text": EMPTY_USER_TEXT}]}])
+        );
+    }
+
+    #[test]
+    fn l6_decoded_response_rebuilds_into_a_valid_request_with_c26_input() {
+        let response = ok(&decode_every_split(C26)).clone();
+        let mut messages = vec![
+            user("time?"),
+            Message::Assistant {
+                text: response.text,
+                thinking: response.thinking,
+                reasoning: response.reasoning,
+                tool_calls: response.tool_calls.clone(),
+            },
+        ];
+        messages.extend(
+            response
+                .tool_calls
+                .iter()
+                .map(|c| result(&c.id, "12:00", false)),
+        );
+        let body = request_body(&messages, &[], None);
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([{"type": "tool_use", "id": "toolu_1", "name": "get_time", "input": {}}])
+        );
+        assert_eq!(body["messages"][2]["content"][0]["tool_use_id"], "toolu_1");
+    }
+}

@@ -1,0 +1,1308 @@
+//! OpenAI Responses API (SPEC L8, `OPENAI_COMPAT_API=responses`): the request builder and the
+//! streamed-response decoder.
+//!
+//! Stateless use only (`store: false`, the whole history is sent every call), so it works with
+//! OpenAI and with Responses-compatible servers (vLLM, Ollama, gateways).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde_json::Value;
+
+use crate::llm::{
+    HttpRequest, LlmRequest, LlmResponse, Message, StopKind, StreamDecoder, StreamDelta,
+    StreamError, ToolCall, ToolDef, Usage,
+};
+use crate::sse::{SseEvent, SseParser, parse_json_lossy};
+
+/// Build the streaming `POST {base_url}/responses` request (SPEC L8).
+///
+/// * `base_url`: e.g. `https://api.openai.com/v1` (a trailing `/` is tolerated).
+/// * `api_key`: sent as `authorization: Bearer <key>` only when non-empty (local servers).
+/// * Headers: `content-type: application/json`, `accept: text/event-stream`.
+/// * Body (compact JSON, keys in this order): `model`; `instructions` (the system prompt, only
+///   when present and non-empty); `input` (below); `tools` (`[{"type":"function","name",
+///   "description","parameters","strict":false}]`, omitted when empty); `stream: true`;
+///   `store: false`; `max_output_tokens` (tokens).
+///
+/// `input` items, in history order: user → `{"role":"user","content":text}`; assistant →
+/// `{"type":"message","role":"assistant","content":[{"type":"output_text","text"}]}` when its
+/// text is non-empty, then `{"type":"function_call","call_id","name","arguments"}` per call
+/// (`arguments` the model's own text, `"{}"` when blank, C26); tool result →
+/// `{"type":"function_call_output","call_id","output"}` with `Error: ` prefixed to an error
+/// result. Reasoning is not sent back (stateless: no encrypted reasoning items are requested).
+///
+/// `strict: false` is explicit because the Responses API treats function tools as strict by
+/// default, and strict mode rejects ordinary MCP schemas (optional properties,
+/// `additionalProperties`).
+///
+/// Serialized in one pass straight into the body buffer: linear in the history size.
+#[must_use]
+pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> HttpRequest {
+    let mut headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("accept".to_owned(), "text/event-stream".to_owned()),
+    ];
+    if !api_key.is_empty() {
+        headers.push(("authorization".to_owned(), format!("Bearer {api_key}")));
+    }
+    let payload = ResponsesBody {
+        model: req.model,
+        instructions: req.system.filter(|s| !s.is_empty()),
+        input: WireInput(req.messages),
+        tools: WireTools(req.tools),
+        stream: true,
+        store: false,
+        max_output_tokens: req.max_output_tokens,
+    };
+    let estimate: usize = req
+        .messages
+        .iter()
+        .map(|m| m.content_bytes() + 96)
+        .sum::<usize>()
+        + req.system.map_or(0, str::len)
+        + 256;
+    let mut body = Vec::with_capacity(estimate);
+    if serde_json::to_writer(&mut body, &payload).is_err() {
+        // Unreachable: writing to a Vec cannot fail and every value is a string-keyed tree.
+        // An empty body would be rejected by the server (400), never sent half-written.
+        body.clear();
+    }
+    HttpRequest {
+        method: "POST",
+        url: format!("{}/responses", base_url.trim_end_matches('/')),
+        headers,
+        body,
+    }
+}
+
+/// The request body, borrowed from the history (no copies).
+#[derive(Serialize)]
+struct ResponsesBody<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    input: WireInput<'a>,
+    #[serde(skip_serializing_if = "WireTools::is_empty")]
+    tools: WireTools<'a>,
+    stream: bool,
+    store: bool,
+    max_output_tokens: u32,
+}
+
+/// The history as `input` items (one message may give several items).
+struct WireInput<'a>(&'a [Message]);
+
+impl Serialize for WireInput<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(None)?;
+        for message in self.0 {
+            match message {
+                Message::User { text } => seq.serialize_element(&UserItem {
+                    role: "user",
+                    content: text,
+                })?,
+                Message::Assistant {
+                    text,
+                    thinking: _,
+                    reasoning: _,
+                    tool_calls,
+                } => {
+                    if !text.is_empty() {
+                        seq.serialize_element(&AssistantItem(text))?;
+                    }
+                    for call in tool_calls {
+                        seq.serialize_element(&FunctionCallItem {
+                            kind: "function_call",
+                            call_id: &call.id,
+                            name: &call.name,
+                            arguments: if call.arguments.trim().is_empty() {
+                                "{}"
+                            } else {
+                                &call.arguments
+                            },
+                        })?;
+                    }
+                }
+                Message::ToolResult {
+                    call_id,
+                    name: _,
+                    text,
+                    is_error,
+                } => seq.serialize_element(&FunctionOutputItem {
+                    call_id,
+                    text,
+                    is_error: *is_error,
+                })?,
+            }
+        }
+        seq.end()
+    }
+}
+
+#[derive(Serialize)]
+struct UserItem<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+/// `{"type":"message","role":"assistant","content":[{"type":"output_text","text"}]}`.
+struct AssistantItem<'a>(&'a str);
+
+impl Serialize for AssistantItem<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct OutputText<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            text: &'a str,
+        }
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("type", "message")?;
+        map.serialize_entry("role", "assistant")?;
+        map.serialize_entry(
+            "content",
+            &[OutputText {
+                kind: "output_text",
+                text: self.0,
+            }],
+        )?;
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct FunctionCallItem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    call_id: &'a str,
+    name: &'a str,
+    arguments: &'a str,
+}
+
+/// `{"type":"function_call_output","call_id","output"}`, `Error: ` prefixed to an error.
+struct FunctionOutputItem<'a> {
+    call_id: &'a str,
+    text: &'a str,
+    is_error: bool,
+}
+
+impl Serialize for FunctionOutputItem<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("type", "function_call_output")?;
+        map.serialize_entry("call_id", self.call_id)?;
+        if self.is_error {
+            map.serialize_entry("output", &ErrorText(self.text))?;
+        } else {
+            map.serialize_entry("output", self.text)?;
+        }
+        map.end()
+    }
+}
+
+/// `Error: <text>`, written without building the string first.
+struct ErrorText<'a>(&'a str);
+
+impl Serialize for ErrorText<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&format_args!("Error: {}", self.0))
+    }
+}
+
+struct WireTools<'a>(&'a [ToolDef]);
+
+impl WireTools<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for WireTools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|tool| WireTool {
+            kind: "function",
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.input_schema,
+            strict: false,
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+    strict: bool,
+}
+
+/// Decoder of one streamed Responses body (SPEC L8, L9; cases C24, C26).
+///
+/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_json_lossy`]) whose `type`
+///   names the event (the SSE `event:` name is the fallback). Unknown events and fields are
+///   ignored; a `data: [DONE]` (some compatible servers add one) is ignored too.
+/// * `response.output_text.delta` → [`StreamDelta::Text`]; `response.output_text.done` only
+///   adds its `text` when no delta of that item was seen. `response.refusal.delta` → text too,
+///   and the response is a refusal. `response.reasoning_summary_text.delta` and
+///   `response.reasoning_text.delta` → [`StreamDelta::Thought`] (a blank line separates
+///   summary parts).
+/// * Function calls are assembled per `output_index` (the `item_id` locates events without one):
+///   `response.output_item.added` / `.done` with a `function_call` item give `call_id`, `name`
+///   (and, on `.done`, the final `arguments`); `response.function_call_arguments.delta` appends,
+///   `.done` replaces with the final `arguments`. Calls come out in `output_index` order; a
+///   nameless one is dropped; a missing or duplicate `call_id` becomes `{id_prefix}_{index}`.
+/// * `response.completed` / `response.incomplete` end the stream (later bytes are ignored) and
+///   give `usage` (`input_tokens`, `output_tokens`). `incomplete_details.reason`
+///   `content_filter` → refusal; `max_output_tokens` and any other reason → max tokens.
+/// * `response.failed` (`response.error`) and `error` events (`{code,message}` at the top level
+///   or in `error`) → [`StreamError::Provider`], retryable unless the code or type names an
+///   invalid request (`invalid_*`, `context_length_exceeded`, `insufficient_quota`,
+///   `authentication_error`, `permission_error`). A complete event that is not JSON is a
+///   retryable provider error. Errors are sticky.
+pub struct ResponsesDecoder {
+    /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
+    id_prefix: String,
+    sse: SseParser,
+    /// Scratch buffer for parsed events (reused across feeds).
+    events: Vec<SseEvent>,
+    text: String,
+    thinking: String,
+    /// Function calls by `output_index`.
+    calls: BTreeMap<u64, FnCall>,
+    /// `item_id` → `output_index` of function-call items.
+    item_index: BTreeMap<String, u64>,
+    /// Item ids that streamed text deltas (`""` for deltas without an id).
+    text_items: BTreeSet<String>,
+    /// A refusal was streamed.
+    refused: bool,
+    usage: Option<Usage>,
+    /// Set by `response.completed` / `response.incomplete`.
+    end: Option<StopKind>,
+    /// Sticky failure.
+    error: Option<StreamError>,
+    /// [`StreamDecoder::finish`] already handed out the response.
+    finished: bool,
+}
+
+/// One function call being assembled.
+#[derive(Default)]
+struct FnCall {
+    call_id: String,
+    name: String,
+    arguments: String,
+}
+
+impl std::fmt::Debug for ResponsesDecoder {
+    // Lengths, not contents (DESIGN habits).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ResponsesDecoder(text {} B, thinking {} B, {} calls, end {:?})",
+            self.text.len(),
+            self.thinking.len(),
+            self.calls.len(),
+            self.end
+        )
+    }
+}
+
+impl ResponsesDecoder {
+    /// A decoder for one response; `id_prefix` names calls that arrive without a `call_id`
+    /// (`{id_prefix}_{index}`), so it should be unique per LLM call (e.g. `call_7`).
+    #[must_use]
+    pub fn new(id_prefix: String) -> Self {
+        ResponsesDecoder {
+            id_prefix,
+            sse: SseParser::new(),
+            events: Vec::new(),
+            text: String::new(),
+            thinking: String::new(),
+            calls: BTreeMap::new(),
+            item_index: BTreeMap::new(),
+            text_items: BTreeSet::new(),
+            refused: false,
+            usage: None,
+            end: None,
+            error: None,
+            finished: false,
+        }
+    }
+
+    /// Handle parsed SSE events in order; the first error is stored (sticky) and returned.
+    fn handle_events(
+        &mut self,
+        out: &mut Vec<StreamDelta>,
+        at_eof: bool,
+    ) -> Result<(), StreamError> {
+        let mut events = std::mem::take(&mut self.events);
+        let mut result = Ok(());
+        for event in events.drain(..) {
+            if self.end.is_some() {
+                break;
+            }
+            if let Err(err) = self.handle_event(&event, out, at_eof) {
+                self.error = Some(err.clone());
+                result = Err(err);
+                break;
+            }
+        }
+        events.clear();
+        self.events = events;
+        result
+    }
+
+    /// One SSE event. `at_eof`: flushed at EOF without its blank line, so data that is not
+    /// JSON is a cut event (the stream is truncated anyway), not a provider error.
+    fn handle_event(
+        &mut self,
+        event: &SseEvent,
+        out: &mut Vec<StreamDelta>,
+        at_eof: bool,
+    ) -> Result<(), StreamError> {
+        let data = event.data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            return Ok(());
+        }
+        let sse_name = event.event.as_deref().unwrap_or("");
+        let value = match parse_json_lossy(data) {
+            Ok(value) => value,
+            Err(_) if at_eof => return Ok(()),
+            Err(_) if sse_name == "error" => {
+                return Err(StreamError::Provider {
+                    message: data.to_owned(),
+                    retryable: true,
+                });
+            }
+            Err(err) => {
+                return Err(StreamError::Provider {
+                    message: format!("malformed stream event: {err}"),
+                    retryable: true,
+                });
+            }
+        };
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(sse_name);
+        let str_of = |key: &str| value.get(key).and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "response.output_text.delta" => {
+                self.text_items.insert(str_of("item_id").to_owned());
+                self.push_text(str_of("delta"), out);
+            }
+            "response.output_text.done" => {
+                let item = str_of("item_id");
+                if !item.is_empty()
+                    && !self.text_items.contains(item)
+                    && !self.text_items.contains("")
+                {
+                    self.text_items.insert(item.to_owned());
+                    self.push_text(str_of("text"), out);
+                }
+            }
+            "response.refusal.delta" => {
+                self.refused = true;
+                self.push_text(str_of("delta"), out);
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                self.push_thought(str_of("delta"), out);
+            }
+            "response.reasoning_summary_part.added"
+                if !self.thinking.is_empty() && !self.thinking.ends_with('\n') =>
+            {
+                self.push_thought("\n\n", out);
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                let done = kind.ends_with(".done");
+                if let Some(item) = value
+                    .get("item")
+                    .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
+                {
+                    self.merge_item(&value, item, done);
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let slot = self.slot(&value, str_of("item_id"));
+                slot.arguments.push_str(str_of("delta"));
+            }
+            "response.function_call_arguments.done" => {
+                let arguments = value.get("arguments").and_then(Value::as_str);
+                let name = str_of("name");
+                let slot = self.slot(&value, str_of("item_id"));
+                if let Some(arguments) = arguments {
+                    arguments.clone_into(&mut slot.arguments);
+                }
+                if slot.name.is_empty() && !name.is_empty() {
+                    name.clone_into(&mut slot.name);
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let response = value.get("response").unwrap_or(&Value::Null);
+                if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
+                    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+                    self.usage = Some(Usage {
+                        input_tokens: count("input_tokens"),
+                        output_tokens: count("output_tokens"),
+                    });
+                }
+                let status = response.get("status").and_then(Value::as_str);
+                let incomplete = kind == "response.incomplete" || status == Some("incomplete");
+                self.end = Some(if incomplete {
+                    let reason = response
+                        .pointer("/incomplete_details/reason")
+                        .and_then(Value::as_str);
+                    match reason {
+                        Some("content_filter") => StopKind::Refusal,
+                        // "max_output_tokens" and reasons added later: the output was cut.
+                        Some(_) | None => StopKind::MaxTokens,
+                    }
+                } else {
+                    StopKind::EndTurn
+                });
+            }
+            "response.failed" => {
+                let error = value.pointer("/response/error").unwrap_or(&Value::Null);
+                return Err(provider_error(error, "response failed"));
+            }
+            "error" => {
+                let error = value
+                    .get("error")
+                    .filter(|e| e.is_object())
+                    .unwrap_or(&value);
+                return Err(provider_error(error, "stream error"));
+            }
+            // `response.created`, `response.in_progress`, part/content events, and event
+            // types added later carry nothing we need.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The call slot an arguments event belongs to: by `output_index`, else by `item_id`,
+    /// else a new slot after the last one.
+    fn slot(&mut self, value: &Value, item_id: &str) -> &mut FnCall {
+        let index = match value.get("output_index").and_then(Value::as_u64) {
+            Some(index) => index,
+            None => match self.item_index.get(item_id) {
+                Some(&index) => index,
+                None => self
+                    .calls
+                    .last_key_value()
+                    .map_or(0, |(&last, _)| last.saturating_add(1)),
+            },
+        };
+        if !item_id.is_empty() {
+            self.item_index.entry(item_id.to_owned()).or_insert(index);
+        }
+        self.calls.entry(index).or_default()
+    }
+
+    /// A `function_call` item from `output_item.added` / `.done`.
+    fn merge_item(&mut self, value: &Value, item: &Value, done: bool) {
+        let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
+        let (call_id, name) = (field("call_id"), field("name"));
+        let arguments = item.get("arguments").and_then(Value::as_str);
+        let slot = self.slot(value, field("id"));
+        if slot.call_id.is_empty() {
+            call_id.clone_into(&mut slot.call_id);
+        }
+        if slot.name.is_empty() {
+            name.clone_into(&mut slot.name);
+        }
+        if let Some(arguments) = arguments
+            && (done || slot.arguments.is_empty())
+        {
+            arguments.clone_into(&mut slot.arguments);
+        }
+    }
+
+    fn push_text(&mut self, text: &str, out: &mut Vec<StreamDelta>) {
+        if !text.is_empty() {
+            self.text.push_str(text);
+            out.push(StreamDelta::Text(text.to_owned()));
+        }
+    }
+
+    fn push_thought(&mut self, thought: &str, out: &mut Vec<StreamDelta>) {
+        if !thought.is_empty() {
+            self.thinking.push_str(thought);
+            out.push(StreamDelta::Thought(thought.to_owned()));
+        }
+    }
+
+    /// The assembled calls in `output_index` order: nameless ones dropped, ids present and
+    /// unique.
+    fn take_calls(&mut self) -> Vec<ToolCall> {
+        let slots = std::mem::take(&mut self.calls);
+        let mut used: BTreeSet<String> = BTreeSet::new();
+        let mut calls = Vec::with_capacity(slots.len());
+        for (index, slot) in slots {
+            if slot.name.is_empty() {
+                continue;
+            }
+            let mut id = slot.call_id;
+            if id.is_empty() || used.contains(&id) {
+                id = format!("{}_{index}", self.id_prefix);
+                while used.contains(&id) {
+                    id.push('_');
+                }
+            }
+            used.insert(id.clone());
+            calls.push(ToolCall {
+                id,
+                name: slot.name,
+                arguments: slot.arguments,
+            });
+        }
+        calls
+    }
+}
+
+impl StreamDecoder for ResponsesDecoder {
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<StreamDelta>) -> Result<(), StreamError> {
+        if let Some(err) = &self.error {
+            return Err(err.clone());
+        }
+        if self.end.is_some() || self.finished {
+            return Ok(());
+        }
+        self.sse.feed(bytes, &mut self.events);
+        self.handle_events(out, false)
+    }
+
+    /// True after `response.completed` or `response.incomplete`.
+    fn is_complete(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// The response once the body ended: only after `response.completed` /
+    /// `response.incomplete` (otherwise [`StreamError::Truncated`], C24). Completed: function
+    /// calls → tool use, else a streamed refusal → refusal, else end turn. Incomplete keeps the
+    /// (possibly cut) calls: the loop does not run them with max tokens (L1).
+    fn finish(&mut self, out: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError> {
+        if let Some(err) = &self.error {
+            return Err(err.clone());
+        }
+        if self.finished {
+            return Err(StreamError::Truncated("response already taken".to_owned()));
+        }
+        if self.end.is_none() {
+            self.sse.finish(&mut self.events);
+            self.handle_events(out, true)?;
+        }
+        let Some(end) = self.end.clone() else {
+            return Err(StreamError::Truncated(
+                "stream ended before response.completed".to_owned(),
+            ));
+        };
+        self.finished = true;
+        let tool_calls = self.take_calls();
+        let stop = match end {
+            StopKind::EndTurn | StopKind::ToolUse if !tool_calls.is_empty() => StopKind::ToolUse,
+            StopKind::EndTurn | StopKind::ToolUse if self.refused => StopKind::Refusal,
+            StopKind::EndTurn | StopKind::ToolUse => StopKind::EndTurn,
+            stop @ (StopKind::MaxTokens | StopKind::Refusal) => stop,
+        };
+        Ok(LlmResponse {
+            text: std::mem::take(&mut self.text),
+            thinking: std::mem::take(&mut self.thinking),
+            reasoning: Vec::new(),
+            tool_calls,
+            stop,
+            usage: self.usage,
+        })
+    }
+}
+
+/// An error object (`code`, `type`, `message`) as a provider error: `"<message> (<code>)"`.
+fn provider_error(error: &Value, fallback: &str) -> StreamError {
+    let field = |key: &str| {
+        error
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty() && *s != "error")
+    };
+    let code = field("code").or_else(|| field("type"));
+    let message = field("message").unwrap_or(fallback);
+    let retryable = ![field("code"), field("type")]
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.starts_with("invalid")
+                || matches!(
+                    c,
+                    "context_length_exceeded"
+                        | "insufficient_quota"
+                        | "authentication_error"
+                        | "permission_error"
+                )
+        });
+    let message = match code {
+        Some(code) => format!("{message} ({code})"),
+        None => message.to_owned(),
+    };
+    StreamError::Provider { message, retryable }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    // ---------------------------------------------------------------- recorded streams
+    // Shapes as documented for Responses streaming (response.created … response.completed).
+
+    const PLAIN_TEXT: &str = r#"event: response.created
+data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","status":"in_progress","output":[],"usage":null}}
+
+event: response.in_progress
+data: {"type":"response.in_progress","sequence_number":1,"response":{"id":"resp_1","object":"response","status":"in_progress"}}
+
+event: response.output_item.added
+data: {"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"id":"msg_1","type":"message","status":"in_progress","role":"assistant","content":[]}}
+
+event: response.content_part.added
+data: {"type":"response.content_part.added","sequence_number":3,"item_id":"msg_1","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}}
+
+event: response.output_text.delta
+data: {"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hello"}
+
+event: response.output_text.delta
+data: {"type":"response.output_text.delta","sequence_number":5,"item_id":"msg_1","output_index":0,"content_index":0,"delta":", héllo 🐝!"}
+
+event: response.output_text.done
+data: {"type":"response.output_text.done","sequence_number":6,"item_id":"msg_1","output_index":0,"content_index":0,"text":"Hello, héllo 🐝!"}
+
+event: response.content_part.done
+data: {"type":"response.content_part.done","sequence_number":7,"item_id":"msg_1","output_index":0,"content_index":0,"part":{"type":"output_text","text":"Hello, héllo 🐝!","annotations":[]}}
+
+event: response.output_item.done
+data: {"type":"response.output_item.done","sequence_number":8,"output_index":0,"item":{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello, héllo 🐝!","annotations":[]}]}}
+
+event: response.completed
+data: {"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","status":"completed","output":[{"id":"msg_1","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello, héllo 🐝!","annotations":[]}]}],"usage":{"input_tokens":37,"output_tokens":11,"total_tokens":48}}}
+
+"#;
+
+    const REASONING_AND_CALLS: &str = r#"event: response.created
+data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_2","status":"in_progress","output":[]}}
+
+event: response.output_item.added
+data: {"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}}
+
+event: response.reasoning_summary_part.added
+data: {"type":"response.reasoning_summary_part.added","sequence_number":2,"item_id":"rs_1","output_index":0,"summary_index":0,"part":{"type":"summary_text","text":""}}
+
+event: response.reasoning_summary_text.delta
+data: {"type":"response.reasoning_summary_text.delta","sequence_number":3,"item_id":"rs_1","output_index":0,"summary_index":0,"delta":"**Checking**\n\nNeed the file."}
+
+event: response.reasoning_summary_part.added
+data: {"type":"response.reasoning_summary_part.added","sequence_number":4,"item_id":"rs_1","output_index":0,"summary_index":1,"part":{"type":"summary_text","text":""}}
+
+event: response.reasoning_summary_text.delta
+data: {"type":"response.reasoning_summary_text.delta","sequence_number":5,"item_id":"rs_1","output_index":0,"summary_index":1,"delta":"Then list."}
+
+event: response.output_item.done
+data: {"type":"response.output_item.done","sequence_number":6,"output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}}
+
+event: response.output_item.added
+data: {"type":"response.output_item.added","sequence_number":7,"output_index":1,"item":{"id":"fc_1","type":"function_call","status":"in_progress","arguments":"","call_id":"call_A","name":"fs__read_file"}}
+
+event: response.function_call_arguments.delta
+data: {"type":"response.function_call_arguments.delta","sequence_number":8,"item_id":"fc_1","output_index":1,"delta":"{\"path\":"}
+
+event: response.function_call_arguments.delta
+data: {"type":"response.function_call_arguments.delta","sequence_number":9,"item_id":"fc_1","output_index":1,"delta":"\"hé.txt\"}"}
+
+event: response.function_call_arguments.done
+data: {"type":"response.function_call_arguments.done","sequence_number":10,"item_id":"fc_1","output_index":1,"arguments":"{\"path\":\"hé.txt\"}"}
+
+event: response.output_item.done
+data: {"type":"response.output_item.done","sequence_number":11,"output_index":1,"item":{"id":"fc_1","type":"function_call","status":"completed","arguments":"{\"path\":\"hé.txt\"}","call_id":"call_A","name":"fs__read_file"}}
+
+event: response.output_item.added
+data: {"type":"response.output_item.added","sequence_number":12,"output_index":2,"item":{"id":"fc_2","type":"function_call","status":"in_progress","arguments":"","call_id":"call_B","name":"fs__list_dir"}}
+
+event: response.function_call_arguments.delta
+data: {"type":"response.function_call_arguments.delta","sequence_number":13,"item_id":"fc_2","delta":"{}"}
+
+event: response.completed
+data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2","status":"completed","usage":{"input_tokens":120,"output_tokens":40,"output_tokens_details":{"reasoning_tokens":20}}}}
+
+"#;
+
+    // ---------------------------------------------------------------- harness
+
+    #[derive(Debug, PartialEq)]
+    struct Outcome {
+        result: Result<LlmResponse, StreamError>,
+        deltas: Vec<StreamDelta>,
+        complete: bool,
+    }
+
+    fn run_chunks(chunks: &[&[u8]]) -> Outcome {
+        let mut decoder = ResponsesDecoder::new("call_t1".to_owned());
+        let mut deltas = Vec::new();
+        for chunk in chunks {
+            if let Err(err) = decoder.feed(chunk, &mut deltas) {
+                return Outcome {
+                    result: Err(err),
+                    deltas,
+                    complete: decoder.is_complete(),
+                };
+            }
+        }
+        let complete = decoder.is_complete();
+        let result = decoder.finish(&mut deltas);
+        Outcome {
+            result,
+            deltas,
+            complete,
+        }
+    }
+
+    /// Decode `body` whole, at every 2-chunk split, byte by byte, and with CRLF and CR line
+    /// endings; every run must give the same response and the same deltas (SPEC L9).
+    fn decode_every_split(body: &str) -> Outcome {
+        let whole = run_chunks(&[body.as_bytes()]);
+        let bytes = body.as_bytes();
+        for i in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(i);
+            assert_eq!(run_chunks(&[a, b]), whole, "split at byte {i}");
+        }
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(run_chunks(&singles), whole, "byte by byte");
+        for ending in ["\r\n", "\r"] {
+            let converted = body.replace('\n', ending);
+            let singles: Vec<&[u8]> = converted.as_bytes().chunks(1).collect();
+            assert_eq!(run_chunks(&singles), whole, "line ending {ending:?}");
+        }
+        whole
+    }
+
+    fn ok(outcome: &Outcome) -> &LlmResponse {
+        match &outcome.result {
+            Ok(response) => response,
+            Err(err) => panic!("expected a response, got {err}"),
+        }
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+        }
+    }
+
+    /// One SSE event with `type` = `kind` and the given extra JSON fields.
+    fn event(kind: &str, fields: &str) -> String {
+        format!("event: {kind}\ndata: {{\"type\":\"{kind}\",{fields}}}\n\n")
+    }
+
+    fn completed() -> String {
+        event(
+            "response.completed",
+            "\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":6}}",
+        )
+    }
+
+    fn text_delta(text: &str) -> String {
+        event(
+            "response.output_text.delta",
+            &format!(
+                "\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"{text}\""
+            ),
+        )
+    }
+
+    // ---------------------------------------------------------------- decoder tests
+
+    #[test]
+    fn l8_plain_text_reply_streams_text_deltas_and_ends_the_turn_at_every_split() {
+        let outcome = decode_every_split(PLAIN_TEXT);
+        assert!(outcome.complete);
+        assert_eq!(
+            outcome.deltas,
+            vec![
+                StreamDelta::Text("Hello".into()),
+                StreamDelta::Text(", héllo 🐝!".into())
+            ]
+        );
+        assert_eq!(
+            ok(&outcome),
+            &LlmResponse {
+                text: "Hello, héllo 🐝!".into(),
+                thinking: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![],
+                stop: StopKind::EndTurn,
+                usage: Some(Usage {
+                    input_tokens: 37,
+                    output_tokens: 11
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn l8_reasoning_summary_and_function_calls_are_assembled_at_every_split() {
+        let outcome = decode_every_split(REASONING_AND_CALLS);
+        assert_eq!(
+            outcome.deltas,
+            vec![
+                StreamDelta::Thought("**Checking**\n\nNeed the file.".into()),
+                StreamDelta::Thought("\n\n".into()),
+                StreamDelta::Thought("Then list.".into()),
+            ]
+        );
+        assert_eq!(
+            ok(&outcome),
+            &LlmResponse {
+                text: String::new(),
+                thinking: "**Checking**\n\nNeed the file.\n\nThen list.".into(),
+                reasoning: vec![],
+                tool_calls: vec![
+                    call("call_A", "fs__read_file", "{\"path\":\"hé.txt\"}"),
+                    call("call_B", "fs__list_dir", "{}"),
+                ],
+                stop: StopKind::ToolUse,
+                usage: Some(Usage {
+                    input_tokens: 120,
+                    output_tokens: 40
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn l8_reasoning_text_deltas_are_thoughts() {
+        let body = event(
+            "response.reasoning_text.delta",
+            "\"item_id\":\"rs_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"hmm\"",
+        ) + &text_delta("ok")
+            + &completed();
+        let outcome = decode_every_split(&body);
+        assert_eq!(
+            outcome.deltas,
+            vec![
+                StreamDelta::Thought("hmm".into()),
+                StreamDelta::Text("ok".into())
+            ]
+        );
+        assert_eq!(ok(&outcome).thinking, "hmm");
+    }
+
+    #[test]
+    fn l8_arguments_done_and_item_done_are_authoritative_and_ids_are_synthesised() {
+        let body = [
+            // No call_id, arguments only in the .done events.
+            event(
+                "response.output_item.added",
+                "\"output_index\":3,\"item\":{\"id\":\"fc_9\",\"type\":\"function_call\",\"name\":\"get_time\",\"arguments\":\"\"}",
+            ),
+            event(
+                "response.function_call_arguments.delta",
+                "\"item_id\":\"fc_9\",\"output_index\":3,\"delta\":\"{\\\"tz\\\":\"",
+            ),
+            event(
+                "response.function_call_arguments.done",
+                "\"item_id\":\"fc_9\",\"output_index\":3,\"arguments\":\"{\\\"tz\\\":\\\"UTC\\\"}\"",
+            ),
+            // An item that appears only at .done.
+            event(
+                "response.output_item.done",
+                "\"output_index\":4,\"item\":{\"id\":\"fc_10\",\"type\":\"function_call\",\"call_id\":\"call_Z\",\"name\":\"ls\",\"arguments\":\"{\\\"p\\\":\\\".\\\"}\"}",
+            ),
+            // Arguments without a named item: dropped.
+            event(
+                "response.function_call_arguments.delta",
+                "\"item_id\":\"fc_11\",\"output_index\":5,\"delta\":\"{}\"",
+            ),
+            completed(),
+        ]
+        .concat();
+        let response = ok(&decode_every_split(&body)).clone();
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                call("call_t1_3", "get_time", "{\"tz\":\"UTC\"}"),
+                call("call_Z", "ls", "{\"p\":\".\"}"),
+            ]
+        );
+        assert_eq!(response.stop, StopKind::ToolUse);
+    }
+
+    #[test]
+    fn l8_incomplete_responses_map_to_max_tokens_or_refusal() {
+        let incomplete = |reason: &str| {
+            text_delta("Long")
+                + &event(
+                    "response.incomplete",
+                    &format!(
+                        "\"response\":{{\"status\":\"incomplete\",\"incomplete_details\":{{\"reason\":\"{reason}\"}},\"usage\":{{\"input_tokens\":1,\"output_tokens\":2}}}}"
+                    ),
+                )
+        };
+        let outcome = decode_every_split(&incomplete("max_output_tokens"));
+        assert!(outcome.complete);
+        assert_eq!(ok(&outcome).stop, StopKind::MaxTokens);
+        assert_eq!(ok(&outcome).text, "Long");
+        assert_eq!(
+            ok(&decode_every_split(&incomplete("content_filter"))).stop,
+            StopKind::Refusal
+        );
+        assert_eq!(
+            ok(&decode_every_split(&incomplete("something_new"))).stop,
+            StopKind::MaxTokens
+        );
+    }
+
+    #[test]
+    fn l8_refusal_deltas_are_text_and_make_a_refusal() {
+        let body = event(
+            "response.refusal.delta",
+            "\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"I can't help with that.\"",
+        ) + &completed();
+        let outcome = decode_every_split(&body);
+        assert_eq!(ok(&outcome).stop, StopKind::Refusal);
+        assert_eq!(ok(&outcome).text, "I can't help with that.");
+    }
+
+    #[test]
+    fn l8_output_text_done_fills_in_only_when_no_delta_was_seen() {
+        let done = event(
+            "response.output_text.done",
+            "\"item_id\":\"msg_2\",\"output_index\":0,\"content_index\":0,\"text\":\"whole\"",
+        );
+        let outcome = decode_every_split(&(done.clone() + &completed()));
+        assert_eq!(outcome.deltas, vec![StreamDelta::Text("whole".into())]);
+        // PLAIN_TEXT has deltas and a .done for the same item: no duplicate.
+        assert_eq!(ok(&decode_every_split(PLAIN_TEXT)).text, "Hello, héllo 🐝!");
+    }
+
+    #[test]
+    fn l8_failed_response_and_error_events_are_provider_errors() {
+        let failed = text_delta("Hi")
+            + &event(
+                "response.failed",
+                "\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"The server had an error\"}}",
+            );
+        let outcome = decode_every_split(&failed);
+        assert_eq!(
+            outcome.result,
+            Err(StreamError::Provider {
+                message: "The server had an error (server_error)".into(),
+                retryable: true
+            })
+        );
+        assert_eq!(outcome.deltas, vec![StreamDelta::Text("Hi".into())]);
+
+        let flat = event(
+            "error",
+            "\"code\":\"rate_limit_exceeded\",\"message\":\"slow down\",\"param\":null",
+        );
+        assert_eq!(
+            decode_every_split(&flat).result,
+            Err(StreamError::Provider {
+                message: "slow down (rate_limit_exceeded)".into(),
+                retryable: true
+            })
+        );
+        let nested = event(
+            "error",
+            "\"error\":{\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\",\"message\":\"too long\"}",
+        );
+        assert_eq!(
+            decode_every_split(&nested).result,
+            Err(StreamError::Provider {
+                message: "too long (context_length_exceeded)".into(),
+                retryable: false
+            })
+        );
+        let invalid_prompt = event(
+            "response.failed",
+            "\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"invalid_prompt\",\"message\":\"no\"}}",
+        );
+        assert_eq!(
+            decode_every_split(&invalid_prompt)
+                .result
+                .map_err(|e| e.is_retryable()),
+            Err(false)
+        );
+        assert!(matches!(
+            decode_every_split("event: response.output_text.delta\ndata: {oops}\n\n").result,
+            Err(StreamError::Provider {
+                retryable: true,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn l8_errors_are_sticky() {
+        let body = event("error", "\"code\":\"server_error\",\"message\":\"x\"");
+        let mut decoder = ResponsesDecoder::new("c".into());
+        let mut out = Vec::new();
+        assert!(decoder.feed(body.as_bytes(), &mut out).is_err());
+        assert!(decoder.feed(completed().as_bytes(), &mut out).is_err());
+        assert!(decoder.finish(&mut out).is_err());
+    }
+
+    #[test]
+    fn c24_stream_cut_before_completion_is_truncated() {
+        let cut = PLAIN_TEXT
+            .find("event: response.completed")
+            .map(|at| &PLAIN_TEXT[..at])
+            .unwrap();
+        let outcome = decode_every_split(cut);
+        assert!(matches!(outcome.result, Err(StreamError::Truncated(_))));
+        assert!(!outcome.complete);
+        assert_eq!(outcome.deltas.len(), 2);
+        let in_arguments = REASONING_AND_CALLS.find("\\\"hé.txt").unwrap();
+        assert!(matches!(
+            decode_every_split(&REASONING_AND_CALLS[..in_arguments]).result,
+            Err(StreamError::Truncated(_))
+        ));
+        // A cut inside the completed event itself.
+        assert!(matches!(
+            decode_every_split(&PLAIN_TEXT[..PLAIN_TEXT.len() - 20]).result,
+            Err(StreamError::Truncated(_))
+        ));
+        // The completed event without its closing blank line still completes.
+        assert_eq!(
+            ok(&decode_every_split(PLAIN_TEXT.trim_end())).stop,
+            StopKind::EndTurn
+        );
+    }
+
+    #[test]
+    fn c24_done_marker_and_bytes_after_completion_are_ignored() {
+        let body = format!("{PLAIN_TEXT}data: [DONE]\n\n{}garbage", text_delta("late"));
+        let outcome = decode_every_split(&body);
+        assert_eq!(ok(&outcome).text, "Hello, héllo 🐝!");
+        assert_eq!(outcome.deltas.len(), 2);
+        // A [DONE] without completion is still truncated.
+        let early = text_delta("Hi") + "data: [DONE]\n\n";
+        assert!(matches!(
+            decode_every_split(&early).result,
+            Err(StreamError::Truncated(_))
+        ));
+    }
+
+    #[test]
+    fn l9_split_inside_a_multibyte_character_and_lone_surrogates() {
+        let bee = PLAIN_TEXT.find('🐝').unwrap();
+        let bytes = PLAIN_TEXT.as_bytes();
+        for cut in bee + 1..bee + 4 {
+            let outcome = run_chunks(&[&bytes[..cut], &bytes[cut..]]);
+            assert_eq!(ok(&outcome).text, "Hello, héllo 🐝!", "cut at {cut}");
+        }
+        let body = text_delta("a\\ud800b") + &completed();
+        assert_eq!(ok(&decode_every_split(&body)).text, "a\u{fffd}b");
+    }
+
+    #[test]
+    fn l8_finish_twice_does_not_hand_out_the_response_again() {
+        let mut decoder = ResponsesDecoder::new("c".into());
+        let mut out = Vec::new();
+        decoder.feed(PLAIN_TEXT.as_bytes(), &mut out).unwrap();
+        assert!(decoder.is_complete());
+        assert!(decoder.finish(&mut out).is_ok());
+        assert!(matches!(
+            decoder.finish(&mut out),
+            Err(StreamError::Truncated(_))
+        ));
+    }
+
+    #[test]
+    fn l9_long_stream_fed_byte_by_byte_decodes_in_linear_time() {
+        let mut body = String::new();
+        let delta = text_delta("abcdefgh");
+        for _ in 0..10_000 {
+            body.push_str(&delta);
+        }
+        body.push_str(&completed());
+        let mut decoder = ResponsesDecoder::new("c".into());
+        let mut out = Vec::new();
+        for byte in body.as_bytes().chunks(1) {
+            decoder.feed(byte, &mut out).unwrap();
+        }
+        assert_eq!(decoder.finish(&mut out).unwrap().text.len(), 80_000);
+    }
+
+    // ---------------------------------------------------------------- request tests
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {"path": {"type": "string"}}})
+    }
+
+    #[test]
+    fn l8_request_has_url_headers_and_streaming_body() {
+        let tools = [ToolDef {
+            name: "fs__read_file".into(),
+            description: "Read a file".into(),
+            input_schema: schema(),
+        }];
+        let messages = [Message::User { text: "hi".into() }];
+        let req = LlmRequest {
+            model: "gpt-x",
+            system: Some("Be brief."),
+            messages: &messages,
+            tools: &tools,
+            max_output_tokens: 4096,
+        };
+        let request = build_request("http://127.0.0.1:5000/v1/", "sk-test", &req);
+        assert_eq!(request.method, "POST");
+        assert_eq!(request.url, "http://127.0.0.1:5000/v1/responses");
+        assert_eq!(
+            request.headers,
+            vec![
+                ("content-type".to_owned(), "application/json".to_owned()),
+                ("accept".to_owned(), "text/event-stream".to_owned()),
+                ("authorization".to_owned(), "Bearer sk-test".to_owned()),
+            ]
+        );
+        let text = String::from_utf8(request.body.clone()).unwrap();
+        assert!(
+            text.starts_with("{\"model\":\"gpt-x\",\"instructions\":\"Be brief.\",\"input\":"),
+            "{text}"
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap(),
+            json!({
+                "model": "gpt-x",
+                "instructions": "Be brief.",
+                "input": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "name": "fs__read_file", "description": "Read a file", "parameters": schema(), "strict": false}],
+                "stream": true,
+                "store": false,
+                "max_output_tokens": 4096
+            })
+        );
+    }
+
+    #[test]
+    fn l8_no_key_no_system_and_no_tools_leave_those_out() {
+        let messages = [Message::User {
+            text: "summarise".into(),
+        }];
+        let req = LlmRequest {
+            model: "m",
+            system: Some(""),
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 100,
+        };
+        let request = build_request("http://h/v1", "", &req);
+        assert!(request.headers.iter().all(|(k, _)| k != "authorization"));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&request.body).unwrap(),
+            json!({
+                "model": "m",
+                "input": [{"role": "user", "content": "summarise"}],
+                "stream": true,
+                "store": false,
+                "max_output_tokens": 100
+            })
+        );
+    }
+
+    #[test]
+    fn l8_history_becomes_message_function_call_and_output_items() {
+        let messages = [
+            Message::User {
+                text: "list".into(),
+            },
+            Message::Assistant {
+                text: "Checking.".into(),
+                thinking: "secret reasoning".into(),
+                reasoning: vec![],
+                tool_calls: vec![
+                    call("call_1", "fs__list_dir", "{\"p\":\".\"}"),
+                    call("call_2", "clock__now", "  "),
+                ],
+            },
+            Message::ToolResult {
+                call_id: "call_1".into(),
+                name: "fs__list_dir".into(),
+                text: "a.txt".into(),
+                is_error: false,
+            },
+            Message::ToolResult {
+                call_id: "call_2".into(),
+                name: "clock__now".into(),
+                text: "boom".into(),
+                is_error: true,
+            },
+            Message::Assistant {
+                text: String::new(),
+                thinking: "only thoughts".into(),
+                reasoning: vec![],
+                tool_calls: vec![],
+            },
+            Message::Assistant {
+                text: "Done \"quoted\" é".into(),
+                thinking: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![],
+            },
+        ];
+        let req = LlmRequest {
+            model: "m",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 1,
+        };
+        let body: Value =
+            serde_json::from_slice(&build_request("http://h", "k", &req).body).unwrap();
+        assert_eq!(
+            body["input"],
+            json!([
+                {"role": "user", "content": "list"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+                {"type": "function_call", "call_id": "call_1", "name": "fs__list_dir", "arguments": "{\"p\":\".\"}"},
+                {"type": "function_call", "call_id": "call_2", "name": "clock__now", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"},
+                {"type": "function_call_output", "call_id": "call_2", "output": "Error: boom"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done \"quoted\" é"}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn l8_decoded_response_rebuilds_into_a_request_with_the_same_call_ids() {
+        let response = ok(&decode_every_split(REASONING_AND_CALLS)).clone();
+        let mut messages = vec![Message::Assistant {
+            text: response.text,
+            thinking: response.thinking,
+            reasoning: response.reasoning,
+            tool_calls: response.tool_calls.clone(),
+        }];
+        messages.extend(response.tool_calls.iter().map(|c| Message::ToolResult {
+            call_id: c.id.clone(),
+            name: c.name.clone(),
+            text: "ok".into(),
+            is_error: false,
+        }));
+        let req = LlmRequest {
+            model: "m",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 1,
+        };
+        let body: Value =
+            serde_json::from_slice(&build_request("http://h", "", &req).body).unwrap();
+        assert_eq!(body["input"][0]["call_id"], "call_A");
+        assert_eq!(body["input"][1]["call_id"], "call_B");
+        assert_eq!(body["input"][2]["call_id"], "call_A");
+        assert_eq!(body["input"][3]["call_id"], "call_B");
+    }
+}
