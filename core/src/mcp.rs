@@ -398,8 +398,17 @@ impl Agent {
 
     pub(crate) fn on_mcp_write_failed(&mut self, proc: ProcKey) {
         let Some(slot) = self.slot_of(proc) else { return };
-        let Some(s) = self.servers.get(&slot) else { return };
+        let now = self.now;
+        let Some(s) = self.servers.get_mut(&slot) else { return };
         if matches!(s.state, ServerState::Dead { .. }) {
+            return;
+        }
+        if s.alive {
+            // Usually the process is exiting: wait briefly for its exit status and stderr tail
+            // (reported by `McpExited`), as for a closed stdout.
+            if s.stdout_closed_at.is_none() {
+                s.stdout_closed_at = Some(now.plus_ms(STDOUT_CLOSED_GRACE_MS));
+            }
             return;
         }
         let reason = s.describe_death("stopped reading its stdin");
