@@ -1,0 +1,851 @@
+//! The fake MCP server (MCP 2025-11-25 over stdio, one JSON-RPC message per line). It runs as
+//! the suite's own test binary with `BUZZ_E2E_ROLE=fake-mcp` (see [`crate::run_suite`]); its
+//! behaviour is set by `FAKE_MCP_*` environment variables, documented on [`Config`].
+//!
+//! Every `tools/call` is handled on its own thread, so concurrent calls overlap; every stdout
+//! write is one whole line, written and flushed under one mutex.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How `_Stop` answers (`FAKE_MCP_STOP_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopMode {
+    /// A text result (the objection text, or `""` once the objections are used up).
+    Text,
+    /// A JSON-RPC error.
+    Error,
+    /// An `isError: true` result carrying the text.
+    IsError,
+    /// Never answers.
+    Hang,
+}
+
+/// The whole behaviour, read from the environment once at start.
+///
+/// | variable | effect |
+/// |---|---|
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`) |
+/// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
+/// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
+/// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
+/// | `FAKE_MCP_DELAY_MS` | delay before every model-tool `tools/call` reply (not hooks) |
+/// | `FAKE_MCP_CRASH_AFTER=N` | on receiving `tools/call` number N+1: stderr line, exit 3 |
+/// | `FAKE_MCP_GARBAGE=1` | non-JSON banner lines on stdout before the handshake and after every reply |
+/// | `FAKE_MCP_FAIL_START=1` | stderr `boom: start failure requested`, exit 3 at once |
+/// | `FAKE_MCP_NO_INIT_REPLY=1` | never answers `initialize` |
+/// | `FAKE_MCP_STOP=1` | exposes `_Stop` and the hidden `_Other` |
+/// | `FAKE_MCP_STOP_TEXT` | objection text (default `tests are still red`) |
+/// | `FAKE_MCP_STOP_OBJECT_TIMES` | N: the first N `_Stop` calls object, later ones answer `""`; `always` (default) |
+/// | `FAKE_MCP_STOP_DELAY_MS` | delay before each `_Stop` reply |
+/// | `FAKE_MCP_STOP_MODE` | `text` (default), `error`, `iserror`, `hang` |
+/// | `FAKE_MCP_POSTCOMPACT_TEXT` | set (even empty): exposes `_PostCompact` answering it |
+/// | `FAKE_MCP_POSTCOMPACT_DELAY_MS` | delay before each `_PostCompact` reply |
+/// | `FAKE_MCP_CALL_LOG=path` | appends every received line, flushed |
+/// | `FAKE_MCP_GRANDCHILD_PIDFILE=path` | spawns `sleep 1000`, writes `<own pid> <grandchild pid>` |
+/// | `FAKE_MCP_IGNORE_TERM=1` | ignores SIGTERM and does not exit on stdin EOF (only SIGKILL ends it) |
+/// | `FAKE_MCP_ENV_DUMP=path` | writes its environment as a JSON object at start |
+/// | `FAKE_MCP_CWD_FILE=path` | writes its working directory at start |
+/// | `FAKE_MCP_STDERR_LINES=N` | writes `stderr line i` (i in 0..N) to stderr at start |
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub tools: Vec<String>,
+    pub tool_count: usize,
+    pub page_size: Option<usize>,
+    pub protocol_version: Option<String>,
+    pub delay_ms: u64,
+    pub crash_after: Option<u64>,
+    pub garbage: bool,
+    pub fail_start: bool,
+    pub no_init_reply: bool,
+    pub stop: bool,
+    pub stop_text: String,
+    /// `None` = always object.
+    pub stop_object_times: Option<u64>,
+    pub stop_delay_ms: u64,
+    pub stop_mode: StopMode,
+    pub postcompact_text: Option<String>,
+    pub postcompact_delay_ms: u64,
+    pub call_log: Option<PathBuf>,
+    pub grandchild_pidfile: Option<PathBuf>,
+    pub ignore_term: bool,
+    pub env_dump: Option<PathBuf>,
+    pub cwd_file: Option<PathBuf>,
+    pub stderr_lines: u64,
+}
+
+/// Banner text the fake writes on stdout with `FAKE_MCP_GARBAGE=1` (never valid JSON).
+pub const GARBAGE_BANNER: &str = "FAKE-MCP BANNER: server v1.2.3 starting (not json)";
+/// Text of the line written after every reply with `FAKE_MCP_GARBAGE=1`.
+pub const GARBAGE_AFTER_REPLY: &str = "FAKE-MCP LOG: replied";
+/// Stderr line of the `crash` tool and `FAKE_MCP_CRASH_AFTER`.
+pub const CRASH_STDERR: &str = "fatal: crash requested";
+/// Stderr line of `FAKE_MCP_FAIL_START`.
+pub const FAIL_START_STDERR: &str = "boom: start failure requested";
+
+impl Config {
+    /// Reads the configuration through `get` (the environment in the real server).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        let flag = |k: &str| get(k).is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
+        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
+        let path = |k: &str| get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let tools = get("FAKE_MCP_TOOLS")
+            .unwrap_or_else(|| "echo".into())
+            .split(',')
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        let stop_object_times = match get("FAKE_MCP_STOP_OBJECT_TIMES").as_deref().map(str::trim) {
+            None | Some("always") | Some("") => None,
+            Some(n) => n.parse().ok(),
+        };
+        let stop_mode = match get("FAKE_MCP_STOP_MODE").as_deref().map(str::trim) {
+            Some("error") => StopMode::Error,
+            Some("iserror") => StopMode::IsError,
+            Some("hang") => StopMode::Hang,
+            _ => StopMode::Text,
+        };
+        Config {
+            tools,
+            tool_count: num("FAKE_MCP_TOOL_COUNT").unwrap_or(0) as usize,
+            page_size: num("FAKE_MCP_PAGE_SIZE")
+                .filter(|&n| n > 0)
+                .map(|n| n as usize),
+            protocol_version: get("FAKE_MCP_PROTOCOL_VERSION").filter(|v| !v.is_empty()),
+            delay_ms: num("FAKE_MCP_DELAY_MS").unwrap_or(0),
+            crash_after: num("FAKE_MCP_CRASH_AFTER"),
+            garbage: flag("FAKE_MCP_GARBAGE"),
+            fail_start: flag("FAKE_MCP_FAIL_START"),
+            no_init_reply: flag("FAKE_MCP_NO_INIT_REPLY"),
+            stop: flag("FAKE_MCP_STOP"),
+            stop_text: get("FAKE_MCP_STOP_TEXT").unwrap_or_else(|| "tests are still red".into()),
+            stop_object_times,
+            stop_delay_ms: num("FAKE_MCP_STOP_DELAY_MS").unwrap_or(0),
+            stop_mode,
+            postcompact_text: get("FAKE_MCP_POSTCOMPACT_TEXT"),
+            postcompact_delay_ms: num("FAKE_MCP_POSTCOMPACT_DELAY_MS").unwrap_or(0),
+            call_log: path("FAKE_MCP_CALL_LOG"),
+            grandchild_pidfile: path("FAKE_MCP_GRANDCHILD_PIDFILE"),
+            ignore_term: flag("FAKE_MCP_IGNORE_TERM"),
+            env_dump: path("FAKE_MCP_ENV_DUMP"),
+            cwd_file: path("FAKE_MCP_CWD_FILE"),
+            stderr_lines: num("FAKE_MCP_STDERR_LINES").unwrap_or(0),
+        }
+    }
+
+    /// The tool list, in `tools/list` order: catalogue tools, `t0..`, then hooks.
+    pub fn tool_list(&self) -> Vec<Value> {
+        let obj = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
+        let mut out = Vec::new();
+        for name in &self.tools {
+            let (description, schema) = match name.as_str() {
+                "echo" => (
+                    "Echoes `text` back",
+                    obj(json!({"text": {"type": "string"}}), &["text"]),
+                ),
+                "add" => (
+                    "Adds two numbers",
+                    obj(
+                        json!({"a": {"type": "number"}, "b": {"type": "number"}}),
+                        &["a", "b"],
+                    ),
+                ),
+                "slow" => (
+                    "Sleeps `ms` milliseconds",
+                    obj(json!({"ms": {"type": "integer"}}), &[]),
+                ),
+                "hang" => ("Never answers", obj(json!({}), &[])),
+                "crash" => ("Exits the server mid-call", obj(json!({}), &[])),
+                "big" => (
+                    "Returns a text of `bytes` bytes: BEGIN-, the fill repeated, -END",
+                    obj(
+                        json!({"bytes": {"type": "integer"}, "fill": {"type": "string"}}),
+                        &["bytes"],
+                    ),
+                ),
+                "fail" => ("Returns an isError result", obj(json!({}), &[])),
+                "reject" => ("Answers a JSON-RPC error", obj(json!({}), &[])),
+                "shell" => (
+                    "Pretends to run a shell command",
+                    obj(json!({"command": {"type": "string"}}), &["command"]),
+                ),
+                _ => (
+                    "Unknown catalogue entry, echoes `text`",
+                    obj(json!({}), &[]),
+                ),
+            };
+            out.push(json!({"name": name, "description": description, "inputSchema": schema}));
+        }
+        for i in 0..self.tool_count {
+            out.push(json!({
+                "name": format!("t{i}"),
+                "description": "Echoes `text` back",
+                "inputSchema": obj(json!({"text": {"type": "string"}}), &[]),
+            }));
+        }
+        let hook = |name: &str| json!({"name": name, "description": "hook", "inputSchema": {"type": "object"}});
+        if self.stop {
+            out.push(hook("_Stop"));
+            out.push(hook("_Other"));
+        }
+        if self.postcompact_text.is_some() {
+            out.push(hook("_PostCompact"));
+        }
+        out
+    }
+}
+
+/// The text the `big` tool returns: `BEGIN-`, `fill` repeated, `-END`, exactly `bytes` bytes
+/// long when the fill is ASCII (for a multi-byte fill, as close as whole characters allow, never
+/// longer).
+pub fn big_text(bytes: usize, fill: &str) -> String {
+    let fill = if fill.is_empty() { "m" } else { fill };
+    if bytes < 10 {
+        return "x".repeat(bytes);
+    }
+    let mut s = String::from("BEGIN-");
+    let body = bytes - 6 - 4;
+    while s.len() + fill.len() <= 6 + body {
+        s.push_str(fill);
+    }
+    while s.len() < 6 + body {
+        s.push('m');
+    }
+    s.push_str("-END");
+    s
+}
+
+/// Output shared by all handler threads: one line per write, flushed.
+#[derive(Clone)]
+pub struct Out(Arc<Mutex<Box<dyn Write + Send>>>);
+
+impl Out {
+    pub fn new(w: Box<dyn Write + Send>) -> Out {
+        Out(Arc::new(Mutex::new(w)))
+    }
+
+    /// Writes one JSON message as a line; returns false when the pipe is gone.
+    fn send(&self, msg: &Value, garbage: bool) -> bool {
+        let Ok(mut w) = self.0.lock() else {
+            return false;
+        };
+        let mut line = msg.to_string();
+        line.push('\n');
+        if garbage {
+            line.push_str(GARBAGE_AFTER_REPLY);
+            line.push('\n');
+        }
+        w.write_all(line.as_bytes())
+            .and_then(|()| w.flush())
+            .is_ok()
+    }
+
+    fn raw(&self, text: &str) {
+        if let Ok(mut w) = self.0.lock() {
+            let _ = w.write_all(text.as_bytes()).and_then(|()| w.flush());
+        }
+    }
+}
+
+/// What the server does when it must die (the `crash` tool, `FAKE_MCP_CRASH_AFTER`). The real
+/// server exits the process; in-memory tests may do something else.
+pub type Exit = Arc<dyn Fn(i32) + Send + Sync>;
+
+struct Server {
+    cfg: Config,
+    out: Out,
+    log: Option<Mutex<std::fs::File>>,
+    calls: AtomicU64,
+    stop_calls: AtomicU64,
+    exit: Exit,
+}
+
+fn ok(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+fn err(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+fn text_result(text: &str, is_error: bool) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": is_error})
+}
+
+impl Server {
+    fn reply(&self, msg: &Value) -> bool {
+        self.out.send(msg, self.cfg.garbage)
+    }
+
+    fn die(&self) {
+        eprintln!("{CRASH_STDERR}");
+        let _ = std::io::stderr().flush();
+        (self.exit)(3);
+    }
+
+    fn handle_line(self: &Arc<Self>, line: &str) {
+        if let Some(Ok(mut f)) = self.log.as_ref().map(Mutex::lock) {
+            let _ = writeln!(f, "{line}").and_then(|()| f.flush());
+        }
+        let Ok(msg) = serde_json::from_str::<Value>(line) else {
+            eprintln!(
+                "fake-mcp: ignoring non-JSON line: {}",
+                line.chars().take(200).collect::<String>()
+            );
+            return;
+        };
+        let Some(method) = msg["method"].as_str() else {
+            return; // a response to nothing we sent, or junk: ignore
+        };
+        let id = match msg.get("id") {
+            Some(id) => id.clone(),
+            None => return, // notifications: initialized, cancelled, … only logged
+        };
+        match method {
+            "initialize" => {
+                if self.cfg.no_init_reply {
+                    return;
+                }
+                let version = self
+                    .cfg
+                    .protocol_version
+                    .clone()
+                    .or_else(|| {
+                        msg["params"]["protocolVersion"]
+                            .as_str()
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_else(|| "2025-11-25".into());
+                self.reply(&ok(
+                    &id,
+                    json!({
+                        "protocolVersion": version,
+                        "capabilities": {"tools": {"listChanged": true}},
+                        "serverInfo": {"name": "fake-mcp", "version": "1.0.0"},
+                    }),
+                ));
+            }
+            "ping" => {
+                self.reply(&ok(&id, json!({})));
+            }
+            "tools/list" => {
+                let all = self.cfg.tool_list();
+                let start = msg["params"]["cursor"]
+                    .as_str()
+                    .and_then(|c| c.strip_prefix('c'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0)
+                    .min(all.len());
+                let result = match self.cfg.page_size {
+                    Some(size) => {
+                        let end = (start + size).min(all.len());
+                        let mut r = json!({"tools": all[start..end]});
+                        if end < all.len() {
+                            r["nextCursor"] = json!(format!("c{end}"));
+                        }
+                        r
+                    }
+                    None => json!({"tools": all}),
+                };
+                self.reply(&ok(&id, result));
+            }
+            "tools/call" => {
+                let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+                if self.cfg.crash_after.is_some_and(|limit| n > limit) {
+                    self.die();
+                    return;
+                }
+                let this = self.clone();
+                let params = msg["params"].clone();
+                std::thread::spawn(move || this.call(&id, &params));
+            }
+            _ => {
+                self.reply(&err(&id, -32601, &format!("method not found: {method}")));
+            }
+        }
+    }
+
+    fn call(&self, id: &Value, params: &Value) {
+        let name = params["name"].as_str().unwrap_or_default();
+        let args = &params["arguments"];
+        let sleep = |ms: u64| std::thread::sleep(Duration::from_millis(ms));
+        let reply = match name {
+            "_Stop" if self.cfg.stop => {
+                let n = self.stop_calls.fetch_add(1, Ordering::SeqCst) + 1;
+                sleep(self.cfg.stop_delay_ms);
+                let objects = self.cfg.stop_object_times.is_none_or(|times| n <= times);
+                let text = if objects {
+                    self.cfg.stop_text.as_str()
+                } else {
+                    ""
+                };
+                match self.cfg.stop_mode {
+                    StopMode::Text => ok(id, text_result(text, false)),
+                    StopMode::IsError => ok(id, text_result(text, true)),
+                    StopMode::Error => err(id, -32000, "stop hook failed on purpose"),
+                    StopMode::Hang => return,
+                }
+            }
+            "_PostCompact" if self.cfg.postcompact_text.is_some() => {
+                sleep(self.cfg.postcompact_delay_ms);
+                ok(
+                    id,
+                    text_result(self.cfg.postcompact_text.as_deref().unwrap_or(""), false),
+                )
+            }
+            "_Other" if self.cfg.stop => ok(id, text_result("_Other must never be called", true)),
+            _ => {
+                let known = self.cfg.tools.iter().any(|t| t == name)
+                    || name
+                        .strip_prefix('t')
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .is_some_and(|n| n < self.cfg.tool_count);
+                if !known {
+                    self.reply(&err(id, -32602, &format!("unknown tool: {name}")));
+                    return;
+                }
+                sleep(self.cfg.delay_ms);
+                let text_arg = |k: &str| match &args[k] {
+                    Value::String(s) => s.clone(),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                };
+                match name {
+                    "add" => {
+                        let (a, b) = (&args["a"], &args["b"]);
+                        let sum = match (a.as_i64(), b.as_i64()) {
+                            (Some(a), Some(b)) => (a + b).to_string(),
+                            _ => {
+                                (a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0)).to_string()
+                            }
+                        };
+                        ok(id, text_result(&sum, false))
+                    }
+                    "slow" => {
+                        let ms = args["ms"].as_u64().unwrap_or(1000);
+                        sleep(ms);
+                        ok(id, text_result(&format!("slept {ms} ms"), false))
+                    }
+                    "hang" => return,
+                    "crash" => {
+                        self.die();
+                        return;
+                    }
+                    "big" => {
+                        let bytes = args["bytes"].as_u64().unwrap_or(100_000) as usize;
+                        let fill = args["fill"].as_str().unwrap_or("m");
+                        ok(id, text_result(&big_text(bytes, fill), false))
+                    }
+                    "fail" => ok(id, text_result("boom", true)),
+                    "reject" => err(id, -32602, "Invalid arguments"),
+                    "shell" => ok(
+                        id,
+                        text_result(&format!("ran: {}", text_arg("command")), false),
+                    ),
+                    _ => ok(id, text_result(&text_arg("text"), false)),
+                }
+            }
+        };
+        self.reply(&reply);
+    }
+}
+
+/// Runs the protocol on `input`/`out` until `input` ends. Start-up effects that touch the
+/// process (pid files, signals, env dump) are in [`main`].
+pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
+    let log = cfg.call_log.as_ref().and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()
+            .map(Mutex::new)
+    });
+    if cfg.garbage {
+        out.raw(&format!(
+            "{GARBAGE_BANNER}\n\n[db] connected to /var/lib/fake.db\n"
+        ));
+    }
+    let server = Arc::new(Server {
+        cfg,
+        out,
+        log,
+        calls: AtomicU64::new(0),
+        stop_calls: AtomicU64::new(0),
+        exit,
+    });
+    for line in input.split(b'\n') {
+        let Ok(line) = line else { break };
+        let line = String::from_utf8_lossy(&line);
+        let line = line.trim_end_matches('\r').trim_start_matches('\u{feff}');
+        if line.trim().is_empty() {
+            continue;
+        }
+        server.handle_line(line);
+    }
+}
+
+fn write_file(path: &Path, text: &str) {
+    if let Err(e) = std::fs::write(path, text) {
+        eprintln!("fake-mcp: cannot write {}: {e}", path.display());
+    }
+}
+
+/// The fake MCP server process: start-up effects, then [`serve`] on stdin/stdout, then exit.
+pub fn main() -> ! {
+    let cfg = Config::from_lookup(|k| std::env::var(k).ok());
+    if cfg.fail_start {
+        eprintln!("{FAIL_START_STDERR}");
+        std::process::exit(3);
+    }
+    if cfg.ignore_term {
+        // SAFETY: installing SIG_IGN for SIGTERM has no preconditions.
+        unsafe {
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        }
+    }
+    if let Some(p) = &cfg.env_dump {
+        let env: serde_json::Map<String, Value> = std::env::vars_os()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), json!(v.to_string_lossy())))
+            .collect();
+        write_file(p, &Value::Object(env).to_string());
+    }
+    if let Some(p) = &cfg.cwd_file {
+        let cwd = std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        write_file(p, &cwd);
+    }
+    for i in 0..cfg.stderr_lines {
+        eprintln!("stderr line {i}");
+    }
+    if let Some(p) = &cfg.grandchild_pidfile {
+        match std::process::Command::new("sleep")
+            .arg("1000")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(child) => write_file(p, &format!("{} {}\n", std::process::id(), child.id())),
+            Err(e) => eprintln!("fake-mcp: cannot spawn grandchild: {e}"),
+        }
+    }
+    let ignore_term = cfg.ignore_term;
+    let out = Out::new(Box::new(std::io::stdout()));
+    let exit: Exit = Arc::new(|code| std::process::exit(code));
+    serve(cfg, std::io::stdin().lock(), out, exit);
+    if ignore_term {
+        // A stubborn server: stdin EOF does not end it either; only SIGKILL does.
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    std::process::exit(0)
+}
+
+/// Reads a `FAKE_MCP_CALL_LOG` file: every message the server received, in order (lines that
+/// are not JSON are skipped).
+pub fn read_call_log(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The `tools/call` requests in a call log, in order.
+pub fn logged_tool_calls(log: &[Value]) -> Vec<Value> {
+    log.iter()
+        .filter(|m| m["method"] == "tools/call")
+        .cloned()
+        .collect()
+}
+
+/// How many `tools/call` requests named `name` the log holds.
+pub fn count_calls(log: &[Value], name: &str) -> usize {
+    logged_tool_calls(log)
+        .iter()
+        .filter(|m| m["params"]["name"] == name)
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufReader;
+    use std::os::unix::net::UnixStream;
+
+    /// A fake server on an in-memory socket pair, driven by the test through `client`.
+    struct Wire {
+        client: BufReader<UnixStream>,
+        writer: UnixStream,
+    }
+
+    impl Wire {
+        fn start(vars: &[(&str, &str)]) -> Wire {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let cfg =
+                Config::from_lookup(|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()));
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let input = BufReader::new(theirs.try_clone().unwrap());
+            let out = Out::new(Box::new(theirs));
+            let exit: Exit = Arc::new(|code| panic!("fake server exit {code}"));
+            std::thread::spawn(move || serve(cfg, input, out, exit));
+            ours.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            Wire {
+                client: BufReader::new(ours.try_clone().unwrap()),
+                writer: ours,
+            }
+        }
+
+        fn send(&mut self, msg: Value) {
+            writeln!(self.writer, "{msg}").unwrap();
+        }
+
+        fn line(&mut self) -> String {
+            let mut l = String::new();
+            self.client.read_line(&mut l).unwrap();
+            l.trim_end().to_string()
+        }
+
+        /// The next JSON message, skipping non-JSON lines.
+        fn recv(&mut self) -> Value {
+            loop {
+                let l = self.line();
+                if let Ok(v) = serde_json::from_str(&l) {
+                    return v;
+                }
+            }
+        }
+
+        fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
+            self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+            let r = self.recv();
+            assert_eq!(r["id"], id, "{r}");
+            r
+        }
+
+        fn call(&mut self, id: i64, name: &str, args: Value) -> Value {
+            self.request(id, "tools/call", json!({"name": name, "arguments": args}))
+        }
+
+        fn handshake(&mut self) -> Value {
+            let r = self.request(
+                0,
+                "initialize",
+                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "1"}}),
+            );
+            self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+            r
+        }
+    }
+
+    fn names(list: &Value) -> Vec<String> {
+        list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn handshake_list_and_catalogue_tools_answer() {
+        let mut w = Wire::start(&[("FAKE_MCP_TOOLS", "echo,add,fail,reject,shell,big")]);
+        let init = w.handshake();
+        assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+        assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true);
+        let list = w.request(1, "tools/list", json!({}));
+        assert_eq!(
+            names(&list),
+            ["echo", "add", "fail", "reject", "shell", "big"]
+        );
+        assert!(list["result"].get("nextCursor").is_none());
+        let r = w.call(2, "echo", json!({"text": "hi"}));
+        assert_eq!(r["result"], text_result("hi", false));
+        let r = w.call(3, "add", json!({"a": 2, "b": 40}));
+        assert_eq!(r["result"]["content"][0]["text"], "42");
+        let r = w.call(4, "fail", json!({}));
+        assert_eq!(r["result"], text_result("boom", true));
+        let r = w.call(5, "reject", json!({}));
+        assert_eq!(r["error"]["code"], -32602);
+        assert_eq!(r["error"]["message"], "Invalid arguments");
+        let r = w.call(6, "shell", json!({"command": "buzz messages send hi"}));
+        assert_eq!(
+            r["result"]["content"][0]["text"],
+            "ran: buzz messages send hi"
+        );
+        let r = w.call(7, "big", json!({"bytes": 50}));
+        let t = r["result"]["content"][0]["text"].as_str().unwrap();
+        assert_eq!(t.len(), 50);
+        assert!(t.starts_with("BEGIN-") && t.ends_with("-END"));
+        let r = w.call(8, "nope", json!({}));
+        assert_eq!(r["error"]["code"], -32602);
+        let r = w.request(9, "resources/list", json!({}));
+        assert_eq!(r["error"]["code"], -32601);
+        let r = w.request(10, "ping", json!({}));
+        assert_eq!(r["result"], json!({}));
+    }
+
+    #[test]
+    fn pagination_follows_cursors_and_version_override_applies() {
+        let mut w = Wire::start(&[
+            ("FAKE_MCP_TOOL_COUNT", "5"),
+            ("FAKE_MCP_PAGE_SIZE", "2"),
+            ("FAKE_MCP_PROTOCOL_VERSION", "2024-11-05"),
+        ]);
+        assert_eq!(w.handshake()["result"]["protocolVersion"], "2024-11-05");
+        let mut all = Vec::new();
+        let mut cursor = Value::Null;
+        for id in 1..10 {
+            let params = if cursor.is_null() {
+                json!({})
+            } else {
+                json!({"cursor": cursor})
+            };
+            let page = w.request(id, "tools/list", params);
+            all.extend(names(&page));
+            cursor = page["result"]["nextCursor"].clone();
+            if cursor.is_null() {
+                break;
+            }
+        }
+        assert_eq!(all, ["echo", "t0", "t1", "t2", "t3", "t4"]);
+        let r = w.call(20, "t3", json!({"text": "via t3"}));
+        assert_eq!(r["result"]["content"][0]["text"], "via t3");
+    }
+
+    #[test]
+    fn stop_hook_objects_n_times_then_answers_empty_and_hidden_tools_are_listed() {
+        let mut w = Wire::start(&[
+            ("FAKE_MCP_STOP", "1"),
+            ("FAKE_MCP_STOP_OBJECT_TIMES", "2"),
+            ("FAKE_MCP_STOP_TEXT", "fix it"),
+            ("FAKE_MCP_POSTCOMPACT_TEXT", "todo: a, b"),
+        ]);
+        w.handshake();
+        let list = w.request(1, "tools/list", json!({}));
+        assert_eq!(names(&list), ["echo", "_Stop", "_Other", "_PostCompact"]);
+        let texts: Vec<Value> = (2..5)
+            .map(|id| w.call(id, "_Stop", json!({}))["result"]["content"][0]["text"].clone())
+            .collect();
+        assert_eq!(texts, [json!("fix it"), json!("fix it"), json!("")]);
+        let r = w.call(5, "_PostCompact", json!({}));
+        assert_eq!(r["result"], text_result("todo: a, b", false));
+    }
+
+    #[test]
+    fn stop_modes_error_and_iserror() {
+        let mut w = Wire::start(&[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "error")]);
+        w.handshake();
+        assert_eq!(w.call(1, "_Stop", json!({}))["error"]["code"], -32000);
+        let mut w = Wire::start(&[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "iserror")]);
+        w.handshake();
+        let r = w.call(1, "_Stop", json!({}));
+        assert_eq!(r["result"], text_result("tests are still red", true));
+    }
+
+    #[test]
+    fn calls_run_concurrently_and_hang_never_answers() {
+        let mut w = Wire::start(&[("FAKE_MCP_TOOLS", "slow,hang,echo")]);
+        w.handshake();
+        let started = std::time::Instant::now();
+        for id in 1..=3 {
+            w.send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+                          "params":{"name":"slow","arguments":{"ms":300}}}));
+        }
+        w.send(json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"hang","arguments":{}}}));
+        w.send(json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"fast"}}}));
+        let first = w.recv();
+        assert_eq!(first["id"], 5, "echo overtakes the slow calls");
+        let mut ids: Vec<i64> = (0..3).map(|_| w.recv()["id"].as_i64().unwrap()).collect();
+        ids.sort();
+        assert_eq!(ids, [1, 2, 3]);
+        assert!(
+            started.elapsed() < Duration::from_millis(800),
+            "{:?}",
+            started.elapsed()
+        );
+        w.client
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut l = String::new();
+        assert!(
+            w.client.read_line(&mut l).is_err(),
+            "hang must not answer: {l}"
+        );
+    }
+
+    #[test]
+    fn garbage_mode_prints_banners_and_call_log_records_every_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("calls.log");
+        let mut w = Wire::start(&[
+            ("FAKE_MCP_GARBAGE", "1"),
+            ("FAKE_MCP_CALL_LOG", log.to_str().unwrap()),
+        ]);
+        assert_eq!(w.line(), GARBAGE_BANNER);
+        w.handshake();
+        w.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}));
+        // handshake's garbage line, then the reply, then garbage again
+        let mut lines = Vec::new();
+        while lines.len() < 3 {
+            let l = w.line();
+            if !l.is_empty() && !l.starts_with("[db]") {
+                lines.push(l);
+            }
+        }
+        assert_eq!(lines[0], GARBAGE_AFTER_REPLY);
+        assert_eq!(serde_json::from_str::<Value>(&lines[1]).unwrap()["id"], 1);
+        assert_eq!(lines[2], GARBAGE_AFTER_REPLY);
+        w.send(
+            json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}),
+        );
+        w.request(2, "ping", json!({}));
+        let logged = read_call_log(&log);
+        let methods: Vec<&str> = logged
+            .iter()
+            .map(|m| m["method"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            methods,
+            [
+                "initialize",
+                "notifications/initialized",
+                "tools/call",
+                "notifications/cancelled",
+                "ping"
+            ]
+        );
+        assert_eq!(count_calls(&logged, "echo"), 1);
+    }
+
+    #[test]
+    fn no_init_reply_leaves_initialize_unanswered() {
+        let mut w = Wire::start(&[("FAKE_MCP_NO_INIT_REPLY", "1")]);
+        w.send(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}));
+        let r = w.request(1, "ping", json!({}));
+        assert_eq!(r["result"], json!({}));
+    }
+
+    #[test]
+    fn big_text_has_exact_length_and_markers() {
+        for n in [10, 11, 1000, 10_000] {
+            let t = big_text(n, "m");
+            assert_eq!(t.len(), n);
+            assert!(t.starts_with("BEGIN-") && t.ends_with("-END"));
+        }
+        let t = big_text(1003, "é");
+        assert!(t.len() == 1003 && t.contains("éé"));
+    }
+}

@@ -1,0 +1,989 @@
+//! Driving the agent binary over stdio as an ACP client would, and the checks every scenario
+//! shares: stdout carries JSON-RPC frames only (SPEC T2), each request is answered once (I7),
+//! logs carry no secret (P2), no process outlives the agent (M8).
+
+use crate::fake_llm::FakeLlm;
+use crate::procfs;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The API key the agent is given; it must never show up in its logs (SPEC P2).
+pub const SECRET_KEY: &str = "sk-test-secret";
+/// Default time to wait for a response.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every scenario gets.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The agent binary under test.
+    pub agent_bin: PathBuf,
+}
+
+impl Ctx {
+    /// Spawns the agent with [`agent_env`] for `llm` plus `extra` (which wins), its process
+    /// working directory `cwd`.
+    pub fn agent(&self, llm: &FakeLlm, extra: &[(&str, &str)], cwd: &Path) -> AgentProc {
+        let mut env = agent_env(llm);
+        for (k, v) in extra {
+            env.retain(|(name, _)| name != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        AgentProc::spawn(&self.agent_bin, &env, cwd)
+    }
+}
+
+/// The agent's environment for a session against `llm`: OpenAI-compatible provider, the secret
+/// key, permission `allow`, debug logs.
+pub fn agent_env(llm: &FakeLlm) -> Vec<(String, String)> {
+    [
+        ("BUZZ_AGENT_PROVIDER", "openai".to_string()),
+        ("OPENAI_COMPAT_BASE_URL", llm.base_url()),
+        ("OPENAI_COMPAT_MODEL", "test-model".to_string()),
+        ("OPENAI_COMPAT_API_KEY", SECRET_KEY.to_string()),
+        ("BUZZ_AGENT_PERMISSION", "allow".to_string()),
+        ("BUZZ_AGENT_LOG", "debug".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The path of the running test binary, which is also the fake MCP server.
+pub fn current_exe() -> String {
+    std::env::current_exe()
+        .expect("current_exe")
+        .to_str()
+        .expect("current_exe is not UTF-8")
+        .to_string()
+}
+
+/// An ACP `mcpServers` entry that runs the fake MCP server with `env`.
+pub fn fake_mcp_entry(name: &str, env: &[(&str, &str)]) -> Value {
+    let mut pairs = vec![json!({"name": "BUZZ_E2E_ROLE", "value": "fake-mcp"})];
+    pairs.extend(env.iter().map(|(k, v)| json!({"name": k, "value": v})));
+    json!({"name": name, "command": current_exe(), "args": [], "env": pairs})
+}
+
+/// A custom permission answer: request params in, `result` out (`None` = no reply).
+pub type PermissionFn = Arc<dyn Fn(&Value) -> Option<Value> + Send + Sync>;
+
+/// How the client answers `session/request_permission`.
+#[derive(Clone)]
+pub enum PermissionPolicy {
+    /// Select the `allow_once` option (the default).
+    AllowOnce,
+    /// Select the `allow_always` option.
+    AllowAlways,
+    /// Select the `reject_once` option.
+    Reject,
+    /// Never answer.
+    NoReply,
+    /// The closure gets the request params and returns the `result` to send, or `None` for no
+    /// reply.
+    Custom(PermissionFn),
+}
+
+fn select_kind(params: &Value, kind: &str) -> Value {
+    let option = params["options"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|o| o["kind"] == kind)
+        .and_then(|o| o["optionId"].as_str())
+        .unwrap_or(kind)
+        .to_string();
+    json!({"outcome": {"outcome": "selected", "optionId": option}})
+}
+
+impl PermissionPolicy {
+    fn answer(&self, params: &Value) -> Option<Value> {
+        match self {
+            PermissionPolicy::AllowOnce => Some(select_kind(params, "allow_once")),
+            PermissionPolicy::AllowAlways => Some(select_kind(params, "allow_always")),
+            PermissionPolicy::Reject => Some(select_kind(params, "reject_once")),
+            PermissionPolicy::NoReply => None,
+            PermissionPolicy::Custom(f) => f(params),
+        }
+    }
+}
+
+struct State {
+    /// Every well-formed message from the agent, in arrival order.
+    transcript: Vec<Value>,
+    /// Responses by id (JSON text of the id).
+    responses: HashMap<String, Value>,
+    /// How many requests with that id we sent / how many responses came.
+    sent_ids: HashMap<String, usize>,
+    answered_ids: HashMap<String, usize>,
+    violations: Vec<String>,
+    stdout_closed: bool,
+    stderr: String,
+    policy: PermissionPolicy,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+    verbose: bool,
+    pid: i32,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+type Stdin = Arc<Mutex<Option<ChildStdin>>>;
+
+fn write_line(stdin: &Stdin, bytes: &[u8]) -> std::io::Result<()> {
+    let mut guard = stdin.lock().unwrap_or_else(|e| e.into_inner());
+    match guard.as_mut() {
+        Some(s) => s.write_all(bytes).and_then(|()| s.flush()),
+        None => Err(std::io::Error::other("agent stdin already closed")),
+    }
+}
+
+/// A running agent process driven as an ACP client. Dropping it kills the agent and every
+/// process it started.
+pub struct AgentProc {
+    child: Mutex<Child>,
+    stdin: Stdin,
+    shared: Arc<Shared>,
+    next_id: AtomicI64,
+    pid: i32,
+    started: Instant,
+}
+
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+impl AgentProc {
+    /// Spawns `bin` with an empty environment except `PATH`, `HOME` and `env`, all three stdio
+    /// streams piped, in its own process group.
+    pub fn spawn(bin: impl AsRef<Path>, env: &[(&str, &str)], cwd: &Path) -> AgentProc {
+        let bin = bin.as_ref();
+        let mut cmd = Command::new(bin);
+        cmd.env_clear()
+            .env(
+                "PATH",
+                std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+            )
+            .env(
+                "HOME",
+                std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
+            )
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn agent {}: {e}", bin.display()));
+        let pid = child.id() as i32;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let stdin: Stdin = Arc::new(Mutex::new(child.stdin.take()));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                transcript: Vec::new(),
+                responses: HashMap::new(),
+                sent_ids: HashMap::new(),
+                answered_ids: HashMap::new(),
+                violations: Vec::new(),
+                stdout_closed: false,
+                stderr: String::new(),
+                policy: PermissionPolicy::AllowOnce,
+            }),
+            cv: Condvar::new(),
+            verbose: std::env::var("BUZZ_E2E_VERBOSE").is_ok_and(|v| v == "1"),
+            pid,
+        });
+        {
+            let shared = shared.clone();
+            let stdin = stdin.clone();
+            std::thread::Builder::new()
+                .name(format!("agent-{pid}-stdout"))
+                .spawn(move || read_stdout(stdout, &shared, &stdin))
+                .expect("spawn stdout reader");
+        }
+        {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("agent-{pid}-stderr"))
+                .spawn(move || read_stderr(stderr, &shared))
+                .expect("spawn stderr reader");
+        }
+        AgentProc {
+            child: Mutex::new(child),
+            stdin,
+            shared,
+            next_id: AtomicI64::new(100),
+            pid,
+            started: Instant::now(),
+        }
+    }
+
+    /// The agent's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn note_sent(&self, bytes: &[u8]) {
+        let mut st = self.shared.lock();
+        for line in bytes.split(|&b| b == b'\n') {
+            let line = String::from_utf8_lossy(line);
+            let line = line.trim_start_matches('\u{feff}').trim_end_matches('\r');
+            let Ok(msg) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if let (Some(_), Some(id)) = (msg.get("method"), msg.get("id")) {
+                *st.sent_ids.entry(id_key(id)).or_default() += 1;
+            }
+        }
+        if self.shared.verbose {
+            eprintln!(
+                "[agent:{}] >> {}",
+                self.pid,
+                String::from_utf8_lossy(bytes).trim_end()
+            );
+        }
+    }
+
+    /// Writes raw bytes to the agent's stdin (no newline added).
+    pub fn send_raw(&self, bytes: &[u8]) {
+        self.note_sent(bytes);
+        write_line(&self.stdin, bytes)
+            .unwrap_or_else(|e| panic!("writing to the agent failed: {e}{}", self.context()));
+    }
+
+    /// Writes one message as a compact line.
+    pub fn send(&self, msg: &Value) {
+        let mut line = msg.to_string().into_bytes();
+        line.push(b'\n');
+        self.send_raw(&line);
+    }
+
+    /// A fresh request id (numbers from 100 up, so hand-written ids below 100 never collide).
+    pub fn next_id(&self) -> Value {
+        json!(self.next_id.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Sends a request and returns its id without waiting.
+    pub fn start_request(&self, method: &str, params: Value) -> Value {
+        let id = self.next_id();
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// Waits for the response (the whole object) to request `id`; panics with the stderr tail
+    /// after `timeout`.
+    pub fn wait_response(&self, id: &Value, timeout: Duration) -> Value {
+        let key = id_key(id);
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(r) = st.responses.get(&key) {
+                return r.clone();
+            }
+            let now = Instant::now();
+            if now >= deadline || st.stdout_closed {
+                let why = if st.stdout_closed {
+                    "the agent closed stdout"
+                } else {
+                    "timed out"
+                };
+                drop(st);
+                panic!(
+                    "no response to request id {key} ({why} after {timeout:?}){}",
+                    self.context()
+                );
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// The response to `id` if it has arrived.
+    pub fn response(&self, id: &Value) -> Option<Value> {
+        self.shared.lock().responses.get(&id_key(id)).cloned()
+    }
+
+    /// Sends a request and waits (30 s) for its response.
+    pub fn request(&self, method: &str, params: Value) -> Value {
+        self.request_timeout(method, params, DEFAULT_TIMEOUT)
+    }
+
+    /// Sends a request and waits `timeout` for its response.
+    pub fn request_timeout(&self, method: &str, params: Value, timeout: Duration) -> Value {
+        let id = self.start_request(method, params);
+        self.wait_response(&id, timeout)
+    }
+
+    /// Every well-formed message the agent wrote, in order.
+    pub fn transcript(&self) -> Vec<Value> {
+        self.shared.lock().transcript.clone()
+    }
+
+    /// Everything received that is not a response (notifications and agent requests), in order.
+    pub fn notifications(&self) -> Vec<Value> {
+        self.transcript()
+            .into_iter()
+            .filter(|m| m.get("method").is_some())
+            .collect()
+    }
+
+    /// The `update` objects of the `session/update` notifications of one session, in order.
+    pub fn session_updates(&self, session_id: &str) -> Vec<Value> {
+        self.transcript()
+            .into_iter()
+            .filter(|m| m["method"] == "session/update" && m["params"]["sessionId"] == session_id)
+            .map(|m| m["params"]["update"].clone())
+            .collect()
+    }
+
+    /// Responses whose id is `null` (answers to lines that could not be parsed), in order.
+    pub fn null_id_responses(&self) -> Vec<Value> {
+        self.transcript()
+            .into_iter()
+            .filter(|m| m.get("method").is_none() && m.get("id") == Some(&Value::Null))
+            .collect()
+    }
+
+    /// Requests the agent sent to us (`session/request_permission`, …), in order.
+    pub fn agent_requests(&self) -> Vec<Value> {
+        self.transcript()
+            .into_iter()
+            .filter(|m| m.get("method").is_some() && m.get("id").is_some())
+            .collect()
+    }
+
+    /// The `session/request_permission` requests received.
+    pub fn permission_requests(&self) -> Vec<Value> {
+        self.agent_requests()
+            .into_iter()
+            .filter(|m| m["method"] == "session/request_permission")
+            .collect()
+    }
+
+    /// Changes how permission requests are answered from now on.
+    pub fn set_permission_policy(&self, policy: PermissionPolicy) {
+        self.shared.lock().policy = policy;
+    }
+
+    /// Waits until `pred(transcript)` holds; panics with `what` and the stderr tail on timeout.
+    pub fn wait_until(&self, what: &str, timeout: Duration, pred: impl Fn(&[Value]) -> bool) {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if pred(&st.transcript) {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(st);
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}{}",
+                    self.context()
+                );
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// `initialize` with protocol version 1; returns the result.
+    pub fn initialize(&self) -> Value {
+        let r = self.request(
+            "initialize",
+            json!({"protocolVersion": 1,
+                   "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false},
+                                          "terminal": false},
+                   "clientInfo": {"name": "buzz-agent-e2e", "version": "0"}}),
+        );
+        self.result(&r).clone()
+    }
+
+    /// `session/new`; returns the session id (panics on an error response).
+    pub fn new_session(&self, cwd: &Path, mcp_servers: Value) -> String {
+        let r = self.request(
+            "session/new",
+            json!({"cwd": cwd, "mcpServers": mcp_servers}),
+        );
+        let sid = self.result(&r)["sessionId"].as_str().map(str::to_string);
+        sid.unwrap_or_else(|| panic!("session/new result has no sessionId: {r}{}", self.context()))
+    }
+
+    /// `session/prompt` with one text block; returns the whole response.
+    pub fn prompt(&self, session_id: &str, text: &str) -> Value {
+        self.request(
+            "session/prompt",
+            json!({"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}),
+        )
+    }
+
+    /// Starts a `session/prompt` without waiting; returns its id.
+    pub fn start_prompt(&self, session_id: &str, text: &str) -> Value {
+        self.start_request(
+            "session/prompt",
+            json!({"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}),
+        )
+    }
+
+    /// The `result` of a response; panics with the error and the stderr tail otherwise.
+    pub fn result<'a>(&self, response: &'a Value) -> &'a Value {
+        match response.get("result") {
+            Some(r) if response.get("error").is_none() => r,
+            _ => panic!("expected a result, got {response}{}", self.context()),
+        }
+    }
+
+    /// `(code, message)` of an error response; panics when it is not one.
+    pub fn error(&self, response: &Value) -> (i64, String) {
+        match (response["error"]["code"].as_i64(), response.get("result")) {
+            (Some(code), None) => (
+                code,
+                response["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            _ => panic!(
+                "expected an error response, got {response}{}",
+                self.context()
+            ),
+        }
+    }
+
+    /// Closes the agent's stdin (EOF).
+    pub fn close_stdin(&self) {
+        self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if self.shared.verbose {
+            eprintln!("[agent:{}] >> <EOF>", self.pid);
+        }
+    }
+
+    /// Waits up to `timeout` for the agent to exit.
+    pub fn wait_exit(&self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self
+                .child
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .try_wait()
+                .ok()
+                .flatten();
+            if status.is_some() || Instant::now() >= deadline {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Everything the agent wrote to stderr so far.
+    pub fn stderr_text(&self) -> String {
+        self.shared.lock().stderr.clone()
+    }
+
+    /// The last `n` lines of stderr.
+    pub fn stderr_tail(&self, n: usize) -> String {
+        let all = self.stderr_text();
+        let lines: Vec<&str> = all.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Stdout problems seen so far (non-JSON lines, non JSON-RPC messages, duplicate answers).
+    pub fn violations(&self) -> Vec<String> {
+        self.shared.lock().violations.clone()
+    }
+
+    /// SPEC T2 / I7 so far.
+    pub fn assert_no_violations(&self) {
+        let v = self.violations();
+        assert!(
+            v.is_empty(),
+            "agent stdout violations: {v:#?}{}",
+            self.context()
+        );
+    }
+
+    /// SPEC P2: the API key never reaches the logs.
+    pub fn assert_no_secret_in_logs(&self) {
+        let err = self.stderr_text();
+        assert!(
+            !err.contains(SECRET_KEY),
+            "the API key appears in the agent's stderr (P2):\n{}",
+            err.lines()
+                .filter(|l| l.contains(SECRET_KEY))
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    /// The common end of a scenario: EOF on stdin, exit 0 within 8 s, no process left behind,
+    /// no stdout violation, no secret in the logs.
+    pub fn finish(self) {
+        let before: Vec<i32> = procfs::descendants(self.pid);
+        self.close_stdin();
+        let status = self.wait_exit(Duration::from_secs(8));
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("agent exited with {s} after stdin EOF{}", self.context()),
+            None => panic!(
+                "agent still running 8 s after stdin EOF (P1){}",
+                self.context()
+            ),
+        }
+        let left = procfs::wait_all_dead(&before, Duration::from_secs(2));
+        assert!(
+            left.is_empty(),
+            "processes outlived the agent (M8): {:?}{}",
+            left.iter()
+                .map(|&p| procfs::describe(p))
+                .collect::<Vec<_>>(),
+            self.context()
+        );
+        self.wait_stdout_closed(Duration::from_secs(2));
+        self.assert_no_violations();
+        self.assert_no_secret_in_logs();
+    }
+
+    fn wait_stdout_closed(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        while !st.stdout_closed && Instant::now() < deadline {
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, Duration::from_millis(50))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// Failure context: pid, age and the stderr tail.
+    pub fn context(&self) -> String {
+        format!(
+            "\n--- agent pid {} ({:.1?} old), last stderr lines:\n{}\n---",
+            self.pid,
+            self.started.elapsed(),
+            self.stderr_tail(40)
+        )
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if child.try_wait().ok().flatten().is_none() || !procfs::descendants(self.pid).is_empty() {
+            kill_tree(self.pid);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// SIGKILLs `pid`, its descendants and their process groups (never the caller's own group).
+pub fn kill_tree(pid: i32) {
+    // SAFETY: getpgrp and kill/killpg have no memory-safety preconditions.
+    let own_group = unsafe { libc::getpgrp() };
+    let mut pids = procfs::descendants(pid);
+    pids.push(pid);
+    let mut groups: Vec<i32> = pids
+        .iter()
+        .filter_map(|&p| procfs::stat(p))
+        .map(|s| s.pgid)
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for g in groups {
+        if g > 1 && g != own_group {
+            // SAFETY: see above.
+            unsafe { libc::killpg(g, libc::SIGKILL) };
+        }
+    }
+    for p in pids {
+        // SAFETY: see above.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+}
+
+fn violation(shared: &Shared, st: &mut State, what: String) {
+    if shared.verbose {
+        eprintln!("[agent:{}] VIOLATION {what}", shared.pid);
+    }
+    st.violations.push(what);
+}
+
+fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
+    let mut reader = BufReader::new(stdout);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let mut st = shared.lock();
+        if buf.last() != Some(&b'\n') {
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            violation(shared, &mut st, format!("partial line at EOF: {text:?}"));
+            break;
+        }
+        let line = match std::str::from_utf8(&buf[..buf.len() - 1]) {
+            Ok(l) => l.to_string(),
+            Err(_) => {
+                let text = String::from_utf8_lossy(&buf).into_owned();
+                violation(shared, &mut st, format!("non-UTF-8 stdout line: {text:?}"));
+                continue;
+            }
+        };
+        if shared.verbose {
+            eprintln!("[agent:{}] << {line}", shared.pid);
+        }
+        let msg: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                violation(
+                    shared,
+                    &mut st,
+                    format!("non-JSON stdout line ({e}): {line:?}"),
+                );
+                continue;
+            }
+        };
+        if msg["jsonrpc"] != "2.0" || !msg.is_object() {
+            violation(
+                shared,
+                &mut st,
+                format!("stdout message is not a JSON-RPC 2.0 object: {line}"),
+            );
+            continue;
+        }
+        let has_method = msg.get("method").is_some();
+        let id = msg.get("id").cloned();
+        match (has_method, id) {
+            (false, Some(id)) => {
+                if msg.get("result").is_none() == msg.get("error").is_none() {
+                    violation(
+                        shared,
+                        &mut st,
+                        format!("response without exactly one of result/error: {line}"),
+                    );
+                }
+                if !id.is_null() {
+                    let key = id_key(&id);
+                    let answered = {
+                        let n = st.answered_ids.entry(key.clone()).or_default();
+                        *n += 1;
+                        *n
+                    };
+                    let sent = st.sent_ids.get(&key).copied().unwrap_or(0);
+                    if answered > sent {
+                        violation(
+                            shared,
+                            &mut st,
+                            format!(
+                                "response to id {key} that was sent {sent} time(s) but answered {answered} time(s): {line}"
+                            ),
+                        );
+                    }
+                    st.responses.entry(key).or_insert_with(|| msg.clone());
+                }
+            }
+            (true, Some(id)) => {
+                let params = msg["params"].clone();
+                let reply = if msg["method"] == "session/request_permission" {
+                    st.policy
+                        .answer(&params)
+                        .map(|result| json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                } else {
+                    Some(json!({"jsonrpc": "2.0", "id": id,
+                                "error": {"code": -32601, "message": "method not found (test client)"}}))
+                };
+                if let Some(reply) = reply {
+                    let line = format!("{reply}\n");
+                    if shared.verbose {
+                        eprintln!("[agent:{}] >> {}", shared.pid, line.trim_end());
+                    }
+                    let _ = write_line(stdin, line.as_bytes());
+                }
+            }
+            (true, None) => {}
+            (false, None) => {
+                violation(
+                    shared,
+                    &mut st,
+                    format!("message is neither request, response nor notification: {line}"),
+                );
+                continue;
+            }
+        }
+        st.transcript.push(msg);
+        shared.cv.notify_all();
+    }
+    let mut st = shared.lock();
+    st.stdout_closed = true;
+    shared.cv.notify_all();
+}
+
+fn read_stderr(stderr: impl Read, shared: &Shared) {
+    let reader = BufReader::new(stderr);
+    for line in reader.split(b'\n') {
+        let Ok(line) = line else { break };
+        let line = String::from_utf8_lossy(&line).into_owned();
+        if shared.verbose {
+            eprintln!("[agent:{} stderr] {line}", shared.pid);
+        }
+        let mut st = shared.lock();
+        st.stderr.push_str(&line);
+        st.stderr.push('\n');
+    }
+}
+
+// ---- reading session updates -------------------------------------------------------------------
+
+/// The text of all `agent_message_chunk` updates, concatenated in order.
+pub fn agent_text(updates: &[Value]) -> String {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect()
+}
+
+/// The `tool_call` updates (announcements), in order.
+pub fn tool_call_announcements(updates: &[Value]) -> Vec<Value> {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .cloned()
+        .collect()
+}
+
+/// The last update (announcement or update) of one tool call.
+pub fn last_tool_update(updates: &[Value], tool_call_id: &Value) -> Option<Value> {
+    updates
+        .iter()
+        .rev()
+        .find(|u| {
+            (u["sessionUpdate"] == "tool_call" || u["sessionUpdate"] == "tool_call_update")
+                && &u["toolCallId"] == tool_call_id
+        })
+        .cloned()
+}
+
+/// The text of a terminal tool update's `content` (`[{type:"content", content:{type:"text"}}]`).
+pub fn tool_update_text(update: &Value) -> String {
+    update["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["content"]["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+/// SPEC A6 / C04 shape of the tool updates of a turn: announced `pending` with kind `other`
+/// before any update of that id; ids unique; every call ends in exactly one terminal status
+/// (`completed` or `failed`), which is its last update. Returns the terminal updates, in the
+/// order of the announcements.
+pub fn assert_tool_updates_well_formed(updates: &[Value]) -> Vec<Value> {
+    let mut announced: Vec<Value> = Vec::new();
+    let mut terminal: HashMap<String, Value> = HashMap::new();
+    for u in updates {
+        match u["sessionUpdate"].as_str() {
+            Some("tool_call") => {
+                let id = u["toolCallId"].clone();
+                assert!(
+                    id.is_string() && !announced.contains(&id),
+                    "bad or repeated toolCallId: {u}"
+                );
+                assert_eq!(u["status"], "pending", "announcement must be pending: {u}");
+                assert_eq!(u["kind"], "other", "kind must be other: {u}");
+                announced.push(id);
+            }
+            Some("tool_call_update") => {
+                let id = &u["toolCallId"];
+                assert!(
+                    announced.contains(id),
+                    "tool_call_update for an unannounced id: {u}"
+                );
+                assert!(
+                    !terminal.contains_key(&id.to_string()),
+                    "update after a terminal status: {u}"
+                );
+                match u["status"].as_str() {
+                    Some("completed" | "failed") => {
+                        terminal.insert(id.to_string(), u.clone());
+                    }
+                    Some("in_progress") | None => {}
+                    Some(other) => panic!("unexpected tool status {other:?}: {u}"),
+                }
+            }
+            _ => {}
+        }
+    }
+    announced
+        .iter()
+        .map(|id| {
+            terminal.get(&id.to_string()).cloned().unwrap_or_else(|| {
+                panic!("tool call {id} never reached a terminal status; updates: {updates:#?}")
+            })
+        })
+        .collect()
+}
+
+/// SPEC I8: every `session/update` of `session_id` that arrived before the response to
+/// `prompt_id` — i.e. none arrives after it. Checks the transcript up to now.
+pub fn assert_updates_precede_response(agent: &AgentProc, session_id: &str, prompt_id: &Value) {
+    let t = agent.transcript();
+    let pos = t
+        .iter()
+        .position(|m| m.get("method").is_none() && &m["id"] == prompt_id)
+        .unwrap_or_else(|| panic!("no response to prompt {prompt_id}"));
+    let late: Vec<&Value> = t[pos..]
+        .iter()
+        .filter(|m| m["method"] == "session/update" && m["params"]["sessionId"] == session_id)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "session/update after the prompt response (I8): {late:#?}"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in "agent": a shell script.
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        let p = dir.join("agent.sh");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn stdout_violations_are_recorded_and_responses_matched() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = script(
+            dir.path(),
+            r#"read line
+echo 'not json'
+echo '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}'
+echo '{"jsonrpc":"2.0","id":100,"result":{"ok":true}}'
+echo '{"jsonrpc":"2.0","id":100,"result":{"again":true}}'
+echo '{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'
+echo '[1]'
+printf '{"jsonrpc":"2.0","method":"x"}'"#,
+        );
+        let agent = AgentProc::spawn(&bin, &[], dir.path());
+        let r = agent.request("initialize", json!({}));
+        assert_eq!(r["result"]["ok"], true);
+        assert!(agent.wait_exit(Duration::from_secs(5)).is_some());
+        agent.wait_stdout_closed(Duration::from_secs(2));
+        let v = agent.violations();
+        assert_eq!(v.len(), 4, "{v:#?}");
+        assert!(
+            v[0].contains("non-JSON") && v[1].contains("answered 2 time(s)"),
+            "{v:#?}"
+        );
+        assert!(
+            v[2].contains("not a JSON-RPC 2.0 object") && v[3].contains("partial line"),
+            "{v:#?}"
+        );
+        assert_eq!(agent_text(&agent.session_updates("s")), "hi");
+        assert_eq!(agent.null_id_responses().len(), 1);
+    }
+
+    #[test]
+    fn permission_requests_are_answered_by_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = script(
+            dir.path(),
+            r#"echo '{"jsonrpc":"2.0","id":"p1","method":"session/request_permission","params":{"options":[{"optionId":"yes","kind":"allow_once"},{"optionId":"no","kind":"reject_once"}]}}'
+read reply
+echo "$reply" >&2
+echo '{"jsonrpc":"2.0","id":"f1","method":"fs/read_text_file","params":{}}'
+read reply
+echo "$reply" >&2"#,
+        );
+        let agent = AgentProc::spawn(&bin, &[], dir.path());
+        agent.set_permission_policy(PermissionPolicy::AllowOnce);
+        assert!(
+            agent
+                .wait_exit(Duration::from_secs(5))
+                .is_some_and(|s| s.success())
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while agent.stderr_text().lines().count() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        agent.wait_stdout_closed(Duration::from_secs(2));
+        let err = agent.stderr_text();
+        let replies: Vec<Value> = err
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(replies[0]["id"], "p1");
+        assert_eq!(
+            replies[0]["result"]["outcome"],
+            json!({"outcome": "selected", "optionId": "yes"})
+        );
+        assert_eq!(replies[1]["error"]["code"], -32601);
+        assert_eq!(agent.permission_requests().len(), 1);
+        assert_eq!(agent.agent_requests().len(), 2);
+        assert!(agent.violations().is_empty());
+    }
+
+    #[test]
+    fn drop_kills_the_agent_and_descendants_in_other_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let bin = script(
+            dir.path(),
+            &format!(
+                "setsid sleep 1000 & echo $! > {}\nexec sleep 1000",
+                pidfile.display()
+            ),
+        );
+        let agent = AgentProc::spawn(&bin, &[], dir.path());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(&pidfile).map_or(true, |s| s.trim().is_empty()) {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let grand: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let pid = agent.pid();
+        assert!(procfs::is_alive(grand) && procfs::is_alive(pid));
+        drop(agent);
+        assert!(procfs::wait_all_dead(&[pid, grand], Duration::from_secs(5)).is_empty());
+    }
+}

@@ -1,0 +1,80 @@
+//! End-to-end suite of buzz-agent (DESIGN.md, test pyramid layer 5): real agent processes driven
+//! over stdio, a fake LLM on a real TCP socket ([`fake_llm`]), a fake MCP server that is this
+//! very test binary run with `BUZZ_E2E_ROLE=fake-mcp` ([`fake_mcp`]), and real third-party peers
+//! ([`peers`]). Every scenario is named after the SPEC requirement or case it checks.
+//!
+//! Each runtime crate has a `harness = false` test whose `main` is
+//! `buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_<binary>"))`, so the same suite runs unchanged
+//! against every binary. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
+
+pub mod fake_llm;
+pub mod fake_mcp;
+pub mod harness;
+pub mod peers;
+pub mod procfs;
+mod scenarios;
+
+pub use harness::Ctx;
+
+/// A scenario: a plain function that panics when the agent misbehaves.
+pub type Scenario = fn(&Ctx);
+
+/// The suite's entry point. With `BUZZ_E2E_ROLE=fake-mcp` in the environment this process is a
+/// fake MCP server (launched by the agent under test) and never returns; otherwise it runs every
+/// scenario against `agent_bin` with libtest-style arguments and output (2 threads unless
+/// `--test-threads` says otherwise) and exits with the result.
+pub fn run_suite(agent_bin: &str) {
+    match std::env::var("BUZZ_E2E_ROLE").as_deref() {
+        Ok("fake-mcp") => fake_mcp::main(),
+        Ok(other) if !other.is_empty() => {
+            eprintln!("buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp)");
+            std::process::exit(2);
+        }
+        _ => {}
+    }
+    let mut args = libtest_mimic::Arguments::from_args();
+    if args.test_threads.is_none() {
+        args.test_threads = Some(2);
+    }
+    let ctx = Ctx {
+        agent_bin: agent_bin.into(),
+    };
+    let mut trials: Vec<libtest_mimic::Trial> = scenarios::all()
+        .into_iter()
+        .map(|(name, scenario)| {
+            let ctx = ctx.clone();
+            libtest_mimic::Trial::test(name, move || {
+                scenario(&ctx);
+                Ok(())
+            })
+        })
+        .collect();
+    trials.extend(peers::trials(&ctx));
+    libtest_mimic::run(&args, trials).exit();
+}
+
+/// The names of all scenarios (without the peers), for listing and tests.
+pub fn scenario_names() -> Vec<&'static str> {
+    scenarios::all().into_iter().map(|(n, _)| n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn scenario_names_are_unique_and_cite_a_spec_id() {
+        let names = super::scenario_names();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate scenario names");
+        for n in names {
+            let bare = n.rsplit("::").next().unwrap();
+            let first = bare.chars().next().unwrap();
+            assert!(
+                "tacmhglpk".contains(first),
+                "{n} does not start with a SPEC id"
+            );
+            assert!(bare[1..].starts_with(|c: char| c.is_ascii_digit()), "{n}");
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! ACP surface and framing: SPEC T1–T5, A1–A5 and cases C01, C03, C07.
+
+use super::util::{Scratch, path_str};
+use crate::fake_llm::{FakeLlm, Reply};
+use crate::harness::{Ctx, agent_text, fake_mcp_entry};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+fn line(v: &Value) -> Vec<u8> {
+    let mut l = v.to_string().into_bytes();
+    l.push(b'\n');
+    l
+}
+
+/// A1: the initialize result, min(client, 1), string ids echoed (T5), bad versions -32602.
+pub fn a1_initialize_capabilities(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![]);
+    let agent = ctx.agent(&llm, &[], &s.ws);
+    let r = agent.initialize();
+    assert_eq!(r["protocolVersion"], json!(1), "{r}");
+    let caps = &r["agentCapabilities"];
+    assert_eq!(caps["loadSession"], false, "{r}");
+    assert_eq!(
+        caps["promptCapabilities"],
+        json!({"image": false, "audio": false, "embeddedContext": true}),
+        "{r}"
+    );
+    assert_eq!(
+        caps["mcpCapabilities"],
+        json!({"http": false, "sse": false}),
+        "{r}"
+    );
+    assert_eq!(r["agentInfo"]["name"], "buzz-agent", "{r}");
+    assert_eq!(r["agentInfo"]["version"], env!("CARGO_PKG_VERSION"), "{r}");
+    assert_eq!(r["authMethods"], json!([]), "{r}");
+
+    // A newer client gets our version; calling initialize again is allowed.
+    let again = agent.request(
+        "initialize",
+        json!({"protocolVersion": 7, "clientCapabilities": {}}),
+    );
+    assert_eq!(agent.result(&again)["protocolVersion"], json!(1), "{again}");
+
+    // T5: a string id comes back as the same string.
+    agent.send_raw(&line(
+        &json!({"jsonrpc": "2.0", "id": "init-str", "method": "initialize",
+                                  "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+    ));
+    let r = agent.wait_response(&json!("init-str"), Duration::from_secs(30));
+    assert_eq!(r["id"], json!("init-str"));
+    assert_eq!(agent.result(&r)["protocolVersion"], json!(1));
+
+    // A1: a missing or non-integer version is -32602.
+    for params in [
+        json!({"clientCapabilities": {}}),
+        json!({"protocolVersion": "1"}),
+        json!({"protocolVersion": 1.5}),
+    ] {
+        let r = agent.request("initialize", params.clone());
+        let (code, msg) = agent.error(&r);
+        assert_eq!(code, -32602, "initialize {params}: {msg}");
+    }
+    assert!(
+        llm.requests().is_empty(),
+        "initialize must not call the LLM"
+    );
+    agent.finish();
+}
+
+/// C01 / T1 / T4 / T7: garbage, blank, whitespace, BOM + CRLF lines; the agent keeps serving,
+/// answers each bad line at most once with -32700 and id null, and drops a truncated last line.
+pub fn c01_garbage_and_bom_lines_keep_serving(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![]);
+    let agent = ctx.agent(&llm, &[], &s.ws);
+    let long_garbage = format!("{}\n", "x".repeat(1000));
+    agent.send_raw(b"Welcome back user\n");
+    agent.send_raw(b"\n");
+    agent.send_raw(b"   \t \r\n");
+    agent.send_raw(b"stitem parent list node; CSS resets require\n");
+    agent.send_raw(b"\xff\xfe not utf-8 \xc3\n");
+    agent.send_raw(long_garbage.as_bytes());
+    let bad_lines = 4;
+    let mut init = b"\xEF\xBB\xBF".to_vec();
+    init.extend_from_slice(
+        br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#,
+    );
+    init.extend_from_slice(b"\r\n");
+    agent.send_raw(&init);
+    agent.send_raw(&line(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                                  "params": {"cwd": path_str(&s.ws), "mcpServers": []}}),
+    ));
+
+    let r0 = agent.wait_response(&json!(0), Duration::from_secs(30));
+    assert_eq!(agent.result(&r0)["protocolVersion"], json!(1), "{r0}");
+    let r1 = agent.wait_response(&json!(1), Duration::from_secs(30));
+    assert!(agent.result(&r1)["sessionId"].is_string(), "{r1}");
+
+    let nulls = agent.null_id_responses();
+    assert!(
+        nulls.len() <= bad_lines,
+        "more than one reply per bad line: {nulls:#?}"
+    );
+    for n in &nulls {
+        assert_eq!(
+            n["error"]["code"], -32700,
+            "a bad line must be answered -32700: {n}"
+        );
+    }
+    let err = agent.stderr_text();
+    assert!(
+        err.contains("Welcome back user"),
+        "a bad line is logged on stderr{}",
+        agent.context()
+    );
+    assert!(
+        !err.contains(&"x".repeat(600)),
+        "a bad line is logged cut to about 200 bytes, not whole{}",
+        agent.context()
+    );
+
+    // T7: a partial last line at EOF gets no answer; the agent exits cleanly.
+    agent.send_raw(br#"{"jsonrpc":"2.0","id":9,"method":"#);
+    agent.close_stdin();
+    let status = agent.wait_exit(Duration::from_secs(8));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit after EOF: {status:?}{}",
+        agent.context()
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        agent.response(&json!(9)).is_none(),
+        "a truncated line must not be answered"
+    );
+    assert_eq!(
+        agent.null_id_responses().len(),
+        nulls.len(),
+        "the truncated line was answered"
+    );
+    agent.finish();
+}
+
+/// T3: a line over BUZZ_AGENT_MAX_LINE_BYTES is discarded, answered once with -32600 id null,
+/// and the next lines are served; lines under the cap work.
+pub fn t3_oversized_line_is_answered_once_and_reading_continues(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![]);
+    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MAX_LINE_BYTES", "1024")], &s.ws);
+    let init = |id: i64, pad: usize| {
+        line(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize",
+                      "params": {"protocolVersion": 1, "clientCapabilities": {}, "_pad": "p".repeat(pad)}}))
+    };
+    let big = init(77, 5000);
+    assert!(big.len() > 5000);
+    for piece in big.chunks(700) {
+        agent.send_raw(piece);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let small = init(78, 700);
+    assert!(small.len() < 1024);
+    agent.send_raw(&small);
+    let r = agent.wait_response(&json!(78), Duration::from_secs(30));
+    assert_eq!(agent.result(&r)["protocolVersion"], json!(1));
+    let nulls = agent.null_id_responses();
+    assert_eq!(
+        nulls.len(),
+        1,
+        "exactly one answer to the long line: {nulls:#?}"
+    );
+    assert_eq!(nulls[0]["error"]["code"], -32600, "{}", nulls[0]);
+    let msg = nulls[0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(
+        msg.contains("too long") || msg.contains("exceed") || msg.contains("too large"),
+        "{msg}"
+    );
+    assert!(
+        agent.response(&json!(77)).is_none(),
+        "the long line must not be executed"
+    );
+
+    // Two long lines in one write, then a good one: one answer each.
+    let mut both = init(79, 3000);
+    both.extend(init(80, 9000));
+    both.extend(init(81, 10));
+    agent.send_raw(&both);
+    let r = agent.wait_response(&json!(81), Duration::from_secs(30));
+    assert_eq!(agent.result(&r)["protocolVersion"], json!(1));
+    let nulls = agent.null_id_responses();
+    assert_eq!(nulls.len(), 3, "one answer per long line: {nulls:#?}");
+    assert!(agent.response(&json!(79)).is_none() && agent.response(&json!(80)).is_none());
+    assert!(nulls.iter().all(|n| n["error"]["code"] == -32600));
+    agent.finish();
+}
+
+/// T4 / A5: unknown methods -32601, unknown notifications ignored, undecodable params -32602
+/// naming method and field, non-JSON-RPC values -32600 (id echoed when readable), and the
+/// agent keeps working after each.
+pub fn t4_unknown_method_bad_params_invalid_request(ctx: &Ctx) {
+    let s = Scratch::new();
+    let ws = path_str(&s.ws);
+    let llm = FakeLlm::scripted(vec![]);
+    let agent = ctx.agent(&llm, &[], &s.ws);
+    agent.initialize();
+
+    let r = agent.request("foo/bar", json!({}));
+    assert_eq!(agent.error(&r).0, -32601, "{r}");
+    agent.send(&json!({"jsonrpc": "2.0", "method": "foo/notify", "params": {}}));
+    for (method, params) in [
+        ("authenticate", json!({"methodId": "x"})),
+        (
+            "session/load",
+            json!({"sessionId": "s", "cwd": ws, "mcpServers": []}),
+        ),
+        ("session/set_mode", json!({"sessionId": "s", "modeId": "m"})),
+    ] {
+        let r = agent.request(method, params);
+        assert_eq!(agent.error(&r).0, -32601, "{method} (A5): {r}");
+    }
+
+    let bad = |method: &str, params: Value, field: &str| {
+        let r = agent.request(method, params.clone());
+        let (code, msg) = agent.error(&r);
+        assert_eq!(code, -32602, "{method} {params}: {msg}");
+        assert!(
+            msg.contains(method),
+            "the message names the method {method}: {msg}"
+        );
+        assert!(
+            msg.contains(field),
+            "the message names the field {field}: {msg}"
+        );
+    };
+    bad("session/new", json!({"cwd": 5, "mcpServers": []}), "cwd");
+    bad(
+        "session/new",
+        json!({"cwd": ws, "mcpServers": "none"}),
+        "mcpServers",
+    );
+    let sid = agent.new_session(&s.ws, json!([]));
+    bad("session/prompt", json!({"sessionId": sid}), "prompt");
+    bad(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": "hi"}),
+        "prompt",
+    );
+    // A3: images are not advertised.
+    let r = agent.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]}),
+    );
+    assert_eq!(agent.error(&r).0, -32602, "image block: {r}");
+
+    agent.send_raw(b"[]\n");
+    agent.send_raw(b"{\"foo\":1}\n");
+    agent.send_raw(b"{\"jsonrpc\":\"1.0\",\"id\":\"abc\",\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n");
+    agent.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":5}\n");
+    for id in [json!("abc"), json!(8)] {
+        let r = agent.wait_response(&id, Duration::from_secs(30));
+        assert_eq!(agent.error(&r).0, -32600, "{r}");
+    }
+    // A4: session/cancel sent as a request is answered null, even for an unknown session.
+    let r = agent.request("session/cancel", json!({"sessionId": "nope"}));
+    assert_eq!(agent.result(&r), &Value::Null, "{r}");
+
+    agent.initialize();
+    let nulls = agent.null_id_responses();
+    assert_eq!(
+        nulls.len(),
+        2,
+        "one -32600 for [] and one for {{\"foo\":1}}: {nulls:#?}"
+    );
+    assert!(
+        nulls.iter().all(|n| n["error"]["code"] == -32600),
+        "{nulls:#?}"
+    );
+    assert!(llm.requests().is_empty(), "no LLM call was due");
+    agent.finish();
+}
+
+/// C03 / A3: a prompt for an unknown or empty session id is -32002 `session not found: <id>`
+/// with `data.sessionId`, creates nothing, and the agent stays usable.
+pub fn c03_unknown_session_is_32002_everywhere(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![Reply::text("hello")]);
+    let agent = ctx.agent(&llm, &[], &s.ws);
+    agent.initialize();
+    for sid in ["sess-does-not-exist", "", "sess-does-not-exist"] {
+        let r = agent.prompt(sid, "hi");
+        let (code, msg) = agent.error(&r);
+        assert_eq!(code, -32002, "prompt on {sid:?}: {r}");
+        assert_eq!(msg, format!("session not found: {sid}"), "{r}");
+        assert_eq!(
+            r["error"]["data"]["sessionId"],
+            json!(sid),
+            "data carries the id (C03): {r}"
+        );
+    }
+    // SPEC A5 wins over C03 for session/load: it is not implemented at all.
+    let r = agent.request(
+        "session/load",
+        json!({"sessionId": "sess-does-not-exist", "cwd": path_str(&s.ws), "mcpServers": []}),
+    );
+    assert_eq!(agent.error(&r).0, -32601, "{r}");
+    // A5: set_model on an unknown session is -32602.
+    let r = agent.request(
+        "session/set_model",
+        json!({"sessionId": "sess-does-not-exist", "modelId": "m"}),
+    );
+    assert_eq!(agent.error(&r).0, -32602, "{r}");
+    // A4: cancel for an unknown session is ignored (no answer to the notification).
+    agent.send(&json!({"jsonrpc": "2.0", "method": "session/cancel",
+                       "params": {"sessionId": "sess-does-not-exist"}}));
+
+    let sid = agent.new_session(&s.ws, json!([]));
+    assert_ne!(sid, "sess-does-not-exist");
+    let r = agent.prompt(&sid, "hi");
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    assert_eq!(agent_text(&agent.session_updates(&sid)), "hello");
+    assert!(
+        agent.null_id_responses().is_empty(),
+        "the cancel notification was answered"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        1,
+        "unknown-session prompts must not reach the LLM"
+    );
+    agent.finish();
+}
+
+/// C07 / A2: relative, `~`, empty and missing cwd are -32602 `cwd must be an absolute path`
+/// with `data.cwd`; MCP servers run in the session cwd, not the agent's (started in `/`).
+pub fn c07_relative_cwd_rejected(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![]);
+    let agent = ctx.agent(&llm, &[], std::path::Path::new("/"));
+    agent.initialize();
+    for cwd in [".", "~", "", "rel/dir", "~/ws", "./ws"] {
+        let r = agent.request("session/new", json!({"cwd": cwd, "mcpServers": []}));
+        let (code, msg) = agent.error(&r);
+        assert_eq!(code, -32602, "cwd {cwd:?}: {r}");
+        assert!(
+            msg.contains("cwd must be an absolute path"),
+            "cwd {cwd:?}: {msg}"
+        );
+        assert_eq!(
+            r["error"]["data"]["cwd"],
+            json!(cwd),
+            "data carries the cwd (C07): {r}"
+        );
+    }
+    let r = agent.request("session/new", json!({"mcpServers": []}));
+    assert_eq!(agent.error(&r).0, -32602, "missing cwd: {r}");
+    // A nonexistent absolute path: either rejected with -32602 or accepted (documented choice).
+    let r = agent.request(
+        "session/new",
+        json!({"cwd": "/does/not/exist/buzz-e2e", "mcpServers": []}),
+    );
+    if r.get("error").is_some() {
+        assert_eq!(agent.error(&r).0, -32602, "{r}");
+    }
+
+    let cwd_file = s.file("server-cwd.txt");
+    let started = Instant::now();
+    agent.new_session(
+        &s.ws,
+        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CWD_FILE", &cwd_file)])]),
+    );
+    let seen = super::util::wait_file(&cwd_file, Duration::from_secs(5));
+    assert_eq!(
+        seen,
+        path_str(&s.ws),
+        "the MCP server runs in the session cwd (M1, C07)"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    agent.finish();
+}

@@ -1,0 +1,318 @@
+//! MCP server lifecycle: SPEC A2 (start-up failures), M1 (environment), M8 and P1 (shutdown) and
+//! cases C08, C33, C34.
+
+use super::util::{Scratch, wait_file};
+use crate::fake_llm::{FakeLlm, Reply};
+use crate::fake_mcp::{self, FAIL_START_STDERR};
+use crate::harness::{AgentProc, Ctx, fake_mcp_entry};
+use crate::procfs;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// Waits until the agent has no descendant left (children exited and reaped).
+fn assert_no_children_within(agent: &AgentProc, timeout: Duration, when: &str) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = procfs::descendants(agent.pid());
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{when}: processes survive ({}){}",
+            left.iter()
+                .map(|&p| procfs::describe(p))
+                .collect::<Vec<_>>()
+                .join("; "),
+            agent.context()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// C08/A2: `session/new` fails with -32000 naming the server, the cause and the stderr tail,
+/// within the init timeout (servers start concurrently); started children are killed and
+/// reaped; the agent goes on serving.
+pub fn c08_mcp_start_failures_name_server_and_stderr(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![]);
+    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "1")], &s.ws);
+    agent.initialize();
+    let good = fake_mcp_entry("ok", &[]);
+    let fail = |servers: Value, bound: Duration| -> String {
+        let started = Instant::now();
+        let r = agent.request("session/new", json!({"cwd": s.ws, "mcpServers": servers}));
+        let took = started.elapsed();
+        let (code, msg) = agent.error(&r);
+        assert_eq!(code, -32000, "{r}");
+        assert!(
+            took < bound,
+            "session/new took {took:?} (bound {bound:?}): {msg}"
+        );
+        assert_no_children_within(
+            &agent,
+            Duration::from_secs(6),
+            &format!("after failure {msg:?}"),
+        );
+        msg
+    };
+
+    let msg = fail(
+        json!([good, {"name": "missing", "command": "/nonexistent/bin/x", "args": [], "env": []}]),
+        Duration::from_secs(10),
+    );
+    let lower = msg.to_lowercase();
+    assert!(msg.contains("missing"), "names the server: {msg}");
+    assert!(
+        ["no such file", "not found", "enoent", "os error 2"]
+            .iter()
+            .any(|k| lower.contains(k)),
+        "names the spawn error: {msg}"
+    );
+
+    let msg = fail(
+        json!([{"name": "crash", "command": "sh", "args": ["-c", "echo boom >&2; exit 3"], "env": []}, good]),
+        Duration::from_secs(10),
+    );
+    assert!(msg.contains("crash"), "names the server: {msg}");
+    assert!(msg.contains("boom"), "carries the stderr tail: {msg}");
+    assert!(
+        msg.contains('3') && msg.to_lowercase().contains("exit"),
+        "names the exit status: {msg}"
+    );
+
+    let msg = fail(
+        json!([fake_mcp_entry("failer", &[("FAKE_MCP_FAIL_START", "1")])]),
+        Duration::from_secs(10),
+    );
+    assert!(
+        msg.contains("failer") && msg.contains(FAIL_START_STDERR),
+        "{msg}"
+    );
+
+    // Three silent servers with a 1 s handshake bound: concurrent, so well under 3 s.
+    let mute = |name: &str| json!({"name": name, "command": "sh", "args": ["-c", "cat >/dev/null"], "env": []});
+    let msg = fail(
+        json!([
+            mute("mute1"),
+            fake_mcp_entry("silent", &[("FAKE_MCP_NO_INIT_REPLY", "1")]),
+            mute("mute2"),
+            good
+        ]),
+        Duration::from_millis(2500),
+    );
+    let lower = msg.to_lowercase();
+    assert!(
+        ["mute1", "mute2", "silent"].iter().any(|n| msg.contains(n)),
+        "names a server: {msg}"
+    );
+    assert!(
+        lower.contains("timeout") || lower.contains("timed out"),
+        "names the timeout: {msg}"
+    );
+
+    let err = agent.stderr_text();
+    assert!(
+        err.contains("missing") && err.contains("boom"),
+        "failures are logged{}",
+        agent.context()
+    );
+    let sid = agent.new_session(&s.ws, json!([fake_mcp_entry("ok", &[])]));
+    assert!(!sid.is_empty());
+    agent.finish();
+}
+
+fn read_pids(pidfile: &str) -> (i32, i32) {
+    let text = wait_file(pidfile, Duration::from_secs(10));
+    let mut it = text
+        .split_whitespace()
+        .map(|p| p.parse::<i32>().expect("pid"));
+    (
+        it.next().expect("server pid"),
+        it.next().expect("grandchild pid"),
+    )
+}
+
+/// M8/P1/C33/C34: EOF on stdin during a running tool call: the turn is cancelled
+/// (`notifications/cancelled` to the server, prompt answered `cancelled`), every server is shut
+/// down — including one that ignores SIGTERM and EOF — with its grandchild, and the agent exits
+/// 0 in time.
+pub fn m8_p1_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
+    let s = Scratch::new();
+    let (pid_a, pid_b, log_a) = (s.file("a.pids"), s.file("b.pids"), s.file("a.log"));
+    let llm = FakeLlm::with_handler(|i, _| match i {
+        0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
+        _ => Reply::text("unexpected extra round"),
+    });
+    let agent = ctx.agent(&llm, &[], &s.ws);
+    agent.initialize();
+    let a = fake_mcp_entry(
+        "a",
+        &[
+            ("FAKE_MCP_TOOLS", "slow"),
+            ("FAKE_MCP_GRANDCHILD_PIDFILE", &pid_a),
+            ("FAKE_MCP_CALL_LOG", &log_a),
+        ],
+    );
+    let b = fake_mcp_entry(
+        "b",
+        &[
+            ("FAKE_MCP_IGNORE_TERM", "1"),
+            ("FAKE_MCP_GRANDCHILD_PIDFILE", &pid_b),
+        ],
+    );
+    let sid = agent.new_session(&s.ws, json!([a, b]));
+    let (server_a, grand_a) = read_pids(&pid_a);
+    let (server_b, grand_b) = read_pids(&pid_b);
+    for (server, grand) in [(server_a, grand_a), (server_b, grand_b)] {
+        let st = procfs::stat(server).unwrap_or_else(|| panic!("server {server} is not running"));
+        assert_eq!(
+            st.pgid, server,
+            "M1: each server leads its own process group: {st:?}"
+        );
+        assert_eq!(
+            procfs::stat(grand).map(|g| g.pgid),
+            Some(server),
+            "grandchild in the server's group"
+        );
+    }
+
+    let prompt = agent.start_prompt(&sid, "run the slow tool");
+    agent.wait_until(
+        "the slow tool call to start",
+        Duration::from_secs(20),
+        |t| {
+            t.iter()
+                .any(|m| m["params"]["update"]["status"] == "in_progress")
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let call_id = loop {
+        let log = fake_mcp::read_call_log(std::path::Path::new(&log_a));
+        if let Some(c) = fake_mcp::logged_tool_calls(&log).first() {
+            break c["id"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slow call never reached server a"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut watched = procfs::descendants(agent.pid());
+    watched.extend([server_a, grand_a, server_b, grand_b]);
+
+    let started = Instant::now();
+    agent.close_stdin();
+    let status = agent.wait_exit(Duration::from_secs(8));
+    let took = started.elapsed();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "P1: exit 0 within 8 s of EOF, got {status:?} after {took:?}{}",
+        agent.context()
+    );
+    let left = procfs::wait_all_dead(&watched, Duration::from_secs(1));
+    assert!(
+        left.is_empty(),
+        "M8: survivors after the agent exited: {:?}",
+        left.iter()
+            .map(|&p| procfs::describe(p))
+            .collect::<Vec<_>>()
+    );
+    for group in [server_a, server_b] {
+        assert!(
+            procfs::group_members(group).is_empty(),
+            "process group {group} has survivors"
+        );
+    }
+    let log = fake_mcp::read_call_log(std::path::Path::new(&log_a));
+    assert!(
+        log.iter().any(
+            |m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call_id
+        ),
+        "P1/A4: the in-flight call {call_id} gets notifications/cancelled: {log:#?}"
+    );
+    agent.wait_until("the prompt response", Duration::from_secs(2), |t| {
+        t.iter()
+            .any(|m| m.get("method").is_none() && m["id"] == prompt)
+    });
+    let r = agent.response(&prompt).unwrap_or_default();
+    assert_eq!(
+        agent.result(&r)["stopReason"],
+        "cancelled",
+        "P1: the pending prompt is answered: {r}"
+    );
+    assert_eq!(llm.requests().len(), 1, "no LLM round after EOF");
+    agent.finish();
+}
+
+/// M1/P2/A2: MCP children get the agent's environment minus its own secrets and settings, plus
+/// the client's entries (which win; array or object form); logs never carry the key.
+pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
+    let s = Scratch::new();
+    let (dump_a, dump_b) = (s.file("env-a.json"), s.file("env-b.json"));
+    let llm = FakeLlm::scripted(vec![]);
+    let agent = ctx.agent(
+        &llm,
+        &[
+            ("ANTHROPIC_API_KEY", "sk-ant-secret"),
+            ("MCP_HOOK_SERVERS", "*"),
+            ("BUZZ_AGENT_MAX_ROUNDS", "50"),
+            ("E2E_PASSTHROUGH", "visible"),
+            ("SHARED_VAR", "from-agent"),
+        ],
+        &s.ws,
+    );
+    agent.initialize();
+    let a = fake_mcp_entry(
+        "a",
+        &[
+            ("FAKE_MCP_ENV_DUMP", &dump_a),
+            ("SHARED_VAR", "from-client"),
+            ("CLIENT_ONLY", "yes"),
+        ],
+    );
+    let b = json!({
+        "name": "b",
+        "command": crate::harness::current_exe(),
+        "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_ENV_DUMP": dump_b, "MAPVAR": "1"},
+    });
+    agent.new_session(&s.ws, json!([a, b]));
+    let read = |p: &str| -> serde_json::Map<String, Value> {
+        serde_json::from_str(&wait_file(p, Duration::from_secs(5))).expect("env dump is JSON")
+    };
+    let (env_a, env_b) = (read(&dump_a), read(&dump_b));
+    for env in [&env_a, &env_b] {
+        for (k, v) in env {
+            assert!(
+                !k.starts_with("BUZZ_AGENT_")
+                    && !matches!(
+                        k.as_str(),
+                        "OPENAI_COMPAT_API_KEY" | "ANTHROPIC_API_KEY" | "MCP_HOOK_SERVERS"
+                    ),
+                "M1: the agent's own variable {k} reached an MCP server"
+            );
+            let v = v.as_str().unwrap_or_default();
+            assert!(
+                !v.contains("sk-test-secret") && !v.contains("sk-ant-secret"),
+                "a secret leaked in {k}"
+            );
+        }
+        assert_eq!(
+            env["E2E_PASSTHROUGH"], "visible",
+            "other variables pass through"
+        );
+        assert!(env.contains_key("PATH"));
+        assert_eq!(env["BUZZ_E2E_ROLE"], "fake-mcp");
+    }
+    assert_eq!(
+        env_a["SHARED_VAR"], "from-client",
+        "the client's entries win"
+    );
+    assert_eq!(env_a["CLIENT_ONLY"], "yes");
+    assert_eq!(env_b["MAPVAR"], "1", "A2: env given as an object map");
+    assert!(
+        !agent.stderr_text().contains("sk-ant-secret"),
+        "P2: a key in the logs"
+    );
+    agent.finish();
+}
