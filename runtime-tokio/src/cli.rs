@@ -1,7 +1,14 @@
 //! Command line and configuration loading (SPEC C1, P3).
+//!
+//! Runtime-agnostic: both drivers include this very file (`runtime-smol` through
+//! `#[path = "../../runtime-tokio/src/cli.rs"]`), so it uses only `std` and the core. The
+//! binary's name in the help and version text is the one being compiled.
 
 use buzz_agent_core::config::{self, Config};
 use std::collections::BTreeMap;
+
+/// The name of the binary this file is compiled into (`buzz-agent`, `buzz-agent-smol`).
+const BIN: &str = env!("CARGO_BIN_NAME");
 
 /// Handle `--help` / `--version` / unknown arguments. `Some(code)` = exit now.
 pub fn handle_args(args: &[String]) -> Option<i32> {
@@ -9,21 +16,34 @@ pub fn handle_args(args: &[String]) -> Option<i32> {
         None => None,
         Some("--help" | "-h" | "help") => {
             println!(
-                "buzz-agent {} — an ACP agent with MCP lifecycle hooks\n\n\
-                 USAGE:\n  buzz-agent            run as an ACP agent on stdin/stdout\n  \
-                 buzz-agent --help     this text\n  buzz-agent --version  the version\n\n\
+                "{BIN} {} — an ACP agent with MCP lifecycle hooks\n\n\
+                 USAGE:\n  {BIN:<w$}  run as an ACP agent on stdin/stdout\n  \
+                 {BIN} hooks check -- <command> [args…]\n      spawn one MCP server, call its hooks once, report whether it follows the contract\n  \
+                 {BIN} demo\n      an offline session: scripted LLM, the bundled todo hook server, _Stop objecting once\n  \
+                 {BIN} example-server testguard|todo\n      run a bundled example hook server on stdio (TESTGUARD_CMD, TESTGUARD_TIMEOUT_MS)\n  \
+                 {BIN} --help     this text\n  {BIN} --version  the version\n\n\
                  CONFIGURATION (environment variables, read once at start):\n{}",
                 env!("CARGO_PKG_VERSION"),
-                config::help_text()
+                config::help_text(),
+                w = BIN.len() + 10,
             );
             Some(0)
         }
+        Some("hooks") if args.get(1).map(String::as_str) == Some("check") => Some(crate::hooks_check::run(&args[2..])),
+        Some("demo") => Some(crate::demo::run()),
+        Some("example-server") => match args.get(1) {
+            Some(name) => Some(crate::examples::run(name)),
+            None => {
+                eprintln!("usage: {BIN} example-server testguard|todo");
+                Some(2)
+            }
+        },
         Some("--version" | "-V") => {
-            println!("buzz-agent {}", env!("CARGO_PKG_VERSION"));
+            println!("{BIN} {}", env!("CARGO_PKG_VERSION"));
             Some(0)
         }
         Some(other) => {
-            eprintln!("buzz-agent: unknown argument '{other}' (try --help)");
+            eprintln!("{BIN}: unknown argument '{other}' (try --help)");
             Some(2)
         }
     }
@@ -38,13 +58,13 @@ pub fn load_config() -> Result<Config, i32> {
     let mut cfg = match Config::from_env_map(&env, &read) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("buzz-agent: configuration error: {e}");
+            eprintln!("{BIN}: configuration error: {e}");
             return Err(2);
         }
     };
     if !buzz_agent_core::provider::is_supported(&cfg.provider) {
         eprintln!(
-            "buzz-agent: configuration error: BUZZ_AGENT_PROVIDER / OPENAI_COMPAT_API: the {:?} route is not implemented in this build; use BUZZ_AGENT_PROVIDER=openai with OPENAI_COMPAT_API=chat",
+            "{BIN}: configuration error: BUZZ_AGENT_PROVIDER / OPENAI_COMPAT_API: the {:?} route is not implemented in this build; use BUZZ_AGENT_PROVIDER=openai with OPENAI_COMPAT_API=chat",
             cfg.provider
         );
         return Err(2);

@@ -1,6 +1,9 @@
 //! LLM HTTP on a blocking thread with `ureq`, streaming the body back as inputs (DESIGN:
 //! "HTTP goes through ureq on a blocking thread that streams body chunks back as inputs").
 //! Idle timeouts, retries and parsing live in the core; this only moves bytes.
+//!
+//! Runtime-agnostic: plain threads and a `send` callback, no async. Both drivers include this
+//! very file (`runtime-smol` through `#[path = "../../runtime-tokio/src/http.rs"]`).
 
 use buzz_agent_core::llm::HttpRequest;
 use buzz_agent_core::{Input, LlmCallId, LlmIo};

@@ -4,6 +4,9 @@
 
 mod cli;
 mod http;
+mod demo;
+mod examples;
+mod hooks_check;
 mod proc;
 
 use buzz_agent_core::{Action, Agent, Input, MonoTime};

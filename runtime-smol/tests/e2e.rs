@@ -1,0 +1,4 @@
+//! The end-to-end scenario suite against the `buzz-agent-smol` binary.
+fn main() {
+    buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_buzz-agent-smol"));
+}

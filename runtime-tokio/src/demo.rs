@@ -1,0 +1,168 @@
+//! `buzz-agent demo` (SPEC P3): a complete offline session with nothing installed — a scripted
+//! OpenAI-compatible LLM on 127.0.0.1, the bundled `todo` hook server (E2), and this very binary
+//! as the ACP agent child — printed as a readable transcript in which `_Stop` objects once and
+//! the agent carries on to `end_turn`.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const ITEM: &str = "write the release notes";
+
+/// Run the demo; returns the exit code.
+pub fn run() -> i32 {
+    match demo() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("demo failed: {e}");
+            1
+        }
+    }
+}
+
+fn demo() -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let exe = exe.to_string_lossy().into_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let calls = Arc::new(AtomicUsize::new(0));
+    {
+        let calls = calls.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                let _ = serve_llm(stream, n);
+            }
+        });
+    }
+    println!("== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n");
+    let mut agent = Command::new(&exe)
+        .env("BUZZ_AGENT_PROVIDER", "openai")
+        .env("OPENAI_COMPAT_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
+        .env("OPENAI_COMPAT_MODEL", "demo-model")
+        .env("MCP_HOOK_SERVERS", "todo")
+        .env("BUZZ_AGENT_PERMISSION", "allow")
+        .env("BUZZ_AGENT_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start the agent: {e}"))?;
+    let mut stdin = agent.stdin.take().ok_or("no agent stdin")?;
+    let stdout = agent.stdout.take().ok_or("no agent stdout")?;
+    if let Some(stderr) = agent.stderr.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("hook:") {
+                    if let Some(i) = line.find("hook:") {
+                        println!("   [agent log] {}", &line[i..]);
+                    }
+                }
+            }
+        });
+    }
+    let mut lines = BufReader::new(stdout).lines();
+    let mut send = |v: Value| -> Result<(), String> {
+        stdin.write_all(format!("{v}\n").as_bytes()).and_then(|()| stdin.flush()).map_err(|e| e.to_string())
+    };
+    let mut wait = |id: u64, print_updates: bool| -> Result<Value, String> {
+        loop {
+            let line = lines.next().ok_or("the agent closed stdout")?.map_err(|e| e.to_string())?;
+            let v: Value = serde_json::from_str(&line).map_err(|e| format!("agent wrote a non-JSON line: {e}"))?;
+            if v.get("id").and_then(Value::as_u64) == Some(id) && v.get("method").is_none() {
+                return Ok(v);
+            }
+            if print_updates {
+                print_update(&v);
+            }
+        }
+    };
+    send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}))?;
+    let init = wait(1, false)?;
+    println!("client → initialize          agent: {} {}", init["result"]["agentInfo"]["name"], init["result"]["agentInfo"]["version"]);
+    let cwd = std::env::temp_dir().to_string_lossy().into_owned();
+    send(json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd": cwd,
+        "mcpServers":[{"name":"todo","command": exe,"args":["example-server","todo"],"env":[]}]}}))?;
+    let new = wait(2, false)?;
+    let sid = new["result"]["sessionId"].as_str().ok_or_else(|| format!("session/new failed: {new}"))?.to_string();
+    println!("client → session/new         session {sid} with MCP server `todo` (tools todo_add/todo_done/todo_list, hooks _Stop/_PostCompact)");
+    let prompt = "Track and finish the release notes.";
+    println!("client → session/prompt      {prompt:?}\n");
+    send(json!({"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId": sid,"prompt":[{"type":"text","text": prompt}]}}))?;
+    let resp = wait(3, true)?;
+    let r = &resp["result"];
+    println!("\nagent → stopReason: {}   (_meta.buzz: rounds {}, _Stop objections {}, budget {})",
+        r["stopReason"], r["_meta"]["buzz"]["rounds"], r["_meta"]["buzz"]["stopObjections"], r["_meta"]["buzz"]["stopBudget"]);
+    drop(send);
+    drop(stdin); // EOF: the agent shuts its MCP server down and exits (SPEC P1)
+    let _ = agent.wait();
+    if r["stopReason"] != "end_turn" || r["_meta"]["buzz"]["stopObjections"] != 1 {
+        return Err(format!("unexpected result: {resp}"));
+    }
+    println!("\nThe model tried to stop with an open todo item; the `todo` server's _Stop hook objected once,\nthe model finished the item, and the turn ended normally.");
+    Ok(())
+}
+
+fn print_update(v: &Value) {
+    let u = &v["params"]["update"];
+    match u["sessionUpdate"].as_str() {
+        Some("agent_message_chunk") => println!("   model: {}", u["content"]["text"].as_str().unwrap_or("")),
+        Some("tool_call") => println!("   tool call {} {}", u["title"].as_str().unwrap_or(""), u["rawInput"]),
+        Some("tool_call_update") if u["status"] == "completed" || u["status"] == "failed" => {
+            let text = u["content"][0]["content"]["text"].as_str().unwrap_or("");
+            println!("     → {}: {text}", u["status"].as_str().unwrap_or(""));
+        }
+        _ => {}
+    }
+}
+
+/// One scripted LLM response per request, streamed as OpenAI Chat Completions SSE.
+fn serve_llm(mut stream: TcpStream, n: usize) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte)? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let len = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0);
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body)?;
+    let chunks: Vec<Value> = match n {
+        0 => tool_call("I'll track this on the todo list first.", "todo__todo_add"),
+        1 => text("All set — I'm done here."),
+        2 => tool_call("Right, the item is still open. Writing the notes and closing it.", "todo__todo_done"),
+        _ => text("The release notes are written and the todo item is done."),
+    };
+    let mut out = String::from("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n");
+    for c in chunks {
+        out.push_str(&format!("data: {c}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    stream.write_all(out.as_bytes())
+}
+
+fn text(t: &str) -> Vec<Value> {
+    vec![
+        json!({"choices":[{"index":0,"delta":{"content": t},"finish_reason":null}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        json!({"choices":[],"usage":{"prompt_tokens":120,"completion_tokens":12}}),
+    ]
+}
+
+fn tool_call(t: &str, name: &str) -> Vec<Value> {
+    let args = json!({"item": ITEM}).to_string();
+    vec![
+        json!({"choices":[{"index":0,"delta":{"content": t},"finish_reason":null}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_demo","type":"function","function":{"name": name,"arguments": args}}]},"finish_reason":null}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        json!({"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":20}}),
+    ]
+}
