@@ -207,11 +207,10 @@ impl Agent {
         }
         let mut best: Option<(MonoTime, TimerKey)> = None;
         let mut consider = |t: Option<MonoTime>, k: TimerKey| {
-            if let Some(t) = t {
-                if best.is_none_or(|(b, _)| t < b) {
+            if let Some(t) = t
+                && best.is_none_or(|(b, _)| t < b) {
                     best = Some((t, k));
                 }
-            }
         };
         for s in self.servers.values() {
             consider(s.next_request_deadline(), TimerKey::McpRequest);
@@ -387,8 +386,8 @@ impl Agent {
                 return;
             }
         };
-        if let Some(max) = self.cfg.max_sessions {
-            if self.sessions.len() >= max {
+        if let Some(max) = self.cfg.max_sessions
+            && self.sessions.len() >= max {
                 self.reply_err(
                     Some(&id),
                     jsonrpc::RpcError::SERVER_ERROR,
@@ -397,7 +396,6 @@ impl Agent {
                 );
                 return;
             }
-        }
         let sid = format!("sess_{}", self.next_session);
         self.next_session += 1;
         let mut slots = Vec::with_capacity(spec.servers.len());

@@ -86,14 +86,13 @@ pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message
     let mut iter = history.into_iter().enumerate();
     for (k, u) in us.iter().enumerate() {
         for _ in u.0..u.1 {
-            if let Some((idx, m)) = iter.next() {
-                if !drop[k] {
+            if let Some((idx, m)) = iter.next()
+                && !drop[k] {
                     if idx == live {
                         new_live = out.len();
                     }
                     out.push(m);
                 }
-            }
         }
     }
     (out, new_live, dropped)

@@ -130,11 +130,10 @@ impl Server {
     pub fn next_request_deadline(&self) -> Option<MonoTime> {
         let mut best: Option<MonoTime> = None;
         for p in self.pending.values() {
-            if let Some(d) = p.deadline {
-                if best.is_none_or(|b| d < b) {
+            if let Some(d) = p.deadline
+                && best.is_none_or(|b| d < b) {
                     best = Some(d);
                 }
-            }
         }
         best
     }
@@ -569,10 +568,7 @@ impl Agent {
                     "warning" => LogLevel::Warn,
                     _ => LogLevel::Error,
                 };
-                let data = params.get("data").map(|d| match d {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                });
+                let data = params.get("data").map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string));
                 self.log(level, format!("[mcp:{name}] {}", data.unwrap_or_default()));
             }
             other => self.log(LogLevel::Debug, format!("mcp '{name}': ignoring notification {other}")),

@@ -58,11 +58,10 @@ impl Agent {
                     s.starting = None;
                 }
             }
-            if let Some(s) = self.sessions.get_mut(sid) {
-                if let Some((id, _)) = s.queued.take() {
+            if let Some(s) = self.sessions.get_mut(sid)
+                && let Some((id, _)) = s.queued.take() {
                     self.reply_ok(&id, &serde_json::json!({"stopReason": "cancelled"}));
                 }
-            }
             self.cancel_turn(sid, "agent shutting down");
             // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
             if self.sessions.get(sid).is_some_and(|s| s.turn.is_some()) {

@@ -142,11 +142,10 @@ pub fn convert_result(result: &Value, cap: usize) -> ToolOutput {
             }
         }
     }
-    if !saw_text {
-        if let Some(sc) = result.get("structuredContent").filter(|v| !v.is_null()) {
+    if !saw_text
+        && let Some(sc) = result.get("structuredContent").filter(|v| !v.is_null()) {
             parts.insert(0, sc.to_string());
         }
-    }
     let text = parts.join("\n");
     ToolOutput { text: elide_middle(text, cap), is_error }
 }

@@ -15,6 +15,9 @@ use crate::tools::ToolOutput;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
+/// Where an exposed tool name routes: (server slot, bare tool name, qualified `server__tool`).
+pub(crate) type Route = (u64, String, String);
+
 /// Tool calls of one response that are run at most (SPEC L2).
 pub const MAX_CALLS_PER_RESPONSE: usize = 64;
 /// Nudge appended after a `max_tokens`-truncated response (SPEC L1).
@@ -64,7 +67,7 @@ pub(crate) struct Slot {
     pub acp_id: String,
     pub call: ToolCall,
     /// (server slot, bare tool name, qualified `server__tool`).
-    pub route: Option<(u64, String, String)>,
+    pub route: Option<Route>,
     pub args: Value,
     pub state: SlotState,
 }
@@ -102,7 +105,7 @@ pub(crate) struct Turn {
     pub prompt_text: String,
     pub phase: Phase,
     /// Exposed tool name → (server slot, bare, qualified), as offered in the last request.
-    pub routes: BTreeMap<String, (u64, String, String)>,
+    pub routes: BTreeMap<String, Route>,
 }
 
 impl Turn {
@@ -315,7 +318,7 @@ impl Agent {
 
     /// The tools the model may call now: every ready server's non-hook tools, in registration
     /// order (SPEC M3, M4, I10).
-    pub(crate) fn visible_tools(&self, sid: &str) -> (Vec<ToolDef>, BTreeMap<String, (u64, String, String)>) {
+    pub(crate) fn visible_tools(&self, sid: &str) -> (Vec<ToolDef>, BTreeMap<String, Route>) {
         let mut defs = Vec::new();
         let mut routes = BTreeMap::new();
         let Some(sess) = self.sessions.get(sid) else { return (defs, routes) };

@@ -57,10 +57,8 @@ fn demo() -> Result<(), String> {
     if let Some(stderr) = agent.stderr.take() {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("hook:") {
-                    if let Some(i) = line.find("hook:") {
-                        println!("   [agent log] {}", &line[i..]);
-                    }
+                if let Some(i) = line.find("hook:") {
+                    println!("   [agent log] {}", &line[i..]);
                 }
             }
         });
@@ -97,7 +95,6 @@ fn demo() -> Result<(), String> {
     let r = &resp["result"];
     println!("\nagent → stopReason: {}   (_meta.buzz: rounds {}, _Stop objections {}, budget {})",
         r["stopReason"], r["_meta"]["buzz"]["rounds"], r["_meta"]["buzz"]["stopObjections"], r["_meta"]["buzz"]["stopBudget"]);
-    drop(send);
     drop(stdin); // EOF: the agent shuts its MCP server down and exits (SPEC P1)
     let _ = agent.wait();
     if r["stopReason"] != "end_turn" || r["_meta"]["buzz"]["stopObjections"] != 1 {

@@ -131,10 +131,8 @@ impl Children {
     }
 
     pub fn close_stdin(&mut self, proc: ProcKey) {
-        if let Some(c) = self.map.get_mut(&proc) {
-            if let Some(tx) = c.stdin.take() {
-                let _ = tx.send(None);
-            }
+        if let Some(tx) = self.map.get_mut(&proc).and_then(|c| c.stdin.take()) {
+            let _ = tx.send(None);
         }
     }
 

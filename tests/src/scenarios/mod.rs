@@ -5,6 +5,7 @@
 use crate::Scenario;
 
 mod acp;
+mod cli;
 mod mcp;
 mod tools;
 
@@ -66,6 +67,11 @@ macro_rules! list {
 pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
     list![
         acp::a1_initialize_capabilities,
+        cli::p3_demo_runs_offline_with_one_objection,
+        cli::p3_e2_hooks_check_passes_the_todo_example,
+        cli::p3_e1_hooks_check_shows_testguard_objection,
+        cli::p3_hooks_check_reports_a_hanging_hook,
+        cli::c1_p3_help_version_and_config_errors,
         acp::c01_garbage_and_bom_lines_keep_serving,
         acp::t3_oversized_line_is_answered_once_and_reading_continues,
         acp::t4_unknown_method_bad_params_invalid_request,
