@@ -392,7 +392,10 @@ impl ParseError {
     }
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// A JSON value's type as an English noun phrase (`a string`, `an object`, `null`), for error
+/// messages.
+#[must_use]
+pub fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -229,3 +229,49 @@ pub trait StreamDecoder: Send {
     /// [`StreamError::Truncated`] when the stream ended before a complete response.
     fn finish(&mut self, out: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError>;
 }
+
+/// Test support shared by the provider decoders' unit tests (SPEC L9: any split of the bytes).
+#[cfg(test)]
+pub(crate) mod decoder_tests {
+    use super::{LlmResponse, StreamDecoder, StreamDelta, StreamError};
+
+    /// What a decoder made of one body.
+    #[derive(Debug, PartialEq)]
+    pub(crate) struct Outcome {
+        pub result: Result<LlmResponse, StreamError>,
+        pub deltas: Vec<StreamDelta>,
+        pub complete: bool,
+    }
+
+    /// Feed `chunks` to a fresh decoder, then finish it.
+    pub(crate) fn run_chunks(mut decoder: Box<dyn StreamDecoder>, chunks: &[&[u8]]) -> Outcome {
+        let mut deltas = Vec::new();
+        for chunk in chunks {
+            if let Err(err) = decoder.feed(chunk, &mut deltas) {
+                return Outcome { result: Err(err), deltas, complete: decoder.is_complete() };
+            }
+        }
+        let complete = decoder.is_complete();
+        let result = decoder.finish(&mut deltas);
+        Outcome { result, deltas, complete }
+    }
+
+    /// Decode `body` whole, at every 2-chunk split, byte by byte, and byte by byte with CRLF and
+    /// CR line endings; every run must give the same response and the same deltas.
+    pub(crate) fn decode_every_split(make: &dyn Fn() -> Box<dyn StreamDecoder>, body: &str) -> Outcome {
+        let whole = run_chunks(make(), &[body.as_bytes()]);
+        let bytes = body.as_bytes();
+        for i in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(i);
+            assert_eq!(run_chunks(make(), &[a, b]), whole, "split at byte {i}");
+        }
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(run_chunks(make(), &singles), whole, "byte by byte");
+        for ending in ["\r\n", "\r"] {
+            let converted = body.replace('\n', ending);
+            let singles: Vec<&[u8]> = converted.as_bytes().chunks(1).collect();
+            assert_eq!(run_chunks(make(), &singles), whole, "byte by byte, line ending {ending:?}");
+        }
+        whole
+    }
+}

@@ -700,60 +700,14 @@ mod tests {
 
     // ---------------------------------------------------------------- harness
 
-    #[derive(Debug, PartialEq)]
-    struct Outcome {
-        result: Result<LlmResponse, StreamError>,
-        deltas: Vec<StreamDelta>,
-        complete: bool,
+    use crate::llm::decoder_tests::Outcome;
+
+    fn make() -> Box<dyn StreamDecoder> {
+        Box::new(ChatDecoder::new("call_t1".to_owned()))
     }
 
-    fn run_chunks(chunks: &[&[u8]]) -> Outcome {
-        let mut decoder = ChatDecoder::new("call_t1".to_owned());
-        let mut deltas = Vec::new();
-        for chunk in chunks {
-            if let Err(err) = decoder.feed(chunk, &mut deltas) {
-                return Outcome {
-                    result: Err(err),
-                    deltas,
-                    complete: decoder.is_complete(),
-                };
-            }
-        }
-        let complete = decoder.is_complete();
-        let result = decoder.finish(&mut deltas);
-        Outcome {
-            result,
-            deltas,
-            complete,
-        }
-    }
-
-    /// Decode `body` whole, at every 2-chunk split, byte by byte, and with CRLF and CR line
-    /// endings; every run must give the same response and the same deltas (SPEC L9).
     fn decode_every_split(body: &str) -> Outcome {
-        let whole = run_chunks(&[body.as_bytes()]);
-        let bytes = body.as_bytes();
-        for i in 0..=bytes.len() {
-            let (a, b) = bytes.split_at(i);
-            assert_eq!(run_chunks(&[a, b]), whole, "split at byte {i}");
-        }
-        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
-        assert_eq!(run_chunks(&singles), whole, "byte by byte");
-        for ending in ["\r\n", "\r"] {
-            let converted = body.replace('\n', ending);
-            assert_eq!(
-                run_chunks(&[converted.as_bytes()]),
-                whole,
-                "line ending {ending:?}"
-            );
-            let singles: Vec<&[u8]> = converted.as_bytes().chunks(1).collect();
-            assert_eq!(
-                run_chunks(&singles),
-                whole,
-                "byte by byte, line ending {ending:?}"
-            );
-        }
-        whole
+        crate::llm::decoder_tests::decode_every_split(&make, body)
     }
 
     fn ok(outcome: &Outcome) -> &LlmResponse {

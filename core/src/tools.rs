@@ -68,7 +68,7 @@ pub fn normalize_schema(schema: Option<&Value>) -> Result<Value, String> {
     let mut map = match schema {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
-        Some(other) => return Err(format!("inputSchema is not an object: {}", type_name(other))),
+        Some(other) => return Err(format!("inputSchema is not an object: {}", crate::jsonrpc::json_type(other))),
     };
     match map.get("type") {
         None => {
@@ -81,17 +81,6 @@ pub fn normalize_schema(schema: Option<&Value>) -> Result<Value, String> {
         map.insert("properties".into(), Value::Object(Map::new()));
     }
     Ok(Value::Object(map))
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 /// A converted tool result: the text the model sees and whether it is an error (SPEC L3).

@@ -898,19 +898,8 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
     }
     match crate::sse::parse_json_lossy(raw) {
         Ok(Value::Object(m)) => Ok(Value::Object(m)),
-        Ok(other) => Err(format!("arguments must be a JSON object, got {}", kind(&other))),
+        Ok(other) => Err(format!("arguments must be a JSON object, got {}", crate::jsonrpc::json_type(&other))),
         Err(e) => Err(format!("arguments were not valid JSON: {e}")),
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
