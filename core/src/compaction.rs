@@ -174,8 +174,16 @@ impl Agent {
         let Some(sess) = self.sessions.get(sid) else { return Vec::new() };
         let window = self.cfg.max_context_tokens.saturating_sub(u64::from(self.cfg.max_output_tokens));
         let budget = usize::try_from(window / 4 * 3).unwrap_or(usize::MAX).max(1024);
-        let transcript = render_for_summary(&sess.history, budget);
-        vec![Message::User { text: format!("{SUMMARY_INSTRUCTION}\n\n<conversation>\n{transcript}</conversation>") }]
+        // The live prompt always goes in whole: the newest-first cut may not reach it in a long
+        // turn, and the summary must name the original task.
+        let live = sess.turn.as_ref().map(|t| t.prompt_text.as_str()).unwrap_or("");
+        let live = crate::provider::cut(live, budget / 4);
+        let transcript = render_for_summary(&sess.history, budget.saturating_sub(live.len()));
+        vec![Message::User {
+            text: format!(
+                "{SUMMARY_INSTRUCTION}\n\n<current_request>\n{live}\n</current_request>\n\n<conversation>\n{transcript}</conversation>"
+            ),
+        }]
     }
 
     /// The summary arrived: new history = [summary, `_PostCompact` injections, live prompt].

@@ -403,7 +403,8 @@ impl Agent {
                 }
                 let mut deltas = Vec::new();
                 let res = a.decoder.feed(&bytes, &mut deltas);
-                if !deltas.is_empty() {
+                // A summary call (K1) is internal: nothing of it reaches the client.
+                if !deltas.is_empty() && a.purpose == CallPurpose::Round {
                     a.streamed = true;
                 }
                 let complete = a.decoder.is_complete();
@@ -430,8 +431,25 @@ impl Agent {
                 }
             }
             LlmIo::Failed(msg) => {
+                // C24 a: a 2xx body the decoder accepts as complete (e.g. a Chat stream whose
+                // finish_reason was seen but no `[DONE]`) is the answer even if the connection
+                // then breaks; anything else is the transport error (retryable, L5).
+                let ok = a.status.is_some_and(|s| (200..300).contains(&s));
+                let mut deltas = Vec::new();
+                let done = if ok { a.decoder.finish(&mut deltas).ok() } else { None };
+                let purpose = a.purpose;
                 self.release_llm(call);
-                self.attempt_failed(&sid, format!("transport error: {msg}"), true, None);
+                match done {
+                    Some(resp) => {
+                        self.emit_deltas(&sid, deltas);
+                        if purpose == CallPurpose::Summary {
+                            self.on_summary(&sid, resp);
+                        } else {
+                            self.on_llm_response(&sid, resp);
+                        }
+                    }
+                    None => self.attempt_failed(&sid, format!("transport error: {msg}"), true, None),
+                }
             }
         }
     }
@@ -444,6 +462,15 @@ impl Agent {
     }
 
     fn emit_deltas(&mut self, sid: &str, deltas: Vec<StreamDelta>) {
+        // K1: the compaction summary is not the agent's answer; it is never streamed.
+        let summary = self
+            .sessions
+            .get(sid)
+            .and_then(|s| s.turn.as_ref())
+            .is_some_and(|t| matches!(&t.phase, Phase::Llm(a) if a.purpose == CallPurpose::Summary));
+        if summary {
+            return;
+        }
         for d in deltas {
             let update = match &d {
                 StreamDelta::Text(t) => chunk_update("agent_message_chunk", t),

@@ -51,6 +51,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_ENV_DUMP=path` | writes its environment as a JSON object at start |
 /// | `FAKE_MCP_CWD_FILE=path` | writes its working directory at start |
 /// | `FAKE_MCP_STDERR_LINES=N` | writes `stderr line i` (i in 0..N) to stderr at start |
+/// | `FAKE_MCP_LIST_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the echo-like tool `late` and sends `notifications/tools/list_changed` |
 #[derive(Debug, Clone)]
 pub struct Config {
     pub tools: Vec<String>,
@@ -76,6 +77,7 @@ pub struct Config {
     pub env_dump: Option<PathBuf>,
     pub cwd_file: Option<PathBuf>,
     pub stderr_lines: u64,
+    pub list_changed_after_call: Option<u64>,
 }
 
 /// Banner text the fake writes on stdout with `FAKE_MCP_GARBAGE=1` (never valid JSON).
@@ -134,6 +136,7 @@ impl Config {
             env_dump: path("FAKE_MCP_ENV_DUMP"),
             cwd_file: path("FAKE_MCP_CWD_FILE"),
             stderr_lines: num("FAKE_MCP_STDERR_LINES").unwrap_or(0),
+            list_changed_after_call: num("FAKE_MCP_LIST_CHANGED_AFTER_CALL"),
         }
     }
 
@@ -262,6 +265,10 @@ struct Server {
     calls: AtomicU64,
     stop_calls: AtomicU64,
     exit: Exit,
+    /// Model-tool calls replied to (for `FAKE_MCP_LIST_CHANGED_AFTER_CALL`).
+    replied: AtomicU64,
+    /// The tool `late` was added.
+    late: std::sync::atomic::AtomicBool,
 }
 
 fn ok(id: &Value, result: Value) -> Value {
@@ -333,7 +340,11 @@ impl Server {
                 self.reply(&ok(&id, json!({})));
             }
             "tools/list" => {
-                let all = self.cfg.tool_list();
+                let mut all = self.cfg.tool_list();
+                if self.late.load(Ordering::SeqCst) {
+                    all.push(json!({"name": "late", "description": "Echoes `text` back (added later)",
+                                    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}));
+                }
                 let start = msg["params"]["cursor"]
                     .as_str()
                     .and_then(|c| c.strip_prefix('c'))
@@ -400,6 +411,7 @@ impl Server {
             "_Other" if self.cfg.stop => ok(id, text_result("_Other must never be called", true)),
             _ => {
                 let known = self.cfg.tools.iter().any(|t| t == name)
+                    || (name == "late" && self.late.load(Ordering::SeqCst))
                     || name
                         .strip_prefix('t')
                         .and_then(|n| n.parse::<usize>().ok())
@@ -451,6 +463,16 @@ impl Server {
             }
         };
         self.reply(&reply);
+        if !name.starts_with('_') {
+            let n = self.replied.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.cfg.list_changed_after_call == Some(n) {
+                self.late.store(true, Ordering::SeqCst);
+                self.out.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                    false,
+                );
+            }
+        }
     }
 }
 
@@ -477,6 +499,8 @@ pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
         calls: AtomicU64::new(0),
         stop_calls: AtomicU64::new(0),
         exit,
+        replied: AtomicU64::new(0),
+        late: std::sync::atomic::AtomicBool::new(false),
     });
     for line in input.split(b'\n') {
         let Ok(line) = line else { break };
@@ -828,6 +852,25 @@ mod tests {
             ]
         );
         assert_eq!(count_calls(&logged, "echo"), 1);
+    }
+
+    #[test]
+    fn list_changed_after_call_adds_late_and_notifies() {
+        let mut w = Wire::start(&[("FAKE_MCP_LIST_CHANGED_AFTER_CALL", "1")]);
+        w.handshake();
+        assert_eq!(names(&w.request(1, "tools/list", json!({}))), ["echo"]);
+        assert_eq!(
+            w.call(2, "late", json!({"text": "x"}))["error"]["code"],
+            -32602
+        );
+        w.call(3, "echo", json!({"text": "x"}));
+        assert_eq!(w.recv()["method"], "notifications/tools/list_changed");
+        assert_eq!(
+            names(&w.request(4, "tools/list", json!({}))),
+            ["echo", "late"]
+        );
+        let r = w.call(5, "late", json!({"text": "now"}));
+        assert_eq!(r["result"]["content"][0]["text"], "now");
     }
 
     #[test]

@@ -6,7 +6,11 @@ use crate::Scenario;
 
 mod acp;
 mod cli;
+mod compaction;
+mod hooks;
+mod lifecycle;
 mod mcp;
+mod providers;
 mod tools;
 
 /// Shared helpers for scenario bodies.
@@ -86,5 +90,58 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         mcp::c08_mcp_start_failures_name_server_and_stderr,
         mcp::m8_p1_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
+        hooks::h5_h6_hook_objects_once_then_clears_end_turn,
+        hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
+        hooks::h5_i2_budget_resets_per_prompt,
+        hooks::m4_h2_hooks_hidden_and_not_called_without_allowlist,
+        hooks::h4_hook_timeout_fails_open_then_second_timeout_kills_group,
+        hooks::h3_four_hook_servers_run_concurrently,
+        hooks::a7_h8_stop_reaches_server_once_without_permission_request,
+        hooks::g1_g2_reply_guard,
+        hooks::h5_g1_budget_zero_disables_stop_and_reply_guard,
+        hooks::h3_meta_carries_point_session_attempt_budget,
+        hooks::h4_fail_open_error_iserror_empty_never_object,
+        compaction::k1_h7_compaction_summary_then_postcompact_then_live_prompt,
+        compaction::h7_empty_postcompact_injects_nothing,
+        compaction::h7_postcompact_timeout_goes_on_without_it,
+        compaction::k1_summary_failure_falls_back_to_truncation,
+        compaction::l5_k1_context_too_long_400_compacts_then_succeeds,
+        compaction::l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery,
+        lifecycle::a7_every_malformed_or_negative_outcome_denies,
+        lifecycle::a7_allow_runs_exactly_once_after_the_answer,
+        lifecycle::a7_allow_always_is_remembered_per_tool,
+        lifecycle::a7_permission_timeout_denies,
+        lifecycle::a7_parallel_calls_each_ask,
+        lifecycle::a4_cancel_during_llm_stream,
+        lifecycle::a4_cancel_during_backoff,
+        lifecycle::a4_cancel_during_permission_wait,
+        lifecycle::a4_cancel_during_tool_call_sends_notifications_cancelled,
+        lifecycle::a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled,
+        lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
+        lifecycle::a4_cancel_when_idle_and_twice_is_harmless,
+        lifecycle::m9_crashed_server_recovers_after_backoff,
+        lifecycle::m9_three_deaths_make_it_permanent_and_tools_leave_the_list,
+        lifecycle::m6_tools_list_changed_relists,
+        lifecycle::p1_sigterm_and_sigint_shut_down_cleanly,
+        lifecycle::m8_sh_c_launcher_with_term_ignoring_grandchild_is_killed,
+        providers::l6_l7_l8_five_round_tool_prompt_on_every_route,
+        providers::l5_c28_429_retry_after_is_honoured_then_success,
+        providers::l5_c28_529_then_503_back_off_then_success,
+        providers::l6_overloaded_error_event_before_text_is_retried,
+        providers::c24_body_cut_mid_event_is_retried_then_succeeds,
+        providers::c24_finish_without_done_is_success_without_retry,
+        providers::c24_finish_then_connection_left_open_completes_after_grace,
+        providers::l5_c24_stalled_body_hits_idle_timeout_and_is_retried,
+        providers::l5_stalled_body_with_one_attempt_is_an_llm_error,
+        providers::l5_retries_exhausted_is_an_llm_error_naming_the_status,
+        providers::l5_401_is_llm_auth_error_without_retry,
+        providers::l5_400_is_an_llm_error_with_the_provider_message,
+        providers::l5_text_streamed_then_cut_is_not_retried,
+        providers::a4_l5_cancel_during_long_backoff_is_prompt,
+        providers::l9_utf8_split_inside_characters_gives_exact_text,
+        providers::l9_lone_surrogate_becomes_replacement_character,
+        providers::c21_tool_call_deltas_without_ids_get_synthesised_paired_ids,
+        providers::c22_usage_only_and_empty_choices_chunks_are_accepted,
+        providers::c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools,
     ]
 }
