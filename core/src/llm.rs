@@ -223,6 +223,12 @@ pub trait StreamDecoder: Send {
     /// True once the stream's own terminator was seen (`[DONE]`, `message_stop`, …): the
     /// runtime may drop the connection (SPEC C24 b).
     fn is_complete(&self) -> bool;
+    /// True once the response is known to be whole even without the terminator (e.g. a Chat
+    /// Completions `finish_reason` arrived but `[DONE]` did not): the loop then waits only a
+    /// short grace for more bytes before finishing (case C24 b). Defaults to `is_complete`.
+    fn has_final_answer(&self) -> bool {
+        self.is_complete()
+    }
     /// The body ended (EOF); produce the response or say why it is incomplete.
     ///
     /// # Errors

@@ -265,8 +265,9 @@ struct WireFunction<'a> {
 ///   [`StreamError::Provider`]; a complete chunk that is not JSON is one too. Errors are sticky.
 ///
 /// [`StreamDecoder::is_complete`] is true only after `[DONE]`: a server that sends a
-/// `finish_reason` but keeps the connection open (C24 b) is closed by the runtime after its idle
-/// grace, and [`StreamDecoder::finish`] then accepts the response because a finish reason was seen.
+/// `finish_reason` but keeps the connection open (C24 b) is detected by
+/// [`StreamDecoder::has_final_answer`]: the loop waits a short grace, drops the connection, and
+/// [`StreamDecoder::finish`] then accepts the response because a finish reason was seen.
 pub struct ChatDecoder {
     /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
     id_prefix: String,
@@ -529,6 +530,10 @@ impl StreamDecoder for ChatDecoder {
 
     fn is_complete(&self) -> bool {
         self.done
+    }
+
+    fn has_final_answer(&self) -> bool {
+        self.done || self.finish_reason.is_some()
     }
 
     /// The response, once the body ended. Accepted when `[DONE]` or a finish reason was seen

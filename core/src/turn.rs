@@ -24,6 +24,8 @@ pub const MAX_CALLS_PER_RESPONSE: usize = 64;
 pub const MAX_TOKENS_NUDGE: &str = "Your reply was cut off because it hit the output token limit; continue in smaller steps.";
 /// Bytes of a failed response body kept for the error message (SPEC A3).
 const ERROR_BODY_CAP: usize = 4096;
+/// How long to wait for more bytes once the decoder has the whole answer (case C24 b), in ms.
+pub const FINAL_ANSWER_GRACE_MS: u64 = 1500;
 
 /// Where a turn is.
 pub(crate) enum Phase {
@@ -59,6 +61,9 @@ pub(crate) struct LlmAttempt {
     pub decoder: Box<dyn StreamDecoder>,
     /// Whether any text of this response reached the client (no retry after that, SPEC L5).
     pub streamed: bool,
+    /// The decoder has the whole answer but the stream did not end: `idle_deadline` is the
+    /// short grace after which the answer is taken (case C24 b).
+    pub grace: bool,
     pub idle_deadline: MonoTime,
 }
 
@@ -373,6 +378,7 @@ impl Agent {
             err_body: Vec::new(),
             decoder,
             streamed: false,
+            grace: false,
             idle_deadline: idle,
         }));
         self.llm_calls.insert(call, sid.to_string());
@@ -408,6 +414,10 @@ impl Agent {
                     a.streamed = true;
                 }
                 let complete = a.decoder.is_complete();
+                if !complete && a.decoder.has_final_answer() {
+                    a.grace = true;
+                    a.idle_deadline = now.plus_ms(FINAL_ANSWER_GRACE_MS.min(idle_ms));
+                }
                 self.emit_deltas(&sid, deltas);
                 match res {
                     Err(e) => self.attempt_failed(&sid, e.to_string(), e.is_retryable(), None),
@@ -550,14 +560,21 @@ impl Agent {
     pub(crate) fn fire_turn_timers(&mut self) {
         let now = self.now;
         let mut idle: Vec<String> = Vec::new();
+        let mut graced: Vec<(String, LlmCallId)> = Vec::new();
         let mut backoff: Vec<(String, u32, CallPurpose)> = Vec::new();
         for s in self.sessions.values() {
             let Some(t) = &s.turn else { continue };
             match &t.phase {
+                Phase::Llm(a) if a.idle_deadline <= now && a.grace => graced.push((s.id.clone(), a.call)),
                 Phase::Llm(a) if a.idle_deadline <= now => idle.push(s.id.clone()),
                 Phase::Backoff { until, attempt, purpose } if *until <= now => backoff.push((s.id.clone(), *attempt, *purpose)),
                 Phase::Llm(_) | Phase::Backoff { .. } | Phase::Ready | Phase::Tools(_) | Phase::Gate(_) => {}
             }
+        }
+        for (sid, call) in graced {
+            // C24 b: the answer is whole; stop waiting for the server to close.
+            self.release_llm(call);
+            self.finish_stream(&sid);
         }
         let secs = self.cfg.llm_timeout_ms / 1000;
         for sid in idle {

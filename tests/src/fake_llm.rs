@@ -1,7 +1,12 @@
-//! A fake OpenAI-compatible LLM: a real TCP listener on 127.0.0.1 speaking HTTP/1.1, one thread
-//! per connection, one request per connection (`connection: close`). Streaming replies use
-//! `transfer-encoding: chunked`; each piece is written and flushed on its own so the agent sees the
-//! splits the script asks for (SPEC L7, L9; DESIGN layer 5).
+//! A fake LLM: a real TCP listener on 127.0.0.1 speaking HTTP/1.1, one thread per connection, one
+//! request per connection (`connection: close`). Streaming replies use `transfer-encoding:
+//! chunked`; each piece is written and flushed on its own so the agent sees the splits the script
+//! asks for (SPEC L6–L9; DESIGN layer 5).
+//!
+//! The same scripted [`Reply::text`] / [`Reply::tool_calls`] is streamed in the wire format the
+//! request path asks for ([`Wire::from_path`]): OpenAI Chat Completions (`…/chat/completions`),
+//! Anthropic Messages (`…/messages`) or OpenAI Responses (`…/responses`). Raw SSE and status
+//! replies are sent as given on every route.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,61 +38,161 @@ impl RecordedRequest {
             .map(|(_, v)| v.as_str())
     }
 
-    /// `body.messages` (Chat Completions), empty when absent.
-    pub fn messages(&self) -> Vec<Value> {
-        self.body["messages"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
+    /// The wire format of this request, from its path.
+    pub fn wire(&self) -> Wire {
+        Wire::from_path(&self.path)
     }
 
-    /// The function names of `body.tools`.
+    /// The history: `body.messages` (Chat Completions, Anthropic) or `body.input` (Responses),
+    /// empty when absent.
+    pub fn messages(&self) -> Vec<Value> {
+        let key = match self.wire() {
+            Wire::Responses => "input",
+            Wire::Chat | Wire::Anthropic => "messages",
+        };
+        self.body[key].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The function names of `body.tools` (`tools[].function.name` for Chat Completions,
+    /// `tools[].name` for Anthropic and Responses).
     pub fn tool_names(&self) -> Vec<String> {
         self.body["tools"]
             .as_array()
             .map(|tools| {
                 tools
                     .iter()
-                    .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+                    .filter_map(|t| {
+                        t["function"]["name"]
+                            .as_str()
+                            .or_else(|| t["name"].as_str())
+                            .map(str::to_string)
+                    })
                     .collect()
             })
             .unwrap_or_default()
     }
 
-    /// Every assistant tool call in the history, in order: `(id, name, arguments string)`.
-    pub fn assistant_tool_calls(&self) -> Vec<(String, String, String)> {
+    /// The text of every user message of the history, concatenated (tool results excluded).
+    pub fn user_text(&self) -> String {
+        self.messages()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| content_text(&m["content"]))
+            .collect()
+    }
+
+    /// The history as tool-call pairing items, in order (see [`HistoryItem`]).
+    pub fn history_items(&self) -> Vec<HistoryItem> {
         let mut out = Vec::new();
-        for m in self.messages() {
-            if m["role"] != "assistant" {
-                continue;
-            }
-            for c in m["tool_calls"].as_array().into_iter().flatten() {
-                out.push((
-                    c["id"].as_str().unwrap_or_default().to_string(),
-                    c["function"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    c["function"]["arguments"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                ));
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        for (i, m) in self.messages().iter().enumerate() {
+            let role = m["role"].as_str().unwrap_or_default().to_string();
+            match self.wire() {
+                Wire::Chat => match role.as_str() {
+                    "tool" => out.push(HistoryItem::Result {
+                        msg: i,
+                        id: text(&m["tool_call_id"]),
+                        text: content_text(&m["content"]),
+                    }),
+                    _ => {
+                        out.push(HistoryItem::Other {
+                            msg: i,
+                            what: role.clone(),
+                        });
+                        if role == "assistant" {
+                            for c in m["tool_calls"].as_array().into_iter().flatten() {
+                                out.push(HistoryItem::Call {
+                                    msg: i,
+                                    id: text(&c["id"]),
+                                    name: text(&c["function"]["name"]),
+                                    arguments: text(&c["function"]["arguments"]),
+                                });
+                            }
+                        }
+                    }
+                },
+                Wire::Anthropic => {
+                    if role != "user" {
+                        out.push(HistoryItem::Other {
+                            msg: i,
+                            what: role.clone(),
+                        });
+                    }
+                    let blocks = match &m["content"] {
+                        Value::Array(blocks) => blocks.clone(),
+                        other => vec![json!({"type": "text", "text": other.clone()})],
+                    };
+                    for b in blocks {
+                        match b["type"].as_str() {
+                            Some("tool_use") if role == "assistant" => {
+                                out.push(HistoryItem::Call {
+                                    msg: i,
+                                    id: text(&b["id"]),
+                                    name: text(&b["name"]),
+                                    arguments: b["input"].to_string(),
+                                });
+                            }
+                            Some("tool_result") if role == "user" => {
+                                out.push(HistoryItem::Result {
+                                    msg: i,
+                                    id: text(&b["tool_use_id"]),
+                                    text: content_text(&b["content"]),
+                                });
+                            }
+                            kind => out.push(HistoryItem::Other {
+                                msg: i,
+                                what: format!("{role} {} block", kind.unwrap_or("untyped")),
+                            }),
+                        }
+                    }
+                }
+                Wire::Responses => match m["type"].as_str() {
+                    Some("function_call") => out.push(HistoryItem::Call {
+                        msg: i,
+                        id: text(&m["call_id"]),
+                        name: text(&m["name"]),
+                        arguments: text(&m["arguments"]),
+                    }),
+                    Some("function_call_output") => out.push(HistoryItem::Result {
+                        msg: i,
+                        id: text(&m["call_id"]),
+                        text: content_text(&m["output"]),
+                    }),
+                    kind => out.push(HistoryItem::Other {
+                        msg: i,
+                        what: format!("{} {role}", kind.unwrap_or("message")),
+                    }),
+                },
             }
         }
         out
     }
 
-    /// Every `role:"tool"` message in order: `(tool_call_id, content as text)`.
+    /// Every assistant tool call in the history, in order: `(id, name, arguments string)`
+    /// (Anthropic: `input` as compact JSON text).
+    pub fn assistant_tool_calls(&self) -> Vec<(String, String, String)> {
+        self.history_items()
+            .into_iter()
+            .filter_map(|item| match item {
+                HistoryItem::Call {
+                    id,
+                    name,
+                    arguments,
+                    ..
+                } => Some((id, name, arguments)),
+                HistoryItem::Result { .. } | HistoryItem::Other { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Every tool result in order: `(call id, content as text)` — `role:"tool"` messages,
+    /// Anthropic `tool_result` blocks, Responses `function_call_output` items.
     pub fn tool_results(&self) -> Vec<(String, String)> {
-        self.messages()
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .map(|m| {
-                (
-                    m["tool_call_id"].as_str().unwrap_or_default().to_string(),
-                    content_text(&m["content"]),
-                )
+        self.history_items()
+            .into_iter()
+            .filter_map(|item| match item {
+                HistoryItem::Result { id, text, .. } => Some((id, text)),
+                HistoryItem::Call { .. } | HistoryItem::Other { .. } => None,
             })
             .collect()
     }
@@ -100,48 +205,46 @@ impl RecordedRequest {
             .map(|(_, t)| t)
     }
 
-    /// SPEC L4 on the wire: every assistant tool call is followed, before the next assistant
-    /// message, by exactly one `role:"tool"` message with its id, and every tool message answers
-    /// a call of the assistant message before it. Panics with the history when not.
+    /// SPEC L4 on the wire, for every route: every assistant tool call is answered by exactly
+    /// one tool result before anything else comes (the next assistant message, a user text, a
+    /// non-result item), and every result answers an open call. Chat: `role:"tool"` messages
+    /// after the assistant message; Anthropic: `tool_result` blocks first in the next user
+    /// message; Responses: `function_call_output` items after the `function_call` items.
+    /// Panics with the history when not.
     pub fn assert_tool_calls_paired(&self) {
         let msgs = self.messages();
         let mut open: Vec<String> = Vec::new();
         let fail = |why: String| -> ! {
             panic!(
-                "L4 violated: {why}\nhistory: {}",
+                "L4 violated ({:?} route): {why}\nhistory: {}",
+                self.wire(),
                 serde_json::to_string_pretty(&msgs).unwrap_or_default()
             )
         };
-        for (i, m) in msgs.iter().enumerate() {
-            match m["role"].as_str() {
-                Some("tool") => {
-                    let id = m["tool_call_id"].as_str().unwrap_or_default();
-                    match open.iter().position(|o| o == id) {
-                        Some(p) => {
-                            open.remove(p);
-                        }
-                        None => fail(format!(
-                            "message {i}: tool result {id:?} answers no open tool call"
-                        )),
+        for item in self.history_items() {
+            match item {
+                HistoryItem::Result { msg, id, .. } => match open.iter().position(|o| *o == id) {
+                    Some(p) => {
+                        open.remove(p);
                     }
-                }
-                role => {
+                    None => fail(format!(
+                        "message {msg}: tool result {id:?} answers no open tool call"
+                    )),
+                },
+                HistoryItem::Other { msg, what } => {
                     if !open.is_empty() {
                         fail(format!(
-                            "message {i} ({role:?}) comes while tool calls {open:?} have no result"
+                            "message {msg} ({what:?}) comes while tool calls {open:?} have no result"
                         ));
                     }
-                    if role == Some("assistant") {
-                        for c in m["tool_calls"].as_array().into_iter().flatten() {
-                            let id = c["id"].as_str().unwrap_or_default().to_string();
-                            if id.is_empty() || open.contains(&id) {
-                                fail(format!(
-                                    "message {i}: empty or repeated tool call id {id:?}"
-                                ));
-                            }
-                            open.push(id);
-                        }
+                }
+                HistoryItem::Call { msg, id, .. } => {
+                    if id.is_empty() || open.contains(&id) {
+                        fail(format!(
+                            "message {msg}: empty or repeated tool call id {id:?}"
+                        ));
                     }
+                    open.push(id);
                 }
             }
         }
@@ -149,6 +252,64 @@ impl RecordedRequest {
             fail(format!(
                 "tool calls {open:?} have no result at the end of the history"
             ));
+        }
+    }
+}
+
+/// One element of a request's history as far as tool-call pairing (SPEC L4) is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryItem {
+    /// An assistant tool call (`msg` = index in [`RecordedRequest::messages`]).
+    Call {
+        msg: usize,
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    /// A tool result.
+    Result {
+        msg: usize,
+        id: String,
+        text: String,
+    },
+    /// Anything else: a message start or a non-tool content block / item.
+    Other { msg: usize, what: String },
+}
+
+/// Which provider wire format a request uses (SPEC L6–L8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// OpenAI Chat Completions, `POST …/chat/completions` (L7).
+    Chat,
+    /// Anthropic Messages, `POST …/v1/messages` (L6).
+    Anthropic,
+    /// OpenAI Responses, `POST …/responses` (L8).
+    Responses,
+}
+
+impl Wire {
+    /// All three, in a fixed order.
+    pub const ALL: [Wire; 3] = [Wire::Chat, Wire::Responses, Wire::Anthropic];
+
+    /// The format a request path asks for: `…/messages` → Anthropic, `…/responses` →
+    /// Responses, anything else → Chat Completions.
+    pub fn from_path(path: &str) -> Wire {
+        let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
+        if path.ends_with("/messages") {
+            Wire::Anthropic
+        } else if path.ends_with("/responses") {
+            Wire::Responses
+        } else {
+            Wire::Chat
+        }
+    }
+
+    /// The request path the agent uses on this route with the fake's base URL.
+    pub fn path(self) -> &'static str {
+        match self {
+            Wire::Chat => "/v1/chat/completions",
+            Wire::Anthropic => "/v1/messages",
+            Wire::Responses => "/v1/responses",
         }
     }
 }
@@ -168,9 +329,10 @@ pub fn content_text(content: &Value) -> String {
 
 #[derive(Debug, Clone)]
 enum Body {
-    /// A Chat Completions stream built from its parts at serve time.
-    Chat {
+    /// A stream built from its parts at serve time, in the request's wire format.
+    Scripted {
         text: Option<String>,
+        thinking: Option<String>,
         calls: Vec<(String, String, String)>,
         finish: String,
         usage: Option<(u64, u64)>,
@@ -192,6 +354,7 @@ pub struct Reply {
     body: Body,
     split_every: Option<usize>,
     stall_after_ms: Option<u64>,
+    cut_in_piece: Option<usize>,
     delay_ms: u64,
 }
 
@@ -201,15 +364,20 @@ impl Reply {
             body,
             split_every: None,
             stall_after_ms: None,
+            cut_in_piece: None,
             delay_ms: 0,
         }
     }
 
-    /// Streamed assistant text (several `content` deltas), finish `stop`, a usage-only chunk
-    /// (`choices: []`), `data: [DONE]`.
+    /// Streamed assistant text (several deltas) ending the turn. Chat: `content` deltas, finish
+    /// `stop`, a usage-only chunk (`choices: []`), `data: [DONE]`. Anthropic: `message_start`
+    /// (input tokens), `ping`, a text block of `text_delta`s, `message_delta` (`end_turn`,
+    /// output tokens), `message_stop`. Responses: a message item with `output_text` deltas,
+    /// `response.completed` with usage.
     pub fn text(s: impl Into<String>) -> Self {
-        Reply::new(Body::Chat {
+        Reply::new(Body::Scripted {
             text: Some(s.into()),
+            thinking: None,
             calls: Vec::new(),
             finish: "stop".into(),
             usage: Some((100, 10)),
@@ -218,7 +386,10 @@ impl Reply {
     }
 
     /// Tool calls `(id, name, arguments)`, finish `tool_calls`. Each call's arguments are
-    /// streamed across at least two deltas; id, type and name only on the first.
+    /// streamed across at least two deltas; id, type and name only on the first. Anthropic:
+    /// one `tool_use` block per call (`input: {}`, arguments as `input_json_delta`s), stop
+    /// reason `tool_use`. Responses: a `function_call` item per call (`output_item.added`,
+    /// `function_call_arguments.delta`s and `.done`, `output_item.done`).
     pub fn tool_calls(calls: Vec<(&str, &str, Value)>) -> Self {
         Reply::tool_calls_raw(
             calls
@@ -230,8 +401,9 @@ impl Reply {
 
     /// Like [`Reply::tool_calls`] with the arguments string sent as given (invalid JSON, `""`).
     pub fn tool_calls_raw(calls: Vec<(&str, &str, String)>) -> Self {
-        Reply::new(Body::Chat {
+        Reply::new(Body::Scripted {
             text: None,
+            thinking: None,
             calls: calls
                 .into_iter()
                 .map(|(i, n, a)| (i.to_string(), n.to_string(), a))
@@ -259,17 +431,20 @@ impl Reply {
         })
     }
 
-    /// Streamed text before the tool calls (chat replies only).
+    /// Streamed text before the tool calls (scripted replies only).
     pub fn with_text(mut self, s: impl Into<String>) -> Self {
-        if let Body::Chat { text, .. } = &mut self.body {
+        if let Body::Scripted { text, .. } = &mut self.body {
             *text = Some(s.into());
         }
         self
     }
 
-    /// The `finish_reason` of the final choice chunk (chat replies only), e.g. `length`.
+    /// The `finish_reason` of the final choice chunk (scripted replies only), e.g. `length`.
+    /// Anthropic maps it to a stop reason (`stop` → `end_turn`, `tool_calls` → `tool_use`,
+    /// `length` → `max_tokens`, `content_filter` → `refusal`, others verbatim); Responses
+    /// ends `response.incomplete` for `length` / `content_filter`, else `response.completed`.
     pub fn finish_reason(mut self, reason: &str) -> Self {
-        if let Body::Chat { finish, .. } = &mut self.body {
+        if let Body::Scripted { finish, .. } = &mut self.body {
             *finish = reason.to_string();
         }
         self
@@ -277,15 +452,26 @@ impl Reply {
 
     /// Usage `(prompt_tokens, completion_tokens)` of the usage-only chunk; `None` omits it.
     pub fn usage(mut self, u: Option<(u64, u64)>) -> Self {
-        if let Body::Chat { usage, .. } = &mut self.body {
+        if let Body::Scripted { usage, .. } = &mut self.body {
             *usage = u;
         }
         self
     }
 
-    /// Leaves out the `data: [DONE]` line (chat replies only).
+    /// Reasoning streamed before the text (scripted replies only): Chat `reasoning_content`
+    /// deltas, an Anthropic `thinking` block (`thinking_delta`s, then a `signature_delta`),
+    /// Responses `response.reasoning_summary_text.delta`s.
+    pub fn with_thinking(mut self, s: impl Into<String>) -> Self {
+        if let Body::Scripted { thinking, .. } = &mut self.body {
+            *thinking = Some(s.into());
+        }
+        self
+    }
+
+    /// Leaves out the stream terminator (scripted replies only): `data: [DONE]` (Chat),
+    /// `message_stop` (Anthropic), the final `response.completed` (Responses).
     pub fn without_done(mut self) -> Self {
-        if let Body::Chat { done, .. } = &mut self.body {
+        if let Body::Scripted { done, .. } = &mut self.body {
             *done = false;
         }
         self
@@ -306,26 +492,66 @@ impl Reply {
         self
     }
 
+    /// Sends the SSE pieces before piece `n` whole, then the first half of piece `n` (cut
+    /// mid-event), then closes the socket without the terminating chunk (as
+    /// `stall_after_ms(0)`, or after the stall if one is set). Ignored with `split_every`.
+    pub fn cut_in_piece(mut self, n: usize) -> Self {
+        self.cut_in_piece = Some(n);
+        self.stall_after_ms.get_or_insert(0);
+        self
+    }
+
     /// Waits `ms` before sending the response head.
     pub fn delay_ms(mut self, ms: u64) -> Self {
         self.delay_ms = ms;
         self
     }
 
-    /// The SSE body as the pieces written one by one (before `split_every`).
+    /// The Chat Completions SSE body as the pieces written one by one (before `split_every`).
     pub fn sse_pieces(&self) -> Vec<String> {
+        self.sse_pieces_for(Wire::Chat)
+    }
+
+    /// The SSE body in `wire`'s format as the pieces written one by one (before
+    /// `split_every` / `cut_in_piece`). Raw SSE is the same on every route.
+    pub fn sse_pieces_for(&self, wire: Wire) -> Vec<String> {
         match &self.body {
-            Body::Chat {
+            Body::Scripted {
                 text,
+                thinking,
                 calls,
                 finish,
                 usage,
                 done,
-            } => chat_events(text.as_deref(), calls, finish, *usage, *done),
+            } => {
+                let s = Script {
+                    text: text.as_deref(),
+                    thinking: thinking.as_deref(),
+                    calls,
+                    finish,
+                    usage: *usage,
+                    done: *done,
+                };
+                match wire {
+                    Wire::Chat => chat_events(&s),
+                    Wire::Anthropic => anthropic_events(&s),
+                    Wire::Responses => responses_events(&s),
+                }
+            }
             Body::RawSse(s) => vec![s.clone()],
             Body::Status { .. } => Vec::new(),
         }
     }
+}
+
+/// The parts of a scripted stream.
+struct Script<'a> {
+    text: Option<&'a str>,
+    thinking: Option<&'a str>,
+    calls: &'a [(String, String, String)],
+    finish: &'a str,
+    usage: Option<(u64, u64)>,
+    done: bool,
 }
 
 fn chunk(delta: Value, finish: Value) -> String {
@@ -349,17 +575,24 @@ fn split_chars(s: &str, parts: usize) -> Vec<String> {
     chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
 
-fn chat_events(
-    text: Option<&str>,
-    calls: &[(String, String, String)],
-    finish: &str,
-    usage: Option<(u64, u64)>,
-    done: bool,
-) -> Vec<String> {
+fn chat_events(s: &Script<'_>) -> Vec<String> {
+    let Script {
+        text,
+        thinking,
+        calls,
+        finish,
+        usage,
+        done,
+    } = *s;
     let mut out = vec![chunk(
         json!({"role": "assistant", "content": ""}),
         Value::Null,
     )];
+    if let Some(thinking) = thinking {
+        for piece in split_chars(thinking, 3) {
+            out.push(chunk(json!({"reasoning_content": piece}), Value::Null));
+        }
+    }
     if let Some(text) = text {
         for piece in split_chars(text, 3) {
             out.push(chunk(json!({"content": piece}), Value::Null));
@@ -395,6 +628,254 @@ fn chat_events(
     }
     if done {
         out.push("data: [DONE]\n\n".to_string());
+    }
+    out
+}
+
+/// The argument text of one call split into at least two pieces (the second may be empty).
+fn argument_pieces(args: &str) -> Vec<String> {
+    let mut pieces = split_chars(args, 3);
+    while pieces.len() < 2 {
+        pieces.push(String::new());
+    }
+    pieces
+}
+
+fn anthropic_event(kind: &str, data: &Value) -> String {
+    format!("event: {kind}\ndata: {data}\n\n")
+}
+
+/// Anthropic Messages stream (SPEC L6): `message_start`, `ping`, a thinking block, a text block,
+/// one `tool_use` block per call, `message_delta`, `message_stop`.
+fn anthropic_events(s: &Script<'_>) -> Vec<String> {
+    let mut message = json!({
+        "id": "msg_fake", "type": "message", "role": "assistant", "content": [],
+        "model": "test-model", "stop_reason": null, "stop_sequence": null,
+    });
+    if let Some((input, _)) = s.usage {
+        message["usage"] = json!({"input_tokens": input, "output_tokens": 1});
+    }
+    let mut out = vec![
+        anthropic_event(
+            "message_start",
+            &json!({"type": "message_start", "message": message}),
+        ),
+        anthropic_event("ping", &json!({"type": "ping"})),
+    ];
+    let mut index = 0u64;
+    let delta = |index: u64, delta: Value| {
+        anthropic_event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        )
+    };
+    let start = |index: u64, block: Value| {
+        anthropic_event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": block}),
+        )
+    };
+    let stop = |index: u64| {
+        anthropic_event(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        )
+    };
+    if let Some(thinking) = s.thinking {
+        out.push(start(
+            index,
+            json!({"type": "thinking", "thinking": "", "signature": ""}),
+        ));
+        for piece in split_chars(thinking, 3) {
+            out.push(delta(
+                index,
+                json!({"type": "thinking_delta", "thinking": piece}),
+            ));
+        }
+        out.push(delta(
+            index,
+            json!({"type": "signature_delta", "signature": "sig-fake"}),
+        ));
+        out.push(stop(index));
+        index += 1;
+    }
+    if let Some(text) = s.text {
+        out.push(start(index, json!({"type": "text", "text": ""})));
+        for piece in split_chars(text, 3) {
+            out.push(delta(index, json!({"type": "text_delta", "text": piece})));
+        }
+        out.push(stop(index));
+        index += 1;
+    }
+    for (id, name, args) in s.calls {
+        out.push(start(
+            index,
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+        ));
+        for piece in argument_pieces(args) {
+            out.push(delta(
+                index,
+                json!({"type": "input_json_delta", "partial_json": piece}),
+            ));
+        }
+        out.push(stop(index));
+        index += 1;
+    }
+    let reason = match s.finish {
+        "stop" => "end_turn",
+        "tool_calls" => "tool_use",
+        "length" => "max_tokens",
+        "content_filter" => "refusal",
+        other => other,
+    };
+    let mut message_delta = json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": reason, "stop_sequence": null},
+    });
+    if let Some((_, output)) = s.usage {
+        message_delta["usage"] = json!({"output_tokens": output});
+    }
+    out.push(anthropic_event("message_delta", &message_delta));
+    if s.done {
+        out.push(anthropic_event(
+            "message_stop",
+            &json!({"type": "message_stop"}),
+        ));
+    }
+    out
+}
+
+/// OpenAI Responses stream (SPEC L8): `response.created`, a reasoning item, a message item with
+/// `output_text` deltas, one `function_call` item per call, `response.completed` (or
+/// `response.incomplete`) with usage.
+fn responses_events(s: &Script<'_>) -> Vec<String> {
+    let mut seq = 0u64;
+    let mut event = |kind: &str, mut data: Value| {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(seq);
+        seq += 1;
+        format!("event: {kind}\ndata: {data}\n\n")
+    };
+    let mut out = vec![event(
+        "response.created",
+        json!({"response": {"id": "resp_fake", "object": "response", "status": "in_progress",
+                            "model": "test-model", "output": []}}),
+    )];
+    let mut output = Vec::new();
+    let mut index = 0u64;
+    if let Some(thinking) = s.thinking {
+        let item = json!({"id": "rs_fake", "type": "reasoning", "summary": []});
+        out.push(event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        ));
+        out.push(event(
+            "response.reasoning_summary_part.added",
+            json!({"item_id": "rs_fake", "output_index": index, "summary_index": 0,
+                   "part": {"type": "summary_text", "text": ""}}),
+        ));
+        for piece in split_chars(thinking, 3) {
+            out.push(event(
+                "response.reasoning_summary_text.delta",
+                json!({"item_id": "rs_fake", "output_index": index, "summary_index": 0,
+                       "delta": piece}),
+            ));
+        }
+        out.push(event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        ));
+        output.push(item);
+        index += 1;
+    }
+    if let Some(text) = s.text {
+        let id = "msg_fake";
+        out.push(event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": {"id": id, "type": "message",
+                   "status": "in_progress", "role": "assistant", "content": []}}),
+        ));
+        out.push(event(
+            "response.content_part.added",
+            json!({"item_id": id, "output_index": index, "content_index": 0,
+                   "part": {"type": "output_text", "text": "", "annotations": []}}),
+        ));
+        for piece in split_chars(text, 3) {
+            out.push(event(
+                "response.output_text.delta",
+                json!({"item_id": id, "output_index": index, "content_index": 0,
+                       "delta": piece}),
+            ));
+        }
+        out.push(event(
+            "response.output_text.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+        ));
+        let part = json!({"type": "output_text", "text": text, "annotations": []});
+        out.push(event(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+        ));
+        let item = json!({"id": id, "type": "message", "status": "completed",
+                          "role": "assistant", "content": [part]});
+        out.push(event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        ));
+        output.push(item);
+        index += 1;
+    }
+    for (k, (call_id, name, args)) in s.calls.iter().enumerate() {
+        let id = format!("fc_fake_{k}");
+        out.push(event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": {"id": id, "type": "function_call",
+                   "status": "in_progress", "call_id": call_id, "name": name,
+                   "arguments": ""}}),
+        ));
+        for piece in argument_pieces(args) {
+            out.push(event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": piece}),
+            ));
+        }
+        out.push(event(
+            "response.function_call_arguments.done",
+            json!({"item_id": id, "output_index": index, "arguments": args}),
+        ));
+        let item = json!({"id": id, "type": "function_call", "status": "completed",
+                          "call_id": call_id, "name": name, "arguments": args});
+        out.push(event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        ));
+        output.push(item);
+        index += 1;
+    }
+    if s.done {
+        let usage = s.usage.map_or(Value::Null, |(input, output)| {
+            json!({"input_tokens": input, "output_tokens": output,
+                   "total_tokens": input + output})
+        });
+        let (kind, status, details) = match s.finish {
+            "length" => (
+                "response.incomplete",
+                "incomplete",
+                json!({"reason": "max_output_tokens"}),
+            ),
+            "content_filter" => (
+                "response.incomplete",
+                "incomplete",
+                json!({"reason": "content_filter"}),
+            ),
+            _ => ("response.completed", "completed", Value::Null),
+        };
+        out.push(event(
+            kind,
+            json!({"response": {"id": "resp_fake", "object": "response", "status": status,
+                                "model": "test-model", "output": output,
+                                "incomplete_details": details, "usage": usage}}),
+        ));
     }
     out
 }
@@ -640,19 +1121,32 @@ fn serve_connection(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()>
             conn.write_all(body.as_bytes())?;
             conn.flush()?;
         }
-        Body::Chat { .. } | Body::RawSse(_) => {
+        Body::Scripted { .. } | Body::RawSse(_) => {
             conn.write_all(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
                   transfer-encoding: chunked\r\nconnection: close\r\n\r\n",
             )?;
             conn.flush()?;
-            let pieces: Vec<Vec<u8>> = match reply.split_every {
-                Some(n) => {
-                    let all: Vec<u8> = reply.sse_pieces().concat().into_bytes();
+            let wire = req.wire();
+            let pieces: Vec<Vec<u8>> = match (reply.split_every, reply.cut_in_piece) {
+                (Some(n), _) => {
+                    let all: Vec<u8> = reply.sse_pieces_for(wire).concat().into_bytes();
                     all.chunks(n).map(<[u8]>::to_vec).collect()
                 }
-                None => reply
-                    .sse_pieces()
+                (None, Some(cut)) => {
+                    let mut pieces: Vec<Vec<u8>> = reply
+                        .sse_pieces_for(wire)
+                        .into_iter()
+                        .map(String::into_bytes)
+                        .collect();
+                    pieces.truncate(cut + 1);
+                    if let Some(last) = pieces.get_mut(cut) {
+                        last.truncate(last.len() / 2);
+                    }
+                    pieces
+                }
+                (None, None) => reply
+                    .sse_pieces_for(wire)
                     .into_iter()
                     .map(String::into_bytes)
                     .collect(),
@@ -693,11 +1187,16 @@ mod tests {
 
     /// Sends one raw HTTP request; returns (head, de-chunked body, chunk sizes).
     fn raw_post(llm: &FakeLlm, body: &str) -> (String, String, Vec<usize>) {
+        raw_post_to(llm, "/v1/chat/completions", body)
+    }
+
+    /// [`raw_post`] to `path`.
+    fn raw_post_to(llm: &FakeLlm, path: &str, body: &str) -> (String, String, Vec<usize>) {
         let addr = llm.addr;
         let mut s = TcpStream::connect(addr).unwrap();
         write!(
             s,
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer k\r\n\
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer k\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
@@ -899,5 +1398,265 @@ mod tests {
             {"role":"user","content":"go on"},
         ]));
         assert!(std::panic::catch_unwind(|| bad.assert_tool_calls_paired()).is_err());
+    }
+
+    /// `(event name, data)` of each SSE event of a body.
+    fn named_events(body: &str) -> Vec<(String, Value)> {
+        body.split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let mut name = String::new();
+                let mut data = Value::Null;
+                for line in e.lines() {
+                    if let Some(n) = line.strip_prefix("event: ") {
+                        name = n.to_string();
+                    } else if let Some(d) = line.strip_prefix("data: ") {
+                        data = serde_json::from_str(d).unwrap();
+                    }
+                }
+                (name, data)
+            })
+            .collect()
+    }
+
+    fn script() -> Reply {
+        Reply::tool_calls(vec![
+            ("call_1", "fs__echo", json!({"text": "hi"})),
+            ("call_2", "fs__add", json!({})),
+        ])
+        .with_text("Let me see.")
+        .with_thinking("hmm")
+        .usage(Some((40, 7)))
+    }
+
+    #[test]
+    fn anthropic_route_streams_the_same_script_as_typed_events() {
+        let llm = FakeLlm::scripted(vec![script(), Reply::text("done").without_done()]);
+        let (head, body, sizes) = raw_post_to(&llm, "/v1/messages", "{}");
+        assert!(head.contains("content-type: text/event-stream"));
+        let events = named_events(&body);
+        assert_eq!(sizes.len(), events.len(), "one HTTP chunk per event");
+        for (name, data) in &events {
+            assert_eq!(data["type"], json!(name), "event name = data.type");
+        }
+        let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(&names[..2], ["message_start", "ping"]);
+        assert_eq!(&names[names.len() - 2..], ["message_delta", "message_stop"]);
+        assert_eq!(events[0].1["message"]["usage"]["input_tokens"], 40);
+        let delta = &events[events.len() - 2].1;
+        assert_eq!(delta["delta"]["stop_reason"], "tool_use");
+        assert_eq!(delta["usage"]["output_tokens"], 7);
+        let mut blocks: Vec<(String, String)> = Vec::new();
+        for (name, data) in &events {
+            match name.as_str() {
+                "content_block_start" => {
+                    assert_eq!(data["index"], blocks.len());
+                    let b = &data["content_block"];
+                    let label = match b["type"].as_str().unwrap() {
+                        "tool_use" => format!("tool_use {} {}", b["id"], b["name"]),
+                        other => other.to_string(),
+                    };
+                    blocks.push((label, String::new()));
+                }
+                "content_block_delta" => {
+                    let i = data["index"].as_u64().unwrap() as usize;
+                    let d = &data["delta"];
+                    let piece = d["text"]
+                        .as_str()
+                        .or(d["thinking"].as_str())
+                        .or(d["partial_json"].as_str())
+                        .unwrap_or_default();
+                    blocks[i].1.push_str(piece);
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            blocks,
+            [
+                ("thinking".to_string(), "hmm".to_string()),
+                ("text".to_string(), "Let me see.".to_string()),
+                (
+                    "tool_use \"call_1\" \"fs__echo\"".to_string(),
+                    r#"{"text":"hi"}"#.to_string()
+                ),
+                (
+                    "tool_use \"call_2\" \"fs__add\"".to_string(),
+                    "{}".to_string()
+                ),
+            ]
+        );
+        let json_deltas = events
+            .iter()
+            .filter(|(_, d)| d["delta"]["type"] == "input_json_delta" && d["index"] == 3)
+            .count();
+        assert!(json_deltas >= 2, "arguments span at least two deltas");
+        // without_done leaves out message_stop.
+        let (_, body, _) = raw_post_to(&llm, "/v1/messages", "{}");
+        let names: Vec<String> = named_events(&body).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names.last().map(String::as_str), Some("message_delta"));
+        assert_eq!(llm.requests()[0].wire(), Wire::Anthropic);
+    }
+
+    #[test]
+    fn responses_route_streams_items_deltas_and_completed_with_usage() {
+        let llm = FakeLlm::scripted(vec![script(), Reply::text("cut").finish_reason("length")]);
+        let (_, body, _) = raw_post_to(&llm, "/v1/responses", "{}");
+        let events = named_events(&body);
+        for (k, (name, data)) in events.iter().enumerate() {
+            assert_eq!(data["type"], json!(name));
+            assert_eq!(data["sequence_number"], k);
+        }
+        let text: String = events
+            .iter()
+            .filter(|(n, _)| n == "response.output_text.delta")
+            .map(|(_, d)| d["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "Let me see.");
+        let thinking: String = events
+            .iter()
+            .filter(|(n, _)| n == "response.reasoning_summary_text.delta")
+            .map(|(_, d)| d["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(thinking, "hmm");
+        let added: Vec<&Value> = events
+            .iter()
+            .filter(|(n, d)| {
+                n == "response.output_item.added" && d["item"]["type"] == "function_call"
+            })
+            .map(|(_, d)| &d["item"])
+            .collect();
+        assert_eq!(added.len(), 2);
+        assert_eq!(
+            (&added[0]["call_id"], &added[0]["name"]),
+            (&json!("call_1"), &json!("fs__echo"))
+        );
+        let args: String = events
+            .iter()
+            .filter(|(n, d)| {
+                n == "response.function_call_arguments.delta" && d["item_id"] == added[0]["id"]
+            })
+            .map(|(_, d)| d["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(args, r#"{"text":"hi"}"#);
+        let (last, data) = events.last().unwrap();
+        assert_eq!(last, "response.completed");
+        assert_eq!(data["response"]["status"], "completed");
+        assert_eq!(data["response"]["usage"]["input_tokens"], 40);
+        assert_eq!(data["response"]["usage"]["output_tokens"], 7);
+        assert_eq!(data["response"]["output"].as_array().unwrap().len(), 4);
+        let (_, body, _) = raw_post_to(&llm, "/v1/responses", "{}");
+        let (last, data) = named_events(&body).pop().unwrap();
+        assert_eq!(last, "response.incomplete");
+        assert_eq!(
+            data["response"]["incomplete_details"]["reason"],
+            "max_output_tokens"
+        );
+    }
+
+    #[test]
+    fn cut_in_piece_sends_half_of_that_piece_and_no_final_chunk() {
+        let reply = Reply::text("abcdefghi");
+        let pieces = reply.sse_pieces_for(Wire::Anthropic);
+        let llm = FakeLlm::scripted(vec![reply.cut_in_piece(4)]);
+        let mut s = TcpStream::connect(llm.addr).unwrap();
+        s.write_all(b"POST /v1/messages HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+            .unwrap();
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        let raw = String::from_utf8(raw).unwrap();
+        let want = format!(
+            "{}{}",
+            pieces[..4].concat(),
+            &pieces[4][..pieces[4].len() / 2]
+        );
+        let body: String = raw
+            .split("\r\n")
+            .skip_while(|l| !l.is_empty())
+            .skip(1)
+            .collect::<Vec<_>>()
+            .chunks(2)
+            .filter_map(|c| c.get(1).copied())
+            .collect();
+        assert_eq!(body, want);
+        assert!(!raw.ends_with("0\r\n\r\n"), "the body must be cut: {raw:?}");
+    }
+
+    #[test]
+    fn paired_history_on_the_anthropic_and_responses_routes() {
+        let req = |path: &str, body: Value| RecordedRequest {
+            method: "POST".into(),
+            path: path.into(),
+            headers: vec![],
+            body,
+            received_at: Instant::now(),
+        };
+        let ok = req(
+            "/v1/messages",
+            json!({"tools": [{"name": "fs__echo"}], "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "tool_use", "id": "a", "name": "x", "input": {"k": 1}},
+                    {"type": "tool_use", "id": "b", "name": "y", "input": {}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                    {"type": "tool_result", "tool_use_id": "b", "content": [{"type": "text", "text": "2"}]},
+                    {"type": "text", "text": "go on"}]},
+            ]}),
+        );
+        ok.assert_tool_calls_paired();
+        assert_eq!(ok.tool_names(), ["fs__echo"]);
+        assert_eq!(ok.user_text(), "higo on");
+        assert_eq!(
+            ok.assistant_tool_calls(),
+            [
+                ("a".to_string(), "x".to_string(), r#"{"k":1}"#.to_string()),
+                ("b".to_string(), "y".to_string(), "{}".to_string())
+            ]
+        );
+        assert_eq!(ok.tool_result_for("b").as_deref(), Some("2"));
+        // A user text before the results, and a result in a later turn, both break L4.
+        for bad in [
+            json!([
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "x", "input": {}}]},
+                {"role": "user", "content": [{"type": "text", "text": "first"},
+                                             {"type": "tool_result", "tool_use_id": "a", "content": "1"}]},
+            ]),
+            json!([
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "x", "input": {}}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "again"}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "1"}]},
+            ]),
+        ] {
+            let r = req("/v1/messages", json!({"messages": bad}));
+            assert!(
+                std::panic::catch_unwind(|| r.assert_tool_calls_paired()).is_err(),
+                "{bad}"
+            );
+        }
+        let ok = req(
+            "/v1/responses",
+            json!({"tools": [{"type": "function", "name": "fs__echo"}], "input": [
+                {"role": "user", "content": "hi"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+                {"type": "function_call", "call_id": "a", "name": "x", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "a", "output": "1"},
+            ]}),
+        );
+        ok.assert_tool_calls_paired();
+        assert_eq!(ok.tool_names(), ["fs__echo"]);
+        assert_eq!(ok.tool_results(), [("a".to_string(), "1".to_string())]);
+        let bad = req(
+            "/v1/responses",
+            json!({"input": [
+                {"type": "function_call", "call_id": "a", "name": "x", "arguments": "{}"},
+                {"role": "user", "content": "too early"},
+            ]}),
+        );
+        assert!(std::panic::catch_unwind(|| bad.assert_tool_calls_paired()).is_err());
+        assert_eq!(Wire::from_path("/v1/chat/completions?x=1"), Wire::Chat);
+        assert_eq!(Wire::from_path("/v1/messages"), Wire::Anthropic);
+        assert_eq!(Wire::from_path("/api/v1/responses/"), Wire::Responses);
     }
 }

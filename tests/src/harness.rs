@@ -2,7 +2,7 @@
 //! shares: stdout carries JSON-RPC frames only (SPEC T2), each request is answered once (I7),
 //! logs carry no secret (P2), no process outlives the agent (M8).
 
-use crate::fake_llm::FakeLlm;
+use crate::fake_llm::{FakeLlm, Wire};
 use crate::procfs;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -38,6 +38,76 @@ impl Ctx {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         AgentProc::spawn(&self.agent_bin, &env, cwd)
     }
+
+    /// Like [`Ctx::agent`] on the provider route `wire` ([`agent_env_for`]).
+    pub fn agent_on(
+        &self,
+        wire: Wire,
+        llm: &FakeLlm,
+        extra: &[(&str, &str)],
+        cwd: &Path,
+    ) -> AgentProc {
+        self.agent_at(wire, &llm.origin(), extra, cwd)
+    }
+
+    /// Spawns the agent against an LLM server at `origin` (`http://127.0.0.1:PORT`, no path) on
+    /// the route `wire`, with [`env_for_origin`] plus `extra` (which wins).
+    pub fn agent_at(
+        &self,
+        wire: Wire,
+        origin: &str,
+        extra: &[(&str, &str)],
+        cwd: &Path,
+    ) -> AgentProc {
+        let mut env = env_for_origin(wire, origin);
+        for (k, v) in extra {
+            env.retain(|(name, _)| name != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        AgentProc::spawn(&self.agent_bin, &env, cwd)
+    }
+}
+
+/// The agent's environment for a session against `llm` on the route `wire`: [`agent_env`] for
+/// Chat Completions; plus `OPENAI_COMPAT_API=responses` for Responses; for Anthropic
+/// `BUZZ_AGENT_PROVIDER=anthropic` with `ANTHROPIC_BASE_URL` = the server's origin (the agent
+/// appends `/v1/messages`), `ANTHROPIC_API_KEY` = the secret key, `ANTHROPIC_MODEL`.
+pub fn agent_env_for(wire: Wire, llm: &FakeLlm) -> Vec<(String, String)> {
+    env_for_origin(wire, &llm.origin())
+}
+
+/// [`agent_env_for`] with the server given by its origin (`http://127.0.0.1:PORT`).
+pub fn env_for_origin(wire: Wire, origin: &str) -> Vec<(String, String)> {
+    let common = [
+        ("BUZZ_AGENT_PERMISSION", "allow".to_string()),
+        ("BUZZ_AGENT_LOG", "debug".to_string()),
+    ];
+    let route: Vec<(&str, String)> = match wire {
+        Wire::Chat | Wire::Responses => {
+            let mut v = vec![
+                ("BUZZ_AGENT_PROVIDER", "openai".to_string()),
+                ("OPENAI_COMPAT_BASE_URL", format!("{origin}/v1")),
+                ("OPENAI_COMPAT_MODEL", "test-model".to_string()),
+                ("OPENAI_COMPAT_API_KEY", SECRET_KEY.to_string()),
+            ];
+            if wire == Wire::Responses {
+                v.push(("OPENAI_COMPAT_API", "responses".to_string()));
+            }
+            v
+        }
+        Wire::Anthropic => vec![
+            ("BUZZ_AGENT_PROVIDER", "anthropic".to_string()),
+            ("ANTHROPIC_BASE_URL", origin.to_string()),
+            ("ANTHROPIC_MODEL", "test-model".to_string()),
+            ("ANTHROPIC_API_KEY", SECRET_KEY.to_string()),
+        ],
+    };
+    route
+        .into_iter()
+        .chain(common)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 /// The agent's environment for a session against `llm`: OpenAI-compatible provider, the secret
@@ -126,6 +196,9 @@ struct State {
     violations: Vec<String>,
     stdout_closed: bool,
     stderr: String,
+    /// When the last stderr line arrived (stderr and stdout are separate pipes: a log line
+    /// written just before a response may be read after it).
+    stderr_at: Instant,
     policy: PermissionPolicy,
 }
 
@@ -204,6 +277,7 @@ impl AgentProc {
                 violations: Vec::new(),
                 stdout_closed: false,
                 stderr: String::new(),
+                stderr_at: Instant::now(),
                 policy: PermissionPolicy::AllowOnce,
             }),
             cv: Condvar::new(),
@@ -500,9 +574,18 @@ impl AgentProc {
         }
     }
 
-    /// Everything the agent wrote to stderr so far.
+    /// Everything the agent wrote to stderr so far, once stderr has been quiet for 100 ms (at
+    /// most 2 s of waiting), so lines logged just before the last stdout frame are included.
     pub fn stderr_text(&self) -> String {
-        self.shared.lock().stderr.clone()
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let st = self.shared.lock();
+            if st.stderr_at.elapsed() >= Duration::from_millis(100) || Instant::now() >= deadline {
+                return st.stderr.clone();
+            }
+            drop(st);
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The last `n` lines of stderr.
@@ -759,6 +842,7 @@ fn read_stderr(stderr: impl Read, shared: &Shared) {
         let mut st = shared.lock();
         st.stderr.push_str(&line);
         st.stderr.push('\n');
+        st.stderr_at = Instant::now();
     }
 }
 

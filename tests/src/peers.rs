@@ -1,9 +1,11 @@
 //! Real third-party peers (DESIGN.md layer 5): the npm ACP client `acpx` drives the agent, and
 //! the reference MCP server `@modelcontextprotocol/server-everything` serves it. Both come from
-//! `tests/package.json` (exact versions, `npm ci` in `tests/`). Without `tests/node_modules` the
-//! peer scenarios are reported ignored with the reason — unless `CI` is set, where they fail.
+//! `tests/package.json` (exact versions, `npm ci` in `tests/`). The PyPI mock LLM server
+//! `fakellm` (`tests/requirements.txt`, installed into `tests/.venv`) answers the agent on the
+//! Anthropic and the Chat Completions routes. Without the installed file a peer scenario is
+//! reported ignored with the reason — unless `CI` is set, where it fails.
 
-use crate::fake_llm::{FakeLlm, Reply};
+use crate::fake_llm::{FakeLlm, Reply, Wire};
 use crate::fake_mcp;
 use crate::harness::{
     Ctx, agent_env, assert_tool_updates_well_formed, fake_mcp_entry, tool_update_text,
@@ -36,31 +38,55 @@ fn in_ci() -> bool {
 
 type Peer = fn(&Ctx, &Path);
 
-/// The peer trials: each needs one file from `node_modules`.
+/// `tests/.venv` of this crate: the Python peers of `tests/requirements.txt` (exact pins),
+/// installed by `.ci/run` (`python3 -m venv tests/.venv && tests/.venv/bin/pip install -r
+/// tests/requirements.txt`).
+pub fn venv() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv")
+}
+
+const FAKELLM_BIN: &str = "bin/fakellm";
+
+/// The peer trials: each needs one installed file (from `node_modules` or `.venv`).
 pub fn trials(ctx: &Ctx) -> Vec<Trial> {
-    let list: [(&str, &str, Peer); 2] = [
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).display().to_string();
+    let npm = format!("run `npm ci` in {dir}");
+    let pip = format!(
+        "run `python3 -m venv .venv && .venv/bin/pip install -r requirements.txt` in {dir}"
+    );
+    let list: [(&str, PathBuf, &str, Peer); 4] = [
         (
             "peers::acpx_drives_the_agent_through_one_tool_call",
-            ACPX_CLI,
+            node_modules().join(ACPX_CLI),
+            &npm,
             acpx_drives_the_agent_through_one_tool_call,
         ),
         (
             "peers::server_everything_echo_result_reaches_the_llm",
-            EVERYTHING_JS,
+            node_modules().join(EVERYTHING_JS),
+            &npm,
             server_everything_echo_result_reaches_the_llm,
+        ),
+        (
+            "peers::fakellm_anthropic_route_one_tool_call_then_final_text",
+            venv().join(FAKELLM_BIN),
+            &pip,
+            fakellm_anthropic_route_one_tool_call_then_final_text,
+        ),
+        (
+            "peers::fakellm_chat_route_one_tool_call_then_final_text",
+            venv().join(FAKELLM_BIN),
+            &pip,
+            fakellm_chat_route_one_tool_call_then_final_text,
         ),
     ];
     list.into_iter()
-        .map(|(name, file, peer)| {
+        .map(|(name, path, install, peer)| {
             let ctx = ctx.clone();
+            let install = install.to_string();
             Trial::ignorable_test(name, move || {
-                let path = node_modules().join(file);
                 if !path.is_file() {
-                    let why = format!(
-                        "{} missing: run `npm ci` in {}",
-                        path.display(),
-                        Path::new(env!("CARGO_MANIFEST_DIR")).display()
-                    );
+                    let why = format!("{} missing: {install}", path.display());
                     return if in_ci() {
                         Err(Failed::from(format!("CI is set and {why}")))
                     } else {
@@ -234,5 +260,216 @@ fn server_everything_echo_result_reaches_the_llm(ctx: &Ctx, index_js: &Path) {
     let terminal = assert_tool_updates_well_formed(&agent.session_updates(&sid));
     assert_eq!(terminal.len(), 1);
     assert_eq!(terminal[0]["status"], "completed", "{}", terminal[0]);
+    agent.finish();
+}
+
+// ---- fakellm (PyPI): a third-party mock LLM server on the Anthropic and Chat routes ----------
+
+/// The echo text fakellm's first rule asks for; its second rule fires once a tool result
+/// containing it comes back.
+const FAKELLM_MARK: &str = "fakellm-peer-echo";
+const FAKELLM_FINAL: &str = "fakellm peer done";
+
+/// A running `fakellm serve`; dropping it kills its process group.
+struct Fakellm {
+    child: std::process::Child,
+    origin: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Fakellm {
+    /// Starts `fakellm serve --host 127.0.0.1 --port <free> --config <file>` with two rules:
+    /// a tool result containing [`FAKELLM_MARK`] → the text [`FAKELLM_FINAL`]; any request
+    /// offering `fs__echo` → one `fs__echo` call with `{"text": FAKELLM_MARK}`. Waits (≤ 20 s)
+    /// until the port accepts connections.
+    fn start(bin: &Path, dir: &Path) -> Fakellm {
+        let config = dir.join("fakellm.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 1\n\
+                 rules:\n\
+                 \x20 - name: final_answer\n\
+                 \x20   when:\n\
+                 \x20     tool_result_contains: \"{FAKELLM_MARK}\"\n\
+                 \x20   respond:\n\
+                 \x20     content: \"{FAKELLM_FINAL}\"\n\
+                 \x20 - name: call_echo\n\
+                 \x20   when:\n\
+                 \x20     tools_include: \"fs__echo\"\n\
+                 \x20   respond:\n\
+                 \x20     tool_calls:\n\
+                 \x20       - name: fs__echo\n\
+                 \x20         arguments: {{text: \"{FAKELLM_MARK}\"}}\n"
+            ),
+        )
+        .expect("write fakellm config");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut child = Command::new(bin)
+            .args([
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--config",
+            ])
+            .arg(&config)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        if let Some(mut err) = child.stderr.take() {
+            let sink = stderr.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut s) = sink.lock() {
+                        s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    }
+                }
+            });
+        }
+        let mut server = Fakellm {
+            child,
+            origin: format!("http://127.0.0.1:{port}"),
+            stderr,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        loop {
+            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return server;
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!(
+                    "fakellm exited with {status} before listening{}",
+                    server.context()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fakellm did not listen on {port} within 20 s{}",
+                server.context()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn context(&self) -> String {
+        let err = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+        format!("\n--- fakellm stderr:\n{err}---")
+    }
+
+    /// `GET /_fakellm/stats` (its record of the requests and the rules they matched).
+    fn stats(&self) -> Value {
+        use std::io::Write;
+        let addr = self.origin.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect fakellm");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "GET /_fakellm/stats HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("write stats request");
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        let raw = String::from_utf8_lossy(&raw).into_owned();
+        let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("fakellm stats are not JSON ({e}): {raw}{}", self.context()))
+    }
+}
+
+impl Drop for Fakellm {
+    fn drop(&mut self) {
+        crate::harness::kill_tree(self.child.id() as i32);
+        let _ = self.child.wait();
+    }
+}
+
+fn fakellm_anthropic_route_one_tool_call_then_final_text(ctx: &Ctx, bin: &Path) {
+    fakellm_one_tool_call(ctx, bin, Wire::Anthropic, "anthropic");
+}
+
+fn fakellm_chat_route_one_tool_call_then_final_text(ctx: &Ctx, bin: &Path) {
+    fakellm_one_tool_call(ctx, bin, Wire::Chat, "openai");
+}
+
+/// fakellm (an independent implementation of both APIs) streams one `fs__echo` call; the agent
+/// runs it on the fake MCP server and sends the result back in a shape fakellm's own parser
+/// recognises (its `tool_result_contains` rule fires), then fakellm's final text ends the turn
+/// `end_turn` (SPEC L6 / L7, L4).
+fn fakellm_one_tool_call(ctx: &Ctx, bin: &Path, wire: Wire, api: &str) {
+    let s = Scratch::new();
+    let log = s.file("calls.log");
+    let server = Fakellm::start(bin, s.dir.path());
+    let agent = ctx.agent_at(wire, &server.origin, &[], &s.ws);
+    agent.initialize();
+    let sid = agent.new_session(
+        &s.ws,
+        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
+    );
+    let r = agent.request_timeout(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo via fakellm"}]}),
+        Duration::from_secs(30),
+    );
+    let context = server.context();
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}{context}");
+    let updates = agent.session_updates(&sid);
+    let terminal = assert_tool_updates_well_formed(&updates);
+    assert_eq!(terminal.len(), 1, "{updates:#?}{context}");
+    assert_eq!(terminal[0]["status"], "completed", "{}", terminal[0]);
+    assert_eq!(tool_update_text(&terminal[0]), FAKELLM_MARK);
+    assert_eq!(
+        crate::harness::agent_text(&updates),
+        FAKELLM_FINAL,
+        "{context}"
+    );
+    let logged = fake_mcp::read_call_log(Path::new(&log));
+    let calls = fake_mcp::logged_tool_calls(&logged);
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert_eq!(calls[0]["params"]["name"], "echo");
+    assert_eq!(
+        calls[0]["params"]["arguments"],
+        json!({"text": FAKELLM_MARK})
+    );
+    let stats = server.stats();
+    // `recent` is newest first.
+    let recent: Vec<(String, String)> = stats["recent"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r["api"].as_str().unwrap_or_default().to_string(),
+                r["matched_rule"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        recent,
+        [
+            (api.to_string(), "final_answer".to_string()),
+            (api.to_string(), "call_echo".to_string()),
+        ],
+        "two streamed requests on the {api} API: the tool call, then the result fakellm \
+         recognised: {stats}"
+    );
     agent.finish();
 }

@@ -1,6 +1,6 @@
 //! `footprint`: measures an agent binary over one long session (issue #6).
 //!
-//! `footprint [--rounds N] <agent-binary>…` runs, for each binary, one ACP session against the
+//! `footprint [--rounds N] [--env K=V]… [--smaps] <agent-binary>…` runs, for each binary, one ACP session against the
 //! fake LLM ([`buzz_agent_e2e::fake_llm`]) with one fake MCP server named `fs` (this very binary
 //! run with `BUZZ_E2E_ROLE=fake-mcp`): a single `session/prompt` whose LLM answers `N - 1` rounds
 //! of one `fs__echo` tool call each, then a text reply (N = 200 by default). While the agent
@@ -10,6 +10,9 @@
 //! Prints one line per binary, `key=value` separated by blanks, for `scripts/footprint.sh`:
 //! `footprint bin=… size_bytes=… rounds=… wall_ms=… cpu_ms=… peak_rss_kib=…`.
 //! Exits non-zero (with the reason on stderr) when a session does not complete as scripted.
+//! `--env K=V` (repeatable) adds a variable to the agent's environment (e.g. `MALLOC_ARENA_MAX=1`
+//! to see what glibc's per-thread arenas cost). With `--smaps`, the agent's largest mappings by RSS at the end of the prompt go to stderr
+//! (where the memory is: binary text, libc, heap, thread stacks, malloc arenas).
 
 use buzz_agent_e2e::fake_llm::{FakeLlm, Reply};
 use buzz_agent_e2e::harness::{self, AgentProc, agent_env};
@@ -39,6 +42,8 @@ fn main() {
         buzz_agent_e2e::fake_mcp::main();
     }
     let mut rounds = DEFAULT_ROUNDS;
+    let mut smaps = false;
+    let mut extra_env: Vec<(String, String)> = Vec::new();
     let mut bins = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -47,18 +52,23 @@ fn main() {
                 Some(n) if n >= 1 => rounds = n,
                 _ => fail("--rounds needs a positive number"),
             },
+            "--smaps" => smaps = true,
+            "--env" => match args.next().as_deref().and_then(|kv| kv.split_once('=')) {
+                Some((k, v)) => extra_env.push((k.to_string(), v.to_string())),
+                None => fail("--env needs K=V"),
+            },
             "-h" | "--help" => {
-                println!("usage: footprint [--rounds N] <agent-binary>…");
+                println!("usage: footprint [--rounds N] [--env K=V]… [--smaps] <agent-binary>…");
                 return;
             }
             _ => bins.push(a),
         }
     }
     if bins.is_empty() {
-        fail("usage: footprint [--rounds N] <agent-binary>…");
+        fail("usage: footprint [--rounds N] [--env K=V]… [--smaps] <agent-binary>…");
     }
     for bin in &bins {
-        let f = measure(Path::new(bin), rounds);
+        let f = measure(Path::new(bin), rounds, &extra_env, smaps);
         println!(
             "footprint bin={bin} size_bytes={} rounds={rounds} wall_ms={} cpu_ms={} peak_rss_kib={}",
             f.size_bytes, f.wall_ms, f.cpu_ms, f.peak_rss_kib
@@ -73,29 +83,43 @@ fn fail(msg: &str) -> ! {
 }
 
 /// One session of `rounds` LLM calls against `bin`.
-fn measure(bin: &Path, rounds: usize) -> Figures {
+fn measure(bin: &Path, rounds: usize, extra_env: &[(String, String)], smaps: bool) -> Figures {
     // Absolute, since the agent runs in a scratch directory.
-    let bin = &std::fs::canonicalize(bin).unwrap_or_else(|e| fail(&format!("{}: {e}", bin.display())));
-    let size_bytes = std::fs::metadata(bin).map(|m| m.len()).unwrap_or_else(|e| fail(&format!("{}: {e}", bin.display())));
+    let bin =
+        &std::fs::canonicalize(bin).unwrap_or_else(|e| fail(&format!("{}: {e}", bin.display())));
+    let size_bytes = std::fs::metadata(bin)
+        .map(|m| m.len())
+        .unwrap_or_else(|e| fail(&format!("{}: {e}", bin.display())));
     let tool_rounds = rounds - 1;
     let llm = FakeLlm::with_handler(move |i, _| {
         if i < tool_rounds {
-            Reply::tool_calls(vec![(&format!("call_{i}"), "fs__echo", json!({"text": format!("round {i}")}))])
+            Reply::tool_calls(vec![(
+                &format!("call_{i}"),
+                "fs__echo",
+                json!({"text": format!("round {i}")}),
+            )])
         } else {
             Reply::text("all rounds done")
         }
     });
-    let dir = tempfile::Builder::new().prefix("buzz-footprint-").tempdir().unwrap_or_else(|e| fail(&format!("tempdir: {e}")));
+    let dir = tempfile::Builder::new()
+        .prefix("buzz-footprint-")
+        .tempdir()
+        .unwrap_or_else(|e| fail(&format!("tempdir: {e}")));
     let mut env = agent_env(&llm);
     env.retain(|(k, _)| k != "BUZZ_AGENT_LOG");
     env.push(("BUZZ_AGENT_LOG".into(), "info".into()));
+    env.extend(extra_env.iter().cloned());
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
 
     let started = Instant::now();
     let agent = AgentProc::spawn(bin, &env, dir.path());
     let sampler = Sampler::start(agent.pid());
     agent.initialize();
-    let sid = agent.new_session(dir.path(), json!([harness::fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "echo")])]));
+    let sid = agent.new_session(
+        dir.path(),
+        json!([harness::fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "echo")])]),
+    );
     let resp = agent.request_timeout(
         "session/prompt",
         json!({"sessionId": sid, "prompt": [{"type": "text", "text": "run the footprint rounds"}]}),
@@ -104,17 +128,32 @@ fn measure(bin: &Path, rounds: usize) -> Figures {
     let wall_ms = started.elapsed().as_millis();
     sampler.sample_now();
     let (peak_rss_kib, cpu_ms) = sampler.stop();
+    if smaps {
+        print_smaps(agent.pid(), bin);
+    }
 
     let stop = agent.result(&resp)["stopReason"].clone();
     if stop != "end_turn" {
-        fail(&format!("{}: stopReason {stop}, expected end_turn\n{}", bin.display(), agent.stderr_tail(20)));
+        fail(&format!(
+            "{}: stopReason {stop}, expected end_turn\n{}",
+            bin.display(),
+            agent.stderr_tail(20)
+        ));
     }
     let served = llm.requests().len();
     if served != rounds {
-        fail(&format!("{}: {served} LLM requests, expected {rounds}", bin.display()));
+        fail(&format!(
+            "{}: {served} LLM requests, expected {rounds}",
+            bin.display()
+        ));
     }
     agent.finish();
-    Figures { size_bytes, wall_ms, cpu_ms, peak_rss_kib }
+    Figures {
+        size_bytes,
+        wall_ms,
+        cpu_ms,
+        peak_rss_kib,
+    }
 }
 
 /// Samples one process's `/proc` figures on a thread until stopped.
@@ -140,7 +179,13 @@ impl Sampler {
                 }
             })
         };
-        Sampler { pid, stop, peak_kib, cpu_ms, thread }
+        Sampler {
+            pid,
+            stop,
+            peak_kib,
+            cpu_ms,
+            thread,
+        }
     }
 
     /// One more sample from the caller's thread.
@@ -152,7 +197,10 @@ impl Sampler {
     fn stop(self) -> (u64, u64) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
-        (self.peak_kib.load(Ordering::Relaxed), self.cpu_ms.load(Ordering::Relaxed))
+        (
+            self.peak_kib.load(Ordering::Relaxed),
+            self.cpu_ms.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -172,10 +220,54 @@ fn sample(pid: i32, peak_kib: &AtomicU64, cpu_ms: &AtomicU64) {
         // Fields after the last ')': state is field 3, utime 14 and stime 15 (1-based).
         let rest = stat.rfind(')').map(|i| &stat[i + 1..]).unwrap_or("");
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
         let total = ticks(11) + ticks(12);
         // SAFETY: sysconf has no memory-safety preconditions.
-        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|&h| h > 0).unwrap_or(100);
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+            .ok()
+            .filter(|&h| h > 0)
+            .unwrap_or(100);
         cpu_ms.fetch_max(total * 1000 / hz, Ordering::Relaxed);
+    }
+}
+
+/// Prints the 12 largest mappings of `pid` by RSS, and the RSS totals, to stderr.
+fn print_smaps(pid: i32, bin: &Path) {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+        return;
+    };
+    let mut rows: Vec<(u64, String)> = Vec::new();
+    let mut name = String::new();
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let first = parts.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            let range = first.to_string();
+            let path = parts.nth(4).unwrap_or("[anon]");
+            name = format!("{range} {path}");
+        } else if first == "Rss:" {
+            let kib = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            if kib > 0 {
+                rows.push((kib, name.clone()));
+            }
+        }
+    }
+    rows.sort_unstable_by(|a, b| b.cmp(a));
+    eprintln!("smaps of {} (pid {pid}), largest RSS first:", bin.display());
+    for (kib, name) in rows.iter().take(12) {
+        eprintln!("  {kib:>6} KiB  {name}");
+    }
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        for l in status
+            .lines()
+            .filter(|l| l.starts_with("Rss") || l.starts_with("Threads") || l.starts_with("VmHWM"))
+        {
+            eprintln!("  {l}");
+        }
     }
 }
