@@ -62,7 +62,8 @@ pub fn units(history: &[Message]) -> Vec<(usize, usize)> {
 
 /// Drop the oldest whole units until the history fits `budget` bytes (SPEC K1 fallback). The
 /// unit holding the live prompt (`live` = its index) is never dropped, and nor is the last
-/// unit; units before the live prompt go first, then the oldest after it. Returns the new
+/// unit, nor the trailing run of hook injection pairs (the round just decided, SPEC H6); units
+/// before the live prompt go first, then the oldest after it. Returns the new
 /// history and the new index of the live prompt.
 #[must_use]
 pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message>, usize, usize) {
@@ -72,7 +73,16 @@ pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message
     let live_unit = us.iter().position(|u| u.0 <= live && live < u.1).unwrap_or(0);
     let mut drop = vec![false; us.len()];
     let mut cur = total;
-    let order = (0..live_unit).chain(live_unit + 1..us.len().saturating_sub(1));
+    // H6: the injection pairs at the end (the hook round just decided) are never dropped.
+    let is_injection = |u: &(usize, usize)| {
+        matches!(&history[u.0], Message::Assistant { tool_calls, .. }
+            if tool_calls.len() == 1 && tool_calls[0].id.starts_with("buzz_hook_"))
+    };
+    let mut keep_from = us.len().saturating_sub(1);
+    while keep_from > live_unit + 1 && is_injection(&us[keep_from - 1]) {
+        keep_from -= 1;
+    }
+    let order = (0..live_unit).chain(live_unit + 1..keep_from);
     for k in order {
         if cur <= budget {
             break;

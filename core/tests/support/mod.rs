@@ -1,0 +1,822 @@
+//! A deterministic simulation "world" for the sans-IO core (DESIGN "Testing pyramid"): no async,
+//! no processes, no clock. It owns an [`Agent`] and a virtual clock and plays every peer:
+//!
+//! * the ACP client (helpers to send `initialize`, `session/new`, `session/prompt`,
+//!   `session/cancel`, raw bytes; it answers `session/request_permission` like a user would);
+//! * the MCP servers (a [`ServerSpec`] per `mcpServers` entry: handshake, `tools/list`, an `echo`
+//!   tool, hook tools answering from a per-server script of [`HookReply`]s);
+//! * the LLM (a script of [`LlmReply`]s answered with OpenAI Chat SSE bodies);
+//! * the OS (spawn → `McpSpawned`, signals → `McpExited`).
+//!
+//! Drain rule: after every `handle*` the world drains `poll_action` fully, reacting to each action
+//! by scheduling inputs; time only advances to the next scheduled input or `poll_timeout`.
+//! Everything is recorded: [`World::steps`] (input + the actions it produced, for model checkers)
+//! and a readable [`World::transcript`] (`+2.500s -> mcp#1.g0 #4 tools/call _Stop …`), where `->`
+//! is "the agent sends" and `<-` is "the agent receives".
+#![allow(dead_code)] // each test file uses a subset
+#![allow(clippy::panic, reason = "a broken world (non-JSON output, busy loop) fails the test")]
+#![allow(clippy::collapsible_if, clippy::wildcard_enum_match_arm, reason = "test code")]
+
+use buzz_agent_core::config::{HookAllowlist, LogLevel, PermissionMode, ProviderKind};
+use buzz_agent_core::{Action, Agent, Config, Input, LlmCallId, LlmIo, LogRecord, MonoTime, ProcKey, Signal};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Base URL of the fake LLM (never contacted: the world answers `CallLlm` itself).
+pub const LLM_BASE: &str = "http://llm.test/v1";
+/// The session cwd used by [`World::new_session`].
+pub const CWD: &str = "/work/project";
+/// Virtual delay between SIGTERM of a group and the exit of its (well-behaved) leader.
+pub const TERM_EXIT_MS: u64 = 5;
+
+/// One scripted LLM answer, popped for each `CallLlm` (the default answers when the script is
+/// exhausted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LlmReply {
+    /// A text-only response ending the turn (`finish_reason: stop`).
+    Text { text: String, delay_ms: u64 },
+    /// A text-only response with another `finish_reason` (`length`, `content_filter`).
+    Finish { text: String, finish: String, delay_ms: u64 },
+    /// A response asking for tools: `(name, raw arguments)` (`finish_reason: tool_calls`).
+    Tools { calls: Vec<(String, String)>, delay_ms: u64 },
+    /// An HTTP error status with a JSON error body.
+    Status { status: u16, delay_ms: u64 },
+    /// No answer at all (the idle timeout will fire).
+    Never,
+}
+
+impl LlmReply {
+    #[must_use]
+    pub fn text(t: &str) -> Self {
+        LlmReply::Text { text: t.to_string(), delay_ms: 0 }
+    }
+
+    #[must_use]
+    pub fn tool(name: &str, args: &str) -> Self {
+        LlmReply::Tools { calls: vec![(name.to_string(), args.to_string())], delay_ms: 0 }
+    }
+}
+
+/// What a hook call answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HookKind {
+    /// A text result (an objection when non-blank).
+    Text(String),
+    /// A blank text result.
+    Empty,
+    /// A JSON-RPC error reply.
+    RpcError,
+    /// A result with `isError: true`.
+    IsError,
+    /// The server process exits (after the delay) instead of answering.
+    Exit,
+    /// No answer, ever.
+    Never,
+}
+
+/// One scripted hook answer, after `delay_ms` of virtual time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookReply {
+    pub kind: HookKind,
+    pub delay_ms: u64,
+}
+
+impl HookReply {
+    #[must_use]
+    pub fn now(kind: HookKind) -> Self {
+        HookReply { kind, delay_ms: 0 }
+    }
+
+    #[must_use]
+    pub fn after(kind: HookKind, delay_ms: u64) -> Self {
+        HookReply { kind, delay_ms }
+    }
+
+    #[must_use]
+    pub fn objection(text: &str) -> Self {
+        HookReply::now(HookKind::Text(text.to_string()))
+    }
+}
+
+/// A fake MCP server: its name in `session/new`, its tools, its hooks and scripts.
+#[derive(Clone, Debug)]
+pub struct ServerSpec {
+    pub name: String,
+    /// Model-visible tools (each answers `echo: <arguments>`).
+    pub tools: Vec<String>,
+    /// Hook tools (bare names starting with `_`).
+    pub hooks: Vec<String>,
+    /// Delay of model tool-call answers.
+    pub tool_delay_ms: u64,
+    /// Hook answers, one per hook call, in order.
+    pub hook_script: VecDeque<HookReply>,
+    /// The answer once the script is exhausted.
+    pub hook_default: HookReply,
+}
+
+impl ServerSpec {
+    /// A server with an `echo` tool and the given hooks, whose hooks answer blank by default.
+    #[must_use]
+    pub fn new(name: &str, hooks: &[&str]) -> Self {
+        ServerSpec {
+            name: name.to_string(),
+            tools: vec!["echo".to_string()],
+            hooks: hooks.iter().map(|h| (*h).to_string()).collect(),
+            tool_delay_ms: 0,
+            hook_script: VecDeque::new(),
+            hook_default: HookReply::now(HookKind::Empty),
+        }
+    }
+
+    #[must_use]
+    pub fn script(mut self, replies: impl IntoIterator<Item = HookReply>) -> Self {
+        self.hook_script = replies.into_iter().collect();
+        self
+    }
+
+    #[must_use]
+    pub fn default_reply(mut self, r: HookReply) -> Self {
+        self.hook_default = r;
+        self
+    }
+}
+
+/// What triggered one step of the agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepInput {
+    Input(Input),
+    /// `handle_timeout(t)` because `poll_timeout` said so.
+    Timeout,
+}
+
+/// One `handle*` call and every action drained after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub t: MonoTime,
+    pub input: StepInput,
+    pub actions: Vec<Action>,
+}
+
+/// Only deliver a scheduled input if this still holds.
+#[derive(Clone, Debug)]
+enum Guard {
+    Always,
+    /// The process is still running (a dead process neither answers nor exits twice).
+    Alive(ProcKey),
+    /// The LLM call was not cancelled/released by the core.
+    LlmLive(LlmCallId),
+}
+
+#[derive(Clone, Debug)]
+struct Scheduled {
+    input: Input,
+    guard: Guard,
+}
+
+#[derive(Clone, Debug)]
+struct FakeServer {
+    spec: ServerSpec,
+    proc: Option<ProcKey>,
+    alive: bool,
+    hook_calls: u32,
+}
+
+/// The simulated world. See the module docs.
+pub struct World {
+    pub agent: Agent,
+    pub now: MonoTime,
+    /// Readable transcript, one line per event.
+    pub transcript: Vec<String>,
+    /// Every step, in order (input + drained actions).
+    pub steps: Vec<Step>,
+    /// Every ACP line the agent wrote, parsed.
+    pub acp_out: Vec<(MonoTime, Value)>,
+    /// Every LLM request body, parsed.
+    pub llm_requests: Vec<(MonoTime, LlmCallId, Value)>,
+    /// The scripted reply given to each LLM call.
+    pub llm_replies: BTreeMap<LlmCallId, LlmReply>,
+    /// Lines the agent wrote to each server (by server name), parsed.
+    pub mcp_lines: BTreeMap<String, Vec<(MonoTime, Value)>>,
+    pub logs: Vec<LogRecord>,
+    pub signals: Vec<(MonoTime, ProcKey, Signal)>,
+    /// Whether the agent asked to exit.
+    pub exited: Option<i32>,
+    /// The LLM script and its default.
+    pub llm_script: VecDeque<LlmReply>,
+    pub llm_default: LlmReply,
+    /// `Some(ms)`: answer permission requests with `permission_option` after `ms`; `None`: never.
+    pub permission_delay_ms: Option<u64>,
+    pub permission_option: String,
+    /// Log lines at or above this level go to the transcript (hook lines always do).
+    pub transcript_log_level: LogLevel,
+    /// The session id of the last successful `session/new`.
+    pub session: Option<String>,
+    servers: Vec<FakeServer>,
+    queue: BTreeMap<(MonoTime, u64), Scheduled>,
+    seq: u64,
+    next_acp_id: u64,
+    released_llm: BTreeSet<LlmCallId>,
+    prev_messages: Vec<Value>,
+}
+
+/// A config for the simulated agent: OpenAI chat against [`LLM_BASE`], hooks on for every
+/// server, permission `allow`, info logs.
+#[must_use]
+pub fn test_config() -> Config {
+    let mut c = Config::for_tests(ProviderKind::OpenAiChat, LLM_BASE);
+    c.hook_servers = HookAllowlist::All;
+    c.permission = PermissionMode::Allow;
+    c.log_level = LogLevel::Info;
+    c.seed = 7;
+    c
+}
+
+impl World {
+    /// A world with an agent built from `cfg` at t = 0 and the given fake servers (used by
+    /// [`World::new_session`], in this order).
+    #[must_use]
+    pub fn new(cfg: Config, servers: Vec<ServerSpec>) -> Self {
+        let agent = Agent::new(cfg, MonoTime::ZERO).with_version("0.0.0-test");
+        World {
+            agent,
+            now: MonoTime::ZERO,
+            transcript: Vec::new(),
+            steps: Vec::new(),
+            acp_out: Vec::new(),
+            llm_requests: Vec::new(),
+            llm_replies: BTreeMap::new(),
+            mcp_lines: BTreeMap::new(),
+            logs: Vec::new(),
+            signals: Vec::new(),
+            exited: None,
+            llm_script: VecDeque::new(),
+            llm_default: LlmReply::text("Done."),
+            permission_delay_ms: Some(0),
+            permission_option: "allow_once".to_string(),
+            transcript_log_level: LogLevel::Warn,
+            session: None,
+            servers: servers
+                .into_iter()
+                .map(|spec| FakeServer { spec, proc: None, alive: false, hook_calls: 0 })
+                .collect(),
+            queue: BTreeMap::new(),
+            seq: 0,
+            next_acp_id: 1,
+            released_llm: BTreeSet::new(),
+            prev_messages: Vec::new(),
+        }
+    }
+
+    /// Append LLM replies to the script.
+    pub fn llm(&mut self, replies: impl IntoIterator<Item = LlmReply>) -> &mut Self {
+        self.llm_script.extend(replies);
+        self
+    }
+
+    /// The readable transcript, one event per line.
+    #[must_use]
+    pub fn transcript_text(&self) -> String {
+        let mut s = self.transcript.join("\n");
+        s.push('\n');
+        s
+    }
+
+    fn note(&mut self, line: String) {
+        self.transcript.push(format!("{} {line}", self.now));
+    }
+
+    /// Add a free comment line to the transcript (for snapshots).
+    pub fn comment(&mut self, text: &str) {
+        self.transcript.push(format!("# {text}"));
+    }
+
+    // ------------------------------------------------------------------ ACP client side
+
+    /// Send one raw chunk of ACP bytes now.
+    pub fn send_acp_bytes(&mut self, bytes: &[u8]) {
+        let shown = String::from_utf8_lossy(bytes).trim_end_matches('\n').replace('\n', "\\n");
+        self.note(format!("<- acp {shown}"));
+        self.deliver(Input::AcpBytes(bytes.to_vec()));
+    }
+
+    /// Send one JSON-RPC request now; returns its id.
+    pub fn request(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_acp_id;
+        self.next_acp_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        self.send_acp_bytes(format!("{line}\n").as_bytes());
+        id
+    }
+
+    /// Send one JSON-RPC notification now.
+    pub fn notify(&mut self, method: &str, params: Value) {
+        let line = json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string();
+        self.send_acp_bytes(format!("{line}\n").as_bytes());
+    }
+
+    /// `initialize` (then runs until idle).
+    pub fn initialize(&mut self) -> u64 {
+        let id = self.request("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}}));
+        self.run_idle();
+        id
+    }
+
+    /// `session/new` with every fake server, run until idle; returns the session id.
+    ///
+    /// # Panics
+    /// If the session could not be created.
+    pub fn new_session(&mut self) -> String {
+        let servers: Vec<Value> = self
+            .servers
+            .iter()
+            .map(|s| json!({"name": s.spec.name, "command": "fake-mcp", "args": [s.spec.name], "env": []}))
+            .collect();
+        let id = self.request("session/new", json!({"cwd": CWD, "mcpServers": servers}));
+        self.run_idle();
+        let resp = self.response(id).cloned();
+        let sid = resp
+            .as_ref()
+            .and_then(|r| r["result"]["sessionId"].as_str())
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("session/new failed: {resp:?}"));
+        self.session = Some(sid.clone());
+        sid
+    }
+
+    /// `initialize` + `session/new`.
+    pub fn start(&mut self) -> String {
+        self.initialize();
+        self.new_session()
+    }
+
+    /// `session/prompt` with one text block on the current session (does not run).
+    pub fn prompt(&mut self, text: &str) -> u64 {
+        let sid = self.session.clone().unwrap_or_default();
+        self.request("session/prompt", json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}))
+    }
+
+    /// `session/cancel` notification on the current session (does not run).
+    pub fn cancel(&mut self) {
+        let sid = self.session.clone().unwrap_or_default();
+        self.notify("session/cancel", json!({"sessionId": sid}));
+    }
+
+    /// The client closes the agent's stdin now (SPEC P1; does not run).
+    pub fn eof(&mut self) {
+        self.note("<- acp EOF".to_string());
+        self.deliver(Input::AcpEof);
+    }
+
+    /// The agent's response to our request `id`, if any.
+    #[must_use]
+    pub fn response(&self, id: u64) -> Option<&Value> {
+        self.responses(id).into_iter().next()
+    }
+
+    /// Every response the agent wrote with id `id`.
+    #[must_use]
+    pub fn responses(&self, id: u64) -> Vec<&Value> {
+        self.acp_out
+            .iter()
+            .map(|(_, v)| v)
+            .filter(|v| v.get("method").is_none() && v.get("id") == Some(&json!(id)))
+            .collect()
+    }
+
+    /// Make a fake server exit now (its stdout closes, then it is reaped).
+    pub fn exit_server(&mut self, name: &str, status: &str) {
+        if let Some(i) = self.servers.iter().position(|s| s.spec.name == name) {
+            if let Some(proc) = self.servers[i].proc.filter(|_| self.servers[i].alive) {
+                self.schedule_exit(proc, 0, status);
+                self.run_until(self.now);
+            }
+        }
+    }
+
+    /// Hook calls a fake server received so far.
+    #[must_use]
+    pub fn hook_calls(&self, name: &str) -> u32 {
+        self.servers.iter().find(|s| s.spec.name == name).map_or(0, |s| s.hook_calls)
+    }
+
+    /// Whether the fake server's process is running.
+    #[must_use]
+    pub fn server_alive(&self, name: &str) -> bool {
+        self.servers.iter().any(|s| s.spec.name == name && s.alive)
+    }
+
+    // ------------------------------------------------------------------ time
+
+    /// Advance virtual time by `ms`, delivering scheduled inputs and firing timers in order.
+    pub fn advance(&mut self, ms: u64) {
+        let limit = self.now.plus_ms(ms);
+        self.run_until(limit);
+    }
+
+    /// Run until nothing is scheduled and no timer is pending.
+    pub fn run_idle(&mut self) {
+        self.run_inner(None);
+    }
+
+    /// Deliver every scheduled input and fire every timer due at or before `limit`; the clock
+    /// ends at `limit`.
+    pub fn run_until(&mut self, limit: MonoTime) {
+        self.run_inner(Some(limit));
+        if limit > self.now {
+            self.now = limit;
+        }
+    }
+
+    fn run_inner(&mut self, limit: Option<MonoTime>) {
+        for _ in 0..200_000 {
+            let ev = self.queue.keys().next().copied();
+            let timer = self.agent.poll_timeout();
+            let next = match (ev.map(|k| k.0), timer.map(|t| t.0)) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => return,
+            };
+            if limit.is_some_and(|l| next > l) {
+                return;
+            }
+            if self.exited.is_some() {
+                return;
+            }
+            if next > self.now {
+                self.now = next;
+            }
+            // Scheduled inputs go before timers due at the same instant.
+            match ev {
+                Some(key) if key.0 <= next => {
+                    let Some(s) = self.queue.remove(&key) else { return };
+                    if self.guard_holds(&s.guard) {
+                        self.describe_input(&s.input);
+                        self.deliver(s.input);
+                    }
+                }
+                Some(_) | None => self.fire_timeout(),
+            }
+        }
+        panic!("busy loop: 200000 events without going idle (I11)");
+    }
+
+    fn guard_holds(&self, g: &Guard) -> bool {
+        match g {
+            Guard::Always => true,
+            Guard::Alive(p) => self.servers.iter().any(|s| s.proc == Some(*p) && s.alive),
+            Guard::LlmLive(c) => !self.released_llm.contains(c),
+        }
+    }
+
+    fn fire_timeout(&mut self) {
+        let key = self.agent.poll_timeout().map_or_else(|| "?".to_string(), |(_, k)| format!("{k:?}"));
+        self.note(format!("timer {key}"));
+        let now = self.now;
+        self.agent.handle_timeout(now);
+        let actions = self.drain();
+        self.steps.push(Step { t: now, input: StepInput::Timeout, actions });
+        // I11: no busy loop — after handle_timeout(t) and a drain, nothing is due at t.
+        if let Some((t, k)) = self.agent.poll_timeout() {
+            assert!(t > now, "I11 violated: after handle_timeout({now}) poll_timeout is {t} ({k:?})");
+        }
+    }
+
+    fn schedule(&mut self, at: MonoTime, input: Input, guard: Guard) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), Scheduled { input, guard });
+    }
+
+    fn schedule_exit(&mut self, proc: ProcKey, delay_ms: u64, status: &str) {
+        let at = self.now.plus_ms(delay_ms);
+        self.schedule(at, Input::McpStdoutClosed { proc }, Guard::Alive(proc));
+        self.schedule(at, Input::McpExited { proc, status: status.to_string() }, Guard::Alive(proc));
+    }
+
+    fn describe_input(&mut self, input: &Input) {
+        let line = match input {
+            Input::AcpBytes(b) => format!("<- acp {}", String::from_utf8_lossy(b).trim_end()),
+            Input::McpSpawned { proc } => format!("<- {proc} spawned"),
+            Input::McpBytes { proc, bytes } => format!("<- {proc} {}", summarize_mcp_in(bytes)),
+            Input::McpStdoutClosed { proc } => format!("<- {proc} stdout closed"),
+            Input::McpExited { proc, status } => format!("<- {proc} exited ({status})"),
+            Input::Llm { call, event } => match event {
+                LlmIo::Head { .. } => return,
+                LlmIo::Body(b) => {
+                    let status = self.llm_replies.get(call).map_or(0, |r| match r {
+                        LlmReply::Status { status, .. } => *status,
+                        LlmReply::Text { .. } | LlmReply::Finish { .. } | LlmReply::Tools { .. } | LlmReply::Never => 200,
+                    });
+                    format!("<- {call} {status} {}", summarize_sse(b))
+                }
+                LlmIo::End => format!("<- {call} end"),
+                LlmIo::Failed(e) => format!("<- {call} failed: {e}"),
+            },
+            other => format!("<- {other:?}"),
+        };
+        self.note(line);
+    }
+
+    /// Feed one input now, drain, and record the step.
+    fn deliver(&mut self, input: Input) {
+        if let Input::McpSpawned { proc } = &input {
+            if let Some(s) = self.servers.iter_mut().find(|s| s.proc == Some(*proc)) {
+                s.alive = true;
+            }
+        }
+        if let Input::McpExited { proc, .. } = &input {
+            if let Some(s) = self.servers.iter_mut().find(|s| s.proc == Some(*proc)) {
+                s.alive = false;
+            }
+        }
+        let now = self.now;
+        self.agent.handle(input.clone(), now);
+        let actions = self.drain();
+        self.steps.push(Step { t: now, input: StepInput::Input(input), actions });
+    }
+
+    // ------------------------------------------------------------------ the peers
+
+    fn drain(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        while let Some(a) = self.agent.poll_action() {
+            self.react(&a);
+            out.push(a);
+        }
+        out
+    }
+
+    fn react(&mut self, a: &Action) {
+        match a {
+            Action::WriteAcp(line) => self.on_acp_out(line),
+            Action::WriteMcp { proc, line } => self.on_mcp_out(*proc, line),
+            Action::SpawnMcp { proc, spec } => {
+                self.note(format!("-> spawn {proc} {} {}", spec.command, spec.args.join(" ")));
+                if let Some(s) = self.servers.iter_mut().find(|s| s.spec.name == spec.name) {
+                    s.proc = Some(*proc);
+                    s.alive = false;
+                }
+                let now = self.now;
+                self.schedule(now, Input::McpSpawned { proc: *proc }, Guard::Always);
+            }
+            Action::CloseMcpStdin { proc } => self.note(format!("-> {proc} close stdin")),
+            Action::SignalProcessGroup { proc, signal } => {
+                self.note(format!("-> {proc} signal {signal:?}"));
+                self.signals.push((self.now, *proc, *signal));
+                match signal {
+                    Signal::Term => self.schedule_exit(*proc, TERM_EXIT_MS, "killed by signal 15"),
+                    Signal::Kill => self.schedule_exit(*proc, 0, "killed by signal 9"),
+                }
+            }
+            Action::CallLlm { call, request } => self.on_llm_call(*call, &request.url, &request.body),
+            Action::CancelLlm { call } => {
+                self.note(format!("-> {call} release"));
+                self.released_llm.insert(*call);
+            }
+            Action::Log(r) => {
+                if r.level <= self.transcript_log_level || r.message.starts_with("hook:") {
+                    let level = format!("{:?}", r.level).to_ascii_uppercase();
+                    self.note(format!("log {level} {}", r.message));
+                }
+                self.logs.push(r.clone());
+            }
+            Action::Exit { code } => {
+                self.note(format!("-> exit {code}"));
+                self.exited = Some(*code);
+            }
+        }
+    }
+
+    fn on_acp_out(&mut self, line: &str) {
+        self.note(format!("-> acp {}", line.trim_end()));
+        assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'), "T1: one line per frame: {line:?}");
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("agent wrote non-JSON on ACP ({e}): {line}"));
+        // The client answers permission requests (SPEC A7).
+        if v.get("method").and_then(Value::as_str) == Some("session/request_permission") {
+            if let (Some(d), Some(id)) = (self.permission_delay_ms, v.get("id").cloned()) {
+                let reply = json!({"jsonrpc": "2.0", "id": id,
+                    "result": {"outcome": {"outcome": "selected", "optionId": self.permission_option}}});
+                let at = self.now.plus_ms(d);
+                self.schedule(at, Input::AcpBytes(format!("{reply}\n").into_bytes()), Guard::Always);
+            }
+        }
+        self.acp_out.push((self.now, v));
+    }
+
+    fn server_index(&self, proc: ProcKey) -> Option<usize> {
+        self.servers.iter().position(|s| s.proc.is_some_and(|p| p.server == proc.server))
+    }
+
+    fn on_mcp_out(&mut self, proc: ProcKey, line: &str) {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("agent wrote non-JSON to MCP ({e}): {line}"));
+        self.note(format!("-> {proc} {}", summarize_mcp_out(&v)));
+        let Some(i) = self.server_index(proc) else { return };
+        let name = self.servers[i].spec.name.clone();
+        self.mcp_lines.entry(name.clone()).or_default().push((self.now, v.clone()));
+        let (Some(id), Some(method)) = (v.get("id").cloned(), v.get("method").and_then(Value::as_str)) else {
+            return; // a notification or a response
+        };
+        let now = self.now;
+        let reply = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
+        match method {
+            "initialize" => {
+                let r = reply(json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": name, "version": "1.0.0"}}));
+                self.schedule_mcp(now, proc, &r);
+            }
+            "tools/list" => {
+                let spec = &self.servers[i].spec;
+                let mut tools: Vec<Value> = spec
+                    .tools
+                    .iter()
+                    .map(|t| json!({"name": t, "description": format!("{t} tool"),
+                        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}))
+                    .collect();
+                tools.extend(spec.hooks.iter().map(|h| json!({"name": h, "description": "lifecycle hook",
+                    "inputSchema": {"type": "object"}})));
+                let r = reply(json!({"tools": tools}));
+                self.schedule_mcp(now, proc, &r);
+            }
+            "tools/call" => {
+                let tool = v["params"]["name"].as_str().unwrap_or("").to_string();
+                if tool.starts_with('_') {
+                    let s = &mut self.servers[i];
+                    s.hook_calls += 1;
+                    let r = s.spec.hook_script.pop_front().unwrap_or_else(|| s.spec.hook_default.clone());
+                    let at = now.plus_ms(r.delay_ms);
+                    let line = match r.kind {
+                        HookKind::Text(t) => Some(reply(json!({"content": [{"type": "text", "text": t}]}))),
+                        HookKind::Empty => Some(reply(json!({"content": [{"type": "text", "text": " \n"}]}))),
+                        HookKind::RpcError => Some(json!({"jsonrpc": "2.0", "id": id,
+                            "error": {"code": -32603, "message": "hook crashed"}})),
+                        HookKind::IsError => Some(reply(json!({"content": [{"type": "text", "text": "hook failed"}],
+                            "isError": true}))),
+                        HookKind::Exit => {
+                            self.schedule_exit(proc, r.delay_ms, "exit status 1");
+                            None
+                        }
+                        HookKind::Never => None,
+                    };
+                    if let Some(l) = line {
+                        self.schedule_mcp(at, proc, &l);
+                    }
+                } else {
+                    let args = v["params"]["arguments"].to_string();
+                    let r = reply(json!({"content": [{"type": "text", "text": format!("{tool}: {args}")}]}));
+                    let at = now.plus_ms(self.servers[i].spec.tool_delay_ms);
+                    self.schedule_mcp(at, proc, &r);
+                }
+            }
+            other => {
+                let r = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("no {other}")}});
+                self.schedule_mcp(now, proc, &r);
+            }
+        }
+    }
+
+    fn schedule_mcp(&mut self, at: MonoTime, proc: ProcKey, v: &Value) {
+        let bytes = format!("{v}\n").into_bytes();
+        self.schedule(at, Input::McpBytes { proc, bytes }, Guard::Alive(proc));
+    }
+
+    fn on_llm_call(&mut self, call: LlmCallId, url: &str, body: &[u8]) {
+        let v: Value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("LLM body is not JSON: {e}"));
+        let msgs = v["messages"].as_array().cloned().unwrap_or_default();
+        let tools: Vec<&str> = v["tools"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|t| t["function"]["name"].as_str()).collect())
+            .unwrap_or_default();
+        let path = url.strip_prefix(LLM_BASE).unwrap_or(url);
+        self.note(format!("-> {call} POST {path} tools=[{}] messages={}", tools.join(","), msgs.len()));
+        let shared = if msgs.len() >= self.prev_messages.len() && msgs[..self.prev_messages.len()] == self.prev_messages[..] {
+            self.prev_messages.len()
+        } else {
+            0
+        };
+        for m in &msgs[shared..] {
+            self.transcript.push(format!("           + {m}"));
+        }
+        self.prev_messages = msgs;
+        self.llm_requests.push((self.now, call, v));
+        let reply = self.llm_script.pop_front().unwrap_or_else(|| self.llm_default.clone());
+        self.llm_replies.insert(call, reply.clone());
+        let (status, body, delay) = match &reply {
+            LlmReply::Text { text, delay_ms } => (200, sse_text(text), *delay_ms),
+            LlmReply::Finish { text, finish, delay_ms } => (200, sse_finish(text, finish), *delay_ms),
+            LlmReply::Tools { calls, delay_ms } => (200, sse_tools(call, calls), *delay_ms),
+            LlmReply::Status { status, delay_ms } => {
+                let b = json!({"error": {"message": format!("scripted status {status}"), "type": "server_error"}});
+                (*status, b.to_string().into_bytes(), *delay_ms)
+            }
+            LlmReply::Never => return,
+        };
+        let at = self.now.plus_ms(delay);
+        let g = || Guard::LlmLive(call);
+        self.schedule(at, Input::Llm { call, event: LlmIo::Head { status, headers: Vec::new() } }, g());
+        self.schedule(at, Input::Llm { call, event: LlmIo::Body(body) }, g());
+        self.schedule(at, Input::Llm { call, event: LlmIo::End }, g());
+    }
+}
+
+/// An OpenAI Chat SSE body with one text delta and `finish_reason: stop`.
+#[must_use]
+pub fn sse_text(text: &str) -> Vec<u8> {
+    sse_finish(text, "stop")
+}
+
+/// An OpenAI Chat SSE body with one text delta and the given `finish_reason`.
+#[must_use]
+pub fn sse_finish(text: &str, finish: &str) -> Vec<u8> {
+    let d = json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
+    let f = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
+    format!("data: {d}\n\ndata: {f}\n\ndata: [DONE]\n\n").into_bytes()
+}
+
+/// An OpenAI Chat SSE body asking for `calls` (ids `call_<llm>_<i>`), `finish_reason: tool_calls`.
+#[must_use]
+pub fn sse_tools(call: LlmCallId, calls: &[(String, String)]) -> Vec<u8> {
+    let mut s = String::new();
+    for (i, (name, args)) in calls.iter().enumerate() {
+        let d = json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "id": format!("call_{}_{i}", call.0),
+            "type": "function", "function": {"name": name, "arguments": args}}]}, "finish_reason": null}]});
+        s.push_str(&format!("data: {d}\n\n"));
+    }
+    let f = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]});
+    s.push_str(&format!("data: {f}\n\ndata: [DONE]\n\n"));
+    s.into_bytes()
+}
+
+fn summarize_sse(b: &[u8]) -> String {
+    let text = String::from_utf8_lossy(b);
+    let mut parts = Vec::new();
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data: ") else { continue };
+        if data == "[DONE]" {
+            parts.push("[DONE]".to_string());
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            parts.push(data.to_string());
+            continue;
+        };
+        if v.get("error").is_some() {
+            parts.push(v.to_string());
+            continue;
+        }
+        let c = &v["choices"][0];
+        if let Some(t) = c["delta"]["content"].as_str() {
+            parts.push(format!("text {}", Value::String(t.to_string())));
+        }
+        if let Some(calls) = c["delta"]["tool_calls"].as_array() {
+            for tc in calls {
+                parts.push(format!("call {}({})", tc["function"]["name"].as_str().unwrap_or(""), tc["function"]["arguments"].as_str().unwrap_or("")));
+            }
+        }
+        if let Some(f) = c["finish_reason"].as_str() {
+            parts.push(format!("finish={f}"));
+        }
+    }
+    if parts.is_empty() {
+        text.trim_end().to_string()
+    } else {
+        parts.join(" ")
+    }
+}
+
+fn summarize_mcp_out(v: &Value) -> String {
+    let method = v.get("method").and_then(Value::as_str);
+    match (v.get("id"), method) {
+        (Some(id), Some("tools/call")) => {
+            let p = &v["params"];
+            let name = p["name"].as_str().unwrap_or("");
+            match p.get("_meta") {
+                Some(meta) => format!("#{id} tools/call {name} {} _meta={meta}", p["arguments"]),
+                None => format!("#{id} tools/call {name} {}", p["arguments"]),
+            }
+        }
+        (Some(id), Some(m)) => format!("#{id} {m}"),
+        (None, Some(m)) => match v.get("params") {
+            Some(p) if !p.as_object().is_some_and(serde_json::Map::is_empty) => format!("{m} {p}"),
+            Some(_) | None => m.to_string(),
+        },
+        (Some(_), None) | (None, None) => v.to_string(),
+    }
+}
+
+fn summarize_mcp_in(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let Ok(v) = serde_json::from_str::<Value>(text.trim_end()) else { return text.trim_end().to_string() };
+    let id = v.get("id").cloned().unwrap_or(Value::Null);
+    if let Some(tools) = v["result"]["tools"].as_array() {
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        return format!("#{id} tools: {}", names.join(", "));
+    }
+    if v["result"].get("protocolVersion").is_some() {
+        return format!("#{id} initialized {}", v["result"]["protocolVersion"]);
+    }
+    match (v.get("result"), v.get("error")) {
+        (Some(r), _) => format!("#{id} {r}"),
+        (None, Some(e)) => format!("#{id} error {e}"),
+        (None, None) => v.to_string(),
+    }
+}
