@@ -78,9 +78,12 @@ pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message
         matches!(&history[u.0], Message::Assistant { tool_calls, .. }
             if tool_calls.len() == 1 && tool_calls[0].id.starts_with("buzz_hook_"))
     };
-    let mut keep_from = us.len().saturating_sub(1);
+    let mut keep_from = us.len();
     while keep_from > live_unit + 1 && is_injection(&us[keep_from - 1]) {
         keep_from -= 1;
+    }
+    if keep_from == us.len() {
+        keep_from = us.len().saturating_sub(1); // no trailing injections: keep the last unit
     }
     let order = (0..live_unit).chain(live_unit + 1..keep_from);
     for k in order {
