@@ -188,6 +188,9 @@ impl PermissionPolicy {
 struct State {
     /// Every well-formed message from the agent, in arrival order.
     transcript: Vec<Value>,
+    /// Every stdout line exactly as written (without the newline; lossy UTF-8), in order,
+    /// including the ones that are violations.
+    stdout_lines: Vec<String>,
     /// Responses by id (JSON text of the id).
     responses: HashMap<String, Value>,
     /// How many requests with that id we sent / how many responses came.
@@ -271,6 +274,7 @@ impl AgentProc {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 transcript: Vec::new(),
+                stdout_lines: Vec::new(),
                 responses: HashMap::new(),
                 sent_ids: HashMap::new(),
                 answered_ids: HashMap::new(),
@@ -412,6 +416,12 @@ impl AgentProc {
     /// Every well-formed message the agent wrote, in order.
     pub fn transcript(&self) -> Vec<Value> {
         self.shared.lock().transcript.clone()
+    }
+
+    /// Every line the agent wrote on stdout, byte for byte (lossy UTF-8, newline stripped), in
+    /// order — well-formed or not.
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.shared.lock().stdout_lines.clone()
     }
 
     /// Everything received that is not a response (notifications and agent requests), in order.
@@ -627,6 +637,12 @@ impl AgentProc {
     /// The common end of a scenario: EOF on stdin, exit 0 within 8 s, no process left behind,
     /// no stdout violation, no secret in the logs.
     pub fn finish(self) {
+        self.finish_keep();
+    }
+
+    /// [`AgentProc::finish`] without consuming the process handle, so its transcript can be
+    /// read afterwards (stdout is closed by then: the transcript is complete).
+    pub fn finish_keep(&self) {
         let before: Vec<i32> = procfs::descendants(self.pid);
         self.close_stdin();
         let status = self.wait_exit(Duration::from_secs(8));
@@ -729,6 +745,9 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
             Ok(_) => {}
         }
         let mut st = shared.lock();
+        let raw = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        st.stdout_lines
+            .push(String::from_utf8_lossy(raw).into_owned());
         if buf.last() != Some(&b'\n') {
             let text = String::from_utf8_lossy(&buf).into_owned();
             violation(shared, &mut st, format!("partial line at EOF: {text:?}"));

@@ -7,6 +7,7 @@
 //! `buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_<binary>"))`, so the same suite runs unchanged
 //! against every binary. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
 
+pub mod differential;
 pub mod fake_llm;
 pub mod fake_mcp;
 pub mod harness;
@@ -24,14 +25,7 @@ pub type Scenario = fn(&Ctx);
 /// scenario against `agent_bin` with libtest-style arguments and output (2 threads unless
 /// `--test-threads` says otherwise) and exits with the result.
 pub fn run_suite(agent_bin: &str) {
-    match std::env::var("BUZZ_E2E_ROLE").as_deref() {
-        Ok("fake-mcp") => fake_mcp::main(),
-        Ok(other) if !other.is_empty() => {
-            eprintln!("buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp)");
-            std::process::exit(2);
-        }
-        _ => {}
-    }
+    serve_role_if_asked();
     let mut args = libtest_mimic::Arguments::from_args();
     if args.test_threads.is_none() {
         args.test_threads = Some(2);
@@ -51,6 +45,20 @@ pub fn run_suite(agent_bin: &str) {
         .collect();
     trials.extend(peers::trials(&ctx));
     libtest_mimic::run(&args, trials).exit();
+}
+
+/// With `BUZZ_E2E_ROLE=fake-mcp` in the environment, becomes the fake MCP server and never
+/// returns; with another non-empty role, exits 2. Every `harness = false` test binary that
+/// passes [`harness::fake_mcp_entry`] servers to an agent calls this first.
+pub fn serve_role_if_asked() {
+    match std::env::var("BUZZ_E2E_ROLE").as_deref() {
+        Ok("fake-mcp") => fake_mcp::main(),
+        Ok(other) if !other.is_empty() => {
+            eprintln!("buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp)");
+            std::process::exit(2);
+        }
+        _ => {}
+    }
 }
 
 /// The names of all scenarios (without the peers), for listing and tests.

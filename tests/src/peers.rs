@@ -27,7 +27,9 @@ pub fn node_modules() -> PathBuf {
 const ACPX_CLI: &str = "acpx/dist/cli.js";
 const EVERYTHING_JS: &str = "@modelcontextprotocol/server-everything/dist/index.js";
 
-fn in_ci() -> bool {
+/// Whether `CI` is set to something other than empty, `0`, `false` or `no`: then a missing
+/// prerequisite fails a trial instead of ignoring it.
+pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| {
         !matches!(
             v.trim().to_ascii_lowercase().as_str(),
