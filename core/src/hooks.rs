@@ -113,6 +113,17 @@ pub const MAX_REMINDERS: u32 = 2;
 /// The model-visible injection pair of one objection (SPEC H6): an assistant message with one
 /// tool call `<server>__<hook>` (id `buzz_hook_<hook>_<server>_<n>`, arguments `{}`) and its
 /// tool result, the compact JSON `{"hook","server","text"}`.
+///
+/// ```
+/// use buzz_agent_core::hooks::{injection_pair, HookPoint};
+/// use buzz_agent_core::llm::Message;
+/// let [call, result] = injection_pair(HookPoint::Stop, "testguard", "2 tests \"fail\"", 7);
+/// let Message::Assistant { tool_calls, .. } = call else { panic!() };
+/// assert_eq!(tool_calls[0].name, "testguard___Stop");
+/// assert_eq!(tool_calls[0].id, "buzz_hook__Stop_testguard_7");
+/// let Message::ToolResult { text, .. } = result else { panic!() };
+/// assert_eq!(text, r#"{"hook":"_Stop","server":"testguard","text":"2 tests \"fail\""}"#);
+/// ```
 #[must_use]
 pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Message; 2] {
     let hook = point.tool_name();

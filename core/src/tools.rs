@@ -40,6 +40,14 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 /// The provider-visible name of `server__tool` (SPEC M3): the qualified name itself when it is
 /// provider-safe, else invalid bytes replaced by `_` and, when too long, shortened to 55 bytes
 /// plus `_` and 8 hex digits of a stable hash of the original qualified name.
+///
+/// ```
+/// use buzz_agent_core::tools::{exposed_name, is_provider_safe};
+/// assert_eq!(exposed_name("fs", "read_file"), "fs__read_file");
+/// let odd = exposed_name("fs", "read.file");
+/// assert!(is_provider_safe(&odd) && odd.starts_with("fs__read_file_"));
+/// assert_eq!(odd, exposed_name("fs", "read.file")); // stable: mapped back exactly
+/// ```
 #[must_use]
 pub fn exposed_name(server: &str, tool: &str) -> String {
     let qualified = format!("{server}{QUALIFIER}{tool}");

@@ -84,6 +84,11 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
 }
 
 /// `pid` exists and is neither a zombie nor dead.
+///
+/// ```
+/// assert!(buzz_agent_e2e::procfs::is_alive(std::process::id() as i32));
+/// assert!(!buzz_agent_e2e::procfs::is_alive(i32::MAX));
+/// ```
 pub fn is_alive(pid: i32) -> bool {
     stat(pid).is_some_and(|s| !matches!(s.state, 'Z' | 'X'))
 }
