@@ -606,8 +606,8 @@ fn one_line(s: &str) -> String {
 impl Config {
     /// Builds and validates the configuration from an environment snapshot (C1–C3).
     ///
-    /// `env` maps variable names to values (the runtime passes `std::env::vars_os` converted
-    /// lossily). `read_file(path)` returns a file's content or a one-line reason; it is called
+    /// `env` maps variable names to values (the runtime passes its process environment; names
+    /// or values that are not UTF-8 are left out). `read_file(path)` returns a file's content or a one-line reason; it is called
     /// only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. Returns the first error found, checking the
     /// provider first. `seed` is set to 0 (the runtime sets it).
     pub fn from_env_map(
