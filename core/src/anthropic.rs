@@ -3,18 +3,25 @@
 //! Works with `api.anthropic.com` and Anthropic-compatible servers (proxies, gateways), so the
 //! decoder accepts the known deviations (cases C24, C26, L9).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
 use crate::config::Config;
+#[allow(
+    unused_imports,
+    reason = "named by doc links and by the unit tests; the decoder is one via `EventHandler`"
+)]
+use crate::llm::StreamDecoder;
 use crate::llm::{
-    HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
-    StreamDelta, StreamError, ToolCall, ToolDef, Usage,
+    HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
+    StreamError, ToolCall, ToolDef, Usage,
 };
-use crate::sse::{SseEvent, SseParser, parse_json_lossy};
+use crate::request::{body_capacity, streaming_json_post};
+use crate::sse::{SseEvent, parse_json_lossy};
+use crate::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
 
 /// Text sent for a user turn that would otherwise be empty: Anthropic rejects empty content
 /// and blank text blocks.
@@ -63,17 +70,6 @@ pub const EMPTY_ERROR_TEXT: &str = "Error";
 /// once).
 #[must_use]
 pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
-    let mut headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-    ];
-    if !cfg.api_key.is_empty() {
-        headers.push(("x-api-key".to_owned(), cfg.api_key.clone()));
-    }
-    headers.push((
-        "anthropic-version".to_owned(),
-        cfg.anthropic_version.clone(),
-    ));
     let payload = MessagesBody {
         model: req.model,
         max_tokens: req.max_output_tokens,
@@ -82,25 +78,18 @@ pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
         tools: req.tools.iter().map(WireTool).collect(),
         stream: true,
     };
-    let estimate: usize = req
-        .messages
-        .iter()
-        .map(|m| m.content_bytes() + 64)
-        .sum::<usize>()
-        + req.system.map_or(0, str::len)
-        + 256;
-    let mut body = Vec::with_capacity(estimate);
-    if serde_json::to_writer(&mut body, &payload).is_err() {
-        // Unreachable: writing to a Vec cannot fail and every value is a string-keyed tree.
-        // An empty body would be rejected by the server (400), never sent half-written.
-        body.clear();
-    }
-    HttpRequest {
-        method: "POST",
-        url: format!("{}/v1/messages", cfg.base_url.trim_end_matches('/')),
-        headers,
-        body,
-    }
+    let api_key = (!cfg.api_key.is_empty()).then(|| ("x-api-key", cfg.api_key.clone()));
+    let mut request = streaming_json_post(
+        format!("{}/v1/messages", cfg.base_url.trim_end_matches('/')),
+        api_key,
+        &payload,
+        body_capacity(req, 64),
+    );
+    request.headers.push((
+        "anthropic-version".to_owned(),
+        cfg.anthropic_version.clone(),
+    ));
+    request
 }
 
 /// The request body, borrowed from the history.
@@ -303,11 +292,10 @@ impl Serialize for WireTool<'_> {
 pub struct AnthropicDecoder {
     /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
     id_prefix: String,
-    sse: SseParser,
-    /// Scratch buffer for parsed events (reused across feeds).
-    events: Vec<SseEvent>,
-    text: String,
-    thinking: String,
+    /// Parser, sticky error, response taken.
+    sse: SseState,
+    /// Text and reasoning so far.
+    streamed: StreamedText,
     /// Content blocks by stream `index`.
     blocks: BTreeMap<u64, BlockSlot>,
     /// Input token counts as last reported: plain, cache creation, cache read.
@@ -317,10 +305,6 @@ pub struct AnthropicDecoder {
     stop_reason: Option<StopKind>,
     /// `message_stop` was seen.
     done: bool,
-    /// Sticky failure.
-    error: Option<StreamError>,
-    /// [`StreamDecoder::finish`] already handed out the response.
-    finished: bool,
 }
 
 /// One content block being assembled.
@@ -350,8 +334,8 @@ impl std::fmt::Debug for AnthropicDecoder {
         write!(
             f,
             "AnthropicDecoder(text {} B, thinking {} B, {} blocks, stop {:?}, done {})",
-            self.text.len(),
-            self.thinking.len(),
+            self.streamed.text.len(),
+            self.streamed.thinking.len(),
             self.blocks.len(),
             self.stop_reason,
             self.done
@@ -366,102 +350,14 @@ impl AnthropicDecoder {
     pub fn new(id_prefix: String) -> Self {
         AnthropicDecoder {
             id_prefix,
-            sse: SseParser::new(),
-            events: Vec::new(),
-            text: String::new(),
-            thinking: String::new(),
+            sse: SseState::new(),
+            streamed: StreamedText::default(),
             blocks: BTreeMap::new(),
             input_tokens: [None; 3],
             output_tokens: None,
             stop_reason: None,
             done: false,
-            error: None,
-            finished: false,
         }
-    }
-
-    /// Handle parsed SSE events in order; the first error is stored (sticky) and returned.
-    fn handle_events(
-        &mut self,
-        out: &mut Vec<StreamDelta>,
-        at_eof: bool,
-    ) -> Result<(), StreamError> {
-        let mut events = std::mem::take(&mut self.events);
-        let mut result = Ok(());
-        for event in events.drain(..) {
-            if self.done {
-                break;
-            }
-            if let Err(err) = self.handle_event(&event, out, at_eof) {
-                self.error = Some(err.clone());
-                result = Err(err);
-                break;
-            }
-        }
-        events.clear();
-        self.events = events;
-        result
-    }
-
-    /// One SSE event. `at_eof`: flushed at EOF without its blank line, so data that is not
-    /// JSON is a cut event (the stream is truncated anyway), not a provider error.
-    fn handle_event(
-        &mut self,
-        event: &SseEvent,
-        out: &mut Vec<StreamDelta>,
-        at_eof: bool,
-    ) -> Result<(), StreamError> {
-        let data = event.data.trim();
-        if data.is_empty() {
-            return Ok(());
-        }
-        let sse_name = event.event.as_deref().unwrap_or("");
-        let value = match parse_json_lossy(data) {
-            Ok(value) => value,
-            Err(_) if at_eof => return Ok(()),
-            Err(_) if sse_name == "error" => {
-                return Err(StreamError::Provider {
-                    message: data.to_owned(),
-                    retryable: true,
-                });
-            }
-            Err(err) => {
-                return Err(StreamError::Provider {
-                    message: format!("malformed stream event: {err}"),
-                    retryable: true,
-                });
-            }
-        };
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(sse_name);
-        match kind {
-            "message_start" => {
-                if let Some(usage) = value.pointer("/message/usage") {
-                    self.read_usage(usage);
-                }
-            }
-            "content_block_start" => self.start_block(&value, out),
-            "content_block_delta" => self.block_delta(&value, out),
-            "message_delta" => {
-                if let Some(reason) = value
-                    .pointer("/delta/stop_reason")
-                    .and_then(Value::as_str)
-                    .filter(|r| !r.is_empty())
-                {
-                    self.stop_reason = Some(stop_kind(reason));
-                }
-                if let Some(usage) = value.get("usage") {
-                    self.read_usage(usage);
-                }
-            }
-            "message_stop" => self.done = true,
-            "error" => return Err(provider_error(&value)),
-            // `content_block_stop`, `ping` and event types added later carry nothing we need.
-            _ => {}
-        }
-        Ok(())
     }
 
     /// Token counts from a `usage` object; absent fields keep their last value.
@@ -498,12 +394,12 @@ impl AnthropicDecoder {
         let slot = match kind {
             "text" => {
                 let text = field("text");
-                self.push_text(&text, out);
+                self.streamed.push_text(&text, out);
                 BlockSlot::Text
             }
             "thinking" => {
                 let text = field("thinking");
-                self.push_thought(&text, out);
+                self.streamed.push_thought(&text, out);
                 BlockSlot::Thinking {
                     text,
                     signature: field("signature"),
@@ -535,14 +431,14 @@ impl AnthropicDecoder {
         match delta.get("type").and_then(Value::as_str).unwrap_or("") {
             "text_delta" => {
                 self.blocks.entry(index).or_insert(BlockSlot::Text);
-                self.push_text(piece("text"), out);
+                self.streamed.push_text(piece("text"), out);
             }
             "thinking_delta" => {
                 let thought = piece("thinking");
                 if let BlockSlot::Thinking { text, .. } = self.thinking_slot(index) {
                     text.push_str(thought);
                 }
-                self.push_thought(thought, out);
+                self.streamed.push_thought(thought, out);
             }
             "signature_delta" => {
                 if let BlockSlot::Thinking { signature, .. } = self.thinking_slot(index) {
@@ -578,26 +474,12 @@ impl AnthropicDecoder {
             })
     }
 
-    fn push_text(&mut self, text: &str, out: &mut Vec<StreamDelta>) {
-        if !text.is_empty() {
-            self.text.push_str(text);
-            out.push(StreamDelta::Text(text.to_owned()));
-        }
-    }
-
-    fn push_thought(&mut self, thought: &str, out: &mut Vec<StreamDelta>) {
-        if !thought.is_empty() {
-            self.thinking.push_str(thought);
-            out.push(StreamDelta::Thought(thought.to_owned()));
-        }
-    }
-
     /// Reasoning blocks and tool calls in block order (ids present and unique).
     fn take_blocks(&mut self) -> (Vec<ReasoningBlock>, Vec<ToolCall>) {
         let blocks = std::mem::take(&mut self.blocks);
         let mut reasoning = Vec::new();
         let mut calls = Vec::new();
-        let mut used: BTreeSet<String> = BTreeSet::new();
+        let mut ids = CallIds::new(&self.id_prefix);
         for (index, slot) in blocks {
             match slot {
                 BlockSlot::Thinking { text, signature } => {
@@ -615,7 +497,7 @@ impl AnthropicDecoder {
                     redacted: Some(data),
                 }),
                 BlockSlot::ToolUse {
-                    mut id,
+                    id,
                     name,
                     start_input,
                     json,
@@ -623,13 +505,7 @@ impl AnthropicDecoder {
                     if name.is_empty() {
                         continue;
                     }
-                    if id.is_empty() || used.contains(&id) {
-                        id = format!("{}_{index}", self.id_prefix);
-                        while used.contains(&id) {
-                            id.push('_');
-                        }
-                    }
-                    used.insert(id.clone());
+                    let id = ids.unique(id, index);
                     let arguments = match start_input {
                         Some(input) if json.trim().is_empty() => input.to_string(),
                         Some(_) | None => json,
@@ -662,43 +538,79 @@ impl AnthropicDecoder {
     }
 }
 
-impl StreamDecoder for AnthropicDecoder {
-    fn feed(&mut self, bytes: &[u8], out: &mut Vec<StreamDelta>) -> Result<(), StreamError> {
-        if let Some(err) = &self.error {
-            return Err(err.clone());
-        }
-        if self.done || self.finished {
+impl EventHandler for AnthropicDecoder {
+    fn sse_state(&mut self) -> &mut SseState {
+        &mut self.sse
+    }
+
+    /// One SSE event. `at_eof`: flushed at EOF without its blank line, so data that is not
+    /// JSON is a cut event (the stream is truncated anyway), not a provider error.
+    fn handle_event(
+        &mut self,
+        event: &SseEvent,
+        out: &mut Vec<StreamDelta>,
+        at_eof: bool,
+    ) -> Result<(), StreamError> {
+        let data = event.data.trim();
+        if data.is_empty() {
             return Ok(());
         }
-        self.sse.feed(bytes, &mut self.events);
-        self.handle_events(out, false)
+        let sse_name = event.event.as_deref().unwrap_or("");
+        let Some(value) = parse_event_json(data, sse_name == "error", at_eof, "event")? else {
+            return Ok(());
+        };
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(sse_name);
+        match kind {
+            "message_start" => {
+                if let Some(usage) = value.pointer("/message/usage") {
+                    self.read_usage(usage);
+                }
+            }
+            "content_block_start" => self.start_block(&value, out),
+            "content_block_delta" => self.block_delta(&value, out),
+            "message_delta" => {
+                if let Some(reason) = value
+                    .pointer("/delta/stop_reason")
+                    .and_then(Value::as_str)
+                    .filter(|r| !r.is_empty())
+                {
+                    self.stop_reason = Some(stop_kind(reason));
+                }
+                if let Some(usage) = value.get("usage") {
+                    self.read_usage(usage);
+                }
+            }
+            "message_stop" => self.done = true,
+            "error" => return Err(provider_error(&value)),
+            // `content_block_stop`, `ping` and event types added later carry nothing we need.
+            _ => {}
+        }
+        Ok(())
     }
 
     /// True after `message_stop`.
-    fn is_complete(&self) -> bool {
+    fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// Whole only after `message_stop`.
+    fn check_complete(&self) -> Result<(), StreamError> {
+        if self.done {
+            Ok(())
+        } else {
+            Err(StreamError::Truncated(
+                "stream ended before message_stop".to_owned(),
+            ))
+        }
     }
 
     /// The response once the body ended: only after `message_stop` (otherwise
     /// [`StreamError::Truncated`], even with a stop reason or partial text, C24). With
     /// `max_tokens` the (possibly cut) tool calls are kept: the loop does not run them (L1).
-    fn finish(&mut self, out: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError> {
-        if let Some(err) = &self.error {
-            return Err(err.clone());
-        }
-        if self.finished {
-            return Err(StreamError::Truncated("response already taken".to_owned()));
-        }
-        if !self.done {
-            self.sse.finish(&mut self.events);
-            self.handle_events(out, true)?;
-        }
-        if !self.done {
-            return Err(StreamError::Truncated(
-                "stream ended before message_stop".to_owned(),
-            ));
-        }
-        self.finished = true;
+    fn take_response(&mut self) -> Result<LlmResponse, StreamError> {
         let (reasoning, tool_calls) = self.take_blocks();
         let stop = match self.stop_reason.take() {
             Some(StopKind::EndTurn | StopKind::ToolUse) | None if tool_calls.is_empty() => {
@@ -707,14 +619,10 @@ impl StreamDecoder for AnthropicDecoder {
             Some(StopKind::EndTurn | StopKind::ToolUse) | None => StopKind::ToolUse,
             Some(stop @ (StopKind::MaxTokens | StopKind::Refusal)) => stop,
         };
-        Ok(LlmResponse {
-            text: std::mem::take(&mut self.text),
-            thinking: std::mem::take(&mut self.thinking),
-            reasoning,
-            tool_calls,
-            stop,
-            usage: self.usage(),
-        })
+        let usage = self.usage();
+        Ok(self
+            .streamed
+            .take_response(reasoning, tool_calls, stop, usage))
     }
 }
 

@@ -3,17 +3,28 @@
 //! Works with OpenAI and OpenAI-compatible servers (vLLM, llama.cpp, Ollama, LiteLLM,
 //! DashScope, NIM, …), so the decoder accepts the known deviations (cases C21–C24, C26).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
+#[allow(
+    unused_imports,
+    reason = "named by doc links and by the unit tests; the decoder is one via `EventHandler`"
+)]
+use crate::llm::StreamDecoder;
 use crate::llm::{
-    HttpRequest, LlmRequest, LlmResponse, Message, StopKind, StreamDecoder, StreamDelta,
-    StreamError, ToolCall, ToolDef, Usage,
+    HttpRequest, LlmRequest, LlmResponse, Message, StopKind, StreamDelta, StreamError, ToolCall,
+    ToolDef, Usage,
 };
-use crate::sse::{SseEvent, SseParser, parse_json_lossy};
+use crate::request::{
+    ErrorText, arguments_or_empty_object, bearer, body_capacity, streaming_json_post,
+};
+use crate::sse::{SseEvent, parse_json_lossy};
+use crate::sse_stream::{
+    CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
+};
 
 /// Build the streaming `POST {base_url}/chat/completions` request (SPEC L7).
 ///
@@ -35,13 +46,6 @@ use crate::sse::{SseEvent, SseParser, parse_json_lossy};
 /// Serialized in one pass straight into the body buffer: linear in the history size.
 #[must_use]
 pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> HttpRequest {
-    let mut headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-    ];
-    if !api_key.is_empty() {
-        headers.push(("authorization".to_owned(), format!("Bearer {api_key}")));
-    }
     let payload = ChatBody {
         model: req.model,
         messages: WireMessages {
@@ -55,25 +59,12 @@ pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> Htt
         },
         max_tokens: req.max_output_tokens,
     };
-    let estimate: usize = req
-        .messages
-        .iter()
-        .map(|m| m.content_bytes() + 64)
-        .sum::<usize>()
-        + req.system.map_or(0, str::len)
-        + 256;
-    let mut body = Vec::with_capacity(estimate);
-    if serde_json::to_writer(&mut body, &payload).is_err() {
-        // Unreachable: writing to a Vec cannot fail and every value is a string-keyed tree.
-        // An empty body would be rejected by the server (400), never sent half-written.
-        body.clear();
-    }
-    HttpRequest {
-        method: "POST",
-        url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
-        headers,
-        body,
-    }
+    streaming_json_post(
+        format!("{}/chat/completions", base_url.trim_end_matches('/')),
+        bearer(api_key),
+        &payload,
+        body_capacity(req, 64),
+    )
 }
 
 /// The request body, borrowed from the history (no copies).
@@ -164,15 +155,6 @@ impl Serialize for WireMessage<'_> {
     }
 }
 
-/// `Error: <text>`, written without building the string first.
-struct ErrorText<'a>(&'a str);
-
-impl Serialize for ErrorText<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&format_args!("Error: {}", self.0))
-    }
-}
-
 struct WireToolCalls<'a>(&'a [ToolCall]);
 
 impl Serialize for WireToolCalls<'_> {
@@ -182,11 +164,7 @@ impl Serialize for WireToolCalls<'_> {
             kind: "function",
             function: WireFunctionCall {
                 name: &call.name,
-                arguments: if call.arguments.trim().is_empty() {
-                    "{}"
-                } else {
-                    &call.arguments
-                },
+                arguments: arguments_or_empty_object(&call.arguments),
             },
         }))
     }
@@ -271,11 +249,10 @@ struct WireFunction<'a> {
 pub struct ChatDecoder {
     /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
     id_prefix: String,
-    sse: SseParser,
-    /// Scratch buffer for parsed events (reused across feeds).
-    events: Vec<SseEvent>,
-    text: String,
-    thinking: String,
+    /// Parser, sticky error, response taken.
+    sse: SseState,
+    /// Text and reasoning so far.
+    streamed: StreamedText,
     /// Tool-call slots by provider `index`.
     calls: BTreeMap<u64, CallSlot>,
     /// The slot the last tool-call delta went to (for deltas without `index`).
@@ -285,18 +262,6 @@ pub struct ChatDecoder {
     finish_reason: Option<StopKind>,
     /// `data: [DONE]` was seen.
     done: bool,
-    /// Sticky failure.
-    error: Option<StreamError>,
-    /// [`StreamDecoder::finish`] already handed out the response.
-    finished: bool,
-}
-
-/// One tool call being assembled from deltas.
-#[derive(Default)]
-struct CallSlot {
-    id: String,
-    name: String,
-    arguments: String,
 }
 
 impl std::fmt::Debug for ChatDecoder {
@@ -305,8 +270,8 @@ impl std::fmt::Debug for ChatDecoder {
         write!(
             f,
             "ChatDecoder(text {} B, thinking {} B, {} call slots, finish {:?}, done {})",
-            self.text.len(),
-            self.thinking.len(),
+            self.streamed.text.len(),
+            self.streamed.thinking.len(),
             self.calls.len(),
             self.finish_reason,
             self.done
@@ -321,117 +286,25 @@ impl ChatDecoder {
     pub fn new(id_prefix: String) -> Self {
         ChatDecoder {
             id_prefix,
-            sse: SseParser::new(),
-            events: Vec::new(),
-            text: String::new(),
-            thinking: String::new(),
+            sse: SseState::new(),
+            streamed: StreamedText::default(),
             calls: BTreeMap::new(),
             current_call: None,
             usage: None,
             finish_reason: None,
             done: false,
-            error: None,
-            finished: false,
         }
-    }
-
-    /// Handle parsed SSE events in order; the first error is stored (sticky) and returned.
-    fn handle_events(
-        &mut self,
-        out: &mut Vec<StreamDelta>,
-        at_eof: bool,
-    ) -> Result<(), StreamError> {
-        let mut events = std::mem::take(&mut self.events);
-        let mut result = Ok(());
-        for event in events.drain(..) {
-            if self.done {
-                break;
-            }
-            if let Err(err) = self.handle_event(&event, out, at_eof) {
-                self.error = Some(err.clone());
-                result = Err(err);
-                break;
-            }
-        }
-        events.clear();
-        self.events = events;
-        result
-    }
-
-    /// One SSE event. `at_eof`: the event was flushed at EOF without its blank line, so a
-    /// payload that is not JSON is a cut chunk, judged by `finish` (no `[DONE]`/finish reason
-    /// → truncated), not a provider error.
-    fn handle_event(
-        &mut self,
-        event: &SseEvent,
-        out: &mut Vec<StreamDelta>,
-        at_eof: bool,
-    ) -> Result<(), StreamError> {
-        let data = event.data.trim();
-        if data.is_empty() {
-            return Ok(());
-        }
-        if data == "[DONE]" {
-            self.done = true;
-            return Ok(());
-        }
-        let is_error_event = event.event.as_deref() == Some("error");
-        let chunk = match parse_json_lossy(data) {
-            Ok(chunk) => chunk,
-            Err(_) if at_eof => return Ok(()),
-            Err(_) if is_error_event => {
-                return Err(StreamError::Provider {
-                    message: data.to_owned(),
-                    retryable: true,
-                });
-            }
-            Err(err) => {
-                return Err(StreamError::Provider {
-                    message: format!("malformed stream chunk: {err}"),
-                    retryable: true,
-                });
-            }
-        };
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            return Err(StreamError::Provider {
-                message: error_message(error),
-                retryable: true,
-            });
-        }
-        if is_error_event {
-            return Err(StreamError::Provider {
-                message: error_message(&chunk),
-                retryable: true,
-            });
-        }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-            self.usage = Some(Usage {
-                input_tokens: count("prompt_tokens"),
-                output_tokens: count("completion_tokens"),
-            });
-        }
-        if let Some(choices) = chunk.get("choices").and_then(Value::as_array) {
-            for choice in choices {
-                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0 {
-                    self.handle_choice(choice, out);
-                }
-            }
-        }
-        Ok(())
     }
 
     fn handle_choice(&mut self, choice: &Value, out: &mut Vec<StreamDelta>) {
         if let Some(delta) = choice.get("delta") {
             if let Some(text) = non_empty_str(delta.get("content")) {
-                self.text.push_str(text);
-                out.push(StreamDelta::Text(text.to_owned()));
+                self.streamed.push_text(text, out);
             }
             let reasoning = non_empty_str(delta.get("reasoning_content"))
                 .or_else(|| non_empty_str(delta.get("reasoning")));
             if let Some(thought) = reasoning {
-                self.thinking.push_str(thought);
-                out.push(StreamDelta::Thought(thought.to_owned()));
+                self.streamed.push_thought(thought, out);
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for call in calls {
@@ -488,51 +361,70 @@ impl ChatDecoder {
             current
         }
     }
-
-    /// The assembled calls in index order: nameless slots dropped, ids made present and unique.
-    fn take_calls(&mut self) -> Vec<ToolCall> {
-        let slots = std::mem::take(&mut self.calls);
-        let mut used: BTreeSet<String> = BTreeSet::new();
-        let mut calls = Vec::with_capacity(slots.len());
-        for (index, slot) in slots {
-            if slot.name.is_empty() {
-                continue;
-            }
-            let mut id = slot.id;
-            if id.is_empty() || used.contains(&id) {
-                id = format!("{}_{index}", self.id_prefix);
-                while used.contains(&id) {
-                    id.push('_');
-                }
-            }
-            used.insert(id.clone());
-            calls.push(ToolCall {
-                id,
-                name: slot.name,
-                arguments: slot.arguments,
-            });
-        }
-        calls
-    }
 }
 
-impl StreamDecoder for ChatDecoder {
-    fn feed(&mut self, bytes: &[u8], out: &mut Vec<StreamDelta>) -> Result<(), StreamError> {
-        if let Some(err) = &self.error {
-            return Err(err.clone());
-        }
-        if self.done || self.finished {
-            return Ok(());
-        }
-        self.sse.feed(bytes, &mut self.events);
-        self.handle_events(out, false)
+impl EventHandler for ChatDecoder {
+    fn sse_state(&mut self) -> &mut SseState {
+        &mut self.sse
     }
 
-    fn is_complete(&self) -> bool {
+    /// One SSE event. `at_eof`: the event was flushed at EOF without its blank line, so a
+    /// payload that is not JSON is a cut chunk, judged by `finish` (no `[DONE]`/finish reason
+    /// → truncated), not a provider error.
+    fn handle_event(
+        &mut self,
+        event: &SseEvent,
+        out: &mut Vec<StreamDelta>,
+        at_eof: bool,
+    ) -> Result<(), StreamError> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(());
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let is_error_event = event.event.as_deref() == Some("error");
+        let Some(chunk) = parse_event_json(data, is_error_event, at_eof, "chunk")? else {
+            return Ok(());
+        };
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(StreamError::Provider {
+                message: error_message(error),
+                retryable: true,
+            });
+        }
+        if is_error_event {
+            return Err(StreamError::Provider {
+                message: error_message(&chunk),
+                retryable: true,
+            });
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+            self.usage = Some(Usage {
+                input_tokens: count("prompt_tokens"),
+                output_tokens: count("completion_tokens"),
+            });
+        }
+        if let Some(choices) = chunk.get("choices").and_then(Value::as_array) {
+            for choice in choices {
+                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0 {
+                    self.handle_choice(choice, out);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// True after `data: [DONE]`.
+    fn is_done(&self) -> bool {
         self.done
     }
 
-    fn has_final_answer(&self) -> bool {
+    /// True after `[DONE]` or a finish reason (C24 b).
+    fn answer_is_final(&self) -> bool {
         self.done || self.finish_reason.is_some()
     }
 
@@ -543,19 +435,8 @@ impl StreamDecoder for ChatDecoder {
     /// → end turn. An end-turn finish with tool calls is tool use (C23: the tools still run); a
     /// tool-use finish without any call is end turn. With `length` the (possibly cut) calls are
     /// kept: the loop does not run them (L1).
-    fn finish(&mut self, out: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError> {
-        if let Some(err) = &self.error {
-            return Err(err.clone());
-        }
-        if self.finished {
-            return Err(StreamError::Truncated("response already taken".to_owned()));
-        }
-        if !self.done {
-            self.sse.finish(&mut self.events);
-            self.handle_events(out, true)?;
-        }
-        self.finished = true;
-        let tool_calls = self.take_calls();
+    fn take_response(&mut self) -> Result<LlmResponse, StreamError> {
+        let tool_calls = take_calls(std::mem::take(&mut self.calls), &self.id_prefix);
         let stop = match self.finish_reason.take() {
             Some(StopKind::EndTurn | StopKind::ToolUse) if tool_calls.is_empty() => {
                 StopKind::EndTurn
@@ -581,14 +462,9 @@ impl StreamDecoder for ChatDecoder {
                 StopKind::ToolUse
             }
         };
-        Ok(LlmResponse {
-            text: std::mem::take(&mut self.text),
-            thinking: std::mem::take(&mut self.thinking),
-            reasoning: Vec::new(),
-            tool_calls,
-            stop,
-            usage: self.usage,
-        })
+        Ok(self
+            .streamed
+            .take_response(Vec::new(), tool_calls, stop, self.usage))
     }
 }
 

@@ -11,10 +11,21 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
 use crate::llm::{
-    HttpRequest, LlmRequest, LlmResponse, Message, StopKind, StreamDecoder, StreamDelta,
-    StreamError, ToolCall, ToolDef, Usage,
+    HttpRequest, LlmRequest, LlmResponse, Message, StopKind, StreamDelta, StreamError, ToolDef,
+    Usage,
 };
-use crate::sse::{SseEvent, SseParser, parse_json_lossy};
+#[allow(
+    unused_imports,
+    reason = "named by doc links and by the unit tests; the decoder is one via `EventHandler`"
+)]
+use crate::llm::{StreamDecoder, ToolCall};
+use crate::request::{
+    ErrorText, arguments_or_empty_object, bearer, body_capacity, streaming_json_post,
+};
+use crate::sse::SseEvent;
+use crate::sse_stream::{
+    CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
+};
 
 /// Build the streaming `POST {base_url}/responses` request (SPEC L8).
 ///
@@ -40,13 +51,6 @@ use crate::sse::{SseEvent, SseParser, parse_json_lossy};
 /// Serialized in one pass straight into the body buffer: linear in the history size.
 #[must_use]
 pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> HttpRequest {
-    let mut headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "text/event-stream".to_owned()),
-    ];
-    if !api_key.is_empty() {
-        headers.push(("authorization".to_owned(), format!("Bearer {api_key}")));
-    }
     let payload = ResponsesBody {
         model: req.model,
         instructions: req.system.filter(|s| !s.is_empty()),
@@ -56,25 +60,12 @@ pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> Htt
         store: false,
         max_output_tokens: req.max_output_tokens,
     };
-    let estimate: usize = req
-        .messages
-        .iter()
-        .map(|m| m.content_bytes() + 96)
-        .sum::<usize>()
-        + req.system.map_or(0, str::len)
-        + 256;
-    let mut body = Vec::with_capacity(estimate);
-    if serde_json::to_writer(&mut body, &payload).is_err() {
-        // Unreachable: writing to a Vec cannot fail and every value is a string-keyed tree.
-        // An empty body would be rejected by the server (400), never sent half-written.
-        body.clear();
-    }
-    HttpRequest {
-        method: "POST",
-        url: format!("{}/responses", base_url.trim_end_matches('/')),
-        headers,
-        body,
-    }
+    streaming_json_post(
+        format!("{}/responses", base_url.trim_end_matches('/')),
+        bearer(api_key),
+        &payload,
+        body_capacity(req, 96),
+    )
 }
 
 /// The request body, borrowed from the history (no copies).
@@ -117,11 +108,7 @@ impl Serialize for WireInput<'_> {
                             kind: "function_call",
                             call_id: &call.id,
                             name: &call.name,
-                            arguments: if call.arguments.trim().is_empty() {
-                                "{}"
-                            } else {
-                                &call.arguments
-                            },
+                            arguments: arguments_or_empty_object(&call.arguments),
                         })?;
                     }
                 }
@@ -202,15 +189,6 @@ impl Serialize for FunctionOutputItem<'_> {
     }
 }
 
-/// `Error: <text>`, written without building the string first.
-struct ErrorText<'a>(&'a str);
-
-impl Serialize for ErrorText<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&format_args!("Error: {}", self.0))
-    }
-}
-
 struct WireTools<'a>(&'a [ToolDef]);
 
 impl WireTools<'_> {
@@ -243,9 +221,10 @@ struct WireTool<'a> {
 
 /// Decoder of one streamed Responses body (SPEC L8, L9; cases C24, C26).
 ///
-/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_json_lossy`]) whose `type`
-///   names the event (the SSE `event:` name is the fallback). Unknown events and fields are
-///   ignored; a `data: [DONE]` (some compatible servers add one) is ignored too.
+/// * Each SSE event's `data:` is a JSON object (parsed with
+///   [`parse_json_lossy`](crate::sse::parse_json_lossy)) whose `type` names the event (the SSE
+///   `event:` name is the fallback). Unknown events and fields are ignored; a `data: [DONE]`
+///   (some compatible servers add one) is ignored too.
 /// * `response.output_text.delta` → [`StreamDelta::Text`]; `response.output_text.done` only
 ///   adds its `text` when no delta of that item was seen. `response.refusal.delta` → text too,
 ///   and the response is a refusal. `response.reasoning_summary_text.delta` and
@@ -267,13 +246,12 @@ struct WireTool<'a> {
 pub struct ResponsesDecoder {
     /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
     id_prefix: String,
-    sse: SseParser,
-    /// Scratch buffer for parsed events (reused across feeds).
-    events: Vec<SseEvent>,
-    text: String,
-    thinking: String,
-    /// Function calls by `output_index`.
-    calls: BTreeMap<u64, FnCall>,
+    /// Parser, sticky error, response taken.
+    sse: SseState,
+    /// Text and reasoning so far.
+    streamed: StreamedText,
+    /// Function calls by `output_index` (`call_id` in `id`).
+    calls: BTreeMap<u64, CallSlot>,
     /// `item_id` → `output_index` of function-call items.
     item_index: BTreeMap<String, u64>,
     /// Item ids that streamed text deltas (`""` for deltas without an id).
@@ -283,18 +261,6 @@ pub struct ResponsesDecoder {
     usage: Option<Usage>,
     /// Set by `response.completed` / `response.incomplete`.
     end: Option<StopKind>,
-    /// Sticky failure.
-    error: Option<StreamError>,
-    /// [`StreamDecoder::finish`] already handed out the response.
-    finished: bool,
-}
-
-/// One function call being assembled.
-#[derive(Default)]
-struct FnCall {
-    call_id: String,
-    name: String,
-    arguments: String,
 }
 
 impl std::fmt::Debug for ResponsesDecoder {
@@ -303,8 +269,8 @@ impl std::fmt::Debug for ResponsesDecoder {
         write!(
             f,
             "ResponsesDecoder(text {} B, thinking {} B, {} calls, end {:?})",
-            self.text.len(),
-            self.thinking.len(),
+            self.streamed.text.len(),
+            self.streamed.thinking.len(),
             self.calls.len(),
             self.end
         )
@@ -318,42 +284,67 @@ impl ResponsesDecoder {
     pub fn new(id_prefix: String) -> Self {
         ResponsesDecoder {
             id_prefix,
-            sse: SseParser::new(),
-            events: Vec::new(),
-            text: String::new(),
-            thinking: String::new(),
+            sse: SseState::new(),
+            streamed: StreamedText::default(),
             calls: BTreeMap::new(),
             item_index: BTreeMap::new(),
             text_items: BTreeSet::new(),
             refused: false,
             usage: None,
             end: None,
-            error: None,
-            finished: false,
         }
     }
 
-    /// Handle parsed SSE events in order; the first error is stored (sticky) and returned.
-    fn handle_events(
-        &mut self,
-        out: &mut Vec<StreamDelta>,
-        at_eof: bool,
-    ) -> Result<(), StreamError> {
-        let mut events = std::mem::take(&mut self.events);
-        let mut result = Ok(());
-        for event in events.drain(..) {
-            if self.end.is_some() {
-                break;
-            }
-            if let Err(err) = self.handle_event(&event, out, at_eof) {
-                self.error = Some(err.clone());
-                result = Err(err);
-                break;
-            }
+    /// The call slot an arguments event belongs to: by `output_index`, else by `item_id`,
+    /// else a new slot after the last one.
+    fn slot(&mut self, value: &Value, item_id: &str) -> &mut CallSlot {
+        let index = match value.get("output_index").and_then(Value::as_u64) {
+            Some(index) => index,
+            None => match self.item_index.get(item_id) {
+                Some(&index) => index,
+                None => self
+                    .calls
+                    .last_key_value()
+                    .map_or(0, |(&last, _)| last.saturating_add(1)),
+            },
+        };
+        if !item_id.is_empty() {
+            self.item_index.entry(item_id.to_owned()).or_insert(index);
         }
-        events.clear();
-        self.events = events;
-        result
+        self.calls.entry(index).or_default()
+    }
+
+    /// A `function_call` item from `output_item.added` / `.done`.
+    fn merge_item(&mut self, value: &Value, item: &Value, done: bool) {
+        let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
+        let (call_id, name) = (field("call_id"), field("name"));
+        let arguments = item.get("arguments").and_then(Value::as_str);
+        let slot = self.slot(value, field("id"));
+        if slot.id.is_empty() {
+            call_id.clone_into(&mut slot.id);
+        }
+        if slot.name.is_empty() {
+            name.clone_into(&mut slot.name);
+        }
+        if let Some(arguments) = arguments
+            && (done || slot.arguments.is_empty())
+        {
+            arguments.clone_into(&mut slot.arguments);
+        }
+    }
+
+    /// The stop the stream ended with; truncated before `response.completed` /
+    /// `response.incomplete`.
+    fn end(&self) -> Result<StopKind, StreamError> {
+        self.end.clone().ok_or_else(|| {
+            StreamError::Truncated("stream ended before response.completed".to_owned())
+        })
+    }
+}
+
+impl EventHandler for ResponsesDecoder {
+    fn sse_state(&mut self) -> &mut SseState {
+        &mut self.sse
     }
 
     /// One SSE event. `at_eof`: flushed at EOF without its blank line, so data that is not
@@ -369,21 +360,8 @@ impl ResponsesDecoder {
             return Ok(());
         }
         let sse_name = event.event.as_deref().unwrap_or("");
-        let value = match parse_json_lossy(data) {
-            Ok(value) => value,
-            Err(_) if at_eof => return Ok(()),
-            Err(_) if sse_name == "error" => {
-                return Err(StreamError::Provider {
-                    message: data.to_owned(),
-                    retryable: true,
-                });
-            }
-            Err(err) => {
-                return Err(StreamError::Provider {
-                    message: format!("malformed stream event: {err}"),
-                    retryable: true,
-                });
-            }
+        let Some(value) = parse_event_json(data, sse_name == "error", at_eof, "event")? else {
+            return Ok(());
         };
         let kind = value
             .get("type")
@@ -393,7 +371,7 @@ impl ResponsesDecoder {
         match kind {
             "response.output_text.delta" => {
                 self.text_items.insert(str_of("item_id").to_owned());
-                self.push_text(str_of("delta"), out);
+                self.streamed.push_text(str_of("delta"), out);
             }
             "response.output_text.done" => {
                 let item = str_of("item_id");
@@ -402,20 +380,21 @@ impl ResponsesDecoder {
                     && !self.text_items.contains("")
                 {
                     self.text_items.insert(item.to_owned());
-                    self.push_text(str_of("text"), out);
+                    self.streamed.push_text(str_of("text"), out);
                 }
             }
             "response.refusal.delta" => {
                 self.refused = true;
-                self.push_text(str_of("delta"), out);
+                self.streamed.push_text(str_of("delta"), out);
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                self.push_thought(str_of("delta"), out);
+                self.streamed.push_thought(str_of("delta"), out);
             }
             "response.reasoning_summary_part.added"
-                if !self.thinking.is_empty() && !self.thinking.ends_with('\n') =>
+                if !self.streamed.thinking.is_empty()
+                    && !self.streamed.thinking.ends_with('\n') =>
             {
-                self.push_thought("\n\n", out);
+                self.streamed.push_thought("\n\n", out);
             }
             "response.output_item.added" | "response.output_item.done" => {
                 let done = kind.ends_with(".done");
@@ -483,139 +462,32 @@ impl ResponsesDecoder {
         Ok(())
     }
 
-    /// The call slot an arguments event belongs to: by `output_index`, else by `item_id`,
-    /// else a new slot after the last one.
-    fn slot(&mut self, value: &Value, item_id: &str) -> &mut FnCall {
-        let index = match value.get("output_index").and_then(Value::as_u64) {
-            Some(index) => index,
-            None => match self.item_index.get(item_id) {
-                Some(&index) => index,
-                None => self
-                    .calls
-                    .last_key_value()
-                    .map_or(0, |(&last, _)| last.saturating_add(1)),
-            },
-        };
-        if !item_id.is_empty() {
-            self.item_index.entry(item_id.to_owned()).or_insert(index);
-        }
-        self.calls.entry(index).or_default()
-    }
-
-    /// A `function_call` item from `output_item.added` / `.done`.
-    fn merge_item(&mut self, value: &Value, item: &Value, done: bool) {
-        let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
-        let (call_id, name) = (field("call_id"), field("name"));
-        let arguments = item.get("arguments").and_then(Value::as_str);
-        let slot = self.slot(value, field("id"));
-        if slot.call_id.is_empty() {
-            call_id.clone_into(&mut slot.call_id);
-        }
-        if slot.name.is_empty() {
-            name.clone_into(&mut slot.name);
-        }
-        if let Some(arguments) = arguments
-            && (done || slot.arguments.is_empty())
-        {
-            arguments.clone_into(&mut slot.arguments);
-        }
-    }
-
-    fn push_text(&mut self, text: &str, out: &mut Vec<StreamDelta>) {
-        if !text.is_empty() {
-            self.text.push_str(text);
-            out.push(StreamDelta::Text(text.to_owned()));
-        }
-    }
-
-    fn push_thought(&mut self, thought: &str, out: &mut Vec<StreamDelta>) {
-        if !thought.is_empty() {
-            self.thinking.push_str(thought);
-            out.push(StreamDelta::Thought(thought.to_owned()));
-        }
-    }
-
-    /// The assembled calls in `output_index` order: nameless ones dropped, ids present and
-    /// unique.
-    fn take_calls(&mut self) -> Vec<ToolCall> {
-        let slots = std::mem::take(&mut self.calls);
-        let mut used: BTreeSet<String> = BTreeSet::new();
-        let mut calls = Vec::with_capacity(slots.len());
-        for (index, slot) in slots {
-            if slot.name.is_empty() {
-                continue;
-            }
-            let mut id = slot.call_id;
-            if id.is_empty() || used.contains(&id) {
-                id = format!("{}_{index}", self.id_prefix);
-                while used.contains(&id) {
-                    id.push('_');
-                }
-            }
-            used.insert(id.clone());
-            calls.push(ToolCall {
-                id,
-                name: slot.name,
-                arguments: slot.arguments,
-            });
-        }
-        calls
-    }
-}
-
-impl StreamDecoder for ResponsesDecoder {
-    fn feed(&mut self, bytes: &[u8], out: &mut Vec<StreamDelta>) -> Result<(), StreamError> {
-        if let Some(err) = &self.error {
-            return Err(err.clone());
-        }
-        if self.end.is_some() || self.finished {
-            return Ok(());
-        }
-        self.sse.feed(bytes, &mut self.events);
-        self.handle_events(out, false)
-    }
-
     /// True after `response.completed` or `response.incomplete`.
-    fn is_complete(&self) -> bool {
+    fn is_done(&self) -> bool {
         self.end.is_some()
+    }
+
+    /// Whole only after `response.completed` / `response.incomplete`.
+    fn check_complete(&self) -> Result<(), StreamError> {
+        self.end().map(|_| ())
     }
 
     /// The response once the body ended: only after `response.completed` /
     /// `response.incomplete` (otherwise [`StreamError::Truncated`], C24). Completed: function
     /// calls → tool use, else a streamed refusal → refusal, else end turn. Incomplete keeps the
     /// (possibly cut) calls: the loop does not run them with max tokens (L1).
-    fn finish(&mut self, out: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError> {
-        if let Some(err) = &self.error {
-            return Err(err.clone());
-        }
-        if self.finished {
-            return Err(StreamError::Truncated("response already taken".to_owned()));
-        }
-        if self.end.is_none() {
-            self.sse.finish(&mut self.events);
-            self.handle_events(out, true)?;
-        }
-        let Some(end) = self.end.clone() else {
-            return Err(StreamError::Truncated(
-                "stream ended before response.completed".to_owned(),
-            ));
-        };
-        self.finished = true;
-        let tool_calls = self.take_calls();
+    fn take_response(&mut self) -> Result<LlmResponse, StreamError> {
+        let end = self.end()?;
+        let tool_calls = take_calls(std::mem::take(&mut self.calls), &self.id_prefix);
         let stop = match end {
             StopKind::EndTurn | StopKind::ToolUse if !tool_calls.is_empty() => StopKind::ToolUse,
             StopKind::EndTurn | StopKind::ToolUse if self.refused => StopKind::Refusal,
             StopKind::EndTurn | StopKind::ToolUse => StopKind::EndTurn,
             stop @ (StopKind::MaxTokens | StopKind::Refusal) => stop,
         };
-        Ok(LlmResponse {
-            text: std::mem::take(&mut self.text),
-            thinking: std::mem::take(&mut self.thinking),
-            reasoning: Vec::new(),
-            tool_calls,
-            stop,
-            usage: self.usage,
-        })
+        Ok(self
+            .streamed
+            .take_response(Vec::new(), tool_calls, stop, self.usage))
     }
 }
 

@@ -1,0 +1,283 @@
+//! The provider-independent half of a streamed-response decoder (SPEC L9): body bytes →
+//! [`SseEvent`]s → a provider's event logic, with sticky errors, the end of the stream, EOF and
+//! the hand-out of the response written once.
+//!
+//! Each provider decoder (`openai_chat::ChatDecoder`, `anthropic::AnthropicDecoder`,
+//! `openai_responses::ResponsesDecoder`) keeps its event logic in its own module, holds an
+//! [`SseState`] and implements [`EventHandler`]; the blanket impl below makes it a
+//! [`StreamDecoder`]. The helpers after it ([`StreamedText`], [`CallSlot`], [`CallIds`],
+//! [`parse_event_json`]) are the pieces of event logic the providers share.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::llm::{
+    LlmResponse, ReasoningBlock, StopKind, StreamDecoder, StreamDelta, StreamError, ToolCall, Usage,
+};
+use crate::sse::{SseEvent, SseParser, parse_json_lossy};
+
+/// The SSE side of one decoder: the parser, a reused events buffer, the sticky error and
+/// whether the response was already handed out.
+#[derive(Default)]
+pub struct SseState {
+    parser: SseParser,
+    /// Scratch buffer for parsed events (reused across feeds).
+    events: Vec<SseEvent>,
+    /// Sticky failure: every later `feed` / `finish` returns it.
+    error: Option<StreamError>,
+    /// [`StreamDecoder::finish`] already handed out the response.
+    taken: bool,
+}
+
+impl SseState {
+    /// The state at the start of a stream.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// A provider's event logic; every implementor is a [`StreamDecoder`] (blanket impl).
+///
+/// The trait is sealed: it is public only so that the blanket impl may name it, and its module
+/// is private to the crate.
+pub trait EventHandler {
+    /// The decoder's SSE state.
+    fn sse_state(&mut self) -> &mut SseState;
+
+    /// One SSE event, in stream order; deltas go to `out`. `at_eof`: the event was flushed at
+    /// EOF without its blank line (it may be cut). Not called once [`Self::is_done`] is true.
+    ///
+    /// # Errors
+    /// A provider error in the stream; it becomes the decoder's sticky error.
+    fn handle_event(
+        &mut self,
+        event: &SseEvent,
+        out: &mut Vec<StreamDelta>,
+        at_eof: bool,
+    ) -> Result<(), StreamError>;
+
+    /// The stream's own terminator was seen: later events and bytes are ignored
+    /// ([`StreamDecoder::is_complete`]).
+    fn is_done(&self) -> bool;
+
+    /// The response is known to be whole even without the terminator
+    /// ([`StreamDecoder::has_final_answer`]); defaults to [`Self::is_done`].
+    fn answer_is_final(&self) -> bool {
+        self.is_done()
+    }
+
+    /// At EOF, before the response is taken: whether the stream holds a whole response. An
+    /// error here leaves the response in place (a second `finish` says the same); defaults to
+    /// `Ok` (the route decides in [`Self::take_response`]).
+    ///
+    /// # Errors
+    /// [`StreamError::Truncated`] when the stream ended too early.
+    fn check_complete(&self) -> Result<(), StreamError> {
+        Ok(())
+    }
+
+    /// Hand out the response (called at most once, after [`Self::check_complete`]); a second
+    /// `finish` then says "response already taken".
+    ///
+    /// # Errors
+    /// [`StreamError::Truncated`] when the response is incomplete.
+    fn take_response(&mut self) -> Result<LlmResponse, StreamError>;
+}
+
+impl<H: EventHandler + Send> StreamDecoder for H {
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<StreamDelta>) -> Result<(), StreamError> {
+        if let Some(err) = &self.sse_state().error {
+            return Err(err.clone());
+        }
+        if self.is_done() || self.sse_state().taken {
+            return Ok(());
+        }
+        let state = self.sse_state();
+        state.parser.feed(bytes, &mut state.events);
+        handle_events(self, out, false)
+    }
+
+    fn is_complete(&self) -> bool {
+        self.is_done()
+    }
+
+    fn has_final_answer(&self) -> bool {
+        self.answer_is_final()
+    }
+
+    fn finish(&mut self, out: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError> {
+        if let Some(err) = &self.sse_state().error {
+            return Err(err.clone());
+        }
+        if self.sse_state().taken {
+            return Err(StreamError::Truncated("response already taken".to_owned()));
+        }
+        if !self.is_done() {
+            let state = self.sse_state();
+            state.parser.finish(&mut state.events);
+            handle_events(self, out, true)?;
+        }
+        self.check_complete()?;
+        self.sse_state().taken = true;
+        self.take_response()
+    }
+}
+
+/// Handle the parsed events in order until the stream is done; the first error is stored
+/// (sticky) and returned.
+fn handle_events<H: EventHandler>(
+    handler: &mut H,
+    out: &mut Vec<StreamDelta>,
+    at_eof: bool,
+) -> Result<(), StreamError> {
+    let mut events = std::mem::take(&mut handler.sse_state().events);
+    let mut result = Ok(());
+    for event in events.drain(..) {
+        if handler.is_done() {
+            break;
+        }
+        if let Err(err) = handler.handle_event(&event, out, at_eof) {
+            handler.sse_state().error = Some(err.clone());
+            result = Err(err);
+            break;
+        }
+    }
+    events.clear();
+    handler.sse_state().events = events;
+    result
+}
+
+/// The JSON payload of an event's (trimmed, non-empty) `data`, parsed with
+/// [`parse_json_lossy`]. `Ok(None)` when it is not JSON but was flushed at EOF (`at_eof`: a cut
+/// event, judged by `finish`, not a provider error).
+///
+/// # Errors
+/// Data that is not JSON: a retryable [`StreamError::Provider`] with the data itself as the
+/// message for an `error` event (`error_event`), else `malformed stream {what}: <error>`.
+pub fn parse_event_json(
+    data: &str,
+    error_event: bool,
+    at_eof: bool,
+    what: &str,
+) -> Result<Option<Value>, StreamError> {
+    match parse_json_lossy(data) {
+        Ok(value) => Ok(Some(value)),
+        Err(_) if at_eof => Ok(None),
+        Err(_) if error_event => Err(StreamError::Provider {
+            message: data.to_owned(),
+            retryable: true,
+        }),
+        Err(err) => Err(StreamError::Provider {
+            message: format!("malformed stream {what}: {err}"),
+            retryable: true,
+        }),
+    }
+}
+
+/// The visible text and the reasoning text of a response, accumulated as they stream.
+#[derive(Default)]
+pub struct StreamedText {
+    /// All visible text so far.
+    pub text: String,
+    /// All reasoning text so far.
+    pub thinking: String,
+}
+
+impl StreamedText {
+    /// Append visible text and stream it as [`StreamDelta::Text`] (nothing when empty).
+    pub fn push_text(&mut self, text: &str, out: &mut Vec<StreamDelta>) {
+        if !text.is_empty() {
+            self.text.push_str(text);
+            out.push(StreamDelta::Text(text.to_owned()));
+        }
+    }
+
+    /// Append reasoning text and stream it as [`StreamDelta::Thought`] (nothing when empty).
+    pub fn push_thought(&mut self, thought: &str, out: &mut Vec<StreamDelta>) {
+        if !thought.is_empty() {
+            self.thinking.push_str(thought);
+            out.push(StreamDelta::Thought(thought.to_owned()));
+        }
+    }
+
+    /// The response, taking the text and thinking accumulated so far.
+    pub fn take_response(
+        &mut self,
+        reasoning: Vec<ReasoningBlock>,
+        tool_calls: Vec<ToolCall>,
+        stop: StopKind,
+        usage: Option<Usage>,
+    ) -> LlmResponse {
+        LlmResponse {
+            text: std::mem::take(&mut self.text),
+            thinking: std::mem::take(&mut self.thinking),
+            reasoning,
+            tool_calls,
+            stop,
+            usage,
+        }
+    }
+}
+
+/// One tool call being assembled from deltas.
+#[derive(Default)]
+pub struct CallSlot {
+    /// The provider's call id (empty until one arrives).
+    pub id: String,
+    /// The tool name (empty until one arrives).
+    pub name: String,
+    /// The argument text as streamed.
+    pub arguments: String,
+}
+
+/// The assembled calls in index order: nameless slots dropped, ids made present and unique
+/// ([`CallIds`]).
+pub fn take_calls(slots: BTreeMap<u64, CallSlot>, id_prefix: &str) -> Vec<ToolCall> {
+    let mut ids = CallIds::new(id_prefix);
+    let mut calls = Vec::with_capacity(slots.len());
+    for (index, slot) in slots {
+        if slot.name.is_empty() {
+            continue;
+        }
+        calls.push(ToolCall {
+            id: ids.unique(slot.id, index),
+            name: slot.name,
+            arguments: slot.arguments,
+        });
+    }
+    calls
+}
+
+/// Makes the tool-call ids of one response present and unique (SPEC C21).
+pub struct CallIds<'a> {
+    /// Prefix of synthesised ids: `{id_prefix}_{index}`.
+    id_prefix: &'a str,
+    /// Ids handed out so far.
+    used: BTreeSet<String>,
+}
+
+impl<'a> CallIds<'a> {
+    /// No id handed out yet.
+    #[must_use]
+    pub fn new(id_prefix: &'a str) -> Self {
+        CallIds {
+            id_prefix,
+            used: BTreeSet::new(),
+        }
+    }
+
+    /// `id`, or `{id_prefix}_{index}` (then `_` appended until unused) when it is empty or was
+    /// already handed out.
+    pub fn unique(&mut self, mut id: String, index: u64) -> String {
+        if id.is_empty() || self.used.contains(&id) {
+            id = format!("{}_{index}", self.id_prefix);
+            while self.used.contains(&id) {
+                id.push('_');
+            }
+        }
+        self.used.insert(id.clone());
+        id
+    }
+}
