@@ -331,9 +331,17 @@ impl Agent {
         let Some(slot) = self.slot_of(proc) else { return };
         let timeout = self.cfg.mcp_init_timeout_ms;
         let version = self.version.clone();
+        let now = self.now;
         let Some(s) = self.servers.get_mut(&slot) else { return };
         s.alive = true;
         s.was_started = true;
+        if matches!(s.state, ServerState::Dead { .. }) {
+            // Stopped (session failed, shutdown) while the spawn was in flight: stop it now.
+            s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
+            self.push(Action::CloseMcpStdin { proc });
+            self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
+            return;
+        }
         if s.state != ServerState::Spawning {
             return;
         }

@@ -20,7 +20,7 @@ mod examples;
 mod hooks_check;
 mod proc;
 
-use buzz_agent_core::{Action, Agent, Input, MonoTime};
+use buzz_agent_core::{Action, Agent, Input, LlmIo, MonoTime};
 use smol::channel::Sender;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::stream::StreamExt;
@@ -30,9 +30,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Ring buffer of each stdio [`Unblock`], in bytes. Its default (8 MiB) is touched page by page
-/// as data flows through it, so over a long session RSS would grow by up to 8 MiB per stream.
-const STDIO_BUF: usize = 64 * 1024;
+/// Ring buffer of each stdio [`Unblock`] (and the stdin read buffer), in bytes. The ring is
+/// touched page by page as data flows through it, so all of it ends up resident: its default
+/// (8 MiB) would add up to 8 MiB per stream over a long session. Longer lines simply take more
+/// than one pass.
+const STDIO_BUF: usize = 16 * 1024;
 /// How long the final flush of stdout may take before the process exits anyway.
 const FINAL_FLUSH: Duration = Duration::from_secs(2);
 
@@ -121,7 +123,7 @@ async fn run(ex: &LocalExecutor<'_>, config: buzz_agent_core::Config) -> i32 {
             }
         })
     };
-    // SIGTERM / SIGINT → ShutdownSignal
+    // SIGTERM / SIGINT / SIGHUP → ShutdownSignal
     spawn_signals(ex, &tx);
 
     let mut children = proc::Children::default();
@@ -170,7 +172,10 @@ async fn run(ex: &LocalExecutor<'_>, config: buzz_agent_core::Config) -> i32 {
         )
         .await;
         match event {
-            Event::Input(Some(input)) => agent.handle(input, now()),
+            Event::Input(Some(input)) => {
+                forget_finished_llm(&mut llm, &input);
+                agent.handle(input, now());
+            }
             Event::Input(None) => break,
             Event::Timeout => agent.handle_timeout(now()),
         }
@@ -183,6 +188,16 @@ async fn run(ex: &LocalExecutor<'_>, config: buzz_agent_core::Config) -> i32 {
     exit_code
 }
 
+/// An LLM thread sends nothing after `End` or `Failed`: drop its cancel flag then, so the map
+/// holds only live calls (the core sends `CancelLlm` only for calls it abandons).
+fn forget_finished_llm(llm: &mut BTreeMap<u64, Arc<AtomicBool>>, input: &Input) {
+    if let Input::Llm { call, event } = input {
+        if matches!(event, LlmIo::End | LlmIo::Failed(_)) {
+            llm.remove(&call.0);
+        }
+    }
+}
+
 /// What woke the loop.
 enum Event {
     /// An input (`None`: every sender is gone, which cannot happen while the loop holds one).
@@ -191,10 +206,11 @@ enum Event {
     Timeout,
 }
 
-/// Report SIGTERM and SIGINT as [`Input::ShutdownSignal`] (SPEC P1), each time one arrives.
+/// Report SIGTERM, SIGINT and SIGHUP as [`Input::ShutdownSignal`] (SPEC P1; SIGHUP for case C33),
+/// each time one arrives.
 fn spawn_signals(ex: &LocalExecutor<'_>, tx: &Sender<Input>) {
     use async_signal::{Signal, Signals};
-    match Signals::new([Signal::Term, Signal::Int]) {
+    match Signals::new([Signal::Term, Signal::Int, Signal::Hup]) {
         Ok(mut signals) => {
             let tx = tx.clone();
             ex.spawn(async move {
@@ -206,7 +222,7 @@ fn spawn_signals(ex: &LocalExecutor<'_>, tx: &Sender<Input>) {
             })
             .detach();
         }
-        Err(e) => eprintln!("buzz-agent ERROR cannot watch SIGTERM/SIGINT: {e}"),
+        Err(e) => eprintln!("buzz-agent ERROR cannot watch SIGTERM/SIGINT/SIGHUP: {e}"),
     }
 }
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// How `_Stop` answers (`FAKE_MCP_STOP_MODE`).
@@ -23,6 +23,10 @@ pub enum StopMode {
     IsError,
     /// Never answers.
     Hang,
+    /// Odd-numbered calls (1st, 3rd, …) are held unanswered; when the next `_Stop` call arrives
+    /// the held one is answered first (late, with the objection text), then the new one at once
+    /// with `""` — a late reply written while the next call is pending (case C30 b/c).
+    Late,
 }
 
 /// The whole behaviour, read from the environment once at start.
@@ -38,11 +42,13 @@ pub enum StopMode {
 /// | `FAKE_MCP_GARBAGE=1` | non-JSON banner lines on stdout before the handshake and after every reply |
 /// | `FAKE_MCP_FAIL_START=1` | stderr `boom: start failure requested`, exit 3 at once |
 /// | `FAKE_MCP_NO_INIT_REPLY=1` | never answers `initialize` |
+/// | `FAKE_MCP_EXIT_AFTER_INIT=1` | answers `initialize`, then stderr `fatal: db locked`, exit 3 |
+/// | `FAKE_MCP_SERVER_REQUESTS=1` | server→client requests `ping`, `roots/list`, `sampling/createMessage`, `elicitation/create` (ids `<p>-1`, `<p>-2`, a number equal to one of the client's ids, `<p>-4`): after `notifications/initialized` (`p` = `init`, number = the `initialize` id) and at the start of every model-tool `tools/call` (`p` = `call-<id>`, number = that call's own id `<id>`, still pending); a call then waits up to 5 s for the four answers and replies `isError` `server requests unanswered: …` if one is missing. Answers are in the call log |
 /// | `FAKE_MCP_STOP=1` | exposes `_Stop` and the hidden `_Other` |
 /// | `FAKE_MCP_STOP_TEXT` | objection text (default `tests are still red`) |
 /// | `FAKE_MCP_STOP_OBJECT_TIMES` | N: the first N `_Stop` calls object, later ones answer `""`; `always` (default) |
 /// | `FAKE_MCP_STOP_DELAY_MS` | delay before each `_Stop` reply |
-/// | `FAKE_MCP_STOP_MODE` | `text` (default), `error`, `iserror`, `hang` |
+/// | `FAKE_MCP_STOP_MODE` | `text` (default), `error`, `iserror`, `hang`, `late` (see [`StopMode::Late`]) |
 /// | `FAKE_MCP_POSTCOMPACT_TEXT` | set (even empty): exposes `_PostCompact` answering it |
 /// | `FAKE_MCP_POSTCOMPACT_DELAY_MS` | delay before each `_PostCompact` reply |
 /// | `FAKE_MCP_CALL_LOG=path` | appends every received line, flushed |
@@ -63,6 +69,8 @@ pub struct Config {
     pub garbage: bool,
     pub fail_start: bool,
     pub no_init_reply: bool,
+    pub exit_after_init: bool,
+    pub server_requests: bool,
     pub stop: bool,
     pub stop_text: String,
     /// `None` = always object.
@@ -86,6 +94,8 @@ pub const GARBAGE_BANNER: &str = "FAKE-MCP BANNER: server v1.2.3 starting (not j
 pub const GARBAGE_AFTER_REPLY: &str = "FAKE-MCP LOG: replied";
 /// Stderr line of the `crash` tool and `FAKE_MCP_CRASH_AFTER`.
 pub const CRASH_STDERR: &str = "fatal: crash requested";
+/// Stderr line of `FAKE_MCP_EXIT_AFTER_INIT`.
+pub const EXIT_AFTER_INIT_STDERR: &str = "fatal: db locked";
 /// Stderr line of `FAKE_MCP_FAIL_START`.
 pub const FAIL_START_STDERR: &str = "boom: start failure requested";
 
@@ -109,6 +119,7 @@ impl Config {
             Some("error") => StopMode::Error,
             Some("iserror") => StopMode::IsError,
             Some("hang") => StopMode::Hang,
+            Some("late") => StopMode::Late,
             _ => StopMode::Text,
         };
         Config {
@@ -123,6 +134,8 @@ impl Config {
             garbage: flag("FAKE_MCP_GARBAGE"),
             fail_start: flag("FAKE_MCP_FAIL_START"),
             no_init_reply: flag("FAKE_MCP_NO_INIT_REPLY"),
+            exit_after_init: flag("FAKE_MCP_EXIT_AFTER_INIT"),
+            server_requests: flag("FAKE_MCP_SERVER_REQUESTS"),
             stop: flag("FAKE_MCP_STOP"),
             stop_text: get("FAKE_MCP_STOP_TEXT").unwrap_or_else(|| "tests are still red".into()),
             stop_object_times,
@@ -269,6 +282,28 @@ struct Server {
     replied: AtomicU64,
     /// The tool `late` was added.
     late: std::sync::atomic::AtomicBool,
+    /// The id of the `initialize` request (for `FAKE_MCP_SERVER_REQUESTS`).
+    init_id: Mutex<Option<Value>>,
+    /// Responses received to the server's own requests, in arrival order.
+    answers: Mutex<Vec<Value>>,
+    answered: Condvar,
+    /// `StopMode::Late`: the id of the held `_Stop` call.
+    held_stop: Mutex<Option<Value>>,
+}
+
+/// The four server→client requests of `FAKE_MCP_SERVER_REQUESTS` (case C13): `ping`,
+/// `roots/list`, `sampling/createMessage` with the numeric id `collide` (one of the client's
+/// own ids), `elicitation/create`.
+pub fn server_requests(prefix: &str, collide: &Value) -> Vec<Value> {
+    vec![
+        json!({"jsonrpc": "2.0", "id": format!("{prefix}-1"), "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": format!("{prefix}-2"), "method": "roots/list"}),
+        json!({"jsonrpc": "2.0", "id": collide, "method": "sampling/createMessage",
+               "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "summarise"}}],
+                          "maxTokens": 50}}),
+        json!({"jsonrpc": "2.0", "id": format!("{prefix}-4"), "method": "elicitation/create",
+               "params": {"message": "pick", "requestedSchema": {"type": "object", "properties": {}}}}),
+    ]
 }
 
 fn ok(id: &Value, result: Value) -> Value {
@@ -294,6 +329,37 @@ impl Server {
         (self.exit)(3);
     }
 
+    /// Sends the four server→client requests and waits (5 s) for an answer to each, matched by
+    /// the exact id (type included); `Err` lists the ids left unanswered.
+    fn ask_client(&self, prefix: &str, collide: &Value) -> Result<(), Vec<Value>> {
+        let requests = server_requests(prefix, collide);
+        for r in &requests {
+            self.out.send(r, false);
+        }
+        let ids: Vec<Value> = requests.iter().map(|r| r["id"].clone()).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let missing: Vec<Value> = ids
+                .iter()
+                .filter(|id| !answers.iter().any(|a| &a["id"] == *id))
+                .cloned()
+                .collect();
+            let now = std::time::Instant::now();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if now >= deadline {
+                return Err(missing);
+            }
+            answers = self
+                .answered
+                .wait_timeout(answers, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
     fn handle_line(self: &Arc<Self>, line: &str) {
         if let Some(Ok(mut f)) = self.log.as_ref().map(Mutex::lock) {
             let _ = writeln!(f, "{line}").and_then(|()| f.flush());
@@ -306,14 +372,35 @@ impl Server {
             return;
         };
         let Some(method) = msg["method"].as_str() else {
-            return; // a response to nothing we sent, or junk: ignore
+            // A response: to one of our own requests (FAKE_MCP_SERVER_REQUESTS), or junk.
+            if msg.get("id").is_some() {
+                if let Ok(mut a) = self.answers.lock() {
+                    a.push(msg.clone());
+                }
+                self.answered.notify_all();
+            }
+            return;
         };
+        if method == "notifications/initialized" && self.cfg.server_requests {
+            let collide = self
+                .init_id
+                .lock()
+                .ok()
+                .and_then(|g| g.clone())
+                .unwrap_or(json!(0));
+            for r in server_requests("init", &collide) {
+                self.out.send(&r, false);
+            }
+        }
         let id = match msg.get("id") {
             Some(id) => id.clone(),
             None => return, // notifications: initialized, cancelled, … only logged
         };
         match method {
             "initialize" => {
+                if let Ok(mut g) = self.init_id.lock() {
+                    *g = Some(id.clone());
+                }
                 if self.cfg.no_init_reply {
                     return;
                 }
@@ -335,6 +422,11 @@ impl Server {
                         "serverInfo": {"name": "fake-mcp", "version": "1.0.0"},
                     }),
                 ));
+                if self.cfg.exit_after_init {
+                    eprintln!("{EXIT_AFTER_INIT_STDERR}");
+                    let _ = std::io::stderr().flush();
+                    (self.exit)(3);
+                }
             }
             "ping" => {
                 self.reply(&ok(&id, json!({})));
@@ -399,6 +491,17 @@ impl Server {
                     StopMode::IsError => ok(id, text_result(text, true)),
                     StopMode::Error => err(id, -32000, "stop hook failed on purpose"),
                     StopMode::Hang => return,
+                    StopMode::Late => {
+                        let mut held = self.held_stop.lock().unwrap_or_else(|e| e.into_inner());
+                        if n % 2 == 1 {
+                            *held = Some(id.clone());
+                            return;
+                        }
+                        if let Some(late) = held.take() {
+                            self.reply(&ok(&late, text_result(&self.cfg.stop_text, false)));
+                        }
+                        ok(id, text_result("", false))
+                    }
                 }
             }
             "_PostCompact" if self.cfg.postcompact_text.is_some() => {
@@ -418,6 +521,15 @@ impl Server {
                         .is_some_and(|n| n < self.cfg.tool_count);
                 if !known {
                     self.reply(&err(id, -32602, &format!("unknown tool: {name}")));
+                    return;
+                }
+                if self.cfg.server_requests
+                    && let Err(missing) = self.ask_client(&format!("call-{id}"), id)
+                {
+                    self.reply(&ok(
+                        id,
+                        text_result(&format!("server requests unanswered: {missing:?}"), true),
+                    ));
                     return;
                 }
                 sleep(self.cfg.delay_ms);
@@ -501,6 +613,10 @@ pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
         exit,
         replied: AtomicU64::new(0),
         late: std::sync::atomic::AtomicBool::new(false),
+        init_id: Mutex::new(None),
+        answers: Mutex::new(Vec::new()),
+        answered: Condvar::new(),
+        held_stop: Mutex::new(None),
     });
     for line in input.split(b'\n') {
         let Ok(line) = line else { break };
@@ -871,6 +987,89 @@ mod tests {
         );
         let r = w.call(5, "late", json!({"text": "now"}));
         assert_eq!(r["result"]["content"][0]["text"], "now");
+    }
+
+    #[test]
+    fn server_requests_after_initialized_and_during_each_call() {
+        let mut w = Wire::start(&[("FAKE_MCP_SERVER_REQUESTS", "1")]);
+        w.handshake();
+        let ids = |w: &mut Wire| -> Vec<Value> { (0..4).map(|_| w.recv()["id"].clone()).collect() };
+        assert_eq!(
+            ids(&mut w),
+            [json!("init-1"), json!("init-2"), json!(0), json!("init-4")]
+        );
+        w.send(json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}));
+        let reqs: Vec<Value> = (0..4).map(|_| w.recv()).collect();
+        let methods: Vec<&str> = reqs.iter().map(|r| r["method"].as_str().unwrap()).collect();
+        assert_eq!(
+            methods,
+            [
+                "ping",
+                "roots/list",
+                "sampling/createMessage",
+                "elicitation/create"
+            ]
+        );
+        let req_ids: Vec<Value> = reqs.iter().map(|r| r["id"].clone()).collect();
+        // The third collides with the pending call's own id.
+        assert_eq!(
+            req_ids,
+            [
+                json!("call-5-1"),
+                json!("call-5-2"),
+                json!(5),
+                json!("call-5-4")
+            ]
+        );
+        // The numeric id answered as a string does not count: still waiting after three.
+        for id in [json!("call-5-1"), json!("call-5-2"), json!("5")] {
+            w.send(json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"no"}}));
+        }
+        w.client
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut l = String::new();
+        assert!(
+            w.client.read_line(&mut l).is_err(),
+            "replied too early: {l}"
+        );
+        w.client
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        w.send(json!({"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"no"}}));
+        w.send(json!({"jsonrpc":"2.0","id":"call-5-4","error":{"code":-32601,"message":"no"}}));
+        let r = w.recv();
+        assert_eq!(r["id"], 5);
+        assert_eq!(r["result"], text_result("hi", false));
+    }
+
+    #[test]
+    fn late_stop_mode_answers_the_held_call_just_before_the_next() {
+        let mut w = Wire::start(&[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "late")]);
+        w.handshake();
+        w.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"_Stop","arguments":{}}}));
+        w.client
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut l = String::new();
+        assert!(
+            w.client.read_line(&mut l).is_err(),
+            "held call answered: {l}"
+        );
+        w.client
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        w.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"_Stop","arguments":{}}}));
+        let late = w.recv();
+        assert_eq!(late["id"], 1);
+        assert_eq!(late["result"], text_result("tests are still red", false));
+        let now = w.recv();
+        assert_eq!(now["id"], 2);
+        assert_eq!(now["result"], text_result("", false));
     }
 
     #[test]

@@ -91,9 +91,10 @@ pub fn p3_hooks_check_reports_a_hanging_hook(ctx: &Ctx) {
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
 }
 
-/// C1, P3: `--help` lists every variable with its default; `--version` prints the version; a
-/// bad value exits 2 with one line naming the variable; a missing provider names it.
-pub fn c1_p3_help_version_and_config_errors(ctx: &Ctx) {
+/// C1, P3, C30 (d): `--help` lists every variable with its default; `--version` prints the
+/// version; a bad value exits 2 with one line naming the variable (the hook timeout: `0`, `abc`
+/// and over 600000 ms are startup errors); a missing provider names it.
+pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
     let help = run(ctx, &["--help"], &[], Duration::from_secs(10));
     let h = text(&help.stdout);
     assert!(help.status.success());
@@ -102,16 +103,18 @@ pub fn c1_p3_help_version_and_config_errors(ctx: &Ctx) {
     }
     let v = run(ctx, &["--version"], &[], Duration::from_secs(10));
     assert!(v.status.success() && text(&v.stdout).contains(env!("CARGO_PKG_VERSION")), "{}", text(&v.stdout));
-    let bad = run(
-        ctx,
-        &[],
-        &[("BUZZ_AGENT_PROVIDER", "openai"), ("OPENAI_COMPAT_MODEL", "m"), ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "0")],
-        Duration::from_secs(10),
-    );
-    let e = text(&bad.stderr);
-    assert_eq!(bad.status.code(), Some(2), "{e}");
-    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
-    assert!(e.contains("BUZZ_AGENT_HOOK_TIMEOUT_MS") && e.contains("\"0\""), "{e}");
+    for value in ["0", "abc", "600001", "2.5"] {
+        let bad = run(
+            ctx,
+            &[],
+            &[("BUZZ_AGENT_PROVIDER", "openai"), ("OPENAI_COMPAT_MODEL", "m"), ("BUZZ_AGENT_HOOK_TIMEOUT_MS", value)],
+            Duration::from_secs(10),
+        );
+        let e = text(&bad.stderr);
+        assert_eq!(bad.status.code(), Some(2), "{value}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+        assert!(e.contains("BUZZ_AGENT_HOOK_TIMEOUT_MS") && e.contains(&format!("\"{value}\"")), "{e}");
+    }
     let star = run(
         ctx,
         &[],

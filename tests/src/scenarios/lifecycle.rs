@@ -578,7 +578,7 @@ fn next_prompt_works(agent: &AgentProc, llm: &FakeLlm, sid: &str, text: &str) ->
 
 /// A4/C04: cancel while the LLM is streaming (the body stalls): answered `cancelled` at once;
 /// the next prompt works.
-pub fn a4_cancel_during_llm_stream(ctx: &Ctx) {
+pub fn a4_c04_cancel_during_llm_stream(ctx: &Ctx) {
     let s = Scratch::new();
     let llm = FakeLlm::with_handler(|i, _| match i {
         0 => Reply::raw_sse(partial_text_chunk("Thinking about it")).stall_after_ms(30_000),
@@ -674,9 +674,9 @@ pub fn a4_cancel_during_permission_wait(ctx: &Ctx) {
 }
 
 /// A4/C04/M5: cancel during a running tool call: the server gets `notifications/cancelled` with
-/// the call's request id, the call reaches `failed` (saying it was cancelled) before the prompt
+/// the call's request id and a reason, the cancel notification is never answered, the call reaches `failed` (saying it was cancelled) before the prompt
 /// response, nothing follows the response, and the next prompt runs on a valid history.
-pub fn a4_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
+pub fn a4_c04_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
     let llm = FakeLlm::with_handler(|i, _| match i {
@@ -714,6 +714,18 @@ pub fn a4_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
     assert!(
         cancels[0].get("id").is_none(),
         "a notification, not a request"
+    );
+    assert!(
+        cancels[0]["params"]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.trim().is_empty()),
+        "C04: notifications/cancelled carries a reason: {}",
+        cancels[0]
+    );
+    assert!(
+        agent.null_id_responses().is_empty(),
+        "C04: the session/cancel notification got a response: {:#?}",
+        agent.null_id_responses()
     );
     let ids = announced_ids(&agent, &sid);
     let last = last_tool_update(&agent.session_updates(&sid), &ids[0]).unwrap_or_default();
@@ -886,7 +898,7 @@ pub fn a4_a3_cancel_then_prompt_runs_the_new_prompt_after(ctx: &Ctx) {
 /// A4/C04: cancel with no turn running (notification or request, known or unknown session) does
 /// nothing (a request is answered `null`); cancel sent twice answers the prompt once; a stale
 /// cancel does not touch the next prompt.
-pub fn a4_cancel_when_idle_and_twice_is_harmless(ctx: &Ctx) {
+pub fn a4_c04_cancel_when_idle_and_twice_is_harmless(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
     let llm = FakeLlm::with_handler(|i, _| match i {
@@ -1201,11 +1213,16 @@ fn read_pids(pidfile: &str) -> (i32, i32) {
     )
 }
 
-/// P1/M8/C33: SIGTERM and SIGINT to the agent during a tool call: the pending prompt is
+/// P1/M8/C33: SIGTERM, SIGINT and SIGHUP (the client's terminal went away; handled like
+/// SIGTERM, docs/configuration.md) to the agent during a tool call: the pending prompt is
 /// answered `cancelled`, the server gets `notifications/cancelled`, the agent exits 0 within
 /// 5 s, and no process of any server group survives.
-pub fn p1_sigterm_and_sigint_shut_down_cleanly(ctx: &Ctx) {
-    for (signal, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+pub fn p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly(ctx: &Ctx) {
+    for (signal, name) in [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGHUP, "SIGHUP"),
+    ] {
         let s = Scratch::new();
         let (pids_a, pids_b, log) = (s.file("a.pids"), s.file("b.pids"), s.file("a.log"));
         let llm = FakeLlm::with_handler(|i, _| match i {
@@ -1284,10 +1301,11 @@ pub fn p1_sigterm_and_sigint_shut_down_cleanly(ctx: &Ctx) {
     }
 }
 
-/// M8/C34: the server command is an `sh -c` launcher that ignores SIGTERM and runs the real
-/// server in the background, itself ignoring SIGTERM and stdin EOF (with a grandchild of its
-/// own): after EOF the agent escalates to SIGKILL of the group and nothing of it survives.
-pub fn m8_sh_c_launcher_with_term_ignoring_grandchild_is_killed(ctx: &Ctx) {
+/// M8/C34 (agent exit path; the other teardown paths are in `cases`): the server command is
+/// an `sh -c` launcher that ignores SIGTERM and runs the real server in the background, itself
+/// ignoring SIGTERM and stdin EOF (with a grandchild of its own): after EOF the agent escalates
+/// to SIGKILL of the group and nothing of it survives.
+pub fn m8_c34_sh_c_launcher_with_term_ignoring_grandchild_is_killed_on_agent_exit(ctx: &Ctx) {
     let s = Scratch::new();
     let pids = s.file("pids");
     let llm = FakeLlm::scripted(vec![

@@ -5,6 +5,7 @@
 use crate::Scenario;
 
 mod acp;
+mod cases;
 mod cli;
 mod compaction;
 mod hooks;
@@ -75,7 +76,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         cli::p3_e2_hooks_check_passes_the_todo_example,
         cli::p3_e1_hooks_check_shows_testguard_objection,
         cli::p3_hooks_check_reports_a_hanging_hook,
-        cli::c1_p3_help_version_and_config_errors,
+        cli::c1_p3_c30_help_version_and_config_errors,
         acp::c01_garbage_and_bom_lines_keep_serving,
         acp::t3_oversized_line_is_answered_once_and_reading_continues,
         acp::t4_unknown_method_bad_params_invalid_request,
@@ -88,7 +89,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         tools::m7_server_crash_mid_call_gives_error_result_and_turn_continues,
         tools::c02_c11_mcp_banner_never_reaches_agent_stdout,
         mcp::c08_mcp_start_failures_name_server_and_stderr,
-        mcp::m8_p1_stdin_eof_reaps_children_and_grandchildren,
+        mcp::m8_p1_c33_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
         hooks::h5_h6_hook_objects_once_then_clears_end_turn,
         hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
@@ -112,18 +113,18 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         lifecycle::a7_allow_always_is_remembered_per_tool,
         lifecycle::a7_permission_timeout_denies,
         lifecycle::a7_parallel_calls_each_ask,
-        lifecycle::a4_cancel_during_llm_stream,
+        lifecycle::a4_c04_cancel_during_llm_stream,
         lifecycle::a4_cancel_during_backoff,
         lifecycle::a4_cancel_during_permission_wait,
-        lifecycle::a4_cancel_during_tool_call_sends_notifications_cancelled,
+        lifecycle::a4_c04_cancel_during_tool_call_sends_notifications_cancelled,
         lifecycle::a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled,
         lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
-        lifecycle::a4_cancel_when_idle_and_twice_is_harmless,
+        lifecycle::a4_c04_cancel_when_idle_and_twice_is_harmless,
         lifecycle::m9_crashed_server_recovers_after_backoff,
         lifecycle::m9_three_deaths_make_it_permanent_and_tools_leave_the_list,
         lifecycle::m6_tools_list_changed_relists,
-        lifecycle::p1_sigterm_and_sigint_shut_down_cleanly,
-        lifecycle::m8_sh_c_launcher_with_term_ignoring_grandchild_is_killed,
+        lifecycle::p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly,
+        lifecycle::m8_c34_sh_c_launcher_with_term_ignoring_grandchild_is_killed_on_agent_exit,
         providers::l6_l7_l8_five_round_tool_prompt_on_every_route,
         providers::l5_c28_429_retry_after_is_honoured_then_success,
         providers::l5_c28_529_then_503_back_off_then_success,
@@ -143,5 +144,13 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         providers::c21_tool_call_deltas_without_ids_get_synthesised_paired_ids,
         providers::c22_usage_only_and_empty_choices_chunks_are_accepted,
         providers::c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools,
+        cases::c13_server_requests_are_answered_in_their_own_id_space,
+        cases::c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_killed,
+        cases::c15_error_replies_iserror_and_exits_resolve_at_once_with_the_cause,
+        cases::h4_c30_late_hook_reply_never_satisfies_the_next_call_and_a_reply_resets_the_count,
+        cases::h4_c30_c34_hanging_stubborn_hook_launcher_bounds_every_prompt_and_its_group_dies,
+        cases::h5_c31_always_blocking_stop_is_capped_per_prompt_and_errors_never_block,
+        cases::p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly,
+        cases::m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line,
     ]
 }
