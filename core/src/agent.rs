@@ -95,12 +95,25 @@ impl Agent {
     pub fn new(config: Config, now: MonoTime) -> Self {
         let rng = config.seed ^ 0x9e37_79b9_7f4a_7c15;
         let max_line = config.max_line_bytes;
+        let mut actions = VecDeque::new();
+        if LogLevel::Info <= config.log_level {
+            let hooks = match &config.hook_servers {
+                crate::config::HookAllowlist::Off => "off".to_string(),
+                crate::config::HookAllowlist::All => "*".to_string(),
+                crate::config::HookAllowlist::Names(n) => n.join(","),
+            };
+            let message = format!(
+                "starting: provider={:?} model={} base_url={} hooks={hooks} stop_budget={} hook_timeout_ms={} permission={:?}",
+                config.provider, config.model, config.base_url, config.stop_max_rejections, config.hook_timeout_ms, config.permission
+            );
+            actions.push_back(Action::Log(LogRecord { level: LogLevel::Info, at: now, message }));
+        }
         Agent {
             cfg: config,
             version: env_version(),
             inherited_env: Vec::new(),
             now,
-            actions: VecDeque::new(),
+            actions,
             acp_in: LineBuffer::new(max_line),
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
@@ -319,7 +332,7 @@ impl Agent {
             Ok(jsonrpc::Message::Response { id, outcome }) => self.on_acp_response(&id, outcome),
             Err(ParseError::NotJson) => {
                 let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-                self.log(LogLevel::Warn, format!("acp: ignoring a line that is not JSON: {shown:?}"));
+                self.log(LogLevel::Warn, format!("acp: a line that is not JSON was answered -32700: {shown:?}"));
                 self.reply_err(None, jsonrpc::RpcError::PARSE_ERROR, "Parse error: line is not JSON".into(), None);
             }
             Err(ParseError::Invalid { id, reason }) => {

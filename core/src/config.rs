@@ -135,7 +135,7 @@ pub struct Config {
     pub tool_timeout_ms: u64,
     /// `BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS` (default 30) × 1000: per MCP handshake step, ms.
     pub mcp_init_timeout_ms: u64,
-    /// `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (default 8), >= 1: concurrent tool calls per turn.
+    /// `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (default 8), >= 1: concurrent tool calls per model response.
     pub max_parallel_tools: usize,
     /// `BUZZ_AGENT_MAX_SESSIONS`: live sessions, >= 1; `None` (unset) = unlimited.
     pub max_sessions: Option<usize>,
@@ -347,7 +347,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (LLM_MAX_ATTEMPTS, "3", "attempts per LLM call, >= 1"),
     (TOOL_TIMEOUT_SECS, "660", "seconds per model tool call, >= 1"),
     (MCP_INIT_TIMEOUT_SECS, "30", "seconds per MCP handshake step, >= 1"),
-    (MAX_PARALLEL_TOOLS, "8", "concurrent tool calls per turn (1 = sequential), >= 1"),
+    (MAX_PARALLEL_TOOLS, "8", "concurrent tool calls per model response (1 = sequential), >= 1"),
     (MAX_SESSIONS, "unlimited", "live sessions, >= 1"),
     (MAX_LINE_BYTES, "4194304", "inbound ACP line cap in bytes, >= 1024"),
     (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond (1024..8388608)"),
@@ -368,7 +368,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
 pub fn help_text() -> String {
     let width = VARIABLES.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
     let mut s = String::from(
-        "Configuration (environment variables; a bad value exits with status 2):\n\
+        "CONFIGURATION (environment variables, read once at start; a bad value exits with status 2):\n\
          Numbers are decimal integers; booleans are 1/0/true/false/yes/no/on/off (any case);\n\
          a blank value counts as unset.\n\n",
     );

@@ -22,7 +22,8 @@ pub fn handle_args(args: &[String]) -> Option<i32> {
                  {BIN} demo\n      an offline session: scripted LLM, the bundled todo hook server, _Stop objecting once\n  \
                  {BIN} example-server testguard|todo\n      run a bundled example hook server on stdio (TESTGUARD_CMD, TESTGUARD_TIMEOUT_MS)\n  \
                  {BIN} --help     this text\n  {BIN} --version  the version\n\n\
-                 CONFIGURATION (environment variables, read once at start):\n{}",
+                 EXIT STATUS: 0 after a clean shutdown (stdin EOF, SIGTERM, SIGINT, SIGHUP), 2 on a\n\
+                 configuration or usage error, 1 when the runtime cannot start.\n\n{}",
                 env!("CARGO_PKG_VERSION"),
                 config::help_text(),
                 w = BIN.len() + 10,
@@ -70,7 +71,12 @@ pub fn load_config() -> Result<Config, i32> {
         return Err(2);
     }
     for name in config::unknown_agent_variables(&env) {
-        eprintln!("buzz-agent WARN  unknown variable {name} ignored (typo?)");
+        let record = buzz_agent_core::LogRecord {
+            level: config::LogLevel::Warn,
+            at: buzz_agent_core::MonoTime::ZERO,
+            message: format!("unknown variable {name} ignored (typo?)"),
+        };
+        eprint!("{}", record.render(cfg.log_format));
     }
     // Jitter seed (DESIGN: randomness is an input): time and pid.
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);

@@ -8,10 +8,18 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
 const ITEM: &str = "write the release notes";
+
+/// `println!` that ignores a closed stdout (`buzz-agent demo | head` must not panic).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
 
 /// Run the demo; returns the exit code.
 pub fn run() -> i32 {
@@ -30,16 +38,19 @@ fn demo() -> Result<(), String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let calls = Arc::new(AtomicUsize::new(0));
+    // What the scripted LLM saw of the hooks (the model-visible injections), printed by the main
+    // thread right before the reply they caused, so the transcript order is causal.
+    let (seen_tx, seen_rx) = mpsc::channel::<String>();
     {
         let calls = calls.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let n = calls.fetch_add(1, Ordering::SeqCst);
-                let _ = serve_llm(stream, n);
+                let _ = serve_llm(stream, n, &seen_tx);
             }
         });
     }
-    println!("== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n");
+    out!("== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n");
     let mut agent = Command::new(&exe)
         .env("BUZZ_AGENT_PROVIDER", "openai")
         .env("OPENAI_COMPAT_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
@@ -55,13 +66,8 @@ fn demo() -> Result<(), String> {
     let mut stdin = agent.stdin.take().ok_or("no agent stdin")?;
     let stdout = agent.stdout.take().ok_or("no agent stdout")?;
     if let Some(stderr) = agent.stderr.take() {
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(i) = line.find("hook:") {
-                    println!("   [agent log] {}", &line[i..]);
-                }
-            }
-        });
+        // The agent's log is not part of the transcript; drain it so the agent never blocks.
+        std::thread::spawn(move || for _ in BufReader::new(stderr).lines().map_while(Result::ok) {});
     }
     let mut lines = BufReader::new(stdout).lines();
     let mut send = |v: Value| -> Result<(), String> {
@@ -75,50 +81,55 @@ fn demo() -> Result<(), String> {
                 return Ok(v);
             }
             if print_updates {
+                if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+                    while let Ok(seen) = seen_rx.try_recv() {
+                        out!("{seen}");
+                    }
+                }
                 print_update(&v);
             }
         }
     };
     send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}))?;
     let init = wait(1, false)?;
-    println!("client → initialize          agent: {} {}", init["result"]["agentInfo"]["name"], init["result"]["agentInfo"]["version"]);
+    out!("client → initialize          agent: {} {}", init["result"]["agentInfo"]["name"], init["result"]["agentInfo"]["version"]);
     let cwd = std::env::temp_dir().to_string_lossy().into_owned();
     send(json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd": cwd,
         "mcpServers":[{"name":"todo","command": exe,"args":["example-server","todo"],"env":[]}]}}))?;
     let new = wait(2, false)?;
     let sid = new["result"]["sessionId"].as_str().ok_or_else(|| format!("session/new failed: {new}"))?.to_string();
-    println!("client → session/new         session {sid} with MCP server `todo` (tools todo_add/todo_done/todo_list, hooks _Stop/_PostCompact)");
+    out!("client → session/new         session {sid} with MCP server `todo` (tools todo_add/todo_done/todo_list, hooks _Stop/_PostCompact)");
     let prompt = "Track and finish the release notes.";
-    println!("client → session/prompt      {prompt:?}\n");
+    out!("client → session/prompt      {prompt:?}\n");
     send(json!({"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId": sid,"prompt":[{"type":"text","text": prompt}]}}))?;
     let resp = wait(3, true)?;
     let r = &resp["result"];
-    println!("\nagent → stopReason: {}   (_meta.buzz: rounds {}, _Stop objections {}, budget {})",
+    out!("\nagent → stopReason: {}   (_meta.buzz: rounds {}, _Stop objections {}, budget {})",
         r["stopReason"], r["_meta"]["buzz"]["rounds"], r["_meta"]["buzz"]["stopObjections"], r["_meta"]["buzz"]["stopBudget"]);
     drop(stdin); // EOF: the agent shuts its MCP server down and exits (SPEC P1)
     let _ = agent.wait();
     if r["stopReason"] != "end_turn" || r["_meta"]["buzz"]["stopObjections"] != 1 {
         return Err(format!("unexpected result: {resp}"));
     }
-    println!("\nThe model tried to stop with an open todo item; the `todo` server's _Stop hook objected once,\nthe model finished the item, and the turn ended normally.");
+    out!("\nThe model tried to stop with an open todo item; the `todo` server's _Stop hook objected once,\nthe model finished the item, and the turn ended normally.");
     Ok(())
 }
 
 fn print_update(v: &Value) {
     let u = &v["params"]["update"];
     match u["sessionUpdate"].as_str() {
-        Some("agent_message_chunk") => println!("   model: {}", u["content"]["text"].as_str().unwrap_or("")),
-        Some("tool_call") => println!("   tool call {} {}", u["title"].as_str().unwrap_or(""), u["rawInput"]),
+        Some("agent_message_chunk") => out!("   model: {}", u["content"]["text"].as_str().unwrap_or("")),
+        Some("tool_call") => out!("   tool call {} {}", u["title"].as_str().unwrap_or(""), u["rawInput"]),
         Some("tool_call_update") if u["status"] == "completed" || u["status"] == "failed" => {
             let text = u["content"][0]["content"]["text"].as_str().unwrap_or("");
-            println!("     → {}: {text}", u["status"].as_str().unwrap_or(""));
+            out!("     → {}: {text}", u["status"].as_str().unwrap_or(""));
         }
         _ => {}
     }
 }
 
 /// One scripted LLM response per request, streamed as OpenAI Chat Completions SSE.
-fn serve_llm(mut stream: TcpStream, n: usize) -> std::io::Result<()> {
+fn serve_llm(mut stream: TcpStream, n: usize, seen: &mpsc::Sender<String>) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -132,6 +143,22 @@ fn serve_llm(mut stream: TcpStream, n: usize) -> std::io::Result<()> {
     let len = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0);
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body)?;
+    // The newest hook injection, if this request is the one that follows it (SPEC H6).
+    if let Ok(req) = serde_json::from_slice::<Value>(&body) {
+        let msgs = req["messages"].as_array().cloned().unwrap_or_default();
+        if let Some(last) = msgs.last().filter(|m| m["role"] == "tool") {
+            let content = last["content"].as_str().unwrap_or("");
+            if let Ok(inj) = serde_json::from_str::<Value>(content) {
+                if inj["hook"] == "_Stop" {
+                    let _ = seen.send(format!(
+                        "   [_Stop hook of `{}` objected; the model now sees: {}]",
+                        inj["server"].as_str().unwrap_or(""),
+                        inj["text"].as_str().unwrap_or("").replace('\n', " ")
+                    ));
+                }
+            }
+        }
+    }
     let chunks: Vec<Value> = match n {
         0 => tool_call("I'll track this on the todo list first.", "todo__todo_add"),
         1 => text("All set — I'm done here."),

@@ -145,7 +145,7 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
     let version = match conn.request("initialize", &init, init_timeout) {
         Ok(r) => r.get("protocolVersion").and_then(Value::as_str).unwrap_or("").to_string(),
         Err(e) => {
-            println!("FAIL  initialize: {e}");
+            println!("FAIL  initialize: {e} (after {init_ms} ms; BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)");
             return 1;
         }
     };
@@ -176,7 +176,8 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
     let names: Vec<String> = tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).map(str::to_string).collect();
     let hooks: Vec<&String> = names.iter().filter(|n| n.starts_with('_')).collect();
     let visible: Vec<&String> = names.iter().filter(|n| !n.starts_with('_')).collect();
-    println!("ok    {} model-visible tool(s): {}", visible.len(), visible.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
+    let listed = if visible.is_empty() { "none".to_string() } else { visible.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") };
+    println!("ok    {} model-visible tool(s): {listed}", visible.len());
     println!("      hook tool(s): {}", if hooks.is_empty() { "none".to_string() } else { hooks.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") });
     let mut ok = true;
     for h in &hooks {

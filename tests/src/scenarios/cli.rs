@@ -43,7 +43,12 @@ pub fn p3_demo_runs_offline_with_one_objection(ctx: &Ctx) {
     assert!(out.status.success(), "demo failed: {stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("stopReason: \"end_turn\""), "{stdout}");
     assert!(stdout.contains("_Stop objections 1"), "{stdout}");
-    assert!(stdout.contains("outcome=objection") && stdout.contains("outcome=empty"), "{stdout}");
+    // The objection is shown right before the reply it caused, and only once.
+    let objection = stdout.find("[_Stop hook of `todo` objected").expect("the objection is shown");
+    let stop_try = stdout.find("All set").expect("the model tried to stop");
+    let after = stdout.find("Right, the item is still open").expect("the model carried on");
+    assert!(stop_try < objection && objection < after, "{stdout}");
+    assert_eq!(stdout.matches("[_Stop hook of").count(), 1, "{stdout}");
     assert!(stdout.contains("todo__todo_done"), "{stdout}");
 }
 
