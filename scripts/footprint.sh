@@ -22,7 +22,7 @@ STRICT="${STRICT:-0}"
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 REL="$TARGET_DIR/release"
 
-echo "== building release binaries (lto, codegen-units=1, strip, panic=abort)" >&2
+echo "== building release binaries (lto, codegen-units=1, strip, panic=abort, opt-level 3/\"s\")" >&2
 cargo build --release \
     -p buzz-agent -p buzz-agent-smol -p buzz-agent-e2e \
     --bin buzz-agent --bin buzz-agent-smol --bin footprint >&2

@@ -6,6 +6,7 @@ use buzz_agent_core::compaction::{threshold, truncate, units};
 use buzz_agent_core::llm::{Message, ToolCall};
 use proptest::prelude::*;
 
+#[allow(clippy::disallowed_methods, reason = "a test reads its case count; the core itself never reads env")]
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
 }

@@ -20,7 +20,7 @@ mod examples;
 mod hooks_check;
 mod proc;
 
-use buzz_agent_core::{Action, Agent, Input, LlmIo, MonoTime};
+use buzz_agent_core::{Action, Agent, Input, MonoTime};
 use smol::channel::Sender;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::stream::StreamExt;
@@ -172,10 +172,7 @@ async fn run(ex: &LocalExecutor<'_>, config: buzz_agent_core::Config) -> i32 {
         )
         .await;
         match event {
-            Event::Input(Some(input)) => {
-                forget_finished_llm(&mut llm, &input);
-                agent.handle(input, now());
-            }
+            Event::Input(Some(input)) => agent.handle(input, now()),
             Event::Input(None) => break,
             Event::Timeout => agent.handle_timeout(now()),
         }
@@ -186,16 +183,6 @@ async fn run(ex: &LocalExecutor<'_>, config: buzz_agent_core::Config) -> i32 {
     })
     .await;
     exit_code
-}
-
-/// An LLM thread sends nothing after `End` or `Failed`: drop its cancel flag then, so the map
-/// holds only live calls (the core sends `CancelLlm` only for calls it abandons).
-fn forget_finished_llm(llm: &mut BTreeMap<u64, Arc<AtomicBool>>, input: &Input) {
-    if let Input::Llm { call, event } = input {
-        if matches!(event, LlmIo::End | LlmIo::Failed(_)) {
-            llm.remove(&call.0);
-        }
-    }
 }
 
 /// What woke the loop.

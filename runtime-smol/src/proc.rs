@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
+/// Bytes per read of a child's stdout (one buffer per child for its whole life; a full pipe
+/// takes a few reads).
+const STDOUT_BUF: usize = 16 * 1024;
 /// Longest stderr line forwarded, in bytes; the rest of the line is dropped.
 const MAX_STDERR_LINE: usize = 16 * 1024;
 /// How long to wait for stderr to drain after the child exited, so the exit report carries
@@ -78,7 +81,7 @@ impl Children {
         if let Some(mut stdout) = child.stdout.take() {
             let tx = tx.clone();
             ex.spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
+                let mut buf = vec![0u8; STDOUT_BUF];
                 loop {
                     match stdout.read(&mut buf).await {
                         Ok(0) | Err(_) => {

@@ -148,14 +148,12 @@ fn serve_llm(mut stream: TcpStream, n: usize, seen: &mpsc::Sender<String>) -> st
         let msgs = req["messages"].as_array().cloned().unwrap_or_default();
         if let Some(last) = msgs.last().filter(|m| m["role"] == "tool") {
             let content = last["content"].as_str().unwrap_or("");
-            if let Ok(inj) = serde_json::from_str::<Value>(content) {
-                if inj["hook"] == "_Stop" {
-                    let _ = seen.send(format!(
-                        "   [_Stop hook of `{}` objected; the model now sees: {}]",
-                        inj["server"].as_str().unwrap_or(""),
-                        inj["text"].as_str().unwrap_or("").replace('\n', " ")
-                    ));
-                }
+            if let Ok(inj) = serde_json::from_str::<Value>(content).map_err(drop).and_then(|v| if v["hook"] == "_Stop" { Ok(v) } else { Err(()) }) {
+                let _ = seen.send(format!(
+                    "   [_Stop hook of `{}` objected; the model now sees: {}]",
+                    inj["server"].as_str().unwrap_or(""),
+                    inj["text"].as_str().unwrap_or("").replace('\n', " ")
+                ));
             }
         }
     }

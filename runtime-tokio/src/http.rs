@@ -82,6 +82,13 @@ pub fn start(
     cancelled
 }
 
+/// ureq's input buffer per connection, in bytes. It must hold the whole response head (ureq does
+/// not grow it), so it is also the response-head limit; 32 KiB is far above what LLM providers
+/// send. ureq's default (128 KiB, zero-filled per connection) was the largest heap item.
+const HTTP_INPUT_BUF: usize = 32 * 1024;
+/// ureq's output buffer per connection (request head, then the body streamed through it).
+const HTTP_OUTPUT_BUF: usize = 16 * 1024;
+
 /// The shared HTTP agent: status codes are data (the core classifies them), reads time out a
 /// little after the core's own idle timeout so an abandoned thread never lives forever.
 pub fn agent(idle_timeout_ms: u64) -> ureq::Agent {
@@ -90,6 +97,9 @@ pub fn agent(idle_timeout_ms: u64) -> ureq::Agent {
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(30)))
         .timeout_per_read(Some(per_read))
+        .input_buffer_size(HTTP_INPUT_BUF)
+        .max_response_header_size(HTTP_INPUT_BUF)
+        .output_buffer_size(HTTP_OUTPUT_BUF)
         .build()
         .into()
 }

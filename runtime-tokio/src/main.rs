@@ -9,7 +9,7 @@ mod examples;
 mod hooks_check;
 mod proc;
 
-use buzz_agent_core::{Action, Agent, Input, LlmIo, MonoTime};
+use buzz_agent_core::{Action, Agent, Input, MonoTime};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -158,10 +158,7 @@ async fn run(config: buzz_agent_core::Config) -> i32 {
         let wake = agent.poll_timeout().map(|(t, _)| epoch + t.0);
         tokio::select! {
             input = rx.recv() => match input {
-                Some(input) => {
-                    forget_finished_llm(&mut llm, &input);
-                    agent.handle(input, now());
-                }
+                Some(input) => agent.handle(input, now()),
                 None => break,
             },
             () = sleep_until(wake) => agent.handle_timeout(now()),
@@ -170,16 +167,6 @@ async fn run(config: buzz_agent_core::Config) -> i32 {
     drop(out_tx);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
     exit_code
-}
-
-/// An LLM thread sends nothing after `End` or `Failed`: drop its cancel flag then, so the map
-/// holds only live calls (the core sends `CancelLlm` only for calls it abandons).
-fn forget_finished_llm(llm: &mut BTreeMap<u64, Arc<AtomicBool>>, input: &Input) {
-    if let Input::Llm { call, event } = input {
-        if matches!(event, LlmIo::End | LlmIo::Failed(_)) {
-            llm.remove(&call.0);
-        }
-    }
 }
 
 async fn sleep_until(wake: Option<Instant>) {
