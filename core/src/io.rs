@@ -74,7 +74,8 @@ pub enum Input {
     McpBytes { proc: ProcKey, bytes: Vec<u8> },
     /// A server's stdout reached EOF.
     McpStdoutClosed { proc: ProcKey },
-    /// One line of a server's stderr (without the newline, lossily decoded, ≤ 16 KiB).
+    /// One line of a server's stderr (without the newline, lossily decoded, at most
+    /// [`MAX_STDERR_LINE_BYTES`]).
     McpStderrLine { proc: ProcKey, line: String },
     /// The server process exited and was reaped; `status` is human readable
     /// (`exit status 3`, `killed by signal 9`).
@@ -101,6 +102,20 @@ impl fmt::Debug for Input {
             Input::McpWriteFailed { proc } => write!(f, "McpWriteFailed({proc})"),
             Input::Llm { call, event } => write!(f, "Llm({call}, {event:?})"),
         }
+    }
+}
+
+/// Longest MCP stderr line the runtimes forward, in bytes; the rest of a longer line is dropped.
+pub const MAX_STDERR_LINE_BYTES: usize = 16 * 1024;
+
+/// The human-readable exit status of `Input::McpExited` from what the OS reported: the exit
+/// code, else the terminating signal (`exit status 3`, `killed by signal 9`).
+#[must_use]
+pub fn exit_description(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "unknown exit status".into(),
     }
 }
 

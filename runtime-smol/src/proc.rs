@@ -18,8 +18,7 @@ use std::time::Duration;
 /// Bytes per read of a child's stdout (one buffer per child for its whole life; a full pipe
 /// takes a few reads).
 const STDOUT_BUF: usize = 16 * 1024;
-/// Longest stderr line forwarded, in bytes; the rest of the line is dropped.
-const MAX_STDERR_LINE: usize = 16 * 1024;
+use buzz_agent_core::io::MAX_STDERR_LINE_BYTES as MAX_STDERR_LINE;
 /// How long to wait for stderr to drain after the child exited, so the exit report carries
 /// the last stderr lines (a grandchild holding stderr open must not delay it longer).
 const STDERR_DRAIN: Duration = Duration::from_millis(300);
@@ -183,12 +182,8 @@ impl Children {
     }
 }
 
-/// Human-readable exit status (`exit status 3`, `killed by signal 9`).
+/// The exit status as the core words it.
 fn describe(s: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => format!("exit status {c}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        (None, None) => "unknown exit status".into(),
-    }
+    buzz_agent_core::io::exit_description(s.code(), s.signal())
 }
