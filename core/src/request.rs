@@ -38,16 +38,15 @@ pub fn bearer(api_key: &str) -> Option<(&'static str, String)> {
     (!api_key.is_empty()).then(|| ("authorization", format!("Bearer {api_key}")))
 }
 
-/// A body buffer size that usually avoids regrowing: the history's size plus `per_message`
-/// bytes of JSON framing per message, the system prompt, and 256 bytes.
+/// A body buffer size that usually avoids regrowing (a regrow copies the whole body and briefly
+/// holds it twice): the history's size plus `per_message` bytes of JSON framing per message and
+/// an eighth for string escaping, the tool definitions (names, descriptions and 512 bytes per
+/// schema), the system prompt, and 256 bytes.
 #[must_use]
 pub fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
-    req.messages
-        .iter()
-        .map(|m| m.content_bytes() + per_message)
-        .sum::<usize>()
-        + req.system.map_or(0, str::len)
-        + 256
+    let history: usize = req.messages.iter().map(|m| m.content_bytes() + per_message).sum();
+    let tools: usize = req.tools.iter().map(|t| 2 * t.name.len() + t.description.len() + 512).sum();
+    history + history / 8 + tools + req.system.map_or(0, str::len) + 256
 }
 
 /// `payload` as compact JSON in a buffer of `capacity` bytes; empty if serialization failed.
