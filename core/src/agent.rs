@@ -28,8 +28,6 @@ pub enum TimerKey {
     LlmIdle,
     /// The end of a retry backoff (SPEC L5).
     Backoff,
-    /// A hook round's shared deadline (SPEC H3).
-    HookRound,
     /// A shutdown stage (SPEC M8, P1).
     Shutdown,
 }
@@ -233,9 +231,8 @@ impl Agent {
             consider(Some(r.deadline), TimerKey::Permission);
         }
         for sess in self.sessions.values() {
-            if let Some(t) = &sess.turn {
-                let (d, k) = t.deadline();
-                consider(d, k);
+            if let Some((d, k)) = sess.turn.as_ref().and_then(crate::turn::Turn::deadline) {
+                consider(Some(d), k);
             }
         }
         consider(self.shutdown_deadline(), TimerKey::Shutdown);

@@ -143,7 +143,8 @@ pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Me
 
 impl Agent {
     /// Start a hook round for `point` over the session's allowlisted servers exposing it
-    /// (SPEC H2, H3). Returns `None` when there is no target at all.
+    /// (SPEC H2, H3). Servers that are dead or not ready are not called and count as `dead` at
+    /// once, so a round with no live target is decided as soon as it starts.
     pub(crate) fn start_hook_round(
         &mut self,
         session: &str,
@@ -213,7 +214,7 @@ impl Agent {
     }
 
     /// A hook call of `round` ended (reply, error, death).
-    pub(crate) fn on_hook_outcome(&mut self, session: &str, round: u64, idx: usize, _slot: u64, outcome: HookOutcome) {
+    pub(crate) fn on_hook_outcome(&mut self, session: &str, round: u64, idx: usize, outcome: HookOutcome) {
         let now = self.now;
         let Some(r) = self.hook_round_mut(session, round) else { return };
         let Some(call) = r.calls.get_mut(idx) else { return };
@@ -244,6 +245,6 @@ impl Agent {
         } else {
             self.log(LogLevel::Warn, format!("hook: server '{name}' timed out (1/2)"));
         }
-        self.on_hook_outcome(session, round, idx, slot, HookOutcome::Timeout);
+        self.on_hook_outcome(session, round, idx, HookOutcome::Timeout);
     }
 }

@@ -69,8 +69,6 @@ pub enum Purpose {
     Tool { session: String, turn_seq: u64, slot: usize },
     /// A hook call of a hook round: (session, round id, index in the round).
     Hook { session: String, round: u64, idx: usize },
-    /// A ping (keepalive) — unused today but answered if it comes back.
-    Other,
 }
 
 /// One request awaiting its reply, with exactly one deadline (DESIGN).
@@ -97,7 +95,8 @@ pub struct Server {
     /// Tools collected from `tools/list` pages in flight.
     list_acc: Vec<Value>,
     list_cursors: BTreeSet<String>,
-    list_pages: u32,
+    /// Whether a `tools/list` ever completed (the server served at least once).
+    listed_once: bool,
     relist_wanted: bool,
     stderr_tail: VecDeque<String>,
     /// Consecutive hook timeouts (SPEC H4, DESIGN I5).
@@ -178,7 +177,7 @@ impl Server {
     }
 
     fn tools_ever_listed(&self) -> bool {
-        self.list_pages == u32::MAX
+        self.listed_once
     }
 
     /// The last stderr lines, joined, for error messages (SPEC M1, A2).
@@ -235,7 +234,7 @@ impl Agent {
                 hooks: BTreeSet::new(),
                 list_acc: Vec::new(),
                 list_cursors: BTreeSet::new(),
-                list_pages: 0,
+                listed_once: false,
                 relist_wanted: false,
                 stderr_tail: VecDeque::new(),
                 consecutive_hook_timeouts: 0,
@@ -462,7 +461,7 @@ impl Agent {
             self.log(LogLevel::Error, format!("mcp '{name}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed (M9)"));
         }
         for (_, p) in pending {
-            self.fail_pending(slot, p.purpose, &reason);
+            self.fail_pending(p.purpose, &reason);
         }
         if !listed_before {
             self.check_session_start(&session);
@@ -494,15 +493,15 @@ impl Agent {
         }
     }
 
-    fn fail_pending(&mut self, slot: u64, purpose: Purpose, reason: &str) {
+    fn fail_pending(&mut self, purpose: Purpose, reason: &str) {
         match purpose {
-            Purpose::Initialize | Purpose::ListTools | Purpose::Other => {}
+            Purpose::Initialize | Purpose::ListTools => {}
             Purpose::Tool { session, turn_seq, slot: idx } => {
                 let out = tools::ToolOutput { text: reason.to_string(), is_error: true };
                 self.on_tool_finished(&session, turn_seq, idx, out, true);
             }
             Purpose::Hook { session, round, idx } => {
-                self.on_hook_outcome(&session, round, idx, slot, crate::hooks::HookOutcome::Dead);
+                self.on_hook_outcome(&session, round, idx, crate::hooks::HookOutcome::Dead);
             }
         }
     }
@@ -630,9 +629,8 @@ impl Agent {
                     }
                     Err(e) => crate::hooks::HookOutcome::Error(format!("{} {}", e.code, e.message)),
                 };
-                self.on_hook_outcome(&session, round, idx, slot, outcome);
+                self.on_hook_outcome(&session, round, idx, outcome);
             }
-            Purpose::Other => {}
         }
     }
 
@@ -666,9 +664,6 @@ impl Agent {
         s.relist_wanted = false;
         s.list_acc.clear();
         s.list_cursors.clear();
-        if s.list_pages != u32::MAX {
-            s.list_pages = 0;
-        }
         self.send_mcp_request(slot, "tools/list", &json!({}), Purpose::ListTools, timeout);
     }
 
@@ -689,7 +684,6 @@ impl Agent {
         if let Some(list) = result.get("tools").and_then(Value::as_array) {
             s.list_acc.extend(list.iter().cloned());
         }
-        let pages = s.list_acc.len();
         let cursor = result.get("nextCursor").and_then(Value::as_str).map(str::to_string);
         let mut warn = None;
         let next = match cursor {
@@ -715,7 +709,6 @@ impl Agent {
             self.send_mcp_request(slot, "tools/list", &json!({"cursor": c}), Purpose::ListTools, timeout);
             return;
         }
-        let _ = pages;
         self.install_tools(slot);
     }
 
@@ -762,7 +755,7 @@ impl Agent {
         let count = tools_out.len();
         s.tools = tools_out;
         s.hooks = hooks.clone();
-        s.list_pages = u32::MAX;
+        s.listed_once = true;
         if was_listing {
             s.state = ServerState::Ready;
         }
@@ -817,7 +810,7 @@ impl Agent {
                 continue;
             }
             match purpose {
-                Purpose::Initialize | Purpose::ListTools | Purpose::Other => {
+                Purpose::Initialize | Purpose::ListTools => {
                     let secs = self.cfg.mcp_init_timeout_ms / 1000;
                     if let Some(s) = self.servers.get_mut(&slot) {
                         s.pending.remove(&id);

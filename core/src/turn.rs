@@ -7,7 +7,7 @@ use crate::config::{LogLevel, PermissionMode};
 use crate::hooks::{injection_pair, HookPoint, HookRound, MAX_REMINDERS, REPLY_GUARD_SERVER, REPLY_REMINDER};
 use crate::io::{Action, LlmCallId, LlmIo};
 use crate::jsonrpc::{self, RpcId};
-use crate::llm::{LlmRequest, LlmResponse, Message, StopKind, StreamDelta, StreamDecoder, StreamError, ToolCall, ToolDef};
+use crate::llm::{LlmRequest, LlmResponse, Message, StopKind, StreamDelta, StreamDecoder, ToolCall, ToolDef};
 use crate::mcp::Purpose;
 use crate::provider::{self, HttpFailure};
 use crate::time::MonoTime;
@@ -114,12 +114,13 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
-    /// The turn's own deadline, if any (hook calls carry theirs in the MCP pending table).
-    pub(crate) fn deadline(&self) -> (Option<MonoTime>, TimerKey) {
+    /// The turn's own deadline, if any (tool and hook calls carry theirs in the MCP pending
+    /// table, permission requests in the agent's table).
+    pub(crate) fn deadline(&self) -> Option<(MonoTime, TimerKey)> {
         match &self.phase {
-            Phase::Llm(a) => (Some(a.idle_deadline), TimerKey::LlmIdle),
-            Phase::Backoff { until, .. } => (Some(*until), TimerKey::Backoff),
-            Phase::Ready | Phase::Tools(_) | Phase::Gate(_) => (None, TimerKey::HookRound),
+            Phase::Llm(a) => Some((a.idle_deadline, TimerKey::LlmIdle)),
+            Phase::Backoff { until, .. } => Some((*until, TimerKey::Backoff)),
+            Phase::Ready | Phase::Tools(_) | Phase::Gate(_) => None,
         }
     }
 }
@@ -945,9 +946,4 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
         Ok(other) => Err(format!("arguments must be a JSON object, got {}", crate::jsonrpc::json_type(&other))),
         Err(e) => Err(format!("arguments were not valid JSON: {e}")),
     }
-}
-
-#[allow(dead_code)]
-fn _assert_stream_error_is_used(e: StreamError) -> bool {
-    e.is_retryable()
 }
