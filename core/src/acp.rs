@@ -3,7 +3,7 @@
 //! Decoders return `Err(message)` naming the field for a `-32602` reply (SPEC T4).
 
 use crate::tools::is_valid_server_name;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// ACP protocol version this agent speaks (SPEC A1).
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -16,7 +16,9 @@ pub fn initialize_result(params: &Value, version: &str) -> Result<Value, String>
     let v = params
         .get("protocolVersion")
         .and_then(Value::as_u64)
-        .ok_or_else(|| "initialize: params.protocolVersion must be a non-negative integer".to_string())?;
+        .ok_or_else(|| {
+            "initialize: params.protocolVersion must be a non-negative integer".to_string()
+        })?;
     Ok(json!({
         "protocolVersion": v.min(PROTOCOL_VERSION),
         "agentCapabilities": {
@@ -57,8 +59,18 @@ pub struct NewSession {
 pub fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)> {
     let cwd = match params.get("cwd") {
         Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(("session/new: cwd must be a string".into(), json!({"field": "cwd"}))),
-        None => return Err(("session/new: missing field cwd".into(), json!({"field": "cwd"}))),
+        Some(_) => {
+            return Err((
+                "session/new: cwd must be a string".into(),
+                json!({"field": "cwd"}),
+            ));
+        }
+        None => {
+            return Err((
+                "session/new: missing field cwd".into(),
+                json!({"field": "cwd"}),
+            ));
+        }
     };
     if cwd.is_empty() || !cwd.starts_with('/') {
         return Err(("cwd must be an absolute path".into(), json!({"cwd": cwd})));
@@ -66,30 +78,57 @@ pub fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)>
     let list = match params.get("mcpServers") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a.clone(),
-        Some(_) => return Err(("session/new: mcpServers must be an array".into(), json!({"field": "mcpServers"}))),
+        Some(_) => {
+            return Err((
+                "session/new: mcpServers must be an array".into(),
+                json!({"field": "mcpServers"}),
+            ));
+        }
     };
     let mut servers: Vec<McpServerEntry> = Vec::with_capacity(list.len());
     for (i, e) in list.iter().enumerate() {
         let path = |f: &str| format!("mcpServers[{i}].{f}");
-        let bad = |f: &str, what: &str| Err((format!("session/new: {}: {what}", path(f)), json!({"path": path(f)})));
+        let bad = |f: &str, what: &str| {
+            Err((
+                format!("session/new: {}: {what}", path(f)),
+                json!({"path": path(f)}),
+            ))
+        };
         if !e.is_object() {
-            return Err((format!("session/new: mcpServers[{i}] must be an object"), json!({"path": format!("mcpServers[{i}]")})));
+            return Err((
+                format!("session/new: mcpServers[{i}] must be an object"),
+                json!({"path": format!("mcpServers[{i}]")}),
+            ));
         }
         if let Some(t) = e.get("type").and_then(Value::as_str) {
             if t != "stdio" {
-                return bad("type", &format!("'{t}' servers are not supported; only stdio MCP servers are supported"));
+                return bad(
+                    "type",
+                    &format!(
+                        "'{t}' servers are not supported; only stdio MCP servers are supported"
+                    ),
+                );
             }
         } else if e.get("url").is_some() {
             return bad("url", "only stdio MCP servers are supported");
         }
-        let Some(name) = e.get("name").and_then(Value::as_str) else { return bad("name", "missing or not a string") };
+        let Some(name) = e.get("name").and_then(Value::as_str) else {
+            return bad("name", "missing or not a string");
+        };
         if !is_valid_server_name(name) {
-            return bad("name", &format!("invalid server name '{name}': use [A-Za-z0-9_-]+ without '__'"));
+            return bad(
+                "name",
+                &format!("invalid server name '{name}': use [A-Za-z0-9_-]+ without '__'"),
+            );
         }
         if servers.iter().any(|s| s.name == name) {
             return bad("name", &format!("duplicate server name '{name}'"));
         }
-        let Some(command) = e.get("command").and_then(Value::as_str).filter(|c| !c.is_empty()) else {
+        let Some(command) = e
+            .get("command")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+        else {
             return bad("command", "missing");
         };
         let args = match e.get("args") {
@@ -111,9 +150,14 @@ pub fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)>
             Some(Value::Array(a)) => {
                 let mut out = Vec::with_capacity(a.len());
                 for (j, v) in a.iter().enumerate() {
-                    let (Some(n), Some(val)) = (v.get("name").and_then(Value::as_str), v.get("value").and_then(Value::as_str))
-                    else {
-                        return bad(&format!("env[{j}]"), "must be {\"name\": string, \"value\": string}");
+                    let (Some(n), Some(val)) = (
+                        v.get("name").and_then(Value::as_str),
+                        v.get("value").and_then(Value::as_str),
+                    ) else {
+                        return bad(
+                            &format!("env[{j}]"),
+                            "must be {\"name\": string, \"value\": string}",
+                        );
                     };
                     out.push((n.to_string(), val.to_string()));
                 }
@@ -131,7 +175,12 @@ pub fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)>
             }
             Some(_) => return bad("env", "must be an array of {name, value} or an object"),
         };
-        servers.push(McpServerEntry { name: name.to_string(), command: command.to_string(), args, env });
+        servers.push(McpServerEntry {
+            name: name.to_string(),
+            command: command.to_string(),
+            args,
+            env,
+        });
     }
     Ok(NewSession { cwd, servers })
 }
@@ -176,16 +225,20 @@ pub fn render_prompt(params: &Value) -> Result<String, String> {
                     None => {
                         return Err(format!(
                             "session/prompt: prompt[{i}]: blob resources are not supported (promptCapabilities)"
-                        ))
+                        ));
                     }
                 }
             }
             "image" | "audio" => {
                 return Err(format!(
                     "session/prompt: prompt[{i}]: {kind} content is not supported (promptCapabilities.{kind} is false)"
-                ))
+                ));
             }
-            other => return Err(format!("session/prompt: prompt[{i}]: unknown content block type '{other}'")),
+            other => {
+                return Err(format!(
+                    "session/prompt: prompt[{i}]: unknown content block type '{other}'"
+                ));
+            }
         }
     }
     if parts.is_empty() {
@@ -197,7 +250,10 @@ pub fn render_prompt(params: &Value) -> Result<String, String> {
 /// The `session/update` notification line for `update` (SPEC A6).
 #[must_use]
 pub fn update_line(session_id: &str, update: &Value) -> String {
-    crate::jsonrpc::encode_notification("session/update", &json!({"sessionId": session_id, "update": update}))
+    crate::jsonrpc::encode_notification(
+        "session/update",
+        &json!({"sessionId": session_id, "update": update}),
+    )
 }
 
 /// `agent_message_chunk` / `agent_thought_chunk` update (SPEC A6).
@@ -208,7 +264,12 @@ pub fn chunk_update(kind: &str, text: &str) -> Value {
 
 /// `session/request_permission` params (SPEC A7).
 #[must_use]
-pub fn permission_params(session_id: &str, tool_call_id: &str, title: &str, raw_input: &Value) -> Value {
+pub fn permission_params(
+    session_id: &str,
+    tool_call_id: &str,
+    title: &str,
+    raw_input: &Value,
+) -> Value {
     json!({
         "sessionId": session_id,
         "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": "other", "rawInput": raw_input},
@@ -257,10 +318,16 @@ mod tests {
     fn a1_version_is_min_of_client_and_ours() {
         let r = initialize_result(&json!({"protocolVersion": 7}), "0.1.0").unwrap();
         assert_eq!(r["protocolVersion"], 1);
-        assert_eq!(initialize_result(&json!({"protocolVersion": 0}), "x").unwrap()["protocolVersion"], 0);
+        assert_eq!(
+            initialize_result(&json!({"protocolVersion": 0}), "x").unwrap()["protocolVersion"],
+            0
+        );
         assert!(initialize_result(&json!({"protocolVersion": "1"}), "x").is_err());
         assert!(initialize_result(&json!({}), "x").is_err());
-        assert_eq!(r["agentCapabilities"]["mcpCapabilities"], json!({"http": false, "sse": false}));
+        assert_eq!(
+            r["agentCapabilities"]["mcpCapabilities"],
+            json!({"http": false, "sse": false})
+        );
     }
 
     #[test]
@@ -275,12 +342,32 @@ mod tests {
         assert_eq!(n.servers[1].env, vec![("LOG".to_string(), "1".to_string())]);
         assert!(n.servers[2].args.is_empty());
         let nocmd = json!({"cwd": "/tmp", "mcpServers": [{"name":"nocmd","args":[]}]});
-        assert!(decode_new_session(&nocmd).unwrap_err().0.contains("mcpServers[0].command"));
+        assert!(
+            decode_new_session(&nocmd)
+                .unwrap_err()
+                .0
+                .contains("mcpServers[0].command")
+        );
         let http = json!({"cwd": "/tmp", "mcpServers": [{"type":"http","name":"r","url":"http://x","headers":[]}]});
-        assert!(decode_new_session(&http).unwrap_err().0.contains("only stdio"));
+        assert!(
+            decode_new_session(&http)
+                .unwrap_err()
+                .0
+                .contains("only stdio")
+        );
         let dup = json!({"cwd": "/tmp", "mcpServers": [{"name":"a","command":"x"},{"name":"a","command":"y"}]});
-        assert!(decode_new_session(&dup).unwrap_err().0.contains("duplicate"));
-        assert!(decode_new_session(&json!({"cwd": "/tmp"})).unwrap().servers.is_empty());
+        assert!(
+            decode_new_session(&dup)
+                .unwrap_err()
+                .0
+                .contains("duplicate")
+        );
+        assert!(
+            decode_new_session(&json!({"cwd": "/tmp"}))
+                .unwrap()
+                .servers
+                .is_empty()
+        );
     }
 
     #[test]
@@ -296,18 +383,33 @@ mod tests {
     fn a3_prompt_blocks_render_or_are_rejected() {
         let p = json!({"prompt": [{"type":"text","text":"hi"},{"type":"resource_link","uri":"file:///a","name":"a"},
             {"type":"resource","resource":{"uri":"file:///b","text":"B"}}]});
-        assert_eq!(render_prompt(&p).unwrap(), "hi\n[resource: file:///a]\n[resource: file:///b]\nB");
-        assert!(render_prompt(&json!({"prompt":[{"type":"image","data":"","mimeType":"image/png"}]})).is_err());
+        assert_eq!(
+            render_prompt(&p).unwrap(),
+            "hi\n[resource: file:///a]\n[resource: file:///b]\nB"
+        );
+        assert!(
+            render_prompt(&json!({"prompt":[{"type":"image","data":"","mimeType":"image/png"}]}))
+                .is_err()
+        );
         assert!(render_prompt(&json!({"prompt":[]})).is_err());
     }
 
     #[test]
     fn a7_only_selected_allow_options_allow() {
         let sel = |id: &str| json!({"outcome": {"outcome": "selected", "optionId": id}});
-        assert_eq!(decode_permission(&sel("allow_once")), PermissionAnswer::AllowOnce);
-        assert_eq!(decode_permission(&sel("allow_always")), PermissionAnswer::AllowAlways);
+        assert_eq!(
+            decode_permission(&sel("allow_once")),
+            PermissionAnswer::AllowOnce
+        );
+        assert_eq!(
+            decode_permission(&sel("allow_always")),
+            PermissionAnswer::AllowAlways
+        );
         assert_eq!(decode_permission(&sel("bogus")), PermissionAnswer::Denied);
-        assert_eq!(decode_permission(&json!({"outcome": {"outcome": "cancelled"}})), PermissionAnswer::Denied);
+        assert_eq!(
+            decode_permission(&json!({"outcome": {"outcome": "cancelled"}})),
+            PermissionAnswer::Denied
+        );
         assert_eq!(decode_permission(&json!(null)), PermissionAnswer::Denied);
     }
 }

@@ -12,7 +12,7 @@ use crate::llm::Message;
 use crate::mcp::Server;
 use crate::time::MonoTime;
 use crate::turn::Turn;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Why the core wants to be woken (DESIGN: `poll_timeout` is labelled with its reason).
@@ -102,9 +102,18 @@ impl Agent {
             };
             let message = format!(
                 "starting: provider={:?} model={} base_url={} hooks={hooks} stop_budget={} hook_timeout_ms={} permission={:?}",
-                config.provider, config.model, config.base_url, config.stop_max_rejections, config.hook_timeout_ms, config.permission
+                config.provider,
+                config.model,
+                config.base_url,
+                config.stop_max_rejections,
+                config.hook_timeout_ms,
+                config.permission
             );
-            actions.push_back(Action::Log(LogRecord { level: LogLevel::Info, at: now, message }));
+            actions.push_back(Action::Log(LogRecord {
+                level: LogLevel::Info,
+                at: now,
+                message,
+            }));
         }
         Agent {
             cfg: config,
@@ -135,8 +144,10 @@ impl Agent {
     /// client's `env` entries, which win.
     #[must_use]
     pub fn with_inherited_env(mut self, env: impl IntoIterator<Item = (String, String)>) -> Self {
-        self.inherited_env =
-            env.into_iter().filter(|(k, _)| !crate::config::is_agent_secret_or_own_variable(k)).collect();
+        self.inherited_env = env
+            .into_iter()
+            .filter(|(k, _)| !crate::config::is_agent_secret_or_own_variable(k))
+            .collect();
         self
     }
 
@@ -163,7 +174,10 @@ impl Agent {
             Input::AcpBytes(bytes) => self.on_acp_bytes(&bytes),
             Input::AcpEof => {
                 if let Some(n) = self.acp_in.finish() {
-                    self.log(LogLevel::Warn, format!("acp: dropped a partial line of {n} bytes at EOF (T7)"));
+                    self.log(
+                        LogLevel::Warn,
+                        format!("acp: dropped a partial line of {n} bytes at EOF (T7)"),
+                    );
                 }
                 self.log(LogLevel::Info, "acp: stdin closed; shutting down".into());
                 self.begin_shutdown();
@@ -174,7 +188,10 @@ impl Agent {
             }
             Input::AcpWriteFailed => {
                 if self.shutdown.is_none() {
-                    self.log(LogLevel::Warn, "acp: stdout write failed; shutting down".into());
+                    self.log(
+                        LogLevel::Warn,
+                        "acp: stdout write failed; shutting down".into(),
+                    );
                 }
                 self.begin_shutdown();
             }
@@ -219,9 +236,10 @@ impl Agent {
         let mut best: Option<(MonoTime, TimerKey)> = None;
         let mut consider = |t: Option<MonoTime>, k: TimerKey| {
             if let Some(t) = t
-                && best.is_none_or(|(b, _)| t < b) {
-                    best = Some((t, k));
-                }
+                && best.is_none_or(|(b, _)| t < b)
+            {
+                best = Some((t, k));
+            }
         };
         for s in self.servers.values() {
             consider(s.next_request_deadline(), TimerKey::McpRequest);
@@ -266,7 +284,11 @@ impl Agent {
     /// Queue a log line if `level` passes `BUZZ_AGENT_LOG`.
     pub(crate) fn log(&mut self, level: LogLevel, message: String) {
         if level <= self.cfg.log_level {
-            self.actions.push_back(Action::Log(LogRecord { level, at: self.now, message }));
+            self.actions.push_back(Action::Log(LogRecord {
+                level,
+                at: self.now,
+                message,
+            }));
         }
     }
 
@@ -278,8 +300,18 @@ impl Agent {
         self.push(Action::WriteAcp(jsonrpc::encode_result(id, result)));
     }
 
-    pub(crate) fn reply_err(&mut self, id: Option<&RpcId>, code: i64, message: String, data: Option<Value>) {
-        let err = RpcError { code, message, data };
+    pub(crate) fn reply_err(
+        &mut self,
+        id: Option<&RpcId>,
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    ) {
+        let err = RpcError {
+            code,
+            message,
+            data,
+        };
         self.push(Action::WriteAcp(jsonrpc::encode_error(id, &err)));
     }
 
@@ -306,7 +338,10 @@ impl Agent {
             match ev {
                 LineEvent::Line(line) => self.on_acp_line(&line),
                 LineEvent::TooLong { bytes } => {
-                    self.log(LogLevel::Warn, format!("acp: discarded an inbound line of {bytes} bytes (T3)"));
+                    self.log(
+                        LogLevel::Warn,
+                        format!("acp: discarded an inbound line of {bytes} bytes (T3)"),
+                    );
                     self.reply_err(
                         None,
                         jsonrpc::RpcError::INVALID_REQUEST,
@@ -324,24 +359,49 @@ impl Agent {
 
     fn on_acp_line(&mut self, line: &[u8]) {
         match jsonrpc::parse_message(line) {
-            Ok(jsonrpc::Message::Request { id, method, params }) => self.on_acp_request(id, &method, params),
-            Ok(jsonrpc::Message::Notification { method, params }) => self.on_acp_notification(&method, &params),
+            Ok(jsonrpc::Message::Request { id, method, params }) => {
+                self.on_acp_request(id, &method, params)
+            }
+            Ok(jsonrpc::Message::Notification { method, params }) => {
+                self.on_acp_notification(&method, &params)
+            }
             Ok(jsonrpc::Message::Response { id, outcome }) => self.on_acp_response(&id, outcome),
             Err(ParseError::NotJson) => {
                 let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-                self.log(LogLevel::Warn, format!("acp: a line that is not JSON was answered -32700: {shown:?}"));
-                self.reply_err(None, jsonrpc::RpcError::PARSE_ERROR, "Parse error: line is not JSON".into(), None);
+                self.log(
+                    LogLevel::Warn,
+                    format!("acp: a line that is not JSON was answered -32700: {shown:?}"),
+                );
+                self.reply_err(
+                    None,
+                    jsonrpc::RpcError::PARSE_ERROR,
+                    "Parse error: line is not JSON".into(),
+                    None,
+                );
             }
             Err(ParseError::Invalid { id, reason }) => {
-                self.log(LogLevel::Warn, format!("acp: invalid JSON-RPC message: {reason}"));
-                self.reply_err(id.as_ref(), jsonrpc::RpcError::INVALID_REQUEST, format!("Invalid Request: {reason}"), None);
+                self.log(
+                    LogLevel::Warn,
+                    format!("acp: invalid JSON-RPC message: {reason}"),
+                );
+                self.reply_err(
+                    id.as_ref(),
+                    jsonrpc::RpcError::INVALID_REQUEST,
+                    format!("Invalid Request: {reason}"),
+                    None,
+                );
             }
         }
     }
 
     fn on_acp_request(&mut self, id: RpcId, method: &str, params: Value) {
         if self.shutdown.is_some() {
-            self.reply_err(Some(&id), jsonrpc::RpcError::SERVER_ERROR, "agent is shutting down".into(), None);
+            self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::SERVER_ERROR,
+                "agent is shutting down".into(),
+                None,
+            );
             return;
         }
         match method {
@@ -357,7 +417,12 @@ impl Agent {
             }
             "session/set_model" => self.on_set_model(&id, &params),
             other => {
-                self.reply_err(Some(&id), jsonrpc::RpcError::METHOD_NOT_FOUND, format!("Method not found: {other}"), None);
+                self.reply_err(
+                    Some(&id),
+                    jsonrpc::RpcError::METHOD_NOT_FOUND,
+                    format!("Method not found: {other}"),
+                    None,
+                );
             }
         }
     }
@@ -365,23 +430,35 @@ impl Agent {
     fn on_acp_notification(&mut self, method: &str, params: &Value) {
         match method {
             "session/cancel" => self.on_cancel(params),
-            other => self.log(LogLevel::Debug, format!("acp: ignoring notification {other}")),
+            other => self.log(
+                LogLevel::Debug,
+                format!("acp: ignoring notification {other}"),
+            ),
         }
     }
 
     fn on_acp_response(&mut self, id: &Value, outcome: Result<Value, RpcError>) {
         let Some(out) = jsonrpc::match_our_id(id) else {
-            self.log(LogLevel::Debug, format!("acp: response with unknown id {id}; dropped"));
+            self.log(
+                LogLevel::Debug,
+                format!("acp: response with unknown id {id}; dropped"),
+            );
             return;
         };
         let Some(req) = self.out_requests.remove(&out) else {
-            self.log(LogLevel::Debug, format!("acp: late or unknown response id {out}; dropped (I6)"));
+            self.log(
+                LogLevel::Debug,
+                format!("acp: late or unknown response id {out}; dropped (I6)"),
+            );
             return;
         };
         let answer = match outcome {
             Ok(v) => crate::acp::decode_permission(&v),
             Err(e) => {
-                self.log(LogLevel::Warn, format!("acp: permission request failed: {} {}", e.code, e.message));
+                self.log(
+                    LogLevel::Warn,
+                    format!("acp: permission request failed: {} {}", e.code, e.message),
+                );
                 crate::acp::PermissionAnswer::Denied
             }
         };
@@ -397,15 +474,16 @@ impl Agent {
             }
         };
         if let Some(max) = self.cfg.max_sessions
-            && self.sessions.len() >= max {
-                self.reply_err(
-                    Some(&id),
-                    jsonrpc::RpcError::SERVER_ERROR,
-                    format!("too many sessions: BUZZ_AGENT_MAX_SESSIONS={max}"),
-                    None,
-                );
-                return;
-            }
+            && self.sessions.len() >= max
+        {
+            self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::SERVER_ERROR,
+                format!("too many sessions: BUZZ_AGENT_MAX_SESSIONS={max}"),
+                None,
+            );
+            return;
+        }
         let sid = format!("sess_{}", self.next_session);
         self.next_session += 1;
         let mut slots = Vec::with_capacity(spec.servers.len());
@@ -413,7 +491,11 @@ impl Agent {
             let slot = self.create_server(&sid, &spec.cwd, entry);
             slots.push(slot);
         }
-        let starting = if slots.is_empty() { None } else { Some(id.clone()) };
+        let starting = if slots.is_empty() {
+            None
+        } else {
+            Some(id.clone())
+        };
         self.sessions.insert(
             sid.clone(),
             Session {
@@ -430,7 +512,10 @@ impl Agent {
                 usage_mark: 0,
             },
         );
-        self.log(LogLevel::Info, format!("session {sid}: created with {} MCP server(s)", slots.len()));
+        self.log(
+            LogLevel::Info,
+            format!("session {sid}: created with {} MCP server(s)", slots.len()),
+        );
         if slots.is_empty() {
             self.reply_ok(&id, &json!({"sessionId": sid}));
         } else {
@@ -442,8 +527,12 @@ impl Agent {
 
     /// Called by the MCP machine when a server of a starting session became ready or failed.
     pub(crate) fn check_session_start(&mut self, sid: &str) {
-        let Some(sess) = self.sessions.get(sid) else { return };
-        let Some(rpc) = sess.starting.clone() else { return };
+        let Some(sess) = self.sessions.get(sid) else {
+            return;
+        };
+        let Some(rpc) = sess.starting.clone() else {
+            return;
+        };
         let mut failure: Option<String> = None;
         let mut all_ready = true;
         for slot in &sess.servers {
@@ -486,7 +575,7 @@ impl Agent {
                     jsonrpc::RpcError::INVALID_PARAMS,
                     "session/set_model: modelId must not be blank".into(),
                     None,
-                )
+                );
             }
             Err(m) => return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
@@ -513,7 +602,10 @@ impl Agent {
 
     /// Find the server slot of a proc key, only if it is the current generation.
     pub(crate) fn slot_of(&self, proc: ProcKey) -> Option<u64> {
-        self.servers.get(&proc.server).filter(|s| s.proc == proc).map(|_| proc.server)
+        self.servers
+            .get(&proc.server)
+            .filter(|s| s.proc == proc)
+            .map(|_| proc.server)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::agent::Agent;
 use crate::config::LogLevel;
-use crate::hooks::{injection_pair, HookPoint, HookRound};
+use crate::hooks::{HookPoint, HookRound, injection_pair};
 use crate::llm::{LlmResponse, Message};
 use crate::turn::{CallPurpose, Phase};
 
@@ -69,8 +69,16 @@ pub fn units(history: &[Message]) -> Vec<(usize, usize)> {
 pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message>, usize, usize) {
     let us = units(&history);
     let total: u64 = history.iter().map(|m| m.content_bytes() as u64).sum();
-    let size = |u: &(usize, usize)| -> u64 { history[u.0..u.1].iter().map(|m| m.content_bytes() as u64).sum() };
-    let live_unit = us.iter().position(|u| u.0 <= live && live < u.1).unwrap_or(0);
+    let size = |u: &(usize, usize)| -> u64 {
+        history[u.0..u.1]
+            .iter()
+            .map(|m| m.content_bytes() as u64)
+            .sum()
+    };
+    let live_unit = us
+        .iter()
+        .position(|u| u.0 <= live && live < u.1)
+        .unwrap_or(0);
     let mut drop = vec![false; us.len()];
     let mut cur = total;
     // H6: the injection pairs at the end (the hook round just decided) are never dropped.
@@ -100,12 +108,13 @@ pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message
     for (k, u) in us.iter().enumerate() {
         for _ in u.0..u.1 {
             if let Some((idx, m)) = iter.next()
-                && !drop[k] {
-                    if idx == live {
-                        new_live = out.len();
-                    }
-                    out.push(m);
+                && !drop[k]
+            {
+                if idx == live {
+                    new_live = out.len();
                 }
+                out.push(m);
+            }
         }
     }
     (out, new_live, dropped)
@@ -120,19 +129,37 @@ pub fn render_for_summary(history: &[Message], budget: usize) -> String {
     for m in history.iter().rev() {
         let piece = match m {
             Message::User { text } => format!("USER:\n{text}\n"),
-            Message::Assistant { text, tool_calls, .. } => {
+            Message::Assistant {
+                text, tool_calls, ..
+            } => {
                 let mut s = String::new();
                 if !text.is_empty() {
                     s.push_str(&format!("ASSISTANT:\n{text}\n"));
                 }
                 for c in tool_calls {
-                    s.push_str(&format!("TOOL CALL {}({})\n", c.name, crate::provider::cut(&c.arguments, SUMMARY_RESULT_CAP)));
+                    s.push_str(&format!(
+                        "TOOL CALL {}({})\n",
+                        c.name,
+                        crate::provider::cut(&c.arguments, SUMMARY_RESULT_CAP)
+                    ));
                 }
                 s
             }
-            Message::ToolResult { name, text, is_error, .. } => {
-                let tag = if *is_error { "TOOL ERROR" } else { "TOOL RESULT" };
-                format!("{tag} {name}:\n{}\n", crate::tools::elide_middle(text.clone(), SUMMARY_RESULT_CAP))
+            Message::ToolResult {
+                name,
+                text,
+                is_error,
+                ..
+            } => {
+                let tag = if *is_error {
+                    "TOOL ERROR"
+                } else {
+                    "TOOL RESULT"
+                };
+                format!(
+                    "{tag} {name}:\n{}\n",
+                    crate::tools::elide_middle(text.clone(), SUMMARY_RESULT_CAP)
+                )
             }
         };
         if used + piece.len() > budget {
@@ -149,21 +176,37 @@ pub fn render_for_summary(history: &[Message], budget: usize) -> String {
 impl Agent {
     /// Whether the gate must compact before the next LLM call (SPEC K1).
     pub(crate) fn compaction_needed(&self, sid: &str) -> bool {
-        let Some(sess) = self.sessions.get(sid) else { return false };
-        projected_tokens(&sess.history, sess.last_input_tokens, sess.usage_mark) >= threshold(self.cfg.max_context_tokens)
+        let Some(sess) = self.sessions.get(sid) else {
+            return false;
+        };
+        projected_tokens(&sess.history, sess.last_input_tokens, sess.usage_mark)
+            >= threshold(self.cfg.max_context_tokens)
     }
 
     /// Compact now: a summary call while handoffs remain, else the truncation fallback.
     pub(crate) fn begin_compaction(&mut self, sid: &str, why: &str) {
         let max = self.cfg.max_handoffs;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
         turn.compacted_round = turn.rounds + 1;
         let handoffs = turn.handoffs;
         if handoffs < max {
-            self.log(LogLevel::Info, format!("session {sid}: compacting context ({why}); handoff {}/{max}", handoffs + 1));
+            self.log(
+                LogLevel::Info,
+                format!(
+                    "session {sid}: compacting context ({why}); handoff {}/{max}",
+                    handoffs + 1
+                ),
+            );
             self.start_llm_attempt(sid, 1, CallPurpose::Summary);
         } else {
-            self.log(LogLevel::Warn, format!("session {sid}: BUZZ_AGENT_MAX_HANDOFFS={max} spent; truncating history ({why})"));
+            self.log(
+                LogLevel::Warn,
+                format!(
+                    "session {sid}: BUZZ_AGENT_MAX_HANDOFFS={max} spent; truncating history ({why})"
+                ),
+            );
             self.truncate_session(sid);
         }
     }
@@ -171,7 +214,9 @@ impl Agent {
     /// L5: a context-too-long answer → compact, then one retry of the round. False when the
     /// retry was already spent (the error then fails the prompt).
     pub(crate) fn try_reactive_compaction(&mut self, sid: &str) -> bool {
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return false };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return false;
+        };
         if turn.reactive_tried || turn.cancelled {
             return false;
         }
@@ -184,12 +229,23 @@ impl Agent {
     /// The messages of the summary call: one user message with the instruction and the
     /// bounded transcript.
     pub(crate) fn summary_messages(&self, sid: &str) -> Vec<Message> {
-        let Some(sess) = self.sessions.get(sid) else { return Vec::new() };
-        let window = self.cfg.max_context_tokens.saturating_sub(u64::from(self.cfg.max_output_tokens));
-        let budget = usize::try_from(window / 4 * 3).unwrap_or(usize::MAX).max(1024);
+        let Some(sess) = self.sessions.get(sid) else {
+            return Vec::new();
+        };
+        let window = self
+            .cfg
+            .max_context_tokens
+            .saturating_sub(u64::from(self.cfg.max_output_tokens));
+        let budget = usize::try_from(window / 4 * 3)
+            .unwrap_or(usize::MAX)
+            .max(1024);
         // The live prompt always goes in whole: the newest-first cut may not reach it in a long
         // turn, and the summary must name the original task.
-        let live = sess.turn.as_ref().map(|t| t.prompt_text.as_str()).unwrap_or("");
+        let live = sess
+            .turn
+            .as_ref()
+            .map(|t| t.prompt_text.as_str())
+            .unwrap_or("");
         let live = crate::provider::cut(live, budget / 4);
         let transcript = render_for_summary(&sess.history, budget.saturating_sub(live.len()));
         vec![Message::User {
@@ -205,19 +261,32 @@ impl Agent {
         if summary.is_empty() {
             return self.summary_failed(sid, "the summary was empty");
         }
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
-        let Some(turn) = sess.turn.as_mut() else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        let Some(turn) = sess.turn.as_mut() else {
+            return;
+        };
         turn.handoffs += 1;
         turn.phase = Phase::Ready;
         let before = sess.history.len();
         sess.history = vec![
-            Message::User { text: format!("{SUMMARY_HEADER}{summary}") },
-            Message::User { text: turn.prompt_text.clone() },
+            Message::User {
+                text: format!("{SUMMARY_HEADER}{summary}"),
+            },
+            Message::User {
+                text: turn.prompt_text.clone(),
+            },
         ];
         sess.last_input_tokens = 0;
         sess.usage_mark = 0;
         let handoffs = turn.handoffs;
-        self.log(LogLevel::Info, format!("session {sid}: context compacted ({before} messages → summary), handoff {handoffs}"));
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: context compacted ({before} messages → summary), handoff {handoffs}"
+            ),
+        );
         // H7: `_PostCompact` before the next LLM request.
         let round = self.start_hook_round(sid, HookPoint::PostCompact, handoffs, 0, None);
         if round.is_decided() {
@@ -229,7 +298,10 @@ impl Agent {
 
     /// The summary call failed: fall back to truncation and go on (SPEC K1).
     pub(crate) fn summary_failed(&mut self, sid: &str, why: &str) {
-        self.log(LogLevel::Warn, format!("session {sid}: compaction summary failed ({why}); truncating history instead"));
+        self.log(
+            LogLevel::Warn,
+            format!("session {sid}: compaction summary failed ({why}); truncating history instead"),
+        );
         if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
             t.phase = Phase::Ready;
         }
@@ -238,8 +310,12 @@ impl Agent {
 
     fn truncate_session(&mut self, sid: &str) {
         let budget = threshold(self.cfg.max_context_tokens);
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
-        let Some(turn) = sess.turn.as_mut() else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        let Some(turn) = sess.turn.as_mut() else {
+            return;
+        };
         turn.phase = Phase::Ready;
         // The live prompt: the last user message equal to the prompt text (it is never dropped).
         let live = sess
@@ -252,17 +328,27 @@ impl Agent {
         sess.history = new;
         sess.last_input_tokens = 0;
         sess.usage_mark = 0;
-        self.log(LogLevel::Info, format!("session {sid}: dropped {dropped} oldest history unit(s) to fit the context"));
+        self.log(
+            LogLevel::Info,
+            format!("session {sid}: dropped {dropped} oldest history unit(s) to fit the context"),
+        );
     }
 
     /// `_PostCompact` decided: inject each non-empty result right after the summary (H7).
     pub(crate) fn conclude_post_compact(&mut self, sid: &str, round: HookRound) {
         let texts = round.objections();
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
         let mut injected = Vec::new();
         for (server, text) in &texts {
             sess.seq += 1;
-            injected.extend(injection_pair(HookPoint::PostCompact, server, text, sess.seq));
+            injected.extend(injection_pair(
+                HookPoint::PostCompact,
+                server,
+                text,
+                sess.seq,
+            ));
         }
         let at = 1.min(sess.history.len());
         sess.history.splice(at..at, injected);
@@ -271,7 +357,13 @@ impl Agent {
             t.phase = Phase::Ready;
         }
         if !texts.is_empty() {
-            self.log(LogLevel::Info, format!("hook: _PostCompact injected {} text(s) in session {sid}", texts.len()));
+            self.log(
+                LogLevel::Info,
+                format!(
+                    "hook: _PostCompact injected {} text(s) in session {sid}",
+                    texts.len()
+                ),
+            );
         }
         if cancelled {
             self.finish_turn(sid, "cancelled");
@@ -292,11 +384,20 @@ mod tests {
             text: String::new(),
             thinking: String::new(),
             reasoning: Vec::new(),
-            tool_calls: vec![ToolCall { id: id.into(), name: "s__t".into(), arguments: "x".repeat(args_len) }],
+            tool_calls: vec![ToolCall {
+                id: id.into(),
+                name: "s__t".into(),
+                arguments: "x".repeat(args_len),
+            }],
         }
     }
     fn result(id: &str, n: usize) -> Message {
-        Message::ToolResult { call_id: id.into(), name: "s__t".into(), text: "r".repeat(n), is_error: false }
+        Message::ToolResult {
+            call_id: id.into(),
+            name: "s__t".into(),
+            text: "r".repeat(n),
+            is_error: false,
+        }
     }
 
     #[test]
@@ -309,12 +410,24 @@ mod tests {
     #[test]
     fn k1_projection_adds_bytes_since_last_usage() {
         let h = vec![user("abcd"), call("1", 10), result("1", 100)];
-        assert_eq!(projected_tokens(&h, 50, 1), 50 + (1 + 4 + 10) + (1 + 4 + 100));
+        assert_eq!(
+            projected_tokens(&h, 50, 1),
+            50 + (1 + 4 + 10) + (1 + 4 + 100)
+        );
     }
 
     #[test]
     fn k1_truncation_keeps_live_prompt_and_pairs() {
-        let h = vec![user("old"), call("1", 10), result("1", 1000), user("live"), call("2", 10), result("2", 1000), call("3", 10), result("3", 10)];
+        let h = vec![
+            user("old"),
+            call("1", 10),
+            result("1", 1000),
+            user("live"),
+            call("2", 10),
+            result("2", 1000),
+            call("3", 10),
+            result("3", 10),
+        ];
         let (out, live, dropped) = truncate(h, 3, 100);
         assert!(dropped >= 2);
         assert_eq!(out[live], user("live"));
@@ -322,7 +435,9 @@ mod tests {
         for (i, m) in out.iter().enumerate() {
             if let Message::Assistant { tool_calls, .. } = m {
                 for c in tool_calls {
-                    assert!(matches!(&out[i + 1], Message::ToolResult { call_id, .. } if *call_id == c.id));
+                    assert!(
+                        matches!(&out[i + 1], Message::ToolResult { call_id, .. } if *call_id == c.id)
+                    );
                 }
             }
         }

@@ -95,7 +95,13 @@ impl HookRound {
             .iter()
             .filter_map(|c| match &c.outcome {
                 Some(HookOutcome::Objection(t)) => Some((c.server_name.clone(), t.clone())),
-                Some(HookOutcome::Empty | HookOutcome::Error(_) | HookOutcome::Timeout | HookOutcome::Dead) | None => None,
+                Some(
+                    HookOutcome::Empty
+                    | HookOutcome::Error(_)
+                    | HookOutcome::Timeout
+                    | HookOutcome::Dead,
+                )
+                | None => None,
             })
             .collect()
     }
@@ -135,9 +141,18 @@ pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Me
             text: String::new(),
             thinking: String::new(),
             reasoning: Vec::new(),
-            tool_calls: vec![ToolCall { id: id.clone(), name: name.clone(), arguments: "{}".into() }],
+            tool_calls: vec![ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                arguments: "{}".into(),
+            }],
         },
-        Message::ToolResult { call_id: id, name, text: body, is_error: false },
+        Message::ToolResult {
+            call_id: id,
+            name,
+            text: body,
+            is_error: false,
+        },
     ]
 }
 
@@ -157,18 +172,30 @@ impl Agent {
         let timeout = self.cfg.hook_timeout_ms;
         let round_id = self.next_hook_round;
         self.next_hook_round += 1;
-        let slots: Vec<u64> = self.sessions.get(session).map(|s| s.servers.clone()).unwrap_or_default();
+        let slots: Vec<u64> = self
+            .sessions
+            .get(session)
+            .map(|s| s.servers.clone())
+            .unwrap_or_default();
         let hook = point.tool_name();
         let mut calls = Vec::new();
         for slot in slots {
-            let Some(s) = self.servers.get(&slot) else { continue };
+            let Some(s) = self.servers.get(&slot) else {
+                continue;
+            };
             if !self.cfg.hook_servers.allows(&s.name) || !s.hooks.contains(hook) {
                 continue;
             }
             let name = s.name.clone();
             let ready = s.is_ready();
             let idx = calls.len();
-            let mut call = HookCall { server_slot: slot, server_name: name, request: None, started: now, outcome: None };
+            let mut call = HookCall {
+                server_slot: slot,
+                server_name: name,
+                request: None,
+                started: now,
+                outcome: None,
+            };
             if ready {
                 let params = json!({
                     "name": hook,
@@ -180,7 +207,11 @@ impl Agent {
                         "budgetRemaining": budget_remaining
                     }}
                 });
-                let purpose = Purpose::Hook { session: session.to_string(), round: round_id, idx };
+                let purpose = Purpose::Hook {
+                    session: session.to_string(),
+                    round: round_id,
+                    idx,
+                };
                 call.request = self.send_mcp_request(slot, "tools/call", &params, purpose, timeout);
             }
             if call.request.is_none() {
@@ -188,7 +219,13 @@ impl Agent {
             }
             calls.push(call);
         }
-        let round = HookRound { id: round_id, point, deadline: now.plus_ms(timeout), calls, reminder };
+        let round = HookRound {
+            id: round_id,
+            point,
+            deadline: now.plus_ms(timeout),
+            calls,
+            reminder,
+        };
         for c in &round.calls {
             if c.outcome == Some(HookOutcome::Dead) {
                 self.log_hook_call(point, &c.server_name, &HookOutcome::Dead, 0);
@@ -205,19 +242,36 @@ impl Agent {
         };
         let detail = match outcome {
             HookOutcome::Error(e) => format!(" ({e})"),
-            HookOutcome::Objection(_) | HookOutcome::Empty | HookOutcome::Timeout | HookOutcome::Dead => String::new(),
+            HookOutcome::Objection(_)
+            | HookOutcome::Empty
+            | HookOutcome::Timeout
+            | HookOutcome::Dead => String::new(),
         };
         self.log(
             level,
-            format!("hook: point={} server={server} outcome={}{detail} latency_ms={ms}", point.tool_name(), outcome.label()),
+            format!(
+                "hook: point={} server={server} outcome={}{detail} latency_ms={ms}",
+                point.tool_name(),
+                outcome.label()
+            ),
         );
     }
 
     /// A hook call of `round` ended (reply, error, death).
-    pub(crate) fn on_hook_outcome(&mut self, session: &str, round: u64, idx: usize, outcome: HookOutcome) {
+    pub(crate) fn on_hook_outcome(
+        &mut self,
+        session: &str,
+        round: u64,
+        idx: usize,
+        outcome: HookOutcome,
+    ) {
         let now = self.now;
-        let Some(r) = self.hook_round_mut(session, round) else { return };
-        let Some(call) = r.calls.get_mut(idx) else { return };
+        let Some(r) = self.hook_round_mut(session, round) else {
+            return;
+        };
+        let Some(call) = r.calls.get_mut(idx) else {
+            return;
+        };
         if call.outcome.is_some() {
             return;
         }
@@ -229,7 +283,14 @@ impl Agent {
     }
 
     /// A hook call timed out (SPEC H4): cancel it, count, warn on the 1st, kill on the 2nd.
-    pub(crate) fn on_hook_timeout(&mut self, slot: u64, request: u64, session: &str, round: u64, idx: usize) {
+    pub(crate) fn on_hook_timeout(
+        &mut self,
+        slot: u64,
+        request: u64,
+        session: &str,
+        round: u64,
+        idx: usize,
+    ) {
         let ms = self.cfg.hook_timeout_ms;
         self.cancel_mcp_request(slot, request, &format!("hook timeout after {ms} ms"));
         let (name, count) = match self.servers.get_mut(&slot) {
@@ -240,10 +301,16 @@ impl Agent {
             None => (String::new(), 0),
         };
         if count >= 2 {
-            self.log(LogLevel::Warn, format!("hook: killing server '{name}' after 2 consecutive timeouts"));
+            self.log(
+                LogLevel::Warn,
+                format!("hook: killing server '{name}' after 2 consecutive timeouts"),
+            );
             self.kill_server(slot, "was killed after 2 consecutive hook timeouts (H4)");
         } else {
-            self.log(LogLevel::Warn, format!("hook: server '{name}' timed out (1/2)"));
+            self.log(
+                LogLevel::Warn,
+                format!("hook: server '{name}' timed out (1/2)"),
+            );
         }
         self.on_hook_outcome(session, round, idx, HookOutcome::Timeout);
     }

@@ -35,7 +35,10 @@ impl fmt::Display for LlmCallId {
 #[derive(Clone, PartialEq, Eq)]
 pub enum LlmIo {
     /// Status line and headers (names lower-cased by the runtime).
-    Head { status: u16, headers: Vec<(String, String)> },
+    Head {
+        status: u16,
+        headers: Vec<(String, String)>,
+    },
     /// The next chunk of the body, as read.
     Body(Vec<u8>),
     /// The body ended cleanly.
@@ -97,7 +100,9 @@ impl fmt::Debug for Input {
             Input::McpSpawnFailed { proc, error } => write!(f, "McpSpawnFailed({proc}, {error})"),
             Input::McpBytes { proc, bytes } => write!(f, "McpBytes({proc}, {} B)", bytes.len()),
             Input::McpStdoutClosed { proc } => write!(f, "McpStdoutClosed({proc})"),
-            Input::McpStderrLine { proc, line } => write!(f, "McpStderrLine({proc}, {} B)", line.len()),
+            Input::McpStderrLine { proc, line } => {
+                write!(f, "McpStderrLine({proc}, {} B)", line.len())
+            }
             Input::McpExited { proc, status } => write!(f, "McpExited({proc}, {status})"),
             Input::McpWriteFailed { proc } => write!(f, "McpWriteFailed({proc})"),
             Input::Llm { call, event } => write!(f, "Llm({call}, {event:?})"),
@@ -164,7 +169,11 @@ impl LogRecord {
         };
         match format {
             crate::config::LogFormat::Text => {
-                format!("buzz-agent {} {level:<5} {}\n", self.at, self.message.replace('\n', "\\n"))
+                format!(
+                    "buzz-agent {} {level:<5} {}\n",
+                    self.at,
+                    self.message.replace('\n', "\\n")
+                )
             }
             crate::config::LogFormat::Json => {
                 let v = serde_json::json!({
@@ -192,7 +201,10 @@ pub enum Action {
     /// Signal the server's whole process group (`killpg`), even if the leader already exited.
     SignalProcessGroup { proc: ProcKey, signal: Signal },
     /// Start an HTTP request and report it as `Input::Llm` events.
-    CallLlm { call: LlmCallId, request: HttpRequest },
+    CallLlm {
+        call: LlmCallId,
+        request: HttpRequest,
+    },
     /// The core is done with this call (finished or abandoned): drop the HTTP request; events
     /// for it that still arrive are ignored.
     CancelLlm { call: LlmCallId },
@@ -207,7 +219,9 @@ impl fmt::Debug for Action {
         match self {
             Action::WriteAcp(l) => write!(f, "WriteAcp({})", l.trim_end()),
             Action::WriteMcp { proc, line } => write!(f, "WriteMcp({proc}, {})", line.trim_end()),
-            Action::SpawnMcp { proc, spec } => write!(f, "SpawnMcp({proc}, {} {:?})", spec.command, spec.args),
+            Action::SpawnMcp { proc, spec } => {
+                write!(f, "SpawnMcp({proc}, {} {:?})", spec.command, spec.args)
+            }
             Action::CloseMcpStdin { proc } => write!(f, "CloseMcpStdin({proc})"),
             Action::SignalProcessGroup { proc, signal } => write!(f, "Signal({proc}, {signal:?})"),
             Action::CallLlm { call, request } => write!(f, "CallLlm({call}, {request:?})"),

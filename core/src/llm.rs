@@ -19,9 +19,19 @@ pub enum Message {
     /// `thinking` is the reasoning as plain text (ACP thought chunks, size accounting);
     /// `reasoning` holds the provider's signed reasoning blocks that must be replayed verbatim
     /// (Anthropic thinking / redacted_thinking, SPEC L6); empty for routes that have none.
-    Assistant { text: String, thinking: String, reasoning: Vec<ReasoningBlock>, tool_calls: Vec<ToolCall> },
+    Assistant {
+        text: String,
+        thinking: String,
+        reasoning: Vec<ReasoningBlock>,
+        tool_calls: Vec<ToolCall>,
+    },
     /// The result of one tool call, paired by `call_id` (SPEC L3).
-    ToolResult { call_id: String, name: String, text: String, is_error: bool },
+    ToolResult {
+        call_id: String,
+        name: String,
+        text: String,
+        is_error: bool,
+    },
 }
 
 impl Message {
@@ -30,13 +40,29 @@ impl Message {
     pub fn content_bytes(&self) -> usize {
         match self {
             Message::User { text } => text.len(),
-            Message::Assistant { text, thinking, reasoning, tool_calls } => {
+            Message::Assistant {
+                text,
+                thinking,
+                reasoning,
+                tool_calls,
+            } => {
                 text.len()
                     + thinking.len()
-                    + reasoning.iter().map(|r| r.redacted.as_ref().map_or(0, String::len)).sum::<usize>()
-                    + tool_calls.iter().map(|c| c.name.len() + c.arguments.len() + c.id.len()).sum::<usize>()
+                    + reasoning
+                        .iter()
+                        .map(|r| r.redacted.as_ref().map_or(0, String::len))
+                        .sum::<usize>()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len() + c.id.len())
+                        .sum::<usize>()
             }
-            Message::ToolResult { call_id, name, text, .. } => call_id.len() + name.len() + text.len(),
+            Message::ToolResult {
+                call_id,
+                name,
+                text,
+                ..
+            } => call_id.len() + name.len() + text.len(),
         }
     }
 }
@@ -46,7 +72,12 @@ impl std::fmt::Debug for Message {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Message::User { text } => write!(f, "User({} B)", text.len()),
-            Message::Assistant { text, thinking, reasoning, tool_calls } => write!(
+            Message::Assistant {
+                text,
+                thinking,
+                reasoning,
+                tool_calls,
+            } => write!(
                 f,
                 "Assistant({} B text, {} B thinking, {} reasoning blocks, calls {:?})",
                 text.len(),
@@ -54,8 +85,17 @@ impl std::fmt::Debug for Message {
                 reasoning.len(),
                 tool_calls
             ),
-            Message::ToolResult { call_id, name, text, is_error } => {
-                write!(f, "ToolResult({call_id} {name} {} B err={is_error})", text.len())
+            Message::ToolResult {
+                call_id,
+                name,
+                text,
+                is_error,
+            } => {
+                write!(
+                    f,
+                    "ToolResult({call_id} {name} {} B err={is_error})",
+                    text.len()
+                )
             }
         }
     }
@@ -83,7 +123,12 @@ impl std::fmt::Debug for ReasoningBlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.redacted {
             Some(data) => write!(f, "Redacted({} B)", data.len()),
-            None => write!(f, "Thinking({} B, sig {} B)", self.text.len(), self.signature.len()),
+            None => write!(
+                f,
+                "Thinking({} B, sig {} B)",
+                self.text.len(),
+                self.signature.len()
+            ),
         }
     }
 }
@@ -141,7 +186,14 @@ impl std::fmt::Debug for HttpRequest {
     // Never print secrets or the (large) body (SPEC P2).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
-        write!(f, "{} {} headers={:?} body={} B", self.method, self.url, names, self.body.len())
+        write!(
+            f,
+            "{} {} headers={:?} body={} B",
+            self.method,
+            self.url,
+            names,
+            self.body.len()
+        )
     }
 }
 
@@ -254,17 +306,28 @@ pub(crate) mod decoder_tests {
         let mut deltas = Vec::new();
         for chunk in chunks {
             if let Err(err) = decoder.feed(chunk, &mut deltas) {
-                return Outcome { result: Err(err), deltas, complete: decoder.is_complete() };
+                return Outcome {
+                    result: Err(err),
+                    deltas,
+                    complete: decoder.is_complete(),
+                };
             }
         }
         let complete = decoder.is_complete();
         let result = decoder.finish(&mut deltas);
-        Outcome { result, deltas, complete }
+        Outcome {
+            result,
+            deltas,
+            complete,
+        }
     }
 
     /// Decode `body` whole, at every 2-chunk split, byte by byte, and byte by byte with CRLF and
     /// CR line endings; every run must give the same response and the same deltas.
-    pub(crate) fn decode_every_split(make: &dyn Fn() -> Box<dyn StreamDecoder>, body: &str) -> Outcome {
+    pub(crate) fn decode_every_split(
+        make: &dyn Fn() -> Box<dyn StreamDecoder>,
+        body: &str,
+    ) -> Outcome {
         let whole = run_chunks(make(), &[body.as_bytes()]);
         let bytes = body.as_bytes();
         for i in 0..=bytes.len() {
@@ -276,7 +339,11 @@ pub(crate) mod decoder_tests {
         for ending in ["\r\n", "\r"] {
             let converted = body.replace('\n', ending);
             let singles: Vec<&[u8]> = converted.as_bytes().chunks(1).collect();
-            assert_eq!(run_chunks(make(), &singles), whole, "byte by byte, line ending {ending:?}");
+            assert_eq!(
+                run_chunks(make(), &singles),
+                whole,
+                "byte by byte, line ending {ending:?}"
+            );
         }
         whole
     }

@@ -9,7 +9,7 @@ use crate::io::{Action, ProcKey, Signal, SpawnSpec};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, RpcError, RpcId};
 use crate::time::MonoTime;
 use crate::tools;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// MCP protocol version we request (SPEC M2).
@@ -66,9 +66,17 @@ pub enum Purpose {
     /// A page of `tools/list`.
     ListTools,
     /// A model tool call: (session, turn seq, slot index).
-    Tool { session: String, turn_seq: u64, slot: usize },
+    Tool {
+        session: String,
+        turn_seq: u64,
+        slot: usize,
+    },
     /// A hook call of a hook round: (session, round id, index in the round).
-    Hook { session: String, round: u64, idx: usize },
+    Hook {
+        session: String,
+        round: u64,
+        idx: usize,
+    },
 }
 
 /// One request awaiting its reply, with exactly one deadline (DESIGN).
@@ -130,9 +138,10 @@ impl Server {
         let mut best: Option<MonoTime> = None;
         for p in self.pending.values() {
             if let Some(d) = p.deadline
-                && best.is_none_or(|b| d < b) {
-                    best = Some(d);
-                }
+                && best.is_none_or(|b| d < b)
+            {
+                best = Some(d);
+            }
         }
         best
     }
@@ -183,7 +192,11 @@ impl Server {
     /// The last stderr lines, joined, for error messages (SPEC M1, A2).
     #[must_use]
     pub fn stderr_tail(&self) -> String {
-        self.stderr_tail.iter().cloned().collect::<Vec<_>>().join("\n")
+        self.stderr_tail
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     fn alloc_id(&mut self) -> u64 {
@@ -204,7 +217,12 @@ impl Server {
 
 impl Agent {
     /// Create the server record of a session entry (not yet spawned).
-    pub(crate) fn create_server(&mut self, session: &str, cwd: &str, entry: &McpServerEntry) -> u64 {
+    pub(crate) fn create_server(
+        &mut self,
+        session: &str,
+        cwd: &str,
+        entry: &McpServerEntry,
+    ) -> u64 {
         let slot = self.alloc_server_slot();
         // M1: inherited env minus agent variables, then the client's entries win.
         let mut env: BTreeMap<String, String> = self.inherited_env.iter().cloned().collect();
@@ -225,7 +243,10 @@ impl Agent {
                 session: session.to_string(),
                 name: entry.name.clone(),
                 spec,
-                proc: ProcKey { server: slot, generation: 0 },
+                proc: ProcKey {
+                    server: slot,
+                    generation: 0,
+                },
                 state: ServerState::Spawning,
                 buf: LineBuffer::new(MAX_MCP_LINE_BYTES),
                 pending: BTreeMap::new(),
@@ -271,8 +292,13 @@ impl Agent {
             .map(|s| s.slot)
             .collect();
         for slot in due {
-            let Some(s) = self.servers.get_mut(&slot) else { continue };
-            s.proc = ProcKey { server: slot, generation: s.proc.generation + 1 };
+            let Some(s) = self.servers.get_mut(&slot) else {
+                continue;
+            };
+            s.proc = ProcKey {
+                server: slot,
+                generation: s.proc.generation + 1,
+            };
             s.buf = LineBuffer::new(MAX_MCP_LINE_BYTES);
             s.pending.clear();
             s.restart_at = None;
@@ -287,19 +313,37 @@ impl Agent {
     }
 
     pub(crate) fn spawn_server(&mut self, slot: u64) {
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         s.state = ServerState::Spawning;
         let (proc, spec) = (s.proc, s.spec.clone());
-        let msg = format!("mcp '{}': spawning {} {:?} in {}", spec.name, spec.command, spec.args, spec.cwd);
+        let msg = format!(
+            "mcp '{}': spawning {} {:?} in {}",
+            spec.name, spec.command, spec.args, spec.cwd
+        );
         self.log(LogLevel::Info, msg);
         self.push(Action::SpawnMcp { proc, spec });
     }
 
-    pub(crate) fn send_mcp_request(&mut self, slot: u64, method: &str, params: &Value, purpose: Purpose, deadline_ms: u64) -> Option<u64> {
+    pub(crate) fn send_mcp_request(
+        &mut self,
+        slot: u64,
+        method: &str,
+        params: &Value,
+        purpose: Purpose,
+        deadline_ms: u64,
+    ) -> Option<u64> {
         let now = self.now;
         let s = self.servers.get_mut(&slot)?;
         let id = s.alloc_id();
-        s.pending.insert(id, Pending { purpose, deadline: Some(now.plus_ms(deadline_ms)) });
+        s.pending.insert(
+            id,
+            Pending {
+                purpose,
+                deadline: Some(now.plus_ms(deadline_ms)),
+            },
+        );
         let line = jsonrpc::encode_request(id, method, params);
         let proc = s.proc;
         self.push(Action::WriteMcp { proc, line });
@@ -307,9 +351,14 @@ impl Agent {
     }
 
     fn send_mcp_notification(&mut self, slot: u64, method: &str, params: &Value) {
-        let Some(s) = self.servers.get(&slot) else { return };
+        let Some(s) = self.servers.get(&slot) else {
+            return;
+        };
         let proc = s.proc;
-        self.push(Action::WriteMcp { proc, line: jsonrpc::encode_notification(method, params) });
+        self.push(Action::WriteMcp {
+            proc,
+            line: jsonrpc::encode_notification(method, params),
+        });
     }
 
     /// Abandon a pending request with `notifications/cancelled` (SPEC M5, H4, A4).
@@ -322,23 +371,34 @@ impl Agent {
             None => false,
         };
         if alive {
-            self.send_mcp_notification(slot, "notifications/cancelled", &json!({"requestId": id, "reason": reason}));
+            self.send_mcp_notification(
+                slot,
+                "notifications/cancelled",
+                &json!({"requestId": id, "reason": reason}),
+            );
         }
     }
 
     pub(crate) fn on_mcp_spawned(&mut self, proc: ProcKey) {
-        let Some(slot) = self.slot_of(proc) else { return };
+        let Some(slot) = self.slot_of(proc) else {
+            return;
+        };
         let timeout = self.cfg.mcp_init_timeout_ms;
         let version = self.version.clone();
         let now = self.now;
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         s.alive = true;
         s.was_started = true;
         if matches!(s.state, ServerState::Dead { .. }) {
             // Stopped (session failed, shutdown) while the spawn was in flight: stop it now.
             s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
             self.push(Action::CloseMcpStdin { proc });
-            self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
+            self.push(Action::SignalProcessGroup {
+                proc,
+                signal: Signal::Term,
+            });
             return;
         }
         if s.state != ServerState::Spawning {
@@ -354,14 +414,23 @@ impl Agent {
     }
 
     pub(crate) fn on_mcp_spawn_failed(&mut self, proc: ProcKey, error: &str) {
-        let Some(slot) = self.slot_of(proc) else { return };
-        let Some(s) = self.servers.get(&slot) else { return };
-        let reason = format!("MCP server '{}' failed to start: spawning '{}' failed: {error}", s.name, s.spec.command);
+        let Some(slot) = self.slot_of(proc) else {
+            return;
+        };
+        let Some(s) = self.servers.get(&slot) else {
+            return;
+        };
+        let reason = format!(
+            "MCP server '{}' failed to start: spawning '{}' failed: {error}",
+            s.name, s.spec.command
+        );
         self.server_died(slot, reason, false);
     }
 
     pub(crate) fn on_mcp_stderr(&mut self, proc: ProcKey, line: String) {
-        let Some(s) = self.servers.get_mut(&proc.server) else { return };
+        let Some(s) = self.servers.get_mut(&proc.server) else {
+            return;
+        };
         let name = s.name.clone();
         if s.proc == proc {
             if s.stderr_tail.len() == STDERR_TAIL_LINES {
@@ -374,38 +443,55 @@ impl Agent {
     }
 
     pub(crate) fn on_mcp_exited(&mut self, proc: ProcKey, status: &str) {
-        let Some(slot) = self.slot_of(proc) else { return };
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(slot) = self.slot_of(proc) else {
+            return;
+        };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         s.alive = false;
         s.exit_status = Some(status.to_string());
         s.stdout_closed_at = None;
         let dead = matches!(s.state, ServerState::Dead { .. });
         let name = s.name.clone();
         if dead {
-            self.log(LogLevel::Debug, format!("mcp '{name}': process reaped ({status})"));
+            self.log(
+                LogLevel::Debug,
+                format!("mcp '{name}': process reaped ({status})"),
+            );
         } else {
             let reason = if s.state == ServerState::Ready {
                 s.describe_death(&format!("exited ({status})"))
             } else {
-                s.describe_death(&format!("failed to start: exited ({status}) during the handshake"))
+                s.describe_death(&format!(
+                    "failed to start: exited ({status}) during the handshake"
+                ))
             };
             self.server_died(slot, reason, true);
         }
     }
 
     pub(crate) fn on_mcp_stdout_closed(&mut self, proc: ProcKey) {
-        let Some(slot) = self.slot_of(proc) else { return };
+        let Some(slot) = self.slot_of(proc) else {
+            return;
+        };
         let now = self.now;
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         if s.alive && !matches!(s.state, ServerState::Dead { .. }) {
             s.stdout_closed_at = Some(now.plus_ms(STDOUT_CLOSED_GRACE_MS));
         }
     }
 
     pub(crate) fn on_mcp_write_failed(&mut self, proc: ProcKey) {
-        let Some(slot) = self.slot_of(proc) else { return };
+        let Some(slot) = self.slot_of(proc) else {
+            return;
+        };
         let now = self.now;
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         if matches!(s.state, ServerState::Dead { .. }) {
             return;
         }
@@ -425,12 +511,16 @@ impl Agent {
     /// is gone (TERM now, KILL after the grace, SPEC M8/H4).
     pub(crate) fn server_died(&mut self, slot: u64, reason: String, kill_group: bool) {
         let now = self.now;
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         if matches!(s.state, ServerState::Dead { .. }) {
             return;
         }
         let listed_before = s.tools_ever_listed();
-        s.state = ServerState::Dead { reason: reason.clone() };
+        s.state = ServerState::Dead {
+            reason: reason.clone(),
+        };
         s.stdout_closed_at = None;
         let pending: Vec<(u64, Pending)> = std::mem::take(&mut s.pending).into_iter().collect();
         let (proc, session) = (s.proc, s.session.clone());
@@ -453,11 +543,18 @@ impl Agent {
         if kill_group && s.was_started {
             s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
             self.push(Action::CloseMcpStdin { proc });
-            self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
+            self.push(Action::SignalProcessGroup {
+                proc,
+                signal: Signal::Term,
+            });
         }
         self.log(LogLevel::Warn, reason.clone());
         if permanent_now {
-            let name = self.servers.get(&slot).map(|s| s.name.clone()).unwrap_or_default();
+            let name = self
+                .servers
+                .get(&slot)
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
             self.log(LogLevel::Error, format!("mcp '{name}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed (M9)"));
         }
         for (_, p) in pending {
@@ -470,7 +567,9 @@ impl Agent {
 
     /// Kill a live server (tool timeout, hook double timeout, oversize line) and mark it dead.
     pub(crate) fn kill_server(&mut self, slot: u64, cause: &str) {
-        let Some(s) = self.servers.get(&slot) else { return };
+        let Some(s) = self.servers.get(&slot) else {
+            return;
+        };
         let reason = s.describe_death(cause);
         self.server_died(slot, reason, true);
     }
@@ -478,9 +577,13 @@ impl Agent {
     /// Orderly stop at session failure or shutdown: close stdin, TERM, KILL later.
     pub(crate) fn stop_server(&mut self, slot: u64, why: &str) {
         let now = self.now;
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         if !matches!(s.state, ServerState::Dead { .. }) {
-            s.state = ServerState::Dead { reason: format!("MCP server '{}' stopped: {why}", s.name) };
+            s.state = ServerState::Dead {
+                reason: format!("MCP server '{}' stopped: {why}", s.name),
+            };
         }
         s.permanent = true;
         s.restart_at = None;
@@ -489,48 +592,81 @@ impl Agent {
         if s.was_started && !s.kills.iter().any(|(_, p)| *p == proc) {
             s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
             self.push(Action::CloseMcpStdin { proc });
-            self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
+            self.push(Action::SignalProcessGroup {
+                proc,
+                signal: Signal::Term,
+            });
         }
     }
 
     fn fail_pending(&mut self, purpose: Purpose, reason: &str) {
         match purpose {
             Purpose::Initialize | Purpose::ListTools => {}
-            Purpose::Tool { session, turn_seq, slot: idx } => {
-                let out = tools::ToolOutput { text: reason.to_string(), is_error: true };
+            Purpose::Tool {
+                session,
+                turn_seq,
+                slot: idx,
+            } => {
+                let out = tools::ToolOutput {
+                    text: reason.to_string(),
+                    is_error: true,
+                };
                 self.on_tool_finished(&session, turn_seq, idx, out, true);
             }
-            Purpose::Hook { session, round, idx } => {
+            Purpose::Hook {
+                session,
+                round,
+                idx,
+            } => {
                 self.on_hook_outcome(&session, round, idx, crate::hooks::HookOutcome::Dead);
             }
         }
     }
 
     pub(crate) fn on_mcp_bytes(&mut self, proc: ProcKey, bytes: &[u8]) {
-        let Some(slot) = self.slot_of(proc) else { return };
+        let Some(slot) = self.slot_of(proc) else {
+            return;
+        };
         let mut events = Vec::new();
         if let Some(s) = self.servers.get_mut(&slot) {
             s.buf.push(bytes, &mut events);
         }
         for ev in events {
-            if self.servers.get(&slot).is_none_or(|s| matches!(s.state, ServerState::Dead { .. })) {
+            if self
+                .servers
+                .get(&slot)
+                .is_none_or(|s| matches!(s.state, ServerState::Dead { .. }))
+            {
                 return;
             }
             match ev {
                 LineEvent::Line(line) => self.on_mcp_line(slot, &line),
                 LineEvent::TooLong { bytes } => {
-                    self.kill_server(slot, &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed (T6)"));
+                    self.kill_server(
+                        slot,
+                        &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed (T6)"),
+                    );
                 }
             }
         }
     }
 
     fn on_mcp_line(&mut self, slot: u64, line: &[u8]) {
-        let name = self.servers.get(&slot).map(|s| s.name.clone()).unwrap_or_default();
+        let name = self
+            .servers
+            .get(&slot)
+            .map(|s| s.name.clone())
+            .unwrap_or_default();
         match jsonrpc::parse_message(line) {
-            Ok(jsonrpc::Message::Response { id, outcome }) => self.on_mcp_response(slot, &id, outcome),
-            Ok(jsonrpc::Message::Request { id, method, .. }) => self.on_mcp_server_request(slot, &id, &method),
-            Ok(jsonrpc::Message::Notification { method, params }) => self.on_mcp_notification(slot, &method, &params),
+            Ok(jsonrpc::Message::Response { id, outcome }) => {
+                self.on_mcp_response(slot, &id, outcome)
+            }
+            Ok(jsonrpc::Message::Request { id, method, .. }) => {
+                self.on_mcp_server_request(slot, &id, &method)
+            }
+            Ok(jsonrpc::Message::Notification { method, params }) => {
+                self.on_mcp_notification(slot, &method, &params)
+            }
             Err(jsonrpc::ParseError::NotJson) | Err(jsonrpc::ParseError::Invalid { .. }) => {
                 // T6: logged once each at warn (cut to 200 bytes), never answered.
                 let n = self.servers.get_mut(&slot).map(|s| {
@@ -538,26 +674,43 @@ impl Agent {
                     s.bad_lines
                 });
                 let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-                let level = if n.unwrap_or(0) <= 100 { LogLevel::Warn } else { LogLevel::Debug };
-                self.log(level, format!("mcp '{name}': ignoring non-JSON-RPC stdout line: {shown:?}"));
+                let level = if n.unwrap_or(0) <= 100 {
+                    LogLevel::Warn
+                } else {
+                    LogLevel::Debug
+                };
+                self.log(
+                    level,
+                    format!("mcp '{name}': ignoring non-JSON-RPC stdout line: {shown:?}"),
+                );
             }
         }
     }
 
     fn on_mcp_server_request(&mut self, slot: u64, id: &RpcId, method: &str) {
-        let Some(s) = self.servers.get(&slot) else { return };
+        let Some(s) = self.servers.get(&slot) else {
+            return;
+        };
         let proc = s.proc;
         let line = if method == "ping" {
             jsonrpc::encode_result(id, &json!({}))
         } else {
-            let err = RpcError { code: jsonrpc::RpcError::METHOD_NOT_FOUND, message: format!("Method not found: {method}"), data: None };
+            let err = RpcError {
+                code: jsonrpc::RpcError::METHOD_NOT_FOUND,
+                message: format!("Method not found: {method}"),
+                data: None,
+            };
             jsonrpc::encode_error(Some(id), &err)
         };
         self.push(Action::WriteMcp { proc, line });
     }
 
     fn on_mcp_notification(&mut self, slot: u64, method: &str, params: &Value) {
-        let name = self.servers.get(&slot).map(|s| s.name.clone()).unwrap_or_default();
+        let name = self
+            .servers
+            .get(&slot)
+            .map(|s| s.name.clone())
+            .unwrap_or_default();
         match method {
             "notifications/tools/list_changed" => {
                 let ready = self.servers.get(&slot).is_some_and(Server::is_ready);
@@ -569,31 +722,58 @@ impl Agent {
                 }
             }
             "notifications/message" => {
-                let level = match params.get("level").and_then(Value::as_str).unwrap_or("info") {
+                let level = match params
+                    .get("level")
+                    .and_then(Value::as_str)
+                    .unwrap_or("info")
+                {
                     "debug" => LogLevel::Debug,
                     "info" | "notice" => LogLevel::Info,
                     "warning" => LogLevel::Warn,
                     _ => LogLevel::Error,
                 };
-                let data = params.get("data").map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string));
+                let data = params
+                    .get("data")
+                    .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string));
                 self.log(level, format!("[mcp:{name}] {}", data.unwrap_or_default()));
             }
-            other => self.log(LogLevel::Debug, format!("mcp '{name}': ignoring notification {other}")),
+            other => self.log(
+                LogLevel::Debug,
+                format!("mcp '{name}': ignoring notification {other}"),
+            ),
         }
     }
 
     fn on_mcp_response(&mut self, slot: u64, id: &Value, outcome: Result<Value, RpcError>) {
-        let name = self.servers.get(&slot).map(|s| s.name.clone()).unwrap_or_default();
+        let name = self
+            .servers
+            .get(&slot)
+            .map(|s| s.name.clone())
+            .unwrap_or_default();
         let Some(our) = jsonrpc::match_our_id(id) else {
             match &outcome {
-                Err(e) => self.log(LogLevel::Warn, format!("mcp '{name}': error without request id: {} {}", e.code, e.message)),
-                Ok(_) => self.log(LogLevel::Debug, format!("mcp '{name}': response with foreign id {id}; dropped")),
+                Err(e) => self.log(
+                    LogLevel::Warn,
+                    format!(
+                        "mcp '{name}': error without request id: {} {}",
+                        e.code, e.message
+                    ),
+                ),
+                Ok(_) => self.log(
+                    LogLevel::Debug,
+                    format!("mcp '{name}': response with foreign id {id}; dropped"),
+                ),
             }
             return;
         };
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         let Some(p) = s.pending.remove(&our) else {
-            self.log(LogLevel::Debug, format!("mcp '{name}': late or unknown response id {our}; dropped (I6)"));
+            self.log(
+                LogLevel::Debug,
+                format!("mcp '{name}': late or unknown response id {our}; dropped (I6)"),
+            );
             return;
         };
         // H4 / I5: any reply resets the consecutive hook-timeout counter.
@@ -601,7 +781,11 @@ impl Agent {
         match p.purpose {
             Purpose::Initialize => self.on_initialize_reply(slot, outcome),
             Purpose::ListTools => self.on_list_reply(slot, outcome),
-            Purpose::Tool { session, turn_seq, slot: idx } => {
+            Purpose::Tool {
+                session,
+                turn_seq,
+                slot: idx,
+            } => {
                 let out = match outcome {
                     Ok(v) => {
                         if let Some(s) = self.servers.get_mut(&slot) {
@@ -611,11 +795,18 @@ impl Agent {
                         self.on_tool_finished(&session, turn_seq, idx, out, false);
                         return;
                     }
-                    Err(e) => tools::ToolOutput { text: format!("tool call rejected: {} (code {})", e.message, e.code), is_error: true },
+                    Err(e) => tools::ToolOutput {
+                        text: format!("tool call rejected: {} (code {})", e.message, e.code),
+                        is_error: true,
+                    },
                 };
                 self.on_tool_finished(&session, turn_seq, idx, out, true);
             }
-            Purpose::Hook { session, round, idx } => {
+            Purpose::Hook {
+                session,
+                round,
+                idx,
+            } => {
                 let outcome = match outcome {
                     Ok(v) => {
                         let out = tools::convert_result(&v, self.cfg.max_tool_result_text_bytes);
@@ -635,17 +826,27 @@ impl Agent {
     }
 
     fn on_initialize_reply(&mut self, slot: u64, outcome: Result<Value, RpcError>) {
-        let Some(s) = self.servers.get(&slot) else { return };
+        let Some(s) = self.servers.get(&slot) else {
+            return;
+        };
         let result = match outcome {
             Ok(v) => v,
             Err(e) => {
-                let reason = s.describe_death(&format!("failed to start: initialize was rejected: {} {}", e.code, e.message));
+                let reason = s.describe_death(&format!(
+                    "failed to start: initialize was rejected: {} {}",
+                    e.code, e.message
+                ));
                 return self.server_died(slot, reason, true);
             }
         };
-        let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if !ACCEPTED_VERSIONS.contains(&version) {
-            let reason = s.describe_death(&format!("failed to start: unsupported MCP protocol version '{version}'"));
+            let reason = s.describe_death(&format!(
+                "failed to start: unsupported MCP protocol version '{version}'"
+            ));
             return self.server_died(slot, reason, true);
         }
         self.send_mcp_notification(slot, "notifications/initialized", &json!({}));
@@ -657,7 +858,9 @@ impl Agent {
 
     fn start_listing(&mut self, slot: u64) {
         let timeout = self.cfg.mcp_init_timeout_ms;
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         if s.pending.values().any(|p| p.purpose == Purpose::ListTools) {
             return; // a listing is in flight; relist_wanted makes it run again after
         }
@@ -669,11 +872,14 @@ impl Agent {
 
     fn on_list_reply(&mut self, slot: u64, outcome: Result<Value, RpcError>) {
         let timeout = self.cfg.mcp_init_timeout_ms;
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         let result = match outcome {
             Ok(v) => v,
             Err(e) => {
-                let reason = s.describe_death(&format!("tools/list failed: {} {}", e.code, e.message));
+                let reason =
+                    s.describe_death(&format!("tools/list failed: {} {}", e.code, e.message));
                 if s.state == ServerState::Listing {
                     return self.server_died(slot, reason, true);
                 }
@@ -684,16 +890,25 @@ impl Agent {
         if let Some(list) = result.get("tools").and_then(Value::as_array) {
             s.list_acc.extend(list.iter().cloned());
         }
-        let cursor = result.get("nextCursor").and_then(Value::as_str).map(str::to_string);
+        let cursor = result
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let mut warn = None;
         let next = match cursor {
             Some(c) if !c.is_empty() => {
                 let page_no = s.list_cursors.len() as u32 + 1;
                 if s.list_cursors.contains(&c) {
-                    warn = Some(format!("mcp '{}': tools/list repeated cursor {c:?}; stopping (M2)", s.name));
+                    warn = Some(format!(
+                        "mcp '{}': tools/list repeated cursor {c:?}; stopping (M2)",
+                        s.name
+                    ));
                     None
                 } else if page_no >= MAX_LIST_PAGES {
-                    warn = Some(format!("mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping (M2)", s.name));
+                    warn = Some(format!(
+                        "mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping (M2)",
+                        s.name
+                    ));
                     None
                 } else {
                     s.list_cursors.insert(c.clone());
@@ -706,14 +921,22 @@ impl Agent {
             self.log(LogLevel::Warn, w);
         }
         if let Some(c) = next {
-            self.send_mcp_request(slot, "tools/list", &json!({"cursor": c}), Purpose::ListTools, timeout);
+            self.send_mcp_request(
+                slot,
+                "tools/list",
+                &json!({"cursor": c}),
+                Purpose::ListTools,
+                timeout,
+            );
             return;
         }
         self.install_tools(slot);
     }
 
     fn install_tools(&mut self, slot: u64) {
-        let Some(s) = self.servers.get_mut(&slot) else { return };
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
         let raw = std::mem::take(&mut s.list_acc);
         let name = s.name.clone();
         let mut tools_out: Vec<McpTool> = Vec::new();
@@ -738,14 +961,27 @@ impl Agent {
             };
             let mut exposed = tools::exposed_name(&name, bare);
             if !seen_exposed.insert(exposed.clone()) {
-                exposed = format!("{}_{:08x}", &exposed[..exposed.len().min(55)], tools::fnv1a(bare.as_bytes()) & 0xffff_ffff);
+                exposed = format!(
+                    "{}_{:08x}",
+                    &exposed[..exposed.len().min(55)],
+                    tools::fnv1a(bare.as_bytes()) & 0xffff_ffff
+                );
                 if !seen_exposed.insert(exposed.clone()) {
                     warnings.push(format!("mcp '{name}': dropping duplicate tool '{bare}'"));
                     continue;
                 }
             }
-            let description = t.get("description").and_then(Value::as_str).unwrap_or("").to_string();
-            tools_out.push(McpTool { bare: bare.to_string(), exposed, description, schema });
+            let description = t
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            tools_out.push(McpTool {
+                bare: bare.to_string(),
+                exposed,
+                description,
+                schema,
+            });
         }
         let was_listing = s.state == ServerState::Listing;
         if was_listing && s.restarting {
@@ -764,7 +1000,10 @@ impl Agent {
         for w in warnings {
             self.log(LogLevel::Warn, w);
         }
-        self.log(LogLevel::Info, format!("mcp '{name}': ready with {count} tool(s), hooks {hooks:?}"));
+        self.log(
+            LogLevel::Info,
+            format!("mcp '{name}': ready with {count} tool(s), hooks {hooks:?}"),
+        );
         if was_listing {
             self.check_session_start(&session);
         }
@@ -799,14 +1038,21 @@ impl Agent {
             }
         }
         for (_, proc) in escalate {
-            self.push(Action::SignalProcessGroup { proc, signal: Signal::Kill });
+            self.push(Action::SignalProcessGroup {
+                proc,
+                signal: Signal::Kill,
+            });
         }
         for slot in closed {
             self.kill_server(slot, "closed its stdout");
         }
         for (slot, id, purpose) in expired {
             // The request may have been resolved by an earlier expiry in this loop (death).
-            if self.servers.get(&slot).is_none_or(|s| !s.pending.contains_key(&id)) {
+            if self
+                .servers
+                .get(&slot)
+                .is_none_or(|s| !s.pending.contains_key(&id))
+            {
                 continue;
             }
             match purpose {
@@ -815,31 +1061,53 @@ impl Agent {
                     if let Some(s) = self.servers.get_mut(&slot) {
                         s.pending.remove(&id);
                     }
-                    let starting = self.servers.get(&slot).is_some_and(|s| s.state != ServerState::Ready);
+                    let starting = self
+                        .servers
+                        .get(&slot)
+                        .is_some_and(|s| s.state != ServerState::Ready);
                     let cause = if starting {
-                        format!("failed to start: handshake timed out after {secs} s (BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)")
+                        format!(
+                            "failed to start: handshake timed out after {secs} s (BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)"
+                        )
                     } else {
                         format!("tools/list timed out after {secs} s")
                     };
                     if starting {
                         self.kill_server(slot, &cause);
                     } else {
-                        let name = self.servers.get(&slot).map(|s| s.name.clone()).unwrap_or_default();
+                        let name = self
+                            .servers
+                            .get(&slot)
+                            .map(|s| s.name.clone())
+                            .unwrap_or_default();
                         self.log(LogLevel::Warn, format!("mcp '{name}': {cause}"));
                     }
                 }
-                Purpose::Tool { session, turn_seq, slot: idx } => {
+                Purpose::Tool {
+                    session,
+                    turn_seq,
+                    slot: idx,
+                } => {
                     let secs = self.cfg.tool_timeout_ms / 1000;
                     self.cancel_mcp_request(slot, id, &format!("timeout after {secs}s"));
                     let out = tools::ToolOutput {
-                        text: format!("tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"),
+                        text: format!(
+                            "tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
+                        ),
                         is_error: true,
                     };
                     self.on_tool_finished(&session, turn_seq, idx, out, true);
                     // M5: the server is killed and marked dead.
-                    self.kill_server(slot, &format!("tool call timed out after {secs} s; killed (M5)"));
+                    self.kill_server(
+                        slot,
+                        &format!("tool call timed out after {secs} s; killed (M5)"),
+                    );
                 }
-                Purpose::Hook { session, round, idx } => {
+                Purpose::Hook {
+                    session,
+                    round,
+                    idx,
+                } => {
                     self.on_hook_timeout(slot, id, &session, round, idx);
                 }
             }

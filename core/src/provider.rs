@@ -18,7 +18,9 @@ pub fn is_supported(kind: &ProviderKind) -> bool {
 pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
     match cfg.provider {
         ProviderKind::Anthropic => crate::anthropic::build_request(cfg, req),
-        ProviderKind::OpenAiChat => crate::openai_chat::build_request(&cfg.base_url, &cfg.api_key, req),
+        ProviderKind::OpenAiChat => {
+            crate::openai_chat::build_request(&cfg.base_url, &cfg.api_key, req)
+        }
         ProviderKind::OpenAiResponses => {
             crate::openai_responses::build_request(&cfg.base_url, &cfg.api_key, req)
         }
@@ -66,9 +68,15 @@ pub fn classify_status(status: u16, body: &str) -> HttpFailure {
 #[must_use]
 pub fn is_context_too_long(body: &str) -> bool {
     let b = body.to_ascii_lowercase();
-    ["context_length_exceeded", "prompt is too long", "maximum context length", "context window", "too many tokens"]
-        .iter()
-        .any(|p| b.contains(p))
+    [
+        "context_length_exceeded",
+        "prompt is too long",
+        "maximum context length",
+        "context window",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|p| b.contains(p))
 }
 
 /// The provider's error message from a body (`error.message`, `message`), else the body text,
@@ -106,9 +114,17 @@ pub fn cut(s: &str, max: usize) -> String {
 /// `None` when absent, unparsable or ≤ 0 (the exponential backoff applies).
 #[must_use]
 pub fn retry_after_ms(headers: &[(String, String)]) -> Option<u64> {
-    let get = |n: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.trim());
+    let get = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.trim())
+    };
     let ms = if let Some(v) = get("retry-after-ms") {
-        v.parse::<f64>().ok().filter(|x| x.is_finite()).map(|x| x.max(0.0) as u64)
+        v.parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite())
+            .map(|x| x.max(0.0) as u64)
     } else if let Some(v) = get("retry-after") {
         if let Ok(secs) = v.parse::<f64>() {
             Some((secs.max(0.0) * 1000.0) as u64)
@@ -134,9 +150,11 @@ pub fn parse_http_date(s: &str) -> Option<u64> {
         return None;
     }
     let day: u64 = parts[1].parse().ok()?;
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        .iter()
-        .position(|m| *m == parts[2])? as u64
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == parts[2])? as u64
         + 1;
     let year: u64 = parts[3].parse().ok()?;
     let hms: Vec<u64> = parts[4].split(':').filter_map(|x| x.parse().ok()).collect();
@@ -144,7 +162,11 @@ pub fn parse_http_date(s: &str) -> Option<u64> {
         return None;
     }
     // Days from civil (Howard Hinnant's algorithm), shifted to start the year in March.
-    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
     let era = y / 400;
     let yoe = y - era * 400;
     let doy = (153 * m + 2) / 5 + day - 1;
@@ -158,7 +180,10 @@ mod tests {
     use super::*;
 
     fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]
@@ -166,11 +191,29 @@ mod tests {
         use crate::config::Config;
         use crate::llm::{LlmRequest, Message, StreamDelta};
         let messages = [Message::User { text: "hi".into() }];
-        let req = LlmRequest { model: "m", system: None, messages: &messages, tools: &[], max_output_tokens: 8 };
+        let req = LlmRequest {
+            model: "m",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 8,
+        };
         let routes = [
-            (ProviderKind::Anthropic, "http://h/v1/messages", "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
-            (ProviderKind::OpenAiChat, "http://h/chat/completions", "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"),
-            (ProviderKind::OpenAiResponses, "http://h/responses", "data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n"),
+            (
+                ProviderKind::Anthropic,
+                "http://h/v1/messages",
+                "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+            ),
+            (
+                ProviderKind::OpenAiChat,
+                "http://h/chat/completions",
+                "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+            ),
+            (
+                ProviderKind::OpenAiResponses,
+                "http://h/responses",
+                "data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n",
+            ),
         ];
         for (kind, url, body) in routes {
             assert!(is_supported(&kind));
@@ -191,7 +234,10 @@ mod tests {
         }
         assert_eq!(classify_status(401, ""), HttpFailure::Auth);
         assert_eq!(classify_status(403, ""), HttpFailure::Auth);
-        assert_eq!(classify_status(400, "{\"error\":{\"code\":\"context_length_exceeded\"}}"), HttpFailure::ContextTooLong);
+        assert_eq!(
+            classify_status(400, "{\"error\":{\"code\":\"context_length_exceeded\"}}"),
+            HttpFailure::ContextTooLong
+        );
         assert_eq!(classify_status(400, "bad"), HttpFailure::Fatal);
         assert_eq!(classify_status(404, ""), HttpFailure::Fatal);
     }
@@ -203,7 +249,10 @@ mod tests {
         assert_eq!(retry_after_ms(&h(&[("retry-after", "3600")])), Some(60_000));
         assert_eq!(retry_after_ms(&h(&[("retry-after", "0")])), None);
         assert_eq!(
-            retry_after_ms(&h(&[("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT"), ("date", "Wed, 21 Oct 2026 07:27:50 GMT")])),
+            retry_after_ms(&h(&[
+                ("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT"),
+                ("date", "Wed, 21 Oct 2026 07:27:50 GMT")
+            ])),
             Some(10_000)
         );
         assert_eq!(retry_after_ms(&h(&[("retry-after", "soon")])), None);
@@ -213,12 +262,18 @@ mod tests {
     #[test]
     fn http_dates_parse_to_unix_seconds() {
         assert_eq!(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
-        assert_eq!(parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
     }
 
     #[test]
     fn a3_error_messages_come_from_the_body_and_are_capped() {
-        assert_eq!(error_message(b"{\"error\":{\"message\":\"slow down\"}}"), "slow down");
+        assert_eq!(
+            error_message(b"{\"error\":{\"message\":\"slow down\"}}"),
+            "slow down"
+        );
         assert_eq!(error_message(b"plain"), "plain");
         assert_eq!(error_message("é".repeat(5000).as_bytes()).len(), 4096);
     }

@@ -44,8 +44,16 @@ pub fn bearer(api_key: &str) -> Option<(&'static str, String)> {
 /// schema), the system prompt, and 256 bytes.
 #[must_use]
 pub fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
-    let history: usize = req.messages.iter().map(|m| m.content_bytes() + per_message).sum();
-    let tools: usize = req.tools.iter().map(|t| 2 * t.name.len() + t.description.len() + 512).sum();
+    let history: usize = req
+        .messages
+        .iter()
+        .map(|m| m.content_bytes() + per_message)
+        .sum();
+    let tools: usize = req
+        .tools
+        .iter()
+        .map(|t| 2 * t.name.len() + t.description.len() + 512)
+        .sum();
     history + history / 8 + tools + req.system.map_or(0, str::len) + 256
 }
 

@@ -34,7 +34,9 @@ impl Shutdown {
     #[must_use]
     pub fn deadline(&self) -> Option<MonoTime> {
         match self.stage {
-            Stage::Closing { since } | Stage::Terminating { since } => Some(since.plus_ms(crate::mcp::KILL_GRACE_MS)),
+            Stage::Closing { since } | Stage::Terminating { since } => {
+                Some(since.plus_ms(crate::mcp::KILL_GRACE_MS))
+            }
             Stage::Exited => None,
         }
     }
@@ -47,21 +49,29 @@ impl Agent {
             return;
         }
         let now = self.now;
-        self.shutdown = Some(Shutdown { stage: Stage::Closing { since: now } });
+        self.shutdown = Some(Shutdown {
+            stage: Stage::Closing { since: now },
+        });
         // Cancel every turn and answer pending requests (P1).
         let sids: Vec<String> = self.sessions.keys().cloned().collect();
         for sid in &sids {
             let starting = self.sessions.get(sid).and_then(|s| s.starting.clone());
             if let Some(rpc) = starting {
-                self.reply_err(Some(&rpc), jsonrpc::RpcError::SERVER_ERROR, "agent is shutting down".into(), None);
+                self.reply_err(
+                    Some(&rpc),
+                    jsonrpc::RpcError::SERVER_ERROR,
+                    "agent is shutting down".into(),
+                    None,
+                );
                 if let Some(s) = self.sessions.get_mut(sid) {
                     s.starting = None;
                 }
             }
             if let Some(s) = self.sessions.get_mut(sid)
-                && let Some((id, _)) = s.queued.take() {
-                    self.reply_ok(&id, &serde_json::json!({"stopReason": "cancelled"}));
-                }
+                && let Some((id, _)) = s.queued.take()
+            {
+                self.reply_ok(&id, &serde_json::json!({"stopReason": "cancelled"}));
+            }
             self.cancel_turn(sid, "agent shutting down");
             // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
             if self.sessions.get(sid).is_some_and(|s| s.turn.is_some()) {
@@ -72,8 +82,11 @@ impl Agent {
             self.push(Action::CancelLlm { call });
         }
         self.out_requests.clear();
-        let procs: Vec<(crate::io::ProcKey, bool)> =
-            self.servers.values().map(|s| (s.proc, s.was_started)).collect();
+        let procs: Vec<(crate::io::ProcKey, bool)> = self
+            .servers
+            .values()
+            .map(|s| (s.proc, s.was_started))
+            .collect();
         for (proc, started) in procs {
             if started {
                 self.push(Action::CloseMcpStdin { proc });
@@ -82,10 +95,15 @@ impl Agent {
         for s in self.servers.values_mut() {
             s.pending.clear();
             if !matches!(s.state, crate::mcp::ServerState::Dead { .. }) {
-                s.state = crate::mcp::ServerState::Dead { reason: format!("MCP server '{}' stopped: agent shutting down", s.name) };
+                s.state = crate::mcp::ServerState::Dead {
+                    reason: format!("MCP server '{}' stopped: agent shutting down", s.name),
+                };
             }
         }
-        self.log(LogLevel::Debug, "shutdown: closed every MCP server's stdin".into());
+        self.log(
+            LogLevel::Debug,
+            "shutdown: closed every MCP server's stdin".into(),
+        );
     }
 
     fn any_leader_alive(&self) -> bool {
@@ -93,20 +111,36 @@ impl Agent {
     }
 
     fn term_all_groups(&mut self) {
-        let procs: Vec<_> = self.servers.values().flat_map(crate::mcp::Server::procs_to_sweep).collect();
+        let procs: Vec<_> = self
+            .servers
+            .values()
+            .flat_map(crate::mcp::Server::procs_to_sweep)
+            .collect();
         for proc in procs {
-            self.push(Action::SignalProcessGroup { proc, signal: Signal::Term });
+            self.push(Action::SignalProcessGroup {
+                proc,
+                signal: Signal::Term,
+            });
         }
     }
 
     fn kill_all_and_exit(&mut self) {
-        let procs: Vec<_> = self.servers.values().flat_map(crate::mcp::Server::procs_to_sweep).collect();
+        let procs: Vec<_> = self
+            .servers
+            .values()
+            .flat_map(crate::mcp::Server::procs_to_sweep)
+            .collect();
         for proc in procs {
-            self.push(Action::SignalProcessGroup { proc, signal: Signal::Kill });
+            self.push(Action::SignalProcessGroup {
+                proc,
+                signal: Signal::Kill,
+            });
         }
         self.log(LogLevel::Info, "shutdown complete; exiting".into());
         self.push(Action::Exit { code: 0 });
-        self.shutdown = Some(Shutdown { stage: Stage::Exited });
+        self.shutdown = Some(Shutdown {
+            stage: Stage::Exited,
+        });
         self.finished = true;
     }
 
@@ -117,12 +151,15 @@ impl Agent {
         match sh.stage {
             Stage::Closing { .. } if !self.any_leader_alive() => {
                 self.term_all_groups();
-                self.shutdown = Some(Shutdown { stage: Stage::Terminating { since: now } });
+                self.shutdown = Some(Shutdown {
+                    stage: Stage::Terminating { since: now },
+                });
                 self.check_shutdown_progress();
             }
             Stage::Terminating { since }
                 if !self.any_leader_alive()
-                    && (now >= since.plus_ms(GROUP_GRACE_MS) || !self.servers.values().any(|s| s.was_started)) =>
+                    && (now >= since.plus_ms(GROUP_GRACE_MS)
+                        || !self.servers.values().any(|s| s.was_started)) =>
             {
                 self.kill_all_and_exit();
             }
@@ -136,10 +173,16 @@ impl Agent {
         match sh.stage {
             Stage::Closing { since } if now >= since.plus_ms(crate::mcp::KILL_GRACE_MS) => {
                 self.term_all_groups();
-                self.shutdown = Some(Shutdown { stage: Stage::Terminating { since: now } });
+                self.shutdown = Some(Shutdown {
+                    stage: Stage::Terminating { since: now },
+                });
             }
-            Stage::Terminating { since } if now >= since.plus_ms(crate::mcp::KILL_GRACE_MS) => self.kill_all_and_exit(),
-            Stage::Terminating { since } if !self.any_leader_alive() && now >= since.plus_ms(GROUP_GRACE_MS) => {
+            Stage::Terminating { since } if now >= since.plus_ms(crate::mcp::KILL_GRACE_MS) => {
+                self.kill_all_and_exit()
+            }
+            Stage::Terminating { since }
+                if !self.any_leader_alive() && now >= since.plus_ms(GROUP_GRACE_MS) =>
+            {
                 self.kill_all_and_exit();
             }
             Stage::Closing { .. } | Stage::Terminating { .. } | Stage::Exited => {}
@@ -150,7 +193,9 @@ impl Agent {
     pub(crate) fn shutdown_deadline(&self) -> Option<MonoTime> {
         let sh = self.shutdown?;
         match sh.stage {
-            Stage::Terminating { since } if !self.any_leader_alive() => Some(since.plus_ms(GROUP_GRACE_MS)),
+            Stage::Terminating { since } if !self.any_leader_alive() => {
+                Some(since.plus_ms(GROUP_GRACE_MS))
+            }
             Stage::Closing { .. } | Stage::Terminating { .. } | Stage::Exited => sh.deadline(),
         }
     }

@@ -10,7 +10,9 @@ pub const QUALIFIER: &str = "__";
 #[must_use]
 pub fn is_valid_server_name(name: &str) -> bool {
     !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         && !name.contains(QUALIFIER)
 }
 
@@ -23,7 +25,10 @@ pub fn is_hook_name(bare: &str) -> bool {
 /// Whether `name` is provider-safe: `^[A-Za-z0-9_-]{1,64}$` (SPEC M3).
 #[must_use]
 pub fn is_provider_safe(name: &str) -> bool {
-    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// 64-bit FNV-1a: a stable hash for name suffixes (same input → same name on every run).
@@ -56,7 +61,13 @@ pub fn exposed_name(server: &str, tool: &str) -> String {
     }
     let mut s: String = qualified
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let hash = fnv1a(qualified.as_bytes());
     if s.len() > 64 || s.is_empty() || s != qualified {
@@ -76,7 +87,12 @@ pub fn normalize_schema(schema: Option<&Value>) -> Result<Value, String> {
     let mut map = match schema {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
-        Some(other) => return Err(format!("inputSchema is not an object: {}", crate::jsonrpc::json_type(other))),
+        Some(other) => {
+            return Err(format!(
+                "inputSchema is not an object: {}",
+                crate::jsonrpc::json_type(other)
+            ));
+        }
     };
     match map.get("type") {
         None => {
@@ -103,7 +119,10 @@ pub struct ToolOutput {
 /// short marker; `resource_link` → `[resource: uri]`; text over `cap` bytes middle-elided.
 #[must_use]
 pub fn convert_result(result: &Value, cap: usize) -> ToolOutput {
-    let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
+    let is_error = result
+        .get("isError")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let mut parts: Vec<String> = Vec::new();
     let mut saw_text = false;
     if let Some(blocks) = result.get("content").and_then(Value::as_array) {
@@ -112,10 +131,18 @@ pub fn convert_result(result: &Value, cap: usize) -> ToolOutput {
             match kind {
                 "text" => {
                     saw_text = true;
-                    parts.push(b.get("text").and_then(Value::as_str).unwrap_or("").to_string());
+                    parts.push(
+                        b.get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    );
                 }
                 "image" | "audio" => {
-                    let mime = b.get("mimeType").and_then(Value::as_str).unwrap_or("unknown");
+                    let mime = b
+                        .get("mimeType")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unknown");
                     let n = base64_decoded_len(b.get("data").and_then(Value::as_str).unwrap_or(""));
                     parts.push(format!("[{kind} elided: {mime}, {n} bytes]"));
                 }
@@ -130,21 +157,30 @@ pub fn convert_result(result: &Value, cap: usize) -> ToolOutput {
                         saw_text = true;
                         parts.push(format!("[resource: {uri}]\n{t}"));
                     } else {
-                        let mime = r.get("mimeType").and_then(Value::as_str).unwrap_or("unknown");
-                        let n = base64_decoded_len(r.get("blob").and_then(Value::as_str).unwrap_or(""));
+                        let mime = r
+                            .get("mimeType")
+                            .and_then(Value::as_str)
+                            .unwrap_or("unknown");
+                        let n =
+                            base64_decoded_len(r.get("blob").and_then(Value::as_str).unwrap_or(""));
                         parts.push(format!("[resource elided: {uri}, {mime}, {n} bytes]"));
                     }
                 }
-                other => parts.push(format!("[{} content elided]", if other.is_empty() { "unknown" } else { other })),
+                other => parts.push(format!(
+                    "[{} content elided]",
+                    if other.is_empty() { "unknown" } else { other }
+                )),
             }
         }
     }
-    if !saw_text
-        && let Some(sc) = result.get("structuredContent").filter(|v| !v.is_null()) {
-            parts.insert(0, sc.to_string());
-        }
+    if !saw_text && let Some(sc) = result.get("structuredContent").filter(|v| !v.is_null()) {
+        parts.insert(0, sc.to_string());
+    }
     let text = parts.join("\n");
-    ToolOutput { text: elide_middle(text, cap), is_error }
+    ToolOutput {
+        text: elide_middle(text, cap),
+        is_error,
+    }
 }
 
 /// Approximate decoded size of base64 text, in bytes.
@@ -222,7 +258,10 @@ mod tests {
         let r = json!({"content":[{"type":"text","text":"a"},{"type":"image","mimeType":"image/png","data":"AAAA"},
             {"type":"resource_link","uri":"file:///x"},{"type":"text","text":"b"}],"isError":true});
         let out = convert_result(&r, 1 << 20);
-        assert_eq!(out.text, "a\n[image elided: image/png, 3 bytes]\n[resource: file:///x]\nb");
+        assert_eq!(
+            out.text,
+            "a\n[image elided: image/png, 3 bytes]\n[resource: file:///x]\nb"
+        );
         assert!(out.is_error);
         let s = convert_result(&json!({"content":[],"structuredContent":{"k":1}}), 1024);
         assert_eq!(s.text, "{\"k\":1}");

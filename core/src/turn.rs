@@ -1,18 +1,22 @@
 //! The prompt turn (SPEC L1–L4, A3, A4, A6–A8): rounds of LLM call → tool calls → results,
 //! the `_Stop` gate at the end, cancellation, and the prompt response with its `_meta`.
 
-use crate::acp::{chunk_update, PermissionAnswer};
+use crate::acp::{PermissionAnswer, chunk_update};
 use crate::agent::{Agent, OutRequest, TimerKey};
 use crate::config::{LogLevel, PermissionMode};
-use crate::hooks::{injection_pair, HookPoint, HookRound, MAX_REMINDERS, REPLY_GUARD_SERVER, REPLY_REMINDER};
+use crate::hooks::{
+    HookPoint, HookRound, MAX_REMINDERS, REPLY_GUARD_SERVER, REPLY_REMINDER, injection_pair,
+};
 use crate::io::{Action, LlmCallId, LlmIo};
 use crate::jsonrpc::{self, RpcId};
-use crate::llm::{LlmRequest, LlmResponse, Message, StopKind, StreamDelta, StreamDecoder, ToolCall, ToolDef};
+use crate::llm::{
+    LlmRequest, LlmResponse, Message, StopKind, StreamDecoder, StreamDelta, ToolCall, ToolDef,
+};
 use crate::mcp::Purpose;
 use crate::provider::{self, HttpFailure};
 use crate::time::MonoTime;
 use crate::tools::ToolOutput;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 /// Where an exposed tool name routes: (server slot, bare tool name, qualified `server__tool`).
@@ -21,7 +25,8 @@ pub(crate) type Route = (u64, String, String);
 /// Tool calls of one response that are run at most (SPEC L2).
 pub const MAX_CALLS_PER_RESPONSE: usize = 64;
 /// Nudge appended after a `max_tokens`-truncated response (SPEC L1).
-pub const MAX_TOKENS_NUDGE: &str = "Your reply was cut off because it hit the output token limit; continue in smaller steps.";
+pub const MAX_TOKENS_NUDGE: &str =
+    "Your reply was cut off because it hit the output token limit; continue in smaller steps.";
 /// Bytes of a failed response body kept for the error message (SPEC A3).
 const ERROR_BODY_CAP: usize = 4096;
 /// How long to wait for more bytes once the decoder has the whole answer (case C24 b), in ms.
@@ -34,7 +39,11 @@ pub(crate) enum Phase {
     /// An LLM attempt is streaming.
     Llm(Box<LlmAttempt>),
     /// Waiting before the next attempt (SPEC L5).
-    Backoff { until: MonoTime, attempt: u32, purpose: CallPurpose },
+    Backoff {
+        until: MonoTime,
+        attempt: u32,
+        purpose: CallPurpose,
+    },
     /// Tool calls of the last response.
     Tools(Vec<Slot>),
     /// A `_Stop` or `_PostCompact` hook round (SPEC H5, H7).
@@ -140,12 +149,19 @@ impl Agent {
             Ok(t) => t,
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        let Some(sess) = self.sessions.get_mut(&sid) else { return };
+        let Some(sess) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         if let Some(turn) = &sess.turn {
             if turn.cancelled && sess.queued.is_none() {
                 sess.queued = Some((id, text));
             } else {
-                self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, "prompt already in flight".into(), Some(json!({"sessionId": sid})));
+                self.reply_err(
+                    Some(&id),
+                    jsonrpc::RpcError::INVALID_PARAMS,
+                    "prompt already in flight".into(),
+                    Some(json!({"sessionId": sid})),
+                );
             }
             return;
         }
@@ -165,10 +181,15 @@ impl Agent {
         let seq = self.next_turn_seq;
         self.next_turn_seq += 1;
         if self.logs_enabled(LogLevel::Debug) {
-            let msg = format!("session {sid}: prompt #{seq}: {}", provider::cut(&text, 2000));
+            let msg = format!(
+                "session {sid}: prompt #{seq}: {}",
+                provider::cut(&text, 2000)
+            );
             self.log(LogLevel::Debug, msg);
         }
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
         sess.history.push(Message::User { text: text.clone() });
         sess.turn = Some(Turn {
             handoffs: 0,
@@ -190,8 +211,15 @@ impl Agent {
     }
 
     pub(crate) fn on_cancel(&mut self, params: &Value) {
-        let Some(sid) = params.get("sessionId").and_then(Value::as_str).map(str::to_string) else {
-            self.log(LogLevel::Debug, "acp: session/cancel without sessionId ignored".into());
+        let Some(sid) = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        else {
+            self.log(
+                LogLevel::Debug,
+                "acp: session/cancel without sessionId ignored".into(),
+            );
             return;
         };
         self.cancel_turn(&sid, "cancelled by the client");
@@ -200,7 +228,10 @@ impl Agent {
     /// Cancel the running turn of `sid` (SPEC A4). Idle or unknown: nothing happens.
     pub(crate) fn cancel_turn(&mut self, sid: &str, why: &str) {
         let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
-            self.log(LogLevel::Debug, format!("session {sid}: cancel with no running turn ignored"));
+            self.log(
+                LogLevel::Debug,
+                format!("session {sid}: cancel with no running turn ignored"),
+            );
             return;
         };
         if turn.cancelled {
@@ -209,7 +240,10 @@ impl Agent {
         turn.cancelled = true;
         let seq = turn.seq;
         let phase = std::mem::replace(&mut turn.phase, Phase::Ready);
-        self.log(LogLevel::Info, format!("session {sid}: turn cancelled ({why})"));
+        self.log(
+            LogLevel::Info,
+            format!("session {sid}: turn cancelled ({why})"),
+        );
         match phase {
             Phase::Llm(a) => {
                 self.release_llm(a.call);
@@ -221,7 +255,9 @@ impl Agent {
                 let mut cancels = Vec::new();
                 for (i, slot) in slots.iter_mut().enumerate() {
                     match slot.state {
-                        SlotState::Running(server, req) => cancels.push((i, Some((server, req)), None)),
+                        SlotState::Running(server, req) => {
+                            cancels.push((i, Some((server, req)), None))
+                        }
                         SlotState::AwaitPermission(out) => cancels.push((i, None, Some(out))),
                         SlotState::Queued => cancels.push((i, None, None)),
                         SlotState::Done(_) => {}
@@ -237,7 +273,10 @@ impl Agent {
                     if let Some(out) = out {
                         self.out_requests.remove(&out);
                     }
-                    let out = ToolOutput { text: format!("tool call cancelled: {why}"), is_error: true };
+                    let out = ToolOutput {
+                        text: format!("tool call cancelled: {why}"),
+                        is_error: true,
+                    };
                     self.complete_slot(sid, seq, i, out, true);
                 }
                 self.maybe_finish_tools(sid);
@@ -254,7 +293,9 @@ impl Agent {
     /// Answer the prompt and end the turn; a queued prompt starts next (SPEC A3, A8).
     pub(crate) fn finish_turn(&mut self, sid: &str, stop_reason: &str) {
         let budget = self.cfg.stop_max_rejections;
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
         let Some(turn) = sess.turn.take() else { return };
         let queued = sess.queued.take();
         let meta = json!({"buzz": {
@@ -263,8 +304,17 @@ impl Agent {
             "stopBudget": budget,
             "stopBudgetExhausted": turn.exhausted
         }});
-        self.log(LogLevel::Info, format!("session {sid}: turn ended: {stop_reason} after {} round(s)", turn.rounds));
-        self.reply_ok(&turn.rpc, &json!({"stopReason": stop_reason, "_meta": meta}));
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: turn ended: {stop_reason} after {} round(s)",
+                turn.rounds
+            ),
+        );
+        self.reply_ok(
+            &turn.rpc,
+            &json!({"stopReason": stop_reason, "_meta": meta}),
+        );
         if let Some((id, text)) = queued {
             self.start_turn(sid, id, text);
         }
@@ -272,11 +322,21 @@ impl Agent {
 
     /// Fail the prompt with a JSON-RPC error (LLM failure after retries, SPEC A3).
     fn fail_turn(&mut self, sid: &str, message: String) {
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
         let Some(turn) = sess.turn.take() else { return };
         let queued = sess.queued.take();
-        self.log(LogLevel::Error, format!("session {sid}: turn failed: {message}"));
-        self.reply_err(Some(&turn.rpc), jsonrpc::RpcError::SERVER_ERROR, message, None);
+        self.log(
+            LogLevel::Error,
+            format!("session {sid}: turn failed: {message}"),
+        );
+        self.reply_err(
+            Some(&turn.rpc),
+            jsonrpc::RpcError::SERVER_ERROR,
+            message,
+            None,
+        );
         if let Some((id, text)) = queued {
             self.start_turn(sid, id, text);
         }
@@ -289,7 +349,11 @@ impl Agent {
             let ready: Vec<String> = self
                 .sessions
                 .values()
-                .filter(|s| s.turn.as_ref().is_some_and(|t| matches!(t.phase, Phase::Ready)))
+                .filter(|s| {
+                    s.turn
+                        .as_ref()
+                        .is_some_and(|t| matches!(t.phase, Phase::Ready))
+                })
                 .map(|s| s.id.clone())
                 .collect();
             if ready.is_empty() {
@@ -303,7 +367,9 @@ impl Agent {
 
     fn next_round(&mut self, sid: &str) {
         let max_rounds = self.cfg.max_rounds;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
         if turn.cancelled {
             return self.finish_turn(sid, "cancelled");
         }
@@ -311,7 +377,10 @@ impl Agent {
             return self.finish_turn(sid, "max_turn_requests");
         }
         if turn.compacted_round != turn.rounds + 1 && self.compaction_needed(sid) {
-            return self.begin_compaction(sid, "the context reached 90% of BUZZ_AGENT_MAX_CONTEXT_TOKENS");
+            return self.begin_compaction(
+                sid,
+                "the context reached 90% of BUZZ_AGENT_MAX_CONTEXT_TOKENS",
+            );
         }
         if let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
             turn.rounds += 1;
@@ -327,9 +396,13 @@ impl Agent {
     pub(crate) fn visible_tools(&self, sid: &str) -> (Vec<ToolDef>, BTreeMap<String, Route>) {
         let mut defs = Vec::new();
         let mut routes = BTreeMap::new();
-        let Some(sess) = self.sessions.get(sid) else { return (defs, routes) };
+        let Some(sess) = self.sessions.get(sid) else {
+            return (defs, routes);
+        };
         for slot in &sess.servers {
-            let Some(s) = self.servers.get(slot) else { continue };
+            let Some(s) = self.servers.get(slot) else {
+                continue;
+            };
             // M9: a recovering server keeps its tools listed; a permanently dead one loses them.
             if s.permanent || s.tools.is_empty() {
                 continue;
@@ -338,8 +411,15 @@ impl Agent {
                 if routes.contains_key(&t.exposed) {
                     continue;
                 }
-                defs.push(ToolDef { name: t.exposed.clone(), description: t.description.clone(), input_schema: t.schema.clone() });
-                routes.insert(t.exposed.clone(), (*slot, t.bare.clone(), format!("{}__{}", s.name, t.bare)));
+                defs.push(ToolDef {
+                    name: t.exposed.clone(),
+                    description: t.description.clone(),
+                    input_schema: t.schema.clone(),
+                });
+                routes.insert(
+                    t.exposed.clone(),
+                    (*slot, t.bare.clone(), format!("{}__{}", s.name, t.bare)),
+                );
             }
         }
         (defs, routes)
@@ -352,21 +432,37 @@ impl Agent {
         };
         let call = LlmCallId(self.next_llm);
         self.next_llm += 1;
-        let Some(sess) = self.sessions.get(sid) else { return };
-        let model = sess.model_override.clone().unwrap_or_else(|| self.cfg.model.clone());
+        let Some(sess) = self.sessions.get(sid) else {
+            return;
+        };
+        let model = sess
+            .model_override
+            .clone()
+            .unwrap_or_else(|| self.cfg.model.clone());
         let summary_messages;
         let (system, messages) = match purpose {
             CallPurpose::Round => (self.cfg.system_prompt.as_deref(), &sess.history[..]),
             CallPurpose::Summary => {
                 summary_messages = self.summary_messages(sid);
-                (Some(crate::compaction::SUMMARY_SYSTEM_PROMPT), &summary_messages[..])
+                (
+                    Some(crate::compaction::SUMMARY_SYSTEM_PROMPT),
+                    &summary_messages[..],
+                )
             }
         };
-        let req = LlmRequest { model: &model, system, messages, tools: &defs, max_output_tokens: self.cfg.max_output_tokens };
+        let req = LlmRequest {
+            model: &model,
+            system,
+            messages,
+            tools: &defs,
+            max_output_tokens: self.cfg.max_output_tokens,
+        };
         let request = provider::build_request(&self.cfg, &req);
         let decoder = provider::decoder(&self.cfg, format!("call_{}", call.0));
         let idle = self.now.plus_ms(self.cfg.llm_timeout_ms);
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
         if purpose == CallPurpose::Round {
             turn.routes = routes;
         }
@@ -383,16 +479,25 @@ impl Agent {
             idle_deadline: idle,
         }));
         self.llm_calls.insert(call, sid.to_string());
-        self.log(LogLevel::Debug, format!("session {sid}: {call} attempt {attempt}: {request:?}"));
+        self.log(
+            LogLevel::Debug,
+            format!("session {sid}: {call} attempt {attempt}: {request:?}"),
+        );
         self.push(Action::CallLlm { call, request });
     }
 
     pub(crate) fn on_llm(&mut self, call: LlmCallId, event: LlmIo) {
-        let Some(sid) = self.llm_calls.get(&call).cloned() else { return };
+        let Some(sid) = self.llm_calls.get(&call).cloned() else {
+            return;
+        };
         let idle_ms = self.cfg.llm_timeout_ms;
         let now = self.now;
-        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else { return };
-        let Phase::Llm(a) = &mut turn.phase else { return };
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
+        let Phase::Llm(a) = &mut turn.phase else {
+            return;
+        };
         if a.call != call {
             return;
         }
@@ -405,7 +510,8 @@ impl Agent {
             LlmIo::Body(bytes) => {
                 if a.status.is_some_and(|s| !(200..300).contains(&s)) {
                     let room = ERROR_BODY_CAP.saturating_sub(a.err_body.len());
-                    a.err_body.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                    a.err_body
+                        .extend_from_slice(&bytes[..bytes.len().min(room)]);
                     return;
                 }
                 let mut deltas = Vec::new();
@@ -438,7 +544,12 @@ impl Agent {
                 match status {
                     Some(s) if (200..300).contains(&s) => self.finish_stream(&sid),
                     Some(s) => self.http_failed(&sid, s, &headers, &body),
-                    None => self.attempt_failed(&sid, "connection closed before a response".into(), true, None),
+                    None => self.attempt_failed(
+                        &sid,
+                        "connection closed before a response".into(),
+                        true,
+                        None,
+                    ),
                 }
             }
             LlmIo::Failed(msg) => {
@@ -447,7 +558,11 @@ impl Agent {
                 // then breaks; anything else is the transport error (retryable, L5).
                 let ok = a.status.is_some_and(|s| (200..300).contains(&s));
                 let mut deltas = Vec::new();
-                let done = if ok { a.decoder.finish(&mut deltas).ok() } else { None };
+                let done = if ok {
+                    a.decoder.finish(&mut deltas).ok()
+                } else {
+                    None
+                };
                 let purpose = a.purpose;
                 self.release_llm(call);
                 match done {
@@ -459,7 +574,9 @@ impl Agent {
                             self.on_llm_response(&sid, resp);
                         }
                     }
-                    None => self.attempt_failed(&sid, format!("transport error: {msg}"), true, None),
+                    None => {
+                        self.attempt_failed(&sid, format!("transport error: {msg}"), true, None)
+                    }
                 }
             }
         }
@@ -478,7 +595,9 @@ impl Agent {
             .sessions
             .get(sid)
             .and_then(|s| s.turn.as_ref())
-            .is_some_and(|t| matches!(&t.phase, Phase::Llm(a) if a.purpose == CallPurpose::Summary));
+            .is_some_and(
+                |t| matches!(&t.phase, Phase::Llm(a) if a.purpose == CallPurpose::Summary),
+            );
         if summary {
             return;
         }
@@ -492,8 +611,12 @@ impl Agent {
     }
 
     fn finish_stream(&mut self, sid: &str) {
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
-        let Phase::Llm(a) = &mut turn.phase else { return };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
+        let Phase::Llm(a) = &mut turn.phase else {
+            return;
+        };
         let mut deltas = Vec::new();
         let res = a.decoder.finish(&mut deltas);
         let purpose = a.purpose;
@@ -512,7 +635,9 @@ impl Agent {
                 let hint = provider::retry_after_ms(headers);
                 self.attempt_failed(sid, format!("HTTP {status}: {message}"), true, hint);
             }
-            HttpFailure::Auth => self.attempt_failed(sid, format!("auth: HTTP {status}: {message}"), false, None),
+            HttpFailure::Auth => {
+                self.attempt_failed(sid, format!("auth: HTTP {status}: {message}"), false, None)
+            }
             HttpFailure::ContextTooLong if self.try_reactive_compaction(sid) => {}
             HttpFailure::ContextTooLong | HttpFailure::Fatal => {
                 self.attempt_failed(sid, format!("HTTP {status}: {message}"), false, None);
@@ -521,9 +646,17 @@ impl Agent {
     }
 
     /// One attempt failed: back off and retry when allowed (SPEC L5), else fail the prompt.
-    fn attempt_failed(&mut self, sid: &str, message: String, retryable: bool, hint_ms: Option<u64>) {
+    fn attempt_failed(
+        &mut self,
+        sid: &str,
+        message: String,
+        retryable: bool,
+        hint_ms: Option<u64>,
+    ) {
         let max = self.cfg.llm_max_attempts;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
         let Phase::Llm(a) = &turn.phase else { return };
         let (call, attempt, streamed, purpose) = (a.call, a.attempt, a.streamed, a.purpose);
         self.release_llm(call);
@@ -531,7 +664,11 @@ impl Agent {
             let delay = hint_ms.unwrap_or_else(|| self.backoff_ms(attempt));
             let until = self.now.plus_ms(delay);
             if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
-                t.phase = Phase::Backoff { until, attempt: attempt + 1, purpose };
+                t.phase = Phase::Backoff {
+                    until,
+                    attempt: attempt + 1,
+                    purpose,
+                };
             }
             self.log(
                 LogLevel::Warn,
@@ -542,8 +679,16 @@ impl Agent {
         if purpose == CallPurpose::Summary {
             return self.summary_failed(sid, &message);
         }
-        let why = if streamed && retryable { " (not retried: part of the response was already streamed)" } else { "" };
-        let prefix = if message.starts_with("auth:") { "llm " } else { "llm: " };
+        let why = if streamed && retryable {
+            " (not retried: part of the response was already streamed)"
+        } else {
+            ""
+        };
+        let prefix = if message.starts_with("auth:") {
+            "llm "
+        } else {
+            "llm: "
+        };
         let text = format!("{prefix}{message}{why}");
         if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
             t.phase = Phase::Ready;
@@ -553,7 +698,9 @@ impl Agent {
 
     /// 0.5 s · 2^(k−1), capped at 8 s, with ±25 % jitter from the seeded generator (SPEC L5).
     fn backoff_ms(&mut self, attempt: u32) -> u64 {
-        let base = 500u64.saturating_mul(1u64 << (attempt.saturating_sub(1)).min(5)).min(8000);
+        let base = 500u64
+            .saturating_mul(1u64 << (attempt.saturating_sub(1)).min(5))
+            .min(8000);
         let r = self.next_random() % 1000;
         (base * (750 + r / 2) / 1000).min(8000)
     }
@@ -566,10 +713,20 @@ impl Agent {
         for s in self.sessions.values() {
             let Some(t) = &s.turn else { continue };
             match &t.phase {
-                Phase::Llm(a) if a.idle_deadline <= now && a.grace => graced.push((s.id.clone(), a.call)),
+                Phase::Llm(a) if a.idle_deadline <= now && a.grace => {
+                    graced.push((s.id.clone(), a.call))
+                }
                 Phase::Llm(a) if a.idle_deadline <= now => idle.push(s.id.clone()),
-                Phase::Backoff { until, attempt, purpose } if *until <= now => backoff.push((s.id.clone(), *attempt, *purpose)),
-                Phase::Llm(_) | Phase::Backoff { .. } | Phase::Ready | Phase::Tools(_) | Phase::Gate(_) => {}
+                Phase::Backoff {
+                    until,
+                    attempt,
+                    purpose,
+                } if *until <= now => backoff.push((s.id.clone(), *attempt, *purpose)),
+                Phase::Llm(_)
+                | Phase::Backoff { .. }
+                | Phase::Ready
+                | Phase::Tools(_)
+                | Phase::Gate(_) => {}
             }
         }
         for (sid, call) in graced {
@@ -579,7 +736,12 @@ impl Agent {
         }
         let secs = self.cfg.llm_timeout_ms / 1000;
         for sid in idle {
-            self.attempt_failed(&sid, format!("no data from the provider for {secs} s (BUZZ_AGENT_LLM_TIMEOUT_SECS)"), true, None);
+            self.attempt_failed(
+                &sid,
+                format!("no data from the provider for {secs} s (BUZZ_AGENT_LLM_TIMEOUT_SECS)"),
+                true,
+                None,
+            );
         }
         for (sid, attempt, purpose) in backoff {
             self.start_llm_attempt(&sid, attempt, purpose);
@@ -593,40 +755,76 @@ impl Agent {
         let recoveries_max = self.cfg.max_token_recoveries;
         if let Some(u) = resp.usage {
             let used = u.input_tokens + u.output_tokens;
-            self.send_update(sid, &json!({"sessionUpdate": "usage_update", "used": used, "size": size}));
+            self.send_update(
+                sid,
+                &json!({"sessionUpdate": "usage_update", "used": used, "size": size}),
+            );
             if let Some(sess) = self.sessions.get_mut(sid) {
                 sess.last_input_tokens = u.input_tokens;
                 sess.usage_mark = sess.history.len();
             }
         }
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
-        let Some(turn) = sess.turn.as_mut() else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        let Some(turn) = sess.turn.as_mut() else {
+            return;
+        };
         turn.phase = Phase::Ready;
-        let LlmResponse { text, thinking, reasoning, tool_calls, stop, .. } = resp;
+        let LlmResponse {
+            text,
+            thinking,
+            reasoning,
+            tool_calls,
+            stop,
+            ..
+        } = resp;
         match stop {
             StopKind::Refusal => {
                 if !text.is_empty() {
-                    sess.history.push(Message::Assistant { text, thinking, reasoning, tool_calls: Vec::new() });
+                    sess.history.push(Message::Assistant {
+                        text,
+                        thinking,
+                        reasoning,
+                        tool_calls: Vec::new(),
+                    });
                 }
                 self.finish_turn(sid, "refusal");
             }
             StopKind::MaxTokens => {
                 // L1: truncated tool calls are never run.
-                sess.history.push(Message::Assistant { text, thinking, reasoning, tool_calls: Vec::new() });
+                sess.history.push(Message::Assistant {
+                    text,
+                    thinking,
+                    reasoning,
+                    tool_calls: Vec::new(),
+                });
                 if turn.recoveries < recoveries_max {
                     turn.recoveries += 1;
-                    sess.history.push(Message::User { text: MAX_TOKENS_NUDGE.into() });
+                    sess.history.push(Message::User {
+                        text: MAX_TOKENS_NUDGE.into(),
+                    });
                 } else {
                     self.finish_turn(sid, "max_tokens");
                 }
             }
             StopKind::EndTurn | StopKind::ToolUse if !tool_calls.is_empty() => {
-                sess.history.push(Message::Assistant { text, thinking, reasoning, tool_calls: tool_calls.clone() });
+                sess.history.push(Message::Assistant {
+                    text,
+                    thinking,
+                    reasoning,
+                    tool_calls: tool_calls.clone(),
+                });
                 self.start_tools(sid, tool_calls);
             }
             StopKind::EndTurn | StopKind::ToolUse => {
                 if !text.is_empty() || !thinking.is_empty() {
-                    sess.history.push(Message::Assistant { text, thinking, reasoning, tool_calls: Vec::new() });
+                    sess.history.push(Message::Assistant {
+                        text,
+                        thinking,
+                        reasoning,
+                        tool_calls: Vec::new(),
+                    });
                 }
                 self.stop_gate(sid);
             }
@@ -638,8 +836,12 @@ impl Agent {
     fn start_tools(&mut self, sid: &str, calls: Vec<ToolCall>) {
         let ask = self.cfg.permission == PermissionMode::Ask;
         let perm_ms = self.cfg.permission_timeout_ms;
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
-        let Some(turn) = sess.turn.as_mut() else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        let Some(turn) = sess.turn.as_mut() else {
+            return;
+        };
         let seq = turn.seq;
         let mut slots = Vec::with_capacity(calls.len());
         let mut updates = Vec::with_capacity(calls.len());
@@ -656,7 +858,16 @@ impl Agent {
                 "kind": "other", "status": "pending", "rawInput": raw_input
             }));
             let route = turn.routes.get(&call.name).cloned();
-            slots.push((Slot { acp_id, call, route, args: Value::Null, state: SlotState::Queued }, parsed));
+            slots.push((
+                Slot {
+                    acp_id,
+                    call,
+                    route,
+                    args: Value::Null,
+                    state: SlotState::Queued,
+                },
+                parsed,
+            ));
         }
         for u in &updates {
             self.send_update(sid, u);
@@ -665,7 +876,9 @@ impl Agent {
         let mut decided: Vec<(usize, ToolOutput)> = Vec::new();
         let mut asks: Vec<usize> = Vec::new();
         let mut final_slots = Vec::with_capacity(slots.len());
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
         for (i, (mut slot, parsed)) in slots.into_iter().enumerate() {
             if i >= MAX_CALLS_PER_RESPONSE {
                 decided.push((i, err_out(format!("too many tool calls in one response (limit {MAX_CALLS_PER_RESPONSE}); not run"))));
@@ -673,10 +886,17 @@ impl Agent {
                 decided.push((i, err_out(format!("unknown tool: {}", slot.call.name))));
             } else {
                 match parsed {
-                    Err(e) => decided.push((i, err_out(format!("invalid arguments for {}: {e}; pass a JSON object", slot.call.name)))),
+                    Err(e) => decided.push((
+                        i,
+                        err_out(format!(
+                            "invalid arguments for {}: {e}; pass a JSON object",
+                            slot.call.name
+                        )),
+                    )),
                     Ok(args) => {
                         slot.args = args;
-                        let qualified = slot.route.as_ref().map(|r| r.2.clone()).unwrap_or_default();
+                        let qualified =
+                            slot.route.as_ref().map(|r| r.2.clone()).unwrap_or_default();
                         match (ask, sess.remembered.get(&qualified)) {
                             (false, _) | (true, Some(true)) => {}
                             (true, Some(false)) => decided.push((i, denied_out())),
@@ -693,8 +913,20 @@ impl Agent {
             self.next_out += 1;
             let s = &final_slots[i];
             let params = crate::acp::permission_params(sid, &s.acp_id, &s.call.name, &s.args);
-            perm_requests.push(jsonrpc::encode_request(out, "session/request_permission", &params));
-            self.out_requests.insert(out, OutRequest { session: sid.to_string(), turn_seq: seq, slot: i, deadline: self.now.plus_ms(perm_ms) });
+            perm_requests.push(jsonrpc::encode_request(
+                out,
+                "session/request_permission",
+                &params,
+            ));
+            self.out_requests.insert(
+                out,
+                OutRequest {
+                    session: sid.to_string(),
+                    turn_seq: seq,
+                    slot: i,
+                    deadline: self.now.plus_ms(perm_ms),
+                },
+            );
             final_slots[i].state = SlotState::AwaitPermission(out);
         }
         if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
@@ -714,38 +946,69 @@ impl Agent {
         let max_par = self.cfg.max_parallel_tools;
         let timeout = self.cfg.tool_timeout_ms;
         loop {
-            let Some(turn) = self.sessions.get(sid).and_then(|s| s.turn.as_ref()) else { return };
+            let Some(turn) = self.sessions.get(sid).and_then(|s| s.turn.as_ref()) else {
+                return;
+            };
             let seq = turn.seq;
-            let Phase::Tools(slots) = &turn.phase else { return };
-            let running = slots.iter().filter(|s| matches!(s.state, SlotState::Running(..))).count();
+            let Phase::Tools(slots) = &turn.phase else {
+                return;
+            };
+            let running = slots
+                .iter()
+                .filter(|s| matches!(s.state, SlotState::Running(..)))
+                .count();
             if running >= max_par {
                 break;
             }
-            let Some(i) = slots.iter().position(|s| matches!(s.state, SlotState::Queued)) else { break };
+            let Some(i) = slots
+                .iter()
+                .position(|s| matches!(s.state, SlotState::Queued))
+            else {
+                break;
+            };
             let slot = &slots[i];
-            let Some((server, bare, qualified)) = slot.route.clone() else { break };
+            let Some((server, bare, qualified)) = slot.route.clone() else {
+                break;
+            };
             let args = slot.args.clone();
             let acp_id = slot.acp_id.clone();
             let dead = self.servers.get(&server).and_then(|s| match &s.state {
                 crate::mcp::ServerState::Dead { reason } => Some(reason.clone()),
                 crate::mcp::ServerState::Ready => None,
-                crate::mcp::ServerState::Spawning | crate::mcp::ServerState::Initializing | crate::mcp::ServerState::Listing => {
+                crate::mcp::ServerState::Spawning
+                | crate::mcp::ServerState::Initializing
+                | crate::mcp::ServerState::Listing => {
                     Some(format!("server '{}' is not ready", s.name))
                 }
             });
             if let Some(reason) = dead {
-                let name = self.servers.get(&server).map(|s| s.name.clone()).unwrap_or_default();
-                let text = format!("server '{name}' is recovering; the call was not run ({reason})");
+                let name = self
+                    .servers
+                    .get(&server)
+                    .map(|s| s.name.clone())
+                    .unwrap_or_default();
+                let text =
+                    format!("server '{name}' is recovering; the call was not run ({reason})");
                 self.complete_slot(sid, seq, i, err_out(text), true);
                 continue;
             }
             // G2: a dispatched call to a registered non-hook tool may be a posting attempt.
             let posting = (bare == "shell"
-                && args.get("command").and_then(Value::as_str).is_some_and(|c| c.contains("messages send") || c.contains("reactions add")))
+                && args
+                    .get("command")
+                    .and_then(Value::as_str)
+                    .is_some_and(|c| c.contains("messages send") || c.contains("reactions add")))
                 || self.cfg.reply_tools.iter().any(|t| t == &qualified);
             let params = json!({"name": bare, "arguments": args});
-            let purpose = Purpose::Tool { session: sid.to_string(), turn_seq: seq, slot: i };
-            let Some(req) = self.send_mcp_request(server, "tools/call", &params, purpose, timeout) else { break };
+            let purpose = Purpose::Tool {
+                session: sid.to_string(),
+                turn_seq: seq,
+                slot: i,
+            };
+            let Some(req) = self.send_mcp_request(server, "tools/call", &params, purpose, timeout)
+            else {
+                break;
+            };
             if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
                 if posting {
                     t.posted = true;
@@ -761,12 +1024,18 @@ impl Agent {
 
     /// Record a slot's result and send its terminal update (SPEC A6).
     fn complete_slot(&mut self, sid: &str, seq: u64, idx: usize, out: ToolOutput, failed: bool) {
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
         if turn.seq != seq {
             return;
         }
-        let Phase::Tools(slots) = &mut turn.phase else { return };
-        let Some(slot) = slots.get_mut(idx) else { return };
+        let Phase::Tools(slots) = &mut turn.phase else {
+            return;
+        };
+        let Some(slot) = slots.get_mut(idx) else {
+            return;
+        };
         if matches!(slot.state, SlotState::Done(_)) {
             return;
         }
@@ -781,19 +1050,40 @@ impl Agent {
     }
 
     /// An MCP tool call ended (reply, error, timeout, death).
-    pub(crate) fn on_tool_finished(&mut self, sid: &str, seq: u64, idx: usize, out: ToolOutput, failed: bool) {
+    pub(crate) fn on_tool_finished(
+        &mut self,
+        sid: &str,
+        seq: u64,
+        idx: usize,
+        out: ToolOutput,
+        failed: bool,
+    ) {
         self.complete_slot(sid, seq, idx, out, failed);
         self.pump_tools(sid);
     }
 
-    pub(crate) fn on_permission_answer(&mut self, sid: &str, seq: u64, idx: usize, answer: PermissionAnswer) {
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
-        let Some(turn) = sess.turn.as_mut() else { return };
+    pub(crate) fn on_permission_answer(
+        &mut self,
+        sid: &str,
+        seq: u64,
+        idx: usize,
+        answer: PermissionAnswer,
+    ) {
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        let Some(turn) = sess.turn.as_mut() else {
+            return;
+        };
         if turn.seq != seq {
             return;
         }
-        let Phase::Tools(slots) = &mut turn.phase else { return };
-        let Some(slot) = slots.get_mut(idx) else { return };
+        let Phase::Tools(slots) = &mut turn.phase else {
+            return;
+        };
+        let Some(slot) = slots.get_mut(idx) else {
+            return;
+        };
         if !matches!(slot.state, SlotState::AwaitPermission(_)) {
             return;
         }
@@ -820,10 +1110,18 @@ impl Agent {
 
     pub(crate) fn fire_permission_timers(&mut self) {
         let now = self.now;
-        let expired: Vec<u64> = self.out_requests.iter().filter(|(_, r)| r.deadline <= now).map(|(k, _)| *k).collect();
+        let expired: Vec<u64> = self
+            .out_requests
+            .iter()
+            .filter(|(_, r)| r.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
         for k in expired {
             if let Some(r) = self.out_requests.remove(&k) {
-                self.log(LogLevel::Warn, format!("acp: permission request {k} timed out; denied (A7)"));
+                self.log(
+                    LogLevel::Warn,
+                    format!("acp: permission request {k} timed out; denied (A7)"),
+                );
                 self.on_permission_answer(&r.session, r.turn_seq, r.slot, PermissionAnswer::Denied);
             }
         }
@@ -831,16 +1129,29 @@ impl Agent {
 
     /// When every slot is done: append results in call order (L2, L4) and go on.
     fn maybe_finish_tools(&mut self, sid: &str) {
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
-        let Some(turn) = sess.turn.as_mut() else { return };
-        let Phase::Tools(slots) = &turn.phase else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        let Some(turn) = sess.turn.as_mut() else {
+            return;
+        };
+        let Phase::Tools(slots) = &turn.phase else {
+            return;
+        };
         if !slots.iter().all(|s| matches!(s.state, SlotState::Done(_))) {
             return;
         }
-        let Phase::Tools(slots) = std::mem::replace(&mut turn.phase, Phase::Ready) else { return };
+        let Phase::Tools(slots) = std::mem::replace(&mut turn.phase, Phase::Ready) else {
+            return;
+        };
         for s in slots {
             if let SlotState::Done(out) = s.state {
-                sess.history.push(Message::ToolResult { call_id: s.call.id, name: s.call.name, text: out.text, is_error: out.is_error });
+                sess.history.push(Message::ToolResult {
+                    call_id: s.call.id,
+                    name: s.call.name,
+                    text: out.text,
+                    is_error: out.is_error,
+                });
             }
         }
         if turn.cancelled {
@@ -853,7 +1164,9 @@ impl Agent {
     fn stop_gate(&mut self, sid: &str) {
         let budget = self.cfg.stop_max_rejections;
         let require_reply = self.cfg.require_reply;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
         if turn.cancelled {
             return self.finish_turn(sid, "cancelled");
         }
@@ -865,7 +1178,8 @@ impl Agent {
             self.log(LogLevel::Warn, format!("hook: _Stop budget of {budget} exhausted in session {sid}; ending the turn (H9)"));
             return self.finish_turn(sid, "end_turn");
         }
-        let reminder = (require_reply && !turn.posted && turn.reminders < MAX_REMINDERS).then(|| REPLY_REMINDER.to_string());
+        let reminder = (require_reply && !turn.posted && turn.reminders < MAX_REMINDERS)
+            .then(|| REPLY_REMINDER.to_string());
         let attempt = turn.objections + 1;
         let remaining = budget - turn.objections;
         let round = self.start_hook_round(sid, HookPoint::Stop, attempt, remaining, reminder);
@@ -880,16 +1194,27 @@ impl Agent {
         let turn = self.sessions.get_mut(sid)?.turn.as_mut()?;
         match &mut turn.phase {
             Phase::Gate(r) if r.id == round => Some(r),
-            Phase::Gate(_) | Phase::Ready | Phase::Llm(_) | Phase::Backoff { .. } | Phase::Tools(_) => None,
+            Phase::Gate(_)
+            | Phase::Ready
+            | Phase::Llm(_)
+            | Phase::Backoff { .. }
+            | Phase::Tools(_) => None,
         }
     }
 
     pub(crate) fn maybe_finish_hook_round(&mut self, sid: &str, round: u64) {
-        if !self.hook_round_mut(sid, round).is_some_and(|r| r.is_decided()) {
+        if !self
+            .hook_round_mut(sid, round)
+            .is_some_and(|r| r.is_decided())
+        {
             return;
         }
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else { return };
-        let Phase::Gate(r) = std::mem::replace(&mut turn.phase, Phase::Ready) else { return };
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
+        let Phase::Gate(r) = std::mem::replace(&mut turn.phase, Phase::Ready) else {
+            return;
+        };
         match r.point {
             HookPoint::Stop => self.conclude_gate(sid, r),
             HookPoint::PostCompact => self.conclude_post_compact(sid, r),
@@ -904,8 +1229,12 @@ impl Agent {
         if let Some(r) = round.reminder {
             texts.push((REPLY_GUARD_SERVER.to_string(), r));
         }
-        let Some(sess) = self.sessions.get_mut(sid) else { return };
-        let Some(turn) = sess.turn.as_mut() else { return };
+        let Some(sess) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        let Some(turn) = sess.turn.as_mut() else {
+            return;
+        };
         turn.phase = Phase::Ready;
         if turn.cancelled {
             return self.finish_turn(sid, "cancelled");
@@ -929,7 +1258,10 @@ impl Agent {
 }
 
 fn err_out(text: String) -> ToolOutput {
-    ToolOutput { text, is_error: true }
+    ToolOutput {
+        text,
+        is_error: true,
+    }
 }
 
 fn denied_out() -> ToolOutput {
@@ -943,7 +1275,10 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
     }
     match crate::sse::parse_json_lossy(raw) {
         Ok(Value::Object(m)) => Ok(Value::Object(m)),
-        Ok(other) => Err(format!("arguments must be a JSON object, got {}", crate::jsonrpc::json_type(&other))),
+        Ok(other) => Err(format!(
+            "arguments must be a JSON object, got {}",
+            crate::jsonrpc::json_type(&other)
+        )),
         Err(e) => Err(format!("arguments were not valid JSON: {e}")),
     }
 }

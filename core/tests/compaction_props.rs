@@ -6,9 +6,15 @@ use buzz_agent_core::compaction::{threshold, truncate, units};
 use buzz_agent_core::llm::{Message, ToolCall};
 use proptest::prelude::*;
 
-#[allow(clippy::disallowed_methods, reason = "a test reads its case count; the core itself never reads env")]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a test reads its case count; the core itself never reads env"
+)]
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
 }
 
 /// One history unit to generate: a user message, or an assistant turn with `n` tool calls
@@ -35,36 +41,61 @@ fn build(units_: &[Unit], live_at: usize) -> (Vec<Message>, usize) {
     for (i, u) in units_.iter().enumerate() {
         if i == live_at {
             live = h.len();
-            h.push(Message::User { text: "LIVE PROMPT".into() });
+            h.push(Message::User {
+                text: "LIVE PROMPT".into(),
+            });
         }
         match u {
-            Unit::User(len) => h.push(Message::User { text: "u".repeat(*len) }),
+            Unit::User(len) => h.push(Message::User {
+                text: "u".repeat(*len),
+            }),
             Unit::Calls(calls) => {
                 let tool_calls: Vec<ToolCall> = calls
                     .iter()
                     .map(|(a, _)| {
                         n += 1;
-                        ToolCall { id: format!("call_{n}"), name: "s__t".into(), arguments: "a".repeat(*a) }
+                        ToolCall {
+                            id: format!("call_{n}"),
+                            name: "s__t".into(),
+                            arguments: "a".repeat(*a),
+                        }
                     })
                     .collect();
                 let results: Vec<Message> = tool_calls
                     .iter()
                     .zip(calls)
-                    .map(|(c, (_, r))| Message::ToolResult { call_id: c.id.clone(), name: c.name.clone(), text: "r".repeat(*r), is_error: false })
+                    .map(|(c, (_, r))| Message::ToolResult {
+                        call_id: c.id.clone(),
+                        name: c.name.clone(),
+                        text: "r".repeat(*r),
+                        is_error: false,
+                    })
                     .collect();
-                h.push(Message::Assistant { text: "thinking aloud".into(), thinking: String::new(), reasoning: Vec::new(), tool_calls });
+                h.push(Message::Assistant {
+                    text: "thinking aloud".into(),
+                    thinking: String::new(),
+                    reasoning: Vec::new(),
+                    tool_calls,
+                });
                 h.extend(results);
             }
             Unit::Injection(len) => {
                 n += 1;
-                let pair = buzz_agent_core::hooks::injection_pair(buzz_agent_core::hooks::HookPoint::Stop, "guard", &"x".repeat(*len), n as u64);
+                let pair = buzz_agent_core::hooks::injection_pair(
+                    buzz_agent_core::hooks::HookPoint::Stop,
+                    "guard",
+                    &"x".repeat(*len),
+                    n as u64,
+                );
                 h.extend(pair);
             }
         }
     }
     if live_at >= units_.len() {
         live = h.len();
-        h.push(Message::User { text: "LIVE PROMPT".into() });
+        h.push(Message::User {
+            text: "LIVE PROMPT".into(),
+        });
     }
     (h, live)
 }
@@ -76,12 +107,21 @@ fn assert_paired(h: &[Message]) -> Result<(), TestCaseError> {
             for (k, c) in tool_calls.iter().enumerate() {
                 match h.get(i + 1 + k) {
                     Some(Message::ToolResult { call_id, .. }) => prop_assert_eq!(call_id, &c.id),
-                    other => prop_assert!(false, "call {} at {} has no result (found {:?})", c.id, i, other),
+                    other => prop_assert!(
+                        false,
+                        "call {} at {} has no result (found {:?})",
+                        c.id,
+                        i,
+                        other
+                    ),
                 }
             }
         }
         if let Message::ToolResult { call_id, .. } = m {
-            let owner = h[..i].iter().rev().find(|m| matches!(m, Message::Assistant { .. }));
+            let owner = h[..i]
+                .iter()
+                .rev()
+                .find(|m| matches!(m, Message::Assistant { .. }));
             let ok = matches!(owner, Some(Message::Assistant { tool_calls, .. }) if tool_calls.iter().any(|c| &c.id == call_id));
             prop_assert!(ok, "result {} at {} has no call before it", call_id, i);
         }

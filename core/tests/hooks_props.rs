@@ -12,25 +12,38 @@
 //! `PROPTEST_CASES` (default 1000) sets the number of cases of every property.
 
 #![allow(clippy::disallowed_methods, reason = "reads PROPTEST_CASES")]
-#![allow(clippy::wildcard_enum_match_arm, reason = "the model has no rule for the other variants")]
-#![allow(clippy::collapsible_if, clippy::too_many_arguments, clippy::type_complexity)]
+#![allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "the model has no rule for the other variants"
+)]
+#![allow(
+    clippy::collapsible_if,
+    clippy::too_many_arguments,
+    clippy::type_complexity
+)]
 
 mod support;
 
 use buzz_agent_core::config::{HookAllowlist, PermissionMode};
 use buzz_agent_core::{Action, Input, LlmCallId, LlmIo, MonoTime, ProcKey, Signal};
 use proptest::prelude::*;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use support::{test_config, HookKind, HookReply, LlmReply, ServerSpec, Step, StepInput, World};
+use support::{HookKind, HookReply, LlmReply, ServerSpec, Step, StepInput, World, test_config};
 
 /// Number of cases per property: `PROPTEST_CASES`, else 1000 (so CI runs at least 1000).
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1000)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1000)
 }
 
 fn config() -> ProptestConfig {
-    ProptestConfig { max_shrink_iters: 4096, ..ProptestConfig::with_cases(cases()) }
+    ProptestConfig {
+        max_shrink_iters: 4096,
+        ..ProptestConfig::with_cases(cases())
+    }
 }
 
 /// The reply guard's server name and reminder cap (SPEC G1).
@@ -179,15 +192,17 @@ fn server() -> impl Strategy<Value = SrvGen> {
             1 => Just(HookStep { kind: HookGen::Empty, timing: Timing::Late }),
         ],
     )
-        .prop_map(|(allowed, stop, post_compact, other, tool_delay, hooks, default)| SrvGen {
-            allowed,
-            stop,
-            post_compact,
-            other,
-            tool_delay,
-            hooks,
-            default,
-        })
+        .prop_map(
+            |(allowed, stop, post_compact, other, tool_delay, hooks, default)| SrvGen {
+                allowed,
+                stop,
+                post_compact,
+                other,
+                tool_delay,
+                hooks,
+                default,
+            },
+        )
 }
 
 fn target(n: usize) -> impl Strategy<Value = Target> {
@@ -245,21 +260,34 @@ fn case() -> impl Strategy<Value = Case> {
             prop::collection::vec(llm_gen(n), 0..9),
             prop::collection::vec(act(n), 1..12),
         )
-            .prop_map(|((budget, max_rounds, max_context, max_handoffs), timeout_ms, require_reply, reply_tool, ask, perm_delay, star, servers, llm, acts)| Case {
-                budget,
-                max_rounds,
-                max_context,
-                max_handoffs,
-                timeout_ms,
-                require_reply,
-                reply_tool,
-                ask,
-                perm_delay,
-                star,
-                servers,
-                llm,
-                acts,
-            })
+            .prop_map(
+                |(
+                    (budget, max_rounds, max_context, max_handoffs),
+                    timeout_ms,
+                    require_reply,
+                    reply_tool,
+                    ask,
+                    perm_delay,
+                    star,
+                    servers,
+                    llm,
+                    acts,
+                )| Case {
+                    budget,
+                    max_rounds,
+                    max_context,
+                    max_handoffs,
+                    timeout_ms,
+                    require_reply,
+                    reply_tool,
+                    ask,
+                    perm_delay,
+                    star,
+                    servers,
+                    llm,
+                    acts,
+                },
+            )
     })
 }
 
@@ -272,9 +300,20 @@ fn build(case: &Case) -> World {
     cfg.max_handoffs = case.max_handoffs;
     cfg.hook_timeout_ms = case.timeout_ms;
     cfg.require_reply = case.require_reply;
-    cfg.reply_tools = if case.reply_tool { vec!["s1__echo".to_string()] } else { Vec::new() };
-    cfg.permission = if case.ask { PermissionMode::Ask } else { PermissionMode::Allow };
-    let allowed: Vec<String> = (0..case.servers.len()).filter(|&i| case.servers[i].allowed).map(name).collect();
+    cfg.reply_tools = if case.reply_tool {
+        vec!["s1__echo".to_string()]
+    } else {
+        Vec::new()
+    };
+    cfg.permission = if case.ask {
+        PermissionMode::Ask
+    } else {
+        PermissionMode::Allow
+    };
+    let allowed: Vec<String> = (0..case.servers.len())
+        .filter(|&i| case.servers[i].allowed)
+        .map(name)
+        .collect();
     cfg.hook_servers = if allowed.is_empty() {
         HookAllowlist::Off
     } else if case.star && allowed.len() == case.servers.len() {
@@ -316,7 +355,9 @@ fn build(case: &Case) -> World {
             };
             let script = s.hooks.iter().enumerate().map(|(k, h)| reply(k, h));
             let default = reply(s.hooks.len(), &s.default);
-            let mut spec = ServerSpec::new(&name(i), &hooks).script(script).default_reply(default);
+            let mut spec = ServerSpec::new(&name(i), &hooks)
+                .script(script)
+                .default_reply(default);
             spec.tools.push("shell".to_string());
             spec.tool_delay_ms = s.tool_delay;
             spec
@@ -328,19 +369,47 @@ fn build(case: &Case) -> World {
         .llm
         .iter()
         .flat_map(|g| match g {
-            LlmGen::Text(d) => vec![LlmReply::Text { text: "Done.".into(), delay_ms: *d }],
-            LlmGen::Status500(n, d) => vec![LlmReply::Status { status: 500, delay_ms: *d }; *n],
-            LlmGen::Length(d) => vec![LlmReply::Finish { text: "Cut".into(), finish: "length".into(), delay_ms: *d }],
-            LlmGen::Refusal(d) => vec![LlmReply::Finish { text: "No".into(), finish: "content_filter".into(), delay_ms: *d }],
+            LlmGen::Text(d) => vec![LlmReply::Text {
+                text: "Done.".into(),
+                delay_ms: *d,
+            }],
+            LlmGen::Status500(n, d) => vec![
+                LlmReply::Status {
+                    status: 500,
+                    delay_ms: *d
+                };
+                *n
+            ],
+            LlmGen::Length(d) => vec![LlmReply::Finish {
+                text: "Cut".into(),
+                finish: "length".into(),
+                delay_ms: *d,
+            }],
+            LlmGen::Refusal(d) => vec![LlmReply::Finish {
+                text: "No".into(),
+                finish: "content_filter".into(),
+                delay_ms: *d,
+            }],
             LlmGen::Tools(targets, d) => vec![LlmReply::Tools {
                 calls: targets
                     .iter()
                     .map(|t| match t {
-                        Target::Echo(i) => (format!("{}__echo", name(*i)), r#"{"text":"hi"}"#.to_string()),
-                        Target::EchoBadArgs(i) => (format!("{}__echo", name(*i)), "[1,2]".to_string()),
+                        Target::Echo(i) => (
+                            format!("{}__echo", name(*i)),
+                            r#"{"text":"hi"}"#.to_string(),
+                        ),
+                        Target::EchoBadArgs(i) => {
+                            (format!("{}__echo", name(*i)), "[1,2]".to_string())
+                        }
                         Target::Hook(i, h) => (format!("{}__{h}", name(*i)), "{}".to_string()),
-                        Target::Shell(i, true) => (format!("{}__shell", name(*i)), r#"{"command":"buzz messages send hi"}"#.to_string()),
-                        Target::Shell(i, false) => (format!("{}__shell", name(*i)), r#"{"command":"ls"}"#.to_string()),
+                        Target::Shell(i, true) => (
+                            format!("{}__shell", name(*i)),
+                            r#"{"command":"buzz messages send hi"}"#.to_string(),
+                        ),
+                        Target::Shell(i, false) => (
+                            format!("{}__shell", name(*i)),
+                            r#"{"command":"ls"}"#.to_string(),
+                        ),
                         Target::Unknown => ("nosuch__tool".to_string(), "{}".to_string()),
                     })
                     .collect(),
@@ -361,7 +430,10 @@ fn run(case: &Case) -> World {
                 w.prompt("do the task");
             }
             Act::PromptUnknown => {
-                w.request("session/prompt", json!({"sessionId": "sess_404", "prompt": [{"type": "text", "text": "x"}]}));
+                w.request(
+                    "session/prompt",
+                    json!({"sessionId": "sess_404", "prompt": [{"type": "text", "text": "x"}]}),
+                );
             }
             Act::Cancel => w.cancel(),
             Act::CancelRequest => {
@@ -401,7 +473,9 @@ impl Outcome {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pend {
-    Hook { deadline: MonoTime },
+    Hook {
+        deadline: MonoTime,
+    },
     Tool,
     /// `tools/list`: its reply makes a (re)started server ready.
     List,
@@ -447,11 +521,22 @@ enum PhaseM {
     /// An LLM call must come in this very step.
     Await,
     /// `summary`: a compaction summary call (K1), recognised by its system prompt.
-    Llm { call: LlmCallId, attempt: u32, summary: bool },
-    Backoff { attempt: u32, since: MonoTime, summary: bool },
+    Llm {
+        call: LlmCallId,
+        attempt: u32,
+        summary: bool,
+    },
+    Backoff {
+        attempt: u32,
+        since: MonoTime,
+        summary: bool,
+    },
     /// Announced tool calls without a terminal update, routed `echo`/`shell` calls not yet
     /// dispatched (server index, posting attempt per G2).
-    Tools { pending: BTreeSet<String>, dispatch: Vec<(usize, &'static str, bool)> },
+    Tools {
+        pending: BTreeSet<String>,
+        dispatch: Vec<(usize, &'static str, bool)>,
+    },
     Gate(RoundM),
 }
 
@@ -483,9 +568,20 @@ enum Inject {
 #[derive(Debug, Clone, PartialEq)]
 enum Te {
     /// `attempt` 1 = a new round (or a compaction summary in its place, K1).
-    LlmCall { attempt: u32, summary: Option<bool>, inject: Inject },
-    Response { id: u64, stop: &'static str, meta: Value },
-    Error { id: u64, code: i64 },
+    LlmCall {
+        attempt: u32,
+        summary: Option<bool>,
+        inject: Inject,
+    },
+    Response {
+        id: u64,
+        stop: &'static str,
+        meta: Value,
+    },
+    Error {
+        id: u64,
+        code: i64,
+    },
 }
 
 struct Checker<'a> {
@@ -539,7 +635,12 @@ fn hook_outcome_of(reply: &Value) -> Outcome {
     if r["isError"].as_bool() == Some(true) {
         return Outcome::Error;
     }
-    let text: Vec<&str> = r["content"].as_array().into_iter().flatten().filter_map(|b| b["text"].as_str()).collect();
+    let text: Vec<&str> = r["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b["text"].as_str())
+        .collect();
     let text = text.join("\n");
     if text.trim().is_empty() {
         Outcome::Empty
@@ -551,7 +652,9 @@ fn hook_outcome_of(reply: &Value) -> Outcome {
 /// A compaction summary request (K1): its system prompt is the summariser's.
 fn is_summary_request(body: &Value) -> bool {
     body["messages"][0]["role"] == "system"
-        && body["messages"][0]["content"].as_str().is_some_and(|c| c.starts_with("You compact the working context"))
+        && body["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("You compact the working context"))
 }
 
 impl<'a> Checker<'a> {
@@ -589,7 +692,9 @@ impl<'a> Checker<'a> {
     }
 
     fn srv_of(&self, proc: ProcKey) -> Option<usize> {
-        self.srv.iter().position(|s| s.proc.is_some_and(|p| p.server == proc.server))
+        self.srv
+            .iter()
+            .position(|s| s.proc.is_some_and(|p| p.server == proc.server))
     }
 
     fn meta(&self, t: &TurnM) -> Value {
@@ -611,14 +716,20 @@ impl<'a> Checker<'a> {
             handoffs: 0,
             phase: PhaseM::Await,
         });
-        exp.push(Te::LlmCall { attempt: 1, summary: None, inject: Inject::None });
+        exp.push(Te::LlmCall {
+            attempt: 1,
+            summary: None,
+            inject: Inject::None,
+        });
     }
 
     /// The next round of the running turn (L1): `max_turn_requests` at the cap, else an LLM
     /// call (which may be a compaction summary unless one just ran, K1).
     fn next_round(&mut self, inject: Inject, exp: &mut Vec<Te>) {
         let max = self.case.max_rounds;
-        let Some(turn) = self.turn.as_mut() else { return };
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
         if turn.cancelled {
             return self.end_turn("cancelled", exp);
         }
@@ -627,13 +738,21 @@ impl<'a> Checker<'a> {
         }
         turn.phase = PhaseM::Await;
         let summary = matches!(inject, Inject::PostCompact(_)).then_some(false);
-        exp.push(Te::LlmCall { attempt: 1, summary, inject });
+        exp.push(Te::LlmCall {
+            attempt: 1,
+            summary,
+            inject,
+        });
     }
 
     fn end_turn(&mut self, stop: &'static str, exp: &mut Vec<Te>) {
         if let Some(t) = self.turn.take() {
             let meta = self.meta(&t);
-            exp.push(Te::Response { id: t.rpc, stop, meta });
+            exp.push(Te::Response {
+                id: t.rpc,
+                stop,
+                meta,
+            });
         }
         if let Some(q) = self.queued.take() {
             self.start_turn(q, exp);
@@ -642,7 +761,10 @@ impl<'a> Checker<'a> {
 
     fn fail_turn(&mut self, exp: &mut Vec<Te>) {
         if let Some(t) = self.turn.take() {
-            exp.push(Te::Error { id: t.rpc, code: -32000 });
+            exp.push(Te::Error {
+                id: t.rpc,
+                code: -32000,
+            });
         }
         if let Some(q) = self.queued.take() {
             self.start_turn(q, exp);
@@ -651,9 +773,23 @@ impl<'a> Checker<'a> {
 
     fn set_outcome(&mut self, s: usize, req: u64, outcome: Outcome, exp_logs: &mut Vec<String>) {
         let name = self.srv[s].name.clone();
-        let Some(TurnM { phase: PhaseM::Gate(r), .. }) = &mut self.turn else { return };
-        if let Some(c) = r.calls.iter_mut().find(|c| c.srv == s && c.req == Some(req) && c.outcome.is_none()) {
-            exp_logs.push(format!("hook: point={} server={name} outcome={}", r.point, outcome.label()));
+        let Some(TurnM {
+            phase: PhaseM::Gate(r),
+            ..
+        }) = &mut self.turn
+        else {
+            return;
+        };
+        if let Some(c) = r
+            .calls
+            .iter_mut()
+            .find(|c| c.srv == s && c.req == Some(req) && c.outcome.is_none())
+        {
+            exp_logs.push(format!(
+                "hook: point={} server={name} outcome={}",
+                r.point,
+                outcome.label()
+            ));
             c.outcome = Some(outcome);
         }
     }
@@ -670,30 +806,61 @@ impl<'a> Checker<'a> {
     }
 
     /// Start a hook round over the allowlisted servers exposing `point` (H2, H3).
-    fn start_round(&mut self, point: &'static str, t: MonoTime, reminder: bool, meta: Value, exp_logs: &mut Vec<String>) {
+    fn start_round(
+        &mut self,
+        point: &'static str,
+        t: MonoTime,
+        reminder: bool,
+        meta: Value,
+        exp_logs: &mut Vec<String>,
+    ) {
         let mut calls = Vec::new();
         for (i, s) in self.srv.iter().enumerate() {
-            let has = if point == "_Stop" { s.stop } else { s.post_compact };
+            let has = if point == "_Stop" {
+                s.stop
+            } else {
+                s.post_compact
+            };
             if !(s.allowed && has) {
                 continue;
             }
             if s.ready && !s.dead {
-                calls.push(CallM { srv: i, req: None, outcome: None });
+                calls.push(CallM {
+                    srv: i,
+                    req: None,
+                    outcome: None,
+                });
             } else {
-                exp_logs.push(format!("hook: point={point} server={} outcome=dead", s.name));
-                calls.push(CallM { srv: i, req: None, outcome: Some(Outcome::Dead) });
+                exp_logs.push(format!(
+                    "hook: point={point} server={} outcome=dead",
+                    s.name
+                ));
+                calls.push(CallM {
+                    srv: i,
+                    req: None,
+                    outcome: Some(Outcome::Dead),
+                });
             }
         }
         if let Some(turn) = self.turn.as_mut() {
             let deadline = t.plus_ms(self.case.timeout_ms);
-            turn.phase = PhaseM::Gate(RoundM { point, start: t, deadline, calls, reminder, meta });
+            turn.phase = PhaseM::Gate(RoundM {
+                point,
+                start: t,
+                deadline,
+                calls,
+                reminder,
+                meta,
+            });
         }
     }
 
     /// H5: the gate after a text-only end-turn response. Returns whether a round started.
     fn gate(&mut self, t: MonoTime, exp: &mut Vec<Te>, exp_logs: &mut Vec<String>) -> bool {
         let budget = self.case.budget;
-        let Some(turn) = self.turn.as_mut() else { return false };
+        let Some(turn) = self.turn.as_mut() else {
+            return false;
+        };
         if budget == 0 {
             self.end_turn("end_turn", exp);
             return false;
@@ -712,7 +879,9 @@ impl<'a> Checker<'a> {
 
     /// Decide the round when every call has an outcome (H3, H5, H7, G1).
     fn maybe_conclude(&mut self, exp: &mut Vec<Te>) {
-        let Some(turn) = self.turn.as_mut() else { return };
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
         let PhaseM::Gate(r) = &turn.phase else { return };
         if r.calls.iter().any(|c| c.outcome.is_none()) {
             return;
@@ -751,10 +920,15 @@ impl<'a> Checker<'a> {
 
     fn check(&mut self, w: &World) -> Result<(), String> {
         for (i, st) in w.steps.iter().enumerate() {
-            self.step(w, st).map_err(|e| format!("step {i} at {}: {e}", st.t))?;
+            self.step(w, st)
+                .map_err(|e| format!("step {i} at {}: {e}", st.t))?;
         }
         // I7: every request got exactly one response; the turn and the queue are done.
-        ensure!(self.turn.is_none(), "a turn is still running after the world went idle: {:?}", self.turn);
+        ensure!(
+            self.turn.is_none(),
+            "a turn is still running after the world went idle: {:?}",
+            self.turn
+        );
         ensure!(self.queued.is_none(), "a queued prompt never ran");
         for (id, m) in &self.requests {
             let n = self.responses.get(id).copied().unwrap_or(0);
@@ -764,7 +938,9 @@ impl<'a> Checker<'a> {
     }
 
     fn on_cancel(&mut self, exp: &mut Vec<Te>, fx: &mut Effects) -> Result<(), String> {
-        let Some(turn) = self.turn.as_mut().filter(|t| !t.cancelled) else { return Ok(()) };
+        let Some(turn) = self.turn.as_mut().filter(|t| !t.cancelled) else {
+            return Ok(());
+        };
         turn.cancelled = true;
         match &turn.phase {
             PhaseM::Llm { call, .. } => {
@@ -791,18 +967,43 @@ impl<'a> Checker<'a> {
     }
 
     /// The LLM call `call` delivered `event` while the turn waits for it.
-    fn on_llm(&mut self, w: &World, t: MonoTime, call: LlmCallId, event: &LlmIo, obs: &Obs, exp: &mut Vec<Te>, fx: &mut Effects) -> Result<(), String> {
+    fn on_llm(
+        &mut self,
+        w: &World,
+        t: MonoTime,
+        call: LlmCallId,
+        event: &LlmIo,
+        obs: &Obs,
+        exp: &mut Vec<Te>,
+        fx: &mut Effects,
+    ) -> Result<(), String> {
         let (attempt, summary) = match &self.turn {
-            Some(TurnM { phase: PhaseM::Llm { call: c, attempt, summary }, .. }) if *c == call => (*attempt, *summary),
+            Some(TurnM {
+                phase:
+                    PhaseM::Llm {
+                        call: c,
+                        attempt,
+                        summary,
+                    },
+                ..
+            }) if *c == call => (*attempt, *summary),
             _ => return Ok(()),
         };
-        let reply = w.llm_replies.get(&call).cloned().ok_or("no scripted reply")?;
+        let reply = w
+            .llm_replies
+            .get(&call)
+            .cloned()
+            .ok_or("no scripted reply")?;
         let body = matches!(event, LlmIo::Body(_));
         let end = matches!(event, LlmIo::End);
         if let (LlmReply::Status { .. }, true) = (&reply, end) {
             if attempt < LLM_ATTEMPTS {
                 if let Some(turn) = self.turn.as_mut() {
-                    turn.phase = PhaseM::Backoff { attempt: attempt + 1, since: t, summary };
+                    turn.phase = PhaseM::Backoff {
+                        attempt: attempt + 1,
+                        since: t,
+                        summary,
+                    };
                 }
             } else if summary {
                 // K1: a failed summary falls back to truncation, and the round goes on.
@@ -817,7 +1018,10 @@ impl<'a> Checker<'a> {
             return Ok(()); // an error body is only read at its end
         }
         if summary {
-            ensure!(obs.announced.is_empty(), "K1/A6: a summary call announced tool calls");
+            ensure!(
+                obs.announced.is_empty(),
+                "K1/A6: a summary call announced tool calls"
+            );
             match &reply {
                 LlmReply::Text { .. } | LlmReply::Finish { .. } => {
                     // K1/H7: new history = [summary, _PostCompact injections, live prompt].
@@ -856,14 +1060,26 @@ impl<'a> Checker<'a> {
             LlmReply::Tools { calls, .. } => {
                 let titles: Vec<&str> = obs.announced.iter().map(|a| a.1.as_str()).collect();
                 let names: Vec<&str> = calls.iter().map(|c| c.0.as_str()).collect();
-                ensure!(titles == names, "A6/L2: tool calls announced {titles:?}, the model asked for {names:?}");
+                ensure!(
+                    titles == names,
+                    "A6/L2: tool calls announced {titles:?}, the model asked for {names:?}"
+                );
                 let pending: BTreeSet<String> = obs.announced.iter().map(|a| a.0.clone()).collect();
-                ensure!(pending.len() == names.len(), "A6: toolCallIds are not unique");
+                ensure!(
+                    pending.len() == names.len(),
+                    "A6: toolCallIds are not unique"
+                );
                 let mut dispatch = Vec::new();
                 for (n, args) in calls {
-                    let Some((server, bare)) = n.split_once("__") else { continue };
-                    let Some(i) = self.srv.iter().position(|s| s.name == server) else { continue };
-                    let Ok(Value::Object(a)) = serde_json::from_str::<Value>(args) else { continue };
+                    let Some((server, bare)) = n.split_once("__") else {
+                        continue;
+                    };
+                    let Some(i) = self.srv.iter().position(|s| s.name == server) else {
+                        continue;
+                    };
+                    let Ok(Value::Object(a)) = serde_json::from_str::<Value>(args) else {
+                        continue;
+                    };
                     let bare = match bare {
                         "echo" => "echo",
                         "shell" => "shell",
@@ -871,7 +1087,8 @@ impl<'a> Checker<'a> {
                     };
                     // G2: `shell` with `messages send`/`reactions add`, or a BUZZ_AGENT_REPLY_TOOLS name.
                     let cmd = a.get("command").and_then(Value::as_str).unwrap_or("");
-                    let posting = (bare == "shell" && (cmd.contains("messages send") || cmd.contains("reactions add")))
+                    let posting = (bare == "shell"
+                        && (cmd.contains("messages send") || cmd.contains("reactions add")))
                         || (self.case.reply_tool && n == "s1__echo");
                     dispatch.push((i, bare, posting));
                 }
@@ -889,8 +1106,17 @@ impl<'a> Checker<'a> {
         let t = st.t;
         let timeout = self.case.timeout_ms;
         // I3: a round started at s is decided by s + hook timeout.
-        if let Some(TurnM { phase: PhaseM::Gate(r), .. }) = &self.turn {
-            ensure!(t <= r.deadline, "I3: the {} round started at {} is still undecided at {t}", r.point, r.start);
+        if let Some(TurnM {
+            phase: PhaseM::Gate(r),
+            ..
+        }) = &self.turn
+        {
+            ensure!(
+                t <= r.deadline,
+                "I3: the {} round started at {} is still undecided at {t}",
+                r.point,
+                r.start
+            );
         }
         // ---- parse the actions
         let mut obs = Obs::default();
@@ -922,23 +1148,36 @@ impl<'a> Checker<'a> {
                 Action::Log(r) => obs.logs.push(r.message.clone()),
                 Action::WriteAcp(line) => {
                     let v = parse_line(line);
-                    if v["method"] == "session/update" && v["params"]["update"]["sessionUpdate"] == "tool_call" {
+                    if v["method"] == "session/update"
+                        && v["params"]["update"]["sessionUpdate"] == "tool_call"
+                    {
                         let u = &v["params"]["update"];
-                        obs.announced.push((u["toolCallId"].as_str().unwrap_or("").into(), u["title"].as_str().unwrap_or("").into()));
+                        obs.announced.push((
+                            u["toolCallId"].as_str().unwrap_or("").into(),
+                            u["title"].as_str().unwrap_or("").into(),
+                        ));
                     }
                 }
                 Action::CallLlm { .. } | Action::CloseMcpStdin { .. } | Action::Exit { .. } => {}
             }
         }
         // K1 fallback: a truncation drops an unknown number of injections.
-        if obs.logs.iter().any(|l| l.contains("oldest history unit(s)") && !l.contains("dropped 0 ")) {
+        if obs
+            .logs
+            .iter()
+            .any(|l| l.contains("oldest history unit(s)") && !l.contains("dropped 0 "))
+        {
             self.stop_injections = None;
         }
         let had_turn = self.turn.is_some();
         let tools_reply = matches!(&st.input, StepInput::Input(Input::Llm { call, event: LlmIo::Body(_) })
             if matches!(w.llm_replies.get(call), Some(LlmReply::Tools { .. })));
         if !tools_reply {
-            ensure!(obs.announced.is_empty(), "A6/H8: tool_call announced outside a model tools response: {:?}", obs.announced);
+            ensure!(
+                obs.announced.is_empty(),
+                "A6/H8: tool_call announced outside a model tools response: {:?}",
+                obs.announced
+            );
         }
         let mut exp: Vec<Te> = Vec::new();
         let mut fx = Effects::default();
@@ -962,20 +1201,43 @@ impl<'a> Checker<'a> {
                         self.srv[s].timeouts += 1;
                         let nm = self.srv[s].name.clone();
                         if self.srv[s].timeouts >= 2 {
-                            fx.log_contains.push(format!("hook: killing server '{nm}' after 2 consecutive timeouts"));
+                            fx.log_contains.push(format!(
+                                "hook: killing server '{nm}' after 2 consecutive timeouts"
+                            ));
                             fx.term.insert(s);
                             self.mark_dead(s, &mut fx.logs);
                         } else {
-                            fx.log_contains.push(format!("hook: server '{nm}' timed out (1/2)"));
+                            fx.log_contains
+                                .push(format!("hook: server '{nm}' timed out (1/2)"));
                         }
                         self.set_outcome(s, id, Outcome::Timeout, &mut fx.logs);
                     }
                 }
-                let retry = st.actions.iter().any(|a| matches!(a, Action::CallLlm { .. }));
-                if let Some(TurnM { phase: PhaseM::Backoff { attempt, since, summary }, .. }) = &mut self.turn {
+                let retry = st
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a, Action::CallLlm { .. }));
+                if let Some(TurnM {
+                    phase:
+                        PhaseM::Backoff {
+                            attempt,
+                            since,
+                            summary,
+                        },
+                    ..
+                }) = &mut self.turn
+                {
                     if retry {
-                        ensure!(t.ms_since(*since) <= MAX_BACKOFF_MS, "L5: retry after {} ms", t.ms_since(*since));
-                        exp.push(Te::LlmCall { attempt: *attempt, summary: Some(*summary), inject: Inject::None });
+                        ensure!(
+                            t.ms_since(*since) <= MAX_BACKOFF_MS,
+                            "L5: retry after {} ms",
+                            t.ms_since(*since)
+                        );
+                        exp.push(Te::LlmCall {
+                            attempt: *attempt,
+                            summary: Some(*summary),
+                            inject: Inject::None,
+                        });
                         if let Some(turn) = self.turn.as_mut() {
                             turn.phase = PhaseM::Await;
                         }
@@ -986,7 +1248,10 @@ impl<'a> Checker<'a> {
                 let v = parse_line(String::from_utf8_lossy(bytes).trim());
                 let method = v["method"].as_str().map(str::to_string);
                 if let (Some(id), Some(m)) = (v["id"].as_u64(), method.as_deref()) {
-                    ensure!(self.requests.insert(id, m.to_string()).is_none(), "test bug: reused id {id}");
+                    ensure!(
+                        self.requests.insert(id, m.to_string()).is_none(),
+                        "test bug: reused id {id}"
+                    );
                 }
                 match (v["id"].as_u64(), method.as_deref()) {
                     (_, Some("session/cancel")) => self.on_cancel(&mut exp, &mut fx)?,
@@ -1007,7 +1272,9 @@ impl<'a> Checker<'a> {
                     _ => {} // initialize, session/new, a reply to a permission request
                 }
             }
-            StepInput::Input(Input::Llm { call, event }) => self.on_llm(w, t, *call, event, &obs, &mut exp, &mut fx)?,
+            StepInput::Input(Input::Llm { call, event }) => {
+                self.on_llm(w, t, *call, event, &obs, &mut exp, &mut fx)?
+            }
             StepInput::Input(Input::McpBytes { proc, bytes }) => {
                 let s = self.srv_of(*proc).ok_or("bytes from an unknown proc")?;
                 let v = parse_line(String::from_utf8_lossy(bytes).trim());
@@ -1016,7 +1283,9 @@ impl<'a> Checker<'a> {
                         // H4/I5: any reply to a pending request resets the count; late ones don't (I6).
                         self.srv[s].timeouts = 0;
                         match p {
-                            Pend::Hook { .. } => self.set_outcome(s, id, hook_outcome_of(&v), &mut fx.logs),
+                            Pend::Hook { .. } => {
+                                self.set_outcome(s, id, hook_outcome_of(&v), &mut fx.logs)
+                            }
                             Pend::List if v.get("result").is_some() => self.srv[s].ready = true,
                             Pend::List | Pend::Tool | Pend::Other => {}
                         }
@@ -1046,22 +1315,57 @@ impl<'a> Checker<'a> {
                 let p = &v["params"];
                 let tool = p["name"].as_str().unwrap_or("");
                 let kind = if method == "tools/call" && tool.starts_with('_') {
-                    ensure!(fx.round_started == Some(tool), "H1/I10: hook {tool} called on {} outside a {tool} round start", name(s));
-                    ensure!(last_hook_srv.is_none_or(|l| l < s), "H3: hook calls not in registration order");
+                    ensure!(
+                        fx.round_started == Some(tool),
+                        "H1/I10: hook {tool} called on {} outside a {tool} round start",
+                        name(s)
+                    );
+                    ensure!(
+                        last_hook_srv.is_none_or(|l| l < s),
+                        "H3: hook calls not in registration order"
+                    );
                     last_hook_srv = Some(s);
                     let turn = self.turn.as_mut().ok_or("hook call without a turn")?;
-                    let PhaseM::Gate(r) = &mut turn.phase else { return Err("hook call outside a round".into()) };
-                    ensure!(p["arguments"] == json!({}), "H3: hook arguments {}", p["arguments"]);
-                    ensure!(p["_meta"]["buzz/hook"] == r.meta, "H3: hook _meta {} != {}", p["_meta"], r.meta);
-                    let c = r.calls.iter_mut().find(|c| c.srv == s && c.req.is_none() && c.outcome.is_none());
-                    let c = c.ok_or_else(|| format!("H2/H3: {tool} called on {} which is not a live target", name(s)))?;
+                    let PhaseM::Gate(r) = &mut turn.phase else {
+                        return Err("hook call outside a round".into());
+                    };
+                    ensure!(
+                        p["arguments"] == json!({}),
+                        "H3: hook arguments {}",
+                        p["arguments"]
+                    );
+                    ensure!(
+                        p["_meta"]["buzz/hook"] == r.meta,
+                        "H3: hook _meta {} != {}",
+                        p["_meta"],
+                        r.meta
+                    );
+                    let c = r
+                        .calls
+                        .iter_mut()
+                        .find(|c| c.srv == s && c.req.is_none() && c.outcome.is_none());
+                    let c = c.ok_or_else(|| {
+                        format!(
+                            "H2/H3: {tool} called on {} which is not a live target",
+                            name(s)
+                        )
+                    })?;
                     c.req = Some(id);
-                    Pend::Hook { deadline: t.plus_ms(timeout) }
+                    Pend::Hook {
+                        deadline: t.plus_ms(timeout),
+                    }
                 } else if method == "tools/call" {
                     let turn = self.turn.as_mut().ok_or("tool call without a turn")?;
-                    let PhaseM::Tools { dispatch, .. } = &mut turn.phase else { return Err("tools/call outside the tools phase".into()) };
+                    let PhaseM::Tools { dispatch, .. } = &mut turn.phase else {
+                        return Err("tools/call outside the tools phase".into());
+                    };
                     let k = dispatch.iter().position(|d| d.0 == s && d.1 == tool);
-                    let k = k.ok_or_else(|| format!("I10/L2: tools/call {tool} on {} that the model did not ask for", name(s)))?;
+                    let k = k.ok_or_else(|| {
+                        format!(
+                            "I10/L2: tools/call {tool} on {} that the model did not ask for",
+                            name(s)
+                        )
+                    })?;
                     if dispatch.remove(k).2 {
                         turn.posted = true; // G2: a dispatched posting attempt
                     }
@@ -1071,25 +1375,48 @@ impl<'a> Checker<'a> {
                 } else {
                     Pend::Other
                 };
-                ensure!(!self.srv[s].dead, "a request was written to dead server {}", name(s));
+                ensure!(
+                    !self.srv[s].dead,
+                    "a request was written to dead server {}",
+                    name(s)
+                );
                 self.srv[s].pending.insert(id, kind);
             } else if method == "notifications/cancelled" {
-                let rid = v["params"]["requestId"].as_u64().ok_or("cancel without requestId")?;
+                let rid = v["params"]["requestId"]
+                    .as_u64()
+                    .ok_or("cancel without requestId")?;
                 cancels_seen.push((s, rid));
                 if let Some(p) = self.srv[s].pending.remove(&rid) {
-                    ensure!(!matches!(p, Pend::Hook { .. }), "A4/H4: hook call {rid} on {} cancelled before its deadline", name(s));
+                    ensure!(
+                        !matches!(p, Pend::Hook { .. }),
+                        "A4/H4: hook call {rid} on {} cancelled before its deadline",
+                        name(s)
+                    );
                 }
             }
         }
         if fx.round_started.is_some() {
-            if let Some(TurnM { phase: PhaseM::Gate(r), .. }) = &self.turn {
+            if let Some(TurnM {
+                phase: PhaseM::Gate(r),
+                ..
+            }) = &self.turn
+            {
                 for c in &r.calls {
-                    ensure!(c.req.is_some() || c.outcome.is_some(), "H3: live allowlisted server {} was not called", name(c.srv));
+                    ensure!(
+                        c.req.is_some() || c.outcome.is_some(),
+                        "H3: live allowlisted server {} was not called",
+                        name(c.srv)
+                    );
                 }
             }
         }
         for c in &fx.cancel_notif {
-            ensure!(cancels_seen.contains(c), "H4/A4: abandoned call {} on {} got no notifications/cancelled", c.1, name(c.0));
+            ensure!(
+                cancels_seen.contains(c),
+                "H4/A4: abandoned call {} on {} got no notifications/cancelled",
+                c.1,
+                name(c.0)
+            );
         }
 
         // ---- ACP lines, in order: I7 counts, I8 liveness, tool-call terminal updates
@@ -1101,39 +1428,65 @@ impl<'a> Checker<'a> {
                     live = true;
                     let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
                     let summary = is_summary_request(&body);
-                    let te = Te::LlmCall { attempt: 0, summary: Some(summary), inject: Inject::None };
+                    let te = Te::LlmCall {
+                        attempt: 0,
+                        summary: Some(summary),
+                        inject: Inject::None,
+                    };
                     obs_te.push((te, Some((*call, body)), None));
                 }
                 Action::WriteAcp(line) => {
                     let v = parse_line(line);
                     if let Some(m) = v["method"].as_str() {
-                        ensure!(v["params"]["sessionId"] == json!(self.session), "update for another session: {line}");
+                        ensure!(
+                            v["params"]["sessionId"] == json!(self.session),
+                            "update for another session: {line}"
+                        );
                         if m == "session/update" {
                             ensure!(live, "I8: session/update outside a running prompt: {line}");
                             let u = &v["params"]["update"];
-                            let terminal = u["sessionUpdate"] == "tool_call_update" && (u["status"] == "completed" || u["status"] == "failed");
+                            let terminal = u["sessionUpdate"] == "tool_call_update"
+                                && (u["status"] == "completed" || u["status"] == "failed");
                             if terminal {
                                 let id = u["toolCallId"].as_str().unwrap_or("").to_string();
-                                ensure!(self.terminal_seen.insert(id.clone()), "A6: second terminal update for {id}");
+                                ensure!(
+                                    self.terminal_seen.insert(id.clone()),
+                                    "A6: second terminal update for {id}"
+                                );
                                 let in_tools = match &mut self.turn {
-                                    Some(TurnM { phase: PhaseM::Tools { pending, .. }, .. }) => pending.remove(&id),
+                                    Some(TurnM {
+                                        phase: PhaseM::Tools { pending, .. },
+                                        ..
+                                    }) => pending.remove(&id),
                                     _ => false,
                                 };
-                                let in_closing = fx.closing_tools.as_mut().is_some_and(|c| c.remove(&id));
-                                ensure!(in_tools || in_closing, "A6: terminal update for {id} outside its tools phase");
+                                let in_closing =
+                                    fx.closing_tools.as_mut().is_some_and(|c| c.remove(&id));
+                                ensure!(
+                                    in_tools || in_closing,
+                                    "A6: terminal update for {id} outside its tools phase"
+                                );
                             }
                         } else if m == "session/request_permission" {
                             ensure!(live, "I8: permission request outside a running prompt");
                             let title = v["params"]["toolCall"]["title"].as_str().unwrap_or("");
                             let bare = title.split_once("__").map_or("", |x| x.1);
-                            ensure!(bare == "echo" || bare == "shell", "H8/A7: permission asked for {title}");
+                            ensure!(
+                                bare == "echo" || bare == "shell",
+                                "H8/A7: permission asked for {title}"
+                            );
                         } else {
                             return Err(format!("unexpected agent message {m}"));
                         }
                         continue;
                     }
-                    let Some(id) = v["id"].as_u64() else { return Err(format!("I7: response with a foreign id: {line}")) };
-                    ensure!(self.requests.contains_key(&id), "I7: response to unknown request {id}");
+                    let Some(id) = v["id"].as_u64() else {
+                        return Err(format!("I7: response with a foreign id: {line}"));
+                    };
+                    ensure!(
+                        self.requests.contains_key(&id),
+                        "I7: response to unknown request {id}"
+                    );
                     *self.responses.entry(id).or_default() += 1;
                     match self.requests.get(&id).map(String::as_str) {
                         Some("session/new") => {
@@ -1144,14 +1497,21 @@ impl<'a> Checker<'a> {
                                 }
                             }
                         }
-                        Some("session/cancel") => ensure!(v["result"] == Value::Null && v.get("error").is_none(), "A4: cancel answered {v}"),
+                        Some("session/cancel") => ensure!(
+                            v["result"] == Value::Null && v.get("error").is_none(),
+                            "A4: cancel answered {v}"
+                        ),
                         Some("session/prompt") => {
                             if self.turn_rpcs.contains(&id) {
                                 live = false;
                             }
                             let te = match v["error"]["code"].as_i64() {
                                 Some(code) => Te::Error { id, code },
-                                None => Te::Response { id, stop: "", meta: Value::Null },
+                                None => Te::Response {
+                                    id,
+                                    stop: "",
+                                    meta: Value::Null,
+                                },
                             };
                             obs_te.push((te, None, Some(v.clone())));
                         }
@@ -1162,10 +1522,17 @@ impl<'a> Checker<'a> {
             }
         }
         if let Some(c) = &fx.closing_tools {
-            ensure!(c.is_empty(), "A4: announced tool calls {c:?} never reached a terminal status before the response");
+            ensure!(
+                c.is_empty(),
+                "A4: announced tool calls {c:?} never reached a terminal status before the response"
+            );
         }
         // Tools done → next round.
-        if let Some(TurnM { phase: PhaseM::Tools { pending, .. }, .. }) = &self.turn {
+        if let Some(TurnM {
+            phase: PhaseM::Tools { pending, .. },
+            ..
+        }) = &self.turn
+        {
             if pending.is_empty() {
                 self.next_round(Inject::None, &mut exp);
             }
@@ -1191,29 +1558,64 @@ impl<'a> Checker<'a> {
         );
         for (e, (g, llm, resp)) in exp.iter().zip(&obs_te) {
             match e {
-                Te::LlmCall { attempt, summary, inject } => {
+                Te::LlmCall {
+                    attempt,
+                    summary,
+                    inject,
+                } => {
                     let (call, body) = llm.as_ref().ok_or("llm")?;
-                    let Te::LlmCall { summary: Some(is_summary), .. } = g else { return Err("obs".into()) };
+                    let Te::LlmCall {
+                        summary: Some(is_summary),
+                        ..
+                    } = g
+                    else {
+                        return Err("obs".into());
+                    };
                     if let Some(want) = summary {
-                        ensure!(want == is_summary, "K1: summary call {is_summary}, expected {want}");
+                        ensure!(
+                            want == is_summary,
+                            "K1: summary call {is_summary}, expected {want}"
+                        );
                     }
                     self.check_llm_body(body, *is_summary, inject)?;
                     let turn = self.turn.as_mut().ok_or("LLM call without a turn")?;
                     if *attempt == 1 && !is_summary {
                         turn.rounds += 1;
                     }
-                    turn.phase = PhaseM::Llm { call: *call, attempt: *attempt, summary: *is_summary };
+                    turn.phase = PhaseM::Llm {
+                        call: *call,
+                        attempt: *attempt,
+                        summary: *is_summary,
+                    };
                 }
                 Te::Response { stop, meta, .. } => {
                     let v = resp.as_ref().ok_or("resp")?;
-                    ensure!(v["result"]["stopReason"] == *stop, "stopReason {} != {stop}", v["result"]["stopReason"]);
-                    ensure!(v["result"]["_meta"] == *meta, "A8: _meta {} != model {meta}", v["result"]["_meta"]);
-                    let k = v["result"]["_meta"]["buzz"]["stopObjections"].as_u64().unwrap_or(u64::MAX);
-                    ensure!(k <= u64::from(self.case.budget), "I1: {k} objections over budget {}", self.case.budget);
+                    ensure!(
+                        v["result"]["stopReason"] == *stop,
+                        "stopReason {} != {stop}",
+                        v["result"]["stopReason"]
+                    );
+                    ensure!(
+                        v["result"]["_meta"] == *meta,
+                        "A8: _meta {} != model {meta}",
+                        v["result"]["_meta"]
+                    );
+                    let k = v["result"]["_meta"]["buzz"]["stopObjections"]
+                        .as_u64()
+                        .unwrap_or(u64::MAX);
+                    ensure!(
+                        k <= u64::from(self.case.budget),
+                        "I1: {k} objections over budget {}",
+                        self.case.budget
+                    );
                 }
                 Te::Error { code, .. } => {
                     let v = resp.as_ref().ok_or("resp")?;
-                    ensure!(v["error"]["code"] == *code, "error code {} != {code}", v["error"]["code"]);
+                    ensure!(
+                        v["error"]["code"] == *code,
+                        "error code {} != {code}",
+                        v["error"]["code"]
+                    );
                     if *code == -32000 {
                         let m = v["error"]["message"].as_str().unwrap_or("");
                         ensure!(m.starts_with("llm:"), "A3: LLM failure message {m:?}");
@@ -1222,9 +1624,16 @@ impl<'a> Checker<'a> {
             }
         }
         if let Some(call) = fx.release {
-            ensure!(obs.released.contains(&call), "A4: cancelled LLM call {call} not dropped");
+            ensure!(
+                obs.released.contains(&call),
+                "A4: cancelled LLM call {call} not dropped"
+            );
         }
-        if let Some(TurnM { phase: PhaseM::Await, .. }) = &self.turn {
+        if let Some(TurnM {
+            phase: PhaseM::Await,
+            ..
+        }) = &self.turn
+        {
             return Err("model: awaiting an LLM call at the end of a step".into());
         }
 
@@ -1242,38 +1651,75 @@ impl<'a> Checker<'a> {
                     self.terms.entry(*proc).or_insert(t);
                 }
                 Signal::Kill => {
-                    let ok = self.terms.get(proc).is_some_and(|t0| t0.plus_ms(KILL_GRACE_MS) <= t) && self.kills.insert(*proc);
-                    ensure!(ok, "I5: KILL of {proc} without a TERM {KILL_GRACE_MS} ms earlier");
+                    let ok = self
+                        .terms
+                        .get(proc)
+                        .is_some_and(|t0| t0.plus_ms(KILL_GRACE_MS) <= t)
+                        && self.kills.insert(*proc);
+                    ensure!(
+                        ok,
+                        "I5: KILL of {proc} without a TERM {KILL_GRACE_MS} ms earlier"
+                    );
                 }
             }
         }
-        ensure!(terms == fx.term, "I5/H4: expected TERM for {:?}, got {terms:?}", fx.term);
+        ensure!(
+            terms == fx.term,
+            "I5/H4: expected TERM for {:?}, got {terms:?}",
+            fx.term
+        );
 
         // ---- H9: one log line per hook call with its outcome
         let mut got_logs: Vec<String> = obs
             .logs
             .iter()
             .filter(|l| l.starts_with("hook: point="))
-            .map(|l| l.split(" latency_ms=").next().unwrap_or("").split(" (").next().unwrap_or("").to_string())
+            .map(|l| {
+                l.split(" latency_ms=")
+                    .next()
+                    .unwrap_or("")
+                    .split(" (")
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
             .collect();
         got_logs.sort();
         fx.logs.sort();
-        ensure!(got_logs == fx.logs, "H9: hook log lines {got_logs:?}, expected {:?}", fx.logs);
+        ensure!(
+            got_logs == fx.logs,
+            "H9: hook log lines {got_logs:?}, expected {:?}",
+            fx.logs
+        );
         for c in &fx.log_contains {
-            ensure!(obs.logs.iter().any(|l| l.contains(c.as_str())), "H4: missing log {c:?}");
+            ensure!(
+                obs.logs.iter().any(|l| l.contains(c.as_str())),
+                "H4: missing log {c:?}"
+            );
         }
         Ok(())
     }
 
     /// I9, I10 and the injections (I1, H6, H7) of one LLM request body.
-    fn check_llm_body(&mut self, body: &Value, summary: bool, inject: &Inject) -> Result<(), String> {
+    fn check_llm_body(
+        &mut self,
+        body: &Value,
+        summary: bool,
+        inject: &Inject,
+    ) -> Result<(), String> {
         for tool in body["tools"].as_array().into_iter().flatten() {
             let n = tool["function"]["name"].as_str().unwrap_or("");
             let bare = n.split_once("__").map_or(n, |(_, b)| b);
-            ensure!(!bare.starts_with('_'), "I10: hook tool {n} offered to the model");
+            ensure!(
+                !bare.starts_with('_'),
+                "I10: hook tool {n} offered to the model"
+            );
         }
         if summary {
-            ensure!(body.get("tools").is_none(), "K1: the summary call offers tools");
+            ensure!(
+                body.get("tools").is_none(),
+                "K1: the summary call offers tools"
+            );
         }
         let msgs = body["messages"].as_array().cloned().unwrap_or_default();
         // I9: every assistant tool call has exactly one tool message, right after it, in order.
@@ -1283,17 +1729,27 @@ impl<'a> Checker<'a> {
             let m = &msgs[i];
             ensure!(m["role"] != "tool", "I9: orphan tool message at {i}: {m}");
             i += 1;
-            let Some(calls) = m["tool_calls"].as_array() else { continue };
+            let Some(calls) = m["tool_calls"].as_array() else {
+                continue;
+            };
             for c in calls {
                 let id = c["id"].as_str().unwrap_or("");
                 if id.starts_with("buzz_hook__Stop_") {
                     stop_pairs += 1;
                 }
                 if id.starts_with("buzz_hook_") {
-                    ensure!(c["function"]["arguments"] == "{}", "H6: injection arguments {c}");
+                    ensure!(
+                        c["function"]["arguments"] == "{}",
+                        "H6: injection arguments {c}"
+                    );
                 }
-                let r = msgs.get(i).ok_or_else(|| format!("I9: tool call {id} has no result"))?;
-                ensure!(r["role"] == "tool" && r["tool_call_id"] == id, "I9: tool call {id} answered by {r}");
+                let r = msgs
+                    .get(i)
+                    .ok_or_else(|| format!("I9: tool call {id} has no result"))?;
+                ensure!(
+                    r["role"] == "tool" && r["tool_call_id"] == id,
+                    "I9: tool call {id} answered by {r}"
+                );
                 i += 1;
             }
         }
@@ -1301,29 +1757,60 @@ impl<'a> Checker<'a> {
             return Ok(()); // the history it summarises is not sent as messages
         }
         if let Some(n) = self.stop_injections {
-            ensure!(stop_pairs == n, "I1/H6: {stop_pairs} _Stop injections in the request, the model has {n}");
+            ensure!(
+                stop_pairs == n,
+                "I1/H6: {stop_pairs} _Stop injections in the request, the model has {n}"
+            );
         }
         self.stop_injections = Some(stop_pairs);
-        let pair = |a: &Value, r: &Value, point: &str, server: &str, text: &str| -> Result<(), String> {
-            ensure!(a["tool_calls"].as_array().is_some_and(|c| c.len() == 1), "H6: injection is not one call: {a}");
-            let call = &a["tool_calls"][0];
-            let id = call["id"].as_str().unwrap_or("");
-            ensure!(id.starts_with(&format!("buzz_hook_{point}_{server}_")), "H6: injection id {id} for {server}");
-            ensure!(call["function"]["name"] == format!("{server}__{point}"), "H6: injection name {}", call["function"]["name"]);
-            let inner: Value = serde_json::from_str(r["content"].as_str().unwrap_or("")).unwrap_or(Value::Null);
-            ensure!(inner["hook"] == point && inner["server"] == server, "H6: injected {inner}");
-            if server == GUARD {
-                ensure!(inner["text"].as_str().is_some_and(|t| t.contains("buzz messages send")), "G1: reminder text {}", inner["text"]);
-            } else {
-                ensure!(inner["text"] == text, "I3/H6: injected text {} != {text:?} (order or content)", inner["text"]);
-            }
-            Ok(())
-        };
+        let pair =
+            |a: &Value, r: &Value, point: &str, server: &str, text: &str| -> Result<(), String> {
+                ensure!(
+                    a["tool_calls"].as_array().is_some_and(|c| c.len() == 1),
+                    "H6: injection is not one call: {a}"
+                );
+                let call = &a["tool_calls"][0];
+                let id = call["id"].as_str().unwrap_or("");
+                ensure!(
+                    id.starts_with(&format!("buzz_hook_{point}_{server}_")),
+                    "H6: injection id {id} for {server}"
+                );
+                ensure!(
+                    call["function"]["name"] == format!("{server}__{point}"),
+                    "H6: injection name {}",
+                    call["function"]["name"]
+                );
+                let inner: Value = serde_json::from_str(r["content"].as_str().unwrap_or(""))
+                    .unwrap_or(Value::Null);
+                ensure!(
+                    inner["hook"] == point && inner["server"] == server,
+                    "H6: injected {inner}"
+                );
+                if server == GUARD {
+                    ensure!(
+                        inner["text"]
+                            .as_str()
+                            .is_some_and(|t| t.contains("buzz messages send")),
+                        "G1: reminder text {}",
+                        inner["text"]
+                    );
+                } else {
+                    ensure!(
+                        inner["text"] == text,
+                        "I3/H6: injected text {} != {text:?} (order or content)",
+                        inner["text"]
+                    );
+                }
+                Ok(())
+            };
         match inject {
             Inject::None => {}
             Inject::Stop(texts) => {
                 let k = texts.len();
-                ensure!(msgs.len() >= 2 * k, "H6: request too short for {k} injections");
+                ensure!(
+                    msgs.len() >= 2 * k,
+                    "H6: request too short for {k} injections"
+                );
                 let tail = &msgs[msgs.len() - 2 * k..];
                 for (j, (server, text)) in texts.iter().enumerate() {
                     pair(&tail[2 * j], &tail[2 * j + 1], "_Stop", server, text)?;
@@ -1332,12 +1819,33 @@ impl<'a> Checker<'a> {
             Inject::PostCompact(texts) => {
                 // H7: [summary, injections…, live prompt] — the very next request carries them.
                 let k = texts.len();
-                ensure!(msgs.len() == 2 * k + 2, "H7: {} messages after compaction, expected {}", msgs.len(), 2 * k + 2);
-                ensure!(msgs[0]["content"].as_str().is_some_and(|c| c.starts_with("[Context summary")), "K1: {}", msgs[0]);
+                ensure!(
+                    msgs.len() == 2 * k + 2,
+                    "H7: {} messages after compaction, expected {}",
+                    msgs.len(),
+                    2 * k + 2
+                );
+                ensure!(
+                    msgs[0]["content"]
+                        .as_str()
+                        .is_some_and(|c| c.starts_with("[Context summary")),
+                    "K1: {}",
+                    msgs[0]
+                );
                 for (j, (server, text)) in texts.iter().enumerate() {
-                    pair(&msgs[1 + 2 * j], &msgs[2 + 2 * j], "_PostCompact", server, text)?;
+                    pair(
+                        &msgs[1 + 2 * j],
+                        &msgs[2 + 2 * j],
+                        "_PostCompact",
+                        server,
+                        text,
+                    )?;
                 }
-                ensure!(msgs[2 * k + 1]["content"] == "do the task", "K1: the live prompt is not last: {}", msgs[2 * k + 1]);
+                ensure!(
+                    msgs[2 * k + 1]["content"] == "do the task",
+                    "K1: the live prompt is not last: {}",
+                    msgs[2 * k + 1]
+                );
             }
         }
         Ok(())
@@ -1361,7 +1869,8 @@ struct Effects {
 
 fn check_world(case: &Case, w: &World) -> Result<(), String> {
     let mut c = Checker::new(case);
-    c.check(w).map_err(|e| format!("{e}\n--- transcript ---\n{}", w.transcript_text()))
+    c.check(w)
+        .map_err(|e| format!("{e}\n--- transcript ---\n{}", w.transcript_text()))
 }
 
 // ====================================================================== properties
@@ -1554,7 +2063,12 @@ fn count_injections(body: &Value) -> usize {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|m| m["role"] == "tool" && m["tool_call_id"].as_str().is_some_and(|i| i.starts_with("buzz_hook__Stop_")))
+        .filter(|m| {
+            m["role"] == "tool"
+                && m["tool_call_id"]
+                    .as_str()
+                    .is_some_and(|i| i.starts_with("buzz_hook__Stop_"))
+        })
         .count()
 }
 
@@ -1564,7 +2078,10 @@ fn count_injections(body: &Value) -> usize {
 /// never in the tool list.
 #[test]
 fn i10_model_calls_to_hook_names_never_reach_mcp_and_hooks_are_never_offered() {
-    let mut w = World::new(test_config(), vec![ServerSpec::new("srv", &["_Stop", "_PostCompact", "_Other"])]);
+    let mut w = World::new(
+        test_config(),
+        vec![ServerSpec::new("srv", &["_Stop", "_PostCompact", "_Other"])],
+    );
     w.llm([
         LlmReply::Tools {
             calls: vec![
@@ -1581,7 +2098,12 @@ fn i10_model_calls_to_hook_names_never_reach_mcp_and_hooks_are_never_offered() {
     w.prompt("go");
     w.run_idle();
     for (_, _, body) in &w.llm_requests {
-        let tools: Vec<&str> = body["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str()).collect();
+        let tools: Vec<&str> = body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str())
+            .collect();
         assert_eq!(tools, ["srv__echo"]);
     }
     let calls: Vec<String> = w.mcp_lines["srv"]
@@ -1589,9 +2111,23 @@ fn i10_model_calls_to_hook_names_never_reach_mcp_and_hooks_are_never_offered() {
         .filter(|(_, v)| v["method"] == "tools/call")
         .map(|(_, v)| v["params"]["name"].as_str().unwrap_or("").to_string())
         .collect();
-    assert_eq!(calls, ["echo", "_Stop"], "only the echo call and the gate's own _Stop reach the server");
+    assert_eq!(
+        calls,
+        ["echo", "_Stop"],
+        "only the echo call and the gate's own _Stop reach the server"
+    );
     let second = &w.llm_requests[1].2["messages"];
-    let unknown = second.as_array().into_iter().flatten().filter(|m| m["role"] == "tool" && m["content"].as_str().is_some_and(|c| c.contains("unknown tool"))).count();
+    let unknown = second
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| {
+            m["role"] == "tool"
+                && m["content"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("unknown tool"))
+        })
+        .count();
     assert_eq!(unknown, 3);
 }
 
@@ -1600,7 +2136,10 @@ fn i10_model_calls_to_hook_names_never_reach_mcp_and_hooks_are_never_offered() {
 #[test]
 fn i7_cancel_then_prompt_gets_one_response_each() {
     let mut w = World::new(test_config(), vec![ServerSpec::new("s1", &["_Stop"])]);
-    w.llm([LlmReply::Text { text: "slow".into(), delay_ms: 500 }]);
+    w.llm([LlmReply::Text {
+        text: "slow".into(),
+        delay_ms: 500,
+    }]);
     w.start();
     let p1 = w.prompt("one");
     w.advance(100);
@@ -1609,8 +2148,14 @@ fn i7_cancel_then_prompt_gets_one_response_each() {
     w.run_idle();
     assert_eq!(w.responses(p1).len(), 1);
     assert_eq!(w.responses(p2).len(), 1);
-    assert_eq!(w.response(p1).map(|r| r["result"]["stopReason"].clone()), Some(json!("cancelled")));
-    assert_eq!(w.response(p2).map(|r| r["result"]["stopReason"].clone()), Some(json!("end_turn")));
+    assert_eq!(
+        w.response(p1).map(|r| r["result"]["stopReason"].clone()),
+        Some(json!("cancelled"))
+    );
+    assert_eq!(
+        w.response(p2).map(|r| r["result"]["stopReason"].clone()),
+        Some(json!("end_turn"))
+    );
 }
 
 /// CORE BUG found by `i1_to_i11_random_scripts_follow_the_reference_model` (minimal script).
@@ -1634,7 +2179,11 @@ fn h6_truncation_fallback_keeps_the_objections_of_the_round_just_decided() {
     w.start();
     let p = w.prompt("do the task");
     w.run_idle();
-    assert_eq!(w.response(p).map(|r| r["result"]["_meta"]["buzz"]["stopObjections"].clone()), Some(json!(1)));
+    assert_eq!(
+        w.response(p)
+            .map(|r| r["result"]["_meta"]["buzz"]["stopObjections"].clone()),
+        Some(json!(1))
+    );
     let second = &w.llm_requests[1].2;
     let injected: Vec<String> = second["messages"]
         .as_array()

@@ -9,8 +9,8 @@
 mod support;
 
 use buzz_agent_core::Signal;
-use serde_json::{json, Value};
-use support::{test_config, HookKind, HookReply, LlmReply, ServerSpec, World};
+use serde_json::{Value, json};
+use support::{HookKind, HookReply, LlmReply, ServerSpec, World, test_config};
 
 fn stop_meta(w: &World, id: u64) -> Value {
     w.response(id).map_or(Value::Null, |r| r["result"].clone())
@@ -20,9 +20,17 @@ fn stop_meta(w: &World, id: u64) -> Value {
 fn injected(body: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for m in body["messages"].as_array().into_iter().flatten() {
-        if m["role"] == "tool" && m["tool_call_id"].as_str().is_some_and(|id| id.starts_with("buzz_hook__Stop_")) {
-            let inner: Value = serde_json::from_str(m["content"].as_str().unwrap_or("")).unwrap_or(Value::Null);
-            out.push((inner["server"].as_str().unwrap_or("").to_string(), inner["text"].as_str().unwrap_or("").to_string()));
+        if m["role"] == "tool"
+            && m["tool_call_id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("buzz_hook__Stop_"))
+        {
+            let inner: Value =
+                serde_json::from_str(m["content"].as_str().unwrap_or("")).unwrap_or(Value::Null);
+            out.push((
+                inner["server"].as_str().unwrap_or("").to_string(),
+                inner["text"].as_str().unwrap_or("").to_string(),
+            ));
         }
     }
     out
@@ -32,7 +40,8 @@ fn injected(body: &Value) -> Vec<(String, String)> {
 fn h5_objection_loop_runs_to_the_budget_then_ends_the_turn() {
     let mut cfg = test_config();
     cfg.stop_max_rejections = 2;
-    let guard = ServerSpec::new("guard", &["_Stop"]).default_reply(HookReply::objection("tests still fail: run `cargo test`"));
+    let guard = ServerSpec::new("guard", &["_Stop"])
+        .default_reply(HookReply::objection("tests still fail: run `cargo test`"));
     let mut w = World::new(cfg, vec![guard]);
     w.start();
     w.comment("budget 2, the guard objects every time");
@@ -40,7 +49,10 @@ fn h5_objection_loop_runs_to_the_budget_then_ends_the_turn() {
     w.run_idle();
     let r = stop_meta(&w, p);
     assert_eq!(r["stopReason"], "end_turn");
-    assert_eq!(r["_meta"]["buzz"], json!({"rounds": 3, "stopObjections": 2, "stopBudget": 2, "stopBudgetExhausted": true}));
+    assert_eq!(
+        r["_meta"]["buzz"],
+        json!({"rounds": 3, "stopObjections": 2, "stopBudget": 2, "stopBudgetExhausted": true})
+    );
     assert_eq!(w.llm_requests.len(), 3, "H5: N+1 end-turn LLM calls");
     assert_eq!(w.hook_calls("guard"), 2, "the exhausted gate calls no hook");
     insta::assert_snapshot!("objection_loop_to_budget", w.transcript_text());
@@ -63,7 +75,11 @@ fn h4_hook_timeout_then_kill_on_the_second_consecutive_timeout() {
     w.run_idle();
     assert_eq!(stop_meta(&w, p2)["stopReason"], "end_turn");
     let sigs: Vec<Signal> = w.signals.iter().map(|s| s.2).collect();
-    assert_eq!(sigs.first(), Some(&Signal::Term), "H4: the second consecutive timeout kills the group");
+    assert_eq!(
+        sigs.first(),
+        Some(&Signal::Term),
+        "H4: the second consecutive timeout kills the group"
+    );
     assert!(!w.server_alive("slow"));
     insta::assert_snapshot!("hook_timeout_then_kill", w.transcript_text());
 }
@@ -72,8 +88,10 @@ fn h4_hook_timeout_then_kill_on_the_second_consecutive_timeout() {
 fn g1_two_hooks_and_the_reply_guard_share_one_budget_unit() {
     let mut cfg = test_config();
     cfg.require_reply = true;
-    let h1 = ServerSpec::new("hook1", &["_Stop"]).script([HookReply::objection("hook1: the build is red")]);
-    let h2 = ServerSpec::new("hook2", &["_Stop"]).script([HookReply::objection("hook2: TODO list has 2 open items")]);
+    let h1 = ServerSpec::new("hook1", &["_Stop"])
+        .script([HookReply::objection("hook1: the build is red")]);
+    let h2 = ServerSpec::new("hook2", &["_Stop"])
+        .script([HookReply::objection("hook2: TODO list has 2 open items")]);
     let mut w = World::new(cfg, vec![h1, h2]);
     w.start();
     w.comment("require_reply on, the model never posts; both hooks object in round 1 only");
@@ -100,7 +118,10 @@ fn l2_happy_turn_with_a_tool_call_and_a_passing_gate() {
     cfg.permission = buzz_agent_core::config::PermissionMode::Ask;
     let fs = ServerSpec::new("fs", &["_Stop"]);
     let mut w = World::new(cfg, vec![fs]);
-    w.llm([LlmReply::tool("fs__echo", r#"{"text":"hello"}"#), LlmReply::text("It says hello.")]);
+    w.llm([
+        LlmReply::tool("fs__echo", r#"{"text":"hello"}"#),
+        LlmReply::text("It says hello."),
+    ]);
     w.start();
     let p = w.prompt("what does echo say?");
     w.run_idle();
@@ -120,8 +141,22 @@ fn t4_garbage_from_the_client_is_answered_and_the_session_keeps_working() {
     w.send_acp_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"session/prompt\",\"params\":{\"sessionId\":5}}\n");
     w.send_acp_bytes(b"\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"initialize\",\"params\":{\"protocolVersion\":3}}\r\n");
     w.run_idle();
-    let codes: Vec<Value> = w.acp_out.iter().map(|(_, v)| v["error"]["code"].clone()).collect();
-    assert_eq!(codes, [json!(-32700), json!(-32600), json!(-32600), json!(-32601), json!(-32602), Value::Null]);
+    let codes: Vec<Value> = w
+        .acp_out
+        .iter()
+        .map(|(_, v)| v["error"]["code"].clone())
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            json!(-32700),
+            json!(-32600),
+            json!(-32600),
+            json!(-32601),
+            json!(-32602),
+            Value::Null
+        ]
+    );
     w.start();
     let p = w.prompt("still there?");
     w.run_idle();
@@ -131,14 +166,18 @@ fn t4_garbage_from_the_client_is_answered_and_the_session_keeps_working() {
 
 #[test]
 fn m7_server_crash_during_a_hook_call_is_fail_open() {
-    let crashy = ServerSpec::new("crashy", &["_Stop"]).script([HookReply::after(HookKind::Exit, 30)]);
+    let crashy =
+        ServerSpec::new("crashy", &["_Stop"]).script([HookReply::after(HookKind::Exit, 30)]);
     let mut w = World::new(test_config(), vec![crashy]);
     w.start();
     let p = w.prompt("go");
     w.run_idle();
     let r = stop_meta(&w, p);
     assert_eq!(r["stopReason"], "end_turn");
-    assert_eq!(r["_meta"]["buzz"]["stopObjections"], 0, "I4: a dead server never objects");
+    assert_eq!(
+        r["_meta"]["buzz"]["stopObjections"], 0,
+        "I4: a dead server never objects"
+    );
     insta::assert_snapshot!("server_crash_mid_hook", w.transcript_text());
 }
 
@@ -146,7 +185,8 @@ fn m7_server_crash_during_a_hook_call_is_fail_open() {
 fn a4_cancel_during_a_hook_round_waits_for_the_round_and_answers_cancelled() {
     let mut cfg = test_config();
     cfg.hook_timeout_ms = 300;
-    let guard = ServerSpec::new("guard", &["_Stop"]).script([HookReply::after(HookKind::Text("not yet".into()), 100)]);
+    let guard = ServerSpec::new("guard", &["_Stop"])
+        .script([HookReply::after(HookKind::Text("not yet".into()), 100)]);
     let mut w = World::new(cfg, vec![guard]);
     w.start();
     let p = w.prompt("go");
@@ -157,6 +197,10 @@ fn a4_cancel_during_a_hook_round_waits_for_the_round_and_answers_cancelled() {
     let r = stop_meta(&w, p);
     assert_eq!(r["stopReason"], "cancelled");
     assert_eq!(r["_meta"]["buzz"]["stopObjections"], 0);
-    assert_eq!(w.llm_requests.len(), 1, "no LLM call after a cancelled gate");
+    assert_eq!(
+        w.llm_requests.len(),
+        1,
+        "no LLM call after a cancelled gate"
+    );
     insta::assert_snapshot!("cancel_during_hook_round", w.transcript_text());
 }

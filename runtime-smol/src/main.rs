@@ -10,14 +10,14 @@
 
 #[path = "../../runtime-tokio/src/cli.rs"]
 mod cli;
-#[path = "../../runtime-tokio/src/http.rs"]
-mod http;
 #[path = "../../runtime-tokio/src/demo.rs"]
 mod demo;
 #[path = "../../runtime-tokio/src/examples.rs"]
 mod examples;
 #[path = "../../runtime-tokio/src/hooks_check.rs"]
 mod hooks_check;
+#[path = "../../runtime-tokio/src/http.rs"]
+mod http;
 mod proc;
 
 use buzz_agent_core::{Action, Agent, Input, MonoTime};
@@ -74,7 +74,8 @@ async fn run(ex: &LocalExecutor<'_>, config: buzz_agent_core::Config) -> i32 {
     let http = http::agent(config.llm_timeout_ms);
     let mut agent = Agent::new(config, now())
         .with_inherited_env(
-            std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
         )
         .with_version(env!("CARGO_PKG_VERSION"));
     let (tx, rx) = smol::channel::unbounded::<Input>();
@@ -115,7 +116,8 @@ async fn run(ex: &LocalExecutor<'_>, config: buzz_agent_core::Config) -> i32 {
                 if failed {
                     continue;
                 }
-                let ok = stdout.write_all(line.as_bytes()).await.is_ok() && stdout.flush().await.is_ok();
+                let ok =
+                    stdout.write_all(line.as_bytes()).await.is_ok() && stdout.flush().await.is_ok();
                 if !ok {
                     failed = true;
                     let _ = tx.try_send(Input::AcpWriteFailed);
@@ -141,7 +143,9 @@ async fn run(ex: &LocalExecutor<'_>, config: buzz_agent_core::Config) -> i32 {
                 Action::SignalProcessGroup { proc, signal } => children.signal(proc, signal),
                 Action::CallLlm { call, request } => {
                     let tx = tx.clone();
-                    let flag = http::start(&http, call, request, move |input| tx.try_send(input).is_ok());
+                    let flag = http::start(&http, call, request, move |input| {
+                        tx.try_send(input).is_ok()
+                    });
                     llm.insert(call.0, flag);
                 }
                 Action::CancelLlm { call } => {

@@ -40,7 +40,13 @@ pub struct Children {
 impl Children {
     /// Spawn per `SpawnMcp` and report `McpSpawned`/`McpSpawnFailed`, then the IO, with one
     /// task per pipe and one that waits for the exit, all on `ex`.
-    pub fn spawn(&mut self, ex: &LocalExecutor<'_>, proc: ProcKey, spec: SpawnSpec, tx: &Sender<Input>) {
+    pub fn spawn(
+        &mut self,
+        ex: &LocalExecutor<'_>,
+        proc: ProcKey,
+        spec: SpawnSpec,
+        tx: &Sender<Input>,
+    ) {
         let mut std_cmd = std::process::Command::new(&spec.command);
         std_cmd
             .args(&spec.args)
@@ -49,11 +55,17 @@ impl Children {
             .current_dir(&spec.cwd)
             .process_group(0);
         let mut cmd = smol::process::Command::from(std_cmd);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(false);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(false);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                let _ = tx.try_send(Input::McpSpawnFailed { proc, error: e.to_string() });
+                let _ = tx.try_send(Input::McpSpawnFailed {
+                    proc,
+                    error: e.to_string(),
+                });
                 return;
             }
         };
@@ -66,7 +78,9 @@ impl Children {
                 while let Ok(msg) = in_rx.recv().await {
                     match msg {
                         Some(line) => {
-                            if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                            if stdin.write_all(line.as_bytes()).await.is_err()
+                                || stdin.flush().await.is_err()
+                            {
                                 let _ = tx.try_send(Input::McpWriteFailed { proc });
                                 return;
                             }
@@ -88,7 +102,13 @@ impl Children {
                             return;
                         }
                         Ok(n) => {
-                            if tx.try_send(Input::McpBytes { proc, bytes: buf[..n].to_vec() }).is_err() {
+                            if tx
+                                .try_send(Input::McpBytes {
+                                    proc,
+                                    bytes: buf[..n].to_vec(),
+                                })
+                                .is_err()
+                            {
                                 return;
                             }
                         }
@@ -107,7 +127,11 @@ impl Children {
                 let mut line = Vec::new();
                 loop {
                     line.clear();
-                    match (&mut reader).take(MAX_STDERR_LINE as u64).read_until(b'\n', &mut line).await {
+                    match (&mut reader)
+                        .take(MAX_STDERR_LINE as u64)
+                        .read_until(b'\n', &mut line)
+                        .await
+                    {
                         Ok(0) | Err(_) => break,
                         Ok(_) => {
                             if line.last() != Some(&b'\n') && line.len() >= MAX_STDERR_LINE {
@@ -115,7 +139,9 @@ impl Children {
                                 let mut sink = Vec::new();
                                 let _ = reader.read_until(b'\n', &mut sink).await;
                             }
-                            let text = String::from_utf8_lossy(&line).trim_end_matches(['\n', '\r']).to_string();
+                            let text = String::from_utf8_lossy(&line)
+                                .trim_end_matches(['\n', '\r'])
+                                .to_string();
                             let _ = tx.try_send(Input::McpStderrLine { proc, line: text });
                         }
                     }
@@ -145,12 +171,21 @@ impl Children {
             })
             .detach();
         }
-        self.map.insert(proc, Child { stdin: Some(in_tx), pgid });
+        self.map.insert(
+            proc,
+            Child {
+                stdin: Some(in_tx),
+                pgid,
+            },
+        );
     }
 
     /// Queue one line for the child's stdin writer task.
     pub fn write(&mut self, proc: ProcKey, line: String) {
-        if let Some(Child { stdin: Some(tx), .. }) = self.map.get(&proc) {
+        if let Some(Child {
+            stdin: Some(tx), ..
+        }) = self.map.get(&proc)
+        {
             let _ = tx.try_send(Some(line));
         }
     }

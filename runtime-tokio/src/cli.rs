@@ -30,7 +30,9 @@ pub fn handle_args(args: &[String]) -> Option<i32> {
             );
             Some(0)
         }
-        Some("hooks") if args.get(1).map(String::as_str) == Some("check") => Some(crate::hooks_check::run(&args[2..])),
+        Some("hooks") if args.get(1).map(String::as_str) == Some("check") => {
+            Some(crate::hooks_check::run(&args[2..]))
+        }
         Some("demo") => Some(crate::demo::run()),
         Some("example-server") => match args.get(1) {
             Some(name) => Some(crate::examples::run(name)),
@@ -53,8 +55,9 @@ pub fn handle_args(args: &[String]) -> Option<i32> {
 /// Read the environment into a validated [`Config`]. On error prints one line naming the
 /// variable and returns exit status 2 (SPEC C1).
 pub fn load_config() -> Result<Config, i32> {
-    let env: BTreeMap<String, String> =
-        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let env: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
     let read = |path: &str| std::fs::read_to_string(path).map_err(|e| e.to_string());
     let mut cfg = match Config::from_env_map(&env, &read) {
         Ok(c) => c,
@@ -79,7 +82,10 @@ pub fn load_config() -> Result<Config, i32> {
         eprint!("{}", record.render(cfg.log_format));
     }
     // Jitter seed (DESIGN: randomness is an input): time and pid.
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
     cfg.seed = t ^ (u64::from(std::process::id()) << 32);
     Ok(cfg)
 }

@@ -3,13 +3,13 @@
 //! as the ACP agent child — printed as a readable transcript in which `_Stop` objects once and
 //! the agent carries on to `end_turn`.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::time::Duration;
 
 const ITEM: &str = "write the release notes";
@@ -35,7 +35,8 @@ pub fn run() -> i32 {
 fn demo() -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let exe = exe.to_string_lossy().into_owned();
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let calls = Arc::new(AtomicUsize::new(0));
     // What the scripted LLM saw of the hooks (the model-visible injections), printed by the main
@@ -50,10 +51,15 @@ fn demo() -> Result<(), String> {
             }
         });
     }
-    out!("== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n");
+    out!(
+        "== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n"
+    );
     let mut agent = Command::new(&exe)
         .env("BUZZ_AGENT_PROVIDER", "openai")
-        .env("OPENAI_COMPAT_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
+        .env(
+            "OPENAI_COMPAT_BASE_URL",
+            format!("http://127.0.0.1:{port}/v1"),
+        )
         .env("OPENAI_COMPAT_MODEL", "demo-model")
         .env("MCP_HOOK_SERVERS", "todo")
         .env("BUZZ_AGENT_PERMISSION", "allow")
@@ -67,16 +73,25 @@ fn demo() -> Result<(), String> {
     let stdout = agent.stdout.take().ok_or("no agent stdout")?;
     if let Some(stderr) = agent.stderr.take() {
         // The agent's log is not part of the transcript; drain it so the agent never blocks.
-        std::thread::spawn(move || for _ in BufReader::new(stderr).lines().map_while(Result::ok) {});
+        std::thread::spawn(
+            move || for _ in BufReader::new(stderr).lines().map_while(Result::ok) {},
+        );
     }
     let mut lines = BufReader::new(stdout).lines();
     let mut send = |v: Value| -> Result<(), String> {
-        stdin.write_all(format!("{v}\n").as_bytes()).and_then(|()| stdin.flush()).map_err(|e| e.to_string())
+        stdin
+            .write_all(format!("{v}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .map_err(|e| e.to_string())
     };
     let mut wait = |id: u64, print_updates: bool| -> Result<Value, String> {
         loop {
-            let line = lines.next().ok_or("the agent closed stdout")?.map_err(|e| e.to_string())?;
-            let v: Value = serde_json::from_str(&line).map_err(|e| format!("agent wrote a non-JSON line: {e}"))?;
+            let line = lines
+                .next()
+                .ok_or("the agent closed stdout")?
+                .map_err(|e| e.to_string())?;
+            let v: Value = serde_json::from_str(&line)
+                .map_err(|e| format!("agent wrote a non-JSON line: {e}"))?;
             if v.get("id").and_then(Value::as_u64) == Some(id) && v.get("method").is_none() {
                 return Ok(v);
             }
@@ -90,36 +105,64 @@ fn demo() -> Result<(), String> {
             }
         }
     };
-    send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}))?;
+    send(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}),
+    )?;
     let init = wait(1, false)?;
-    out!("client → initialize          agent: {} {}", init["result"]["agentInfo"]["name"], init["result"]["agentInfo"]["version"]);
+    out!(
+        "client → initialize          agent: {} {}",
+        init["result"]["agentInfo"]["name"],
+        init["result"]["agentInfo"]["version"]
+    );
     let cwd = std::env::temp_dir().to_string_lossy().into_owned();
-    send(json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd": cwd,
-        "mcpServers":[{"name":"todo","command": exe,"args":["example-server","todo"],"env":[]}]}}))?;
+    send(
+        json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd": cwd,
+        "mcpServers":[{"name":"todo","command": exe,"args":["example-server","todo"],"env":[]}]}}),
+    )?;
     let new = wait(2, false)?;
-    let sid = new["result"]["sessionId"].as_str().ok_or_else(|| format!("session/new failed: {new}"))?.to_string();
-    out!("client → session/new         session {sid} with MCP server `todo` (tools todo_add/todo_done/todo_list, hooks _Stop/_PostCompact)");
+    let sid = new["result"]["sessionId"]
+        .as_str()
+        .ok_or_else(|| format!("session/new failed: {new}"))?
+        .to_string();
+    out!(
+        "client → session/new         session {sid} with MCP server `todo` (tools todo_add/todo_done/todo_list, hooks _Stop/_PostCompact)"
+    );
     let prompt = "Track and finish the release notes.";
     out!("client → session/prompt      {prompt:?}\n");
-    send(json!({"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId": sid,"prompt":[{"type":"text","text": prompt}]}}))?;
+    send(
+        json!({"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId": sid,"prompt":[{"type":"text","text": prompt}]}}),
+    )?;
     let resp = wait(3, true)?;
     let r = &resp["result"];
-    out!("\nagent → stopReason: {}   (_meta.buzz: rounds {}, _Stop objections {}, budget {})",
-        r["stopReason"], r["_meta"]["buzz"]["rounds"], r["_meta"]["buzz"]["stopObjections"], r["_meta"]["buzz"]["stopBudget"]);
+    out!(
+        "\nagent → stopReason: {}   (_meta.buzz: rounds {}, _Stop objections {}, budget {})",
+        r["stopReason"],
+        r["_meta"]["buzz"]["rounds"],
+        r["_meta"]["buzz"]["stopObjections"],
+        r["_meta"]["buzz"]["stopBudget"]
+    );
     drop(stdin); // EOF: the agent shuts its MCP server down and exits (SPEC P1)
     let _ = agent.wait();
     if r["stopReason"] != "end_turn" || r["_meta"]["buzz"]["stopObjections"] != 1 {
         return Err(format!("unexpected result: {resp}"));
     }
-    out!("\nThe model tried to stop with an open todo item; the `todo` server's _Stop hook objected once,\nthe model finished the item, and the turn ended normally.");
+    out!(
+        "\nThe model tried to stop with an open todo item; the `todo` server's _Stop hook objected once,\nthe model finished the item, and the turn ended normally."
+    );
     Ok(())
 }
 
 fn print_update(v: &Value) {
     let u = &v["params"]["update"];
     match u["sessionUpdate"].as_str() {
-        Some("agent_message_chunk") => out!("   model: {}", u["content"]["text"].as_str().unwrap_or("")),
-        Some("tool_call") => out!("   tool call {} {}", u["title"].as_str().unwrap_or(""), u["rawInput"]),
+        Some("agent_message_chunk") => {
+            out!("   model: {}", u["content"]["text"].as_str().unwrap_or(""))
+        }
+        Some("tool_call") => out!(
+            "   tool call {} {}",
+            u["title"].as_str().unwrap_or(""),
+            u["rawInput"]
+        ),
         Some("tool_call_update") if u["status"] == "completed" || u["status"] == "failed" => {
             let text = u["content"][0]["content"]["text"].as_str().unwrap_or("");
             out!("     → {}: {text}", u["status"].as_str().unwrap_or(""));
@@ -140,7 +183,11 @@ fn serve_llm(mut stream: TcpStream, n: usize, seen: &mpsc::Sender<String>) -> st
         head.push(byte[0]);
     }
     let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-    let len = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0);
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body)?;
     // The newest hook injection, if this request is the one that follows it (SPEC H6).
@@ -148,7 +195,10 @@ fn serve_llm(mut stream: TcpStream, n: usize, seen: &mpsc::Sender<String>) -> st
         let msgs = req["messages"].as_array().cloned().unwrap_or_default();
         if let Some(last) = msgs.last().filter(|m| m["role"] == "tool") {
             let content = last["content"].as_str().unwrap_or("");
-            if let Ok(inj) = serde_json::from_str::<Value>(content).map_err(drop).and_then(|v| if v["hook"] == "_Stop" { Ok(v) } else { Err(()) }) {
+            if let Ok(inj) = serde_json::from_str::<Value>(content)
+                .map_err(drop)
+                .and_then(|v| if v["hook"] == "_Stop" { Ok(v) } else { Err(()) })
+            {
                 let _ = seen.send(format!(
                     "   [_Stop hook of `{}` objected; the model now sees: {}]",
                     inj["server"].as_str().unwrap_or(""),
@@ -160,10 +210,15 @@ fn serve_llm(mut stream: TcpStream, n: usize, seen: &mpsc::Sender<String>) -> st
     let chunks: Vec<Value> = match n {
         0 => tool_call("I'll track this on the todo list first.", "todo__todo_add"),
         1 => text("All set — I'm done here."),
-        2 => tool_call("Right, the item is still open. Writing the notes and closing it.", "todo__todo_done"),
+        2 => tool_call(
+            "Right, the item is still open. Writing the notes and closing it.",
+            "todo__todo_done",
+        ),
         _ => text("The release notes are written and the todo item is done."),
     };
-    let mut out = String::from("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n");
+    let mut out = String::from(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+    );
     for c in chunks {
         out.push_str(&format!("data: {c}\n\n"));
     }

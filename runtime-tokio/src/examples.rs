@@ -11,7 +11,7 @@
 //!   objects while items are open (lists them); `_PostCompact` returns the current list.
 
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent, RpcError};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -41,12 +41,20 @@ pub fn run(name: &str) -> i32 {
         lines.push(&buf[..n], &mut events);
         for ev in events.drain(..) {
             let LineEvent::Line(line) = ev else { continue };
-            let Ok(jsonrpc::Message::Request { id, method, params }) = jsonrpc::parse_message(&line) else { continue };
+            let Ok(jsonrpc::Message::Request { id, method, params }) =
+                jsonrpc::parse_message(&line)
+            else {
+                continue;
+            };
             let out = match handle(server.as_mut(), &method, &params) {
                 Ok(result) => jsonrpc::encode_result(&id, &result),
                 Err(err) => jsonrpc::encode_error(Some(&id), &err),
             };
-            if stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()).is_err() {
+            if stdout
+                .write_all(out.as_bytes())
+                .and_then(|()| stdout.flush())
+                .is_err()
+            {
                 return 0;
             }
         }
@@ -63,7 +71,10 @@ trait Example {
 fn handle(server: &mut dyn Example, method: &str, params: &Value) -> Result<Value, RpcError> {
     match method {
         "initialize" => {
-            let requested = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("2025-11-25");
+            let requested = params
+                .get("protocolVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("2025-11-25");
             Ok(json!({
                 "protocolVersion": requested,
                 "capabilities": {"tools": {}},
@@ -74,11 +85,17 @@ fn handle(server: &mut dyn Example, method: &str, params: &Value) -> Result<Valu
         "tools/list" => Ok(json!({"tools": server.tools()})),
         "tools/call" => {
             let tool = params.get("name").and_then(Value::as_str).unwrap_or("");
-            let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+            let args = params
+                .get("arguments")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
             let text = server.call(tool, &args)?;
             Ok(json!({"content": [{"type": "text", "text": text}]}))
         }
-        other => Err(RpcError::new(RpcError::METHOD_NOT_FOUND, format!("Method not found: {other}"))),
+        other => Err(RpcError::new(
+            RpcError::METHOD_NOT_FOUND,
+            format!("Method not found: {other}"),
+        )),
     }
 }
 
@@ -94,16 +111,26 @@ struct TestGuard {
 
 impl TestGuard {
     fn from_env() -> TestGuard {
-        let cmd = std::env::var("TESTGUARD_CMD").ok().filter(|c| !c.trim().is_empty());
+        let cmd = std::env::var("TESTGUARD_CMD")
+            .ok()
+            .filter(|c| !c.trim().is_empty());
         if cmd.is_none() {
             eprintln!("testguard: TESTGUARD_CMD is not set; _Stop will never object");
         }
-        let ms = std::env::var("TESTGUARD_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(2000);
-        TestGuard { cmd, timeout: Duration::from_millis(ms.max(1)) }
+        let ms = std::env::var("TESTGUARD_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(2000);
+        TestGuard {
+            cmd,
+            timeout: Duration::from_millis(ms.max(1)),
+        }
     }
 
     fn run_tests(&self) -> String {
-        let Some(cmd) = &self.cmd else { return String::new() };
+        let Some(cmd) = &self.cmd else {
+            return String::new();
+        };
         // The test command stays in the server's own process group, so the agent's process-group
         // kill (hook timeouts, shutdown; SPEC H4, M8) reaches it and everything it started.
         let mut child = match std::process::Command::new("sh")
@@ -136,7 +163,9 @@ impl TestGuard {
         let status = loop {
             match child.try_wait() {
                 Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
                 Ok(None) | Err(_) => {
                     // Only the shell: processes it started live on in this server's group until
                     // the agent stops the server (documented in the module docs).
@@ -147,7 +176,10 @@ impl TestGuard {
             }
         };
         let Some(status) = status else {
-            eprintln!("testguard: TESTGUARD_CMD did not finish within {:?}; not objecting", self.timeout);
+            eprintln!(
+                "testguard: TESTGUARD_CMD did not finish within {:?}; not objecting",
+                self.timeout
+            );
             return String::new();
         };
         let output = reader.join().unwrap_or_default();
@@ -156,8 +188,12 @@ impl TestGuard {
         }
         let lines: Vec<&str> = output.lines().collect();
         let tail = lines[lines.len().saturating_sub(TESTGUARD_TAIL_LINES)..].join("\n");
-        let code = status.code().map_or_else(|| "a signal".to_string(), |c| format!("exit status {c}"));
-        format!("The test command `{cmd}` fails ({code}). Fix it before finishing. Last output:\n{tail}")
+        let code = status
+            .code()
+            .map_or_else(|| "a signal".to_string(), |c| format!("exit status {c}"));
+        format!(
+            "The test command `{cmd}` fails ({code}). Fix it before finishing. Last output:\n{tail}"
+        )
     }
 }
 
@@ -219,7 +255,12 @@ impl Example for Todo {
                 .and_then(Value::as_str)
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
-                .ok_or_else(|| RpcError::new(RpcError::INVALID_PARAMS, "argument 'item' (string) is required"))
+                .ok_or_else(|| {
+                    RpcError::new(
+                        RpcError::INVALID_PARAMS,
+                        "argument 'item' (string) is required",
+                    )
+                })
         };
         match tool {
             "todo_add" => {
@@ -235,7 +276,10 @@ impl Example for Todo {
                         self.done.push(done);
                         Ok(format!("done: {it}"))
                     }
-                    None => Err(RpcError::new(RpcError::INVALID_PARAMS, format!("no open item '{it}'"))),
+                    None => Err(RpcError::new(
+                        RpcError::INVALID_PARAMS,
+                        format!("no open item '{it}'"),
+                    )),
                 }
             }
             "todo_list" => Ok(match self.list() {
@@ -245,7 +289,10 @@ impl Example for Todo {
             "_Stop" if self.open.is_empty() => Ok(String::new()),
             "_Stop" => {
                 let items: Vec<String> = self.open.iter().map(|i| format!("- {i}")).collect();
-                Ok(format!("These todo items are still open; finish them (and mark them done) before ending:\n{}", items.join("\n")))
+                Ok(format!(
+                    "These todo items are still open; finish them (and mark them done) before ending:\n{}",
+                    items.join("\n")
+                ))
             }
             "_PostCompact" => Ok(self.list()),
             other => Err(unknown_tool(other)),
@@ -262,9 +309,18 @@ mod tests {
         let mut t = Todo::default();
         assert_eq!(t.call("_Stop", &json!({})).unwrap(), "");
         t.call("todo_add", &json!({"item": "write tests"})).unwrap();
-        assert!(t.call("_Stop", &json!({})).unwrap().contains("- write tests"));
-        assert!(t.call("_PostCompact", &json!({})).unwrap().contains("[ ] write tests"));
-        t.call("todo_done", &json!({"item": "write tests"})).unwrap();
+        assert!(
+            t.call("_Stop", &json!({}))
+                .unwrap()
+                .contains("- write tests")
+        );
+        assert!(
+            t.call("_PostCompact", &json!({}))
+                .unwrap()
+                .contains("[ ] write tests")
+        );
+        t.call("todo_done", &json!({"item": "write tests"}))
+            .unwrap();
         assert_eq!(t.call("_Stop", &json!({})).unwrap(), "");
         assert!(t.call("todo_done", &json!({"item": "nope"})).is_err());
         assert!(t.call("todo_add", &json!({})).is_err());
@@ -272,12 +328,24 @@ mod tests {
 
     #[test]
     fn e1_testguard_objects_on_failure_with_the_tail_and_passes_silently() {
-        let fail = TestGuard { cmd: Some("echo one; echo two >&2; exit 3".into()), timeout: Duration::from_secs(5) };
+        let fail = TestGuard {
+            cmd: Some("echo one; echo two >&2; exit 3".into()),
+            timeout: Duration::from_secs(5),
+        };
         let text = fail.run_tests();
-        assert!(text.contains("exit status 3") && text.contains("one") && text.contains("two"), "{text}");
-        let pass = TestGuard { cmd: Some("true".into()), timeout: Duration::from_secs(5) };
+        assert!(
+            text.contains("exit status 3") && text.contains("one") && text.contains("two"),
+            "{text}"
+        );
+        let pass = TestGuard {
+            cmd: Some("true".into()),
+            timeout: Duration::from_secs(5),
+        };
         assert_eq!(pass.run_tests(), "");
-        let slow = TestGuard { cmd: Some("sleep 5".into()), timeout: Duration::from_millis(100) };
+        let slow = TestGuard {
+            cmd: Some("sleep 5".into()),
+            timeout: Duration::from_millis(100),
+        };
         assert_eq!(slow.run_tests(), "");
     }
 }

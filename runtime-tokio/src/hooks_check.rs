@@ -5,7 +5,7 @@
 //! configuration errors. Plain blocking std IO: this is a one-shot diagnostic, not the agent.
 
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -59,10 +59,14 @@ pub fn run(args: &[String]) -> i32 {
 /// rules as the agent (the provider variables are irrelevant here and filled in if absent).
 fn timeouts() -> Result<(u64, u64), String> {
     let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    env.entry("BUZZ_AGENT_PROVIDER".into()).or_insert_with(|| "openai".into());
-    env.entry("OPENAI_COMPAT_MODEL".into()).or_insert_with(|| "hooks-check".into());
-    env.entry("ANTHROPIC_API_KEY".into()).or_insert_with(|| "unused".into());
-    env.entry("ANTHROPIC_MODEL".into()).or_insert_with(|| "unused".into());
+    env.entry("BUZZ_AGENT_PROVIDER".into())
+        .or_insert_with(|| "openai".into());
+    env.entry("OPENAI_COMPAT_MODEL".into())
+        .or_insert_with(|| "hooks-check".into());
+    env.entry("ANTHROPIC_API_KEY".into())
+        .or_insert_with(|| "unused".into());
+    env.entry("ANTHROPIC_MODEL".into())
+        .or_insert_with(|| "unused".into());
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
     let cfg = buzz_agent_core::Config::from_env_map(&env, &read).map_err(|e| e.to_string())?;
     Ok((cfg.hook_timeout_ms, cfg.mcp_init_timeout_ms))
@@ -76,7 +80,12 @@ struct Conn {
 
 impl Conn {
     /// Send a request and wait for its response (other messages are skipped; pings answered).
-    fn request(&mut self, method: &str, params: &Value, timeout: Duration) -> Result<Value, String> {
+    fn request(
+        &mut self,
+        method: &str,
+        params: &Value,
+        timeout: Duration,
+    ) -> Result<Value, String> {
         let id = self.next_id;
         self.next_id += 1;
         self.stdin
@@ -97,7 +106,9 @@ impl Conn {
                 }
                 continue;
             }
-            if msg.get("id").and_then(jsonrpc::match_our_id) != Some(id) || msg.get("method").is_some() {
+            if msg.get("id").and_then(jsonrpc::match_our_id) != Some(id)
+                || msg.get("method").is_some()
+            {
                 continue;
             }
             if let Some(err) = msg.get("error") {
@@ -131,21 +142,36 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
                                 return;
                             }
                         }
-                        Err(_) => eprintln!("WARN  ignoring a non-JSON stdout line: {}", String::from_utf8_lossy(&l[..l.len().min(200)])),
+                        Err(_) => eprintln!(
+                            "WARN  ignoring a non-JSON stdout line: {}",
+                            String::from_utf8_lossy(&l[..l.len().min(200)])
+                        ),
                     },
-                    LineEvent::TooLong { .. } => eprintln!("WARN  the server wrote a stdout line over 16 MiB"),
+                    LineEvent::TooLong { .. } => {
+                        eprintln!("WARN  the server wrote a stdout line over 16 MiB")
+                    }
                 }
             }
         }
     });
-    let mut conn = Conn { stdin, rx, next_id: 1 };
+    let mut conn = Conn {
+        stdin,
+        rx,
+        next_id: 1,
+    };
     let init = json!({"protocolVersion": buzz_agent_core::mcp::MCP_PROTOCOL_VERSION, "capabilities": {},
         "clientInfo": {"name": "buzz-agent", "version": env!("CARGO_PKG_VERSION")}});
     let init_timeout = Duration::from_millis(init_ms);
     let version = match conn.request("initialize", &init, init_timeout) {
-        Ok(r) => r.get("protocolVersion").and_then(Value::as_str).unwrap_or("").to_string(),
+        Ok(r) => r
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
         Err(e) => {
-            println!("FAIL  initialize: {e} (after {init_ms} ms; BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)");
+            println!(
+                "FAIL  initialize: {e} (after {init_ms} ms; BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)"
+            );
             return 1;
         }
     };
@@ -154,15 +180,28 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
         return 1;
     }
     println!("ok    handshake (MCP {version})");
-    let _ = conn.stdin.write_all(jsonrpc::encode_notification("notifications/initialized", &json!({})).as_bytes());
+    let _ = conn.stdin.write_all(
+        jsonrpc::encode_notification("notifications/initialized", &json!({})).as_bytes(),
+    );
     let mut tools: Vec<Value> = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..100 {
-        let params = cursor.as_ref().map_or_else(|| json!({}), |c| json!({"cursor": c}));
+        let params = cursor
+            .as_ref()
+            .map_or_else(|| json!({}), |c| json!({"cursor": c}));
         match conn.request("tools/list", &params, init_timeout) {
             Ok(r) => {
-                tools.extend(r.get("tools").and_then(Value::as_array).cloned().unwrap_or_default());
-                cursor = r.get("nextCursor").and_then(Value::as_str).map(str::to_string).filter(|c| !c.is_empty());
+                tools.extend(
+                    r.get("tools")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+                cursor = r
+                    .get("nextCursor")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .filter(|c| !c.is_empty());
                 if cursor.is_none() {
                     break;
                 }
@@ -173,12 +212,35 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
             }
         }
     }
-    let names: Vec<String> = tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).map(str::to_string).collect();
+    let names: Vec<String> = tools
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
     let hooks: Vec<&String> = names.iter().filter(|n| n.starts_with('_')).collect();
     let visible: Vec<&String> = names.iter().filter(|n| !n.starts_with('_')).collect();
-    let listed = if visible.is_empty() { "none".to_string() } else { visible.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") };
+    let listed = if visible.is_empty() {
+        "none".to_string()
+    } else {
+        visible
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     println!("ok    {} model-visible tool(s): {listed}", visible.len());
-    println!("      hook tool(s): {}", if hooks.is_empty() { "none".to_string() } else { hooks.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") });
+    println!(
+        "      hook tool(s): {}",
+        if hooks.is_empty() {
+            "none".to_string()
+        } else {
+            hooks
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
     let mut ok = true;
     for h in &hooks {
         if !KNOWN_HOOKS.contains(&h.as_str()) {
@@ -199,13 +261,21 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
         match res {
             Ok(r) if r.get("isError").and_then(Value::as_bool) == Some(true) => {
                 ok = false;
-                println!("FAIL  {hook}: found, error (isError result), {ms} ms — fails open: would not {verb}");
+                println!(
+                    "FAIL  {hook}: found, error (isError result), {ms} ms — fails open: would not {verb}"
+                );
             }
             Ok(r) => {
-                let text: Vec<&str> = r.get("content").and_then(Value::as_array).map(|c| {
-                    c.iter().filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                        .filter_map(|b| b.get("text").and_then(Value::as_str)).collect()
-                }).unwrap_or_default();
+                let text: Vec<&str> = r
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .map(|c| {
+                        c.iter()
+                            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                            .filter_map(|b| b.get("text").and_then(Value::as_str))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let text = text.join("\n");
                 if text.trim().is_empty() {
                     println!("ok    {hook}: found, answered empty, {ms} ms — would not {verb}");
@@ -216,12 +286,22 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
             }
             Err(e) if e == "timeout" => {
                 ok = false;
-                println!("FAIL  {hook}: found, timeout after {hook_ms} ms (BUZZ_AGENT_HOOK_TIMEOUT_MS) — fails open; a 2nd consecutive timeout kills the server");
-                let _ = conn.stdin.write_all(jsonrpc::encode_notification("notifications/cancelled", &json!({"requestId": conn.next_id - 1, "reason": "hook timeout"})).as_bytes());
+                println!(
+                    "FAIL  {hook}: found, timeout after {hook_ms} ms (BUZZ_AGENT_HOOK_TIMEOUT_MS) — fails open; a 2nd consecutive timeout kills the server"
+                );
+                let _ = conn.stdin.write_all(
+                    jsonrpc::encode_notification(
+                        "notifications/cancelled",
+                        &json!({"requestId": conn.next_id - 1, "reason": "hook timeout"}),
+                    )
+                    .as_bytes(),
+                );
             }
             Err(e) => {
                 ok = false;
-                println!("FAIL  {hook}: found, error ({e}), {ms} ms — fails open: would not {verb}");
+                println!(
+                    "FAIL  {hook}: found, error ({e}), {ms} ms — fails open: would not {verb}"
+                );
             }
         }
     }

@@ -8,8 +8,8 @@
 use buzz_agent_core::llm::HttpRequest;
 use buzz_agent_core::{Input, LlmCallId, LlmIo};
 use std::io::Read;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Read buffer size per body read, in bytes.
@@ -26,55 +26,62 @@ pub fn start(
     let cancelled = Arc::new(AtomicBool::new(false));
     let flag = cancelled.clone();
     let agent = agent.clone();
-    let spawned = std::thread::Builder::new().name(format!("llm-{}", call.0)).spawn(move || {
-        let emit = |event: LlmIo| send(Input::Llm { call, event });
-        let mut req = agent.post(&request.url);
-        for (k, v) in &request.headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        let resp = match req.send(&request.body[..]) {
-            Ok(r) => r,
-            Err(e) => {
-                emit(LlmIo::Failed(e.to_string()));
-                return;
+    let spawned = std::thread::Builder::new()
+        .name(format!("llm-{}", call.0))
+        .spawn(move || {
+            let emit = |event: LlmIo| send(Input::Llm { call, event });
+            let mut req = agent.post(&request.url);
+            for (k, v) in &request.headers {
+                req = req.header(k.as_str(), v.as_str());
             }
-        };
-        if flag.load(Ordering::Relaxed) {
-            return;
-        }
-        let status = resp.status().as_u16();
-        let headers = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-            .collect();
-        if !emit(LlmIo::Head { status, headers }) {
-            return;
-        }
-        let mut reader = resp.into_body().into_reader();
-        let mut buf = vec![0u8; READ_CHUNK];
-        loop {
-            if flag.load(Ordering::Relaxed) {
-                return;
-            }
-            match reader.read(&mut buf) {
-                Ok(0) => {
-                    emit(LlmIo::End);
-                    return;
-                }
-                Ok(n) => {
-                    if !emit(LlmIo::Body(buf[..n].to_vec())) {
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            let resp = match req.send(&request.body[..]) {
+                Ok(r) => r,
                 Err(e) => {
                     emit(LlmIo::Failed(e.to_string()));
                     return;
                 }
+            };
+            if flag.load(Ordering::Relaxed) {
+                return;
             }
-        }
-    });
+            let status = resp.status().as_u16();
+            let headers = resp
+                .headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_ascii_lowercase(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            if !emit(LlmIo::Head { status, headers }) {
+                return;
+            }
+            let mut reader = resp.into_body().into_reader();
+            let mut buf = vec![0u8; READ_CHUNK];
+            loop {
+                if flag.load(Ordering::Relaxed) {
+                    return;
+                }
+                match reader.read(&mut buf) {
+                    Ok(0) => {
+                        emit(LlmIo::End);
+                        return;
+                    }
+                    Ok(n) => {
+                        if !emit(LlmIo::Body(buf[..n].to_vec())) {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        emit(LlmIo::Failed(e.to_string()));
+                        return;
+                    }
+                }
+            }
+        });
     if let Err(e) = spawned {
         eprintln!("buzz-agent ERROR could not start an LLM thread: {e}");
         cancelled.store(true, Ordering::Relaxed);

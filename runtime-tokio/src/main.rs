@@ -3,16 +3,16 @@
 //! [`Input`]s over one channel; executing an action never waits for its result.
 
 mod cli;
-mod http;
 mod demo;
 mod examples;
 mod hooks_check;
+mod http;
 mod proc;
 
 use buzz_agent_core::{Action, Agent, Input, MonoTime};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -30,7 +30,10 @@ fn main() {
         Err(code) => std::process::exit(code),
     };
     one_malloc_arena();
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("buzz-agent ERROR cannot start the tokio runtime: {e}");
@@ -60,7 +63,10 @@ async fn run(config: buzz_agent_core::Config) -> i32 {
     let log_format = config.log_format;
     let http = http::agent(config.llm_timeout_ms);
     let mut agent = Agent::new(config, now())
-        .with_inherited_env(std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))))
+        .with_inherited_env(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        )
         .with_version(env!("CARGO_PKG_VERSION"));
     let (tx, mut rx) = mpsc::unbounded_channel::<Input>();
 
@@ -96,7 +102,8 @@ async fn run(config: buzz_agent_core::Config) -> i32 {
                 if failed {
                     continue;
                 }
-                let ok = stdout.write_all(line.as_bytes()).await.is_ok() && stdout.flush().await.is_ok();
+                let ok =
+                    stdout.write_all(line.as_bytes()).await.is_ok() && stdout.flush().await.is_ok();
                 if !ok {
                     failed = true;
                     let _ = tx.send(Input::AcpWriteFailed);
@@ -137,7 +144,8 @@ async fn run(config: buzz_agent_core::Config) -> i32 {
                 Action::SignalProcessGroup { proc, signal } => children.signal(proc, signal),
                 Action::CallLlm { call, request } => {
                     let tx = tx.clone();
-                    let flag = http::start(&http, call, request, move |input| tx.send(input).is_ok());
+                    let flag =
+                        http::start(&http, call, request, move |input| tx.send(input).is_ok());
                     llm.insert(call.0, flag);
                 }
                 Action::CancelLlm { call } => {

@@ -46,7 +46,10 @@ impl Children {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                let _ = tx.send(Input::McpSpawnFailed { proc, error: e.to_string() });
+                let _ = tx.send(Input::McpSpawnFailed {
+                    proc,
+                    error: e.to_string(),
+                });
                 return;
             }
         };
@@ -59,7 +62,9 @@ impl Children {
                 while let Some(msg) = in_rx.recv().await {
                     match msg {
                         Some(line) => {
-                            if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                            if stdin.write_all(line.as_bytes()).await.is_err()
+                                || stdin.flush().await.is_err()
+                            {
                                 let _ = tx.send(Input::McpWriteFailed { proc });
                                 return;
                             }
@@ -80,7 +85,13 @@ impl Children {
                             return;
                         }
                         Ok(n) => {
-                            if tx.send(Input::McpBytes { proc, bytes: buf[..n].to_vec() }).is_err() {
+                            if tx
+                                .send(Input::McpBytes {
+                                    proc,
+                                    bytes: buf[..n].to_vec(),
+                                })
+                                .is_err()
+                            {
                                 return;
                             }
                         }
@@ -96,7 +107,11 @@ impl Children {
                 let mut line = Vec::new();
                 loop {
                     line.clear();
-                    match (&mut reader).take(MAX_STDERR_LINE as u64).read_until(b'\n', &mut line).await {
+                    match (&mut reader)
+                        .take(MAX_STDERR_LINE as u64)
+                        .read_until(b'\n', &mut line)
+                        .await
+                    {
                         Ok(0) | Err(_) => break,
                         Ok(_) => {
                             if line.last() != Some(&b'\n') && line.len() >= MAX_STDERR_LINE {
@@ -104,7 +119,9 @@ impl Children {
                                 let mut sink = Vec::new();
                                 let _ = reader.read_until(b'\n', &mut sink).await;
                             }
-                            let text = String::from_utf8_lossy(&line).trim_end_matches(['\n', '\r']).to_string();
+                            let text = String::from_utf8_lossy(&line)
+                                .trim_end_matches(['\n', '\r'])
+                                .to_string();
                             let _ = tx.send(Input::McpStderrLine { proc, line: text });
                         }
                     }
@@ -123,11 +140,20 @@ impl Children {
                 let _ = tx.send(Input::McpExited { proc, status });
             });
         }
-        self.map.insert(proc, Child { stdin: Some(in_tx), pgid });
+        self.map.insert(
+            proc,
+            Child {
+                stdin: Some(in_tx),
+                pgid,
+            },
+        );
     }
 
     pub fn write(&mut self, proc: ProcKey, line: String) {
-        if let Some(Child { stdin: Some(tx), .. }) = self.map.get(&proc) {
+        if let Some(Child {
+            stdin: Some(tx), ..
+        }) = self.map.get(&proc)
+        {
             let _ = tx.send(Some(line));
         }
     }

@@ -14,12 +14,21 @@
 //! and a readable [`World::transcript`] (`+2.500s -> mcp#1.g0 #4 tools/call _Stop …`), where `->`
 //! is "the agent sends" and `<-` is "the agent receives".
 #![allow(dead_code)] // each test file uses a subset
-#![allow(clippy::panic, reason = "a broken world (non-JSON output, busy loop) fails the test")]
-#![allow(clippy::collapsible_if, clippy::wildcard_enum_match_arm, reason = "test code")]
+#![allow(
+    clippy::panic,
+    reason = "a broken world (non-JSON output, busy loop) fails the test"
+)]
+#![allow(
+    clippy::collapsible_if,
+    clippy::wildcard_enum_match_arm,
+    reason = "test code"
+)]
 
 use buzz_agent_core::config::{HookAllowlist, LogLevel, PermissionMode, ProviderKind};
-use buzz_agent_core::{Action, Agent, Config, Input, LlmCallId, LlmIo, LogRecord, MonoTime, ProcKey, Signal};
-use serde_json::{json, Value};
+use buzz_agent_core::{
+    Action, Agent, Config, Input, LlmCallId, LlmIo, LogRecord, MonoTime, ProcKey, Signal,
+};
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Base URL of the fake LLM (never contacted: the world answers `CallLlm` itself).
@@ -36,9 +45,16 @@ pub enum LlmReply {
     /// A text-only response ending the turn (`finish_reason: stop`).
     Text { text: String, delay_ms: u64 },
     /// A text-only response with another `finish_reason` (`length`, `content_filter`).
-    Finish { text: String, finish: String, delay_ms: u64 },
+    Finish {
+        text: String,
+        finish: String,
+        delay_ms: u64,
+    },
     /// A response asking for tools: `(name, raw arguments)` (`finish_reason: tool_calls`).
-    Tools { calls: Vec<(String, String)>, delay_ms: u64 },
+    Tools {
+        calls: Vec<(String, String)>,
+        delay_ms: u64,
+    },
     /// An HTTP error status with a JSON error body.
     Status { status: u16, delay_ms: u64 },
     /// No answer at all (the idle timeout will fire).
@@ -48,12 +64,18 @@ pub enum LlmReply {
 impl LlmReply {
     #[must_use]
     pub fn text(t: &str) -> Self {
-        LlmReply::Text { text: t.to_string(), delay_ms: 0 }
+        LlmReply::Text {
+            text: t.to_string(),
+            delay_ms: 0,
+        }
     }
 
     #[must_use]
     pub fn tool(name: &str, args: &str) -> Self {
-        LlmReply::Tools { calls: vec![(name.to_string(), args.to_string())], delay_ms: 0 }
+        LlmReply::Tools {
+            calls: vec![(name.to_string(), args.to_string())],
+            delay_ms: 0,
+        }
     }
 }
 
@@ -257,7 +279,12 @@ impl World {
             session: None,
             servers: servers
                 .into_iter()
-                .map(|spec| FakeServer { spec, proc: None, alive: false, hook_calls: 0 })
+                .map(|spec| FakeServer {
+                    spec,
+                    proc: None,
+                    alive: false,
+                    hook_calls: 0,
+                })
                 .collect(),
             queue: BTreeMap::new(),
             seq: 0,
@@ -294,7 +321,9 @@ impl World {
 
     /// Send one raw chunk of ACP bytes now.
     pub fn send_acp_bytes(&mut self, bytes: &[u8]) {
-        let shown = String::from_utf8_lossy(bytes).trim_end_matches('\n').replace('\n', "\\n");
+        let shown = String::from_utf8_lossy(bytes)
+            .trim_end_matches('\n')
+            .replace('\n', "\\n");
         self.note(format!("<- acp {shown}"));
         self.deliver(Input::AcpBytes(bytes.to_vec()));
     }
@@ -303,7 +332,8 @@ impl World {
     pub fn request(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_acp_id;
         self.next_acp_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let line =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
         self.send_acp_bytes(format!("{line}\n").as_bytes());
         id
     }
@@ -316,7 +346,10 @@ impl World {
 
     /// `initialize` (then runs until idle).
     pub fn initialize(&mut self) -> u64 {
-        let id = self.request("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}}));
+        let id = self.request(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
         self.run_idle();
         id
     }
@@ -352,7 +385,10 @@ impl World {
     /// `session/prompt` with one text block on the current session (does not run).
     pub fn prompt(&mut self, text: &str) -> u64 {
         let sid = self.session.clone().unwrap_or_default();
-        self.request("session/prompt", json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}))
+        self.request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
+        )
     }
 
     /// `session/cancel` notification on the current session (does not run).
@@ -396,7 +432,10 @@ impl World {
     /// Hook calls a fake server received so far.
     #[must_use]
     pub fn hook_calls(&self, name: &str) -> u32 {
-        self.servers.iter().find(|s| s.spec.name == name).map_or(0, |s| s.hook_calls)
+        self.servers
+            .iter()
+            .find(|s| s.spec.name == name)
+            .map_or(0, |s| s.hook_calls)
     }
 
     /// Whether the fake server's process is running.
@@ -449,7 +488,9 @@ impl World {
             // Scheduled inputs go before timers due at the same instant.
             match ev {
                 Some(key) if key.0 <= next => {
-                    let Some(s) = self.queue.remove(&key) else { return };
+                    let Some(s) = self.queue.remove(&key) else {
+                        return;
+                    };
                     if self.guard_holds(&s.guard) {
                         self.describe_input(&s.input);
                         self.deliver(s.input);
@@ -470,27 +511,45 @@ impl World {
     }
 
     fn fire_timeout(&mut self) {
-        let key = self.agent.poll_timeout().map_or_else(|| "?".to_string(), |(_, k)| format!("{k:?}"));
+        let key = self
+            .agent
+            .poll_timeout()
+            .map_or_else(|| "?".to_string(), |(_, k)| format!("{k:?}"));
         self.note(format!("timer {key}"));
         let now = self.now;
         self.agent.handle_timeout(now);
         let actions = self.drain();
-        self.steps.push(Step { t: now, input: StepInput::Timeout, actions });
+        self.steps.push(Step {
+            t: now,
+            input: StepInput::Timeout,
+            actions,
+        });
         // I11: no busy loop — after handle_timeout(t) and a drain, nothing is due at t.
         if let Some((t, k)) = self.agent.poll_timeout() {
-            assert!(t > now, "I11 violated: after handle_timeout({now}) poll_timeout is {t} ({k:?})");
+            assert!(
+                t > now,
+                "I11 violated: after handle_timeout({now}) poll_timeout is {t} ({k:?})"
+            );
         }
     }
 
     fn schedule(&mut self, at: MonoTime, input: Input, guard: Guard) {
         self.seq += 1;
-        self.queue.insert((at, self.seq), Scheduled { input, guard });
+        self.queue
+            .insert((at, self.seq), Scheduled { input, guard });
     }
 
     fn schedule_exit(&mut self, proc: ProcKey, delay_ms: u64, status: &str) {
         let at = self.now.plus_ms(delay_ms);
         self.schedule(at, Input::McpStdoutClosed { proc }, Guard::Alive(proc));
-        self.schedule(at, Input::McpExited { proc, status: status.to_string() }, Guard::Alive(proc));
+        self.schedule(
+            at,
+            Input::McpExited {
+                proc,
+                status: status.to_string(),
+            },
+            Guard::Alive(proc),
+        );
     }
 
     fn describe_input(&mut self, input: &Input) {
@@ -505,7 +564,10 @@ impl World {
                 LlmIo::Body(b) => {
                     let status = self.llm_replies.get(call).map_or(0, |r| match r {
                         LlmReply::Status { status, .. } => *status,
-                        LlmReply::Text { .. } | LlmReply::Finish { .. } | LlmReply::Tools { .. } | LlmReply::Never => 200,
+                        LlmReply::Text { .. }
+                        | LlmReply::Finish { .. }
+                        | LlmReply::Tools { .. }
+                        | LlmReply::Never => 200,
                     });
                     format!("<- {call} {status} {}", summarize_sse(b))
                 }
@@ -532,7 +594,11 @@ impl World {
         let now = self.now;
         self.agent.handle(input.clone(), now);
         let actions = self.drain();
-        self.steps.push(Step { t: now, input: StepInput::Input(input), actions });
+        self.steps.push(Step {
+            t: now,
+            input: StepInput::Input(input),
+            actions,
+        });
     }
 
     // ------------------------------------------------------------------ the peers
@@ -551,7 +617,11 @@ impl World {
             Action::WriteAcp(line) => self.on_acp_out(line),
             Action::WriteMcp { proc, line } => self.on_mcp_out(*proc, line),
             Action::SpawnMcp { proc, spec } => {
-                self.note(format!("-> spawn {proc} {} {}", spec.command, spec.args.join(" ")));
+                self.note(format!(
+                    "-> spawn {proc} {} {}",
+                    spec.command,
+                    spec.args.join(" ")
+                ));
                 if let Some(s) = self.servers.iter_mut().find(|s| s.spec.name == spec.name) {
                     s.proc = Some(*proc);
                     s.alive = false;
@@ -568,7 +638,9 @@ impl World {
                     Signal::Kill => self.schedule_exit(*proc, 0, "killed by signal 9"),
                 }
             }
-            Action::CallLlm { call, request } => self.on_llm_call(*call, &request.url, &request.body),
+            Action::CallLlm { call, request } => {
+                self.on_llm_call(*call, &request.url, &request.body)
+            }
             Action::CancelLlm { call } => {
                 self.note(format!("-> {call} release"));
                 self.released_llm.insert(*call);
@@ -589,39 +661,60 @@ impl World {
 
     fn on_acp_out(&mut self, line: &str) {
         self.note(format!("-> acp {}", line.trim_end()));
-        assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'), "T1: one line per frame: {line:?}");
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("agent wrote non-JSON on ACP ({e}): {line}"));
+        assert!(
+            line.ends_with('\n') && !line[..line.len() - 1].contains('\n'),
+            "T1: one line per frame: {line:?}"
+        );
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("agent wrote non-JSON on ACP ({e}): {line}"));
         // The client answers permission requests (SPEC A7).
         if v.get("method").and_then(Value::as_str) == Some("session/request_permission") {
             if let (Some(d), Some(id)) = (self.permission_delay_ms, v.get("id").cloned()) {
                 let reply = json!({"jsonrpc": "2.0", "id": id,
                     "result": {"outcome": {"outcome": "selected", "optionId": self.permission_option}}});
                 let at = self.now.plus_ms(d);
-                self.schedule(at, Input::AcpBytes(format!("{reply}\n").into_bytes()), Guard::Always);
+                self.schedule(
+                    at,
+                    Input::AcpBytes(format!("{reply}\n").into_bytes()),
+                    Guard::Always,
+                );
             }
         }
         self.acp_out.push((self.now, v));
     }
 
     fn server_index(&self, proc: ProcKey) -> Option<usize> {
-        self.servers.iter().position(|s| s.proc.is_some_and(|p| p.server == proc.server))
+        self.servers
+            .iter()
+            .position(|s| s.proc.is_some_and(|p| p.server == proc.server))
     }
 
     fn on_mcp_out(&mut self, proc: ProcKey, line: &str) {
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("agent wrote non-JSON to MCP ({e}): {line}"));
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("agent wrote non-JSON to MCP ({e}): {line}"));
         self.note(format!("-> {proc} {}", summarize_mcp_out(&v)));
-        let Some(i) = self.server_index(proc) else { return };
+        let Some(i) = self.server_index(proc) else {
+            return;
+        };
         let name = self.servers[i].spec.name.clone();
-        self.mcp_lines.entry(name.clone()).or_default().push((self.now, v.clone()));
-        let (Some(id), Some(method)) = (v.get("id").cloned(), v.get("method").and_then(Value::as_str)) else {
+        self.mcp_lines
+            .entry(name.clone())
+            .or_default()
+            .push((self.now, v.clone()));
+        let (Some(id), Some(method)) = (
+            v.get("id").cloned(),
+            v.get("method").and_then(Value::as_str),
+        ) else {
             return; // a notification or a response
         };
         let now = self.now;
         let reply = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
         match method {
             "initialize" => {
-                let r = reply(json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
-                    "serverInfo": {"name": name, "version": "1.0.0"}}));
+                let r = reply(
+                    json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": name, "version": "1.0.0"}}),
+                );
                 self.schedule_mcp(now, proc, &r);
             }
             "tools/list" => {
@@ -632,8 +725,10 @@ impl World {
                     .map(|t| json!({"name": t, "description": format!("{t} tool"),
                         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}))
                     .collect();
-                tools.extend(spec.hooks.iter().map(|h| json!({"name": h, "description": "lifecycle hook",
-                    "inputSchema": {"type": "object"}})));
+                tools.extend(spec.hooks.iter().map(|h| {
+                    json!({"name": h, "description": "lifecycle hook",
+                    "inputSchema": {"type": "object"}})
+                }));
                 let r = reply(json!({"tools": tools}));
                 self.schedule_mcp(now, proc, &r);
             }
@@ -642,15 +737,25 @@ impl World {
                 if tool.starts_with('_') {
                     let s = &mut self.servers[i];
                     s.hook_calls += 1;
-                    let r = s.spec.hook_script.pop_front().unwrap_or_else(|| s.spec.hook_default.clone());
+                    let r = s
+                        .spec
+                        .hook_script
+                        .pop_front()
+                        .unwrap_or_else(|| s.spec.hook_default.clone());
                     let at = now.plus_ms(r.delay_ms);
                     let line = match r.kind {
-                        HookKind::Text(t) => Some(reply(json!({"content": [{"type": "text", "text": t}]}))),
-                        HookKind::Empty => Some(reply(json!({"content": [{"type": "text", "text": " \n"}]}))),
+                        HookKind::Text(t) => {
+                            Some(reply(json!({"content": [{"type": "text", "text": t}]})))
+                        }
+                        HookKind::Empty => {
+                            Some(reply(json!({"content": [{"type": "text", "text": " \n"}]})))
+                        }
                         HookKind::RpcError => Some(json!({"jsonrpc": "2.0", "id": id,
                             "error": {"code": -32603, "message": "hook crashed"}})),
-                        HookKind::IsError => Some(reply(json!({"content": [{"type": "text", "text": "hook failed"}],
-                            "isError": true}))),
+                        HookKind::IsError => Some(reply(
+                            json!({"content": [{"type": "text", "text": "hook failed"}],
+                            "isError": true}),
+                        )),
                         HookKind::Exit => {
                             self.schedule_exit(proc, r.delay_ms, "exit status 1");
                             None
@@ -662,7 +767,9 @@ impl World {
                     }
                 } else {
                     let args = v["params"]["arguments"].to_string();
-                    let r = reply(json!({"content": [{"type": "text", "text": format!("{tool}: {args}")}]}));
+                    let r = reply(
+                        json!({"content": [{"type": "text", "text": format!("{tool}: {args}")}]}),
+                    );
                     let at = now.plus_ms(self.servers[i].spec.tool_delay_ms);
                     self.schedule_mcp(at, proc, &r);
                 }
@@ -680,15 +787,26 @@ impl World {
     }
 
     fn on_llm_call(&mut self, call: LlmCallId, url: &str, body: &[u8]) {
-        let v: Value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("LLM body is not JSON: {e}"));
+        let v: Value =
+            serde_json::from_slice(body).unwrap_or_else(|e| panic!("LLM body is not JSON: {e}"));
         let msgs = v["messages"].as_array().cloned().unwrap_or_default();
         let tools: Vec<&str> = v["tools"]
             .as_array()
-            .map(|a| a.iter().filter_map(|t| t["function"]["name"].as_str()).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t["function"]["name"].as_str())
+                    .collect()
+            })
             .unwrap_or_default();
         let path = url.strip_prefix(LLM_BASE).unwrap_or(url);
-        self.note(format!("-> {call} POST {path} tools=[{}] messages={}", tools.join(","), msgs.len()));
-        let shared = if msgs.len() >= self.prev_messages.len() && msgs[..self.prev_messages.len()] == self.prev_messages[..] {
+        self.note(format!(
+            "-> {call} POST {path} tools=[{}] messages={}",
+            tools.join(","),
+            msgs.len()
+        ));
+        let shared = if msgs.len() >= self.prev_messages.len()
+            && msgs[..self.prev_messages.len()] == self.prev_messages[..]
+        {
             self.prev_messages.len()
         } else {
             0
@@ -698,11 +816,18 @@ impl World {
         }
         self.prev_messages = msgs;
         self.llm_requests.push((self.now, call, v));
-        let reply = self.llm_script.pop_front().unwrap_or_else(|| self.llm_default.clone());
+        let reply = self
+            .llm_script
+            .pop_front()
+            .unwrap_or_else(|| self.llm_default.clone());
         self.llm_replies.insert(call, reply.clone());
         let (status, body, delay) = match &reply {
             LlmReply::Text { text, delay_ms } => (200, sse_text(text), *delay_ms),
-            LlmReply::Finish { text, finish, delay_ms } => (200, sse_finish(text, finish), *delay_ms),
+            LlmReply::Finish {
+                text,
+                finish,
+                delay_ms,
+            } => (200, sse_finish(text, finish), *delay_ms),
             LlmReply::Tools { calls, delay_ms } => (200, sse_tools(call, calls), *delay_ms),
             LlmReply::Status { status, delay_ms } => {
                 let b = json!({"error": {"message": format!("scripted status {status}"), "type": "server_error"}});
@@ -712,9 +837,33 @@ impl World {
         };
         let at = self.now.plus_ms(delay);
         let g = || Guard::LlmLive(call);
-        self.schedule(at, Input::Llm { call, event: LlmIo::Head { status, headers: Vec::new() } }, g());
-        self.schedule(at, Input::Llm { call, event: LlmIo::Body(body) }, g());
-        self.schedule(at, Input::Llm { call, event: LlmIo::End }, g());
+        self.schedule(
+            at,
+            Input::Llm {
+                call,
+                event: LlmIo::Head {
+                    status,
+                    headers: Vec::new(),
+                },
+            },
+            g(),
+        );
+        self.schedule(
+            at,
+            Input::Llm {
+                call,
+                event: LlmIo::Body(body),
+            },
+            g(),
+        );
+        self.schedule(
+            at,
+            Input::Llm {
+                call,
+                event: LlmIo::End,
+            },
+            g(),
+        );
     }
 }
 
@@ -750,7 +899,9 @@ fn summarize_sse(b: &[u8]) -> String {
     let text = String::from_utf8_lossy(b);
     let mut parts = Vec::new();
     for line in text.lines() {
-        let Some(data) = line.strip_prefix("data: ") else { continue };
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
         if data == "[DONE]" {
             parts.push("[DONE]".to_string());
             continue;
@@ -769,7 +920,11 @@ fn summarize_sse(b: &[u8]) -> String {
         }
         if let Some(calls) = c["delta"]["tool_calls"].as_array() {
             for tc in calls {
-                parts.push(format!("call {}({})", tc["function"]["name"].as_str().unwrap_or(""), tc["function"]["arguments"].as_str().unwrap_or("")));
+                parts.push(format!(
+                    "call {}({})",
+                    tc["function"]["name"].as_str().unwrap_or(""),
+                    tc["function"]["arguments"].as_str().unwrap_or("")
+                ));
             }
         }
         if let Some(f) = c["finish_reason"].as_str() {
@@ -805,7 +960,9 @@ fn summarize_mcp_out(v: &Value) -> String {
 
 fn summarize_mcp_in(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    let Ok(v) = serde_json::from_str::<Value>(text.trim_end()) else { return text.trim_end().to_string() };
+    let Ok(v) = serde_json::from_str::<Value>(text.trim_end()) else {
+        return text.trim_end().to_string();
+    };
     let id = v.get("id").cloned().unwrap_or(Value::Null);
     if let Some(tools) = v["result"]["tools"].as_array() {
         let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();

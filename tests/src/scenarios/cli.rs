@@ -26,7 +26,12 @@ fn run(ctx: &Ctx, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Outpu
         Ok(out) => out.expect("wait for the agent binary"),
         Err(_) => {
             crate::harness::kill_tree(pid);
-            panic!("`{} {}` did not finish within {limit:?} (started {:?} ago)", ctx.agent_bin.display(), args.join(" "), started.elapsed());
+            panic!(
+                "`{} {}` did not finish within {limit:?} (started {:?} ago)",
+                ctx.agent_bin.display(),
+                args.join(" "),
+                started.elapsed()
+            );
         }
     }
 }
@@ -40,13 +45,21 @@ fn text(b: &[u8]) -> String {
 pub fn p3_demo_runs_offline_with_one_objection(ctx: &Ctx) {
     let out = run(ctx, &["demo"], &[], Duration::from_secs(30));
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "demo failed: {stdout}\n{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "demo failed: {stdout}\n{}",
+        text(&out.stderr)
+    );
     assert!(stdout.contains("stopReason: \"end_turn\""), "{stdout}");
     assert!(stdout.contains("_Stop objections 1"), "{stdout}");
     // The objection is shown right before the reply it caused, and only once.
-    let objection = stdout.find("[_Stop hook of `todo` objected").expect("the objection is shown");
+    let objection = stdout
+        .find("[_Stop hook of `todo` objected")
+        .expect("the objection is shown");
     let stop_try = stdout.find("All set").expect("the model tried to stop");
-    let after = stdout.find("Right, the item is still open").expect("the model carried on");
+    let after = stdout
+        .find("Right, the item is still open")
+        .expect("the model carried on");
     assert!(stop_try < objection && objection < after, "{stdout}");
     assert_eq!(stdout.matches("[_Stop hook of").count(), 1, "{stdout}");
     assert!(stdout.contains("todo__todo_done"), "{stdout}");
@@ -56,12 +69,28 @@ pub fn p3_demo_runs_offline_with_one_objection(ctx: &Ctx) {
 /// (no open item) → exit 0.
 pub fn p3_e2_hooks_check_passes_the_todo_example(ctx: &Ctx) {
     let bin = ctx.agent_bin.to_string_lossy().into_owned();
-    let out = run(ctx, &["hooks", "check", "--", &bin, "example-server", "todo"], &[], Duration::from_secs(20));
+    let out = run(
+        ctx,
+        &["hooks", "check", "--", &bin, "example-server", "todo"],
+        &[],
+        Duration::from_secs(20),
+    );
     let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
     assert!(stdout.contains("_Stop: found, answered empty"), "{stdout}");
-    assert!(stdout.contains("_PostCompact: found, answered empty"), "{stdout}");
-    assert!(stdout.contains("todo_add, todo_done, todo_list"), "{stdout}");
+    assert!(
+        stdout.contains("_PostCompact: found, answered empty"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("todo_add, todo_done, todo_list"),
+        "{stdout}"
+    );
 }
 
 /// P3, E1: the bundled `testguard` objects with the failing command's output, and `hooks check`
@@ -69,13 +98,38 @@ pub fn p3_e2_hooks_check_passes_the_todo_example(ctx: &Ctx) {
 pub fn p3_e1_hooks_check_shows_testguard_objection(ctx: &Ctx) {
     let bin = ctx.agent_bin.to_string_lossy().into_owned();
     let env = [("TESTGUARD_CMD", "echo 'FAILED test_parse'; exit 3")];
-    let out = run(ctx, &["hooks", "check", "--", &bin, "example-server", "testguard"], &env, Duration::from_secs(20));
+    let out = run(
+        ctx,
+        &["hooks", "check", "--", &bin, "example-server", "testguard"],
+        &env,
+        Duration::from_secs(20),
+    );
     let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", text(&out.stderr));
-    assert!(stdout.contains("_Stop: found, answered") && stdout.contains("would object"), "{stdout}");
-    assert!(stdout.contains("exit status 3") && stdout.contains("FAILED test_parse"), "{stdout}");
-    let pass = run(ctx, &["hooks", "check", "--", &bin, "example-server", "testguard"], &[("TESTGUARD_CMD", "true")], Duration::from_secs(20));
-    assert!(text(&pass.stdout).contains("_Stop: found, answered empty"), "{}", text(&pass.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("_Stop: found, answered") && stdout.contains("would object"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("exit status 3") && stdout.contains("FAILED test_parse"),
+        "{stdout}"
+    );
+    let pass = run(
+        ctx,
+        &["hooks", "check", "--", &bin, "example-server", "testguard"],
+        &[("TESTGUARD_CMD", "true")],
+        Duration::from_secs(20),
+    );
+    assert!(
+        text(&pass.stdout).contains("_Stop: found, answered empty"),
+        "{}",
+        text(&pass.stdout)
+    );
 }
 
 /// P3, H4: a hook that never answers is reported as a timeout under
@@ -89,11 +143,28 @@ pub fn p3_hooks_check_reports_a_hanging_hook(ctx: &Ctx) {
         ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "300"),
     ];
     let started = Instant::now();
-    let out = run(ctx, &["hooks", "check", "--", &fake], &env, Duration::from_secs(20));
+    let out = run(
+        ctx,
+        &["hooks", "check", "--", &fake],
+        &env,
+        Duration::from_secs(20),
+    );
     let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{}", text(&out.stderr));
-    assert!(stdout.contains("_Stop: found, timeout after 300 ms"), "{stdout}");
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("_Stop: found, timeout after 300 ms"),
+        "{stdout}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 /// C1, P3, C30 (d): `--help` lists every variable with its default; `--version` prints the
@@ -103,32 +174,62 @@ pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
     let help = run(ctx, &["--help"], &[], Duration::from_secs(10));
     let h = text(&help.stdout);
     assert!(help.status.success());
-    for var in ["BUZZ_AGENT_PROVIDER", "MCP_HOOK_SERVERS", "BUZZ_AGENT_HOOK_TIMEOUT_MS", "BUZZ_AGENT_STOP_MAX_REJECTIONS", "[2500]", "[32768]"] {
+    for var in [
+        "BUZZ_AGENT_PROVIDER",
+        "MCP_HOOK_SERVERS",
+        "BUZZ_AGENT_HOOK_TIMEOUT_MS",
+        "BUZZ_AGENT_STOP_MAX_REJECTIONS",
+        "[2500]",
+        "[32768]",
+    ] {
         assert!(h.contains(var), "--help lacks {var}: {h}");
     }
     let v = run(ctx, &["--version"], &[], Duration::from_secs(10));
-    assert!(v.status.success() && text(&v.stdout).contains(env!("CARGO_PKG_VERSION")), "{}", text(&v.stdout));
+    assert!(
+        v.status.success() && text(&v.stdout).contains(env!("CARGO_PKG_VERSION")),
+        "{}",
+        text(&v.stdout)
+    );
     for value in ["0", "abc", "600001", "2.5"] {
         let bad = run(
             ctx,
             &[],
-            &[("BUZZ_AGENT_PROVIDER", "openai"), ("OPENAI_COMPAT_MODEL", "m"), ("BUZZ_AGENT_HOOK_TIMEOUT_MS", value)],
+            &[
+                ("BUZZ_AGENT_PROVIDER", "openai"),
+                ("OPENAI_COMPAT_MODEL", "m"),
+                ("BUZZ_AGENT_HOOK_TIMEOUT_MS", value),
+            ],
             Duration::from_secs(10),
         );
         let e = text(&bad.stderr);
         assert_eq!(bad.status.code(), Some(2), "{value}: {e}");
         assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
-        assert!(e.contains("BUZZ_AGENT_HOOK_TIMEOUT_MS") && e.contains(&format!("\"{value}\"")), "{e}");
+        assert!(
+            e.contains("BUZZ_AGENT_HOOK_TIMEOUT_MS") && e.contains(&format!("\"{value}\"")),
+            "{e}"
+        );
     }
     let star = run(
         ctx,
         &[],
-        &[("BUZZ_AGENT_PROVIDER", "openai"), ("OPENAI_COMPAT_MODEL", "m"), ("MCP_HOOK_SERVERS", "*,todo")],
+        &[
+            ("BUZZ_AGENT_PROVIDER", "openai"),
+            ("OPENAI_COMPAT_MODEL", "m"),
+            ("MCP_HOOK_SERVERS", "*,todo"),
+        ],
         Duration::from_secs(10),
     );
     assert_eq!(star.status.code(), Some(2));
-    assert!(text(&star.stderr).contains("MCP_HOOK_SERVERS"), "{}", text(&star.stderr));
+    assert!(
+        text(&star.stderr).contains("MCP_HOOK_SERVERS"),
+        "{}",
+        text(&star.stderr)
+    );
     let none = run(ctx, &[], &[], Duration::from_secs(10));
     assert_eq!(none.status.code(), Some(2));
-    assert!(text(&none.stderr).contains("BUZZ_AGENT_PROVIDER"), "{}", text(&none.stderr));
+    assert!(
+        text(&none.stderr).contains("BUZZ_AGENT_PROVIDER"),
+        "{}",
+        text(&none.stderr)
+    );
 }
