@@ -809,7 +809,8 @@ impl Agent {
             } => {
                 let outcome = match outcome {
                     Ok(v) => {
-                        let out = tools::convert_result(&v, self.cfg.max_tool_result_text_bytes);
+                        // H3 / C40: content text only; structuredContent never objects.
+                        let out = tools::hook_answer(&v, self.cfg.max_tool_result_text_bytes);
                         if out.is_error {
                             crate::hooks::HookOutcome::Error(format!("isError: {}", out.text))
                         } else if out.text.trim().is_empty() {
