@@ -229,10 +229,13 @@ struct WireFunction<'a> {
 ///   `delta.reasoning` (servers that send both send the same text) → [`StreamDelta::Thought`].
 /// * Tool-call deltas are merged by `index` (C21): any start, gaps allowed; id and name are the
 ///   first non-empty ones; arguments are concatenated (a JSON object instead of a string is
-///   appended as its JSON text). A delta without `index` continues the current call unless it
-///   brings a different id, or a name while the current call already has one (then it opens
-///   the next index). Calls come out in index order; a slot that never got a name is dropped;
-///   a missing or duplicate id is replaced by `{id_prefix}_{index}`.
+///   appended as its JSON text). A delta whose non-empty `id` differs from the id already held
+///   at its `index` starts a new call at that index (C37: Ollama sends every call at
+///   `index: 0`, each with its own id); a delta without an id continues the current call of its
+///   index. A delta without `index` continues the current call unless it brings a different
+///   id, or a name while the current call already has one (then it opens the next index). Calls
+///   come out in index order (calls sharing an index in arrival order); a slot that never got a
+///   name is dropped; a missing or duplicate id is replaced by `{id_prefix}_{index}`.
 /// * Usage comes from the last chunk with a non-null `usage` (`prompt_tokens` → input,
 ///   `completion_tokens` → output): cumulative usage is not double counted (C22).
 /// * `finish_reason` `null` or `""` is not terminal (C23). `stop` → end turn, `tool_calls`
@@ -253,10 +256,12 @@ pub struct ChatDecoder {
     sse: SseState,
     /// Text and reasoning so far.
     streamed: StreamedText,
-    /// Tool-call slots by provider `index`.
-    calls: BTreeMap<u64, CallSlot>,
+    /// Tool-call slots by (provider `index`, call number at that index), C37.
+    calls: BTreeMap<(u64, u32), CallSlot>,
+    /// The current call number of each `index` (C37: a new id at an index opens the next one).
+    open: BTreeMap<u64, u32>,
     /// The slot the last tool-call delta went to (for deltas without `index`).
-    current_call: Option<u64>,
+    current_call: Option<(u64, u32)>,
     usage: Option<Usage>,
     /// The last non-empty `finish_reason`, mapped.
     finish_reason: Option<StopKind>,
@@ -289,6 +294,7 @@ impl ChatDecoder {
             sse: SseState::new(),
             streamed: StreamedText::default(),
             calls: BTreeMap::new(),
+            open: BTreeMap::new(),
             current_call: None,
             usage: None,
             finish_reason: None,
@@ -317,17 +323,18 @@ impl ChatDecoder {
         }
     }
 
-    /// Merge one `delta.tool_calls[]` element into its slot (C21).
+    /// Merge one `delta.tool_calls[]` element into its slot (C21, C37).
     fn merge_call(&mut self, call: &Value) {
         let id = non_empty_str(call.get("id"));
         let function = call.get("function");
         let name = non_empty_str(function.and_then(|f| f.get("name")));
-        let index = match call.get("index").and_then(Value::as_u64) {
-            Some(index) => index,
-            None => self.index_for_unindexed(id, name.is_some()),
+        let key = match call.get("index").and_then(Value::as_u64) {
+            Some(index) => self.key_for_index(index, id),
+            None => self.key_for_unindexed(id, name.is_some()),
         };
-        self.current_call = Some(index);
-        let slot = self.calls.entry(index).or_default();
+        self.open.insert(key.0, key.1);
+        self.current_call = Some(key);
+        let slot = self.calls.entry(key).or_default();
         if let Some(id) = id.filter(|_| slot.id.is_empty()) {
             id.clone_into(&mut slot.id);
         }
@@ -343,20 +350,38 @@ impl ChatDecoder {
         }
     }
 
+    /// The slot for a delta at `index`: the index's current call, or a new call at that index
+    /// when the delta brings a non-empty id other than the one the current call holds (C37).
+    fn key_for_index(&self, index: u64, id: Option<&str>) -> (u64, u32) {
+        let Some(&number) = self.open.get(&index) else {
+            return (index, 0);
+        };
+        let held = self
+            .calls
+            .get(&(index, number))
+            .map_or("", |s| s.id.as_str());
+        match id {
+            Some(id) if !held.is_empty() && held != id => (index, number.saturating_add(1)),
+            Some(_) | None => (index, number),
+        }
+    }
+
     /// The slot for a tool-call delta without `index` (servers that omit it): the current call,
     /// or the next index when the delta evidently starts another call.
-    fn index_for_unindexed(&self, id: Option<&str>, has_name: bool) -> u64 {
-        let Some((&last, _)) = self.calls.last_key_value() else {
-            return 0;
+    fn key_for_unindexed(&self, id: Option<&str>, has_name: bool) -> (u64, u32) {
+        let Some((&last, _)) = self.open.last_key_value() else {
+            return (0, 0);
         };
-        let current = self.current_call.unwrap_or(last);
+        let Some(current) = self.current_call else {
+            return (last, self.open.get(&last).copied().unwrap_or(0));
+        };
         let Some(slot) = self.calls.get(&current) else {
             return current;
         };
         let other_id = id.is_some_and(|id| !slot.id.is_empty() && slot.id != id);
         let another_name = has_name && id.is_none() && !slot.name.is_empty();
         if other_id || another_name {
-            last.saturating_add(1)
+            (last.saturating_add(1), 0)
         } else {
             current
         }
@@ -436,7 +461,10 @@ impl EventHandler for ChatDecoder {
     /// tool-use finish without any call is end turn. With `length` the (possibly cut) calls are
     /// kept: the loop does not run them (L1).
     fn take_response(&mut self) -> Result<LlmResponse, StreamError> {
-        let tool_calls = take_calls(std::mem::take(&mut self.calls), &self.id_prefix);
+        let slots = std::mem::take(&mut self.calls)
+            .into_iter()
+            .map(|((index, _), slot)| (index, slot));
+        let tool_calls = take_calls(slots, &self.id_prefix);
         let stop = match self.finish_reason.take() {
             Some(StopKind::EndTurn | StopKind::ToolUse) if tool_calls.is_empty() => {
                 StopKind::EndTurn
@@ -705,6 +733,88 @@ mod tests {
         assert_eq!(
             ok(&outcome).tool_calls,
             vec![call("call_Z", "late", "{\"a\":1}")]
+        );
+    }
+
+    /// C37, the case's own trigger: Ollama streams two whole calls, each with its own id, both
+    /// at `index: 0`.
+    const C37: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_a1b2\",\"type\":\"function\",\"function\":{\"name\":\"fs__write\",\"arguments\":\"{\\\"path\\\":\\\"hello.py\\\"}\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_c3d4\",\"type\":\"function\",\"function\":{\"name\":\"fs__write\",\"arguments\":\"{\\\"path\\\":\\\"world.py\\\"}\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    #[test]
+    fn c37_calls_sharing_index_0_with_their_own_ids_stay_separate() {
+        let outcome = decode_every_split(C37);
+        let response = ok(&outcome);
+        assert_eq!(response.stop, StopKind::ToolUse);
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                call("call_a1b2", "fs__write", "{\"path\":\"hello.py\"}"),
+                call("call_c3d4", "fs__write", "{\"path\":\"world.py\"}"),
+            ]
+        );
+        // Rebuilt into the next request: one assistant message with two calls, each a valid
+        // JSON string.
+        let mut messages = vec![Message::Assistant {
+            text: String::new(),
+            thinking: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: response.tool_calls.clone(),
+        }];
+        for c in &response.tool_calls {
+            messages.push(Message::ToolResult {
+                call_id: c.id.clone(),
+                name: c.name.clone(),
+                text: "ok".into(),
+                is_error: false,
+            });
+        }
+        let req = LlmRequest {
+            model: "m",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 1,
+        };
+        let body = body_json(&build_request("http://h", "", &req));
+        let calls = body["messages"][0]["tool_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(calls.len(), 2, "{body}");
+        for c in &calls {
+            let args = c["function"]["arguments"].as_str().unwrap_or_default();
+            assert!(serde_json::from_str::<Value>(args).is_ok(), "{args}");
+        }
+        assert_eq!(body["messages"][1]["tool_call_id"], "call_a1b2");
+        assert_eq!(body["messages"][2]["tool_call_id"], "call_c3d4");
+    }
+
+    #[test]
+    fn c37_id_less_continuations_append_to_the_current_call_of_their_index() {
+        let body = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"function\":{\"name\":\"s__x\",\"arguments\":\"{\\\"k\\\":\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1}\"}}]}}]}\n\n",
+            // The same id again continues the call (some servers repeat it on every delta).
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"function\":{\"arguments\":\"\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"b\",\"function\":{\"name\":\"s__y\",\"arguments\":\"{\\\"k\\\":\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"\",\"function\":{\"arguments\":\"2}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":1,\"delta\":{}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"c\",\"function\":{\"name\":\"s__z\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let outcome = decode_every_split(body);
+        assert_eq!(
+            ok(&outcome).tool_calls,
+            vec![
+                call("a", "s__x", "{\"k\":1}"),
+                call("b", "s__y", "{\"k\":2}"),
+                call("c", "s__z", "{}"),
+            ]
         );
     }
 

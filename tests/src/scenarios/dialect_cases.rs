@@ -117,3 +117,81 @@ pub fn c40_fastmcp_none_is_empty_and_its_text_objects_once(ctx: &Ctx) {
     );
     agent.finish();
 }
+
+/// The Chat Completions SSE body of a server that streams every tool call whole at `index: 0`,
+/// each with its own id (Ollama, case C37), then `finish_reason: tool_calls` and `[DONE]`.
+pub fn ollama_index0_calls(calls: &[(&str, &str, Value)]) -> String {
+    let mut body = String::new();
+    for (id, name, args) in calls {
+        let chunk = json!({"id": "chatcmpl-ollama", "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "",
+                "tool_calls": [{"index": 0, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": args.to_string()}}]},
+                "finish_reason": null}]});
+        body.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let end = json!({"id": "chatcmpl-ollama", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]});
+    body.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+    body
+}
+
+/// C37 / SPEC L7: two calls streamed whole at `index: 0` (Ollama) are two calls: two
+/// `tools/call`, and the next request has one assistant message with both calls (each
+/// `arguments` a valid JSON string) followed by both `role:"tool"` results.
+pub fn c37_two_calls_at_index_0_run_as_two_calls(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("calls.log");
+    let llm = FakeLlm::scripted(vec![
+        Reply::raw_sse(ollama_index0_calls(&[
+            ("call_a1b2", "fs__echo", json!({"text": "hello.py"})),
+            ("call_c3d4", "fs__echo", json!({"text": "world.py"})),
+        ])),
+        Reply::text("Both written."),
+    ]);
+    let agent = ctx.agent(&llm, &[], &s.ws);
+    agent.initialize();
+    let sid = agent.new_session(
+        &s.ws,
+        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
+    );
+    let r = agent.prompt(&sid, "write both files");
+    assert_end_turn(&agent, &r);
+    let logged = fake_mcp::read_call_log(Path::new(&log));
+    let texts: Vec<Value> = fake_mcp::logged_tool_calls(&logged)
+        .iter()
+        .map(|c| c["params"]["arguments"]["text"].clone())
+        .collect();
+    assert_eq!(texts.len(), 2, "two tools/call: {texts:?}");
+    assert!(
+        texts.contains(&json!("hello.py")) && texts.contains(&json!("world.py")),
+        "{texts:?}"
+    );
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    reqs[1].assert_tool_calls_paired();
+    let msgs = reqs[1].messages();
+    let assistant: Vec<&Value> = msgs.iter().filter(|m| m["role"] == "assistant").collect();
+    assert_eq!(assistant.len(), 1, "{msgs:#?}");
+    let calls = assistant[0]["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ids: Vec<&str> = calls.iter().filter_map(|c| c["id"].as_str()).collect();
+    assert_eq!(ids, ["call_a1b2", "call_c3d4"]);
+    for c in &calls {
+        let args = c["function"]["arguments"].as_str().unwrap_or_default();
+        assert!(
+            serde_json::from_str::<Value>(args).is_ok_and(|v| v.is_object()),
+            "arguments must be one JSON object each: {args:?}"
+        );
+    }
+    assert_eq!(
+        reqs[1].tool_results(),
+        vec![
+            ("call_a1b2".to_string(), "hello.py".to_string()),
+            ("call_c3d4".to_string(), "world.py".to_string())
+        ]
+    );
+    agent.finish();
+}

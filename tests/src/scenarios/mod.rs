@@ -153,6 +153,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         cases::h5_c31_always_blocking_stop_is_capped_per_prompt_and_errors_never_block,
         cases::p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly,
         cases::m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line,
+        dialect_cases::c37_two_calls_at_index_0_run_as_two_calls,
         dialect_cases::c40_fastmcp_none_is_empty_and_its_text_objects_once,
     ]
 }
