@@ -82,6 +82,8 @@ pub struct Agent {
     pub(crate) next_out: u64,
     pub(crate) next_turn_seq: u64,
     pub(crate) next_hook_round: u64,
+    /// What the provider taught us while running, kept for the process (SPEC L7 C41, L10).
+    pub(crate) learned: crate::provider::Learned,
     pub(crate) rng: u64,
     pub(crate) shutdown: Option<crate::shutdown::Shutdown>,
     pub(crate) finished: bool,
@@ -133,6 +135,7 @@ impl Agent {
             next_out: 1,
             next_turn_seq: 1,
             next_hook_round: 1,
+            learned: crate::provider::Learned::default(),
             rng: if rng == 0 { 1 } else { rng },
             shutdown: None,
             finished: false,

@@ -38,14 +38,19 @@ use crate::sse_stream::{
 ///   tools, `arguments` being the model's own text or `"{}"` when that was blank (C26);
 ///   reasoning text is not sent back; tool result → `{"role":"tool","tool_call_id","content"}`
 ///   with `Error: ` prefixed to an error result); `tools` (omitted when empty, e.g. the
-///   compaction call); `stream:true`; `stream_options:{"include_usage":true}`; `max_tokens`.
-///
-/// The output cap is sent as `max_tokens`, not OpenAI's newer `max_completion_tokens`: every
-/// OpenAI-compatible server accepts `max_tokens`, many reject or ignore the newer name.
+///   compaction call); `stream:true`; `stream_options:{"include_usage":true}`; the output cap
+///   (`req.max_output_tokens`) as `max_tokens`, or as `max_completion_tokens` when
+///   `options.max_completion_tokens` says so (OpenAI's reasoning models reject `max_tokens`,
+///   SPEC L7, case C41; many OpenAI-compatible servers know only `max_tokens`).
 ///
 /// Serialized in one pass straight into the body buffer: linear in the history size.
 #[must_use]
-pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> HttpRequest {
+pub fn build_request(
+    base_url: &str,
+    api_key: &str,
+    req: &LlmRequest<'_>,
+    options: &ChatOptions,
+) -> HttpRequest {
     let payload = ChatBody {
         model: req.model,
         messages: WireMessages {
@@ -57,7 +62,10 @@ pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> Htt
         stream_options: StreamOptions {
             include_usage: true,
         },
-        max_tokens: req.max_output_tokens,
+        max_tokens: (!options.max_completion_tokens).then_some(req.max_output_tokens),
+        max_completion_tokens: options
+            .max_completion_tokens
+            .then_some(req.max_output_tokens),
     };
     streaming_json_post(
         format!("{}/chat/completions", base_url.trim_end_matches('/')),
@@ -76,7 +84,18 @@ struct ChatBody<'a> {
     tools: WireTools<'a>,
     stream: bool,
     stream_options: StreamOptions,
-    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+}
+
+/// The per-server choices of a Chat Completions request (SPEC L7), decided by
+/// [`crate::provider::chat_options`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatOptions {
+    /// Send the output cap as `max_completion_tokens` instead of `max_tokens` (case C41).
+    pub max_completion_tokens: bool,
 }
 
 #[derive(Serialize)]
@@ -780,7 +799,12 @@ mod tests {
             tools: &[],
             max_output_tokens: 1,
         };
-        let body = body_json(&build_request("http://h", "", &req));
+        let body = body_json(&build_request(
+            "http://h",
+            "",
+            &req,
+            &ChatOptions::default(),
+        ));
         let calls = body["messages"][0]["tool_calls"]
             .as_array()
             .cloned()
@@ -1176,7 +1200,12 @@ mod tests {
             tools: &tools,
             max_output_tokens: 4096,
         };
-        let request = build_request("http://127.0.0.1:5000/v1", "sk-test", &req);
+        let request = build_request(
+            "http://127.0.0.1:5000/v1",
+            "sk-test",
+            &req,
+            &ChatOptions::default(),
+        );
         assert_eq!(request.method, "POST");
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/chat/completions");
         assert_eq!(
@@ -1211,6 +1240,32 @@ mod tests {
     }
 
     #[test]
+    fn c41_the_output_cap_goes_as_max_completion_tokens_when_asked() {
+        let messages = [Message::User { text: "hi".into() }];
+        let req = LlmRequest {
+            model: "gpt-5.4",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 321,
+        };
+        let options = ChatOptions {
+            max_completion_tokens: true,
+        };
+        let body = body_json(&build_request("http://h/v1", "", &req, &options));
+        assert_eq!(body["max_completion_tokens"], 321);
+        assert!(body.get("max_tokens").is_none(), "{body}");
+        let body = body_json(&build_request(
+            "http://h/v1",
+            "",
+            &req,
+            &ChatOptions::default(),
+        ));
+        assert_eq!(body["max_tokens"], 321);
+        assert!(body.get("max_completion_tokens").is_none(), "{body}");
+    }
+
+    #[test]
     fn l7_no_api_key_means_no_authorization_header_and_no_tools_means_no_tools_key() {
         let messages = [Message::User {
             text: "summarise".into(),
@@ -1222,7 +1277,7 @@ mod tests {
             tools: &[],
             max_output_tokens: 100,
         };
-        let request = build_request("http://h/v1/", "", &req);
+        let request = build_request("http://h/v1/", "", &req, &ChatOptions::default());
         assert_eq!(request.url, "http://h/v1/chat/completions");
         assert!(request.headers.iter().all(|(k, _)| k != "authorization"));
         assert_eq!(
@@ -1292,7 +1347,7 @@ mod tests {
             tools: &[],
             max_output_tokens: 1,
         };
-        let request = build_request("http://h/v1", "k", &req);
+        let request = build_request("http://h/v1", "k", &req, &ChatOptions::default());
         assert_eq!(
             body_json(&request)["messages"],
             json!([
@@ -1340,7 +1395,12 @@ mod tests {
             tools: &[],
             max_output_tokens: 1,
         };
-        let body = body_json(&build_request("http://h", "", &req));
+        let body = body_json(&build_request(
+            "http://h",
+            "",
+            &req,
+            &ChatOptions::default(),
+        ));
         assert_eq!(body["messages"][0]["tool_calls"][1]["id"], "call_t1_2");
         assert_eq!(body["messages"][2]["tool_call_id"], "call_t1_2");
     }

@@ -435,10 +435,7 @@ impl Agent {
         let Some(sess) = self.sessions.get(sid) else {
             return;
         };
-        let model = sess
-            .model_override
-            .clone()
-            .unwrap_or_else(|| self.cfg.model.clone());
+        let model = self.model_of(sid);
         let summary_messages;
         let (system, messages) = match purpose {
             CallPurpose::Round => (self.cfg.system_prompt.as_deref(), &sess.history[..]),
@@ -457,7 +454,7 @@ impl Agent {
             tools: &defs,
             max_output_tokens: self.cfg.max_output_tokens,
         };
-        let request = provider::build_request(&self.cfg, &req);
+        let request = provider::build_request(&self.cfg, &req, &self.learned);
         let decoder = provider::decoder(&self.cfg, format!("call_{}", call.0));
         let idle = self.now.plus_ms(self.cfg.llm_timeout_ms);
         let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
@@ -628,7 +625,21 @@ impl Agent {
         }
     }
 
+    /// The model of `sid`'s requests: the session's override, else the configured one.
+    fn model_of(&self, sid: &str) -> String {
+        self.sessions
+            .get(sid)
+            .and_then(|s| s.model_override.clone())
+            .unwrap_or_else(|| self.cfg.model.clone())
+    }
+
     fn http_failed(&mut self, sid: &str, status: u16, headers: &[(String, String)], body: &[u8]) {
+        if self.cfg.provider == crate::config::ProviderKind::OpenAiChat {
+            let sent = provider::chat_options(&self.cfg, &self.model_of(sid), &self.learned);
+            if provider::wants_max_completion_tokens(status, body, &sent) {
+                return self.retry_with_max_completion_tokens(sid);
+            }
+        }
         let message = provider::error_message(body);
         match provider::classify_status(status, &message) {
             HttpFailure::Retryable => {
@@ -643,6 +654,24 @@ impl Agent {
                 self.attempt_failed(sid, format!("HTTP {status}: {message}"), false, None);
             }
         }
+    }
+
+    /// C41 / SPEC L7: the server rejected `max_tokens` and named `max_completion_tokens`:
+    /// remember the name for the process and send the same attempt again at once (once: the
+    /// retry already uses the new name, so the same answer cannot bring us here again).
+    fn retry_with_max_completion_tokens(&mut self, sid: &str) {
+        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
+        let Phase::Llm(a) = &turn.phase else { return };
+        let (call, attempt, purpose) = (a.call, a.attempt, a.purpose);
+        self.release_llm(call);
+        self.learned.max_completion_tokens = true;
+        self.log(
+            LogLevel::Warn,
+            "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
+        );
+        self.start_llm_attempt(sid, attempt, purpose);
     }
 
     /// One attempt failed: back off and retry when allowed (SPEC L5), else fail the prompt.

@@ -1033,7 +1033,10 @@ impl<'a> Checker<'a> {
                     self.start_round("_PostCompact", t, false, meta, &mut fx.logs);
                     fx.round_started = Some("_PostCompact");
                 }
-                LlmReply::Tools { .. } | LlmReply::Status { .. } | LlmReply::Never => {
+                LlmReply::Tools { .. }
+                | LlmReply::Status { .. }
+                | LlmReply::Raw { .. }
+                | LlmReply::Never => {
                     // No summary text: truncation fallback.
                     self.stop_injections = None;
                     self.next_round(Inject::None, exp);
@@ -1096,7 +1099,7 @@ impl<'a> Checker<'a> {
                     turn.phase = PhaseM::Tools { pending, dispatch };
                 }
             }
-            LlmReply::Status { .. } | LlmReply::Never => {}
+            LlmReply::Status { .. } | LlmReply::Raw { .. } | LlmReply::Never => {}
         }
         Ok(())
     }

@@ -195,3 +195,46 @@ pub fn c37_two_calls_at_index_0_run_as_two_calls(ctx: &Ctx) {
     );
     agent.finish();
 }
+
+/// The 400 an OpenAI reasoning model answers on Chat Completions to a body with `max_tokens`
+/// (case C41, verbatim).
+pub const C41_BODY: &str = r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens"}}"#;
+
+/// C41 / SPEC L7: a server that rejects `max_tokens` with OpenAI's own 400. Under a model name
+/// the agent does not know, the first request is rejected, retried once as
+/// `max_completion_tokens`, and the name is remembered for the next prompt; under `gpt-5.4` the
+/// first request already uses it. Every prompt completes.
+pub fn c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered(ctx: &Ctx) {
+    for (model, rejected) in [("my-reasoner", 1), ("gpt-5.4", 0)] {
+        let s = Scratch::new();
+        let llm = FakeLlm::with_handler(|_, req| {
+            if req.body.get("max_tokens").is_some() {
+                Reply::status(400, vec![], C41_BODY)
+            } else {
+                Reply::text("done")
+            }
+        });
+        let agent = ctx.agent(&llm, &[("OPENAI_COMPAT_MODEL", model)], &s.ws);
+        agent.initialize();
+        let sid = agent.new_session(&s.ws, json!([]));
+        for prompt in ["one", "two"] {
+            let r = agent.prompt(&sid, prompt);
+            assert_end_turn(&agent, &r);
+        }
+        let reqs = llm.requests();
+        assert_eq!(reqs.len(), 2 + rejected, "{model}");
+        let with_max_tokens = reqs
+            .iter()
+            .filter(|r| r.body.get("max_tokens").is_some())
+            .count();
+        assert_eq!(with_max_tokens, rejected, "{model}: one rejection at most");
+        let last = reqs.last().map(|r| r.body.clone()).unwrap_or_default();
+        assert!(
+            last["max_completion_tokens"]
+                .as_u64()
+                .is_some_and(|n| n > 0),
+            "{model}: {last}"
+        );
+        agent.finish();
+    }
+}

@@ -155,5 +155,6 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         cases::m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line,
         dialect_cases::c37_two_calls_at_index_0_run_as_two_calls,
         dialect_cases::c40_fastmcp_none_is_empty_and_its_text_objects_once,
+        dialect_cases::c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered,
     ]
 }
