@@ -15,8 +15,8 @@ use serde_json::Value;
 )]
 use crate::llm::StreamDecoder;
 use crate::llm::{
-    HttpRequest, LlmRequest, LlmResponse, Message, StopKind, StreamDelta, StreamError, ToolCall,
-    ToolDef, Usage,
+    ChatReasoningField, HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind,
+    StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
 use crate::request::{
     ErrorText, arguments_or_empty_object, bearer, body_capacity, streaming_json_post,
@@ -35,13 +35,31 @@ use crate::sse_stream::{
 ///   when present and non-empty, then the history: user → `{"role":"user","content"}`,
 ///   assistant → `{"role":"assistant","content"}` with `""` when empty (L7) plus
 ///   `tool_calls:[{"id","type":"function","function":{"name","arguments"}}]` when it called
-///   tools, `arguments` being the model's own text or `"{}"` when that was blank (C26);
-///   reasoning text is not sent back; tool result → `{"role":"tool","tool_call_id","content"}`
-///   with `Error: ` prefixed to an error result); `tools` (omitted when empty, e.g. the
-///   compaction call); `stream:true`; `stream_options:{"include_usage":true}`; the output cap
-///   (`req.max_output_tokens`) as `max_tokens`, or as `max_completion_tokens` when
-///   `options.max_completion_tokens` says so (OpenAI's reasoning models reject `max_tokens`,
-///   SPEC L7, case C41; many OpenAI-compatible servers know only `max_tokens`).
+///   tools, `arguments` being the model's own text or `"{}"` when that was blank (C26); tool
+///   result → `{"role":"tool","tool_call_id","content"}` with `Error: ` prefixed to an error
+///   result); `tools` (omitted when empty, e.g. the compaction call); `stream:true`;
+///   `stream_options:{"include_usage":true}`; the output cap (`req.max_output_tokens`) as
+///   `max_tokens`, or as `max_completion_tokens` when `options.max_completion_tokens` says so
+///   (OpenAI's reasoning models reject `max_tokens`, SPEC L7, case C41; many
+///   OpenAI-compatible servers know only `max_tokens`).
+///
+/// Strict chat templates (Mistral and Gemma in vLLM and llama.cpp, Mistral's own validator)
+/// reject some role sequences, so the history is sent normalized (SPEC L10, case C61):
+/// consecutive user messages are one message (texts joined with a blank line: a compaction
+/// summary and the live prompt); consecutive assistant messages are one message (texts joined,
+/// calls in order: a hook's synthetic call after the model's answer); an assistant message with
+/// no text, no call and no reasoning is not sent; a user message right after tool results is
+/// preceded by the assistant message [`TOOL_RESULTS_BRIDGE`].
+///
+/// Reasoning (SPEC L10): the reasoning text of an assistant message is sent back under the
+/// field it arrived in (`reasoning_content` — DeepSeek and Moonshot require it back in a turn
+/// that called tools; `reasoning` — OpenRouter, Ollama, vLLM, Groq accept their own field), and
+/// OpenRouter's `reasoning_details` verbatim (it carries the signatures Anthropic and Gemini
+/// models need back). Text that arrived in no field (another route's) is not sent. With
+/// `options.reasoning_content` (a DeepSeek-style server) every assistant message carries
+/// `reasoning_content`, `""` when it has none: DeepSeek's thinking mode rejects an assistant
+/// message without the field in a turn that called tools, and the agent's own messages (hook
+/// calls, the bridge) have no reasoning.
 ///
 /// Serialized in one pass straight into the body buffer: linear in the history size.
 #[must_use]
@@ -56,6 +74,7 @@ pub fn build_request(
         messages: WireMessages {
             system: req.system,
             history: req.messages,
+            options,
         },
         tools: WireTools(req.tools),
         stream: true,
@@ -96,6 +115,10 @@ struct ChatBody<'a> {
 pub struct ChatOptions {
     /// Send the output cap as `max_completion_tokens` instead of `max_tokens` (case C41).
     pub max_completion_tokens: bool,
+    /// The server streams DeepSeek-style `reasoning_content`: every assistant message carries
+    /// the field, `""` when it has no reasoning (DeepSeek's thinking mode rejects an assistant
+    /// message without it in a turn that called tools, SPEC L10).
+    pub reasoning_content: bool,
 }
 
 #[derive(Serialize)]
@@ -106,6 +129,62 @@ struct StreamOptions {
 struct WireMessages<'a> {
     system: Option<&'a str>,
     history: &'a [Message],
+    options: &'a ChatOptions,
+}
+
+/// One message as sent: consecutive messages of one role merged (SPEC L10, case C61).
+enum Planned<'a> {
+    /// User texts, joined with a blank line.
+    User(Vec<&'a str>),
+    /// Assistant messages merged into one: their texts, reasoning and calls in order.
+    Assistant(Vec<&'a Message>),
+    /// A tool result.
+    Tool(&'a Message),
+    /// The short assistant message between tool results and a following user message.
+    Bridge,
+}
+
+/// The history as the Chat messages to send (see [`build_request`]): never two user or two
+/// assistant messages in a row, never an empty assistant message, never a user message right
+/// after a tool result.
+fn plan(history: &[Message]) -> Vec<Planned<'_>> {
+    let mut out: Vec<Planned<'_>> = Vec::with_capacity(history.len());
+    for message in history {
+        match message {
+            Message::User { text } => match out.last_mut() {
+                Some(Planned::User(texts)) => texts.push(text),
+                Some(Planned::Tool(_)) => {
+                    out.push(Planned::Bridge);
+                    out.push(Planned::User(vec![text]));
+                }
+                Some(Planned::Assistant(_) | Planned::Bridge) | None => {
+                    out.push(Planned::User(vec![text]));
+                }
+            },
+            Message::Assistant {
+                text,
+                thinking,
+                reasoning,
+                tool_calls,
+            } => {
+                if text.trim().is_empty()
+                    && tool_calls.is_empty()
+                    && thinking.is_empty()
+                    && reasoning.is_empty()
+                {
+                    continue; // nothing to send (C61: never an empty assistant turn)
+                }
+                match out.last_mut() {
+                    Some(Planned::Assistant(merged)) => merged.push(message),
+                    Some(Planned::User(_) | Planned::Tool(_) | Planned::Bridge) | None => {
+                        out.push(Planned::Assistant(vec![message]));
+                    }
+                }
+            }
+            Message::ToolResult { .. } => out.push(Planned::Tool(message)),
+        }
+    }
+    out
 }
 
 impl Serialize for WireMessages<'_> {
@@ -117,8 +196,19 @@ impl Serialize for WireMessages<'_> {
                 content: system,
             })?;
         }
-        for message in self.history {
-            seq.serialize_element(&WireMessage(message))?;
+        for planned in plan(self.history) {
+            match planned {
+                Planned::User(texts) => seq.serialize_element(&UserMessage(&texts))?,
+                Planned::Assistant(parts) => seq.serialize_element(&AssistantMessage {
+                    parts: &parts,
+                    options: self.options,
+                })?,
+                Planned::Tool(message) => seq.serialize_element(&ToolMessage(message))?,
+                Planned::Bridge => seq.serialize_element(&AssistantMessage {
+                    parts: &[],
+                    options: self.options,
+                })?,
+            }
         }
         seq.end()
     }
@@ -130,51 +220,148 @@ struct TextMessage<'a> {
     content: &'a str,
 }
 
-struct WireMessage<'a>(&'a Message);
+/// `{"role":"user","content"}`, the texts joined with a blank line.
+struct UserMessage<'a>(&'a [&'a str]);
 
-impl Serialize for WireMessage<'_> {
+impl Serialize for UserMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("role", "user")?;
+        map.serialize_entry("content", &Joined(self.0))?;
+        map.end()
+    }
+}
+
+/// Strings joined with a blank line, written without building the joined string first.
+struct Joined<'a>(&'a [&'a str]);
+
+impl Serialize for Joined<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self.0 {
-            Message::User { text } => TextMessage {
-                role: "user",
-                content: text,
-            }
-            .serialize(serializer),
-            Message::Assistant {
-                text,
-                thinking: _,
-                reasoning: _,
-                tool_calls,
-            } => {
-                let mut map = serializer.serialize_map(None)?;
-                map.serialize_entry("role", "assistant")?;
-                map.serialize_entry("content", text)?;
-                if !tool_calls.is_empty() {
-                    map.serialize_entry("tool_calls", &WireToolCalls(tool_calls))?;
-                }
-                map.end()
-            }
-            Message::ToolResult {
-                call_id,
-                name: _,
-                text,
-                is_error,
-            } => {
-                let mut map = serializer.serialize_map(None)?;
-                map.serialize_entry("role", "tool")?;
-                map.serialize_entry("tool_call_id", call_id)?;
-                if *is_error {
-                    map.serialize_entry("content", &ErrorText(text))?;
-                } else {
-                    map.serialize_entry("content", text)?;
-                }
-                map.end()
-            }
+            [one] => serializer.serialize_str(one),
+            many => serializer.collect_str(&JoinedDisplay(many)),
         }
     }
 }
 
-struct WireToolCalls<'a>(&'a [ToolCall]);
+struct JoinedDisplay<'a>(&'a [&'a str]);
+
+impl std::fmt::Display for JoinedDisplay<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, part) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n\n")?;
+            }
+            f.write_str(part)?;
+        }
+        Ok(())
+    }
+}
+
+/// One assistant message made of `parts` (merged assistant messages; none for the bridge):
+/// `content` (their non-blank texts joined with a blank line, `""` when none; the bridge text
+/// for the bridge), the reasoning fields (SPEC L10) and `tool_calls`.
+struct AssistantMessage<'a> {
+    parts: &'a [&'a Message],
+    options: &'a ChatOptions,
+}
+
+impl Serialize for AssistantMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut texts: Vec<&str> = Vec::new();
+        let mut thinking: Vec<&str> = Vec::new();
+        let mut fields: Vec<ChatReasoningField> = Vec::new();
+        let mut details: Vec<&Value> = Vec::new();
+        let mut calls: Vec<&ToolCall> = Vec::new();
+        for part in self.parts {
+            if let Message::Assistant {
+                text,
+                thinking: t,
+                reasoning,
+                tool_calls,
+            } = part
+            {
+                if !text.trim().is_empty() {
+                    texts.push(text);
+                }
+                let has_field = reasoning
+                    .iter()
+                    .any(|r| matches!(r, ReasoningBlock::ChatField(_)));
+                if has_field && !t.is_empty() {
+                    thinking.push(t);
+                }
+                for block in reasoning {
+                    match block {
+                        ReasoningBlock::ChatField(field) if !fields.contains(field) => {
+                            fields.push(*field);
+                        }
+                        ReasoningBlock::ChatDetails(value) => details.push(value),
+                        ReasoningBlock::ChatField(_)
+                        | ReasoningBlock::Thinking { .. }
+                        | ReasoningBlock::Redacted { .. }
+                        | ReasoningBlock::ResponsesItem(_) => {}
+                    }
+                }
+                calls.extend(tool_calls);
+            }
+        }
+        if self.parts.is_empty() {
+            texts.push(TOOL_RESULTS_BRIDGE);
+        }
+        if self.options.reasoning_content && !fields.contains(&ChatReasoningField::ReasoningContent)
+        {
+            fields.push(ChatReasoningField::ReasoningContent);
+        }
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("role", "assistant")?;
+        map.serialize_entry("content", &Joined(&texts))?;
+        for field in fields {
+            map.serialize_entry(field.name(), &Joined(&thinking))?;
+        }
+        match details.as_slice() {
+            [] => {}
+            [one] => map.serialize_entry("reasoning_details", one)?,
+            many => {
+                let all: Vec<&Value> = many
+                    .iter()
+                    .flat_map(|v| v.as_array().into_iter().flatten())
+                    .collect();
+                map.serialize_entry("reasoning_details", &all)?;
+            }
+        }
+        if !calls.is_empty() {
+            map.serialize_entry("tool_calls", &WireToolCalls(&calls))?;
+        }
+        map.end()
+    }
+}
+
+/// `{"role":"tool","tool_call_id","content"}`, `Error: ` prefixed to an error result.
+struct ToolMessage<'a>(&'a Message);
+
+impl Serialize for ToolMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("role", "tool")?;
+        if let Message::ToolResult {
+            call_id,
+            name: _,
+            text,
+            is_error,
+        } = self.0
+        {
+            map.serialize_entry("tool_call_id", call_id)?;
+            if *is_error {
+                map.serialize_entry("content", &ErrorText(text))?;
+            } else {
+                map.serialize_entry("content", text)?;
+            }
+        }
+        map.end()
+    }
+}
+
+struct WireToolCalls<'a>(&'a [&'a ToolCall]);
 
 impl Serialize for WireToolCalls<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -282,10 +469,46 @@ pub struct ChatDecoder {
     /// The slot the last tool-call delta went to (for deltas without `index`).
     current_call: Option<(u64, u32)>,
     usage: Option<Usage>,
+    /// The field the reasoning text came in first (SPEC L10).
+    reasoning_field: Option<ChatReasoningField>,
+    /// `reasoning_details` entries, streamed pieces merged by `index` (SPEC L10).
+    details: Vec<Value>,
     /// The last non-empty `finish_reason`, mapped.
     finish_reason: Option<StopKind>,
     /// `data: [DONE]` was seen.
     done: bool,
+}
+
+/// Merge one streamed `reasoning_details` entry (OpenRouter): an entry with the `index` and
+/// `type` of one already held continues it (its `text`, `summary` and `data` strings appended,
+/// other non-null fields such as `signature`, `id`, `format` taken as they come); any other
+/// entry is appended.
+fn merge_detail(details: &mut Vec<Value>, piece: &Value) {
+    let Some(fields) = piece.as_object() else {
+        return;
+    };
+    let key = (
+        piece.get("index").and_then(Value::as_u64),
+        piece.get("type"),
+    );
+    let held = details.iter_mut().find(|d| {
+        key.0.is_some() && (d.get("index").and_then(Value::as_u64), d.get("type")) == key
+    });
+    let Some(Value::Object(held)) = held else {
+        details.push(piece.clone());
+        return;
+    };
+    for (name, value) in fields {
+        match (name.as_str(), held.get_mut(name), value) {
+            ("text" | "summary" | "data", Some(Value::String(acc)), Value::String(more)) => {
+                acc.push_str(more);
+            }
+            (_, _, Value::Null) => {}
+            (_, _, other) => {
+                held.insert(name.clone(), other.clone());
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for ChatDecoder {
@@ -316,6 +539,8 @@ impl ChatDecoder {
             open: BTreeMap::new(),
             current_call: None,
             usage: None,
+            reasoning_field: None,
+            details: Vec::new(),
             finish_reason: None,
             done: false,
         }
@@ -326,10 +551,19 @@ impl ChatDecoder {
             if let Some(text) = non_empty_str(delta.get("content")) {
                 self.streamed.push_text(text, out);
             }
-            let reasoning = non_empty_str(delta.get("reasoning_content"))
-                .or_else(|| non_empty_str(delta.get("reasoning")));
-            if let Some(thought) = reasoning {
+            let reasoning = match non_empty_str(delta.get("reasoning_content")) {
+                Some(text) => Some((ChatReasoningField::ReasoningContent, text)),
+                None => non_empty_str(delta.get("reasoning"))
+                    .map(|text| (ChatReasoningField::Reasoning, text)),
+            };
+            if let Some((field, thought)) = reasoning {
+                self.reasoning_field.get_or_insert(field);
                 self.streamed.push_thought(thought, out);
+            }
+            if let Some(details) = delta.get("reasoning_details").and_then(Value::as_array) {
+                for detail in details {
+                    merge_detail(&mut self.details, detail);
+                }
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for call in calls {
@@ -509,9 +743,17 @@ impl EventHandler for ChatDecoder {
                 StopKind::ToolUse
             }
         };
+        let mut reasoning = Vec::new();
+        if let Some(field) = self.reasoning_field {
+            reasoning.push(ReasoningBlock::ChatField(field));
+        }
+        if !self.details.is_empty() {
+            let details = std::mem::take(&mut self.details);
+            reasoning.push(ReasoningBlock::ChatDetails(Value::Array(details)));
+        }
         Ok(self
             .streamed
-            .take_response(Vec::new(), tool_calls, stop, self.usage))
+            .take_response(reasoning, tool_calls, stop, self.usage))
     }
 }
 
@@ -707,7 +949,9 @@ mod tests {
             ok(&outcome),
             &LlmResponse {
                 text: "Checking.".into(),
-                reasoning: Vec::new(),
+                reasoning: vec![ReasoningBlock::ChatField(
+                    ChatReasoningField::ReasoningContent
+                )],
                 thinking: "Need both.".into(),
                 tool_calls: vec![
                     call("call_1", "fs__read_file", "{\"path\":\"hé.txt\"}"),
@@ -1251,6 +1495,7 @@ mod tests {
         };
         let options = ChatOptions {
             max_completion_tokens: true,
+            reasoning_content: false,
         };
         let body = body_json(&build_request("http://h/v1", "", &req, &options));
         assert_eq!(body["max_completion_tokens"], 321);
@@ -1364,6 +1609,193 @@ mod tests {
                 {"role": "tool", "tool_call_id": "call_4", "content": "Error: arguments were not valid JSON"},
                 {"role": "assistant", "content": "Done \"quoted\" é"}
             ])
+        );
+    }
+
+    fn chat_body(messages: &[Message], options: &ChatOptions) -> Value {
+        let req = LlmRequest {
+            model: "m",
+            system: Some("sys"),
+            messages,
+            tools: &[],
+            max_output_tokens: 1,
+        };
+        body_json(&build_request("http://h/v1", "", &req, options))
+    }
+
+    fn assistant(text: &str, calls: Vec<ToolCall>) -> Message {
+        Message::Assistant {
+            text: text.into(),
+            thinking: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: calls,
+        }
+    }
+
+    fn tool_result(id: &str, text: &str) -> Message {
+        Message::ToolResult {
+            call_id: id.into(),
+            name: "n".into(),
+            text: text.into(),
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn c61_the_synthetic_hook_call_joins_the_preceding_assistant_message() {
+        // The case's history: the model's answer, then the hook's call as a second message.
+        let messages = [
+            Message::User {
+                text: "finish".into(),
+            },
+            assistant("All done.", vec![]),
+            assistant("", vec![call("buzz_hook__Stop_h_1", "h___Stop", "{}")]),
+            tool_result("buzz_hook__Stop_h_1", "{\"hook\":\"_Stop\"}"),
+        ];
+        assert_eq!(
+            chat_body(&messages, &ChatOptions::default())["messages"],
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "finish"},
+                {"role": "assistant", "content": "All done.", "tool_calls": [
+                    {"id": "buzz_hook__Stop_h_1", "type": "function", "function": {"name": "h___Stop", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "buzz_hook__Stop_h_1", "content": "{\"hook\":\"_Stop\"}"}
+            ])
+        );
+    }
+
+    #[test]
+    fn c61_strict_alternation_users_merge_empty_assistants_vanish_tool_results_get_a_bridge() {
+        let messages = [
+            // A compaction summary followed by the live prompt: one user message.
+            Message::User {
+                text: "[summary]".into(),
+            },
+            Message::User {
+                text: "the prompt".into(),
+            },
+            assistant("", vec![call("c1", "fs__x", "{}")]),
+            tool_result("c1", "cancelled"),
+            // The next prompt right after tool results: a bridge first.
+            Message::User {
+                text: "next".into(),
+            },
+            // An empty answer (cut at once by max_tokens) then the nudge: nothing of it sent.
+            assistant("", vec![]),
+            Message::User {
+                text: "continue".into(),
+            },
+        ];
+        assert_eq!(
+            chat_body(&messages, &ChatOptions::default())["messages"],
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "[summary]\n\nthe prompt"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "fs__x", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "cancelled"},
+                {"role": "assistant", "content": TOOL_RESULTS_BRIDGE},
+                {"role": "user", "content": "next\n\ncontinue"}
+            ])
+        );
+    }
+
+    #[test]
+    fn c39_l10_chat_reasoning_fields_are_replayed_under_the_name_they_came_in() {
+        let with = |thinking: &str, reasoning: Vec<ReasoningBlock>, calls: Vec<ToolCall>| {
+            Message::Assistant {
+                text: "t".into(),
+                thinking: thinking.into(),
+                reasoning,
+                tool_calls: calls,
+            }
+        };
+        let details =
+            json!([{"type": "reasoning.text", "text": "R", "signature": "S", "index": 0}]);
+        let messages = [
+            Message::User { text: "q".into() },
+            with(
+                "DS",
+                vec![ReasoningBlock::ChatField(
+                    ChatReasoningField::ReasoningContent,
+                )],
+                vec![call("c1", "fs__x", "{}")],
+            ),
+            tool_result("c1", "r"),
+            with(
+                "OR",
+                vec![
+                    ReasoningBlock::ChatField(ChatReasoningField::Reasoning),
+                    ReasoningBlock::ChatDetails(details.clone()),
+                ],
+                vec![],
+            ),
+            // Text the provider never sent as a field (another route's) is not sent.
+            with("plain", vec![], vec![]),
+        ];
+        let body = chat_body(&messages, &ChatOptions::default());
+        let m = &body["messages"];
+        assert_eq!(m[2]["reasoning_content"], "DS");
+        assert!(m[2].get("reasoning").is_none());
+        assert_eq!(m[4]["reasoning"], "OR");
+        assert_eq!(m[4]["reasoning_details"], details);
+        // Consecutive assistants merged: the plain one adds its text, no field.
+        assert_eq!(m[4]["content"], "t\n\nt");
+        // DeepSeek-style server (learned): every assistant message carries reasoning_content,
+        // "" when it has none — the bridge and the agent's synthetic calls included.
+        let options = ChatOptions {
+            max_completion_tokens: false,
+            reasoning_content: true,
+        };
+        let messages = [
+            Message::User {
+                text: "[summary]".into(),
+            },
+            assistant(
+                "",
+                vec![call("buzz_hook__PostCompact_g_1", "g___PostCompact", "{}")],
+            ),
+            tool_result("buzz_hook__PostCompact_g_1", "{}"),
+            Message::User {
+                text: "prompt".into(),
+            },
+        ];
+        let body = chat_body(&messages, &options);
+        let assistants: Vec<&Value> = body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "assistant")
+            .collect();
+        assert_eq!(assistants.len(), 2, "{body}");
+        for a in assistants {
+            assert_eq!(a["reasoning_content"], "", "{a}");
+        }
+    }
+
+    #[test]
+    fn l10_reasoning_fields_and_details_are_decoded_for_replay() {
+        let body = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"Th\",\"reasoning_details\":[{\"type\":\"reasoning.text\",\"text\":\"Th\",\"index\":0,\"format\":\"anthropic-claude-v1\"}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"ink\",\"reasoning_details\":[{\"type\":\"reasoning.text\",\"text\":\"ink\",\"index\":0}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_details\":[{\"type\":\"reasoning.text\",\"signature\":\"SIG\",\"index\":0},{\"type\":\"reasoning.encrypted\",\"data\":\"ENC\",\"index\":1}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let outcome = decode_every_split(body);
+        let response = ok(&outcome);
+        assert_eq!(response.thinking, "Think");
+        assert_eq!(
+            response.reasoning,
+            vec![
+                ReasoningBlock::ChatField(ChatReasoningField::Reasoning),
+                ReasoningBlock::ChatDetails(json!([
+                    {"type": "reasoning.text", "text": "Think", "index": 0, "format": "anthropic-claude-v1", "signature": "SIG"},
+                    {"type": "reasoning.encrypted", "data": "ENC", "index": 1}
+                ]))
+            ]
         );
     }
 

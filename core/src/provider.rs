@@ -4,6 +4,7 @@
 use crate::config::{Config, ProviderKind};
 use crate::llm::{HttpRequest, LlmRequest, StreamDecoder};
 use crate::openai_chat::ChatOptions;
+use crate::openai_responses::ResponsesOptions;
 
 /// Whether this build implements the configured provider route (all three do).
 #[must_use]
@@ -20,6 +21,9 @@ pub struct Learned {
     /// A Chat Completions 400 named `max_completion_tokens` (SPEC L7, case C41): the output cap
     /// is sent under that name from now on.
     pub max_completion_tokens: bool,
+    /// The Chat server streamed `reasoning_content` (DeepSeek-style reasoning, SPEC L10): every
+    /// assistant message carries the field from now on, including the ones the agent writes.
+    pub reasoning_content: bool,
 }
 
 /// Whether `model` is one of OpenAI's reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5`, …,
@@ -49,6 +53,16 @@ pub fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> ChatOptions
         max_completion_tokens: learned.max_completion_tokens
             || is_openai_reasoning_model(model)
             || cfg.base_url.contains("://api.openai.com"),
+        reasoning_content: learned.reasoning_content,
+    }
+}
+
+/// The Responses options for one request (SPEC L8, L10): encrypted reasoning is asked for when
+/// the model is an OpenAI reasoning model, the models that return reasoning items.
+#[must_use]
+pub fn responses_options(model: &str) -> ResponsesOptions {
+    ResponsesOptions {
+        include_encrypted_reasoning: is_openai_reasoning_model(model),
     }
 }
 
@@ -74,9 +88,12 @@ pub fn build_request(cfg: &Config, req: &LlmRequest<'_>, learned: &Learned) -> H
             req,
             &chat_options(cfg, req.model, learned),
         ),
-        ProviderKind::OpenAiResponses => {
-            crate::openai_responses::build_request(&cfg.base_url, &cfg.api_key, req)
-        }
+        ProviderKind::OpenAiResponses => crate::openai_responses::build_request(
+            &cfg.base_url,
+            &cfg.api_key,
+            req,
+            &responses_options(req.model),
+        ),
     }
 }
 
@@ -317,6 +334,7 @@ mod tests {
         assert!(chat_options(&openai, "gpt-4o", &none).max_completion_tokens);
         let learned = Learned {
             max_completion_tokens: true,
+            reasoning_content: false,
         };
         assert!(chat_options(&local, "llama3.1", &learned).max_completion_tokens);
     }
@@ -332,6 +350,7 @@ mod tests {
         // Already sent under the new name: the same answer does not loop.
         let sent_new = ChatOptions {
             max_completion_tokens: true,
+            reasoning_content: false,
         };
         assert!(!wants_max_completion_tokens(
             400,

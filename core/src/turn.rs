@@ -5,12 +5,13 @@ use crate::acp::{PermissionAnswer, chunk_update};
 use crate::agent::{Agent, OutRequest, TimerKey};
 use crate::config::{LogLevel, PermissionMode};
 use crate::hooks::{
-    HookPoint, HookRound, MAX_REMINDERS, REPLY_GUARD_SERVER, REPLY_REMINDER, injection_pair,
+    HookPoint, HookRound, MAX_REMINDERS, REPLY_GUARD_SERVER, REPLY_REMINDER, append_injections,
 };
 use crate::io::{Action, LlmCallId, LlmIo};
 use crate::jsonrpc::{self, RpcId};
 use crate::llm::{
-    LlmRequest, LlmResponse, Message, StopKind, StreamDecoder, StreamDelta, ToolCall, ToolDef,
+    ChatReasoningField, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
+    StreamDelta, ToolCall, ToolDef,
 };
 use crate::mcp::Purpose;
 use crate::provider::{self, HttpFailure};
@@ -793,6 +794,13 @@ impl Agent {
                 sess.usage_mark = sess.history.len();
             }
         }
+        if resp.reasoning.contains(&ReasoningBlock::ChatField(
+            ChatReasoningField::ReasoningContent,
+        )) {
+            // L10: a DeepSeek-style server; its thinking mode wants the field on every
+            // assistant message of a turn that called tools, ours included.
+            self.learned.reasoning_content = true;
+        }
         let Some(sess) = self.sessions.get_mut(sid) else {
             return;
         };
@@ -847,7 +855,8 @@ impl Agent {
                 self.start_tools(sid, tool_calls);
             }
             StopKind::EndTurn | StopKind::ToolUse => {
-                if !text.is_empty() || !thinking.is_empty() {
+                // L10: reasoning state alone (a redacted block) is kept too.
+                if !text.is_empty() || !thinking.is_empty() || !reasoning.is_empty() {
                     sess.history.push(Message::Assistant {
                         text,
                         thinking,
@@ -1275,11 +1284,7 @@ impl Agent {
         if used_reminder {
             turn.reminders += 1;
         }
-        for (server, text) in &texts {
-            sess.seq += 1;
-            let pair = injection_pair(round.point, server, text, sess.seq);
-            sess.history.extend(pair);
-        }
+        append_injections(&mut sess.history, round.point, &texts, &mut sess.seq);
         let n = texts.len();
         let (objections, budget) = (turn.objections, self.cfg.stop_max_rejections);
         self.log(LogLevel::Info, format!("hook: _Stop objected in session {sid} ({n} text(s)); objection {objections}/{budget}"));

@@ -238,3 +238,144 @@ pub fn c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembere
         agent.finish();
     }
 }
+
+/// An Anthropic Messages stream (SPEC L6) with a signed thinking block, a text block and
+/// `stop_reason: end_turn`, as Claude streams it with extended thinking on.
+pub fn anthropic_thinking_then_text(thinking: &str, signature: &str, text: &str) -> String {
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "model": "claude", "usage": {"input_tokens": 20, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": thinking}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": signature}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 1}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 12}}),
+        json!({"type": "message_stop"}),
+    ];
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+/// C39 / SPEC L10, the case's own trigger: Anthropic with extended thinking; `_Stop` objects
+/// once, then answers `""`. Request 2's assistant turn is `[thinking{…, "SIG_T1"} unmodified,
+/// text "All done.", tool_use h___Stop]` — a thinking model accepts it — and the turn ends
+/// after 2 calls with `stopObjections: 1`.
+pub fn c39_stop_objection_while_thinking_keeps_the_signed_thinking_block(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("h.log");
+    let llm = FakeLlm::scripted(vec![
+        Reply::raw_sse(anthropic_thinking_then_text(
+            "Everything is done, I think.",
+            "SIG_T1",
+            "All done.",
+        )),
+        Reply::raw_sse(anthropic_thinking_then_text(
+            "Tests first.",
+            "SIG_T2",
+            "Fixed; done now.",
+        )),
+    ]);
+    let agent = ctx.agent_on(
+        crate::fake_llm::Wire::Anthropic,
+        &llm,
+        &[("MCP_HOOK_SERVERS", "h")],
+        &s.ws,
+    );
+    agent.initialize();
+    let server = fake_mcp_entry(
+        "h",
+        &[
+            ("FAKE_MCP_STOP", "1"),
+            ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+            ("FAKE_MCP_STOP_TEXT", "run the tests"),
+            ("FAKE_MCP_CALL_LOG", &log),
+        ],
+    );
+    let sid = agent.new_session(&s.ws, json!([server]));
+    let r = agent.prompt(&sid, "finish");
+    assert_end_turn(&agent, &r);
+    assert_eq!(buzz_meta(&agent, &r)["stopObjections"], 1, "{r}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "end_turn after 2 calls");
+    reqs[1].assert_tool_calls_paired();
+    let msgs = reqs[1].messages();
+    let turn = msgs
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .cloned()
+        .unwrap_or_default();
+    let content = turn["content"].as_array().cloned().unwrap_or_default();
+    assert_eq!(content.len(), 3, "{turn}");
+    assert_eq!(
+        content[0],
+        json!({"type": "thinking", "thinking": "Everything is done, I think.", "signature": "SIG_T1"}),
+        "the thinking block opens the turn, unmodified"
+    );
+    assert_eq!(content[1], json!({"type": "text", "text": "All done."}));
+    assert_eq!(
+        (content[2]["type"].as_str(), content[2]["name"].as_str()),
+        (Some("tool_use"), Some("h___Stop"))
+    );
+    assert_eq!(stop_calls(&log).len(), 2);
+    agent.finish();
+}
+
+/// C61 / SPEC L10: after an objection on the Chat route, the model's answer and the synthetic
+/// hook call are one assistant message (text plus `tool_calls`); no request of the prompt has
+/// two assistant (or two user) messages in a row, or a user message right after a tool result.
+pub fn c61_chat_objection_is_one_assistant_message_with_text_and_the_call(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![
+        Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "x"}))]),
+        Reply::text("All done."),
+        Reply::text("Fixed; done now."),
+        Reply::text("second prompt answer"),
+    ]);
+    let agent = ctx.agent(&llm, &[("MCP_HOOK_SERVERS", "fs")], &s.ws);
+    agent.initialize();
+    let server = fake_mcp_entry(
+        "fs",
+        &[
+            ("FAKE_MCP_STOP", "1"),
+            ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+            ("FAKE_MCP_STOP_TEXT", "run the tests"),
+        ],
+    );
+    let sid = agent.new_session(&s.ws, json!([server]));
+    let r = agent.prompt(&sid, "go");
+    assert_end_turn(&agent, &r);
+    assert_eq!(buzz_meta(&agent, &r)["stopObjections"], 1, "{r}");
+    let r = agent.prompt(&sid, "and again");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 4);
+    for req in &reqs {
+        req.assert_tool_calls_paired();
+        let msgs = req.messages();
+        for pair in msgs.windows(2) {
+            let (a, b) = (&pair[0]["role"], &pair[1]["role"]);
+            assert!(
+                !(a == b && (a == "assistant" || a == "user")),
+                "C61: two {a} messages in a row: {msgs:#?}"
+            );
+            assert!(
+                !(a == "tool" && b == "user"),
+                "a user message right after a tool result: {msgs:#?}"
+            );
+        }
+    }
+    let joined = reqs[2]
+        .messages()
+        .into_iter()
+        .find(|m| m["content"] == "All done.")
+        .unwrap_or_default();
+    assert_eq!(
+        joined["tool_calls"][0]["function"]["name"], "fs___Stop",
+        "{joined}"
+    );
+    agent.finish();
+}

@@ -565,12 +565,9 @@ fn next_prompt_works(agent: &AgentProc, llm: &FakeLlm, sid: &str, text: &str) ->
     req.assert_tool_calls_paired();
     let msgs = req.messages();
     let last = msgs.last().cloned().unwrap_or_default();
-    assert_eq!(
-        (
-            last["role"].as_str(),
-            content_text(&last["content"]).as_str()
-        ),
-        (Some("user"), text),
+    // A cancelled prompt that got no answer shares the user message with the new one (L10).
+    assert!(
+        last["role"] == "user" && content_text(&last["content"]).ends_with(text),
         "the new prompt ends the request: {msgs:#?}"
     );
     req

@@ -154,7 +154,9 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         cases::p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly,
         cases::m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line,
         dialect_cases::c37_two_calls_at_index_0_run_as_two_calls,
+        dialect_cases::c39_stop_objection_while_thinking_keeps_the_signed_thinking_block,
         dialect_cases::c40_fastmcp_none_is_empty_and_its_text_objects_once,
         dialect_cases::c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered,
+        dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
     ]
 }
