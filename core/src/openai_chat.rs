@@ -448,8 +448,10 @@ struct WireFunction<'a> {
 ///   and `function_call` → tool use, `length` → max tokens, `content_filter` → refusal; the
 ///   Anthropic spellings `end_turn`, `tool_use`, `max_tokens`, `refusal` are accepted as
 ///   aliases; anything else → end turn. The last non-empty reason wins.
-/// * An `error` object in a chunk (or an `event: error` event) → retryable
-///   [`StreamError::Provider`]; a complete chunk that is not JSON is one too. Errors are sticky.
+/// * An `error` object in a chunk (OpenAI, OpenRouter, LiteLLM, SGLang; OpenRouter adds
+///   `finish_reason: "error"`), a chunk with `"object":"error"` (vLLM), or an `event: error`
+///   event → retryable [`StreamError::Provider`], never a short answer; a complete chunk that
+///   is not JSON is one too. Errors are sticky.
 ///
 /// [`StreamDecoder::is_complete`] is true only after `[DONE]`: a server that sends a
 /// `finish_reason` but keeps the connection open (C24 b) is detected by
@@ -673,7 +675,8 @@ impl EventHandler for ChatDecoder {
                 retryable: true,
             });
         }
-        if is_error_event {
+        // vLLM and SGLang send an error mid-stream as `{"object":"error","message",…}`.
+        if is_error_event || chunk.get("object").and_then(Value::as_str) == Some("error") {
             return Err(StreamError::Provider {
                 message: error_message(&chunk),
                 retryable: true,
@@ -1325,6 +1328,32 @@ mod tests {
         assert!(decoder.feed(body.as_bytes(), &mut out).is_err());
         assert!(decoder.feed(b"data: [DONE]\n\n", &mut out).is_err());
         assert!(decoder.finish(&mut out).is_err());
+    }
+
+    #[test]
+    fn l5_in_band_error_chunks_of_gateways_are_failed_attempts_not_short_answers() {
+        // OpenRouter (error object plus finish_reason "error"), LiteLLM, vLLM: each followed by
+        // a well-formed end, which must not turn the attempt into an empty answer.
+        for first in [
+            r#"{"id":"gen-1","object":"chat.completion.chunk","provider":"Anthropic","error":{"code":502,"message":"Provider returned error"},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}"#,
+            r#"{"error":{"message":"litellm.RateLimitError: upstream 429","type":"rate_limit_error","param":null,"code":"429"}}"#,
+            r#"{"object":"error","message":"upstream overloaded","type":"InternalServerError","param":null,"code":500}"#,
+        ] {
+            let end = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+            let body = format!("data: {first}\n\ndata: {end}\n\ndata: [DONE]\n\n");
+            let outcome = decode_every_split(&body);
+            assert!(
+                matches!(
+                    outcome.result,
+                    Err(StreamError::Provider {
+                        retryable: true,
+                        ..
+                    })
+                ),
+                "{first}: {:?}",
+                outcome.result
+            );
+        }
     }
 
     #[test]
