@@ -91,9 +91,7 @@ pub fn record_scripted_session(
     let replies = script();
     let expected_requests = replies.len();
     let llm = FakeLlm::scripted(replies);
-    let ctx = Ctx {
-        agent_bin: agent_bin.to_path_buf(),
-    };
+    let ctx = Ctx::new(agent_bin);
     let mut env = vec![
         ("MCP_HOOK_SERVERS", "guard"),
         ("BUZZ_AGENT_PERMISSION", "ask"),

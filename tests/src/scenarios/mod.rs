@@ -160,3 +160,27 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
     ]
 }
+
+/// The scenarios run under every dialect profile (`dialects::<profile>::<scenario>` trials):
+/// hooks (objection, budget, several servers, fail-open), compaction (`_PostCompact` after a
+/// summary, nothing injected, max-tokens nudges), cancel (during a tool call, during the
+/// stream, then the next prompt), retry (5xx back-off, a body cut mid-event) and the 5-round
+/// tool loop. Each builds its fake LLM with `ctx.fake_llm*`, so it speaks the profile, and
+/// checks the requests with the route-independent helpers of `fake_llm`.
+pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
+    list![
+        tools::l1_l4_five_round_tool_prompt,
+        hooks::h5_h6_hook_objects_once_then_clears_end_turn,
+        hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
+        hooks::h3_four_hook_servers_run_concurrently,
+        hooks::h4_fail_open_error_iserror_empty_never_object,
+        compaction::k1_h7_compaction_summary_then_postcompact_then_live_prompt,
+        compaction::h7_empty_postcompact_injects_nothing,
+        compaction::l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery,
+        lifecycle::a4_c04_cancel_during_llm_stream,
+        lifecycle::a4_c04_cancel_during_tool_call_sends_notifications_cancelled,
+        lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
+        providers::l5_c28_529_then_503_back_off_then_success,
+        providers::c24_body_cut_mid_event_is_retried_then_succeeds,
+    ]
+}
