@@ -348,7 +348,9 @@ fn anthropic_rules(msgs: &[Value], thinking: bool) -> Broken {
         .iter()
         .rposition(|m| m["role"] == "user" && !only_results(m))
         .map_or(0, |i| i + 1);
-    let offset = msgs[start..].iter().position(|m| m["role"] == "assistant")?;
+    let offset = msgs[start..]
+        .iter()
+        .position(|m| m["role"] == "assistant")?;
     let first = &msgs[start + offset];
     let kind = blocks(first)
         .first()
