@@ -371,7 +371,11 @@ fn name(p: &Path) -> String {
 
 /// `None` when the sibling binary `other` exists; else the trial's outcome: ignored with the
 /// reason, or failed when `ci` (a CI run must not silently skip the comparison).
-fn missing_sibling(other: &Path, sibling: &str, ci: bool) -> Option<Result<Completion, Failed>> {
+pub fn missing_sibling(
+    other: &Path,
+    sibling: &str,
+    ci: bool,
+) -> Option<Result<Completion, Failed>> {
     if other.is_file() {
         return None;
     }

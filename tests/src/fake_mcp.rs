@@ -42,6 +42,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_GARBAGE=1` | non-JSON banner lines on stdout before the handshake and after every reply |
 /// | `FAKE_MCP_FAIL_START=1` | stderr `boom: start failure requested`, exit 3 at once |
 /// | `FAKE_MCP_NO_INIT_REPLY=1` | never answers `initialize` |
+/// | `FAKE_MCP_INIT_DELAY_MS` | delay before the `initialize` reply (a server's own start-up time) |
 /// | `FAKE_MCP_EXIT_AFTER_INIT=1` | answers `initialize`, then stderr `fatal: db locked`, exit 3 |
 /// | `FAKE_MCP_SERVER_REQUESTS=1` | server→client requests `ping`, `roots/list`, `sampling/createMessage`, `elicitation/create` (ids `<p>-1`, `<p>-2`, a number equal to one of the client's ids, `<p>-4`): after `notifications/initialized` (`p` = `init`, number = the `initialize` id) and at the start of every model-tool `tools/call` (`p` = `call-<id>`, number = that call's own id `<id>`, still pending); a call then waits up to 5 s for the four answers and replies `isError` `server requests unanswered: …` if one is missing. Answers are in the call log |
 /// | `FAKE_MCP_STOP=1` | exposes `_Stop` and the hidden `_Other` |
@@ -69,6 +70,7 @@ pub struct Config {
     pub garbage: bool,
     pub fail_start: bool,
     pub no_init_reply: bool,
+    pub init_delay_ms: u64,
     pub exit_after_init: bool,
     pub server_requests: bool,
     pub stop: bool,
@@ -134,6 +136,7 @@ impl Config {
             garbage: flag("FAKE_MCP_GARBAGE"),
             fail_start: flag("FAKE_MCP_FAIL_START"),
             no_init_reply: flag("FAKE_MCP_NO_INIT_REPLY"),
+            init_delay_ms: num("FAKE_MCP_INIT_DELAY_MS").unwrap_or(0),
             exit_after_init: flag("FAKE_MCP_EXIT_AFTER_INIT"),
             server_requests: flag("FAKE_MCP_SERVER_REQUESTS"),
             stop: flag("FAKE_MCP_STOP"),
@@ -404,6 +407,7 @@ impl Server {
                 if self.cfg.no_init_reply {
                     return;
                 }
+                std::thread::sleep(Duration::from_millis(self.cfg.init_delay_ms));
                 let version = self
                     .cfg
                     .protocol_version

@@ -191,6 +191,8 @@ struct State {
     /// Every stdout line exactly as written (without the newline; lossy UTF-8), in order,
     /// including the ones that are violations.
     stdout_lines: Vec<String>,
+    /// When each of `stdout_lines` was read (just after the read returned, before parsing).
+    stdout_times: Vec<Instant>,
     /// Responses by id (JSON text of the id).
     responses: HashMap<String, Value>,
     /// How many requests with that id we sent / how many responses came.
@@ -275,6 +277,7 @@ impl AgentProc {
             state: Mutex::new(State {
                 transcript: Vec::new(),
                 stdout_lines: Vec::new(),
+                stdout_times: Vec::new(),
                 responses: HashMap::new(),
                 sent_ids: HashMap::new(),
                 answered_ids: HashMap::new(),
@@ -422,6 +425,17 @@ impl AgentProc {
     /// order — well-formed or not.
     pub fn stdout_lines(&self) -> Vec<String> {
         self.shared.lock().stdout_lines.clone()
+    }
+
+    /// [`AgentProc::stdout_lines`] with the instant each line was read from the pipe (for
+    /// latency measurements: the reader takes it before parsing the line).
+    pub fn stdout_lines_timed(&self) -> Vec<(Instant, String)> {
+        let st = self.shared.lock();
+        st.stdout_times
+            .iter()
+            .copied()
+            .zip(st.stdout_lines.iter().cloned())
+            .collect()
     }
 
     /// Everything received that is not a response (notifications and agent requests), in order.
@@ -744,10 +758,12 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
+        let read_at = Instant::now();
         let mut st = shared.lock();
         let raw = buf.strip_suffix(b"\n").unwrap_or(&buf);
         st.stdout_lines
             .push(String::from_utf8_lossy(raw).into_owned());
+        st.stdout_times.push(read_at);
         if buf.last() != Some(&b'\n') {
             let text = String::from_utf8_lossy(&buf).into_owned();
             violation(shared, &mut st, format!("partial line at EOF: {text:?}"));

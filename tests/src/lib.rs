@@ -7,6 +7,7 @@
 //! `buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_<binary>"))`, so the same suite runs unchanged
 //! against every binary. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
 
+pub mod bench;
 pub mod differential;
 pub mod fake_llm;
 pub mod fake_mcp;
