@@ -67,6 +67,14 @@ pub fn cpu_time(pid: i32) -> Option<std::time::Duration> {
 /// `utime + stime` of `/proc/<pid>/stat`, in whole clock ticks (`sysconf(_SC_CLK_TCK)`, 10 ms on
 /// Linux). `None` when the process is gone.
 pub fn cpu_time_ticks(pid: i32) -> Option<std::time::Duration> {
+    let (user, system) = cpu_split(pid)?;
+    Some(user + system)
+}
+
+/// `(utime, stime)` of `/proc/<pid>/stat`: the CPU `pid` spent in user space and in the kernel
+/// on its behalf (syscalls, page faults), each in whole clock ticks. `None` when the process is
+/// gone.
+pub fn cpu_split(pid: i32) -> Option<(std::time::Duration, std::time::Duration)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 1..];
     // After the comm: state is field 3, so utime (14) and stime (15) are the 12th and 13th here.
@@ -78,9 +86,8 @@ pub fn cpu_time_ticks(pid: i32) -> Option<std::time::Duration> {
         .ok()
         .filter(|&h| h > 0)
         .unwrap_or(100);
-    Some(std::time::Duration::from_nanos(
-        (utime + stime) * 1_000_000_000 / hz,
-    ))
+    let ticks = |t: u64| std::time::Duration::from_nanos(t * 1_000_000_000 / hz);
+    Some((ticks(utime), ticks(stime)))
 }
 
 /// The peak resident set size of `pid` in KiB: `VmHWM` of `/proc/<pid>/status` (the kernel's

@@ -26,6 +26,7 @@ const MAX_TOKENS: u32 = 32768;
 /// Runs `workload` once as the floor.
 pub fn run(workload: &Workload) -> Result<Figures, String> {
     let cpu_before = thread_cpu();
+    let sys_before = thread_system_cpu();
     let mut figures = match workload {
         Workload::Startup { .. } => startup(workload),
         _ => session(workload),
@@ -35,6 +36,12 @@ pub fn run(workload: &Workload) -> Result<Figures, String> {
     figures
         .entry(Metric::Cpu)
         .or_insert_with(|| ms(thread_cpu().saturating_sub(cpu_before)));
+    if !matches!(workload, Workload::Startup { .. }) {
+        figures.insert(
+            Metric::KernelCpu,
+            ms(thread_system_cpu().saturating_sub(sys_before)),
+        );
+    }
     Ok(figures)
 }
 
@@ -50,6 +57,20 @@ fn thread_cpu() -> Duration {
         return Duration::ZERO;
     }
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The system (kernel) CPU time of the calling thread (`getrusage(RUSAGE_THREAD)`, µs).
+fn thread_system_cpu() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value; getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is valid and writable for the duration of the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        usage.ru_stime.tv_sec as u64,
+        usage.ru_stime.tv_usec as u32 * 1000,
+    )
 }
 
 type Res<T> = Result<T, String>;

@@ -27,6 +27,10 @@ pub enum Metric {
     /// The agent's own `utime + stime` before stdin EOF, ms (the floor: the CPU of the thread
     /// that drove the traffic, ns resolution).
     Cpu,
+    /// The part of [`Metric::Cpu`] spent in the kernel (syscalls, page faults), ms: the CPU
+    /// figure times `stime / (utime + stime)` of `/proc/<pid>/stat` (the floor: the thread's
+    /// `getrusage` system time).
+    KernelCpu,
     /// Peak RSS (`VmHWM`) before stdin EOF, KiB. None for the floor (it runs in the harness).
     PeakRss,
     /// TCP connections the fake LLM accepted.
@@ -335,6 +339,20 @@ impl Column {
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "panicked".into())),
+        }
+    }
+}
+
+/// Renames agent columns that share a file name (e.g. a release and a debug build) to
+/// `<parent directory>/<file name>`, so every column has its own name.
+pub fn disambiguate(columns: &mut [Column]) {
+    let names: Vec<String> = columns.iter().map(|c| c.name().to_string()).collect();
+    for c in columns.iter_mut() {
+        if let Column::Agent { name, path } = c
+            && names.iter().filter(|n| *n == name).count() > 1
+            && let Some(dir) = path.parent().and_then(|d| d.file_name())
+        {
+            *name = format!("{}/{name}", dir.to_string_lossy());
         }
     }
 }

@@ -12,6 +12,7 @@ pub fn rows(workload: &Workload) -> &'static [Metric] {
         Workload::Rounds { .. } => &[
             PromptWall,
             Cpu,
+            KernelCpu,
             PeakRss,
             LlmConnections,
             LlmBytes,
@@ -27,6 +28,7 @@ fn label(m: Metric) -> &'static str {
     match m {
         Metric::PromptWall => "wall (prompt)",
         Metric::Cpu => "CPU",
+        Metric::KernelCpu => "… of which kernel",
         Metric::PeakRss => "peak RSS",
         Metric::LlmConnections => "LLM connections",
         Metric::LlmBytes => "sent to the LLM",
@@ -53,6 +55,7 @@ fn show(m: Metric, v: f64) -> String {
     match m {
         Metric::PromptWall
         | Metric::Cpu
+        | Metric::KernelCpu
         | Metric::Initialize
         | Metric::SessionNew
         | Metric::SlowestServer => ms(v),

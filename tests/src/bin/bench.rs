@@ -62,6 +62,7 @@ fn main() {
     for p in &paths {
         columns.push(Column::agent(p).unwrap_or_else(|e| usage(&e)));
     }
+    bench::disambiguate(&mut columns);
 
     eprintln!(
         "bench: {} workload(s) × {} column(s) × {runs} run(s){}",
