@@ -1485,7 +1485,7 @@ mod tests {
             ),
         ];
         for (m, result, want) in cases {
-            let mut chain = start(&[m.clone()], Phase::Request, call_payload());
+            let mut chain = start(std::slice::from_ref(&m), Phase::Request, call_payload());
             let (_, d) = run(&mut chain, |_, _| InvokeReply::Result(result.clone()));
             let Some(Verdict::Deny { denials }) = d.verdict else {
                 panic!("{result} should deny")

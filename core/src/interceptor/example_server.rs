@@ -425,3 +425,209 @@ fn parse_entry(v: &Value) -> Result<ExampleInterceptor, String> {
         behavior,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(config: Value) -> ExampleServer {
+        ExampleServer::from_config(&config).unwrap()
+    }
+
+    fn ask(s: &ExampleServer, line: &str) -> Value {
+        let out = s.handle_line(line.as_bytes()).unwrap();
+        assert!(
+            out.ends_with('\n') && !out.trim_end().contains('\n'),
+            "{out}"
+        );
+        serde_json::from_str(&out).unwrap()
+    }
+
+    #[test]
+    fn x1_it_answers_the_mcp_handshake_and_advertises_the_interceptors_extension() {
+        let s = server(json!([
+            {"name": "a", "behavior": "allow-all", "events": ["tools/call", "*"]},
+            {"name": "b", "behavior": "uppercase-note"}
+        ]));
+        let init = ask(
+            &s,
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
+        );
+        assert_eq!(init["id"], 1);
+        assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
+        assert_eq!(init["result"]["serverInfo"]["name"], SERVER_NAME);
+        assert_eq!(
+            init["result"]["capabilities"]["extensions"][CAPABILITY_KEY]["supportedEvents"],
+            json!(["*", "tools/call"])
+        );
+        let odd = ask(
+            &s,
+            r#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}"#,
+        );
+        assert_eq!(
+            odd["result"]["protocolVersion"],
+            crate::mcp::MCP_PROTOCOL_VERSION
+        );
+        assert_eq!(
+            ask(&s, r#"{"jsonrpc":"2.0","id":"t","method":"tools/list"}"#)["result"],
+            json!({"tools": []})
+        );
+        assert_eq!(
+            ask(&s, r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#)["result"],
+            json!({})
+        );
+        assert_eq!(
+            s.handle_line(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            None
+        );
+        assert_eq!(
+            s.handle_line(br#"{"jsonrpc":"2.0","id":9,"result":{}}"#),
+            None
+        );
+        let unknown = ask(
+            &s,
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{}}"#,
+        );
+        assert_eq!(unknown["error"]["code"], RpcError::METHOD_NOT_FOUND);
+        assert_eq!(ask(&s, "not json")["error"]["code"], RpcError::PARSE_ERROR);
+    }
+
+    #[test]
+    fn x1_list_filters_by_event_and_phase() {
+        let s = server(json!([
+            {"name": "req", "behavior": "allow-all", "phases": "request"},
+            {"name": "any", "behavior": "deny-all", "events": ["*"]},
+            {"name": "prompts", "behavior": "allow-all", "events": ["prompts/*"], "phases": "response"}
+        ]));
+        let names =
+            |r: ListResult| -> Vec<String> { r.interceptors.into_iter().map(|i| i.name).collect() };
+        assert_eq!(names(s.list(None, None)), ["req", "any", "prompts"]);
+        assert_eq!(names(s.list(Some("tools/call"), None)), ["req", "any"]);
+        assert_eq!(names(s.list(Some("prompts/get"), None)), ["any", "prompts"]);
+        assert_eq!(
+            names(s.list(Some("tools/call"), Some(Phase::Response))),
+            ["any"]
+        );
+        assert_eq!(names(s.list(None, Some(Phase::Request))), ["req", "any"]);
+        let bad = ask(
+            &s,
+            r#"{"jsonrpc":"2.0","id":1,"method":"interceptors/list","params":{"phase":"both"}}"#,
+        );
+        assert_eq!(bad["error"]["code"], RpcError::INVALID_PARAMS);
+    }
+
+    #[test]
+    fn x1_behaviours_answer_as_the_conformance_vocabulary_says() {
+        let s = server(json!([
+            {"name": "note", "behavior": "require-note"},
+            {"name": "upper", "behavior": "require-uppercase-note"},
+            {"name": "shout", "behavior": "uppercase-note"},
+            {"name": "boom", "behavior": "crash", "type": "mutation"}
+        ]));
+        let invoke = |name: &str, args: Value| {
+            s.invoke(
+                &json!({"name": name, "event": "tools/call", "phase": "response",
+                "payload": {"name": "echo", "arguments": args}}),
+            )
+        };
+        let denied = |r: Result<Value, RpcError>| r.unwrap()["messages"][0]["message"].clone();
+        assert_eq!(invoke("note", json!({"note": "x"})).unwrap()["valid"], true);
+        assert_eq!(
+            denied(invoke("note", json!({"note": ""}))),
+            "note is required"
+        );
+        assert_eq!(
+            denied(invoke("note", json!({"note": 5}))),
+            "note is required"
+        );
+        assert_eq!(
+            invoke("upper", json!({"note": "ÉTÉ 1"})).unwrap()["valid"],
+            true
+        );
+        assert_eq!(
+            denied(invoke("upper", json!({"note": "été"}))),
+            "note must be uppercase"
+        );
+        assert_eq!(denied(invoke("upper", json!({}))), "note must be uppercase");
+        let shouted = invoke("shout", json!({"note": "été", "keep": 1})).unwrap();
+        assert_eq!(shouted["modified"], true);
+        assert_eq!(shouted["phase"], "response");
+        assert_eq!(
+            shouted["payload"]["arguments"],
+            json!({"note": "ÉTÉ", "keep": 1})
+        );
+        let same = invoke("shout", json!({"note": ["not", "a", "string"]})).unwrap();
+        assert_eq!(same["modified"], false);
+        assert_eq!(
+            same["payload"]["arguments"]["note"],
+            json!(["not", "a", "string"])
+        );
+        let crash = invoke("boom", json!({})).unwrap_err();
+        assert_eq!(crash.code, RpcError::INTERNAL_ERROR);
+        let missing = s
+            .invoke(&json!({"name": "nope", "event": "e", "phase": "request"}))
+            .unwrap_err();
+        assert_eq!(
+            (missing.code, missing.message.as_str()),
+            (RpcError::INVALID_PARAMS, "Interceptor 'nope' not found")
+        );
+        let bad = s
+            .invoke(&json!({"name": "note", "phase": "request"}))
+            .unwrap_err();
+        assert_eq!(bad.code, RpcError::INVALID_PARAMS);
+    }
+
+    #[test]
+    fn x1_a_bad_configuration_is_one_clear_error() {
+        for (config, want) in [
+            (json!({}), "must be a JSON array"),
+            (
+                json!([{"behavior": "allow-all"}]),
+                "interceptor 1: needs a non-empty string \"name\"",
+            ),
+            (
+                json!([{"name": "a", "behavior": "secretless-redactor"}]),
+                "unknown behavior \"secretless-redactor\" (known: allow-all,",
+            ),
+            (json!([{"name": "a"}]), "needs a string \"behavior\""),
+            (
+                json!([{"name": "a", "behavior": "deny-all", "type": "mutation"}]),
+                "behavior deny-all is a validation interceptor, not mutation",
+            ),
+            (
+                json!([{"name": "a", "behavior": "crash", "type": "checker"}]),
+                "\"type\" must be",
+            ),
+            (
+                json!([{"name": "a", "behavior": "crash", "events": []}]),
+                "\"events\" must be a non-empty array",
+            ),
+            (
+                json!([{"name": "a", "behavior": "crash", "phases": "always"}]),
+                "\"phases\" must be",
+            ),
+            (
+                json!([{"name": "a", "behavior": "crash", "priorityHint": "first"}]),
+                "\"priorityHint\" must be",
+            ),
+            (
+                json!([{"name": "a", "behavior": "crash"}, {"name": "a", "behavior": "allow-all"}]),
+                "duplicate interceptor name \"a\"",
+            ),
+        ] {
+            let e = ExampleServer::from_config(&config).unwrap_err();
+            assert!(e.to_string().contains(want), "{config}: {e}");
+        }
+        let s = server(
+            json!([{"name": "a", "behavior": "uppercase-note", "mode": "audit",
+            "failOpen": true, "priorityHint": -3, "description": "shouts"}]),
+        );
+        let d = &s.interceptors()[0].descriptor;
+        assert_eq!(
+            (d.mode, d.fail_open, d.priority(Phase::Request)),
+            (Mode::Audit, true, -3)
+        );
+        assert_eq!(d.kind, InterceptorType::Mutation);
+        assert_eq!(d.description.as_deref(), Some("shouts"));
+    }
+}

@@ -914,3 +914,233 @@ impl InvokeResult {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x1_a_descriptor_round_trips_and_omits_its_defaults() {
+        let wire = json!({"name": "conf/allow-all", "type": "validation",
+            "hooks": [{"events": ["tools/call"], "phase": "request"},
+                      {"events": ["tools/call"], "phase": "response"}]});
+        let i = Interceptor::from_value(&wire).unwrap();
+        assert_eq!(i.mode, Mode::Enforce);
+        assert!(!i.fail_open);
+        assert_eq!(i.priority(Phase::Request), 0);
+        assert_eq!(i.to_value(), wire);
+
+        let full = json!({"name": "redact", "type": "mutation", "mode": "audit",
+            "failOpen": true, "priorityHint": {"request": -1000, "response": 1000},
+            "version": "1.2.0", "description": "d", "compat": {"minProtocol": "2024-11-05"},
+            "configSchema": {"type": "object"},
+            "hooks": [{"events": ["*"], "phase": "request"}]});
+        let i = Interceptor::from_value(&full).unwrap();
+        assert_eq!((i.mode, i.fail_open), (Mode::Audit, true));
+        assert_eq!(
+            (i.priority(Phase::Request), i.priority(Phase::Response)),
+            (-1000, 1000)
+        );
+        assert_eq!(i.to_value(), full);
+    }
+
+    #[test]
+    fn x1_descriptors_are_read_leniently_where_the_meaning_is_clear() {
+        // `both` expands; the older singular `hook` is accepted; `active` and unknown modes
+        // enforce; failOpen is true only for `true`.
+        let i = Interceptor::from_value(&json!({"name": "x", "type": "validation",
+            "hook": {"events": ["tools/call"], "phase": "both"},
+            "mode": "active", "failOpen": "yes"}))
+        .unwrap();
+        assert_eq!(i.hooks.len(), 2);
+        assert!(
+            i.hooks_event(TOOLS_CALL, Phase::Request) && i.hooks_event(TOOLS_CALL, Phase::Response)
+        );
+        assert_eq!(i.mode, Mode::Enforce);
+        assert!(!i.fail_open);
+        assert_eq!(Mode::parse_lenient("shadow"), Mode::Enforce);
+        assert_eq!(Mode::parse_lenient("audit"), Mode::Audit);
+    }
+
+    #[test]
+    fn x1_bad_descriptors_are_errors_that_name_the_interceptor() {
+        for (v, want) in [
+            (json!([]), "must be an object, got an array"),
+            (
+                json!({"type": "validation", "hooks": []}),
+                "non-empty string \"name\"",
+            ),
+            (
+                json!({"name": "x", "type": "filter", "hooks": []}),
+                "interceptor \"x\": \"type\" must be",
+            ),
+            (
+                json!({"name": "x", "type": "mutation"}),
+                "\"hooks\" must be an array",
+            ),
+            (
+                json!({"name": "x", "type": "mutation", "hooks": []}),
+                "interceptor \"x\" has no hooks",
+            ),
+            (
+                json!({"name": "x", "type": "mutation", "hooks": [{"events": ["*"], "phase": "later"}]}),
+                "\"phase\" must be",
+            ),
+            (
+                json!({"name": "x", "type": "mutation", "hooks": [{"events": ["*"], "phase": "request"}], "priorityHint": 1.5}),
+                "\"priorityHint\" must be an integer",
+            ),
+        ] {
+            let e = Interceptor::from_value(&v).unwrap_err();
+            assert!(e.to_string().contains(want), "{v}: {e}");
+        }
+    }
+
+    #[test]
+    fn x1_priority_hints_clamp_to_32_bits_and_default_to_zero() {
+        let read = |p: Value| PriorityHint::from_value(&p).unwrap();
+        assert_eq!(read(json!(7)), PriorityHint::Both(7));
+        assert_eq!(read(json!(3.0)), PriorityHint::Both(3));
+        assert_eq!(read(json!(1_u64 << 40)), PriorityHint::Both(i32::MAX));
+        assert_eq!(read(json!(-(1_i64 << 40))), PriorityHint::Both(i32::MIN));
+        assert_eq!(read(json!(u64::MAX)), PriorityHint::Both(i32::MAX));
+        let per = read(json!({"response": 4, "request": null}));
+        assert_eq!(
+            (
+                per.for_phase(Phase::Request),
+                per.for_phase(Phase::Response)
+            ),
+            (0, 4)
+        );
+        assert!(PriorityHint::from_value(&json!("high")).is_err());
+        assert!(PriorityHint::from_value(&json!({"request": "x"})).is_err());
+    }
+
+    #[test]
+    fn x1_event_patterns_match_exactly_or_by_wildcard() {
+        let req = Some(Phase::Request);
+        assert!(event_matches("tools/call", "tools/call", req));
+        assert!(!event_matches("tools/call", "tools/CALL", req));
+        assert!(event_matches("*", "anything/at-all", Some(Phase::Response)));
+        assert!(event_matches("tools/*", "tools/list", req));
+        assert!(!event_matches("tools/*", "tools", req));
+        assert!(!event_matches("tools/*", "toolsx/call", req));
+        assert!(
+            !event_matches("tool*", "tools/call", req),
+            "only ns/* is a namespace wildcard"
+        );
+        assert!(event_matches("*/response", "tools/call", None));
+        assert!(!event_matches("*/response", "tools/call", req));
+        let i = Interceptor::from_value(&json!({"name": "x", "type": "validation",
+            "hooks": [{"events": ["*/response"], "phase": "response"}]}))
+        .unwrap();
+        assert!(i.hooks_event_any_phase("prompts/get"));
+        assert!(!i.hooks_event("tools/call", Phase::Request));
+    }
+
+    #[test]
+    fn x1_a_list_result_keeps_good_entries_and_reports_bad_ones() {
+        let v = json!({"interceptors": [
+            {"name": "ok", "type": "validation", "hooks": [{"events": ["tools/call"], "phase": "request"}]},
+            {"name": "bad", "type": "nope", "hooks": []}
+        ], "nextCursor": "p2"});
+        let r = ListResult::from_value(&v).unwrap();
+        assert_eq!(r.interceptors.len(), 1);
+        assert_eq!(r.interceptors[0].name, "ok");
+        assert_eq!(r.rejected.len(), 1);
+        assert!(r.rejected[0].0.contains("\"bad\""));
+        assert_eq!(r.next_cursor.as_deref(), Some("p2"));
+        assert!(ListResult::from_value(&json!({"tools": []})).is_err());
+        assert_eq!(
+            list_params(Some("tools/call")),
+            json!({"event": "tools/call"})
+        );
+        assert_eq!(list_params(None), json!({}));
+    }
+
+    #[test]
+    fn x1_invoke_params_round_trip_and_bad_params_are_errors() {
+        let p = InvokeParams {
+            name: "n".into(),
+            event: TOOLS_CALL.into(),
+            phase: Phase::Response,
+            payload: json!({"content": []}),
+            config: None,
+            timeout_ms: Some(5),
+            context: None,
+        };
+        assert_eq!(InvokeParams::from_value(&p.to_value()).unwrap(), p);
+        for bad in [
+            json!(null),
+            json!({"event": "e", "phase": "request"}),
+            json!({"name": "n", "phase": "request"}),
+            json!({"name": "n", "event": "e", "phase": "both"}),
+        ] {
+            assert!(InvokeParams::from_value(&bad).is_err(), "{bad}");
+        }
+        let no_payload =
+            InvokeParams::from_value(&json!({"name": "n", "event": "e", "phase": "request"}));
+        assert_eq!(no_payload.unwrap().payload, Value::Null);
+    }
+
+    #[test]
+    fn x1_results_encode_in_the_suites_shape_and_decode_back() {
+        let pass = InvokeResult::Validation(ValidationResult {
+            interceptor: "conf/allow-all".into(),
+            phase: Phase::Request,
+            valid: true,
+            severity: None,
+            messages: Vec::new(),
+            suggestions: Vec::new(),
+            info: None,
+        });
+        assert_eq!(
+            pass.to_value(),
+            json!({"interceptor": "conf/allow-all", "type": "validation", "phase": "request", "valid": true})
+        );
+        assert_eq!(
+            InvokeResult::from_value(&pass.to_value(), Phase::Request).unwrap(),
+            pass
+        );
+        let deny = json!({"interceptor": "d", "type": "validation", "phase": "request",
+            "valid": false, "severity": "error",
+            "messages": [{"path": "arguments.note", "message": "no", "severity": "error"}]});
+        let r = InvokeResult::from_value(&deny, Phase::Request).unwrap();
+        let InvokeResult::Validation(v) = &r else {
+            panic!()
+        };
+        assert!(v.blocks());
+        assert_eq!(r.to_value(), deny);
+        // Missing phase: the caller's; unmodified mutation without payload: null.
+        let m = InvokeResult::from_value(
+            &json!({"type": "mutation", "modified": false}),
+            Phase::Response,
+        )
+        .unwrap();
+        let InvokeResult::Mutation(m) = m else {
+            panic!()
+        };
+        assert_eq!((m.phase, m.payload), (Phase::Response, Value::Null));
+    }
+
+    #[test]
+    fn x1_only_invalid_with_severity_error_blocks() {
+        let block = |valid: bool, severity: Option<Severity>| {
+            ValidationResult {
+                interceptor: String::new(),
+                phase: Phase::Request,
+                valid,
+                severity,
+                messages: Vec::new(),
+                suggestions: Vec::new(),
+                info: None,
+            }
+            .blocks()
+        };
+        assert!(block(false, Some(Severity::Error)));
+        assert!(!block(false, Some(Severity::Warn)));
+        assert!(!block(false, Some(Severity::Info)));
+        assert!(!block(false, None));
+        assert!(!block(true, Some(Severity::Error)));
+    }
+}
