@@ -134,6 +134,9 @@ pub struct ServerSpec {
     pub hook_script: VecDeque<HookReply>,
     /// The answer once the script is exhausted.
     pub hook_default: HookReply,
+    /// `Some(bytes)`: model tool calls are answered with these raw bytes as the text of the
+    /// result (written into the JSON string as they are: invalid UTF-8 stays invalid, C36).
+    pub tool_text_raw: Option<Vec<u8>>,
 }
 
 impl ServerSpec {
@@ -147,7 +150,15 @@ impl ServerSpec {
             tool_delay_ms: 0,
             hook_script: VecDeque::new(),
             hook_default: HookReply::now(HookKind::Empty),
+            tool_text_raw: None,
         }
+    }
+
+    /// Answer model tool calls with `raw` as the result text, byte for byte.
+    #[must_use]
+    pub fn tool_text_raw(mut self, raw: &[u8]) -> Self {
+        self.tool_text_raw = Some(raw.to_vec());
+        self
     }
 
     #[must_use]
@@ -765,6 +776,15 @@ impl World {
                     if let Some(l) = line {
                         self.schedule_mcp(at, proc, &l);
                     }
+                } else if let Some(raw) = self.servers[i].spec.tool_text_raw.clone() {
+                    let mut bytes = format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\""
+                    )
+                    .into_bytes();
+                    bytes.extend_from_slice(&raw);
+                    bytes.extend_from_slice(b"\"}]}}\n");
+                    let at = now.plus_ms(self.servers[i].spec.tool_delay_ms);
+                    self.schedule(at, Input::McpBytes { proc, bytes }, Guard::Alive(proc));
                 } else {
                     let args = v["params"]["arguments"].to_string();
                     let r = reply(

@@ -1,0 +1,212 @@
+//! Never freeze, never balloon, never drop a frame (issue 10): every inbound stream the core
+//! reads is decoded lossily (SPEC L9, C36), every reader is capped (T3, T6, P2, C50, C52), and
+//! bad input from one peer leaves the session usable. Driven through the deterministic world
+//! (`support`): virtual time, no IO.
+
+mod support;
+
+use buzz_agent_core::io::{MAX_STDERR_LINE_BYTES, STDERR_CUT_MARKER};
+use buzz_agent_core::{Input, LlmIo, ProcKey};
+use serde_json::{Value, json};
+use support::{HookReply, LlmReply, ServerSpec, World, test_config};
+
+/// The C36 tool output: Latin-1 `é` and CP949 bytes inside otherwise perfect JSON-RPC.
+const C36_RAW: &[u8] = b"int caf\xE9 = 1; // \xB0\xA1\xC7\xD1 END";
+const C36_LOSSY: &str = "int caf\u{FFFD} = 1; // \u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD} END";
+
+/// The text of every `role:"tool"` message of an LLM request body.
+fn tool_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+fn stop_reason(w: &World, id: u64) -> Value {
+    w.response(id)
+        .map_or(Value::Null, |r| r["result"]["stopReason"].clone())
+}
+
+#[test]
+fn c36_invalid_utf8_mcp_reply_is_decoded_lossily() {
+    let fs = ServerSpec::new("fs", &[]).tool_text_raw(C36_RAW);
+    let mut w = World::new(test_config(), vec![fs]);
+    w.start();
+    w.llm([
+        LlmReply::tool("fs__echo", "{}"),
+        LlmReply::text("read it"),
+        LlmReply::tool("fs__echo", "{}"),
+        LlmReply::text("again"),
+    ]);
+    let p = w.prompt("read the file");
+    let t0 = w.now;
+    w.run_idle();
+    assert_eq!(stop_reason(&w, p), "end_turn");
+    assert_eq!(w.llm_requests.len(), 2);
+    let (t1, _, body) = &w.llm_requests[1];
+    assert_eq!(tool_texts(body), vec![C36_LOSSY.to_string()]);
+    assert_eq!(
+        *t1, t0,
+        "the call completes at once, not after the tool timeout"
+    );
+    assert!(w.signals.is_empty(), "the server is never killed");
+    // The server stays usable.
+    let p2 = w.prompt("once more");
+    w.run_idle();
+    assert_eq!(stop_reason(&w, p2), "end_turn");
+    assert_eq!(
+        tool_texts(&w.llm_requests[3].2).last().map(String::as_str),
+        Some(C36_LOSSY)
+    );
+    assert!(w.server_alive("fs"));
+}
+
+#[test]
+fn c36_invalid_utf8_in_an_acp_prompt_is_decoded_lossily() {
+    let mut w = World::new(test_config(), vec![]);
+    w.start();
+    let sid = w.session.clone().unwrap_or_default();
+    let mut line = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":77,\"method\":\"session/prompt\",\"params\":{{\"sessionId\":\"{sid}\",\"prompt\":[{{\"type\":\"text\",\"text\":\""
+    )
+    .into_bytes();
+    line.extend_from_slice(C36_RAW);
+    line.extend_from_slice(b"\"}]}}\n");
+    w.send_acp_bytes(&line);
+    w.run_idle();
+    assert_eq!(stop_reason(&w, 77), "end_turn");
+    let user = &w.llm_requests[0].2["messages"];
+    let last = user
+        .as_array()
+        .and_then(|m| m.last())
+        .map_or(Value::Null, |m| m["content"].clone());
+    assert_eq!(last, json!(C36_LOSSY));
+}
+
+#[test]
+fn c36_invalid_utf8_in_a_provider_stream_is_decoded_lossily() {
+    let mut w = World::new(test_config(), vec![]);
+    w.start();
+    w.llm_default = LlmReply::Never;
+    let p = w.prompt("hi");
+    w.advance(10);
+    let call = w.llm_requests[0].1;
+    let mut body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec();
+    body.extend_from_slice(C36_RAW);
+    body.extend_from_slice(b"\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+    let now = w.now;
+    for input in [
+        LlmIo::Head {
+            status: 200,
+            headers: vec![],
+        },
+        LlmIo::Body(body),
+    ] {
+        w.agent.handle(Input::Llm { call, event: input }, now);
+    }
+    let mut chunks = Vec::new();
+    while let Some(a) = w.agent.poll_action() {
+        if let buzz_agent_core::Action::WriteAcp(l) = a {
+            chunks.push(serde_json::from_str::<Value>(&l).unwrap_or(Value::Null));
+        }
+    }
+    let text: Vec<&Value> = chunks
+        .iter()
+        .filter(|v| v["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .map(|v| &v["params"]["update"]["content"]["text"])
+        .collect();
+    assert_eq!(text, vec![&json!(C36_LOSSY)]);
+    let done = chunks.iter().find(|v| v["id"] == json!(p));
+    assert_eq!(
+        done.map(|v| v["result"]["stopReason"].clone()),
+        Some(json!("end_turn"))
+    );
+}
+
+#[test]
+fn c50_a_request_over_the_line_cap_is_answered_with_its_own_id() {
+    let mut w = World::new(test_config(), vec![]);
+    w.start();
+    let sid = w.session.clone().unwrap_or_default();
+    // A 5 MiB resource block with the default 4 MiB cap, written in 64 KiB pieces.
+    let big = "b".repeat(5 * 1024 * 1024);
+    let line = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":103,\"method\":\"session/prompt\",\"params\":{{\"sessionId\":\"{sid}\",\"prompt\":[{{\"type\":\"resource\",\"resource\":{{\"uri\":\"file:///big.txt\",\"text\":\"{big}\"}}}}]}}}}\n"
+    );
+    for chunk in line.as_bytes().chunks(64 * 1024) {
+        w.agent.handle(Input::AcpBytes(chunk.to_vec()), w.now);
+        while let Some(a) = w.agent.poll_action() {
+            if let buzz_agent_core::Action::WriteAcp(l) = a {
+                w.acp_out
+                    .push((w.now, serde_json::from_str(&l).unwrap_or(Value::Null)));
+            }
+        }
+    }
+    let answers = w.responses(103);
+    assert_eq!(answers.len(), 1, "exactly one answer: {answers:?}");
+    assert_eq!(answers[0]["error"]["code"], -32600);
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("line too long")),
+        "{}",
+        answers[0]
+    );
+    assert!(
+        w.acp_out.iter().all(|(_, v)| v["id"] != Value::Null),
+        "no id:null answer"
+    );
+    // The session stays usable.
+    let p = w.prompt("small");
+    w.run_idle();
+    assert_eq!(stop_reason(&w, p), "end_turn");
+}
+
+#[test]
+fn c52_a_huge_stderr_line_handed_to_the_core_is_capped() {
+    let mut w = World::new(test_config(), vec![ServerSpec::new("fs", &[])]);
+    w.start();
+    let proc = ProcKey {
+        server: 1,
+        generation: 0,
+    };
+    w.agent.handle(
+        Input::McpStderrLine {
+            proc,
+            line: "e".repeat(1024 * 1024),
+        },
+        w.now,
+    );
+    let mut forwarded = Vec::new();
+    while let Some(a) = w.agent.poll_action() {
+        if let buzz_agent_core::Action::Log(r) = a {
+            forwarded.push(r.message);
+        }
+    }
+    assert_eq!(forwarded.len(), 1);
+    let line = forwarded[0].strip_prefix("[mcp:fs] ").unwrap_or("");
+    assert!(line.len() <= MAX_STDERR_LINE_BYTES && line.ends_with(STDERR_CUT_MARKER));
+}
+
+#[test]
+fn c52_a_hook_answer_of_megabytes_is_injected_capped_and_middle_elided() {
+    let mut cfg = test_config();
+    cfg.stop_max_rejections = 1;
+    let cap = cfg.max_tool_result_text_bytes;
+    let huge = format!("{}{}", "h".repeat(4 * 1024 * 1024), "THE END");
+    let guard = ServerSpec::new("guard", &["_Stop"]).script([HookReply::objection(&huge)]);
+    let mut w = World::new(cfg, vec![guard]);
+    w.start();
+    let p = w.prompt("go");
+    w.run_idle();
+    assert_eq!(stop_reason(&w, p), "end_turn");
+    let injected = tool_texts(&w.llm_requests[1].2);
+    assert_eq!(injected.len(), 1);
+    let inner: Value = serde_json::from_str(&injected[0]).unwrap_or(Value::Null);
+    let text = inner["text"].as_str().unwrap_or("");
+    assert!(text.len() <= cap + 128, "{} bytes injected", text.len());
+    assert!(text.starts_with("hhhh") && text.ends_with("THE END"));
+}
