@@ -754,7 +754,8 @@ impl Agent {
         let size = self.cfg.max_context_tokens;
         let recoveries_max = self.cfg.max_token_recoveries;
         if let Some(u) = resp.usage {
-            let used = u.input_tokens + u.output_tokens;
+            // Peer-supplied counts: saturating, never an overflow panic.
+            let used = u.input_tokens.saturating_add(u.output_tokens);
             self.send_update(
                 sid,
                 &json!({"sessionUpdate": "usage_update", "used": used, "size": size}),
@@ -1181,7 +1182,7 @@ impl Agent {
         let reminder = (require_reply && !turn.posted && turn.reminders < MAX_REMINDERS)
             .then(|| REPLY_REMINDER.to_string());
         let attempt = turn.objections + 1;
-        let remaining = budget - turn.objections;
+        let remaining = budget.saturating_sub(turn.objections);
         let round = self.start_hook_round(sid, HookPoint::Stop, attempt, remaining, reminder);
         if round.is_decided() {
             self.conclude_gate(sid, round);

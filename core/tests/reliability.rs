@@ -6,7 +6,7 @@
 mod support;
 
 use buzz_agent_core::io::{MAX_STDERR_LINE_BYTES, STDERR_CUT_MARKER};
-use buzz_agent_core::{Input, LlmIo, ProcKey};
+use buzz_agent_core::{Action, Input, LlmCallId, LlmIo, ProcKey};
 use serde_json::{Value, json};
 use support::{HookReply, LlmReply, ServerSpec, World, test_config};
 
@@ -86,44 +86,84 @@ fn c36_invalid_utf8_in_an_acp_prompt_is_decoded_lossily() {
     assert_eq!(last, json!(C36_LOSSY));
 }
 
+/// Starts a prompt whose LLM call the test answers by hand; returns (prompt id, call).
+fn prompt_with_manual_llm(w: &mut World, text: &str) -> (u64, LlmCallId) {
+    w.llm_default = LlmReply::Never;
+    let p = w.prompt(text);
+    w.advance(10);
+    let call = w.llm_requests.last().map(|r| r.1).unwrap_or(LlmCallId(0));
+    (p, call)
+}
+
+/// Delivers `events` for `call` now; returns the ACP lines the agent wrote, parsed.
+fn feed_llm(w: &mut World, call: LlmCallId, events: Vec<LlmIo>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for event in events {
+        w.agent.handle(Input::Llm { call, event }, w.now);
+        while let Some(a) = w.agent.poll_action() {
+            if let Action::WriteAcp(l) = a {
+                out.push(serde_json::from_str::<Value>(&l).unwrap_or(Value::Null));
+            }
+        }
+    }
+    out
+}
+
+fn ok_head() -> LlmIo {
+    LlmIo::Head {
+        status: 200,
+        headers: vec![],
+    }
+}
+
 #[test]
 fn c36_invalid_utf8_in_a_provider_stream_is_decoded_lossily() {
     let mut w = World::new(test_config(), vec![]);
     w.start();
-    w.llm_default = LlmReply::Never;
-    let p = w.prompt("hi");
-    w.advance(10);
-    let call = w.llm_requests[0].1;
+    let (p, call) = prompt_with_manual_llm(&mut w, "hi");
     let mut body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec();
     body.extend_from_slice(C36_RAW);
     body.extend_from_slice(b"\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
-    let now = w.now;
-    for input in [
-        LlmIo::Head {
-            status: 200,
-            headers: vec![],
-        },
-        LlmIo::Body(body),
-    ] {
-        w.agent.handle(Input::Llm { call, event: input }, now);
-    }
-    let mut chunks = Vec::new();
-    while let Some(a) = w.agent.poll_action() {
-        if let buzz_agent_core::Action::WriteAcp(l) = a {
-            chunks.push(serde_json::from_str::<Value>(&l).unwrap_or(Value::Null));
-        }
-    }
-    let text: Vec<&Value> = chunks
+    let out = feed_llm(&mut w, call, vec![ok_head(), LlmIo::Body(body)]);
+    let text: Vec<&Value> = out
         .iter()
         .filter(|v| v["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
         .map(|v| &v["params"]["update"]["content"]["text"])
         .collect();
     assert_eq!(text, vec![&json!(C36_LOSSY)]);
-    let done = chunks.iter().find(|v| v["id"] == json!(p));
+    let done = out.iter().find(|v| v["id"] == json!(p));
     assert_eq!(
         done.map(|v| v["result"]["stopReason"].clone()),
         Some(json!("end_turn"))
     );
+}
+
+#[test]
+fn usage_counts_of_u64_max_saturate_instead_of_overflowing() {
+    let mut w = World::new(test_config(), vec![]);
+    w.start();
+    let (p, call) = prompt_with_manual_llm(&mut w, "hi");
+    let body = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"x\"}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":{m},\"completion_tokens\":{m}}}}}\n\ndata: [DONE]\n\n",
+        m = u64::MAX
+    );
+    let out = feed_llm(
+        &mut w,
+        call,
+        vec![ok_head(), LlmIo::Body(body.into_bytes())],
+    );
+    let usage = out
+        .iter()
+        .find(|v| v["params"]["update"]["sessionUpdate"] == "usage_update")
+        .map(|v| v["params"]["update"]["used"].clone());
+    assert_eq!(usage, Some(json!(u64::MAX)));
+    assert!(out.iter().any(|v| v["id"] == json!(p)));
+    // The next prompt projects u64::MAX + its own bytes: saturating, and the turn still runs
+    // (compaction is attempted; the world answers every call).
+    w.llm_default = LlmReply::text("fine");
+    let p2 = w.prompt("next");
+    w.run_idle();
+    assert!(w.response(p2).is_some());
 }
 
 #[test]
@@ -139,7 +179,7 @@ fn c50_a_request_over_the_line_cap_is_answered_with_its_own_id() {
     for chunk in line.as_bytes().chunks(64 * 1024) {
         w.agent.handle(Input::AcpBytes(chunk.to_vec()), w.now);
         while let Some(a) = w.agent.poll_action() {
-            if let buzz_agent_core::Action::WriteAcp(l) = a {
+            if let Action::WriteAcp(l) = a {
                 w.acp_out
                     .push((w.now, serde_json::from_str(&l).unwrap_or(Value::Null)));
             }
@@ -182,7 +222,7 @@ fn c52_a_huge_stderr_line_handed_to_the_core_is_capped() {
     );
     let mut forwarded = Vec::new();
     while let Some(a) = w.agent.poll_action() {
-        if let buzz_agent_core::Action::Log(r) = a {
+        if let Action::Log(r) = a {
             forwarded.push(r.message);
         }
     }
