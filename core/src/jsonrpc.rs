@@ -559,6 +559,8 @@ impl RpcError {
     /// request instead of leaving it to time out: a missing or non-integer `code` becomes
     /// [`RpcError::INTERNAL_ERROR`], a missing `message` becomes `""` (a string error value
     /// becomes the message), and an `error` that is not an object is kept whole as `data`.
+    /// The message is a peer's free text that ends up in logs and model-visible tool results:
+    /// it is cut to [`MAX_ERROR_MESSAGE_BYTES`] on a character boundary.
     #[must_use]
     pub fn from_value(v: &Value) -> RpcError {
         match v {
@@ -571,8 +573,8 @@ impl RpcError {
                     })
                 });
                 let message = match obj.get("message") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
+                    Some(Value::String(s)) => cut_message(s),
+                    Some(other) => cut_message(&other.to_string()),
                     None => String::new(),
                 };
                 RpcError {
@@ -581,12 +583,25 @@ impl RpcError {
                     data: obj.get("data").cloned(),
                 }
             }
-            Value::String(s) => RpcError::new(RpcError::INTERNAL_ERROR, s.clone()),
+            Value::String(s) => RpcError::new(RpcError::INTERNAL_ERROR, cut_message(s)),
             Value::Null | Value::Bool(_) | Value::Number(_) | Value::Array(_) => {
                 RpcError::new(RpcError::INTERNAL_ERROR, "malformed error").with_data(v.clone())
             }
         }
     }
+}
+
+/// Longest peer error message kept by [`RpcError::from_value`], in bytes (4 KiB, like a
+/// provider's error body, SPEC A3).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
+
+/// `s` cut to [`MAX_ERROR_MESSAGE_BYTES`] on a character boundary.
+fn cut_message(s: &str) -> String {
+    let mut end = s.len().min(MAX_ERROR_MESSAGE_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.get(..end).unwrap_or_default().to_owned()
 }
 
 impl std::fmt::Display for RpcError {
@@ -1424,6 +1439,27 @@ mod tests {
             unreachable!()
         };
         assert_eq!(e.code, RpcError::INTERNAL_ERROR);
+    }
+
+    #[test]
+    fn c52_a_peer_error_message_of_megabytes_is_cut_to_4_kib() {
+        let big = "é".repeat(3 * 1024 * 1024);
+        for error in [
+            json!({"code": 1, "message": big}),
+            json!(big),
+            json!({"code": 1, "message": [big]}),
+        ] {
+            let e = RpcError::from_value(&error);
+            assert!(
+                e.message.len() <= MAX_ERROR_MESSAGE_BYTES && e.message.len() > 4000,
+                "{}",
+                e.message.len()
+            );
+        }
+        assert_eq!(
+            RpcError::from_value(&json!({"message": "short"})).message,
+            "short"
+        );
     }
 
     #[test]

@@ -322,6 +322,29 @@ pub(crate) mod decoder_tests {
         }
     }
 
+    /// C52 for one route: a body that streams one line past
+    /// [`crate::sse::MAX_SSE_LINE_BYTES`] without a newline fails with a sticky, non-retryable
+    /// provider error once the cap is crossed, and later bytes are not buffered.
+    pub(crate) fn assert_endless_line_is_cut_off(make: &dyn Fn() -> Box<dyn StreamDecoder>) {
+        let mut decoder = make();
+        let mut deltas = Vec::new();
+        assert!(decoder.feed(b"data: {\"x\":\"", &mut deltas).is_ok());
+        let chunk = vec![b'a'; 1024 * 1024];
+        let mut failed_at = None;
+        for i in 0..20 {
+            if let Err(e) = decoder.feed(&chunk, &mut deltas) {
+                assert!(!e.is_retryable(), "{e}");
+                assert!(e.to_string().contains("over 16 MiB"), "{e}");
+                failed_at = Some(i);
+                break;
+            }
+        }
+        assert_eq!(failed_at, Some(15), "fails as the 16 MiB cap is crossed");
+        assert!(decoder.feed(b"\n\n", &mut deltas).is_err(), "sticky");
+        assert!(decoder.finish(&mut deltas).is_err());
+        assert!(deltas.is_empty());
+    }
+
     /// C36 / L9 for one route: `body` with every `é` written as the lone byte `E9` (invalid
     /// UTF-8, as a Latin-1 tool would) decodes, whole, at every 2-chunk split and byte by byte,
     /// exactly like `body` with every `é` replaced by U+FFFD. Returns that outcome.

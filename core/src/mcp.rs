@@ -741,7 +741,12 @@ impl Agent {
                 let data = params
                     .get("data")
                     .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string));
-                self.log(level, format!("[mcp:{name}] {}", data.unwrap_or_default()));
+                // A server's log text is capped like its stderr lines (P2).
+                let text = crate::io::cap_stderr_line(
+                    &data.unwrap_or_default(),
+                    crate::io::MAX_STDERR_LINE_BYTES,
+                );
+                self.log(level, format!("[mcp:{name}] {text}"));
             }
             other => self.log(
                 LogLevel::Debug,

@@ -250,3 +250,103 @@ fn c52_a_hook_answer_of_megabytes_is_injected_capped_and_middle_elided() {
     assert!(text.len() <= cap + 128, "{} bytes injected", text.len());
     assert!(text.starts_with("hhhh") && text.ends_with("THE END"));
 }
+
+#[test]
+fn c52_an_endless_successful_response_body_is_abandoned_at_256_mib() {
+    use buzz_agent_core::turn::MAX_RESPONSE_BODY_BYTES;
+    let mut w = World::new(test_config(), vec![]);
+    w.start();
+    let (p, call) = prompt_with_manual_llm(&mut w, "hi");
+    let first =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"so far\"}}]}\n\n".to_vec();
+    let used = first.len() as u64;
+    // Zeroed pages are not touched, so this costs no memory until read.
+    let rest = usize::try_from(MAX_RESPONSE_BODY_BYTES - used + 1).unwrap_or(usize::MAX);
+    let out = feed_llm(
+        &mut w,
+        call,
+        vec![ok_head(), LlmIo::Body(first), LlmIo::Body(vec![0u8; rest])],
+    );
+    let r = out.iter().find(|v| v["id"] == json!(p)).cloned();
+    let msg = r
+        .as_ref()
+        .and_then(|r| r["error"]["message"].as_str())
+        .unwrap_or_default();
+    assert!(msg.contains("over 256 MiB"), "{r:?}");
+    assert_eq!(w.llm_requests.len(), 1, "not retried");
+}
+
+#[test]
+fn c52_an_error_body_of_megabytes_keeps_only_its_first_4_kib() {
+    use buzz_agent_core::turn::ERROR_BODY_CAP;
+    let mut w = World::new(test_config(), vec![]);
+    w.start();
+    let (p, call) = prompt_with_manual_llm(&mut w, "hi");
+    let mut events = vec![LlmIo::Head {
+        status: 400,
+        headers: vec![],
+    }];
+    for _ in 0..64 {
+        events.push(LlmIo::Body(vec![b'e'; 128 * 1024]));
+    }
+    events.push(LlmIo::End);
+    let out = feed_llm(&mut w, call, events);
+    let r = out.iter().find(|v| v["id"] == json!(p)).cloned();
+    let msg = r
+        .as_ref()
+        .and_then(|r| r["error"]["message"].as_str())
+        .unwrap_or_default();
+    assert!(msg.contains("HTTP 400") && msg.contains("eeee"), "{r:?}");
+    assert!(msg.len() <= ERROR_BODY_CAP + 64, "{} bytes", msg.len());
+}
+
+#[test]
+fn c52_a_tool_error_message_of_megabytes_reaches_the_model_cut_to_4_kib() {
+    use buzz_agent_core::jsonrpc::MAX_ERROR_MESSAGE_BYTES;
+    let big = "r".repeat(3 * 1024 * 1024);
+    let line = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":@ID@,\"error\":{{\"code\":-32000,\"message\":\"{big}\"}}}}"
+    );
+    let fs = ServerSpec::new("fs", &[]).tool_reply_raw(line.as_bytes());
+    let mut w = World::new(test_config(), vec![fs]);
+    w.start();
+    w.llm([LlmReply::tool("fs__echo", "{}"), LlmReply::text("ok")]);
+    let p = w.prompt("go");
+    w.run_idle();
+    assert_eq!(stop_reason(&w, p), "end_turn");
+    let texts = tool_texts(&w.llm_requests[1].2);
+    assert_eq!(texts.len(), 1);
+    assert!(texts[0].contains("rrrr"), "{}", &texts[0][..100]);
+    assert!(
+        texts[0].len() <= MAX_ERROR_MESSAGE_BYTES + 64,
+        "{} bytes reached the model",
+        texts[0].len()
+    );
+}
+
+#[test]
+fn c52_an_endless_mcp_stdout_line_kills_the_server_once_it_passes_16_mib() {
+    let mut w = World::new(test_config(), vec![ServerSpec::new("fs", &[])]);
+    w.start();
+    let proc = ProcKey {
+        server: 1,
+        generation: 0,
+    };
+    let chunk = vec![b'x'; 1024 * 1024];
+    let mut killed_at = None;
+    for i in 1..=20 {
+        w.agent.handle(
+            Input::McpBytes {
+                proc,
+                bytes: chunk.clone(),
+            },
+            w.now,
+        );
+        while let Some(a) = w.agent.poll_action() {
+            if matches!(a, Action::SignalProcessGroup { .. }) && killed_at.is_none() {
+                killed_at = Some(i);
+            }
+        }
+    }
+    assert_eq!(killed_at, Some(17), "killed as the line passes 16 MiB");
+}
