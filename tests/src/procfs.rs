@@ -177,6 +177,16 @@ pub fn describe(pid: i32) -> String {
     }
 }
 
+/// The kernel's peak-RSS mark (`VmHWM` of `/proc/<pid>/status`) in KiB, `None` when the process
+/// is gone or the field is missing.
+pub fn peak_rss_kib(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
