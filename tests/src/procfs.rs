@@ -90,17 +90,6 @@ pub fn cpu_split(pid: i32) -> Option<(std::time::Duration, std::time::Duration)>
     Some((ticks(utime), ticks(stime)))
 }
 
-/// The peak resident set size of `pid` in KiB: `VmHWM` of `/proc/<pid>/status` (the kernel's
-/// high-water mark, so one read at the end sees the whole run's peak). `None` when the process
-/// is gone or a zombie.
-pub fn peak_rss_kib(pid: i32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// Every process visible in `/proc`.
 pub fn all() -> Vec<Stat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
