@@ -99,9 +99,9 @@ pub fn run_inspecting(
     let pid = agent.pid();
     let cpu = procfs::cpu_time(pid).ok_or("the agent is gone before stdin EOF")?;
     figures.insert(Metric::Cpu, ms(cpu));
-    if let Some((user, system)) = procfs::cpu_split(pid).filter(|(u, s)| !(*u + *s).is_zero()) {
-        let share = system.as_secs_f64() / (user + system).as_secs_f64();
-        figures.insert(Metric::KernelCpu, ms(cpu) * share);
+    if let Some((user, system)) = procfs::cpu_split(pid) {
+        figures.insert(Metric::UserTime, ms(user));
+        figures.insert(Metric::SystemTime, ms(system));
     }
     if let Some(kib) = procfs::peak_rss_kib(pid) {
         figures.insert(Metric::PeakRss, kib as f64);

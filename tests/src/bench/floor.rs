@@ -26,7 +26,7 @@ const MAX_TOKENS: u32 = 32768;
 /// Runs `workload` once as the floor.
 pub fn run(workload: &Workload) -> Result<Figures, String> {
     let cpu_before = thread_cpu();
-    let sys_before = thread_system_cpu();
+    let split_before = thread_cpu_split();
     let mut figures = match workload {
         Workload::Startup { .. } => startup(workload),
         _ => session(workload),
@@ -37,9 +37,11 @@ pub fn run(workload: &Workload) -> Result<Figures, String> {
         .entry(Metric::Cpu)
         .or_insert_with(|| ms(thread_cpu().saturating_sub(cpu_before)));
     if !matches!(workload, Workload::Startup { .. }) {
+        let (user, system) = thread_cpu_split();
+        figures.insert(Metric::UserTime, ms(user.saturating_sub(split_before.0)));
         figures.insert(
-            Metric::KernelCpu,
-            ms(thread_system_cpu().saturating_sub(sys_before)),
+            Metric::SystemTime,
+            ms(system.saturating_sub(split_before.1)),
         );
     }
     Ok(figures)
@@ -59,18 +61,17 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// The system (kernel) CPU time of the calling thread (`getrusage(RUSAGE_THREAD)`, µs).
-fn thread_system_cpu() -> Duration {
+/// The user and system CPU time of the calling thread (`getrusage(RUSAGE_THREAD)`; the kernel
+/// splits the total by tick sampling).
+fn thread_cpu_split() -> (Duration, Duration) {
     // SAFETY: an all-zero rusage is a valid value; getrusage only writes into it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is valid and writable for the duration of the call.
     if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
-        return Duration::ZERO;
+        return (Duration::ZERO, Duration::ZERO);
     }
-    Duration::new(
-        usage.ru_stime.tv_sec as u64,
-        usage.ru_stime.tv_usec as u32 * 1000,
-    )
+    let d = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    (d(usage.ru_utime), d(usage.ru_stime))
 }
 
 type Res<T> = Result<T, String>;

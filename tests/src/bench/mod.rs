@@ -27,10 +27,16 @@ pub enum Metric {
     /// The agent's own `utime + stime` before stdin EOF, ms (the floor: the CPU of the thread
     /// that drove the traffic, ns resolution).
     Cpu,
-    /// The part of [`Metric::Cpu`] spent in the kernel (syscalls, page faults), ms: the CPU
-    /// figure times `stime / (utime + stime)` of `/proc/<pid>/stat` (the floor: the thread's
-    /// `getrusage` system time).
+    /// The part of [`Metric::Cpu`] spent in the kernel (syscalls, page faults), ms. Derived
+    /// by the table, never measured alone: the median CPU times the kernel share of
+    /// [`Metric::UserTime`] + [`Metric::SystemTime`] pooled over the runs.
     KernelCpu,
+    /// `utime` of `/proc/<pid>/stat` (the floor: the thread's `getrusage` user time), ms. The
+    /// kernel splits a task's CPU between user and system by sampling at the clock tick, so one
+    /// short run's split is coarse; the table pools it over the runs.
+    UserTime,
+    /// `stime` likewise, ms.
+    SystemTime,
     /// Peak RSS (`VmHWM`) before stdin EOF, KiB. None for the floor (it runs in the harness).
     PeakRss,
     /// TCP connections the fake LLM accepted.
