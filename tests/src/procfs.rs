@@ -105,6 +105,16 @@ pub fn wait_all_dead(pids: &[i32], timeout: std::time::Duration) -> Vec<i32> {
     }
 }
 
+/// The peak resident set size of `pid` in KiB (`VmHWM` of `/proc/<pid>/status`, the kernel's
+/// high-water mark since the process started); `None` when it is gone or a zombie.
+pub fn vm_hwm_kib(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// A readable description of a pid for failure messages.
 pub fn describe(pid: i32) -> String {
     match stat(pid) {
@@ -119,6 +129,13 @@ pub fn describe(pid: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_peak_rss_is_read_and_a_missing_process_has_none() {
+        let kib = vm_hwm_kib(std::process::id() as i32).expect("own VmHWM");
+        assert!(kib > 100, "{kib} KiB");
+        assert_eq!(vm_hwm_kib(i32::MAX), None);
+    }
 
     #[test]
     fn stat_with_blanks_and_parens_in_comm_parses() {
