@@ -96,6 +96,8 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
                 Action::Exit { code } => exit_code = code,
             }
         }
+        // One wake-up of the log writer per turn, however many lines the turn logged.
+        log.wake();
         if agent.is_finished() {
             break;
         }

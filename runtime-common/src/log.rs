@@ -1,7 +1,8 @@
 //! Logging that never blocks the event loop (SPEC P2, case C51).
 //!
-//! The loop hands each rendered line to [`Log::write`], which only queues it; one writer thread
-//! does the blocking `write(2)`s to stderr. The queue is bounded by bytes ([`QUEUE_BYTES`],
+//! The loop hands each rendered line to [`Log::write`], which only queues it, and calls
+//! [`Log::wake`] once per turn; one writer thread does the blocking `write(2)`s to stderr, one
+//! batch per wake-up (a turn that logs ten lines costs one wake-up and one write). The queue is bounded by bytes ([`QUEUE_BYTES`],
 //! counting the lines the thread is writing): when stderr cannot take more (a pipe nobody
 //! reads, case C51), new lines are dropped and counted, and the thread writes
 //! `N log lines dropped` as soon as a write goes through again. The loop's cost per line is
@@ -50,6 +51,8 @@ struct State {
     writing: bool,
     /// Set by [`Log::flush`]: the thread exits once the queue is empty.
     closing: bool,
+    /// The thread waits for [`Log::wake`] (it must be woken to see new lines).
+    idle: bool,
     /// The writer thread could not be started: lines go nowhere.
     no_thread: bool,
 }
@@ -84,9 +87,9 @@ impl Log {
         log
     }
 
-    /// Queues one rendered line (ending with `\n`). Never blocks on stderr: when the queue is
-    /// full the line is dropped and counted. A line longer than the whole queue is still taken
-    /// when nothing else is waiting.
+    /// Queues one rendered line (ending with `\n`) for the next [`Log::wake`]. Never blocks on
+    /// stderr: when the queue is full the line is dropped and counted. A line longer than the
+    /// whole queue is still taken when nothing else is waiting.
     pub fn write(&self, line: String) {
         let mut st = self.shared.lock();
         if st.no_thread || st.closing {
@@ -98,8 +101,17 @@ impl Log {
         }
         st.bytes += line.len();
         st.queue.push_back(line);
-        drop(st);
-        self.shared.queued.notify_one();
+    }
+
+    /// Lets the writer thread write what was queued: wakes it if it sleeps (a busy thread
+    /// takes the new lines with its next batch). Call it after a burst of [`Log::write`]s.
+    pub fn wake(&self) {
+        let mut st = self.shared.lock();
+        if st.idle && !st.queue.is_empty() {
+            st.idle = false;
+            drop(st);
+            self.shared.queued.notify_one();
+        }
     }
 
     /// Lets the thread write what is queued (and a last drop count), waiting at most `limit`;
@@ -135,8 +147,10 @@ impl Shared {
         loop {
             let mut st = self.lock();
             while st.queue.is_empty() && st.dropped == 0 && !st.closing {
+                st.idle = true;
                 st = self.queued.wait(st).unwrap_or_else(|e| e.into_inner());
             }
+            st.idle = false;
             if st.queue.is_empty() && st.dropped == 0 {
                 // Closing, and nothing left.
                 drop(st);
@@ -228,6 +242,7 @@ mod tests {
         let started = Instant::now();
         for _ in 0..10_000 {
             log.write(line.clone());
+            log.wake();
         }
         // 1 MB of lines against a stderr that takes nothing: no call waited.
         assert!(started.elapsed() < Duration::from_secs(2));
@@ -271,6 +286,9 @@ mod tests {
         let log = Log::start_with(LogFormat::Text, Instant::now(), Sink(seen.clone()));
         for i in 0..100 {
             log.write(format!("line {i}\n"));
+            if i % 3 == 0 {
+                log.wake();
+            }
             std::thread::sleep(Duration::from_micros(100));
         }
         assert!(log.flush(Duration::from_secs(5)));
@@ -286,6 +304,7 @@ mod tests {
     fn a_flush_against_a_stderr_that_stays_blocked_gives_up_at_its_limit() {
         let (log, _open, _seen) = gated();
         log.write("stuck\n".into());
+        log.wake();
         let started = Instant::now();
         assert!(!log.flush(Duration::from_millis(200)));
         let took = started.elapsed();
