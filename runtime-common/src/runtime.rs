@@ -104,3 +104,46 @@ pub trait Runtime: 'static {
     /// The OS error of installing the signal handlers.
     fn watch_shutdown_signals(&self, tx: InputSender) -> io::Result<()>;
 }
+
+/// Declares `struct $name<T>(T)`, a runtime's pipe as the driver's [`ReadPipe`] (for
+/// `T: $read`) and [`WritePipe`] (for `T: $write`). Runtimes name their async IO traits
+/// differently (tokio's own, futures-io for smol) but the glue is the same, so it is written
+/// once here; the call site must have the runtime's extension traits (`read`, `write_all`,
+/// `flush`) in scope, e.g. `tokio::io::{AsyncReadExt, AsyncWriteExt}`.
+///
+/// ```ignore
+/// use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+/// buzz_agent_runtime::pipe_newtype!(Pipe: AsyncRead, AsyncWrite);
+/// let stdin = Pipe(tokio::io::stdin());
+/// ```
+#[macro_export]
+macro_rules! pipe_newtype {
+    ($(#[$meta:meta])* $name:ident: $read:path, $write:path) => {
+        $(#[$meta])*
+        struct $name<T>(T);
+
+        impl<T: $read + Unpin + Send + 'static> $crate::ReadPipe for $name<T> {
+            fn read<'a>(
+                &'a mut self,
+                buf: &'a mut [u8],
+            ) -> impl ::std::future::Future<Output = ::std::io::Result<usize>> + Send + 'a {
+                self.0.read(buf)
+            }
+        }
+
+        impl<T: $write + Unpin + Send + 'static> $crate::WritePipe for $name<T> {
+            fn write_all<'a>(
+                &'a mut self,
+                buf: &'a [u8],
+            ) -> impl ::std::future::Future<Output = ::std::io::Result<()>> + Send + 'a {
+                self.0.write_all(buf)
+            }
+
+            fn flush(
+                &mut self,
+            ) -> impl ::std::future::Future<Output = ::std::io::Result<()>> + Send + '_ {
+                self.0.flush()
+            }
+        }
+    };
+}

@@ -61,30 +61,10 @@ struct Smol {
     ex: Rc<LocalExecutor<'static>>,
 }
 
-/// A smol (futures-io) pipe as the driver's [`ReadPipe`] / [`WritePipe`].
-struct Pipe<T>(T);
-
-impl<T: AsyncRead + Unpin + Send + 'static> ReadPipe for Pipe<T> {
-    fn read<'a>(
-        &'a mut self,
-        buf: &'a mut [u8],
-    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
-        self.0.read(buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin + Send + 'static> WritePipe for Pipe<T> {
-    fn write_all<'a>(
-        &'a mut self,
-        buf: &'a [u8],
-    ) -> impl Future<Output = io::Result<()>> + Send + 'a {
-        self.0.write_all(buf)
-    }
-
-    fn flush(&mut self) -> impl Future<Output = io::Result<()>> + Send + '_ {
-        self.0.flush()
-    }
-}
+buzz_agent_runtime::pipe_newtype!(
+    /// A smol (futures-io) pipe as the driver's [`ReadPipe`] / [`WritePipe`].
+    Pipe: AsyncRead, AsyncWrite
+);
 
 impl Runtime for Smol {
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
