@@ -2,11 +2,11 @@
 //! "HTTP goes through ureq on a blocking thread that streams body chunks back as inputs").
 //! Idle timeouts, retries and parsing live in the core; this only moves bytes.
 //!
-//! Memory: the response head must fit ureq's input buffer ([`HTTP_INPUT_BUF`]; a longer head is
-//! an error), and the body is read in [`READ_CHUNK`] pieces that go to the loop as they arrive
-//! (no `read_to_end`, no line splitting here), through the loop's bounded input channel: an
-//! endless body or an endless SSE line costs this thread one chunk, and the queue at most its
-//! capacity. Lines are the core's business (its SSE decoder caps them).
+//! Memory: the response head must fit ureq's input buffer (`HTTP_INPUT_BUF`, 32 KiB; a longer
+//! head is an error), and the body is read in `READ_CHUNK` (16 KiB) pieces that go to the loop
+//! as they arrive (no `read_to_end`, no line splitting here), through the loop's bounded input
+//! channel: an endless body or an endless SSE line costs this thread one chunk, and the queue at
+//! most its capacity. Lines are the core's business (its SSE decoder caps them).
 
 use crate::runtime::InputSender;
 use buzz_agent_core::llm::HttpRequest;

@@ -9,17 +9,19 @@
 //! |---|---|
 //! | [`runtime`] | the [`Runtime`] trait and the pipe traits a binary implements |
 //! | [`driver`] | the loop: drain actions, handle inputs and timeouts (the core's drain rule) |
-//! | [`children`] | MCP child processes: spawn, pipes, exit, process-group signals |
+//! | `children` | MCP child processes: spawn, pipes, exit, process-group signals |
 //! | [`lines`] | the bounded line reader for a child's stderr (case C52) |
 //! | [`log`] | stderr logging that never blocks the loop (SPEC P2, case C51) |
 //! | [`http`] | the `ureq` LLM worker, streaming bodies back as inputs |
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
-//! | [`extras`] | `demo`, `example-server`, `hooks check`: linked only into a binary that names them |
+//! | [`extras`] | `demo`, `example-server`, `hooks check`, linked only where a binary names them |
 //! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting |
+//! | `util` | `race` of two futures |
 //!
 //! What both drivers need that is not IO lives in `buzz-agent-core`, not here.
+#![deny(missing_docs)]
 
-pub mod children;
+mod children;
 pub mod cli;
 pub mod driver;
 pub mod extras;
@@ -28,7 +30,7 @@ pub mod lines;
 pub mod log;
 pub mod runtime;
 pub mod sys;
-pub mod util;
+mod util;
 
 pub use driver::drive;
 pub use runtime::{InputSender, ReadPipe, Runtime, SpawnedChild, WritePipe};

@@ -2,11 +2,11 @@
 //!
 //! The loop hands each rendered line to [`Log::write`], which only queues it, and calls
 //! [`Log::wake`] once per turn; one writer thread does the blocking `write(2)`s to stderr, one
-//! batch per wake-up (a turn that logs ten lines costs one wake-up and one write). The queue is bounded by bytes ([`QUEUE_BYTES`],
-//! counting the lines the thread is writing): when stderr cannot take more (a pipe nobody
-//! reads, case C51), new lines are dropped and counted, and the thread writes
-//! `N log lines dropped` as soon as a write goes through again. The loop's cost per line is
-//! one short mutex section; memory stays under `QUEUE_BYTES` plus one line.
+//! batch per wake-up (a turn that logs ten lines costs one wake-up and one write). The queue is
+//! bounded by bytes ([`QUEUE_BYTES`], counting the lines the thread is writing): when stderr
+//! cannot take more (a pipe nobody reads, case C51), new lines are dropped and counted, and the
+//! thread writes `N log lines dropped` as soon as a write goes through again. The loop's cost
+//! per line is one short mutex section; memory stays under `QUEUE_BYTES` plus one line.
 //!
 //! Why a thread and not non-blocking writes: `O_NONBLOCK` belongs to the open file description,
 //! which the agent's stderr shares with its parent (a terminal, the client's pipe), so setting
