@@ -1,11 +1,15 @@
 //! MCP child processes (SPEC M1, M7, M8, case C34): spawned in their own process group with all
 //! three streams piped, stdout streamed as bytes, stderr as capped lines, the exit reported after
 //! reaping. The driver alone keeps `ProcKey → child`; the core never sees a pid.
+//!
+//! Every reader holds a fixed amount whatever the child writes (case C52): stdout goes to the
+//! core in chunks (its codec caps lines), stderr through the core's [`StderrLines`] splitter,
+//! which cuts a line at the cap and skips the rest of it without storing it.
 
-use crate::lines::forward_stderr;
 use crate::runtime::{InputSender, ReadPipe, Runtime, WritePipe};
 use crate::sys::{exit_description, signal_group};
 use crate::util::race;
+use buzz_agent_core::io::StderrLines;
 use buzz_agent_core::{Input, ProcKey, Signal, SpawnSpec};
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
@@ -14,6 +18,8 @@ use std::time::{Duration, Instant};
 /// Bytes per read of a child's stdout (one buffer per child for its whole life; a full pipe
 /// takes a few reads).
 const STDOUT_BUF: usize = 16 * 1024;
+/// Bytes per read of a child's stderr.
+const STDERR_BUF: usize = 8 * 1024;
 /// How long to wait for stderr to drain after the child exited, so the exit report carries
 /// the last stderr lines (a grandchild holding stderr open must not delay it longer).
 const STDERR_DRAIN: Duration = Duration::from_millis(300);
@@ -68,7 +74,7 @@ impl Children {
             let stderr = child.stderr;
             rt.spawn(async move {
                 let _done = err_done_tx;
-                forward_stderr(stderr, proc, tx).await;
+                read_stderr(stderr, proc, tx).await;
             });
         }
         {
@@ -158,5 +164,30 @@ async fn read_stdout(mut stdout: impl ReadPipe, proc: ProcKey, tx: InputSender) 
                 }
             }
         }
+    }
+}
+
+/// Sends the child's stderr as `McpStderrLine`s, at most
+/// [`buzz_agent_core::io::MAX_STDERR_LINE_BYTES`] bytes each (a cut line ends with the core's
+/// cut marker). Holds one read buffer, the splitter's line (at most the cap) and the lines of
+/// one read.
+async fn read_stderr(mut stderr: impl ReadPipe, proc: ProcKey, tx: InputSender) {
+    let mut splitter = StderrLines::default();
+    let mut buf = vec![0u8; STDERR_BUF];
+    let mut lines = Vec::new();
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        splitter.push(&buf[..n], &mut lines);
+        for line in lines.drain(..) {
+            if tx.send(Input::McpStderrLine { proc, line }).await.is_err() {
+                return;
+            }
+        }
+    }
+    if let Some(line) = splitter.finish() {
+        let _ = tx.send(Input::McpStderrLine { proc, line }).await;
     }
 }

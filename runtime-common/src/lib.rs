@@ -9,8 +9,7 @@
 //! |---|---|
 //! | [`runtime`] | the [`Runtime`] trait and the pipe traits a binary implements |
 //! | [`driver`] | the loop: drain actions, handle inputs and timeouts (the core's drain rule) |
-//! | `children` | MCP child processes: spawn, pipes, exit, process-group signals |
-//! | [`lines`] | the bounded line reader for a child's stderr (case C52) |
+//! | `children` | MCP child processes: spawn, pipes (stderr as capped lines, C52), exit, `killpg` |
 //! | [`log`] | stderr logging that never blocks the loop (SPEC P2, case C51) |
 //! | [`http`] | the `ureq` LLM worker, streaming bodies back as inputs |
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
@@ -26,7 +25,6 @@ pub mod cli;
 pub mod driver;
 pub mod extras;
 pub mod http;
-pub mod lines;
 pub mod log;
 pub mod runtime;
 pub mod sys;

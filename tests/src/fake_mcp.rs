@@ -33,7 +33,7 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
@@ -192,6 +192,10 @@ impl Config {
                     obj(json!({"bytes": {"type": "integer"}}), &[]),
                 ),
                 "fail" => ("Returns an isError result", obj(json!({}), &[])),
+                "latin1" => (
+                    "Returns legacy-encoded (not UTF-8) text",
+                    obj(json!({}), &[]),
+                ),
                 "reject" => ("Answers a JSON-RPC error", obj(json!({}), &[])),
                 "shell" => (
                     "Pretends to run a shell command",
@@ -286,6 +290,11 @@ pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
     wrote
 }
 
+/// The text of the `latin1` tool, byte for byte (case C36): Latin-1 `é` and CP949 bytes.
+pub const LATIN1_TEXT_RAW: &[u8] = b"int caf\xE9 = 1; // \xB0\xA1\xC7\xD1 END";
+/// [`LATIN1_TEXT_RAW`] decoded lossily, as the agent must see it (SPEC L9).
+pub const LATIN1_TEXT_LOSSY: &str = "int caf\u{FFFD} = 1; // \u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD} END";
+
 /// Output shared by all handler threads: one line per write, flushed.
 #[derive(Clone)]
 pub struct Out(Arc<Mutex<Box<dyn Write + Send>>>);
@@ -312,8 +321,12 @@ impl Out {
     }
 
     fn raw(&self, text: &str) {
+        self.raw_bytes(text.as_bytes());
+    }
+
+    fn raw_bytes(&self, bytes: &[u8]) {
         if let Ok(mut w) = self.0.lock() {
-            let _ = w.write_all(text.as_bytes()).and_then(|()| w.flush());
+            let _ = w.write_all(bytes).and_then(|()| w.flush());
         }
     }
 }
@@ -629,6 +642,18 @@ impl Server {
                         ok(id, text_result(&format!("flooded {wrote} bytes"), false))
                     }
                     "fail" => ok(id, text_result("boom", true)),
+                    "latin1" => {
+                        // C36: perfect JSON-RPC except for the bytes of the text.
+                        let mut line = format!(
+                            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\""
+                        )
+                        .into_bytes();
+                        line.extend_from_slice(LATIN1_TEXT_RAW);
+                        line.extend_from_slice(b"\"}]}}\n");
+                        self.out.raw_bytes(&line);
+                        self.replied.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
                     "reject" => err(id, -32602, "Invalid arguments"),
                     "shell" => ok(
                         id,

@@ -221,6 +221,8 @@ struct State {
     responses: HashMap<String, Value>,
     /// How many requests with that id we sent / how many responses came.
     sent_ids: HashMap<String, usize>,
+    /// Bytes sent after the last newline (a line written in pieces).
+    sent_partial: Vec<u8>,
     answered_ids: HashMap<String, usize>,
     violations: Vec<String>,
     stdout_closed: bool,
@@ -324,6 +326,7 @@ impl AgentProc {
                 stdout_lines: Vec::new(),
                 responses: HashMap::new(),
                 sent_ids: HashMap::new(),
+                sent_partial: Vec::new(),
                 answered_ids: HashMap::new(),
                 violations: Vec::new(),
                 stdout_closed: false,
@@ -370,7 +373,12 @@ impl AgentProc {
 
     fn note_sent(&self, bytes: &[u8]) {
         let mut st = self.shared.lock();
-        for line in bytes.split(|&b| b == b'\n') {
+        // Lines may be written in pieces: complete lines are read once their newline is sent.
+        st.sent_partial.extend_from_slice(bytes);
+        let end = st.sent_partial.iter().rposition(|&b| b == b'\n');
+        let complete: Vec<u8> =
+            end.map_or_else(Vec::new, |end| st.sent_partial.drain(..=end).collect());
+        for line in complete.split(|&b| b == b'\n') {
             let line = String::from_utf8_lossy(line);
             let line = line.trim_start_matches('\u{feff}').trim_end_matches('\r');
             let Ok(msg) = serde_json::from_str::<Value>(line) else {

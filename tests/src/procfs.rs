@@ -105,16 +105,6 @@ pub fn wait_all_dead(pids: &[i32], timeout: std::time::Duration) -> Vec<i32> {
     }
 }
 
-/// The peak resident set size of `pid` in KiB (`VmHWM` of `/proc/<pid>/status`, the kernel's
-/// high-water mark since the process started); `None` when it is gone or a zombie.
-pub fn vm_hwm_kib(pid: i32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// A readable description of a pid for failure messages.
 pub fn describe(pid: i32) -> String {
     match stat(pid) {
@@ -126,15 +116,25 @@ pub fn describe(pid: i32) -> String {
     }
 }
 
+/// The kernel's peak-RSS mark (`VmHWM` of `/proc/<pid>/status`) in KiB, `None` when the process
+/// is gone or the field is missing.
+pub fn peak_rss_kib(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn own_peak_rss_is_read_and_a_missing_process_has_none() {
-        let kib = vm_hwm_kib(std::process::id() as i32).expect("own VmHWM");
+        let kib = peak_rss_kib(std::process::id() as i32).expect("own VmHWM");
         assert!(kib > 100, "{kib} KiB");
-        assert_eq!(vm_hwm_kib(i32::MAX), None);
+        assert_eq!(peak_rss_kib(i32::MAX), None);
     }
 
     #[test]

@@ -10,9 +10,11 @@ use crate::procfs;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-/// Longest forwarded MCP stderr line, in bytes (`buzz_agent_core::io::MAX_STDERR_LINE_BYTES`;
-/// the e2e crate drives the binaries only, so the value is restated here).
+/// Longest forwarded MCP stderr line, in bytes, and the marker that ends a cut one
+/// (`buzz_agent_core::io::{MAX_STDERR_LINE_BYTES, STDERR_CUT_MARKER}`; the e2e crate drives the
+/// binaries only, so the values are restated here).
 const MAX_STDERR_LINE_BYTES: usize = 16 * 1024;
+const STDERR_CUT_MARKER: &str = "\u{2026}";
 /// Bytes of stderr the chatty server writes per `noisy` call (case C51).
 const NOISY_BYTES: usize = 300_000;
 /// Bytes of the endless stderr line (case C52).
@@ -167,7 +169,7 @@ fn flood_session(ctx: &Ctx, bytes: u64) -> (u64, String, Option<String>) {
         json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "flood,echo")])]),
     );
     prompt_end_turn(&agent, &sid);
-    let hwm = procfs::vm_hwm_kib(agent.pid()).expect("the agent's VmHWM");
+    let hwm = procfs::peak_rss_kib(agent.pid()).expect("the agent's VmHWM");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 3, "{}", agent.context());
     let second = reqs[2].tool_result_for("call_2");
@@ -200,19 +202,26 @@ pub fn c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering(ctx: 
     );
     let forwarded: Vec<&str> = log
         .lines()
-        .filter_map(|l| l.split_once("[mcp:fs] x").map(|(_, rest)| rest))
+        .filter_map(|l| l.split_once("[mcp:fs] ").map(|(_, line)| line))
+        .filter(|line| line.starts_with('x'))
         .collect();
     assert_eq!(
         forwarded.len(),
         1,
         "C52: one forwarded piece of the endless line, the rest skipped"
     );
-    assert_eq!(
-        forwarded[0].len() + 1,
-        MAX_STDERR_LINE_BYTES,
-        "C52: the forwarded line is cut at the cap"
+    let cut = forwarded[0];
+    assert!(
+        cut.len() == MAX_STDERR_LINE_BYTES && cut.ends_with(STDERR_CUT_MARKER),
+        "C52: the forwarded line is cut at the cap and marked: {} bytes, ends (reversed) {:?}",
+        cut.len(),
+        cut.chars().rev().take(4).collect::<String>()
     );
-    assert!(forwarded[0].bytes().all(|b| b == b'x'));
+    assert!(
+        cut.trim_end_matches(STDERR_CUT_MARKER)
+            .bytes()
+            .all(|b| b == b'x')
+    );
     let done = format!("[mcp:fs] {FLOOD_DONE}");
     let cut_at = log.find("[mcp:fs] x").expect("the cut line");
     assert!(
