@@ -111,7 +111,7 @@ pub trait Runtime: 'static {
 /// once here; the call site must have the runtime's extension traits (`read`, `write_all`,
 /// `flush`) in scope, e.g. `tokio::io::{AsyncReadExt, AsyncWriteExt}`.
 ///
-/// ```ignore
+/// ```text
 /// use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// buzz_agent_runtime::pipe_newtype!(Pipe: AsyncRead, AsyncWrite);
 /// let stdin = Pipe(tokio::io::stdin());
