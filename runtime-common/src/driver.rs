@@ -8,7 +8,8 @@ use crate::http;
 use crate::log::Log;
 use crate::runtime::{InputSender, ReadPipe, Runtime, WritePipe};
 use crate::util::{Either, race};
-use buzz_agent_core::{Action, Agent, Config, Input, LlmCallId, MonoTime};
+use buzz_agent_core::config::LogLevel;
+use buzz_agent_core::{Action, Agent, Config, Input, LlmCallId, LogRecord, MonoTime};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,10 +58,12 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
         });
     }
     if let Err(e) = rt.watch_shutdown_signals(tx.clone()) {
-        log.write(format!(
-            "{} ERROR cannot watch SIGTERM/SIGINT/SIGHUP: {e}\n",
-            program.name
-        ));
+        let record = LogRecord {
+            level: LogLevel::Error,
+            at: now(),
+            message: format!("cannot watch SIGTERM/SIGINT/SIGHUP: {e}"),
+        };
+        log.write(record.render(log_format));
     }
 
     let mut children = Children::default();
