@@ -93,6 +93,8 @@ pub fn record_scripted_session(
     let llm = FakeLlm::scripted(replies);
     let ctx = Ctx {
         agent_bin: agent_bin.to_path_buf(),
+        // The scripted session runs no subcommand.
+        has_extras: false,
     };
     let mut env = vec![
         ("MCP_HOOK_SERVERS", "guard"),

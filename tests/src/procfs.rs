@@ -207,6 +207,13 @@ mod tests {
     }
 
     #[test]
+    fn own_peak_rss_is_read_and_a_missing_process_has_none() {
+        let kib = peak_rss_kib(std::process::id() as i32).expect("own VmHWM");
+        assert!(kib > 100, "{kib} KiB");
+        assert_eq!(peak_rss_kib(i32::MAX), None);
+    }
+
+    #[test]
     fn stat_with_blanks_and_parens_in_comm_parses() {
         let s = parse_stat("123 (a b) c)) S 7 99 99 0 -1 4194304").unwrap();
         assert_eq!(
