@@ -123,7 +123,7 @@ impl Agent {
             inherited_env: Vec::new(),
             now,
             actions,
-            acp_in: LineBuffer::new(max_line),
+            acp_in: LineBuffer::recovering_ids(max_line),
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
             next_session: 1,
@@ -176,7 +176,11 @@ impl Agent {
         match input {
             Input::AcpBytes(bytes) => self.on_acp_bytes(&bytes),
             Input::AcpEof => {
-                if let Some(n) = self.acp_in.finish() {
+                let mut events = std::mem::take(&mut self.line_events);
+                let partial = self.acp_in.finish_into(&mut events);
+                self.on_acp_line_events(&mut events);
+                self.line_events = events;
+                if let Some(n) = partial {
                     self.log(
                         LogLevel::Warn,
                         format!("acp: dropped a partial line of {n} bytes at EOF (T7)"),
@@ -337,16 +341,28 @@ impl Agent {
     fn on_acp_bytes(&mut self, bytes: &[u8]) {
         let mut events = std::mem::take(&mut self.line_events);
         self.acp_in.push(bytes, &mut events);
+        self.on_acp_line_events(&mut events);
+        self.line_events = events;
+    }
+
+    /// Handles (and drains) the line events of the ACP input.
+    fn on_acp_line_events(&mut self, events: &mut Vec<LineEvent>) {
         for ev in events.drain(..) {
             match ev {
                 LineEvent::Line(line) => self.on_acp_line(&line),
-                LineEvent::TooLong { bytes } => {
+                LineEvent::TooLong { bytes, id } => {
+                    let shown = id
+                        .as_ref()
+                        .map_or_else(|| "null".to_owned(), |i| i.to_value().to_string());
                     self.log(
                         LogLevel::Warn,
-                        format!("acp: discarded an inbound line of {bytes} bytes (T3)"),
+                        format!(
+                            "acp: discarded an inbound line of over {} bytes (id {shown})",
+                            bytes.saturating_sub(1)
+                        ),
                     );
                     self.reply_err(
-                        None,
+                        id.as_ref(),
                         jsonrpc::RpcError::INVALID_REQUEST,
                         format!(
                             "Invalid Request: line too long (over BUZZ_AGENT_MAX_LINE_BYTES={} bytes); discarded",
@@ -357,7 +373,6 @@ impl Agent {
                 }
             }
         }
-        self.line_events = events;
     }
 
     fn on_acp_line(&mut self, line: &[u8]) {

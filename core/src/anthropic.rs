@@ -846,6 +846,18 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
         }
     }
 
+    #[test]
+    fn c52_an_endless_line_in_an_anthropic_stream_is_cut_off_at_16_mib() {
+        crate::llm::decoder_tests::assert_endless_line_is_cut_off(&make);
+    }
+
+    #[test]
+    fn c36_invalid_utf8_in_an_anthropic_stream_is_decoded_lossily() {
+        let outcome =
+            crate::llm::decoder_tests::assert_invalid_utf8_is_decoded_lossily(&make, PLAIN_TEXT);
+        assert_eq!(ok(&outcome).text, "Hello, h\u{FFFD}llo \u{1F41D}!");
+    }
+
     fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
         ToolCall {
             id: id.to_owned(),

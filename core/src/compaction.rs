@@ -32,7 +32,7 @@ const SUMMARY_RESULT_CAP: usize = 2000;
 pub fn projected_tokens(history: &[Message], last_input_tokens: u64, usage_mark: usize) -> u64 {
     let mark = usage_mark.min(history.len());
     let appended: usize = history[mark..].iter().map(Message::content_bytes).sum();
-    last_input_tokens + appended as u64
+    last_input_tokens.saturating_add(u64::try_from(appended).unwrap_or(u64::MAX))
 }
 
 /// The compaction threshold: 90 % of the context window (SPEC K1), in tokens.
@@ -400,6 +400,14 @@ mod tests {
             text: "r".repeat(n),
             is_error: false,
         }
+    }
+
+    #[test]
+    fn projected_tokens_saturate_on_peer_reported_u64_max() {
+        let h = vec![Message::User { text: "abc".into() }];
+        assert_eq!(projected_tokens(&h, u64::MAX, 0), u64::MAX);
+        assert_eq!(projected_tokens(&h, u64::MAX - 1, 0), u64::MAX);
+        assert_eq!(projected_tokens(&h, 7, 99), 7);
     }
 
     #[test]

@@ -110,8 +110,135 @@ impl fmt::Debug for Input {
     }
 }
 
-/// Longest MCP stderr line the runtimes forward, in bytes; the rest of a longer line is dropped.
+/// Longest MCP stderr line the runtimes forward, in bytes; the rest of a longer line is dropped
+/// (SPEC P2, C52).
 pub const MAX_STDERR_LINE_BYTES: usize = 16 * 1024;
+
+/// Appended to a stderr line that was cut at the cap (counted within the cap).
+pub const STDERR_CUT_MARKER: &str = "\u{2026}";
+
+/// Splits a child's stderr byte stream into the lines of `Input::McpStderrLine` (SPEC M1, P2,
+/// L9, C52), whatever the chunking, in constant memory.
+///
+/// - Lines end at `\n`; one trailing `\r` is removed; every line, blank ones included, is
+///   emitted (stderr is free text).
+/// - Bytes are decoded lossily (invalid UTF-8 becomes U+FFFD, C36/L9).
+/// - A line longer than the cap is emitted as soon as the cap is reached, cut on a character
+///   boundary and ending with [`STDERR_CUT_MARKER`] (at most `cap` bytes in all); the rest of it,
+///   up to and including its `\n`, is skipped without being stored. At most `cap` bytes are
+///   ever held.
+///
+/// The runtimes read stderr in chunks, [`push`](StderrLines::push) each chunk and send each
+/// line as `Input::McpStderrLine`; at EOF, [`finish`](StderrLines::finish) gives the last
+/// unterminated line.
+#[derive(Debug, Clone)]
+pub struct StderrLines {
+    cap: usize,
+    line: Vec<u8>,
+    skipping: bool,
+}
+
+impl Default for StderrLines {
+    fn default() -> Self {
+        StderrLines::new(MAX_STDERR_LINE_BYTES)
+    }
+}
+
+impl StderrLines {
+    /// A splitter whose lines are at most `cap` bytes (the runtimes use
+    /// [`MAX_STDERR_LINE_BYTES`]; a `cap` below the marker's length is raised to it).
+    #[must_use]
+    pub fn new(cap: usize) -> StderrLines {
+        StderrLines {
+            cap: cap.max(STDERR_CUT_MARKER.len()),
+            line: Vec::new(),
+            skipping: false,
+        }
+    }
+
+    /// Feeds the next bytes (any split); complete (or cut) lines are appended to `out`.
+    pub fn push(&mut self, mut chunk: &[u8], out: &mut Vec<String>) {
+        while !chunk.is_empty() {
+            let newline = chunk.iter().position(|&b| b == b'\n');
+            let (head, rest) = match newline {
+                Some(i) => (
+                    chunk.get(..i).unwrap_or(&[]),
+                    chunk.get(i + 1..).unwrap_or(&[]),
+                ),
+                None => (chunk, &[][..]),
+            };
+            if !self.skipping {
+                let room = self.cap.saturating_sub(self.line.len());
+                if head.len() > room {
+                    self.line
+                        .extend_from_slice(head.get(..room).unwrap_or(head));
+                    out.push(self.cut_line());
+                    self.skipping = true;
+                } else {
+                    self.line.extend_from_slice(head);
+                }
+            }
+            if newline.is_some() {
+                if !self.skipping {
+                    let mut line = std::mem::take(&mut self.line);
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
+                    }
+                    out.push(String::from_utf8_lossy(&line).into_owned());
+                }
+                self.skipping = false;
+            }
+            chunk = rest;
+        }
+    }
+
+    /// End of stream: the last line if it had no `\n` (and was not already emitted cut).
+    pub fn finish(&mut self) -> Option<String> {
+        let skipping = std::mem::replace(&mut self.skipping, false);
+        let line = std::mem::take(&mut self.line);
+        if skipping || line.is_empty() {
+            None
+        } else {
+            Some(String::from_utf8_lossy(&line).into_owned())
+        }
+    }
+
+    /// Bytes held for the unfinished line (at most the cap).
+    #[must_use]
+    pub fn pending_bytes(&self) -> usize {
+        self.line.len()
+    }
+
+    /// The held bytes (exactly `cap`) as a cut line; the holder is emptied.
+    fn cut_line(&mut self) -> String {
+        let line = std::mem::take(&mut self.line);
+        cut_with_marker(&String::from_utf8_lossy(&line), self.cap)
+    }
+}
+
+/// `line` if it is at most `cap` bytes, else cut on a character boundary so that with
+/// [`STDERR_CUT_MARKER`] appended it is at most `cap` bytes (SPEC P2: every forwarded stderr
+/// line is capped). The core applies it to every `Input::McpStderrLine` with
+/// [`MAX_STDERR_LINE_BYTES`]; runtimes that split stderr themselves can use it too.
+#[must_use]
+pub fn cap_stderr_line(line: &str, cap: usize) -> String {
+    if line.len() <= cap {
+        return line.to_owned();
+    }
+    cut_with_marker(line, cap)
+}
+
+/// `line` cut on a character boundary to `cap` bytes minus the marker, then the marker.
+fn cut_with_marker(line: &str, cap: usize) -> String {
+    let mut end = cap.saturating_sub(STDERR_CUT_MARKER.len());
+    while end > 0 && !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + STDERR_CUT_MARKER.len());
+    out.push_str(line.get(..end).unwrap_or(""));
+    out.push_str(STDERR_CUT_MARKER);
+    out
+}
 
 /// The human-readable exit status of `Input::McpExited` from what the OS reported: the exit
 /// code, else the terminating signal (`exit status 3`, `killed by signal 9`).
@@ -228,6 +355,101 @@ impl fmt::Debug for Action {
             Action::CancelLlm { call } => write!(f, "CancelLlm({call})"),
             Action::Log(r) => write!(f, "Log({:?}, {})", r.level, r.message),
             Action::Exit { code } => write!(f, "Exit({code})"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn split(cap: usize, chunks: &[&[u8]]) -> (Vec<String>, Option<String>) {
+        let mut s = StderrLines::new(cap);
+        let mut out = Vec::new();
+        for c in chunks {
+            s.push(c, &mut out);
+            assert!(s.pending_bytes() <= cap.max(STDERR_CUT_MARKER.len()));
+        }
+        let last = s.finish();
+        (out, last)
+    }
+
+    #[test]
+    fn c36_invalid_utf8_on_stderr_is_decoded_lossily() {
+        let (lines, last) = split(64, &[b"caf\xE9 \xB0\xA1\r\nok\n", b"tail\xFF"]);
+        assert_eq!(lines, vec!["caf\u{FFFD} \u{FFFD}\u{FFFD}", "ok"]);
+        assert_eq!(last.as_deref(), Some("tail\u{FFFD}"));
+    }
+
+    #[test]
+    fn c52_an_endless_stderr_line_is_cut_at_the_cap_and_the_rest_skipped_without_buffering() {
+        let mut s = StderrLines::new(MAX_STDERR_LINE_BYTES);
+        let mut out = Vec::new();
+        let chunk = vec![b'x'; 64 * 1024];
+        // 100 MiB without a newline: memory held never exceeds the cap.
+        for _ in 0..1600 {
+            s.push(&chunk, &mut out);
+            assert!(s.pending_bytes() <= MAX_STDERR_LINE_BYTES);
+        }
+        assert_eq!(out.len(), 1, "the cut line is forwarded once, at once");
+        assert!(out[0].len() <= MAX_STDERR_LINE_BYTES);
+        assert!(out[0].ends_with(STDERR_CUT_MARKER) && out[0].starts_with("xxxx"));
+        s.push(b"xxx\nnext line\n", &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1], "next line");
+        assert_eq!(s.finish(), None);
+    }
+
+    #[test]
+    fn c52_a_line_of_exactly_the_cap_is_whole_and_one_more_byte_is_cut() {
+        let cap = 16;
+        let exact = "a".repeat(cap);
+        assert_eq!(
+            split(cap, &[exact.as_bytes(), b"\n"]).0,
+            vec![exact.clone()]
+        );
+        let (lines, _) = split(cap, &[exact.as_bytes(), b"b\n"]);
+        assert_eq!(
+            lines,
+            vec![format!("{}{STDERR_CUT_MARKER}", "a".repeat(cap - 3))]
+        );
+    }
+
+    #[test]
+    fn c52_cap_stderr_line_cuts_on_a_character_boundary() {
+        assert_eq!(cap_stderr_line("short", 16), "short");
+        let cut = cap_stderr_line(&"é".repeat(20), 16);
+        assert!(cut.len() <= 16 && cut.ends_with(STDERR_CUT_MARKER), "{cut}");
+        assert_eq!(cut, format!("{}{STDERR_CUT_MARKER}", "é".repeat(6)));
+    }
+
+    proptest! {
+        #[test]
+        fn c52_any_split_gives_the_same_capped_lines(
+            bytes in proptest::collection::vec(prop_oneof![Just(b'\n'), Just(b'\r'), Just(0xE9u8), Just(b'a'), any::<u8>()], 0..300),
+            cuts in proptest::collection::vec(any::<usize>(), 0..10),
+            cap in 0usize..40,
+        ) {
+            let whole = split(cap, &[&bytes]);
+            let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut chunks: Vec<&[u8]> = Vec::new();
+            let mut start = 0;
+            for p in points {
+                chunks.push(&bytes[start..p]);
+                start = p;
+            }
+            chunks.push(&bytes[start..]);
+            prop_assert_eq!(split(cap, &chunks), whole.clone());
+            let limit = cap.max(STDERR_CUT_MARKER.len());
+            for l in whole.0.iter().chain(whole.1.iter()) {
+                prop_assert!(!l.contains('\n'));
+                // Lossy decoding may widen invalid bytes (1 byte → 3); the cap holds for cut lines.
+                if l.ends_with(STDERR_CUT_MARKER) {
+                    prop_assert!(l.len() <= limit);
+                }
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ use serde_json::{Map, Number, Value};
 /// A peer's request id (T5): a JSON number or string, kept exactly as received so it is
 /// echoed verbatim (`1.0` stays `1.0`, `"7"` stays `"7"`). Serializes untagged, as the bare
 /// number or string.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum RpcId {
     /// A numeric id (integer or float, as written).
@@ -99,14 +99,24 @@ pub enum LineEvent {
     /// A complete non-blank line: without its `\n`, one trailing `\r` and a leading UTF-8 BOM
     /// (T1). At most `max_line_bytes` bytes.
     Line(Vec<u8>),
-    /// A line grew past `max_line_bytes` (T3). Emitted once per such line, as soon as the cap
-    /// is crossed (so a peer that never sends a newline is still detected); the rest of the line,
-    /// up to and including its `\n`, is discarded without being stored. `bytes` is
-    /// `max_line_bytes + 1`: the length at which the line was known to be too long (its full
-    /// length is never known, and this keeps the events independent of how input is split).
+    /// A line longer than `max_line_bytes` (T3), discarded without being stored. Emitted once
+    /// per such line:
+    /// - by [`LineBuffer::new`] as soon as the cap is crossed (so a peer that never sends a
+    ///   newline is still detected; the MCP side kills such a server, T6), with `id: None`;
+    /// - by [`LineBuffer::recovering_ids`] when the line ends (its `\n`, or EOF through
+    ///   [`LineBuffer::finish_into`]), with the request id recovered by a constant-memory scan
+    ///   of the whole line (T3 amended, C50).
+    ///
+    /// `bytes` is `max_line_bytes + 1`: the length at which the line was known to be too long
+    /// (its full length is never counted, and this keeps the events independent of how input
+    /// is split).
     TooLong {
         /// `max_line_bytes + 1`.
         bytes: usize,
+        /// The line's top-level `"id"` when it is a number or a string (see [`IdScanner`]);
+        /// `None` when absent, `null`, another type, longer than [`MAX_RECOVERED_ID_BYTES`], or
+        /// when the buffer does not recover ids.
+        id: Option<RpcId>,
     },
 }
 
@@ -116,29 +126,46 @@ pub enum LineEvent {
 ///   from every line; lines that are then empty or ASCII-whitespace-only are skipped silently.
 /// - The cap counts a line's bytes before its `\n` (a trailing `\r` and a BOM included). A
 ///   longer line yields one [`LineEvent::TooLong`] and is discarded up to its newline; memory
-///   held stays at most `max_line_bytes` bytes.
+///   held stays at most `max_line_bytes` bytes (plus the [`IdScanner`]'s
+///   [`MAX_RECOVERED_ID_BYTES`] when recovering ids).
 /// - Linear time: every input byte is looked at a bounded number of times (each chunk is
-///   scanned once for newlines; buffered bytes are never rescanned).
+///   scanned once for newlines; buffered bytes are never rescanned, except once by the id
+///   scanner when their line turns out too long).
 #[derive(Debug, Clone)]
 pub struct LineBuffer {
     max: usize,
     /// Bytes of the current, unfinished line (never more than `max`).
     partial: Vec<u8>,
-    /// True while discarding the rest of a line already reported as too long.
+    /// True while discarding the rest of a line already known to be too long.
     discarding: bool,
+    /// `Some` for [`LineBuffer::recovering_ids`]: the scan of the line being discarded.
+    ids: Option<IdScanner>,
 }
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 impl LineBuffer {
-    /// A buffer with a cap of `max_line_bytes` bytes per line (T3: the ACP side uses
-    /// `Config::max_line_bytes`; the MCP side uses 16 MiB, T6).
+    /// A buffer with a cap of `max_line_bytes` bytes per line that reports an over-long line as
+    /// soon as the cap is crossed, without its id (the MCP side: 16 MiB, T6).
     #[must_use]
     pub fn new(max_line_bytes: usize) -> LineBuffer {
         LineBuffer {
             max: max_line_bytes,
             partial: Vec::new(),
             discarding: false,
+            ids: None,
+        }
+    }
+
+    /// A buffer with a cap of `max_line_bytes` bytes per line that reports an over-long line
+    /// when it ends, with the request id recovered from it (the ACP side: T3 amended, C50,
+    /// `Config::max_line_bytes`). The id is found by a streaming scan of the whole line in
+    /// constant memory, wherever `"id"` sits among the top-level members.
+    #[must_use]
+    pub fn recovering_ids(max_line_bytes: usize) -> LineBuffer {
+        LineBuffer {
+            ids: Some(IdScanner::new()),
+            ..LineBuffer::new(max_line_bytes)
         }
     }
 
@@ -150,16 +177,14 @@ impl LineBuffer {
             match rest.iter().position(|&b| b == b'\n') {
                 Some(i) => {
                     let (head, tail) = rest.split_at(i);
-                    if !self.discarding && self.partial.is_empty() {
+                    if !self.discarding && self.partial.is_empty() && head.len() <= self.max {
                         // Fast path: the whole line is inside this chunk; copy it once.
-                        if head.len() > self.max {
-                            out.push(self.too_long());
-                        } else {
-                            emit_line(head, out);
-                        }
+                        emit_line(head, out);
                     } else {
                         self.append(head, out);
-                        if !self.discarding {
+                        if self.discarding {
+                            self.end_discarded_line(out);
+                        } else {
                             let line = std::mem::take(&mut self.partial);
                             emit_line(&line, out);
                         }
@@ -177,17 +202,32 @@ impl LineBuffer {
 
     /// End of stream (T7): forgets any unfinished line and returns its length in bytes so the
     /// caller can log that it was dropped. `None` when nothing was pending, when the pending
-    /// bytes were blank (after BOM removal), or when the line had already been reported as
-    /// [`LineEvent::TooLong`]. The buffer is empty afterwards and may be reused.
+    /// bytes were blank (after BOM removal), or when the line was too long (already reported,
+    /// or, for [`LineBuffer::recovering_ids`], dropped unreported: use
+    /// [`LineBuffer::finish_into`] to have it reported). The buffer is empty afterwards and may
+    /// be reused.
     pub fn finish(&mut self) -> Option<usize> {
         let partial = std::mem::take(&mut self.partial);
         let was_discarding = std::mem::replace(&mut self.discarding, false);
+        if let Some(scan) = &mut self.ids {
+            *scan = IdScanner::new();
+        }
         let content = partial.strip_prefix(BOM).unwrap_or(&partial);
         if was_discarding || content.iter().all(u8::is_ascii_whitespace) {
             None
         } else {
             Some(partial.len())
         }
+    }
+
+    /// [`LineBuffer::finish`], but an over-long line cut by the end of the stream that a
+    /// [`LineBuffer::recovering_ids`] buffer has not reported yet is reported now as
+    /// [`LineEvent::TooLong`] (with the id found so far), so its request is still answered.
+    pub fn finish_into(&mut self, out: &mut Vec<LineEvent>) -> Option<usize> {
+        if self.discarding && self.ids.is_some() {
+            self.end_discarded_line(out);
+        }
+        self.finish()
     }
 
     /// Bytes currently held for an unfinished line (at most `max_line_bytes`).
@@ -199,20 +239,39 @@ impl LineBuffer {
     /// Adds bytes of the unfinished line, switching to discarding when the cap is crossed.
     fn append(&mut self, bytes: &[u8], out: &mut Vec<LineEvent>) {
         if self.discarding {
+            if let Some(scan) = &mut self.ids {
+                scan.feed(bytes);
+            }
             return;
         }
         if self.partial.len().saturating_add(bytes.len()) > self.max {
-            self.partial = Vec::new();
-            out.push(self.too_long());
+            let held = std::mem::take(&mut self.partial);
             self.discarding = true;
+            match &mut self.ids {
+                Some(scan) => {
+                    *scan = IdScanner::new();
+                    scan.feed(&held);
+                    scan.feed(bytes);
+                }
+                None => out.push(self.too_long(None)),
+            }
         } else {
             self.partial.extend_from_slice(bytes);
         }
     }
 
-    fn too_long(&self) -> LineEvent {
+    /// The newline (or EOF) of a discarded line: a recovering buffer reports it now.
+    fn end_discarded_line(&mut self, out: &mut Vec<LineEvent>) {
+        if let Some(scan) = &mut self.ids {
+            let id = std::mem::take(scan).into_id();
+            out.push(self.too_long(id));
+        }
+    }
+
+    fn too_long(&self, id: Option<RpcId>) -> LineEvent {
         LineEvent::TooLong {
             bytes: self.max.saturating_add(1),
+            id,
         }
     }
 }
@@ -223,6 +282,220 @@ fn emit_line(line: &[u8], out: &mut Vec<LineEvent>) {
     let line = line.strip_prefix(BOM).unwrap_or(line);
     if !line.iter().all(u8::is_ascii_whitespace) {
         out.push(LineEvent::Line(line.to_vec()));
+    }
+}
+
+/// Longest `id` value (its JSON text: a number, or a string with its quotes and escapes) that
+/// [`IdScanner`] recovers, in bytes. Longer ids are not recovered (the error then carries
+/// `id: null`).
+pub const MAX_RECOVERED_ID_BYTES: usize = 1024;
+
+/// Where an [`IdScanner`] is in the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum ScanPhase {
+    /// Before the top-level `{` (whitespace and a BOM are skipped).
+    #[default]
+    Start,
+    /// Inside the top-level object, expecting a member name (or `,` / `}`).
+    Key,
+    /// After a member name, expecting `:`.
+    Colon,
+    /// After `:`, expecting the member's value.
+    Value,
+    /// Inside a member value that is not captured, until `,` or `}` at the top level.
+    Skip,
+    /// Capturing the digits of a number `id`.
+    Number,
+    /// The top-level value ended or is not an object: the rest is ignored.
+    Done,
+}
+
+/// A constant-memory streaming scan of one JSON text for its top-level `"id"` member (T3
+/// amended, C50): bytes in any split, at most [`MAX_RECOVERED_ID_BYTES`] held.
+///
+/// It tracks only what it needs: the nesting depth, whether it is inside a string (and after a
+/// `\`), and the name of the current top-level member. A number or string value of a top-level
+/// member named exactly `id` (written without escapes) is captured and decoded with
+/// `serde_json` (invalid UTF-8 lossily, L9); like `serde_json`, the last `"id"` member wins.
+/// The text is not validated: a line that is not JSON may still yield an id, which is harmless
+/// (the answer is an error either way) and helps a client whose line was cut.
+#[derive(Debug, Clone, Default)]
+pub struct IdScanner {
+    phase: ScanPhase,
+    /// Nesting depth of objects and arrays (1 = inside the top-level object).
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// The current string is a top-level member name: its first bytes (up to 3) and whether it
+    /// could still be exactly `id`.
+    key: Option<([u8; 3], usize, bool)>,
+    /// The member whose value comes next is `id`.
+    value_is_id: bool,
+    /// The JSON text of the `id` value being captured (a string with its quotes, or a number).
+    capture: Option<Vec<u8>>,
+    /// The capture grew past [`MAX_RECOVERED_ID_BYTES`].
+    capture_overflow: bool,
+    /// The id found so far.
+    id: Option<RpcId>,
+}
+
+impl IdScanner {
+    /// A scanner at the start of a line.
+    #[must_use]
+    pub fn new() -> IdScanner {
+        IdScanner::default()
+    }
+
+    /// Scans the next bytes of the line.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.phase == ScanPhase::Done {
+                return;
+            }
+            self.byte(b);
+        }
+    }
+
+    /// The line's top-level `id` (number or string), if one was found; `None` when absent or
+    /// unreadable. A number still being captured when the line ended counts.
+    #[must_use]
+    pub fn into_id(mut self) -> Option<RpcId> {
+        if self.phase == ScanPhase::Number {
+            self.end_capture();
+        }
+        self.id
+    }
+
+    fn capture_byte(&mut self, b: u8) {
+        if let Some(c) = &mut self.capture {
+            if c.len() < MAX_RECOVERED_ID_BYTES {
+                c.push(b);
+            } else {
+                self.capture_overflow = true;
+            }
+        }
+    }
+
+    /// The captured `id` value is complete: decode it (the last `id` member wins).
+    fn end_capture(&mut self) {
+        let Some(text) = self.capture.take() else {
+            return;
+        };
+        let overflow = std::mem::replace(&mut self.capture_overflow, false);
+        self.id = if overflow {
+            None
+        } else {
+            serde_json::from_str::<Value>(&String::from_utf8_lossy(&text))
+                .ok()
+                .as_ref()
+                .and_then(RpcId::from_value)
+        };
+        self.phase = ScanPhase::Skip;
+    }
+
+    fn byte(&mut self, b: u8) {
+        if self.in_string {
+            self.string_byte(b);
+            return;
+        }
+        match self.phase {
+            ScanPhase::Start => match b {
+                b'{' => {
+                    self.depth = 1;
+                    self.phase = ScanPhase::Key;
+                }
+                b' ' | b'\t' | b'\r' | b'\n' | 0xEF | 0xBB | 0xBF => {}
+                _ => self.phase = ScanPhase::Done,
+            },
+            ScanPhase::Key => match b {
+                b'"' => {
+                    self.in_string = true;
+                    self.key = Some(([0; 3], 0, true));
+                }
+                b'}' => self.phase = ScanPhase::Done,
+                _ => {}
+            },
+            ScanPhase::Colon => {
+                if b == b':' {
+                    self.phase = ScanPhase::Value;
+                }
+            }
+            ScanPhase::Value => match b {
+                b' ' | b'\t' | b'\r' | b'\n' => {}
+                b'"' if self.value_is_id => {
+                    self.capture = Some(vec![b]);
+                    self.in_string = true;
+                }
+                b'-' | b'0'..=b'9' if self.value_is_id => {
+                    self.capture = Some(vec![b]);
+                    self.phase = ScanPhase::Number;
+                }
+                _ => {
+                    if self.value_is_id {
+                        // `null`, a boolean, an object or an array: not a usable id.
+                        self.id = None;
+                    }
+                    self.phase = ScanPhase::Skip;
+                    self.structural(b);
+                }
+            },
+            ScanPhase::Number => {
+                if matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                    self.capture_byte(b);
+                } else {
+                    self.end_capture();
+                    self.structural(b);
+                }
+            }
+            ScanPhase::Skip => self.structural(b),
+            ScanPhase::Done => {}
+        }
+    }
+
+    /// A byte outside strings while skipping a value: nesting, strings, and the end of the
+    /// member (`,` or `}` at the top level).
+    fn structural(&mut self, b: u8) {
+        match b {
+            b'"' => self.in_string = true,
+            b'{' | b'[' => self.depth = self.depth.saturating_add(1),
+            b'}' | b']' => {
+                self.depth = self.depth.saturating_sub(1);
+                if self.depth == 0 {
+                    self.phase = ScanPhase::Done;
+                }
+            }
+            b',' if self.depth == 1 => self.phase = ScanPhase::Key,
+            _ => {}
+        }
+    }
+
+    fn string_byte(&mut self, b: u8) {
+        let closing = !self.escaped && b == b'"';
+        if let Some((buf, len, plain)) = &mut self.key {
+            if self.escaped || b == b'\\' {
+                *plain = false; // an escaped name is never taken for `id`
+            } else if !closing {
+                if let Some(slot) = buf.get_mut(*len) {
+                    *slot = b;
+                }
+                *len = len.saturating_add(1);
+            }
+        } else {
+            self.capture_byte(b);
+        }
+        if self.escaped {
+            self.escaped = false;
+        } else if b == b'\\' {
+            self.escaped = true;
+        } else if closing {
+            self.in_string = false;
+            if let Some((buf, len, plain)) = self.key.take() {
+                self.value_is_id = plain && len == 2 && buf.get(..2) == Some(b"id".as_slice());
+                self.phase = ScanPhase::Colon;
+            } else if self.capture.is_some() {
+                self.end_capture();
+            }
+        }
     }
 }
 
@@ -286,6 +559,8 @@ impl RpcError {
     /// request instead of leaving it to time out: a missing or non-integer `code` becomes
     /// [`RpcError::INTERNAL_ERROR`], a missing `message` becomes `""` (a string error value
     /// becomes the message), and an `error` that is not an object is kept whole as `data`.
+    /// The message is a peer's free text that ends up in logs and model-visible tool results:
+    /// it is cut to [`MAX_ERROR_MESSAGE_BYTES`] on a character boundary.
     #[must_use]
     pub fn from_value(v: &Value) -> RpcError {
         match v {
@@ -298,8 +573,8 @@ impl RpcError {
                     })
                 });
                 let message = match obj.get("message") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
+                    Some(Value::String(s)) => cut_message(s),
+                    Some(other) => cut_message(&other.to_string()),
                     None => String::new(),
                 };
                 RpcError {
@@ -308,12 +583,25 @@ impl RpcError {
                     data: obj.get("data").cloned(),
                 }
             }
-            Value::String(s) => RpcError::new(RpcError::INTERNAL_ERROR, s.clone()),
+            Value::String(s) => RpcError::new(RpcError::INTERNAL_ERROR, cut_message(s)),
             Value::Null | Value::Bool(_) | Value::Number(_) | Value::Array(_) => {
                 RpcError::new(RpcError::INTERNAL_ERROR, "malformed error").with_data(v.clone())
             }
         }
     }
+}
+
+/// Longest peer error message kept by [`RpcError::from_value`], in bytes (4 KiB, like a
+/// provider's error body, SPEC A3).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
+
+/// `s` cut to [`MAX_ERROR_MESSAGE_BYTES`] on a character boundary.
+fn cut_message(s: &str) -> String {
+    let mut end = s.len().min(MAX_ERROR_MESSAGE_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.get(..end).unwrap_or_default().to_owned()
 }
 
 impl std::fmt::Display for RpcError {
@@ -354,7 +642,8 @@ pub enum Message {
 /// Why a line is not a usable JSON-RPC 2.0 message (T4).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ParseError {
-    /// Not JSON at all (including invalid UTF-8 and lone-surrogate escapes): answer -32700
+    /// Not JSON at all (including lone-surrogate escapes; invalid UTF-8 is decoded lossily
+    /// first, L9): answer -32700
     /// with `id: null` on ACP; log and ignore on MCP (T6).
     #[error("not JSON")]
     NotJson,
@@ -406,8 +695,10 @@ pub fn json_type(v: &Value) -> &'static str {
     }
 }
 
-/// Decodes one line (T4, T5). The line is parsed into a `serde_json::Value` once; a leading
-/// UTF-8 BOM and surrounding JSON whitespace are tolerated.
+/// Decodes one line (T4, T5). The line is decoded as UTF-8 lossily (each invalid sequence
+/// becomes U+FFFD, as `String::from_utf8_lossy`; SPEC L9, C36: bad bytes never drop a frame)
+/// and parsed into a `serde_json::Value` once; a leading UTF-8 BOM and surrounding JSON
+/// whitespace are tolerated. Valid UTF-8 is not copied.
 ///
 /// Classification, after checking for an object with `"jsonrpc":"2.0"`:
 /// - `method` present: it must be a string; with an `id` member (number or string) it is a
@@ -421,7 +712,8 @@ pub fn json_type(v: &Value) -> &'static str {
 /// Errors carry the id when it is a number or string, so the -32600 answer can echo it.
 pub fn parse_message(line: &[u8]) -> Result<Message, ParseError> {
     let line = line.strip_prefix(BOM).unwrap_or(line);
-    let value: Value = serde_json::from_slice(line).map_err(|_| ParseError::NotJson)?;
+    let text = String::from_utf8_lossy(line);
+    let value: Value = serde_json::from_str(&text).map_err(|_| ParseError::NotJson)?;
     let Value::Object(mut obj) = value else {
         return Err(ParseError::Invalid {
             id: None,
@@ -679,7 +971,11 @@ mod tests {
         let (ev, tail) = lines(8, &[b"ok\n0123456789abcdef\nafter\n"]);
         assert_eq!(
             ev,
-            vec![line("ok"), LineEvent::TooLong { bytes: 9 }, line("after")]
+            vec![
+                line("ok"),
+                LineEvent::TooLong { bytes: 9, id: None },
+                line("after")
+            ]
         );
         assert_eq!(tail, None);
     }
@@ -690,11 +986,11 @@ mod tests {
         assert_eq!(lines(4, &[b"ab", b"cd\n"]).0, vec![line("abcd")]);
         assert_eq!(
             lines(4, &[b"abcde\n"]).0,
-            vec![LineEvent::TooLong { bytes: 5 }]
+            vec![LineEvent::TooLong { bytes: 5, id: None }]
         );
         assert_eq!(
             lines(4, &[b"ab", b"cde\n"]).0,
-            vec![LineEvent::TooLong { bytes: 5 }]
+            vec![LineEvent::TooLong { bytes: 5, id: None }]
         );
     }
 
@@ -706,9 +1002,24 @@ mod tests {
             buf.push(&[b'a'; 100], &mut out);
             assert!(buf.pending_bytes() <= 1024);
         }
-        assert_eq!(out, vec![LineEvent::TooLong { bytes: 1025 }]);
+        assert_eq!(
+            out,
+            vec![LineEvent::TooLong {
+                bytes: 1025,
+                id: None
+            }]
+        );
         buf.push(b"aaa\n{}\n", &mut out);
-        assert_eq!(out, vec![LineEvent::TooLong { bytes: 1025 }, line("{}")]);
+        assert_eq!(
+            out,
+            vec![
+                LineEvent::TooLong {
+                    bytes: 1025,
+                    id: None
+                },
+                line("{}")
+            ]
+        );
     }
 
     #[test]
@@ -716,7 +1027,13 @@ mod tests {
         let mut buf = LineBuffer::new(1024);
         let mut out = Vec::new();
         buf.push(&vec![b'x'; 4096], &mut out);
-        assert_eq!(out, vec![LineEvent::TooLong { bytes: 1025 }]);
+        assert_eq!(
+            out,
+            vec![LineEvent::TooLong {
+                bytes: 1025,
+                id: None
+            }]
+        );
         assert_eq!(buf.finish(), None);
     }
 
@@ -783,6 +1100,220 @@ mod tests {
             for ev in &whole.0 {
                 if let LineEvent::Line(l) = ev {
                     prop_assert!(l.len() <= max && !l.contains(&b'\n'));
+                }
+            }
+        }
+    }
+
+    fn recovering(max: usize, chunks: &[&[u8]]) -> Vec<LineEvent> {
+        let mut buf = LineBuffer::recovering_ids(max);
+        let mut out = Vec::new();
+        for c in chunks {
+            buf.push(c, &mut out);
+            assert!(buf.pending_bytes() <= max);
+        }
+        buf.finish_into(&mut out);
+        out
+    }
+
+    fn too_long(max: usize, id: Option<RpcId>) -> LineEvent {
+        LineEvent::TooLong { bytes: max + 1, id }
+    }
+
+    fn scan(text: &str) -> Option<RpcId> {
+        let mut s = IdScanner::new();
+        s.feed(text.as_bytes());
+        s.into_id()
+    }
+
+    #[test]
+    fn c50_an_over_long_request_is_reported_with_its_own_id_when_the_line_ends() {
+        let pad = "x".repeat(5000);
+        let req = format!(
+            r#"{{"jsonrpc":"2.0","id":103,"method":"session/prompt","params":{{"text":"{pad}"}}}}"#
+        );
+        let stream = format!("{req}\n{{\"jsonrpc\":\"2.0\",\"id\":104,\"method\":\"m\"}}\n");
+        let want = vec![
+            too_long(1024, Some(num("103"))),
+            line(r#"{"jsonrpc":"2.0","id":104,"method":"m"}"#),
+        ];
+        assert_eq!(recovering(1024, &[stream.as_bytes()]), want);
+        let chunks: Vec<&[u8]> = stream.as_bytes().chunks(100).collect();
+        assert_eq!(recovering(1024, &chunks), want);
+        // Nothing is reported before the newline: the id may come last.
+        let mut buf = LineBuffer::recovering_ids(1024);
+        let mut out = Vec::new();
+        buf.push(&req.as_bytes()[..3000], &mut out);
+        assert!(out.is_empty() && buf.pending_bytes() == 0);
+    }
+
+    #[test]
+    fn c50_the_id_is_found_after_a_huge_params_member_and_nested_ids_are_ignored() {
+        let pad = "y".repeat(10_000);
+        let req = format!(
+            r#"{{"jsonrpc":"2.0","method":"session/prompt","params":{{"id":1,"t":"{pad}","a":[{{"id":2}}]}},"id":"req-7"}}"#
+        );
+        assert_eq!(
+            recovering(1024, &[req.as_bytes(), b"\n"]),
+            vec![too_long(1024, Some(RpcId::Str("req-7".into())))]
+        );
+    }
+
+    #[test]
+    fn c50_an_over_long_line_without_a_readable_id_is_reported_with_null() {
+        let pad = "z".repeat(2000);
+        for text in [
+            format!(r#"{{"jsonrpc":"2.0","method":"m","params":{{"t":"{pad}"}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":null,"method":"m","params":"{pad}"}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":{{"n":1}},"params":"{pad}"}}"#),
+            format!(r#"[{{"id":1,"p":"{pad}"}}]"#),
+            pad.clone(),
+        ] {
+            assert_eq!(
+                recovering(1024, &[text.as_bytes(), b"\n"]),
+                vec![too_long(1024, None)],
+                "{}",
+                &text[..40]
+            );
+        }
+    }
+
+    #[test]
+    fn c50_an_over_long_line_cut_by_eof_is_still_reported_once_with_its_id() {
+        let pad = "w".repeat(3000);
+        let req = format!(r#"{{"id":9,"jsonrpc":"2.0","method":"m","params":{{"t":"{pad}""#);
+        assert_eq!(
+            recovering(1024, &[req.as_bytes()]),
+            vec![too_long(1024, Some(num("9")))]
+        );
+        let mut buf = LineBuffer::recovering_ids(1024);
+        let mut out = Vec::new();
+        buf.push(req.as_bytes(), &mut out);
+        assert_eq!(buf.finish(), None);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn c50_id_scanner_reads_numbers_strings_escapes_and_the_last_duplicate() {
+        assert_eq!(scan(r#"{"id":103}"#), Some(num("103")));
+        assert_eq!(scan(r#" {"id" : -1.5e3 , "x":1}"#), Some(num("-1.5e3")));
+        assert_eq!(scan("\u{feff}{\"id\":7}"), Some(num("7")));
+        assert_eq!(
+            scan(r#"{"id":"a\"b\\","m":1}"#),
+            Some(RpcId::Str("a\"b\\".into()))
+        );
+        assert_eq!(scan(r#"{"x":"\"id\":5","id":6}"#), Some(num("6")));
+        assert_eq!(scan(r#"{"id":1,"id":2}"#), Some(num("2")));
+        assert_eq!(scan(r#"{"id":1,"id":null}"#), None);
+        assert_eq!(scan(r#"{"i\u0064":1}"#), None);
+        assert_eq!(scan(r#"{"idx":1,"d":2}"#), None);
+        assert_eq!(scan(r#"{"id":true}"#), None);
+        assert_eq!(scan(r#"{"p":{"id":1}}"#), None);
+        assert_eq!(scan(r#"{"id":12"#), Some(num("12")));
+        assert_eq!(scan(r#"{"id":"unterminated"#), None);
+        assert_eq!(scan(r#"{"id":1-2}"#), None);
+        assert_eq!(scan(r#"{} {"id":1}"#), None);
+        let long = format!(r#"{{"id":"{}"}}"#, "i".repeat(MAX_RECOVERED_ID_BYTES));
+        assert_eq!(scan(&long), None);
+        let fits = format!(r#"{{"id":"{}"}}"#, "i".repeat(MAX_RECOVERED_ID_BYTES - 2));
+        assert!(scan(&fits).is_some());
+        assert_eq!(
+            scan("{\"id\":\"caf\u{e9}\"}"),
+            Some(RpcId::Str("caf\u{e9}".into()))
+        );
+        let mut s = IdScanner::new();
+        s.feed(b"{\"id\":\"caf\xE9\"}");
+        assert_eq!(s.into_id(), Some(RpcId::Str("caf\u{FFFD}".into())));
+    }
+
+    #[test]
+    fn c36_invalid_utf8_in_a_line_is_decoded_lossily_not_dropped() {
+        let line = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"int caf\xE9 = 1; // \xB0\xA1\xC7\xD1 END\"}]}}";
+        let Ok(Message::Response {
+            id,
+            outcome: Ok(result),
+        }) = parse_message(line)
+        else {
+            panic!("C36 line was not decoded: {:?}", parse_message(line));
+        };
+        assert_eq!(id, json!(3));
+        assert_eq!(
+            result["content"][0]["text"],
+            json!("int caf\u{FFFD} = 1; // \u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD} END")
+        );
+        // A request from the client with bad bytes in its params is a request too.
+        assert!(matches!(
+            parse_message(
+                b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{\"t\":\"\xFF\"}}"
+            ),
+            Ok(Message::Request { .. })
+        ));
+    }
+
+    fn id_strategy() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            (-1e12f64..1e12).prop_map(|f| json!(f)),
+            ".{0,40}".prop_map(|s: String| json!(s)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn c50_any_split_recovers_the_id_of_any_over_long_request(
+            id in id_strategy(),
+            pad in 0usize..3000,
+            before in proptest::collection::vec("[a-hj-z]{1,6}", 0..4),
+            after in proptest::collection::vec("[a-hj-z]{1,6}", 0..4),
+            cuts in proptest::collection::vec(any::<usize>(), 0..10),
+            max in 1usize..400,
+        ) {
+            // Members before and after "id" in any order, with a nested "id" in params.
+            let mut obj = String::from("{");
+            for k in &before {
+                obj.push_str(&format!("\"{k}\":{{\"id\":[1,\"}}\"],\"s\":\"{}\"}},", "p".repeat(pad)));
+            }
+            obj.push_str(&format!("\"id\":{id}"));
+            for k in &after {
+                obj.push_str(&format!(",\"{k}\":\"{}\\\"\"", "q".repeat(pad)));
+            }
+            obj.push('}');
+            let stream = format!("{obj}\n{{}}\n");
+            let bytes = stream.as_bytes();
+            let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut chunks: Vec<&[u8]> = Vec::new();
+            let mut start = 0;
+            for p in points {
+                chunks.push(&bytes[start..p]);
+                start = p;
+            }
+            chunks.push(&bytes[start..]);
+            let got = recovering(max, &chunks);
+            let whole = recovering(max, &[bytes]);
+            prop_assert_eq!(&got, &whole);
+            // The id as the parser reads its text (floats need not round-trip exactly).
+            let reparsed: Value = serde_json::from_str(&id.to_string()).unwrap_or(Value::Null);
+            let want_id = RpcId::from_value(&reparsed);
+            if obj.len() > max {
+                prop_assert_eq!(got.first(), Some(&too_long(max, want_id)));
+            } else {
+                prop_assert_eq!(got.first(), Some(&LineEvent::Line(obj.clone().into_bytes())));
+            }
+        }
+
+        #[test]
+        fn c50_id_scanner_never_panics_and_agrees_with_the_parser_on_valid_lines(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let mut s = IdScanner::new();
+            s.feed(&bytes);
+            let scanned = s.into_id();
+            if let Ok(Message::Request { id, .. }) = parse_message(&bytes) {
+                // A plain `"id"` key (no escapes) is the only way a parsed request has an id.
+                if !bytes.windows(2).any(|w| w[0] == b'\\') {
+                    prop_assert_eq!(scanned, Some(id));
                 }
             }
         }
@@ -908,6 +1439,27 @@ mod tests {
             unreachable!()
         };
         assert_eq!(e.code, RpcError::INTERNAL_ERROR);
+    }
+
+    #[test]
+    fn c52_a_peer_error_message_of_megabytes_is_cut_to_4_kib() {
+        let big = "é".repeat(3 * 1024 * 1024);
+        for error in [
+            json!({"code": 1, "message": big}),
+            json!(big),
+            json!({"code": 1, "message": [big]}),
+        ] {
+            let e = RpcError::from_value(&error);
+            assert!(
+                e.message.len() <= MAX_ERROR_MESSAGE_BYTES && e.message.len() > 4000,
+                "{}",
+                e.message.len()
+            );
+        }
+        assert_eq!(
+            RpcError::from_value(&json!({"message": "short"})).message,
+            "short"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod anthropic;
 pub mod compaction;
 pub mod config;
 pub mod hooks;
+pub mod interceptor;
 pub mod io;
 pub mod jsonrpc;
 pub mod llm;

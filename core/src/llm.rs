@@ -381,6 +381,54 @@ pub(crate) mod decoder_tests {
         }
     }
 
+    /// C52 for one route: a body that streams one line past
+    /// [`crate::sse::MAX_SSE_LINE_BYTES`] without a newline fails with a sticky, non-retryable
+    /// provider error once the cap is crossed, and later bytes are not buffered.
+    pub(crate) fn assert_endless_line_is_cut_off(make: &dyn Fn() -> Box<dyn StreamDecoder>) {
+        let mut decoder = make();
+        let mut deltas = Vec::new();
+        assert!(decoder.feed(b"data: {\"x\":\"", &mut deltas).is_ok());
+        let chunk = vec![b'a'; 1024 * 1024];
+        let mut failed_at = None;
+        for i in 0..20 {
+            if let Err(e) = decoder.feed(&chunk, &mut deltas) {
+                assert!(!e.is_retryable(), "{e}");
+                assert!(e.to_string().contains("over 16 MiB"), "{e}");
+                failed_at = Some(i);
+                break;
+            }
+        }
+        assert_eq!(failed_at, Some(15), "fails as the 16 MiB cap is crossed");
+        assert!(decoder.feed(b"\n\n", &mut deltas).is_err(), "sticky");
+        assert!(decoder.finish(&mut deltas).is_err());
+        assert!(deltas.is_empty());
+    }
+
+    /// C36 / L9 for one route: `body` with every `é` written as the lone byte `E9` (invalid
+    /// UTF-8, as a Latin-1 tool would) decodes, whole, at every 2-chunk split and byte by byte,
+    /// exactly like `body` with every `é` replaced by U+FFFD. Returns that outcome.
+    pub(crate) fn assert_invalid_utf8_is_decoded_lossily(
+        make: &dyn Fn() -> Box<dyn StreamDecoder>,
+        body: &str,
+    ) -> Outcome {
+        assert!(body.contains('é'), "the body needs an é to corrupt");
+        let bad: Vec<u8> = body
+            .replace('é', "\u{1}")
+            .bytes()
+            .map(|b| if b == 1 { 0xE9 } else { b })
+            .collect();
+        assert!(std::str::from_utf8(&bad).is_err());
+        let want = run_chunks(make(), &[body.replace('é', "\u{FFFD}").as_bytes()]);
+        assert!(want.result.is_ok(), "{:?}", want.result);
+        for i in 0..=bad.len() {
+            let (a, b) = bad.split_at(i);
+            assert_eq!(run_chunks(make(), &[a, b]), want, "split at byte {i}");
+        }
+        let singles: Vec<&[u8]> = bad.chunks(1).collect();
+        assert_eq!(run_chunks(make(), &singles), want, "byte by byte");
+        want
+    }
+
     /// Decode `body` whole, at every 2-chunk split, byte by byte, and byte by byte with CRLF and
     /// CR line endings; every run must give the same response and the same deltas.
     pub(crate) fn decode_every_split(

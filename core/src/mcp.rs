@@ -431,6 +431,12 @@ impl Agent {
         let Some(s) = self.servers.get_mut(&proc.server) else {
             return;
         };
+        // P2, C52: whatever the runtime hands in, a forwarded line is capped.
+        let line = if line.len() > crate::io::MAX_STDERR_LINE_BYTES {
+            crate::io::cap_stderr_line(&line, crate::io::MAX_STDERR_LINE_BYTES)
+        } else {
+            line
+        };
         let name = s.name.clone();
         if s.proc == proc {
             if s.stderr_tail.len() == STDERR_TAIL_LINES {
@@ -641,7 +647,7 @@ impl Agent {
             }
             match ev {
                 LineEvent::Line(line) => self.on_mcp_line(slot, &line),
-                LineEvent::TooLong { bytes } => {
+                LineEvent::TooLong { bytes, .. } => {
                     self.kill_server(
                         slot,
                         &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed (T6)"),
@@ -735,7 +741,12 @@ impl Agent {
                 let data = params
                     .get("data")
                     .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string));
-                self.log(level, format!("[mcp:{name}] {}", data.unwrap_or_default()));
+                // A server's log text is capped like its stderr lines (P2).
+                let text = crate::io::cap_stderr_line(
+                    &data.unwrap_or_default(),
+                    crate::io::MAX_STDERR_LINE_BYTES,
+                );
+                self.log(level, format!("[mcp:{name}] {text}"));
             }
             other => self.log(
                 LogLevel::Debug,

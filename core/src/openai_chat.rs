@@ -898,6 +898,21 @@ mod tests {
         }
     }
 
+    #[test]
+    fn c52_an_endless_line_in_a_chat_stream_is_cut_off_at_16_mib() {
+        crate::llm::decoder_tests::assert_endless_line_is_cut_off(&make);
+    }
+
+    #[test]
+    fn c36_invalid_utf8_in_a_chat_stream_is_decoded_lossily() {
+        let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"int caf\u{e9} = 1; h\u{e9}llo\"},\"finish_reason\":null}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"fs__w\",\"arguments\":\"{\\\"t\\\":\\\"\u{e9}\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+        let outcome =
+            crate::llm::decoder_tests::assert_invalid_utf8_is_decoded_lossily(&make, body);
+        let response = ok(&outcome);
+        assert_eq!(response.text, "int caf\u{FFFD} = 1; h\u{FFFD}llo");
+        assert_eq!(response.tool_calls[0].arguments, "{\"t\":\"\u{FFFD}\"}");
+    }
+
     fn text_of(deltas: &[StreamDelta]) -> String {
         deltas
             .iter()

@@ -179,9 +179,17 @@ pub fn cut(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
-/// Retry delay hint from headers, in ms (SPEC L5): `retry-after-ms`, else `retry-after` as
-/// seconds or as an HTTP date relative to the response's own `date` header; clamped to 60 s.
-/// `None` when absent, unparsable or ≤ 0 (the exponential backoff applies).
+/// Longest retry delay a provider can ask for, in ms (SPEC L5).
+pub const MAX_RETRY_AFTER_MS: u64 = 60_000;
+
+/// Retry delay hint from headers, in ms (SPEC L5): `retry-after-ms` (milliseconds), else
+/// `retry-after` as seconds or as an HTTP date (IMF-fixdate, RFC 850 or asctime, parsed by the
+/// `httpdate` crate) relative to the response's own `date` header; clamped to
+/// [`MAX_RETRY_AFTER_MS`]. `None` when absent, unparsable, not finite (`NaN`, `inf`) or ≤ 0, or
+/// a date without a `date` header or not after it (the exponential backoff applies).
+///
+/// Peer-supplied numbers never overflow: floats convert saturating (`1e308` s is the clamp),
+/// date differences are checked.
 #[must_use]
 pub fn retry_after_ms(headers: &[(String, String)]) -> Option<u64> {
     let get = |n: &str| {
@@ -191,58 +199,31 @@ pub fn retry_after_ms(headers: &[(String, String)]) -> Option<u64> {
             .map(|(_, v)| v.trim())
     };
     let ms = if let Some(v) = get("retry-after-ms") {
-        v.parse::<f64>()
-            .ok()
-            .filter(|x| x.is_finite())
-            .map(|x| x.max(0.0) as u64)
+        float_ms(v.parse::<f64>().ok()?, 1.0)?
     } else if let Some(v) = get("retry-after") {
         if let Ok(secs) = v.parse::<f64>() {
-            Some((secs.max(0.0) * 1000.0) as u64)
+            float_ms(secs, 1000.0)?
         } else {
-            let target = parse_http_date(v)?;
-            let base = get("date").and_then(parse_http_date)?;
-            Some(target.saturating_sub(base) * 1000)
+            let target = httpdate::parse_http_date(v).ok()?;
+            let base = httpdate::parse_http_date(get("date")?).ok()?;
+            let wait = target.duration_since(base).ok()?;
+            u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
         }
     } else {
-        None
-    }?;
-    if ms == 0 {
         return None;
-    }
-    Some(ms.min(60_000))
+    };
+    (ms > 0).then(|| ms.min(MAX_RETRY_AFTER_MS))
 }
 
-/// Parse an IMF-fixdate (`Wed, 21 Oct 2026 07:28:00 GMT`) to Unix seconds.
-#[must_use]
-pub fn parse_http_date(s: &str) -> Option<u64> {
-    let parts: Vec<&str> = s.split_whitespace().collect();
-    if parts.len() != 6 || parts[5] != "GMT" {
+/// `value · scale` as whole milliseconds, saturating (`None` for `NaN` and infinities).
+fn float_ms(value: f64, scale: f64) -> Option<u64> {
+    if !value.is_finite() {
         return None;
     }
-    let day: u64 = parts[1].parse().ok()?;
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ]
-    .iter()
-    .position(|m| *m == parts[2])? as u64
-        + 1;
-    let year: u64 = parts[3].parse().ok()?;
-    let hms: Vec<u64> = parts[4].split(':').filter_map(|x| x.parse().ok()).collect();
-    if hms.len() != 3 || !(1..=31).contains(&day) || year < 1970 {
-        return None;
-    }
-    // Days from civil (Howard Hinnant's algorithm), shifted to start the year in March.
-    let (y, m) = if month <= 2 {
-        (year - 1, month + 9)
-    } else {
-        (year, month - 3)
-    };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2])
+    let ms = value * scale;
+    // `as` saturates: negative → 0, beyond u64::MAX (or infinite after scaling) → u64::MAX.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Some(ms as u64)
 }
 
 #[cfg(test)]
@@ -403,12 +384,98 @@ mod tests {
     }
 
     #[test]
-    fn http_dates_parse_to_unix_seconds() {
-        assert_eq!(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+    fn l5_retry_after_dates_in_every_http_format_are_relative_to_the_date_header() {
+        let date = ("date", "Sun, 06 Nov 1994 08:49:37 GMT");
+        for later in [
+            "Sun, 06 Nov 1994 08:49:47 GMT",
+            "Sunday, 06-Nov-94 08:49:47 GMT",
+            "Sun Nov  6 08:49:47 1994",
+        ] {
+            assert_eq!(
+                retry_after_ms(&h(&[("retry-after", later), date])),
+                Some(10_000),
+                "{later}"
+            );
+        }
+        // Earlier than the response's date, equal, or no date header: no hint.
         assert_eq!(
-            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
-            Some(784_111_777)
+            retry_after_ms(&h(&[
+                ("retry-after", "Sun, 06 Nov 1994 08:49:30 GMT"),
+                date
+            ])),
+            None
         );
+        assert_eq!(retry_after_ms(&h(&[("retry-after", date.1), date])), None);
+        assert_eq!(retry_after_ms(&h(&[("retry-after", date.1)])), None);
+    }
+
+    #[test]
+    fn l5_extreme_retry_after_values_never_overflow() {
+        let max = u64::MAX.to_string();
+        let huge_int = "9".repeat(400);
+        for (header, value, want) in [
+            ("retry-after-ms", max.as_str(), Some(MAX_RETRY_AFTER_MS)),
+            ("retry-after-ms", "1e308", Some(MAX_RETRY_AFTER_MS)),
+            // 400 digits parse as infinity: not a finite hint.
+            ("retry-after-ms", huge_int.as_str(), None),
+            ("retry-after-ms", "-1", None),
+            ("retry-after-ms", "-1e308", None),
+            ("retry-after-ms", "NaN", None),
+            ("retry-after-ms", "inf", None),
+            ("retry-after-ms", "0.4", None),
+            ("retry-after-ms", "1.9", Some(1)),
+            ("retry-after", max.as_str(), Some(MAX_RETRY_AFTER_MS)),
+            ("retry-after", "1e308", Some(MAX_RETRY_AFTER_MS)),
+            (
+                "retry-after",
+                "1.7976931348623157e308",
+                Some(MAX_RETRY_AFTER_MS),
+            ),
+            ("retry-after", "-5", None),
+            ("retry-after", "-inf", None),
+            ("retry-after", "0.25", Some(250)),
+        ] {
+            assert_eq!(
+                retry_after_ms(&h(&[(header, value)])),
+                want,
+                "{header}: {value}"
+            );
+        }
+        // Dates far apart or out of range: saturating, or unparsable.
+        for (target, base, want) in [
+            (
+                "Fri, 31 Dec 9999 23:59:59 GMT",
+                "Thu, 01 Jan 1970 00:00:00 GMT",
+                Some(MAX_RETRY_AFTER_MS),
+            ),
+            (
+                "Thu, 01 Jan 1970 00:00:00 GMT",
+                "Fri, 31 Dec 9999 23:59:59 GMT",
+                None,
+            ),
+            (
+                "Wed, 99999999999999999999 Oct 2026 07:28:00 GMT",
+                "Wed, 21 Oct 2026 07:27:50 GMT",
+                None,
+            ),
+            (
+                "Wed, 21 Oct 18446744073709551615 07:28:00 GMT",
+                "Wed, 21 Oct 2026 07:27:50 GMT",
+                None,
+            ),
+            (
+                "Wed, 21 Oct 2026 99999999999:28:00 GMT",
+                "Wed, 21 Oct 2026 07:27:50 GMT",
+                None,
+            ),
+            ("Wed, 21 Oct 2026 07:28:00 GMT", "garbage", None),
+        ] {
+            assert_eq!(
+                retry_after_ms(&h(&[("retry-after", target), ("date", base)])),
+                want,
+                "{target} / {base}"
+            );
+        }
     }
 
     #[test]

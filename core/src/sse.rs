@@ -27,9 +27,15 @@ pub struct SseEvent {
 /// skipped. Bytes are buffered until their line is complete, then decoded as UTF-8 (invalid
 /// sequences become U+FFFD).
 ///
-/// Memory: one partial line plus one pending event. Time: linear in the bytes fed.
-#[derive(Default)]
+/// Memory: one partial line plus one pending event, each at most [`MAX_SSE_LINE_BYTES`] (a
+/// provider streaming an endless line, or endless `data:` lines without a blank line, is cut
+/// off: the parser then reports [`SseParser::overflowed`] and ignores the rest of the stream).
+/// Time: linear in the bytes fed.
 pub struct SseParser {
+    /// Cap on the partial line and on the pending event's data, in bytes.
+    cap: usize,
+    /// The cap was crossed: everything after is ignored (sticky until `finish`).
+    overflowed: bool,
     /// Bytes of the current, not yet terminated line.
     line: Vec<u8>,
     /// The last byte fed was a CR that ended a line: a LF at the start of the next feed belongs
@@ -47,6 +53,17 @@ pub struct SseParser {
     has_fields: bool,
 }
 
+/// Longest SSE line, and longest event data, a provider stream may send, in bytes (16 MiB, the
+/// same bound as an MCP stdout line, T6). The biggest legitimate events (a Responses
+/// `response.completed` carrying the whole output) stay far below it.
+pub const MAX_SSE_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+impl Default for SseParser {
+    fn default() -> Self {
+        SseParser::with_cap(MAX_SSE_LINE_BYTES)
+    }
+}
+
 impl std::fmt::Debug for SseParser {
     // Lengths, not contents (DESIGN habits).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,15 +77,58 @@ impl std::fmt::Debug for SseParser {
 }
 
 impl SseParser {
-    /// A parser at the start of a stream.
+    /// A parser at the start of a stream, capped at [`MAX_SSE_LINE_BYTES`].
     #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A parser whose line and event-data cap is `cap` bytes (tests use small caps).
+    #[must_use]
+    pub fn with_cap(cap: usize) -> Self {
+        SseParser {
+            cap,
+            overflowed: false,
+            line: Vec::new(),
+            skip_lf: false,
+            seen_first_line: false,
+            event: None,
+            data: String::new(),
+            has_data: false,
+            has_fields: false,
+        }
+    }
+
+    /// Whether a line or an event's data grew past the cap. The stream is then unusable: the
+    /// parser dropped the pending line and event and ignores all later bytes until
+    /// [`finish`](SseParser::finish).
+    #[must_use]
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// Bytes held for the partial line and the pending event (at most twice the cap).
+    #[must_use]
+    pub fn held_bytes(&self) -> usize {
+        self.line.len().saturating_add(self.data.len())
+    }
+
+    /// The cap was crossed: drop what is held and ignore the rest.
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.line = Vec::new();
+        self.data = String::new();
+        self.event = None;
+        self.has_data = false;
+        self.has_fields = false;
+    }
+
     /// Feed the next bytes of the stream (any split); complete events are appended to `out` in
-    /// stream order.
+    /// stream order. Nothing happens once [`overflowed`](SseParser::overflowed).
     pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+        if self.overflowed {
+            return;
+        }
         let mut rest = bytes;
         if self.skip_lf && !rest.is_empty() {
             self.skip_lf = false;
@@ -79,6 +139,10 @@ impl SseParser {
             let Some((&terminator, after)) = tail.split_first() else {
                 break;
             };
+            if self.line.len().saturating_add(head.len()) > self.cap {
+                self.overflow();
+                return;
+            }
             if self.line.is_empty() {
                 self.process_line(head, out);
             } else {
@@ -97,6 +161,13 @@ impl SseParser {
                     None => self.skip_lf = true,
                 }
             }
+            if self.overflowed {
+                return;
+            }
+        }
+        if self.line.len().saturating_add(rest.len()) > self.cap {
+            self.overflow();
+            return;
         }
         self.line.extend_from_slice(rest);
     }
@@ -105,7 +176,8 @@ impl SseParser {
     /// event that has `data:` lines is dispatched even without its blank line (our leniency:
     /// the provider decoder decides whether the stream was complete). Returns `true` when there
     /// was an unterminated line or an event without its closing blank line. The parser is reset
-    /// to the start-of-stream state.
+    /// to the start-of-stream state, except after an overflow: then nothing is dispatched, the
+    /// result is `true` and the parser stays [`overflowed`](SseParser::overflowed).
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> bool {
         let mut partial = false;
         if !self.line.is_empty() {
@@ -113,11 +185,14 @@ impl SseParser {
             let line = std::mem::take(&mut self.line);
             self.process_line(&line, out);
         }
+        if self.overflowed {
+            return true;
+        }
         if self.has_fields {
             partial = true;
         }
         self.dispatch(out);
-        *self = Self::new();
+        *self = Self::with_cap(self.cap);
         partial
     }
 
@@ -146,6 +221,10 @@ impl SseParser {
                 self.has_fields = true;
             }
             "data" => {
+                if self.data.len().saturating_add(value.len()) >= self.cap {
+                    self.overflow();
+                    return;
+                }
                 self.data.push_str(value);
                 self.data.push('\n');
                 self.has_data = true;
@@ -288,6 +367,49 @@ mod tests {
             event: event.map(str::to_owned),
             data: data.to_owned(),
         }
+    }
+
+    #[test]
+    fn c52_an_endless_sse_line_is_cut_off_without_buffering() {
+        let mut p = SseParser::with_cap(1024);
+        let mut out = Vec::new();
+        p.feed(b"data: {\"ok\":1}\n\ndata: ", &mut out);
+        assert_eq!(out.len(), 1);
+        for _ in 0..100 {
+            p.feed(&[b'a'; 1000], &mut out);
+            assert!(p.held_bytes() <= 1024);
+        }
+        assert!(p.overflowed());
+        assert_eq!(p.held_bytes(), 0);
+        p.feed(b"\n\ndata: {}\n\n", &mut out);
+        assert_eq!(out.len(), 1, "nothing after the overflow");
+        assert!(p.finish(&mut out));
+        assert!(p.overflowed());
+    }
+
+    #[test]
+    fn c52_endless_data_lines_without_a_blank_line_are_cut_off() {
+        let mut p = SseParser::with_cap(1024);
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            p.feed(b"data: 0123456789\n", &mut out);
+            assert!(p.held_bytes() <= 2048);
+        }
+        assert!(p.overflowed() && out.is_empty());
+    }
+
+    #[test]
+    fn c52_a_line_of_exactly_the_cap_is_parsed() {
+        let value = "v".repeat(1024 - 6 - 1);
+        let body = format!("data: {value}\n\n");
+        let (events, _) = {
+            let mut p = SseParser::with_cap(1024);
+            let mut out = Vec::new();
+            p.feed(body.as_bytes(), &mut out);
+            assert!(!p.overflowed());
+            (out, p.finish(&mut Vec::new()))
+        };
+        assert_eq!(events, vec![ev(None, &value)]);
     }
 
     #[test]

@@ -96,7 +96,8 @@ impl<H: EventHandler + Send> StreamDecoder for H {
         }
         let state = self.sse_state();
         state.parser.feed(bytes, &mut state.events);
-        handle_events(self, out, false)
+        handle_events(self, out, false)?;
+        check_overflow(self.sse_state())
     }
 
     fn is_complete(&self) -> bool {
@@ -118,10 +119,29 @@ impl<H: EventHandler + Send> StreamDecoder for H {
             let state = self.sse_state();
             state.parser.finish(&mut state.events);
             handle_events(self, out, true)?;
+            check_overflow(self.sse_state())?;
         }
         self.check_complete()?;
         self.sse_state().taken = true;
         self.take_response()
+    }
+}
+
+/// A stream whose line or event outgrew the parser's cap fails for good (sticky): the
+/// response cannot be whole, and another attempt would most likely get the same.
+fn check_overflow(state: &mut SseState) -> Result<(), StreamError> {
+    if state.error.is_none() && state.parser.overflowed() {
+        state.error = Some(StreamError::Provider {
+            message: format!(
+                "the response stream has a line or event over {} MiB; abandoned",
+                crate::sse::MAX_SSE_LINE_BYTES / (1024 * 1024)
+            ),
+            retryable: false,
+        });
+    }
+    match &state.error {
+        Some(err) => Err(err.clone()),
+        None => Ok(()),
     }
 }
 

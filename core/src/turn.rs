@@ -29,7 +29,12 @@ pub const MAX_CALLS_PER_RESPONSE: usize = 64;
 pub const MAX_TOKENS_NUDGE: &str =
     "Your reply was cut off because it hit the output token limit; continue in smaller steps.";
 /// Bytes of a failed response body kept for the error message (SPEC A3).
-const ERROR_BODY_CAP: usize = 4096;
+pub const ERROR_BODY_CAP: usize = 4096;
+/// Longest successful response body an attempt reads, in bytes (256 MiB): a provider that
+/// streams without end (an endless answer, a loop of deltas) cannot grow the response held in
+/// memory without bound; the attempt fails, not retried. A real response, even 128k output
+/// tokens in Chat SSE framing, is a few tens of MiB.
+pub const MAX_RESPONSE_BODY_BYTES: u64 = 256 * 1024 * 1024;
 /// How long to wait for more bytes once the decoder has the whole answer (case C24 b), in ms.
 pub const FINAL_ANSWER_GRACE_MS: u64 = 1500;
 
@@ -68,6 +73,8 @@ pub(crate) struct LlmAttempt {
     pub status: Option<u16>,
     pub headers: Vec<(String, String)>,
     pub err_body: Vec<u8>,
+    /// Bytes of a 2xx body read so far (capped by [`MAX_RESPONSE_BODY_BYTES`]).
+    pub body_bytes: u64,
     pub decoder: Box<dyn StreamDecoder>,
     /// Whether any text of this response reached the client (no retry after that, SPEC L5).
     pub streamed: bool,
@@ -471,6 +478,7 @@ impl Agent {
             status: None,
             headers: Vec::new(),
             err_body: Vec::new(),
+            body_bytes: 0,
             decoder,
             streamed: false,
             grace: false,
@@ -511,6 +519,14 @@ impl Agent {
                     a.err_body
                         .extend_from_slice(&bytes[..bytes.len().min(room)]);
                     return;
+                }
+                a.body_bytes = a
+                    .body_bytes
+                    .saturating_add(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
+                if a.body_bytes > MAX_RESPONSE_BODY_BYTES {
+                    let mib = MAX_RESPONSE_BODY_BYTES / (1024 * 1024);
+                    let message = format!("the response body is over {mib} MiB; abandoned");
+                    return self.attempt_failed(&sid, message, false, None);
                 }
                 let mut deltas = Vec::new();
                 let res = a.decoder.feed(&bytes, &mut deltas);
@@ -784,7 +800,8 @@ impl Agent {
         let size = self.cfg.max_context_tokens;
         let recoveries_max = self.cfg.max_token_recoveries;
         if let Some(u) = resp.usage {
-            let used = u.input_tokens + u.output_tokens;
+            // Peer-supplied counts: saturating, never an overflow panic.
+            let used = u.input_tokens.saturating_add(u.output_tokens);
             self.send_update(
                 sid,
                 &json!({"sessionUpdate": "usage_update", "used": used, "size": size}),
@@ -1219,7 +1236,7 @@ impl Agent {
         let reminder = (require_reply && !turn.posted && turn.reminders < MAX_REMINDERS)
             .then(|| REPLY_REMINDER.to_string());
         let attempt = turn.objections + 1;
-        let remaining = budget - turn.objections;
+        let remaining = budget.saturating_sub(turn.objections);
         let round = self.start_hook_round(sid, HookPoint::Stop, attempt, remaining, reminder);
         if round.is_decided() {
             self.conclude_gate(sid, round);

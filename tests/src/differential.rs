@@ -91,7 +91,8 @@ pub fn record_scripted_session(
     let replies = script();
     let expected_requests = replies.len();
     let llm = FakeLlm::scripted(replies);
-    let ctx = Ctx::new(agent_bin);
+    // The scripted session runs no subcommand.
+    let ctx = Ctx::new(agent_bin, false);
     let mut env = vec![
         ("MCP_HOOK_SERVERS", "guard"),
         ("BUZZ_AGENT_PERMISSION", "ask"),
@@ -369,7 +370,11 @@ fn name(p: &Path) -> String {
 
 /// `None` when the sibling binary `other` exists; else the trial's outcome: ignored with the
 /// reason, or failed when `ci` (a CI run must not silently skip the comparison).
-fn missing_sibling(other: &Path, sibling: &str, ci: bool) -> Option<Result<Completion, Failed>> {
+pub fn missing_sibling(
+    other: &Path,
+    sibling: &str,
+    ci: bool,
+) -> Option<Result<Completion, Failed>> {
     if other.is_file() {
         return None;
     }

@@ -136,6 +136,9 @@ pub struct ServerSpec {
     pub hook_script: VecDeque<HookReply>,
     /// The answer once the script is exhausted.
     pub hook_default: HookReply,
+    /// `Some(line)`: model tool calls are answered with this raw line (without its newline),
+    /// `@ID@` replaced by the request id; written as is (invalid UTF-8 stays invalid, C36).
+    pub tool_reply_raw: Option<Vec<u8>>,
 }
 
 impl ServerSpec {
@@ -149,7 +152,26 @@ impl ServerSpec {
             tool_delay_ms: 0,
             hook_script: VecDeque::new(),
             hook_default: HookReply::now(HookKind::Empty),
+            tool_reply_raw: None,
         }
+    }
+
+    /// Answer model tool calls with `raw` as the result text, byte for byte.
+    #[must_use]
+    pub fn tool_text_raw(self, raw: &[u8]) -> Self {
+        let mut line =
+            b"{\"jsonrpc\":\"2.0\",\"id\":@ID@,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\""
+                .to_vec();
+        line.extend_from_slice(raw);
+        line.extend_from_slice(b"\"}]}}");
+        self.tool_reply_raw(&line)
+    }
+
+    /// Answer model tool calls with the raw `line` (`@ID@` replaced by the request id).
+    #[must_use]
+    pub fn tool_reply_raw(mut self, line: &[u8]) -> Self {
+        self.tool_reply_raw = Some(line.to_vec());
+        self
     }
 
     #[must_use]
@@ -767,6 +789,19 @@ impl World {
                     if let Some(l) = line {
                         self.schedule_mcp(at, proc, &l);
                     }
+                } else if let Some(raw) = self.servers[i].spec.tool_reply_raw.clone() {
+                    let id_text = id.to_string().into_bytes();
+                    let mut bytes = Vec::with_capacity(raw.len() + 1);
+                    let mut rest = raw.as_slice();
+                    while let Some(at) = rest.windows(4).position(|w| w == b"@ID@") {
+                        bytes.extend_from_slice(&rest[..at]);
+                        bytes.extend_from_slice(&id_text);
+                        rest = &rest[at + 4..];
+                    }
+                    bytes.extend_from_slice(rest);
+                    bytes.push(b'\n');
+                    let at = now.plus_ms(self.servers[i].spec.tool_delay_ms);
+                    self.schedule(at, Input::McpBytes { proc, bytes }, Guard::Alive(proc));
                 } else {
                     let args = v["params"]["arguments"].to_string();
                     let r = reply(

@@ -1135,3 +1135,55 @@ pub fn m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line(ctx: &
     assert_group_dies(&agent, g_big, Duration::from_secs(6), "oversize line");
     agent.finish();
 }
+
+/// C36 / L9: a server's reply line holds invalid UTF-8 (legacy-encoded tool output) but is
+/// otherwise perfect JSON-RPC. The call completes at once with the text decoded lossily
+/// (U+FFFD per invalid sequence), the server is not killed and serves the next call.
+pub fn c36_invalid_utf8_mcp_reply_is_decoded_lossily(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![
+        Reply::tool_calls(vec![("call_1", "fs__latin1", json!({}))]),
+        Reply::text("read it"),
+        Reply::tool_calls(vec![(
+            "call_2",
+            "fs__echo",
+            json!({"text": "still serving"}),
+        )]),
+        Reply::text("done"),
+    ]);
+    // A tool timeout far longer than the test: a dropped frame would hang the call.
+    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_TOOL_TIMEOUT_SECS", "600")], &s.ws);
+    agent.initialize();
+    let sid = agent.new_session(
+        &s.ws,
+        json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "latin1,echo")])]),
+    );
+    let started = Instant::now();
+    let r = agent.prompt(&sid, "read the legacy file");
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the call completed at once, not after a timeout: {:?}",
+        started.elapsed()
+    );
+    let reqs = llm.requests();
+    assert_eq!(
+        reqs[1].tool_result_for("call_1").as_deref(),
+        Some(fake_mcp::LATIN1_TEXT_LOSSY)
+    );
+    let r2 = agent.prompt(&sid, "again");
+    assert_eq!(agent.result(&r2)["stopReason"], "end_turn", "{r2}");
+    let reqs = llm.requests();
+    assert_eq!(
+        reqs[3].tool_result_for("call_2").as_deref(),
+        Some("still serving"),
+        "the server stays usable"
+    );
+    let err = agent.stderr_text();
+    assert!(
+        !err.contains("non-JSON-RPC") && !err.contains("killed"),
+        "the frame was neither dropped nor the server killed{}",
+        agent.context()
+    );
+    agent.finish();
+}

@@ -13,6 +13,7 @@ mod hooks;
 mod lifecycle;
 mod mcp;
 mod providers;
+mod stderr;
 mod tools;
 
 /// Shared helpers for scenario bodies.
@@ -73,13 +74,10 @@ macro_rules! list {
 pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
     list![
         acp::a1_initialize_capabilities,
-        cli::p3_demo_runs_offline_with_one_objection,
-        cli::p3_e2_hooks_check_passes_the_todo_example,
-        cli::p3_e1_hooks_check_shows_testguard_objection,
-        cli::p3_hooks_check_reports_a_hanging_hook,
         cli::c1_p3_c30_help_version_and_config_errors,
         acp::c01_garbage_and_bom_lines_keep_serving,
         acp::t3_oversized_line_is_answered_once_and_reading_continues,
+        acp::c50_a_request_over_the_line_cap_is_answered_with_its_own_id,
         acp::t4_unknown_method_bad_params_invalid_request,
         acp::c03_unknown_session_is_32002_everywhere,
         acp::c07_relative_cwd_rejected,
@@ -146,6 +144,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         providers::c22_usage_only_and_empty_choices_chunks_are_accepted,
         providers::c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools,
         cases::c13_server_requests_are_answered_in_their_own_id_space,
+        cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
         cases::c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_killed,
         cases::c15_error_replies_iserror_and_exits_resolve_at_once_with_the_cause,
         cases::h4_c30_late_hook_reply_never_satisfies_the_next_call_and_a_reply_resets_the_count,
@@ -158,6 +157,19 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c40_fastmcp_none_is_empty_and_its_text_objects_once,
         dialect_cases::c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered,
         dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
+        stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
+        stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
+    ]
+}
+
+/// The scenarios of the `extras` subcommands (`demo`, `example-server`, `hooks check`): run
+/// against a binary built with them, reported ignored against one without.
+pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
+    list![
+        cli::p3_demo_runs_offline_with_one_objection,
+        cli::p3_e2_hooks_check_passes_the_todo_example,
+        cli::p3_e1_hooks_check_shows_testguard_objection,
+        cli::p3_hooks_check_reports_a_hanging_hook,
     ]
 }
 
