@@ -33,7 +33,8 @@ pub enum ProviderKind {
     OpenAiResponses,
 }
 
-/// The hook allowlist from `MCP_HOOK_SERVERS` (C3, H2).
+/// A server allowlist in C3 syntax: the hook allowlist from `MCP_HOOK_SERVERS` (H2), and the
+/// interceptor servers from `BUZZ_AGENT_INTERCEPTOR_SERVERS` (X1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HookAllowlist {
     /// Unset, empty, or only blanks and commas: hooks are off (the default).
@@ -146,6 +147,10 @@ pub struct Config {
     pub max_tool_result_text_bytes: usize,
     /// `MCP_HOOK_SERVERS` (default off) (C3).
     pub hook_servers: HookAllowlist,
+    /// `BUZZ_AGENT_INTERCEPTOR_SERVERS` (default off; C3 syntax): the servers asked for
+    /// SEP-2624 interceptors (X1, experimental). Parsed only: not yet applied to tool calls
+    /// (docs/interceptors.md).
+    pub interceptor_servers: HookAllowlist,
     /// `BUZZ_AGENT_HOOK_TIMEOUT_MS` (default 2500), 1..=600000 ms: per hook call (H3). The upper
     /// bound (10 minutes) follows cases C30: a bigger value is almost surely a unit mistake.
     pub hook_timeout_ms: u64,
@@ -206,6 +211,7 @@ impl fmt::Debug for Config {
                 &self.max_tool_result_text_bytes,
             )
             .field("hook_servers", &self.hook_servers)
+            .field("interceptor_servers", &self.interceptor_servers)
             .field("hook_timeout_ms", &self.hook_timeout_ms)
             .field("stop_max_rejections", &self.stop_max_rejections)
             .field("require_reply", &self.require_reply)
@@ -301,6 +307,7 @@ const MAX_SESSIONS: &str = "BUZZ_AGENT_MAX_SESSIONS";
 const MAX_LINE_BYTES: &str = "BUZZ_AGENT_MAX_LINE_BYTES";
 const MAX_TOOL_RESULT_TEXT_BYTES: &str = "BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES";
 const HOOK_SERVERS: &str = "MCP_HOOK_SERVERS";
+const INTERCEPTOR_SERVERS: &str = "BUZZ_AGENT_INTERCEPTOR_SERVERS";
 const HOOK_TIMEOUT_MS: &str = "BUZZ_AGENT_HOOK_TIMEOUT_MS";
 const STOP_MAX_REJECTIONS: &str = "BUZZ_AGENT_STOP_MAX_REJECTIONS";
 const REQUIRE_REPLY: &str = "BUZZ_AGENT_REQUIRE_REPLY";
@@ -353,6 +360,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond (1024..8388608)"),
     (HOOK_SERVERS, "unset = hooks off", "hook allowlist: * = every server, or comma-separated server names"),
     (HOOK_TIMEOUT_MS, "2500", "milliseconds per hook call (1..600000)"),
+    (INTERCEPTOR_SERVERS, "unset = off", "experimental SEP-2624 interceptor servers, syntax as MCP_HOOK_SERVERS (parsed, not yet applied)"),
     (STOP_MAX_REJECTIONS, "3", "_Stop objection budget per prompt; 0 disables _Stop and the reply guard"),
     (REQUIRE_REPLY, "false", "reply guard: remind the model to post its answer (boolean)"),
     (REPLY_TOOLS, "", "comma-separated qualified tool names that count as posting a reply"),
@@ -541,9 +549,9 @@ fn range_text(min: u64, max: u64) -> String {
     }
 }
 
-/// `MCP_HOOK_SERVERS` per C3.
-fn parse_hook_servers(env: &Env<'_>) -> Result<HookAllowlist, ConfigError> {
-    let entries = env.list(HOOK_SERVERS);
+/// A C3 server allowlist (`MCP_HOOK_SERVERS`, `BUZZ_AGENT_INTERCEPTOR_SERVERS`).
+fn parse_server_allowlist(env: &Env<'_>, var: &'static str) -> Result<HookAllowlist, ConfigError> {
+    let entries = env.list(var);
     if entries.is_empty() {
         return Ok(HookAllowlist::Off);
     }
@@ -553,7 +561,7 @@ fn parse_hook_servers(env: &Env<'_>) -> Result<HookAllowlist, ConfigError> {
     }
     if stars > 0 {
         return Err(env.invalid(
-            HOOK_SERVERS,
+            var,
             "either * alone (every server) or comma-separated server names, not * mixed with names",
         ));
     }
@@ -561,7 +569,7 @@ fn parse_hook_servers(env: &Env<'_>) -> Result<HookAllowlist, ConfigError> {
     // name (a space instead of a comma, a quote) could never match, so it is an error.
     if let Some(bad) = entries.iter().find(|e| !is_server_name(e)) {
         return Err(env.invalid(
-            HOOK_SERVERS,
+            var,
             format!("comma-separated server names of [A-Za-z0-9_-] without \"__\" (or * alone), but {bad:?} is not one"),
         ));
     }
@@ -695,7 +703,8 @@ impl Config {
                 format!("an integer >= 1 and < {MAX_CONTEXT_TOKENS} ({max_context_tokens})"),
             ));
         }
-        let hook_servers = parse_hook_servers(&env)?;
+        let hook_servers = parse_server_allowlist(&env, HOOK_SERVERS)?;
+        let interceptor_servers = parse_server_allowlist(&env, INTERCEPTOR_SERVERS)?;
         let permission = match env.get(PERMISSION).map(str::to_ascii_lowercase).as_deref() {
             None | Some("ask") => PermissionMode::Ask,
             Some("allow") => PermissionMode::Allow,
@@ -750,6 +759,7 @@ impl Config {
                 MAX_TOOL_RESULT_TEXT_BYTES_LIMIT,
             )?,
             hook_servers,
+            interceptor_servers,
             hook_timeout_ms: env.uint(HOOK_TIMEOUT_MS, 2500, 1, MAX_HOOK_TIMEOUT_MS)?,
             stop_max_rejections: env.uint(STOP_MAX_REJECTIONS, 3, 0, u32_max)?,
             require_reply: env.flag(REQUIRE_REPLY, false)?,
@@ -788,6 +798,7 @@ impl Config {
             max_line_bytes: 4_194_304,
             max_tool_result_text_bytes: 51_200,
             hook_servers: HookAllowlist::Off,
+            interceptor_servers: HookAllowlist::Off,
             hook_timeout_ms: 2500,
             stop_max_rejections: 3,
             require_reply: false,
@@ -1319,6 +1330,40 @@ mod tests {
     }
 
     #[test]
+    fn x1_interceptor_servers_use_the_c3_syntax_and_are_off_by_default() {
+        assert_eq!(ok(&anthropic(&[])).interceptor_servers, HookAllowlist::Off);
+        assert_eq!(
+            ok(&anthropic(&[(INTERCEPTOR_SERVERS, " , ")])).interceptor_servers,
+            HookAllowlist::Off
+        );
+        assert_eq!(
+            ok(&anthropic(&[(INTERCEPTOR_SERVERS, " * ")])).interceptor_servers,
+            HookAllowlist::All
+        );
+        let c = ok(&anthropic(&[
+            (INTERCEPTOR_SERVERS, "policy, audit,policy"),
+            (HOOK_SERVERS, "guard"),
+        ]));
+        assert_eq!(
+            c.interceptor_servers,
+            HookAllowlist::Names(vec!["policy".into(), "audit".into()])
+        );
+        // Independent of the hook allowlist.
+        assert_eq!(c.hook_servers, HookAllowlist::Names(vec!["guard".into()]));
+        let e = err(&anthropic(&[(INTERCEPTOR_SERVERS, "*,policy")]));
+        assert_eq!(e.variable(), INTERCEPTOR_SERVERS);
+        assert!(
+            e.to_string().starts_with(
+                "BUZZ_AGENT_INTERCEPTOR_SERVERS: invalid value \"*,policy\": expected either * alone"
+            ),
+            "{e}"
+        );
+        let e = err(&anthropic(&[(INTERCEPTOR_SERVERS, "a b")]));
+        assert_eq!(e.variable(), INTERCEPTOR_SERVERS);
+        assert!(is_agent_secret_or_own_variable(INTERCEPTOR_SERVERS));
+    }
+
+    #[test]
     fn g2_reply_tools_are_a_trimmed_list_without_empties() {
         let c = ok(&anthropic(&[(
             REPLY_TOOLS,
@@ -1425,7 +1470,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 34);
+        assert_eq!(count, 35);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod config;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod hooks;
+pub mod interceptor;
 pub mod io;
 pub mod jsonrpc;
 pub mod llm;
