@@ -9,6 +9,7 @@
 //! `example-server`, `hooks check`) are reported ignored, with the reason, against a binary
 //! built without them. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
 
+pub mod acp_schema;
 pub mod bench;
 pub mod dialects;
 pub mod differential;
@@ -66,7 +67,18 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
     }
     trials.extend(dialect_trials(agent_bin, has_extras));
     trials.extend(peers::trials(&ctx));
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let schema = acp_schema::counts();
+    if schema.validated > 0 {
+        eprintln!(
+            "{}: {} agent frames validated ({} responses against their envelope only), {} invalid",
+            acp_schema::SCHEMA_SOURCE,
+            schema.validated,
+            schema.unmapped,
+            schema.invalid
+        );
+    }
+    conclusion.exit();
 }
 
 /// The dialect matrix: every scenario of [`scenarios::dialect_matrix`] under every
