@@ -413,6 +413,51 @@ const MAX_TOOL_RESULT_TEXT_BYTES_LIMIT: u64 = 8 * 1024 * 1024;
 /// Longest value quoted in an error message, bytes.
 const MAX_QUOTED_VALUE_BYTES: usize = 200;
 
+/// The bounds of every numeric variable: (name, least, greatest); `u64::MAX` as the greatest
+/// means no upper bound. One table for the parser, its error messages and `--help`, so that
+/// they cannot disagree (issue 12). A count stored in 32 bits goes up to `u32::MAX`.
+#[rustfmt::skip]
+const NUMBERS: &[(&str, u64, u64)] = &[
+    (MAX_ROUNDS, 0, U32_MAX),
+    (MAX_OUTPUT_TOKENS, 1, U32_MAX),
+    (MAX_CONTEXT_TOKENS, 2, u64::MAX),
+    (MAX_HANDOFFS, 0, U32_MAX),
+    (MAX_TOKEN_RECOVERIES, 0, U32_MAX),
+    (LLM_TIMEOUT_SECS, 1, MAX_SECS),
+    (LLM_MAX_ATTEMPTS, 1, U32_MAX),
+    (TOOL_TIMEOUT_SECS, 1, MAX_SECS),
+    (MCP_INIT_TIMEOUT_SECS, 1, MAX_SECS),
+    (MAX_PARALLEL_TOOLS, 1, u64::MAX),
+    (MAX_SESSIONS, 1, u64::MAX),
+    (MAX_LINE_BYTES, 1024, u64::MAX),
+    (MAX_TOOL_RESULT_TEXT_BYTES, 1024, MAX_TOOL_RESULT_TEXT_BYTES_LIMIT),
+    (HOOK_TIMEOUT_MS, 1, MAX_HOOK_TIMEOUT_MS),
+    (STOP_MAX_REJECTIONS, 0, U32_MAX),
+    (PERMISSION_TIMEOUT_SECS, 1, MAX_SECS),
+];
+
+/// `u32::MAX` as a `u64`.
+const U32_MAX: u64 = 4_294_967_295;
+
+/// The values a numeric variable accepts, `(least, greatest)`, `None` as the greatest meaning
+/// no upper bound; `None` for a variable that is not a number (C1, C2).
+#[must_use]
+pub fn numeric_range(var: &str) -> Option<(u64, Option<u64>)> {
+    NUMBERS
+        .iter()
+        .find(|(n, _, _)| *n == var)
+        .map(|(_, min, max)| (*min, (*max != u64::MAX).then_some(*max)))
+}
+
+/// The range as `--help` and the README write it: `0..4294967295` or `>= 1024`.
+#[must_use]
+pub fn numeric_range_text(var: &str) -> Option<String> {
+    numeric_range(var).map(|(min, max)| match max {
+        Some(max) => format!("{min}..{max}"),
+        None => format!(">= {min}"),
+    })
+}
+
 /// Every variable the agent reads: name, default (as shown by `--help`), meaning (C1, C2).
 #[rustfmt::skip]
 const VARIABLES: &[(&str, &str, &str)] = &[
@@ -429,26 +474,26 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
-    (MAX_OUTPUT_TOKENS, "32768", "output tokens per LLM call, >= 1 and < BUZZ_AGENT_MAX_CONTEXT_TOKENS"),
+    (MAX_OUTPUT_TOKENS, "32768", "output tokens per LLM call, below BUZZ_AGENT_MAX_CONTEXT_TOKENS"),
     (MAX_CONTEXT_TOKENS, "200000", "context window in tokens, used by the compaction gate"),
     (MAX_HANDOFFS, "10", "compactions per prompt"),
     (MAX_TOKEN_RECOVERIES, "3", "nudges after a max_tokens-truncated response"),
-    (LLM_TIMEOUT_SECS, "240", "seconds without a byte from the provider before an attempt fails, >= 1"),
-    (LLM_MAX_ATTEMPTS, "3", "attempts per LLM call, >= 1"),
-    (TOOL_TIMEOUT_SECS, "660", "seconds per model tool call, >= 1"),
-    (MCP_INIT_TIMEOUT_SECS, "30", "seconds per MCP handshake step, >= 1"),
-    (MAX_PARALLEL_TOOLS, "8", "concurrent tool calls per model response (1 = sequential), >= 1"),
-    (MAX_SESSIONS, "unlimited", "live sessions, >= 1"),
-    (MAX_LINE_BYTES, "4194304", "inbound ACP line cap in bytes, >= 1024"),
-    (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond (1024..8388608)"),
+    (LLM_TIMEOUT_SECS, "240", "seconds without a byte from the provider before an attempt fails"),
+    (LLM_MAX_ATTEMPTS, "3", "attempts per LLM call"),
+    (TOOL_TIMEOUT_SECS, "660", "seconds per model tool call"),
+    (MCP_INIT_TIMEOUT_SECS, "30", "seconds per MCP handshake step"),
+    (MAX_PARALLEL_TOOLS, "8", "concurrent tool calls per model response; 1 = sequential"),
+    (MAX_SESSIONS, "unlimited", "live sessions; unset = unlimited"),
+    (MAX_LINE_BYTES, "4194304", "inbound ACP line cap in bytes"),
+    (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond"),
     (HOOK_SERVERS, "unset = hooks off", "hook allowlist: * = every server, or comma-separated server names"),
-    (HOOK_TIMEOUT_MS, "2500", "milliseconds per hook call (1..600000)"),
+    (HOOK_TIMEOUT_MS, "2500", "milliseconds per hook call"),
     (INTERCEPTOR_SERVERS, "unset = off", "experimental SEP-2624 interceptor servers, syntax as MCP_HOOK_SERVERS (parsed, not yet applied)"),
     (STOP_MAX_REJECTIONS, "3", "_Stop objection budget per prompt; 0 disables _Stop and the reply guard"),
     (REQUIRE_REPLY, "false", "reply guard: remind the model to post its answer (boolean)"),
     (REPLY_TOOLS, "", "comma-separated qualified tool names that count as posting a reply"),
     (PERMISSION, "ask", "ask = request permission before each tool call, allow = never ask"),
-    (PERMISSION_TIMEOUT_SECS, "330", "seconds to wait for a permission answer before denying, >= 1"),
+    (PERMISSION_TIMEOUT_SECS, "330", "seconds to wait for a permission answer before denying"),
     (LOG, "info", "stderr log level: error, warn, info, debug (adds prompt and tool text), trace"),
     (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
 ];
@@ -475,7 +520,10 @@ pub fn help_text() -> String {
         } else {
             format!(" [{default}]")
         };
-        s.push_str(&format!("  {name:<width$}  {meaning}{default}\n"));
+        let range = numeric_range_text(name)
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        s.push_str(&format!("  {name:<width$}  {meaning}{range}{default}\n"));
     }
     s
 }
@@ -556,26 +604,25 @@ impl<'a> Env<'a> {
         invalid(var, self.raw(var), expected)
     }
 
-    /// A decimal integer in `min..=max`, `default` if unset or blank.
-    fn uint<T: TryFrom<u64>>(
-        &self,
-        var: &'static str,
-        default: T,
-        min: u64,
-        max: u64,
-    ) -> Result<T, ConfigError> {
+    /// A decimal integer within the variable's bounds ([`NUMBERS`]), `default` if unset or
+    /// blank.
+    fn uint<T: TryFrom<u64>>(&self, var: &'static str, default: T) -> Result<T, ConfigError> {
         let Some(v) = self.get(var) else {
             return Ok(default);
         };
+        let (min, max) = NUMBERS
+            .iter()
+            .find(|(n, _, _)| *n == var)
+            .map_or((0, u64::MAX), |(_, min, max)| (*min, *max));
         let expected = range_text(min, max);
         let n = parse_decimal(v).filter(|n| (min..=max).contains(n));
         let n = n.ok_or_else(|| self.invalid(var, expected.clone()))?;
         T::try_from(n).map_err(|_| self.invalid(var, expected))
     }
 
-    /// A `*_SECS` duration (>= 1 s) converted to milliseconds.
+    /// A `*_SECS` duration converted to milliseconds.
     fn secs_as_ms(&self, var: &'static str, default_secs: u64) -> Result<u64, ConfigError> {
-        let secs: u64 = self.uint(var, default_secs, 1, MAX_SECS)?;
+        let secs: u64 = self.uint(var, default_secs)?;
         Ok(secs.saturating_mul(1000))
     }
 
@@ -654,8 +701,7 @@ fn parse_decimal(s: &str) -> Option<u64> {
 }
 
 fn range_text(min: u64, max: u64) -> String {
-    let type_max = max == u64::from(u32::MAX) || max == u64::MAX;
-    if type_max {
+    if max == u64::MAX {
         format!("an integer >= {min}")
     } else {
         format!("an integer from {min} to {max}")
@@ -812,9 +858,8 @@ impl Config {
         .to_owned();
         let system_prompt = c.or(system_prompt(&env, read_file), None);
 
-        let u32_max = u64::from(u32::MAX);
-        let max_output_tokens = c.opt(env.uint(MAX_OUTPUT_TOKENS, 32_768_u32, 1, u32_max));
-        let max_context_tokens = c.opt(env.uint(MAX_CONTEXT_TOKENS, 200_000_u64, 2, u64::MAX));
+        let max_output_tokens = c.opt(env.uint(MAX_OUTPUT_TOKENS, 32_768_u32));
+        let max_context_tokens = c.opt(env.uint(MAX_CONTEXT_TOKENS, 200_000_u64));
         if let (Some(output), Some(context)) = (max_output_tokens, max_context_tokens)
             && u64::from(output) >= context
         {
@@ -831,11 +876,9 @@ impl Config {
         let max_sessions = match env.get(MAX_SESSIONS) {
             None => None,
             Some(_) => c.or(
-                env.uint(MAX_SESSIONS, usize::MAX, 1, u64::MAX)
-                    .map(Some)
-                    .map_err(|_| {
-                        env.invalid(MAX_SESSIONS, "an integer >= 1 (unset for unlimited)")
-                    }),
+                env.uint(MAX_SESSIONS, usize::MAX).map(Some).map_err(|_| {
+                    env.invalid(MAX_SESSIONS, "an integer >= 1 (unset for unlimited)")
+                }),
                 None,
             ),
         };
@@ -867,37 +910,29 @@ impl Config {
             base_url,
             anthropic_version,
             system_prompt,
-            max_rounds: c.or(env.uint(MAX_ROUNDS, 0, 0, u32_max), 0),
+            max_rounds: c.or(env.uint(MAX_ROUNDS, 0), 0),
             max_output_tokens: max_output_tokens.unwrap_or(1),
             max_context_tokens: max_context_tokens.unwrap_or(2),
-            max_handoffs: c.or(env.uint(MAX_HANDOFFS, 10, 0, u32_max), 0),
-            max_token_recoveries: c.or(env.uint(MAX_TOKEN_RECOVERIES, 3, 0, u32_max), 0),
+            max_handoffs: c.or(env.uint(MAX_HANDOFFS, 10), 0),
+            max_token_recoveries: c.or(env.uint(MAX_TOKEN_RECOVERIES, 3), 0),
             llm_timeout_ms: c.or(env.secs_as_ms(LLM_TIMEOUT_SECS, 240), 0),
-            llm_max_attempts: c.or(env.uint(LLM_MAX_ATTEMPTS, 3, 1, u32_max), 1),
+            llm_max_attempts: c.or(env.uint(LLM_MAX_ATTEMPTS, 3), 1),
             tool_timeout_ms: c.or(env.secs_as_ms(TOOL_TIMEOUT_SECS, 660), 0),
             mcp_init_timeout_ms: c.or(env.secs_as_ms(MCP_INIT_TIMEOUT_SECS, 30), 0),
-            max_parallel_tools: c.or(env.uint(MAX_PARALLEL_TOOLS, 8, 1, u64::MAX), 1),
+            max_parallel_tools: c.or(env.uint(MAX_PARALLEL_TOOLS, 8), 1),
             max_sessions,
-            max_line_bytes: c.or(env.uint(MAX_LINE_BYTES, 4_194_304, 1024, u64::MAX), 1024),
-            max_tool_result_text_bytes: c.or(
-                env.uint(
-                    MAX_TOOL_RESULT_TEXT_BYTES,
-                    51_200,
-                    1024,
-                    MAX_TOOL_RESULT_TEXT_BYTES_LIMIT,
-                ),
-                1024,
-            ),
+            max_line_bytes: c.or(env.uint(MAX_LINE_BYTES, 4_194_304), 1024),
+            max_tool_result_text_bytes: c.or(env.uint(MAX_TOOL_RESULT_TEXT_BYTES, 51_200), 1024),
             hook_servers: c.or(
                 parse_server_allowlist(&env, HOOK_SERVERS),
                 HookAllowlist::Off,
             ),
-            hook_timeout_ms: c.or(env.uint(HOOK_TIMEOUT_MS, 2500, 1, MAX_HOOK_TIMEOUT_MS), 1),
+            hook_timeout_ms: c.or(env.uint(HOOK_TIMEOUT_MS, 2500), 1),
             interceptor_servers: c.or(
                 parse_server_allowlist(&env, INTERCEPTOR_SERVERS),
                 HookAllowlist::Off,
             ),
-            stop_max_rejections: c.or(env.uint(STOP_MAX_REJECTIONS, 3, 0, u32_max), 0),
+            stop_max_rejections: c.or(env.uint(STOP_MAX_REJECTIONS, 3), 0),
             require_reply: c.or(env.flag(REQUIRE_REPLY, false), false),
             reply_tools: env.list(REPLY_TOOLS),
             permission: c.or(permission, PermissionMode::Ask),
@@ -1315,12 +1350,13 @@ mod tests {
 
     #[test]
     fn c2_lower_bounds_are_enforced_with_the_allowed_range_in_the_message() {
+        let secs = "an integer from 1 to 4294967295";
         let cases = [
-            (LLM_TIMEOUT_SECS, "0", "an integer >= 1"),
-            (LLM_MAX_ATTEMPTS, "0", "an integer >= 1"),
-            (TOOL_TIMEOUT_SECS, "0", "an integer >= 1"),
-            (MCP_INIT_TIMEOUT_SECS, "0", "an integer >= 1"),
-            (PERMISSION_TIMEOUT_SECS, "0", "an integer >= 1"),
+            (LLM_TIMEOUT_SECS, "0", secs),
+            (LLM_MAX_ATTEMPTS, "0", secs),
+            (TOOL_TIMEOUT_SECS, "0", secs),
+            (MCP_INIT_TIMEOUT_SECS, "0", secs),
+            (PERMISSION_TIMEOUT_SECS, "0", secs),
             (MAX_PARALLEL_TOOLS, "0", "an integer >= 1"),
             (MAX_SESSIONS, "0", "an integer >= 1 (unset for unlimited)"),
             (MAX_LINE_BYTES, "1023", "an integer >= 1024"),
@@ -1336,9 +1372,10 @@ mod tests {
             ),
             (HOOK_TIMEOUT_MS, "0", "an integer from 1 to 600000"),
             (HOOK_TIMEOUT_MS, "600001", "an integer from 1 to 600000"),
-            (MAX_OUTPUT_TOKENS, "0", "an integer >= 1"),
+            (MAX_OUTPUT_TOKENS, "0", secs),
             (MAX_CONTEXT_TOKENS, "1", "an integer >= 2"),
-            (LLM_TIMEOUT_SECS, "4294967296", "an integer >= 1"),
+            (LLM_TIMEOUT_SECS, "4294967296", secs),
+            (MAX_ROUNDS, "4294967296", "an integer from 0 to 4294967295"),
         ];
         for (name, value, expected) in cases {
             let e = err(&anthropic(&[(name, value)]));
@@ -1367,6 +1404,37 @@ mod tests {
         assert_eq!(c.max_sessions, Some(1));
         assert_eq!(c.stop_max_rejections, 0);
         assert_eq!(c.llm_timeout_ms, 4_294_967_295_000);
+    }
+
+    #[test]
+    fn c1_every_numeric_variable_has_one_range_for_parser_errors_and_help() {
+        let names: Vec<&str> = numeric_fields(&Config::for_tests(ProviderKind::Anthropic, ""))
+            .map(|(n, _)| n)
+            .to_vec();
+        assert_eq!(names.len(), NUMBERS.len());
+        let help = help_text();
+        for name in names {
+            let (min, max) = numeric_range(name).unwrap_or_else(|| unreachable!("{name}"));
+            let text = numeric_range_text(name).unwrap_or_default();
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_default();
+            assert!(line.contains(&format!("({text})")), "{line}");
+            // Just outside the range is an error quoting the same bounds.
+            let below = min.checked_sub(1).map(|b| b.to_string());
+            let above = max.map(|m| (u128::from(m) + 1).to_string());
+            for bad in [below, above].into_iter().flatten() {
+                let e = err(&anthropic(&[(MAX_OUTPUT_TOKENS, "1000"), (name, &bad)]));
+                assert_eq!(e.variable(), name, "{bad}");
+                let quoted = match max {
+                    Some(max) => format!("from {min} to {max}"),
+                    None => format!(">= {min}"),
+                };
+                assert!(e.to_string().contains(&quoted), "{e}");
+            }
+        }
+        assert_eq!(numeric_range(LOG), None);
     }
 
     #[test]

@@ -138,3 +138,69 @@ pub fn load_config(program: &Program) -> Result<Config, i32> {
     cfg.seed = t ^ (u64::from(std::process::id()) << 32);
     Ok(cfg)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's configuration table, its rows by variable.
+    fn readme_rows() -> Vec<String> {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+            .expect("README.md beside the workspace");
+        readme
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// C1, issue 12: the README names every variable, and gives each number the range the
+    /// parser enforces and `--help` prints (both from `config::numeric_range_text`).
+    #[test]
+    fn c1_readme_help_and_errors_agree_on_every_bound() {
+        let rows = readme_rows();
+        let program = Program {
+            name: "buzz-agent",
+            version: "0",
+            extras: None,
+        };
+        let help = help_text(&program);
+        for name in config::variable_names() {
+            let row = rows
+                .iter()
+                .find(|r| r.contains(&format!("`{name}`")))
+                .unwrap_or_else(|| panic!("README.md has no row for {name}"));
+            if let Some(range) = config::numeric_range_text(name) {
+                assert!(
+                    row.contains(&format!("({range})")),
+                    "README row of {name} lacks ({range}): {row}"
+                );
+                assert!(help.contains(&format!("({range})")), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_tty_hint_names_only_the_subcommands_the_binary_has() {
+        let minimal = Program {
+            name: "buzz-agent-smol",
+            version: "0",
+            extras: None,
+        };
+        let hint = tty_hint(&minimal);
+        assert!(
+            hint.contains("ACP agent") && hint.contains("ACP client"),
+            "{hint}"
+        );
+        assert!(!hint.contains("demo") && !hint.contains("exec"), "{hint}");
+        let full = Program {
+            extras: Some(crate::extras::EXTRAS),
+            ..minimal
+        };
+        let hint = tty_hint(&full);
+        assert!(
+            hint.contains("`buzz-agent-smol demo`") && hint.contains("`buzz-agent-smol exec"),
+            "{hint}"
+        );
+    }
+}

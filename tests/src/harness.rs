@@ -31,7 +31,7 @@ pub struct Ctx {
     /// The rules the agent broke under [`Ctx::dialect`] (checked by the trial after the
     /// scenario).
     pub violations: Violations,
-    /// The binary has the `demo`, `example-server` and `hooks check` subcommands (the
+    /// The binary has the `demo`, `exec`, `example-server` and `hooks check` subcommands (the
     /// `extras` feature of `buzz-agent-runtime`; the minimal binary leaves it off).
     pub has_extras: bool,
 }

@@ -6,8 +6,9 @@
 //! Each runtime crate has a `harness = false` test whose `main` is
 //! `buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_<binary>"), <has extras>)`, so the same suite
 //! runs unchanged against every binary. The scenarios of the `extras` subcommands (`demo`,
-//! `example-server`, `hooks check`) are reported ignored, with the reason, against a binary
-//! built without them. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
+//! `exec`, `example-server`, `hooks check`) are reported ignored, with the reason, against a
+//! binary built without them. Every frame an agent writes is validated against the official
+//! ACP schema ([`acp_schema`]); the count is printed after the run. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
 
 pub mod acp_schema;
 pub mod bench;
@@ -57,7 +58,7 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned());
         let why = format!(
-            "{} is built without the `extras` feature (demo, example-server, hooks check)",
+            "{} is built without the `extras` feature (demo, exec, example-server, hooks check)",
             bin.unwrap_or_default()
         );
         trials.extend(scenarios::extras().into_iter().map(|(name, _)| {

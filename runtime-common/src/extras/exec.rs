@@ -202,7 +202,7 @@ fn scalar_text(v: &Value) -> Option<String> {
 /// The ACP `mcpServers` entries (`{name, command, args, env:[{name,value}]}`) of one config
 /// file's text in the de facto format of Claude Code, Cursor and acpx: an object
 /// `{"mcpServers": {"<name>": {"command", "args", "env"}}}` (`"servers"`, VS Code's key, is
-/// accepted too). Lenient like those tools: `args` and `env` may be missing; `env` may also
+/// accepted too), or acpx's `{"mcpServers": [{"name", "command", "args", "env"}]}`. Lenient like those tools: `args` and `env` may be missing; `env` may also
 /// be an array of `{name, value}`; numbers and booleans in `args`/`env` become strings;
 /// `command` may be an array (its first word is the command, the rest leads the args);
 /// `"type": "stdio"` is accepted; `"disabled": true` skips the entry; `${VAR}` and
@@ -222,12 +222,23 @@ fn servers_from_config(
     let servers = root
         .get("mcpServers")
         .or_else(|| root.get("servers"))
-        .ok_or("no \"mcpServers\" object")?
-        .as_object()
-        .ok_or("\"mcpServers\" is not an object")?;
+        .ok_or("no \"mcpServers\" object")?;
+    let named: Vec<(String, &Value)> = match servers {
+        Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), v)).collect(),
+        // acpx's form: ACP entries that carry their own name.
+        Value::Array(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v.get("name").and_then(Value::as_str) {
+                Some(n) if !n.is_empty() => Ok((n.to_string(), v)),
+                _ => Err(format!("\"mcpServers\"[{i}] has no \"name\"")),
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err("\"mcpServers\" is not an object".into()),
+    };
     let mut out = Vec::new();
     let mut warnings = Vec::new();
-    for (name, entry) in servers {
+    for (name, entry) in &named {
         let at = |what: &str| format!("server {name:?}: {what}");
         let entry = entry.as_object().ok_or_else(|| at("not an object"))?;
         if entry.get("disabled").and_then(Value::as_bool) == Some(true) {
@@ -748,6 +759,21 @@ mod tests {
         let (vscode, _) =
             servers_from_config(r#"{"servers": {"a": {"command": "x"}}}"#, &no_env).unwrap();
         assert_eq!(vscode.len(), 1);
+        let acpx = r#"{"mcpServers": [{"name": "fs", "command": "srv", "args": ["a"],
+                       "env": [{"name": "K", "value": "v"}]}, {"name": "r", "type": "sse", "url": "u"}]}"#;
+        let (list, warnings) = servers_from_config(acpx, &no_env).unwrap();
+        assert_eq!(
+            list,
+            vec![
+                json!({"name": "fs", "command": "srv", "args": ["a"], "env": [{"name": "K", "value": "v"}]})
+            ]
+        );
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            servers_from_config(r#"{"mcpServers": [{"command": "x"}]}"#, &no_env)
+                .unwrap_err()
+                .contains("no \"name\"")
+        );
     }
 
     #[test]
@@ -755,7 +781,7 @@ mod tests {
         for (text, needle) in [
             ("not json", "not JSON"),
             ("{}", "no \"mcpServers\""),
-            (r#"{"mcpServers": []}"#, "not an object"),
+            (r#"{"mcpServers": "x"}"#, "not an object"),
             (
                 r#"{"mcpServers": {"a": {}}}"#,
                 "server \"a\": no \"command\"",

@@ -442,3 +442,67 @@ pub fn c07_relative_cwd_rejected(ctx: &Ctx) {
     assert!(started.elapsed() < Duration::from_secs(20));
     agent.finish();
 }
+
+/// The JSON lines of the README's copy-paste session ("By hand, in JSON"), as a shell would
+/// pass them: the single-quoted arguments of its `printf`.
+fn readme_session_lines() -> (Vec<String>, String) {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md beside the workspace");
+    let start = readme
+        .find("**By hand, in JSON**")
+        .expect("the README has the copy-paste session");
+    let block = &readme[start..];
+    let block = &block[block.find("```sh").expect("its code block") + 5..];
+    let block = &block[..block.find("```").expect("the end of its code block")];
+    let lines = block
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix('\'')) // '{"jsonrpc":…}' \
+        .map(|l| {
+            l.trim_end_matches('\\')
+                .trim_end()
+                .trim_end_matches('\'')
+                .to_string()
+        })
+        .collect();
+    (lines, block.to_string())
+}
+
+/// A1–A3, issue 12: the README's copy-paste JSON session works as written — its three lines
+/// (`initialize`, `session/new`, `session/prompt` on the session id it names), sent at once as
+/// `printf` would, get three answers, the last `end_turn` with the model's text streamed
+/// before it — and it keeps stdin open (`sleep`), since EOF cancels the turn (P1).
+pub fn a3_the_readme_copy_paste_session_reaches_end_turn(ctx: &Ctx) {
+    let (lines, block) = readme_session_lines();
+    assert_eq!(lines.len(), 3, "{block}");
+    assert!(
+        block.contains("sleep "),
+        "stdin stays open until the answer: {block}"
+    );
+    let s = Scratch::new();
+    let llm = ctx.fake_llm(vec![Reply::text("Hello there, nice to meet.")]);
+    let agent = ctx.agent(&llm, &[], &s.ws);
+    let mut bytes = Vec::new();
+    for l in &lines {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{l}");
+        bytes.extend_from_slice(l.as_bytes());
+        bytes.push(b'\n');
+    }
+    agent.send_raw(&bytes);
+    for id in [json!(1), json!(2)] {
+        let r = agent.wait_response(&id, Duration::from_secs(30));
+        agent.result(&r);
+    }
+    let r = agent.wait_response(&json!(3), Duration::from_secs(30));
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    let sid = serde_json::from_str::<Value>(&lines[2]).expect("json")["params"]["sessionId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        agent_text(&agent.session_updates(&sid)),
+        "Hello there, nice to meet."
+    );
+    agent.finish();
+}

@@ -199,6 +199,7 @@ pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
     if !ctx.has_extras {
         for sub in [
             &["demo"][..],
+            &["exec", "hello"],
             &["hooks", "check", "--", "true"],
             &["example-server", "todo"],
         ] {

@@ -83,6 +83,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         acp::t4_unknown_method_bad_params_invalid_request,
         acp::c03_unknown_session_is_32002_everywhere,
         acp::c07_relative_cwd_rejected,
+        acp::a3_the_readme_copy_paste_session_reaches_end_turn,
         tools::l1_l4_five_round_tool_prompt,
         tools::l2_unknown_and_hook_tool_names_are_unknown_tool,
         tools::l2_c26_invalid_tool_arguments_are_error_results_and_empty_means_empty_object,
