@@ -772,6 +772,20 @@ impl AgentProc {
         }
     }
 
+    /// Waits until the agent's stderr contains `needle` (log lines reach stderr from the agent's
+    /// own writer thread, possibly after the frames they explain); panics after `timeout`.
+    pub fn wait_stderr(&self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.stderr_text().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "stderr never contained {needle:?}{}",
+                self.context()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The last `n` lines of stderr.
     pub fn stderr_tail(&self, n: usize) -> String {
         let all = self.stderr_text();

@@ -11,7 +11,7 @@ use crate::fake_mcp;
 use crate::harness::{AgentProc, Ctx, fake_mcp_entry};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `result._meta.buzz` of a prompt response (SPEC A8).
 fn buzz_meta(agent: &AgentProc, resp: &Value) -> Value {
@@ -25,19 +25,6 @@ fn assert_end_turn(agent: &AgentProc, resp: &Value) {
         "{resp}{}",
         agent.context()
     );
-}
-
-/// Waits until the agent's stderr contains `needle`.
-fn wait_stderr(agent: &AgentProc, needle: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while !agent.stderr_text().contains(needle) {
-        assert!(
-            Instant::now() < deadline,
-            "stderr never contained {needle:?}{}",
-            agent.context()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The `_Stop` `tools/call` requests a server received, in order.
@@ -110,8 +97,7 @@ pub fn c40_fastmcp_none_is_empty_and_its_text_objects_once(ctx: &Ctx) {
     );
     assert_eq!(llm.requests().len(), 3);
     assert_eq!(stop_calls(&log).len(), 3);
-    wait_stderr(
-        &agent,
+    agent.wait_stderr(
         "point=_Stop server=fm outcome=empty",
         Duration::from_secs(2),
     );

@@ -122,19 +122,6 @@ fn assert_reminder(inj: &Injection) {
     assert_injection(inj, "buzz-agent", text);
 }
 
-/// Waits until the agent's stderr contains `needle`.
-fn wait_stderr(agent: &AgentProc, needle: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while !agent.stderr_text().contains(needle) {
-        assert!(
-            Instant::now() < deadline,
-            "stderr never contained {needle:?}{}",
-            agent.context()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The whole JSON of every request body, to search for text that must never reach the model.
 fn bodies(reqs: &[RecordedRequest]) -> String {
     reqs.iter()
@@ -490,8 +477,7 @@ pub fn h4_hook_timeout_fails_open_then_second_timeout_kills_group(ctx: &Ctx) {
         agent.context()
     );
     assert_eq!(buzz_meta(&agent, &r1)["stopObjections"], 0, "{r1}");
-    wait_stderr(
-        &agent,
+    agent.wait_stderr(
         "hook: server 'guard' timed out (1/2)",
         Duration::from_secs(2),
     );
@@ -547,8 +533,7 @@ pub fn h4_hook_timeout_fails_open_then_second_timeout_kills_group(ctx: &Ctx) {
     );
     assert_eq!(llm.requests().len(), 2);
     assert_eq!(stop_calls(&log).len(), 2, "the second gate called the hook");
-    wait_stderr(
-        &agent,
+    agent.wait_stderr(
         "hook: killing server 'guard' after 2 consecutive timeouts",
         Duration::from_secs(2),
     );
@@ -1000,7 +985,7 @@ pub fn h4_fail_open_error_iserror_empty_never_object(ctx: &Ctx) {
     for ((name, _, outcome), log) in cases.iter().zip(&logs) {
         assert_eq!(stop_calls(log).len(), 1, "{name}");
         let needle = format!("point=_Stop server={name} outcome={outcome}");
-        wait_stderr(&agent, &needle, Duration::from_secs(2));
+        agent.wait_stderr(&needle, Duration::from_secs(2));
     }
     agent.finish();
 }
