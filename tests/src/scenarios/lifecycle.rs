@@ -5,7 +5,7 @@
 use super::setup::Setup;
 use super::util::{
     Scratch, assert_exits_cleanly, assert_no_survivors, hook_server, is_cancel_of, log_of,
-    read_pids, stubborn_launcher, wait_for,
+    read_pids, stubborn_launcher, wait_for, wait_logged_call,
 };
 use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, content_text};
 use crate::fake_mcp::{self, CRASH_STDERR};
@@ -20,21 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // ---- helpers ------------------------------------------------------------------------------------
-
-/// Waits until the call log holds a `tools/call` of `name`; returns that request's id.
-fn wait_logged_call(agent: &AgentProc, log: &str, name: &str) -> Value {
-    wait_for(
-        agent,
-        &format!("tools/call {name} in {log}"),
-        Duration::from_secs(20),
-        || fake_mcp::count_calls(&log_of(log), name) > 0,
-    );
-    fake_mcp::logged_tool_calls(&log_of(log))
-        .into_iter()
-        .find(|c| c["params"]["name"] == name)
-        .map(|c| c["id"].clone())
-        .unwrap_or_default()
-}
 
 /// For LLM handlers: waits (up to 15 s) until the call log holds at least `n` messages of
 /// `method`, then 200 ms more so the agent has read the reply too. A model "thinking" while a
@@ -1156,11 +1141,7 @@ pub fn p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly(ctx: &Ctx) {
             Duration::from_secs(1),
             &format!("M8 {name}"),
         );
-        agent.wait_until("the prompt response", Duration::from_secs(2), |t| {
-            t.iter()
-                .any(|m| m.get("method").is_none() && m["id"] == prompt)
-        });
-        let r = agent.response(&prompt).unwrap_or_default();
+        let r = agent.wait_response(&prompt, Duration::from_secs(2));
         assert_eq!(
             agent.result(&r)["stopReason"],
             "cancelled",

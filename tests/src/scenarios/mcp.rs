@@ -4,9 +4,10 @@
 use super::setup::Setup;
 use super::util::{
     Scratch, assert_exits_cleanly, assert_no_survivors, is_cancel_of, log_of, read_pids, wait_file,
+    wait_logged_call,
 };
 use crate::fake_llm::Reply;
-use crate::fake_mcp::{self, FAIL_START_STDERR};
+use crate::fake_mcp::FAIL_START_STDERR;
 use crate::harness::{AgentProc, Ctx, fake_mcp_entry};
 use crate::procfs;
 use serde_json::{Value, json};
@@ -176,18 +177,7 @@ pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
                 .any(|m| m["params"]["update"]["status"] == "in_progress")
         },
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let call_id = loop {
-        let log = log_of(&log_a);
-        if let Some(c) = fake_mcp::logged_tool_calls(&log).first() {
-            break c["id"].clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the slow call never reached server a"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let call_id = wait_logged_call(&agent, &log_a, "slow");
     let mut watched = procfs::descendants(agent.pid());
     watched.extend([server_a, grand_a, server_b, grand_b]);
 
@@ -209,11 +199,7 @@ pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
         log.iter().any(|m| is_cancel_of(m, &call_id)),
         "P1/A4: the in-flight call {call_id} gets notifications/cancelled: {log:#?}"
     );
-    agent.wait_until("the prompt response", Duration::from_secs(2), |t| {
-        t.iter()
-            .any(|m| m.get("method").is_none() && m["id"] == prompt)
-    });
-    let r = agent.response(&prompt).unwrap_or_default();
+    let r = agent.wait_response(&prompt, Duration::from_secs(2));
     assert_eq!(
         agent.result(&r)["stopReason"],
         "cancelled",

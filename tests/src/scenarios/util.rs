@@ -69,15 +69,18 @@ pub fn wait_for(agent: &AgentProc, what: &str, timeout: Duration, cond: impl Fn(
 
 /// Waits until the agent's stderr contains `needle`.
 pub fn wait_stderr(agent: &AgentProc, needle: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while !agent.stderr_text().contains(needle) {
-        assert!(
-            Instant::now() < deadline,
-            "stderr never contained {needle:?}{}",
-            agent.context()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(agent, &format!("{needle:?} on stderr"), timeout, || {
+        agent.stderr_text().contains(needle)
+    });
+}
+
+/// Lines of the agent's stderr containing `needle`.
+pub fn count_lines(agent: &AgentProc, needle: &str) -> usize {
+    agent
+        .stderr_text()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .count()
 }
 
 /// P1: once `cause` ran (EOF on stdin, a signal) the agent exits 0 within `bound` (waiting up
@@ -120,15 +123,6 @@ pub fn assert_no_survivors(pids: &[i32], groups: &[i32], within: Duration, when:
     }
 }
 
-/// Lines of the agent's stderr containing `needle`.
-pub fn count_lines(agent: &AgentProc, needle: &str) -> usize {
-    agent
-        .stderr_text()
-        .lines()
-        .filter(|l| l.contains(needle))
-        .count()
-}
-
 // ---- fake MCP servers ---------------------------------------------------------------------------
 
 /// Every message a fake MCP server logged to its `FAKE_MCP_CALL_LOG` at `path`, in order (none
@@ -163,6 +157,21 @@ pub fn hook_attempts(calls: &[Value]) -> Vec<(Value, Value)> {
             (m["attempt"].clone(), m["budgetRemaining"].clone())
         })
         .collect()
+}
+
+/// Waits (20 s) until the call log holds a `tools/call` of `name`; returns that request's id.
+pub fn wait_logged_call(agent: &AgentProc, log: &str, name: &str) -> Value {
+    wait_for(
+        agent,
+        &format!("tools/call {name} in {log}"),
+        Duration::from_secs(20),
+        || fake_mcp::count_calls(&log_of(log), name) > 0,
+    );
+    fake_mcp::logged_tool_calls(&log_of(log))
+        .into_iter()
+        .find(|c| c["params"]["name"] == name)
+        .map(|c| c["id"].clone())
+        .unwrap_or_default()
 }
 
 /// `m` is the `notifications/cancelled` of our request `id`.
