@@ -476,8 +476,9 @@ pub fn a3_the_readme_copy_paste_session_reaches_end_turn(ctx: &Ctx) {
         "stdin stays open until the answer: {block}"
     );
     let s = Scratch::new();
-    let llm = ctx.fake_llm(vec![Reply::text("Hello there, nice to meet.")]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("Hello there, nice to meet.")])
+        .spawn();
     let mut bytes = Vec::new();
     for l in &lines {
         let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
