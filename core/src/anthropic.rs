@@ -1271,7 +1271,6 @@ data: {"type":"message_stop"}
         let mut config = cfg();
         config.anthropic_version = "2024-01-01".into();
         let request = build_request(&config, &req);
-        assert_eq!(request.method, "POST");
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/messages");
         assert_eq!(
             request.headers,

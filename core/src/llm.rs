@@ -173,10 +173,10 @@ pub struct LlmRequest<'a> {
     pub max_output_tokens: u32,
 }
 
-/// A fully built HTTP request: the runtime sends it verbatim (DESIGN: `CallLlm`).
+/// A fully built HTTP request: the runtime sends it verbatim (DESIGN: `CallLlm`). Every LLM call
+/// is a `POST` with a JSON body and a streamed (SSE) answer, so the method is not carried.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HttpRequest {
-    pub method: &'static str,
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -188,8 +188,7 @@ impl std::fmt::Debug for HttpRequest {
         let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
         write!(
             f,
-            "{} {} headers={:?} body={} B",
-            self.method,
+            "POST {} headers={:?} body={} B",
             self.url,
             names,
             self.body.len()

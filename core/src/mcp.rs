@@ -1027,7 +1027,7 @@ impl Agent {
     pub(crate) fn fire_mcp_timers(&mut self) {
         let now = self.now;
         let mut expired: Vec<(u64, u64, Purpose)> = Vec::new();
-        let mut escalate: Vec<(u64, ProcKey)> = Vec::new();
+        let mut escalate: Vec<ProcKey> = Vec::new();
         let mut closed: Vec<u64> = Vec::new();
         for (slot, s) in &mut self.servers {
             for (id, p) in &s.pending {
@@ -1037,7 +1037,7 @@ impl Agent {
             }
             s.kills.retain(|(d, p)| {
                 if *d <= now {
-                    escalate.push((0, *p));
+                    escalate.push(*p);
                     false
                 } else {
                     true
@@ -1048,7 +1048,7 @@ impl Agent {
                 closed.push(*slot);
             }
         }
-        for (_, proc) in escalate {
+        for proc in escalate {
             self.push(Action::SignalProcessGroup {
                 proc,
                 signal: Signal::Kill,

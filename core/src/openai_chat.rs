@@ -1082,7 +1082,6 @@ mod tests {
             max_output_tokens: 4096,
         };
         let request = build_request("http://127.0.0.1:5000/v1", "sk-test", &req);
-        assert_eq!(request.method, "POST");
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/chat/completions");
         assert_eq!(
             request.headers,

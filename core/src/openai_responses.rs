@@ -1009,7 +1009,6 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             max_output_tokens: 4096,
         };
         let request = build_request("http://127.0.0.1:5000/v1/", "sk-test", &req);
-        assert_eq!(request.method, "POST");
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/responses");
         assert_eq!(
             request.headers,

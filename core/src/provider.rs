@@ -4,14 +4,6 @@
 use crate::config::{Config, ProviderKind};
 use crate::llm::{HttpRequest, LlmRequest, StreamDecoder};
 
-/// Whether this build implements the configured provider route (all three do).
-#[must_use]
-pub fn is_supported(kind: &ProviderKind) -> bool {
-    match kind {
-        ProviderKind::OpenAiChat | ProviderKind::Anthropic | ProviderKind::OpenAiResponses => true,
-    }
-}
-
 /// Build the HTTP request of one LLM call for the configured route: Anthropic Messages (L6),
 /// Chat Completions (L7) or Responses (L8).
 #[must_use]
@@ -168,7 +160,7 @@ mod tests {
     }
 
     #[test]
-    fn l6_l7_l8_every_route_is_supported_and_dispatched() {
+    fn l6_l7_l8_every_route_is_dispatched() {
         use crate::config::Config;
         use crate::llm::{LlmRequest, Message, StreamDelta};
         let messages = [Message::User { text: "hi".into() }];
@@ -197,7 +189,6 @@ mod tests {
             ),
         ];
         for (kind, url, body) in routes {
-            assert!(is_supported(&kind));
             let cfg = Config::for_tests(kind, "http://h/");
             assert_eq!(build_request(&cfg, &req).url, url);
             let mut decoder = decoder(&cfg, "call_1".into());

@@ -25,7 +25,6 @@ pub fn streaming_json_post(
         headers.push((name.to_owned(), value));
     }
     HttpRequest {
-        method: "POST",
         url,
         headers,
         body: serialize_body(payload, capacity),

@@ -188,7 +188,6 @@ proptest! {
             .take_while(|(a, _)| matches!(&out[*a], Message::Assistant { tool_calls, .. } if tool_calls.len() == 1 && tool_calls[0].id.starts_with("buzz_hook_")))
             .count();
         let expected = us.iter().rev().take_while(|u| matches!(u, Unit::Injection(_))).count();
-        prop_assert!(expected >= injections);
         prop_assert_eq!(tail_injections, expected);
     }
 }
