@@ -6,37 +6,27 @@
 //! retries and idle timeouts), `shutdown.rs` (P1/M8).
 
 use crate::config::{Config, LogLevel};
-use crate::io::{Action, Input, LlmCallId, LogRecord, ProcKey};
+use crate::ids::{IdCounters, LlmCallId, PermissionRequestId, ServerSlot, SessionId};
+use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
 use crate::llm::Message;
-use crate::mcp::Server;
+use crate::mcp::{Expired, McpEvent, ServerTable, StartState};
+use crate::outbox::Outbox;
+use crate::permissions::Permissions;
+use crate::shutdown::{Shutdown, ShutdownAction};
 use crate::time::MonoTime;
+use crate::timers::{ServerTimer, Stage, Timer, TimerTable};
 use crate::turn::Turn;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
-/// Why the core wants to be woken (DESIGN: `poll_timeout` is labelled with its reason).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimerKey {
-    /// An MCP request's deadline (handshake step, tool call, hook call).
-    McpRequest,
-    /// Escalation of a process-group kill (TERM → KILL) or a stdout-closed grace.
-    ProcessKill,
-    /// A permission request's deadline (SPEC A7).
-    Permission,
-    /// An LLM attempt's idle timeout (SPEC L5).
-    LlmIdle,
-    /// The end of a retry backoff (SPEC L5).
-    Backoff,
-    /// A shutdown stage (SPEC M8, P1).
-    Shutdown,
-}
+pub use crate::timers::TimerKey;
 
 /// An ACP session (SPEC A2).
 pub(crate) struct Session {
-    pub id: String,
+    pub id: SessionId,
     /// Server slots in registration order (SPEC H3).
-    pub servers: Vec<u64>,
+    pub servers: Vec<ServerSlot>,
     /// `Some(request id)` while `session/new` waits for the handshakes.
     pub starting: Option<RpcId>,
     pub history: Vec<Message>,
@@ -54,37 +44,23 @@ pub(crate) struct Session {
     pub usage_mark: usize,
 }
 
-/// A request we sent to the ACP client (only `session/request_permission`).
-pub(crate) struct OutRequest {
-    pub session: String,
-    pub turn_seq: u64,
-    pub slot: usize,
-    pub deadline: MonoTime,
-}
-
 /// The pure agent state machine. See the crate docs for the drain rule.
 pub struct Agent {
     pub(crate) cfg: Config,
     pub(crate) version: String,
-    pub(crate) inherited_env: Vec<(String, String)>,
-    pub(crate) now: MonoTime,
-    pub(crate) actions: VecDeque<Action>,
+    pub(crate) out: Outbox,
+    pub(crate) timers: TimerTable,
     acp_in: LineBuffer,
     line_events: Vec<LineEvent>,
-    pub(crate) sessions: BTreeMap<String, Session>,
+    pub(crate) sessions: BTreeMap<SessionId, Session>,
     next_session: u64,
-    pub(crate) servers: BTreeMap<u64, Server>,
-    pub(crate) next_server: u64,
+    pub(crate) servers: ServerTable,
     /// LLM call → session id.
-    pub(crate) llm_calls: BTreeMap<LlmCallId, String>,
-    pub(crate) next_llm: u64,
-    pub(crate) out_requests: BTreeMap<u64, OutRequest>,
-    pub(crate) next_out: u64,
-    pub(crate) next_turn_seq: u64,
-    pub(crate) next_hook_round: u64,
+    pub(crate) llm_calls: BTreeMap<LlmCallId, SessionId>,
+    pub(crate) permissions: Permissions,
+    pub(crate) ids: IdCounters,
     pub(crate) rng: u64,
-    pub(crate) shutdown: Option<crate::shutdown::Shutdown>,
-    pub(crate) finished: bool,
+    pub(crate) shutdown: Option<Shutdown>,
 }
 
 impl Agent {
@@ -93,8 +69,8 @@ impl Agent {
     pub fn new(config: Config, now: MonoTime) -> Self {
         let rng = config.seed ^ 0x9e37_79b9_7f4a_7c15;
         let max_line = config.max_line_bytes;
-        let mut actions = VecDeque::new();
-        if LogLevel::Info <= config.log_level {
+        let mut out = Outbox::new(config.log_level, now);
+        if out.logs(LogLevel::Info) {
             let hooks = match &config.hook_servers {
                 crate::config::HookAllowlist::Off => "off".to_string(),
                 crate::config::HookAllowlist::All => "*".to_string(),
@@ -109,33 +85,24 @@ impl Agent {
                 config.hook_timeout_ms,
                 config.permission
             );
-            actions.push_back(Action::Log(LogRecord {
-                level: LogLevel::Info,
-                at: now,
-                message,
-            }));
+            out.log(LogLevel::Info, message);
         }
+        let version = env_version();
         Agent {
+            servers: ServerTable::new(config.mcp_init_timeout_ms, version.clone()),
             cfg: config,
-            version: env_version(),
-            inherited_env: Vec::new(),
-            now,
-            actions,
+            version,
+            out,
+            timers: TimerTable::default(),
             acp_in: LineBuffer::recovering_ids(max_line),
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
             next_session: 1,
-            servers: BTreeMap::new(),
-            next_server: 1,
             llm_calls: BTreeMap::new(),
-            next_llm: 1,
-            out_requests: BTreeMap::new(),
-            next_out: 1,
-            next_turn_seq: 1,
-            next_hook_round: 1,
+            permissions: Permissions::default(),
+            ids: IdCounters::default(),
             rng: if rng == 0 { 1 } else { rng },
             shutdown: None,
-            finished: false,
         }
     }
 
@@ -144,10 +111,11 @@ impl Agent {
     /// client's `env` entries, which win.
     #[must_use]
     pub fn with_inherited_env(mut self, env: impl IntoIterator<Item = (String, String)>) -> Self {
-        self.inherited_env = env
-            .into_iter()
-            .filter(|(k, _)| !crate::config::is_agent_secret_or_own_variable(k))
-            .collect();
+        self.servers.set_inherited_env(
+            env.into_iter()
+                .filter(|(k, _)| !crate::config::is_agent_secret_or_own_variable(k))
+                .collect(),
+        );
         self
     }
 
@@ -155,6 +123,7 @@ impl Agent {
     #[must_use]
     pub fn with_version(mut self, version: &str) -> Self {
         self.version = version.to_string();
+        self.servers.set_client_version(version.to_string());
         self
     }
 
@@ -167,7 +136,7 @@ impl Agent {
     /// Feed one observation.
     pub fn handle(&mut self, input: Input, now: MonoTime) {
         self.advance(now);
-        if self.finished {
+        if self.is_finished() {
             return;
         }
         match input {
@@ -199,13 +168,36 @@ impl Agent {
                 }
                 self.begin_shutdown();
             }
-            Input::McpSpawned { proc } => self.on_mcp_spawned(proc),
-            Input::McpSpawnFailed { proc, error } => self.on_mcp_spawn_failed(proc, &error),
+            Input::McpSpawned { proc } => {
+                self.servers
+                    .on_spawned(proc, &mut self.out, &mut self.timers);
+            }
+            Input::McpSpawnFailed { proc, error } => {
+                let events =
+                    self.servers
+                        .on_spawn_failed(proc, &error, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
+            }
             Input::McpBytes { proc, bytes } => self.on_mcp_bytes(proc, &bytes),
-            Input::McpStdoutClosed { proc } => self.on_mcp_stdout_closed(proc),
-            Input::McpStderrLine { proc, line } => self.on_mcp_stderr(proc, line),
-            Input::McpExited { proc, status } => self.on_mcp_exited(proc, &status),
-            Input::McpWriteFailed { proc } => self.on_mcp_write_failed(proc),
+            Input::McpStdoutClosed { proc } => {
+                self.servers
+                    .on_stdout_closed(proc, &mut self.out, &mut self.timers);
+            }
+            Input::McpStderrLine { proc, line } => {
+                self.servers.on_stderr_line(proc, line, &mut self.out);
+            }
+            Input::McpExited { proc, status } => {
+                let events = self
+                    .servers
+                    .on_exited(proc, &status, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
+            }
+            Input::McpWriteFailed { proc } => {
+                let events = self
+                    .servers
+                    .on_write_failed(proc, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
+            }
             Input::Llm { call, event } => self.on_llm(call, event),
         }
         self.after_step();
@@ -215,63 +207,51 @@ impl Agent {
     /// or later than `now`).
     pub fn handle_timeout(&mut self, now: MonoTime) {
         self.advance(now);
-        if self.finished {
+        if self.is_finished() {
             return;
         }
-        self.fire_mcp_timers();
-        self.fire_turn_timers();
-        self.fire_permission_timers();
-        self.fire_shutdown_timers();
+        let now = self.now();
+        for stage in Stage::ALL {
+            for timer in self.timers.due_in_stage(now, stage) {
+                // An earlier timer of this step may have cleared or moved it.
+                if self.timers.is_due(timer, now) {
+                    self.timers.clear(timer);
+                    self.on_timer(timer);
+                }
+            }
+        }
         self.after_step();
     }
 
     /// The next action to execute, in order. Drain until `None` after every `handle*`.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        self.out.pop()
     }
 
     /// The earliest pending deadline and why, or `None` when nothing is timed.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<(MonoTime, TimerKey)> {
-        if self.finished {
+        if self.is_finished() {
             return None;
         }
-        let mut best: Option<(MonoTime, TimerKey)> = None;
-        let mut consider = |t: Option<MonoTime>, k: TimerKey| {
-            if let Some(t) = t
-                && best.is_none_or(|(b, _)| t < b)
-            {
-                best = Some((t, k));
-            }
-        };
-        for s in self.servers.values() {
-            consider(s.next_request_deadline(), TimerKey::McpRequest);
-            consider(s.next_kill_deadline(), TimerKey::ProcessKill);
-        }
-        for r in self.out_requests.values() {
-            consider(Some(r.deadline), TimerKey::Permission);
-        }
-        for sess in self.sessions.values() {
-            if let Some((d, k)) = sess.turn.as_ref().and_then(crate::turn::Turn::deadline) {
-                consider(Some(d), k);
-            }
-        }
-        consider(self.shutdown_deadline(), TimerKey::Shutdown);
-        best
+        self.timers.next().map(|(t, timer)| (t, timer.key()))
     }
 
     /// True once the agent asked to exit; the runtime stops its loop.
     #[must_use]
     pub fn is_finished(&self) -> bool {
-        self.finished
+        self.shutdown.is_some_and(|s| s.is_exited())
     }
 
     fn advance(&mut self, now: MonoTime) {
         // Clamp monotonic (DESIGN: time is passed in; the core never goes backwards).
-        if now > self.now {
-            self.now = now;
-        }
+        self.out.advance(now);
+    }
+
+    /// The time of the step being handled.
+    pub(crate) fn now(&self) -> MonoTime {
+        self.out.now()
     }
 
     fn after_step(&mut self) {
@@ -282,26 +262,20 @@ impl Agent {
     // ---------------------------------------------------------------- output helpers
 
     pub(crate) fn push(&mut self, a: Action) {
-        self.actions.push_back(a);
+        self.out.push(a);
     }
 
     /// Queue a log line if `level` passes `BUZZ_AGENT_LOG`.
     pub(crate) fn log(&mut self, level: LogLevel, message: String) {
-        if level <= self.cfg.log_level {
-            self.actions.push_back(Action::Log(LogRecord {
-                level,
-                at: self.now,
-                message,
-            }));
-        }
+        self.out.log(level, message);
     }
 
     pub(crate) fn logs_enabled(&self, level: LogLevel) -> bool {
-        level <= self.cfg.log_level
+        self.out.logs(level)
     }
 
     pub(crate) fn reply_ok(&mut self, id: &RpcId, result: &Value) {
-        self.push(Action::WriteAcp(jsonrpc::encode_result(id, result)));
+        self.out.reply_ok(id, result);
     }
 
     pub(crate) fn reply_err(
@@ -311,16 +285,11 @@ impl Agent {
         message: String,
         data: Option<Value>,
     ) {
-        let err = RpcError {
-            code,
-            message,
-            data,
-        };
-        self.push(Action::WriteAcp(jsonrpc::encode_error(id, &err)));
+        self.out.reply_err(id, code, message, data);
     }
 
-    pub(crate) fn send_update(&mut self, session: &str, update: &Value) {
-        self.push(Action::WriteAcp(crate::acp::update_line(session, update)));
+    pub(crate) fn send_update(&mut self, session: SessionId, update: &Value) {
+        self.out.send_update(&session.to_string(), update);
     }
 
     /// xorshift64* — deterministic jitter from `Config::seed` (DESIGN I12).
@@ -460,7 +429,8 @@ impl Agent {
             );
             return;
         };
-        let Some(req) = self.out_requests.remove(&out) else {
+        let out = PermissionRequestId(out);
+        let Some(req) = self.permissions.take(out, &mut self.timers) else {
             self.log(
                 LogLevel::Debug,
                 format!("acp: late or unknown response id {out}; dropped (I6)"),
@@ -477,7 +447,7 @@ impl Agent {
                 crate::acp::PermissionAnswer::Denied
             }
         };
-        self.on_permission_answer(&req.session, req.turn_seq, req.slot, answer);
+        self.on_permission_answer(req.session, req.turn, req.index.0, answer);
     }
 
     fn on_session_new(&mut self, id: RpcId, params: &Value) {
@@ -499,11 +469,11 @@ impl Agent {
             );
             return;
         }
-        let sid = format!("sess_{}", self.next_session);
+        let sid = SessionId(self.next_session);
         self.next_session += 1;
         let mut slots = Vec::with_capacity(spec.servers.len());
         for entry in &spec.servers {
-            let slot = self.create_server(&sid, &spec.cwd, entry);
+            let slot = self.servers.create(sid, &spec.cwd, entry);
             slots.push(slot);
         }
         let starting = if slots.is_empty() {
@@ -512,9 +482,9 @@ impl Agent {
             Some(id.clone())
         };
         self.sessions.insert(
-            sid.clone(),
+            sid,
             Session {
-                id: sid.clone(),
+                id: sid,
                 servers: slots.clone(),
                 starting,
                 history: Vec::new(),
@@ -532,48 +502,198 @@ impl Agent {
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
         );
         if slots.is_empty() {
-            self.reply_ok(&id, &json!({"sessionId": sid}));
+            self.reply_ok(&id, &json!({"sessionId": sid.to_string()}));
         } else {
             for slot in slots {
-                self.spawn_server(slot);
+                self.servers.spawn(slot, &mut self.out);
             }
         }
     }
 
-    /// Called by the MCP machine when a server of a starting session became ready or failed.
-    pub(crate) fn check_session_start(&mut self, sid: &str) {
-        let Some(sess) = self.sessions.get(sid) else {
+    /// A server of a starting session became ready or failed: answer `session/new` when every
+    /// server is ready, or fail it (and stop the others) when one failed (SPEC A2).
+    pub(crate) fn check_session_start(&mut self, sid: SessionId) {
+        let Some(sess) = self.sessions.get(&sid) else {
             return;
         };
         let Some(rpc) = sess.starting.clone() else {
             return;
         };
-        let mut failure: Option<String> = None;
-        let mut all_ready = true;
-        for slot in &sess.servers {
-            if let Some(s) = self.servers.get(slot) {
-                if let Some(reason) = s.start_failure() {
-                    failure = Some(reason);
-                    break;
+        match self.servers.start_state(&sess.servers) {
+            StartState::Waiting => {}
+            StartState::Failed(reason) => {
+                let slots = sess.servers.clone();
+                self.sessions.remove(&sid);
+                for slot in slots {
+                    self.servers.stop(
+                        slot,
+                        "session start failed",
+                        &mut self.out,
+                        &mut self.timers,
+                    );
                 }
-                if !s.is_ready() {
-                    all_ready = false;
+                self.log(LogLevel::Error, format!("session/new failed: {reason}"));
+                self.reply_err(Some(&rpc), jsonrpc::RpcError::SERVER_ERROR, reason, None);
+            }
+            StartState::Ready => {
+                if let Some(sess) = self.sessions.get_mut(&sid) {
+                    sess.starting = None;
+                }
+                self.reply_ok(&rpc, &json!({"sessionId": sid.to_string()}));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- MCP routing
+
+    fn on_mcp_bytes(&mut self, proc: crate::ids::ProcKey, bytes: &[u8]) {
+        let Some((slot, lines)) = self.servers.split_lines(proc, bytes) else {
+            return;
+        };
+        for line in lines {
+            if self.servers.is_dead(slot) {
+                return;
+            }
+            let events = self
+                .servers
+                .on_line(slot, line, &mut self.out, &mut self.timers);
+            self.route_mcp(events);
+        }
+    }
+
+    /// Hands what the server table reports to its owners, in order.
+    pub(crate) fn route_mcp(&mut self, events: Vec<McpEvent>) {
+        for event in events {
+            match event {
+                McpEvent::ToolReply { call, reply } => {
+                    let (out, failed) =
+                        crate::turn::tool_output(reply, self.cfg.max_tool_result_text_bytes);
+                    self.on_tool_finished(call.session, call.turn, call.index.0, out, failed);
+                }
+                McpEvent::ToolFailed { call, reason } => {
+                    let out = crate::tools::ToolOutput {
+                        text: reason,
+                        is_error: true,
+                    };
+                    self.on_tool_finished(call.session, call.turn, call.index.0, out, true);
+                }
+                McpEvent::HookReply { call, reply } => {
+                    let outcome =
+                        crate::hooks::classify_reply(reply, self.cfg.max_tool_result_text_bytes);
+                    self.on_hook_outcome(call.session, call.round, call.index, outcome);
+                }
+                McpEvent::HookDead { call } => {
+                    self.on_hook_outcome(
+                        call.session,
+                        call.round,
+                        call.index,
+                        crate::hooks::HookOutcome::Dead,
+                    );
+                }
+                McpEvent::StartSettled { session } => self.check_session_start(session),
+                McpEvent::Relist { server } => {
+                    self.servers
+                        .start_listing(server, &mut self.out, &mut self.timers);
                 }
             }
         }
-        if let Some(reason) = failure {
-            let slots = sess.servers.clone();
-            self.sessions.remove(sid);
-            for slot in slots {
-                self.stop_server(slot, "session start failed");
+    }
+
+    /// One due timer, already cleared from the table: route it to its owner.
+    fn on_timer(&mut self, timer: Timer) {
+        match timer {
+            Timer::Server(slot, ServerTimer::Kill { generation }) => {
+                let proc = crate::ids::ProcKey {
+                    server: slot,
+                    generation,
+                };
+                self.servers.term_grace_over(proc, &mut self.out);
             }
-            self.log(LogLevel::Error, format!("session/new failed: {reason}"));
-            self.reply_err(Some(&rpc), jsonrpc::RpcError::SERVER_ERROR, reason, None);
-        } else if all_ready {
-            if let Some(sess) = self.sessions.get_mut(sid) {
-                sess.starting = None;
+            Timer::Server(slot, ServerTimer::StdoutClosed) => {
+                let events = self
+                    .servers
+                    .stdout_grace_over(slot, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
             }
-            self.reply_ok(&rpc, &json!({"sessionId": sid}));
+            Timer::Server(slot, ServerTimer::Request(id)) => self.expire_mcp_request(slot, id),
+            Timer::Turn(sid, kind) => self.on_turn_timer(sid, kind),
+            Timer::Permission(id) => {
+                // A7: an unanswered permission request is denied.
+                if let Some(r) = self.permissions.take(id, &mut self.timers) {
+                    self.log(
+                        LogLevel::Warn,
+                        format!("acp: permission request {id} timed out; denied (A7)"),
+                    );
+                    self.on_permission_answer(
+                        r.session,
+                        r.turn,
+                        r.index.0,
+                        crate::acp::PermissionAnswer::Denied,
+                    );
+                }
+            }
+            Timer::Shutdown => {
+                let now = self.now();
+                let alive = self.servers.any_leader_alive();
+                if let Some(sh) = self.shutdown.as_mut() {
+                    let actions = sh.on_timeout(now, alive);
+                    self.run_shutdown_actions(actions);
+                }
+            }
+        }
+    }
+
+    fn expire_mcp_request(&mut self, slot: ServerSlot, id: crate::ids::McpRequestId) {
+        let Some((expired, events)) =
+            self.servers
+                .expire(slot, id, &mut self.out, &mut self.timers)
+        else {
+            return;
+        };
+        self.route_mcp(events);
+        match expired {
+            Expired::Handshake => {}
+            Expired::Tool(call) => {
+                let secs = self.cfg.tool_timeout_ms / 1000;
+                self.servers.cancel_request(
+                    slot,
+                    id,
+                    &format!("timeout after {secs}s"),
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                let out = crate::tools::ToolOutput {
+                    text: format!(
+                        "tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
+                    ),
+                    is_error: true,
+                };
+                self.on_tool_finished(call.session, call.turn, call.index.0, out, true);
+                // M5: the server is killed and marked dead.
+                let events = self.servers.kill(
+                    slot,
+                    &format!("tool call timed out after {secs} s; killed (M5)"),
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                self.route_mcp(events);
+            }
+            Expired::Hook(call) => {
+                let events = self.servers.hook_timed_out(
+                    slot,
+                    id,
+                    self.cfg.hook_timeout_ms,
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                self.route_mcp(events);
+                self.on_hook_outcome(
+                    call.session,
+                    call.round,
+                    call.index,
+                    crate::hooks::HookOutcome::Timeout,
+                );
+            }
         }
     }
 
@@ -594,7 +714,7 @@ impl Agent {
             }
             Err(m) => return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        match self.sessions.get_mut(&sid) {
+        match SessionId::parse(&sid).and_then(|id| self.sessions.get_mut(&id)) {
             Some(s) if s.starting.is_none() => {
                 s.model_override = Some(model);
                 self.reply_ok(id, &json!({}));
@@ -607,20 +727,89 @@ impl Agent {
             ),
         }
     }
+}
 
-    /// Allocate a process-wide proc slot id.
-    pub(crate) fn alloc_server_slot(&mut self) -> u64 {
-        let s = self.next_server;
-        self.next_server += 1;
-        s
+impl Agent {
+    // ---------------------------------------------------------------- shutdown (P1, M8)
+
+    /// Begin shutting down (idempotent): answer and cancel everything, close every server's
+    /// stdin; the [`Shutdown`] machine takes it from there.
+    fn begin_shutdown(&mut self) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.shutdown = Some(Shutdown::begin(self.now()));
+        // Cancel every turn and answer pending requests (P1).
+        let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
+        for sid in sids {
+            let starting = self.sessions.get(&sid).and_then(|s| s.starting.clone());
+            if let Some(rpc) = starting {
+                self.reply_err(
+                    Some(&rpc),
+                    jsonrpc::RpcError::SERVER_ERROR,
+                    "agent is shutting down".into(),
+                    None,
+                );
+                if let Some(s) = self.sessions.get_mut(&sid) {
+                    s.starting = None;
+                }
+            }
+            if let Some(s) = self.sessions.get_mut(&sid)
+                && let Some((id, _)) = s.queued.take()
+            {
+                self.reply_ok(&id, &json!({"stopReason": "cancelled"}));
+            }
+            self.cancel_turn(sid, "agent shutting down");
+            // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
+            if self.sessions.get(&sid).is_some_and(|s| s.turn.is_some()) {
+                self.finish_turn(sid, "cancelled");
+            }
+        }
+        for call in std::mem::take(&mut self.llm_calls).into_keys() {
+            self.push(Action::CancelLlm { call });
+        }
+        self.permissions.clear(&mut self.timers);
+        self.servers.shut_down_all(&mut self.out, &mut self.timers);
+        self.log(
+            LogLevel::Debug,
+            "shutdown: closed every MCP server's stdin".into(),
+        );
     }
 
-    /// Find the server slot of a proc key, only if it is the current generation.
-    pub(crate) fn slot_of(&self, proc: ProcKey) -> Option<u64> {
-        self.servers
-            .get(&proc.server)
-            .filter(|s| s.proc == proc)
-            .map(|_| proc.server)
+    fn run_shutdown_actions(&mut self, actions: Vec<ShutdownAction>) {
+        for action in actions {
+            let signal = match action {
+                ShutdownAction::TermAllGroups => crate::io::Signal::Term,
+                ShutdownAction::KillAllGroupsAndExit => crate::io::Signal::Kill,
+            };
+            for proc in self.servers.procs_to_sweep(&self.timers) {
+                self.push(Action::SignalProcessGroup { proc, signal });
+            }
+            if action == ShutdownAction::KillAllGroupsAndExit {
+                self.log(LogLevel::Info, "shutdown complete; exiting".into());
+                self.push(Action::Exit { code: 0 });
+            }
+        }
+    }
+
+    /// Advance shutdown when leaders exit early, and keep its deadline current (called after
+    /// every step).
+    fn check_shutdown_progress(&mut self) {
+        let now = self.now();
+        let alive = self.servers.any_leader_alive();
+        let spawned = self.servers.any_spawned();
+        let Some(sh) = self.shutdown.as_mut() else {
+            return;
+        };
+        let actions = sh.on_step(now, alive, spawned);
+        let deadline = sh.deadline(alive);
+        self.run_shutdown_actions(actions);
+        match deadline {
+            Some(at) => self.timers.set(Timer::Shutdown, at),
+            None => {
+                self.timers.clear(Timer::Shutdown);
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::agent::Agent;
 use crate::config::LogLevel;
 use crate::hooks::{HookPoint, HookRound, injection_pair};
+use crate::ids::SessionId;
 use crate::llm::{LlmResponse, Message};
 use crate::turn::{CallPurpose, Phase};
 
@@ -175,8 +176,8 @@ pub fn render_for_summary(history: &[Message], budget: usize) -> String {
 
 impl Agent {
     /// Whether the gate must compact before the next LLM call (SPEC K1).
-    pub(crate) fn compaction_needed(&self, sid: &str) -> bool {
-        let Some(sess) = self.sessions.get(sid) else {
+    pub(crate) fn compaction_needed(&self, sid: SessionId) -> bool {
+        let Some(sess) = self.sessions.get(&sid) else {
             return false;
         };
         projected_tokens(&sess.history, sess.last_input_tokens, sess.usage_mark)
@@ -184,9 +185,9 @@ impl Agent {
     }
 
     /// Compact now: a summary call while handoffs remain, else the truncation fallback.
-    pub(crate) fn begin_compaction(&mut self, sid: &str, why: &str) {
+    pub(crate) fn begin_compaction(&mut self, sid: SessionId, why: &str) {
         let max = self.cfg.max_handoffs;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         turn.compacted_round = turn.rounds + 1;
@@ -213,8 +214,8 @@ impl Agent {
 
     /// L5: a context-too-long answer → compact, then one retry of the round. False when the
     /// retry was already spent (the error then fails the prompt).
-    pub(crate) fn try_reactive_compaction(&mut self, sid: &str) -> bool {
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+    pub(crate) fn try_reactive_compaction(&mut self, sid: SessionId) -> bool {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return false;
         };
         if turn.reactive_tried || turn.cancelled {
@@ -228,8 +229,8 @@ impl Agent {
 
     /// The messages of the summary call: one user message with the instruction and the
     /// bounded transcript.
-    pub(crate) fn summary_messages(&self, sid: &str) -> Vec<Message> {
-        let Some(sess) = self.sessions.get(sid) else {
+    pub(crate) fn summary_messages(&self, sid: SessionId) -> Vec<Message> {
+        let Some(sess) = self.sessions.get(&sid) else {
             return Vec::new();
         };
         let window = self
@@ -256,12 +257,12 @@ impl Agent {
     }
 
     /// The summary arrived: new history = [summary, `_PostCompact` injections, live prompt].
-    pub(crate) fn on_summary(&mut self, sid: &str, resp: LlmResponse) {
+    pub(crate) fn on_summary(&mut self, sid: SessionId, resp: LlmResponse) {
         let summary = resp.text.trim().to_string();
         if summary.is_empty() {
             return self.summary_failed(sid, "the summary was empty");
         }
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.as_mut() else {
@@ -291,26 +292,26 @@ impl Agent {
         let round = self.start_hook_round(sid, HookPoint::PostCompact, handoffs, 0, None);
         if round.is_decided() {
             self.conclude_post_compact(sid, round);
-        } else if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+        } else if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
             t.phase = Phase::Gate(round);
         }
     }
 
     /// The summary call failed: fall back to truncation and go on (SPEC K1).
-    pub(crate) fn summary_failed(&mut self, sid: &str, why: &str) {
+    pub(crate) fn summary_failed(&mut self, sid: SessionId, why: &str) {
         self.log(
             LogLevel::Warn,
             format!("session {sid}: compaction summary failed ({why}); truncating history instead"),
         );
-        if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+        if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
             t.phase = Phase::Ready;
         }
         self.truncate_session(sid);
     }
 
-    fn truncate_session(&mut self, sid: &str) {
+    fn truncate_session(&mut self, sid: SessionId) {
         let budget = threshold(self.cfg.max_context_tokens);
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.as_mut() else {
@@ -335,9 +336,9 @@ impl Agent {
     }
 
     /// `_PostCompact` decided: inject each non-empty result right after the summary (H7).
-    pub(crate) fn conclude_post_compact(&mut self, sid: &str, round: HookRound) {
+    pub(crate) fn conclude_post_compact(&mut self, sid: SessionId, round: HookRound) {
         let texts = round.objections();
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let mut injected = Vec::new();

@@ -9,10 +9,12 @@
 
 use crate::agent::Agent;
 use crate::config::LogLevel;
+use crate::ids::{HookRoundId, McpRequestId, ServerSlot, SessionId};
+use crate::jsonrpc::RpcError;
 use crate::llm::{Message, ToolCall};
-use crate::mcp::Purpose;
+use crate::mcp::{HookCallRef, McpRequest, Purpose};
 use crate::time::MonoTime;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// A hook point (SPEC H1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,20 +61,39 @@ impl HookOutcome {
     }
 }
 
+/// How a hook's answer counts (SPEC H3, H4, I4): a non-blank text result objects; a blank one
+/// is empty; an `isError` result or a JSON-RPC error is an error (fail-open). The text is the
+/// tool result as the model would see it, middle-elided over `cap` bytes (SPEC L3).
+pub(crate) fn classify_reply(reply: Result<Value, RpcError>, cap: usize) -> HookOutcome {
+    match reply {
+        Ok(v) => {
+            let out = crate::tools::convert_result(&v, cap);
+            if out.is_error {
+                HookOutcome::Error(format!("isError: {}", out.text))
+            } else if out.text.trim().is_empty() {
+                HookOutcome::Empty
+            } else {
+                HookOutcome::Objection(out.text)
+            }
+        }
+        Err(e) => HookOutcome::Error(format!("{} {}", e.code, e.message)),
+    }
+}
+
 /// One call of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookCall {
-    pub server_slot: u64,
+pub(crate) struct HookCall {
+    pub server_slot: ServerSlot,
     pub server_name: String,
-    pub request: Option<u64>,
+    pub request: Option<McpRequestId>,
     pub started: MonoTime,
     pub outcome: Option<HookOutcome>,
 }
 
 /// A hook round: every target called concurrently, one deadline each (SPEC H3).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookRound {
-    pub id: u64,
+pub(crate) struct HookRound {
+    pub id: HookRoundId,
     pub point: HookPoint,
     pub deadline: MonoTime,
     /// In registration order.
@@ -162,33 +183,27 @@ impl Agent {
     /// once, so a round with no live target is decided as soon as it starts.
     pub(crate) fn start_hook_round(
         &mut self,
-        session: &str,
+        session: SessionId,
         point: HookPoint,
         attempt: u32,
         budget_remaining: u32,
         reminder: Option<String>,
     ) -> HookRound {
-        let now = self.now;
+        let now = self.now();
         let timeout = self.cfg.hook_timeout_ms;
-        let round_id = self.next_hook_round;
-        self.next_hook_round += 1;
-        let slots: Vec<u64> = self
+        let round_id = self.ids.next_hook_round();
+        let slots: Vec<ServerSlot> = self
             .sessions
-            .get(session)
+            .get(&session)
             .map(|s| s.servers.clone())
             .unwrap_or_default();
         let hook = point.tool_name();
+        let targets = self
+            .servers
+            .hook_targets(&slots, hook, &self.cfg.hook_servers);
         let mut calls = Vec::new();
-        for slot in slots {
-            let Some(s) = self.servers.get(&slot) else {
-                continue;
-            };
-            if !self.cfg.hook_servers.allows(&s.name) || !s.hooks.contains(hook) {
-                continue;
-            }
-            let name = s.name.clone();
-            let ready = s.is_ready();
-            let idx = calls.len();
+        for (slot, name, ready) in targets {
+            let index = calls.len();
             let mut call = HookCall {
                 server_slot: slot,
                 server_name: name,
@@ -202,17 +217,27 @@ impl Agent {
                     "arguments": {},
                     "_meta": {"buzz/hook": {
                         "point": hook,
-                        "sessionId": session,
+                        "sessionId": session.to_string(),
                         "attempt": attempt,
                         "budgetRemaining": budget_remaining
                     }}
                 });
-                let purpose = Purpose::Hook {
-                    session: session.to_string(),
+                let purpose = Purpose::Hook(HookCallRef {
+                    session,
                     round: round_id,
-                    idx,
-                };
-                call.request = self.send_mcp_request(slot, "tools/call", &params, purpose, timeout);
+                    index,
+                });
+                call.request = self.servers.send_request(
+                    slot,
+                    McpRequest {
+                        method: "tools/call",
+                        params: &params,
+                        purpose,
+                        timeout_ms: timeout,
+                    },
+                    &mut self.out,
+                    &mut self.timers,
+                );
             }
             if call.request.is_none() {
                 call.outcome = Some(HookOutcome::Dead);
@@ -257,15 +282,15 @@ impl Agent {
         );
     }
 
-    /// A hook call of `round` ended (reply, error, death).
+    /// A hook call of `round` ended (reply, error, timeout, death).
     pub(crate) fn on_hook_outcome(
         &mut self,
-        session: &str,
-        round: u64,
+        session: SessionId,
+        round: HookRoundId,
         idx: usize,
         outcome: HookOutcome,
     ) {
-        let now = self.now;
+        let now = self.now();
         let Some(r) = self.hook_round_mut(session, round) else {
             return;
         };
@@ -280,38 +305,5 @@ impl Agent {
         call.outcome = Some(outcome.clone());
         self.log_hook_call(point, &name, &outcome, ms);
         self.maybe_finish_hook_round(session, round);
-    }
-
-    /// A hook call timed out (SPEC H4): cancel it, count, warn on the 1st, kill on the 2nd.
-    pub(crate) fn on_hook_timeout(
-        &mut self,
-        slot: u64,
-        request: u64,
-        session: &str,
-        round: u64,
-        idx: usize,
-    ) {
-        let ms = self.cfg.hook_timeout_ms;
-        self.cancel_mcp_request(slot, request, &format!("hook timeout after {ms} ms"));
-        let (name, count) = match self.servers.get_mut(&slot) {
-            Some(s) => {
-                s.consecutive_hook_timeouts += 1;
-                (s.name.clone(), s.consecutive_hook_timeouts)
-            }
-            None => (String::new(), 0),
-        };
-        if count >= 2 {
-            self.log(
-                LogLevel::Warn,
-                format!("hook: killing server '{name}' after 2 consecutive timeouts"),
-            );
-            self.kill_server(slot, "was killed after 2 consecutive hook timeouts (H4)");
-        } else {
-            self.log(
-                LogLevel::Warn,
-                format!("hook: server '{name}' timed out (1/2)"),
-            );
-        }
-        self.on_hook_outcome(session, round, idx, HookOutcome::Timeout);
     }
 }

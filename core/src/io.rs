@@ -4,31 +4,7 @@
 use crate::llm::HttpRequest;
 use std::fmt;
 
-/// A process the core asked for. `generation` grows at every (re)spawn of the same server, so
-/// bytes or an exit from a killed process can never be mistaken for its restart (DESIGN ids).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ProcKey {
-    /// Process-wide unique server slot (one per `mcpServers` entry of each session).
-    pub server: u64,
-    /// 0 for the first spawn, +1 per restart.
-    pub generation: u32,
-}
-
-impl fmt::Display for ProcKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "mcp#{}.g{}", self.server, self.generation)
-    }
-}
-
-/// One LLM HTTP call (one attempt). Allocated from a counter by the core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LlmCallId(pub u64);
-
-impl fmt::Display for LlmCallId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "llm#{}", self.0)
-    }
-}
+pub use crate::ids::{LlmCallId, ProcKey, ServerSlot};
 
 /// What the runtime observed of an LLM HTTP call, in order: `Head`, `Body`*, then `End` or
 /// `Failed`. After `CancelLlm` the runtime may still deliver some; the core ignores them.

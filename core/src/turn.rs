@@ -2,25 +2,42 @@
 //! the `_Stop` gate at the end, cancellation, and the prompt response with its `_meta`.
 
 use crate::acp::{PermissionAnswer, chunk_update};
-use crate::agent::{Agent, OutRequest, TimerKey};
+use crate::agent::Agent;
 use crate::config::{LogLevel, PermissionMode};
 use crate::hooks::{
     HookPoint, HookRound, MAX_REMINDERS, REPLY_GUARD_SERVER, REPLY_REMINDER, injection_pair,
 };
-use crate::io::{Action, LlmCallId, LlmIo};
+use crate::ids::{
+    HookRoundId, LlmCallId, McpRequestId, PermissionRequestId, ServerSlot, SessionId, TurnNo,
+};
+use crate::io::{Action, LlmIo};
+use crate::jsonrpc::RpcError;
 use crate::jsonrpc::{self, RpcId};
 use crate::llm::{
     LlmRequest, LlmResponse, Message, StopKind, StreamDecoder, StreamDelta, ToolCall, ToolDef,
 };
-use crate::mcp::Purpose;
+use crate::mcp::{McpRequest, Purpose, ToolCallRef, ToolRoute};
+use crate::permissions::PermissionRequest;
 use crate::provider::{self, HttpFailure};
-use crate::time::MonoTime;
+use crate::timers::{Timer, TurnTimer};
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-/// Where an exposed tool name routes: (server slot, bare tool name, qualified `server__tool`).
-pub(crate) type Route = (u64, String, String);
+/// The converted result of a model tool call's reply, and whether the call failed (SPEC L3): a
+/// result (`isError` results included) did not; a JSON-RPC error did.
+pub(crate) fn tool_output(reply: Result<Value, RpcError>, cap: usize) -> (ToolOutput, bool) {
+    match reply {
+        Ok(v) => (crate::tools::convert_result(&v, cap), false),
+        Err(e) => (
+            ToolOutput {
+                text: format!("tool call rejected: {} (code {})", e.message, e.code),
+                is_error: true,
+            },
+            true,
+        ),
+    }
+}
 
 /// Tool calls of one response that are run at most (SPEC L2).
 pub const MAX_CALLS_PER_RESPONSE: usize = 64;
@@ -44,11 +61,7 @@ pub(crate) enum Phase {
     /// An LLM attempt is streaming.
     Llm(Box<LlmAttempt>),
     /// Waiting before the next attempt (SPEC L5).
-    Backoff {
-        until: MonoTime,
-        attempt: u32,
-        purpose: CallPurpose,
-    },
+    Backoff { attempt: u32, purpose: CallPurpose },
     /// Tool calls of the last response.
     Tools(Vec<Slot>),
     /// A `_Stop` or `_PostCompact` hook round (SPEC H5, H7).
@@ -80,15 +93,13 @@ pub(crate) struct LlmAttempt {
     /// The decoder has the whole answer but the stream did not end: `idle_deadline` is the
     /// short grace after which the answer is taken (case C24 b).
     pub grace: bool,
-    pub idle_deadline: MonoTime,
 }
 
 /// One tool call of a response.
 pub(crate) struct Slot {
     pub acp_id: String,
     pub call: ToolCall,
-    /// (server slot, bare tool name, qualified `server__tool`).
-    pub route: Option<Route>,
+    pub route: Option<ToolRoute>,
     pub args: Value,
     pub state: SlotState,
 }
@@ -97,9 +108,9 @@ pub(crate) enum SlotState {
     /// Allowed; waiting for a parallelism slot.
     Queued,
     /// `session/request_permission` sent (our request id).
-    AwaitPermission(u64),
+    AwaitPermission(PermissionRequestId),
     /// `tools/call` in flight: (server slot, request id).
-    Running(u64, u64),
+    Running(ServerSlot, McpRequestId),
     /// Finished; the result the model will see.
     Done(ToolOutput),
 }
@@ -107,7 +118,7 @@ pub(crate) enum SlotState {
 /// One `session/prompt` (SPEC L1: fresh counters per prompt).
 pub(crate) struct Turn {
     pub rpc: RpcId,
-    pub seq: u64,
+    pub seq: TurnNo,
     pub rounds: u32,
     /// `_Stop` objections honoured (SPEC H5; invariant `objections <= budget`, I1).
     pub objections: u32,
@@ -126,32 +137,22 @@ pub(crate) struct Turn {
     pub prompt_text: String,
     pub phase: Phase,
     /// Exposed tool name → (server slot, bare, qualified), as offered in the last request.
-    pub routes: BTreeMap<String, Route>,
-}
-
-impl Turn {
-    /// The turn's own deadline, if any (tool and hook calls carry theirs in the MCP pending
-    /// table, permission requests in the agent's table).
-    pub(crate) fn deadline(&self) -> Option<(MonoTime, TimerKey)> {
-        match &self.phase {
-            Phase::Llm(a) => Some((a.idle_deadline, TimerKey::LlmIdle)),
-            Phase::Backoff { until, .. } => Some((*until, TimerKey::Backoff)),
-            Phase::Ready | Phase::Tools(_) | Phase::Gate(_) => None,
-        }
-    }
+    pub routes: BTreeMap<String, ToolRoute>,
 }
 
 impl Agent {
     // ------------------------------------------------------------------ prompt / cancel
 
     pub(crate) fn on_prompt(&mut self, id: RpcId, params: &Value) {
-        let sid = match crate::acp::string_field(params, "session/prompt", "sessionId") {
+        let named = match crate::acp::string_field(params, "session/prompt", "sessionId") {
             Ok(s) => s.to_string(),
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        if self.sessions.get(&sid).is_none_or(|s| s.starting.is_some()) {
-            return self.session_not_found(&id, &sid);
-        }
+        let Some(sid) = SessionId::parse(&named)
+            .filter(|sid| self.sessions.get(sid).is_some_and(|s| s.starting.is_none()))
+        else {
+            return self.session_not_found(&id, &named);
+        };
         let text = match crate::acp::render_prompt(params) {
             Ok(t) => t,
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
@@ -167,12 +168,12 @@ impl Agent {
                     Some(&id),
                     jsonrpc::RpcError::INVALID_PARAMS,
                     "prompt already in flight".into(),
-                    Some(json!({"sessionId": sid})),
+                    Some(json!({"sessionId": sid.to_string()})),
                 );
             }
             return;
         }
-        self.start_turn(&sid, id, text);
+        self.start_turn(sid, id, text);
     }
 
     pub(crate) fn session_not_found(&mut self, id: &RpcId, sid: &str) {
@@ -184,17 +185,17 @@ impl Agent {
         );
     }
 
-    fn start_turn(&mut self, sid: &str, rpc: RpcId, text: String) {
-        let seq = self.next_turn_seq;
-        self.next_turn_seq += 1;
+    fn start_turn(&mut self, sid: SessionId, rpc: RpcId, text: String) {
+        let seq = self.ids.next_turn();
         if self.logs_enabled(LogLevel::Debug) {
             let msg = format!(
-                "session {sid}: prompt #{seq}: {}",
+                "session {sid}: prompt #{}: {}",
+                seq.0,
                 provider::cut(&text, 2000)
             );
             self.log(LogLevel::Debug, msg);
         }
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         sess.history.push(Message::User { text: text.clone() });
@@ -218,23 +219,26 @@ impl Agent {
     }
 
     pub(crate) fn on_cancel(&mut self, params: &Value) {
-        let Some(sid) = params
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-        else {
+        let Some(named) = params.get("sessionId").and_then(Value::as_str) else {
             self.log(
                 LogLevel::Debug,
                 "acp: session/cancel without sessionId ignored".into(),
             );
             return;
         };
-        self.cancel_turn(&sid, "cancelled by the client");
+        let Some(sid) = SessionId::parse(named) else {
+            self.log(
+                LogLevel::Debug,
+                format!("session {named}: cancel with no running turn ignored"),
+            );
+            return;
+        };
+        self.cancel_turn(sid, "cancelled by the client");
     }
 
     /// Cancel the running turn of `sid` (SPEC A4). Idle or unknown: nothing happens.
-    pub(crate) fn cancel_turn(&mut self, sid: &str, why: &str) {
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+    pub(crate) fn cancel_turn(&mut self, sid: SessionId, why: &str) {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             self.log(
                 LogLevel::Debug,
                 format!("session {sid}: cancel with no running turn ignored"),
@@ -247,6 +251,7 @@ impl Agent {
         turn.cancelled = true;
         let seq = turn.seq;
         let phase = std::mem::replace(&mut turn.phase, Phase::Ready);
+        self.timers.clear_turn(sid);
         self.log(
             LogLevel::Info,
             format!("session {sid}: turn cancelled ({why})"),
@@ -270,15 +275,21 @@ impl Agent {
                         SlotState::Done(_) => {}
                     }
                 }
-                if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+                if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
                     t.phase = Phase::Tools(slots);
                 }
                 for (i, running, out) in cancels {
                     if let Some((server, req)) = running {
-                        self.cancel_mcp_request(server, req, why);
+                        self.servers.cancel_request(
+                            server,
+                            req,
+                            why,
+                            &mut self.out,
+                            &mut self.timers,
+                        );
                     }
                     if let Some(out) = out {
-                        self.out_requests.remove(&out);
+                        self.permissions.take(out, &mut self.timers);
                     }
                     let out = ToolOutput {
                         text: format!("tool call cancelled: {why}"),
@@ -290,7 +301,7 @@ impl Agent {
             }
             Phase::Gate(round) => {
                 // Hooks are not cancelled: their own timeout bounds them (SPEC A4).
-                if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+                if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
                     t.phase = Phase::Gate(round);
                 }
             }
@@ -298,12 +309,13 @@ impl Agent {
     }
 
     /// Answer the prompt and end the turn; a queued prompt starts next (SPEC A3, A8).
-    pub(crate) fn finish_turn(&mut self, sid: &str, stop_reason: &str) {
+    pub(crate) fn finish_turn(&mut self, sid: SessionId, stop_reason: &str) {
         let budget = self.cfg.stop_max_rejections;
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.take() else { return };
+        self.timers.clear_turn(sid);
         let queued = sess.queued.take();
         let meta = json!({"buzz": {
             "rounds": turn.rounds,
@@ -328,11 +340,12 @@ impl Agent {
     }
 
     /// Fail the prompt with a JSON-RPC error (LLM failure after retries, SPEC A3).
-    fn fail_turn(&mut self, sid: &str, message: String) {
-        let Some(sess) = self.sessions.get_mut(sid) else {
+    fn fail_turn(&mut self, sid: SessionId, message: String) {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.take() else { return };
+        self.timers.clear_turn(sid);
         let queued = sess.queued.take();
         self.log(
             LogLevel::Error,
@@ -353,7 +366,7 @@ impl Agent {
     pub(crate) fn run_ready_sessions(&mut self) {
         // Loop because a round can finish synchronously and queue another prompt.
         for _ in 0..64 {
-            let ready: Vec<String> = self
+            let ready: Vec<SessionId> = self
                 .sessions
                 .values()
                 .filter(|s| {
@@ -361,20 +374,20 @@ impl Agent {
                         .as_ref()
                         .is_some_and(|t| matches!(t.phase, Phase::Ready))
                 })
-                .map(|s| s.id.clone())
+                .map(|s| s.id)
                 .collect();
             if ready.is_empty() {
                 return;
             }
             for sid in ready {
-                self.next_round(&sid);
+                self.next_round(sid);
             }
         }
     }
 
-    fn next_round(&mut self, sid: &str) {
+    fn next_round(&mut self, sid: SessionId) {
         let max_rounds = self.cfg.max_rounds;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         if turn.cancelled {
@@ -389,10 +402,11 @@ impl Agent {
                 "the context reached 90% of BUZZ_AGENT_MAX_CONTEXT_TOKENS",
             );
         }
-        if let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+        if let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
             turn.rounds += 1;
         }
-        self.restart_due_servers(sid);
+        self.servers
+            .restart_due(sid, &mut self.out, &mut self.timers);
         self.start_llm_attempt(sid, 1, CallPurpose::Round);
     }
 
@@ -400,46 +414,23 @@ impl Agent {
 
     /// The tools the model may call now: every ready server's non-hook tools, in registration
     /// order (SPEC M3, M4, I10).
-    pub(crate) fn visible_tools(&self, sid: &str) -> (Vec<ToolDef>, BTreeMap<String, Route>) {
-        let mut defs = Vec::new();
-        let mut routes = BTreeMap::new();
-        let Some(sess) = self.sessions.get(sid) else {
-            return (defs, routes);
-        };
-        for slot in &sess.servers {
-            let Some(s) = self.servers.get(slot) else {
-                continue;
-            };
-            // M9: a recovering server keeps its tools listed; a permanently dead one loses them.
-            if s.permanent || s.tools.is_empty() {
-                continue;
-            }
-            for t in &s.tools {
-                if routes.contains_key(&t.exposed) {
-                    continue;
-                }
-                defs.push(ToolDef {
-                    name: t.exposed.clone(),
-                    description: t.description.clone(),
-                    input_schema: t.schema.clone(),
-                });
-                routes.insert(
-                    t.exposed.clone(),
-                    (*slot, t.bare.clone(), format!("{}__{}", s.name, t.bare)),
-                );
-            }
+    pub(crate) fn visible_tools(
+        &self,
+        sid: SessionId,
+    ) -> (Vec<ToolDef>, BTreeMap<String, ToolRoute>) {
+        match self.sessions.get(&sid) {
+            Some(sess) => self.servers.visible_tools(&sess.servers),
+            None => (Vec::new(), BTreeMap::new()),
         }
-        (defs, routes)
     }
 
-    pub(crate) fn start_llm_attempt(&mut self, sid: &str, attempt: u32, purpose: CallPurpose) {
+    pub(crate) fn start_llm_attempt(&mut self, sid: SessionId, attempt: u32, purpose: CallPurpose) {
         let (defs, routes) = match purpose {
             CallPurpose::Round => self.visible_tools(sid),
             CallPurpose::Summary => (Vec::new(), BTreeMap::new()),
         };
-        let call = LlmCallId(self.next_llm);
-        self.next_llm += 1;
-        let Some(sess) = self.sessions.get(sid) else {
+        let call = self.ids.next_llm_call();
+        let Some(sess) = self.sessions.get(&sid) else {
             return;
         };
         let model = sess
@@ -466,8 +457,10 @@ impl Agent {
         };
         let request = provider::build_request(&self.cfg, &req);
         let decoder = provider::decoder(&self.cfg, format!("call_{}", call.0));
-        let idle = self.now.plus_ms(self.cfg.llm_timeout_ms);
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+        let idle = self.now().plus_ms(self.cfg.llm_timeout_ms);
+        self.timers.clear_turn(sid);
+        self.timers.set(Timer::Turn(sid, TurnTimer::LlmIdle), idle);
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         if purpose == CallPurpose::Round {
@@ -484,9 +477,8 @@ impl Agent {
             decoder,
             streamed: false,
             grace: false,
-            idle_deadline: idle,
         }));
-        self.llm_calls.insert(call, sid.to_string());
+        self.llm_calls.insert(call, sid);
         self.log(
             LogLevel::Debug,
             format!("session {sid}: {call} attempt {attempt}: {request:?}"),
@@ -495,11 +487,11 @@ impl Agent {
     }
 
     pub(crate) fn on_llm(&mut self, call: LlmCallId, event: LlmIo) {
-        let Some(sid) = self.llm_calls.get(&call).cloned() else {
+        let Some(sid) = self.llm_calls.get(&call).copied() else {
             return;
         };
         let idle_ms = self.cfg.llm_timeout_ms;
-        let now = self.now;
+        let now = self.now();
         let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
@@ -509,7 +501,14 @@ impl Agent {
         if a.call != call {
             return;
         }
-        a.idle_deadline = now.plus_ms(idle_ms);
+        let kind = if a.grace {
+            TurnTimer::LlmGrace
+        } else {
+            TurnTimer::LlmIdle
+        };
+        self.timers.clear_turn(sid);
+        self.timers
+            .set(Timer::Turn(sid, kind), now.plus_ms(idle_ms));
         match event {
             LlmIo::Head { status, headers } => {
                 a.status = Some(status);
@@ -528,7 +527,7 @@ impl Agent {
                 if a.body_bytes > MAX_RESPONSE_BODY_BYTES {
                     let mib = MAX_RESPONSE_BODY_BYTES / (1024 * 1024);
                     let message = format!("the response body is over {mib} MiB; abandoned");
-                    return self.attempt_failed(&sid, message, false, None);
+                    return self.attempt_failed(sid, message, false, None);
                 }
                 let mut deltas = Vec::new();
                 let res = a.decoder.feed(&bytes, &mut deltas);
@@ -539,15 +538,19 @@ impl Agent {
                 let complete = a.decoder.is_complete();
                 if !complete && a.decoder.has_final_answer() {
                     a.grace = true;
-                    a.idle_deadline = now.plus_ms(FINAL_ANSWER_GRACE_MS.min(idle_ms));
+                    self.timers.clear_turn(sid);
+                    self.timers.set(
+                        Timer::Turn(sid, TurnTimer::LlmGrace),
+                        now.plus_ms(FINAL_ANSWER_GRACE_MS.min(idle_ms)),
+                    );
                 }
-                self.emit_deltas(&sid, deltas);
+                self.emit_deltas(sid, deltas);
                 match res {
-                    Err(e) => self.attempt_failed(&sid, e.to_string(), e.is_retryable(), None),
+                    Err(e) => self.attempt_failed(sid, e.to_string(), e.is_retryable(), None),
                     Ok(()) if complete => {
                         // C24 b: the stream's own terminator was seen; do not wait for close.
                         self.release_llm(call);
-                        self.finish_stream(&sid);
+                        self.finish_stream(sid);
                     }
                     Ok(()) => {}
                 }
@@ -558,10 +561,10 @@ impl Agent {
                 let body = std::mem::take(&mut a.err_body);
                 self.release_llm(call);
                 match status {
-                    Some(s) if (200..300).contains(&s) => self.finish_stream(&sid),
-                    Some(s) => self.http_failed(&sid, s, &headers, &body),
+                    Some(s) if (200..300).contains(&s) => self.finish_stream(sid),
+                    Some(s) => self.http_failed(sid, s, &headers, &body),
                     None => self.attempt_failed(
-                        &sid,
+                        sid,
                         "connection closed before a response".into(),
                         true,
                         None,
@@ -583,16 +586,14 @@ impl Agent {
                 self.release_llm(call);
                 match done {
                     Some(resp) => {
-                        self.emit_deltas(&sid, deltas);
+                        self.emit_deltas(sid, deltas);
                         if purpose == CallPurpose::Summary {
-                            self.on_summary(&sid, resp);
+                            self.on_summary(sid, resp);
                         } else {
-                            self.on_llm_response(&sid, resp);
+                            self.on_llm_response(sid, resp);
                         }
                     }
-                    None => {
-                        self.attempt_failed(&sid, format!("transport error: {msg}"), true, None)
-                    }
+                    None => self.attempt_failed(sid, format!("transport error: {msg}"), true, None),
                 }
             }
         }
@@ -600,16 +601,17 @@ impl Agent {
 
     /// Forget an LLM call and tell the runtime to drop it (done or abandoned).
     pub(crate) fn release_llm(&mut self, call: LlmCallId) {
-        if self.llm_calls.remove(&call).is_some() {
+        if let Some(sid) = self.llm_calls.remove(&call) {
+            self.timers.clear_turn(sid);
             self.push(Action::CancelLlm { call });
         }
     }
 
-    fn emit_deltas(&mut self, sid: &str, deltas: Vec<StreamDelta>) {
+    fn emit_deltas(&mut self, sid: SessionId, deltas: Vec<StreamDelta>) {
         // K1: the compaction summary is not the agent's answer; it is never streamed.
         let summary = self
             .sessions
-            .get(sid)
+            .get(&sid)
             .and_then(|s| s.turn.as_ref())
             .is_some_and(
                 |t| matches!(&t.phase, Phase::Llm(a) if a.purpose == CallPurpose::Summary),
@@ -626,8 +628,8 @@ impl Agent {
         }
     }
 
-    fn finish_stream(&mut self, sid: &str) {
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+    fn finish_stream(&mut self, sid: SessionId) {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         let Phase::Llm(a) = &mut turn.phase else {
@@ -644,7 +646,13 @@ impl Agent {
         }
     }
 
-    fn http_failed(&mut self, sid: &str, status: u16, headers: &[(String, String)], body: &[u8]) {
+    fn http_failed(
+        &mut self,
+        sid: SessionId,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) {
         let message = provider::error_message(body);
         match provider::classify_status(status, &message) {
             HttpFailure::Retryable => {
@@ -664,13 +672,13 @@ impl Agent {
     /// One attempt failed: back off and retry when allowed (SPEC L5), else fail the prompt.
     fn attempt_failed(
         &mut self,
-        sid: &str,
+        sid: SessionId,
         message: String,
         retryable: bool,
         hint_ms: Option<u64>,
     ) {
         let max = self.cfg.llm_max_attempts;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         let Phase::Llm(a) = &turn.phase else { return };
@@ -678,10 +686,10 @@ impl Agent {
         self.release_llm(call);
         if retryable && attempt < max && !streamed {
             let delay = hint_ms.unwrap_or_else(|| self.backoff_ms(attempt));
-            let until = self.now.plus_ms(delay);
-            if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+            let until = self.now().plus_ms(delay);
+            self.timers.set(Timer::Turn(sid, TurnTimer::Backoff), until);
+            if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
                 t.phase = Phase::Backoff {
-                    until,
                     attempt: attempt + 1,
                     purpose,
                 };
@@ -706,7 +714,7 @@ impl Agent {
             "llm: "
         };
         let text = format!("{prefix}{message}{why}");
-        if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+        if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
             t.phase = Phase::Ready;
         }
         self.fail_turn(sid, text);
@@ -721,52 +729,46 @@ impl Agent {
         (base * (750 + r / 2) / 1000).min(8000)
     }
 
-    pub(crate) fn fire_turn_timers(&mut self) {
-        let now = self.now;
-        let mut idle: Vec<String> = Vec::new();
-        let mut graced: Vec<(String, LlmCallId)> = Vec::new();
-        let mut backoff: Vec<(String, u32, CallPurpose)> = Vec::new();
-        for s in self.sessions.values() {
-            let Some(t) = &s.turn else { continue };
-            match &t.phase {
-                Phase::Llm(a) if a.idle_deadline <= now && a.grace => {
-                    graced.push((s.id.clone(), a.call))
-                }
-                Phase::Llm(a) if a.idle_deadline <= now => idle.push(s.id.clone()),
-                Phase::Backoff {
-                    until,
-                    attempt,
-                    purpose,
-                } if *until <= now => backoff.push((s.id.clone(), *attempt, *purpose)),
+    /// A timer of the turn of `sid` fired (already cleared from the table): the grace after a
+    /// complete answer (C24 b), the idle timeout, or the end of a backoff (SPEC L5).
+    pub(crate) fn on_turn_timer(&mut self, sid: SessionId, kind: TurnTimer) {
+        let Some(turn) = self.sessions.get(&sid).and_then(|s| s.turn.as_ref()) else {
+            return;
+        };
+        match (&turn.phase, kind) {
+            (Phase::Llm(a), TurnTimer::LlmGrace) if a.grace => {
+                // C24 b: the answer is whole; stop waiting for the server to close.
+                let call = a.call;
+                self.release_llm(call);
+                self.finish_stream(sid);
+            }
+            (Phase::Llm(_), TurnTimer::LlmIdle | TurnTimer::LlmGrace) => {
+                let secs = self.cfg.llm_timeout_ms / 1000;
+                self.attempt_failed(
+                    sid,
+                    format!("no data from the provider for {secs} s (BUZZ_AGENT_LLM_TIMEOUT_SECS)"),
+                    true,
+                    None,
+                );
+            }
+            (Phase::Backoff { attempt, purpose }, TurnTimer::Backoff) => {
+                let (attempt, purpose) = (*attempt, *purpose);
+                self.start_llm_attempt(sid, attempt, purpose);
+            }
+            (
                 Phase::Llm(_)
                 | Phase::Backoff { .. }
                 | Phase::Ready
                 | Phase::Tools(_)
-                | Phase::Gate(_) => {}
-            }
-        }
-        for (sid, call) in graced {
-            // C24 b: the answer is whole; stop waiting for the server to close.
-            self.release_llm(call);
-            self.finish_stream(&sid);
-        }
-        let secs = self.cfg.llm_timeout_ms / 1000;
-        for sid in idle {
-            self.attempt_failed(
-                &sid,
-                format!("no data from the provider for {secs} s (BUZZ_AGENT_LLM_TIMEOUT_SECS)"),
-                true,
-                None,
-            );
-        }
-        for (sid, attempt, purpose) in backoff {
-            self.start_llm_attempt(&sid, attempt, purpose);
+                | Phase::Gate(_),
+                _,
+            ) => {}
         }
     }
 
     // ------------------------------------------------------------------ responses
 
-    fn on_llm_response(&mut self, sid: &str, resp: LlmResponse) {
+    fn on_llm_response(&mut self, sid: SessionId, resp: LlmResponse) {
         let size = self.cfg.max_context_tokens;
         let recoveries_max = self.cfg.max_token_recoveries;
         if let Some(u) = resp.usage {
@@ -776,12 +778,12 @@ impl Agent {
                 sid,
                 &json!({"sessionUpdate": "usage_update", "used": used, "size": size}),
             );
-            if let Some(sess) = self.sessions.get_mut(sid) {
+            if let Some(sess) = self.sessions.get_mut(&sid) {
                 sess.last_input_tokens = u.input_tokens;
                 sess.usage_mark = sess.history.len();
             }
         }
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.as_mut() else {
@@ -850,10 +852,10 @@ impl Agent {
 
     // ------------------------------------------------------------------ tool calls (L2)
 
-    fn start_tools(&mut self, sid: &str, calls: Vec<ToolCall>) {
+    fn start_tools(&mut self, sid: SessionId, calls: Vec<ToolCall>) {
         let ask = self.cfg.permission == PermissionMode::Ask;
         let perm_ms = self.cfg.permission_timeout_ms;
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.as_mut() else {
@@ -893,7 +895,7 @@ impl Agent {
         let mut decided: Vec<(usize, ToolOutput)> = Vec::new();
         let mut asks: Vec<usize> = Vec::new();
         let mut final_slots = Vec::with_capacity(slots.len());
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         for (i, (mut slot, parsed)) in slots.into_iter().enumerate() {
@@ -912,8 +914,11 @@ impl Agent {
                     )),
                     Ok(args) => {
                         slot.args = args;
-                        let qualified =
-                            slot.route.as_ref().map(|r| r.2.clone()).unwrap_or_default();
+                        let qualified = slot
+                            .route
+                            .as_ref()
+                            .map(|r| r.qualified.clone())
+                            .unwrap_or_default();
                         match (ask, sess.remembered.get(&qualified)) {
                             (false, _) | (true, Some(true)) => {}
                             (true, Some(false)) => decided.push((i, denied_out())),
@@ -926,27 +931,28 @@ impl Agent {
         }
         let mut perm_requests = Vec::new();
         for &i in &asks {
-            let out = self.next_out;
-            self.next_out += 1;
+            let out = self.ids.next_permission();
             let s = &final_slots[i];
-            let params = crate::acp::permission_params(sid, &s.acp_id, &s.call.name, &s.args);
+            let params =
+                crate::acp::permission_params(&sid.to_string(), &s.acp_id, &s.call.name, &s.args);
             perm_requests.push(jsonrpc::encode_request(
-                out,
+                out.0,
                 "session/request_permission",
                 &params,
             ));
-            self.out_requests.insert(
+            self.permissions.insert(
                 out,
-                OutRequest {
-                    session: sid.to_string(),
-                    turn_seq: seq,
-                    slot: i,
-                    deadline: self.now.plus_ms(perm_ms),
+                PermissionRequest {
+                    session: sid,
+                    turn: seq,
+                    index: crate::ids::ToolCallIndex(i),
                 },
+                self.out.now().plus_ms(perm_ms),
+                &mut self.timers,
             );
             final_slots[i].state = SlotState::AwaitPermission(out);
         }
-        if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+        if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
             t.phase = Phase::Tools(final_slots);
         }
         for line in perm_requests {
@@ -959,11 +965,11 @@ impl Agent {
     }
 
     /// Dispatch queued calls up to `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (SPEC L2).
-    fn pump_tools(&mut self, sid: &str) {
+    fn pump_tools(&mut self, sid: SessionId) {
         let max_par = self.cfg.max_parallel_tools;
         let timeout = self.cfg.tool_timeout_ms;
         loop {
-            let Some(turn) = self.sessions.get(sid).and_then(|s| s.turn.as_ref()) else {
+            let Some(turn) = self.sessions.get(&sid).and_then(|s| s.turn.as_ref()) else {
                 return;
             };
             let seq = turn.seq;
@@ -984,26 +990,18 @@ impl Agent {
                 break;
             };
             let slot = &slots[i];
-            let Some((server, bare, qualified)) = slot.route.clone() else {
+            let Some(ToolRoute {
+                server,
+                bare,
+                qualified,
+            }) = slot.route.clone()
+            else {
                 break;
             };
             let args = slot.args.clone();
             let acp_id = slot.acp_id.clone();
-            let dead = self.servers.get(&server).and_then(|s| match &s.state {
-                crate::mcp::ServerState::Dead { reason } => Some(reason.clone()),
-                crate::mcp::ServerState::Ready => None,
-                crate::mcp::ServerState::Spawning
-                | crate::mcp::ServerState::Initializing
-                | crate::mcp::ServerState::Listing => {
-                    Some(format!("server '{}' is not ready", s.name))
-                }
-            });
-            if let Some(reason) = dead {
-                let name = self
-                    .servers
-                    .get(&server)
-                    .map(|s| s.name.clone())
-                    .unwrap_or_default();
+            if let Some(reason) = self.servers.unavailable(server) {
+                let name = self.servers.name(server);
                 let text =
                     format!("server '{name}' is recovering; the call was not run ({reason})");
                 self.complete_slot(sid, seq, i, err_out(text), true);
@@ -1017,16 +1015,25 @@ impl Agent {
                     .is_some_and(|c| c.contains("messages send") || c.contains("reactions add")))
                 || self.cfg.reply_tools.iter().any(|t| t == &qualified);
             let params = json!({"name": bare, "arguments": args});
-            let purpose = Purpose::Tool {
-                session: sid.to_string(),
-                turn_seq: seq,
-                slot: i,
-            };
-            let Some(req) = self.send_mcp_request(server, "tools/call", &params, purpose, timeout)
-            else {
+            let purpose = Purpose::Tool(ToolCallRef {
+                session: sid,
+                turn: seq,
+                index: crate::ids::ToolCallIndex(i),
+            });
+            let Some(req) = self.servers.send_request(
+                server,
+                McpRequest {
+                    method: "tools/call",
+                    params: &params,
+                    purpose,
+                    timeout_ms: timeout,
+                },
+                &mut self.out,
+                &mut self.timers,
+            ) else {
                 break;
             };
-            if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+            if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
                 if posting {
                     t.posted = true;
                 }
@@ -1040,8 +1047,15 @@ impl Agent {
     }
 
     /// Record a slot's result and send its terminal update (SPEC A6).
-    fn complete_slot(&mut self, sid: &str, seq: u64, idx: usize, out: ToolOutput, failed: bool) {
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+    fn complete_slot(
+        &mut self,
+        sid: SessionId,
+        seq: TurnNo,
+        idx: usize,
+        out: ToolOutput,
+        failed: bool,
+    ) {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         if turn.seq != seq {
@@ -1069,8 +1083,8 @@ impl Agent {
     /// An MCP tool call ended (reply, error, timeout, death).
     pub(crate) fn on_tool_finished(
         &mut self,
-        sid: &str,
-        seq: u64,
+        sid: SessionId,
+        seq: TurnNo,
         idx: usize,
         out: ToolOutput,
         failed: bool,
@@ -1081,12 +1095,12 @@ impl Agent {
 
     pub(crate) fn on_permission_answer(
         &mut self,
-        sid: &str,
-        seq: u64,
+        sid: SessionId,
+        seq: TurnNo,
         idx: usize,
         answer: PermissionAnswer,
     ) {
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.as_mut() else {
@@ -1104,7 +1118,11 @@ impl Agent {
         if !matches!(slot.state, SlotState::AwaitPermission(_)) {
             return;
         }
-        let qualified = slot.route.as_ref().map(|r| r.2.clone()).unwrap_or_default();
+        let qualified = slot
+            .route
+            .as_ref()
+            .map(|r| r.qualified.clone())
+            .unwrap_or_default();
         let allowed = match answer {
             PermissionAnswer::AllowOnce => true,
             PermissionAnswer::AllowAlways => {
@@ -1125,28 +1143,9 @@ impl Agent {
         self.pump_tools(sid);
     }
 
-    pub(crate) fn fire_permission_timers(&mut self) {
-        let now = self.now;
-        let expired: Vec<u64> = self
-            .out_requests
-            .iter()
-            .filter(|(_, r)| r.deadline <= now)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in expired {
-            if let Some(r) = self.out_requests.remove(&k) {
-                self.log(
-                    LogLevel::Warn,
-                    format!("acp: permission request {k} timed out; denied (A7)"),
-                );
-                self.on_permission_answer(&r.session, r.turn_seq, r.slot, PermissionAnswer::Denied);
-            }
-        }
-    }
-
     /// When every slot is done: append results in call order (L2, L4) and go on.
-    fn maybe_finish_tools(&mut self, sid: &str) {
-        let Some(sess) = self.sessions.get_mut(sid) else {
+    fn maybe_finish_tools(&mut self, sid: SessionId) {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.as_mut() else {
@@ -1178,10 +1177,10 @@ impl Agent {
 
     // ------------------------------------------------------------------ the _Stop gate (H5)
 
-    fn stop_gate(&mut self, sid: &str) {
+    fn stop_gate(&mut self, sid: SessionId) {
         let budget = self.cfg.stop_max_rejections;
         let require_reply = self.cfg.require_reply;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         if turn.cancelled {
@@ -1202,13 +1201,17 @@ impl Agent {
         let round = self.start_hook_round(sid, HookPoint::Stop, attempt, remaining, reminder);
         if round.is_decided() {
             self.conclude_gate(sid, round);
-        } else if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
+        } else if let Some(t) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) {
             t.phase = Phase::Gate(round);
         }
     }
 
-    pub(crate) fn hook_round_mut(&mut self, sid: &str, round: u64) -> Option<&mut HookRound> {
-        let turn = self.sessions.get_mut(sid)?.turn.as_mut()?;
+    pub(crate) fn hook_round_mut(
+        &mut self,
+        sid: SessionId,
+        round: HookRoundId,
+    ) -> Option<&mut HookRound> {
+        let turn = self.sessions.get_mut(&sid)?.turn.as_mut()?;
         match &mut turn.phase {
             Phase::Gate(r) if r.id == round => Some(r),
             Phase::Gate(_)
@@ -1219,14 +1222,14 @@ impl Agent {
         }
     }
 
-    pub(crate) fn maybe_finish_hook_round(&mut self, sid: &str, round: u64) {
+    pub(crate) fn maybe_finish_hook_round(&mut self, sid: SessionId, round: HookRoundId) {
         if !self
             .hook_round_mut(sid, round)
             .is_some_and(|r| r.is_decided())
         {
             return;
         }
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         let Phase::Gate(r) = std::mem::replace(&mut turn.phase, Phase::Ready) else {
@@ -1240,13 +1243,13 @@ impl Agent {
 
     /// Decide a `_Stop` round: objections (hooks first, reminder last) cost one budget unit
     /// and are injected (SPEC H5, H6, G1); none → `end_turn`.
-    fn conclude_gate(&mut self, sid: &str, round: HookRound) {
+    fn conclude_gate(&mut self, sid: SessionId, round: HookRound) {
         let mut texts = round.objections();
         let used_reminder = round.reminder.is_some();
         if let Some(r) = round.reminder {
             texts.push((REPLY_GUARD_SERVER.to_string(), r));
         }
-        let Some(sess) = self.sessions.get_mut(sid) else {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
         let Some(turn) = sess.turn.as_mut() else {

@@ -210,7 +210,7 @@ fn c52_a_huge_stderr_line_handed_to_the_core_is_capped() {
     let mut w = World::new(test_config(), vec![ServerSpec::new("fs", &[])]);
     w.start();
     let proc = ProcKey {
-        server: 1,
+        server: buzz_agent_core::ServerSlot(1),
         generation: 0,
     };
     w.agent.handle(
@@ -329,7 +329,7 @@ fn c52_an_endless_mcp_stdout_line_kills_the_server_once_it_passes_16_mib() {
     let mut w = World::new(test_config(), vec![ServerSpec::new("fs", &[])]);
     w.start();
     let proc = ProcKey {
-        server: 1,
+        server: buzz_agent_core::ServerSlot(1),
         generation: 0,
     };
     let chunk = vec![b'x'; 1024 * 1024];

@@ -175,7 +175,7 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
             return 1;
         }
     };
-    if !buzz_agent_core::mcp::ACCEPTED_VERSIONS.contains(&version.as_str()) {
+    if !buzz_agent_core::mcp::ACCEPTED_MCP_VERSIONS.contains(&version.as_str()) {
         println!("FAIL  unsupported MCP protocol version '{version}'");
         return 1;
     }
