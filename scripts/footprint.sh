@@ -4,11 +4,12 @@
 # Builds `buzz-agent` (tokio) and `buzz-agent-smol` in release, then for each prints:
 #   size      the stripped binary's size (stat)
 #   idle_rss  peak RSS of `<bin> --version` (/usr/bin/time -v; skipped when it is absent)
-#   peak_rss  peak RSS (VmHWM of /proc/<pid>/status, sampled every 5 ms) over one session of
+#   peak_rss  peak RSS (VmHWM of /proc/<pid>/status, read before stdin EOF) over one session of
 #             ROUNDS LLM rounds (default 200): the `footprint` bench of the e2e crate runs the
-#             fake LLM (ROUNDS-1 `fs__echo` tool calls, then a text reply) and the fake MCP
-#             server, and drives the agent as an ACP client
-#   cpu, wall the agent's utime+stime (/proc/<pid>/stat) and the session's wall time
+#             benchmark's tool-rounds session (scripts/bench.sh, docs/performance.md): the fake
+#             LLM (ROUNDS-1 `fs__echo` tool calls, then a text reply) and the fake MCP server,
+#             driving the agent as an ACP client
+#   cpu, wall the agent's own utime+stime before stdin EOF and the prompt's wall time
 # and compares size and peak RSS with the targets (smol 4 MiB / 4 MiB, tokio 6 MiB / 6 MiB).
 #
 # Usage: scripts/footprint.sh        (ROUNDS=N to change the session; STRICT=1 to exit 1 when a

@@ -93,6 +93,8 @@ pub fn record_scripted_session(
     let llm = FakeLlm::scripted(replies);
     let ctx = Ctx {
         agent_bin: agent_bin.to_path_buf(),
+        // The scripted session runs no subcommand.
+        has_extras: false,
     };
     let mut env = vec![
         ("MCP_HOOK_SERVERS", "guard"),
@@ -371,7 +373,11 @@ fn name(p: &Path) -> String {
 
 /// `None` when the sibling binary `other` exists; else the trial's outcome: ignored with the
 /// reason, or failed when `ci` (a CI run must not silently skip the comparison).
-fn missing_sibling(other: &Path, sibling: &str, ci: bool) -> Option<Result<Completion, Failed>> {
+pub fn missing_sibling(
+    other: &Path,
+    sibling: &str,
+    ci: bool,
+) -> Option<Result<Completion, Failed>> {
     if other.is_file() {
         return None;
     }

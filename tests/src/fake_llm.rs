@@ -11,7 +11,7 @@
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -337,6 +337,8 @@ enum Body {
         finish: String,
         usage: Option<(u64, u64)>,
         done: bool,
+        /// How many deltas the text and the thinking are split into.
+        parts: usize,
     },
     /// SSE text sent verbatim (one chunk, unless split).
     RawSse(String),
@@ -356,7 +358,11 @@ pub struct Reply {
     stall_after_ms: Option<u64>,
     cut_in_piece: Option<usize>,
     delay_ms: u64,
+    pace_ms: Option<u64>,
 }
+
+/// How many deltas a scripted text or thinking is split into unless [`Reply::deltas`] says.
+const DEFAULT_PARTS: usize = 3;
 
 impl Reply {
     fn new(body: Body) -> Self {
@@ -366,6 +372,7 @@ impl Reply {
             stall_after_ms: None,
             cut_in_piece: None,
             delay_ms: 0,
+            pace_ms: None,
         }
     }
 
@@ -382,6 +389,7 @@ impl Reply {
             finish: "stop".into(),
             usage: Some((100, 10)),
             done: true,
+            parts: DEFAULT_PARTS,
         })
     }
 
@@ -411,6 +419,7 @@ impl Reply {
             finish: "tool_calls".into(),
             usage: Some((100, 10)),
             done: true,
+            parts: DEFAULT_PARTS,
         })
     }
 
@@ -507,6 +516,22 @@ impl Reply {
         self
     }
 
+    /// Splits the text and the thinking into `n` deltas (on character boundaries, each
+    /// non-empty; fewer when the text has fewer characters) instead of 3 (scripted replies only).
+    pub fn deltas(mut self, n: usize) -> Self {
+        if let Body::Scripted { parts, .. } = &mut self.body {
+            *parts = n.max(1);
+        }
+        self
+    }
+
+    /// Sleeps `ms` after each body piece and records the instant each piece was written
+    /// ([`FakeLlm::piece_writes`]), so a client's latency per piece can be measured.
+    pub fn pace_ms(mut self, ms: u64) -> Self {
+        self.pace_ms = Some(ms);
+        self
+    }
+
     /// The Chat Completions SSE body as the pieces written one by one (before `split_every`).
     pub fn sse_pieces(&self) -> Vec<String> {
         self.sse_pieces_for(Wire::Chat)
@@ -523,6 +548,7 @@ impl Reply {
                 finish,
                 usage,
                 done,
+                parts,
             } => {
                 let s = Script {
                     text: text.as_deref(),
@@ -531,6 +557,7 @@ impl Reply {
                     finish,
                     usage: *usage,
                     done: *done,
+                    parts: *parts,
                 };
                 match wire {
                     Wire::Chat => chat_events(&s),
@@ -552,6 +579,7 @@ struct Script<'a> {
     finish: &'a str,
     usage: Option<(u64, u64)>,
     done: bool,
+    parts: usize,
 }
 
 fn chunk(delta: Value, finish: Value) -> String {
@@ -583,18 +611,19 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
         finish,
         usage,
         done,
+        parts,
     } = *s;
     let mut out = vec![chunk(
         json!({"role": "assistant", "content": ""}),
         Value::Null,
     )];
     if let Some(thinking) = thinking {
-        for piece in split_chars(thinking, 3) {
+        for piece in split_chars(thinking, parts) {
             out.push(chunk(json!({"reasoning_content": piece}), Value::Null));
         }
     }
     if let Some(text) = text {
-        for piece in split_chars(text, 3) {
+        for piece in split_chars(text, parts) {
             out.push(chunk(json!({"content": piece}), Value::Null));
         }
     }
@@ -686,7 +715,7 @@ fn anthropic_events(s: &Script<'_>) -> Vec<String> {
             index,
             json!({"type": "thinking", "thinking": "", "signature": ""}),
         ));
-        for piece in split_chars(thinking, 3) {
+        for piece in split_chars(thinking, s.parts) {
             out.push(delta(
                 index,
                 json!({"type": "thinking_delta", "thinking": piece}),
@@ -701,7 +730,7 @@ fn anthropic_events(s: &Script<'_>) -> Vec<String> {
     }
     if let Some(text) = s.text {
         out.push(start(index, json!({"type": "text", "text": ""})));
-        for piece in split_chars(text, 3) {
+        for piece in split_chars(text, s.parts) {
             out.push(delta(index, json!({"type": "text_delta", "text": piece})));
         }
         out.push(stop(index));
@@ -774,7 +803,7 @@ fn responses_events(s: &Script<'_>) -> Vec<String> {
             json!({"item_id": "rs_fake", "output_index": index, "summary_index": 0,
                    "part": {"type": "summary_text", "text": ""}}),
         ));
-        for piece in split_chars(thinking, 3) {
+        for piece in split_chars(thinking, s.parts) {
             out.push(event(
                 "response.reasoning_summary_text.delta",
                 json!({"item_id": "rs_fake", "output_index": index, "summary_index": 0,
@@ -800,7 +829,7 @@ fn responses_events(s: &Script<'_>) -> Vec<String> {
             json!({"item_id": id, "output_index": index, "content_index": 0,
                    "part": {"type": "output_text", "text": "", "annotations": []}}),
         ));
-        for piece in split_chars(text, 3) {
+        for piece in split_chars(text, s.parts) {
             out.push(event(
                 "response.output_text.delta",
                 json!({"item_id": id, "output_index": index, "content_index": 0,
@@ -886,7 +915,52 @@ struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     handler: Box<Handler>,
     stop: AtomicBool,
+    options: Options,
+    /// Connections accepted.
+    connections: AtomicU64,
+    /// Request body bytes received, over all requests.
+    body_bytes: AtomicU64,
+    /// The largest request body received, bytes.
+    largest_body: AtomicU64,
+    /// Paced pieces written ([`Reply::pace_ms`]).
+    piece_writes: Mutex<Vec<PieceWrite>>,
 }
+
+/// How the server behaves beyond the script ([`FakeLlm::with_options`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// HTTP/1.1 persistent connections: replies carry no `connection: close` and the server
+    /// reads the next request on the same connection (until the client closes it, sends
+    /// `connection: close`, or stays idle for 60 s). Off by default: one request per connection.
+    pub keep_alive: bool,
+    /// Parse every request body as JSON and keep it in [`FakeLlm::requests`]. On by default;
+    /// off, [`RecordedRequest::body`] is `null` (long benchmark sessions send hundreds of MiB
+    /// of history, which the fake then neither parses nor keeps).
+    pub record_bodies: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            keep_alive: false,
+            record_bodies: true,
+        }
+    }
+}
+
+/// When one piece of a paced reply ([`Reply::pace_ms`]) was written to the socket.
+#[derive(Debug, Clone, Copy)]
+pub struct PieceWrite {
+    /// Index of the request the reply answers.
+    pub request: usize,
+    /// Index of the piece in [`Reply::sse_pieces_for`] of the request's wire.
+    pub piece: usize,
+    /// Just after the write of the whole HTTP chunk returned.
+    pub at: Instant,
+}
+
+/// How long a kept-alive connection may stay idle before the server closes it.
+const KEEP_ALIVE_IDLE: Duration = Duration::from_secs(60);
 
 /// The fake LLM server. Dropping it stops the accept loop.
 pub struct FakeLlm {
@@ -916,12 +990,25 @@ impl FakeLlm {
     pub fn with_handler(
         handler: impl Fn(usize, &RecordedRequest) -> Reply + Send + Sync + 'static,
     ) -> Self {
+        FakeLlm::with_options(Options::default(), handler)
+    }
+
+    /// [`FakeLlm::with_handler`] with `options` (keep-alive, body recording).
+    pub fn with_options(
+        options: Options,
+        handler: impl Fn(usize, &RecordedRequest) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("fake llm: bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("fake llm: local addr");
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
             handler: Box::new(handler),
             stop: AtomicBool::new(false),
+            options,
+            connections: AtomicU64::new(0),
+            body_bytes: AtomicU64::new(0),
+            largest_body: AtomicU64::new(0),
+            piece_writes: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
         let accept = std::thread::Builder::new()
@@ -932,6 +1019,7 @@ impl FakeLlm {
                         break;
                     }
                     let Ok(conn) = conn else { continue };
+                    s.connections.fetch_add(1, Ordering::Relaxed);
                     let s = s.clone();
                     let _ = std::thread::Builder::new()
                         .name("fake-llm-conn".into())
@@ -967,6 +1055,35 @@ impl FakeLlm {
             .unwrap_or_default()
     }
 
+    /// How many requests arrived so far (cheaper than [`FakeLlm::requests`]).
+    pub fn request_count(&self) -> usize {
+        self.shared.requests.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// How many TCP connections were accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::Relaxed)
+    }
+
+    /// Request body bytes received so far, over all requests.
+    pub fn body_bytes(&self) -> u64 {
+        self.shared.body_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The largest request body received so far, in bytes.
+    pub fn largest_body(&self) -> u64 {
+        self.shared.largest_body.load(Ordering::Relaxed)
+    }
+
+    /// The pieces of paced replies written so far ([`Reply::pace_ms`]), in write order.
+    pub fn piece_writes(&self) -> Vec<PieceWrite> {
+        self.shared
+            .piece_writes
+            .lock()
+            .map(|w| w.clone())
+            .unwrap_or_default()
+    }
+
     /// Waits until at least `n` requests arrived; returns them.
     pub fn wait_requests(&self, n: usize, timeout: Duration) -> Vec<RecordedRequest> {
         let deadline = Instant::now() + timeout;
@@ -991,8 +1108,12 @@ impl Drop for FakeLlm {
     }
 }
 
-fn read_request(conn: &TcpStream) -> std::io::Result<Option<RecordedRequest>> {
-    let mut reader = BufReader::new(conn.try_clone()?);
+/// Reads one request from the connection; `None` at a clean EOF before its first line.
+/// Returns the request and the number of body bytes on the wire.
+fn read_request(
+    reader: &mut BufReader<TcpStream>,
+    record_body: bool,
+) -> std::io::Result<Option<(RecordedRequest, u64)>> {
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         return Ok(None);
@@ -1032,24 +1153,32 @@ fn read_request(conn: &TcpStream) -> std::io::Result<Option<RecordedRequest>> {
                 reader.read_line(&mut trailer)?;
                 break;
             }
-            let mut buf = vec![0; size + 2];
-            reader.read_exact(&mut buf)?;
-            buf.truncate(size);
-            body.extend_from_slice(&buf);
+            let start = body.len();
+            body.resize(start + size + 2, 0);
+            reader.read_exact(&mut body[start..])?;
+            body.truncate(start + size);
         }
     } else if let Some(len) = get("content-length").and_then(|v| v.parse::<usize>().ok()) {
         body.resize(len, 0);
         reader.read_exact(&mut body)?;
     }
-    let body = serde_json::from_slice(&body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    Ok(Some(RecordedRequest {
-        method,
-        path,
-        headers,
-        body,
-        received_at: Instant::now(),
-    }))
+    let wire_bytes = body.len() as u64;
+    let body = if record_body {
+        serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
+    } else {
+        Value::Null
+    };
+    Ok(Some((
+        RecordedRequest {
+            method,
+            path,
+            headers,
+            body,
+            received_at: Instant::now(),
+        },
+        wire_bytes,
+    )))
 }
 
 fn reason_phrase(code: u16) -> &'static str {
@@ -1079,14 +1208,60 @@ fn sleep_unless_stopped(ms: u64, shared: &Shared) {
     }
 }
 
-fn serve_connection(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
+/// Serves the requests of one connection: one, or with keep-alive every request until the
+/// client closes, asks for `connection: close`, stays idle or a reply cuts the stream.
+fn serve_connection(conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
     conn.set_nodelay(true)?;
-    let Some(req) = read_request(&conn)? else {
-        return Ok(());
-    };
-    if shared.stop.load(Ordering::SeqCst) {
-        return Ok(());
+    let keep_alive = shared.options.keep_alive;
+    if keep_alive {
+        conn.set_read_timeout(Some(KEEP_ALIVE_IDLE))?;
     }
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut conn = conn;
+    loop {
+        let Some((req, wire_bytes)) = read_request(&mut reader, shared.options.record_bodies)?
+        else {
+            return Ok(());
+        };
+        if shared.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let close = !keep_alive
+            || req
+                .header("connection")
+                .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        match serve_request(&mut conn, req, wire_bytes, close, shared)? {
+            Served::Whole if !close => continue,
+            Served::Whole => break,
+            Served::Cut => return Ok(()),
+        }
+    }
+    let _ = conn.shutdown(Shutdown::Write);
+    // Drain whatever the client still sends so the close is orderly.
+    conn.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut sink = [0u8; 1024];
+    while matches!(conn.read(&mut sink), Ok(n) if n > 0) {}
+    Ok(())
+}
+
+/// How a reply ended.
+enum Served {
+    /// The response is complete; the connection may carry another request.
+    Whole,
+    /// The body was cut on purpose ([`Reply::stall_after_ms`]) and the socket is shut down.
+    Cut,
+}
+
+/// Records `req`, asks the handler and writes its reply (with `connection: close` when `close`).
+fn serve_request(
+    conn: &mut TcpStream,
+    req: RecordedRequest,
+    wire_bytes: u64,
+    close: bool,
+    shared: &Shared,
+) -> std::io::Result<Served> {
+    shared.body_bytes.fetch_add(wire_bytes, Ordering::Relaxed);
+    shared.largest_body.fetch_max(wire_bytes, Ordering::Relaxed);
     let index = {
         let mut all = shared
             .requests
@@ -1097,6 +1272,7 @@ fn serve_connection(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()>
     };
     let reply = (shared.handler)(index, &req);
     sleep_unless_stopped(reply.delay_ms, shared);
+    let connection = if close { "connection: close\r\n" } else { "" };
     match &reply.body {
         Body::Status {
             code,
@@ -1114,7 +1290,7 @@ fn serve_connection(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()>
                 head.push_str(&format!("{k}: {v}\r\n"));
             }
             head.push_str(&format!(
-                "content-length: {}\r\nconnection: close\r\n\r\n",
+                "content-length: {}\r\n{connection}\r\n",
                 body.len()
             ));
             conn.write_all(head.as_bytes())?;
@@ -1123,8 +1299,11 @@ fn serve_connection(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()>
         }
         Body::Scripted { .. } | Body::RawSse(_) => {
             conn.write_all(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
-                  transfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
+                     transfer-encoding: chunked\r\n{connection}\r\n"
+                )
+                .as_bytes(),
             )?;
             conn.flush()?;
             let wire = req.wire();
@@ -1151,14 +1330,29 @@ fn serve_connection(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()>
                     .map(String::into_bytes)
                     .collect(),
             };
-            for piece in pieces {
+            let mut chunk = Vec::new();
+            for (k, piece) in pieces.into_iter().enumerate() {
                 if piece.is_empty() {
                     continue;
                 }
-                conn.write_all(format!("{:x}\r\n", piece.len()).as_bytes())?;
-                conn.write_all(&piece)?;
-                conn.write_all(b"\r\n")?;
+                // One write per HTTP chunk, as servers send them: the client wakes once per piece.
+                chunk.clear();
+                chunk.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                chunk.extend_from_slice(&piece);
+                chunk.extend_from_slice(b"\r\n");
+                conn.write_all(&chunk)?;
                 conn.flush()?;
+                if let Some(ms) = reply.pace_ms {
+                    let at = Instant::now();
+                    if let Ok(mut log) = shared.piece_writes.lock() {
+                        log.push(PieceWrite {
+                            request: index,
+                            piece: k,
+                            at,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
                 if reply.split_every.is_some() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -1167,18 +1361,13 @@ fn serve_connection(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()>
                 sleep_unless_stopped(ms, shared);
                 // Close without the terminating chunk: the body is cut.
                 let _ = conn.shutdown(Shutdown::Both);
-                return Ok(());
+                return Ok(Served::Cut);
             }
             conn.write_all(b"0\r\n\r\n")?;
             conn.flush()?;
         }
     }
-    let _ = conn.shutdown(Shutdown::Write);
-    // Drain whatever the client still sends so the close is orderly.
-    conn.set_read_timeout(Some(Duration::from_millis(200)))?;
-    let mut sink = [0u8; 1024];
-    while matches!(conn.read(&mut sink), Ok(n) if n > 0) {}
-    Ok(())
+    Ok(Served::Whole)
 }
 
 #[cfg(test)]
@@ -1552,6 +1741,97 @@ mod tests {
             data["response"]["incomplete_details"]["reason"],
             "max_output_tokens"
         );
+    }
+
+    /// Reads one chunked response from a kept-alive connection: (head, de-chunked body).
+    fn read_chunked(r: &mut BufReader<TcpStream>) -> (String, String) {
+        let mut head = String::new();
+        loop {
+            let mut l = String::new();
+            r.read_line(&mut l).unwrap();
+            if l == "\r\n" {
+                break;
+            }
+            head.push_str(&l);
+        }
+        let mut body = Vec::new();
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).unwrap();
+            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut buf = vec![0; size + 2];
+            r.read_exact(&mut buf).unwrap();
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&buf[..size]);
+        }
+        (head, String::from_utf8(body).unwrap())
+    }
+
+    #[test]
+    fn keep_alive_serves_requests_on_one_connection_and_counts_bytes_and_paced_pieces() {
+        let llm = FakeLlm::with_options(
+            Options {
+                keep_alive: true,
+                record_bodies: false,
+            },
+            |i, _| Reply::text(format!("reply {i} done")).deltas(4).pace_ms(1),
+        );
+        let mut s = TcpStream::connect(llm.addr).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        for (i, body) in ["{\"a\":1}", "{\"bb\":22}"].iter().enumerate() {
+            write!(
+                s,
+                "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let (head, text) = read_chunked(&mut r);
+            assert!(!head.contains("connection: close"), "{head}");
+            assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+            let streamed: String = data_lines(&text)
+                .iter()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter_map(|e| {
+                    e["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(String::from)
+                })
+                .collect();
+            assert_eq!(streamed, format!("reply {i} done"));
+        }
+        assert_eq!(llm.connections(), 1);
+        assert_eq!(llm.body_bytes(), 7 + 9);
+        assert_eq!(llm.largest_body(), 9);
+        let reqs = llm.requests();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[1].body, Value::Null, "bodies are not recorded");
+        // Every piece of both replies was paced: 1 role chunk + 4 deltas + finish + usage + DONE.
+        let pieces = Reply::text("reply 0 done").deltas(4).sse_pieces().len();
+        assert_eq!(pieces, 8);
+        let writes = llm.piece_writes();
+        assert_eq!(writes.len(), 2 * pieces);
+        assert!(writes.windows(2).all(|w| w[0].at <= w[1].at));
+        assert_eq!(
+            writes
+                .iter()
+                .filter(|w| w.request == 1)
+                .map(|w| w.piece)
+                .collect::<Vec<_>>(),
+            (0..pieces).collect::<Vec<_>>()
+        );
+        // A client asking to close gets `connection: close` and the server closes.
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{{}}"
+        )
+        .unwrap();
+        let (head, _) = read_chunked(&mut r);
+        assert!(head.contains("connection: close"), "{head}");
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
@@ -42,6 +42,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_GARBAGE=1` | non-JSON banner lines on stdout before the handshake and after every reply |
 /// | `FAKE_MCP_FAIL_START=1` | stderr `boom: start failure requested`, exit 3 at once |
 /// | `FAKE_MCP_NO_INIT_REPLY=1` | never answers `initialize` |
+/// | `FAKE_MCP_INIT_DELAY_MS` | delay before the `initialize` reply (a server's own start-up time) |
 /// | `FAKE_MCP_EXIT_AFTER_INIT=1` | answers `initialize`, then stderr `fatal: db locked`, exit 3 |
 /// | `FAKE_MCP_SERVER_REQUESTS=1` | server→client requests `ping`, `roots/list`, `sampling/createMessage`, `elicitation/create` (ids `<p>-1`, `<p>-2`, a number equal to one of the client's ids, `<p>-4`): after `notifications/initialized` (`p` = `init`, number = the `initialize` id) and at the start of every model-tool `tools/call` (`p` = `call-<id>`, number = that call's own id `<id>`, still pending); a call then waits up to 5 s for the four answers and replies `isError` `server requests unanswered: …` if one is missing. Answers are in the call log |
 /// | `FAKE_MCP_STOP=1` | exposes `_Stop` and the hidden `_Other` |
@@ -69,6 +70,7 @@ pub struct Config {
     pub garbage: bool,
     pub fail_start: bool,
     pub no_init_reply: bool,
+    pub init_delay_ms: u64,
     pub exit_after_init: bool,
     pub server_requests: bool,
     pub stop: bool,
@@ -134,6 +136,7 @@ impl Config {
             garbage: flag("FAKE_MCP_GARBAGE"),
             fail_start: flag("FAKE_MCP_FAIL_START"),
             no_init_reply: flag("FAKE_MCP_NO_INIT_REPLY"),
+            init_delay_ms: num("FAKE_MCP_INIT_DELAY_MS").unwrap_or(0),
             exit_after_init: flag("FAKE_MCP_EXIT_AFTER_INIT"),
             server_requests: flag("FAKE_MCP_SERVER_REQUESTS"),
             stop: flag("FAKE_MCP_STOP"),
@@ -182,6 +185,14 @@ impl Config {
                         json!({"bytes": {"type": "integer"}, "fill": {"type": "string"}}),
                         &["bytes"],
                     ),
+                ),
+                "noisy" => (
+                    "Writes `bytes` bytes of log lines to stderr, then answers",
+                    obj(json!({"bytes": {"type": "integer"}}), &[]),
+                ),
+                "flood" => (
+                    "Writes `bytes` bytes to stderr without a newline, then answers",
+                    obj(json!({"bytes": {"type": "integer"}}), &[]),
                 ),
                 "fail" => ("Returns an isError result", obj(json!({}), &[])),
                 "latin1" => (
@@ -237,6 +248,49 @@ pub fn big_text(bytes: usize, fill: &str) -> String {
     }
     s.push_str("-END");
     s
+}
+
+/// Length of each stderr line the `noisy` tool writes, newline included.
+pub const NOISY_LINE_BYTES: usize = 100;
+/// The line the `flood` tool writes after its endless line (on a line of its own).
+pub const FLOOD_DONE: &str = "flood done";
+
+/// The `noisy` tool's output (case C51, a chatty server): about `bytes` bytes as lines of
+/// [`NOISY_LINE_BYTES`] (`noisy line <n> ` padded with `.`), written to `w`. Returns the bytes
+/// written (fewer when `w` fails).
+pub fn noisy_stderr(w: &mut impl Write, bytes: usize) -> usize {
+    let mut wrote = 0;
+    let mut n = 0u64;
+    while wrote < bytes {
+        let mut line = format!("noisy line {n} ");
+        line.extend(std::iter::repeat_n('.', NOISY_LINE_BYTES - 1 - line.len()));
+        line.push('\n');
+        if w.write_all(line.as_bytes()).is_err() {
+            break;
+        }
+        wrote += line.len();
+        n += 1;
+    }
+    let _ = w.flush();
+    wrote
+}
+
+/// The `flood` tool's output (case C52, an endless stderr line): `bytes` bytes of `x` with no
+/// newline, then `\n` and [`FLOOD_DONE`] on a line of its own, written to `w` in 64 KiB
+/// writes. Returns the `x` bytes written (fewer when `w` fails).
+pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
+    let chunk = [b'x'; 64 * 1024];
+    let mut wrote = 0;
+    while wrote < bytes {
+        let n = chunk.len().min(bytes - wrote);
+        if w.write_all(&chunk[..n]).is_err() {
+            return wrote;
+        }
+        wrote += n;
+    }
+    let _ = writeln!(w, "\n{FLOOD_DONE}");
+    let _ = w.flush();
+    wrote
 }
 
 /// The text of the `latin1` tool, byte for byte (case C36): Latin-1 `é` and CP949 bytes.
@@ -417,6 +471,7 @@ impl Server {
                 if self.cfg.no_init_reply {
                     return;
                 }
+                std::thread::sleep(Duration::from_millis(self.cfg.init_delay_ms));
                 let version = self
                     .cfg
                     .protocol_version
@@ -576,6 +631,19 @@ impl Server {
                         let bytes = args["bytes"].as_u64().unwrap_or(100_000) as usize;
                         let fill = args["fill"].as_str().unwrap_or("m");
                         ok(id, text_result(&big_text(bytes, fill), false))
+                    }
+                    "noisy" => {
+                        let bytes = args["bytes"].as_u64().unwrap_or(300_000) as usize;
+                        let wrote = noisy_stderr(&mut std::io::stderr().lock(), bytes);
+                        ok(
+                            id,
+                            text_result(&format!("wrote {wrote} bytes to stderr"), false),
+                        )
+                    }
+                    "flood" => {
+                        let bytes = args["bytes"].as_u64().unwrap_or(100_000_000) as usize;
+                        let wrote = flood_stderr(&mut std::io::stderr().lock(), bytes);
+                        ok(id, text_result(&format!("flooded {wrote} bytes"), false))
                     }
                     "fail" => ok(id, text_result("boom", true)),
                     "latin1" => {
@@ -1114,5 +1182,30 @@ mod tests {
         }
         let t = big_text(1003, "é");
         assert!(t.len() == 1003 && t.contains("éé"));
+    }
+
+    #[test]
+    fn noisy_writes_whole_lines_of_fixed_length() {
+        let mut out = Vec::new();
+        let wrote = noisy_stderr(&mut out, 1_050);
+        assert_eq!(wrote, out.len());
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        assert_eq!(lines.len(), 11, "rounded up to whole lines");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.len() == NOISY_LINE_BYTES && l.ends_with('\n'))
+        );
+        assert!(lines[10].starts_with("noisy line 10 ."));
+    }
+
+    #[test]
+    fn flood_writes_one_endless_line_then_the_done_line() {
+        let mut out = Vec::new();
+        assert_eq!(flood_stderr(&mut out, 200_000), 200_000);
+        assert_eq!(out.len(), 200_000 + 1 + FLOOD_DONE.len() + 1);
+        assert!(out[..200_000].iter().all(|&b| b == b'x'));
+        assert_eq!(&out[200_000..], format!("\n{FLOOD_DONE}\n").as_bytes());
     }
 }

@@ -24,19 +24,33 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Ctx {
     /// The agent binary under test.
     pub agent_bin: PathBuf,
+    /// The binary has the `demo`, `example-server` and `hooks check` subcommands (the
+    /// `extras` feature of `buzz-agent-runtime`; the minimal binary leaves it off).
+    pub has_extras: bool,
 }
 
 impl Ctx {
     /// Spawns the agent with [`agent_env`] for `llm` plus `extra` (which wins), its process
     /// working directory `cwd`.
     pub fn agent(&self, llm: &FakeLlm, extra: &[(&str, &str)], cwd: &Path) -> AgentProc {
+        self.agent_with_stderr(llm, extra, cwd, StderrMode::Read)
+    }
+
+    /// [`Ctx::agent`] with the agent's stderr going where `stderr` says.
+    pub fn agent_with_stderr(
+        &self,
+        llm: &FakeLlm,
+        extra: &[(&str, &str)],
+        cwd: &Path,
+        stderr: StderrMode,
+    ) -> AgentProc {
         let mut env = agent_env(llm);
         for (k, v) in extra {
             env.retain(|(name, _)| name != k);
             env.push((k.to_string(), v.to_string()));
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        AgentProc::spawn(&self.agent_bin, &env, cwd)
+        AgentProc::spawn_with(&self.agent_bin, &env, cwd, stderr)
     }
 
     /// Like [`Ctx::agent`] on the provider route `wire` ([`agent_env_for`]).
@@ -142,6 +156,18 @@ pub fn fake_mcp_entry(name: &str, env: &[(&str, &str)]) -> Value {
     json!({"name": name, "command": current_exe(), "args": [], "env": pairs})
 }
 
+/// Where the agent's stderr goes ([`AgentProc::spawn_with`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StderrMode {
+    /// A pipe the harness reads line by line as it arrives (the default).
+    Read,
+    /// A pipe nobody reads (case C51: the Python ACP SDK's `spawn_agent_process()`), until
+    /// [`AgentProc::start_reading_stderr`] starts reading it.
+    Unread,
+    /// A file (truncated at spawn); [`AgentProc::stderr_text`] reads it back.
+    File(PathBuf),
+}
+
 /// A custom permission answer: request params in, `result` out (`None` = no reply).
 pub type PermissionFn = Arc<dyn Fn(&Value) -> Option<Value> + Send + Sync>;
 
@@ -191,6 +217,8 @@ struct State {
     /// Every stdout line exactly as written (without the newline; lossy UTF-8), in order,
     /// including the ones that are violations.
     stdout_lines: Vec<String>,
+    /// When each of `stdout_lines` was read (just after the read returned, before parsing).
+    stdout_times: Vec<Instant>,
     /// Responses by id (JSON text of the id).
     responses: HashMap<String, Value>,
     /// How many requests with that id we sent / how many responses came.
@@ -204,6 +232,10 @@ struct State {
     /// When the last stderr line arrived (stderr and stdout are separate pipes: a log line
     /// written just before a response may be read after it).
     stderr_at: Instant,
+    /// [`StderrMode::Unread`]: the pipe, until [`AgentProc::start_reading_stderr`] takes it.
+    unread_stderr: Option<std::process::ChildStderr>,
+    /// [`StderrMode::File`]: the file stderr goes to.
+    stderr_file: Option<PathBuf>,
     policy: PermissionPolicy,
 }
 
@@ -249,7 +281,24 @@ impl AgentProc {
     /// Spawns `bin` with an empty environment except `PATH`, `HOME` and `env`, all three stdio
     /// streams piped, in its own process group.
     pub fn spawn(bin: impl AsRef<Path>, env: &[(&str, &str)], cwd: &Path) -> AgentProc {
+        AgentProc::spawn_with(bin, env, cwd, StderrMode::Read)
+    }
+
+    /// [`AgentProc::spawn`] with stderr going where `stderr` says.
+    pub fn spawn_with(
+        bin: impl AsRef<Path>,
+        env: &[(&str, &str)],
+        cwd: &Path,
+        stderr: StderrMode,
+    ) -> AgentProc {
         let bin = bin.as_ref();
+        let stderr_stdio = match &stderr {
+            StderrMode::Read | StderrMode::Unread => Stdio::piped(),
+            StderrMode::File(path) => Stdio::from(
+                std::fs::File::create(path)
+                    .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display())),
+            ),
+        };
         let mut cmd = Command::new(bin);
         cmd.env_clear()
             .env(
@@ -264,19 +313,20 @@ impl AgentProc {
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr_stdio)
             .process_group(0);
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn agent {}: {e}", bin.display()));
         let pid = child.id() as i32;
         let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
+        let stderr_pipe = child.stderr.take();
         let stdin: Stdin = Arc::new(Mutex::new(child.stdin.take()));
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 transcript: Vec::new(),
                 stdout_lines: Vec::new(),
+                stdout_times: Vec::new(),
                 responses: HashMap::new(),
                 sent_ids: HashMap::new(),
                 sent_partial: Vec::new(),
@@ -285,6 +335,11 @@ impl AgentProc {
                 stdout_closed: false,
                 stderr: String::new(),
                 stderr_at: Instant::now(),
+                unread_stderr: None,
+                stderr_file: match &stderr {
+                    StderrMode::File(path) => Some(path.clone()),
+                    StderrMode::Read | StderrMode::Unread => None,
+                },
                 policy: PermissionPolicy::AllowOnce,
             }),
             cv: Condvar::new(),
@@ -299,12 +354,10 @@ impl AgentProc {
                 .spawn(move || read_stdout(stdout, &shared, &stdin))
                 .expect("spawn stdout reader");
         }
-        {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("agent-{pid}-stderr"))
-                .spawn(move || read_stderr(stderr, &shared))
-                .expect("spawn stderr reader");
+        match (stderr, stderr_pipe) {
+            (StderrMode::Read, Some(pipe)) => spawn_stderr_reader(pipe, &shared),
+            (StderrMode::Unread, pipe) => shared.lock().unread_stderr = pipe,
+            _ => {}
         }
         AgentProc {
             child: Mutex::new(child),
@@ -430,6 +483,17 @@ impl AgentProc {
     /// order — well-formed or not.
     pub fn stdout_lines(&self) -> Vec<String> {
         self.shared.lock().stdout_lines.clone()
+    }
+
+    /// [`AgentProc::stdout_lines`] with the instant each line was read from the pipe (for
+    /// latency measurements: the reader takes it before parsing the line).
+    pub fn stdout_lines_timed(&self) -> Vec<(Instant, String)> {
+        let st = self.shared.lock();
+        st.stdout_times
+            .iter()
+            .copied()
+            .zip(st.stdout_lines.iter().cloned())
+            .collect()
     }
 
     /// Everything received that is not a response (notifications and agent requests), in order.
@@ -592,9 +656,25 @@ impl AgentProc {
         }
     }
 
+    /// [`StderrMode::Unread`]: starts reading the pipe nobody read so far (everything the agent
+    /// managed to write, then what follows). Does nothing in the other modes or when called
+    /// twice.
+    pub fn start_reading_stderr(&self) {
+        let pipe = self.shared.lock().unread_stderr.take();
+        if let Some(pipe) = pipe {
+            spawn_stderr_reader(pipe, &self.shared);
+        }
+    }
+
     /// Everything the agent wrote to stderr so far, once stderr has been quiet for 100 ms (at
     /// most 2 s of waiting), so lines logged just before the last stdout frame are included.
+    /// [`StderrMode::File`]: the file's content; [`StderrMode::Unread`]: what was read since
+    /// [`AgentProc::start_reading_stderr`].
     pub fn stderr_text(&self) -> String {
+        if let Some(path) = self.shared.lock().stderr_file.clone() {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            return String::from_utf8_lossy(&bytes).into_owned();
+        }
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             let st = self.shared.lock();
@@ -752,10 +832,12 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
+        let read_at = Instant::now();
         let mut st = shared.lock();
         let raw = buf.strip_suffix(b"\n").unwrap_or(&buf);
         st.stdout_lines
             .push(String::from_utf8_lossy(raw).into_owned());
+        st.stdout_times.push(read_at);
         if buf.last() != Some(&b'\n') {
             let text = String::from_utf8_lossy(&buf).into_owned();
             violation(shared, &mut st, format!("partial line at EOF: {text:?}"));
@@ -856,6 +938,14 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
     let mut st = shared.lock();
     st.stdout_closed = true;
     shared.cv.notify_all();
+}
+
+fn spawn_stderr_reader(pipe: std::process::ChildStderr, shared: &Arc<Shared>) {
+    let shared = shared.clone();
+    std::thread::Builder::new()
+        .name(format!("agent-{}-stderr", shared.pid))
+        .spawn(move || read_stderr(pipe, &shared))
+        .expect("spawn stderr reader");
 }
 
 fn read_stderr(stderr: impl Read, shared: &Shared) {

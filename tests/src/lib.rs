@@ -4,9 +4,12 @@
 //! ([`peers`]). Every scenario is named after the SPEC requirement or case it checks.
 //!
 //! Each runtime crate has a `harness = false` test whose `main` is
-//! `buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_<binary>"))`, so the same suite runs unchanged
-//! against every binary. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
+//! `buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_<binary>"), <has extras>)`, so the same suite
+//! runs unchanged against every binary. The scenarios of the `extras` subcommands (`demo`,
+//! `example-server`, `hooks check`) are reported ignored, with the reason, against a binary
+//! built without them. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
 
+pub mod bench;
 pub mod differential;
 pub mod fake_llm;
 pub mod fake_mcp;
@@ -23,8 +26,11 @@ pub type Scenario = fn(&Ctx);
 /// The suite's entry point. With `BUZZ_E2E_ROLE=fake-mcp` in the environment this process is a
 /// fake MCP server (launched by the agent under test) and never returns; otherwise it runs every
 /// scenario against `agent_bin` with libtest-style arguments and output (2 threads unless
-/// `--test-threads` says otherwise) and exits with the result.
-pub fn run_suite(agent_bin: &str) {
+/// `--test-threads` says otherwise) and exits with the result. `has_extras`: the binary was
+/// built with the `extras` subcommands (pass `cfg!(feature = "extras")` from a crate whose
+/// feature turns them on); without them their scenarios are reported ignored, with the reason.
+pub fn run_suite(agent_bin: &str, has_extras: bool) {
+    use libtest_mimic::{Completion, Trial};
     serve_role_if_asked();
     let mut args = libtest_mimic::Arguments::from_args();
     if args.test_threads.is_none() {
@@ -32,17 +38,32 @@ pub fn run_suite(agent_bin: &str) {
     }
     let ctx = Ctx {
         agent_bin: agent_bin.into(),
+        has_extras,
     };
-    let mut trials: Vec<libtest_mimic::Trial> = scenarios::all()
-        .into_iter()
-        .map(|(name, scenario)| {
-            let ctx = ctx.clone();
-            libtest_mimic::Trial::test(name, move || {
-                scenario(&ctx);
-                Ok(())
-            })
+    let trial = |(name, scenario): (&'static str, Scenario)| {
+        let ctx = ctx.clone();
+        Trial::test(name, move || {
+            scenario(&ctx);
+            Ok(())
         })
-        .collect();
+    };
+    let mut trials: Vec<Trial> = scenarios::all().into_iter().map(trial).collect();
+    if has_extras {
+        trials.extend(scenarios::extras().into_iter().map(trial));
+    } else {
+        let bin = ctx
+            .agent_bin
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        let why = format!(
+            "{} is built without the `extras` feature (demo, example-server, hooks check)",
+            bin.unwrap_or_default()
+        );
+        trials.extend(scenarios::extras().into_iter().map(|(name, _)| {
+            let why = why.clone();
+            Trial::ignorable_test(name, move || Ok(Completion::ignored_with(why)))
+        }));
+    }
     trials.extend(peers::trials(&ctx));
     libtest_mimic::run(&args, trials).exit();
 }
@@ -63,7 +84,11 @@ pub fn serve_role_if_asked() {
 
 /// The names of all scenarios (without the peers), for listing and tests.
 pub fn scenario_names() -> Vec<&'static str> {
-    scenarios::all().into_iter().map(|(n, _)| n).collect()
+    scenarios::all()
+        .into_iter()
+        .chain(scenarios::extras())
+        .map(|(n, _)| n)
+        .collect()
 }
 
 #[cfg(test)]

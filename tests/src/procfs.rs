@@ -40,6 +40,56 @@ pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(&text)
 }
 
+/// The CPU time `pid` itself has used: all its threads, dead ones included, its reaped children
+/// excluded — `utime + stime` of `/proc/<pid>/stat` (fields 14 and 15). Read with nanosecond
+/// resolution from the process's CPU-time clock (`clock_getcpuclockid`, the kernel's
+/// `sum_exec_runtime` that `/proc` reports rounded down to 10 ms clock ticks); from
+/// `/proc/<pid>/stat` when that clock is unavailable. `None` when the process is gone.
+pub fn cpu_time(pid: i32) -> Option<std::time::Duration> {
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both out-pointers are valid and writable for the duration of the calls.
+    let clock_ok = unsafe {
+        libc::clock_getcpuclockid(pid, &mut clock) == 0 && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    if clock_ok && stat(pid).is_some() {
+        return Some(std::time::Duration::new(
+            ts.tv_sec as u64,
+            ts.tv_nsec as u32,
+        ));
+    }
+    cpu_time_ticks(pid)
+}
+
+/// `utime + stime` of `/proc/<pid>/stat`, in whole clock ticks (`sysconf(_SC_CLK_TCK)`, 10 ms on
+/// Linux). `None` when the process is gone.
+pub fn cpu_time_ticks(pid: i32) -> Option<std::time::Duration> {
+    let (user, system) = cpu_split(pid)?;
+    Some(user + system)
+}
+
+/// `(utime, stime)` of `/proc/<pid>/stat`: the CPU `pid` spent in user space and in the kernel
+/// on its behalf (syscalls, page faults), each in whole clock ticks. `None` when the process is
+/// gone.
+pub fn cpu_split(pid: i32) -> Option<(std::time::Duration, std::time::Duration)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    // After the comm: state is field 3, so utime (14) and stime (15) are the 12th and 13th here.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&h| h > 0)
+        .unwrap_or(100);
+    let ticks = |t: u64| std::time::Duration::from_nanos(t * 1_000_000_000 / hz);
+    Some((ticks(utime), ticks(stime)))
+}
+
 /// Every process visible in `/proc`.
 pub fn all() -> Vec<Stat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -131,6 +181,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn own_cpu_time_grows_with_work_and_agrees_with_the_ticks() {
+        let me = std::process::id() as i32;
+        let before = cpu_time(me).unwrap();
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        // Busy until the tick figure moves, however loaded the machine is.
+        let ticks_before = cpu_time_ticks(me).unwrap();
+        while cpu_time_ticks(me).unwrap() == ticks_before && started.elapsed().as_secs() < 20 {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+        let ticks_a = cpu_time_ticks(me).unwrap();
+        let fine = cpu_time(me).unwrap();
+        let ticks_b = cpu_time_ticks(me).unwrap();
+        assert!(fine > before && ticks_a > ticks_before, "{x}");
+        // The same quantity, utime and stime each rounded down to ticks: a tick figure read
+        // before the fine one is not above it, one read after is less than two ticks below it.
+        let tick = std::time::Duration::from_millis(10);
+        assert!(
+            ticks_a <= fine && fine < ticks_b + 2 * tick,
+            "{ticks_a:?} {fine:?} {ticks_b:?}"
+        );
+    }
+
+    #[test]
+    fn own_peak_rss_is_read_and_a_missing_process_has_none() {
+        let kib = peak_rss_kib(std::process::id() as i32).expect("own VmHWM");
+        assert!(kib > 100, "{kib} KiB");
+        assert_eq!(peak_rss_kib(i32::MAX), None);
+    }
+
+    #[test]
     fn stat_with_blanks_and_parens_in_comm_parses() {
         let s = parse_stat("123 (a b) c)) S 7 99 99 0 -1 4194304").unwrap();
         assert_eq!(
@@ -155,9 +238,12 @@ mod tests {
             .unwrap();
         let cpid = child.id() as i32;
         assert!(descendants(me).contains(&cpid));
+        assert!(peak_rss_kib(cpid).is_some_and(|k| k > 0));
+        assert!(cpu_time(cpid).is_some());
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!is_alive(cpid));
+        assert_eq!(peak_rss_kib(cpid), None);
         assert!(!descendants(me).contains(&cpid));
     }
 }

@@ -122,6 +122,17 @@ fn exits_zero_on_stdin_eof() {
     assert_eq!(f.wait(Duration::from_secs(5)), Some(0));
 }
 
+fn init_delay_holds_the_initialize_reply() {
+    let mut f = Fake::start(&[("FAKE_MCP_INIT_DELAY_MS", "150")]);
+    let started = Instant::now();
+    f.handshake();
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 fn crash_tool_writes_stderr_and_exits_3() {
     let mut f = Fake::start(&[("FAKE_MCP_TOOLS", "echo,crash")]);
     f.handshake();
@@ -261,7 +272,7 @@ fn main() {
         fake_mcp::main();
     }
     let args = Arguments::from_args();
-    let tests: [(&str, fn()); 9] = [
+    let tests: [(&str, fn()); 10] = [
         ("exits_zero_on_stdin_eof", exits_zero_on_stdin_eof),
         (
             "crash_tool_writes_stderr_and_exits_3",
@@ -291,6 +302,10 @@ fn main() {
         (
             "stop_hook_delay_and_hang_modes",
             stop_hook_delay_and_hang_modes,
+        ),
+        (
+            "init_delay_holds_the_initialize_reply",
+            init_delay_holds_the_initialize_reply,
         ),
     ];
     let trials = tests

@@ -1,5 +1,6 @@
 //! The command line of SPEC P3 and the bundled example hook servers (E1, E2), run as the real
-//! binary: `demo`, `hooks check`, `example-server`, `--help`, `--version`, C1 startup errors.
+//! binary: `demo`, `hooks check`, `example-server` (the `extras` subcommands, listed in
+//! `scenarios::extras()`), `--help`, `--version`, C1 startup errors.
 
 use crate::harness::{Ctx, current_exe};
 use std::process::{Command, Output, Stdio};
@@ -183,6 +184,28 @@ pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
         "[32768]",
     ] {
         assert!(h.contains(var), "--help lacks {var}: {h}");
+    }
+    // The extras subcommands are listed exactly when the binary has them; without them they
+    // are a usage error that says so.
+    assert_eq!(
+        h.contains(" hooks check -- ") && h.contains(" demo\n"),
+        ctx.has_extras,
+        "{h}"
+    );
+    if !ctx.has_extras {
+        for sub in [
+            &["demo"][..],
+            &["hooks", "check", "--", "true"],
+            &["example-server", "todo"],
+        ] {
+            let out = run(ctx, sub, &[], Duration::from_secs(10));
+            let e = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{sub:?}: {e}");
+            assert!(
+                e.contains("not part of this minimal build") && e.contains("extras"),
+                "{e}"
+            );
+        }
     }
     let v = run(ctx, &["--version"], &[], Duration::from_secs(10));
     assert!(

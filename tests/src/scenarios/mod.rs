@@ -12,6 +12,7 @@ mod hooks;
 mod lifecycle;
 mod mcp;
 mod providers;
+mod stderr;
 mod tools;
 
 /// Shared helpers for scenario bodies.
@@ -72,10 +73,6 @@ macro_rules! list {
 pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
     list![
         acp::a1_initialize_capabilities,
-        cli::p3_demo_runs_offline_with_one_objection,
-        cli::p3_e2_hooks_check_passes_the_todo_example,
-        cli::p3_e1_hooks_check_shows_testguard_objection,
-        cli::p3_hooks_check_reports_a_hanging_hook,
         cli::c1_p3_c30_help_version_and_config_errors,
         acp::c01_garbage_and_bom_lines_keep_serving,
         acp::t3_oversized_line_is_answered_once_and_reading_continues,
@@ -154,5 +151,18 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         cases::h5_c31_always_blocking_stop_is_capped_per_prompt_and_errors_never_block,
         cases::p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly,
         cases::m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line,
+        stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
+        stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
+    ]
+}
+
+/// The scenarios of the `extras` subcommands (`demo`, `example-server`, `hooks check`): run
+/// against a binary built with them, reported ignored against one without.
+pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
+    list![
+        cli::p3_demo_runs_offline_with_one_objection,
+        cli::p3_e2_hooks_check_passes_the_todo_example,
+        cli::p3_e1_hooks_check_shows_testguard_objection,
+        cli::p3_hooks_check_reports_a_hanging_hook,
     ]
 }

@@ -4,6 +4,8 @@
 //! would object. Exit 0 when the server follows the contract, 1 when it does not, 2 on usage or
 //! configuration errors. Plain blocking std IO: this is a one-shot diagnostic, not the agent.
 
+use crate::sys::signal_group;
+use buzz_agent_core::Signal;
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -325,14 +327,9 @@ fn stop(child: &mut Child) {
         std::thread::sleep(Duration::from_millis(10));
     }
     if let Ok(pid) = i32::try_from(child.id()) {
-        // SAFETY: kill(2) on our own child's process group; ESRCH is fine.
-        unsafe {
-            libc::kill(-pid, libc::SIGTERM);
-        }
+        signal_group(pid, Signal::Term);
         std::thread::sleep(Duration::from_millis(100));
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+        signal_group(pid, Signal::Kill);
     }
     let _ = child.wait();
 }

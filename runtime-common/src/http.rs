@@ -2,9 +2,13 @@
 //! "HTTP goes through ureq on a blocking thread that streams body chunks back as inputs").
 //! Idle timeouts, retries and parsing live in the core; this only moves bytes.
 //!
-//! Runtime-agnostic: plain threads and a `send` callback, no async. Both drivers include this
-//! very file (`runtime-smol` through `#[path = "../../runtime-tokio/src/http.rs"]`).
+//! Memory: the response head must fit ureq's input buffer (`HTTP_INPUT_BUF`, 32 KiB; a longer
+//! head is an error), and the body is read in `READ_CHUNK` (16 KiB) pieces that go to the loop
+//! as they arrive (no `read_to_end`, no line splitting here), through the loop's bounded input
+//! channel: an endless body or an endless SSE line costs this thread one chunk, and the queue at
+//! most its capacity. Lines are the core's business (its SSE decoder caps them).
 
+use crate::runtime::InputSender;
 use buzz_agent_core::llm::HttpRequest;
 use buzz_agent_core::{Input, LlmCallId, LlmIo};
 use std::io::Read;
@@ -15,21 +19,27 @@ use std::time::Duration;
 /// Read buffer size per body read, in bytes.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Start `request` on a new thread. Events go to `send`; setting the returned flag makes the
-/// thread stop at its next read (the core ignores anything it still sends).
+/// Starts `request` on a new thread; its events go to `tx` (the thread blocks while the loop's
+/// input queue is full). Setting the returned flag makes the thread stop at its next read (the
+/// core ignores anything it still sends).
+///
+/// # Errors
+/// When no thread can be started: the `Input` reporting the call as failed (retryable, SPEC L5),
+/// for the loop to handle.
 pub fn start(
     agent: &ureq::Agent,
     call: LlmCallId,
     request: HttpRequest,
-    send: impl Fn(Input) -> bool + Send + 'static,
-) -> Arc<AtomicBool> {
+    tx: &InputSender,
+) -> Result<Arc<AtomicBool>, Input> {
     let cancelled = Arc::new(AtomicBool::new(false));
     let flag = cancelled.clone();
     let agent = agent.clone();
+    let tx = tx.clone();
     let spawned = std::thread::Builder::new()
         .name(format!("llm-{}", call.0))
         .spawn(move || {
-            let emit = |event: LlmIo| send(Input::Llm { call, event });
+            let emit = |event: LlmIo| tx.send_blocking(Input::Llm { call, event }).is_ok();
             let mut req = agent.post(&request.url);
             for (k, v) in &request.headers {
                 req = req.header(k.as_str(), v.as_str());
@@ -82,11 +92,13 @@ pub fn start(
                 }
             }
         });
-    if let Err(e) = spawned {
-        eprintln!("buzz-agent ERROR could not start an LLM thread: {e}");
-        cancelled.store(true, Ordering::Relaxed);
+    match spawned {
+        Ok(_) => Ok(cancelled),
+        Err(e) => Err(Input::Llm {
+            call,
+            event: LlmIo::Failed(format!("could not start an LLM thread: {e}")),
+        }),
     }
-    cancelled
 }
 
 /// ureq's input buffer per connection, in bytes. It must hold the whole response head (ureq does
@@ -98,6 +110,7 @@ const HTTP_OUTPUT_BUF: usize = 16 * 1024;
 
 /// The shared HTTP agent: status codes are data (the core classifies them), reads time out a
 /// little after the core's own idle timeout so an abandoned thread never lives forever.
+#[must_use]
 pub fn agent(idle_timeout_ms: u64) -> ureq::Agent {
     let per_read = Duration::from_millis(idle_timeout_ms.saturating_add(5_000));
     ureq::Agent::config_builder()

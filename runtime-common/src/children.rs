@@ -1,0 +1,193 @@
+//! MCP child processes (SPEC M1, M7, M8, case C34): spawned in their own process group with all
+//! three streams piped, stdout streamed as bytes, stderr as capped lines, the exit reported after
+//! reaping. The driver alone keeps `ProcKey → child`; the core never sees a pid.
+//!
+//! Every reader holds a fixed amount whatever the child writes (case C52): stdout goes to the
+//! core in chunks (its codec caps lines), stderr through the core's [`StderrLines`] splitter,
+//! which cuts a line at the cap and skips the rest of it without storing it.
+
+use crate::runtime::{InputSender, ReadPipe, Runtime, WritePipe};
+use crate::sys::{exit_description, signal_group};
+use crate::util::race;
+use buzz_agent_core::io::StderrLines;
+use buzz_agent_core::{Input, ProcKey, Signal, SpawnSpec};
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+/// Bytes per read of a child's stdout (one buffer per child for its whole life; a full pipe
+/// takes a few reads).
+const STDOUT_BUF: usize = 16 * 1024;
+/// Bytes per read of a child's stderr.
+const STDERR_BUF: usize = 8 * 1024;
+/// How long to wait for stderr to drain after the child exited, so the exit report carries
+/// the last stderr lines (a grandchild holding stderr open must not delay it longer).
+const STDERR_DRAIN: Duration = Duration::from_millis(300);
+
+/// One live child as the driver sees it.
+struct Child {
+    /// `Some(line)` writes, `None` closes stdin; `None` here once closing was asked.
+    stdin: Option<async_channel::Sender<Option<String>>>,
+    /// Process group id (= the leader's pid, `process_group(0)`).
+    pgid: i32,
+}
+
+/// The live children, by process key.
+#[derive(Default)]
+pub struct Children {
+    map: BTreeMap<ProcKey, Child>,
+}
+
+impl Children {
+    /// Spawns per `SpawnMcp` and starts one task per pipe and one that waits for the exit, all
+    /// reporting to `tx`. Returns the input that answers the spawn, `McpSpawned` or
+    /// `McpSpawnFailed`, for the loop to handle before anything the tasks report.
+    pub fn spawn<R: Runtime>(
+        &mut self,
+        rt: &R,
+        proc: ProcKey,
+        spec: SpawnSpec,
+        tx: &InputSender,
+    ) -> Input {
+        let mut cmd = std::process::Command::new(&spec.command);
+        cmd.args(&spec.args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(&spec.cwd)
+            .process_group(0);
+        let child = match rt.spawn_child(cmd) {
+            Ok(c) => c,
+            Err(e) => {
+                return Input::McpSpawnFailed {
+                    proc,
+                    error: e.to_string(),
+                };
+            }
+        };
+        let (in_tx, in_rx) = async_channel::unbounded::<Option<String>>();
+        rt.spawn(write_stdin(child.stdin, in_rx, proc, tx.clone()));
+        rt.spawn(read_stdout(child.stdout, proc, tx.clone()));
+        // Closed (its only sender dropped) when the stderr task ends: the "drained" signal.
+        let (err_done_tx, err_done_rx) = async_channel::bounded::<()>(1);
+        {
+            let tx = tx.clone();
+            let stderr = child.stderr;
+            rt.spawn(async move {
+                let _done = err_done_tx;
+                read_stderr(stderr, proc, tx).await;
+            });
+        }
+        {
+            let tx = tx.clone();
+            let exit = child.exit;
+            rt.spawn(async move {
+                let status = match exit.await {
+                    Ok(s) => exit_description(s),
+                    Err(e) => format!("wait failed: {e}"),
+                };
+                let drained = async {
+                    let _ = err_done_rx.recv().await;
+                };
+                race(drained, R::sleep_until(Instant::now() + STDERR_DRAIN)).await;
+                let _ = tx.send(Input::McpExited { proc, status }).await;
+            });
+        }
+        self.map.insert(
+            proc,
+            Child {
+                stdin: Some(in_tx),
+                pgid: i32::try_from(child.pid).unwrap_or(0),
+            },
+        );
+        Input::McpSpawned { proc }
+    }
+
+    /// Queues one line for the child's stdin writer task.
+    pub fn write(&mut self, proc: ProcKey, line: String) {
+        if let Some(Child {
+            stdin: Some(tx), ..
+        }) = self.map.get(&proc)
+        {
+            let _ = tx.try_send(Some(line));
+        }
+    }
+
+    /// Closes the child's stdin once the lines queued before are written.
+    pub fn close_stdin(&mut self, proc: ProcKey) {
+        if let Some(tx) = self.map.get_mut(&proc).and_then(|c| c.stdin.take()) {
+            let _ = tx.try_send(None);
+        }
+    }
+
+    /// Signals the child's process group, even after the leader exited (grandchildren, SPEC
+    /// M8). After `Kill` the group is gone for good and forgotten, so a reused pgid is never hit.
+    pub fn signal(&mut self, proc: ProcKey, signal: Signal) {
+        let Some(c) = self.map.get(&proc) else { return };
+        signal_group(c.pgid, signal);
+        if signal == Signal::Kill {
+            self.map.remove(&proc);
+        }
+    }
+}
+
+/// Writes the queued lines to the child's stdin in order; `None` (or the driver dropping the
+/// queue) closes it. A failed write is reported once.
+async fn write_stdin(
+    mut stdin: impl WritePipe,
+    lines: async_channel::Receiver<Option<String>>,
+    proc: ProcKey,
+    tx: InputSender,
+) {
+    while let Ok(Some(line)) = lines.recv().await {
+        if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+            let _ = tx.send(Input::McpWriteFailed { proc }).await;
+            return;
+        }
+    }
+    // Dropping `stdin` closes it.
+}
+
+/// Sends the child's stdout as `McpBytes` chunks, then `McpStdoutClosed`. Lines are the core's
+/// business (its codec caps them); this holds one read buffer.
+async fn read_stdout(mut stdout: impl ReadPipe, proc: ProcKey, tx: InputSender) {
+    let mut buf = vec![0u8; STDOUT_BUF];
+    loop {
+        match stdout.read(&mut buf).await {
+            Ok(0) | Err(_) => {
+                let _ = tx.send(Input::McpStdoutClosed { proc }).await;
+                return;
+            }
+            Ok(n) => {
+                let bytes = buf[..n].to_vec();
+                if tx.send(Input::McpBytes { proc, bytes }).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Sends the child's stderr as `McpStderrLine`s, at most
+/// [`buzz_agent_core::io::MAX_STDERR_LINE_BYTES`] bytes each (a cut line ends with the core's
+/// cut marker). Holds one read buffer, the splitter's line (at most the cap) and the lines of
+/// one read.
+async fn read_stderr(mut stderr: impl ReadPipe, proc: ProcKey, tx: InputSender) {
+    let mut splitter = StderrLines::default();
+    let mut buf = vec![0u8; STDERR_BUF];
+    let mut lines = Vec::new();
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        splitter.push(&buf[..n], &mut lines);
+        for line in lines.drain(..) {
+            if tx.send(Input::McpStderrLine { proc, line }).await.is_err() {
+                return;
+            }
+        }
+    }
+    if let Some(line) = splitter.finish() {
+        let _ = tx.send(Input::McpStderrLine { proc, line }).await;
+    }
+}

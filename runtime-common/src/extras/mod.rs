@@ -1,0 +1,55 @@
+//! The production binary's extra subcommands (SPEC P3, E1, E2): `demo` (an offline session),
+//! `example-server testguard|todo` (the bundled example hook servers) and `hooks check` (a hook
+//! server's contract check). Plain blocking `std` IO: these are one-shot tools, not the agent.
+//!
+//! A binary opts in by putting [`EXTRAS`] in its [`Program`]. Nothing else in this crate
+//! refers to this module, so a binary that leaves them out (the minimal `buzz-agent-smol`) does
+//! not link them: the code is gone from it, not just unreachable. (A cargo feature of this
+//! crate would not do: cargo unifies a library's features across the binaries built together,
+//! so `cargo build --workspace` would give the minimal binary the production binary's set.)
+
+use crate::Program;
+
+mod demo;
+mod examples;
+mod hooks_check;
+
+/// Subcommands a binary can add to its command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Extras {
+    /// Runs the subcommand `args[0]` with the rest of `args`: `Some(exit status)`, or `None`
+    /// when `args[0]` is not one of these subcommands.
+    pub run: fn(&Program, &[String]) -> Option<i32>,
+    /// The usage lines for `--help`, given the binary's name.
+    pub usage: fn(&str) -> String,
+}
+
+/// `demo`, `example-server` and `hooks check`.
+pub const EXTRAS: Extras = Extras { run, usage };
+
+fn run(program: &Program, args: &[String]) -> Option<i32> {
+    let bin = program.name;
+    let arg1 = args.get(1).map(String::as_str);
+    Some(match (args.first().map(String::as_str)?, arg1) {
+        ("demo", _) => demo::run(),
+        ("hooks", Some("check")) => hooks_check::run(&args[2..]),
+        ("hooks", _) => {
+            eprintln!("usage: {bin} hooks check -- <command> [args…]");
+            2
+        }
+        ("example-server", Some(name)) => examples::run(name),
+        ("example-server", None) => {
+            eprintln!("usage: {bin} example-server testguard|todo");
+            2
+        }
+        _ => return None,
+    })
+}
+
+fn usage(bin: &str) -> String {
+    format!(
+        "  {bin} hooks check -- <command> [args…]\n      spawn one MCP server, call its hooks once, report whether it follows the contract\n  \
+         {bin} demo\n      an offline session: scripted LLM, the bundled todo hook server, _Stop objecting once\n  \
+         {bin} example-server testguard|todo\n      run a bundled example hook server on stdio (TESTGUARD_CMD, TESTGUARD_TIMEOUT_MS)\n"
+    )
+}

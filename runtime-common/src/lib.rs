@@ -1,0 +1,65 @@
+//! `buzz-agent-runtime`: the driver half of buzz-agent that does not depend on an async runtime,
+//! shared by the tokio binary (`buzz-agent`) and the smol binary (`buzz-agent-smol`).
+//!
+//! A binary implements [`Runtime`] (spawn a task, sleep until an instant, spawn a child with
+//! piped stdio, async stdin/stdout, the shutdown signals) and calls [`start`] then [`drive`];
+//! everything else is here, written once:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`runtime`] | the [`Runtime`] trait and the pipe traits a binary implements |
+//! | [`driver`] | the loop: drain actions, handle inputs and timeouts (the core's drain rule) |
+//! | `children` | MCP child processes: spawn, pipes (stderr as capped lines, C52), exit, `killpg` |
+//! | [`log`] | stderr logging that never blocks the loop (SPEC P2, case C51) |
+//! | [`http`] | the `ureq` LLM worker, streaming bodies back as inputs |
+//! | [`cli`] | `--help`, `--version`, configuration from the environment |
+//! | [`extras`] | `demo`, `example-server`, `hooks check`, linked only where a binary names them |
+//! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting |
+//! | `util` | `race` of two futures |
+//!
+//! What both drivers need that is not IO lives in `buzz-agent-core`, not here.
+#![deny(missing_docs)]
+
+mod children;
+pub mod cli;
+pub mod driver;
+pub mod extras;
+pub mod http;
+pub mod log;
+pub mod runtime;
+pub mod sys;
+mod util;
+
+pub use driver::drive;
+pub use runtime::{InputSender, ReadPipe, Runtime, SpawnedChild, WritePipe};
+
+use buzz_agent_core::Config;
+
+/// The binary being run: its name (in help, version and error texts), its version (also sent to
+/// the client in `initialize`) and its extra subcommands.
+#[derive(Debug, Clone, Copy)]
+pub struct Program {
+    /// The binary's name, e.g. `buzz-agent`.
+    pub name: &'static str,
+    /// The binary's version, e.g. `0.1.0`.
+    pub version: &'static str,
+    /// `Some(`[`extras::EXTRAS`]`)` for `demo`, `example-server` and `hooks check`; `None`
+    /// leaves them out of the binary.
+    pub extras: Option<extras::Extras>,
+}
+
+/// Everything before the loop: handles the command line (help, version, the `extras`
+/// subcommands), reads and validates the configuration, and sets up the allocator.
+///
+/// # Errors
+/// The status to exit with at once: after `--help`, `--version` or a subcommand, or 2 after a
+/// usage or configuration error (already printed).
+pub fn start(program: &Program) -> Result<Config, i32> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let cli::Command::Exit(code) = cli::handle_args(program, &args) {
+        return Err(code);
+    }
+    let config = cli::load_config(program)?;
+    sys::one_malloc_arena();
+    Ok(config)
+}

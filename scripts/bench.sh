@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Performance benchmark (issue #15): agent CPU, wall time, peak RSS, streaming latency and
+# start-up of both agent binaries next to an in-repo IO floor, in one table of medians.
+#
+# Builds `buzz-agent` and `buzz-agent-smol` in release (as shipped) and the harness `bench` of the
+# e2e crate (profile `harness`: optimised, unwinding), then runs every workload in every column,
+# the columns interleaved run by run: the IO floor (the harness doing the same LLM and MCP traffic
+# itself, no agent between), the two binaries and any peers. Progress goes to stderr, the table
+# (Markdown) to stdout. How to read it, the costs and the baseline: docs/performance.md.
+#
+# Usage: scripts/bench.sh [--runs N] [--only NAME,…] [--quick] [extra-agent-binary…]
+# Environment:
+#   BENCH_RUNS=N               runs per cell (default 5); the table shows medians
+#   BENCH_QUICK=1              small workloads (seconds; CI smoke), no targets column
+#   BENCH_WORKLOADS=a,b        only these: rounds, rounds-long, rounds-4k, hooks, stream, startup
+#   BENCH_PEER=/path/to/agent  any other ACP agent as one more column (several: comma-separated);
+#                              it gets the same environment (OpenAI-compatible provider at the
+#                              fake LLM: OPENAI_COMPAT_* and OPENAI_BASE_URL/_API_KEY/_MODEL)
+# Needs: cargo; Linux (/proc, process CPU clocks). Exit status 1 when a run failed.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+
+echo "== building the agents (release) and the harness (profile harness)" >&2
+cargo build --release -p buzz-agent -p buzz-agent-smol \
+    --bin buzz-agent --bin buzz-agent-smol >&2
+cargo build --profile harness -p buzz-agent-e2e --bin bench >&2
+
+exec "$TARGET_DIR/harness/bench" \
+    "$TARGET_DIR/release/buzz-agent" "$TARGET_DIR/release/buzz-agent-smol" "$@"
