@@ -1,9 +1,11 @@
-//! The [`Agent`]: owner of all state, dispatcher of inputs, queue of actions.
+//! The [`Agent`]: the router. It decodes ACP input, hands every input and every due timer to
+//! the sub-machine that owns it, routes what the sub-machines report to each other, and owns
+//! the action queue ([`Outbox`]) and the [`TimerTable`].
 //!
-//! Sub-machines live in their own files as `impl Agent` blocks over the shared state:
-//! `mcp.rs` (server lifecycle and MCP traffic), `turn.rs` (the prompt loop and tool calls),
-//! `hooks.rs` (hook rounds, the `_Stop` gate and the reply guard), `llm_call.rs` (LLM attempts,
-//! retries and idle timeouts), `shutdown.rs` (P1/M8).
+//! The sub-machines, each a type in its own file that never sees the agent: [`ServerTable`]
+//! (`mcp.rs`), [`Shutdown`] (`shutdown.rs`), [`Permissions`] (`permissions.rs`); the prompt
+//! turn (`turn.rs`), hook rounds and the `_Stop` gate (`hooks.rs`) and compaction
+//! (`compaction.rs`).
 
 use crate::config::{Config, LogLevel};
 use crate::ids::{IdCounters, LlmCallId, PermissionRequestId, ServerSlot, SessionId};
@@ -20,7 +22,7 @@ use crate::turn::Turn;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-pub use crate::timers::TimerKey;
+pub(crate) use crate::timers::TimerKey;
 
 /// An ACP session (SPEC A2).
 pub(crate) struct Session {
@@ -44,7 +46,8 @@ pub(crate) struct Session {
     pub usage_mark: usize,
 }
 
-/// The pure agent state machine. See the crate docs for the drain rule.
+/// The pure agent state machine (DESIGN "The core's contract"): one per process, owned by the
+/// runtime's loop. See the [crate docs](crate) for the drain rule and a run loop.
 pub struct Agent {
     pub(crate) cfg: Config,
     pub(crate) version: String,
@@ -64,7 +67,10 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// A fresh agent. `version` is the crate version reported in `initialize` (SPEC A1).
+    /// A fresh agent started at `now`, with a validated configuration (from
+    /// [`Config::from_env_map`]). It reports this crate's version in `initialize` and to MCP
+    /// servers until [`Agent::with_version`] says otherwise (SPEC A1, M2), and logs one
+    /// `starting:` line at info (SPEC T2).
     #[must_use]
     pub fn new(config: Config, now: MonoTime) -> Self {
         let rng = config.seed ^ 0x9e37_79b9_7f4a_7c15;
@@ -119,7 +125,8 @@ impl Agent {
         self
     }
 
-    /// Override the version reported to clients and servers (defaults to the core's version).
+    /// The version reported as `agentInfo.version` to the client and as `clientInfo.version` to
+    /// MCP servers (default: this crate's version), e.g. the runtime binary's version.
     #[must_use]
     pub fn with_version(mut self, version: &str) -> Self {
         self.version = version.to_string();
@@ -133,7 +140,8 @@ impl Agent {
         &self.cfg
     }
 
-    /// Feed one observation.
+    /// Feeds one observation made at `now` (clamped: never earlier than a time already seen).
+    /// Then drain [`Agent::poll_action`]. Ignored once [`Agent::is_finished`].
     pub fn handle(&mut self, input: Input, now: MonoTime) {
         self.advance(now);
         if self.is_finished() {
@@ -203,8 +211,10 @@ impl Agent {
         self.after_step();
     }
 
-    /// Fire every timer due at or before `now` (DESIGN I11: afterwards `poll_timeout` is `None`
-    /// or later than `now`).
+    /// Fires every timer due at or before `now`, in a fixed order (kill escalations, closed
+    /// stdouts, MCP request deadlines, LLM graces and idle timeouts, backoffs, permission
+    /// requests, the shutdown stage). Afterwards, and after a drain, [`Agent::poll_timeout`] is
+    /// `None` or later than `now` (DESIGN I11). Calling it early is harmless: nothing is due.
     pub fn handle_timeout(&mut self, now: MonoTime) {
         self.advance(now);
         if self.is_finished() {
@@ -223,13 +233,17 @@ impl Agent {
         self.after_step();
     }
 
-    /// The next action to execute, in order. Drain until `None` after every `handle*`.
+    /// The next action to start, in the order asked for; `None` when the queue is empty. Drain
+    /// until `None` after every `handle*`.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.out.pop()
     }
 
-    /// The earliest pending deadline and why, or `None` when nothing is timed.
+    /// The earliest pending deadline and why, or `None` when nothing is timed (and always after
+    /// the exit). Call [`Agent::handle_timeout`] at or after it. Simultaneous deadlines are
+    /// labelled by the first in a fixed order (server by server, then permission requests,
+    /// turns, shutdown).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<(MonoTime, TimerKey)> {
         if self.is_finished() {
@@ -238,7 +252,8 @@ impl Agent {
         self.timers.next().map(|(t, timer)| (t, timer.key()))
     }
 
-    /// True once the agent asked to exit; the runtime stops its loop.
+    /// True once the agent asked to exit ([`Action::Exit`] was queued): the runtime drains the
+    /// last actions and stops its loop.
     #[must_use]
     pub fn is_finished(&self) -> bool {
         self.shutdown.is_some_and(|s| s.is_exited())

@@ -10,19 +10,19 @@ use crate::llm::{LlmResponse, Message};
 use crate::turn::{CallPurpose, Phase};
 
 /// System prompt of the summary call (SPEC K1).
-pub const SUMMARY_SYSTEM_PROMPT: &str = "You compact the working context of a software agent. \
+pub(crate) const SUMMARY_SYSTEM_PROMPT: &str = "You compact the working context of a software agent. \
 Write a faithful, self-contained summary that lets the agent continue the task without the original transcript.";
 
 /// The instruction of the summary call (SPEC K1: task, progress, decisions, remaining work,
 /// next step).
-pub const SUMMARY_INSTRUCTION: &str = "Summarize the conversation below for handoff to a fresh context. \
+pub(crate) const SUMMARY_INSTRUCTION: &str = "Summarize the conversation below for handoff to a fresh context. \
 Use these sections: 1. Original task (the user's request, verbatim where it matters). \
 2. Progress so far (what was done, with concrete results, file names, commands, values). \
 3. Decisions and constraints (and why). 4. Remaining work. 5. Next step. \
 Be concise but do not drop facts needed to continue.";
 
 /// Header of the summary user message in the new history.
-pub const SUMMARY_HEADER: &str = "[Context summary: earlier conversation was compacted]\n";
+pub(crate) const SUMMARY_HEADER: &str = "[Context summary: earlier conversation was compacted]\n";
 
 /// Per tool-result text rendered into the summary input, in bytes.
 const SUMMARY_RESULT_CAP: usize = 2000;
@@ -30,7 +30,11 @@ const SUMMARY_RESULT_CAP: usize = 2000;
 /// Projected context size in tokens: last reported input tokens + bytes appended since
 /// (1 byte ≈ 1 token, SPEC K1).
 #[must_use]
-pub fn projected_tokens(history: &[Message], last_input_tokens: u64, usage_mark: usize) -> u64 {
+pub(crate) fn projected_tokens(
+    history: &[Message],
+    last_input_tokens: u64,
+    usage_mark: usize,
+) -> u64 {
     let mark = usage_mark.min(history.len());
     let appended: usize = history[mark..].iter().map(Message::content_bytes).sum();
     last_input_tokens.saturating_add(u64::try_from(appended).unwrap_or(u64::MAX))
@@ -124,7 +128,7 @@ pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message
 /// Render history for the summary call, newest first within `budget` bytes, then put back in
 /// chronological order (SPEC K1: bounded input built newest-first).
 #[must_use]
-pub fn render_for_summary(history: &[Message], budget: usize) -> String {
+pub(crate) fn render_for_summary(history: &[Message], budget: usize) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut used = 0usize;
     for m in history.iter().rev() {
@@ -141,7 +145,7 @@ pub fn render_for_summary(history: &[Message], budget: usize) -> String {
                     s.push_str(&format!(
                         "TOOL CALL {}({})\n",
                         c.name,
-                        crate::provider::cut(&c.arguments, SUMMARY_RESULT_CAP)
+                        crate::text::utf8_prefix(&c.arguments, SUMMARY_RESULT_CAP)
                     ));
                 }
                 s
@@ -247,7 +251,7 @@ impl Agent {
             .as_ref()
             .map(|t| t.prompt_text.as_str())
             .unwrap_or("");
-        let live = crate::provider::cut(live, budget / 4);
+        let live = crate::text::utf8_prefix(live, budget / 4);
         let transcript = render_for_summary(&sess.history, budget.saturating_sub(live.len()));
         vec![Message::User {
             text: format!(

@@ -19,7 +19,10 @@ use serde_json::{Value, json};
 /// A hook point (SPEC H1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookPoint {
+    /// `_Stop`: the model ended its turn; an objection sends it back (SPEC H5).
     Stop,
+    /// `_PostCompact`: the context was just compacted; text is injected after the summary
+    /// (SPEC H7).
     PostCompact,
 }
 
@@ -36,7 +39,7 @@ impl HookPoint {
 
 /// How one hook call ended (SPEC H3, H9). Only `Objection` carries text to the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HookOutcome {
+pub(crate) enum HookOutcome {
     /// Non-empty text: an objection (for `_Stop`) or an injection (for `_PostCompact`).
     Objection(String),
     /// Empty after trimming.
@@ -105,13 +108,13 @@ pub(crate) struct HookRound {
 impl HookRound {
     /// All calls decided.
     #[must_use]
-    pub fn is_decided(&self) -> bool {
+    pub(crate) fn is_decided(&self) -> bool {
         self.calls.iter().all(|c| c.outcome.is_some())
     }
 
     /// Objection texts in registration order: `(server name, text)`.
     #[must_use]
-    pub fn objections(&self) -> Vec<(String, String)> {
+    pub(crate) fn objections(&self) -> Vec<(String, String)> {
         self.calls
             .iter()
             .filter_map(|c| match &c.outcome {
@@ -129,28 +132,18 @@ impl HookRound {
 }
 
 /// The reply guard's reminder text (SPEC G1).
-pub const REPLY_REMINDER: &str = "Your text reply is not seen by anyone: nobody reads this transcript. \
+pub(crate) const REPLY_REMINDER: &str = "Your text reply is not seen by anyone: nobody reads this transcript. \
 If a reply is expected, post it with `buzz messages send` (or the configured reply tool) before ending; \
 if silence is right, end your turn again without posting.";
 /// Server name used for the reply guard's objection (SPEC G1).
-pub const REPLY_GUARD_SERVER: &str = "buzz-agent";
+pub(crate) const REPLY_GUARD_SERVER: &str = "buzz-agent";
 /// Reply-guard reminders per prompt at most (SPEC G1).
-pub const MAX_REMINDERS: u32 = 2;
+pub(crate) const MAX_REMINDERS: u32 = 2;
 
 /// The model-visible injection pair of one objection (SPEC H6): an assistant message with one
 /// tool call `<server>__<hook>` (id `buzz_hook_<hook>_<server>_<n>`, arguments `{}`) and its
-/// tool result, the compact JSON `{"hook","server","text"}`.
-///
-/// ```
-/// use buzz_agent_core::hooks::{injection_pair, HookPoint};
-/// use buzz_agent_core::llm::Message;
-/// let [call, result] = injection_pair(HookPoint::Stop, "testguard", "2 tests \"fail\"", 7);
-/// let Message::Assistant { tool_calls, .. } = call else { panic!() };
-/// assert_eq!(tool_calls[0].name, "testguard___Stop");
-/// assert_eq!(tool_calls[0].id, "buzz_hook__Stop_testguard_7");
-/// let Message::ToolResult { text, .. } = result else { panic!() };
-/// assert_eq!(text, r#"{"hook":"_Stop","server":"testguard","text":"2 tests \"fail\""}"#);
-/// ```
+/// tool result, the compact JSON `{"hook","server","text"}`. Example: (`_Stop`, `testguard`,
+/// `2 tests fail`, 7) → a call `testguard___Stop` with id `buzz_hook__Stop_testguard_7`.
 #[must_use]
 pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Message; 2] {
     let hook = point.tool_name();
@@ -305,5 +298,29 @@ impl Agent {
         call.outcome = Some(outcome.clone());
         self.log_hook_call(point, &name, &outcome, ms);
         self.maybe_finish_hook_round(session, round);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn h6_an_injection_pair_is_a_synthetic_call_and_its_json_result() {
+        let [call, result] = injection_pair(HookPoint::Stop, "testguard", "2 tests \"fail\"", 7);
+        let Message::Assistant { tool_calls, .. } = call else {
+            panic!("the call comes first");
+        };
+        assert_eq!(tool_calls[0].name, "testguard___Stop");
+        assert_eq!(tool_calls[0].id, "buzz_hook__Stop_testguard_7");
+        assert_eq!(tool_calls[0].arguments, "{}");
+        let Message::ToolResult { text, call_id, .. } = result else {
+            panic!("then its result");
+        };
+        assert_eq!(call_id, "buzz_hook__Stop_testguard_7");
+        assert_eq!(
+            text,
+            r#"{"hook":"_Stop","server":"testguard","text":"2 tests \"fail\""}"#
+        );
     }
 }

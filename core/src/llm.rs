@@ -1,8 +1,9 @@
 //! The provider-neutral model of an LLM conversation (SPEC §4, §8).
 //!
-//! The loop (`turn`) only speaks these types; each provider module (`openai_chat`, later
-//! Anthropic Messages and OpenAI Responses) builds an [`HttpRequest`] from them and decodes a
-//! streamed body back into [`StreamDelta`]s and one [`LlmResponse`].
+//! The loop (`turn`) only speaks these types; each provider module (`anthropic` for Anthropic
+//! Messages, `openai_chat` for Chat Completions, `openai_responses` for OpenAI Responses) builds
+//! an [`HttpRequest`] from them and decodes a streamed body back into [`StreamDelta`]s and one
+//! [`LlmResponse`].
 
 use serde_json::Value;
 
@@ -13,23 +14,34 @@ use serde_json::Value;
 #[derive(Clone, PartialEq)]
 pub enum Message {
     /// A user turn (the client's prompt, a compaction summary, or an agent nudge).
-    User { text: String },
+    User {
+        /// The text.
+        text: String,
+    },
     /// What the model said: text, optional reasoning text, and the tool calls it asked for.
     ///
     /// `thinking` is the reasoning as plain text (ACP thought chunks, size accounting);
     /// `reasoning` holds the provider's signed reasoning blocks that must be replayed verbatim
     /// (Anthropic thinking / redacted_thinking, SPEC L6); empty for routes that have none.
     Assistant {
+        /// The answer text (may be empty).
         text: String,
+        /// The reasoning as plain text (may be empty).
         thinking: String,
+        /// The provider's reasoning state to replay.
         reasoning: Vec<ReasoningBlock>,
+        /// The tool calls, in the order asked.
         tool_calls: Vec<ToolCall>,
     },
     /// The result of one tool call, paired by `call_id` (SPEC L3).
     ToolResult {
+        /// The [`ToolCall::id`] it answers.
         call_id: String,
+        /// The [`ToolCall::name`] it answers.
         name: String,
+        /// The result as the model sees it (SPEC L3).
         text: String,
+        /// Whether the call failed or the tool reported an error.
         is_error: bool,
     },
 }
@@ -173,12 +185,18 @@ pub struct LlmRequest<'a> {
     pub max_output_tokens: u32,
 }
 
-/// A fully built HTTP request: the runtime sends it verbatim (DESIGN: `CallLlm`). Every LLM call
-/// is a `POST` with a JSON body and a streamed (SSE) answer, so the method is not carried.
+/// A fully built HTTP request of one LLM call (SPEC L6–L8): the runtime sends it verbatim
+/// (DESIGN: `CallLlm`) and streams the answer back as [`LlmEvent`](crate::LlmEvent)s. Every LLM
+/// call is a `POST` with a JSON body and a streamed (SSE) answer, so the method is not carried.
+/// `Debug` shows the URL, the header names and the body length only: never a key (SPEC P2).
 #[derive(Clone, PartialEq, Eq)]
 pub struct HttpRequest {
+    /// The absolute URL (`https://…/v1/messages`, `…/chat/completions` or `…/responses`).
     pub url: String,
+    /// Header `(name, value)` pairs, names lower-case, to send in this order (content type,
+    /// accept, then the provider's auth and version headers).
     pub headers: Vec<(String, String)>,
+    /// The JSON body, UTF-8.
     pub body: Vec<u8>,
 }
 

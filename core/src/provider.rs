@@ -85,20 +85,7 @@ pub fn error_message(body: &[u8]) -> String {
             .unwrap_or_else(|| text.trim().to_string()),
         Err(_) => text.trim().to_string(),
     };
-    cut(&msg, 4096)
-}
-
-/// Cut `s` to at most `max` bytes on a char boundary.
-#[must_use]
-pub fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
+    crate::text::utf8_prefix(&msg, 4096).to_owned()
 }
 
 /// Longest retry delay a provider can ask for, in ms (SPEC L5).

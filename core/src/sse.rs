@@ -78,6 +78,7 @@ impl std::fmt::Debug for SseParser {
 
 impl SseParser {
     /// A parser at the start of a stream, capped at [`MAX_SSE_LINE_BYTES`].
+    #[cfg(test)]
     #[must_use]
     pub fn new() -> Self {
         Self::default()
@@ -107,6 +108,7 @@ impl SseParser {
         self.overflowed
     }
 
+    #[cfg(test)]
     /// Bytes held for the partial line and the pending event (at most twice the cap).
     #[must_use]
     pub fn held_bytes(&self) -> usize {

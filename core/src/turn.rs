@@ -10,7 +10,7 @@ use crate::hooks::{
 use crate::ids::{
     HookRoundId, LlmCallId, McpRequestId, PermissionRequestId, ServerSlot, SessionId, TurnNo,
 };
-use crate::io::{Action, LlmIo};
+use crate::io::{Action, LlmEvent};
 use crate::jsonrpc::RpcError;
 use crate::jsonrpc::{self, RpcId};
 use crate::llm::{
@@ -40,9 +40,9 @@ pub(crate) fn tool_output(reply: Result<Value, RpcError>, cap: usize) -> (ToolOu
 }
 
 /// Tool calls of one response that are run at most (SPEC L2).
-pub const MAX_CALLS_PER_RESPONSE: usize = 64;
+pub(crate) const MAX_CALLS_PER_RESPONSE: usize = 64;
 /// Nudge appended after a `max_tokens`-truncated response (SPEC L1).
-pub const MAX_TOKENS_NUDGE: &str =
+pub(crate) const MAX_TOKENS_NUDGE: &str =
     "Your reply was cut off because it hit the output token limit; continue in smaller steps.";
 /// Bytes of a failed response body kept for the error message (SPEC A3).
 pub const ERROR_BODY_CAP: usize = 4096;
@@ -52,7 +52,7 @@ pub const ERROR_BODY_CAP: usize = 4096;
 /// tokens in Chat SSE framing, is a few tens of MiB.
 pub const MAX_RESPONSE_BODY_BYTES: u64 = 256 * 1024 * 1024;
 /// How long to wait for more bytes once the decoder has the whole answer (case C24 b), in ms.
-pub const FINAL_ANSWER_GRACE_MS: u64 = 1500;
+pub(crate) const FINAL_ANSWER_GRACE_MS: u64 = 1500;
 
 /// Where a turn is.
 pub(crate) enum Phase {
@@ -191,7 +191,7 @@ impl Agent {
             let msg = format!(
                 "session {sid}: prompt #{}: {}",
                 seq.0,
-                provider::cut(&text, 2000)
+                crate::text::utf8_prefix(&text, 2000)
             );
             self.log(LogLevel::Debug, msg);
         }
@@ -486,7 +486,7 @@ impl Agent {
         self.push(Action::CallLlm { call, request });
     }
 
-    pub(crate) fn on_llm(&mut self, call: LlmCallId, event: LlmIo) {
+    pub(crate) fn on_llm(&mut self, call: LlmCallId, event: LlmEvent) {
         let Some(sid) = self.llm_calls.get(&call).copied() else {
             return;
         };
@@ -510,11 +510,11 @@ impl Agent {
         self.timers
             .set(Timer::Turn(sid, kind), now.plus_ms(idle_ms));
         match event {
-            LlmIo::Head { status, headers } => {
+            LlmEvent::Head { status, headers } => {
                 a.status = Some(status);
                 a.headers = headers;
             }
-            LlmIo::Body(bytes) => {
+            LlmEvent::Body(bytes) => {
                 if a.status.is_some_and(|s| !(200..300).contains(&s)) {
                     let room = ERROR_BODY_CAP.saturating_sub(a.err_body.len());
                     a.err_body
@@ -555,7 +555,7 @@ impl Agent {
                     Ok(()) => {}
                 }
             }
-            LlmIo::End => {
+            LlmEvent::End => {
                 let status = a.status;
                 let headers = std::mem::take(&mut a.headers);
                 let body = std::mem::take(&mut a.err_body);
@@ -571,7 +571,7 @@ impl Agent {
                     ),
                 }
             }
-            LlmIo::Failed(msg) => {
+            LlmEvent::Failed(msg) => {
                 // C24 a: a 2xx body the decoder accepts as complete (e.g. a Chat stream whose
                 // finish_reason was seen but no `[DONE]`) is the answer even if the connection
                 // then breaks; anything else is the transport error (retryable, L5).

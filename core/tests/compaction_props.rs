@@ -2,8 +2,8 @@
 //! the budget, truncation keeps every tool call paired with its result, never drops the live
 //! prompt, never splits a unit, and keeps the injections of the hook round just decided.
 
-use buzz_agent_core::compaction::{threshold, truncate, units};
-use buzz_agent_core::llm::{Message, ToolCall};
+use buzz_agent_core::testing::{Message, ToolCall};
+use buzz_agent_core::testing::{threshold, truncate, units};
 use proptest::prelude::*;
 
 #[allow(
@@ -81,8 +81,8 @@ fn build(units_: &[Unit], live_at: usize) -> (Vec<Message>, usize) {
             }
             Unit::Injection(len) => {
                 n += 1;
-                let pair = buzz_agent_core::hooks::injection_pair(
-                    buzz_agent_core::hooks::HookPoint::Stop,
+                let pair = buzz_agent_core::testing::injection_pair(
+                    buzz_agent_core::testing::HookPoint::Stop,
                     "guard",
                     &"x".repeat(*len),
                     n as u64,

@@ -20,11 +20,11 @@
     reason = "the test reads its fixture files; the core itself does no file IO"
 )]
 
+use buzz_agent_core::MonoTime;
 use buzz_agent_core::interceptor::chain::{Chain, ChainOutput, ChainRequest, InvokeReply, Member};
 use buzz_agent_core::interceptor::example_server::ExampleServer;
 use buzz_agent_core::interceptor::wire::{INVOKE_METHOD, LIST_METHOD, ListResult, Phase};
 use buzz_agent_core::jsonrpc::{self, Message, RpcError};
-use buzz_agent_core::time::MonoTime;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 

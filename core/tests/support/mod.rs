@@ -26,7 +26,7 @@
 
 use buzz_agent_core::config::{HookAllowlist, LogLevel, PermissionMode, ProviderKind};
 use buzz_agent_core::{
-    Action, Agent, Config, Input, LlmCallId, LlmIo, LogRecord, MonoTime, ProcKey, Signal,
+    Action, Agent, Config, Input, LlmCallId, LlmEvent, LogRecord, MonoTime, ProcKey, Signal,
 };
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -582,8 +582,8 @@ impl World {
             Input::McpStdoutClosed { proc } => format!("<- {proc} stdout closed"),
             Input::McpExited { proc, status } => format!("<- {proc} exited ({status})"),
             Input::Llm { call, event } => match event {
-                LlmIo::Head { .. } => return,
-                LlmIo::Body(b) => {
+                LlmEvent::Head { .. } => return,
+                LlmEvent::Body(b) => {
                     let status = self.llm_replies.get(call).map_or(0, |r| match r {
                         LlmReply::Status { status, .. } => *status,
                         LlmReply::Text { .. }
@@ -593,8 +593,8 @@ impl World {
                     });
                     format!("<- {call} {status} {}", summarize_sse(b))
                 }
-                LlmIo::End => format!("<- {call} end"),
-                LlmIo::Failed(e) => format!("<- {call} failed: {e}"),
+                LlmEvent::End => format!("<- {call} end"),
+                LlmEvent::Failed(e) => format!("<- {call} failed: {e}"),
             },
             other => format!("<- {other:?}"),
         };
@@ -876,7 +876,7 @@ impl World {
             at,
             Input::Llm {
                 call,
-                event: LlmIo::Head {
+                event: LlmEvent::Head {
                     status,
                     headers: Vec::new(),
                 },
@@ -887,7 +887,7 @@ impl World {
             at,
             Input::Llm {
                 call,
-                event: LlmIo::Body(body),
+                event: LlmEvent::Body(body),
             },
             g(),
         );
@@ -895,7 +895,7 @@ impl World {
             at,
             Input::Llm {
                 call,
-                event: LlmIo::End,
+                event: LlmEvent::End,
             },
             g(),
         );
