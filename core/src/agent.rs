@@ -62,6 +62,8 @@ pub struct Agent {
     pub(crate) llm_calls: BTreeMap<LlmCallId, SessionId>,
     pub(crate) permissions: Permissions,
     pub(crate) ids: IdCounters,
+    /// What the provider taught us while running, kept for the process (SPEC L7 C41, L10).
+    pub(crate) learned: crate::provider::Learned,
     pub(crate) rng: u64,
     pub(crate) shutdown: Option<Shutdown>,
 }
@@ -107,6 +109,7 @@ impl Agent {
             llm_calls: BTreeMap::new(),
             permissions: Permissions::default(),
             ids: IdCounters::default(),
+            learned: crate::provider::Learned::default(),
             rng: if rng == 0 { 1 } else { rng },
             shutdown: None,
         }

@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::llm::StreamDecoder;
 use crate::llm::{
     HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
-    StreamError, ToolCall, ToolDef, Usage,
+    StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
 use crate::request::{body_capacity, streaming_json_post};
 use crate::sse::{SseEvent, parse_json_lossy};
@@ -55,16 +55,22 @@ pub const EMPTY_ERROR_TEXT: &str = "Error";
 ///
 /// Consecutive messages of the same role are merged into one turn (Anthropic requires the
 /// roles to alternate, and every `tool_result` of an assistant turn in the very next user
-/// message), so consecutive tool results and a user message right after them share one user
-/// turn, results first. An assistant message with nothing to send is skipped (never an empty
-/// turn); blank text blocks are never sent; a user turn left without any block gets
+/// message), so consecutive tool results share one user turn. A user message right after tool
+/// results gets a turn of its own, after a short assistant turn [`TOOL_RESULTS_BRIDGE`]
+/// (SPEC L10): the tool loop is closed before the user speaks, so a synthetic hook call (which
+/// has no thinking block) never becomes the start of the tool loop that extended thinking's
+/// rules apply to. An assistant message with nothing to send is skipped (never an empty turn);
+/// blank text blocks are never sent; a user turn left without any block gets
 /// [`EMPTY_USER_TEXT`].
 ///
-/// Reasoning blocks are replayed only in assistant turns that called tools: that is where
-/// Anthropic requires them (signature included), it ignores them in other past turns, and a
-/// block cut by `max_tokens` has no valid signature. Plain `thinking` text without a block
-/// (other routes) is never sent. No `thinking` request parameter is set: extended thinking is
-/// whatever the model or gateway does by default.
+/// Reasoning blocks (SPEC L6, L10, case C39) are replayed unmodified at the start of every
+/// assistant turn that called tools, in message order — including a turn where a hook's
+/// synthetic `tool_use` joined the model's answer (`[thinking{…, signature}, text, tool_use
+/// <server>___Stop]`): that is where Anthropic requires them when thinking is on. In other past
+/// turns Anthropic ignores them, so they are not sent. A thinking block without a signature
+/// (cut by `max_tokens`, or from a server that signs nothing) is never sent: the API rejects an
+/// invalid signature. Reasoning state of other routes is never sent. No `thinking` request
+/// parameter is set: extended thinking is whatever the model or gateway does by default.
 ///
 /// Linear in the history size (each message is visited once; tool-call arguments are parsed
 /// once).
@@ -110,12 +116,21 @@ struct MessagesBody<'a> {
 struct Turn<'a> {
     role: &'static str,
     content: Vec<Block<'a>>,
+    /// The turn's replayable reasoning blocks, put first in `content` when the turn used tools.
+    #[serde(skip)]
+    reasoning: Vec<Block<'a>>,
 }
 
 /// One content block of a turn.
 enum Block<'a> {
     Text(&'a str),
-    Reasoning(&'a ReasoningBlock),
+    /// A `thinking` block replayed verbatim.
+    Thinking {
+        text: &'a str,
+        signature: &'a str,
+    },
+    /// A `redacted_thinking` block replayed verbatim.
+    Redacted(&'a str),
     ToolUse {
         id: &'a str,
         name: &'a str,
@@ -136,17 +151,15 @@ impl Serialize for Block<'_> {
                 map.serialize_entry("type", "text")?;
                 map.serialize_entry("text", text)?;
             }
-            Block::Reasoning(block) => match &block.redacted {
-                Some(data) => {
-                    map.serialize_entry("type", "redacted_thinking")?;
-                    map.serialize_entry("data", data)?;
-                }
-                None => {
-                    map.serialize_entry("type", "thinking")?;
-                    map.serialize_entry("thinking", &block.text)?;
-                    map.serialize_entry("signature", &block.signature)?;
-                }
-            },
+            Block::Redacted(data) => {
+                map.serialize_entry("type", "redacted_thinking")?;
+                map.serialize_entry("data", data)?;
+            }
+            Block::Thinking { text, signature } => {
+                map.serialize_entry("type", "thinking")?;
+                map.serialize_entry("thinking", text)?;
+                map.serialize_entry("signature", signature)?;
+            }
             Block::ToolUse { id, name, input } => {
                 map.serialize_entry("type", "tool_use")?;
                 map.serialize_entry("id", id)?;
@@ -173,14 +186,26 @@ impl Serialize for Block<'_> {
 fn wire_turns(history: &[Message]) -> Vec<Turn<'_>> {
     let mut turns: Vec<Turn<'_>> = Vec::new();
     for message in history {
-        let (role, blocks) = match message {
+        let (role, blocks, reasoning) = match message {
             Message::User { text } => {
+                // L10: a user text never shares a turn with tool results: a short assistant
+                // turn closes the tool loop first, so no thinking rule can apply to it.
+                let after_results = turns.last().is_some_and(|t| {
+                    t.role == "user" && matches!(t.content.last(), Some(Block::ToolResult { .. }))
+                });
+                if after_results {
+                    turns.push(Turn {
+                        role: "assistant",
+                        content: vec![Block::Text(TOOL_RESULTS_BRIDGE)],
+                        reasoning: Vec::new(),
+                    });
+                }
                 let blocks = if text.trim().is_empty() {
                     Vec::new()
                 } else {
                     vec![Block::Text(text)]
                 };
-                ("user", blocks)
+                ("user", blocks, Vec::new())
             }
             Message::ToolResult {
                 call_id,
@@ -194,6 +219,7 @@ fn wire_turns(history: &[Message]) -> Vec<Turn<'_>> {
                     text,
                     is_error: *is_error,
                 }],
+                Vec::new(),
             ),
             Message::Assistant {
                 text,
@@ -201,10 +227,7 @@ fn wire_turns(history: &[Message]) -> Vec<Turn<'_>> {
                 reasoning,
                 tool_calls,
             } => {
-                let mut blocks = Vec::with_capacity(reasoning.len() + 1 + tool_calls.len());
-                if !tool_calls.is_empty() {
-                    blocks.extend(reasoning.iter().map(Block::Reasoning));
-                }
+                let mut blocks = Vec::with_capacity(1 + tool_calls.len());
                 if !text.trim().is_empty() {
                     blocks.push(Block::Text(text));
                 }
@@ -216,20 +239,45 @@ fn wire_turns(history: &[Message]) -> Vec<Turn<'_>> {
                 if blocks.is_empty() {
                     continue; // never an empty assistant turn
                 }
-                ("assistant", blocks)
+                // A thinking block without a signature (cut by max_tokens, or from a server
+                // that signs nothing) cannot be replayed: the API rejects an invalid signature.
+                let replayable = reasoning.iter().filter_map(|r| match r {
+                    ReasoningBlock::Thinking { text, signature } if !signature.is_empty() => {
+                        Some(Block::Thinking { text, signature })
+                    }
+                    ReasoningBlock::Redacted { data } => Some(Block::Redacted(data)),
+                    ReasoningBlock::Thinking { .. }
+                    | ReasoningBlock::ResponsesItem(_)
+                    | ReasoningBlock::ChatField(_)
+                    | ReasoningBlock::ChatDetails(_) => None,
+                });
+                ("assistant", blocks, replayable.collect())
             }
         };
         match turns.last_mut() {
-            Some(last) if last.role == role => last.content.extend(blocks),
+            Some(last) if last.role == role => {
+                last.content.extend(blocks);
+                last.reasoning.extend(reasoning);
+            }
             Some(_) | None => turns.push(Turn {
                 role,
                 content: blocks,
+                reasoning,
             }),
         }
     }
     for turn in &mut turns {
         if turn.content.is_empty() {
             turn.content.push(Block::Text(EMPTY_USER_TEXT));
+        }
+        // L6 / L10: the reasoning of an assistant turn that used tools opens it, verbatim.
+        let uses_tools = turn
+            .content
+            .iter()
+            .any(|b| matches!(b, Block::ToolUse { .. }));
+        let reasoning = std::mem::take(&mut turn.reasoning);
+        if uses_tools && !reasoning.is_empty() {
+            turn.content.splice(0..0, reasoning);
         }
     }
     turns
@@ -484,18 +532,10 @@ impl AnthropicDecoder {
             match slot {
                 BlockSlot::Thinking { text, signature } => {
                     if !text.is_empty() || !signature.is_empty() {
-                        reasoning.push(ReasoningBlock {
-                            text,
-                            signature,
-                            redacted: None,
-                        });
+                        reasoning.push(ReasoningBlock::Thinking { text, signature });
                     }
                 }
-                BlockSlot::Redacted { data } => reasoning.push(ReasoningBlock {
-                    text: String::new(),
-                    signature: String::new(),
-                    redacted: Some(data),
-                }),
+                BlockSlot::Redacted { data } => reasoning.push(ReasoningBlock::Redacted { data }),
                 BlockSlot::ToolUse {
                     id,
                     name,
@@ -827,18 +867,15 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
     }
 
     fn thinking(text: &str, signature: &str) -> ReasoningBlock {
-        ReasoningBlock {
+        ReasoningBlock::Thinking {
             text: text.to_owned(),
             signature: signature.to_owned(),
-            redacted: None,
         }
     }
 
     fn redacted(data: &str) -> ReasoningBlock {
-        ReasoningBlock {
-            text: String::new(),
-            signature: String::new(),
-            redacted: Some(data.to_owned()),
+        ReasoningBlock::Redacted {
+            data: data.to_owned(),
         }
     }
 
@@ -851,7 +888,16 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
     fn assistant(text: &str, reasoning: Vec<ReasoningBlock>, tool_calls: Vec<ToolCall>) -> Message {
         Message::Assistant {
             text: text.to_owned(),
-            thinking: reasoning.iter().map(|r| r.text.as_str()).collect(),
+            thinking: reasoning
+                .iter()
+                .map(|r| match r {
+                    ReasoningBlock::Thinking { text, .. } => text.as_str(),
+                    ReasoningBlock::Redacted { .. }
+                    | ReasoningBlock::ResponsesItem(_)
+                    | ReasoningBlock::ChatField(_)
+                    | ReasoningBlock::ChatDetails(_) => "",
+                })
+                .collect(),
             reasoning,
             tool_calls,
         }
@@ -1328,7 +1374,7 @@ data: {"type":"message_stop"}
     }
 
     #[test]
-    fn l6_tool_results_are_merged_into_one_user_turn_with_the_next_user_text() {
+    fn l6_l10_tool_results_share_one_user_turn_and_a_user_text_after_them_gets_a_bridge() {
         let messages = [
             user("list and time"),
             assistant(
@@ -1364,11 +1410,102 @@ data: {"type":"message_stop"}
                     {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt\nb.txt", "is_error": false},
                     {"type": "tool_result", "tool_use_id": "toolu_2", "content": "12:00", "is_error": false},
                     {"type": "tool_result", "tool_use_id": "toolu_3", "content": "arguments were not valid JSON", "is_error": true},
-                    {"type": "tool_result", "tool_use_id": "toolu_4", "content": "Error", "is_error": true},
-                    {"type": "text", "text": "Your reply was cut off"}
+                    {"type": "tool_result", "tool_use_id": "toolu_4", "content": "Error", "is_error": true}
                 ]},
+                {"role": "assistant", "content": [{"type": "text", "text": "(tool results received)"}]},
+                {"role": "user", "content": [{"type": "text", "text": "Your reply was cut off"}]},
                 {"role": "assistant", "content": [{"type": "text", "text": "Done \"quoted\" é"}]},
                 {"role": "user", "content": [{"type": "text", "text": "thanks"}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn c39_the_synthetic_stop_call_joins_the_turn_that_starts_with_its_thinking_block() {
+        let hook = || call("buzz_hook__Stop_h_1", "h___Stop", "{}");
+        let expected = json!([
+            {"role": "user", "content": [{"type": "text", "text": "finish"}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Everything is done, I think.", "signature": "SIG_T1"},
+                {"type": "text", "text": "All done."},
+                {"type": "tool_use", "id": "buzz_hook__Stop_h_1", "name": "h___Stop", "input": {}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "buzz_hook__Stop_h_1", "content": "{\"hook\":\"_Stop\"}", "is_error": false}
+            ]}
+        ]);
+        let sig = || vec![thinking("Everything is done, I think.", "SIG_T1")];
+        // The call joined the answer in history (what the loop does) …
+        let joined = [
+            user("finish"),
+            assistant("All done.", sig(), vec![hook()]),
+            result("buzz_hook__Stop_h_1", "{\"hook\":\"_Stop\"}", false),
+        ];
+        assert_eq!(request_body(&joined, &[], None)["messages"], expected);
+        // … and as two messages (an older history) the merged turn is the same.
+        let split = [
+            user("finish"),
+            assistant("All done.", sig(), vec![]),
+            assistant("", vec![], vec![hook()]),
+            result("buzz_hook__Stop_h_1", "{\"hook\":\"_Stop\"}", false),
+        ];
+        assert_eq!(request_body(&split, &[], None)["messages"], expected);
+    }
+
+    #[test]
+    fn c39_postcompact_after_a_summary_closes_its_tool_loop_before_the_live_prompt() {
+        let messages = [
+            user("[Context summary]\nwork so far"),
+            assistant(
+                "",
+                vec![],
+                vec![call("buzz_hook__PostCompact_g_2", "g___PostCompact", "{}")],
+            ),
+            result(
+                "buzz_hook__PostCompact_g_2",
+                "{\"hook\":\"_PostCompact\"}",
+                false,
+            ),
+            user("the live prompt"),
+        ];
+        let body = request_body(&messages, &[], None);
+        let roles: Vec<&str> = body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["role"].as_str())
+            .collect();
+        assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"]);
+        // The last user turn is the live prompt alone: no tool loop is open at the end, so
+        // thinking rules never ask the synthetic call for a thinking block.
+        assert_eq!(
+            body["messages"][4]["content"],
+            json!([{"type": "text", "text": "the live prompt"}])
+        );
+        assert_eq!(
+            body["messages"][3]["content"],
+            json!([{"type": "text", "text": TOOL_RESULTS_BRIDGE}])
+        );
+    }
+
+    #[test]
+    fn l10_unsigned_thinking_is_never_replayed_and_redacted_is() {
+        let messages = [
+            user("go"),
+            assistant(
+                "",
+                vec![thinking("cut", ""), redacted("ENC"), thinking("t", "S")],
+                vec![call("toolu_1", "fs__x", "{}")],
+            ),
+            result("toolu_1", "ok", false),
+        ];
+        let body = request_body(&messages, &[], None);
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([
+                {"type": "redacted_thinking", "data": "ENC"},
+                {"type": "thinking", "thinking": "t", "signature": "S"},
+                {"type": "tool_use", "id": "toolu_1", "name": "fs__x", "input": {}}
             ])
         );
     }

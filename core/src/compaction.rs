@@ -87,9 +87,11 @@ pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message
     let mut drop = vec![false; us.len()];
     let mut cur = total;
     // H6: the injection pairs at the end (the hook round just decided) are never dropped.
+    // A hook call may have joined the model's answer (L10): a unit whose calls are all hook
+    // calls is an injection.
     let is_injection = |u: &(usize, usize)| {
         matches!(&history[u.0], Message::Assistant { tool_calls, .. }
-            if tool_calls.len() == 1 && tool_calls[0].id.starts_with("buzz_hook_"))
+            if !tool_calls.is_empty() && tool_calls.iter().all(|c| c.id.starts_with("buzz_hook_")))
     };
     let mut keep_from = us.len();
     while keep_from > live_unit + 1 && is_injection(&us[keep_from - 1]) {

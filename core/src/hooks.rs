@@ -70,7 +70,8 @@ impl HookOutcome {
 pub(crate) fn classify_reply(reply: Result<Value, RpcError>, cap: usize) -> HookOutcome {
     match reply {
         Ok(v) => {
-            let out = crate::tools::convert_result(&v, cap);
+            // H3 / C40: content text only; structuredContent never objects.
+            let out = crate::tools::hook_answer(&v, cap);
             if out.is_error {
                 HookOutcome::Error(format!("isError: {}", out.text))
             } else if out.text.trim().is_empty() {
@@ -168,6 +169,39 @@ pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Me
             is_error: false,
         },
     ]
+}
+
+/// Append the injections of one decided round to `history` (SPEC H6, L10, case C61): for each
+/// `(server, text)`, in order, the pair of [`injection_pair`] numbered with `*seq` + 1 (`*seq` is
+/// advanced). The first call **joins the model's answer** when that answer ends the history (an
+/// assistant message without tool calls): one assistant message then carries the answer's text,
+/// its reasoning state and the synthetic call, so no provider sees two assistant messages in a
+/// row and a thinking block still opens the turn (Anthropic: `[thinking, text, tool_use]`).
+/// Every later text is a pair of its own.
+pub(crate) fn append_injections(
+    history: &mut Vec<Message>,
+    point: HookPoint,
+    texts: &[(String, String)],
+    seq: &mut u64,
+) {
+    for (k, (server, text)) in texts.iter().enumerate() {
+        *seq += 1;
+        let [call, result] = injection_pair(point, server, text, *seq);
+        let joins = k == 0
+            && matches!(history.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
+        match (call, history.last_mut()) {
+            (
+                Message::Assistant { tool_calls, .. },
+                Some(Message::Assistant {
+                    tool_calls: answer, ..
+                }),
+            ) if joins => {
+                answer.extend(tool_calls);
+            }
+            (call, _) => history.push(call),
+        }
+        history.push(result);
+    }
 }
 
 impl Agent {
@@ -304,6 +338,43 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn c61_the_first_injection_joins_the_answer_that_ends_the_history() {
+        let mut history = vec![
+            Message::User {
+                text: "fix it".into(),
+            },
+            Message::Assistant {
+                text: "All done.".into(),
+                thinking: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![],
+            },
+        ];
+        let mut seq = 0;
+        append_injections(
+            &mut history,
+            HookPoint::Stop,
+            &[("guard".into(), "tests fail".into())],
+            &mut seq,
+        );
+        assert_eq!(history.len(), 3);
+        let Message::Assistant {
+            text, tool_calls, ..
+        } = &history[1]
+        else {
+            panic!("the answer stays second");
+        };
+        assert_eq!(
+            (text.as_str(), tool_calls[0].name.as_str()),
+            ("All done.", "guard___Stop")
+        );
+        assert!(
+            matches!(&history[2], Message::ToolResult { call_id, .. } if *call_id == tool_calls[0].id)
+        );
+        assert_eq!(seq, 1);
+    }
 
     #[test]
     fn h6_an_injection_pair_is_a_synthetic_call_and_its_json_result() {

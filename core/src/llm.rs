@@ -7,6 +7,13 @@
 
 use serde_json::Value;
 
+/// The text of the short assistant message put between tool results and a following user
+/// message (SPEC L10): strict chat templates and Mistral's validator reject a user message right
+/// after a tool result ("Unexpected role 'user' after role 'tool'"), and on Anthropic a user
+/// text in the same turn as tool results would make a synthetic tool call the start of a tool
+/// loop that thinking rules apply to.
+pub const TOOL_RESULTS_BRIDGE: &str = "(tool results received)";
+
 /// One entry of a session's history.
 ///
 /// Invariant (SPEC L4, DESIGN I9): every [`ToolCall`] of an `Assistant` message is followed,
@@ -21,8 +28,9 @@ pub enum Message {
     /// What the model said: text, optional reasoning text, and the tool calls it asked for.
     ///
     /// `thinking` is the reasoning as plain text (ACP thought chunks, size accounting);
-    /// `reasoning` holds the provider's signed reasoning blocks that must be replayed verbatim
-    /// (Anthropic thinking / redacted_thinking, SPEC L6); empty for routes that have none.
+    /// `reasoning` holds the provider's reasoning state that must be replayed (Anthropic
+    /// thinking / redacted_thinking with signatures, Responses reasoning items, the Chat
+    /// reasoning fields; SPEC L10); empty when the provider sent none.
     Assistant {
         /// The answer text (may be empty).
         text: String,
@@ -62,7 +70,7 @@ impl Message {
                     + thinking.len()
                     + reasoning
                         .iter()
-                        .map(|r| r.redacted.as_ref().map_or(0, String::len))
+                        .map(ReasoningBlock::content_bytes)
                         .sum::<usize>()
                     + tool_calls
                         .iter()
@@ -113,34 +121,85 @@ impl std::fmt::Debug for Message {
     }
 }
 
-/// One provider reasoning block kept for verbatim replay (SPEC L6).
-///
-/// Anthropic requires the `thinking` / `redacted_thinking` blocks of an assistant turn that used
-/// tools to be sent back unchanged, signature included. A plain thinking block has `text` and
-/// `signature` and `redacted: None`; a `redacted_thinking` block has `redacted: Some(data)` (the
-/// opaque encrypted payload) and empty `text` / `signature`.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct ReasoningBlock {
-    /// The reasoning text (`thinking_delta`s concatenated).
-    pub text: String,
-    /// The opaque signature (`signature_delta`s concatenated); may be empty for servers that
-    /// send none.
-    pub signature: String,
-    /// `Some(data)` for a `redacted_thinking` block.
-    pub redacted: Option<String>,
+/// One piece of provider reasoning state kept with its assistant message and replayed as that
+/// provider requires (SPEC L10, case C39).
+#[derive(Clone, PartialEq)]
+pub enum ReasoningBlock {
+    /// An Anthropic `thinking` block: its text (`thinking_delta`s concatenated) and its opaque
+    /// signature (`signature_delta`s; may be empty for servers that send none, or when the
+    /// block was cut). Replayed unmodified (SPEC L6).
+    Thinking { text: String, signature: String },
+    /// An Anthropic `redacted_thinking` block: the opaque encrypted `data`, replayed unmodified.
+    Redacted { data: String },
+    /// An OpenAI Responses `reasoning` output item, verbatim as streamed in
+    /// `response.output_item.done` (`id`, `summary`, `encrypted_content`, …); kept only when it
+    /// carries `encrypted_content`, the form a stateless (`store: false`) request may replay
+    /// (SPEC L8).
+    ResponsesItem(Value),
+    /// Chat Completions: the message's reasoning text ([`Message::Assistant`]'s `thinking`)
+    /// arrived in this field and is sent back under the same name (SPEC L7, L10).
+    ChatField(ChatReasoningField),
+    /// Chat Completions (OpenRouter and gateways in front of it): the `reasoning_details`
+    /// array, its streamed pieces merged by `index`, sent back verbatim.
+    ChatDetails(Value),
+}
+
+/// The Chat Completions field a server streams reasoning text in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatReasoningField {
+    /// `reasoning_content` (DeepSeek, Moonshot Kimi, Qwen/DashScope, older vLLM).
+    ReasoningContent,
+    /// `reasoning` (OpenRouter, Ollama, Groq, newer vLLM).
+    Reasoning,
+}
+
+impl ChatReasoningField {
+    /// The JSON field name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            ChatReasoningField::ReasoningContent => "reasoning_content",
+            ChatReasoningField::Reasoning => "reasoning",
+        }
+    }
+}
+
+impl ReasoningBlock {
+    /// Approximate size in bytes of what the block adds to a request (SPEC K1 accounting): the
+    /// signature or opaque data; the JSON strings of a verbatim item; nothing for a
+    /// [`ReasoningBlock::ChatField`] marker (its text is the message's `thinking`).
+    #[must_use]
+    pub fn content_bytes(&self) -> usize {
+        match self {
+            ReasoningBlock::Thinking { signature, .. } => signature.len(),
+            ReasoningBlock::Redacted { data } => data.len(),
+            ReasoningBlock::ResponsesItem(v) | ReasoningBlock::ChatDetails(v) => json_text_len(v),
+            ReasoningBlock::ChatField(_) => 0,
+        }
+    }
+}
+
+/// The summed length of the strings (keys included) in a JSON value: a cheap size estimate.
+fn json_text_len(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(json_text_len).sum(),
+        Value::Object(map) => map.iter().map(|(k, v)| k.len() + json_text_len(v)).sum(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => 4,
+    }
 }
 
 impl std::fmt::Debug for ReasoningBlock {
     // Lengths, not contents (DESIGN habits).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.redacted {
-            Some(data) => write!(f, "Redacted({} B)", data.len()),
-            None => write!(
-                f,
-                "Thinking({} B, sig {} B)",
-                self.text.len(),
-                self.signature.len()
-            ),
+        match self {
+            ReasoningBlock::Thinking { text, signature } => {
+                write!(f, "Thinking({} B, sig {} B)", text.len(), signature.len())
+            }
+            ReasoningBlock::Redacted { data } => write!(f, "Redacted({} B)", data.len()),
+            ReasoningBlock::ResponsesItem(v) => write!(f, "ResponsesItem({} B)", json_text_len(v)),
+            ReasoningBlock::ChatField(field) => write!(f, "ChatField({})", field.name()),
+            ReasoningBlock::ChatDetails(v) => write!(f, "ChatDetails({} B)", json_text_len(v)),
         }
     }
 }
@@ -241,8 +300,8 @@ pub struct LlmResponse {
     /// All reasoning text of the response, concatenated (also streamed as
     /// [`StreamDelta::Thought`]).
     pub thinking: String,
-    /// Signed reasoning blocks in stream order, for replay in [`Message::Assistant`] (SPEC L6);
-    /// empty for routes without them.
+    /// Reasoning state in stream order, for replay in [`Message::Assistant`] (SPEC L10); empty
+    /// when the provider sent none.
     pub reasoning: Vec<ReasoningBlock>,
     /// In provider order (by index), ids never empty.
     pub tool_calls: Vec<ToolCall>,

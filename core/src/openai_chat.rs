@@ -15,8 +15,8 @@ use serde_json::Value;
 )]
 use crate::llm::StreamDecoder;
 use crate::llm::{
-    HttpRequest, LlmRequest, LlmResponse, Message, StopKind, StreamDelta, StreamError, ToolCall,
-    ToolDef, Usage,
+    ChatReasoningField, HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind,
+    StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
 use crate::request::{
     ErrorText, arguments_or_empty_object, bearer, body_capacity, streaming_json_post,
@@ -35,29 +35,56 @@ use crate::sse_stream::{
 ///   when present and non-empty, then the history: user → `{"role":"user","content"}`,
 ///   assistant → `{"role":"assistant","content"}` with `""` when empty (L7) plus
 ///   `tool_calls:[{"id","type":"function","function":{"name","arguments"}}]` when it called
-///   tools, `arguments` being the model's own text or `"{}"` when that was blank (C26);
-///   reasoning text is not sent back; tool result → `{"role":"tool","tool_call_id","content"}`
-///   with `Error: ` prefixed to an error result); `tools` (omitted when empty, e.g. the
-///   compaction call); `stream:true`; `stream_options:{"include_usage":true}`; `max_tokens`.
+///   tools, `arguments` being the model's own text or `"{}"` when that was blank (C26); tool
+///   result → `{"role":"tool","tool_call_id","content"}` with `Error: ` prefixed to an error
+///   result); `tools` (omitted when empty, e.g. the compaction call); `stream:true`;
+///   `stream_options:{"include_usage":true}`; the output cap (`req.max_output_tokens`) as
+///   `max_tokens`, or as `max_completion_tokens` when `options.max_completion_tokens` says so
+///   (OpenAI's reasoning models reject `max_tokens`, SPEC L7, case C41; many
+///   OpenAI-compatible servers know only `max_tokens`).
 ///
-/// The output cap is sent as `max_tokens`, not OpenAI's newer `max_completion_tokens`: every
-/// OpenAI-compatible server accepts `max_tokens`, many reject or ignore the newer name.
+/// Strict chat templates (Mistral and Gemma in vLLM and llama.cpp, Mistral's own validator)
+/// reject some role sequences, so the history is sent normalized (SPEC L10, case C61):
+/// consecutive user messages are one message (texts joined with a blank line: a compaction
+/// summary and the live prompt); consecutive assistant messages are one message (texts joined,
+/// calls in order: a hook's synthetic call after the model's answer); an assistant message with
+/// no text, no call and no reasoning is not sent; a user message right after tool results is
+/// preceded by the assistant message [`TOOL_RESULTS_BRIDGE`].
+///
+/// Reasoning (SPEC L10): the reasoning text of an assistant message is sent back under the
+/// field it arrived in (`reasoning_content` — DeepSeek and Moonshot require it back in a turn
+/// that called tools; `reasoning` — OpenRouter, Ollama, vLLM, Groq accept their own field), and
+/// OpenRouter's `reasoning_details` verbatim (it carries the signatures Anthropic and Gemini
+/// models need back). Text that arrived in no field (another route's) is not sent. With
+/// `options.reasoning_content` (a DeepSeek-style server) every assistant message carries
+/// `reasoning_content`, `""` when it has none: DeepSeek's thinking mode rejects an assistant
+/// message without the field in a turn that called tools, and the agent's own messages (hook
+/// calls, the bridge) have no reasoning.
 ///
 /// Serialized in one pass straight into the body buffer: linear in the history size.
 #[must_use]
-pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> HttpRequest {
+pub fn build_request(
+    base_url: &str,
+    api_key: &str,
+    req: &LlmRequest<'_>,
+    options: &ChatOptions,
+) -> HttpRequest {
     let payload = ChatBody {
         model: req.model,
         messages: WireMessages {
             system: req.system,
             history: req.messages,
+            options,
         },
         tools: WireTools(req.tools),
         stream: true,
         stream_options: StreamOptions {
             include_usage: true,
         },
-        max_tokens: req.max_output_tokens,
+        max_tokens: (!options.max_completion_tokens).then_some(req.max_output_tokens),
+        max_completion_tokens: options
+            .max_completion_tokens
+            .then_some(req.max_output_tokens),
     };
     streaming_json_post(
         format!("{}/chat/completions", base_url.trim_end_matches('/')),
@@ -76,7 +103,22 @@ struct ChatBody<'a> {
     tools: WireTools<'a>,
     stream: bool,
     stream_options: StreamOptions,
-    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+}
+
+/// The per-server choices of a Chat Completions request (SPEC L7), decided by
+/// [`crate::provider::chat_options`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatOptions {
+    /// Send the output cap as `max_completion_tokens` instead of `max_tokens` (case C41).
+    pub max_completion_tokens: bool,
+    /// The server streams DeepSeek-style `reasoning_content`: every assistant message carries
+    /// the field, `""` when it has no reasoning (DeepSeek's thinking mode rejects an assistant
+    /// message without it in a turn that called tools, SPEC L10).
+    pub reasoning_content: bool,
 }
 
 #[derive(Serialize)]
@@ -87,6 +129,62 @@ struct StreamOptions {
 struct WireMessages<'a> {
     system: Option<&'a str>,
     history: &'a [Message],
+    options: &'a ChatOptions,
+}
+
+/// One message as sent: consecutive messages of one role merged (SPEC L10, case C61).
+enum Planned<'a> {
+    /// User texts, joined with a blank line.
+    User(Vec<&'a str>),
+    /// Assistant messages merged into one: their texts, reasoning and calls in order.
+    Assistant(Vec<&'a Message>),
+    /// A tool result.
+    Tool(&'a Message),
+    /// The short assistant message between tool results and a following user message.
+    Bridge,
+}
+
+/// The history as the Chat messages to send (see [`build_request`]): never two user or two
+/// assistant messages in a row, never an empty assistant message, never a user message right
+/// after a tool result.
+fn plan(history: &[Message]) -> Vec<Planned<'_>> {
+    let mut out: Vec<Planned<'_>> = Vec::with_capacity(history.len());
+    for message in history {
+        match message {
+            Message::User { text } => match out.last_mut() {
+                Some(Planned::User(texts)) => texts.push(text),
+                Some(Planned::Tool(_)) => {
+                    out.push(Planned::Bridge);
+                    out.push(Planned::User(vec![text]));
+                }
+                Some(Planned::Assistant(_) | Planned::Bridge) | None => {
+                    out.push(Planned::User(vec![text]));
+                }
+            },
+            Message::Assistant {
+                text,
+                thinking,
+                reasoning,
+                tool_calls,
+            } => {
+                if text.trim().is_empty()
+                    && tool_calls.is_empty()
+                    && thinking.is_empty()
+                    && reasoning.is_empty()
+                {
+                    continue; // nothing to send (C61: never an empty assistant turn)
+                }
+                match out.last_mut() {
+                    Some(Planned::Assistant(merged)) => merged.push(message),
+                    Some(Planned::User(_) | Planned::Tool(_) | Planned::Bridge) | None => {
+                        out.push(Planned::Assistant(vec![message]));
+                    }
+                }
+            }
+            Message::ToolResult { .. } => out.push(Planned::Tool(message)),
+        }
+    }
+    out
 }
 
 impl Serialize for WireMessages<'_> {
@@ -98,8 +196,19 @@ impl Serialize for WireMessages<'_> {
                 content: system,
             })?;
         }
-        for message in self.history {
-            seq.serialize_element(&WireMessage(message))?;
+        for planned in plan(self.history) {
+            match planned {
+                Planned::User(texts) => seq.serialize_element(&UserMessage(&texts))?,
+                Planned::Assistant(parts) => seq.serialize_element(&AssistantMessage {
+                    parts: &parts,
+                    options: self.options,
+                })?,
+                Planned::Tool(message) => seq.serialize_element(&ToolMessage(message))?,
+                Planned::Bridge => seq.serialize_element(&AssistantMessage {
+                    parts: &[],
+                    options: self.options,
+                })?,
+            }
         }
         seq.end()
     }
@@ -111,51 +220,148 @@ struct TextMessage<'a> {
     content: &'a str,
 }
 
-struct WireMessage<'a>(&'a Message);
+/// `{"role":"user","content"}`, the texts joined with a blank line.
+struct UserMessage<'a>(&'a [&'a str]);
 
-impl Serialize for WireMessage<'_> {
+impl Serialize for UserMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("role", "user")?;
+        map.serialize_entry("content", &Joined(self.0))?;
+        map.end()
+    }
+}
+
+/// Strings joined with a blank line, written without building the joined string first.
+struct Joined<'a>(&'a [&'a str]);
+
+impl Serialize for Joined<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self.0 {
-            Message::User { text } => TextMessage {
-                role: "user",
-                content: text,
-            }
-            .serialize(serializer),
-            Message::Assistant {
-                text,
-                thinking: _,
-                reasoning: _,
-                tool_calls,
-            } => {
-                let mut map = serializer.serialize_map(None)?;
-                map.serialize_entry("role", "assistant")?;
-                map.serialize_entry("content", text)?;
-                if !tool_calls.is_empty() {
-                    map.serialize_entry("tool_calls", &WireToolCalls(tool_calls))?;
-                }
-                map.end()
-            }
-            Message::ToolResult {
-                call_id,
-                name: _,
-                text,
-                is_error,
-            } => {
-                let mut map = serializer.serialize_map(None)?;
-                map.serialize_entry("role", "tool")?;
-                map.serialize_entry("tool_call_id", call_id)?;
-                if *is_error {
-                    map.serialize_entry("content", &ErrorText(text))?;
-                } else {
-                    map.serialize_entry("content", text)?;
-                }
-                map.end()
-            }
+            [one] => serializer.serialize_str(one),
+            many => serializer.collect_str(&JoinedDisplay(many)),
         }
     }
 }
 
-struct WireToolCalls<'a>(&'a [ToolCall]);
+struct JoinedDisplay<'a>(&'a [&'a str]);
+
+impl std::fmt::Display for JoinedDisplay<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, part) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n\n")?;
+            }
+            f.write_str(part)?;
+        }
+        Ok(())
+    }
+}
+
+/// One assistant message made of `parts` (merged assistant messages; none for the bridge):
+/// `content` (their non-blank texts joined with a blank line, `""` when none; the bridge text
+/// for the bridge), the reasoning fields (SPEC L10) and `tool_calls`.
+struct AssistantMessage<'a> {
+    parts: &'a [&'a Message],
+    options: &'a ChatOptions,
+}
+
+impl Serialize for AssistantMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut texts: Vec<&str> = Vec::new();
+        let mut thinking: Vec<&str> = Vec::new();
+        let mut fields: Vec<ChatReasoningField> = Vec::new();
+        let mut details: Vec<&Value> = Vec::new();
+        let mut calls: Vec<&ToolCall> = Vec::new();
+        for part in self.parts {
+            if let Message::Assistant {
+                text,
+                thinking: t,
+                reasoning,
+                tool_calls,
+            } = part
+            {
+                if !text.trim().is_empty() {
+                    texts.push(text);
+                }
+                let has_field = reasoning
+                    .iter()
+                    .any(|r| matches!(r, ReasoningBlock::ChatField(_)));
+                if has_field && !t.is_empty() {
+                    thinking.push(t);
+                }
+                for block in reasoning {
+                    match block {
+                        ReasoningBlock::ChatField(field) if !fields.contains(field) => {
+                            fields.push(*field);
+                        }
+                        ReasoningBlock::ChatDetails(value) => details.push(value),
+                        ReasoningBlock::ChatField(_)
+                        | ReasoningBlock::Thinking { .. }
+                        | ReasoningBlock::Redacted { .. }
+                        | ReasoningBlock::ResponsesItem(_) => {}
+                    }
+                }
+                calls.extend(tool_calls);
+            }
+        }
+        if self.parts.is_empty() {
+            texts.push(TOOL_RESULTS_BRIDGE);
+        }
+        if self.options.reasoning_content && !fields.contains(&ChatReasoningField::ReasoningContent)
+        {
+            fields.push(ChatReasoningField::ReasoningContent);
+        }
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("role", "assistant")?;
+        map.serialize_entry("content", &Joined(&texts))?;
+        for field in fields {
+            map.serialize_entry(field.name(), &Joined(&thinking))?;
+        }
+        match details.as_slice() {
+            [] => {}
+            [one] => map.serialize_entry("reasoning_details", one)?,
+            many => {
+                let all: Vec<&Value> = many
+                    .iter()
+                    .flat_map(|v| v.as_array().into_iter().flatten())
+                    .collect();
+                map.serialize_entry("reasoning_details", &all)?;
+            }
+        }
+        if !calls.is_empty() {
+            map.serialize_entry("tool_calls", &WireToolCalls(&calls))?;
+        }
+        map.end()
+    }
+}
+
+/// `{"role":"tool","tool_call_id","content"}`, `Error: ` prefixed to an error result.
+struct ToolMessage<'a>(&'a Message);
+
+impl Serialize for ToolMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("role", "tool")?;
+        if let Message::ToolResult {
+            call_id,
+            name: _,
+            text,
+            is_error,
+        } = self.0
+        {
+            map.serialize_entry("tool_call_id", call_id)?;
+            if *is_error {
+                map.serialize_entry("content", &ErrorText(text))?;
+            } else {
+                map.serialize_entry("content", text)?;
+            }
+        }
+        map.end()
+    }
+}
+
+struct WireToolCalls<'a>(&'a [&'a ToolCall]);
 
 impl Serialize for WireToolCalls<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -229,18 +435,23 @@ struct WireFunction<'a> {
 ///   `delta.reasoning` (servers that send both send the same text) → [`StreamDelta::Thought`].
 /// * Tool-call deltas are merged by `index` (C21): any start, gaps allowed; id and name are the
 ///   first non-empty ones; arguments are concatenated (a JSON object instead of a string is
-///   appended as its JSON text). A delta without `index` continues the current call unless it
-///   brings a different id, or a name while the current call already has one (then it opens
-///   the next index). Calls come out in index order; a slot that never got a name is dropped;
-///   a missing or duplicate id is replaced by `{id_prefix}_{index}`.
+///   appended as its JSON text). A delta whose non-empty `id` differs from the id already held
+///   at its `index` starts a new call at that index (C37: Ollama sends every call at
+///   `index: 0`, each with its own id); a delta without an id continues the current call of its
+///   index. A delta without `index` continues the current call unless it brings a different
+///   id, or a name while the current call already has one (then it opens the next index). Calls
+///   come out in index order (calls sharing an index in arrival order); a slot that never got a
+///   name is dropped; a missing or duplicate id is replaced by `{id_prefix}_{index}`.
 /// * Usage comes from the last chunk with a non-null `usage` (`prompt_tokens` → input,
 ///   `completion_tokens` → output): cumulative usage is not double counted (C22).
 /// * `finish_reason` `null` or `""` is not terminal (C23). `stop` → end turn, `tool_calls`
 ///   and `function_call` → tool use, `length` → max tokens, `content_filter` → refusal; the
 ///   Anthropic spellings `end_turn`, `tool_use`, `max_tokens`, `refusal` are accepted as
 ///   aliases; anything else → end turn. The last non-empty reason wins.
-/// * An `error` object in a chunk (or an `event: error` event) → retryable
-///   [`StreamError::Provider`]; a complete chunk that is not JSON is one too. Errors are sticky.
+/// * An `error` object in a chunk (OpenAI, OpenRouter, LiteLLM, SGLang; OpenRouter adds
+///   `finish_reason: "error"`), a chunk with `"object":"error"` (vLLM), or an `event: error`
+///   event → retryable [`StreamError::Provider`], never a short answer; a complete chunk that
+///   is not JSON is one too. Errors are sticky.
 ///
 /// [`StreamDecoder::is_complete`] is true only after `[DONE]`: a server that sends a
 /// `finish_reason` but keeps the connection open (C24 b) is detected by
@@ -253,15 +464,53 @@ pub struct ChatDecoder {
     sse: SseState,
     /// Text and reasoning so far.
     streamed: StreamedText,
-    /// Tool-call slots by provider `index`.
-    calls: BTreeMap<u64, CallSlot>,
+    /// Tool-call slots by (provider `index`, call number at that index), C37.
+    calls: BTreeMap<(u64, u32), CallSlot>,
+    /// The current call number of each `index` (C37: a new id at an index opens the next one).
+    open: BTreeMap<u64, u32>,
     /// The slot the last tool-call delta went to (for deltas without `index`).
-    current_call: Option<u64>,
+    current_call: Option<(u64, u32)>,
     usage: Option<Usage>,
+    /// The field the reasoning text came in first (SPEC L10).
+    reasoning_field: Option<ChatReasoningField>,
+    /// `reasoning_details` entries, streamed pieces merged by `index` (SPEC L10).
+    details: Vec<Value>,
     /// The last non-empty `finish_reason`, mapped.
     finish_reason: Option<StopKind>,
     /// `data: [DONE]` was seen.
     done: bool,
+}
+
+/// Merge one streamed `reasoning_details` entry (OpenRouter): an entry with the `index` and
+/// `type` of one already held continues it (its `text`, `summary` and `data` strings appended,
+/// other non-null fields such as `signature`, `id`, `format` taken as they come); any other
+/// entry is appended.
+fn merge_detail(details: &mut Vec<Value>, piece: &Value) {
+    let Some(fields) = piece.as_object() else {
+        return;
+    };
+    let key = (
+        piece.get("index").and_then(Value::as_u64),
+        piece.get("type"),
+    );
+    let held = details.iter_mut().find(|d| {
+        key.0.is_some() && (d.get("index").and_then(Value::as_u64), d.get("type")) == key
+    });
+    let Some(Value::Object(held)) = held else {
+        details.push(piece.clone());
+        return;
+    };
+    for (name, value) in fields {
+        match (name.as_str(), held.get_mut(name), value) {
+            ("text" | "summary" | "data", Some(Value::String(acc)), Value::String(more)) => {
+                acc.push_str(more);
+            }
+            (_, _, Value::Null) => {}
+            (_, _, other) => {
+                held.insert(name.clone(), other.clone());
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for ChatDecoder {
@@ -289,8 +538,11 @@ impl ChatDecoder {
             sse: SseState::new(),
             streamed: StreamedText::default(),
             calls: BTreeMap::new(),
+            open: BTreeMap::new(),
             current_call: None,
             usage: None,
+            reasoning_field: None,
+            details: Vec::new(),
             finish_reason: None,
             done: false,
         }
@@ -301,10 +553,19 @@ impl ChatDecoder {
             if let Some(text) = non_empty_str(delta.get("content")) {
                 self.streamed.push_text(text, out);
             }
-            let reasoning = non_empty_str(delta.get("reasoning_content"))
-                .or_else(|| non_empty_str(delta.get("reasoning")));
-            if let Some(thought) = reasoning {
+            let reasoning = match non_empty_str(delta.get("reasoning_content")) {
+                Some(text) => Some((ChatReasoningField::ReasoningContent, text)),
+                None => non_empty_str(delta.get("reasoning"))
+                    .map(|text| (ChatReasoningField::Reasoning, text)),
+            };
+            if let Some((field, thought)) = reasoning {
+                self.reasoning_field.get_or_insert(field);
                 self.streamed.push_thought(thought, out);
+            }
+            if let Some(details) = delta.get("reasoning_details").and_then(Value::as_array) {
+                for detail in details {
+                    merge_detail(&mut self.details, detail);
+                }
             }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for call in calls {
@@ -317,17 +578,18 @@ impl ChatDecoder {
         }
     }
 
-    /// Merge one `delta.tool_calls[]` element into its slot (C21).
+    /// Merge one `delta.tool_calls[]` element into its slot (C21, C37).
     fn merge_call(&mut self, call: &Value) {
         let id = non_empty_str(call.get("id"));
         let function = call.get("function");
         let name = non_empty_str(function.and_then(|f| f.get("name")));
-        let index = match call.get("index").and_then(Value::as_u64) {
-            Some(index) => index,
-            None => self.index_for_unindexed(id, name.is_some()),
+        let key = match call.get("index").and_then(Value::as_u64) {
+            Some(index) => self.key_for_index(index, id),
+            None => self.key_for_unindexed(id, name.is_some()),
         };
-        self.current_call = Some(index);
-        let slot = self.calls.entry(index).or_default();
+        self.open.insert(key.0, key.1);
+        self.current_call = Some(key);
+        let slot = self.calls.entry(key).or_default();
         if let Some(id) = id.filter(|_| slot.id.is_empty()) {
             id.clone_into(&mut slot.id);
         }
@@ -343,20 +605,38 @@ impl ChatDecoder {
         }
     }
 
+    /// The slot for a delta at `index`: the index's current call, or a new call at that index
+    /// when the delta brings a non-empty id other than the one the current call holds (C37).
+    fn key_for_index(&self, index: u64, id: Option<&str>) -> (u64, u32) {
+        let Some(&number) = self.open.get(&index) else {
+            return (index, 0);
+        };
+        let held = self
+            .calls
+            .get(&(index, number))
+            .map_or("", |s| s.id.as_str());
+        match id {
+            Some(id) if !held.is_empty() && held != id => (index, number.saturating_add(1)),
+            Some(_) | None => (index, number),
+        }
+    }
+
     /// The slot for a tool-call delta without `index` (servers that omit it): the current call,
     /// or the next index when the delta evidently starts another call.
-    fn index_for_unindexed(&self, id: Option<&str>, has_name: bool) -> u64 {
-        let Some((&last, _)) = self.calls.last_key_value() else {
-            return 0;
+    fn key_for_unindexed(&self, id: Option<&str>, has_name: bool) -> (u64, u32) {
+        let Some((&last, _)) = self.open.last_key_value() else {
+            return (0, 0);
         };
-        let current = self.current_call.unwrap_or(last);
+        let Some(current) = self.current_call else {
+            return (last, self.open.get(&last).copied().unwrap_or(0));
+        };
         let Some(slot) = self.calls.get(&current) else {
             return current;
         };
         let other_id = id.is_some_and(|id| !slot.id.is_empty() && slot.id != id);
         let another_name = has_name && id.is_none() && !slot.name.is_empty();
         if other_id || another_name {
-            last.saturating_add(1)
+            (last.saturating_add(1), 0)
         } else {
             current
         }
@@ -395,7 +675,8 @@ impl EventHandler for ChatDecoder {
                 retryable: true,
             });
         }
-        if is_error_event {
+        // vLLM and SGLang send an error mid-stream as `{"object":"error","message",…}`.
+        if is_error_event || chunk.get("object").and_then(Value::as_str) == Some("error") {
             return Err(StreamError::Provider {
                 message: error_message(&chunk),
                 retryable: true,
@@ -436,7 +717,10 @@ impl EventHandler for ChatDecoder {
     /// tool-use finish without any call is end turn. With `length` the (possibly cut) calls are
     /// kept: the loop does not run them (L1).
     fn take_response(&mut self) -> Result<LlmResponse, StreamError> {
-        let tool_calls = take_calls(std::mem::take(&mut self.calls), &self.id_prefix);
+        let slots = std::mem::take(&mut self.calls)
+            .into_iter()
+            .map(|((index, _), slot)| (index, slot));
+        let tool_calls = take_calls(slots, &self.id_prefix);
         let stop = match self.finish_reason.take() {
             Some(StopKind::EndTurn | StopKind::ToolUse) if tool_calls.is_empty() => {
                 StopKind::EndTurn
@@ -462,9 +746,17 @@ impl EventHandler for ChatDecoder {
                 StopKind::ToolUse
             }
         };
+        let mut reasoning = Vec::new();
+        if let Some(field) = self.reasoning_field {
+            reasoning.push(ReasoningBlock::ChatField(field));
+        }
+        if !self.details.is_empty() {
+            let details = std::mem::take(&mut self.details);
+            reasoning.push(ReasoningBlock::ChatDetails(Value::Array(details)));
+        }
         Ok(self
             .streamed
-            .take_response(Vec::new(), tool_calls, stop, self.usage))
+            .take_response(reasoning, tool_calls, stop, self.usage))
     }
 }
 
@@ -675,7 +967,9 @@ mod tests {
             ok(&outcome),
             &LlmResponse {
                 text: "Checking.".into(),
-                reasoning: Vec::new(),
+                reasoning: vec![ReasoningBlock::ChatField(
+                    ChatReasoningField::ReasoningContent
+                )],
                 thinking: "Need both.".into(),
                 tool_calls: vec![
                     call("call_1", "fs__read_file", "{\"path\":\"hé.txt\"}"),
@@ -720,6 +1014,93 @@ mod tests {
         assert_eq!(
             ok(&outcome).tool_calls,
             vec![call("call_Z", "late", "{\"a\":1}")]
+        );
+    }
+
+    /// C37, the case's own trigger: Ollama streams two whole calls, each with its own id, both
+    /// at `index: 0`.
+    const C37: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_a1b2\",\"type\":\"function\",\"function\":{\"name\":\"fs__write\",\"arguments\":\"{\\\"path\\\":\\\"hello.py\\\"}\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_c3d4\",\"type\":\"function\",\"function\":{\"name\":\"fs__write\",\"arguments\":\"{\\\"path\\\":\\\"world.py\\\"}\"}}]},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    #[test]
+    fn c37_calls_sharing_index_0_with_their_own_ids_stay_separate() {
+        let outcome = decode_every_split(C37);
+        let response = ok(&outcome);
+        assert_eq!(response.stop, StopKind::ToolUse);
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                call("call_a1b2", "fs__write", "{\"path\":\"hello.py\"}"),
+                call("call_c3d4", "fs__write", "{\"path\":\"world.py\"}"),
+            ]
+        );
+        // Rebuilt into the next request: one assistant message with two calls, each a valid
+        // JSON string.
+        let mut messages = vec![Message::Assistant {
+            text: String::new(),
+            thinking: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: response.tool_calls.clone(),
+        }];
+        for c in &response.tool_calls {
+            messages.push(Message::ToolResult {
+                call_id: c.id.clone(),
+                name: c.name.clone(),
+                text: "ok".into(),
+                is_error: false,
+            });
+        }
+        let req = LlmRequest {
+            model: "m",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 1,
+        };
+        let body = body_json(&build_request(
+            "http://h",
+            "",
+            &req,
+            &ChatOptions::default(),
+        ));
+        let calls = body["messages"][0]["tool_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(calls.len(), 2, "{body}");
+        for c in &calls {
+            let args = c["function"]["arguments"].as_str().unwrap_or_default();
+            assert!(serde_json::from_str::<Value>(args).is_ok(), "{args}");
+        }
+        assert_eq!(body["messages"][1]["tool_call_id"], "call_a1b2");
+        assert_eq!(body["messages"][2]["tool_call_id"], "call_c3d4");
+    }
+
+    #[test]
+    fn c37_id_less_continuations_append_to_the_current_call_of_their_index() {
+        let body = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"function\":{\"name\":\"s__x\",\"arguments\":\"{\\\"k\\\":\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1}\"}}]}}]}\n\n",
+            // The same id again continues the call (some servers repeat it on every delta).
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"function\":{\"arguments\":\"\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"b\",\"function\":{\"name\":\"s__y\",\"arguments\":\"{\\\"k\\\":\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"\",\"function\":{\"arguments\":\"2}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":1,\"delta\":{}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"c\",\"function\":{\"name\":\"s__z\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let outcome = decode_every_split(body);
+        assert_eq!(
+            ok(&outcome).tool_calls,
+            vec![
+                call("a", "s__x", "{\"k\":1}"),
+                call("b", "s__y", "{\"k\":2}"),
+                call("c", "s__z", "{}"),
+            ]
         );
     }
 
@@ -965,6 +1346,32 @@ mod tests {
     }
 
     #[test]
+    fn l5_in_band_error_chunks_of_gateways_are_failed_attempts_not_short_answers() {
+        // OpenRouter (error object plus finish_reason "error"), LiteLLM, vLLM: each followed by
+        // a well-formed end, which must not turn the attempt into an empty answer.
+        for first in [
+            r#"{"id":"gen-1","object":"chat.completion.chunk","provider":"Anthropic","error":{"code":502,"message":"Provider returned error"},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}"#,
+            r#"{"error":{"message":"litellm.RateLimitError: upstream 429","type":"rate_limit_error","param":null,"code":"429"}}"#,
+            r#"{"object":"error","message":"upstream overloaded","type":"InternalServerError","param":null,"code":500}"#,
+        ] {
+            let end = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+            let body = format!("data: {first}\n\ndata: {end}\n\ndata: [DONE]\n\n");
+            let outcome = decode_every_split(&body);
+            assert!(
+                matches!(
+                    outcome.result,
+                    Err(StreamError::Provider {
+                        retryable: true,
+                        ..
+                    })
+                ),
+                "{first}: {:?}",
+                outcome.result
+            );
+        }
+    }
+
+    #[test]
     fn l5_error_event_and_malformed_complete_chunk_are_provider_errors() {
         let event = "event: error\ndata: {\"message\":\"rate limited\"}\n\n";
         assert_eq!(
@@ -1081,7 +1488,12 @@ mod tests {
             tools: &tools,
             max_output_tokens: 4096,
         };
-        let request = build_request("http://127.0.0.1:5000/v1", "sk-test", &req);
+        let request = build_request(
+            "http://127.0.0.1:5000/v1",
+            "sk-test",
+            &req,
+            &ChatOptions::default(),
+        );
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/chat/completions");
         assert_eq!(
             request.headers,
@@ -1115,6 +1527,33 @@ mod tests {
     }
 
     #[test]
+    fn c41_the_output_cap_goes_as_max_completion_tokens_when_asked() {
+        let messages = [Message::User { text: "hi".into() }];
+        let req = LlmRequest {
+            model: "gpt-5.4",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 321,
+        };
+        let options = ChatOptions {
+            max_completion_tokens: true,
+            reasoning_content: false,
+        };
+        let body = body_json(&build_request("http://h/v1", "", &req, &options));
+        assert_eq!(body["max_completion_tokens"], 321);
+        assert!(body.get("max_tokens").is_none(), "{body}");
+        let body = body_json(&build_request(
+            "http://h/v1",
+            "",
+            &req,
+            &ChatOptions::default(),
+        ));
+        assert_eq!(body["max_tokens"], 321);
+        assert!(body.get("max_completion_tokens").is_none(), "{body}");
+    }
+
+    #[test]
     fn l7_no_api_key_means_no_authorization_header_and_no_tools_means_no_tools_key() {
         let messages = [Message::User {
             text: "summarise".into(),
@@ -1126,7 +1565,7 @@ mod tests {
             tools: &[],
             max_output_tokens: 100,
         };
-        let request = build_request("http://h/v1/", "", &req);
+        let request = build_request("http://h/v1/", "", &req, &ChatOptions::default());
         assert_eq!(request.url, "http://h/v1/chat/completions");
         assert!(request.headers.iter().all(|(k, _)| k != "authorization"));
         assert_eq!(
@@ -1196,7 +1635,7 @@ mod tests {
             tools: &[],
             max_output_tokens: 1,
         };
-        let request = build_request("http://h/v1", "k", &req);
+        let request = build_request("http://h/v1", "k", &req, &ChatOptions::default());
         assert_eq!(
             body_json(&request)["messages"],
             json!([
@@ -1213,6 +1652,193 @@ mod tests {
                 {"role": "tool", "tool_call_id": "call_4", "content": "Error: arguments were not valid JSON"},
                 {"role": "assistant", "content": "Done \"quoted\" é"}
             ])
+        );
+    }
+
+    fn chat_body(messages: &[Message], options: &ChatOptions) -> Value {
+        let req = LlmRequest {
+            model: "m",
+            system: Some("sys"),
+            messages,
+            tools: &[],
+            max_output_tokens: 1,
+        };
+        body_json(&build_request("http://h/v1", "", &req, options))
+    }
+
+    fn assistant(text: &str, calls: Vec<ToolCall>) -> Message {
+        Message::Assistant {
+            text: text.into(),
+            thinking: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: calls,
+        }
+    }
+
+    fn tool_result(id: &str, text: &str) -> Message {
+        Message::ToolResult {
+            call_id: id.into(),
+            name: "n".into(),
+            text: text.into(),
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn c61_the_synthetic_hook_call_joins_the_preceding_assistant_message() {
+        // The case's history: the model's answer, then the hook's call as a second message.
+        let messages = [
+            Message::User {
+                text: "finish".into(),
+            },
+            assistant("All done.", vec![]),
+            assistant("", vec![call("buzz_hook__Stop_h_1", "h___Stop", "{}")]),
+            tool_result("buzz_hook__Stop_h_1", "{\"hook\":\"_Stop\"}"),
+        ];
+        assert_eq!(
+            chat_body(&messages, &ChatOptions::default())["messages"],
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "finish"},
+                {"role": "assistant", "content": "All done.", "tool_calls": [
+                    {"id": "buzz_hook__Stop_h_1", "type": "function", "function": {"name": "h___Stop", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "buzz_hook__Stop_h_1", "content": "{\"hook\":\"_Stop\"}"}
+            ])
+        );
+    }
+
+    #[test]
+    fn c61_strict_alternation_users_merge_empty_assistants_vanish_tool_results_get_a_bridge() {
+        let messages = [
+            // A compaction summary followed by the live prompt: one user message.
+            Message::User {
+                text: "[summary]".into(),
+            },
+            Message::User {
+                text: "the prompt".into(),
+            },
+            assistant("", vec![call("c1", "fs__x", "{}")]),
+            tool_result("c1", "cancelled"),
+            // The next prompt right after tool results: a bridge first.
+            Message::User {
+                text: "next".into(),
+            },
+            // An empty answer (cut at once by max_tokens) then the nudge: nothing of it sent.
+            assistant("", vec![]),
+            Message::User {
+                text: "continue".into(),
+            },
+        ];
+        assert_eq!(
+            chat_body(&messages, &ChatOptions::default())["messages"],
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "[summary]\n\nthe prompt"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "fs__x", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "cancelled"},
+                {"role": "assistant", "content": TOOL_RESULTS_BRIDGE},
+                {"role": "user", "content": "next\n\ncontinue"}
+            ])
+        );
+    }
+
+    #[test]
+    fn c39_l10_chat_reasoning_fields_are_replayed_under_the_name_they_came_in() {
+        let with = |thinking: &str, reasoning: Vec<ReasoningBlock>, calls: Vec<ToolCall>| {
+            Message::Assistant {
+                text: "t".into(),
+                thinking: thinking.into(),
+                reasoning,
+                tool_calls: calls,
+            }
+        };
+        let details =
+            json!([{"type": "reasoning.text", "text": "R", "signature": "S", "index": 0}]);
+        let messages = [
+            Message::User { text: "q".into() },
+            with(
+                "DS",
+                vec![ReasoningBlock::ChatField(
+                    ChatReasoningField::ReasoningContent,
+                )],
+                vec![call("c1", "fs__x", "{}")],
+            ),
+            tool_result("c1", "r"),
+            with(
+                "OR",
+                vec![
+                    ReasoningBlock::ChatField(ChatReasoningField::Reasoning),
+                    ReasoningBlock::ChatDetails(details.clone()),
+                ],
+                vec![],
+            ),
+            // Text the provider never sent as a field (another route's) is not sent.
+            with("plain", vec![], vec![]),
+        ];
+        let body = chat_body(&messages, &ChatOptions::default());
+        let m = &body["messages"];
+        assert_eq!(m[2]["reasoning_content"], "DS");
+        assert!(m[2].get("reasoning").is_none());
+        assert_eq!(m[4]["reasoning"], "OR");
+        assert_eq!(m[4]["reasoning_details"], details);
+        // Consecutive assistants merged: the plain one adds its text, no field.
+        assert_eq!(m[4]["content"], "t\n\nt");
+        // DeepSeek-style server (learned): every assistant message carries reasoning_content,
+        // "" when it has none — the bridge and the agent's synthetic calls included.
+        let options = ChatOptions {
+            max_completion_tokens: false,
+            reasoning_content: true,
+        };
+        let messages = [
+            Message::User {
+                text: "[summary]".into(),
+            },
+            assistant(
+                "",
+                vec![call("buzz_hook__PostCompact_g_1", "g___PostCompact", "{}")],
+            ),
+            tool_result("buzz_hook__PostCompact_g_1", "{}"),
+            Message::User {
+                text: "prompt".into(),
+            },
+        ];
+        let body = chat_body(&messages, &options);
+        let assistants: Vec<&Value> = body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "assistant")
+            .collect();
+        assert_eq!(assistants.len(), 2, "{body}");
+        for a in assistants {
+            assert_eq!(a["reasoning_content"], "", "{a}");
+        }
+    }
+
+    #[test]
+    fn l10_reasoning_fields_and_details_are_decoded_for_replay() {
+        let body = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"Th\",\"reasoning_details\":[{\"type\":\"reasoning.text\",\"text\":\"Th\",\"index\":0,\"format\":\"anthropic-claude-v1\"}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"ink\",\"reasoning_details\":[{\"type\":\"reasoning.text\",\"text\":\"ink\",\"index\":0}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_details\":[{\"type\":\"reasoning.text\",\"signature\":\"SIG\",\"index\":0},{\"type\":\"reasoning.encrypted\",\"data\":\"ENC\",\"index\":1}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let outcome = decode_every_split(body);
+        let response = ok(&outcome);
+        assert_eq!(response.thinking, "Think");
+        assert_eq!(
+            response.reasoning,
+            vec![
+                ReasoningBlock::ChatField(ChatReasoningField::Reasoning),
+                ReasoningBlock::ChatDetails(json!([
+                    {"type": "reasoning.text", "text": "Think", "index": 0, "format": "anthropic-claude-v1", "signature": "SIG"},
+                    {"type": "reasoning.encrypted", "data": "ENC", "index": 1}
+                ]))
+            ]
         );
     }
 
@@ -1244,7 +1870,12 @@ mod tests {
             tools: &[],
             max_output_tokens: 1,
         };
-        let body = body_json(&build_request("http://h", "", &req));
+        let body = body_json(&build_request(
+            "http://h",
+            "",
+            &req,
+            &ChatOptions::default(),
+        ));
         assert_eq!(body["messages"][0]["tool_calls"][1]["id"], "call_t1_2");
         assert_eq!(body["messages"][2]["tool_call_id"], "call_t1_2");
     }

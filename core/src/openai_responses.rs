@@ -11,8 +11,8 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
 use crate::llm::{
-    HttpRequest, LlmRequest, LlmResponse, Message, StopKind, StreamDelta, StreamError, ToolDef,
-    Usage,
+    HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
+    StreamError, ToolDef, Usage,
 };
 #[allow(
     unused_imports,
@@ -37,12 +37,22 @@ use crate::sse_stream::{
 ///   "description","parameters","strict":false}]`, omitted when empty); `stream: true`;
 ///   `store: false`; `max_output_tokens` (tokens).
 ///
-/// `input` items, in history order: user → `{"role":"user","content":text}`; assistant →
+/// `input` items, in history order: user → `{"role":"user","content":text}`; assistant → its
+/// reasoning items (below), then
 /// `{"type":"message","role":"assistant","content":[{"type":"output_text","text"}]}` when its
 /// text is non-empty, then `{"type":"function_call","call_id","name","arguments"}` per call
 /// (`arguments` the model's own text, `"{}"` when blank, C26); tool result →
 /// `{"type":"function_call_output","call_id","output"}` with `Error: ` prefixed to an error
-/// result. Reasoning is not sent back (stateless: no encrypted reasoning items are requested).
+/// result.
+///
+/// Reasoning (SPEC L10, case C39): with `options.include_encrypted_reasoning` the body asks
+/// for `include: ["reasoning.encrypted_content"]` (set for OpenAI reasoning models, which are
+/// the ones that return reasoning items; others may reject the value). Reasoning items that
+/// carry `encrypted_content` are replayed verbatim before the items of their assistant message
+/// — the only form a stateless (`store: false`) request may send back: an item with only an id
+/// is answered "Items are not persisted when `store` is set to false". A reasoning item must be
+/// followed by the item it preceded, so it is replayed only when its message sends a text or a
+/// call (a hook's synthetic call joined to the answer counts).
 ///
 /// `strict: false` is explicit because the Responses API treats function tools as strict by
 /// default, and strict mode rejects ordinary MCP schemas (optional properties,
@@ -50,7 +60,12 @@ use crate::sse_stream::{
 ///
 /// Serialized in one pass straight into the body buffer: linear in the history size.
 #[must_use]
-pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> HttpRequest {
+pub fn build_request(
+    base_url: &str,
+    api_key: &str,
+    req: &LlmRequest<'_>,
+    options: &ResponsesOptions,
+) -> HttpRequest {
     let payload = ResponsesBody {
         model: req.model,
         instructions: req.system.filter(|s| !s.is_empty()),
@@ -58,6 +73,9 @@ pub fn build_request(base_url: &str, api_key: &str, req: &LlmRequest<'_>) -> Htt
         tools: WireTools(req.tools),
         stream: true,
         store: false,
+        include: options
+            .include_encrypted_reasoning
+            .then_some(["reasoning.encrypted_content"]),
         max_output_tokens: req.max_output_tokens,
     };
     streaming_json_post(
@@ -79,7 +97,17 @@ struct ResponsesBody<'a> {
     tools: WireTools<'a>,
     stream: bool,
     store: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include: Option<[&'static str; 1]>,
     max_output_tokens: u32,
+}
+
+/// The per-server choices of a Responses request (SPEC L8, L10), decided by
+/// [`crate::provider::responses_options`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponsesOptions {
+    /// Ask for `include: ["reasoning.encrypted_content"]`, so reasoning items can be replayed.
+    pub include_encrypted_reasoning: bool,
 }
 
 /// The history as `input` items (one message may give several items).
@@ -97,9 +125,16 @@ impl Serialize for WireInput<'_> {
                 Message::Assistant {
                     text,
                     thinking: _,
-                    reasoning: _,
+                    reasoning,
                     tool_calls,
                 } => {
+                    if !text.is_empty() || !tool_calls.is_empty() {
+                        for block in reasoning {
+                            if let ReasoningBlock::ResponsesItem(item) = block {
+                                seq.serialize_element(item)?;
+                            }
+                        }
+                    }
                     if !text.is_empty() {
                         seq.serialize_element(&AssistantItem(text))?;
                     }
@@ -258,6 +293,8 @@ pub struct ResponsesDecoder {
     text_items: BTreeSet<String>,
     /// A refusal was streamed.
     refused: bool,
+    /// Reasoning items with `encrypted_content`, by `output_index` (SPEC L10).
+    reasoning_items: BTreeMap<u64, Value>,
     usage: Option<Usage>,
     /// Set by `response.completed` / `response.incomplete`.
     end: Option<StopKind>,
@@ -290,6 +327,7 @@ impl ResponsesDecoder {
             item_index: BTreeMap::new(),
             text_items: BTreeSet::new(),
             refused: false,
+            reasoning_items: BTreeMap::new(),
             usage: None,
             end: None,
         }
@@ -330,6 +368,23 @@ impl ResponsesDecoder {
             && (done || slot.arguments.is_empty())
         {
             arguments.clone_into(&mut slot.arguments);
+        }
+    }
+
+    /// Keep a finished reasoning item for replay when it carries `encrypted_content` (SPEC L10);
+    /// without it the item cannot be sent back statelessly.
+    fn keep_reasoning(&mut self, index: Option<u64>, item: &Value) {
+        let encrypted = item
+            .get("encrypted_content")
+            .and_then(Value::as_str)
+            .is_some_and(|e| !e.is_empty());
+        if encrypted {
+            let index = index.unwrap_or_else(|| {
+                self.reasoning_items
+                    .last_key_value()
+                    .map_or(0, |(&last, _)| last.saturating_add(1))
+            });
+            self.reasoning_items.insert(index, item.clone());
         }
     }
 
@@ -398,11 +453,14 @@ impl EventHandler for ResponsesDecoder {
             }
             "response.output_item.added" | "response.output_item.done" => {
                 let done = kind.ends_with(".done");
-                if let Some(item) = value
-                    .get("item")
-                    .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
-                {
-                    self.merge_item(&value, item, done);
+                let item = value.get("item").unwrap_or(&Value::Null);
+                match item.get("type").and_then(Value::as_str) {
+                    Some("function_call") => self.merge_item(&value, item, done),
+                    Some("reasoning") if done => {
+                        let index = value.get("output_index").and_then(Value::as_u64);
+                        self.keep_reasoning(index, item);
+                    }
+                    Some(_) | None => {}
                 }
             }
             "response.function_call_arguments.delta" => {
@@ -428,6 +486,15 @@ impl EventHandler for ResponsesDecoder {
                         input_tokens: count("input_tokens"),
                         output_tokens: count("output_tokens"),
                     });
+                }
+                // Reasoning items a server lists only in the final response.
+                if self.reasoning_items.is_empty() {
+                    let output = response.get("output").and_then(Value::as_array);
+                    for (index, item) in output.into_iter().flatten().enumerate() {
+                        if item.get("type").and_then(Value::as_str) == Some("reasoning") {
+                            self.keep_reasoning(Some(index as u64), item);
+                        }
+                    }
                 }
                 let status = response.get("status").and_then(Value::as_str);
                 let incomplete = kind == "response.incomplete" || status == Some("incomplete");
@@ -485,9 +552,13 @@ impl EventHandler for ResponsesDecoder {
             StopKind::EndTurn | StopKind::ToolUse => StopKind::EndTurn,
             stop @ (StopKind::MaxTokens | StopKind::Refusal) => stop,
         };
+        let reasoning = std::mem::take(&mut self.reasoning_items)
+            .into_values()
+            .map(ReasoningBlock::ResponsesItem)
+            .collect();
         Ok(self
             .streamed
-            .take_response(Vec::new(), tool_calls, stop, self.usage))
+            .take_response(reasoning, tool_calls, stop, self.usage))
     }
 }
 
@@ -673,6 +744,99 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
     }
 
     // ---------------------------------------------------------------- decoder tests
+
+    #[test]
+    fn c39_encrypted_reasoning_items_are_kept_and_replayed_before_their_message_and_hook_call() {
+        let item = json!({"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Plan."}], "encrypted_content": "gAAAA-ENC"});
+        let bare = json!({"id": "rs_0", "type": "reasoning", "summary": []});
+        let body = format!(
+            "{}{}{}{}",
+            event(
+                "response.output_item.done",
+                &format!("\"output_index\":0,\"item\":{bare}")
+            ),
+            event(
+                "response.output_item.done",
+                &format!("\"output_index\":1,\"item\":{item}")
+            ),
+            text_delta("All done."),
+            completed()
+        );
+        let outcome = decode_every_split(&body);
+        let response = ok(&outcome).clone();
+        // Only the item with encrypted content can be replayed statelessly.
+        assert_eq!(
+            response.reasoning,
+            vec![ReasoningBlock::ResponsesItem(item.clone())]
+        );
+        // The hook's call joined the answer: reasoning item, message, function call, output.
+        let messages = [
+            Message::User {
+                text: "finish".into(),
+            },
+            Message::Assistant {
+                text: response.text.clone(),
+                thinking: response.thinking.clone(),
+                reasoning: response.reasoning.clone(),
+                tool_calls: vec![call("buzz_hook__Stop_h_1", "h___Stop", "{}")],
+            },
+            Message::ToolResult {
+                call_id: "buzz_hook__Stop_h_1".into(),
+                name: "h___Stop".into(),
+                text: "{}".into(),
+                is_error: false,
+            },
+        ];
+        let req = LlmRequest {
+            model: "o4-mini",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 8,
+        };
+        let options = ResponsesOptions {
+            include_encrypted_reasoning: true,
+        };
+        let body: Value =
+            serde_json::from_slice(&build_request("http://h", "", &req, &options).body).unwrap();
+        assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+        assert_eq!(body["store"], false);
+        let types: Vec<&str> = body["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|i| i["type"].as_str().unwrap_or("user"))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "user",
+                "reasoning",
+                "message",
+                "function_call",
+                "function_call_output"
+            ]
+        );
+        assert_eq!(body["input"][1], item, "replayed verbatim");
+        // An assistant message with nothing after its reasoning drops it (a reasoning item
+        // must be followed by its item), and without the option there is no `include`.
+        let lonely = [Message::Assistant {
+            text: String::new(),
+            thinking: String::new(),
+            reasoning: vec![ReasoningBlock::ResponsesItem(item)],
+            tool_calls: vec![],
+        }];
+        let req = LlmRequest {
+            messages: &lonely,
+            ..req
+        };
+        let body: Value = serde_json::from_slice(
+            &build_request("http://h", "", &req, &ResponsesOptions::default()).body,
+        )
+        .unwrap();
+        assert_eq!(body["input"], json!([]));
+        assert!(body.get("include").is_none());
+    }
 
     #[test]
     fn l8_plain_text_reply_streams_text_deltas_and_ends_the_turn_at_every_split() {
@@ -1008,7 +1172,12 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             tools: &tools,
             max_output_tokens: 4096,
         };
-        let request = build_request("http://127.0.0.1:5000/v1/", "sk-test", &req);
+        let request = build_request(
+            "http://127.0.0.1:5000/v1/",
+            "sk-test",
+            &req,
+            &ResponsesOptions::default(),
+        );
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/responses");
         assert_eq!(
             request.headers,
@@ -1049,7 +1218,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             tools: &[],
             max_output_tokens: 100,
         };
-        let request = build_request("http://h/v1", "", &req);
+        let request = build_request("http://h/v1", "", &req, &ResponsesOptions::default());
         assert!(request.headers.iter().all(|(k, _)| k != "authorization"));
         assert_eq!(
             serde_json::from_slice::<Value>(&request.body).unwrap(),
@@ -1110,8 +1279,10 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             tools: &[],
             max_output_tokens: 1,
         };
-        let body: Value =
-            serde_json::from_slice(&build_request("http://h", "k", &req).body).unwrap();
+        let body: Value = serde_json::from_slice(
+            &build_request("http://h", "k", &req, &ResponsesOptions::default()).body,
+        )
+        .unwrap();
         assert_eq!(
             body["input"],
             json!([
@@ -1148,8 +1319,10 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             tools: &[],
             max_output_tokens: 1,
         };
-        let body: Value =
-            serde_json::from_slice(&build_request("http://h", "", &req).body).unwrap();
+        let body: Value = serde_json::from_slice(
+            &build_request("http://h", "", &req, &ResponsesOptions::default()).body,
+        )
+        .unwrap();
         assert_eq!(body["input"][0]["call_id"], "call_A");
         assert_eq!(body["input"][1]["call_id"], "call_B");
         assert_eq!(body["input"][2]["call_id"], "call_A");

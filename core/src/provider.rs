@@ -3,19 +3,89 @@
 
 use crate::config::{Config, ProviderKind};
 use crate::llm::{HttpRequest, LlmRequest, StreamDecoder};
+use crate::openai_chat::ChatOptions;
+use crate::openai_responses::ResponsesOptions;
+
+/// What the agent learned about its provider while running; kept for the life of the process
+/// (the provider is configured once per process).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Learned {
+    /// A Chat Completions 400 named `max_completion_tokens` (SPEC L7, case C41): the output cap
+    /// is sent under that name from now on.
+    pub max_completion_tokens: bool,
+    /// The Chat server streamed `reasoning_content` (DeepSeek-style reasoning, SPEC L10): every
+    /// assistant message carries the field from now on, including the ones the agent writes.
+    pub reasoning_content: bool,
+}
+
+/// Whether `model` is one of OpenAI's reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5`, …,
+/// with or without a gateway prefix such as `openai/`), which reject `max_tokens` on Chat
+/// Completions (SPEC L7, case C41).
+#[must_use]
+pub fn is_openai_reasoning_model(model: &str) -> bool {
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    let o_series = ["o1", "o3", "o4"]
+        .iter()
+        .any(|p| name == *p || name.strip_prefix(p).is_some_and(|r| r.starts_with('-')));
+    o_series || name.starts_with("gpt-5")
+}
+
+/// The Chat Completions options for one request (SPEC L7): the output cap goes as
+/// `max_completion_tokens` for OpenAI's own endpoint (`api.openai.com`, which accepts it for
+/// every model and requires it for reasoning models), for an OpenAI reasoning model name
+/// anywhere, and once a server asked for it (`learned`); else as `max_tokens`, which every
+/// OpenAI-compatible server accepts.
+#[must_use]
+pub fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> ChatOptions {
+    ChatOptions {
+        max_completion_tokens: learned.max_completion_tokens
+            || is_openai_reasoning_model(model)
+            || cfg.base_url.contains("://api.openai.com"),
+        reasoning_content: learned.reasoning_content,
+    }
+}
+
+/// The Responses options for one request (SPEC L8, L10): encrypted reasoning is asked for when
+/// the model is an OpenAI reasoning model, the models that return reasoning items.
+#[must_use]
+pub fn responses_options(model: &str) -> ResponsesOptions {
+    ResponsesOptions {
+        include_encrypted_reasoning: is_openai_reasoning_model(model),
+    }
+}
+
+/// Whether a failed Chat Completions request should be retried with the output cap renamed:
+/// a 400 whose body names `max_completion_tokens` while the request sent `max_tokens` (SPEC L7,
+/// case C41).
+#[must_use]
+pub fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatOptions) -> bool {
+    status == 400
+        && !sent.max_completion_tokens
+        && String::from_utf8_lossy(body).contains("max_completion_tokens")
+}
 
 /// Build the HTTP request of one LLM call for the configured route: Anthropic Messages (L6),
-/// Chat Completions (L7) or Responses (L8).
+/// Chat Completions (L7, with [`chat_options`]) or Responses (L8).
 #[must_use]
-pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
+pub fn build_request(cfg: &Config, req: &LlmRequest<'_>, learned: &Learned) -> HttpRequest {
     match cfg.provider {
         ProviderKind::Anthropic => crate::anthropic::build_request(cfg, req),
-        ProviderKind::OpenAiChat => {
-            crate::openai_chat::build_request(&cfg.base_url, &cfg.api_key, req)
-        }
-        ProviderKind::OpenAiResponses => {
-            crate::openai_responses::build_request(&cfg.base_url, &cfg.api_key, req)
-        }
+        ProviderKind::OpenAiChat => crate::openai_chat::build_request(
+            &cfg.base_url,
+            &cfg.api_key,
+            req,
+            &chat_options(cfg, req.model, learned),
+        ),
+        ProviderKind::OpenAiResponses => crate::openai_responses::build_request(
+            &cfg.base_url,
+            &cfg.api_key,
+            req,
+            &responses_options(req.model),
+        ),
     }
 }
 
@@ -177,13 +247,86 @@ mod tests {
         ];
         for (kind, url, body) in routes {
             let cfg = Config::for_tests(kind, "http://h/");
-            assert_eq!(build_request(&cfg, &req).url, url);
+            assert_eq!(build_request(&cfg, &req, &Learned::default()).url, url);
             let mut decoder = decoder(&cfg, "call_1".into());
             let mut out: Vec<StreamDelta> = Vec::new();
             decoder.feed(body.as_bytes(), &mut out).unwrap();
             assert!(decoder.is_complete(), "{kind:?}");
             assert!(decoder.finish(&mut out).is_ok(), "{kind:?}");
         }
+    }
+
+    /// The case's own 400 body (C41).
+    const C41_BODY: &str = r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens"}}"#;
+
+    #[test]
+    fn c41_reasoning_model_names_and_openai_endpoint_get_max_completion_tokens() {
+        for m in [
+            "gpt-5.4",
+            "gpt-5",
+            "gpt-5-mini",
+            "o1",
+            "o3-mini",
+            "o4-mini-2025-04-16",
+            "openai/o3",
+            "openai/gpt-5.1-codex",
+            "O3",
+        ] {
+            assert!(is_openai_reasoning_model(m), "{m}");
+        }
+        for m in [
+            "gpt-4o",
+            "gpt-4.1",
+            "o1x",
+            "llama3.1:8b",
+            "qwen3",
+            "deepseek-reasoner",
+            "",
+        ] {
+            assert!(!is_openai_reasoning_model(m), "{m}");
+        }
+        let local = Config::for_tests(ProviderKind::OpenAiChat, "http://127.0.0.1:11434/v1");
+        let none = Learned::default();
+        assert!(!chat_options(&local, "llama3.1", &none).max_completion_tokens);
+        assert!(chat_options(&local, "gpt-5.4", &none).max_completion_tokens);
+        let openai = Config::for_tests(ProviderKind::OpenAiChat, "https://api.openai.com/v1");
+        assert!(chat_options(&openai, "gpt-4o", &none).max_completion_tokens);
+        let learned = Learned {
+            max_completion_tokens: true,
+            reasoning_content: false,
+        };
+        assert!(chat_options(&local, "llama3.1", &learned).max_completion_tokens);
+    }
+
+    #[test]
+    fn c41_a_400_naming_max_completion_tokens_asks_for_the_rename_once() {
+        let sent_max_tokens = ChatOptions::default();
+        assert!(wants_max_completion_tokens(
+            400,
+            C41_BODY.as_bytes(),
+            &sent_max_tokens
+        ));
+        // Already sent under the new name: the same answer does not loop.
+        let sent_new = ChatOptions {
+            max_completion_tokens: true,
+            reasoning_content: false,
+        };
+        assert!(!wants_max_completion_tokens(
+            400,
+            C41_BODY.as_bytes(),
+            &sent_new
+        ));
+        // Other statuses and other 400s are not a rename.
+        assert!(!wants_max_completion_tokens(
+            429,
+            C41_BODY.as_bytes(),
+            &sent_max_tokens
+        ));
+        assert!(!wants_max_completion_tokens(
+            400,
+            br#"{"error":{"message":"bad tools"}}"#,
+            &sent_max_tokens
+        ));
     }
 
     #[test]

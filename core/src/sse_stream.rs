@@ -8,7 +8,7 @@
 //! [`StreamDecoder`]. The helpers after it ([`StreamedText`], [`CallSlot`], [`CallIds`],
 //! [`parse_event_json`]) are the pieces of event logic the providers share.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::Value;
 
@@ -252,11 +252,14 @@ pub struct CallSlot {
     pub arguments: String,
 }
 
-/// The assembled calls in index order: nameless slots dropped, ids made present and unique
-/// ([`CallIds`]).
-pub fn take_calls(slots: BTreeMap<u64, CallSlot>, id_prefix: &str) -> Vec<ToolCall> {
+/// The assembled calls `(provider index, slot)` in the given order: nameless slots dropped,
+/// ids made present and unique ([`CallIds`]).
+pub fn take_calls(
+    slots: impl IntoIterator<Item = (u64, CallSlot)>,
+    id_prefix: &str,
+) -> Vec<ToolCall> {
     let mut ids = CallIds::new(id_prefix);
-    let mut calls = Vec::with_capacity(slots.len());
+    let mut calls = Vec::new();
     for (index, slot) in slots {
         if slot.name.is_empty() {
             continue;

@@ -176,6 +176,32 @@ pub(crate) fn convert_result(result: &Value, cap: usize) -> ToolOutput {
     }
 }
 
+/// A hook's answer (SPEC H3, case C40): the text of the result's `content` blocks of type
+/// `text`, joined with `\n`, middle-elided over `cap` bytes (as tool text, L3), and whether the
+/// result was `isError`. `structuredContent` and every other block type are ignored: FastMCP's
+/// `return None` (`{"content":[],"structuredContent":{"result":null}}`) is an empty answer, not
+/// the objection `{"result":null}`.
+#[must_use]
+pub(crate) fn hook_answer(result: &Value, cap: usize) -> ToolOutput {
+    let is_error = result
+        .get("isError")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let text = result
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n");
+    ToolOutput {
+        text: elide_middle(text, cap),
+        is_error,
+    }
+}
+
 /// Approximate decoded size of base64 text, in bytes.
 fn base64_decoded_len(s: &str) -> usize {
     let t = s.trim_end_matches('=');
@@ -270,6 +296,31 @@ mod tests {
         assert!(out.is_error);
         let s = convert_result(&json!({"content":[],"structuredContent":{"k":1}}), 1024);
         assert_eq!(s.text, "{\"k\":1}");
+    }
+
+    #[test]
+    fn c40_hook_answer_is_content_text_only() {
+        // FastMCP `return None`: empty, never the structuredContent fallback.
+        let none = json!({"content":[],"structuredContent":{"result":null},"isError":false});
+        assert_eq!(
+            hook_answer(&none, 1024),
+            ToolOutput {
+                text: String::new(),
+                is_error: false
+            }
+        );
+        // FastMCP `return "fix it"` also mirrors the text in structuredContent: counted once.
+        let s = json!({"content":[{"type":"text","text":"fix it"}],"structuredContent":{"result":"fix it"}});
+        assert_eq!(hook_answer(&s, 1024).text, "fix it");
+        // Only text blocks, joined with a newline; images, links and resources are ignored.
+        let mixed = json!({"content":[{"type":"text","text":"a"},{"type":"image","mimeType":"image/png","data":"AAAA"},
+            {"type":"resource_link","uri":"file:///x"},{"type":"text","text":"b"}]});
+        assert_eq!(hook_answer(&mixed, 1024).text, "a\nb");
+        let only_structured = json!({"content":[],"structuredContent":{"objection":"tests fail"}});
+        assert_eq!(hook_answer(&only_structured, 1024).text, "");
+        let err = json!({"content":[{"type":"text","text":"boom"}],"isError":true});
+        assert!(hook_answer(&err, 1024).is_error);
+        assert_eq!(hook_answer(&json!({}), 1024).text, "");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::acp::{PermissionAnswer, chunk_update};
 use crate::agent::Agent;
 use crate::config::{LogLevel, PermissionMode};
 use crate::hooks::{
-    HookPoint, HookRound, MAX_REMINDERS, REPLY_GUARD_SERVER, REPLY_REMINDER, injection_pair,
+    HookPoint, HookRound, MAX_REMINDERS, REPLY_GUARD_SERVER, REPLY_REMINDER, append_injections,
 };
 use crate::ids::{
     HookRoundId, LlmCallId, McpRequestId, PermissionRequestId, ServerSlot, SessionId, TurnNo,
@@ -14,7 +14,8 @@ use crate::io::{Action, LlmEvent};
 use crate::jsonrpc::RpcError;
 use crate::jsonrpc::{self, RpcId};
 use crate::llm::{
-    LlmRequest, LlmResponse, Message, StopKind, StreamDecoder, StreamDelta, ToolCall, ToolDef,
+    ChatReasoningField, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
+    StreamDelta, ToolCall, ToolDef,
 };
 use crate::mcp::{McpRequest, Purpose, ToolCallRef, ToolRoute};
 use crate::permissions::PermissionRequest;
@@ -433,10 +434,7 @@ impl Agent {
         let Some(sess) = self.sessions.get(&sid) else {
             return;
         };
-        let model = sess
-            .model_override
-            .clone()
-            .unwrap_or_else(|| self.cfg.model.clone());
+        let model = self.model_of(sid);
         let summary_messages;
         let (system, messages) = match purpose {
             CallPurpose::Round => (self.cfg.system_prompt.as_deref(), &sess.history[..]),
@@ -455,7 +453,7 @@ impl Agent {
             tools: &defs,
             max_output_tokens: self.cfg.max_output_tokens,
         };
-        let request = provider::build_request(&self.cfg, &req);
+        let request = provider::build_request(&self.cfg, &req, &self.learned);
         let decoder = provider::decoder(&self.cfg, format!("call_{}", call.0));
         let idle = self.now().plus_ms(self.cfg.llm_timeout_ms);
         self.timers.clear_turn(sid);
@@ -646,6 +644,14 @@ impl Agent {
         }
     }
 
+    /// The model of `sid`'s requests: the session's override, else the configured one.
+    fn model_of(&self, sid: SessionId) -> String {
+        self.sessions
+            .get(&sid)
+            .and_then(|s| s.model_override.clone())
+            .unwrap_or_else(|| self.cfg.model.clone())
+    }
+
     fn http_failed(
         &mut self,
         sid: SessionId,
@@ -653,6 +659,12 @@ impl Agent {
         headers: &[(String, String)],
         body: &[u8],
     ) {
+        if self.cfg.provider == crate::config::ProviderKind::OpenAiChat {
+            let sent = provider::chat_options(&self.cfg, &self.model_of(sid), &self.learned);
+            if provider::wants_max_completion_tokens(status, body, &sent) {
+                return self.retry_with_max_completion_tokens(sid);
+            }
+        }
         let message = provider::error_message(body);
         match provider::classify_status(status, &message) {
             HttpFailure::Retryable => {
@@ -667,6 +679,24 @@ impl Agent {
                 self.attempt_failed(sid, format!("HTTP {status}: {message}"), false, None);
             }
         }
+    }
+
+    /// C41 / SPEC L7: the server rejected `max_tokens` and named `max_completion_tokens`:
+    /// remember the name for the process and send the same attempt again at once (once: the
+    /// retry already uses the new name, so the same answer cannot bring us here again).
+    fn retry_with_max_completion_tokens(&mut self, sid: SessionId) {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
+            return;
+        };
+        let Phase::Llm(a) = &turn.phase else { return };
+        let (call, attempt, purpose) = (a.call, a.attempt, a.purpose);
+        self.release_llm(call);
+        self.learned.max_completion_tokens = true;
+        self.log(
+            LogLevel::Warn,
+            "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
+        );
+        self.start_llm_attempt(sid, attempt, purpose);
     }
 
     /// One attempt failed: back off and retry when allowed (SPEC L5), else fail the prompt.
@@ -783,6 +813,13 @@ impl Agent {
                 sess.usage_mark = sess.history.len();
             }
         }
+        if resp.reasoning.contains(&ReasoningBlock::ChatField(
+            ChatReasoningField::ReasoningContent,
+        )) {
+            // L10: a DeepSeek-style server; its thinking mode wants the field on every
+            // assistant message of a turn that called tools, ours included.
+            self.learned.reasoning_content = true;
+        }
         let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
@@ -837,7 +874,8 @@ impl Agent {
                 self.start_tools(sid, tool_calls);
             }
             StopKind::EndTurn | StopKind::ToolUse => {
-                if !text.is_empty() || !thinking.is_empty() {
+                // L10: reasoning state alone (a redacted block) is kept too.
+                if !text.is_empty() || !thinking.is_empty() || !reasoning.is_empty() {
                     sess.history.push(Message::Assistant {
                         text,
                         thinking,
@@ -1266,11 +1304,7 @@ impl Agent {
         if used_reminder {
             turn.reminders += 1;
         }
-        for (server, text) in &texts {
-            sess.seq += 1;
-            let pair = injection_pair(round.point, server, text, sess.seq);
-            sess.history.extend(pair);
-        }
+        append_injections(&mut sess.history, round.point, &texts, &mut sess.seq);
         let n = texts.len();
         let (objections, budget) = (turn.objections, self.cfg.stop_max_rejections);
         self.log(LogLevel::Info, format!("hook: _Stop objected in session {sid} ({n} text(s)); objection {objections}/{budget}"));

@@ -1033,7 +1033,10 @@ impl<'a> Checker<'a> {
                     self.start_round("_PostCompact", t, false, meta, &mut fx.logs);
                     fx.round_started = Some("_PostCompact");
                 }
-                LlmReply::Tools { .. } | LlmReply::Status { .. } | LlmReply::Never => {
+                LlmReply::Tools { .. }
+                | LlmReply::Status { .. }
+                | LlmReply::Raw { .. }
+                | LlmReply::Never => {
                     // No summary text: truncation fallback.
                     self.stop_injections = None;
                     self.next_round(Inject::None, exp);
@@ -1096,7 +1099,7 @@ impl<'a> Checker<'a> {
                     turn.phase = PhaseM::Tools { pending, dispatch };
                 }
             }
-            LlmReply::Status { .. } | LlmReply::Never => {}
+            LlmReply::Status { .. } | LlmReply::Raw { .. } | LlmReply::Never => {}
         }
         Ok(())
     }
@@ -1722,6 +1725,21 @@ impl<'a> Checker<'a> {
             );
         }
         let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        // C61 / L10: strict chat templates' alternation — never two user or two assistant
+        // messages in a row, never a user message right after a tool result.
+        for (k, w) in msgs.windows(2).enumerate() {
+            let (a, b) = (&w[0]["role"], &w[1]["role"]);
+            ensure!(
+                !(a == b && (a == "user" || a == "assistant")),
+                "C61: two {a} messages in a row at {k}: {} / {}",
+                w[0],
+                w[1]
+            );
+            ensure!(
+                !(a == "tool" && b == "user"),
+                "L10: a user message right after a tool result at {k}"
+            );
+        }
         // I9: every assistant tool call has exactly one tool message, right after it, in order.
         let mut i = 0;
         let mut stop_pairs = 0;
@@ -1818,12 +1836,15 @@ impl<'a> Checker<'a> {
             }
             Inject::PostCompact(texts) => {
                 // H7: [summary, injections…, live prompt] — the very next request carries them.
+                // On the Chat wire (L10, C61) the summary and the prompt share one user message
+                // when nothing was injected, and a short assistant message closes the injected
+                // tool calls before the prompt.
                 let k = texts.len();
+                let expected = if k == 0 { 1 } else { 2 * k + 3 };
                 ensure!(
-                    msgs.len() == 2 * k + 2,
-                    "H7: {} messages after compaction, expected {}",
-                    msgs.len(),
-                    2 * k + 2
+                    msgs.len() == expected,
+                    "H7: {} messages after compaction, expected {expected}",
+                    msgs.len()
                 );
                 ensure!(
                     msgs[0]["content"]
@@ -1841,11 +1862,22 @@ impl<'a> Checker<'a> {
                         text,
                     )?;
                 }
+                let last = &msgs[expected - 1];
                 ensure!(
-                    msgs[2 * k + 1]["content"] == "do the task",
-                    "K1: the live prompt is not last: {}",
-                    msgs[2 * k + 1]
+                    last["role"] == "user"
+                        && last["content"]
+                            .as_str()
+                            .is_some_and(|c| c.ends_with("do the task")),
+                    "K1: the live prompt is not last: {last}"
                 );
+                if k > 0 {
+                    ensure!(
+                        msgs[2 * k + 1]["role"] == "assistant"
+                            && msgs[2 * k + 1].get("tool_calls").is_none(),
+                        "L10: no assistant message between the injections and the prompt: {}",
+                        msgs[2 * k + 1]
+                    );
+                }
             }
         }
         Ok(())

@@ -91,11 +91,8 @@ pub fn record_scripted_session(
     let replies = script();
     let expected_requests = replies.len();
     let llm = FakeLlm::scripted(replies);
-    let ctx = Ctx {
-        agent_bin: agent_bin.to_path_buf(),
-        // The scripted session runs no subcommand.
-        has_extras: false,
-    };
+    // The scripted session runs no subcommand.
+    let ctx = Ctx::new(agent_bin, false);
     let mut env = vec![
         ("MCP_HOOK_SERVERS", "guard"),
         ("BUZZ_AGENT_PERMISSION", "ask"),

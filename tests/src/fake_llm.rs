@@ -197,6 +197,57 @@ impl RecordedRequest {
             .collect()
     }
 
+    /// The visible text the assistant said together with the tool call `call_id`: Chat, the
+    /// `content` of the message holding the call; Anthropic, the text blocks of that turn;
+    /// Responses, the `output_text` of the assistant message items right before the call's
+    /// items. `None` when no such call is in the history.
+    pub fn assistant_text_with_call(&self, call_id: &str) -> Option<String> {
+        let items = self.messages();
+        match self.wire() {
+            Wire::Chat => items
+                .iter()
+                .find(|m| {
+                    m["tool_calls"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|c| c["id"] == call_id))
+                })
+                .map(|m| content_text(&m["content"])),
+            Wire::Anthropic => items
+                .iter()
+                .find(|m| {
+                    m["content"].as_array().is_some_and(|b| {
+                        b.iter()
+                            .any(|b| b["type"] == "tool_use" && b["id"] == call_id)
+                    })
+                })
+                .map(|m| {
+                    m["content"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|b| b["type"] == "text")
+                        .filter_map(|b| b["text"].as_str())
+                        .collect()
+                }),
+            Wire::Responses => {
+                let at = items
+                    .iter()
+                    .position(|i| i["type"] == "function_call" && i["call_id"] == call_id)?;
+                let mut text = String::new();
+                for item in items[..at].iter().rev() {
+                    match item["type"].as_str() {
+                        Some("function_call" | "reasoning") => {}
+                        Some("message") if item["role"] == "assistant" => {
+                            text.insert_str(0, &content_text(&item["content"]));
+                        }
+                        _ => break,
+                    }
+                }
+                Some(text)
+            }
+        }
+    }
+
     /// The text of the tool result answering the assistant tool call of that id.
     pub fn tool_result_for(&self, call_id: &str) -> Option<String> {
         self.tool_results()
@@ -212,35 +263,41 @@ impl RecordedRequest {
     /// message; Responses: `function_call_output` items after the `function_call` items.
     /// Panics with the history when not.
     pub fn assert_tool_calls_paired(&self) {
-        let msgs = self.messages();
-        let mut open: Vec<String> = Vec::new();
-        let fail = |why: String| -> ! {
+        if let Some(why) = self.pairing_error() {
             panic!(
                 "L4 violated ({:?} route): {why}\nhistory: {}",
                 self.wire(),
-                serde_json::to_string_pretty(&msgs).unwrap_or_default()
-            )
-        };
+                serde_json::to_string_pretty(&self.messages()).unwrap_or_default()
+            );
+        }
+    }
+
+    /// What breaks SPEC L4 in this request's history (see
+    /// [`RecordedRequest::assert_tool_calls_paired`]), or `None`.
+    pub fn pairing_error(&self) -> Option<String> {
+        let mut open: Vec<String> = Vec::new();
         for item in self.history_items() {
             match item {
                 HistoryItem::Result { msg, id, .. } => match open.iter().position(|o| *o == id) {
                     Some(p) => {
                         open.remove(p);
                     }
-                    None => fail(format!(
-                        "message {msg}: tool result {id:?} answers no open tool call"
-                    )),
+                    None => {
+                        return Some(format!(
+                            "message {msg}: tool result {id:?} answers no open tool call"
+                        ));
+                    }
                 },
                 HistoryItem::Other { msg, what } => {
                     if !open.is_empty() {
-                        fail(format!(
+                        return Some(format!(
                             "message {msg} ({what:?}) comes while tool calls {open:?} have no result"
                         ));
                     }
                 }
                 HistoryItem::Call { msg, id, .. } => {
                     if id.is_empty() || open.contains(&id) {
-                        fail(format!(
+                        return Some(format!(
                             "message {msg}: empty or repeated tool call id {id:?}"
                         ));
                     }
@@ -248,11 +305,8 @@ impl RecordedRequest {
                 }
             }
         }
-        if !open.is_empty() {
-            fail(format!(
-                "tool calls {open:?} have no result at the end of the history"
-            ));
-        }
+        (!open.is_empty())
+            .then(|| format!("tool calls {open:?} have no result at the end of the history"))
     }
 }
 
@@ -337,6 +391,7 @@ enum Body {
         finish: String,
         usage: Option<(u64, u64)>,
         done: bool,
+        style: Style,
         /// How many deltas the text and the thinking are split into.
         parts: usize,
     },
@@ -350,6 +405,20 @@ enum Body {
     },
 }
 
+/// How a scripted stream spells what real servers spell differently (the dialect profiles of
+/// [`crate::dialects`] set it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Style {
+    /// Anthropic: the thinking block's `signature_delta` (default `sig-fake`).
+    pub signature: Option<String>,
+    /// Responses: the reasoning item's `encrypted_content` (none by default).
+    pub encrypted_reasoning: Option<String>,
+    /// Chat: the delta field reasoning is streamed in (default `reasoning_content`).
+    pub reasoning_field: Option<&'static str>,
+    /// Chat: every tool call whole in one delta at `index: 0`, each with its own id (Ollama).
+    pub calls_at_index_0: bool,
+}
+
 /// What the fake LLM answers to one request.
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -357,7 +426,13 @@ pub struct Reply {
     split_every: Option<usize>,
     stall_after_ms: Option<u64>,
     cut_in_piece: Option<usize>,
+    /// Where to cut, decided when the stream is built in its wire format (and its dialect's
+    /// style): see [`Cut`].
+    cut: Option<Cut>,
     delay_ms: u64,
+    /// Not one of the scenario's requests: a dialect profile's rejection or injected error; left
+    /// out of [`FakeLlm::requests`] and of the handler's request index.
+    pub(crate) uncounted: bool,
     pace_ms: Option<u64>,
 }
 
@@ -371,9 +446,46 @@ impl Reply {
             split_every: None,
             stall_after_ms: None,
             cut_in_piece: None,
+            cut: None,
             delay_ms: 0,
+            uncounted: false,
             pace_ms: None,
         }
+    }
+
+    /// The reasoning text of a scripted reply.
+    pub fn thinking(&self) -> Option<&str> {
+        match &self.body {
+            Body::Scripted { thinking, .. } => thinking.as_deref(),
+            Body::RawSse(_) | Body::Status { .. } => None,
+        }
+    }
+
+    /// Whether this is a scripted reply (streamed in the request's wire format).
+    pub fn is_scripted(&self) -> bool {
+        matches!(self.body, Body::Scripted { .. })
+    }
+
+    /// Removes a scripted reply's reasoning.
+    pub fn without_thinking(mut self) -> Self {
+        if let Body::Scripted { thinking, .. } = &mut self.body {
+            *thinking = None;
+        }
+        self
+    }
+
+    /// Sets how a scripted reply spells its dialect details ([`Style`]).
+    pub fn with_style(mut self, new: Style) -> Self {
+        if let Body::Scripted { style, .. } = &mut self.body {
+            *style = new;
+        }
+        self
+    }
+
+    /// Marks the reply as not one of the scenario's requests (see [`Reply::uncounted`]).
+    pub(crate) fn uncounted(mut self) -> Self {
+        self.uncounted = true;
+        self
     }
 
     /// Streamed assistant text (several deltas) ending the turn. Chat: `content` deltas, finish
@@ -389,6 +501,7 @@ impl Reply {
             finish: "stop".into(),
             usage: Some((100, 10)),
             done: true,
+            style: Style::default(),
             parts: DEFAULT_PARTS,
         })
     }
@@ -419,6 +532,7 @@ impl Reply {
             finish: "tool_calls".into(),
             usage: Some((100, 10)),
             done: true,
+            style: Style::default(),
             parts: DEFAULT_PARTS,
         })
     }
@@ -510,6 +624,25 @@ impl Reply {
         self
     }
 
+    /// Like [`Reply::cut_in_piece`] with the piece chosen when the stream is built, after the
+    /// dialect's style is applied: the middle piece of the stream, or the first piece that
+    /// streams anything to the client (reasoning or text) when that comes earlier — so nothing
+    /// reached the client and the attempt may be retried (SPEC L5).
+    pub fn cut_in_middle(mut self) -> Self {
+        self.cut = Some(Cut::Middle);
+        self.stall_after_ms.get_or_insert(0);
+        self
+    }
+
+    /// Sends the pieces up to and including the first one that streams visible text, then
+    /// keeps the socket silent for `ms` and closes it without the terminating chunk: a stream
+    /// the client sees start, on every route and in every dialect.
+    pub fn stall_after_first_text(mut self, ms: u64) -> Self {
+        self.cut = Some(Cut::AfterFirstText);
+        self.stall_after_ms = Some(ms);
+        self
+    }
+
     /// Waits `ms` before sending the response head.
     pub fn delay_ms(mut self, ms: u64) -> Self {
         self.delay_ms = ms;
@@ -548,6 +681,7 @@ impl Reply {
                 finish,
                 usage,
                 done,
+                style,
                 parts,
             } => {
                 let s = Script {
@@ -557,6 +691,7 @@ impl Reply {
                     finish,
                     usage: *usage,
                     done: *done,
+                    style,
                     parts: *parts,
                 };
                 match wire {
@@ -571,6 +706,52 @@ impl Reply {
     }
 }
 
+/// A cut chosen at serve time (see [`Reply::cut_in_middle`], [`Reply::stall_after_first_text`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Half of the middle piece, or of the first piece streaming reasoning or text if earlier.
+    Middle,
+    /// Everything up to the first piece with visible text, whole.
+    AfterFirstText,
+}
+
+/// Whether an SSE piece streams visible text (Chat `delta.content`, Anthropic `text_delta`,
+/// Responses `response.output_text.delta`).
+fn streams_text(piece: &str) -> bool {
+    if piece.contains("\"text_delta\"") || piece.contains("response.output_text.delta") {
+        return true;
+    }
+    piece
+        .strip_prefix("data: ")
+        .and_then(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .is_some_and(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|c| !c.is_empty())
+        })
+}
+
+/// Whether an SSE piece streams anything the client is shown: text or reasoning.
+fn streams_to_client(piece: &str) -> bool {
+    let reasoning = [
+        "\"thinking_delta\"",
+        "reasoning_summary_text.delta",
+        "reasoning_text.delta",
+    ];
+    if streams_text(piece) || reasoning.iter().any(|r| piece.contains(r)) {
+        return true;
+    }
+    piece
+        .strip_prefix("data: ")
+        .and_then(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .is_some_and(|v| {
+            let delta = &v["choices"][0]["delta"];
+            ["reasoning_content", "reasoning"]
+                .iter()
+                .any(|f| delta[f].as_str().is_some_and(|c| !c.is_empty()))
+        })
+}
+
 /// The parts of a scripted stream.
 struct Script<'a> {
     text: Option<&'a str>,
@@ -579,6 +760,7 @@ struct Script<'a> {
     finish: &'a str,
     usage: Option<(u64, u64)>,
     done: bool,
+    style: &'a Style,
     parts: usize,
 }
 
@@ -611,6 +793,7 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
         finish,
         usage,
         done,
+        style,
         parts,
     } = *s;
     let mut out = vec![chunk(
@@ -618,8 +801,9 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
         Value::Null,
     )];
     if let Some(thinking) = thinking {
+        let field = style.reasoning_field.unwrap_or("reasoning_content");
         for piece in split_chars(thinking, parts) {
-            out.push(chunk(json!({"reasoning_content": piece}), Value::Null));
+            out.push(chunk(json!({field: piece}), Value::Null));
         }
     }
     if let Some(text) = text {
@@ -628,6 +812,13 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
         }
     }
     for (index, (id, name, args)) in calls.iter().enumerate() {
+        if style.calls_at_index_0 {
+            // Ollama: each call whole, with its own id, all at index 0 (case C37).
+            let call = json!({"index": 0, "id": id, "type": "function",
+                              "function": {"name": name, "arguments": args}});
+            out.push(chunk(json!({"tool_calls": [call]}), Value::Null));
+            continue;
+        }
         let mut pieces = split_chars(args, 3);
         while pieces.len() < 2 {
             pieces.push(String::new());
@@ -721,9 +912,10 @@ fn anthropic_events(s: &Script<'_>) -> Vec<String> {
                 json!({"type": "thinking_delta", "thinking": piece}),
             ));
         }
+        let signature = s.style.signature.as_deref().unwrap_or("sig-fake");
         out.push(delta(
             index,
-            json!({"type": "signature_delta", "signature": "sig-fake"}),
+            json!({"type": "signature_delta", "signature": signature}),
         ));
         out.push(stop(index));
         index += 1;
@@ -794,6 +986,11 @@ fn responses_events(s: &Script<'_>) -> Vec<String> {
     let mut index = 0u64;
     if let Some(thinking) = s.thinking {
         let item = json!({"id": "rs_fake", "type": "reasoning", "summary": []});
+        let mut done_item = json!({"id": "rs_fake", "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": thinking}]});
+        if let Some(enc) = &s.style.encrypted_reasoning {
+            done_item["encrypted_content"] = json!(enc);
+        }
         out.push(event(
             "response.output_item.added",
             json!({"output_index": index, "item": item}),
@@ -812,9 +1009,9 @@ fn responses_events(s: &Script<'_>) -> Vec<String> {
         }
         out.push(event(
             "response.output_item.done",
-            json!({"output_index": index, "item": item}),
+            json!({"output_index": index, "item": done_item}),
         ));
-        output.push(item);
+        output.push(done_item);
         index += 1;
     }
     if let Some(text) = s.text {
@@ -912,7 +1109,12 @@ fn responses_events(s: &Script<'_>) -> Vec<String> {
 type Handler = dyn Fn(usize, &RecordedRequest) -> Reply + Send + Sync + 'static;
 
 struct Shared {
+    /// The scenario's requests (counted replies only).
     requests: Mutex<Vec<RecordedRequest>>,
+    /// Every request, rejected and injected-error attempts included.
+    all_requests: Mutex<Vec<RecordedRequest>>,
+    /// Numbering, answering and recording of one request happen under this lock.
+    order: Mutex<()>,
     handler: Box<Handler>,
     stop: AtomicBool,
     options: Options,
@@ -967,6 +1169,8 @@ pub struct FakeLlm {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    /// The dialect profile it speaks ([`FakeLlm::dialect`]), if any.
+    pub(crate) dialect: Option<crate::dialects::Dialect>,
 }
 
 /// Body of the 500 answered when a script runs out.
@@ -1002,6 +1206,8 @@ impl FakeLlm {
         let addr = listener.local_addr().expect("fake llm: local addr");
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
+            all_requests: Mutex::new(Vec::new()),
+            order: Mutex::new(()),
             handler: Box::new(handler),
             stop: AtomicBool::new(false),
             options,
@@ -1033,7 +1239,13 @@ impl FakeLlm {
             addr,
             shared,
             accept: Some(accept),
+            dialect: None,
         }
+    }
+
+    /// The dialect profile this server speaks, if any.
+    pub fn dialect_profile(&self) -> Option<crate::dialects::Dialect> {
+        self.dialect
     }
 
     /// `http://127.0.0.1:PORT/v1`, the value for `OPENAI_COMPAT_BASE_URL`.
@@ -1046,7 +1258,18 @@ impl FakeLlm {
         format!("http://{}", self.addr)
     }
 
-    /// The requests received so far, in arrival order.
+    /// Every request received so far, in arrival order, including those a dialect profile
+    /// rejected or answered with an injected error ([`FakeLlm::requests`] leaves them out).
+    pub fn all_requests(&self) -> Vec<RecordedRequest> {
+        self.shared
+            .all_requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// The requests received so far, in arrival order (a dialect profile's rejected and
+    /// injected-error attempts left out).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared
             .requests
@@ -1262,15 +1485,24 @@ fn serve_request(
 ) -> std::io::Result<Served> {
     shared.body_bytes.fetch_add(wire_bytes, Ordering::Relaxed);
     shared.largest_body.fetch_max(wire_bytes, Ordering::Relaxed);
-    let index = {
-        let mut all = shared
-            .requests
+    let (index, reply) = {
+        let _order = shared
+            .order
             .lock()
             .map_err(|_| std::io::Error::other("poisoned"))?;
-        all.push(req.clone());
-        all.len() - 1
+        let poisoned = |_| std::io::Error::other("poisoned");
+        let index = shared.requests.lock().map_err(poisoned)?.len();
+        let reply = (shared.handler)(index, &req);
+        shared
+            .all_requests
+            .lock()
+            .map_err(poisoned)?
+            .push(req.clone());
+        if !reply.uncounted {
+            shared.requests.lock().map_err(poisoned)?.push(req.clone());
+        }
+        (index, reply)
     };
-    let reply = (shared.handler)(index, &req);
     sleep_unless_stopped(reply.delay_ms, shared);
     let connection = if close { "connection: close\r\n" } else { "" };
     match &reply.body {
@@ -1307,7 +1539,15 @@ fn serve_request(
             )?;
             conn.flush()?;
             let wire = req.wire();
-            let pieces: Vec<Vec<u8>> = match (reply.split_every, reply.cut_in_piece) {
+            let cut_in_piece = match reply.cut {
+                Some(Cut::Middle) => {
+                    let pieces = reply.sse_pieces_for(wire);
+                    let first = pieces.iter().position(|p| streams_to_client(p));
+                    Some(first.unwrap_or(usize::MAX).min(pieces.len() / 2))
+                }
+                Some(Cut::AfterFirstText) | None => reply.cut_in_piece,
+            };
+            let pieces: Vec<Vec<u8>> = match (reply.split_every, cut_in_piece) {
                 (Some(n), _) => {
                     let all: Vec<u8> = reply.sse_pieces_for(wire).concat().into_bytes();
                     all.chunks(n).map(<[u8]>::to_vec).collect()
@@ -1324,11 +1564,15 @@ fn serve_request(
                     }
                     pieces
                 }
-                (None, None) => reply
-                    .sse_pieces_for(wire)
-                    .into_iter()
-                    .map(String::into_bytes)
-                    .collect(),
+                (None, None) => {
+                    let mut pieces = reply.sse_pieces_for(wire);
+                    if reply.cut == Some(Cut::AfterFirstText)
+                        && let Some(at) = pieces.iter().position(|p| streams_text(p))
+                    {
+                        pieces.truncate(at + 1);
+                    }
+                    pieces.into_iter().map(String::into_bytes).collect()
+                }
             };
             let mut chunk = Vec::new();
             for (k, piece) in pieces.into_iter().enumerate() {

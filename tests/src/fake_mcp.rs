@@ -27,6 +27,10 @@ pub enum StopMode {
     /// the held one is answered first (late, with the objection text), then the new one at once
     /// with `""` — a late reply written while the next call is pending (case C30 b/c).
     Late,
+    /// Answers as a FastMCP `-> str | None` tool does: an objection as a text block mirrored in
+    /// `structuredContent: {"result": text}`, no objection as `return None`:
+    /// `{"content":[],"structuredContent":{"result":null}}` (case C40).
+    FastMcp,
 }
 
 /// The whole behaviour, read from the environment once at start.
@@ -49,7 +53,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_STOP_TEXT` | objection text (default `tests are still red`) |
 /// | `FAKE_MCP_STOP_OBJECT_TIMES` | N: the first N `_Stop` calls object, later ones answer `""`; `always` (default) |
 /// | `FAKE_MCP_STOP_DELAY_MS` | delay before each `_Stop` reply |
-/// | `FAKE_MCP_STOP_MODE` | `text` (default), `error`, `iserror`, `hang`, `late` (see [`StopMode::Late`]) |
+/// | `FAKE_MCP_STOP_MODE` | `text` (default), `error`, `iserror`, `hang`, `late` (see [`StopMode::Late`]), `fastmcp` (see [`StopMode::FastMcp`]) |
 /// | `FAKE_MCP_POSTCOMPACT_TEXT` | set (even empty): exposes `_PostCompact` answering it |
 /// | `FAKE_MCP_POSTCOMPACT_DELAY_MS` | delay before each `_PostCompact` reply |
 /// | `FAKE_MCP_CALL_LOG=path` | appends every received line, flushed |
@@ -122,6 +126,7 @@ impl Config {
             Some("iserror") => StopMode::IsError,
             Some("hang") => StopMode::Hang,
             Some("late") => StopMode::Late,
+            Some("fastmcp") => StopMode::FastMcp,
             _ => StopMode::Text,
         };
         Config {
@@ -559,6 +564,16 @@ impl Server {
                     StopMode::IsError => ok(id, text_result(text, true)),
                     StopMode::Error => err(id, -32000, "stop hook failed on purpose"),
                     StopMode::Hang => return,
+                    StopMode::FastMcp if objects => ok(
+                        id,
+                        json!({"content": [{"type": "text", "text": text}],
+                               "structuredContent": {"result": text}, "isError": false}),
+                    ),
+                    StopMode::FastMcp => ok(
+                        id,
+                        json!({"content": [], "structuredContent": {"result": null},
+                               "isError": false}),
+                    ),
                     StopMode::Late => {
                         let mut held = self.held_stop.lock().unwrap_or_else(|e| e.into_inner());
                         if n % 2 == 1 {

@@ -2,7 +2,8 @@
 //! shares: stdout carries JSON-RPC frames only (SPEC T2), each request is answered once (I7),
 //! logs carry no secret (P2), no process outlives the agent (M8).
 
-use crate::fake_llm::{FakeLlm, Wire};
+use crate::dialects::{Dialect, Violations};
+use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, Wire};
 use crate::procfs;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -24,14 +25,66 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Ctx {
     /// The agent binary under test.
     pub agent_bin: PathBuf,
+    /// The dialect profile the fake LLMs of [`Ctx::fake_llm`] speak (a `dialects::…` trial),
+    /// or `None` for the textbook protocol.
+    pub dialect: Option<Dialect>,
+    /// The rules the agent broke under [`Ctx::dialect`] (checked by the trial after the
+    /// scenario).
+    pub violations: Violations,
     /// The binary has the `demo`, `example-server` and `hooks check` subcommands (the
     /// `extras` feature of `buzz-agent-runtime`; the minimal binary leaves it off).
     pub has_extras: bool,
 }
 
 impl Ctx {
+    /// The context of the plain (textbook) suite; `has_extras` as [`Ctx::has_extras`].
+    pub fn new(agent_bin: impl Into<PathBuf>, has_extras: bool) -> Ctx {
+        Ctx {
+            agent_bin: agent_bin.into(),
+            has_extras,
+            dialect: None,
+            violations: Violations::default(),
+        }
+    }
+
+    /// The provider route of this run: the dialect's, else Chat Completions.
+    pub fn wire(&self) -> Wire {
+        self.dialect.map_or(Wire::Chat, Dialect::wire)
+    }
+
+    /// The model the agent is configured with in this run.
+    pub fn model(&self) -> &'static str {
+        self.dialect.map_or("test-model", Dialect::model)
+    }
+
+    /// A fake LLM answering the n-th request with the n-th reply (past the end, HTTP 500 with
+    /// [`crate::fake_llm::EXHAUSTED_BODY`]), speaking [`Ctx::dialect`].
+    pub fn fake_llm(&self, replies: Vec<Reply>) -> FakeLlm {
+        self.fake_llm_with(move |i, _| {
+            replies.get(i).cloned().unwrap_or_else(|| {
+                Reply::status(
+                    500,
+                    vec![("content-type", "application/json")],
+                    crate::fake_llm::EXHAUSTED_BODY,
+                )
+            })
+        })
+    }
+
+    /// A fake LLM answering by `handler`, speaking [`Ctx::dialect`].
+    pub fn fake_llm_with(
+        &self,
+        handler: impl Fn(usize, &RecordedRequest) -> Reply + Send + Sync + 'static,
+    ) -> FakeLlm {
+        match self.dialect {
+            Some(d) => FakeLlm::dialect(d, self.violations.clone(), handler),
+            None => FakeLlm::with_handler(handler),
+        }
+    }
+
     /// Spawns the agent with [`agent_env`] for `llm` plus `extra` (which wins), its process
-    /// working directory `cwd`.
+    /// working directory `cwd`. A fake LLM speaking a dialect profile is reached on the
+    /// profile's route with its model ([`dialect_env`]).
     pub fn agent(&self, llm: &FakeLlm, extra: &[(&str, &str)], cwd: &Path) -> AgentProc {
         self.agent_with_stderr(llm, extra, cwd, StderrMode::Read)
     }
@@ -44,7 +97,10 @@ impl Ctx {
         cwd: &Path,
         stderr: StderrMode,
     ) -> AgentProc {
-        let mut env = agent_env(llm);
+        let mut env = match llm.dialect_profile() {
+            Some(d) => dialect_env(d, &llm.origin()),
+            None => agent_env(llm),
+        };
         for (k, v) in extra {
             env.retain(|(name, _)| name != k);
             env.push((k.to_string(), v.to_string()));
@@ -61,6 +117,9 @@ impl Ctx {
         extra: &[(&str, &str)],
         cwd: &Path,
     ) -> AgentProc {
+        if llm.dialect_profile().is_some() {
+            return self.agent(llm, extra, cwd);
+        }
         self.agent_at(wire, &llm.origin(), extra, cwd)
     }
 
@@ -122,6 +181,23 @@ pub fn env_for_origin(wire: Wire, origin: &str) -> Vec<(String, String)> {
         .chain(common)
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+}
+
+/// The agent's environment against a server at `origin` speaking `dialect`: its route
+/// ([`env_for_origin`]) and its model.
+pub fn dialect_env(dialect: Dialect, origin: &str) -> Vec<(String, String)> {
+    let mut env = env_for_origin(dialect.wire(), origin);
+    let var = match dialect.wire() {
+        Wire::Anthropic => "ANTHROPIC_MODEL",
+        Wire::Chat | Wire::Responses => "OPENAI_COMPAT_MODEL",
+    };
+    env.retain(|(k, _)| k != var);
+    env.push((var.to_string(), dialect.model().to_string()));
+    if dialect == Dialect::InBandErrors {
+        // Every request's first attempt fails in-band: one more attempt than the default.
+        env.push(("BUZZ_AGENT_LLM_MAX_ATTEMPTS".to_string(), "4".to_string()));
+    }
+    env
 }
 
 /// The agent's environment for a session against `llm`: OpenAI-compatible provider, the secret

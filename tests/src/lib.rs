@@ -10,6 +10,7 @@
 //! built without them. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
 
 pub mod bench;
+pub mod dialects;
 pub mod differential;
 pub mod fake_llm;
 pub mod fake_mcp;
@@ -36,10 +37,7 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
     if args.test_threads.is_none() {
         args.test_threads = Some(2);
     }
-    let ctx = Ctx {
-        agent_bin: agent_bin.into(),
-        has_extras,
-    };
+    let ctx = Ctx::new(agent_bin, has_extras);
     let trial = |(name, scenario): (&'static str, Scenario)| {
         let ctx = ctx.clone();
         Trial::test(name, move || {
@@ -64,8 +62,44 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
             Trial::ignorable_test(name, move || Ok(Completion::ignored_with(why)))
         }));
     }
+    trials.extend(dialect_trials(agent_bin, has_extras));
     trials.extend(peers::trials(&ctx));
     libtest_mimic::run(&args, trials).exit();
+}
+
+/// The dialect matrix: every scenario of [`scenarios::dialect_matrix`] under every
+/// [`dialects::Dialect`] profile, named `dialects::<profile>::<scenario>`. A trial fails with
+/// the broken rules when the agent sent a request the profile's server rejects, whatever the
+/// scenario itself concluded.
+fn dialect_trials(agent_bin: &str, has_extras: bool) -> Vec<libtest_mimic::Trial> {
+    let mut trials = Vec::new();
+    for dialect in dialects::Dialect::ALL {
+        for (name, scenario) in scenarios::dialect_matrix() {
+            let ctx = Ctx {
+                dialect: Some(dialect),
+                ..Ctx::new(agent_bin, has_extras)
+            };
+            let trial_name = format!("dialects::{}::{name}", dialect.name());
+            trials.push(libtest_mimic::Trial::test(trial_name, move || {
+                let outcome =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&ctx)));
+                let broken = ctx.violations.lock().map(|v| v.clone()).unwrap_or_default();
+                if !broken.is_empty() {
+                    return Err(format!(
+                        "the agent sent {} request(s) this server rejects:\n  {}",
+                        broken.len(),
+                        broken.join("\n  ")
+                    )
+                    .into());
+                }
+                match outcome {
+                    Ok(()) => Ok(()),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }));
+        }
+    }
+    trials
 }
 
 /// With `BUZZ_E2E_ROLE=fake-mcp` in the environment, becomes the fake MCP server and never

@@ -2,8 +2,12 @@
 //! the reference MCP server `@modelcontextprotocol/server-everything` serves it. Both come from
 //! `tests/package.json` (exact versions, `npm ci` in `tests/`). The PyPI mock LLM server
 //! `fakellm` (`tests/requirements.txt`, installed into `tests/.venv`) answers the agent on the
-//! Anthropic and the Chat Completions routes. Without the installed file a peer scenario is
-//! reported ignored with the reason — unless `CI` is set, where it fails.
+//! Anthropic and the Chat Completions routes. Hook servers written with the official Python MCP
+//! SDK (FastMCP of 1.x from `tests/requirements-mcp1.txt` in `tests/.venv-mcp1`, MCPServer of
+//! 2.x) and with the `fastmcp` package (`tests/examples/hooks/`) answer `_Stop` and
+//! `_PostCompact`; the official Python ACP SDK drives the agent as a client. Without the
+//! installed file a peer scenario is reported ignored with the reason — unless `CI` is set,
+//! where it fails.
 
 use crate::fake_llm::{FakeLlm, Reply, Wire};
 use crate::fake_mcp;
@@ -49,6 +53,31 @@ pub fn venv() -> PathBuf {
 
 const FAKELLM_BIN: &str = "bin/fakellm";
 
+/// `tests/.venv-mcp1` of this crate: the official Python MCP SDK 1.x (FastMCP API) of
+/// `tests/requirements-mcp1.txt` (mcp 2.x, in `tests/.venv`, removed that module).
+pub fn venv_mcp1() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-mcp1")
+}
+
+/// `rel` inside the `site-packages` of `venv` (whatever its Python version), or where it would
+/// be when the package is not installed.
+pub fn site_file(venv: &Path, rel: &str) -> PathBuf {
+    let lib = venv.join("lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|dir| {
+        dir.flatten()
+            .map(|e| e.path().join("site-packages").join(rel))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| lib.join("python3").join("site-packages").join(rel))
+}
+
+/// `tests/examples/<rel>` of this crate.
+fn example(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(rel)
+}
+
 /// The peer trials: each needs one installed file (from `node_modules` or `.venv`).
 pub fn trials(ctx: &Ctx) -> Vec<Trial> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).display().to_string();
@@ -56,7 +85,34 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
     let pip = format!(
         "run `python3 -m venv .venv && .venv/bin/pip install -r requirements.txt` in {dir}"
     );
-    let list: [(&str, PathBuf, &str, Peer); 4] = [
+    let pip_mcp1 = format!(
+        "run `python3 -m venv .venv-mcp1 && .venv-mcp1/bin/pip install -r requirements-mcp1.txt` in {dir}"
+    );
+    let list: [(&str, PathBuf, &str, Peer); 8] = [
+        (
+            "peers::h3_c40_fastmcp_v1_hooks_string_empty_none_raise",
+            site_file(&venv_mcp1(), "mcp/server/fastmcp/__init__.py"),
+            &pip_mcp1,
+            hooks_fastmcp_v1,
+        ),
+        (
+            "peers::h3_c40_mcpserver_v2_hooks_string_empty_none_raise",
+            site_file(&venv(), "mcp/server/mcpserver/__init__.py"),
+            &pip,
+            hooks_mcpserver_v2,
+        ),
+        (
+            "peers::h3_c40_fastmcp_package_hooks_string_empty_none_raise",
+            site_file(&venv(), "fastmcp/__init__.py"),
+            &pip,
+            hooks_fastmcp_package,
+        ),
+        (
+            "peers::acp_python_sdk_spawn_agent_process_tool_call_and_objection",
+            site_file(&venv(), "acp/__init__.py"),
+            &pip,
+            acp_python_sdk_drives_a_tool_call_and_an_objection,
+        ),
         (
             "peers::acpx_drives_the_agent_through_one_tool_call",
             node_modules().join(ACPX_CLI),
@@ -474,4 +530,227 @@ fn fakellm_one_tool_call(ctx: &Ctx, bin: &Path, wire: Wire, api: &str) {
          recognised: {stats}"
     );
     agent.finish();
+}
+
+/// The hook servers of `tests/examples/hooks/` on a real Python framework (SPEC H3, H5, H6, H7;
+/// case C40): four servers of one script, `HOOK_MODE` = `string`, `empty` (`return ""`), `none`
+/// (`return None`) and `raise`. A prompt larger than the context compacts first, so
+/// `_PostCompact` runs, then `_Stop` runs twice. Expected: only the `string` server's texts
+/// reach the model — `_PostCompact`'s in the round after the summary, `_Stop`'s (first call
+/// only) in the next round; `""` and `None` are `empty` (C40: no bogus objection), a raise is
+/// `error` (fail-open); end_turn with `stopObjections: 1` after 3 LLM calls.
+fn python_hook_framework(ctx: &Ctx, python: &Path, script: &str, framework: &str) {
+    let s = Scratch::new();
+    let script = example(script);
+    let llm = FakeLlm::with_handler(|_, req| {
+        if req.tool_names().is_empty() {
+            Reply::text("SUMMARY: the user asked for a long task; nothing done yet.")
+        } else {
+            Reply::text("All done.")
+        }
+    });
+    let agent = ctx.agent(
+        &llm,
+        &[
+            ("MCP_HOOK_SERVERS", "*"),
+            ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "20000"),
+            ("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "60"),
+            ("BUZZ_AGENT_MAX_CONTEXT_TOKENS", "6000"),
+            ("BUZZ_AGENT_MAX_OUTPUT_TOKENS", "1000"),
+        ],
+        &s.ws,
+    );
+    agent.initialize();
+    let modes = ["string", "empty", "none", "raise"];
+    let servers: Vec<Value> = modes
+        .iter()
+        .map(|mode| {
+            json!({"name": mode, "command": path_str(python), "args": [path_str(&script)],
+                   "env": [{"name": "HOOK_MODE", "value": mode}]})
+        })
+        .collect();
+    let sid = agent.new_session(&s.ws, Value::Array(servers));
+    let prompt = format!("{} Now finish.", "Do the long task. ".repeat(360));
+    let r = agent.request_timeout(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": prompt}]}),
+        Duration::from_secs(120),
+    );
+    let res = agent.result(&r);
+    assert_eq!(res["stopReason"], "end_turn", "{framework}: {r}");
+    assert_eq!(
+        res["_meta"]["buzz"]["stopObjections"], 1,
+        "{framework}: only the string hook objects, once: {r}"
+    );
+    let reqs = llm.requests();
+    assert_eq!(
+        reqs.len(),
+        3,
+        "{framework}: summary, the round after it, the round after the objection"
+    );
+    assert!(
+        reqs[0].tool_names().is_empty(),
+        "the summary call comes first"
+    );
+    let injected = |req: &crate::fake_llm::RecordedRequest, point: &str| -> Vec<(String, Value)> {
+        req.assistant_tool_calls()
+            .into_iter()
+            .filter(|(_, name, _)| name.ends_with(&format!("__{point}")))
+            .map(|(id, name, _)| {
+                let text = req.tool_result_for(&id).unwrap_or_default();
+                (name, serde_json::from_str(&text).unwrap_or(Value::Null))
+            })
+            .collect()
+    };
+    assert_eq!(
+        injected(&reqs[1], "_PostCompact"),
+        [(
+            "string___PostCompact".to_string(),
+            json!({"hook": "_PostCompact", "server": "string",
+                   "text": format!("POSTCOMPACT from {framework}")})
+        )],
+        "{framework}: H7, only the string answer is injected"
+    );
+    assert_eq!(
+        injected(&reqs[2], "_Stop"),
+        [(
+            "string___Stop".to_string(),
+            json!({"hook": "_Stop", "server": "string", "text": format!("STOP from {framework}")})
+        )],
+        "{framework}: H6, the objection reaches the next request"
+    );
+    for req in &reqs {
+        req.assert_tool_calls_paired();
+        assert!(
+            !req.body.to_string().contains("\"result\":null"),
+            "{framework}: C40, structuredContent never reaches the model"
+        );
+    }
+    let err = agent.stderr_text();
+    for point in ["_PostCompact", "_Stop"] {
+        for (server, outcome) in [
+            ("string", "objection"),
+            ("empty", "empty"),
+            ("none", "empty"),
+            ("raise", "error"),
+        ] {
+            let needle = format!("point={point} server={server} outcome={outcome}");
+            assert!(
+                err.contains(&needle),
+                "{framework}: H9 {needle:?} missing{}",
+                agent.context()
+            );
+        }
+    }
+    agent.finish();
+}
+
+fn hooks_fastmcp_v1(ctx: &Ctx, _: &Path) {
+    let python = venv_mcp1().join("bin").join("python");
+    python_hook_framework(ctx, &python, "hooks/fastmcp_v1_hooks.py", "fastmcp-v1");
+}
+
+fn hooks_mcpserver_v2(ctx: &Ctx, _: &Path) {
+    let python = venv().join("bin").join("python");
+    python_hook_framework(ctx, &python, "hooks/mcpserver_v2_hooks.py", "mcpserver-v2");
+}
+
+fn hooks_fastmcp_package(ctx: &Ctx, _: &Path) {
+    let python = venv().join("bin").join("python");
+    python_hook_framework(ctx, &python, "hooks/fastmcp_hooks.py", "fastmcp");
+}
+
+/// The official Python ACP SDK as the client, launching the agent with its own
+/// `spawn_agent_process()` (`tests/examples/acp_sdk_client.py`): permission `ask`, one
+/// `fs__echo` call (asked for and allowed once), a `_Stop` objection, then `end_turn` —
+/// everything parsed by the SDK's own schema models. The SDK pipes the agent's stderr and never
+/// reads it (case C51); the agent logs at `debug` all the same, which must never block it.
+fn acp_python_sdk_drives_a_tool_call_and_an_objection(ctx: &Ctx, _: &Path) {
+    let s = Scratch::new();
+    let log = s.file("calls.log");
+    let llm = FakeLlm::scripted(vec![
+        Reply::tool_calls(vec![(
+            "call_1",
+            "fs__echo",
+            json!({"text": "from the SDK"}),
+        )]),
+        Reply::text("All done."),
+        Reply::text("Checked; done now."),
+    ]);
+    let servers = json!([
+        fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)]),
+        fake_mcp_entry(
+            "guard",
+            &[
+                ("FAKE_MCP_STOP", "1"),
+                ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+                ("FAKE_MCP_STOP_TEXT", "run the tests first"),
+            ]
+        ),
+    ]);
+    let python = venv().join("bin").join("python");
+    let mut cmd = Command::new(&python);
+    cmd.arg(example("acp_sdk_client.py"))
+        .arg(&ctx.agent_bin)
+        .arg(&s.ws)
+        .arg(servers.to_string())
+        .arg("Echo 'from the SDK', then finish.")
+        .current_dir(&s.ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", s.dir.path());
+    for (k, v) in agent_env(&llm) {
+        cmd.env(k, v);
+    }
+    cmd.env("BUZZ_AGENT_PERMISSION", "ask")
+        .env("BUZZ_AGENT_LOG", "debug")
+        .env("MCP_HOOK_SERVERS", "guard");
+    let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+    let context = format!("\n--- client stdout:\n{out}\n--- client stderr:\n{err}");
+    assert_eq!(code, Some(0), "the SDK client exit status{context}");
+    let report: Value = out
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON report{context}"));
+    assert_eq!(
+        report["response"]["stopReason"], "end_turn",
+        "{report}{context}"
+    );
+    assert_eq!(
+        report["response"]["_meta"]["buzz"]["stopObjections"], 1,
+        "{report}"
+    );
+    assert!(
+        report["initialize"]["protocolVersion"].as_u64().is_some(),
+        "{report}"
+    );
+    assert_eq!(
+        report["permissions"].as_array().map(Vec::len),
+        Some(1),
+        "one permission ask, for fs__echo: {report}"
+    );
+    let updates: Vec<Value> = report["updates"].as_array().cloned().unwrap_or_default();
+    let terminal = assert_tool_updates_well_formed(&updates);
+    assert_eq!(
+        terminal.len(),
+        1,
+        "hooks are never tool calls (H8): {updates:#?}"
+    );
+    assert_eq!(terminal[0]["status"], "completed");
+    assert_eq!(tool_update_text(&terminal[0]), "from the SDK");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3, "tool round, objection, end{context}");
+    let objection = reqs[2]
+        .assistant_tool_calls()
+        .into_iter()
+        .find(|(_, name, _)| name == "guard___Stop")
+        .and_then(|(id, _, _)| reqs[2].tool_result_for(&id))
+        .unwrap_or_default();
+    assert_eq!(
+        objection,
+        r#"{"hook":"_Stop","server":"guard","text":"run the tests first"}"#
+    );
+    let logged = fake_mcp::read_call_log(Path::new(&log));
+    assert_eq!(fake_mcp::count_calls(&logged, "echo"), 1);
 }

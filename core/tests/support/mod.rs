@@ -59,6 +59,8 @@ pub enum LlmReply {
     Status { status: u16, delay_ms: u64 },
     /// No answer at all (the idle timeout will fire).
     Never,
+    /// A status and a body sent verbatim (any route's SSE, or a provider's own error body).
+    Raw { status: u16, body: String },
 }
 
 impl LlmReply {
@@ -585,7 +587,7 @@ impl World {
                 LlmEvent::Head { .. } => return,
                 LlmEvent::Body(b) => {
                     let status = self.llm_replies.get(call).map_or(0, |r| match r {
-                        LlmReply::Status { status, .. } => *status,
+                        LlmReply::Status { status, .. } | LlmReply::Raw { status, .. } => *status,
                         LlmReply::Text { .. }
                         | LlmReply::Finish { .. }
                         | LlmReply::Tools { .. }
@@ -868,6 +870,7 @@ impl World {
                 let b = json!({"error": {"message": format!("scripted status {status}"), "type": "server_error"}});
                 (*status, b.to_string().into_bytes(), *delay_ms)
             }
+            LlmReply::Raw { status, body } => (*status, body.clone().into_bytes(), 0),
             LlmReply::Never => return,
         };
         let at = self.now.plus_ms(delay);

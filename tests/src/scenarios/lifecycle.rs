@@ -546,14 +546,6 @@ fn expect_cancelled(agent: &AgentProc, sid: &str, prompt: &Value, since: Instant
     assert_updates_precede_response(agent, sid, prompt);
 }
 
-/// A SSE chunk with assistant text and no finish (the stream goes on).
-fn partial_text_chunk(text: &str) -> String {
-    let obj = json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1,
-        "model": "test-model",
-        "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": null}]});
-    format!("data: {obj}\n\n")
-}
-
 /// After a cancelled prompt, the next one runs to `end_turn` with a provider-valid request.
 fn next_prompt_works(agent: &AgentProc, llm: &FakeLlm, sid: &str, text: &str) -> RecordedRequest {
     let before = llm.requests().len();
@@ -565,12 +557,9 @@ fn next_prompt_works(agent: &AgentProc, llm: &FakeLlm, sid: &str, text: &str) ->
     req.assert_tool_calls_paired();
     let msgs = req.messages();
     let last = msgs.last().cloned().unwrap_or_default();
-    assert_eq!(
-        (
-            last["role"].as_str(),
-            content_text(&last["content"]).as_str()
-        ),
-        (Some("user"), text),
+    // A cancelled prompt that got no answer shares the user message with the new one (L10).
+    assert!(
+        last["role"] == "user" && content_text(&last["content"]).ends_with(text),
         "the new prompt ends the request: {msgs:#?}"
     );
     req
@@ -580,8 +569,8 @@ fn next_prompt_works(agent: &AgentProc, llm: &FakeLlm, sid: &str, text: &str) ->
 /// the next prompt works.
 pub fn a4_c04_cancel_during_llm_stream(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::with_handler(|i, _| match i {
-        0 => Reply::raw_sse(partial_text_chunk("Thinking about it")).stall_after_ms(30_000),
+    let llm = ctx.fake_llm_with(|i, _| match i {
+        0 => Reply::text("Thinking about it, at length").stall_after_first_text(30_000),
         _ => Reply::text("second answer"),
     });
     let agent = ctx.agent(&llm, &[], &s.ws);
@@ -679,7 +668,7 @@ pub fn a4_cancel_during_permission_wait(ctx: &Ctx) {
 pub fn a4_c04_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = FakeLlm::with_handler(|i, _| match i {
+    let llm = ctx.fake_llm_with(|i, _| match i {
         0 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
         _ => Reply::text("ok"),
     });
@@ -820,7 +809,7 @@ pub fn a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled(ctx: &C
 pub fn a4_a3_cancel_then_prompt_runs_the_new_prompt_after(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = FakeLlm::with_handler(|i, _| match i {
+    let llm = ctx.fake_llm_with(|i, _| match i {
         0 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
         _ => Reply::text("second prompt done"),
     });

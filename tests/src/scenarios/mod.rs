@@ -8,6 +8,7 @@ mod acp;
 mod cases;
 mod cli;
 mod compaction;
+mod dialect_cases;
 mod hooks;
 mod lifecycle;
 mod mcp;
@@ -151,6 +152,11 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         cases::h5_c31_always_blocking_stop_is_capped_per_prompt_and_errors_never_block,
         cases::p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly,
         cases::m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line,
+        dialect_cases::c37_two_calls_at_index_0_run_as_two_calls,
+        dialect_cases::c39_stop_objection_while_thinking_keeps_the_signed_thinking_block,
+        dialect_cases::c40_fastmcp_none_is_empty_and_its_text_objects_once,
+        dialect_cases::c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered,
+        dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
         stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
     ]
@@ -164,5 +170,29 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         cli::p3_e2_hooks_check_passes_the_todo_example,
         cli::p3_e1_hooks_check_shows_testguard_objection,
         cli::p3_hooks_check_reports_a_hanging_hook,
+    ]
+}
+
+/// The scenarios run under every dialect profile (`dialects::<profile>::<scenario>` trials):
+/// hooks (objection, budget, several servers, fail-open), compaction (`_PostCompact` after a
+/// summary, nothing injected, max-tokens nudges), cancel (during a tool call, during the
+/// stream, then the next prompt), retry (5xx back-off, a body cut mid-event) and the 5-round
+/// tool loop. Each builds its fake LLM with `ctx.fake_llm*`, so it speaks the profile, and
+/// checks the requests with the route-independent helpers of `fake_llm`.
+pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
+    list![
+        tools::l1_l4_five_round_tool_prompt,
+        hooks::h5_h6_hook_objects_once_then_clears_end_turn,
+        hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
+        hooks::h3_four_hook_servers_run_concurrently,
+        hooks::h4_fail_open_error_iserror_empty_never_object,
+        compaction::k1_h7_compaction_summary_then_postcompact_then_live_prompt,
+        compaction::h7_empty_postcompact_injects_nothing,
+        compaction::l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery,
+        lifecycle::a4_c04_cancel_during_llm_stream,
+        lifecycle::a4_c04_cancel_during_tool_call_sends_notifications_cancelled,
+        lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
+        providers::l5_c28_529_then_503_back_off_then_success,
+        providers::c24_body_cut_mid_event_is_retried_then_succeeds,
     ]
 }

@@ -322,7 +322,7 @@ pub fn l5_c28_429_retry_after_is_honoured_then_success(ctx: &Ctx) {
 /// good stream. Expected: two retries with exponential backoff (≈0.5 s, then ≈1 s, ±25 %),
 /// `end_turn`, three requests.
 pub fn l5_c28_529_then_503_back_off_then_success(ctx: &Ctx) {
-    let llm = FakeLlm::scripted(vec![
+    let llm = ctx.fake_llm(vec![
         Reply::status(
             529,
             vec![],
@@ -398,7 +398,13 @@ pub fn c24_body_cut_mid_event_is_retried_then_succeeds(ctx: &Ctx) {
                 .any(|t| pieces[..=at].concat().contains(t)),
             "{wire:?}: the cut must come before any terminator"
         );
-        let llm = FakeLlm::scripted(vec![cut.cut_in_piece(at), Reply::text("recovered")]);
+        // In a dialect the stream has more pieces (thinking, whole calls): cut in its middle.
+        let cut = if ctx.dialect.is_some() {
+            cut.cut_in_middle()
+        } else {
+            cut.cut_in_piece(at)
+        };
+        let llm = ctx.fake_llm(vec![cut, Reply::text("recovered")]);
         let (_s, agent, sid, log) = open(ctx, wire, &llm, &[], true);
         let (resp, _) = prompt(&agent, &sid, "hi", 15);
         assert_eq!(stop_reason(&agent, &resp), "end_turn", "{wire:?}: {resp}");

@@ -2,7 +2,7 @@
 //! C02, C11, C26.
 
 use super::util::Scratch;
-use crate::fake_llm::{FakeLlm, Reply, content_text};
+use crate::fake_llm::{FakeLlm, Reply, Wire};
 use crate::fake_mcp::{self, CRASH_STDERR, GARBAGE_AFTER_REPLY, GARBAGE_BANNER, big_text};
 use crate::harness::{
     Ctx, agent_text, assert_tool_updates_well_formed, assert_updates_precede_response, current_exe,
@@ -40,7 +40,7 @@ pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
         replies.push(r);
     }
     replies.push(Reply::text("All done, five echoes.").usage(Some((700, 20))));
-    let llm = FakeLlm::scripted(replies);
+    let llm = ctx.fake_llm(replies);
     let agent = ctx.agent(&llm, &[], &s.ws);
     agent.initialize();
     let sid = agent.new_session(
@@ -110,23 +110,20 @@ pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
     for (k, req) in reqs.iter().enumerate() {
         assert_eq!(
             (req.method.as_str(), req.path.as_str()),
-            ("POST", "/v1/chat/completions")
+            ("POST", ctx.wire().path())
         );
-        assert_eq!(req.header("authorization"), Some("Bearer sk-test-secret"));
-        assert_eq!(req.body["model"], "test-model");
+        assert_eq!(req.body["model"], ctx.model());
         assert_eq!(req.body["stream"], true);
-        assert_eq!(req.body["stream_options"]["include_usage"], true);
+        if ctx.wire() == Wire::Chat {
+            assert_eq!(req.header("authorization"), Some("Bearer sk-test-secret"));
+            assert_eq!(req.body["stream_options"]["include_usage"], true);
+        }
         assert!(
             req.tool_names().contains(&"fs__echo".to_string()),
             "{:?}",
             req.tool_names()
         );
-        let user_text: String = req
-            .messages()
-            .iter()
-            .filter(|m| m["role"] == "user")
-            .map(|m| content_text(&m["content"]))
-            .collect();
+        let user_text = req.user_text();
         assert!(
             user_text.contains(prompt_text),
             "the prompt is in the history: {user_text:?}"
@@ -150,6 +147,7 @@ pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
             .messages()
             .into_iter()
             .filter(|m| m["role"] == "assistant" && m["tool_calls"].is_array())
+            .filter(|_| ctx.wire() == Wire::Chat)
             .collect();
         for (j, m) in assistant.iter().enumerate() {
             let expect = if j % 2 == 0 {

@@ -1,0 +1,660 @@
+//! Dialect profiles of the fake LLM (issue 11; SPEC L5–L10): what a real server sends and what
+//! it rejects, each taken from the provider's documentation or a public bug report (cited at
+//! the rule). A profile styles every scripted reply the way that server streams it, and
+//! **validates every request** the agent sends: a request that breaks one of its rules gets that
+//! server's own 400 body, and the rule is recorded as a violation that fails the trial.
+//!
+//! The scenario suite runs its hook, compaction, cancel, retry and tool-loop scenarios under
+//! every profile, on both binaries (`dialects::<profile>::<scenario>` trials, see
+//! `scenarios::dialect_matrix`); `docs/dialects.md` has the profile × scenario table.
+
+use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, Style, Wire};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One real-world server dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// Claude with extended thinking on (set by the model or a gateway): every response starts
+    /// with a signed thinking block; the thinking-block rules are enforced.
+    AnthropicThinking,
+    /// Claude without thinking: Anthropic's structural rules only.
+    Anthropic,
+    /// An OpenAI reasoning model on Chat Completions (`gpt-5.4`): rejects `max_tokens` (C41).
+    OpenAiReasoning,
+    /// An OpenAI reasoning model on the Responses API (`o4-mini`, `store: false`): reasoning
+    /// items with `encrypted_content`, replay rules enforced.
+    OpenAiResponsesReasoning,
+    /// Ollama's OpenAI-compatible endpoint: every tool call whole at `index: 0` (C37),
+    /// reasoning in `reasoning`.
+    Ollama,
+    /// A strict-alternation chat template (vLLM or llama.cpp serving Mistral/Gemma): role
+    /// sequence rules enforced (C61).
+    StrictAlternation,
+    /// DeepSeek's thinking mode: `reasoning_content` streamed, and required back in turns that
+    /// called tools.
+    DeepSeek,
+    /// OpenRouter / LiteLLM / vLLM in front of a flaky upstream: the first attempt of every
+    /// request gets an error object inside a 200 SSE stream (L5: a failed attempt, retried).
+    InBandErrors,
+}
+
+/// A request a profile refused: the status and body the real server answers, and the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub status: u16,
+    pub body: String,
+    pub rule: String,
+}
+
+impl Dialect {
+    /// Every profile, in the order of the docs table.
+    pub const ALL: [Dialect; 8] = [
+        Dialect::AnthropicThinking,
+        Dialect::Anthropic,
+        Dialect::OpenAiReasoning,
+        Dialect::OpenAiResponsesReasoning,
+        Dialect::Ollama,
+        Dialect::StrictAlternation,
+        Dialect::DeepSeek,
+        Dialect::InBandErrors,
+    ];
+
+    /// The trial-name form, e.g. `anthropic_thinking`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::AnthropicThinking => "anthropic_thinking",
+            Dialect::Anthropic => "anthropic",
+            Dialect::OpenAiReasoning => "openai_reasoning",
+            Dialect::OpenAiResponsesReasoning => "openai_responses_reasoning",
+            Dialect::Ollama => "ollama",
+            Dialect::StrictAlternation => "strict_alternation",
+            Dialect::DeepSeek => "deepseek",
+            Dialect::InBandErrors => "inband_errors",
+        }
+    }
+
+    /// The provider route the agent uses against this server.
+    pub fn wire(self) -> Wire {
+        match self {
+            Dialect::AnthropicThinking | Dialect::Anthropic => Wire::Anthropic,
+            Dialect::OpenAiResponsesReasoning => Wire::Responses,
+            Dialect::OpenAiReasoning
+            | Dialect::Ollama
+            | Dialect::StrictAlternation
+            | Dialect::DeepSeek
+            | Dialect::InBandErrors => Wire::Chat,
+        }
+    }
+
+    /// The model name the agent is configured with.
+    pub fn model(self) -> &'static str {
+        match self {
+            Dialect::AnthropicThinking | Dialect::Anthropic => "claude-sonnet-4-5",
+            Dialect::OpenAiReasoning => "gpt-5.4",
+            Dialect::OpenAiResponsesReasoning => "o4-mini",
+            Dialect::Ollama => "qwen3:8b",
+            Dialect::StrictAlternation => "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
+            Dialect::DeepSeek => "deepseek-reasoner",
+            Dialect::InBandErrors => "anthropic/claude-sonnet-4.5",
+        }
+    }
+
+    /// Restyles a scripted reply as this server streams it (raw SSE and status replies are the
+    /// scenario's own and pass unchanged). `n` numbers the scenario's requests.
+    pub fn style(self, reply: Reply, req: &RecordedRequest, n: usize) -> Reply {
+        if !reply.is_scripted() {
+            return reply;
+        }
+        let thought = || format!("Thinking about step {n}.");
+        match self {
+            Dialect::AnthropicThinking => {
+                let text = reply.thinking().map_or_else(thought, str::to_string);
+                reply.with_thinking(text.clone()).with_style(Style {
+                    signature: Some(signature(&text)),
+                    ..Style::default()
+                })
+            }
+            Dialect::Anthropic => reply.without_thinking(),
+            Dialect::OpenAiResponsesReasoning => {
+                let text = reply.thinking().map_or_else(thought, str::to_string);
+                // Encrypted content only when asked for, as the API does.
+                let asked = req.body["include"]
+                    .as_array()
+                    .is_some_and(|i| i.iter().any(|v| v == "reasoning.encrypted_content"));
+                reply.with_thinking(text.clone()).with_style(Style {
+                    encrypted_reasoning: asked.then(|| encrypted(&text)),
+                    ..Style::default()
+                })
+            }
+            Dialect::Ollama => reply.with_style(Style {
+                reasoning_field: Some("reasoning"),
+                calls_at_index_0: true,
+                ..Style::default()
+            }),
+            Dialect::DeepSeek => {
+                let text = reply.thinking().map_or_else(thought, str::to_string);
+                reply.with_thinking(text)
+            }
+            Dialect::OpenAiReasoning | Dialect::StrictAlternation | Dialect::InBandErrors => reply,
+        }
+    }
+
+    /// Validates one request against this server's rules.
+    ///
+    /// # Errors
+    /// The server's own 400 for the first rule the request breaks.
+    pub fn check(self, req: &RecordedRequest) -> Result<(), Rejection> {
+        if let Some(why) = req.pairing_error() {
+            // Every provider rejects an unanswered call (OpenAI: "An assistant message with
+            // 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'";
+            // Anthropic: "`tool_use` ids were found without `tool_result` blocks immediately
+            // after").
+            return Err(self.reject(&why, "tool call pairing"));
+        }
+        let msgs = req.messages();
+        let broken = match self {
+            Dialect::AnthropicThinking => anthropic_rules(&msgs, true),
+            Dialect::Anthropic => anthropic_rules(&msgs, false),
+            Dialect::OpenAiReasoning => openai_reasoning_rules(&req.body),
+            Dialect::OpenAiResponsesReasoning => responses_rules(&req.body),
+            Dialect::StrictAlternation => strict_alternation_rules(&msgs),
+            Dialect::DeepSeek => deepseek_rules(&msgs),
+            Dialect::Ollama | Dialect::InBandErrors => None,
+        };
+        match broken {
+            Some((message, rule)) => Err(self.reject(&message, rule)),
+            None => Ok(()),
+        }
+    }
+
+    /// This server's 400 body for `message`.
+    fn reject(self, message: &str, rule: &str) -> Rejection {
+        let body = match self {
+            // Anthropic's error shape.
+            Dialect::AnthropicThinking | Dialect::Anthropic => json!({"type": "error",
+                "error": {"type": "invalid_request_error", "message": message}}),
+            // vLLM's (and mistral_common's) error shape.
+            Dialect::StrictAlternation => json!({"object": "error", "message": message,
+                "type": "BadRequestError", "param": null, "code": 400}),
+            Dialect::OpenAiReasoning
+            | Dialect::OpenAiResponsesReasoning
+            | Dialect::Ollama
+            | Dialect::DeepSeek
+            | Dialect::InBandErrors => json!({"error": {"message": message,
+                "type": "invalid_request_error", "param": null, "code": null}}),
+        };
+        Rejection {
+            status: 400,
+            body: body.to_string(),
+            rule: format!("{}: {rule}: {message}", self.name()),
+        }
+    }
+
+    /// The 200 SSE body of an attempt that fails upstream after the response started
+    /// (`InBandErrors`, L5), in one of three real shapes chosen by `n`:
+    /// * OpenRouter: "errors that occur mid-generation still arrive as regular data: events
+    ///   with an error field" (openrouter.ai/docs/api/reference/streaming), with
+    ///   `finish_reason: "error"`;
+    /// * LiteLLM: `data: {"error": {...}}` (the shape the OpenAI SDK turns into an APIError);
+    /// * vLLM / SGLang: `{"object":"error","message":…}` (block/goose#8031).
+    ///
+    /// Each is followed by a well-formed end, so an agent that ignored the error would take an
+    /// empty answer.
+    pub fn in_band_error(n: usize) -> String {
+        let error = match n % 3 {
+            0 => json!({"id": "gen-1", "object": "chat.completion.chunk", "created": 1,
+                "model": "anthropic/claude-sonnet-4.5", "provider": "Anthropic",
+                "error": {"code": 502, "message": "Provider returned error",
+                          "metadata": {"raw": "overloaded_error"}},
+                "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}]}),
+            1 => json!({"error": {"message": "litellm.RateLimitError: upstream 429",
+                "type": "rate_limit_error", "param": null, "code": "429"}}),
+            _ => json!({"object": "error", "message": "upstream overloaded",
+                "type": "InternalServerError", "param": null, "code": 500}),
+        };
+        let end = json!({"id": "gen-1", "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+        format!("data: {error}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+    }
+}
+
+/// The signature the fake issues for a thinking text (so a changed text or signature shows).
+pub fn signature(thinking: &str) -> String {
+    format!("SIG_{:016x}", fnv1a(thinking))
+}
+
+/// The `encrypted_content` the fake issues for a reasoning summary.
+pub fn encrypted(summary: &str) -> String {
+    format!("gAAAA_{:016x}", fnv1a(summary))
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+type Broken = Option<(String, &'static str)>;
+
+/// Anthropic Messages rules.
+///
+/// Always (docs.anthropic.com "Messages" and "Tool use"): the first message is `user`; no
+/// empty `content`, no empty text block ("text content blocks must be non-empty"); in a user
+/// message `tool_result` blocks come first ("tool_result blocks must come FIRST in the content
+/// array").
+///
+/// With thinking (docs.anthropic.com "Building with extended thinking", and the 400s reported
+/// in n8n-io/n8n#22550, anthropics/claude-code#20705): when the request continues a tool loop
+/// (its last message is a user message of tool results only), the assistant message that opens
+/// the current assistant turn (the first one after the last user message with other content)
+/// must start with a `thinking` or `redacted_thinking` block; "If an assistant message contains
+/// any thinking blocks, the first block must be thinking or redacted_thinking"; "The final block
+/// in an assistant message cannot be `thinking`" (tailcallhq/forgecode#2107); a thinking block
+/// must come back unmodified (its signature checks its text).
+///
+/// Without thinking: "When thinking is disabled, an `assistant` message in the final position
+/// cannot contain `thinking`" (tailcallhq/forgecode#1853).
+fn anthropic_rules(msgs: &[Value], thinking: bool) -> Broken {
+    let blocks = |m: &Value| m["content"].as_array().cloned().unwrap_or_default();
+    if msgs.first().is_some_and(|m| m["role"] != "user") {
+        return Some((
+            "messages: first message must use the \"user\" role".into(),
+            "first message",
+        ));
+    }
+    for (i, m) in msgs.iter().enumerate() {
+        let b = blocks(m);
+        if b.is_empty() && !m["content"].is_string() {
+            return Some((
+                format!("messages.{i}: all messages must have non-empty content"),
+                "non-empty content",
+            ));
+        }
+        for (k, block) in b.iter().enumerate() {
+            if block["type"] == "text" && block["text"].as_str().is_none_or(str::is_empty) {
+                return Some((
+                    format!("messages.{i}.content.{k}.text: text content blocks must be non-empty"),
+                    "non-empty text",
+                ));
+            }
+            if block["type"] == "tool_result" && k > 0 && b[k - 1]["type"] != "tool_result" {
+                return Some((
+                    format!(
+                        "messages.{i}: tool_result blocks must come first in the content array"
+                    ),
+                    "tool_result first",
+                ));
+            }
+            if block["type"] == "thinking" {
+                let text = block["thinking"].as_str().unwrap_or("");
+                if block["signature"].as_str() != Some(signature(text).as_str()) {
+                    return Some((
+                        format!(
+                            "messages.{i}.content.{k}: Invalid `signature` in `thinking` block"
+                        ),
+                        "thinking replayed unmodified",
+                    ));
+                }
+            }
+        }
+        if m["role"] == "assistant" {
+            let kinds: Vec<&str> = b.iter().filter_map(|x| x["type"].as_str()).collect();
+            let has_thinking = kinds
+                .iter()
+                .any(|k| *k == "thinking" || *k == "redacted_thinking");
+            if has_thinking && !matches!(kinds.first(), Some(&("thinking" | "redacted_thinking"))) {
+                return Some((
+                    format!(
+                        "messages.{i}.content.0: If an assistant message contains any thinking blocks, the first block must be thinking or redacted_thinking. Found {}.",
+                        kinds.first().unwrap_or(&"nothing")
+                    ),
+                    "thinking first",
+                ));
+            }
+            if matches!(kinds.last(), Some(&"thinking")) {
+                return Some((
+                    format!(
+                        "messages.{i}: The final block in an assistant message cannot be `thinking`."
+                    ),
+                    "thinking not last",
+                ));
+            }
+            if !thinking && has_thinking && i + 1 == msgs.len() {
+                return Some((
+                    format!(
+                        "messages.{i}.content.0: When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`. To use thinking blocks, enable `thinking` in your request."
+                    ),
+                    "no thinking in a final assistant message",
+                ));
+            }
+        }
+    }
+    if !thinking {
+        return None;
+    }
+    let only_results = |m: &Value| {
+        m["role"] == "user" && {
+            let b = blocks(m);
+            !b.is_empty() && b.iter().all(|x| x["type"] == "tool_result")
+        }
+    };
+    if !msgs.last().is_some_and(only_results) {
+        return None;
+    }
+    let start = msgs
+        .iter()
+        .rposition(|m| m["role"] == "user" && !only_results(m))
+        .map_or(0, |i| i + 1);
+    let offset = msgs[start..]
+        .iter()
+        .position(|m| m["role"] == "assistant")?;
+    let first = &msgs[start + offset];
+    let kind = blocks(first)
+        .first()
+        .and_then(|b| b["type"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    if kind == "thinking" || kind == "redacted_thinking" {
+        return None;
+    }
+    Some((
+        format!(
+            "messages.{}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{kind}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
+            start + offset
+        ),
+        "thinking opens the tool loop",
+    ))
+}
+
+/// OpenAI reasoning models on Chat Completions reject `max_tokens` (case C41, verbatim body).
+fn openai_reasoning_rules(body: &Value) -> Broken {
+    body.get("max_tokens").map(|_| {
+        (
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.".to_string(),
+            "max_completion_tokens",
+        )
+    })
+}
+
+/// OpenAI Responses with `store: false` (platform.openai.com "Reasoning" guide, "encrypted
+/// reasoning items"; community reports quoted in docs/dialects.md):
+/// * a reasoning item without `encrypted_content` → "Item with id 'rs_…' not found. Items are
+///   not persisted when `store` is set to false.";
+/// * its `encrypted_content` must be the one issued (the fake checks it against the summary);
+/// * "Item 'rs_…' of type 'reasoning' was provided without its required following item.";
+/// * `max_tokens` is not a Responses parameter ("Unsupported parameter: 'max_tokens'").
+fn responses_rules(body: &Value) -> Broken {
+    if body.get("max_tokens").is_some() {
+        return Some((
+            "Unsupported parameter: 'max_tokens'. In the Responses API, this parameter has moved to 'max_output_tokens'.".into(),
+            "max_output_tokens",
+        ));
+    }
+    let items = body["input"].as_array().cloned().unwrap_or_default();
+    for (i, item) in items.iter().enumerate() {
+        if item["type"] != "reasoning" {
+            continue;
+        }
+        let id = item["id"].as_str().unwrap_or("");
+        let Some(enc) = item["encrypted_content"].as_str() else {
+            return Some((
+                format!(
+                    "Item with id '{id}' not found. Items are not persisted when `store` is set to false. Try again with `store` set to `true`, or remove this item from your input."
+                ),
+                "stateless reasoning needs encrypted_content",
+            ));
+        };
+        let summary: String = item["summary"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["text"].as_str())
+            .collect();
+        if enc != encrypted(&summary) {
+            return Some((
+                format!("The encrypted content for item {id} could not be verified."),
+                "reasoning replayed unmodified",
+            ));
+        }
+        if items
+            .get(i + 1)
+            .is_none_or(|next| next["type"] == "reasoning")
+        {
+            return Some((
+                format!(
+                    "Item '{id}' of type 'reasoning' was provided without its required following item."
+                ),
+                "reasoning followed by its item",
+            ));
+        }
+    }
+    None
+}
+
+/// Strict alternation (vLLM / llama.cpp `--jinja` serving Mistral's or Gemma's chat template,
+/// and `mistral_common`'s request validator used by Mistral's API and vLLM's mistral tokenizer
+/// mode):
+/// * the Mistral v0.3 template: after the optional system message, the messages that are
+///   neither `tool` results nor assistant messages with `tool_calls` must alternate
+///   user/assistant starting with user, else "After the optional system message, conversation
+///   roles must alternate user/assistant/user/assistant/..." (crush#279, Ministral);
+/// * `mistral_common` `_validate_message_order`: after `tool` only `assistant` or `tool`
+///   ("Unexpected role 'user' after role 'tool'", zed#37021, mistral-vibe#578).
+///
+/// Not enforced: `mistral_common`'s 9-character alphanumeric tool-call ids (V3+ tokenizers);
+/// vLLM rewrites ids for Mistral models, and SPEC H6 fixes the hook ids' form.
+fn strict_alternation_rules(msgs: &[Value]) -> Broken {
+    let start = usize::from(msgs.first().is_some_and(|m| m["role"] == "system"));
+    let mut expect_user = true;
+    for m in &msgs[start..] {
+        if m["role"] == "tool" || (m["role"] == "assistant" && m.get("tool_calls").is_some()) {
+            continue;
+        }
+        let is_user = m["role"] == "user";
+        if is_user != expect_user {
+            return Some((
+                "After the optional system message, conversation roles must alternate user/assistant/user/assistant/...".into(),
+                "template alternation",
+            ));
+        }
+        expect_user = !expect_user;
+    }
+    for w in msgs.windows(2) {
+        if w[0]["role"] == "tool" && w[1]["role"] != "assistant" && w[1]["role"] != "tool" {
+            return Some((
+                format!(
+                    "Unexpected role '{}' after role 'tool'",
+                    w[1]["role"].as_str().unwrap_or("")
+                ),
+                "assistant after tool",
+            ));
+        }
+    }
+    None
+}
+
+/// DeepSeek thinking mode (api-docs.deepseek.com/guides/thinking_mode, "Tool calls"): "between
+/// two user messages, if the model performed a tool call, the intermediate assistant's
+/// `reasoning_content` must participate in the context concatenation and must be passed back";
+/// the 400 reads "The `reasoning_content` in the thinking mode must be passed back to the API."
+/// (earlier: "Missing `reasoning_content` field in the assistant message at message index N",
+/// openai/openai-agents-python#2155).
+fn deepseek_rules(msgs: &[Value]) -> Broken {
+    let mut start = 0;
+    for end in 0..=msgs.len() {
+        if end < msgs.len() && msgs[end]["role"] != "user" {
+            continue;
+        }
+        let segment = &msgs[start..end];
+        if segment.iter().any(|m| m.get("tool_calls").is_some()) {
+            for (k, m) in segment.iter().enumerate() {
+                if m["role"] == "assistant" && !m["reasoning_content"].is_string() {
+                    return Some((
+                        format!(
+                            "The `reasoning_content` in the thinking mode must be passed back to the API. (assistant message at index {})",
+                            start + k
+                        ),
+                        "reasoning_content passed back",
+                    ));
+                }
+            }
+        }
+        start = end + 1;
+    }
+    None
+}
+
+/// Where a dialect trial collects the rules the agent broke.
+pub type Violations = Arc<Mutex<Vec<String>>>;
+
+impl FakeLlm {
+    /// A fake LLM speaking `dialect`: every request is checked first (a broken rule gets the
+    /// server's 400, is recorded in `violations` and is not one of the scenario's requests);
+    /// `InBandErrors` answers the first attempt of every request body with an in-band error;
+    /// then `handler` answers (its index counts the scenario's requests only) and the reply is
+    /// styled the dialect's way.
+    pub fn dialect(
+        dialect: Dialect,
+        violations: Violations,
+        handler: impl Fn(usize, &RecordedRequest) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let seen: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+        let errors = AtomicUsize::new(0);
+        let mut llm = FakeLlm::with_handler(move |i, req| {
+            if let Err(rejection) = dialect.check(req) {
+                if let Ok(mut v) = violations.lock() {
+                    v.push(rejection.rule.clone());
+                }
+                return Reply::status(rejection.status, vec![], rejection.body).uncounted();
+            }
+            if dialect == Dialect::InBandErrors {
+                let first = seen
+                    .lock()
+                    .map(|mut s| s.insert(req.body.to_string()))
+                    .unwrap_or(false);
+                if first {
+                    let n = errors.fetch_add(1, Ordering::SeqCst);
+                    return Reply::raw_sse(Dialect::in_band_error(n)).uncounted();
+                }
+            }
+            dialect.style(handler(i, req), req, i)
+        });
+        llm.dialect = Some(dialect);
+        llm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(wire: Wire, body: Value) -> RecordedRequest {
+        RecordedRequest {
+            method: "POST".into(),
+            path: wire.path().into(),
+            headers: Vec::new(),
+            body,
+            received_at: std::time::Instant::now(),
+        }
+    }
+
+    #[test]
+    fn anthropic_thinking_rejects_a_tool_loop_whose_turn_does_not_start_with_thinking() {
+        let text = "Everything is done, I think.";
+        let good = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "finish"}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": text, "signature": signature(text)},
+                {"type": "text", "text": "All done."},
+                {"type": "tool_use", "id": "h1", "name": "h___Stop", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "h1", "content": "x"}]}
+        ]});
+        assert_eq!(
+            Dialect::AnthropicThinking.check(&req(Wire::Anthropic, good.clone())),
+            Ok(())
+        );
+        // C39 as it was: the thinking block dropped.
+        let mut dropped = good.clone();
+        dropped["messages"][1]["content"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+        let err = Dialect::AnthropicThinking
+            .check(&req(Wire::Anthropic, dropped.clone()))
+            .unwrap_err();
+        assert!(err.body.contains("Expected `thinking`"), "{err:?}");
+        assert_eq!(
+            Dialect::Anthropic.check(&req(Wire::Anthropic, dropped)),
+            Ok(())
+        );
+        // A changed signature.
+        let mut changed = good;
+        changed["messages"][1]["content"][0]["thinking"] = json!("edited");
+        assert!(
+            Dialect::AnthropicThinking
+                .check(&req(Wire::Anthropic, changed))
+                .unwrap_err()
+                .rule
+                .contains("unmodified")
+        );
+    }
+
+    #[test]
+    fn strict_alternation_rejects_two_assistants_and_user_after_tool() {
+        let two = json!({"messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "All done."},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "h", "type": "function", "function": {"name": "h___Stop", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "h", "content": "x"},
+            {"role": "assistant", "content": "Fixed."},
+            {"role": "user", "content": "next"}
+        ]});
+        // The template filters the tool_calls message out: assistant, assistant → rejected.
+        assert!(
+            Dialect::StrictAlternation
+                .check(&req(Wire::Chat, two))
+                .unwrap_err()
+                .body
+                .contains("must alternate")
+        );
+        let after_tool = json!({"messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "x"},
+            {"role": "user", "content": "next"}
+        ]});
+        assert!(
+            Dialect::StrictAlternation
+                .check(&req(Wire::Chat, after_tool))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn deepseek_and_responses_and_openai_reasoning_rules_fire() {
+        let missing = json!({"messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "x"}
+        ]});
+        assert!(Dialect::DeepSeek.check(&req(Wire::Chat, missing)).is_err());
+        let with_max_tokens =
+            json!({"messages": [{"role": "user", "content": "go"}], "max_tokens": 5});
+        let err = Dialect::OpenAiReasoning
+            .check(&req(Wire::Chat, with_max_tokens))
+            .unwrap_err();
+        assert!(err.body.contains("max_completion_tokens"), "{err:?}");
+        let bare = json!({"input": [{"role": "user", "content": "go"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]}]});
+        assert!(
+            Dialect::OpenAiResponsesReasoning
+                .check(&req(Wire::Responses, bare))
+                .unwrap_err()
+                .body
+                .contains("not persisted")
+        );
+    }
+}

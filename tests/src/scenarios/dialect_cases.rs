@@ -1,0 +1,381 @@
+//! The provider-dialect and hook-framework cases of `../shared/cases/README.md`: C37 (several
+//! tool calls at one `index`), C39 (reasoning state kept through a hook objection), C40 (a
+//! FastMCP hook returning `None`), C41 (`max_completion_tokens`) and C61 (never two assistant
+//! messages in a row on the Chat route). Each runs against the real agent binary, the TCP fake
+//! LLM and fake MCP server processes; the rules the real servers enforce are checked on every
+//! request the agent sent.
+
+use super::util::Scratch;
+use crate::fake_llm::{FakeLlm, Reply};
+use crate::fake_mcp;
+use crate::harness::{AgentProc, Ctx, fake_mcp_entry};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// `result._meta.buzz` of a prompt response (SPEC A8).
+fn buzz_meta(agent: &AgentProc, resp: &Value) -> Value {
+    agent.result(resp)["_meta"]["buzz"].clone()
+}
+
+fn assert_end_turn(agent: &AgentProc, resp: &Value) {
+    assert_eq!(
+        agent.result(resp)["stopReason"],
+        "end_turn",
+        "{resp}{}",
+        agent.context()
+    );
+}
+
+/// Waits until the agent's stderr contains `needle`.
+fn wait_stderr(agent: &AgentProc, needle: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while !agent.stderr_text().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "stderr never contained {needle:?}{}",
+            agent.context()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `_Stop` `tools/call` requests a server received, in order.
+fn stop_calls(log: &str) -> Vec<Value> {
+    fake_mcp::logged_tool_calls(&fake_mcp::read_call_log(Path::new(log)))
+        .into_iter()
+        .filter(|c| c["params"]["name"] == "_Stop")
+        .collect()
+}
+
+/// C40 / SPEC H3: a FastMCP-style `_Stop` hook (`-> str | None`). `return None` answers
+/// `{"content":[],"structuredContent":{"result":null}}`: outcome `empty`, one LLM call,
+/// `stopObjections: 0`. Its objection (text mirrored in `structuredContent`) reaches the model
+/// once, as the text — never as `{"result":…}`.
+pub fn c40_fastmcp_none_is_empty_and_its_text_objects_once(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("fm.log");
+    let llm = FakeLlm::with_handler(|_, _| Reply::text("All done."));
+    let agent = ctx.agent(&llm, &[("MCP_HOOK_SERVERS", "fm")], &s.ws);
+    agent.initialize();
+    let server = fake_mcp_entry(
+        "fm",
+        &[
+            ("FAKE_MCP_STOP", "1"),
+            ("FAKE_MCP_STOP_MODE", "fastmcp"),
+            ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+            ("FAKE_MCP_STOP_TEXT", "2 tests fail"),
+            ("FAKE_MCP_CALL_LOG", &log),
+        ],
+    );
+    let sid = agent.new_session(&s.ws, json!([server]));
+
+    // Prompt 1: the hook objects once (text + structuredContent), then returns None.
+    let r = agent.prompt(&sid, "finish");
+    assert_end_turn(&agent, &r);
+    assert_eq!(
+        buzz_meta(&agent, &r),
+        json!({"rounds": 2, "stopObjections": 1, "stopBudget": 3, "stopBudgetExhausted": false}),
+        "{r}"
+    );
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "one objection, then None ends the turn");
+    let injected = reqs[1]
+        .tool_result_for(
+            &reqs[1]
+                .assistant_tool_calls()
+                .into_iter()
+                .find(|(_, name, _)| name == "fm___Stop")
+                .map(|(id, _, _)| id)
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default();
+    assert_eq!(
+        injected, r#"{"hook":"_Stop","server":"fm","text":"2 tests fail"}"#,
+        "the objection is the content text only"
+    );
+    assert!(
+        !reqs[1].body.to_string().contains("result\\\":"),
+        "structuredContent never reaches the model: {}",
+        reqs[1].body
+    );
+
+    // Prompt 2: None from the first call on: empty, one LLM call, no objection.
+    let r = agent.prompt(&sid, "again");
+    assert_end_turn(&agent, &r);
+    assert_eq!(
+        buzz_meta(&agent, &r),
+        json!({"rounds": 1, "stopObjections": 0, "stopBudget": 3, "stopBudgetExhausted": false}),
+        "C40: return None never objects: {r}"
+    );
+    assert_eq!(llm.requests().len(), 3);
+    assert_eq!(stop_calls(&log).len(), 3);
+    wait_stderr(
+        &agent,
+        "point=_Stop server=fm outcome=empty",
+        Duration::from_secs(2),
+    );
+    agent.finish();
+}
+
+/// The Chat Completions SSE body of a server that streams every tool call whole at `index: 0`,
+/// each with its own id (Ollama, case C37), then `finish_reason: tool_calls` and `[DONE]`.
+pub fn ollama_index0_calls(calls: &[(&str, &str, Value)]) -> String {
+    let mut body = String::new();
+    for (id, name, args) in calls {
+        let chunk = json!({"id": "chatcmpl-ollama", "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "",
+                "tool_calls": [{"index": 0, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": args.to_string()}}]},
+                "finish_reason": null}]});
+        body.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let end = json!({"id": "chatcmpl-ollama", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]});
+    body.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+    body
+}
+
+/// C37 / SPEC L7: two calls streamed whole at `index: 0` (Ollama) are two calls: two
+/// `tools/call`, and the next request has one assistant message with both calls (each
+/// `arguments` a valid JSON string) followed by both `role:"tool"` results.
+pub fn c37_two_calls_at_index_0_run_as_two_calls(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("calls.log");
+    let llm = FakeLlm::scripted(vec![
+        Reply::raw_sse(ollama_index0_calls(&[
+            ("call_a1b2", "fs__echo", json!({"text": "hello.py"})),
+            ("call_c3d4", "fs__echo", json!({"text": "world.py"})),
+        ])),
+        Reply::text("Both written."),
+    ]);
+    let agent = ctx.agent(&llm, &[], &s.ws);
+    agent.initialize();
+    let sid = agent.new_session(
+        &s.ws,
+        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
+    );
+    let r = agent.prompt(&sid, "write both files");
+    assert_end_turn(&agent, &r);
+    let logged = fake_mcp::read_call_log(Path::new(&log));
+    let texts: Vec<Value> = fake_mcp::logged_tool_calls(&logged)
+        .iter()
+        .map(|c| c["params"]["arguments"]["text"].clone())
+        .collect();
+    assert_eq!(texts.len(), 2, "two tools/call: {texts:?}");
+    assert!(
+        texts.contains(&json!("hello.py")) && texts.contains(&json!("world.py")),
+        "{texts:?}"
+    );
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    reqs[1].assert_tool_calls_paired();
+    let msgs = reqs[1].messages();
+    let assistant: Vec<&Value> = msgs.iter().filter(|m| m["role"] == "assistant").collect();
+    assert_eq!(assistant.len(), 1, "{msgs:#?}");
+    let calls = assistant[0]["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ids: Vec<&str> = calls.iter().filter_map(|c| c["id"].as_str()).collect();
+    assert_eq!(ids, ["call_a1b2", "call_c3d4"]);
+    for c in &calls {
+        let args = c["function"]["arguments"].as_str().unwrap_or_default();
+        assert!(
+            serde_json::from_str::<Value>(args).is_ok_and(|v| v.is_object()),
+            "arguments must be one JSON object each: {args:?}"
+        );
+    }
+    assert_eq!(
+        reqs[1].tool_results(),
+        vec![
+            ("call_a1b2".to_string(), "hello.py".to_string()),
+            ("call_c3d4".to_string(), "world.py".to_string())
+        ]
+    );
+    agent.finish();
+}
+
+/// The 400 an OpenAI reasoning model answers on Chat Completions to a body with `max_tokens`
+/// (case C41, verbatim).
+pub const C41_BODY: &str = r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens"}}"#;
+
+/// C41 / SPEC L7: a server that rejects `max_tokens` with OpenAI's own 400. Under a model name
+/// the agent does not know, the first request is rejected, retried once as
+/// `max_completion_tokens`, and the name is remembered for the next prompt; under `gpt-5.4` the
+/// first request already uses it. Every prompt completes.
+pub fn c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered(ctx: &Ctx) {
+    for (model, rejected) in [("my-reasoner", 1), ("gpt-5.4", 0)] {
+        let s = Scratch::new();
+        let llm = FakeLlm::with_handler(|_, req| {
+            if req.body.get("max_tokens").is_some() {
+                Reply::status(400, vec![], C41_BODY)
+            } else {
+                Reply::text("done")
+            }
+        });
+        let agent = ctx.agent(&llm, &[("OPENAI_COMPAT_MODEL", model)], &s.ws);
+        agent.initialize();
+        let sid = agent.new_session(&s.ws, json!([]));
+        for prompt in ["one", "two"] {
+            let r = agent.prompt(&sid, prompt);
+            assert_end_turn(&agent, &r);
+        }
+        let reqs = llm.requests();
+        assert_eq!(reqs.len(), 2 + rejected, "{model}");
+        let with_max_tokens = reqs
+            .iter()
+            .filter(|r| r.body.get("max_tokens").is_some())
+            .count();
+        assert_eq!(with_max_tokens, rejected, "{model}: one rejection at most");
+        let last = reqs.last().map(|r| r.body.clone()).unwrap_or_default();
+        assert!(
+            last["max_completion_tokens"]
+                .as_u64()
+                .is_some_and(|n| n > 0),
+            "{model}: {last}"
+        );
+        agent.finish();
+    }
+}
+
+/// An Anthropic Messages stream (SPEC L6) with a signed thinking block, a text block and
+/// `stop_reason: end_turn`, as Claude streams it with extended thinking on.
+pub fn anthropic_thinking_then_text(thinking: &str, signature: &str, text: &str) -> String {
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "model": "claude", "usage": {"input_tokens": 20, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": thinking}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": signature}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 1}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 12}}),
+        json!({"type": "message_stop"}),
+    ];
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+/// C39 / SPEC L10, the case's own trigger: Anthropic with extended thinking; `_Stop` objects
+/// once, then answers `""`. Request 2's assistant turn is `[thinking{…, "SIG_T1"} unmodified,
+/// text "All done.", tool_use h___Stop]` — a thinking model accepts it — and the turn ends
+/// after 2 calls with `stopObjections: 1`.
+pub fn c39_stop_objection_while_thinking_keeps_the_signed_thinking_block(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("h.log");
+    let llm = FakeLlm::scripted(vec![
+        Reply::raw_sse(anthropic_thinking_then_text(
+            "Everything is done, I think.",
+            "SIG_T1",
+            "All done.",
+        )),
+        Reply::raw_sse(anthropic_thinking_then_text(
+            "Tests first.",
+            "SIG_T2",
+            "Fixed; done now.",
+        )),
+    ]);
+    let agent = ctx.agent_on(
+        crate::fake_llm::Wire::Anthropic,
+        &llm,
+        &[("MCP_HOOK_SERVERS", "h")],
+        &s.ws,
+    );
+    agent.initialize();
+    let server = fake_mcp_entry(
+        "h",
+        &[
+            ("FAKE_MCP_STOP", "1"),
+            ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+            ("FAKE_MCP_STOP_TEXT", "run the tests"),
+            ("FAKE_MCP_CALL_LOG", &log),
+        ],
+    );
+    let sid = agent.new_session(&s.ws, json!([server]));
+    let r = agent.prompt(&sid, "finish");
+    assert_end_turn(&agent, &r);
+    assert_eq!(buzz_meta(&agent, &r)["stopObjections"], 1, "{r}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "end_turn after 2 calls");
+    reqs[1].assert_tool_calls_paired();
+    let msgs = reqs[1].messages();
+    let turn = msgs
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .cloned()
+        .unwrap_or_default();
+    let content = turn["content"].as_array().cloned().unwrap_or_default();
+    assert_eq!(content.len(), 3, "{turn}");
+    assert_eq!(
+        content[0],
+        json!({"type": "thinking", "thinking": "Everything is done, I think.", "signature": "SIG_T1"}),
+        "the thinking block opens the turn, unmodified"
+    );
+    assert_eq!(content[1], json!({"type": "text", "text": "All done."}));
+    assert_eq!(
+        (content[2]["type"].as_str(), content[2]["name"].as_str()),
+        (Some("tool_use"), Some("h___Stop"))
+    );
+    assert_eq!(stop_calls(&log).len(), 2);
+    agent.finish();
+}
+
+/// C61 / SPEC L10: after an objection on the Chat route, the model's answer and the synthetic
+/// hook call are one assistant message (text plus `tool_calls`); no request of the prompt has
+/// two assistant (or two user) messages in a row, or a user message right after a tool result.
+pub fn c61_chat_objection_is_one_assistant_message_with_text_and_the_call(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::scripted(vec![
+        Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "x"}))]),
+        Reply::text("All done."),
+        Reply::text("Fixed; done now."),
+        Reply::text("second prompt answer"),
+    ]);
+    let agent = ctx.agent(&llm, &[("MCP_HOOK_SERVERS", "fs")], &s.ws);
+    agent.initialize();
+    let server = fake_mcp_entry(
+        "fs",
+        &[
+            ("FAKE_MCP_STOP", "1"),
+            ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+            ("FAKE_MCP_STOP_TEXT", "run the tests"),
+        ],
+    );
+    let sid = agent.new_session(&s.ws, json!([server]));
+    let r = agent.prompt(&sid, "go");
+    assert_end_turn(&agent, &r);
+    assert_eq!(buzz_meta(&agent, &r)["stopObjections"], 1, "{r}");
+    let r = agent.prompt(&sid, "and again");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 4);
+    for req in &reqs {
+        req.assert_tool_calls_paired();
+        let msgs = req.messages();
+        for pair in msgs.windows(2) {
+            let (a, b) = (&pair[0]["role"], &pair[1]["role"]);
+            assert!(
+                !(a == b && (a == "assistant" || a == "user")),
+                "C61: two {a} messages in a row: {msgs:#?}"
+            );
+            assert!(
+                !(a == "tool" && b == "user"),
+                "a user message right after a tool result: {msgs:#?}"
+            );
+        }
+    }
+    let joined = reqs[2]
+        .messages()
+        .into_iter()
+        .find(|m| m["content"] == "All done.")
+        .unwrap_or_default();
+    assert_eq!(
+        joined["tool_calls"][0]["function"]["name"], "fs___Stop",
+        "{joined}"
+    );
+    agent.finish();
+}
