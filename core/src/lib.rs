@@ -126,10 +126,6 @@
 
 mod acp;
 mod agent;
-#[allow(
-    unreachable_pub,
-    reason = "provider codec: tightened once issue 11 lands"
-)]
 mod anthropic;
 mod compaction;
 pub mod config;
@@ -138,44 +134,16 @@ mod ids;
 pub mod interceptor;
 pub mod io;
 pub mod jsonrpc;
-#[allow(
-    unreachable_pub,
-    reason = "provider codec: tightened once issue 11 lands"
-)]
 mod llm;
 mod mcp;
-#[allow(
-    unreachable_pub,
-    reason = "provider codec: tightened once issue 11 lands"
-)]
 mod openai_chat;
-#[allow(
-    unreachable_pub,
-    reason = "provider codec: tightened once issue 11 lands"
-)]
 mod openai_responses;
 mod outbox;
 mod permissions;
-#[allow(
-    unreachable_pub,
-    reason = "provider codec: tightened once issue 11 lands"
-)]
 mod provider;
-#[allow(
-    unreachable_pub,
-    reason = "provider codec: tightened once issue 11 lands"
-)]
 mod request;
 mod shutdown;
-#[allow(
-    unreachable_pub,
-    reason = "provider codec: tightened once issue 11 lands"
-)]
 mod sse;
-#[allow(
-    unreachable_pub,
-    reason = "provider codec: tightened once issue 11 lands"
-)]
 mod sse_stream;
 #[cfg(feature = "testing")]
 pub mod testing;

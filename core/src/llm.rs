@@ -12,7 +12,7 @@ use serde_json::Value;
 /// after a tool result ("Unexpected role 'user' after role 'tool'"), and on Anthropic a user
 /// text in the same turn as tool results would make a synthetic tool call the start of a tool
 /// loop that thinking rules apply to.
-pub const TOOL_RESULTS_BRIDGE: &str = "(tool results received)";
+pub(crate) const TOOL_RESULTS_BRIDGE: &str = "(tool results received)";
 
 /// One entry of a session's history.
 ///
@@ -224,7 +224,7 @@ impl std::fmt::Debug for ToolCall {
 
 /// A tool offered to the model.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ToolDef {
+pub(crate) struct ToolDef {
     /// Provider-safe name (`^[A-Za-z0-9_-]{1,64}$`, SPEC M3).
     pub name: String,
     pub description: String,
@@ -234,7 +234,7 @@ pub struct ToolDef {
 
 /// Everything a provider needs to build one request.
 #[derive(Debug, Clone, Copy)]
-pub struct LlmRequest<'a> {
+pub(crate) struct LlmRequest<'a> {
     pub model: &'a str,
     pub system: Option<&'a str>,
     pub messages: &'a [Message],
@@ -275,7 +275,7 @@ impl std::fmt::Debug for HttpRequest {
 
 /// Why the model stopped, provider-neutral (SPEC L1, L6, L7).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopKind {
+pub(crate) enum StopKind {
     /// The model ended its turn (`stop`, `end_turn`, `stop_sequence`).
     EndTurn,
     /// The model asked for tools (`tool_calls`, `tool_use`).
@@ -288,14 +288,14 @@ pub enum StopKind {
 
 /// Token usage reported by one response.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
 }
 
 /// A complete decoded response.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LlmResponse {
+pub(crate) struct LlmResponse {
     pub text: String,
     /// All reasoning text of the response, concatenated (also streamed as
     /// [`StreamDelta::Thought`]).
@@ -311,7 +311,7 @@ pub struct LlmResponse {
 
 /// An incremental piece of a streamed response, forwarded to the client as it arrives (SPEC A6).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamDelta {
+pub(crate) enum StreamDelta {
     /// Visible text → `agent_message_chunk`.
     Text(String),
     /// Reasoning → `agent_thought_chunk`.
@@ -320,7 +320,7 @@ pub enum StreamDelta {
 
 /// Why a stream could not produce a response.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StreamError {
+pub(crate) enum StreamError {
     /// The body ended before the response was complete (no terminator, cut mid-event, partial
     /// tool-call JSON). Retryable (SPEC L5, C24).
     #[error("stream truncated: {0}")]
@@ -333,7 +333,7 @@ pub enum StreamError {
 impl StreamError {
     /// Whether another attempt may succeed (SPEC L5).
     #[must_use]
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             StreamError::Truncated(_) => true,
             StreamError::Provider { retryable, .. } => *retryable,
@@ -342,7 +342,7 @@ impl StreamError {
 }
 
 /// Decodes one streamed response body. Bytes may be split anywhere (SPEC L9).
-pub trait StreamDecoder: Send {
+pub(crate) trait StreamDecoder: Send {
     /// Feed the next chunk of body bytes; incremental deltas are pushed to `out` in order.
     ///
     /// # Errors
