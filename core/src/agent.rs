@@ -3,69 +3,54 @@
 //! the action queue ([`Outbox`]) and the [`TimerTable`].
 //!
 //! The sub-machines, each a type in its own file that never sees the agent: [`ServerTable`]
-//! (`mcp.rs`), [`Shutdown`] (`shutdown.rs`), [`Permissions`] (`permissions.rs`); the prompt
-//! turn (`turn.rs`), hook rounds and the `_Stop` gate (`hooks.rs`) and compaction
-//! (`compaction.rs`).
+//! (`mcp.rs`), [`Turn`] (`turn.rs`) with its tool batch (`tool_calls.rs`), LLM attempts
+//! (`llm_call.rs`), `_Stop` gate and hook rounds (`hooks.rs`) and compactor
+//! (`compaction.rs`), [`Permissions`] (`permissions.rs`) and [`Shutdown`] (`shutdown.rs`).
+//! Sessions (`session.rs`) and their transcripts (`transcript.rs`) are the stores they work
+//! on.
 
+use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
-use crate::ids::{IdCounters, LlmCallId, PermissionRequestId, ServerSlot, SessionId};
+use crate::cx::Cx;
+use crate::hooks::HookOutcome;
+use crate::ids::{IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId};
 use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
-use crate::llm::Message;
-use crate::mcp::{Expired, McpEvent, ServerTable, StartState};
+use crate::llm_call::LlmCalls;
+use crate::mcp::{Expired, McpEvent, ServerTable, StartState, ToolCallRef};
 use crate::outbox::Outbox;
-use crate::permissions::Permissions;
+use crate::permissions::{PermissionRequest, Permissions};
+use crate::session::Session;
 use crate::shutdown::{Shutdown, ShutdownAction};
 use crate::time::MonoTime;
-use crate::timers::{ServerTimer, Stage, Timer, TimerTable};
-use crate::turn::Turn;
+use crate::timers::{ServerTimer, Stage, Timer, TimerKey, TimerTable};
+use crate::tools::ToolOutput;
+use crate::turn::{StopReason, Turn, TurnEnd};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-
-pub(crate) use crate::timers::TimerKey;
-
-/// An ACP session (SPEC A2).
-pub(crate) struct Session {
-    pub id: SessionId,
-    /// Server slots in registration order (SPEC H3).
-    pub servers: Vec<ServerSlot>,
-    /// `Some(request id)` while `session/new` waits for the handshakes.
-    pub starting: Option<RpcId>,
-    pub history: Vec<Message>,
-    pub model_override: Option<String>,
-    pub turn: Option<Turn>,
-    /// A prompt that arrived after a cancel and waits for the cancelled turn (SPEC A3).
-    pub queued: Option<(RpcId, String)>,
-    /// `*_always` permission answers per qualified tool name: true = allow (SPEC A7).
-    pub remembered: BTreeMap<String, bool>,
-    /// Counter for ACP tool call ids and hook injection ids.
-    pub seq: u64,
-    /// Input tokens reported by the last LLM response (SPEC K1 projection).
-    pub last_input_tokens: u64,
-    /// History length when `last_input_tokens` was reported; bytes after it are projected.
-    pub usage_mark: usize,
-}
 
 /// The pure agent state machine (DESIGN "The core's contract"): one per process, owned by the
 /// runtime's loop. See the [crate docs](crate) for the drain rule and a run loop.
 pub struct Agent {
-    pub(crate) cfg: Config,
-    pub(crate) version: String,
-    pub(crate) out: Outbox,
-    pub(crate) timers: TimerTable,
+    cfg: Config,
+    /// Reported in `initialize` (SPEC A1).
+    version: String,
+    out: Outbox,
+    timers: TimerTable,
+    /// stdin, split into lines (SPEC T1, T3).
     acp_in: LineBuffer,
+    /// Reused buffer of the line events of one input.
     line_events: Vec<LineEvent>,
-    pub(crate) sessions: BTreeMap<SessionId, Session>,
+    sessions: BTreeMap<SessionId, Session>,
+    /// The running turn of each session that has one.
+    turns: BTreeMap<SessionId, Turn>,
     next_session: u64,
-    pub(crate) servers: ServerTable,
-    /// LLM call → session id.
-    pub(crate) llm_calls: BTreeMap<LlmCallId, SessionId>,
-    pub(crate) permissions: Permissions,
-    pub(crate) ids: IdCounters,
-    /// What the provider taught us while running, kept for the process (SPEC L7 C41, L10).
-    pub(crate) learned: crate::provider::Learned,
-    pub(crate) rng: u64,
-    pub(crate) shutdown: Option<Shutdown>,
+    servers: ServerTable,
+    llm: LlmCalls,
+    permissions: Permissions,
+    ids: IdCounters,
+    /// `Some` once shutting down (SPEC P1).
+    shutdown: Option<Shutdown>,
 }
 
 impl Agent {
@@ -75,7 +60,6 @@ impl Agent {
     /// `starting:` line at info (SPEC T2).
     #[must_use]
     pub fn new(config: Config, now: MonoTime) -> Self {
-        let rng = config.seed ^ 0x9e37_79b9_7f4a_7c15;
         let max_line = config.max_line_bytes;
         let mut out = Outbox::new(config.log_level, now);
         if out.logs(LogLevel::Info) {
@@ -95,9 +79,10 @@ impl Agent {
             );
             out.log(LogLevel::Info, message);
         }
-        let version = env_version();
+        let version = env!("CARGO_PKG_VERSION").to_string();
         Agent {
             servers: ServerTable::new(config.mcp_init_timeout_ms, version.clone()),
+            llm: LlmCalls::new(config.seed),
             cfg: config,
             version,
             out,
@@ -105,12 +90,10 @@ impl Agent {
             acp_in: LineBuffer::recovering_ids(max_line),
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
+            turns: BTreeMap::new(),
             next_session: 1,
-            llm_calls: BTreeMap::new(),
             permissions: Permissions::default(),
             ids: IdCounters::default(),
-            learned: crate::provider::Learned::default(),
-            rng: if rng == 0 { 1 } else { rng },
             shutdown: None,
         }
     }
@@ -146,7 +129,7 @@ impl Agent {
     /// Feeds one observation made at `now` (clamped: never earlier than a time already seen).
     /// Then drain [`Agent::poll_action`]. Ignored once [`Agent::is_finished`].
     pub fn handle(&mut self, input: Input, now: MonoTime) {
-        self.advance(now);
+        self.out.advance(now);
         if self.is_finished() {
             return;
         }
@@ -209,7 +192,13 @@ impl Agent {
                     .on_write_failed(proc, &mut self.out, &mut self.timers);
                 self.route_mcp(events);
             }
-            Input::Llm { call, event } => self.on_llm(call, event),
+            Input::Llm { call, event } => {
+                if let Some(sid) = self.llm.session_of(call) {
+                    self.step_turn(sid, |turn, sess, cx| {
+                        turn.on_llm_event(call, event, sess, cx)
+                    });
+                }
+            }
         }
         self.after_step();
     }
@@ -219,11 +208,11 @@ impl Agent {
     /// requests, the shutdown stage). Afterwards, and after a drain, [`Agent::poll_timeout`] is
     /// `None` or later than `now` (DESIGN I11). Calling it early is harmless: nothing is due.
     pub fn handle_timeout(&mut self, now: MonoTime) {
-        self.advance(now);
+        self.out.advance(now);
         if self.is_finished() {
             return;
         }
-        let now = self.now();
+        let now = self.out.now();
         for stage in Stage::ALL {
             for timer in self.timers.due_in_stage(now, stage) {
                 // An earlier timer of this step may have cleared or moved it.
@@ -262,62 +251,23 @@ impl Agent {
         self.shutdown.is_some_and(|s| s.is_exited())
     }
 
-    fn advance(&mut self, now: MonoTime) {
-        // Clamp monotonic (DESIGN: time is passed in; the core never goes backwards).
-        self.out.advance(now);
-    }
-
-    /// The time of the step being handled.
-    pub(crate) fn now(&self) -> MonoTime {
-        self.out.now()
-    }
-
+    /// After every input or timeout: start the rounds that are due, then let the shutdown
+    /// move on.
     fn after_step(&mut self) {
-        self.run_ready_sessions();
+        self.run_ready_turns();
         self.check_shutdown_progress();
     }
 
-    // ---------------------------------------------------------------- output helpers
-
-    pub(crate) fn push(&mut self, a: Action) {
-        self.out.push(a);
-    }
-
-    /// Queue a log line if `level` passes `BUZZ_AGENT_LOG`.
-    pub(crate) fn log(&mut self, level: LogLevel, message: String) {
+    fn log(&mut self, level: LogLevel, message: String) {
         self.out.log(level, message);
     }
 
-    pub(crate) fn logs_enabled(&self, level: LogLevel) -> bool {
-        self.out.logs(level)
-    }
-
-    pub(crate) fn reply_ok(&mut self, id: &RpcId, result: &Value) {
+    fn reply_ok(&mut self, id: &RpcId, result: &Value) {
         self.out.reply_ok(id, result);
     }
 
-    pub(crate) fn reply_err(
-        &mut self,
-        id: Option<&RpcId>,
-        code: i64,
-        message: String,
-        data: Option<Value>,
-    ) {
+    fn reply_err(&mut self, id: Option<&RpcId>, code: i64, message: String, data: Option<Value>) {
         self.out.reply_err(id, code, message, data);
-    }
-
-    pub(crate) fn send_update(&mut self, session: SessionId, update: &Value) {
-        self.out.send_update(&session.to_string(), update);
-    }
-
-    /// xorshift64* — deterministic jitter from `Config::seed` (DESIGN I12).
-    pub(crate) fn next_random(&mut self) -> u64 {
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
     // ---------------------------------------------------------------- ACP input
@@ -465,7 +415,7 @@ impl Agent {
                 crate::acp::PermissionAnswer::Denied
             }
         };
-        self.on_permission_answer(req.session, req.turn, req.index.0, answer);
+        self.route_permission_answer(req, answer);
     }
 
     fn on_session_new(&mut self, id: RpcId, params: &Value) {
@@ -494,27 +444,8 @@ impl Agent {
             let slot = self.servers.create(sid, &spec.cwd, entry);
             slots.push(slot);
         }
-        let starting = if slots.is_empty() {
-            None
-        } else {
-            Some(id.clone())
-        };
-        self.sessions.insert(
-            sid,
-            Session {
-                id: sid,
-                servers: slots.clone(),
-                starting,
-                history: Vec::new(),
-                model_override: None,
-                turn: None,
-                queued: None,
-                remembered: BTreeMap::new(),
-                seq: 0,
-                last_input_tokens: 0,
-                usage_mark: 0,
-            },
-        );
+        self.sessions
+            .insert(sid, Session::new(sid, slots.clone(), &id));
         self.log(
             LogLevel::Info,
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
@@ -562,9 +493,225 @@ impl Agent {
         }
     }
 
+    // ---------------------------------------------------------------- prompt turns
+
+    /// Runs one step of the turn of `sid` with its session and the agent's shared parts; a
+    /// turn that ends is answered. Nothing happens without a turn.
+    fn step_turn(
+        &mut self,
+        sid: SessionId,
+        step: impl FnOnce(&mut Turn, &mut Session, &mut Cx<'_>) -> Option<TurnEnd>,
+    ) {
+        let (Some(turn), Some(sess)) = (self.turns.get_mut(&sid), self.sessions.get_mut(&sid))
+        else {
+            return;
+        };
+        let mut cx = Cx {
+            cfg: &self.cfg,
+            out: &mut self.out,
+            timers: &mut self.timers,
+            servers: &mut self.servers,
+            llm: &mut self.llm,
+            permissions: &mut self.permissions,
+            ids: &mut self.ids,
+        };
+        if let Some(end) = step(turn, sess, &mut cx) {
+            self.end_turn(sid, end);
+        }
+    }
+
+    /// `session/prompt` (SPEC A3): starts a turn, or queues the prompt behind a cancelled one.
+    fn on_prompt(&mut self, id: RpcId, params: &Value) {
+        let named = match crate::acp::string_field(params, "session/prompt", "sessionId") {
+            Ok(s) => s.to_string(),
+            Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        let Some(sid) = SessionId::parse(&named)
+            .filter(|sid| self.sessions.get(sid).is_some_and(|s| s.starting.is_none()))
+        else {
+            return self.session_not_found(&id, &named);
+        };
+        let text = match crate::acp::render_prompt(params) {
+            Ok(t) => t,
+            Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        if let Some(turn) = self.turns.get(&sid) {
+            let cancelled = turn.is_cancelled();
+            match self.sessions.get_mut(&sid) {
+                Some(sess) if cancelled && sess.queued.is_none() => sess.queued = Some((id, text)),
+                Some(_) | None => self.reply_err(
+                    Some(&id),
+                    jsonrpc::RpcError::INVALID_PARAMS,
+                    "prompt already in flight".into(),
+                    Some(json!({"sessionId": sid.to_string()})),
+                ),
+            }
+            return;
+        }
+        self.start_turn(sid, id, text);
+    }
+
+    fn session_not_found(&mut self, id: &RpcId, sid: &str) {
+        self.reply_err(
+            Some(id),
+            jsonrpc::RpcError::RESOURCE_NOT_FOUND,
+            format!("session not found: {sid}"),
+            Some(json!({"sessionId": sid})),
+        );
+    }
+
+    fn start_turn(&mut self, sid: SessionId, rpc: RpcId, text: String) {
+        let no = self.ids.next_turn();
+        if self.out.logs(LogLevel::Debug) {
+            let msg = format!(
+                "session {sid}: prompt #{}: {}",
+                no.0,
+                crate::text::utf8_prefix(&text, 2000)
+            );
+            self.log(LogLevel::Debug, msg);
+        }
+        let Some(sess) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let mut cx = Cx {
+            cfg: &self.cfg,
+            out: &mut self.out,
+            timers: &mut self.timers,
+            servers: &mut self.servers,
+            llm: &mut self.llm,
+            permissions: &mut self.permissions,
+            ids: &mut self.ids,
+        };
+        let turn = Turn::start(no, rpc, text, sess, &mut cx);
+        self.turns.insert(sid, turn);
+    }
+
+    /// Answers the prompt of the turn of `sid` and forgets the turn; a queued prompt starts
+    /// next (SPEC A3, A8).
+    fn end_turn(&mut self, sid: SessionId, end: TurnEnd) {
+        let Some(turn) = self.turns.remove(&sid) else {
+            return;
+        };
+        self.timers.clear_turn(sid);
+        let queued = self.sessions.get_mut(&sid).and_then(|s| s.queued.take());
+        match end {
+            TurnEnd::Stopped(reason) => {
+                self.log(
+                    LogLevel::Info,
+                    format!(
+                        "session {sid}: turn ended: {reason} after {} round(s)",
+                        turn.rounds()
+                    ),
+                );
+                self.reply_ok(
+                    turn.rpc(),
+                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta()}),
+                );
+            }
+            TurnEnd::Failed(message) => {
+                self.log(
+                    LogLevel::Error,
+                    format!("session {sid}: turn failed: {message}"),
+                );
+                self.reply_err(
+                    Some(turn.rpc()),
+                    jsonrpc::RpcError::SERVER_ERROR,
+                    message,
+                    None,
+                );
+            }
+        }
+        if let Some((id, text)) = queued {
+            self.start_turn(sid, id, text);
+        }
+    }
+
+    /// Starts the next round of every turn that is ready (after each step).
+    fn run_ready_turns(&mut self) {
+        // Loop because a round can end a turn at once and start a queued prompt.
+        for _ in 0..64 {
+            let ready: Vec<SessionId> = self
+                .turns
+                .iter()
+                .filter(|(_, t)| t.is_ready())
+                .map(|(sid, _)| *sid)
+                .collect();
+            if ready.is_empty() {
+                return;
+            }
+            for sid in ready {
+                self.step_turn(sid, |turn, sess, cx| turn.next_round(sess, cx));
+            }
+        }
+    }
+
+    /// `session/cancel` (SPEC A4).
+    fn on_cancel(&mut self, params: &Value) {
+        let Some(named) = params.get("sessionId").and_then(Value::as_str) else {
+            self.log(
+                LogLevel::Debug,
+                "acp: session/cancel without sessionId ignored".into(),
+            );
+            return;
+        };
+        let Some(sid) = SessionId::parse(named) else {
+            self.log(
+                LogLevel::Debug,
+                format!("session {named}: cancel with no running turn ignored"),
+            );
+            return;
+        };
+        self.cancel_turn(sid, "cancelled by the client");
+    }
+
+    /// Cancels the running turn of `sid` (SPEC A4). Idle or unknown: nothing happens.
+    fn cancel_turn(&mut self, sid: SessionId, why: &str) {
+        if !self.turns.contains_key(&sid) {
+            self.log(
+                LogLevel::Debug,
+                format!("session {sid}: cancel with no running turn ignored"),
+            );
+            return;
+        }
+        self.step_turn(sid, |turn, sess, cx| turn.cancel(why, sess, cx));
+    }
+
+    /// A permission answer (or its timeout) for a tool call of a turn (SPEC A7).
+    fn route_permission_answer(&mut self, req: PermissionRequest, answer: PermissionAnswer) {
+        if self
+            .turns
+            .get(&req.session)
+            .is_some_and(|t| t.no() == req.turn)
+        {
+            self.step_turn(req.session, |turn, sess, cx| {
+                turn.on_permission(req.index, answer, sess, cx)
+            });
+        }
+    }
+
+    /// A tool call of a turn ended (SPEC L2, L3).
+    fn route_tool_result(&mut self, call: ToolCallRef, out: ToolOutput, failed: bool) {
+        if self
+            .turns
+            .get(&call.session)
+            .is_some_and(|t| t.no() == call.turn)
+        {
+            self.step_turn(call.session, |turn, sess, cx| {
+                turn.on_tool_result(call.index, out, failed, sess, cx)
+            });
+        }
+    }
+
+    /// A hook call of a turn's round ended (SPEC H3, H4).
+    fn route_hook_outcome(&mut self, call: crate::mcp::HookCallRef, outcome: HookOutcome) {
+        self.step_turn(call.session, |turn, sess, cx| {
+            turn.on_hook_outcome(call.round, call.index, outcome, sess, cx)
+        });
+    }
+
     // ---------------------------------------------------------------- MCP routing
 
-    fn on_mcp_bytes(&mut self, proc: crate::ids::ProcKey, bytes: &[u8]) {
+    fn on_mcp_bytes(&mut self, proc: ProcKey, bytes: &[u8]) {
         let Some((slot, lines)) = self.servers.split_lines(proc, bytes) else {
             return;
         };
@@ -580,34 +727,26 @@ impl Agent {
     }
 
     /// Hands what the server table reports to its owners, in order.
-    pub(crate) fn route_mcp(&mut self, events: Vec<McpEvent>) {
+    fn route_mcp(&mut self, events: Vec<McpEvent>) {
+        let cap = self.cfg.max_tool_result_text_bytes;
         for event in events {
             match event {
                 McpEvent::ToolReply { call, reply } => {
-                    let (out, failed) =
-                        crate::turn::tool_output(reply, self.cfg.max_tool_result_text_bytes);
-                    self.on_tool_finished(call.session, call.turn, call.index.0, out, failed);
+                    let (out, failed) = crate::tool_calls::tool_output(reply, cap);
+                    self.route_tool_result(call, out, failed);
                 }
                 McpEvent::ToolFailed { call, reason } => {
-                    let out = crate::tools::ToolOutput {
+                    let out = ToolOutput {
                         text: reason,
                         is_error: true,
                     };
-                    self.on_tool_finished(call.session, call.turn, call.index.0, out, true);
+                    self.route_tool_result(call, out, true);
                 }
                 McpEvent::HookReply { call, reply } => {
-                    let outcome =
-                        crate::hooks::classify_reply(reply, self.cfg.max_tool_result_text_bytes);
-                    self.on_hook_outcome(call.session, call.round, call.index, outcome);
+                    let outcome = crate::hooks::classify_reply(reply, cap);
+                    self.route_hook_outcome(call, outcome);
                 }
-                McpEvent::HookDead { call } => {
-                    self.on_hook_outcome(
-                        call.session,
-                        call.round,
-                        call.index,
-                        crate::hooks::HookOutcome::Dead,
-                    );
-                }
+                McpEvent::HookDead { call } => self.route_hook_outcome(call, HookOutcome::Dead),
                 McpEvent::StartSettled { session } => self.check_session_start(session),
                 McpEvent::Relist { server } => {
                     self.servers
@@ -621,7 +760,7 @@ impl Agent {
     fn on_timer(&mut self, timer: Timer) {
         match timer {
             Timer::Server(slot, ServerTimer::Kill { generation }) => {
-                let proc = crate::ids::ProcKey {
+                let proc = ProcKey {
                     server: slot,
                     generation,
                 };
@@ -634,24 +773,21 @@ impl Agent {
                 self.route_mcp(events);
             }
             Timer::Server(slot, ServerTimer::Request(id)) => self.expire_mcp_request(slot, id),
-            Timer::Turn(sid, kind) => self.on_turn_timer(sid, kind),
+            Timer::Turn(sid, kind) => {
+                self.step_turn(sid, |turn, sess, cx| turn.on_timer(kind, sess, cx));
+            }
             Timer::Permission(id) => {
                 // A7: an unanswered permission request is denied.
-                if let Some(r) = self.permissions.take(id, &mut self.timers) {
+                if let Some(req) = self.permissions.take(id, &mut self.timers) {
                     self.log(
                         LogLevel::Warn,
                         format!("acp: permission request {id} timed out; denied (A7)"),
                     );
-                    self.on_permission_answer(
-                        r.session,
-                        r.turn,
-                        r.index.0,
-                        crate::acp::PermissionAnswer::Denied,
-                    );
+                    self.route_permission_answer(req, PermissionAnswer::Denied);
                 }
             }
             Timer::Shutdown => {
-                let now = self.now();
+                let now = self.out.now();
                 let alive = self.servers.any_leader_alive();
                 if let Some(sh) = self.shutdown.as_mut() {
                     let actions = sh.on_timeout(now, alive);
@@ -661,7 +797,7 @@ impl Agent {
         }
     }
 
-    fn expire_mcp_request(&mut self, slot: ServerSlot, id: crate::ids::McpRequestId) {
+    fn expire_mcp_request(&mut self, slot: ServerSlot, id: McpRequestId) {
         let Some((expired, events)) =
             self.servers
                 .expire(slot, id, &mut self.out, &mut self.timers)
@@ -680,13 +816,13 @@ impl Agent {
                     &mut self.out,
                     &mut self.timers,
                 );
-                let out = crate::tools::ToolOutput {
+                let out = ToolOutput {
                     text: format!(
                         "tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
                     ),
                     is_error: true,
                 };
-                self.on_tool_finished(call.session, call.turn, call.index.0, out, true);
+                self.route_tool_result(call, out, true);
                 // M5: the server is killed and marked dead.
                 let events = self.servers.kill(
                     slot,
@@ -705,12 +841,7 @@ impl Agent {
                     &mut self.timers,
                 );
                 self.route_mcp(events);
-                self.on_hook_outcome(
-                    call.session,
-                    call.round,
-                    call.index,
-                    crate::hooks::HookOutcome::Timeout,
-                );
+                self.route_hook_outcome(call, HookOutcome::Timeout);
             }
         }
     }
@@ -745,9 +876,7 @@ impl Agent {
             ),
         }
     }
-}
 
-impl Agent {
     // ---------------------------------------------------------------- shutdown (P1, M8)
 
     /// Begin shutting down (idempotent): answer and cancel everything, close every server's
@@ -756,11 +885,11 @@ impl Agent {
         if self.shutdown.is_some() {
             return;
         }
-        self.shutdown = Some(Shutdown::begin(self.now()));
+        self.shutdown = Some(Shutdown::begin(self.out.now()));
         // Cancel every turn and answer pending requests (P1).
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for sid in sids {
-            let starting = self.sessions.get(&sid).and_then(|s| s.starting.clone());
+            let starting = self.sessions.get_mut(&sid).and_then(|s| s.starting.take());
             if let Some(rpc) = starting {
                 self.reply_err(
                     Some(&rpc),
@@ -768,24 +897,17 @@ impl Agent {
                     "agent is shutting down".into(),
                     None,
                 );
-                if let Some(s) = self.sessions.get_mut(&sid) {
-                    s.starting = None;
-                }
             }
-            if let Some(s) = self.sessions.get_mut(&sid)
-                && let Some((id, _)) = s.queued.take()
-            {
+            if let Some((id, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
                 self.reply_ok(&id, &json!({"stopReason": "cancelled"}));
             }
             self.cancel_turn(sid, "agent shutting down");
             // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
-            if self.sessions.get(&sid).is_some_and(|s| s.turn.is_some()) {
-                self.finish_turn(sid, "cancelled");
+            if self.turns.contains_key(&sid) {
+                self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
             }
         }
-        for call in std::mem::take(&mut self.llm_calls).into_keys() {
-            self.push(Action::CancelLlm { call });
-        }
+        self.llm.release_all(&mut self.out);
         self.permissions.clear(&mut self.timers);
         self.servers.shut_down_all(&mut self.out, &mut self.timers);
         self.log(
@@ -801,11 +923,11 @@ impl Agent {
                 ShutdownAction::KillAllGroupsAndExit => crate::io::Signal::Kill,
             };
             for proc in self.servers.procs_to_sweep(&self.timers) {
-                self.push(Action::SignalProcessGroup { proc, signal });
+                self.out.push(Action::SignalProcessGroup { proc, signal });
             }
             if action == ShutdownAction::KillAllGroupsAndExit {
                 self.log(LogLevel::Info, "shutdown complete; exiting".into());
-                self.push(Action::Exit { code: 0 });
+                self.out.push(Action::Exit { code: 0 });
             }
         }
     }
@@ -813,7 +935,7 @@ impl Agent {
     /// Advance shutdown when leaders exit early, and keep its deadline current (called after
     /// every step).
     fn check_shutdown_progress(&mut self) {
-        let now = self.now();
+        let now = self.out.now();
         let alive = self.servers.any_leader_alive();
         let spawned = self.servers.any_spawned();
         let Some(sh) = self.shutdown.as_mut() else {
@@ -829,8 +951,4 @@ impl Agent {
             }
         }
     }
-}
-
-fn env_version() -> String {
-    env!("CARGO_PKG_VERSION").to_string()
 }

@@ -11,4 +11,4 @@
 pub use crate::compaction::{threshold, truncate, units};
 pub use crate::hooks::{HookPoint, injection_pair};
 pub use crate::llm::{Message, ToolCall};
-pub use crate::turn::{ERROR_BODY_CAP, MAX_RESPONSE_BODY_BYTES};
+pub use crate::llm_call::{ERROR_BODY_CAP, MAX_RESPONSE_BODY_BYTES};
