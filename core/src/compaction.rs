@@ -386,7 +386,139 @@ pub(crate) fn inject_post_compact(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::LogLevel;
     use crate::llm::ToolCall;
+    use crate::time::MonoTime;
+
+    const SID: SessionId = SessionId(1);
+
+    fn transcript(messages: Vec<Message>) -> Transcript {
+        let mut t = Transcript::default();
+        t.messages = messages;
+        t
+    }
+
+    #[test]
+    fn k1_compaction_is_needed_at_ninety_percent_and_at_most_once_before_a_round() {
+        let mut c = Compactor::default();
+        let mut t = transcript(vec![user(&"x".repeat(890))]);
+        assert!(!c.needed(0, &t, 1000), "890 of 1000 tokens");
+        t.record_usage(800);
+        t.messages.push(user(&"y".repeat(100)));
+        assert!(c.needed(0, &t, 1000), "800 reported + 100 bytes since");
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        c.begin(0, 10, SID, "full", &mut out);
+        assert!(!c.needed(0, &t, 1000), "not twice before the same round");
+        assert!(c.needed(1, &t, 1000), "the next round may compact again");
+    }
+
+    #[test]
+    fn k1_summaries_while_handoffs_remain_then_truncation() {
+        let mut c = Compactor::default();
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        let mut t = transcript(vec![user("task"), user("more")]);
+        assert_eq!(c.begin(0, 1, SID, "full", &mut out), Compaction::Summarize);
+        assert_eq!(
+            c.apply_summary(&mut t, "  ", "task", SID, &mut out),
+            None,
+            "an empty summary is no handoff"
+        );
+        assert_eq!(
+            c.apply_summary(&mut t, "did X", "task", SID, &mut out),
+            Some(1)
+        );
+        assert_eq!(
+            t.messages,
+            vec![user(&format!("{SUMMARY_HEADER}did X")), user("task")]
+        );
+        assert_eq!((t.last_input_tokens, t.usage_mark), (0, 0));
+        assert_eq!(c.begin(1, 1, SID, "full", &mut out), Compaction::Truncate);
+        let logs: Vec<String> = std::iter::from_fn(|| out.pop())
+            .filter_map(|a| {
+                if let crate::io::Action::Log(r) = a {
+                    Some(r.message)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(
+            logs,
+            [
+                "session sess_1: compacting context (full); handoff 1/1",
+                "session sess_1: context compacted (2 messages → summary), handoff 1",
+                "session sess_1: BUZZ_AGENT_MAX_HANDOFFS=1 spent; truncating history (full)"
+            ]
+        );
+    }
+
+    #[test]
+    fn l5_a_context_too_long_answer_compacts_once_per_prompt_and_never_when_cancelled() {
+        let mut c = Compactor::default();
+        assert!(!c.try_reactive(true));
+        assert!(c.try_reactive(false));
+        assert!(!c.try_reactive(false));
+    }
+
+    #[test]
+    fn h7_post_compact_texts_go_right_after_the_summary_in_order() {
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        let mut t = transcript(vec![user("summary"), user("task")]);
+        inject_post_compact(
+            &mut t,
+            &[
+                ("a".into(), "remember A".into()),
+                ("b".into(), "remember B".into()),
+            ],
+            SID,
+            &mut out,
+        );
+        assert_eq!(t.messages.len(), 6);
+        assert_eq!(t.messages[0], user("summary"));
+        assert_eq!(t.messages[5], user("task"));
+        let ids: Vec<String> = t
+            .messages
+            .iter()
+            .filter_map(|m| {
+                if let Message::ToolResult { call_id, .. } = m {
+                    Some(call_id.clone())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            ["buzz_hook__PostCompact_a_1", "buzz_hook__PostCompact_b_2"]
+        );
+    }
+
+    #[test]
+    fn k1_the_summary_request_names_the_live_prompt_whole() {
+        let t = transcript(vec![user("old stuff"), user("the live task")]);
+        let msgs = summary_messages(&t, "the live task", 200_000, 32_768);
+        let [Message::User { text }] = msgs.as_slice() else {
+            panic!("one user message");
+        };
+        assert!(text.starts_with(SUMMARY_INSTRUCTION));
+        assert!(text.contains("<current_request>\nthe live task\n</current_request>"));
+        assert!(text.contains("USER:\nold stuff"));
+    }
+
+    #[test]
+    fn k1_truncation_keeps_the_live_prompt_and_resets_usage() {
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        let mut t = transcript(vec![
+            user(&"o".repeat(500)),
+            user("live"),
+            call("1", 10),
+            result("1", 10),
+        ]);
+        t.record_usage(999);
+        truncate_transcript(&mut t, "live", 100, SID, &mut out);
+        assert_eq!(t.messages[0], user("live"));
+        assert_eq!((t.last_input_tokens, t.usage_mark), (0, 0));
+    }
 
     fn user(t: &str) -> Message {
         Message::User { text: t.into() }

@@ -478,6 +478,224 @@ pub(crate) fn append_injections(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cx::rig::Parts;
+    use crate::ids::ServerSlot;
+    use crate::io::Action;
+    use crate::jsonrpc::RpcId;
+
+    const SID: SessionId = SessionId(1);
+
+    fn out() -> Outbox {
+        Outbox::new(LogLevel::Debug, MonoTime::ZERO)
+    }
+
+    fn objection(server: &str, text: &str) -> (String, String) {
+        (server.to_string(), text.to_string())
+    }
+
+    #[test]
+    fn i1_a_gate_honours_at_most_budget_objections_then_ends_exhausted() {
+        let mut out = out();
+        let mut gate = StopGate::new(2, false);
+        for k in 1..=2u32 {
+            assert_eq!(
+                gate.open(SID, &mut out),
+                GateOpening::Round {
+                    attempt: k,
+                    budget_remaining: 3 - k
+                }
+            );
+            assert!(matches!(
+                gate.conclude(vec![objection("guard", "no")], SID, &mut out),
+                GateVerdict::Objected(_)
+            ));
+            assert!(gate.objections <= gate.budget, "I1");
+        }
+        assert_eq!(gate.open(SID, &mut out), GateOpening::EndTurn);
+        assert_eq!(
+            gate.meta(3)["buzz"],
+            json!({"rounds": 3, "stopObjections": 2, "stopBudget": 2, "stopBudgetExhausted": true})
+        );
+        let logs: Vec<String> = std::iter::from_fn(|| out.pop())
+            .filter_map(|a| {
+                if let Action::Log(r) = a {
+                    Some(r.message)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(
+            logs.last().map(String::as_str),
+            Some("hook: _Stop budget of 2 exhausted in session sess_1; ending the turn (H9)")
+        );
+    }
+
+    #[test]
+    fn h5_no_objection_ends_the_turn_and_costs_nothing_and_budget_zero_runs_no_round() {
+        let mut out = out();
+        let mut gate = StopGate::new(3, false);
+        assert!(matches!(
+            gate.open(SID, &mut out),
+            GateOpening::Round { .. }
+        ));
+        assert_eq!(
+            gate.conclude(Vec::new(), SID, &mut out),
+            GateVerdict::EndTurn
+        );
+        assert_eq!(gate.meta(1)["buzz"]["stopObjections"], 0);
+        let mut off = StopGate::new(0, true);
+        assert_eq!(off.open(SID, &mut out), GateOpening::EndTurn);
+        assert_eq!(off.meta(1)["buzz"]["stopBudgetExhausted"], false);
+    }
+
+    #[test]
+    fn g1_the_reminder_goes_last_in_the_same_unit_at_most_twice_and_never_after_a_post() {
+        let mut out = out();
+        let mut gate = StopGate::new(5, true);
+        gate.open(SID, &mut out);
+        let GateVerdict::Objected(texts) =
+            gate.conclude(vec![objection("hook1", "red")], SID, &mut out)
+        else {
+            panic!("objected");
+        };
+        assert_eq!(
+            texts,
+            vec![
+                objection("hook1", "red"),
+                objection(REPLY_GUARD_SERVER, REPLY_REMINDER)
+            ],
+            "hooks first, the reminder last, one unit"
+        );
+        assert_eq!(gate.meta(1)["buzz"]["stopObjections"], 1);
+        gate.open(SID, &mut out);
+        assert!(matches!(
+            gate.conclude(Vec::new(), SID, &mut out),
+            GateVerdict::Objected(_)
+        ));
+        gate.open(SID, &mut out);
+        assert_eq!(
+            gate.conclude(Vec::new(), SID, &mut out),
+            GateVerdict::EndTurn,
+            "at most two reminders"
+        );
+        let mut posted = StopGate::new(5, true);
+        posted.mark_posted();
+        posted.open(SID, &mut out);
+        assert_eq!(
+            posted.conclude(Vec::new(), SID, &mut out),
+            GateVerdict::EndTurn
+        );
+    }
+
+    #[test]
+    fn i4_c40_only_non_blank_content_text_objects() {
+        let cap = 1024;
+        let text = |t: &str| Ok(json!({"content": [{"type": "text", "text": t}]}));
+        assert_eq!(
+            classify_reply(text("run the tests"), cap),
+            HookOutcome::Text("run the tests".into())
+        );
+        assert_eq!(classify_reply(text("  \n"), cap), HookOutcome::Empty);
+        assert_eq!(
+            classify_reply(
+                Ok(json!({"content": [], "structuredContent": {"result": null}})),
+                cap
+            ),
+            HookOutcome::Empty,
+            "C40: FastMCP's None"
+        );
+        assert_eq!(
+            classify_reply(
+                Ok(json!({"content": [{"type": "text", "text": "boom"}], "isError": true})),
+                cap
+            ),
+            HookOutcome::Error("isError: boom".into())
+        );
+        assert_eq!(
+            classify_reply(Err(RpcError::new(-32601, "no such tool")), cap),
+            HookOutcome::Error("-32601 no such tool".into())
+        );
+    }
+
+    fn session_with(parts: &mut Parts, servers: &[(&str, &[&str])]) -> Session {
+        let slots: Vec<ServerSlot> = servers
+            .iter()
+            .map(|(name, tools)| parts.ready_server(SID, name, tools))
+            .collect();
+        let mut s = Session::new(SID, slots, &RpcId::Num(1.into()));
+        s.starting = None;
+        s
+    }
+
+    #[test]
+    fn h2_h3_a_round_calls_every_hook_at_once_and_decides_in_registration_order() {
+        let mut parts = Parts::new();
+        let sess = session_with(
+            &mut parts,
+            &[
+                ("a", &["_Stop"]),
+                ("plain", &["echo"]),
+                ("b", &["_Stop", "_PostCompact"]),
+            ],
+        );
+        let mut round = HookRound::start(HookPoint::Stop, &sess, 2, 1, &mut parts.cx());
+        let calls = Parts::mcp_lines(&parts.drain());
+        assert_eq!(calls.len(), 2, "only the servers exposing _Stop");
+        assert_eq!(
+            calls[0]["params"]["_meta"]["buzz/hook"],
+            json!({"point": "_Stop", "sessionId": "sess_1", "attempt": 2, "budgetRemaining": 1})
+        );
+        assert!(!round.is_decided());
+        parts.at(40);
+        assert!(!round.on_outcome(1, HookOutcome::Text("b objects".into()), &mut parts.out));
+        assert!(round.on_outcome(0, HookOutcome::Text("a objects".into()), &mut parts.out));
+        assert_eq!(
+            round.texts(),
+            vec![objection("a", "a objects"), objection("b", "b objects")],
+            "I3: registration order, not arrival order"
+        );
+        assert!(
+            !round.on_outcome(0, HookOutcome::Empty, &mut parts.out),
+            "I6: a decided call keeps its outcome"
+        );
+        assert_eq!(round.texts().len(), 2);
+        let logs = Parts::logs(&parts.drain());
+        assert_eq!(
+            logs,
+            vec![
+                "hook: point=_Stop server=b outcome=objection latency_ms=40",
+                "hook: point=_Stop server=a outcome=objection latency_ms=40"
+            ]
+        );
+    }
+
+    #[test]
+    fn i4_a_round_without_a_live_or_allowed_target_is_decided_at_once_and_objects_to_nothing() {
+        let mut parts = Parts::new();
+        let sess = session_with(&mut parts, &[("guard", &["_Stop"])]);
+        parts.cfg.hook_servers = crate::config::HookAllowlist::Off;
+        let round = HookRound::start(HookPoint::Stop, &sess, 1, 3, &mut parts.cx());
+        assert!(
+            round.is_decided() && round.texts().is_empty(),
+            "H2: not allowlisted"
+        );
+        parts.cfg.hook_servers = crate::config::HookAllowlist::All;
+        let slot = sess.servers[0];
+        parts
+            .servers
+            .kill(slot, "test kill", &mut parts.out, &mut parts.timers);
+        parts.drain();
+        let round = HookRound::start(HookPoint::Stop, &sess, 1, 3, &mut parts.cx());
+        assert!(
+            round.is_decided() && round.texts().is_empty(),
+            "a dead server counts as dead"
+        );
+        assert_eq!(
+            Parts::logs(&parts.drain()),
+            vec!["hook: point=_Stop server=guard outcome=dead latency_ms=0"]
+        );
+    }
 
     #[test]
     fn c61_the_first_injection_joins_the_answer_that_ends_the_history() {

@@ -1536,6 +1536,49 @@ impl ServerTable {
     }
 }
 
+#[cfg(test)]
+impl ServerTable {
+    /// Records a server of `session` named `name`, spawns it and completes its handshake with
+    /// `tools` (names starting with `_` are hooks): a ready server for the tests of the machines
+    /// that use the table.
+    pub(crate) fn add_ready_for_tests(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        tools: &[&str],
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> ServerSlot {
+        let entry = McpServerEntry {
+            name: name.into(),
+            command: "fake-mcp".into(),
+            args: vec![],
+            env: vec![],
+        };
+        let slot = self.create(session, "/w", &entry);
+        self.spawn(slot, out);
+        let proc = ProcKey {
+            server: slot,
+            generation: 0,
+        };
+        self.on_spawned(proc, out, timers);
+        let answer =
+            |table: &mut ServerTable, result: Value, out: &mut Outbox, timers: &mut TimerTable| {
+                let id = table.servers[&slot]
+                    .pending
+                    .keys()
+                    .next_back()
+                    .map(|id| id.0)
+                    .unwrap_or(0);
+                table.on_response(slot, &json!(id), Ok(result), out, timers)
+            };
+        answer(self, json!({"protocolVersion": "2025-06-18"}), out, timers);
+        let list: Vec<Value> = tools.iter().map(|t| json!({"name": t})).collect();
+        answer(self, json!({"tools": list}), out, timers);
+        slot
+    }
+}
+
 /// The event that fails a request's owner when its server died.
 fn failed(purpose: Purpose, reason: &str) -> Option<McpEvent> {
     match purpose {

@@ -418,3 +418,255 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
         Err(e) => Err(format!("arguments were not valid JSON: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cx::rig::Parts;
+    use crate::io::Action;
+    use crate::jsonrpc::RpcId;
+
+    const SID: SessionId = SessionId(1);
+    const TURN: TurnNo = TurnNo(1);
+
+    fn call(id: &str, name: &str, args: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: args.into(),
+        }
+    }
+
+    /// A session with one ready server `fs` offering `read`, `write` and `shell`.
+    fn setup(parts: &mut Parts) -> (Session, BTreeMap<String, ToolRoute>) {
+        let slot = parts.ready_server(SID, "fs", &["read", "write", "shell"]);
+        let mut sess = Session::new(SID, vec![slot], &RpcId::Num(1.into()));
+        sess.starting = None;
+        let (_, routes) = parts.servers.visible_tools(&sess.servers);
+        (sess, routes)
+    }
+
+    fn statuses(actions: &[Action]) -> Vec<(String, String)> {
+        Parts::acp_lines(actions)
+            .iter()
+            .map(|l| &l["params"]["update"])
+            .map(|u| {
+                (
+                    u["toolCallId"].as_str().unwrap_or("").to_string(),
+                    u["status"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn l2_m4_calls_that_cannot_run_fail_at_once_and_the_rest_run_in_order() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let calls = vec![
+            call("a", "fs__read", r#"{"path":"x"}"#),
+            call("b", "fs___Stop", "{}"),
+            call("c", "fs__write", "[1]"),
+            call("d", "fs__write", ""),
+        ];
+        let batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let actions = parts.drain();
+        assert_eq!(
+            statuses(&actions),
+            [
+                ("tc_1", "pending"),
+                ("tc_2", "pending"),
+                ("tc_3", "pending"),
+                ("tc_4", "pending"),
+                ("tc_2", "failed"),
+                ("tc_3", "failed"),
+                ("tc_1", "in_progress"),
+                ("tc_4", "in_progress"),
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        let sent = Parts::mcp_lines(&actions);
+        assert_eq!(sent.len(), 2, "I10: the hook name never reaches MCP");
+        assert_eq!(
+            sent[1]["params"]["arguments"],
+            json!({}),
+            "C26: blank is {{}}"
+        );
+        assert!(!batch.is_done());
+    }
+
+    #[test]
+    fn l2_the_parallel_cap_holds_and_results_come_back_in_call_order() {
+        let mut parts = Parts::new();
+        parts.cfg.max_parallel_tools = 1;
+        let (mut sess, routes) = setup(&mut parts);
+        let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        assert_eq!(Parts::mcp_lines(&parts.drain()).len(), 1, "one at a time");
+        let ok = |t: &str| ToolOutput {
+            text: t.into(),
+            is_error: false,
+        };
+        batch.on_result(ToolCallIndex(0), ok("first"), false, &mut parts.cx());
+        assert_eq!(
+            Parts::mcp_lines(&parts.drain()).len(),
+            1,
+            "the next one starts"
+        );
+        batch.on_result(ToolCallIndex(1), ok("second"), false, &mut parts.cx());
+        assert!(batch.is_done());
+        let results: Vec<String> = batch
+            .into_results()
+            .into_iter()
+            .map(|m| {
+                let Message::ToolResult { call_id, text, .. } = m else {
+                    panic!("only results: {m:?}");
+                };
+                format!("{call_id}={text}")
+            })
+            .collect();
+        assert_eq!(results, ["a=first", "b=second"]);
+    }
+
+    #[test]
+    fn a7_permission_is_asked_and_always_answers_are_remembered_per_tool() {
+        let mut parts = Parts::new();
+        parts.cfg.permission = PermissionMode::Ask;
+        let (mut sess, routes) = setup(&mut parts);
+        let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let asked: Vec<_> = Parts::acp_lines(&parts.drain())
+            .into_iter()
+            .filter(|l| l["method"] == "session/request_permission")
+            .collect();
+        assert_eq!(asked.len(), 2);
+        assert_eq!(parts.timers.next().map(|(t, _)| t.as_ms()), Some(330_000));
+        batch.on_permission(
+            ToolCallIndex(0),
+            PermissionAnswer::AllowAlways,
+            &mut sess.remembered,
+            &mut parts.cx(),
+        );
+        batch.on_permission(
+            ToolCallIndex(1),
+            PermissionAnswer::RejectOnce,
+            &mut sess.remembered,
+            &mut parts.cx(),
+        );
+        assert_eq!(
+            statuses(&parts.drain())[..],
+            [
+                ("tc_1".to_string(), "in_progress".to_string()),
+                ("tc_2".to_string(), "failed".to_string())
+            ]
+        );
+        assert_eq!(sess.remembered.get("fs__read"), Some(&true));
+        assert_eq!(
+            sess.remembered.get("fs__write"),
+            None,
+            "a one-off answer is not kept"
+        );
+        let again = ToolBatch::start(
+            TurnNo(2),
+            vec![call("c", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert!(
+            !Parts::acp_lines(&parts.drain())
+                .iter()
+                .any(|l| l["method"] == "session/request_permission"),
+            "allow_always is not asked again"
+        );
+        assert!(!again.is_done());
+    }
+
+    #[test]
+    fn a4_cancel_ends_every_call_cancels_the_running_and_forgets_the_asked() {
+        let mut parts = Parts::new();
+        parts.cfg.permission = PermissionMode::Ask;
+        let (mut sess, routes) = setup(&mut parts);
+        sess.remembered.insert("fs__read".into(), true);
+        let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        parts.drain();
+        batch.cancel("cancelled by the client", &mut parts.cx());
+        let actions = parts.drain();
+        let cancelled: Vec<_> = Parts::mcp_lines(&actions)
+            .into_iter()
+            .filter(|l| l["method"] == "notifications/cancelled")
+            .collect();
+        assert_eq!(
+            cancelled.len(),
+            1,
+            "the running call is cancelled at its server"
+        );
+        assert_eq!(
+            statuses(&actions),
+            [
+                ("tc_1".to_string(), "failed".to_string()),
+                ("tc_2".to_string(), "failed".to_string())
+            ]
+        );
+        assert!(batch.is_done());
+        assert_eq!(parts.timers.next(), None, "no deadline is left behind");
+    }
+
+    #[test]
+    fn g2_a_shell_call_that_sends_a_message_counts_as_posting() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let quiet = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__shell", r#"{"command":"ls"}"#)],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert!(!quiet.posted());
+        let post = ToolBatch::start(
+            TURN,
+            vec![call(
+                "b",
+                "fs__shell",
+                r#"{"command":"buzz messages send hi"}"#,
+            )],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert!(post.posted());
+    }
+
+    #[test]
+    fn m9_a_call_to_a_dead_server_is_not_run() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        parts.servers.kill(
+            sess.servers[0],
+            "crashed",
+            &mut parts.out,
+            &mut parts.timers,
+        );
+        parts.drain();
+        let batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert!(batch.is_done());
+        let Some(Message::ToolResult { text, is_error, .. }) = batch.into_results().pop() else {
+            panic!("one result");
+        };
+        assert!(is_error);
+        assert!(
+            text.starts_with(
+                "server 'fs' is recovering; the call was not run (MCP server 'fs' crashed"
+            ),
+            "{text}"
+        );
+    }
+}

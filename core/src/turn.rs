@@ -892,3 +892,330 @@ fn emit_deltas(purpose: CallPurpose, deltas: Vec<StreamDelta>, sess: &Session, c
         cx.out.send_update(&sid, &update);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cx::rig::Parts;
+    use crate::ids::SessionId;
+    use crate::io::Action;
+
+    const SID: SessionId = SessionId(1);
+
+    /// A Chat Completions SSE body: `text`, then `finish_reason`, then `[DONE]`.
+    fn answer(text: &str, finish: &str) -> Vec<u8> {
+        format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n\
+             data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{finish}\"}}]}}\n\n\
+             data: [DONE]\n\n"
+        )
+        .into_bytes()
+    }
+
+    /// A session with the given ready servers (`(name, tools)`, `_` names are hooks).
+    fn session(parts: &mut Parts, servers: &[(&str, &[&str])]) -> Session {
+        let slots = servers
+            .iter()
+            .map(|(name, tools)| parts.ready_server(SID, name, tools))
+            .collect();
+        let mut s = Session::new(SID, slots, &RpcId::Num(1.into()));
+        s.starting = None;
+        s
+    }
+
+    fn start(parts: &mut Parts, sess: &mut Session, text: &str) -> Turn {
+        let no = parts.ids.next_turn();
+        Turn::start(no, RpcId::Num(7.into()), text.into(), sess, &mut parts.cx())
+    }
+
+    /// The last LLM call asked for, with its JSON body.
+    fn last_call(actions: &[Action]) -> (LlmCallId, serde_json::Value) {
+        actions
+            .iter()
+            .rev()
+            .find_map(|a| {
+                let Action::CallLlm { call, request } = a else {
+                    return None;
+                };
+                Some((
+                    *call,
+                    serde_json::from_slice(&request.body).unwrap_or_default(),
+                ))
+            })
+            .expect("an LLM call")
+    }
+
+    fn respond(
+        turn: &mut Turn,
+        call: LlmCallId,
+        status: u16,
+        body: Vec<u8>,
+        sess: &mut Session,
+        parts: &mut Parts,
+    ) -> Option<TurnEnd> {
+        let mut end = turn.on_llm_event(
+            call,
+            LlmEvent::Head {
+                status,
+                headers: vec![("retry-after".into(), "2".into())],
+            },
+            sess,
+            &mut parts.cx(),
+        );
+        for event in [LlmEvent::Body(body), LlmEvent::End] {
+            if end.is_none() {
+                end = turn.on_llm_event(call, event, sess, &mut parts.cx());
+            }
+        }
+        end
+    }
+
+    #[test]
+    fn l1_a_plain_answer_without_hooks_ends_the_turn() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[("fs", &["read"])]);
+        let mut turn = start(&mut parts, &mut sess, "hello");
+        assert!(turn.is_ready());
+        assert_eq!(turn.next_round(&mut sess, &mut parts.cx()), None);
+        let (call, body) = last_call(&parts.drain());
+        assert_eq!(body["tools"][0]["function"]["name"], "fs__read");
+        assert_eq!(
+            parts.timers.next().map(|(t, k)| (t.as_ms(), k)),
+            Some((240_000, Timer::Turn(SID, TurnTimer::LlmIdle)))
+        );
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            answer("Hi!", "stop"),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
+        let actions = parts.drain();
+        assert!(actions.contains(&Action::CancelLlm { call }));
+        let chunk = &Parts::acp_lines(&actions)[0]["params"]["update"];
+        assert_eq!(chunk["content"]["text"], "Hi!");
+        assert_eq!(turn.meta()["buzz"]["rounds"], 1);
+        assert_eq!(
+            sess.transcript.messages.len(),
+            2,
+            "the prompt and the answer"
+        );
+        assert_eq!(parts.timers.next(), None, "no timer outlives the call");
+    }
+
+    #[test]
+    fn h5_h6_an_objection_sends_the_model_back_with_the_injection() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[("guard", &["_Stop"])]);
+        let mut turn = start(&mut parts, &mut sess, "fix it");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            answer("Done.", "stop"),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, None, "the _Stop round runs");
+        let hook_calls = Parts::mcp_lines(&parts.drain());
+        assert_eq!(hook_calls[0]["params"]["name"], "_Stop");
+        assert!(!turn.is_ready());
+        let Phase::Gate(round) = &turn.phase else {
+            panic!("in the gate");
+        };
+        let round = round.id();
+        let end = turn.on_hook_outcome(
+            round,
+            0,
+            HookOutcome::Text("tests fail".into()),
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert_eq!(end, None);
+        assert!(turn.is_ready(), "another round");
+        assert_eq!(turn.meta()["buzz"]["stopObjections"], 1);
+        let Some(Message::ToolResult { text, .. }) = sess.transcript.messages.last() else {
+            panic!("the injection ends the history");
+        };
+        assert_eq!(
+            text,
+            r#"{"hook":"_Stop","server":"guard","text":"tests fail"}"#
+        );
+    }
+
+    #[test]
+    fn l5_a_429_backs_off_by_its_retry_after_then_retries_the_same_round() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "hi");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let end = respond(&mut turn, call, 429, b"{}".to_vec(), &mut sess, &mut parts);
+        assert_eq!(end, None);
+        assert_eq!(
+            parts.timers.next().map(|(t, k)| (t.as_ms(), k)),
+            Some((2000, Timer::Turn(SID, TurnTimer::Backoff)))
+        );
+        parts.at(2000);
+        assert_eq!(
+            turn.on_timer(TurnTimer::Backoff, &mut sess, &mut parts.cx()),
+            None
+        );
+        let actions = parts.drain();
+        let (retry, _) = last_call(&actions);
+        assert_ne!(retry, call);
+        assert!(
+            Parts::logs(&actions)
+                .iter()
+                .any(|l| l.contains(&format!("{retry} attempt 2"))),
+            "{actions:?}"
+        );
+        assert_eq!(turn.rounds(), 1, "a retry is the same round");
+    }
+
+    #[test]
+    fn l5_a_silent_provider_times_out_into_a_backoff_and_fails_after_the_last_attempt() {
+        let mut parts = Parts::new();
+        parts.cfg.llm_max_attempts = 2;
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "hi");
+        turn.next_round(&mut sess, &mut parts.cx());
+        parts.drain();
+        assert_eq!(
+            turn.on_timer(TurnTimer::LlmIdle, &mut sess, &mut parts.cx()),
+            None
+        );
+        assert!(matches!(turn.phase, Phase::Backoff { attempt: 2, .. }));
+        turn.on_timer(TurnTimer::Backoff, &mut sess, &mut parts.cx());
+        let end = turn.on_timer(TurnTimer::LlmIdle, &mut sess, &mut parts.cx());
+        assert_eq!(
+            end,
+            Some(TurnEnd::Failed(
+                "llm: no data from the provider for 240 s (BUZZ_AGENT_LLM_TIMEOUT_SECS)".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn l1_a_truncated_answer_gets_a_nudge_then_max_tokens() {
+        let mut parts = Parts::new();
+        parts.cfg.max_token_recoveries = 1;
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "write a novel");
+        for expected in [None, Some(TurnEnd::Stopped(StopReason::MaxTokens))] {
+            turn.next_round(&mut sess, &mut parts.cx());
+            let (call, _) = last_call(&parts.drain());
+            let end = respond(
+                &mut turn,
+                call,
+                200,
+                answer("Once", "length"),
+                &mut sess,
+                &mut parts,
+            );
+            assert_eq!(end, expected);
+        }
+        assert!(sess.transcript.messages.contains(&Message::User {
+            text: MAX_TOKENS_NUDGE.into()
+        }));
+    }
+
+    #[test]
+    fn a4_cancel_mid_stream_drops_the_call_and_later_bytes_change_nothing() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "hi");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        turn.on_llm_event(
+            call,
+            LlmEvent::Head {
+                status: 200,
+                headers: vec![],
+            },
+            &mut sess,
+            &mut parts.cx(),
+        );
+        let end = turn.cancel("cancelled by the client", &mut sess, &mut parts.cx());
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::Cancelled)));
+        assert!(parts.drain().contains(&Action::CancelLlm { call }));
+        assert_eq!(parts.timers.next(), None);
+        let late = turn.on_llm_event(call, LlmEvent::End, &mut sess, &mut parts.cx());
+        assert_eq!(late, None);
+        assert!(parts.drain().is_empty(), "I6");
+        assert_eq!(
+            turn.cancel("again", &mut sess, &mut parts.cx()),
+            None,
+            "a second cancel is a no-op"
+        );
+    }
+
+    #[test]
+    fn k1_h7_a_full_context_is_summarised_then_post_compact_injects_after_the_summary() {
+        let mut parts = Parts::new();
+        parts.cfg.max_context_tokens = 1000;
+        let mut sess = session(&mut parts, &[("mem", &["_PostCompact"])]);
+        sess.transcript.messages.push(Message::User {
+            text: "x".repeat(950),
+        });
+        let mut turn = start(&mut parts, &mut sess, "continue");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, body) = last_call(&parts.drain());
+        assert!(
+            body.get("tools").is_none(),
+            "a summary call offers no tools"
+        );
+        assert_eq!(turn.rounds(), 0, "compaction runs before the round");
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            answer("We did X.", "stop"),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, None);
+        let actions = parts.drain();
+        assert!(
+            Parts::acp_lines(&actions).is_empty(),
+            "K1: the summary is never streamed"
+        );
+        assert_eq!(
+            Parts::mcp_lines(&actions)[0]["params"]["name"],
+            "_PostCompact"
+        );
+        let Phase::Gate(round) = &turn.phase else {
+            panic!("the _PostCompact round runs");
+        };
+        let round = round.id();
+        turn.on_hook_outcome(
+            round,
+            0,
+            HookOutcome::Text("remember the API key rule".into()),
+            &mut sess,
+            &mut parts.cx(),
+        );
+        let kinds: Vec<&str> = sess
+            .transcript
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User { .. } => "user",
+                Message::Assistant { .. } => "assistant",
+                Message::ToolResult { .. } => "result",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["user", "assistant", "result", "user"],
+            "summary, injection, prompt"
+        );
+        assert!(turn.is_ready());
+        turn.next_round(&mut sess, &mut parts.cx());
+        assert_eq!(turn.rounds(), 1, "then the round runs");
+    }
+}
