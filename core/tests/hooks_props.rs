@@ -1036,8 +1036,10 @@ impl<'a> Checker<'a> {
                 LlmReply::Tools { .. }
                 | LlmReply::Status { .. }
                 | LlmReply::Raw { .. }
+                | LlmReply::Stream { .. }
                 | LlmReply::Never => {
-                    // No summary text: truncation fallback.
+                    // No summary text: truncation fallback (the model scripts no Raw or
+                    // Stream replies).
                     self.stop_injections = None;
                     self.next_round(Inject::None, exp);
                 }
@@ -1099,7 +1101,10 @@ impl<'a> Checker<'a> {
                     turn.phase = PhaseM::Tools { pending, dispatch };
                 }
             }
-            LlmReply::Status { .. } | LlmReply::Raw { .. } | LlmReply::Never => {}
+            LlmReply::Status { .. }
+            | LlmReply::Raw { .. }
+            | LlmReply::Stream { .. }
+            | LlmReply::Never => {}
         }
         Ok(())
     }

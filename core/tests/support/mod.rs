@@ -61,6 +61,14 @@ pub enum LlmReply {
     Never,
     /// A status and a body sent verbatim (any route's SSE, or a provider's own error body).
     Raw { status: u16, body: String },
+    /// A 200 answer streamed in pieces: each `(delay_ms, text)` is one text delta sent that
+    /// long after the request; then, if `finish` is set, the `finish_reason`, `[DONE]` and the
+    /// end of the body at the last delta's time. With `finish: None` the stream stalls after
+    /// the last delta (the idle timeout, or a cancel, ends it).
+    Stream {
+        deltas: Vec<(u64, String)>,
+        finish: Option<String>,
+    },
 }
 
 impl LlmReply {
@@ -591,6 +599,7 @@ impl World {
                         LlmReply::Text { .. }
                         | LlmReply::Finish { .. }
                         | LlmReply::Tools { .. }
+                        | LlmReply::Stream { .. }
                         | LlmReply::Never => 200,
                     });
                     format!("<- {call} {status} {}", summarize_sse(b))
@@ -872,6 +881,32 @@ impl World {
             }
             LlmReply::Raw { status, body } => (*status, body.clone().into_bytes(), 0),
             LlmReply::Never => return,
+            LlmReply::Stream { deltas, finish } => {
+                let g = || Guard::LlmLive(call);
+                let head = LlmEvent::Head {
+                    status: 200,
+                    headers: Vec::new(),
+                };
+                self.schedule(self.now, Input::Llm { call, event: head }, g());
+                let mut last = 0;
+                for (delay, text) in deltas {
+                    last = *delay;
+                    let d = json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
+                    let event = LlmEvent::Body(format!("data: {d}\n\n").into_bytes());
+                    self.schedule(self.now.plus_ms(*delay), Input::Llm { call, event }, g());
+                }
+                if let Some(finish) = finish {
+                    let f =
+                        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
+                    let at = self.now.plus_ms(last);
+                    let body = format!("data: {f}\n\ndata: [DONE]\n\n").into_bytes();
+                    let event = LlmEvent::Body(body);
+                    self.schedule(at, Input::Llm { call, event }, g());
+                    let event = LlmEvent::End;
+                    self.schedule(at, Input::Llm { call, event }, g());
+                }
+                return;
+            }
         };
         let at = self.now.plus_ms(delay);
         let g = || Guard::LlmLive(call);
