@@ -130,6 +130,8 @@ mod anthropic;
 mod compaction;
 pub mod config;
 mod cx;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod hooks;
 mod ids;
 pub mod interceptor;
