@@ -845,7 +845,7 @@ impl ServerTable {
     }
 
     /// Kills a live server (tool timeout, hook double timeout, oversize line) and marks it
-    /// dead; `cause` completes "MCP server '<name>' …".
+    /// dead; `cause` completes `MCP server '<name>' …`.
     pub(crate) fn kill(
         &mut self,
         slot: ServerSlot,
