@@ -885,6 +885,17 @@ mod tests {
             self.request(id, "tools/call", json!({"name": name, "arguments": args}))
         }
 
+        /// Asserts that nothing arrives for 300 ms (`what` names what must not answer), then
+        /// restores the 5 s read timeout.
+        fn assert_silent(&mut self, what: &str) {
+            let timeout = |w: &Wire, d| w.client.get_ref().set_read_timeout(Some(d)).unwrap();
+            timeout(self, Duration::from_millis(300));
+            let mut l = String::new();
+            let silent = self.client.read_line(&mut l).is_err();
+            timeout(self, Duration::from_secs(5));
+            assert!(silent, "{what}: {l}");
+        }
+
         fn handshake(&mut self) -> Value {
             let r = self.request(
                 0,
@@ -1023,15 +1034,7 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut l = String::new();
-        assert!(
-            w.client.read_line(&mut l).is_err(),
-            "hang must not answer: {l}"
-        );
+        w.assert_silent("hang must not answer");
     }
 
     #[test]
@@ -1133,19 +1136,7 @@ mod tests {
         for id in [json!("call-5-1"), json!("call-5-2"), json!("5")] {
             w.send(json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"no"}}));
         }
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut l = String::new();
-        assert!(
-            w.client.read_line(&mut l).is_err(),
-            "replied too early: {l}"
-        );
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        w.assert_silent("replied too early");
         w.send(json!({"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"no"}}));
         w.send(json!({"jsonrpc":"2.0","id":"call-5-4","error":{"code":-32601,"message":"no"}}));
         let r = w.recv();
@@ -1158,19 +1149,7 @@ mod tests {
         let mut w = Wire::start(&[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "late")]);
         w.handshake();
         w.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"_Stop","arguments":{}}}));
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut l = String::new();
-        assert!(
-            w.client.read_line(&mut l).is_err(),
-            "held call answered: {l}"
-        );
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        w.assert_silent("held call answered");
         w.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"_Stop","arguments":{}}}));
         let late = w.recv();
         assert_eq!(late["id"], 1);

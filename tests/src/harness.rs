@@ -86,7 +86,7 @@ impl Ctx {
     /// working directory `cwd`. A fake LLM speaking a dialect profile is reached on the
     /// profile's route with its model ([`dialect_env`]).
     pub fn agent(&self, llm: &FakeLlm, extra: &[(&str, &str)], cwd: &Path) -> AgentProc {
-        self.agent_with_stderr(llm, extra, cwd, StderrMode::Read)
+        self.agent_with(Wire::Chat, llm, extra, cwd, StderrMode::Read)
     }
 
     /// [`Ctx::agent`] with the agent's stderr going where `stderr` says.
@@ -97,16 +97,7 @@ impl Ctx {
         cwd: &Path,
         stderr: StderrMode,
     ) -> AgentProc {
-        let mut env = match llm.dialect_profile() {
-            Some(d) => dialect_env(d, &llm.origin()),
-            None => agent_env(llm),
-        };
-        for (k, v) in extra {
-            env.retain(|(name, _)| name != k);
-            env.push((k.to_string(), v.to_string()));
-        }
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        AgentProc::spawn_with(&self.agent_bin, &env, cwd, stderr)
+        self.agent_with(Wire::Chat, llm, extra, cwd, stderr)
     }
 
     /// Like [`Ctx::agent`] on the provider route `wire` ([`agent_env_for`]).
@@ -117,10 +108,25 @@ impl Ctx {
         extra: &[(&str, &str)],
         cwd: &Path,
     ) -> AgentProc {
-        if llm.dialect_profile().is_some() {
-            return self.agent(llm, extra, cwd);
-        }
-        self.agent_at(wire, &llm.origin(), extra, cwd)
+        self.agent_with(wire, llm, extra, cwd, StderrMode::Read)
+    }
+
+    /// The general form of [`Ctx::agent`]: on the provider route `wire` ([`agent_env_for`];
+    /// a fake LLM speaking a dialect profile is reached on the profile's route with its model,
+    /// [`dialect_env`]), with stderr going where `stderr` says.
+    pub fn agent_with(
+        &self,
+        wire: Wire,
+        llm: &FakeLlm,
+        extra: &[(&str, &str)],
+        cwd: &Path,
+        stderr: StderrMode,
+    ) -> AgentProc {
+        let env = match llm.dialect_profile() {
+            Some(d) => dialect_env(d, &llm.origin()),
+            None => agent_env_for(wire, llm),
+        };
+        self.spawn_with_env(env, extra, cwd, stderr)
     }
 
     /// Spawns the agent against an LLM server at `origin` (`http://127.0.0.1:PORT`, no path) on
@@ -132,13 +138,23 @@ impl Ctx {
         extra: &[(&str, &str)],
         cwd: &Path,
     ) -> AgentProc {
-        let mut env = env_for_origin(wire, origin);
+        self.spawn_with_env(env_for_origin(wire, origin), extra, cwd, StderrMode::Read)
+    }
+
+    /// Spawns the agent with `env` plus `extra` (which wins).
+    fn spawn_with_env(
+        &self,
+        mut env: Vec<(String, String)>,
+        extra: &[(&str, &str)],
+        cwd: &Path,
+        stderr: StderrMode,
+    ) -> AgentProc {
         for (k, v) in extra {
             env.retain(|(name, _)| name != k);
             env.push((k.to_string(), v.to_string()));
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        AgentProc::spawn(&self.agent_bin, &env, cwd)
+        AgentProc::spawn_with(&self.agent_bin, &env, cwd, stderr)
     }
 }
 
@@ -200,20 +216,10 @@ pub fn dialect_env(dialect: Dialect, origin: &str) -> Vec<(String, String)> {
     env
 }
 
-/// The agent's environment for a session against `llm`: OpenAI-compatible provider, the secret
-/// key, permission `allow`, debug logs.
+/// The agent's environment for a session against `llm`: OpenAI-compatible provider (Chat
+/// Completions), the secret key, permission `allow`, debug logs.
 pub fn agent_env(llm: &FakeLlm) -> Vec<(String, String)> {
-    [
-        ("BUZZ_AGENT_PROVIDER", "openai".to_string()),
-        ("OPENAI_COMPAT_BASE_URL", llm.base_url()),
-        ("OPENAI_COMPAT_MODEL", "test-model".to_string()),
-        ("OPENAI_COMPAT_API_KEY", SECRET_KEY.to_string()),
-        ("BUZZ_AGENT_PERMISSION", "allow".to_string()),
-        ("BUZZ_AGENT_LOG", "debug".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    env_for_origin(Wire::Chat, &llm.origin())
 }
 
 /// The path of the running test binary, which is also the fake MCP server.
@@ -506,24 +512,36 @@ impl AgentProc {
     /// after `timeout`.
     pub fn wait_response(&self, id: &Value, timeout: Duration) -> Value {
         let key = id_key(id);
-        let deadline = Instant::now() + timeout;
-        let mut st = self.shared.lock();
-        loop {
-            if let Some(r) = st.responses.get(&key) {
-                return r.clone();
-            }
-            let now = Instant::now();
-            if now >= deadline || st.stdout_closed {
-                let why = if st.stdout_closed {
-                    "the agent closed stdout"
-                } else {
-                    "timed out"
-                };
-                drop(st);
+        self.wait_state(timeout, true, |st| st.responses.get(&key).cloned())
+            .unwrap_or_else(|why| {
                 panic!(
                     "no response to request id {key} ({why} after {timeout:?}){}",
                     self.context()
-                );
+                )
+            })
+    }
+
+    /// Waits until `found` gets something from the recorded state (checked again at every
+    /// message from the agent), or until `timeout` passes or — with `stop_at_eof` — the agent
+    /// closes stdout; the `Err` says which of the two.
+    fn wait_state<T>(
+        &self,
+        timeout: Duration,
+        stop_at_eof: bool,
+        found: impl Fn(&State) -> Option<T>,
+    ) -> Result<T, &'static str> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(t) = found(&st) {
+                return Ok(t);
+            }
+            if stop_at_eof && st.stdout_closed {
+                return Err("the agent closed stdout");
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err("timed out");
             }
             st = self
                 .shared
@@ -620,26 +638,12 @@ impl AgentProc {
 
     /// Waits until `pred(transcript)` holds; panics with `what` and the stderr tail on timeout.
     pub fn wait_until(&self, what: &str, timeout: Duration, pred: impl Fn(&[Value]) -> bool) {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.shared.lock();
-        loop {
-            if pred(&st.transcript) {
-                return;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                drop(st);
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}{}",
-                    self.context()
-                );
-            }
-            st = self
-                .shared
-                .cv
-                .wait_timeout(st, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
+        let reached = self.wait_state(timeout, false, |st| pred(&st.transcript).then_some(()));
+        if reached.is_err() {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}{}",
+                self.context()
+            );
         }
     }
 
@@ -665,12 +669,21 @@ impl AgentProc {
         sid.unwrap_or_else(|| panic!("session/new result has no sessionId: {r}{}", self.context()))
     }
 
-    /// `session/prompt` with one text block; returns the whole response.
+    /// `session/prompt` with one text block; returns the whole response (waits 30 s).
     pub fn prompt(&self, session_id: &str, text: &str) -> Value {
-        self.request(
-            "session/prompt",
-            json!({"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}),
-        )
+        self.prompt_timeout(session_id, text, DEFAULT_TIMEOUT)
+    }
+
+    /// [`AgentProc::prompt`] waiting `timeout` for the response.
+    pub fn prompt_timeout(&self, session_id: &str, text: &str, timeout: Duration) -> Value {
+        let id = self.start_prompt(session_id, text);
+        self.wait_response(&id, timeout)
+    }
+
+    /// Sends the `session/cancel` notification for `session_id`.
+    pub fn cancel(&self, session_id: &str) {
+        self.send(&json!({"jsonrpc": "2.0", "method": "session/cancel",
+                          "params": {"sessionId": session_id}}));
     }
 
     /// Starts a `session/prompt` without waiting; returns its id.
@@ -822,9 +835,7 @@ impl AgentProc {
         assert!(
             left.is_empty(),
             "processes outlived the agent (M8): {:?}{}",
-            left.iter()
-                .map(|&p| procfs::describe(p))
-                .collect::<Vec<_>>(),
+            procfs::describe_all(&left),
             self.context()
         );
         self.wait_stdout_closed(Duration::from_secs(2));
@@ -833,16 +844,7 @@ impl AgentProc {
     }
 
     fn wait_stdout_closed(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.shared.lock();
-        while !st.stdout_closed && Instant::now() < deadline {
-            st = self
-                .shared
-                .cv
-                .wait_timeout(st, Duration::from_millis(50))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
+        let _ = self.wait_state(timeout, false, |st| st.stdout_closed.then_some(()));
     }
 
     /// Failure context: pid, age and the stderr tail.

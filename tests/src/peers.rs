@@ -14,6 +14,7 @@ use crate::fake_mcp;
 use crate::harness::{
     Ctx, agent_env, assert_tool_updates_well_formed, fake_mcp_entry, tool_update_text,
 };
+use crate::scenarios::setup::Setup;
 use crate::scenarios::util::{Scratch, path_str};
 use libtest_mimic::{Completion, Failed, Trial};
 use serde_json::{Value, json};
@@ -290,23 +291,20 @@ fn acpx_drives_the_agent_through_one_tool_call(ctx: &Ctx, acpx_cli: &Path) {
 /// the next LLM request.
 fn server_everything_echo_result_reaches_the_llm(ctx: &Ctx, index_js: &Path) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![(
-            "call_1",
-            "everything__echo",
-            json!({"message": "hello peer"}),
-        )]),
-        Reply::text("done"),
-    ]);
-    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30")], &s.ws);
-    agent.initialize();
     let server = json!({"name": "everything", "command": "node", "args": [path_str(index_js), "stdio"], "env": []});
-    let sid = agent.new_session(&s.ws, json!([server]));
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo hello peer"}]}),
-        Duration::from_secs(60),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![(
+                "call_1",
+                "everything__echo",
+                json!({"message": "hello peer"}),
+            )]),
+            Reply::text("done"),
+        ])
+        .env(&[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30")])
+        .servers([server])
+        .start();
+    let r = agent.prompt_timeout(&sid, "echo hello peer", Duration::from_secs(60));
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
@@ -482,11 +480,7 @@ fn fakellm_one_tool_call(ctx: &Ctx, bin: &Path, wire: Wire, api: &str) {
         &s.ws,
         json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
     );
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo via fakellm"}]}),
-        Duration::from_secs(30),
-    );
+    let r = agent.prompt_timeout(&sid, "echo via fakellm", Duration::from_secs(30));
     let context = server.context();
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}{context}");
     let updates = agent.session_updates(&sid);
@@ -542,40 +536,30 @@ fn fakellm_one_tool_call(ctx: &Ctx, bin: &Path, wire: Wire, api: &str) {
 fn python_hook_framework(ctx: &Ctx, python: &Path, script: &str, framework: &str) {
     let s = Scratch::new();
     let script = example(script);
-    let llm = FakeLlm::with_handler(|_, req| {
-        if req.tool_names().is_empty() {
-            Reply::text("SUMMARY: the user asked for a long task; nothing done yet.")
-        } else {
-            Reply::text("All done.")
-        }
+    let modes = ["string", "empty", "none", "raise"];
+    let servers = modes.iter().map(|mode| {
+        json!({"name": mode, "command": path_str(python), "args": [path_str(&script)],
+               "env": [{"name": "HOOK_MODE", "value": mode}]})
     });
-    let agent = ctx.agent(
-        &llm,
-        &[
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|_, req| {
+            if req.tool_names().is_empty() {
+                Reply::text("SUMMARY: the user asked for a long task; nothing done yet.")
+            } else {
+                Reply::text("All done.")
+            }
+        })
+        .env(&[
             ("MCP_HOOK_SERVERS", "*"),
             ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "20000"),
             ("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "60"),
             ("BUZZ_AGENT_MAX_CONTEXT_TOKENS", "6000"),
             ("BUZZ_AGENT_MAX_OUTPUT_TOKENS", "1000"),
-        ],
-        &s.ws,
-    );
-    agent.initialize();
-    let modes = ["string", "empty", "none", "raise"];
-    let servers: Vec<Value> = modes
-        .iter()
-        .map(|mode| {
-            json!({"name": mode, "command": path_str(python), "args": [path_str(&script)],
-                   "env": [{"name": "HOOK_MODE", "value": mode}]})
-        })
-        .collect();
-    let sid = agent.new_session(&s.ws, Value::Array(servers));
+        ])
+        .servers(servers)
+        .start();
     let prompt = format!("{} Now finish.", "Do the long task. ".repeat(360));
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": prompt}]}),
-        Duration::from_secs(120),
-    );
+    let r = agent.prompt_timeout(&sid, &prompt, Duration::from_secs(120));
     let res = agent.result(&r);
     assert_eq!(res["stopReason"], "end_turn", "{framework}: {r}");
     assert_eq!(

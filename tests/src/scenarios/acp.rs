@@ -1,6 +1,7 @@
 //! ACP surface and framing: SPEC T1–T5, A1–A5 and cases C01, C03, C07.
 
-use super::util::{Scratch, path_str};
+use super::setup::Setup;
+use super::util::{Scratch, path_str, wait_file};
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Ctx, agent_text, fake_mcp_entry};
 use serde_json::{Value, json};
@@ -15,8 +16,7 @@ fn line(v: &Value) -> Vec<u8> {
 /// A1: the initialize result, min(client, 1), string ids echoed (T5), bad versions -32602.
 pub fn a1_initialize_capabilities(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (llm, agent) = Setup::new(ctx, &s).spawn();
     let r = agent.initialize();
     assert_eq!(r["protocolVersion"], json!(1), "{r}");
     let caps = &r["agentCapabilities"];
@@ -72,8 +72,7 @@ pub fn a1_initialize_capabilities(ctx: &Ctx) {
 /// answers each bad line at most once with -32700 and id null, and drops a truncated last line.
 pub fn c01_garbage_and_bom_lines_keep_serving(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (_llm, agent) = Setup::new(ctx, &s).spawn();
     let long_garbage = format!("{}\n", "x".repeat(1000));
     agent.send_raw(b"Welcome back user\n");
     agent.send_raw(b"\n");
@@ -157,8 +156,9 @@ fn answers(agent: &crate::harness::AgentProc, id: i64) -> Vec<Value> {
 /// work.
 pub fn t3_oversized_line_is_answered_once_and_reading_continues(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MAX_LINE_BYTES", "1024")], &s.ws);
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .env(&[("BUZZ_AGENT_MAX_LINE_BYTES", "1024")])
+        .spawn();
     let init = |id: i64, pad: usize| {
         line(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize",
                       "params": {"protocolVersion": 1, "clientCapabilities": {}, "_pad": "p".repeat(pad)}}))
@@ -225,10 +225,9 @@ pub fn t3_oversized_line_is_answered_once_and_reading_continues(ctx: &Ctx) {
 /// buffered whole), and the session keeps working.
 pub fn c50_a_request_over_the_line_cap_is_answered_with_its_own_id(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![Reply::text("small answer")]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, json!([]));
+    let (_llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("small answer")])
+        .start();
     let rss_before = crate::procfs::peak_rss_kib(agent.pid());
     let big = "b".repeat(5 * 1024 * 1024);
     let frame = line(
@@ -265,8 +264,7 @@ pub fn c50_a_request_over_the_line_cap_is_answered_with_its_own_id(ctx: &Ctx) {
 pub fn t4_unknown_method_bad_params_invalid_request(ctx: &Ctx) {
     let s = Scratch::new();
     let ws = path_str(&s.ws);
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (llm, agent) = Setup::new(ctx, &s).spawn();
     agent.initialize();
 
     let r = agent.request("foo/bar", json!({}));
@@ -348,8 +346,9 @@ pub fn t4_unknown_method_bad_params_invalid_request(ctx: &Ctx) {
 /// with `data.sessionId`, creates nothing, and the agent stays usable.
 pub fn c03_unknown_session_is_32002_everywhere(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![Reply::text("hello")]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("hello")])
+        .spawn();
     agent.initialize();
     for sid in ["sess-does-not-exist", "", "sess-does-not-exist"] {
         let r = agent.prompt(sid, "hi");
@@ -433,7 +432,7 @@ pub fn c07_relative_cwd_rejected(ctx: &Ctx) {
         &s.ws,
         json!([fake_mcp_entry("fs", &[("FAKE_MCP_CWD_FILE", &cwd_file)])]),
     );
-    let seen = super::util::wait_file(&cwd_file, Duration::from_secs(5));
+    let seen = wait_file(&cwd_file, Duration::from_secs(5));
     assert_eq!(
         seen,
         path_str(&s.ws),

@@ -16,54 +16,8 @@ mod providers;
 mod stderr;
 mod tools;
 
-/// Shared helpers for scenario bodies.
-pub(crate) mod util {
-    use std::path::{Path, PathBuf};
-
-    /// A scratch directory plus a workspace directory `ws` inside it (the session cwd). The
-    /// path is canonical, so it compares equal to what a child reads from `getcwd`.
-    pub struct Scratch {
-        pub dir: tempfile::TempDir,
-        pub ws: PathBuf,
-    }
-
-    impl Scratch {
-        pub fn new() -> Scratch {
-            let dir = tempfile::Builder::new()
-                .prefix("buzz-e2e-")
-                .tempdir()
-                .expect("tempdir");
-            let ws = dir.path().canonicalize().expect("canonicalize").join("ws");
-            std::fs::create_dir(&ws).expect("mkdir ws");
-            Scratch { dir, ws }
-        }
-
-        /// A path in the scratch dir (outside the workspace), as a string.
-        pub fn file(&self, name: &str) -> String {
-            path_str(&self.dir.path().join(name))
-        }
-    }
-
-    pub fn path_str(p: &Path) -> String {
-        p.to_str().expect("UTF-8 path").to_string()
-    }
-
-    /// Waits until `path` exists and is non-empty; returns its content.
-    pub fn wait_file(path: &str, timeout: std::time::Duration) -> String {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            match std::fs::read_to_string(path) {
-                Ok(s) if !s.is_empty() => return s,
-                _ => {}
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{path} was not written within {timeout:?}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-}
+pub(crate) mod setup;
+pub(crate) mod util;
 
 macro_rules! list {
     ($($module:ident :: $name:ident),* $(,)?) => {
