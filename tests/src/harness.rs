@@ -31,7 +31,7 @@ pub struct Ctx {
     /// The rules the agent broke under [`Ctx::dialect`] (checked by the trial after the
     /// scenario).
     pub violations: Violations,
-    /// The binary has the `demo`, `example-server` and `hooks check` subcommands (the
+    /// The binary has the `demo`, `exec`, `example-server` and `hooks check` subcommands (the
     /// `extras` feature of `buzz-agent-runtime`; the minimal binary leaves it off).
     pub has_extras: bool,
 }
@@ -305,6 +305,11 @@ struct State {
     responses: HashMap<String, Value>,
     /// How many requests with that id we sent / how many responses came.
     sent_ids: HashMap<String, usize>,
+    /// The method of the last request sent with that id (to check its response against the
+    /// ACP schema).
+    sent_methods: HashMap<String, String>,
+    /// Frames that break the official ACP schema ([`crate::acp_schema`]), one line each.
+    schema_violations: Vec<String>,
     /// Bytes sent after the last newline (a line written in pieces).
     sent_partial: Vec<u8>,
     answered_ids: HashMap<String, usize>,
@@ -411,6 +416,8 @@ impl AgentProc {
                 stdout_times: Vec::new(),
                 responses: HashMap::new(),
                 sent_ids: HashMap::new(),
+                sent_methods: HashMap::new(),
+                schema_violations: Vec::new(),
                 sent_partial: Vec::new(),
                 answered_ids: HashMap::new(),
                 violations: Vec::new(),
@@ -469,8 +476,11 @@ impl AgentProc {
             let Ok(msg) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
-            if let (Some(_), Some(id)) = (msg.get("method"), msg.get("id")) {
+            if let (Some(method), Some(id)) = (msg.get("method"), msg.get("id")) {
                 *st.sent_ids.entry(id_key(id)).or_default() += 1;
+                if let Some(method) = method.as_str() {
+                    st.sent_methods.insert(id_key(id), method.to_string());
+                }
             }
         }
         if self.shared.verbose {
@@ -787,6 +797,25 @@ impl AgentProc {
         self.shared.lock().violations.clone()
     }
 
+    /// The frames so far that break the official ACP schema ([`crate::acp_schema`]), each
+    /// violation one line, followed by a line quoting the frame.
+    pub fn schema_violations(&self) -> Vec<String> {
+        self.shared.lock().schema_violations.clone()
+    }
+
+    /// Every frame so far is valid under the official ACP schema (issue 12).
+    pub fn assert_acp_schema(&self) {
+        let v = self.schema_violations();
+        assert!(
+            v.is_empty(),
+            "frames that break the {} ({} lines):\n{}{}",
+            crate::acp_schema::SCHEMA_SOURCE,
+            v.len(),
+            v.join("\n"),
+            self.context()
+        );
+    }
+
     /// SPEC T2 / I7 so far.
     pub fn assert_no_violations(&self) {
         let v = self.violations();
@@ -812,7 +841,7 @@ impl AgentProc {
     }
 
     /// The common end of a scenario: EOF on stdin, exit 0 within 8 s, no process left behind,
-    /// no stdout violation, no secret in the logs.
+    /// no stdout violation, every frame valid under the ACP schema, no secret in the logs.
     pub fn finish(self) {
         self.finish_keep();
     }
@@ -840,6 +869,7 @@ impl AgentProc {
         );
         self.wait_stdout_closed(Duration::from_secs(2));
         self.assert_no_violations();
+        self.assert_acp_schema();
         self.assert_no_secret_in_logs();
     }
 
@@ -953,6 +983,17 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
         }
         let has_method = msg.get("method").is_some();
         let id = msg.get("id").cloned();
+        let answered_method = match (&id, has_method) {
+            (Some(id), false) => st.sent_methods.get(&id_key(id)).cloned(),
+            _ => None,
+        };
+        let schema = crate::acp_schema::check_agent_frame(&msg, answered_method.as_deref());
+        if !schema.is_empty() {
+            if shared.verbose {
+                eprintln!("[agent:{}] ACP SCHEMA {}", shared.pid, schema.join(" | "));
+            }
+            st.schema_violations.extend(schema);
+        }
         match (has_method, id) {
             (false, Some(id)) => {
                 if msg.get("result").is_none() == msg.get("error").is_none() {

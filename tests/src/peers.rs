@@ -139,8 +139,34 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
             fakellm_chat_route_one_tool_call_then_final_text,
         ),
     ];
-    list.into_iter()
-        .map(|(name, path, install, peer)| {
+    let extras_only: [(&str, PathBuf, &str, Peer); 1] = [(
+        "peers::p3_c57_hooks_check_fails_real_fastmcp_hook_mistakes",
+        site_file(&venv(), "fastmcp/__init__.py"),
+        &pip,
+        hooks_check_fails_real_fastmcp_hook_mistakes,
+    )];
+    let without_extras = |name: &'static str| {
+        let bin = ctx.agent_bin.display().to_string();
+        Trial::ignorable_test(name, move || {
+            Ok(Completion::ignored_with(format!(
+                "{bin} is built without the `extras` feature (hooks check)"
+            )))
+        })
+    };
+    let extras: Vec<Trial> = if ctx.has_extras {
+        Vec::new()
+    } else {
+        extras_only
+            .iter()
+            .map(|(name, ..)| without_extras(name))
+            .collect()
+    };
+    let runnable = list
+        .into_iter()
+        .chain(extras_only.into_iter().filter(|_| ctx.has_extras));
+    extras
+        .into_iter()
+        .chain(runnable.map(|(name, path, install, peer)| {
             let ctx = ctx.clone();
             let install = install.to_string();
             Trial::ignorable_test(name, move || {
@@ -155,7 +181,7 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
                 peer(&ctx, &path);
                 Ok(Completion::Completed)
             })
-        })
+        }))
         .collect()
 }
 
@@ -737,4 +763,55 @@ fn acp_python_sdk_drives_a_tool_call_and_an_objection(ctx: &Ctx, _: &Path) {
     );
     let logged = fake_mcp::read_call_log(Path::new(&log));
     assert_eq!(fake_mcp::count_calls(&logged, "echo"), 1);
+}
+
+/// P3, C57 with a real hook framework: `hooks check` fails each mistake a FastMCP author makes
+/// (`tests/examples/hooks/fastmcp_c57_hooks.py`): a hook misnamed `_stop` (no hook point, the
+/// near miss named), a `_Stop` that raises (the server's own error text shown), a `_Stop` that
+/// returns a dict or `False` (objects only by its shape). FastMCP's own stderr (its start-up
+/// banner, the script's log line) reaches stderr prefixed `[server] `, never the report.
+fn hooks_check_fails_real_fastmcp_hook_mistakes(ctx: &Ctx, _: &Path) {
+    let python = path_str(&venv().join("bin").join("python"));
+    let script = path_str(&example("hooks/fastmcp_c57_hooks.py"));
+    for (mode, needles) in [
+        (
+            "misnamed",
+            &[
+                "FAIL: no hook point found (_Stop, _PostCompact)",
+                "near misses: _stop (rename it _Stop)",
+            ][..],
+        ),
+        (
+            "raise",
+            &[
+                "_Stop: found, error (isError result: ",
+                "database connection refused",
+            ],
+        ),
+        ("dict", &["a JSON object: any non-empty text would object"]),
+        ("false", &["answered \"false\"", "a bare boolean"]),
+    ] {
+        let mut cmd = Command::new(&ctx.agent_bin);
+        cmd.args(["hooks", "check", "--", &python, &script])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", std::env::temp_dir())
+            .env("HOOK_MODE", mode)
+            .env("BUZZ_AGENT_HOOK_TIMEOUT_MS", "20000")
+            .env("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "60");
+        let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+        let context = format!("\n--- {mode} stdout:\n{out}\n--- stderr:\n{err}");
+        assert_eq!(code, Some(1), "{mode}: the check fails{context}");
+        for needle in needles {
+            assert!(out.contains(needle), "{mode}: {needle:?} missing{context}");
+        }
+        assert!(
+            err.contains(&format!("[server] c57 hook server starting in mode {mode}")),
+            "{mode}: the server's stderr is prefixed{context}"
+        );
+        assert!(
+            !out.contains("c57 hook server starting") && !out.contains("PASS"),
+            "{mode}: the server's lines never reach the report{context}"
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! ACP surface and framing: SPEC T1–T5, A1–A5 and cases C01, C03, C07.
 
 use super::setup::Setup;
-use super::util::{Scratch, path_str, wait_file};
+use super::util::{Scratch, path_str, wait_file, wait_stderr};
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Ctx, agent_text, fake_mcp_entry};
 use serde_json::{Value, json};
@@ -108,12 +108,9 @@ pub fn c01_garbage_and_bom_lines_keep_serving(ctx: &Ctx) {
             "a bad line must be answered -32700: {n}"
         );
     }
+    // The log line may reach stderr after the frames (the agent's log has its own writer).
+    wait_stderr(&agent, "Welcome back user", Duration::from_secs(20));
     let err = agent.stderr_text();
-    assert!(
-        err.contains("Welcome back user"),
-        "a bad line is logged on stderr{}",
-        agent.context()
-    );
     assert!(
         !err.contains(&"x".repeat(600)),
         "a bad line is logged cut to about 200 bytes, not whole{}",
@@ -439,5 +436,70 @@ pub fn c07_relative_cwd_rejected(ctx: &Ctx) {
         "the MCP server runs in the session cwd (M1, C07)"
     );
     assert!(started.elapsed() < Duration::from_secs(20));
+    agent.finish();
+}
+
+/// The JSON lines of the README's copy-paste session ("By hand, in JSON"), as a shell would
+/// pass them: the single-quoted arguments of its `printf`.
+fn readme_session_lines() -> (Vec<String>, String) {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md beside the workspace");
+    let start = readme
+        .find("**By hand, in JSON**")
+        .expect("the README has the copy-paste session");
+    let block = &readme[start..];
+    let block = &block[block.find("```sh").expect("its code block") + 5..];
+    let block = &block[..block.find("```").expect("the end of its code block")];
+    let lines = block
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix('\'')) // '{"jsonrpc":…}' \
+        .map(|l| {
+            l.trim_end_matches('\\')
+                .trim_end()
+                .trim_end_matches('\'')
+                .to_string()
+        })
+        .collect();
+    (lines, block.to_string())
+}
+
+/// A1–A3, issue 12: the README's copy-paste JSON session works as written — its three lines
+/// (`initialize`, `session/new`, `session/prompt` on the session id it names), sent at once as
+/// `printf` would, get three answers, the last `end_turn` with the model's text streamed
+/// before it — and it keeps stdin open (`sleep`), since EOF cancels the turn (P1).
+pub fn a3_the_readme_copy_paste_session_reaches_end_turn(ctx: &Ctx) {
+    let (lines, block) = readme_session_lines();
+    assert_eq!(lines.len(), 3, "{block}");
+    assert!(
+        block.contains("sleep "),
+        "stdin stays open until the answer: {block}"
+    );
+    let s = Scratch::new();
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("Hello there, nice to meet.")])
+        .spawn();
+    let mut bytes = Vec::new();
+    for l in &lines {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{l}");
+        bytes.extend_from_slice(l.as_bytes());
+        bytes.push(b'\n');
+    }
+    agent.send_raw(&bytes);
+    for id in [json!(1), json!(2)] {
+        let r = agent.wait_response(&id, Duration::from_secs(30));
+        agent.result(&r);
+    }
+    let r = agent.wait_response(&json!(3), Duration::from_secs(30));
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    let sid = serde_json::from_str::<Value>(&lines[2]).expect("json")["params"]["sessionId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        agent_text(&agent.session_updates(&sid)),
+        "Hello there, nice to meet."
+    );
     agent.finish();
 }
