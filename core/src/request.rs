@@ -11,7 +11,7 @@ use crate::llm::{HttpRequest, LlmRequest};
 /// Headers: `content-type: application/json`, `accept: text/event-stream`, then `auth` (name,
 /// value) when present; the caller may push more. The body is `payload` as compact JSON
 /// ([`serialize_body`]).
-pub fn streaming_json_post(
+pub(crate) fn streaming_json_post(
     url: String,
     auth: Option<(&str, String)>,
     payload: &impl Serialize,
@@ -25,7 +25,6 @@ pub fn streaming_json_post(
         headers.push((name.to_owned(), value));
     }
     HttpRequest {
-        method: "POST",
         url,
         headers,
         body: serialize_body(payload, capacity),
@@ -34,7 +33,7 @@ pub fn streaming_json_post(
 
 /// `authorization: Bearer <api_key>`, only when the key is non-empty (local servers need none).
 #[must_use]
-pub fn bearer(api_key: &str) -> Option<(&'static str, String)> {
+pub(crate) fn bearer(api_key: &str) -> Option<(&'static str, String)> {
     (!api_key.is_empty()).then(|| ("authorization", format!("Bearer {api_key}")))
 }
 
@@ -43,7 +42,7 @@ pub fn bearer(api_key: &str) -> Option<(&'static str, String)> {
 /// an eighth for string escaping, the tool definitions (names, descriptions and 512 bytes per
 /// schema), the system prompt, and 256 bytes.
 #[must_use]
-pub fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
+pub(crate) fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
     let history: usize = req
         .messages
         .iter()
@@ -59,7 +58,7 @@ pub fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
 
 /// `payload` as compact JSON in a buffer of `capacity` bytes; empty if serialization failed.
 #[must_use]
-pub fn serialize_body(payload: &impl Serialize, capacity: usize) -> Vec<u8> {
+pub(crate) fn serialize_body(payload: &impl Serialize, capacity: usize) -> Vec<u8> {
     let mut body = Vec::with_capacity(capacity);
     if serde_json::to_writer(&mut body, payload).is_err() {
         // Unreachable: writing to a Vec cannot fail and every value is a string-keyed tree.
@@ -71,7 +70,7 @@ pub fn serialize_body(payload: &impl Serialize, capacity: usize) -> Vec<u8> {
 
 /// A tool result's text sent as an error: `Error: <text>`, written without building the string
 /// first.
-pub struct ErrorText<'a>(pub &'a str);
+pub(crate) struct ErrorText<'a>(pub &'a str);
 
 impl Serialize for ErrorText<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -81,7 +80,7 @@ impl Serialize for ErrorText<'_> {
 
 /// A tool call's arguments as sent back: the model's own text, `{}` when that was blank (C26).
 #[must_use]
-pub fn arguments_or_empty_object(arguments: &str) -> &str {
+pub(crate) fn arguments_or_empty_object(arguments: &str) -> &str {
     if arguments.trim().is_empty() {
         "{}"
     } else {

@@ -9,8 +9,8 @@
 //! most its capacity. Lines are the core's business (its SSE decoder caps them).
 
 use crate::runtime::InputSender;
-use buzz_agent_core::llm::HttpRequest;
-use buzz_agent_core::{Input, LlmCallId, LlmIo};
+use buzz_agent_core::HttpRequest;
+use buzz_agent_core::{Input, LlmCallId, LlmEvent};
 use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,7 +39,7 @@ pub fn start(
     let spawned = std::thread::Builder::new()
         .name(format!("llm-{}", call.0))
         .spawn(move || {
-            let emit = |event: LlmIo| tx.send_blocking(Input::Llm { call, event }).is_ok();
+            let emit = |event: LlmEvent| tx.send_blocking(Input::Llm { call, event }).is_ok();
             let mut req = agent.post(&request.url);
             for (k, v) in &request.headers {
                 req = req.header(k.as_str(), v.as_str());
@@ -47,7 +47,7 @@ pub fn start(
             let resp = match req.send(&request.body[..]) {
                 Ok(r) => r,
                 Err(e) => {
-                    emit(LlmIo::Failed(e.to_string()));
+                    emit(LlmEvent::Failed(e.to_string()));
                     return;
                 }
             };
@@ -65,7 +65,7 @@ pub fn start(
                     )
                 })
                 .collect();
-            if !emit(LlmIo::Head { status, headers }) {
+            if !emit(LlmEvent::Head { status, headers }) {
                 return;
             }
             let mut reader = resp.into_body().into_reader();
@@ -76,17 +76,17 @@ pub fn start(
                 }
                 match reader.read(&mut buf) {
                     Ok(0) => {
-                        emit(LlmIo::End);
+                        emit(LlmEvent::End);
                         return;
                     }
                     Ok(n) => {
-                        if !emit(LlmIo::Body(buf[..n].to_vec())) {
+                        if !emit(LlmEvent::Body(buf[..n].to_vec())) {
                             return;
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        emit(LlmIo::Failed(e.to_string()));
+                        emit(LlmEvent::Failed(e.to_string()));
                         return;
                     }
                 }
@@ -96,7 +96,7 @@ pub fn start(
         Ok(_) => Ok(cancelled),
         Err(e) => Err(Input::Llm {
             call,
-            event: LlmIo::Failed(format!("could not start an LLM thread: {e}")),
+            event: LlmEvent::Failed(format!("could not start an LLM thread: {e}")),
         }),
     }
 }
