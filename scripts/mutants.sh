@@ -1,48 +1,65 @@
 #!/usr/bin/env bash
-# Mutation testing of the core in two passes (docs/mutants.md has the results).
+# Mutation testing of the core, file by file, in three tiers (docs/mutants.md has the results).
 #
-#   scripts/mutants.sh RUN core/src/time.rs core/src/ids.rs   # results in $MUTANTS_OUT/RUN/
+#   scripts/mutants.sh RUN core/src/time.rs core/src/ids.rs    # results in $MUTANTS_OUT/RUN/
 #   MUTANTS_DIFF=x.diff scripts/mutants.sh RUN core/src/turn.rs  # only code x.diff touches
-#   scripts/mutants.sh RUN core/src/**/*.rs                    # everything (hours)
 #
-# Pass 1 runs every mutant of the files against the core's unit tests (`--lib`: a few seconds
-# of build and ~7 s of tests per mutant). Pass 2 runs only pass 1's survivors against the
-# core's whole suite (the unit tests, then core/tests/*: properties, snapshots, the fuzz corpus
-# replay; ~35 s), so a mutant that only an integration test catches counts as caught, and a
-# survivor of pass 2 is missed. The settings both passes share (excluded files and mutants, the
-# `mutants` build profile, the minimum timeout) are in .cargo/mutants.toml. The machine is
-# shared: one job, nice, and 32 cases per property. The last lines printed are the per-file
-# table (scripts/mutants_table.py) and the missed mutants.
+# It mutates the files IN PLACE (`cargo mutants --in-place`), so run it in a scratch copy of the
+# tree, never in a checkout you are editing:
+#
+#   rm -rf /tmp/mut-src && mkdir /tmp/mut-src && git archive HEAD | tar -x -C /tmp/mut-src
+#   /tmp/mut-src/scripts/mutants.sh RUN core/src/time.rs …
+#
+# (in place, the copy keeps one target directory: every mutant is an incremental build of the
+# core, and no run pays a from-scratch baseline build). For each file, every mutant is tried
+# against the tests of the file's own module (`--lib <module>::`, ~1 s); the survivors against
+# all the core's unit tests (`--lib`, ~7 s); the survivors of that against the core's whole
+# suite (core/tests/*: properties, snapshots, the fuzz corpus replay; ~35 s). A mutant caught at
+# any tier is caught by a test of the core; a survivor of the last tier is missed. The settings
+# every tier shares (excluded files and mutants, the `mutants` build profile) are in
+# .cargo/mutants.toml. The machine is shared: one job, nice, and 32 cases per property. The
+# last lines printed are the per-file table (scripts/mutants_table.py) and the missed mutants.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run="$1"
 shift
-out="${MUTANTS_OUT:-${TMPDIR:-/tmp}/buzz-mutants}/$run"
+out_root="${MUTANTS_OUT:-${TMPDIR:-/tmp}/buzz-mutants}/$run"
 export PROPTEST_CASES="${PROPTEST_CASES:-32}"
-file_args=()
-for file in "$@"; do
-    file_args+=(--file "$file")
-done
+common=(-p buzz-agent-core --jobs 1 --in-place --baseline skip)
 if [[ -n "${MUTANTS_DIFF:-}" ]]; then
-    file_args+=(--in-diff "$MUTANTS_DIFF")
+    common+=(--in-diff "$MUTANTS_DIFF")
 fi
-rm -rf "$out"
-mkdir -p "$out"
+# An unmutated build first, so that a broken tree is not mistaken for unviable mutants.
+nice -n 10 cargo test --profile mutants -p buzz-agent-core --no-run -q
 
-echo "== pass 1: $# files, unit tests"
-nice -n 10 cargo mutants -p buzz-agent-core --jobs 1 --timeout 60 "${file_args[@]}" \
-    --output "$out/lib" -- --lib >"$out/lib.log" 2>&1 || true
-tail -1 "$out/lib.log"
-missed="$out/lib/mutants.out/missed.txt"
-if [[ -s "$missed" ]]; then
-    # The survivors' names as anchored, escaped regexes: pass 2 runs exactly them.
-    re_args=()
+# The names in $1/mutants.out/missed.txt as anchored, escaped `--re` arguments.
+survivors() {
     while IFS= read -r name; do
-        re_args+=(--re "^$(printf '%s' "$name" | sed 's/[][\\.^$*+?(){}|]/\\&/g')\$")
-    done <"$missed"
-    echo "== pass 2: $(wc -l <"$missed") survivors, whole core suite"
-    nice -n 10 cargo mutants -p buzz-agent-core --jobs 1 --timeout 120 "${file_args[@]}" \
-        "${re_args[@]}" --output "$out/full" >"$out/full.log" 2>&1 || true
-    tail -1 "$out/full.log"
-fi
-python3 scripts/mutants_table.py "$out"
+        printf '%s\n' --re "^$(printf '%s' "$name" | sed 's/[][\\.^$*+?(){}|]/\\&/g')\$"
+    done <"$1/mutants.out/missed.txt"
+}
+
+for file in "$@"; do
+    out="$out_root/${file//\//_}"
+    rm -rf "$out"
+    mkdir -p "$out"
+    module="${file#core/src/}"
+    module="${module%.rs}"
+    module="${module%/mod}"
+    module="${module//\//::}::"
+    echo "== $file"
+    nice -n 10 cargo mutants "${common[@]}" --timeout 60 --file "$file" -C --lib \
+        --output "$out/t1" -- "$module" >"$out/t1.log" 2>&1 || true
+    echo "   tier 1 ($module): $(tail -1 "$out/t1.log")"
+    [[ -s "$out/t1/mutants.out/missed.txt" ]] || continue
+    mapfile -t re < <(survivors "$out/t1")
+    nice -n 10 cargo mutants "${common[@]}" --timeout 60 --file "$file" -C --lib "${re[@]}" \
+        --output "$out/t2" >"$out/t2.log" 2>&1 || true
+    echo "   tier 2 (unit tests): $(tail -1 "$out/t2.log")"
+    [[ -s "$out/t2/mutants.out/missed.txt" ]] || continue
+    mapfile -t re < <(survivors "$out/t2")
+    nice -n 10 cargo mutants "${common[@]}" --timeout 150 --file "$file" "${re[@]}" \
+        --output "$out/t3" >"$out/t3.log" 2>&1 || true
+    echo "   tier 3 (whole suite): $(tail -1 "$out/t3.log")"
+done
+python3 scripts/mutants_table.py "$out_root"

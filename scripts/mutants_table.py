@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Per-file table of a scripts/mutants.sh run: tried, caught (by the unit tests in pass 1, by
-the rest of the core's suite in pass 2), timeout, unviable, missed; then the missed mutants.
+"""Per-file table of scripts/mutants.sh runs: mutants tried, caught (by the module's own unit
+tests, by another module's, by core/tests/*), timeout, unviable, missed; then the missed ones.
 
     python3 scripts/mutants_table.py /tmp/buzz-mutants/RUN [more runs…]
 
-With several runs (e.g. the whole core, then --in-diff runs of code changed since), a mutant
-is counted once, with its outcome in the last run that tested it.
+With several runs (the whole core, then e.g. `--in-diff` runs over code changed since, or a
+re-run of one file after new tests), a mutant is counted once, with its outcome in the last
+run (in argument order) that tried it.
 """
 
 import json
@@ -13,49 +14,57 @@ import pathlib
 import sys
 from collections import defaultdict
 
+TIERS = {"t1": "module", "t2": "unit", "t3": "suite"}
 KINDS = {
     "CaughtMutant": "caught",
     "MissedMutant": "missed",
     "Timeout": "timeout",
     "Unviable": "unviable",
 }
+COLS = ["tried", "caught (module)", "caught (unit)", "caught (suite)", "timeout", "unviable",
+        "missed"]
 
 
 def outcomes(path):
     """(name, file, kind) of every mutant in one cargo-mutants output directory."""
     data = json.loads((path / "mutants.out" / "outcomes.json").read_text())
     for outcome in data["outcomes"]:
-        mutant = outcome["scenario"]
-        if not isinstance(mutant, dict) or "Mutant" not in mutant:
+        scenario = outcome["scenario"]
+        if not isinstance(scenario, dict) or "Mutant" not in scenario:
             continue  # the unmutated baseline
-        mutant = mutant["Mutant"]
+        mutant = scenario["Mutant"]
         yield mutant["name"], mutant["file"], KINDS.get(outcome["summary"], outcome["summary"])
 
 
-def main(runs):
-    result = {}  # name -> (file, kind, pass)
+def collect(runs):
+    """name -> (file, column) over the runs, later runs and tiers overriding earlier ones."""
+    result = {}
     for run in map(pathlib.Path, runs):
-        for name, file, kind in outcomes(run / "lib"):
-            result[name] = (file, kind, 1)
-        if (run / "full").exists():
-            for name, file, kind in outcomes(run / "full"):
-                result[name] = (file, kind, 2)
+        for file_dir in sorted(p for p in run.iterdir() if p.is_dir()):
+            for tier, label in TIERS.items():
+                if not (file_dir / tier / "mutants.out" / "outcomes.json").exists():
+                    continue
+                for name, file, kind in outcomes(file_dir / tier):
+                    column = f"caught ({label})" if kind == "caught" else kind
+                    result[name] = (file, column)
+    return result
+
+
+def main(runs):
+    result = collect(runs)
     table = defaultdict(lambda: defaultdict(int))
-    for file, kind, pass_ in result.values():
-        row = table[file]
-        row["tried"] += 1
-        key = kind if kind != "caught" else ("caught (unit)" if pass_ == 1 else "caught (suite)")
-        row[key] += 1
-    cols = ["tried", "caught (unit)", "caught (suite)", "timeout", "unviable", "missed"]
-    print("| file | " + " | ".join(cols) + " |")
-    print("|---" * (len(cols) + 1) + "|")
+    for file, column in result.values():
+        table[file]["tried"] += 1
+        table[file][column] += 1
+    print("| file | " + " | ".join(COLS) + " |")
+    print("|---" * (len(COLS) + 1) + "|")
     total = defaultdict(int)
     for file in sorted(table):
-        print(f"| `{file}` | " + " | ".join(str(table[file][c]) for c in cols) + " |")
-        for c in cols:
+        print(f"| `{file}` | " + " | ".join(str(table[file][c]) for c in COLS) + " |")
+        for c in COLS:
             total[c] += table[file][c]
-    print("| **total** | " + " | ".join(f"**{total[c]}**" for c in cols) + " |")
-    missed = sorted(n for n, (_, kind, _) in result.items() if kind == "missed")
+    print("| **total** | " + " | ".join(f"**{total[c]}**" for c in COLS) + " |")
+    missed = sorted(n for n, (_, column) in result.items() if column == "missed")
     if missed:
         print(f"\nmissed ({len(missed)}):")
         for name in missed:
