@@ -17,15 +17,16 @@
 # suite (core/tests/*: properties, snapshots, the fuzz corpus replay; ~35 s). A mutant caught at
 # any tier is caught by a test of the core; a survivor of the last tier is missed. The settings
 # every tier shares (excluded files and mutants, the `mutants` build profile) are in
-# .cargo/mutants.toml. The machine is shared: one job, nice, and 32 cases per property. The
-# last lines printed are the per-file table (scripts/mutants_table.py) and the missed mutants.
+# .cargo/mutants.toml. The machine is shared: one job (in place implies it), nice, and 32 cases
+# per property. The last lines printed are the per-file table (scripts/mutants_table.py) and
+# the missed mutants.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run="$1"
 shift
 out_root="${MUTANTS_OUT:-${TMPDIR:-/tmp}/buzz-mutants}/$run"
 export PROPTEST_CASES="${PROPTEST_CASES:-32}"
-common=(-p buzz-agent-core --jobs 1 --in-place --baseline skip)
+common=(-p buzz-agent-core --in-place --baseline skip)
 if [[ -n "${MUTANTS_DIFF:-}" ]]; then
     common+=(--in-diff "$MUTANTS_DIFF")
 fi
