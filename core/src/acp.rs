@@ -2,7 +2,6 @@
 //!
 //! Decoders return `Err(message)` naming the field for a `-32602` reply (SPEC T4).
 
-use crate::tools::is_valid_server_name;
 use serde_json::{Value, json};
 
 /// ACP protocol version this agent speaks (SPEC A1).
@@ -41,21 +40,35 @@ pub(crate) struct McpServerEntry {
     pub env: Vec<(String, String)>,
 }
 
+/// An `mcpServers` entry of `session/new` that was skipped (SPEC A2, case C55).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SkippedServer {
+    /// Its `name` (or `mcpServers[i]` when it has none).
+    pub name: String,
+    /// Why, for the WARN and the notice: "http servers are not supported (only stdio)".
+    pub reason: String,
+}
+
 /// Decoded `session/new` params.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewSession {
     /// Absolute path (SPEC A2, case C07).
     pub cwd: String,
     pub servers: Vec<McpServerEntry>,
+    /// Entries of a transport other than stdio, in the order given (SPEC A2, C55).
+    pub skipped: Vec<SkippedServer>,
 }
 
-/// Decode `session/new` params (SPEC A2, cases C06, C07). Lenient where the SPEC says so:
+/// Decode `session/new` params (SPEC A2, cases C06, C07, C55). Lenient where the SPEC says so:
 /// missing `mcpServers` = `[]`, missing `args`/`env` = empty, `env` as an array of
-/// `{name,value}` or an object map, `"type":"stdio"` accepted.
+/// `{name,value}` or an object map, `"type":"stdio"` accepted; an entry of another transport
+/// (`http`, `sse`, an unknown `type`, or a `url` without `type`) is skipped and listed in
+/// [`NewSession::skipped`]; any non-empty name is accepted (mapped to a tool prefix by
+/// [`crate::tools::server_prefix`]).
 ///
 /// # Errors
-/// `(message, data)` for a `-32602` reply: relative cwd, http/sse entries, bad or duplicate
-/// names, missing command; `data` carries the offending path.
+/// `(message, data)` for a `-32602` reply: relative cwd, a missing or duplicate name (or two
+/// names with the same tool prefix), missing command; `data` carries the offending path.
 pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)> {
     let cwd = match params.get("cwd") {
         Some(Value::String(s)) => s.clone(),
@@ -86,6 +99,7 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
         }
     };
     let mut servers: Vec<McpServerEntry> = Vec::with_capacity(list.len());
+    let mut skipped: Vec<SkippedServer> = Vec::new();
     for (i, e) in list.iter().enumerate() {
         let path = |f: &str| format!("mcpServers[{i}].{f}");
         let bad = |f: &str, what: &str| {
@@ -100,29 +114,41 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
                 json!({"path": format!("mcpServers[{i}]")}),
             ));
         }
-        if let Some(t) = e.get("type").and_then(Value::as_str) {
-            if t != "stdio" {
-                return bad(
-                    "type",
-                    &format!(
-                        "'{t}' servers are not supported; only stdio MCP servers are supported"
-                    ),
-                );
-            }
-        } else if e.get("url").is_some() {
-            return bad("url", "only stdio MCP servers are supported");
-        }
-        let Some(name) = e.get("name").and_then(Value::as_str) else {
-            return bad("name", "missing or not a string");
+        let Some(name) = e
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        else {
+            return bad("name", "missing, empty or not a string");
         };
-        if !is_valid_server_name(name) {
-            return bad(
-                "name",
-                &format!("invalid server name '{name}': use [A-Za-z0-9_-]+ without '__'"),
-            );
+        let transport = match e.get("type") {
+            Some(Value::String(t)) if t != "stdio" => Some(t.clone()),
+            Some(Value::String(_)) => None,
+            Some(other) => Some(other.to_string()),
+            None => e.get("url").is_some().then(|| "http".to_string()),
+        };
+        if let Some(t) = transport {
+            skipped.push(SkippedServer {
+                name: name.to_string(),
+                reason: format!("{t} servers are not supported (only stdio)"),
+            });
+            continue;
         }
         if servers.iter().any(|s| s.name == name) {
             return bad("name", &format!("duplicate server name '{name}'"));
+        }
+        let prefix = crate::tools::server_prefix(name);
+        if let Some(other) = servers
+            .iter()
+            .find(|s| crate::tools::server_prefix(&s.name) == prefix)
+        {
+            return bad(
+                "name",
+                &format!(
+                    "server names '{}' and '{name}' give the same tool prefix '{prefix}'",
+                    other.name
+                ),
+            );
         }
         let Some(command) = e
             .get("command")
@@ -182,7 +208,65 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
             env,
         });
     }
-    Ok(NewSession { cwd, servers })
+    Ok(NewSession {
+        cwd,
+        servers,
+        skipped,
+    })
+}
+
+/// The `configId` of the model selector (SPEC A5, case C58).
+pub(crate) const MODEL_CONFIG_ID: &str = "model";
+
+/// The models a session may use (SPEC A5, case C58): `current` first, then `configured` (the
+/// `BUZZ_AGENT_MODEL` and `BUZZ_AGENT_MODELS` ids), without duplicates.
+#[must_use]
+pub(crate) fn available_models(current: &str, configured: &[String]) -> Vec<String> {
+    let mut out = vec![current.to_string()];
+    for m in configured {
+        if !out.contains(m) {
+            out.push(m.clone());
+        }
+    }
+    out
+}
+
+/// The `configOptions` of a session (SPEC A5, case C58): one `select` of category `model`
+/// (ACP schema v1: `SessionConfigOption`), its current value `current`, its options
+/// `available`.
+#[must_use]
+pub(crate) fn config_options(current: &str, available: &[String]) -> Value {
+    let options: Vec<Value> = available
+        .iter()
+        .map(|m| json!({"value": m, "name": m}))
+        .collect();
+    json!([{
+        "id": MODEL_CONFIG_ID,
+        "name": "Model",
+        "description": "The LLM model of this session's requests",
+        "category": "model",
+        "type": "select",
+        "currentValue": current,
+        "options": options
+    }])
+}
+
+/// The model fields of a `session/new` (or `session/load`) result (SPEC A5, case C58): the
+/// `configOptions` model selector, and the `models` state (`currentModelId`,
+/// `availableModels`) of the unstable `session/set_model` for the clients that use it.
+#[must_use]
+pub(crate) fn model_fields(current: &str, available: &[String]) -> serde_json::Map<String, Value> {
+    let models: Vec<Value> = available
+        .iter()
+        .map(|m| json!({"modelId": m, "name": m}))
+        .collect();
+    let mut map = serde_json::Map::new();
+    map.insert("configOptions".into(), config_options(current, available));
+    map.insert(
+        "models".into(),
+        json!({"currentModelId": current, "availableModels": models}),
+    );
+    map
 }
 
 /// Read a required non-empty string field `field` of `method`'s params.
@@ -266,17 +350,19 @@ pub(crate) fn chunk_update(kind: &str, text: &str) -> Value {
     json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
 }
 
-/// `session/request_permission` params (SPEC A7).
+/// `session/request_permission` params (SPEC A7): the tool call's title and kind as in its
+/// `tool_call` update (A6).
 #[must_use]
 pub(crate) fn permission_params(
     session_id: &str,
     tool_call_id: &str,
     title: &str,
+    kind: &str,
     raw_input: &Value,
 ) -> Value {
     json!({
         "sessionId": session_id,
-        "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": "other", "rawInput": raw_input},
+        "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": kind, "rawInput": raw_input},
         "options": [
             {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
             {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
@@ -353,11 +439,11 @@ mod tests {
                 .contains("mcpServers[0].command")
         );
         let http = json!({"cwd": "/tmp", "mcpServers": [{"type":"http","name":"r","url":"http://x","headers":[]}]});
-        assert!(
-            decode_new_session(&http)
-                .unwrap_err()
-                .0
-                .contains("only stdio")
+        let n = decode_new_session(&http).unwrap();
+        assert!(n.servers.is_empty());
+        assert_eq!(
+            n.skipped[0].reason,
+            "http servers are not supported (only stdio)"
         );
         let dup = json!({"cwd": "/tmp", "mcpServers": [{"name":"a","command":"x"},{"name":"a","command":"y"}]});
         assert!(
@@ -371,6 +457,44 @@ mod tests {
                 .unwrap()
                 .servers
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn c55_other_transports_are_skipped_and_odd_names_accepted() {
+        let p = json!({"cwd": "/w", "mcpServers": [
+            {"type":"http","name":"remote","url":"https://x","headers":[]},
+            {"type":"sse","name":"events","url":"https://y","headers":[]},
+            {"type":"websocket","name":"ws","url":"wss://z"},
+            {"name":"legacy","url":"https://u"},
+            {"name":"My Files","command":"/bin/x"},
+            {"name":"my.fs","command":"/bin/x"},
+            {"name":"github/copilot","command":"/bin/x","type":"stdio"},
+            {"name":"ünï","command":"/bin/x"}
+        ]});
+        let n = decode_new_session(&p).unwrap();
+        let names: Vec<&str> = n.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["My Files", "my.fs", "github/copilot", "ünï"]);
+        let skipped: Vec<(&str, &str)> = n
+            .skipped
+            .iter()
+            .map(|s| (s.name.as_str(), s.reason.as_str()))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                ("remote", "http servers are not supported (only stdio)"),
+                ("events", "sse servers are not supported (only stdio)"),
+                ("ws", "websocket servers are not supported (only stdio)"),
+                ("legacy", "http servers are not supported (only stdio)"),
+            ]
+        );
+        let same = json!({"cwd": "/w", "mcpServers": [{"name":"a","command":"x"},{"name":"","command":"y"}]});
+        assert!(
+            decode_new_session(&same)
+                .unwrap_err()
+                .0
+                .contains("mcpServers[1].name")
         );
     }
 

@@ -19,7 +19,7 @@ use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
 use crate::llm_call::LlmCalls;
 use crate::mcp::{Expired, McpEvent, ServerTable, StartState, ToolCallRef};
 use crate::outbox::Outbox;
-use crate::permissions::{PermissionRequest, Permissions};
+use crate::permissions::{PermissionRequest, PermissionTimer, Permissions};
 use crate::session::Session;
 use crate::shutdown::{Shutdown, ShutdownAction};
 use crate::time::MonoTime;
@@ -63,25 +63,30 @@ impl Agent {
         let max_line = config.max_line_bytes;
         let mut out = Outbox::new(config.log_level, now);
         if out.logs(LogLevel::Info) {
-            let hooks = match &config.hook_servers {
-                crate::config::HookAllowlist::Off => "off".to_string(),
-                crate::config::HookAllowlist::All => "*".to_string(),
-                crate::config::HookAllowlist::Names(n) => n.join(","),
-            };
+            // Values in the form the environment takes them (issue 12): provider=openai,
+            // permission=ask, hooks=<MCP_HOOK_SERVERS>.
+            let api = config
+                .provider
+                .api_value()
+                .map(|a| format!(" api={a}"))
+                .unwrap_or_default();
             let message = format!(
-                "starting: provider={:?} model={} base_url={} hooks={hooks} stop_budget={} hook_timeout_ms={} permission={:?}",
-                config.provider,
+                "starting: provider={}{api} model={} base_url={} hooks={} stop_budget={} hook_timeout_ms={} permission={}",
+                config.provider.env_value(),
                 config.model,
                 config.base_url,
+                config.hook_servers.env_value(),
                 config.stop_max_rejections,
                 config.hook_timeout_ms,
-                config.permission
+                config.permission.env_value()
             );
             out.log(LogLevel::Info, message);
         }
         let version = env!("CARGO_PKG_VERSION").to_string();
+        let mut servers = ServerTable::new(config.mcp_init_timeout_ms, version.clone());
+        servers.set_hook_allowlist(config.hook_servers.clone());
         Agent {
-            servers: ServerTable::new(config.mcp_init_timeout_ms, version.clone()),
+            servers,
             llm: LlmCalls::new(config.seed),
             cfg: config,
             version,
@@ -143,7 +148,7 @@ impl Agent {
                 if let Some(n) = partial {
                     self.log(
                         LogLevel::Warn,
-                        format!("acp: dropped a partial line of {n} bytes at EOF (T7)"),
+                        format!("acp: dropped a partial line of {n} bytes at EOF"),
                     );
                 }
                 self.log(LogLevel::Info, "acp: stdin closed; shutting down".into());
@@ -368,6 +373,7 @@ impl Agent {
                 self.reply_ok(&id, &Value::Null);
             }
             "session/set_model" => self.on_set_model(&id, &params),
+            "session/set_config_option" => self.on_set_config_option(&id, &params),
             other => {
                 self.reply_err(
                     Some(&id),
@@ -401,7 +407,7 @@ impl Agent {
         let Some(req) = self.permissions.take(out, &mut self.timers) else {
             self.log(
                 LogLevel::Debug,
-                format!("acp: late or unknown response id {out}; dropped (I6)"),
+                format!("acp: late or unknown response id {out}; dropped"),
             );
             return;
         };
@@ -439,19 +445,36 @@ impl Agent {
         }
         let sid = SessionId(self.next_session);
         self.next_session += 1;
+        let mut notices = Vec::with_capacity(spec.skipped.len());
+        for skipped in &spec.skipped {
+            // C55: the session starts without it; the user is told on the first prompt.
+            self.log(
+                LogLevel::Warn,
+                format!(
+                    "session {sid}: MCP server '{}' skipped: {}",
+                    skipped.name, skipped.reason
+                ),
+            );
+            notices.push(format!(
+                "MCP server '{}' was not started: {}.",
+                skipped.name, skipped.reason
+            ));
+        }
         let mut slots = Vec::with_capacity(spec.servers.len());
         for entry in &spec.servers {
             let slot = self.servers.create(sid, &spec.cwd, entry);
             slots.push(slot);
         }
-        self.sessions
-            .insert(sid, Session::new(sid, slots.clone(), &id));
+        let mut sess = Session::new(sid, slots.clone(), &id);
+        sess.notices = notices;
+        self.sessions.insert(sid, sess);
         self.log(
             LogLevel::Info,
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
         );
         if slots.is_empty() {
-            self.reply_ok(&id, &json!({"sessionId": sid.to_string()}));
+            let result = self.session_result(sid);
+            self.reply_ok(&id, &result);
         } else {
             for slot in slots {
                 self.servers.spawn(slot, &mut self.out);
@@ -488,9 +511,37 @@ impl Agent {
                 if let Some(sess) = self.sessions.get_mut(&sid) {
                     sess.starting = None;
                 }
-                self.reply_ok(&rpc, &json!({"sessionId": sid.to_string()}));
+                let result = self.session_result(sid);
+                self.reply_ok(&rpc, &result);
             }
         }
+    }
+
+    /// The result of `session/new` for session `sid` (SPEC A2, A5, cases C55, C58):
+    /// `sessionId`, the model selector (`configOptions`) and `models` state, and, when
+    /// `mcpServers` entries were skipped, `_meta.buzz.notices` with one sentence each (the
+    /// same sentences the first prompt streams). `session/load` answers with the same fields.
+    pub(crate) fn session_result(&self, sid: SessionId) -> Value {
+        let mut result = serde_json::Map::new();
+        result.insert("sessionId".into(), Value::String(sid.to_string()));
+        if let Some(sess) = self.sessions.get(&sid) {
+            let current = sess.model(&self.cfg.model);
+            let available = self.available_models(current);
+            result.extend(crate::acp::model_fields(current, &available));
+            if !sess.notices.is_empty() {
+                result.insert("_meta".into(), json!({"buzz": {"notices": sess.notices}}));
+            }
+        }
+        Value::Object(result)
+    }
+
+    /// The models a session whose model is `current` may switch to (SPEC A5): `current`,
+    /// `BUZZ_AGENT_MODEL`, then `BUZZ_AGENT_MODELS`.
+    fn available_models(&self, current: &str) -> Vec<String> {
+        let mut configured = Vec::with_capacity(self.cfg.models.len() + 1);
+        configured.push(self.cfg.model.clone());
+        configured.extend(self.cfg.models.iter().cloned());
+        crate::acp::available_models(current, &configured)
     }
 
     // ---------------------------------------------------------------- prompt turns
@@ -736,10 +787,7 @@ impl Agent {
                     self.route_tool_result(call, out, failed);
                 }
                 McpEvent::ToolFailed { call, reason } => {
-                    let out = ToolOutput {
-                        text: reason,
-                        is_error: true,
-                    };
+                    let out = ToolOutput::plain(reason, true);
                     self.route_tool_result(call, out, true);
                 }
                 McpEvent::HookReply { call, reply } => {
@@ -747,6 +795,18 @@ impl Agent {
                     self.route_hook_outcome(call, outcome);
                 }
                 McpEvent::HookDead { call } => self.route_hook_outcome(call, HookOutcome::Dead),
+                McpEvent::Progress {
+                    server,
+                    token,
+                    text,
+                } => {
+                    if let Some(sid) = self.servers.session_of(server) {
+                        self.step_turn(sid, |turn, _, cx| {
+                            turn.on_progress(server, &token, &text, cx);
+                            None
+                        });
+                    }
+                }
                 McpEvent::StartSettled { session } => self.check_session_start(session),
                 McpEvent::Relist { server } => {
                     self.servers
@@ -777,13 +837,18 @@ impl Agent {
                 self.step_turn(sid, |turn, sess, cx| turn.on_timer(kind, sess, cx));
             }
             Timer::Permission(id) => {
-                // A7: an unanswered permission request is denied.
-                if let Some(req) = self.permissions.take(id, &mut self.timers) {
-                    self.log(
-                        LogLevel::Warn,
-                        format!("acp: permission request {id} timed out; denied (A7)"),
-                    );
-                    self.route_permission_answer(req, PermissionAnswer::Denied);
+                // A7: an unanswered permission request is named every 30 s, then denied.
+                let now = self.out.now();
+                match self.permissions.on_timer(id, now, &mut self.timers) {
+                    Some(PermissionTimer::Waiting { message }) => self.log(LogLevel::Warn, message),
+                    Some(PermissionTimer::Expired(req)) => {
+                        self.log(
+                            LogLevel::Warn,
+                            format!("acp: permission request {id} timed out; denied"),
+                        );
+                        self.route_permission_answer(req, PermissionAnswer::Denied);
+                    }
+                    None => {}
                 }
             }
             Timer::Shutdown => {
@@ -816,17 +881,15 @@ impl Agent {
                     &mut self.out,
                     &mut self.timers,
                 );
-                let out = ToolOutput {
-                    text: format!(
-                        "tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
-                    ),
-                    is_error: true,
-                };
+                let out = ToolOutput::plain(
+                    format!("tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"),
+                    true,
+                );
                 self.route_tool_result(call, out, true);
                 // M5: the server is killed and marked dead.
                 let events = self.servers.kill(
                     slot,
-                    &format!("tool call timed out after {secs} s; killed (M5)"),
+                    &format!("tool call timed out after {secs} s; killed"),
                     &mut self.out,
                     &mut self.timers,
                 );
@@ -865,7 +928,12 @@ impl Agent {
         };
         match SessionId::parse(&sid).and_then(|id| self.sessions.get_mut(&id)) {
             Some(s) if s.starting.is_none() => {
-                s.model_override = Some(model);
+                let sid = s.id;
+                s.model_override = Some(model.clone());
+                self.log(
+                    LogLevel::Info,
+                    format!("session {sid}: model set to {model}"),
+                );
                 self.reply_ok(id, &json!({}));
             }
             _ => self.reply_err(
@@ -875,6 +943,58 @@ impl Agent {
                 Some(json!({"sessionId": sid})),
             ),
         }
+    }
+
+    /// `session/set_config_option` (SPEC A5, case C58): `configId` `model` with one of the
+    /// advertised models as `value` sets the session's model; the answer is the full
+    /// `configOptions`. Unknown session, option or value → `-32602`.
+    fn on_set_config_option(&mut self, id: &RpcId, params: &Value) {
+        const METHOD: &str = "session/set_config_option";
+        let fields = crate::acp::string_field(params, METHOD, "sessionId").and_then(|sid| {
+            crate::acp::string_field(params, METHOD, "configId").map(|c| (sid.to_string(), c))
+        });
+        let (sid, config_id) = match fields {
+            Ok(f) => f,
+            Err(m) => return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        if config_id != crate::acp::MODEL_CONFIG_ID {
+            let m = format!("{METHOD}: unknown configId '{config_id}' (this agent has: model)");
+            return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+        }
+        let Some(sess_id) = SessionId::parse(&sid)
+            .filter(|s| self.sessions.get(s).is_some_and(|s| s.starting.is_none()))
+        else {
+            return self.reply_err(
+                Some(id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                format!("{METHOD}: session not found: {sid}"),
+                Some(json!({"sessionId": sid})),
+            );
+        };
+        let current = self
+            .sessions
+            .get(&sess_id)
+            .map(|s| s.model(&self.cfg.model).to_string())
+            .unwrap_or_default();
+        let available = self.available_models(&current);
+        let value = params.get("value").and_then(Value::as_str).map(str::trim);
+        let Some(model) = value.filter(|v| available.iter().any(|m| m == v)) else {
+            let m = format!(
+                "{METHOD}: value must be one of the advertised models: {}",
+                available.join(", ")
+            );
+            return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+        };
+        let model = model.to_string();
+        if let Some(s) = self.sessions.get_mut(&sess_id) {
+            s.model_override = Some(model.clone());
+        }
+        self.log(
+            LogLevel::Info,
+            format!("session {sess_id}: model set to {model}"),
+        );
+        let options = crate::acp::config_options(&model, &self.available_models(&model));
+        self.reply_ok(id, &json!({"configOptions": options}));
     }
 
     // ---------------------------------------------------------------- shutdown (P1, M8)

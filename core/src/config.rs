@@ -33,6 +33,28 @@ pub enum ProviderKind {
     OpenAiResponses,
 }
 
+impl ProviderKind {
+    /// The `BUZZ_AGENT_PROVIDER` value that selects it, as the user writes it.
+    #[must_use]
+    pub fn env_value(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => "openai",
+        }
+    }
+
+    /// The `OPENAI_COMPAT_API` value of an OpenAI-compatible route (`chat`, `responses`);
+    /// `None` for Anthropic.
+    #[must_use]
+    pub fn api_value(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Anthropic => None,
+            ProviderKind::OpenAiChat => Some("chat"),
+            ProviderKind::OpenAiResponses => Some("responses"),
+        }
+    }
+}
+
 /// A server allowlist in C3 syntax: the hook allowlist from `MCP_HOOK_SERVERS` (H2), and the
 /// interceptor servers from `BUZZ_AGENT_INTERCEPTOR_SERVERS` (X1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +69,17 @@ pub enum HookAllowlist {
 }
 
 impl HookAllowlist {
+    /// The allowlist as `MCP_HOOK_SERVERS` is written: `*`, the names joined by `,`, or
+    /// `unset` when off (for log lines).
+    #[must_use]
+    pub fn env_value(&self) -> String {
+        match self {
+            HookAllowlist::Off => "unset".to_owned(),
+            HookAllowlist::All => "*".to_owned(),
+            HookAllowlist::Names(n) => n.join(","),
+        }
+    }
+
     /// Whether hooks of the MCP server named `server` (its `session/new` name) may run (C3, H2).
     #[must_use]
     pub fn allows(&self, server: &str) -> bool {
@@ -65,6 +98,17 @@ pub enum PermissionMode {
     Ask,
     /// `allow`: model tool calls run without asking.
     Allow,
+}
+
+impl PermissionMode {
+    /// The `BUZZ_AGENT_PERMISSION` value, as the user writes it (`ask`, `allow`).
+    #[must_use]
+    pub fn env_value(self) -> &'static str {
+        match self {
+            PermissionMode::Ask => "ask",
+            PermissionMode::Allow => "allow",
+        }
+    }
 }
 
 /// `BUZZ_AGENT_LOG` stderr log level (C2, P2). Ordered from least to most verbose, so a record
@@ -104,6 +148,10 @@ pub struct Config {
     pub api_key: String,
     /// `BUZZ_AGENT_MODEL`, else `ANTHROPIC_MODEL` / `OPENAI_COMPAT_MODEL`; required. Trimmed.
     pub model: String,
+    /// `BUZZ_AGENT_MODELS` (default empty): more model ids a client may switch a session to
+    /// (A5, C58); comma list, trimmed, empties and duplicates dropped. `session/new` advertises
+    /// [`Config::model`] first, then these.
+    pub models: Vec<String>,
     /// `ANTHROPIC_BASE_URL` (default `https://api.anthropic.com`) / `OPENAI_COMPAT_BASE_URL`
     /// (default `https://api.openai.com/v1`); `http://` or `https://` (scheme in any case) followed
     /// by a host; trailing `/` removed, so endpoints are `{base_url}/v1/messages` etc.
@@ -191,6 +239,7 @@ impl fmt::Debug for Config {
             .field("provider", &self.provider)
             .field("api_key", &format_args!("{key}"))
             .field("model", &self.model)
+            .field("models", &self.models)
             .field("base_url", &self.base_url)
             .field("anthropic_version", &self.anthropic_version)
             .field("system_prompt", &prompt)
@@ -374,6 +423,7 @@ const OPENAI_MODEL: &str = "OPENAI_COMPAT_MODEL";
 const OPENAI_BASE_URL: &str = "OPENAI_COMPAT_BASE_URL";
 const OPENAI_API: &str = "OPENAI_COMPAT_API";
 const MODEL: &str = "BUZZ_AGENT_MODEL";
+const MODELS: &str = "BUZZ_AGENT_MODELS";
 const SYSTEM_PROMPT: &str = "BUZZ_AGENT_SYSTEM_PROMPT";
 const SYSTEM_PROMPT_FILE: &str = "BUZZ_AGENT_SYSTEM_PROMPT_FILE";
 const MAX_ROUNDS: &str = "BUZZ_AGENT_MAX_ROUNDS";
@@ -471,6 +521,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (OPENAI_BASE_URL, DEFAULT_OPENAI_BASE_URL, "OpenAI-compatible API base URL (http:// or https://)"),
     (OPENAI_API, "chat", "chat = Chat Completions, responses = Responses API"),
     (MODEL, "", "model name; overrides ANTHROPIC_MODEL / OPENAI_COMPAT_MODEL"),
+    (MODELS, "", "comma-separated model ids a client may switch a session to (its model picker)"),
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
@@ -725,22 +776,9 @@ fn parse_server_allowlist(env: &Env<'_>, var: &'static str) -> Result<HookAllowl
             "either * alone (every server) or comma-separated server names, not * mixed with names",
         ));
     }
-    // Server names are `[A-Za-z0-9_-]+` without `__` (M3): an entry that cannot be a server
-    // name (a space instead of a comma, a quote) could never match, so it is an error.
-    if let Some(bad) = entries.iter().find(|e| !is_server_name(e)) {
-        return Err(env.invalid(
-            var,
-            format!("comma-separated server names of [A-Za-z0-9_-] without \"__\" (or * alone), but {bad:?} is not one"),
-        ));
-    }
+    // Entries are matched exactly against the names clients give in `session/new`, which may
+    // be anything (`My Files`, `github/copilot`, A2, C55): no character is refused here.
     Ok(HookAllowlist::Names(entries))
-}
-
-fn is_server_name(s: &str) -> bool {
-    !s.is_empty()
-        && !s.contains("__")
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// The system prompt from the variable or the file (mutually exclusive).
@@ -908,6 +946,7 @@ impl Config {
             provider: provider.unwrap_or(ProviderKind::OpenAiChat),
             api_key,
             model,
+            models: env.list(MODELS),
             base_url,
             anthropic_version,
             system_prompt,
@@ -958,6 +997,7 @@ impl Config {
             provider,
             api_key: "test-key".to_owned(),
             model: "test-model".to_owned(),
+            models: Vec::new(),
             base_url: base_url.trim_end_matches('/').to_owned(),
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
             system_prompt: None,
@@ -1532,12 +1572,30 @@ mod tests {
     }
 
     #[test]
-    fn c3_an_entry_that_cannot_be_a_server_name_is_an_error() {
-        for v in ["a b", "x,\"y\"", "a__b"] {
-            let e = err(&anthropic(&[(HOOK_SERVERS, v)]));
-            assert_eq!(e.variable(), HOOK_SERVERS, "{v}");
-            assert!(e.to_string().contains("is not one"), "{e}");
+    fn c55_c3_names_clients_give_are_accepted_as_written_without_case_folding() {
+        let hooks = ok(&anthropic(&[(
+            HOOK_SERVERS,
+            "My Files, my.fs,github/copilot,ünï,a__b",
+        )]))
+        .hook_servers;
+        for name in ["My Files", "my.fs", "github/copilot", "ünï", "a__b"] {
+            assert!(hooks.allows(name), "{name}");
         }
+        assert!(!hooks.allows("my files"), "no case folding");
+        assert!(
+            !hooks.allows("My_Files"),
+            "the original name, not the tool prefix"
+        );
+    }
+
+    #[test]
+    fn c58_models_are_a_trimmed_list_without_empties() {
+        let c = ok(&anthropic(&[(
+            MODELS,
+            " fast-model, ,big-model,fast-model ",
+        )]));
+        assert_eq!(c.models, vec!["fast-model".to_string(), "big-model".into()]);
+        assert!(ok(&anthropic(&[])).models.is_empty());
     }
 
     #[test]
@@ -1569,8 +1627,11 @@ mod tests {
             ),
             "{e}"
         );
-        let e = err(&anthropic(&[(INTERCEPTOR_SERVERS, "a b")]));
-        assert_eq!(e.variable(), INTERCEPTOR_SERVERS);
+        assert_eq!(
+            ok(&anthropic(&[(INTERCEPTOR_SERVERS, "my policy")])).interceptor_servers,
+            HookAllowlist::Names(vec!["my policy".into()]),
+            "a client's name as written"
+        );
         assert!(is_agent_secret_or_own_variable(INTERCEPTOR_SERVERS));
     }
 
@@ -1681,7 +1742,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 35);
+        assert_eq!(count, 36);
     }
 
     #[test]

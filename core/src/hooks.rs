@@ -98,7 +98,10 @@ pub(crate) fn classify_reply(reply: Result<Value, RpcError>, cap: usize) -> Hook
 /// One call of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct HookCall {
+    /// The name the client gave (logs, notices).
     server_name: String,
+    /// The server's tool prefix (the injection's tool name, SPEC H6).
+    prefix: String,
     started: MonoTime,
     outcome: Option<HookOutcome>,
 }
@@ -135,10 +138,10 @@ impl HookRound {
             .servers
             .hook_targets(&session.servers, hook, &cx.cfg.hook_servers);
         let mut calls = Vec::with_capacity(targets.len());
-        for (slot, server_name, ready) in targets {
+        for target in targets {
             let index = calls.len();
             let mut request = None;
-            if ready {
+            if target.ready {
                 let params = json!({
                     "name": hook,
                     "arguments": {},
@@ -155,7 +158,7 @@ impl HookRound {
                     index,
                 });
                 request = cx.servers.send_request(
-                    slot,
+                    target.slot,
                     McpRequest {
                         method: "tools/call",
                         params: &params,
@@ -167,7 +170,8 @@ impl HookRound {
                 );
             }
             calls.push(HookCall {
-                server_name,
+                server_name: target.name,
+                prefix: target.prefix,
                 started: now,
                 outcome: request.is_none().then_some(HookOutcome::Dead),
             });
@@ -218,12 +222,24 @@ impl HookRound {
         self.is_decided()
     }
 
-    /// The texts of the decided round in registration order: `(server name, text)` (SPEC H3).
+    /// The texts of the decided round in registration order: `(server's tool prefix, text)`
+    /// (SPEC H3; the prefix is the server's name unless the client's name is not a valid
+    /// tool-name part, A2).
     pub(crate) fn texts(&self) -> Vec<(String, String)> {
+        self.texts_by(|c| c.prefix.clone())
+    }
+
+    /// The texts of the decided round in registration order with the servers' names as the
+    /// client gave them, for what the user reads.
+    pub(crate) fn texts_by_name(&self) -> Vec<(String, String)> {
+        self.texts_by(|c| c.server_name.clone())
+    }
+
+    fn texts_by(&self, key: impl Fn(&HookCall) -> String) -> Vec<(String, String)> {
         self.calls
             .iter()
             .filter_map(|c| match &c.outcome {
-                Some(HookOutcome::Text(t)) => Some((c.server_name.clone(), t.clone())),
+                Some(HookOutcome::Text(t)) => Some((key(c), t.clone())),
                 Some(
                     HookOutcome::Empty
                     | HookOutcome::Error(_)
@@ -329,7 +345,7 @@ impl StopGate {
             out.log(
                 LogLevel::Warn,
                 format!(
-                    "hook: _Stop budget of {} exhausted in session {session}; ending the turn (H9)",
+                    "hook: _Stop budget of {} exhausted in session {session}; ending the turn",
                     self.budget
                 ),
             );
@@ -527,7 +543,7 @@ mod tests {
             .collect();
         assert_eq!(
             logs.last().map(String::as_str),
-            Some("hook: _Stop budget of 2 exhausted in session sess_1; ending the turn (H9)")
+            Some("hook: _Stop budget of 2 exhausted in session sess_1; ending the turn")
         );
     }
 

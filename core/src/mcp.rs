@@ -55,6 +55,10 @@ pub(crate) struct McpTool {
     pub(crate) exposed: String,
     pub(crate) description: String,
     pub(crate) schema: Value,
+    /// The ACP title of its calls (SPEC A6, case C53).
+    pub(crate) title: String,
+    /// The ACP kind of its calls, from its annotations (SPEC A6, case C53).
+    pub(crate) kind: &'static str,
 }
 
 /// Where a tool name the model may call leads (SPEC M3, L2).
@@ -64,8 +68,13 @@ pub(crate) struct ToolRoute {
     pub(crate) server: ServerSlot,
     /// The name the server knows.
     pub(crate) bare: String,
-    /// `server__tool`, the key of remembered permission answers and `BUZZ_AGENT_REPLY_TOOLS`.
+    /// `<prefix>__<tool>` (the server's tool prefix, SPEC M3, A2), the key of remembered
+    /// permission answers and `BUZZ_AGENT_REPLY_TOOLS`.
     pub(crate) qualified: String,
+    /// The ACP title of a call (SPEC A6).
+    pub(crate) title: String,
+    /// The ACP kind of a call (SPEC A6).
+    pub(crate) kind: &'static str,
 }
 
 /// The process of a dead server's current generation.
@@ -162,6 +171,13 @@ pub(crate) enum McpEvent {
     },
     /// A hook call's server died before it answered (fail-open, SPEC H4, I4).
     HookDead { call: HookCallRef },
+    /// `notifications/progress` for a request of `server` (SPEC A6, case C59): the
+    /// `progressToken` as sent and the progress text to show.
+    Progress {
+        server: ServerSlot,
+        token: Value,
+        text: String,
+    },
     /// A server of `session` became ready or failed before ever serving: `session/new` may be
     /// answered now (SPEC A2).
     StartSettled { session: SessionId },
@@ -192,12 +208,30 @@ pub(crate) enum StartState {
     Failed(String),
 }
 
+/// A server a hook round calls (SPEC H3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HookTarget {
+    pub(crate) slot: ServerSlot,
+    /// The name the client gave (logs).
+    pub(crate) name: String,
+    /// Its tool prefix (the model-visible injection's tool name, SPEC H6).
+    pub(crate) prefix: String,
+    /// Whether it is ready to be called now.
+    pub(crate) ready: bool,
+}
+
 /// One MCP server (one `mcpServers` entry of one session).
 #[derive(Debug)]
 pub(crate) struct Server {
     slot: ServerSlot,
     session: SessionId,
+    /// The name the client gave (logs, titles, the hook allowlist).
     name: String,
+    /// The prefix of its tool names (SPEC M3, A2: the name itself when it is a valid server
+    /// name, else a safe stand-in).
+    prefix: String,
+    /// The "hooks are off for this server" warning was logged (case C56: once per session).
+    warned_hooks_off: bool,
     spec: SpawnSpec,
     /// The current generation's process.
     proc: ProcKey,
@@ -382,6 +416,8 @@ pub(crate) struct ServerTable {
     client_version: String,
     /// The agent's environment minus its own variables (SPEC M1).
     inherited_env: Vec<(String, String)>,
+    /// `MCP_HOOK_SERVERS`, for the warning about hooks that will not be called (case C56).
+    hook_allowlist: HookAllowlist,
 }
 
 impl ServerTable {
@@ -393,7 +429,14 @@ impl ServerTable {
             init_timeout_ms,
             client_version,
             inherited_env: Vec::new(),
+            hook_allowlist: HookAllowlist::Off,
         }
+    }
+
+    /// `MCP_HOOK_SERVERS`: a server exposing hooks that it does not name is warned about once
+    /// (case C56).
+    pub(crate) fn set_hook_allowlist(&mut self, allowlist: HookAllowlist) {
+        self.hook_allowlist = allowlist;
     }
 
     /// The version sent as `clientInfo.version`.
@@ -418,6 +461,11 @@ impl ServerTable {
             .get(&slot)
             .map(|s| s.name.clone())
             .unwrap_or_default()
+    }
+
+    /// The session of the server in `slot`.
+    pub(crate) fn session_of(&self, slot: ServerSlot) -> Option<SessionId> {
+        self.servers.get(&slot).map(|s| s.session)
     }
 
     /// The slot of `proc`, only if it is the server's current generation (late bytes or exits
@@ -456,6 +504,8 @@ impl ServerTable {
                 slot,
                 session,
                 name: entry.name.clone(),
+                prefix: tools::server_prefix(&entry.name),
+                warned_hooks_off: false,
                 spec,
                 proc: ProcKey {
                     server: slot,
@@ -831,7 +881,7 @@ impl ServerTable {
         }
         out.log(LogLevel::Warn, reason.clone());
         if permanent_now {
-            out.log(LogLevel::Error, format!("mcp '{}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed (M9)", s.name));
+            out.log(LogLevel::Error, format!("mcp '{}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed", s.name));
         }
         let session = s.session;
         let mut events: Vec<McpEvent> = pending
@@ -987,7 +1037,9 @@ impl ServerTable {
                     ToolRoute {
                         server: *slot,
                         bare: t.bare.clone(),
-                        qualified: format!("{}__{}", s.name, t.bare),
+                        qualified: format!("{}{}{}", s.prefix, tools::QUALIFIER, t.bare),
+                        title: t.title.clone(),
+                        kind: t.kind,
                     },
                 );
             }
@@ -996,18 +1048,23 @@ impl ServerTable {
     }
 
     /// The servers among `slots` (registration order) that expose `hook` and are allowlisted
-    /// (SPEC H2): `(slot, name, ready)`.
+    /// by the name the client gave (SPEC H2, A2).
     pub(crate) fn hook_targets(
         &self,
         slots: &[ServerSlot],
         hook: &str,
         allowlist: &HookAllowlist,
-    ) -> Vec<(ServerSlot, String, bool)> {
+    ) -> Vec<HookTarget> {
         slots
             .iter()
             .filter_map(|slot| self.servers.get(slot).map(|s| (slot, s)))
             .filter(|(_, s)| allowlist.allows(&s.name) && s.hooks.contains(hook))
-            .map(|(slot, s)| (*slot, s.name.clone(), s.is_ready()))
+            .map(|(slot, s)| HookTarget {
+                slot: *slot,
+                name: s.name.clone(),
+                prefix: s.prefix.clone(),
+                ready: s.is_ready(),
+            })
             .collect()
     }
 
@@ -1042,7 +1099,7 @@ impl ServerTable {
             );
             self.kill(
                 slot,
-                "was killed after 2 consecutive hook timeouts (H4)",
+                "was killed after 2 consecutive hook timeouts",
                 out,
                 timers,
             )
@@ -1143,7 +1200,7 @@ impl ServerTable {
             LineEvent::TooLong { bytes, .. } => {
                 return self.kill(
                     slot,
-                    &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed (T6)"),
+                    &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed"),
                     out,
                     timers,
                 );
@@ -1159,8 +1216,7 @@ impl ServerTable {
                 Vec::new()
             }
             Ok(jsonrpc::Message::Notification { method, params }) => {
-                self.on_notification(slot, &method, &params, out, timers);
-                Vec::new()
+                self.on_notification(slot, &method, &params, out, timers)
             }
             Err(jsonrpc::ParseError::NotJson) | Err(jsonrpc::ParseError::Invalid { .. }) => {
                 // T6: logged at warn (cut to 200 bytes), never answered.
@@ -1207,9 +1263,23 @@ impl ServerTable {
         params: &Value,
         out: &mut Outbox,
         timers: &mut TimerTable,
-    ) {
+    ) -> Vec<McpEvent> {
         let name = self.name(slot);
         match method {
+            "notifications/progress" => {
+                // C59: progress of a tool call; the batch matches the token to its call.
+                if let Some(token) = params.get("progressToken").filter(|t| !t.is_null()) {
+                    return vec![McpEvent::Progress {
+                        server: slot,
+                        token: token.clone(),
+                        text: progress_text(params),
+                    }];
+                }
+                out.log(
+                    LogLevel::Debug,
+                    format!("mcp '{name}': progress without a progressToken ignored"),
+                );
+            }
             "notifications/tools/list_changed" => {
                 let ready = self.servers.get(&slot).is_some_and(Server::is_ready);
                 if let Some(s) = self.servers.get_mut(&slot) {
@@ -1245,6 +1315,7 @@ impl ServerTable {
                 format!("mcp '{name}': ignoring notification {other}"),
             ),
         }
+        Vec::new()
     }
 
     fn on_response(
@@ -1278,7 +1349,7 @@ impl ServerTable {
         let Some(purpose) = s.remove_pending(McpRequestId(our), timers) else {
             out.log(
                 LogLevel::Debug,
-                format!("mcp '{name}': late or unknown response id {our}; dropped (I6)"),
+                format!("mcp '{name}': late or unknown response id {our}; dropped"),
             );
             return Vec::new();
         };
@@ -1410,13 +1481,13 @@ impl ServerTable {
                 let page_no = s.list_cursors.len() as u32 + 1;
                 if s.list_cursors.contains(&c) {
                     warn = Some(format!(
-                        "mcp '{}': tools/list repeated cursor {c:?}; stopping (M2)",
+                        "mcp '{}': tools/list repeated cursor {c:?}; stopping",
                         s.name
                     ));
                     None
                 } else if page_no >= MAX_LIST_PAGES {
                     warn = Some(format!(
-                        "mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping (M2)",
+                        "mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping",
                         s.name
                     ));
                     None
@@ -1453,6 +1524,7 @@ impl ServerTable {
         };
         let raw = std::mem::take(&mut s.list_acc);
         let name = s.name.clone();
+        let prefix = s.prefix.clone();
         let mut tools_out: Vec<McpTool> = Vec::new();
         let mut hooks = BTreeSet::new();
         let mut warnings = Vec::new();
@@ -1469,11 +1541,11 @@ impl ServerTable {
             let schema = match tools::normalize_schema(t.get("inputSchema")) {
                 Ok(s) => s,
                 Err(e) => {
-                    warnings.push(format!("mcp '{name}': dropping tool '{bare}': {e} (M3)"));
+                    warnings.push(format!("mcp '{name}': dropping tool '{bare}': {e}"));
                     continue;
                 }
             };
-            let mut exposed = tools::exposed_name(&name, bare);
+            let mut exposed = tools::exposed_name(&prefix, bare);
             if !seen_exposed.insert(exposed.clone()) {
                 exposed = format!(
                     "{}_{:08x}",
@@ -1495,6 +1567,8 @@ impl ServerTable {
                 exposed,
                 description,
                 schema,
+                title: tools::tool_title(&name, bare, &t),
+                kind: tools::tool_kind(bare, t.get("annotations")),
             });
         }
         let was_listing = match s.state {
@@ -1520,6 +1594,18 @@ impl ServerTable {
         let session = s.session;
         for w in warnings {
             out.log(LogLevel::Warn, w);
+        }
+        // C56: hooks this server exposes but may not run, once per session and server.
+        if !hooks.is_empty() && !self.hook_allowlist.allows(&name) && !s.warned_hooks_off {
+            s.warned_hooks_off = true;
+            let listed = hooks.iter().cloned().collect::<Vec<_>>().join(", ");
+            out.log(
+                LogLevel::Warn,
+                format!(
+                    "server '{name}' exposes hooks {listed} but is not in MCP_HOOK_SERVERS ({}); they will not be called",
+                    self.hook_allowlist.env_value()
+                ),
+            );
         }
         out.log(
             LogLevel::Info,
@@ -1577,6 +1663,36 @@ impl ServerTable {
         answer(self, json!({"tools": list}), out, timers);
         slot
     }
+}
+
+/// The text of an MCP `notifications/progress` (case C59): its `message`, then
+/// `(progress/total)` or `(progress)`, capped like a stderr line. `{"progress":3,"total":10,
+/// "message":"copying"}` → `copying (3/10)`.
+fn progress_text(params: &Value) -> String {
+    let num = |k: &str| {
+        params.get(k).filter(|v| v.is_number()).map(|v| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                .map_or_else(|| v.to_string(), |f| format!("{}", f as i64))
+        })
+    };
+    let count = match (num("progress"), num("total")) {
+        (Some(p), Some(t)) => Some(format!("{p}/{t}")),
+        (Some(p), None) => Some(p),
+        (None, _) => None,
+    };
+    let message = params
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|m| !m.is_empty());
+    let text = match (message, count) {
+        (Some(m), Some(c)) => format!("{m} ({c})"),
+        (Some(m), None) => m.to_string(),
+        (None, Some(c)) => format!("progress {c}"),
+        (None, None) => "in progress".to_string(),
+    };
+    crate::io::cap_stderr_line(&text, 1024)
 }
 
 /// The event that fails a request's owner when its server died.
@@ -1790,7 +1906,12 @@ mod tests {
         assert_eq!(
             rig.table
                 .hook_targets(&[slot], "_Stop", &HookAllowlist::All),
-            vec![(slot, "fs".to_string(), true)]
+            vec![HookTarget {
+                slot,
+                name: "fs".to_string(),
+                prefix: "fs".to_string(),
+                ready: true
+            }]
         );
         assert!(
             rig.table
@@ -2048,6 +2169,89 @@ mod tests {
             panic!("dead");
         };
         assert!(reason.contains("over 16 MiB"), "{reason}");
+    }
+
+    #[test]
+    fn c53_c55_c56_titles_kinds_prefixes_and_one_warning_for_hooks_that_will_not_run() {
+        let mut rig = Rig::new();
+        rig.table
+            .set_hook_allowlist(HookAllowlist::Names(vec!["testguard".into()]));
+        let slot = rig.add("TestGuard");
+        let proc = ProcKey {
+            server: slot,
+            generation: 0,
+        };
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.reply(proc, 1, json!({"protocolVersion": "2025-06-18"}));
+        let tools = json!({"tools": [
+            {"name": "read_text_file", "title": "Read Text File", "annotations": {"readOnlyHint": true}},
+            {"name": "delete_file", "annotations": {"destructiveHint": true}},
+            {"name": "_Stop"}
+        ]});
+        rig.reply(proc, 2, tools.clone());
+        let warned = |actions: &[Action]| {
+            actions
+                .iter()
+                .filter(|a| matches!(a, Action::Log(r) if r.message.contains("MCP_HOOK_SERVERS")))
+                .map(|a| match a {
+                    Action::Log(r) => r.message.clone(),
+                    _ => String::new(),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            warned(&rig.drain()),
+            [
+                "server 'TestGuard' exposes hooks _Stop but is not in MCP_HOOK_SERVERS (testguard); they will not be called"
+            ]
+        );
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        );
+        rig.reply(proc, 3, tools);
+        assert!(
+            warned(&rig.drain()).is_empty(),
+            "once per session and server"
+        );
+        assert!(
+            rig.table
+                .hook_targets(
+                    &[slot],
+                    "_Stop",
+                    &HookAllowlist::Names(vec!["testguard".into()])
+                )
+                .is_empty(),
+            "no case folding"
+        );
+        let (_, routes) = rig.table.visible_tools(&[slot]);
+        let read = &routes["TestGuard__read_text_file"];
+        assert_eq!((read.title.as_str(), read.kind), ("Read Text File", "read"));
+        let del = &routes["TestGuard__delete_file"];
+        assert_eq!(
+            (del.title.as_str(), del.kind),
+            ("TestGuard: delete_file", "delete")
+        );
+
+        let odd = rig.add("My Files");
+        let proc = ProcKey {
+            server: odd,
+            generation: 0,
+        };
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.reply(proc, 1, json!({"protocolVersion": "2025-06-18"}));
+        rig.reply(proc, 2, json!({"tools": [{"name": "read"}]}));
+        let (_, routes) = rig.table.visible_tools(&[odd]);
+        let prefix = crate::tools::server_prefix("My Files");
+        let route = &routes[&format!("{prefix}__read")];
+        assert_eq!(
+            route.server, odd,
+            "the mapped name reaches the right server"
+        );
+        assert_eq!(
+            route.title, "My Files: read",
+            "the title keeps the client's name"
+        );
     }
 
     #[test]

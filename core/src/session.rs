@@ -25,6 +25,9 @@ pub(crate) struct Session {
     /// `*_always` permission answers per qualified tool name (`server__tool`): true = allow
     /// (SPEC A7).
     pub(crate) remembered: BTreeMap<String, bool>,
+    /// Notices for the user not yet shown (skipped `mcpServers` entries, SPEC A2, case C55):
+    /// the next prompt turn streams them first.
+    pub(crate) notices: Vec<String>,
 }
 
 impl Session {
@@ -38,6 +41,7 @@ impl Session {
             model_override: None,
             queued: None,
             remembered: BTreeMap::new(),
+            notices: Vec::new(),
         }
     }
 

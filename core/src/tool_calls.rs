@@ -80,11 +80,15 @@ impl ToolBatch {
                 Ok(v) => v.clone(),
                 Err(_) => Value::String(call.arguments.clone()),
             };
-            updates.push(json!({
-                "sessionUpdate": "tool_call", "toolCallId": acp_id, "title": call.name,
-                "kind": "other", "status": "pending", "rawInput": raw_input
-            }));
             let route = routes.get(&call.name).cloned();
+            // C53: title and kind from the MCP tool; an unknown name is shown as it came.
+            let (title, kind) = route.as_ref().map_or((call.name.as_str(), "other"), |r| {
+                (r.title.as_str(), r.kind)
+            });
+            updates.push(json!({
+                "sessionUpdate": "tool_call", "toolCallId": acp_id, "title": title,
+                "kind": kind, "status": "pending", "rawInput": raw_input
+            }));
             pending.push((
                 BatchCall {
                     acp_id,
@@ -146,8 +150,15 @@ impl ToolBatch {
             let Some(c) = batch.calls.get_mut(i) else {
                 continue;
             };
+            let (title, kind) = c
+                .route
+                .as_ref()
+                .map_or((c.call.name.as_str(), "other"), |r| {
+                    (r.title.as_str(), r.kind)
+                });
             let params =
-                crate::acp::permission_params(&session_id, &c.acp_id, &c.call.name, &c.args);
+                crate::acp::permission_params(&session_id, &c.acp_id, title, kind, &c.args);
+            let what = format!("{title} ({})", c.acp_id);
             requests.push(jsonrpc::encode_request(
                 id.0,
                 "session/request_permission",
@@ -160,6 +171,8 @@ impl ToolBatch {
                     turn,
                     index: ToolCallIndex(i),
                 },
+                what,
+                cx.out.now(),
                 cx.out.now().plus_ms(perm_ms),
                 cx.timers,
             );
@@ -257,6 +270,30 @@ impl ToolBatch {
         self.pump(cx);
     }
 
+    /// `notifications/progress` from `server` for `token` (SPEC A6, case C59): a running call
+    /// of this batch at that server whose progress token (its ACP id) it is gets an
+    /// `in_progress` update with `text`. Returns whether a call matched.
+    pub(crate) fn on_progress(
+        &mut self,
+        server: ServerSlot,
+        token: &Value,
+        text: &str,
+        cx: &mut Cx<'_>,
+    ) -> bool {
+        let Some(c) = self.calls.iter().find(|c| {
+            matches!(c.state, CallState::Running(s, _) if s == server)
+                && token.as_str() == Some(c.acp_id.as_str())
+        }) else {
+            return false;
+        };
+        let update = json!({
+            "sessionUpdate": "tool_call_update", "toolCallId": c.acp_id, "status": "in_progress",
+            "content": [crate::tools::text_content(text)]
+        });
+        cx.out.send_update(&self.session.to_string(), &update);
+        true
+    }
+
     /// The turn was cancelled (SPEC A4): calls in flight get `notifications/cancelled`,
     /// permission requests are forgotten, and every unfinished call ends with a failed update.
     pub(crate) fn cancel(&mut self, why: &str, cx: &mut Cx<'_>) {
@@ -299,7 +336,7 @@ impl ToolBatch {
         let status = if failed { "failed" } else { "completed" };
         let update = json!({
             "sessionUpdate": "tool_call_update", "toolCallId": c.acp_id, "status": status,
-            "content": [{"type": "content", "content": {"type": "text", "text": out.text}}],
+            "content": out.client_content(),
             "rawOutput": {"isError": out.is_error}
         });
         c.state = CallState::Done(out);
@@ -332,6 +369,7 @@ impl ToolBatch {
                 server,
                 bare,
                 qualified,
+                ..
             }) = c.route.clone()
             else {
                 break;
@@ -347,7 +385,10 @@ impl ToolBatch {
             }
             let posting =
                 crate::hooks::counts_as_posting(&bare, &args, &qualified, &cx.cfg.reply_tools);
-            let params = json!({"name": bare, "arguments": args});
+            // C59: the ACP tool call id is the progress token (unique in the session, and so
+            // at its server, which belongs to the session).
+            let params =
+                json!({"name": bare, "arguments": args, "_meta": {"progressToken": acp_id}});
             let purpose = Purpose::Tool(ToolCallRef {
                 session: self.session,
                 turn: self.turn,
@@ -378,30 +419,32 @@ impl ToolBatch {
     }
 }
 
-/// The converted result of a model tool call's reply, and whether the call failed (SPEC L3): a
-/// result (`isError` results included) did not; a JSON-RPC error did.
+/// The converted result of a model tool call's reply, and whether the call failed (SPEC L3,
+/// A6, case C54): an `isError: true` result failed (the model still sees its text as an error
+/// result, the client a `failed` update with that text); a JSON-RPC error failed too.
 pub(crate) fn tool_output(reply: Result<Value, RpcError>, cap: usize) -> (ToolOutput, bool) {
     match reply {
-        Ok(v) => (crate::tools::convert_result(&v, cap), false),
+        Ok(v) => {
+            let out = crate::tools::convert_result(&v, cap);
+            let failed = out.is_error;
+            (out, failed)
+        }
         Err(e) => (
-            ToolOutput {
-                text: format!("tool call rejected: {} (code {})", e.message, e.code),
-                is_error: true,
-            },
+            err_out(format!(
+                "tool call rejected: {} (code {})",
+                e.message, e.code
+            )),
             true,
         ),
     }
 }
 
 fn err_out(text: String) -> ToolOutput {
-    ToolOutput {
-        text,
-        is_error: true,
-    }
+    ToolOutput::plain(text, true)
 }
 
 fn denied_out() -> ToolOutput {
-    err_out("tool call not authorized: the user did not allow this tool call (A7)".into())
+    err_out("tool call not authorized: the user did not allow this tool call".into())
 }
 
 /// Parse model tool-call arguments (SPEC L2, case C26): blank → `{}`; must be a JSON object.
@@ -503,10 +546,7 @@ mod tests {
         let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
         let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
         assert_eq!(Parts::mcp_lines(&parts.drain()).len(), 1, "one at a time");
-        let ok = |t: &str| ToolOutput {
-            text: t.into(),
-            is_error: false,
-        };
+        let ok = |t: &str| ToolOutput::plain(t.into(), false);
         batch.on_result(ToolCallIndex(0), ok("first"), false, &mut parts.cx());
         assert_eq!(
             Parts::mcp_lines(&parts.drain()).len(),
@@ -540,7 +580,11 @@ mod tests {
             .filter(|l| l["method"] == "session/request_permission")
             .collect();
         assert_eq!(asked.len(), 2);
-        assert_eq!(parts.timers.next().map(|(t, _)| t.as_ms()), Some(330_000));
+        assert_eq!(
+            parts.timers.next().map(|(t, _)| t.as_ms()),
+            Some(30_000),
+            "the first reminder, then the deadline"
+        );
         batch.on_permission(
             ToolCallIndex(0),
             PermissionAnswer::AllowAlways,
@@ -611,6 +655,65 @@ mod tests {
         );
         assert!(batch.is_done());
         assert_eq!(parts.timers.next(), None, "no deadline is left behind");
+    }
+
+    #[test]
+    fn c54_an_is_error_result_fails_with_its_text_and_the_model_sees_it() {
+        let reply = Ok(
+            json!({"content":[{"type":"text","text":"Access denied - path outside allowed directories"}],"isError":true}),
+        );
+        let (out, failed) = tool_output(reply, 1024);
+        assert!(failed, "an isError result is a failed call");
+        assert!(out.is_error);
+        assert_eq!(out.text, "Access denied - path outside allowed directories");
+        assert_eq!(
+            out.client_content(),
+            vec![crate::tools::text_content(
+                "Access denied - path outside allowed directories"
+            )]
+        );
+        let (ok, failed) = tool_output(Ok(json!({"content":[{"type":"text","text":"x"}]})), 1024);
+        assert!(!failed && !ok.is_error);
+    }
+
+    #[test]
+    fn c59_calls_carry_a_progress_token_and_progress_shows_on_the_running_call() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let mut batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        let sent = Parts::mcp_lines(&parts.drain());
+        assert_eq!(sent[0]["params"]["_meta"]["progressToken"], "tc_1");
+        let server = sess.servers[0];
+        assert!(!batch.on_progress(server, &json!("tc_9"), "x", &mut parts.cx()));
+        assert!(!batch.on_progress(ServerSlot(99), &json!("tc_1"), "x", &mut parts.cx()));
+        assert!(
+            parts.drain().is_empty(),
+            "no update for another token or server"
+        );
+        assert!(batch.on_progress(server, &json!("tc_1"), "copying (3/10)", &mut parts.cx()));
+        let ups = Parts::acp_lines(&parts.drain());
+        assert_eq!(
+            ups[0]["params"]["update"],
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "tc_1", "status": "in_progress",
+                   "content": [{"type": "content", "content": {"type": "text", "text": "copying (3/10)"}}]})
+        );
+        batch.on_result(
+            ToolCallIndex(0),
+            ToolOutput::plain("done".into(), false),
+            false,
+            &mut parts.cx(),
+        );
+        parts.drain();
+        assert!(
+            !batch.on_progress(server, &json!("tc_1"), "late", &mut parts.cx()),
+            "a finished call shows no more progress"
+        );
     }
 
     #[test]

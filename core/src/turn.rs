@@ -111,6 +111,8 @@ pub(crate) struct Turn {
     phase: Phase,
     /// Exposed tool name → route, as offered in the last round's request.
     routes: BTreeMap<String, ToolRoute>,
+    /// The text shown so far (paragraph breaks, C60).
+    shown: Shown,
 }
 
 impl Turn {
@@ -126,6 +128,16 @@ impl Turn {
         sess.transcript
             .messages
             .push(Message::User { text: text.clone() });
+        let mut shown = Shown::default();
+        // C55: what the user must know about the session set-up, before the first answer.
+        for notice in std::mem::take(&mut sess.notices) {
+            shown.notice(
+                "mcp_server_skipped",
+                &format!("[buzz-agent] {notice}"),
+                sess,
+                cx,
+            );
+        }
         Turn {
             rpc,
             no,
@@ -137,6 +149,7 @@ impl Turn {
             prompt_text: text,
             phase: Phase::Ready,
             routes: BTreeMap::new(),
+            shown,
         }
     }
 
@@ -272,8 +285,14 @@ impl Turn {
         );
         if purpose == CallPurpose::Round {
             self.routes = routes;
+            if attempt == 1 {
+                self.shown.new_round();
+            }
         }
-        self.phase = Phase::Llm(Box::new(LlmAttempt::new(call, purpose, attempt, decoder)));
+        let url = request.url.clone();
+        self.phase = Phase::Llm(Box::new(LlmAttempt::new(
+            call, purpose, attempt, url, decoder,
+        )));
         cx.llm.insert(call, sess.id);
         cx.out.log(
             LogLevel::Debug,
@@ -326,6 +345,7 @@ impl Turn {
         cx.timers
             .set(Timer::Turn(sess.id, kind), now.plus_ms(idle_ms));
         let purpose = a.purpose();
+        let target = a.target();
         match a.on_event(event) {
             Step::Nothing => None,
             Step::TooLarge => {
@@ -346,7 +366,7 @@ impl Turn {
                         cx,
                     );
                 }
-                emit_deltas(purpose, deltas, sess, cx);
+                self.shown.emit(purpose, deltas, sess, cx);
                 match result {
                     Err(e) => self.attempt_failed(e.to_string(), e.is_retryable(), None, sess, cx),
                     Ok(true) => {
@@ -367,7 +387,7 @@ impl Turn {
                     Some(s) if (200..300).contains(&s) => self.finish_stream(sess, cx),
                     Some(s) => self.http_failed(s, &headers, &error_body, sess, cx),
                     None => self.attempt_failed(
-                        "connection closed before a response".into(),
+                        format!("connection closed before a response to {target}"),
                         true,
                         None,
                         sess,
@@ -381,11 +401,11 @@ impl Turn {
                 self.release(call, sess, cx);
                 match answer {
                     Some((resp, deltas)) => {
-                        emit_deltas(purpose, deltas, sess, cx);
+                        self.shown.emit(purpose, deltas, sess, cx);
                         self.on_response(purpose, resp, sess, cx)
                     }
                     None => self.attempt_failed(
-                        format!("transport error: {message}"),
+                        format!("transport error on {target}: {message}"),
                         true,
                         None,
                         sess,
@@ -403,7 +423,7 @@ impl Turn {
         };
         let purpose = a.purpose();
         let (deltas, res) = a.finish();
-        emit_deltas(purpose, deltas, sess, cx);
+        self.shown.emit(purpose, deltas, sess, cx);
         match res {
             Ok(resp) => self.on_response(purpose, resp, sess, cx),
             Err(e) => self.attempt_failed(e.to_string(), e.is_retryable(), None, sess, cx),
@@ -439,13 +459,27 @@ impl Turn {
             }
         }
         let message = provider::error_message(body);
+        // Issue 12: the method and URL, so a wrong base URL shows (a 404 on
+        // `…/chat/completions`).
+        let on = match &self.phase {
+            Phase::Llm(a) => format!(" on {}", a.target()),
+            Phase::Ready | Phase::Backoff { .. } | Phase::Tools(_) | Phase::Gate(_) => {
+                String::new()
+            }
+        };
         match provider::classify_status(status, &message) {
             HttpFailure::Retryable => {
                 let hint = provider::retry_after_ms(headers);
-                self.attempt_failed(format!("HTTP {status}: {message}"), true, hint, sess, cx)
+                self.attempt_failed(
+                    format!("HTTP {status}{on}: {message}"),
+                    true,
+                    hint,
+                    sess,
+                    cx,
+                )
             }
             HttpFailure::Auth => self.attempt_failed(
-                format!("auth: HTTP {status}: {message}"),
+                format!("auth: HTTP {status}{on}: {message}"),
                 false,
                 None,
                 sess,
@@ -456,9 +490,13 @@ impl Turn {
                 self.phase = Phase::Ready;
                 self.compact("the provider said the context is too long", sess, cx)
             }
-            HttpFailure::ContextTooLong | HttpFailure::Fatal => {
-                self.attempt_failed(format!("HTTP {status}: {message}"), false, None, sess, cx)
-            }
+            HttpFailure::ContextTooLong | HttpFailure::Fatal => self.attempt_failed(
+                format!("HTTP {status}{on}: {message}"),
+                false,
+                None,
+                sess,
+                cx,
+            ),
         }
     }
 
@@ -684,6 +722,20 @@ impl Turn {
         self.after_tools(sess)
     }
 
+    /// `notifications/progress` from `server` (SPEC A6, case C59): shown on the running call
+    /// it names, if this turn's tool batch has one.
+    pub(crate) fn on_progress(
+        &mut self,
+        server: crate::ids::ServerSlot,
+        token: &Value,
+        text: &str,
+        cx: &mut Cx<'_>,
+    ) {
+        if let Phase::Tools(batch) = &mut self.phase {
+            batch.on_progress(server, token, text, cx);
+        }
+    }
+
     /// The client answered the permission request of call `index` (SPEC A7).
     pub(crate) fn on_permission(
         &mut self,
@@ -792,6 +844,13 @@ impl Turn {
                 match self.gate.conclude(texts, sess.id, cx.out) {
                     GateVerdict::EndTurn => Some(TurnEnd::Stopped(StopReason::EndTurn)),
                     GateVerdict::Objected(texts) => {
+                        // The user sees why the turn goes on (notice), the model the texts.
+                        let mut named = round.texts_by_name();
+                        if texts.len() > named.len() {
+                            named.extend(texts[named.len()..].iter().cloned());
+                        }
+                        let notice = objection_notice(&named);
+                        self.shown.notice("hook_objection", &notice, sess, cx);
                         append_injections(&mut sess.transcript, HookPoint::Stop, &texts);
                         None
                     }
@@ -877,20 +936,117 @@ impl Turn {
     }
 }
 
-/// Streams `deltas` to the client as message or thought chunks (SPEC A6); a compaction summary
-/// is not the agent's answer and is never streamed (K1).
-fn emit_deltas(purpose: CallPurpose, deltas: Vec<StreamDelta>, sess: &Session, cx: &mut Cx<'_>) {
-    if purpose == CallPurpose::Summary {
-        return;
+/// The agent's text as the client was shown it in this turn, for paragraph breaks (SPEC A6,
+/// case C60): consecutive rounds' answers, and the agent's notices, are separated by a blank
+/// line so they never run together ("All done." then "Fixed; done now." reads
+/// `All done.\n\nFixed; done now.`).
+#[derive(Debug, Default)]
+struct Shown {
+    /// The last (up to) two characters of message text sent; empty: nothing sent yet.
+    tail: String,
+    /// A new round or a notice began since the last text: the next text opens a paragraph.
+    break_due: bool,
+}
+
+impl Shown {
+    /// A new round starts: its first text opens a new paragraph if anything was shown before.
+    fn new_round(&mut self) {
+        self.break_due = !self.tail.is_empty();
     }
-    let sid = sess.id.to_string();
-    for d in deltas {
-        let update = match &d {
-            StreamDelta::Text(t) => chunk_update("agent_message_chunk", t),
-            StreamDelta::Thought(t) => chunk_update("agent_thought_chunk", t),
-        };
-        cx.out.send_update(&sid, &update);
+
+    /// The newlines that must precede the next text for a paragraph break (none, `\n` or
+    /// `\n\n`), and the break is no longer due.
+    fn take_break(&mut self) -> &'static str {
+        if !std::mem::take(&mut self.break_due)
+            || self.tail.is_empty()
+            || self.tail.ends_with("\n\n")
+        {
+            ""
+        } else if self.tail.ends_with('\n') {
+            "\n"
+        } else {
+            "\n\n"
+        }
     }
+
+    fn record(&mut self, text: &str) {
+        let mut tail = std::mem::take(&mut self.tail);
+        tail.push_str(text);
+        let keep = tail.char_indices().rev().nth(1).map_or(0, |(i, _)| i);
+        self.tail = tail[keep..].to_string();
+    }
+
+    /// Streams `deltas` as message or thought chunks (SPEC A6); the first text of a round
+    /// gets its paragraph break. A compaction summary is not the agent's answer and is never
+    /// streamed (K1).
+    fn emit(
+        &mut self,
+        purpose: CallPurpose,
+        deltas: Vec<StreamDelta>,
+        sess: &Session,
+        cx: &mut Cx<'_>,
+    ) {
+        if purpose == CallPurpose::Summary {
+            return;
+        }
+        let sid = sess.id.to_string();
+        for d in deltas {
+            let update = match &d {
+                StreamDelta::Text(t) if t.is_empty() => continue,
+                StreamDelta::Text(t) => {
+                    let text = format!("{}{t}", self.take_break());
+                    self.record(&text);
+                    chunk_update("agent_message_chunk", &text)
+                }
+                StreamDelta::Thought(t) => chunk_update("agent_thought_chunk", t),
+            };
+            cx.out.send_update(&sid, &update);
+        }
+    }
+
+    /// Shows the agent's own `notice` (not the model's words) as a paragraph of its own: an
+    /// `agent_message_chunk` whose text block is annotated `audience: ["user"]` and whose
+    /// `_meta.buzz.notice` names its `kind` (docs/MCP_DRIVEN_HOOKS.md, "Notices"). It never
+    /// enters the conversation the model sees.
+    fn notice(&mut self, kind: &str, text: &str, sess: &Session, cx: &mut Cx<'_>) {
+        if !self.tail.is_empty() {
+            self.break_due = true;
+        }
+        let text = format!("{}{text}", self.take_break());
+        self.record(&text);
+        self.break_due = true;
+        let update = json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text, "annotations": {"audience": ["user"]}},
+            "_meta": {"buzz": {"notice": kind}}
+        });
+        cx.out.send_update(&sess.id.to_string(), &update);
+    }
+}
+
+/// Longest objection text quoted in a hook notice, bytes (the model gets it whole).
+const NOTICE_QUOTE_BYTES: usize = 300;
+
+/// The notice shown when `_Stop` objections made the turn go on (issue 12): which servers
+/// objected and the start of what they said, e.g. `testguard objected to ending the turn: "2
+/// tests fail"; the agent continues.`
+fn objection_notice(objections: &[(String, String)]) -> String {
+    let parts: Vec<String> = objections
+        .iter()
+        .map(|(server, text)| {
+            let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut quoted = crate::text::utf8_prefix(&one_line, NOTICE_QUOTE_BYTES).to_string();
+            if quoted.len() < one_line.len() {
+                quoted.push('…');
+            }
+            if server == crate::hooks::REPLY_GUARD_SERVER {
+                "the reply guard reminded the model to post its reply".to_string()
+            } else {
+                format!("hook server '{server}' objected to ending the turn: \"{quoted}\"")
+            }
+        })
+        .collect();
+    format!("[buzz-agent] {}; the agent continues.", parts.join("; "))
 }
 
 #[cfg(test)]
@@ -1217,5 +1373,78 @@ mod tests {
         assert!(turn.is_ready());
         turn.next_round(&mut sess, &mut parts.cx());
         assert_eq!(turn.rounds(), 1, "then the round runs");
+    }
+
+    #[test]
+    fn c60_rounds_and_notices_are_paragraphs_and_never_run_together() {
+        let mut parts = Parts::new();
+        let sess = session(&mut parts, &[]);
+        let mut shown = Shown::default();
+        let text = |t: &str| vec![StreamDelta::Text(t.into())];
+        shown.new_round();
+        shown.emit(CallPurpose::Round, text("All "), &sess, &mut parts.cx());
+        shown.emit(CallPurpose::Round, text("done."), &sess, &mut parts.cx());
+        shown.notice("hook_objection", "[buzz-agent] why", &sess, &mut parts.cx());
+        shown.new_round();
+        shown.emit(
+            CallPurpose::Summary,
+            text("summary"),
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.emit(
+            CallPurpose::Round,
+            text("Fixed; done now."),
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.new_round();
+        shown.emit(
+            CallPurpose::Round,
+            text("Ends with a break\n"),
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.new_round();
+        shown.emit(CallPurpose::Round, text("Last."), &sess, &mut parts.cx());
+        let chunks: Vec<(String, bool)> = Parts::acp_lines(&parts.drain())
+            .iter()
+            .map(|l| &l["params"]["update"])
+            .map(|u| {
+                (
+                    u["content"]["text"].as_str().unwrap_or("").to_string(),
+                    u["_meta"]["buzz"]["notice"].is_string(),
+                )
+            })
+            .collect();
+        let all: String = chunks.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(
+            all,
+            "All done.\n\n[buzz-agent] why\n\nFixed; done now.\n\nEnds with a break\n\nLast."
+        );
+        let answer: String = chunks
+            .iter()
+            .filter(|(_, notice)| !notice)
+            .map(|(t, _)| t.as_str())
+            .collect();
+        assert!(
+            answer.starts_with("All done.\n\nFixed; done now."),
+            "{answer}"
+        );
+        assert_eq!(chunks.iter().filter(|(_, n)| *n).count(), 1);
+    }
+
+    #[test]
+    fn c60_the_objection_notice_names_servers_and_quotes_them_without_ids() {
+        let n = objection_notice(&[
+            ("TestGuard".into(), "2 tests\nfail".into()),
+            (crate::hooks::REPLY_GUARD_SERVER.into(), "remember".into()),
+        ]);
+        assert_eq!(
+            n,
+            "[buzz-agent] hook server 'TestGuard' objected to ending the turn: \"2 tests fail\"; the reply guard reminded the model to post its reply; the agent continues."
+        );
+        let long = objection_notice(&[("s".into(), "x".repeat(1000))]);
+        assert!(long.contains('…') && long.len() < 420, "{long}");
     }
 }

@@ -1064,7 +1064,19 @@ impl<'a> Checker<'a> {
             LlmReply::Finish { .. } => self.end_turn("refusal", exp),
             LlmReply::Tools { calls, .. } => {
                 let titles: Vec<&str> = obs.announced.iter().map(|a| a.1.as_str()).collect();
-                let names: Vec<&str> = calls.iter().map(|c| c.0.as_str()).collect();
+                // C53: an offered tool's title is `<server>: <tool>` (the world's tools have
+                // no title); any other name is shown as the model wrote it.
+                let names: Vec<String> = calls
+                    .iter()
+                    .map(|c| match c.0.split_once("__") {
+                        Some((server, bare @ ("echo" | "shell")))
+                            if self.srv.iter().any(|s| s.name == server) =>
+                        {
+                            format!("{server}: {bare}")
+                        }
+                        _ => c.0.clone(),
+                    })
+                    .collect();
                 ensure!(
                     titles == names,
                     "A6/L2: tool calls announced {titles:?}, the model asked for {names:?}"
@@ -1478,7 +1490,7 @@ impl<'a> Checker<'a> {
                         } else if m == "session/request_permission" {
                             ensure!(live, "I8: permission request outside a running prompt");
                             let title = v["params"]["toolCall"]["title"].as_str().unwrap_or("");
-                            let bare = title.split_once("__").map_or("", |x| x.1);
+                            let bare = title.split_once(": ").map_or("", |x| x.1);
                             ensure!(
                                 bare == "echo" || bare == "shell",
                                 "H8/A7: permission asked for {title}"
