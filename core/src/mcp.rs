@@ -2192,11 +2192,14 @@ mod tests {
         let warned = |actions: &[Action]| {
             actions
                 .iter()
-                .filter(|a| matches!(a, Action::Log(r) if r.message.contains("MCP_HOOK_SERVERS")))
-                .map(|a| match a {
-                    Action::Log(r) => r.message.clone(),
-                    _ => String::new(),
+                .filter_map(|a| {
+                    if let Action::Log(r) = a {
+                        Some(r.message.clone())
+                    } else {
+                        None
+                    }
                 })
+                .filter(|m| m.contains("MCP_HOOK_SERVERS"))
                 .collect::<Vec<_>>()
         };
         assert_eq!(
