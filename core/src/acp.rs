@@ -218,14 +218,15 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
 /// The `configId` of the model selector (SPEC A5, case C58).
 pub(crate) const MODEL_CONFIG_ID: &str = "model";
 
-/// The models a session may use (SPEC A5, case C58): `current` first, then `configured` (the
-/// `BUZZ_AGENT_MODEL` and `BUZZ_AGENT_MODELS` ids), without duplicates.
+/// The models a session may use (SPEC A5, case C58): `configured` (the `BUZZ_AGENT_MODEL` and
+/// `BUZZ_AGENT_MODELS` ids) in their order, without duplicates, then `current` if it is not
+/// one of them (a model set with `session/set_model`), so the picker's order never moves.
 #[must_use]
 pub(crate) fn available_models(current: &str, configured: &[String]) -> Vec<String> {
-    let mut out = vec![current.to_string()];
-    for m in configured {
-        if !out.contains(m) {
-            out.push(m.clone());
+    let mut out: Vec<String> = Vec::with_capacity(configured.len() + 1);
+    for m in configured.iter().map(String::as_str).chain([current]) {
+        if !out.iter().any(|o| o == m) {
+            out.push(m.to_string());
         }
     }
     out
@@ -495,6 +496,21 @@ mod tests {
                 .unwrap_err()
                 .0
                 .contains("mcpServers[1].name")
+        );
+    }
+
+    #[test]
+    fn c58_the_model_list_keeps_its_order_and_adds_a_model_set_by_id() {
+        let configured = ["a".to_string(), "b".into(), "a".into()];
+        assert_eq!(available_models("b", &configured), ["a", "b"]);
+        assert_eq!(available_models("z", &configured), ["a", "b", "z"]);
+        let fields = model_fields("b", &available_models("b", &configured));
+        assert_eq!(fields["configOptions"][0]["currentValue"], "b");
+        assert_eq!(fields["configOptions"][0]["category"], "model");
+        assert_eq!(fields["models"]["currentModelId"], "b");
+        assert_eq!(
+            fields["models"]["availableModels"],
+            json!([{"modelId": "a", "name": "a"}, {"modelId": "b", "name": "b"}])
         );
     }
 

@@ -48,7 +48,8 @@ pub(crate) fn server_prefix(name: &str) -> String {
 /// - `readOnlyHint` with `openWorldHint` → `fetch` (it reads from outside the machine);
 /// - `readOnlyHint` → `search` when the name says so (`search`, `find`, `grep`), else `read`;
 /// - `destructiveHint` → `delete` when the name says so (`delete`, `remove`, `rm`, `unlink`,
-///   `drop`, `destroy`, `erase`, `purge`, `trash`), else `edit`;
+///   `drop`, `destroy`, `erase`, `purge`, `trash`), `move` when it says `move` or `rename`,
+///   else `edit`;
 /// - `openWorldHint` → `fetch`;
 /// - anything else → `other`.
 ///
@@ -85,6 +86,8 @@ pub(crate) fn tool_kind(bare: &str, annotations: Option<&Value>) -> &'static str
             "delete", "remove", "rm", "unlink", "drop", "destroy", "erase", "purge", "trash",
         ]) {
             "delete"
+        } else if named(&["move", "rename", "mv"]) {
+            "move"
         } else {
             "edit"
         }
@@ -513,6 +516,7 @@ mod tests {
         assert_eq!(k("rm", json!({"destructiveHint": true})), "delete");
         assert_eq!(k("removeItem", json!({"destructiveHint": true})), "delete");
         assert_eq!(k("post", json!({"openWorldHint": true})), "fetch");
+        assert_eq!(k("move_file", json!({"destructiveHint": true})), "move");
         assert_eq!(
             k(
                 "create_directory",

@@ -1024,28 +1024,36 @@ impl Shown {
     }
 }
 
-/// Longest objection text quoted in a hook notice, bytes (the model gets it whole).
-const NOTICE_QUOTE_BYTES: usize = 300;
-
-/// The notice shown when `_Stop` objections made the turn go on (issue 12): which servers
-/// objected and the start of what they said, e.g. `testguard objected to ending the turn: "2
-/// tests fail"; the agent continues.`
+/// The notice shown when `_Stop` objections made the turn go on (issue 12): which hook servers
+/// objected (and whether the reply guard reminded the model), never what they said (the
+/// objection is for the model; hooks never show their text to the client, SPEC H8), e.g.
+/// `[buzz-agent] hook server 'testguard' objected to ending the turn; the agent continues.`
 fn objection_notice(objections: &[(String, String)]) -> String {
-    let parts: Vec<String> = objections
-        .iter()
-        .map(|(server, text)| {
-            let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            let mut quoted = crate::text::utf8_prefix(&one_line, NOTICE_QUOTE_BYTES).to_string();
-            if quoted.len() < one_line.len() {
-                quoted.push('…');
-            }
-            if server == crate::hooks::REPLY_GUARD_SERVER {
-                "the reply guard reminded the model to post its reply".to_string()
-            } else {
-                format!("hook server '{server}' objected to ending the turn: \"{quoted}\"")
-            }
-        })
-        .collect();
+    let mut servers: Vec<&str> = Vec::new();
+    let mut reminded = false;
+    for (server, _) in objections {
+        if server == crate::hooks::REPLY_GUARD_SERVER {
+            reminded = true;
+        } else if !servers.contains(&server.as_str()) {
+            servers.push(server);
+        }
+    }
+    let quoted: Vec<String> = servers.iter().map(|s| format!("'{s}'")).collect();
+    let mut parts = Vec::new();
+    match quoted.len() {
+        0 => {}
+        1 => parts.push(format!(
+            "hook server {} objected to ending the turn",
+            quoted[0]
+        )),
+        _ => parts.push(format!(
+            "hook servers {} objected to ending the turn",
+            quoted.join(", ")
+        )),
+    }
+    if reminded {
+        parts.push("the reply guard reminded the model to post its reply".to_string());
+    }
     format!("[buzz-agent] {}; the agent continues.", parts.join("; "))
 }
 
@@ -1435,16 +1443,19 @@ mod tests {
     }
 
     #[test]
-    fn c60_the_objection_notice_names_servers_and_quotes_them_without_ids() {
+    fn c60_the_objection_notice_names_the_servers_but_never_their_text() {
         let n = objection_notice(&[
             ("TestGuard".into(), "2 tests\nfail".into()),
             (crate::hooks::REPLY_GUARD_SERVER.into(), "remember".into()),
         ]);
         assert_eq!(
             n,
-            "[buzz-agent] hook server 'TestGuard' objected to ending the turn: \"2 tests fail\"; the reply guard reminded the model to post its reply; the agent continues."
+            "[buzz-agent] hook server 'TestGuard' objected to ending the turn; the reply guard reminded the model to post its reply; the agent continues."
         );
-        let long = objection_notice(&[("s".into(), "x".repeat(1000))]);
-        assert!(long.contains('…') && long.len() < 420, "{long}");
+        let two = objection_notice(&[("a".into(), "x".into()), ("b".into(), "y".into())]);
+        assert_eq!(
+            two,
+            "[buzz-agent] hook servers 'a', 'b' objected to ending the turn; the agent continues."
+        );
     }
 }

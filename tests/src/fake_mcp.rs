@@ -37,7 +37,7 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
@@ -210,6 +210,22 @@ impl Config {
                     obj(json!({}), &[]),
                 ),
                 "reject" => ("Answers a JSON-RPC error", obj(json!({}), &[])),
+                "read" => (
+                    "Reads a note (echoes `text`)",
+                    obj(json!({"text": {"type": "string"}}), &[]),
+                ),
+                "delete" => (
+                    "Deletes `path`",
+                    obj(json!({"path": {"type": "string"}}), &[]),
+                ),
+                "media" => (
+                    "Returns text, an image and annotated texts",
+                    obj(json!({}), &[]),
+                ),
+                "progress" => (
+                    "Reports progress `steps` times, then answers",
+                    obj(json!({"steps": {"type": "integer"}}), &[]),
+                ),
                 "shell" => (
                     "Pretends to run a shell command",
                     obj(json!({"command": {"type": "string"}}), &["command"]),
@@ -219,7 +235,17 @@ impl Config {
                     obj(json!({}), &[]),
                 ),
             };
-            out.push(json!({"name": name, "description": description, "inputSchema": schema}));
+            let mut tool = json!({"name": name, "description": description, "inputSchema": schema});
+            // C53: the MCP tool title and annotations ACP clients decide permissions by.
+            match name.as_str() {
+                "read" => {
+                    tool["title"] = json!("Read Note");
+                    tool["annotations"] = json!({"readOnlyHint": true});
+                }
+                "delete" => tool["annotations"] = json!({"destructiveHint": true}),
+                _ => {}
+            }
+            out.push(tool);
         }
         for i in 0..self.tool_count {
             out.push(json!({
@@ -307,6 +333,17 @@ pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
 pub const LATIN1_TEXT_RAW: &[u8] = b"int caf\xE9 = 1; // \xB0\xA1\xC7\xD1 END";
 /// [`LATIN1_TEXT_RAW`] decoded lossily, as the agent must see it (SPEC L9).
 pub const LATIN1_TEXT_LOSSY: &str = "int caf\u{FFFD} = 1; // \u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD} END";
+
+/// The `media` tool's content (case C59): the text both readers get, a 1×1 PNG (base64),
+/// a text for the user only and one for the model only.
+pub const MEDIA_TEXT: &str = "a picture:";
+/// Base64 of a 1×1 transparent PNG.
+pub const MEDIA_PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+/// The `media` tool's text annotated `audience: ["user"]`.
+pub const MEDIA_USER_ONLY: &str = "shown to the user only";
+/// The `media` tool's text annotated `audience: ["assistant"]`.
+pub const MEDIA_MODEL_ONLY: &str = "for the model only";
 
 /// Output shared by all handler threads: one line per write, flushed.
 #[derive(Clone)]
@@ -679,6 +716,35 @@ impl Server {
                         return;
                     }
                     "reject" => err(id, -32602, "Invalid arguments"),
+                    "delete" => ok(
+                        id,
+                        text_result(&format!("deleted {}", text_arg("path")), false),
+                    ),
+                    "media" => ok(
+                        id,
+                        json!({"content": [
+                            {"type": "text", "text": MEDIA_TEXT},
+                            {"type": "image", "mimeType": "image/png", "data": MEDIA_PNG},
+                            {"type": "text", "text": MEDIA_USER_ONLY, "annotations": {"audience": ["user"]}},
+                            {"type": "text", "text": MEDIA_MODEL_ONLY, "annotations": {"audience": ["assistant"]}}
+                        ]}),
+                    ),
+                    "progress" => {
+                        let steps = args["steps"].as_u64().unwrap_or(3);
+                        let token = params["_meta"]["progressToken"].clone();
+                        for i in 1..=steps {
+                            if !token.is_null() {
+                                self.out.send(
+                                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                            "params": {"progressToken": token, "progress": i,
+                                                       "total": steps, "message": format!("step {i}")}}),
+                                    false,
+                                );
+                            }
+                            sleep(100);
+                        }
+                        ok(id, text_result("done", false))
+                    }
                     "shell" => ok(
                         id,
                         text_result(&format!("ran: {}", text_arg("command")), false),

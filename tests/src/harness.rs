@@ -1125,7 +1125,7 @@ pub fn tool_update_text(update: &Value) -> String {
         .join("")
 }
 
-/// SPEC A6 / C04 shape of the tool updates of a turn: announced `pending` with kind `other`
+/// SPEC A6 / C04 / C53 shape of the tool updates of a turn: announced `pending` with an ACP kind and a title
 /// before any update of that id; ids unique; every call ends in exactly one terminal status
 /// (`completed` or `failed`), which is its last update. Returns the terminal updates, in the
 /// order of the announcements.
@@ -1141,7 +1141,29 @@ pub fn assert_tool_updates_well_formed(updates: &[Value]) -> Vec<Value> {
                     "bad or repeated toolCallId: {u}"
                 );
                 assert_eq!(u["status"], "pending", "announcement must be pending: {u}");
-                assert_eq!(u["kind"], "other", "kind must be other: {u}");
+                // C53: a kind of the ACP schema (from the MCP annotations) and a title.
+                assert!(
+                    matches!(
+                        u["kind"].as_str(),
+                        Some(
+                            "read"
+                                | "edit"
+                                | "delete"
+                                | "move"
+                                | "search"
+                                | "execute"
+                                | "think"
+                                | "fetch"
+                                | "switch_mode"
+                                | "other"
+                        )
+                    ),
+                    "kind must be an ACP tool kind: {u}"
+                );
+                assert!(
+                    u["title"].as_str().is_some_and(|t| !t.is_empty()),
+                    "a tool call has a title: {u}"
+                );
                 announced.push(id);
             }
             Some("tool_call_update") => {

@@ -137,7 +137,14 @@ fn print_update(v: &Value) {
     let u = &v["params"]["update"];
     match u["sessionUpdate"].as_str() {
         Some("agent_message_chunk") => {
-            out!("   model: {}", u["content"]["text"].as_str().unwrap_or(""))
+            // Paragraph breaks between rounds are this transcript's own lines; the agent's
+            // notices (`_meta.buzz.notice`) are not the model's words.
+            let text = u["content"]["text"].as_str().unwrap_or("").trim_start();
+            if u["_meta"]["buzz"]["notice"].is_string() {
+                out!("   notice: {}", text.trim_start_matches("[buzz-agent] "));
+            } else {
+                out!("   model: {text}");
+            }
         }
         Some("tool_call") => out!(
             "   tool call {} {}",

@@ -7,6 +7,7 @@ use crate::Scenario;
 mod acp;
 mod cases;
 mod cli;
+mod clients;
 mod compaction;
 mod dialect_cases;
 mod hooks;
@@ -116,6 +117,16 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
         stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
+        clients::c53_tool_call_kind_and_title_come_from_the_mcp_tool,
+        clients::c54_an_is_error_result_is_failed_with_its_text_and_the_turn_goes_on,
+        clients::c55_lenient_session_new_skips_other_transports_and_maps_odd_names,
+        clients::c56_a_hook_server_missing_from_the_allowlist_is_warned_about_once,
+        clients::c58_models_are_advertised_and_both_ways_of_setting_one_work,
+        clients::c59_images_audience_and_progress_from_mcp_tools,
+        clients::c60_answers_after_an_objection_are_paragraphs_and_a_notice_says_why,
+        clients::c60_no_requirement_ids_in_any_text_a_user_or_the_model_reads,
+        clients::l5_llm_failures_name_the_url_and_a_json_body_is_not_a_truncated_stream,
+        clients::p2_the_startup_log_shows_settings_as_the_environment_takes_them,
     ]
 }
 
