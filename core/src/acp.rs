@@ -30,6 +30,15 @@ pub(crate) fn initialize_result(params: &Value, version: &str) -> Result<Value, 
     }))
 }
 
+/// Whether `initialize` params advertise `clientCapabilities.session.notices` (an object): the
+/// client presents ACP `notice` session updates.
+#[must_use]
+pub(crate) fn client_shows_notices(params: &Value) -> bool {
+    params
+        .pointer("/clientCapabilities/session/notices")
+        .is_some_and(Value::is_object)
+}
+
 /// One stdio MCP server entry of `session/new` (SPEC A2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct McpServerEntry {

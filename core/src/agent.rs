@@ -51,6 +51,9 @@ pub struct Agent {
     ids: IdCounters,
     /// `Some` once shutting down (SPEC P1).
     shutdown: Option<Shutdown>,
+    /// The client advertised `clientCapabilities.session.notices` in `initialize`: notices go
+    /// as ACP `notice` updates, else as marked message chunks (docs/clients.md).
+    client_notices: bool,
 }
 
 impl Agent {
@@ -100,6 +103,7 @@ impl Agent {
             permissions: Permissions::default(),
             ids: IdCounters::default(),
             shutdown: None,
+            client_notices: false,
         }
     }
 
@@ -363,7 +367,10 @@ impl Agent {
         }
         match method {
             "initialize" => match crate::acp::initialize_result(&params, &self.version.clone()) {
-                Ok(r) => self.reply_ok(&id, &r),
+                Ok(r) => {
+                    self.client_notices = crate::acp::client_shows_notices(&params);
+                    self.reply_ok(&id, &r);
+                }
                 Err(m) => self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
             },
             "session/new" => self.on_session_new(id, &params),
@@ -467,6 +474,7 @@ impl Agent {
         }
         let mut sess = Session::new(sid, slots.clone(), &id);
         sess.notices = notices;
+        sess.client_notices = self.client_notices;
         self.sessions.insert(sid, sess);
         self.log(
             LogLevel::Info,
@@ -933,6 +941,13 @@ impl Agent {
                 self.log(
                     LogLevel::Info,
                     format!("session {sid}: model set to {model}"),
+                );
+                // A client that shows the model selector (configOptions) sees the change too,
+                // before the answer.
+                let options = crate::acp::config_options(&model, &self.available_models(&model));
+                self.out.send_update(
+                    &sid.to_string(),
+                    &json!({"sessionUpdate": "config_option_update", "configOptions": options}),
                 );
                 self.reply_ok(id, &json!({}));
             }

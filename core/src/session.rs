@@ -28,6 +28,8 @@ pub(crate) struct Session {
     /// Notices for the user not yet shown (skipped `mcpServers` entries, SPEC A2, case C55):
     /// the next prompt turn streams them first.
     pub(crate) notices: Vec<String>,
+    /// The client presents ACP `notice` updates (`clientCapabilities.session.notices`).
+    pub(crate) client_notices: bool,
 }
 
 impl Session {
@@ -42,6 +44,7 @@ impl Session {
             queued: None,
             remembered: BTreeMap::new(),
             notices: Vec::new(),
+            client_notices: false,
         }
     }
 

@@ -131,12 +131,8 @@ impl Turn {
         let mut shown = Shown::default();
         // C55: what the user must know about the session set-up, before the first answer.
         for notice in std::mem::take(&mut sess.notices) {
-            shown.notice(
-                "mcp_server_skipped",
-                &format!("[buzz-agent] {notice}"),
-                sess,
-                cx,
-            );
+            let text = format!("[buzz-agent] {notice}");
+            shown.notice("mcp_server_skipped", "warning", &text, sess, cx);
         }
         Turn {
             rpc,
@@ -850,7 +846,8 @@ impl Turn {
                             named.extend(texts[named.len()..].iter().cloned());
                         }
                         let notice = objection_notice(&named);
-                        self.shown.notice("hook_objection", &notice, sess, cx);
+                        self.shown
+                            .notice("hook_objection", "info", &notice, sess, cx);
                         append_injections(&mut sess.transcript, HookPoint::Stop, &texts);
                         None
                     }
@@ -1004,11 +1001,22 @@ impl Shown {
         }
     }
 
-    /// Shows the agent's own `notice` (not the model's words) as a paragraph of its own: an
-    /// `agent_message_chunk` whose text block is annotated `audience: ["user"]` and whose
-    /// `_meta.buzz.notice` names its `kind` (docs/MCP_DRIVEN_HOOKS.md, "Notices"). It never
-    /// enters the conversation the model sees.
-    fn notice(&mut self, kind: &str, text: &str, sess: &Session, cx: &mut Cx<'_>) {
+    /// Shows the agent's own notice `text` (not the model's words; it starts `[buzz-agent] `)
+    /// of `kind` and `severity` (`info`, `warning`). A client that advertised
+    /// `clientCapabilities.session.notices` gets an ACP `notice` update (title: the text
+    /// without the prefix); any other an `agent_message_chunk` in a paragraph of its own,
+    /// whose text block is annotated `audience: ["user"]`. Both carry `_meta.buzz.notice` =
+    /// `kind` (docs/clients.md, "Notices"). It never enters the conversation the model sees.
+    fn notice(&mut self, kind: &str, severity: &str, text: &str, sess: &Session, cx: &mut Cx<'_>) {
+        let meta = json!({"buzz": {"notice": kind}});
+        if sess.client_notices {
+            let title = text.strip_prefix("[buzz-agent] ").unwrap_or(text);
+            let update = json!({
+                "sessionUpdate": "notice", "severity": severity, "title": title, "_meta": meta
+            });
+            cx.out.send_update(&sess.id.to_string(), &update);
+            return;
+        }
         if !self.tail.is_empty() {
             self.break_due = true;
         }
@@ -1018,7 +1026,7 @@ impl Shown {
         let update = json!({
             "sessionUpdate": "agent_message_chunk",
             "content": {"type": "text", "text": text, "annotations": {"audience": ["user"]}},
-            "_meta": {"buzz": {"notice": kind}}
+            "_meta": meta
         });
         cx.out.send_update(&sess.id.to_string(), &update);
     }
@@ -1392,7 +1400,13 @@ mod tests {
         shown.new_round();
         shown.emit(CallPurpose::Round, text("All "), &sess, &mut parts.cx());
         shown.emit(CallPurpose::Round, text("done."), &sess, &mut parts.cx());
-        shown.notice("hook_objection", "[buzz-agent] why", &sess, &mut parts.cx());
+        shown.notice(
+            "hook_objection",
+            "info",
+            "[buzz-agent] why",
+            &sess,
+            &mut parts.cx(),
+        );
         shown.new_round();
         shown.emit(
             CallPurpose::Summary,
@@ -1456,6 +1470,44 @@ mod tests {
         assert_eq!(
             two,
             "[buzz-agent] hook servers 'a', 'b' objected to ending the turn; the agent continues."
+        );
+    }
+
+    #[test]
+    fn c60_a_client_that_presents_notices_gets_an_acp_notice_and_the_text_is_untouched() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.client_notices = true;
+        let mut shown = Shown::default();
+        shown.new_round();
+        let text = |t: &str| vec![StreamDelta::Text(t.into())];
+        shown.emit(
+            CallPurpose::Round,
+            text("All done."),
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.notice(
+            "hook_objection",
+            "info",
+            "[buzz-agent] why",
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.new_round();
+        shown.emit(CallPurpose::Round, text("Fixed."), &sess, &mut parts.cx());
+        let ups: Vec<Value> = Parts::acp_lines(&parts.drain())
+            .iter()
+            .map(|l| l["params"]["update"].clone())
+            .collect();
+        assert_eq!(
+            ups[1],
+            json!({"sessionUpdate": "notice", "severity": "info", "title": "why",
+                   "_meta": {"buzz": {"notice": "hook_objection"}}})
+        );
+        assert_eq!(
+            ups[2]["content"]["text"], "\n\nFixed.",
+            "the rounds still a paragraph apart"
         );
     }
 }

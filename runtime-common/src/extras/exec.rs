@@ -386,17 +386,14 @@ impl Printer {
                 // stderr like the other reports: `[hook] …` when a hook made the turn go on,
                 // `[notice] …` otherwise; the model's answer stays alone on stdout.
                 match u["_meta"]["buzz"]["notice"].as_str() {
-                    Some(kind) => {
-                        let label = if kind == "hook_objection" {
-                            "hook"
-                        } else {
-                            "notice"
-                        };
-                        let text = t.trim().trim_start_matches("[buzz-agent] ");
-                        self.info(&format!("[{label}] {text}"));
-                    }
+                    Some(kind) => self.notice(kind, t),
                     None => self.text(t),
                 }
+            }
+            // The same notice for a client that advertised `session.notices`.
+            Some("notice") => {
+                let kind = u["_meta"]["buzz"]["notice"].as_str().unwrap_or("");
+                self.notice(kind, u["title"].as_str().unwrap_or(""));
             }
             Some("tool_call") => {
                 let id = u["toolCallId"].as_str().unwrap_or_default().to_string();
@@ -421,6 +418,18 @@ impl Printer {
             }
             _ => {}
         }
+    }
+
+    /// The agent's notice of `kind`: `[hook] …` when a hook made the turn go on, else
+    /// `[notice] …`.
+    fn notice(&mut self, kind: &str, text: &str) {
+        let label = if kind == "hook_objection" {
+            "hook"
+        } else {
+            "notice"
+        };
+        let text = text.trim().trim_start_matches("[buzz-agent] ");
+        self.info(&format!("[{label}] {text}"));
     }
 
     fn on_permission(&mut self, params: &Value) -> Value {

@@ -316,6 +316,16 @@ pub fn c58_models_are_advertised_and_both_ways_of_setting_one_work(ctx: &Ctx) {
         json!({"sessionId": sid, "modelId": "big-model"}),
     );
     assert_eq!(agent.result(&set), &json!({}));
+    let shown = agent.session_updates(&sid);
+    let update = shown
+        .iter()
+        .rfind(|u| u["sessionUpdate"] == "config_option_update")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        update["configOptions"][0]["currentValue"], "big-model",
+        "the selector follows session/set_model: {shown:#?}"
+    );
     assert_end_turn(&agent, &agent.prompt(&sid, "two"));
     let models: Vec<Value> = llm
         .requests()
@@ -467,6 +477,48 @@ pub fn c60_answers_after_an_objection_are_paragraphs_and_a_notice_says_why(ctx: 
         !ups.iter()
             .any(|u| u.to_string().contains("secret objection text"))
     );
+    agent.finish();
+}
+
+/// C60 with a client that advertised `clientCapabilities.session.notices`: the objection notice
+/// is an ACP `notice` update (schema-checked like every frame), and no message chunk carries it.
+pub fn c60_a_client_that_presents_notices_gets_an_acp_notice(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("guard.log");
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::text("All done."),
+            Reply::text("Fixed; done now."),
+        ])
+        .env(&[("MCP_HOOK_SERVERS", "guard")])
+        .spawn();
+    let init = agent.request(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"session": {"notices": {}}}}),
+    );
+    assert_eq!(agent.result(&init)["protocolVersion"], 1);
+    let sid = agent.new_session(
+        &s.ws,
+        json!([hook_server(
+            "guard",
+            &log,
+            &[("FAKE_MCP_STOP_OBJECT_TIMES", "1")]
+        )]),
+    );
+    assert_end_turn(&agent, &agent.prompt(&sid, "finish"));
+    let ups = agent.session_updates(&sid);
+    let native: Vec<&Value> = ups
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "notice")
+        .collect();
+    assert_eq!(native.len(), 1, "{ups:#?}");
+    assert_eq!(native[0]["severity"], "info");
+    assert_eq!(
+        native[0]["title"],
+        "hook server 'guard' objected to ending the turn; the agent continues."
+    );
+    assert_eq!(native[0]["_meta"]["buzz"]["notice"], "hook_objection");
+    assert_eq!(agent_text(&ups), "All done.\n\nFixed; done now.");
     agent.finish();
 }
 

@@ -124,6 +124,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         clients::c58_models_are_advertised_and_both_ways_of_setting_one_work,
         clients::c59_images_audience_and_progress_from_mcp_tools,
         clients::c60_answers_after_an_objection_are_paragraphs_and_a_notice_says_why,
+        clients::c60_a_client_that_presents_notices_gets_an_acp_notice,
         clients::c60_no_requirement_ids_in_any_text_a_user_or_the_model_reads,
         clients::l5_llm_failures_name_the_url_and_a_json_body_is_not_a_truncated_stream,
         clients::p2_the_startup_log_shows_settings_as_the_environment_takes_them,
