@@ -13,10 +13,12 @@ use crate::compaction::{self, Compaction, Compactor};
 use crate::config::LogLevel;
 use crate::cx::Cx;
 use crate::hooks::{
-    GateOpening, GateVerdict, HookOutcome, HookPoint, HookRound, StopGate, append_injections,
+    GateOpening, GateVerdict, HookMeta, HookOutcome, HookPoint, HookRound, StopGate,
+    append_injections, append_session_start,
 };
 use crate::ids::{HookRoundId, LlmCallId, ToolCallIndex, TurnNo};
 use crate::io::{Action, LlmEvent};
+use crate::jsonrpc::RpcError;
 use crate::jsonrpc::RpcId;
 use crate::llm::{
     ChatReasoningField, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
@@ -25,11 +27,11 @@ use crate::llm::{
 use crate::llm_call::{
     CallPurpose, FINAL_ANSWER_GRACE_MS, LlmAttempt, MAX_RESPONSE_BODY_BYTES, Step,
 };
-use crate::mcp::ToolRoute;
+use crate::mcp::{InterceptRef, ToolRoute};
 use crate::provider::{self, HttpFailure};
 use crate::session::Session;
 use crate::timers::{Timer, TurnTimer};
-use crate::tool_calls::ToolBatch;
+use crate::tool_calls::{InterceptEvent, ToolBatch};
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -111,11 +113,16 @@ pub(crate) struct Turn {
     phase: Phase,
     /// Exposed tool name → route, as offered in the last round's request.
     routes: BTreeMap<String, ToolRoute>,
+    /// The session's `_SessionStart` texts, taken by its first prompt and injected into that
+    /// prompt's first LLM request; dropped if the turn ends before it (SPEC H10).
+    session_start: Vec<(String, String)>,
 }
 
 impl Turn {
     /// Prompt `rpc` with `text` starts turn `no` of `sess`: the text joins the history and the
-    /// first round starts after the step.
+    /// first round starts after the step. The session's first prompt takes its `_SessionStart`
+    /// texts (SPEC H10): they go right after the prompt when the first round starts, and no
+    /// other prompt ever sees them injected.
     pub(crate) fn start(
         no: TurnNo,
         rpc: RpcId,
@@ -126,6 +133,8 @@ impl Turn {
         sess.transcript
             .messages
             .push(Message::User { text: text.clone() });
+        sess.prompts += 1;
+        let session_start = std::mem::take(&mut sess.start_texts);
         Turn {
             rpc,
             no,
@@ -137,6 +146,7 @@ impl Turn {
             prompt_text: text,
             phase: Phase::Ready,
             routes: BTreeMap::new(),
+            session_start,
         }
     }
 
@@ -181,6 +191,19 @@ impl Turn {
         let max_rounds = cx.cfg.max_rounds;
         if max_rounds > 0 && self.rounds >= max_rounds {
             return Some(TurnEnd::Stopped(StopReason::MaxTurnRequests));
+        }
+        if !self.session_start.is_empty() {
+            // H10: right after the prompt, in the first LLM request of the first prompt.
+            let texts = std::mem::take(&mut self.session_start);
+            append_session_start(&mut sess.transcript, &texts);
+            cx.out.log(
+                LogLevel::Info,
+                format!(
+                    "hook: _SessionStart injected {} text(s) into the first prompt of session {}",
+                    texts.len(),
+                    sess.id
+                ),
+            );
         }
         if self
             .compactor
@@ -684,6 +707,38 @@ impl Turn {
         self.after_tools(sess)
     }
 
+    /// Call `index` of this turn's batch was answered (a result or a JSON-RPC error; SPEC L3,
+    /// X1: the result may be screened first).
+    pub(crate) fn on_tool_reply(
+        &mut self,
+        index: ToolCallIndex,
+        reply: Result<Value, RpcError>,
+        sess: &mut Session,
+        cx: &mut Cx<'_>,
+    ) -> Option<TurnEnd> {
+        let Phase::Tools(batch) = &mut self.phase else {
+            return None;
+        };
+        batch.on_reply(index, reply, cx);
+        self.after_tools(sess)
+    }
+
+    /// An `interceptor/invoke` of one of this turn's tool calls was answered, lost or timed
+    /// out (SPEC X1).
+    pub(crate) fn on_intercept(
+        &mut self,
+        call: InterceptRef,
+        event: InterceptEvent,
+        sess: &mut Session,
+        cx: &mut Cx<'_>,
+    ) -> Option<TurnEnd> {
+        let Phase::Tools(batch) = &mut self.phase else {
+            return None;
+        };
+        batch.on_intercept(call, event, &mut sess.remembered, cx);
+        self.after_tools(sess)
+    }
+
     /// The client answered the permission request of call `index` (SPEC A7).
     pub(crate) fn on_permission(
         &mut self,
@@ -732,7 +787,8 @@ impl Turn {
                 attempt,
                 budget_remaining,
             } => {
-                let round = HookRound::start(HookPoint::Stop, sess, attempt, budget_remaining, cx);
+                let meta = HookMeta::turn(attempt, budget_remaining);
+                let round = HookRound::start(HookPoint::Stop, sess, meta, cx);
                 self.run_round(round, sess, cx)
             }
         }
@@ -803,6 +859,10 @@ impl Turn {
                 self.cancelled
                     .then_some(TurnEnd::Stopped(StopReason::Cancelled))
             }
+            // The session's lifecycle runs these rounds, never a turn.
+            HookPoint::SessionStart | HookPoint::SessionEnd => self
+                .cancelled
+                .then_some(TurnEnd::Stopped(StopReason::Cancelled)),
         }
     }
 
@@ -826,7 +886,8 @@ impl Turn {
         };
         self.phase = Phase::Ready;
         // H7: `_PostCompact` before the next LLM request.
-        let round = HookRound::start(HookPoint::PostCompact, sess, handoff, 0, cx);
+        let meta = HookMeta::turn(handoff, 0);
+        let round = HookRound::start(HookPoint::PostCompact, sess, meta, cx);
         self.run_round(round, sess, cx)
     }
 

@@ -461,6 +461,22 @@ impl Chain {
         self.advance(now);
     }
 
+    /// The parent's own deadline for invocation `id` passed (a parent that keeps each
+    /// invocation's deadline in its own timer table, as the agent does, reports them one by
+    /// one): it counts as a timeout failure, as in [`Chain::handle_timeout`], but no
+    /// [`ChainOutput::Abandon`] is emitted (the parent already abandoned the request). Returns
+    /// `false`, changing nothing, when `id` is not in flight or the chain is decided.
+    pub fn time_out(&mut self, id: InvocationId, now: MonoTime) -> bool {
+        let idx = id.0 as usize;
+        if self.decided || !matches!(self.calls.get(idx), Some(Call::InFlight { .. })) {
+            return false;
+        }
+        let after_ms = self.timeout_ms;
+        self.settle(idx, Err(Failure::TimedOut { after_ms }), now);
+        self.advance(now);
+        true
+    }
+
     fn read_result(&self, idx: usize, v: &Value) -> Result<InvokeResult, Failure> {
         let result = InvokeResult::from_value(v, self.phase).map_err(Failure::Malformed)?;
         let expected = self.members.get(idx).map(|m| m.interceptor.kind);
