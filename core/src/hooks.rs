@@ -902,4 +902,61 @@ mod tests {
             r#"{"hook":"_Stop","server":"testguard","text":"2 tests \"fail\""}"#
         );
     }
+
+    #[test]
+    fn h10_h11_every_point_has_its_exact_tool_name_and_effect() {
+        let names: Vec<&str> = HookPoint::ALL.iter().map(|p| p.tool_name()).collect();
+        assert_eq!(
+            names,
+            ["_SessionStart", "_Stop", "_PostCompact", "_SessionEnd"]
+        );
+        for p in HookPoint::ALL {
+            assert_eq!(HookPoint::from_tool_name(p.tool_name()), Some(p));
+        }
+        assert_eq!(
+            HookPoint::from_tool_name("_sessionstart"),
+            None,
+            "names are exact"
+        );
+        let effects: Vec<&str> = HookPoint::ALL.iter().map(|p| p.effect()).collect();
+        assert_eq!(effects, ["inject", "object", "inject", "log"]);
+    }
+
+    #[test]
+    fn h10_l10_session_start_texts_go_after_the_prompt_then_a_user_line_closes_them() {
+        let mut transcript = Transcript::default();
+        transcript.messages.push(Message::User {
+            text: "fix the bug".into(),
+        });
+        append_session_start(&mut transcript, &[]);
+        assert_eq!(transcript.messages.len(), 1, "no texts: nothing");
+        append_session_start(
+            &mut transcript,
+            &[
+                ("todo".into(), "open: write docs".into()),
+                ("mem".into(), "you prefer tabs".into()),
+            ],
+        );
+        let kinds: Vec<String> = transcript
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::User { text } => format!("user:{text}"),
+                Message::Assistant { tool_calls, .. } => format!("call:{}", tool_calls[0].name),
+                Message::ToolResult { text, .. } => format!("result:{text}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "user:fix the bug".to_string(),
+                "call:todo___SessionStart".into(),
+                r#"result:{"hook":"_SessionStart","server":"todo","text":"open: write docs"}"#
+                    .into(),
+                "call:mem___SessionStart".into(),
+                r#"result:{"hook":"_SessionStart","server":"mem","text":"you prefer tabs"}"#.into(),
+                format!("user:{SESSION_START_FOLLOW_UP}"),
+            ]
+        );
+    }
 }

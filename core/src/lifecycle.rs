@@ -378,3 +378,188 @@ impl Ending {
         self.close
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HookAllowlist;
+    use crate::cx::rig::Parts;
+    use crate::ids::SessionId;
+    use crate::interceptor::Phase;
+
+    const SID: SessionId = SessionId(1);
+
+    fn session(parts: &mut Parts, servers: &[(&str, &[&str])]) -> Session {
+        let slots = servers
+            .iter()
+            .map(|(name, tools)| parts.ready_server(SID, name, tools))
+            .collect();
+        Session::new(SID, slots, &RpcId::Num(1.into()))
+    }
+
+    #[test]
+    fn h10_the_opening_runs_session_start_hooks_and_keeps_their_texts_in_order() {
+        let mut parts = Parts::new();
+        let sess = session(
+            &mut parts,
+            &[
+                ("a", &["_SessionStart"]),
+                ("b", &["_Stop"]),
+                ("c", &["_SessionStart"]),
+            ],
+        );
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let calls = Parts::mcp_lines(&parts.drain());
+        assert_eq!(calls.len(), 2, "only the servers exposing _SessionStart");
+        assert_eq!(
+            calls[0]["params"],
+            json!({"name": "_SessionStart", "arguments": {}, "_meta": {"buzz/hook": {
+                "point": "_SessionStart", "sessionId": "sess_1", "attempt": 1,
+                "budgetRemaining": 3, "source": "new"}}})
+        );
+        assert!(!opening.is_done());
+        opening.on_hook_outcome(1, HookOutcome::Text("from c".into()), &mut parts.out);
+        opening.on_hook_outcome(0, HookOutcome::Text("from a".into()), &mut parts.out);
+        assert!(opening.is_done());
+        let (texts, interceptors) = opening.finish(&sess, &mut parts.out);
+        assert_eq!(
+            texts,
+            vec![("a".into(), "from a".into()), ("c".into(), "from c".into())]
+        );
+        assert!(!interceptors.screens(Phase::Request));
+    }
+
+    #[test]
+    fn x1_the_opening_lists_interceptors_with_pages_and_a_32601_means_none() {
+        let mut parts = Parts::new();
+        parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into(), "q".into()]);
+        let sess = session(&mut parts, &[("p", &[]), ("q", &["echo"]), ("r", &[])]);
+        let (p, q) = (sess.servers[0], sess.servers[1]);
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let asked = Parts::mcp_lines(&parts.drain());
+        assert_eq!(asked.len(), 2, "only the allowlisted servers: {asked:#?}");
+        assert_eq!(asked[0]["method"], "interceptors/list");
+        assert_eq!(asked[0]["params"], json!({"event": "tools/call"}));
+        assert!(
+            !opening.is_done(),
+            "a round without targets is decided; the lists are not"
+        );
+        let descriptor = |name: &str, event: &str| {
+            json!({"name": name, "type": "validation",
+                "hooks": [{"events": [event], "phase": "request"}]})
+        };
+        opening.on_list_reply(
+            p,
+            Ok(json!({"interceptors": [descriptor("guard", "tools/call"),
+                descriptor("prompts", "prompts/get")], "nextCursor": "2"})),
+            &sess,
+            &mut parts.cx(),
+        );
+        let next = Parts::mcp_lines(&parts.drain());
+        assert_eq!(
+            next[0]["params"],
+            json!({"event": "tools/call", "cursor": "2"})
+        );
+        opening.on_list_reply(
+            p,
+            Ok(json!({"interceptors": [descriptor("all", "*")]})),
+            &sess,
+            &mut parts.cx(),
+        );
+        opening.on_list_reply(
+            q,
+            Err(ListLost::Error(RpcError::new(
+                RpcError::METHOD_NOT_FOUND,
+                "Method not found",
+            ))),
+            &sess,
+            &mut parts.cx(),
+        );
+        assert!(opening.is_done());
+        let (_, interceptors) = opening.finish(&sess, &mut parts.out);
+        let names: Vec<&str> = interceptors
+            .members()
+            .iter()
+            .map(|m| m.interceptor.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["guard", "all"],
+            "tools/call only, wildcards included"
+        );
+        assert!(interceptors.screens(Phase::Request));
+        assert!(
+            !interceptors.screens(Phase::Response),
+            "no member hooks the response phase"
+        );
+    }
+
+    #[test]
+    fn x1_a_listing_that_fails_or_dies_makes_the_session_fail_closed() {
+        let mut parts = Parts::new();
+        parts.cfg.interceptor_servers = HookAllowlist::All;
+        let sess = session(&mut parts, &[("p", &[]), ("q", &[])]);
+        let (p, q) = (sess.servers[0], sess.servers[1]);
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        opening.on_list_reply(
+            p,
+            Err(ListLost::Error(RpcError::new(-32603, "boom"))),
+            &sess,
+            &mut parts.cx(),
+        );
+        opening.on_list_reply(
+            q,
+            Err(ListLost::Lost(
+                "interceptors/list timed out after 2500 ms".into(),
+            )),
+            &sess,
+            &mut parts.cx(),
+        );
+        assert!(opening.is_done());
+        let (_, interceptors) = opening.finish(&sess, &mut parts.out);
+        assert!(interceptors.screens(Phase::Request) && interceptors.screens(Phase::Response));
+        let logs = Parts::logs(&parts.drain());
+        assert!(
+            logs.iter().any(|l| l.contains(
+                "server 'q' could not list its interceptors (interceptors/list timed out after 2500 ms); every tool call of the session is blocked"
+            )),
+            "{logs:#?}"
+        );
+    }
+
+    #[test]
+    fn h11_the_ending_tells_the_reason_and_prompt_count_and_only_logs_the_answers() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[("mem", &["_SessionEnd"])]);
+        sess.prompts = 4;
+        let mut ending = Ending::start(
+            EndReason::Close,
+            Some(RpcId::Num(9.into())),
+            &sess,
+            &mut parts.cx(),
+        );
+        let call = &Parts::mcp_lines(&parts.drain())[0];
+        assert_eq!(
+            call["params"]["_meta"]["buzz/hook"],
+            json!({"point": "_SessionEnd", "sessionId": "sess_1", "attempt": 1,
+                "budgetRemaining": 3, "reason": "close", "promptCount": 4})
+        );
+        assert_eq!(ending.waiting_servers().collect::<Vec<_>>(), sess.servers);
+        ending.on_hook_outcome(0, HookOutcome::Text("saved 3 notes".into()), &mut parts.out);
+        assert!(ending.is_done());
+        assert_eq!(ending.waiting_servers().count(), 0);
+        assert_eq!(ending.reason(), EndReason::Close);
+        assert_eq!(
+            ending.finish(&sess, &mut parts.out),
+            Some(RpcId::Num(9.into()))
+        );
+        let logs = Parts::logs(&parts.drain());
+        assert!(
+            logs.iter()
+                .any(|l| l
+                    == "hook: _SessionEnd of session sess_1 answered by 'mem': \"saved 3 notes\""),
+            "{logs:#?}"
+        );
+        assert!(sess.transcript.messages.is_empty(), "never injected");
+    }
+}

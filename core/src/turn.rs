@@ -1279,4 +1279,78 @@ mod tests {
         turn.next_round(&mut sess, &mut parts.cx());
         assert_eq!(turn.rounds(), 1, "then the round runs");
     }
+
+    #[test]
+    fn h10_the_first_prompt_carries_the_session_start_texts_in_its_first_request_only() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.start_texts = vec![("todo".into(), "open: docs".into())];
+        let mut turn = start(&mut parts, &mut sess, "first");
+        assert!(sess.start_texts.is_empty(), "the first prompt took them");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, body) = last_call(&parts.drain());
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let roles: Vec<&str> = msgs.iter().filter_map(|m| m["role"].as_str()).collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "tool", "assistant", "user"],
+            "{msgs:#?}"
+        );
+        assert_eq!(msgs[0]["content"], "first", "right after the prompt");
+        assert_eq!(
+            msgs[2]["content"],
+            r#"{"hook":"_SessionStart","server":"todo","text":"open: docs"}"#
+        );
+        assert_eq!(msgs[4]["content"], crate::hooks::SESSION_START_FOLLOW_UP);
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            answer("ok", "stop"),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
+        let injected = |m: &Message| matches!(m, Message::ToolResult { text, .. } if text.contains("_SessionStart"));
+        assert_eq!(
+            sess.transcript
+                .messages
+                .iter()
+                .filter(|m| injected(m))
+                .count(),
+            1
+        );
+        // The second prompt injects nothing new.
+        let mut second = start(&mut parts, &mut sess, "second");
+        second.next_round(&mut sess, &mut parts.cx());
+        parts.drain();
+        assert_eq!(
+            sess.transcript
+                .messages
+                .iter()
+                .filter(|m| injected(m))
+                .count(),
+            1
+        );
+        assert_eq!(sess.prompts, 2);
+    }
+
+    #[test]
+    fn h10_a_first_prompt_cancelled_before_its_first_request_drops_the_texts() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.start_texts = vec![("todo".into(), "open: docs".into())];
+        let mut turn = start(&mut parts, &mut sess, "first");
+        assert_eq!(
+            turn.cancel("cancelled by the client", &mut sess, &mut parts.cx()),
+            Some(TurnEnd::Stopped(StopReason::Cancelled))
+        );
+        let mut second = start(&mut parts, &mut sess, "second");
+        second.next_round(&mut sess, &mut parts.cx());
+        let (_, body) = last_call(&parts.drain());
+        assert!(
+            !body.to_string().contains("_SessionStart"),
+            "never injected into another prompt: {body}"
+        );
+    }
 }

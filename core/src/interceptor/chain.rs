@@ -938,6 +938,34 @@ mod tests {
     }
 
     #[test]
+    fn x1_time_out_reports_one_invocation_without_an_abandon() {
+        let members = [validator("a"), fail_open(validator("b"))];
+        let mut chain = start(&members, Phase::Request, call_payload());
+        let outs: Vec<ChainOutput> = std::iter::from_fn(|| chain.poll_output()).collect();
+        assert_eq!(outs.len(), 2, "both validators at once");
+        assert!(chain.time_out(InvocationId(1), T0.plus_ms(10)));
+        assert!(!chain.time_out(InvocationId(1), T0.plus_ms(10)), "once");
+        assert!(chain.handle_reply(
+            InvocationId(0),
+            InvokeReply::Result(serde_json::json!({"interceptor": "a", "type": "validation",
+                "phase": "request", "valid": true})),
+            T0.plus_ms(20)
+        ));
+        let outs: Vec<ChainOutput> = std::iter::from_fn(|| chain.poll_output()).collect();
+        assert!(
+            !outs.iter().any(|o| matches!(o, ChainOutput::Abandon(_))),
+            "the parent abandoned it: {outs:?}"
+        );
+        assert!(
+            matches!(
+                outs.last(),
+                Some(ChainOutput::Decided(Verdict::Allow { .. }))
+            ),
+            "b fails open: {outs:?}"
+        );
+    }
+
+    #[test]
     fn x1_no_interceptor_hooking_the_event_allows_at_once_with_the_payload_unchanged() {
         let members = [member(
             "p",
