@@ -456,6 +456,18 @@ impl World {
         self.deliver(Input::AcpEof);
     }
 
+    /// SIGTERM, SIGINT or SIGHUP reaches the agent now (SPEC P1; does not run).
+    pub fn signal(&mut self) {
+        self.note("<- signal".to_string());
+        self.deliver(Input::ShutdownSignal);
+    }
+
+    /// Writing to the client failed now: it is gone (does not run).
+    pub fn client_gone(&mut self) {
+        self.note("<- acp write failed".to_string());
+        self.deliver(Input::AcpWriteFailed);
+    }
+
     /// The agent's response to our request `id`, if any.
     #[must_use]
     pub fn response(&self, id: u64) -> Option<&Value> {
