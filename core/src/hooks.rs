@@ -58,7 +58,7 @@ impl HookPoint {
 
     /// The hook tool name, e.g. `_Stop`.
     #[must_use]
-    pub fn tool_name(self) -> &'static str {
+    pub const fn tool_name(self) -> &'static str {
         match self {
             HookPoint::Stop => "_Stop",
             HookPoint::PostCompact => "_PostCompact",
