@@ -401,3 +401,203 @@ pub fn x1_a7_an_allowed_call_still_asks_permission(ctx: &Ctx) {
     assert!(received(&fs_log).is_empty(), "A7: rejected by the user");
     agent.finish();
 }
+
+// ---- the extras (production binary) --------------------------------------------------------
+
+/// Runs `<agent binary> <args>` with `env` (on a clean environment), writes `input` to its
+/// stdin and closes it; returns (exit success, stdout, stderr) within `limit`.
+fn run_with_input(
+    ctx: &Ctx,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &str,
+    limit: Duration,
+) -> (bool, String, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(&ctx.agent_bin)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the agent binary");
+    let pid = child.id() as i32;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => {
+            let out = out.expect("wait for the agent binary");
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+        Err(_) => {
+            crate::harness::kill_tree(pid);
+            panic!("`{}` did not finish within {limit:?}", args.join(" "));
+        }
+    }
+}
+
+/// The working group's protocol fixtures (vendored with the core's conformance replay).
+fn fixture_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../core/tests/fixtures/sep-2624/protocol")
+}
+
+/// `v` without the keys named in `volatile`, at every depth (the fixtures' replay rule).
+fn scrub(v: &Value, volatile: &[Value]) -> Value {
+    match v {
+        Value::Array(items) => Value::Array(items.iter().map(|i| scrub(i, volatile)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| !volatile.iter().any(|x| x == k.as_str()))
+                .map(|(k, v)| (k.clone(), scrub(v, volatile)))
+                .collect(),
+        ),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => v.clone(),
+    }
+}
+
+/// X1 conformance, against the process: the 7 `list-*` / `invoke-*` fixtures of the SEP-2624
+/// suite replayed over stdio against `buzz-agent example-server interceptors`, configured with
+/// each fixture's interceptors through `EXAMPLE_INTERCEPTORS` (the core replays all 14 in
+/// process, `core/tests/sep2624.rs`). Prints passed / total; all 7 must pass.
+pub fn x1_example_server_interceptors_passes_the_list_and_invoke_fixtures_over_stdio(ctx: &Ctx) {
+    let mut paths: Vec<_> = std::fs::read_dir(fixture_dir())
+        .expect("the fixture folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                (n.starts_with("list-") || n.starts_with("invoke-")) && n.ends_with(".json")
+            })
+        })
+        .collect();
+    paths.sort();
+    assert_eq!(paths.len(), 7, "7 list-*/invoke-* fixtures");
+    let mut report = Vec::new();
+    let mut passed = 0;
+    for path in &paths {
+        let fixture: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+        let volatile = fixture["volatile"].as_array().cloned().unwrap_or_default();
+        let steps = fixture["steps"].as_array().cloned().unwrap_or_default();
+        let mut input = String::from(
+            "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"replay\",\"version\":\"0\"}}}\n",
+        );
+        for (i, step) in steps.iter().enumerate() {
+            let (method, params) = match step["op"].as_str() {
+                Some("list") => (
+                    "interceptors/list",
+                    match &step["event"] {
+                        Value::String(e) => json!({"event": e}),
+                        _ => json!({}),
+                    },
+                ),
+                _ => ("interceptor/invoke", step["params"].clone()),
+            };
+            input.push_str(
+                &json!({"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params})
+                    .to_string(),
+            );
+            input.push('\n');
+        }
+        let config = fixture["interceptors"].to_string();
+        let (ok, out, err) = run_with_input(
+            ctx,
+            &["example-server", "interceptors"],
+            &[("EXAMPLE_INTERCEPTORS", &config)],
+            &input,
+            Duration::from_secs(20),
+        );
+        let answers: Vec<Value> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let mut failures = Vec::new();
+        if !ok {
+            failures.push(format!("the server failed: {err}"));
+        }
+        if answers
+            .first()
+            .map(|a| &a["result"]["capabilities"]["extensions"])
+            .is_none_or(|e| e.get("io.modelcontextprotocol/interceptors").is_none())
+        {
+            failures.push("initialize does not advertise the interceptors extension".into());
+        }
+        for (i, step) in steps.iter().enumerate() {
+            let got = answers.iter().find(|a| a["id"] == json!(i + 1));
+            let expect = &step["expect"];
+            let verdict = match (got, expect.get("errorCode")) {
+                (None, _) => Err("no answer".to_string()),
+                (Some(a), Some(code)) if &a["error"]["code"] == code => Ok(()),
+                (Some(a), Some(code)) => Err(format!("expected error {code}, got {a}")),
+                (Some(a), None) => {
+                    let result = scrub(&a["result"], &volatile);
+                    if result == scrub(&expect["result"], &volatile) {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "expected {}, got {}",
+                            expect["result"], a["result"]
+                        ))
+                    }
+                }
+            };
+            if let Err(e) = verdict {
+                failures.push(format!("step {i}: {e}"));
+            }
+        }
+        let id = fixture["id"].as_str().unwrap_or("?");
+        if failures.is_empty() {
+            passed += 1;
+            report.push(format!("  PASS  {id}"));
+        } else {
+            report.push(format!(
+                "  FAIL  {id}\n       {}",
+                failures.join("\n       ")
+            ));
+        }
+    }
+    eprintln!(
+        "SEP-2624 list/invoke fixtures against `example-server interceptors` over stdio:\n{}\n  {passed}/{} fixtures passed",
+        report.join("\n"),
+        paths.len()
+    );
+    assert_eq!(passed, paths.len(), "{}", report.join("\n"));
+}
+
+/// X1, P3: `demo --interceptors` runs offline: the bundled example interceptor server denies
+/// the model's `rm -rf` tool call before it runs, the model sees the denial, records a safe
+/// step and the turn ends `end_turn`; exit 0.
+pub fn x1_p3_demo_interceptors_shows_a_dangerous_call_denied(ctx: &Ctx) {
+    let (ok, out, err) = run_with_input(
+        ctx,
+        &["demo", "--interceptors"],
+        &[],
+        "",
+        Duration::from_secs(30),
+    );
+    assert!(ok, "demo --interceptors failed: {out}\n{err}");
+    let denied = out
+        .find("→ failed: blocked by interceptor 'policy/no-rm-rf': the call matches the blocked pattern \"rm -rf\"")
+        .unwrap_or_else(|| panic!("the denial is shown: {out}"));
+    let seen = out
+        .find("[the model now sees the tool error:")
+        .unwrap_or_else(|| panic!("the model's view is shown: {out}"));
+    let safe = out
+        .find("→ completed: added: archive")
+        .unwrap_or_else(|| panic!("the safe call ran: {out}"));
+    assert!(denied < seen && seen < safe, "{out}");
+    assert!(out.contains("stopReason: \"end_turn\""), "{out}");
+}

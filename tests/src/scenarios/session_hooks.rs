@@ -304,3 +304,80 @@ pub fn h11_session_close_runs_session_end_stops_the_servers_and_answers(ctx: &Ct
         "H11: EOF does not end the closed session again"
     );
 }
+
+// ---- the extras (production binary) --------------------------------------------------------
+
+/// H10, E2: the bundled `todo` server keeps its list in `TODO_FILE`; a new session's
+/// `_SessionStart` re-injects the items an earlier session left open, into the first prompt.
+pub fn h10_e2_todo_reinjects_open_items_at_session_start(ctx: &Ctx) {
+    let s = Scratch::new();
+    let todo_file = s.file("todo.json");
+    std::fs::write(
+        &todo_file,
+        r#"{"open": ["write the changelog"], "done": ["ship 1.0"]}"#,
+    )
+    .expect("write the todo file");
+    let bin = ctx.agent_bin.to_string_lossy().into_owned();
+    let todo = json!({"name": "todo", "command": bin, "args": ["example-server", "todo"],
+                      "env": [{"name": "TODO_FILE", "value": todo_file}]});
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|_, _| Reply::text("I will write the changelog."))
+        .env(&[
+            ("MCP_HOOK_SERVERS", "todo"),
+            ("BUZZ_AGENT_STOP_MAX_REJECTIONS", "0"),
+        ])
+        .servers([todo])
+        .start();
+    assert_end_turn(&agent, &agent.prompt(&sid, "what is left?"));
+    let reqs = llm.requests();
+    let injected = session_start_injections(&reqs[0]);
+    assert_eq!(injected.len(), 1, "{:#?}", reqs[0].messages());
+    assert!(
+        injected[0]
+            .1
+            .contains(r#""hook":"_SessionStart","server":"todo""#)
+            && injected[0].1.contains("- write the changelog")
+            && !injected[0].1.contains("ship 1.0"),
+        "{}",
+        injected[0].1
+    );
+    agent.finish_keep();
+    assert!(
+        agent
+            .stderr_text()
+            .contains("answered by 'todo': \"1 todo item(s) still open\""),
+        "H11: the todo server's _SessionEnd answer is logged{}",
+        agent.context()
+    );
+}
+
+/// P3, H10, H11: `hooks check` calls the session points too and says what their answers do
+/// (`_SessionStart` injects, `_SessionEnd` is logged).
+pub fn p3_h10_h11_hooks_check_covers_the_session_points(ctx: &Ctx) {
+    use std::process::{Command, Stdio};
+    let fake = crate::harness::current_exe();
+    let out = Command::new(&ctx.agent_bin)
+        .args(["hooks", "check", "--", &fake])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("BUZZ_E2E_ROLE", "fake-mcp")
+        .env("FAKE_MCP_SESSION_START_TEXT", "remember the style guide")
+        .env("FAKE_MCP_SESSION_END_TEXT", "")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hooks check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("ok    _SessionStart: found, answered, ")
+            && stdout.contains("would inject: \"remember the style guide\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok    _SessionEnd: found, answered empty, ")
+            && stdout.contains("would not be logged"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("--    _Stop: not found"), "{stdout}");
+    assert!(stdout.contains("PASS"), "{stdout}");
+}
