@@ -150,7 +150,7 @@ pub fn x1_a_mutator_rewrites_the_arguments_the_server_receives(ctx: &Ctx) {
     let ran = json!({"text": "REWRITTEN", "by": "policy"});
     assert_eq!(
         received(&fs_log),
-        [ran.clone()],
+        std::slice::from_ref(&ran),
         "the server got the rewritten call"
     );
     let order: Vec<String> = invocations(&p_log)
