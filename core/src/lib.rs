@@ -1,6 +1,6 @@
 //! `buzz-agent-core`: the pure, sans-IO state machine of buzz-agent — an ACP agent that runs
-//! the loop LLM → MCP tool calls → results → LLM with MCP lifecycle hooks (`_Stop`,
-//! `_PostCompact`).
+//! the loop LLM → MCP tool calls → results → LLM with MCP lifecycle hooks (`_SessionStart`,
+//! `_Stop`, `_PostCompact`, `_SessionEnd`) and, experimental, SEP-2624 interceptors.
 //!
 //! The core never reads a clock, the environment or a file, never spawns a process or a
 //! thread, never blocks and never does IO. Everything it learns arrives as an [`Input`] (an
