@@ -270,3 +270,454 @@ pub(crate) fn invoke_reply(reply: Result<Value, RpcError>) -> InvokeReply {
         Err(e) => InvokeReply::Error(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The screens inside the tool batch that owns them (SPEC X1): the batch's interceptor
+    //! paths, driven with the core's example server answering the invocations.
+
+    use super::*;
+    use crate::acp::PermissionAnswer;
+    use crate::config::PermissionMode;
+    use crate::cx::rig::Parts;
+    use crate::interceptor::example_server::ExampleServer;
+    use crate::io::Action;
+    use crate::jsonrpc::RpcId;
+    use crate::llm::{Message, ToolCall};
+    use crate::mcp::ToolRoute;
+    use crate::session::Session;
+    use crate::tool_calls::{InterceptEvent, ToolBatch};
+
+    const SID: SessionId = SessionId(1);
+    const TURN: TurnNo = TurnNo(1);
+
+    fn call(id: &str, name: &str, args: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: args.into(),
+        }
+    }
+
+    /// A session with one ready server `fs` offering `read`, `write` and `shell`.
+    fn setup(parts: &mut Parts) -> (Session, BTreeMap<String, ToolRoute>) {
+        let slot = parts.ready_server(SID, "fs", &["read", "write", "shell"]);
+        let mut sess = Session::new(SID, vec![slot], &RpcId::Num(1.into()));
+        sess.starting = None;
+        let (_, routes) = parts.servers.visible_tools(&sess.servers);
+        (sess, routes)
+    }
+
+    /// Adds the interceptor server `policy` (no tools) running the example server's `config`
+    /// to `sess`; returns the server logic that answers its invocations.
+    fn policy(parts: &mut Parts, sess: &mut Session, config: Value) -> ExampleServer {
+        let slot = parts.ready_server(SID, "policy", &[]);
+        sess.servers.push(slot);
+        let server = ExampleServer::from_config(&config).expect("a valid configuration");
+        let listed = server.list(Some("tools/call"), None).interceptors;
+        sess.interceptors.add("policy", slot, listed);
+        server
+    }
+
+    /// Answers every `interceptor/invoke` of `actions` as `server` does (reply `Ok`) or with
+    /// `event` when given; returns how many were answered.
+    fn answer(
+        batch: &mut ToolBatch,
+        server: &ExampleServer,
+        actions: &[Action],
+        event: Option<InterceptEvent>,
+        sess: &mut Session,
+        parts: &mut Parts,
+    ) -> usize {
+        let invokes: Vec<Value> = Parts::mcp_lines(actions)
+            .into_iter()
+            .filter(|l| l["method"] == "interceptor/invoke")
+            .collect();
+        for line in &invokes {
+            let params = &line["params"];
+            let phase = crate::interceptor::Phase::parse(params["phase"].as_str().unwrap_or(""))
+                .expect("a phase");
+            let invocation = server
+                .list(Some("tools/call"), Some(phase))
+                .interceptors
+                .iter()
+                .position(|i| params["name"] == i.name.as_str())
+                .expect("a listed interceptor") as u32;
+            let call = InterceptRef {
+                session: SID,
+                turn: TURN,
+                index: ToolCallIndex(0),
+                response: phase == crate::interceptor::Phase::Response,
+                invocation,
+            };
+            let ev = event.clone().unwrap_or_else(|| {
+                InterceptEvent::Reply(crate::intercept::invoke_reply(server.invoke(params)))
+            });
+            batch.on_intercept(call, ev, &mut sess.remembered, &mut parts.cx());
+        }
+        invokes.len()
+    }
+
+    fn only_result(batch: ToolBatch) -> (String, bool) {
+        let Some(Message::ToolResult { text, is_error, .. }) = batch.into_results().pop() else {
+            panic!("one result");
+        };
+        (text, is_error)
+    }
+
+    #[test]
+    fn x1_a_denying_validator_stops_the_call_and_model_and_client_see_its_messages() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let server = policy(
+            &mut parts,
+            &mut sess,
+            json!([{"name": "no-reads", "behavior": "deny-all", "phases": "request"}]),
+        );
+        let calls = vec![call("a", "fs__read", r#"{"path":"x"}"#)];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let actions = parts.drain();
+        let sent = Parts::mcp_lines(&actions);
+        assert_eq!(sent.len(), 1, "only the invocation: {sent:#?}");
+        assert_eq!(
+            sent[0]["params"]["payload"],
+            json!({"name": "read", "arguments": {"path": "x"}}),
+            "the request phase sees the server's tools/call params"
+        );
+        assert_eq!(
+            sent[0]["params"]["context"],
+            json!({"sessionId": "sess_1", "server": "fs"})
+        );
+        assert_eq!(
+            answer(&mut batch, &server, &actions, None, &mut sess, &mut parts),
+            1
+        );
+        let after = parts.drain();
+        assert!(
+            !Parts::mcp_lines(&after)
+                .iter()
+                .any(|l| l["method"] == "tools/call"),
+            "the call never runs"
+        );
+        let text = "blocked by interceptor 'no-reads': denied by policy";
+        let update = &Parts::acp_lines(&after)[0]["params"]["update"];
+        assert_eq!(update["status"], "failed");
+        assert_eq!(update["content"][0]["content"]["text"], text);
+        assert!(batch.is_done());
+        assert_eq!(only_result(batch), (text.to_string(), true));
+    }
+
+    #[test]
+    fn x1_a_mutator_changes_the_arguments_sent_and_raw_input_shows_them_before_permission() {
+        let mut parts = Parts::new();
+        parts.cfg.permission = PermissionMode::Ask;
+        let (mut sess, routes) = setup(&mut parts);
+        let server = policy(
+            &mut parts,
+            &mut sess,
+            json!([
+                {"name": "upper", "behavior": "uppercase-note", "phases": "request"},
+                {"name": "needs-upper", "behavior": "require-uppercase-note", "phases": "request"}
+            ]),
+        );
+        let calls = vec![call("a", "fs__write", r#"{"note":"ship it"}"#)];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let actions = parts.drain();
+        assert_eq!(
+            Parts::acp_lines(&actions)
+                .iter()
+                .filter(|l| l["method"] == "session/request_permission")
+                .count(),
+            0,
+            "the request phase runs before permission"
+        );
+        // The mutator first, alone; then the validator over the mutated payload.
+        answer(&mut batch, &server, &actions, None, &mut sess, &mut parts);
+        let actions = parts.drain();
+        let invoke = &Parts::mcp_lines(&actions)[0];
+        assert_eq!(invoke["params"]["name"], "needs-upper");
+        assert_eq!(invoke["params"]["payload"]["arguments"]["note"], "SHIP IT");
+        answer(&mut batch, &server, &actions, None, &mut sess, &mut parts);
+        let acp = Parts::acp_lines(&parts.drain());
+        assert_eq!(
+            acp[0]["params"]["update"],
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "tc_1",
+                "rawInput": {"note": "SHIP IT"}}),
+            "rawInput shows what runs"
+        );
+        assert_eq!(acp[1]["method"], "session/request_permission");
+        assert_eq!(
+            acp[1]["params"]["toolCall"]["rawInput"],
+            json!({"note": "SHIP IT"})
+        );
+        batch.on_permission(
+            ToolCallIndex(0),
+            PermissionAnswer::AllowOnce,
+            &mut sess.remembered,
+            &mut parts.cx(),
+        );
+        let sent = Parts::mcp_lines(&parts.drain());
+        assert_eq!(sent[0]["method"], "tools/call");
+        assert_eq!(
+            sent[0]["params"],
+            json!({"name": "write", "arguments": {"note": "SHIP IT"}})
+        );
+    }
+
+    #[test]
+    fn x1_the_response_phase_screens_and_rewrites_the_result_before_anyone_sees_it() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let server = policy(
+            &mut parts,
+            &mut sess,
+            json!([{"name": "check", "behavior": "allow-all", "phases": "response"}]),
+        );
+        let calls = vec![call("a", "fs__read", "{}")];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let sent = Parts::mcp_lines(&parts.drain());
+        assert_eq!(sent[0]["method"], "tools/call", "no request-phase member");
+        batch.on_reply(
+            ToolCallIndex(0),
+            Ok(json!({"content": [{"type": "text", "text": "secret"}]})),
+            &mut parts.cx(),
+        );
+        let actions = parts.drain();
+        let invoke = &Parts::mcp_lines(&actions)[0];
+        assert_eq!(invoke["params"]["phase"], "response");
+        assert_eq!(
+            invoke["params"]["payload"],
+            json!({"content": [{"type": "text", "text": "secret"}]})
+        );
+        assert!(
+            Parts::acp_lines(&actions).is_empty(),
+            "the client sees nothing before the verdict"
+        );
+        assert!(!batch.is_done());
+        answer(&mut batch, &server, &actions, None, &mut sess, &mut parts);
+        assert!(batch.is_done());
+        assert_eq!(only_result(batch), ("secret".to_string(), false));
+
+        // A response-phase mutator rewrites the result the model and the client see.
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let slot = parts.ready_server(SID, "policy", &[]);
+        sess.servers.push(slot);
+        let redact = crate::interceptor::Interceptor::from_value(&json!({
+            "name": "redact", "type": "mutation",
+            "hooks": [{"events": ["tools/call"], "phase": "response"}]
+        }))
+        .expect("a descriptor");
+        sess.interceptors.add("policy", slot, vec![redact]);
+        let mut batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        parts.drain();
+        batch.on_reply(
+            ToolCallIndex(0),
+            Ok(json!({"content": [{"type": "text", "text": "key=hunter2"}]})),
+            &mut parts.cx(),
+        );
+        parts.drain();
+        let reply = json!({"interceptor": "redact", "type": "mutation", "phase": "response",
+            "modified": true, "payload": {"content": [{"type": "text", "text": "key=[redacted]"}]}});
+        let call_ref = InterceptRef {
+            session: SID,
+            turn: TURN,
+            index: ToolCallIndex(0),
+            response: true,
+            invocation: 0,
+        };
+        batch.on_intercept(
+            call_ref,
+            InterceptEvent::Reply(InvokeReply::Result(reply)),
+            &mut sess.remembered,
+            &mut parts.cx(),
+        );
+        let update = &Parts::acp_lines(&parts.drain())[0]["params"]["update"];
+        assert_eq!(update["status"], "completed");
+        assert_eq!(update["content"][0]["content"]["text"], "key=[redacted]");
+        assert_eq!(only_result(batch), ("key=[redacted]".to_string(), false));
+    }
+
+    #[test]
+    fn x1_a_crashing_or_silent_interceptor_blocks_unless_it_is_fail_open() {
+        for (fail_open, runs) in [(false, false), (true, true)] {
+            let mut parts = Parts::new();
+            let (mut sess, routes) = setup(&mut parts);
+            let server = policy(
+                &mut parts,
+                &mut sess,
+                json!([{"name": "guard", "behavior": "crash", "phases": "request", "failOpen": fail_open}]),
+            );
+            let calls = vec![call("a", "fs__read", "{}")];
+            let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+            let actions = parts.drain();
+            answer(&mut batch, &server, &actions, None, &mut sess, &mut parts);
+            let ran = Parts::mcp_lines(&parts.drain())
+                .iter()
+                .any(|l| l["method"] == "tools/call");
+            assert_eq!(ran, runs, "failOpen {fail_open}");
+            if !runs {
+                let (text, _) = only_result(batch);
+                assert!(
+                    text.starts_with("blocked: interceptor 'guard' failed (error: ")
+                        && text.ends_with("and fails closed"),
+                    "{text}"
+                );
+            }
+            // A timeout is a failure too.
+            let mut batch = ToolBatch::start(
+                TURN,
+                vec![call("b", "fs__read", "{}")],
+                &routes,
+                &mut sess,
+                &mut parts.cx(),
+            );
+            let actions = parts.drain();
+            answer(
+                &mut batch,
+                &server,
+                &actions,
+                Some(InterceptEvent::Timeout),
+                &mut sess,
+                &mut parts,
+            );
+            let ran = Parts::mcp_lines(&parts.drain())
+                .iter()
+                .any(|l| l["method"] == "tools/call");
+            assert_eq!(ran, runs, "timeout, failOpen {fail_open}");
+            if !runs {
+                assert_eq!(
+                    only_result(batch).0,
+                    "blocked: interceptor 'guard' failed (timed out after 2500 ms) and fails closed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn x1_an_audit_validator_only_logs() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let server = policy(
+            &mut parts,
+            &mut sess,
+            json!([{"name": "watch", "behavior": "deny-all", "phases": "request", "mode": "audit"}]),
+        );
+        let mut batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        let actions = parts.drain();
+        answer(&mut batch, &server, &actions, None, &mut sess, &mut parts);
+        let actions = parts.drain();
+        assert!(
+            Parts::mcp_lines(&actions)
+                .iter()
+                .any(|l| l["method"] == "tools/call"),
+            "audit never blocks"
+        );
+        assert!(
+            Parts::logs(&actions).iter().any(
+                |l| l.contains("'watch' (server 'policy') audit: would deny: denied by policy")
+            ),
+            "{:?}",
+            Parts::logs(&actions)
+        );
+    }
+
+    #[test]
+    fn x1_cancel_mid_chain_cancels_the_invocation_and_fails_the_call() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let _server = policy(
+            &mut parts,
+            &mut sess,
+            json!([{"name": "slow", "behavior": "allow-all", "phases": "request"}]),
+        );
+        let mut batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        let invoke_id = Parts::mcp_lines(&parts.drain())[0]["id"].clone();
+        batch.cancel("cancelled by the client", &mut parts.cx());
+        let actions = parts.drain();
+        let cancel = &Parts::mcp_lines(&actions)[0];
+        assert_eq!(cancel["method"], "notifications/cancelled");
+        assert_eq!(cancel["params"]["requestId"], invoke_id);
+        assert!(batch.is_done());
+        assert_eq!(
+            parts.timers.next(),
+            None,
+            "the invocation's deadline is gone"
+        );
+        // A late reply changes nothing (I6).
+        let late = InterceptRef {
+            session: SID,
+            turn: TURN,
+            index: ToolCallIndex(0),
+            response: false,
+            invocation: 0,
+        };
+        batch.on_intercept(
+            late,
+            InterceptEvent::Timeout,
+            &mut sess.remembered,
+            &mut parts.cx(),
+        );
+        assert!(parts.drain().is_empty());
+    }
+
+    #[test]
+    fn x1_a_mutation_that_renames_the_tool_is_refused() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let slot = parts.ready_server(SID, "policy", &[]);
+        sess.servers.push(slot);
+        let mutator = crate::interceptor::Interceptor::from_value(&json!({
+            "name": "rename", "type": "mutation",
+            "hooks": [{"events": ["tools/call"], "phase": "request"}]
+        }))
+        .expect("a descriptor");
+        sess.interceptors.add("policy", slot, vec![mutator]);
+        let mut batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        parts.drain();
+        let reply = json!({"interceptor": "rename", "type": "mutation", "phase": "request",
+            "modified": true, "payload": {"name": "write", "arguments": {}}});
+        let call_ref = InterceptRef {
+            session: SID,
+            turn: TURN,
+            index: ToolCallIndex(0),
+            response: false,
+            invocation: 0,
+        };
+        batch.on_intercept(
+            call_ref,
+            InterceptEvent::Reply(InvokeReply::Result(reply)),
+            &mut sess.remembered,
+            &mut parts.cx(),
+        );
+        assert!(batch.is_done());
+        assert_eq!(
+            only_result(batch).0,
+            "blocked: an interceptor renamed the tool call from 'read' to 'write', which is not supported"
+        );
+    }
+}
