@@ -23,7 +23,8 @@ pub(crate) fn initialize_result(params: &Value, version: &str) -> Result<Value, 
         "agentCapabilities": {
             "loadSession": false,
             "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
-            "mcpCapabilities": {"http": false, "sse": false}
+            "mcpCapabilities": {"http": false, "sse": false},
+            "sessionCapabilities": {"close": {}}
         },
         "agentInfo": {"name": "buzz-agent", "version": version},
         "authMethods": []

@@ -12,22 +12,26 @@
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
 use crate::cx::Cx;
-use crate::hooks::HookOutcome;
+use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId};
+use crate::intercept::invoke_reply;
+use crate::interceptor::InvokeReply;
 use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
+use crate::lifecycle::{Ending, Opening, Source};
 use crate::llm_call::LlmCalls;
-use crate::mcp::{Expired, McpEvent, ServerTable, StartState, ToolCallRef};
+use crate::mcp::{Expired, InterceptRef, ListLost, McpEvent, ServerTable, StartState, ToolCallRef};
 use crate::outbox::Outbox;
 use crate::permissions::{PermissionRequest, PermissionTimer, Permissions};
 use crate::session::Session;
 use crate::shutdown::{Shutdown, ShutdownAction};
 use crate::time::MonoTime;
 use crate::timers::{ServerTimer, Stage, Timer, TimerKey, TimerTable};
+use crate::tool_calls::InterceptEvent;
 use crate::tools::ToolOutput;
 use crate::turn::{StopReason, Turn, TurnEnd};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The pure agent state machine (DESIGN "The core's contract"): one per process, owned by the
 /// runtime's loop. See the [crate docs](crate) for the drain rule and a run loop.
@@ -44,6 +48,11 @@ pub struct Agent {
     sessions: BTreeMap<SessionId, Session>,
     /// The running turn of each session that has one.
     turns: BTreeMap<SessionId, Turn>,
+    /// Sessions whose servers are ready and whose `_SessionStart` round or `interceptors/list`
+    /// requests are not decided yet (SPEC H10, X1).
+    openings: BTreeMap<SessionId, Opening>,
+    /// Sessions whose `_SessionEnd` round is not decided yet (SPEC H11).
+    endings: BTreeMap<SessionId, Ending>,
     next_session: u64,
     servers: ServerTable,
     llm: LlmCalls,
@@ -99,6 +108,8 @@ impl Agent {
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
             turns: BTreeMap::new(),
+            openings: BTreeMap::new(),
+            endings: BTreeMap::new(),
             next_session: 1,
             permissions: Permissions::default(),
             ids: IdCounters::default(),
@@ -156,11 +167,11 @@ impl Agent {
                     );
                 }
                 self.log(LogLevel::Info, "acp: stdin closed; shutting down".into());
-                self.begin_shutdown();
+                self.begin_shutdown(EndReason::Eof);
             }
             Input::ShutdownSignal => {
                 self.log(LogLevel::Info, "signal received; shutting down".into());
-                self.begin_shutdown();
+                self.begin_shutdown(EndReason::Signal);
             }
             Input::AcpWriteFailed => {
                 if self.shutdown.is_none() {
@@ -169,7 +180,7 @@ impl Agent {
                         "acp: stdout write failed; shutting down".into(),
                     );
                 }
-                self.begin_shutdown();
+                self.begin_shutdown(EndReason::ClientGone);
             }
             Input::McpSpawned { proc } => {
                 self.servers
@@ -381,6 +392,7 @@ impl Agent {
             }
             "session/set_model" => self.on_set_model(&id, &params),
             "session/set_config_option" => self.on_set_config_option(&id, &params),
+            "session/close" => self.on_session_close(id, &params),
             other => {
                 self.reply_err(
                     Some(&id),
@@ -481,8 +493,7 @@ impl Agent {
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
         );
         if slots.is_empty() {
-            let result = self.session_result(sid);
-            self.reply_ok(&id, &result);
+            self.session_ready(sid, Source::New);
         } else {
             for slot in slots {
                 self.servers.spawn(slot, &mut self.out);
@@ -516,11 +527,9 @@ impl Agent {
                 self.reply_err(Some(&rpc), jsonrpc::RpcError::SERVER_ERROR, reason, None);
             }
             StartState::Ready => {
-                if let Some(sess) = self.sessions.get_mut(&sid) {
-                    sess.starting = None;
+                if !self.openings.contains_key(&sid) && !sess.opened {
+                    self.session_ready(sid, Source::New);
                 }
-                let result = self.session_result(sid);
-                self.reply_ok(&rpc, &result);
             }
         }
     }
@@ -550,6 +559,55 @@ impl Agent {
         configured.push(self.cfg.model.clone());
         configured.extend(self.cfg.models.iter().cloned());
         crate::acp::available_models(current, &configured)
+    }
+
+    /// A session became ready: every server of it is up (after `session/new`, and after
+    /// `session/load`). Its `_SessionStart` round and its interceptor servers'
+    /// `interceptors/list` start now (SPEC H10, X1); the opening request is answered when they
+    /// are decided, within one hook timeout.
+    pub(crate) fn session_ready(&mut self, sid: SessionId, source: Source) {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        sess.opened = true;
+        let mut cx = Cx {
+            cfg: &self.cfg,
+            out: &mut self.out,
+            timers: &mut self.timers,
+            servers: &mut self.servers,
+            llm: &mut self.llm,
+            permissions: &mut self.permissions,
+            ids: &mut self.ids,
+        };
+        let opening = Opening::start(source, sess, &mut cx);
+        self.openings.insert(sid, opening);
+        self.check_opening(sid);
+    }
+
+    /// Finishes the opening of `sid` once its round and listings are decided: the texts wait
+    /// for the first prompt, the interceptors screen the session's calls, and the opening
+    /// request is answered (SPEC A2, H10, X1).
+    fn check_opening(&mut self, sid: SessionId) {
+        if !self.openings.get(&sid).is_some_and(Opening::is_done) {
+            return;
+        }
+        let (Some(opening), Some(sess)) = (self.openings.remove(&sid), self.sessions.get_mut(&sid))
+        else {
+            return;
+        };
+        let source = opening.source();
+        let (texts, interceptors) = opening.finish(sess, &mut self.out);
+        sess.start_texts = texts;
+        sess.interceptors = interceptors;
+        let Some(rpc) = sess.starting.take() else {
+            return;
+        };
+        match source {
+            Source::New => {
+                let result = self.session_result(sid);
+                self.reply_ok(&rpc, &result);
+            }
+        }
     }
 
     // ---------------------------------------------------------------- prompt turns
@@ -585,9 +643,11 @@ impl Agent {
             Ok(s) => s.to_string(),
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        let Some(sid) = SessionId::parse(&named)
-            .filter(|sid| self.sessions.get(sid).is_some_and(|s| s.starting.is_none()))
-        else {
+        let Some(sid) = SessionId::parse(&named).filter(|sid| {
+            self.sessions
+                .get(sid)
+                .is_some_and(|s| s.starting.is_none() && !s.ended)
+        }) else {
             return self.session_not_found(&id, &named);
         };
         let text = match crate::acp::render_prompt(params) {
@@ -761,11 +821,68 @@ impl Agent {
         }
     }
 
-    /// A hook call of a turn's round ended (SPEC H3, H4).
+    /// A hook call ended (SPEC H3, H4): it belongs to a session's `_SessionStart` or
+    /// `_SessionEnd` round, or to a round of its turn.
     fn route_hook_outcome(&mut self, call: crate::mcp::HookCallRef, outcome: HookOutcome) {
-        self.step_turn(call.session, |turn, sess, cx| {
+        let sid = call.session;
+        if let Some(opening) = self
+            .openings
+            .get_mut(&sid)
+            .filter(|o| o.has_round(call.round))
+        {
+            opening.on_hook_outcome(call.index, outcome, &mut self.out);
+            self.check_opening(sid);
+            return;
+        }
+        if let Some(ending) = self
+            .endings
+            .get_mut(&sid)
+            .filter(|e| e.has_round(call.round))
+        {
+            ending.on_hook_outcome(call.index, outcome, &mut self.out);
+            self.check_ending(sid);
+            return;
+        }
+        self.step_turn(sid, |turn, sess, cx| {
             turn.on_hook_outcome(call.round, call.index, outcome, sess, cx)
         });
+    }
+
+    /// A page of an interceptor server's `interceptors/list` came back (SPEC X1).
+    fn route_interceptor_list(
+        &mut self,
+        sid: SessionId,
+        server: ServerSlot,
+        reply: Result<Value, ListLost>,
+    ) {
+        let (Some(opening), Some(sess)) = (self.openings.get_mut(&sid), self.sessions.get(&sid))
+        else {
+            return;
+        };
+        let mut cx = Cx {
+            cfg: &self.cfg,
+            out: &mut self.out,
+            timers: &mut self.timers,
+            servers: &mut self.servers,
+            llm: &mut self.llm,
+            permissions: &mut self.permissions,
+            ids: &mut self.ids,
+        };
+        opening.on_list_reply(server, reply, sess, &mut cx);
+        self.check_opening(sid);
+    }
+
+    /// An `interceptor/invoke` of a tool call's chain came back, was lost or timed out.
+    fn route_intercept(&mut self, call: InterceptRef, event: InterceptEvent) {
+        if self
+            .turns
+            .get(&call.session)
+            .is_some_and(|t| t.no() == call.turn)
+        {
+            self.step_turn(call.session, |turn, sess, cx| {
+                turn.on_intercept(call, event, sess, cx)
+            });
+        }
     }
 
     // ---------------------------------------------------------------- MCP routing
@@ -791,8 +908,15 @@ impl Agent {
         for event in events {
             match event {
                 McpEvent::ToolReply { call, reply } => {
-                    let (out, failed) = crate::tool_calls::tool_output(reply, cap);
-                    self.route_tool_result(call, out, failed);
+                    if self
+                        .turns
+                        .get(&call.session)
+                        .is_some_and(|t| t.no() == call.turn)
+                    {
+                        self.step_turn(call.session, |turn, sess, cx| {
+                            turn.on_tool_reply(call.index, reply, sess, cx)
+                        });
+                    }
                 }
                 McpEvent::ToolFailed { call, reason } => {
                     let out = ToolOutput::plain(reason, true);
@@ -814,6 +938,17 @@ impl Agent {
                             None
                         });
                     }
+                }
+                McpEvent::InterceptorList {
+                    session,
+                    server,
+                    reply,
+                } => self.route_interceptor_list(session, server, reply),
+                McpEvent::InterceptReply { call, reply } => {
+                    self.route_intercept(call, InterceptEvent::Reply(invoke_reply(reply)));
+                }
+                McpEvent::InterceptLost { call, reason } => {
+                    self.route_intercept(call, InterceptEvent::Reply(InvokeReply::Lost(reason)));
                 }
                 McpEvent::StartSettled { session } => self.check_session_start(session),
                 McpEvent::Relist { server } => {
@@ -908,11 +1043,38 @@ impl Agent {
                     slot,
                     id,
                     self.cfg.hook_timeout_ms,
+                    "hook",
                     &mut self.out,
                     &mut self.timers,
                 );
                 self.route_mcp(events);
                 self.route_hook_outcome(call, HookOutcome::Timeout);
+            }
+            Expired::ListInterceptors(sid) => {
+                let ms = self.cfg.hook_timeout_ms;
+                let events = self.servers.hook_timed_out(
+                    slot,
+                    id,
+                    ms,
+                    "interceptor",
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                self.route_mcp(events);
+                let why = format!("interceptors/list timed out after {ms} ms");
+                self.route_interceptor_list(sid, slot, Err(ListLost::Lost(why)));
+            }
+            Expired::Intercept(call) => {
+                let events = self.servers.hook_timed_out(
+                    slot,
+                    id,
+                    self.cfg.hook_timeout_ms,
+                    "interceptor",
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                self.route_mcp(events);
+                self.route_intercept(call, InterceptEvent::Timeout);
             }
         }
     }
@@ -1014,16 +1176,19 @@ impl Agent {
 
     // ---------------------------------------------------------------- shutdown (P1, M8)
 
-    /// Begin shutting down (idempotent): answer and cancel everything, close every server's
-    /// stdin; the [`Shutdown`] machine takes it from there.
-    fn begin_shutdown(&mut self) {
+    /// Begin shutting down (idempotent): answer and cancel everything, start the
+    /// `_SessionEnd` round of every session that opened (SPEC H11, `reason`), close the stdin
+    /// of every server not answering one; the [`Shutdown`] machine takes it from there.
+    fn begin_shutdown(&mut self, reason: EndReason) {
         if self.shutdown.is_some() {
             return;
         }
-        self.shutdown = Some(Shutdown::begin(self.out.now()));
+        let now = self.out.now();
+        // Set first so that nothing below starts anything new; replaced at the end.
+        self.shutdown = Some(Shutdown::begin(now, false, 0));
         // Cancel every turn and answer pending requests (P1).
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
-        for sid in sids {
+        for &sid in &sids {
             let starting = self.sessions.get_mut(&sid).and_then(|s| s.starting.take());
             if let Some(rpc) = starting {
                 self.reply_err(
@@ -1042,18 +1207,128 @@ impl Agent {
                 self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
             }
         }
+        // An opening's answer was just given; its round and listings are abandoned.
+        self.openings.clear();
         self.llm.release_all(&mut self.out);
         self.permissions.clear(&mut self.timers);
-        self.servers.shut_down_all(&mut self.out, &mut self.timers);
+        // H11: every session that opened ends exactly once.
+        for sid in sids {
+            self.start_ending(sid, reason, None);
+        }
+        let keep: BTreeSet<ServerSlot> = self
+            .endings
+            .values()
+            .flat_map(Ending::waiting_servers)
+            .collect();
+        self.servers
+            .shut_down_all(&keep, &mut self.out, &mut self.timers);
+        self.shutdown = Some(Shutdown::begin(
+            now,
+            !keep.is_empty(),
+            self.cfg.hook_timeout_ms,
+        ));
+        let kept = if keep.is_empty() {
+            String::new()
+        } else {
+            format!(" (but {} answering _SessionEnd)", keep.len())
+        };
         self.log(
             LogLevel::Debug,
-            "shutdown: closed every MCP server's stdin".into(),
+            format!("shutdown: closed every MCP server's stdin{kept}"),
         );
+    }
+
+    /// `session/close` (ACP, SPEC H11): the session's turn is cancelled and answered, its
+    /// `_SessionEnd` round runs, then its servers are stopped (M8) and the request is
+    /// answered `{}`. Unknown, still opening or already ending: `-32002`.
+    fn on_session_close(&mut self, id: RpcId, params: &Value) {
+        let named = match crate::acp::string_field(params, "session/close", "sessionId") {
+            Ok(s) => s.to_string(),
+            Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        let Some(sid) = SessionId::parse(&named).filter(|sid| {
+            self.sessions
+                .get(sid)
+                .is_some_and(|s| s.starting.is_none() && !s.ended)
+        }) else {
+            return self.session_not_found(&id, &named);
+        };
+        if let Some((queued, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
+            self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
+        }
+        self.cancel_turn(sid, "session closed");
+        if self.turns.contains_key(&sid) {
+            self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
+        }
+        self.start_ending(sid, EndReason::Close, Some(id));
+    }
+
+    /// The `_SessionEnd` point of `sid` (SPEC H11): once per session that opened; `close` is
+    /// the `session/close` request to answer when it is done.
+    fn start_ending(&mut self, sid: SessionId, reason: EndReason, close: Option<RpcId>) {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        if sess.ended || !sess.opened {
+            return;
+        }
+        sess.ended = true;
+        let mut cx = Cx {
+            cfg: &self.cfg,
+            out: &mut self.out,
+            timers: &mut self.timers,
+            servers: &mut self.servers,
+            llm: &mut self.llm,
+            permissions: &mut self.permissions,
+            ids: &mut self.ids,
+        };
+        let ending = Ending::start(reason, close, sess, &mut cx);
+        self.endings.insert(sid, ending);
+        self.check_ending(sid);
+    }
+
+    /// Finishes the ending of `sid` once its round is decided: the texts are logged; after a
+    /// `session/close` the session's servers are stopped, the session is forgotten and the
+    /// request is answered.
+    fn check_ending(&mut self, sid: SessionId) {
+        if !self.endings.get(&sid).is_some_and(Ending::is_done) {
+            return;
+        }
+        let (Some(ending), Some(sess)) = (self.endings.remove(&sid), self.sessions.get(&sid))
+        else {
+            return;
+        };
+        let reason = ending.reason();
+        let Some(rpc) = ending.finish(sess, &mut self.out) else {
+            return;
+        };
+        if let Some(sess) = self.sessions.remove(&sid)
+            && self.shutdown.is_none()
+        {
+            for slot in sess.servers {
+                self.servers.stop(
+                    slot,
+                    "the session was closed",
+                    &mut self.out,
+                    &mut self.timers,
+                );
+            }
+        }
+        self.log(
+            LogLevel::Info,
+            format!("session {sid}: closed ({})", reason.as_str()),
+        );
+        self.reply_ok(&rpc, &json!({}));
     }
 
     fn run_shutdown_actions(&mut self, actions: Vec<ShutdownAction>) {
         for action in actions {
             let signal = match action {
+                ShutdownAction::CloseAll => {
+                    self.servers
+                        .shut_down_all(&BTreeSet::new(), &mut self.out, &mut self.timers);
+                    continue;
+                }
                 ShutdownAction::TermAllGroups => crate::io::Signal::Term,
                 ShutdownAction::KillAllGroupsAndExit => crate::io::Signal::Kill,
             };
@@ -1073,10 +1348,11 @@ impl Agent {
         let now = self.out.now();
         let alive = self.servers.any_leader_alive();
         let spawned = self.servers.any_spawned();
+        let waiting = !self.endings.is_empty();
         let Some(sh) = self.shutdown.as_mut() else {
             return;
         };
-        let actions = sh.on_step(now, alive, spawned);
+        let actions = sh.on_step(now, waiting, alive, spawned);
         let deadline = sh.deadline(alive);
         self.run_shutdown_actions(actions);
         match deadline {

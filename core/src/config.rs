@@ -196,8 +196,8 @@ pub struct Config {
     /// `MCP_HOOK_SERVERS` (default off) (C3).
     pub hook_servers: HookAllowlist,
     /// `BUZZ_AGENT_INTERCEPTOR_SERVERS` (default off; C3 syntax): the servers asked for
-    /// SEP-2624 interceptors (X1, experimental). Parsed only: not yet applied to tool calls
-    /// (docs/interceptors.md).
+    /// SEP-2624 interceptors (X1, experimental) when a session opens; their `tools/call`
+    /// interceptors screen every model tool call of the session (docs/interceptors.md).
     pub interceptor_servers: HookAllowlist,
     /// `BUZZ_AGENT_HOOK_TIMEOUT_MS` (default 2500), 1..=600000 ms: per hook call (H3). The upper
     /// bound (10 minutes) follows cases C30: a bigger value is almost surely a unit mistake.
@@ -539,7 +539,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond"),
     (HOOK_SERVERS, "unset = hooks off", "hook allowlist: * = every server, or comma-separated server names"),
     (HOOK_TIMEOUT_MS, "2500", "milliseconds per hook call"),
-    (INTERCEPTOR_SERVERS, "unset = off", "experimental SEP-2624 interceptor servers, syntax as MCP_HOOK_SERVERS (parsed, not yet applied)"),
+    (INTERCEPTOR_SERVERS, "unset = off", "experimental SEP-2624 interceptor servers whose validators and mutators screen every model tool call, syntax as MCP_HOOK_SERVERS"),
     (STOP_MAX_REJECTIONS, "3", "_Stop objection budget per prompt; 0 disables _Stop and the reply guard"),
     (REQUIRE_REPLY, "false", "reply guard: remind the model to post its answer (boolean)"),
     (REPLY_TOOLS, "", "comma-separated qualified tool names that count as posting a reply"),

@@ -1,6 +1,6 @@
 //! `buzz-agent-core`: the pure, sans-IO state machine of buzz-agent — an ACP agent that runs
-//! the loop LLM → MCP tool calls → results → LLM with MCP lifecycle hooks (`_Stop`,
-//! `_PostCompact`).
+//! the loop LLM → MCP tool calls → results → LLM with MCP lifecycle hooks (`_SessionStart`,
+//! `_Stop`, `_PostCompact`, `_SessionEnd`) and, experimental, SEP-2624 interceptors.
 //!
 //! The core never reads a clock, the environment or a file, never spawns a process or a
 //! thread, never blocks and never does IO. Everything it learns arrives as an [`Input`] (an
@@ -134,9 +134,11 @@ mod cx;
 pub mod fuzzing;
 mod hooks;
 mod ids;
+mod intercept;
 pub mod interceptor;
 pub mod io;
 pub mod jsonrpc;
+mod lifecycle;
 mod llm;
 mod llm_call;
 mod mcp;
@@ -162,6 +164,7 @@ mod turn;
 
 pub use agent::Agent;
 pub use config::Config;
+pub use hooks::HookPoint;
 pub use ids::{LlmCallId, ProcKey, ServerSlot};
 pub use io::{Action, Input, LlmEvent, LogRecord, Signal, SpawnSpec};
 pub use llm::HttpRequest;

@@ -127,6 +127,18 @@ pub(crate) struct HookCallRef {
     pub(crate) index: usize,
 }
 
+/// Who waits for an `interceptor/invoke` (SPEC X1): invocation `invocation` of the chain of
+/// the tool call at `index` of `turn` in `session`, on its request (`response: false`) or
+/// response phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InterceptRef {
+    pub(crate) session: SessionId,
+    pub(crate) turn: TurnNo,
+    pub(crate) index: ToolCallIndex,
+    pub(crate) response: bool,
+    pub(crate) invocation: u32,
+}
+
 /// What a request to a server is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Purpose {
@@ -138,6 +150,10 @@ pub(crate) enum Purpose {
     Tool(ToolCallRef),
     /// A hook call of a hook round (SPEC H3).
     Hook(HookCallRef),
+    /// A page of `interceptors/list` while `session` opens (SPEC X1).
+    ListInterceptors(SessionId),
+    /// An `interceptor/invoke` of a tool call's chain (SPEC X1).
+    Intercept(InterceptRef),
 }
 
 /// A request to send to a server.
@@ -178,12 +194,35 @@ pub(crate) enum McpEvent {
         token: Value,
         text: String,
     },
+    /// A page of `interceptors/list` of `server` was answered, or (`Err`) its server died
+    /// first (SPEC X1).
+    InterceptorList {
+        session: SessionId,
+        server: ServerSlot,
+        reply: Result<Value, ListLost>,
+    },
+    /// An `interceptor/invoke` was answered (`result` or JSON-RPC error).
+    InterceptReply {
+        call: InterceptRef,
+        reply: Result<Value, RpcError>,
+    },
+    /// An `interceptor/invoke`'s server died before it answered; `reason` says how.
+    InterceptLost { call: InterceptRef, reason: String },
     /// A server of `session` became ready or failed before ever serving: `session/new` may be
     /// answered now (SPEC A2).
     StartSettled { session: SessionId },
     /// The server's tool list changed while it was being listed: list it again, after the
     /// events before this one were routed.
     Relist { server: ServerSlot },
+}
+
+/// Why an `interceptors/list` got no answer: a JSON-RPC error, or the server died (the text).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ListLost {
+    /// The server answered with a JSON-RPC error.
+    Error(RpcError),
+    /// The server died (or the request timed out); the text says how.
+    Lost(String),
 }
 
 /// Why a request of a server timed out, for the agent to act on (see [`ServerTable::expire`]).
@@ -195,6 +234,11 @@ pub(crate) enum Expired {
     Tool(ToolCallRef),
     /// A hook call (SPEC H4): the agent counts the timeout at the table, then decides the call.
     Hook(HookCallRef),
+    /// An `interceptors/list` page (SPEC X1): the agent counts the timeout as for a hook (H4)
+    /// and the session's opening records the failure.
+    ListInterceptors(SessionId),
+    /// An `interceptor/invoke` (SPEC X1): counted as for a hook (H4), then its chain learns.
+    Intercept(InterceptRef),
 }
 
 /// Whether the servers of a starting session are all up (SPEC A2).
@@ -257,6 +301,8 @@ pub(crate) struct Server {
     /// M9: deaths without one successful tool call in between.
     deaths: u32,
     bad_lines: u32,
+    /// Its stdin was closed by the agent's shutdown (SPEC P1, M8).
+    shut_down: bool,
 }
 
 impl Server {
@@ -526,6 +572,7 @@ impl ServerTable {
                 failed_restarts: 0,
                 deaths: 0,
                 bad_lines: 0,
+                shut_down: false,
             },
         );
         slot
@@ -886,7 +933,7 @@ impl ServerTable {
         let session = s.session;
         let mut events: Vec<McpEvent> = pending
             .into_iter()
-            .filter_map(|p| failed(p, &reason))
+            .filter_map(|p| failed(slot, p, &reason))
             .collect();
         if !listed_before {
             events.push(McpEvent::StartSettled { session });
@@ -930,14 +977,25 @@ impl ServerTable {
     }
 
     /// Agent shutdown (SPEC P1, M8 first stage): every server's stdin is closed, every server
-    /// is dead and its requests in flight dropped (their turns were already answered).
-    pub(crate) fn shut_down_all(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+    /// is dead and its requests in flight dropped (their turns were already answered) — except
+    /// the servers in `keep`, which answer `_SessionEnd` hooks first (SPEC H11) and are shut
+    /// down by a later call with an empty `keep`.
+    pub(crate) fn shut_down_all(
+        &mut self,
+        keep: &BTreeSet<ServerSlot>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
         for s in self.servers.values() {
-            if s.ever_spawned() {
+            if s.ever_spawned() && !keep.contains(&s.slot) && !s.shut_down {
                 out.push(Action::CloseMcpStdin { proc: s.proc });
             }
         }
         for s in self.servers.values_mut() {
+            if keep.contains(&s.slot) || s.shut_down {
+                continue;
+            }
+            s.shut_down = true;
             let reason = format!("MCP server '{}' stopped: agent shutting down", s.name);
             let restart_at = match &s.state {
                 ServerState::Dead { restart_at, .. } => *restart_at,
@@ -1068,20 +1126,37 @@ impl ServerTable {
             .collect()
     }
 
-    /// A hook call timed out (SPEC H4): it is cancelled and counted; the 1st consecutive
-    /// timeout warns, the 2nd kills the server (the events are the kill's).
+    /// The servers among `slots` (registration order) that `allowlist` names:
+    /// `(slot, name, ready)` (SPEC X1: the interceptor servers, C3 syntax).
+    pub(crate) fn allowed(
+        &self,
+        slots: &[ServerSlot],
+        allowlist: &HookAllowlist,
+    ) -> Vec<(ServerSlot, String, bool)> {
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot).map(|s| (slot, s)))
+            .filter(|(_, s)| allowlist.allows(&s.name))
+            .map(|(slot, s)| (*slot, s.name.clone(), s.is_ready()))
+            .collect()
+    }
+
+    /// A hook call (or, `what` = `interceptor`, an interceptor request: SPEC X1) timed out
+    /// (SPEC H4): it is cancelled and counted; the 1st consecutive timeout warns, the 2nd kills
+    /// the server (the events are the kill's). Hooks and interceptors share the count.
     pub(crate) fn hook_timed_out(
         &mut self,
         slot: ServerSlot,
         id: McpRequestId,
         hook_timeout_ms: u64,
+        what: &str,
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
         self.cancel_request(
             slot,
             id,
-            &format!("hook timeout after {hook_timeout_ms} ms"),
+            &format!("{what} timeout after {hook_timeout_ms} ms"),
             out,
             timers,
         );
@@ -1095,7 +1170,7 @@ impl ServerTable {
         if count >= 2 {
             out.log(
                 LogLevel::Warn,
-                format!("hook: killing server '{name}' after 2 consecutive timeouts"),
+                format!("{what}: killing server '{name}' after 2 consecutive timeouts"),
             );
             self.kill(
                 slot,
@@ -1106,7 +1181,7 @@ impl ServerTable {
         } else {
             out.log(
                 LogLevel::Warn,
-                format!("hook: server '{name}' timed out (1/2)"),
+                format!("{what}: server '{name}' timed out (1/2)"),
             );
             Vec::new()
         }
@@ -1144,6 +1219,10 @@ impl ServerTable {
             }
             Purpose::Tool(call) => Some((Expired::Tool(call), Vec::new())),
             Purpose::Hook(call) => Some((Expired::Hook(call), Vec::new())),
+            Purpose::ListInterceptors(session) => {
+                Some((Expired::ListInterceptors(session), Vec::new()))
+            }
+            Purpose::Intercept(call) => Some((Expired::Intercept(call), Vec::new())),
         }
     }
 
@@ -1368,6 +1447,15 @@ impl ServerTable {
                 }]
             }
             Purpose::Hook(call) => vec![McpEvent::HookReply {
+                call,
+                reply: outcome,
+            }],
+            Purpose::ListInterceptors(session) => vec![McpEvent::InterceptorList {
+                session,
+                server: slot,
+                reply: outcome.map_err(ListLost::Error),
+            }],
+            Purpose::Intercept(call) => vec![McpEvent::InterceptReply {
                 call,
                 reply: outcome,
             }],
@@ -1695,8 +1783,8 @@ fn progress_text(params: &Value) -> String {
     crate::io::cap_stderr_line(&text, 1024)
 }
 
-/// The event that fails a request's owner when its server died.
-fn failed(purpose: Purpose, reason: &str) -> Option<McpEvent> {
+/// The event that fails a request's owner when its server (`slot`) died.
+fn failed(slot: ServerSlot, purpose: Purpose, reason: &str) -> Option<McpEvent> {
     match purpose {
         Purpose::Initialize | Purpose::ListTools => None,
         Purpose::Tool(call) => Some(McpEvent::ToolFailed {
@@ -1704,6 +1792,15 @@ fn failed(purpose: Purpose, reason: &str) -> Option<McpEvent> {
             reason: reason.to_string(),
         }),
         Purpose::Hook(call) => Some(McpEvent::HookDead { call }),
+        Purpose::ListInterceptors(session) => Some(McpEvent::InterceptorList {
+            session,
+            server: slot,
+            reply: Err(ListLost::Lost(reason.to_string())),
+        }),
+        Purpose::Intercept(call) => Some(McpEvent::InterceptLost {
+            call,
+            reason: reason.to_string(),
+        }),
     }
 }
 
@@ -2102,7 +2199,7 @@ mod tests {
         let first = hook_call(&mut rig, 1);
         assert!(
             rig.table
-                .hook_timed_out(slot, first, 100, &mut rig.out, &mut rig.timers)
+                .hook_timed_out(slot, first, 100, "hook", &mut rig.out, &mut rig.timers)
                 .is_empty()
         );
         let answered = hook_call(&mut rig, 2);
@@ -2111,14 +2208,14 @@ mod tests {
         let third = hook_call(&mut rig, 3);
         assert!(
             rig.table
-                .hook_timed_out(slot, third, 100, &mut rig.out, &mut rig.timers)
+                .hook_timed_out(slot, third, 100, "hook", &mut rig.out, &mut rig.timers)
                 .is_empty(),
             "I5: the reply reset the count, this is 1/2 again"
         );
         assert!(rig.table.servers[&slot].is_ready());
         let fourth = hook_call(&mut rig, 4);
         rig.table
-            .hook_timed_out(slot, fourth, 100, &mut rig.out, &mut rig.timers);
+            .hook_timed_out(slot, fourth, 100, "hook", &mut rig.out, &mut rig.timers);
         assert!(
             rig.table.is_dead(slot),
             "I5: the 2nd consecutive timeout kills"

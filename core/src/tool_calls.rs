@@ -1,15 +1,19 @@
-//! The tool calls of one model response (SPEC L2, L3, A4, A6, A7, M4): the [`ToolBatch`]
+//! The tool calls of one model response (SPEC L2, L3, A4, A6, A7, M4, X1): the [`ToolBatch`]
 //! announces each call to the client, decides the ones that cannot run (too many, unknown,
-//! bad arguments, denied), asks permission where needed, dispatches the rest to their servers
-//! at most `BUZZ_AGENT_MAX_PARALLEL_TOOLS` at a time, and gives the results back in call order.
+//! bad arguments, denied), screens the rest through the session's interceptors (X1, request
+//! phase), asks permission where needed, dispatches them to their servers at most
+//! `BUZZ_AGENT_MAX_PARALLEL_TOOLS` at a time, screens each result (X1, response phase), and
+//! gives the results back in call order.
 
 use crate::acp::PermissionAnswer;
 use crate::config::PermissionMode;
 use crate::cx::Cx;
 use crate::ids::{McpRequestId, PermissionRequestId, ServerSlot, SessionId, ToolCallIndex, TurnNo};
+use crate::intercept::{Interceptors, Screen, ScreenOf, ScreenVerdict};
+use crate::interceptor::{InvokeReply, Phase};
 use crate::jsonrpc;
 use crate::llm::{Message, ToolCall};
-use crate::mcp::{McpRequest, Purpose, ToolCallRef, ToolRoute};
+use crate::mcp::{InterceptRef, McpRequest, Purpose, ToolCallRef, ToolRoute};
 use crate::permissions::PermissionRequest;
 use crate::session::Session;
 use crate::tools::ToolOutput;
@@ -23,12 +27,16 @@ pub(crate) const MAX_CALLS_PER_RESPONSE: usize = 64;
 /// Where one call of the batch is.
 #[derive(Debug)]
 enum CallState {
+    /// The request phase of the interceptor chain runs (SPEC X1).
+    Screening(Box<Screen>),
     /// Allowed; waiting for a free place (parallelism cap).
     Queued,
     /// `session/request_permission` sent.
     AwaitPermission(PermissionRequestId),
     /// `tools/call` in flight.
     Running(ServerSlot, McpRequestId),
+    /// The response phase of the interceptor chain runs over the result (SPEC X1).
+    ScreeningResult(Box<Screen>),
     /// Finished; the result the model will see.
     Done(ToolOutput),
 }
@@ -53,6 +61,8 @@ pub(crate) struct ToolBatch {
     calls: Vec<BatchCall>,
     /// A posting call was dispatched (SPEC G2).
     posted: bool,
+    /// The session's interceptors when some screen `tools/call` (SPEC X1).
+    interceptors: Option<Interceptors>,
 }
 
 impl ToolBatch {
@@ -107,11 +117,17 @@ impl ToolBatch {
         // Decide each call: too many, unknown tool (incl. hooks, M4), bad arguments, permission.
         let mut decided: Vec<(usize, ToolOutput)> = Vec::new();
         let mut asks: Vec<usize> = Vec::new();
+        let interceptors = (sess.interceptors.screens(Phase::Request)
+            || sess.interceptors.screens(Phase::Response))
+        .then(|| sess.interceptors.clone());
+        let screen_requests = sess.interceptors.screens(Phase::Request);
+        let mut screens: Vec<usize> = Vec::new();
         let mut batch = ToolBatch {
             session: sid,
             turn,
             calls: Vec::with_capacity(pending.len()),
             posted: false,
+            interceptors,
         };
         for (i, (mut c, parsed)) in pending.into_iter().enumerate() {
             if i >= MAX_CALLS_PER_RESPONSE {
@@ -127,6 +143,11 @@ impl ToolBatch {
                             c.call.name
                         )),
                     )),
+                    Ok(args) if screen_requests => {
+                        // X1: the request phase runs before permission and dispatch.
+                        c.args = args;
+                        screens.push(i);
+                    }
                     Ok(args) => {
                         c.args = args;
                         let qualified = c
@@ -184,8 +205,163 @@ impl ToolBatch {
         for (i, out) in decided {
             batch.complete(ToolCallIndex(i), out, true, cx);
         }
+        for i in screens {
+            batch.start_request_screen(ToolCallIndex(i), &sess.remembered, cx);
+        }
         batch.pump(cx);
         batch
+    }
+
+    /// Starts the request phase of call `index` (SPEC X1) over `{name, arguments}`.
+    fn start_request_screen(
+        &mut self,
+        index: ToolCallIndex,
+        remembered: &BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        let (Some(interceptors), Some(c)) = (self.interceptors.as_ref(), self.calls.get(index.0))
+        else {
+            return;
+        };
+        let Some(route) = c.route.as_ref() else {
+            return;
+        };
+        let payload = json!({"name": route.bare, "arguments": c.args});
+        let server = cx.servers.name(route.server);
+        let of = self.screen_of(index);
+        let screen = Screen::start(interceptors, Phase::Request, payload, of, &server, cx);
+        if let Some(c) = self.calls.get_mut(index.0) {
+            c.state = CallState::Screening(Box::new(screen));
+        }
+        self.after_screen(index, remembered, cx);
+    }
+
+    fn screen_of(&self, index: ToolCallIndex) -> ScreenOf {
+        ScreenOf {
+            session: self.session,
+            turn: self.turn,
+            index,
+        }
+    }
+
+    /// An `interceptor/invoke` of call `index` was answered, lost or timed out (SPEC X1).
+    /// Anything for a call no longer screening changes nothing (I6).
+    pub(crate) fn on_intercept(
+        &mut self,
+        call: InterceptRef,
+        event: InterceptEvent,
+        remembered: &mut BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        let index = call.index;
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        let screen = match (&mut c.state, call.response) {
+            (CallState::Screening(screen), false) | (CallState::ScreeningResult(screen), true) => {
+                screen
+            }
+            _ => return,
+        };
+        match event {
+            InterceptEvent::Reply(reply) => screen.on_reply(call.invocation, reply, cx),
+            InterceptEvent::Timeout => screen.on_timeout(call.invocation, cx),
+        }
+        self.after_screen(index, remembered, cx);
+        self.pump(cx);
+    }
+
+    /// Acts on the verdict of call `index`'s screen, if there is one: the request phase
+    /// admits the call (with the mutated arguments, shown as `rawInput`) or fails it with the
+    /// denial; the response phase completes it with the (mutated) result or the denial.
+    fn after_screen(
+        &mut self,
+        index: ToolCallIndex,
+        remembered: &BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        let (verdict, response) = match &mut c.state {
+            CallState::Screening(screen) => (screen.take_verdict(), false),
+            CallState::ScreeningResult(screen) => (screen.take_verdict(), true),
+            CallState::Queued
+            | CallState::AwaitPermission(_)
+            | CallState::Running(..)
+            | CallState::Done(_) => return,
+        };
+        let Some(verdict) = verdict else {
+            return;
+        };
+        match (verdict, response) {
+            (ScreenVerdict::Deny(text), _) => self.complete(index, err_out(text), true, cx),
+            (ScreenVerdict::Allow { payload, .. }, true) => {
+                let (out, failed) = tool_output(Ok(payload), cx.cfg.max_tool_result_text_bytes);
+                self.complete(index, out, failed, cx);
+            }
+            (ScreenVerdict::Allow { payload, modified }, false) => {
+                if modified {
+                    if let Err(why) = apply_mutation(c, &payload) {
+                        self.complete(index, err_out(why), true, cx);
+                        return;
+                    }
+                    // X1: rawInput shows what actually runs.
+                    let update = json!({"sessionUpdate": "tool_call_update",
+                        "toolCallId": c.acp_id, "rawInput": c.args});
+                    cx.out.send_update(&self.session.to_string(), &update);
+                }
+                c.state = CallState::Queued;
+                self.admit(index, remembered, cx);
+            }
+        }
+    }
+
+    /// Permission for screened call `index` (SPEC A7): remembered answers apply, `ask` sends
+    /// the request, `allow` leaves it queued.
+    fn admit(
+        &mut self,
+        index: ToolCallIndex,
+        remembered: &BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        if cx.cfg.permission != PermissionMode::Ask {
+            return;
+        }
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        let qualified = c
+            .route
+            .as_ref()
+            .map(|r| r.qualified.clone())
+            .unwrap_or_default();
+        match remembered.get(&qualified) {
+            Some(true) => {}
+            Some(false) => self.complete(index, denied_out(), true, cx),
+            None => {
+                let id = cx.ids.next_permission();
+                let session_id = self.session.to_string();
+                let params =
+                    crate::acp::permission_params(&session_id, &c.acp_id, &c.call.name, &c.args);
+                cx.permissions.insert(
+                    id,
+                    PermissionRequest {
+                        session: self.session,
+                        turn: self.turn,
+                        index,
+                    },
+                    cx.out.now().plus_ms(cx.cfg.permission_timeout_ms),
+                    cx.timers,
+                );
+                c.state = CallState::AwaitPermission(id);
+                cx.out.push(Action::WriteAcp(jsonrpc::encode_request(
+                    id.0,
+                    "session/request_permission",
+                    &params,
+                )));
+            }
+        }
     }
 
     /// Whether every call is done (the turn then takes [`ToolBatch::into_results`]).
@@ -211,9 +387,53 @@ impl ToolBatch {
                     text: out.text,
                     is_error: out.is_error,
                 }),
-                CallState::Queued | CallState::AwaitPermission(_) | CallState::Running(..) => None,
+                CallState::Queued
+                | CallState::Screening(_)
+                | CallState::AwaitPermission(_)
+                | CallState::Running(..)
+                | CallState::ScreeningResult(_) => None,
             })
             .collect()
+    }
+
+    /// Call `index`'s server answered (a result or a JSON-RPC error, SPEC L3): the result is
+    /// screened when interceptors hook the response phase (SPEC X1), else converted and the
+    /// call completes. A reply for a call no longer running changes nothing (I6).
+    pub(crate) fn on_reply(
+        &mut self,
+        index: ToolCallIndex,
+        reply: Result<Value, RpcError>,
+        cx: &mut Cx<'_>,
+    ) {
+        let screened = self
+            .interceptors
+            .as_ref()
+            .filter(|i| i.screens(Phase::Response));
+        let running = self
+            .calls
+            .get(index.0)
+            .is_some_and(|c| matches!(c.state, CallState::Running(..)));
+        match (reply, screened) {
+            (Ok(result), Some(interceptors)) if running => {
+                let server = self
+                    .calls
+                    .get(index.0)
+                    .and_then(|c| c.route.as_ref())
+                    .map(|r| cx.servers.name(r.server))
+                    .unwrap_or_default();
+                let of = self.screen_of(index);
+                let screen = Screen::start(interceptors, Phase::Response, result, of, &server, cx);
+                if let Some(c) = self.calls.get_mut(index.0) {
+                    c.state = CallState::ScreeningResult(Box::new(screen));
+                }
+                self.after_screen(index, &BTreeMap::new(), cx);
+                self.pump(cx);
+            }
+            (reply, _) => {
+                let (out, failed) = tool_output(reply, cx.cfg.max_tool_result_text_bytes);
+                self.on_result(index, out, failed, cx);
+            }
+        }
     }
 
     /// Call `index`'s server answered or failed (reply, error, timeout, death): its terminal
@@ -304,7 +524,9 @@ impl ToolBatch {
             .filter_map(|(i, c)| match c.state {
                 CallState::Running(server, req) => Some((i, CallState::Running(server, req))),
                 CallState::AwaitPermission(id) => Some((i, CallState::AwaitPermission(id))),
-                CallState::Queued => Some((i, CallState::Queued)),
+                CallState::Queued | CallState::Screening(_) | CallState::ScreeningResult(_) => {
+                    Some((i, CallState::Queued))
+                }
                 CallState::Done(_) => None,
             })
             .collect();
@@ -317,7 +539,17 @@ impl ToolBatch {
                 CallState::AwaitPermission(id) => {
                     cx.permissions.take(id, cx.timers);
                 }
-                CallState::Queued | CallState::Done(_) => {}
+                CallState::Queued
+                | CallState::Screening(_)
+                | CallState::ScreeningResult(_)
+                | CallState::Done(_) => {}
+            }
+            if let Some(c) = self.calls.get_mut(i)
+                && let CallState::Screening(screen) | CallState::ScreeningResult(screen) =
+                    &mut c.state
+            {
+                // X1: a chain stops mid-way; its invocations in flight are cancelled.
+                screen.cancel(why, cx);
             }
             let out = err_out(format!("tool call cancelled: {why}"));
             self.complete(ToolCallIndex(i), out, true, cx);
@@ -437,6 +669,48 @@ pub(crate) fn tool_output(reply: Result<Value, RpcError>, cap: usize) -> (ToolOu
             true,
         ),
     }
+}
+
+/// What came back for an `interceptor/invoke` of a tool call's chain (SPEC X1).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum InterceptEvent {
+    /// Its reply, or that none will come (the server died).
+    Reply(InvokeReply),
+    /// Its deadline passed (the request was already abandoned and counted, H4).
+    Timeout,
+}
+
+/// Takes an allowed, mutated request payload `{name, arguments}` into call `c` (SPEC X1).
+/// The tool may not be renamed (the user's permission and the `*_always` memory name the
+/// tool the model called) and the arguments must stay a JSON object.
+fn apply_mutation(c: &mut BatchCall, payload: &Value) -> Result<(), String> {
+    let bare = c
+        .route
+        .as_ref()
+        .map(|r| r.bare.as_str())
+        .unwrap_or_default();
+    match payload.get("name").and_then(Value::as_str) {
+        Some(name) if name == bare => {}
+        Some(name) => {
+            return Err(format!(
+                "blocked: an interceptor renamed the tool call from '{bare}' to '{name}', which is not supported"
+            ));
+        }
+        None => {
+            return Err("blocked: an interceptor's changed tool call has no tool name".into());
+        }
+    }
+    match payload.get("arguments") {
+        None | Some(Value::Null) => c.args = json!({}),
+        Some(Value::Object(m)) => c.args = Value::Object(m.clone()),
+        Some(other) => {
+            return Err(format!(
+                "blocked: an interceptor changed the tool call's arguments into {}, not a JSON object",
+                crate::jsonrpc::json_type(other)
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn err_out(text: String) -> ToolOutput {

@@ -13,10 +13,12 @@ use crate::compaction::{self, Compaction, Compactor};
 use crate::config::LogLevel;
 use crate::cx::Cx;
 use crate::hooks::{
-    GateOpening, GateVerdict, HookOutcome, HookPoint, HookRound, StopGate, append_injections,
+    GateOpening, GateVerdict, HookMeta, HookOutcome, HookPoint, HookRound, StopGate,
+    append_injections, append_session_start,
 };
 use crate::ids::{HookRoundId, LlmCallId, ToolCallIndex, TurnNo};
 use crate::io::{Action, LlmEvent};
+use crate::jsonrpc::RpcError;
 use crate::jsonrpc::RpcId;
 use crate::llm::{
     ChatReasoningField, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
@@ -25,11 +27,11 @@ use crate::llm::{
 use crate::llm_call::{
     CallPurpose, FINAL_ANSWER_GRACE_MS, LlmAttempt, MAX_RESPONSE_BODY_BYTES, Step,
 };
-use crate::mcp::ToolRoute;
+use crate::mcp::{InterceptRef, ToolRoute};
 use crate::provider::{self, HttpFailure};
 use crate::session::Session;
 use crate::timers::{Timer, TurnTimer};
-use crate::tool_calls::ToolBatch;
+use crate::tool_calls::{InterceptEvent, ToolBatch};
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -113,11 +115,16 @@ pub(crate) struct Turn {
     routes: BTreeMap<String, ToolRoute>,
     /// The text shown so far (paragraph breaks, C60).
     shown: Shown,
+    /// The session's `_SessionStart` texts, taken by its first prompt and injected into that
+    /// prompt's first LLM request; dropped if the turn ends before it (SPEC H10).
+    session_start: Vec<(String, String)>,
 }
 
 impl Turn {
     /// Prompt `rpc` with `text` starts turn `no` of `sess`: the text joins the history and the
-    /// first round starts after the step.
+    /// first round starts after the step. The session's first prompt takes its `_SessionStart`
+    /// texts (SPEC H10): they go right after the prompt when the first round starts, and no
+    /// other prompt ever sees them injected.
     pub(crate) fn start(
         no: TurnNo,
         rpc: RpcId,
@@ -134,6 +141,8 @@ impl Turn {
             let text = format!("[buzz-agent] {notice}");
             shown.notice("mcp_server_skipped", "warning", &text, sess, cx);
         }
+        sess.prompts += 1;
+        let session_start = std::mem::take(&mut sess.start_texts);
         Turn {
             rpc,
             no,
@@ -146,6 +155,7 @@ impl Turn {
             phase: Phase::Ready,
             routes: BTreeMap::new(),
             shown,
+            session_start,
         }
     }
 
@@ -190,6 +200,19 @@ impl Turn {
         let max_rounds = cx.cfg.max_rounds;
         if max_rounds > 0 && self.rounds >= max_rounds {
             return Some(TurnEnd::Stopped(StopReason::MaxTurnRequests));
+        }
+        if !self.session_start.is_empty() {
+            // H10: right after the prompt, in the first LLM request of the first prompt.
+            let texts = std::mem::take(&mut self.session_start);
+            append_session_start(&mut sess.transcript, &texts);
+            cx.out.log(
+                LogLevel::Info,
+                format!(
+                    "hook: _SessionStart injected {} text(s) into the first prompt of session {}",
+                    texts.len(),
+                    sess.id
+                ),
+            );
         }
         if self
             .compactor
@@ -732,6 +755,38 @@ impl Turn {
         }
     }
 
+    /// Call `index` of this turn's batch was answered (a result or a JSON-RPC error; SPEC L3,
+    /// X1: the result may be screened first).
+    pub(crate) fn on_tool_reply(
+        &mut self,
+        index: ToolCallIndex,
+        reply: Result<Value, RpcError>,
+        sess: &mut Session,
+        cx: &mut Cx<'_>,
+    ) -> Option<TurnEnd> {
+        let Phase::Tools(batch) = &mut self.phase else {
+            return None;
+        };
+        batch.on_reply(index, reply, cx);
+        self.after_tools(sess)
+    }
+
+    /// An `interceptor/invoke` of one of this turn's tool calls was answered, lost or timed
+    /// out (SPEC X1).
+    pub(crate) fn on_intercept(
+        &mut self,
+        call: InterceptRef,
+        event: InterceptEvent,
+        sess: &mut Session,
+        cx: &mut Cx<'_>,
+    ) -> Option<TurnEnd> {
+        let Phase::Tools(batch) = &mut self.phase else {
+            return None;
+        };
+        batch.on_intercept(call, event, &mut sess.remembered, cx);
+        self.after_tools(sess)
+    }
+
     /// The client answered the permission request of call `index` (SPEC A7).
     pub(crate) fn on_permission(
         &mut self,
@@ -780,7 +835,8 @@ impl Turn {
                 attempt,
                 budget_remaining,
             } => {
-                let round = HookRound::start(HookPoint::Stop, sess, attempt, budget_remaining, cx);
+                let meta = HookMeta::turn(attempt, budget_remaining);
+                let round = HookRound::start(HookPoint::Stop, sess, meta, cx);
                 self.run_round(round, sess, cx)
             }
         }
@@ -859,6 +915,10 @@ impl Turn {
                 self.cancelled
                     .then_some(TurnEnd::Stopped(StopReason::Cancelled))
             }
+            // The session's lifecycle runs these rounds, never a turn.
+            HookPoint::SessionStart | HookPoint::SessionEnd => self
+                .cancelled
+                .then_some(TurnEnd::Stopped(StopReason::Cancelled)),
         }
     }
 
@@ -882,7 +942,8 @@ impl Turn {
         };
         self.phase = Phase::Ready;
         // H7: `_PostCompact` before the next LLM request.
-        let round = HookRound::start(HookPoint::PostCompact, sess, handoff, 0, cx);
+        let meta = HookMeta::turn(handoff, 0);
+        let round = HookRound::start(HookPoint::PostCompact, sess, meta, cx);
         self.run_round(round, sess, cx)
     }
 
@@ -1508,6 +1569,80 @@ mod tests {
         assert_eq!(
             ups[2]["content"]["text"], "\n\nFixed.",
             "the rounds still a paragraph apart"
+        );
+    }
+
+    #[test]
+    fn h10_the_first_prompt_carries_the_session_start_texts_in_its_first_request_only() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.start_texts = vec![("todo".into(), "open: docs".into())];
+        let mut turn = start(&mut parts, &mut sess, "first");
+        assert!(sess.start_texts.is_empty(), "the first prompt took them");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, body) = last_call(&parts.drain());
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let roles: Vec<&str> = msgs.iter().filter_map(|m| m["role"].as_str()).collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "tool", "assistant", "user"],
+            "{msgs:#?}"
+        );
+        assert_eq!(msgs[0]["content"], "first", "right after the prompt");
+        assert_eq!(
+            msgs[2]["content"],
+            r#"{"hook":"_SessionStart","server":"todo","text":"open: docs"}"#
+        );
+        assert_eq!(msgs[4]["content"], crate::hooks::SESSION_START_FOLLOW_UP);
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            answer("ok", "stop"),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
+        let injected = |m: &Message| matches!(m, Message::ToolResult { text, .. } if text.contains("_SessionStart"));
+        assert_eq!(
+            sess.transcript
+                .messages
+                .iter()
+                .filter(|m| injected(m))
+                .count(),
+            1
+        );
+        // The second prompt injects nothing new.
+        let mut second = start(&mut parts, &mut sess, "second");
+        second.next_round(&mut sess, &mut parts.cx());
+        parts.drain();
+        assert_eq!(
+            sess.transcript
+                .messages
+                .iter()
+                .filter(|m| injected(m))
+                .count(),
+            1
+        );
+        assert_eq!(sess.prompts, 2);
+    }
+
+    #[test]
+    fn h10_a_first_prompt_cancelled_before_its_first_request_drops_the_texts() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.start_texts = vec![("todo".into(), "open: docs".into())];
+        let mut turn = start(&mut parts, &mut sess, "first");
+        assert_eq!(
+            turn.cancel("cancelled by the client", &mut sess, &mut parts.cx()),
+            Some(TurnEnd::Stopped(StopReason::Cancelled))
+        );
+        let mut second = start(&mut parts, &mut sess, "second");
+        second.next_round(&mut sess, &mut parts.cx());
+        let (_, body) = last_call(&parts.drain());
+        assert!(
+            !body.to_string().contains("_SessionStart"),
+            "never injected into another prompt: {body}"
         );
     }
 }

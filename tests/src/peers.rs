@@ -990,7 +990,7 @@ fn hooks_check_fails_real_fastmcp_hook_mistakes(ctx: &Ctx, _: &Path) {
         (
             "misnamed",
             &[
-                "FAIL: no hook point found (_Stop, _PostCompact)",
+                "FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)",
                 "near misses: _stop (rename it _Stop)",
             ][..],
         ),

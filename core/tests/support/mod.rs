@@ -147,6 +147,11 @@ pub struct ServerSpec {
     /// `Some(line)`: model tool calls are answered with this raw line (without its newline),
     /// `@ID@` replaced by the request id; written as is (invalid UTF-8 stays invalid, C36).
     pub tool_reply_raw: Option<Vec<u8>>,
+    /// Fixed answers of named hooks (e.g. `_SessionStart`), used instead of the script.
+    pub hook_by_name: BTreeMap<String, HookReply>,
+    /// `Some(config)`: the server is also an interceptor server running the core's example
+    /// server with this configuration (`interceptors/list`, `interceptor/invoke`, SPEC X1).
+    pub interceptors: Option<Value>,
 }
 
 impl ServerSpec {
@@ -161,7 +166,23 @@ impl ServerSpec {
             hook_script: VecDeque::new(),
             hook_default: HookReply::now(HookKind::Empty),
             tool_reply_raw: None,
+            hook_by_name: BTreeMap::new(),
+            interceptors: None,
         }
+    }
+
+    /// The hook `hook` always answers `reply` (the script is for the other hooks).
+    #[must_use]
+    pub fn hook_reply(mut self, hook: &str, reply: HookReply) -> Self {
+        self.hook_by_name.insert(hook.to_string(), reply);
+        self
+    }
+
+    /// The server is also an interceptor server with the example server's `config`.
+    #[must_use]
+    pub fn interceptors(mut self, config: Value) -> Self {
+        self.interceptors = Some(config);
+        self
     }
 
     /// Answer model tool calls with `raw` as the result text, byte for byte.
@@ -433,6 +454,18 @@ impl World {
     pub fn eof(&mut self) {
         self.note("<- acp EOF".to_string());
         self.deliver(Input::AcpEof);
+    }
+
+    /// SIGTERM, SIGINT or SIGHUP reaches the agent now (SPEC P1; does not run).
+    pub fn signal(&mut self) {
+        self.note("<- signal".to_string());
+        self.deliver(Input::ShutdownSignal);
+    }
+
+    /// Writing to the client failed now: it is gone (does not run).
+    pub fn client_gone(&mut self) {
+        self.note("<- acp write failed".to_string());
+        self.deliver(Input::AcpWriteFailed);
     }
 
     /// The agent's response to our request `id`, if any.
@@ -770,11 +803,14 @@ impl World {
                 if tool.starts_with('_') {
                     let s = &mut self.servers[i];
                     s.hook_calls += 1;
-                    let r = s
-                        .spec
-                        .hook_script
-                        .pop_front()
-                        .unwrap_or_else(|| s.spec.hook_default.clone());
+                    let r = match s.spec.hook_by_name.get(&tool) {
+                        Some(r) => r.clone(),
+                        None => s
+                            .spec
+                            .hook_script
+                            .pop_front()
+                            .unwrap_or_else(|| s.spec.hook_default.clone()),
+                    };
                     let at = now.plus_ms(r.delay_ms);
                     let line = match r.kind {
                         HookKind::Text(t) => {
@@ -818,6 +854,24 @@ impl World {
                     );
                     let at = now.plus_ms(self.servers[i].spec.tool_delay_ms);
                     self.schedule_mcp(at, proc, &r);
+                }
+            }
+            "interceptors/list" | "interceptor/invoke"
+                if self.servers[i].spec.interceptors.is_some() =>
+            {
+                let config = self.servers[i]
+                    .spec
+                    .interceptors
+                    .clone()
+                    .unwrap_or_default();
+                let server =
+                    buzz_agent_core::interceptor::example_server::ExampleServer::from_config(
+                        &config,
+                    )
+                    .unwrap_or_else(|e| panic!("bad interceptor config: {e}"));
+                if let Some(answer) = server.handle_line(line.as_bytes()) {
+                    let r: Value = serde_json::from_str(&answer).unwrap_or(Value::Null);
+                    self.schedule_mcp(now, proc, &r);
                 }
             }
             other => {
@@ -1021,6 +1075,15 @@ fn summarize_mcp_out(v: &Value) -> String {
                 Some(meta) => format!("#{id} tools/call {name} {} _meta={meta}", p["arguments"]),
                 None => format!("#{id} tools/call {name} {}", p["arguments"]),
             }
+        }
+        (Some(id), Some("interceptor/invoke")) => {
+            let p = &v["params"];
+            format!(
+                "#{id} interceptor/invoke {} {} {}",
+                p["name"].as_str().unwrap_or(""),
+                p["phase"].as_str().unwrap_or(""),
+                p["payload"]
+            )
         }
         (Some(id), Some(m)) => format!("#{id} {m}"),
         (None, Some(m)) => match v.get("params") {

@@ -196,7 +196,7 @@ pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
     // The extras subcommands are listed exactly when the binary has them; without them they
     // are a usage error that says so.
     assert_eq!(
-        h.contains(" hooks check -- ") && h.contains(" demo\n"),
+        h.contains(" hooks check -- ") && h.contains(" demo [--interceptors]\n"),
         ctx.has_extras,
         "{h}"
     );
@@ -463,7 +463,7 @@ pub fn p3_c57_hooks_check_fails_without_a_hook_point_and_names_near_misses(ctx: 
     );
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(
-        out.contains("FAIL: no hook point found (_Stop, _PostCompact)"),
+        out.contains("FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)"),
         "{out}"
     );
     assert!(
@@ -474,7 +474,7 @@ pub fn p3_c57_hooks_check_fails_without_a_hook_point_and_names_near_misses(ctx: 
     let (code, out, err) = hooks_check(ctx, &[("FAKE_MCP_TOOLS", "echo")]);
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(
-        out.contains("FAIL: no hook point found (_Stop, _PostCompact)")
+        out.contains("FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)")
             && out.contains("this server has none"),
         "{out}"
     );

@@ -11,9 +11,11 @@ mod clients;
 mod compaction;
 mod dialect_cases;
 mod hooks;
+mod interceptors;
 mod lifecycle;
 mod mcp;
 mod providers;
+mod session_hooks;
 mod stderr;
 mod tools;
 
@@ -59,6 +61,19 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         hooks::h5_g1_budget_zero_disables_stop_and_reply_guard,
         hooks::h3_meta_carries_point_session_attempt_budget,
         hooks::h4_fail_open_error_iserror_empty_never_object,
+        session_hooks::h10_session_start_goes_right_after_the_first_prompt_and_into_no_other,
+        session_hooks::h10_h4_a_silent_session_start_hook_delays_session_new_by_one_timeout_and_fails_open,
+        session_hooks::h11_session_end_runs_once_at_eof_with_reason_and_prompt_count,
+        session_hooks::h11_p1_sigterm_with_a_silent_session_end_hook_still_exits_in_bound,
+        session_hooks::h11_session_close_runs_session_end_stops_the_servers_and_answers,
+        interceptors::x1_a_denying_validator_stops_a_real_tool_call,
+        interceptors::x1_a_mutator_rewrites_the_arguments_the_server_receives,
+        interceptors::x1_an_audit_validator_only_logs,
+        interceptors::x1_a_crashing_interceptor_blocks_unless_it_fails_open,
+        interceptors::x1_h4_a_silent_interceptor_times_out_closed_and_its_second_timeout_kills_it,
+        interceptors::x1_a4_cancel_mid_chain_cancels_the_invocation,
+        interceptors::x1_interceptor_servers_tools_stay_callable_only_if_they_are_also_ordinary_servers,
+        interceptors::x1_a7_an_allowed_call_still_asks_permission,
         compaction::k1_h7_compaction_summary_then_postcompact_then_live_prompt,
         compaction::h7_empty_postcompact_injects_nothing,
         compaction::h7_postcompact_timeout_goes_on_without_it,
@@ -148,6 +163,10 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         cli::a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads,
         cli::l5_exec_prints_an_llm_error_and_exits_1,
         cli::c1_exec_usage_config_file_and_configuration_errors_exit_2,
+        session_hooks::h10_e2_todo_reinjects_open_items_at_session_start,
+        session_hooks::p3_h10_h11_hooks_check_covers_the_session_points,
+        interceptors::x1_example_server_interceptors_passes_the_list_and_invoke_fixtures_over_stdio,
+        interceptors::x1_p3_demo_interceptors_shows_a_dangerous_call_denied,
     ]
 }
 
@@ -164,6 +183,7 @@ pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
         hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
         hooks::h3_four_hook_servers_run_concurrently,
         hooks::h4_fail_open_error_iserror_empty_never_object,
+        session_hooks::h10_session_start_goes_right_after_the_first_prompt_and_into_no_other,
         compaction::k1_h7_compaction_summary_then_postcompact_then_live_prompt,
         compaction::h7_empty_postcompact_injects_nothing,
         compaction::l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery,
