@@ -460,7 +460,8 @@ mod tests {
         assert_eq!(sent[0]["method"], "tools/call");
         assert_eq!(
             sent[0]["params"],
-            json!({"name": "write", "arguments": {"note": "SHIP IT"}})
+            json!({"name": "write", "arguments": {"note": "SHIP IT"},
+                "_meta": {"progressToken": "tc_1"}})
         );
     }
 

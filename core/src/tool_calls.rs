@@ -342,8 +342,15 @@ impl ToolBatch {
             None => {
                 let id = cx.ids.next_permission();
                 let session_id = self.session.to_string();
+                let (title, kind) = c
+                    .route
+                    .as_ref()
+                    .map_or((c.call.name.as_str(), "other"), |r| {
+                        (r.title.as_str(), r.kind)
+                    });
                 let params =
-                    crate::acp::permission_params(&session_id, &c.acp_id, &c.call.name, &c.args);
+                    crate::acp::permission_params(&session_id, &c.acp_id, title, kind, &c.args);
+                let what = format!("{title} ({})", c.acp_id);
                 cx.permissions.insert(
                     id,
                     PermissionRequest {
@@ -351,6 +358,8 @@ impl ToolBatch {
                         turn: self.turn,
                         index,
                     },
+                    what,
+                    cx.out.now(),
                     cx.out.now().plus_ms(cx.cfg.permission_timeout_ms),
                     cx.timers,
                 );
