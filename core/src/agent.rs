@@ -5,15 +5,18 @@
 //! The sub-machines, each a type in its own file that never sees the agent: [`ServerTable`]
 //! (`mcp.rs`), [`Turn`] (`turn.rs`) with its tool batch (`tool_calls.rs`), LLM attempts
 //! (`llm_call.rs`), `_Stop` gate and hook rounds (`hooks.rs`) and compactor
-//! (`compaction.rs`), [`Permissions`] (`permissions.rs`) and [`Shutdown`] (`shutdown.rs`).
-//! Sessions (`session.rs`) and their transcripts (`transcript.rs`) are the stores they work
-//! on.
+//! (`compaction.rs`), [`Permissions`] (`permissions.rs`), [`Shutdown`] (`shutdown.rs`) and
+//! the [`SessionStore`] (`store.rs`, SPEC A9: transcripts on disk, `session/load`,
+//! `session/list`). Sessions (`session.rs`) and their transcripts (`transcript.rs`) are the
+//! stores they work on.
 
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
 use crate::cx::Cx;
 use crate::hooks::HookOutcome;
-use crate::ids::{IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId};
+use crate::ids::{
+    IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
+};
 use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
 use crate::llm_call::LlmCalls;
@@ -22,6 +25,7 @@ use crate::outbox::Outbox;
 use crate::permissions::{PermissionRequest, Permissions};
 use crate::session::Session;
 use crate::shutdown::{Shutdown, ShutdownAction};
+use crate::store::{SessionStore, StoreEvent};
 use crate::time::MonoTime;
 use crate::timers::{ServerTimer, Stage, Timer, TimerKey, TimerTable};
 use crate::tools::ToolOutput;
@@ -44,13 +48,41 @@ pub struct Agent {
     sessions: BTreeMap<SessionId, Session>,
     /// The running turn of each session that has one.
     turns: BTreeMap<SessionId, Turn>,
-    next_session: u64,
+    /// Where new session ids come from (SPEC A9: random).
+    session_ids: SessionIds,
+    /// Transcripts on disk (SPEC A9).
+    store: SessionStore,
     servers: ServerTable,
     llm: LlmCalls,
     permissions: Permissions,
     ids: IdCounters,
     /// `Some` once shutting down (SPEC P1).
     shutdown: Option<Shutdown>,
+}
+
+/// Test support (the `testing` feature): what a session holds, to compare a session before
+/// and after a `session/load` (SPEC A9).
+#[cfg(feature = "testing")]
+impl Agent {
+    /// Session `id`'s conversation as JSON: `{"messages": [...] (the transcript record form),
+    /// "lastInputTokens", "usageMark", "callsIssued", "model", "remembered"}`; `None` for an unknown or
+    /// starting session.
+    #[must_use]
+    pub fn session_state_for_tests(&self, id: &str) -> Option<Value> {
+        let sess = self
+            .sessions
+            .get(&SessionId::parse(id)?)
+            .filter(|s| s.starting.is_none())?;
+        let t = &sess.transcript;
+        Some(json!({
+            "messages": t.messages().iter().map(crate::record::message_to_json).collect::<Vec<Value>>(),
+            "lastInputTokens": t.last_input_tokens,
+            "usageMark": t.usage_mark,
+            "callsIssued": t.calls_issued(),
+            "model": sess.model_override,
+            "remembered": sess.remembered,
+        }))
+    }
 }
 
 impl Agent {
@@ -80,6 +112,8 @@ impl Agent {
             out.log(LogLevel::Info, message);
         }
         let version = env!("CARGO_PKG_VERSION").to_string();
+        let session_ids = SessionIds::new(config.session_id_seed);
+        let store = SessionStore::new(&config.state_dir);
         Agent {
             servers: ServerTable::new(config.mcp_init_timeout_ms, version.clone()),
             llm: LlmCalls::new(config.seed),
@@ -91,7 +125,8 @@ impl Agent {
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
             turns: BTreeMap::new(),
-            next_session: 1,
+            session_ids,
+            store,
             permissions: Permissions::default(),
             ids: IdCounters::default(),
             shutdown: None,
@@ -199,6 +234,13 @@ impl Agent {
                     });
                 }
             }
+            Input::Transcript { file, event } => {
+                let events = self.store.on_file_event(file, event, &mut self.out);
+                self.route_store(events);
+            }
+            Input::TranscriptList { request, entries } => {
+                self.store.on_list(request, entries, &mut self.out);
+            }
         }
         self.after_step();
     }
@@ -255,6 +297,8 @@ impl Agent {
     /// move on.
     fn after_step(&mut self) {
         self.run_ready_turns();
+        // SPEC A9: what this step made final is recorded now (one append per session).
+        self.store.sync_all(&mut self.sessions, &mut self.out);
         self.check_shutdown_progress();
     }
 
@@ -357,11 +401,18 @@ impl Agent {
             return;
         }
         match method {
-            "initialize" => match crate::acp::initialize_result(&params, &self.version.clone()) {
+            "initialize" => match crate::acp::initialize_result(
+                &params,
+                &self.version.clone(),
+                self.store.is_on(),
+            ) {
                 Ok(r) => self.reply_ok(&id, &r),
                 Err(m) => self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
             },
             "session/new" => self.on_session_new(id, &params),
+            "session/load" => self.on_session_load(id, &params, true),
+            "session/resume" => self.on_session_load(id, &params, false),
+            "session/list" => self.on_session_list(id, &params),
             "session/prompt" => self.on_prompt(id, &params),
             "session/cancel" => {
                 self.on_cancel(&params);
@@ -437,8 +488,7 @@ impl Agent {
             );
             return;
         }
-        let sid = SessionId(self.next_session);
-        self.next_session += 1;
+        let sid = self.session_ids.next_id();
         let mut slots = Vec::with_capacity(spec.servers.len());
         for entry in &spec.servers {
             let slot = self.servers.create(sid, &spec.cwd, entry);
@@ -446,6 +496,7 @@ impl Agent {
         }
         self.sessions
             .insert(sid, Session::new(sid, slots.clone(), &id));
+        self.store.on_new(sid, &spec.cwd);
         self.log(
             LogLevel::Info,
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
@@ -468,28 +519,223 @@ impl Agent {
         let Some(rpc) = sess.starting.clone() else {
             return;
         };
+        let loading = self.store.is_loading(sid);
         match self.servers.start_state(&sess.servers) {
             StartState::Waiting => {}
             StartState::Failed(reason) => {
-                let slots = sess.servers.clone();
-                self.sessions.remove(&sid);
-                for slot in slots {
-                    self.servers.stop(
-                        slot,
-                        "session start failed",
-                        &mut self.out,
-                        &mut self.timers,
-                    );
-                }
-                self.log(LogLevel::Error, format!("session/new failed: {reason}"));
-                self.reply_err(Some(&rpc), jsonrpc::RpcError::SERVER_ERROR, reason, None);
+                let method = if loading {
+                    "session/load"
+                } else {
+                    "session/new"
+                };
+                self.log(LogLevel::Error, format!("{method} failed: {reason}"));
+                self.abandon_start(sid, jsonrpc::RpcError::SERVER_ERROR, reason);
             }
+            // SPEC A9: the servers of a stored session are up; now its transcript is read.
+            StartState::Ready if loading => self.store.read(sid, &mut self.out),
             StartState::Ready => {
                 if let Some(sess) = self.sessions.get_mut(&sid) {
                     sess.starting = None;
                 }
                 self.reply_ok(&rpc, &json!({"sessionId": sid.to_string()}));
             }
+        }
+    }
+
+    /// A starting session failed (a server, or its transcript): forget it, stop its servers,
+    /// close its file and answer its request with `code` and `message`.
+    fn abandon_start(&mut self, sid: SessionId, code: i64, message: String) {
+        let Some(sess) = self.sessions.remove(&sid) else {
+            return;
+        };
+        for slot in sess.servers {
+            self.servers.stop(
+                slot,
+                "session start failed",
+                &mut self.out,
+                &mut self.timers,
+            );
+        }
+        self.store.close(sid, &mut self.out);
+        if let Some(rpc) = sess.starting {
+            self.reply_err(
+                Some(&rpc),
+                code,
+                message,
+                Some(json!({"sessionId": sid.to_string()})),
+            );
+        }
+    }
+
+    /// `session/load` (`replay`) or `session/resume` (SPEC A9): open the stored session's
+    /// transcript (and lock it), start its servers (SPEC A2), read the transcript back —
+    /// replaying it as `session/update`s for a load — then answer. Refused when sessions are
+    /// not saved, for an id this agent could not have written (never a path), and for a
+    /// session already open in this agent (its running turn keeps its budgets, SPEC I2).
+    fn on_session_load(&mut self, id: RpcId, params: &Value, replay: bool) {
+        let method = if replay {
+            "session/load"
+        } else {
+            "session/resume"
+        };
+        if !self.store.is_on() {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::METHOD_NOT_FOUND,
+                format!(
+                    "{method}: sessions are not saved by this agent (BUZZ_AGENT_STATE_DIR=off)"
+                ),
+                None,
+            );
+        }
+        let named = match crate::acp::string_field(params, method, "sessionId") {
+            Ok(s) => s.to_owned(),
+            Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        let Some(sid) = SessionId::parse(&named) else {
+            let shown = crate::text::utf8_prefix(&named, 200);
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                format!(
+                    "{method}: sessionId {shown:?} is not a session id of this agent (sess_ and 32 hex digits)"
+                ),
+                Some(json!({"field": "sessionId"})),
+            );
+        };
+        if self.sessions.contains_key(&sid) {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                format!("{method}: session {sid} is already open in this agent"),
+                Some(json!({"sessionId": named})),
+            );
+        }
+        let spec = match crate::acp::decode_session_setup(params, method) {
+            Ok(s) => s,
+            Err((m, data)) => {
+                return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, Some(data));
+            }
+        };
+        if let Some(max) = self.cfg.max_sessions
+            && self.sessions.len() >= max
+        {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::SERVER_ERROR,
+                format!("too many sessions: BUZZ_AGENT_MAX_SESSIONS={max}"),
+                None,
+            );
+        }
+        let slots: Vec<ServerSlot> = spec
+            .servers
+            .iter()
+            .map(|entry| self.servers.create(sid, &spec.cwd, entry))
+            .collect();
+        let mut sess = Session::new(sid, slots, &id);
+        sess.starting = Some(id);
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: {} with {} MCP server(s) from {}",
+                if replay { "loading" } else { "resuming" },
+                sess.servers.len(),
+                self.store.path_of(sid)
+            ),
+        );
+        self.sessions.insert(sid, sess);
+        self.store.begin_load(sid, &spec.cwd, replay, &mut self.out);
+    }
+
+    /// What the store reports about loads (SPEC A9).
+    fn route_store(&mut self, events: Vec<StoreEvent>) {
+        for event in events {
+            match event {
+                StoreEvent::Opened(sid) => {
+                    // The transcript is ours: start the servers, then read it.
+                    let slots = self
+                        .sessions
+                        .get(&sid)
+                        .map(|s| s.servers.clone())
+                        .unwrap_or_default();
+                    if slots.is_empty() {
+                        self.store.read(sid, &mut self.out);
+                    }
+                    for slot in slots {
+                        self.servers.spawn(slot, &mut self.out);
+                    }
+                }
+                StoreEvent::Loaded(sid, restored) => {
+                    let Some(sess) = self.sessions.get_mut(&sid) else {
+                        continue;
+                    };
+                    sess.transcript = restored.transcript;
+                    sess.model_override = restored.model;
+                    sess.remembered = restored.remembered;
+                    // L10: a DeepSeek-style server's history keeps it one after a restart.
+                    if sess.transcript.messages().iter().any(|m| {
+                        matches!(m, crate::llm::Message::Assistant { reasoning, .. }
+                            if reasoning.contains(&crate::llm::ReasoningBlock::ChatField(
+                                crate::llm::ChatReasoningField::ReasoningContent)))
+                    }) {
+                        self.llm.learned.reasoning_content = true;
+                    }
+                    if let Some(rpc) = sess.starting.take() {
+                        self.reply_ok(&rpc, &json!({}));
+                    }
+                }
+                StoreEvent::LoadFailed {
+                    session,
+                    code,
+                    message,
+                } => {
+                    self.log(LogLevel::Error, message.clone());
+                    self.abandon_start(session, code, message);
+                }
+            }
+        }
+    }
+
+    /// `session/list` (SPEC A9): the saved sessions, newest first, a page at a time,
+    /// optionally only those of one `cwd`.
+    fn on_session_list(&mut self, id: RpcId, params: &Value) {
+        if !self.store.is_on() {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::METHOD_NOT_FOUND,
+                "session/list: sessions are not saved by this agent (BUZZ_AGENT_STATE_DIR=off)"
+                    .into(),
+                None,
+            );
+        }
+        let optional = |field: &str| -> Result<Option<String>, String> {
+            match params.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(format!("session/list: {field} must be a string")),
+            }
+        };
+        let (cwd, cursor) = match (optional("cwd"), optional("cursor")) {
+            (Ok(cwd), Ok(cursor)) => (cwd, cursor),
+            (Err(m), _) | (_, Err(m)) => {
+                return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+            }
+        };
+        if let Some(cwd) = &cwd
+            && !cwd.starts_with('/')
+        {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                "session/list: cwd must be an absolute path".into(),
+                Some(json!({"cwd": cwd})),
+            );
+        }
+        if let Err(m) = self
+            .store
+            .list(id.clone(), cwd, cursor.as_deref(), &mut self.out)
+        {
+            self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
         }
     }
 
@@ -514,6 +760,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         if let Some(end) = step(turn, sess, &mut cx) {
             self.end_turn(sid, end);
@@ -573,6 +820,9 @@ impl Agent {
         let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
+        // SPEC A9: what came before is recorded first, then the prompt the client sent.
+        self.store.sync(sess);
+        self.store.on_prompt(sid, &text);
         let mut cx = Cx {
             cfg: &self.cfg,
             out: &mut self.out,
@@ -581,6 +831,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         let turn = Turn::start(no, rpc, text, sess, &mut cx);
         self.turns.insert(sid, turn);
@@ -593,6 +844,16 @@ impl Agent {
             return;
         };
         self.timers.clear_turn(sid);
+        if let Some(sess) = self.sessions.get_mut(&sid) {
+            self.store.sync(sess);
+        }
+        match &end {
+            TurnEnd::Stopped(reason) => {
+                self.store
+                    .on_turn_end(sid, Some(reason.as_str()), turn.meta());
+            }
+            TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
+        }
         let queued = self.sessions.get_mut(&sid).and_then(|s| s.queued.take());
         match end {
             TurnEnd::Stopped(reason) => {
@@ -890,6 +1151,9 @@ impl Agent {
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for sid in sids {
             let starting = self.sessions.get_mut(&sid).and_then(|s| s.starting.take());
+            if self.store.is_loading(sid) {
+                self.store.close(sid, &mut self.out);
+            }
             if let Some(rpc) = starting {
                 self.reply_err(
                     Some(&rpc),

@@ -457,21 +457,19 @@ pub(crate) fn append_injections(
     for (k, (server, text)) in texts.iter().enumerate() {
         let n = transcript.next_call_no();
         let [call, result] = injection_pair(point, server, text, n);
-        let history = &mut transcript.messages;
         let joins = k == 0
-            && matches!(history.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
-        match (call, history.last_mut()) {
-            (
-                Message::Assistant { tool_calls, .. },
-                Some(Message::Assistant {
-                    tool_calls: answer, ..
-                }),
-            ) if joins => {
-                answer.extend(tool_calls);
-            }
-            (call, _) => history.push(call),
+            && matches!(transcript.messages().last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
+        if joins
+            && let Message::Assistant { tool_calls, .. } = &call
+            && let Some(Message::Assistant {
+                tool_calls: answer, ..
+            }) = transcript.last_mut()
+        {
+            answer.extend(tool_calls.iter().cloned());
+        } else {
+            transcript.push(call);
         }
-        history.push(result);
+        transcript.push(result);
     }
 }
 
@@ -700,7 +698,7 @@ mod tests {
     #[test]
     fn c61_the_first_injection_joins_the_answer_that_ends_the_history() {
         let mut transcript = Transcript::default();
-        transcript.messages = vec![
+        transcript.extend(vec![
             Message::User {
                 text: "fix it".into(),
             },
@@ -710,13 +708,13 @@ mod tests {
                 reasoning: vec![],
                 tool_calls: vec![],
             },
-        ];
+        ]);
         append_injections(
             &mut transcript,
             HookPoint::Stop,
             &[("guard".into(), "tests fail".into())],
         );
-        let history = &transcript.messages;
+        let history = transcript.messages();
         assert_eq!(history.len(), 3);
         let Message::Assistant {
             text, tool_calls, ..

@@ -145,11 +145,13 @@ mod openai_responses;
 mod outbox;
 mod permissions;
 mod provider;
+mod record;
 mod request;
 mod session;
 mod shutdown;
 mod sse;
 mod sse_stream;
+mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod text;
@@ -162,8 +164,11 @@ mod turn;
 
 pub use agent::Agent;
 pub use config::Config;
-pub use ids::{LlmCallId, ProcKey, ServerSlot};
-pub use io::{Action, Input, LlmEvent, LogRecord, Signal, SpawnSpec};
+pub use ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
+pub use io::{
+    Action, Input, LlmEvent, LogRecord, OpenMode, Signal, SpawnSpec, TRANSCRIPT_HEAD_BYTES,
+    TranscriptEntry, TranscriptError, TranscriptEvent,
+};
 pub use llm::HttpRequest;
 pub use mcp::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION};
 pub use time::MonoTime;

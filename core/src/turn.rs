@@ -123,9 +123,7 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) -> Turn {
-        sess.transcript
-            .messages
-            .push(Message::User { text: text.clone() });
+        sess.transcript.push(Message::User { text: text.clone() });
         Turn {
             rpc,
             no,
@@ -238,10 +236,7 @@ impl Turn {
         let model = sess.model(&cx.cfg.model).to_string();
         let summary_messages;
         let (system, messages) = match purpose {
-            CallPurpose::Round => (
-                cx.cfg.system_prompt.as_deref(),
-                &sess.transcript.messages[..],
-            ),
+            CallPurpose::Round => (cx.cfg.system_prompt.as_deref(), sess.transcript.messages()),
             CallPurpose::Summary => {
                 summary_messages = compaction::summary_messages(
                     &sess.transcript,
@@ -600,7 +595,7 @@ impl Turn {
             stop,
             ..
         } = resp;
-        let history = &mut sess.transcript.messages;
+        let history = &mut sess.transcript;
         match stop {
             StopKind::Refusal => {
                 if !text.is_empty() {
@@ -714,7 +709,7 @@ impl Turn {
         let Phase::Tools(batch) = std::mem::replace(&mut self.phase, Phase::Ready) else {
             return None;
         };
-        sess.transcript.messages.extend(batch.into_results());
+        sess.transcript.extend(batch.into_results());
         self.cancelled
             .then_some(TurnEnd::Stopped(StopReason::Cancelled))
     }
@@ -885,11 +880,12 @@ fn emit_deltas(purpose: CallPurpose, deltas: Vec<StreamDelta>, sess: &Session, c
     }
     let sid = sess.id.to_string();
     for d in deltas {
-        let update = match &d {
-            StreamDelta::Text(t) => chunk_update("agent_message_chunk", t),
-            StreamDelta::Thought(t) => chunk_update("agent_thought_chunk", t),
+        let (kind, text) = match &d {
+            StreamDelta::Text(t) => ("agent_message_chunk", t),
+            StreamDelta::Thought(t) => ("agent_thought_chunk", t),
         };
-        cx.out.send_update(&sid, &update);
+        cx.out.send_update(&sid, &chunk_update(kind, text));
+        cx.store.on_chunk(sess.id, kind, text);
     }
 }
 
@@ -997,11 +993,7 @@ mod tests {
         let chunk = &Parts::acp_lines(&actions)[0]["params"]["update"];
         assert_eq!(chunk["content"]["text"], "Hi!");
         assert_eq!(turn.meta()["buzz"]["rounds"], 1);
-        assert_eq!(
-            sess.transcript.messages.len(),
-            2,
-            "the prompt and the answer"
-        );
+        assert_eq!(sess.transcript.len(), 2, "the prompt and the answer");
         assert_eq!(parts.timers.next(), None, "no timer outlives the call");
     }
 
@@ -1038,7 +1030,7 @@ mod tests {
         assert_eq!(end, None);
         assert!(turn.is_ready(), "another round");
         assert_eq!(turn.meta()["buzz"]["stopObjections"], 1);
-        let Some(Message::ToolResult { text, .. }) = sess.transcript.messages.last() else {
+        let Some(Message::ToolResult { text, .. }) = sess.transcript.messages().last() else {
             panic!("the injection ends the history");
         };
         assert_eq!(
@@ -1119,7 +1111,7 @@ mod tests {
             );
             assert_eq!(end, expected);
         }
-        assert!(sess.transcript.messages.contains(&Message::User {
+        assert!(sess.transcript.messages().contains(&Message::User {
             text: MAX_TOKENS_NUDGE.into()
         }));
     }
@@ -1159,7 +1151,7 @@ mod tests {
         let mut parts = Parts::new();
         parts.cfg.max_context_tokens = 1000;
         let mut sess = session(&mut parts, &[("mem", &["_PostCompact"])]);
-        sess.transcript.messages.push(Message::User {
+        sess.transcript.push(Message::User {
             text: "x".repeat(950),
         });
         let mut turn = start(&mut parts, &mut sess, "continue");
@@ -1201,7 +1193,7 @@ mod tests {
         );
         let kinds: Vec<&str> = sess
             .transcript
-            .messages
+            .messages()
             .iter()
             .map(|m| match m {
                 Message::User { .. } => "user",
