@@ -593,14 +593,16 @@ impl Agent {
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
         let Some(sid) = SessionId::parse(&named) else {
+            // C03: an unknown session is -32002 wherever it is named; this one cannot even be a
+            // file name of the state directory, so nothing is looked up.
             let shown = crate::text::utf8_prefix(&named, 200);
             return self.reply_err(
                 Some(&id),
-                jsonrpc::RpcError::INVALID_PARAMS,
+                jsonrpc::RpcError::RESOURCE_NOT_FOUND,
                 format!(
-                    "{method}: sessionId {shown:?} is not a session id of this agent (sess_ and 32 hex digits)"
+                    "session not found: {shown:?} is not a session id of this agent (sess_ and 32 hex digits)"
                 ),
-                Some(json!({"field": "sessionId"})),
+                Some(json!({"sessionId": named})),
             );
         };
         if self.sessions.contains_key(&sid) {

@@ -93,6 +93,7 @@ impl Transcript {
     }
 
     /// The highest tool-call number handed out (0: none).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn calls_issued(&self) -> u64 {
         self.calls_issued
     }

@@ -7,6 +7,7 @@ use crate::children::Children;
 use crate::http;
 use crate::log::Log;
 use crate::runtime::{InputSender, ReadPipe, Runtime, WritePipe};
+use crate::store::Store;
 use crate::util::{Either, race};
 use buzz_agent_core::config::LogLevel;
 use buzz_agent_core::{Action, Agent, Config, Input, LlmCallId, LogRecord, MonoTime};
@@ -27,6 +28,8 @@ const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// How long the last log lines may take to reach stderr before the process exits anyway (a
 /// stderr nobody reads must not hold up the exit, SPEC P1).
 const FINAL_LOG_FLUSH: Duration = Duration::from_millis(500);
+/// How long the session transcripts' last appends may take at exit (SPEC A9).
+const FINAL_STORE_FLUSH: Duration = Duration::from_secs(5);
 
 /// Runs the agent with `config` on the runtime `rt` until the core asks to exit; returns the
 /// exit status. Call it from inside the runtime (`block_on`); the caller then exits the process
@@ -67,6 +70,7 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
     }
 
     let mut children = Children::default();
+    let mut store = Store::new(&agent.config().state_dir, tx.clone());
     let mut llm: BTreeMap<LlmCallId, Arc<AtomicBool>> = BTreeMap::new();
     // Inputs that executing an action produced at once (a spawn's result), handled before
     // anything from the channel so that they precede what the new tasks report.
@@ -97,6 +101,16 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
                 }
                 Action::Log(record) => log.write(record.render(log_format)),
                 Action::Exit { code } => exit_code = code,
+                transcript @ (Action::OpenTranscript { .. }
+                | Action::ReadTranscript { .. }
+                | Action::AppendTranscript { .. }
+                | Action::TruncateTranscript { .. }
+                | Action::CloseTranscript { .. }
+                | Action::ListTranscripts { .. }) => {
+                    if let Some(failed) = store.start(transcript) {
+                        immediate.push_back(failed);
+                    }
+                }
             }
         }
         // One wake-up of the log writer per turn, however many lines the turn logged.
@@ -132,6 +146,7 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
         let _ = written_rx.recv().await;
     };
     race(flushed, R::sleep_until(Instant::now() + FINAL_FLUSH)).await;
+    store.finish(FINAL_STORE_FLUSH);
     log.flush(FINAL_LOG_FLUSH);
     exit_code
 }

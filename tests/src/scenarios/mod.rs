@@ -13,6 +13,7 @@ mod hooks;
 mod lifecycle;
 mod mcp;
 mod providers;
+mod sessions;
 mod stderr;
 mod tools;
 
@@ -116,6 +117,15 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
         stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
+        sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
+        sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
+        sessions::a9_session_list_pages_newest_first_with_a_cwd_filter,
+        sessions::a9_path_traversal_and_unknown_ids_are_refused_and_nothing_is_touched,
+        sessions::a9_a_torn_last_line_is_ignored_with_a_warning_and_cut_off,
+        sessions::a9_a_second_agent_loading_an_open_session_is_refused,
+        sessions::a9_an_unparseable_transcript_is_32000_naming_file_and_line_and_left_alone,
+        sessions::a9_session_resume_continues_without_replay,
+        sessions::a9_state_dir_off_saves_nothing_and_the_default_follows_xdg,
     ]
 }
 
