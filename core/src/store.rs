@@ -1142,3 +1142,494 @@ impl Loader {
         repairs
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LogLevel;
+    use crate::time::MonoTime;
+
+    const SID: SessionId = SessionId(1);
+
+    fn store() -> SessionStore {
+        SessionStore::new(&StateDir::Dir("/state".into()))
+    }
+
+    fn out() -> Outbox {
+        Outbox::new(LogLevel::Debug, MonoTime::ZERO)
+    }
+
+    fn session() -> Session {
+        let mut s = Session::new(SID, Vec::new(), &RpcId::Num(1.into()));
+        s.starting = None;
+        s
+    }
+
+    fn drain(out: &mut Outbox) -> Vec<Action> {
+        std::iter::from_fn(|| out.pop()).collect()
+    }
+
+    /// The records appended by `actions`, as `type` names (and the file actions as `open`).
+    fn written(actions: &[Action]) -> Vec<String> {
+        let mut kinds = Vec::new();
+        for a in actions {
+            match a {
+                Action::OpenTranscript { name, mode, .. } => {
+                    kinds.push(format!("open {name} {mode:?}"));
+                }
+                Action::AppendTranscript { bytes, .. } => {
+                    for line in String::from_utf8_lossy(bytes).lines() {
+                        let v: Value = serde_json::from_str(line).unwrap_or_default();
+                        kinds.push(v["type"].as_str().unwrap_or("?").to_owned());
+                    }
+                }
+                other => kinds.push(format!("{other:?}")),
+            }
+        }
+        kinds
+    }
+
+    fn user(t: &str) -> Message {
+        Message::User { text: t.into() }
+    }
+
+    /// The `result` of the last response written.
+    fn last_result(out: &mut Outbox) -> Value {
+        drain(out)
+            .iter()
+            .rev()
+            .find_map(|a| match a {
+                Action::WriteAcp(l) => serde_json::from_str::<Value>(l).ok(),
+                _ => None,
+            })
+            .map(|v| v["result"].clone())
+            .unwrap_or_default()
+    }
+
+    fn answer(t: &str, calls: &[&str]) -> Message {
+        Message::Assistant {
+            text: t.into(),
+            thinking: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: calls
+                .iter()
+                .map(|id| ToolCall {
+                    id: (*id).into(),
+                    name: "fs__read".into(),
+                    arguments: "{}".into(),
+                })
+                .collect(),
+        }
+    }
+
+    fn result(id: &str) -> Message {
+        Message::ToolResult {
+            call_id: id.into(),
+            name: "fs__read".into(),
+            text: "ok".into(),
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn a9_nothing_is_written_before_the_first_prompt_whose_first_line_titles_the_file() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        s.model_override = Some("m2".into());
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert!(drain(&mut o).is_empty(), "no prompt, no file");
+        st.on_prompt(SID, "\n  Fix the parser  \nthen test");
+        s.transcript.push(user("Fix the parser"));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        let actions = drain(&mut o);
+        assert_eq!(
+            written(&actions),
+            ["open sess_1.jsonl Create", "session", "model", "update", "message"]
+        );
+        let Some(Action::AppendTranscript { bytes, .. }) = actions.get(1) else {
+            panic!("an append");
+        };
+        let head: Value = serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap_or(&[]))
+            .unwrap_or_default();
+        assert_eq!(head["title"], "Fix the parser");
+        assert_eq!(head["cwd"], "/w");
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert!(drain(&mut o).is_empty(), "nothing new, nothing written");
+    }
+
+    #[test]
+    fn a9_streamed_text_is_one_record_per_run_written_with_its_message() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "hi");
+        s.transcript.push(user("hi"));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        drain(&mut o);
+        for piece in ["Hel", "lo"] {
+            st.on_chunk(SID, "agent_message_chunk", piece);
+            st.sync(&mut s);
+            st.flush(SID, &mut o);
+            assert!(drain(&mut o).is_empty(), "a stream is not written piece by piece");
+        }
+        st.on_chunk(SID, "agent_thought_chunk", "hmm");
+        s.transcript.push(answer("Hello", &[]));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        let actions = drain(&mut o);
+        assert_eq!(written(&actions), ["update", "update", "message"]);
+        let Some(Action::AppendTranscript { bytes, .. }) = actions.first() else {
+            panic!("an append");
+        };
+        let text = String::from_utf8_lossy(bytes);
+        assert!(text.contains(r#""text":"Hello","type":"text"},"sessionUpdate":"agent_message_chunk""#), "{text}");
+    }
+
+    #[test]
+    fn a9_a_change_in_place_is_a_rewind_to_the_unchanged_prefix() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "hi");
+        s.transcript.extend([user("hi"), answer("Done.", &[])]);
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        drain(&mut o);
+        // A `_Stop` objection joins the answer (SPEC L10): the answer is rewritten.
+        crate::hooks::append_injections(
+            &mut s.transcript,
+            crate::hooks::HookPoint::Stop,
+            &[("guard".into(), "no".into())],
+        );
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        let actions = drain(&mut o);
+        assert_eq!(written(&actions), ["rewind", "message", "message"]);
+        let Some(Action::AppendTranscript { bytes, .. }) = actions.first() else {
+            panic!("an append");
+        };
+        assert!(String::from_utf8_lossy(bytes).starts_with(r#"{"v":1,"type":"rewind","keep":1}"#));
+        // A compaction replaces everything: a rewind to nothing, and the usage it forgot.
+        s.transcript.record_usage(900);
+        let all = s.transcript.take_messages();
+        s.transcript.replace(vec![user("summary"), all[0].clone()]);
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert_eq!(
+            written(&drain(&mut o)),
+            ["rewind", "message", "message"],
+            "the usage went from 0 to 900 and back within the step: nothing to record"
+        );
+    }
+
+    #[test]
+    fn a9_results_recorded_as_they_come_are_not_written_again_with_the_batch() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "go");
+        s.transcript.extend([user("go"), answer("", &["a", "b"])]);
+        let calls = [
+            ToolCall {
+                id: "a".into(),
+                name: "fs__read".into(),
+                arguments: "{}".into(),
+            },
+            ToolCall {
+                id: "b".into(),
+                name: "fs__read".into(),
+                arguments: "{}".into(),
+            },
+        ];
+        let update = json!({"sessionUpdate": "tool_call"});
+        let announced: Vec<AnnouncedCall<'_>> = calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| AnnouncedCall {
+                index,
+                acp_id: if index == 0 { "tc_1" } else { "tc_2" },
+                call,
+                update: &update,
+            })
+            .collect();
+        st.on_tool_calls(&mut s, &announced);
+        let ok = ToolOutput {
+            text: "ok".into(),
+            is_error: false,
+        };
+        st.on_tool_result(SID, 1, "tc_2", &calls[1], &ok, false);
+        st.on_tool_result(SID, 0, "tc_1", &calls[0], &ok, false);
+        s.transcript.extend([result("a"), result("b")]);
+        s.transcript.push(answer("Both read.", &[]));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert_eq!(
+            written(&drain(&mut o)),
+            [
+                "open sess_1.jsonl Create",
+                "session",
+                "update",
+                "message",
+                "message",
+                "tool_call",
+                "tool_call",
+                "tool_result",
+                "tool_result",
+                "message"
+            ],
+            "the results are written once, as they came"
+        );
+    }
+
+    #[test]
+    fn a9_a_failed_write_stops_recording_with_one_error_and_the_session_goes_on() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "go");
+        s.transcript.push(user("go"));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        let file = drain(&mut o)
+            .iter()
+            .find_map(|a| match a {
+                Action::OpenTranscript { file, .. } => Some(*file),
+                _ => None,
+            })
+            .unwrap_or(TranscriptId(0));
+        let failed = TranscriptEvent::Failed(TranscriptError::Io("No space left on device".into()));
+        assert!(st.on_file_event(file, failed.clone(), &mut o).is_empty());
+        let actions = drain(&mut o);
+        assert!(actions.contains(&Action::CloseTranscript { file }));
+        let logs: Vec<&str> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Log(r) => Some(r.message.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            logs,
+            ["session sess_1: cannot write its transcript /state/sess_1.jsonl: No space left on device; the session goes on without being saved"]
+        );
+        st.on_file_event(file, failed, &mut o);
+        s.transcript.push(answer("more", &[]));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert!(drain(&mut o).is_empty(), "no more writes, no second error");
+    }
+
+    /// The lines of a small transcript: a prompt, a tool round, an answer.
+    fn sample_file() -> Vec<u8> {
+        let recs = [
+            Record::Session {
+                session_id: "sess_1".into(),
+                cwd: "/w".into(),
+                title: "go".into(),
+            },
+            Record::Update(crate::acp::chunk_update("user_message_chunk", "go")),
+            Record::Message(user("go")),
+            Record::Message(answer("", &["a"])),
+            Record::ToolCall {
+                index: 0,
+                tool_call_id: "tc_1".into(),
+                call_id: "a".into(),
+                name: "fs__read".into(),
+                update: json!({"sessionUpdate": "tool_call", "toolCallId": "tc_1"}),
+            },
+            Record::ToolResult {
+                index: 0,
+                tool_call_id: Some("tc_1".into()),
+                call_id: "a".into(),
+                name: "fs__read".into(),
+                text: "ok".into(),
+                is_error: false,
+                failed: false,
+            },
+            Record::Message(answer("Done.", &[])),
+            Record::Usage {
+                input_tokens: 42,
+                mark: 3,
+            },
+            Record::Permission {
+                tool: "fs__read".into(),
+                allow: true,
+            },
+        ];
+        recs.iter().map(Record::to_line).collect::<String>().into_bytes()
+    }
+
+    /// Runs a load of `SID` through its phases with `bytes` fed in `chunk`-byte pieces.
+    fn load(bytes: &[u8], chunk: usize) -> (Vec<StoreEvent>, Vec<Action>) {
+        let (events, actions, _) = load_keeping(bytes, chunk);
+        (events, actions)
+    }
+
+    /// [`load`], also giving the store.
+    fn load_keeping(bytes: &[u8], chunk: usize) -> (Vec<StoreEvent>, Vec<Action>, SessionStore) {
+        let (mut st, mut o) = (store(), out());
+        st.begin_load(SID, "/w", true, &mut o);
+        let file = TranscriptId(1);
+        assert_eq!(
+            drain(&mut o),
+            [Action::OpenTranscript {
+                file,
+                name: "sess_1.jsonl".into(),
+                mode: OpenMode::Existing
+            }]
+        );
+        let ev = st.on_file_event(file, TranscriptEvent::Opened, &mut o);
+        assert!(matches!(ev[..], [StoreEvent::Opened(SID)]));
+        st.read(SID, &mut o);
+        assert_eq!(drain(&mut o), [Action::ReadTranscript { file }]);
+        let mut events = Vec::new();
+        for piece in bytes.chunks(chunk.max(1)) {
+            events.extend(st.on_file_event(file, TranscriptEvent::Bytes(piece.to_vec()), &mut o));
+        }
+        events.extend(st.on_file_event(file, TranscriptEvent::End, &mut o));
+        (events, drain(&mut o), st)
+    }
+
+    #[test]
+    fn a9_a_transcript_loads_the_same_whatever_its_chunks_and_replays_what_the_client_saw() {
+        let bytes = sample_file();
+        let (events, actions) = load(&bytes, bytes.len());
+        let [StoreEvent::Loaded(SID, restored)] = &events[..] else {
+            panic!("loaded: {events:?}");
+        };
+        let t = &restored.transcript;
+        assert_eq!(
+            t.messages(),
+            [user("go"), answer("", &["a"]), result("a"), answer("Done.", &[])]
+        );
+        assert_eq!((t.last_input_tokens, t.usage_mark, t.calls_issued()), (42, 3, 1));
+        assert_eq!(restored.remembered.get("fs__read"), Some(&true));
+        let replay: Vec<String> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::WriteAcp(l) => Some(l.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(replay.len(), 3, "the prompt, the tool call, its result: {replay:?}");
+        assert!(replay[2].contains(r#""status":"completed""#), "{}", replay[2]);
+        for chunk in [1, 7, 100] {
+            let (again, _) = load(&bytes, chunk);
+            let [StoreEvent::Loaded(_, r)] = &again[..] else {
+                panic!("loaded");
+            };
+            assert_eq!(r.transcript, restored.transcript, "chunks of {chunk}");
+        }
+    }
+
+    #[test]
+    fn a9_a_torn_tail_is_cut_and_calls_left_running_get_an_error_result_recorded() {
+        let bytes = sample_file();
+        // Up to the tool call, then half of the result line.
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let cut = text.find("{\"v\":1,\"type\":\"tool_result\"").unwrap_or(0) + 30;
+        let (events, actions, mut st) = load_keeping(&bytes[..cut], 64);
+        let [StoreEvent::Loaded(SID, restored)] = &events[..] else {
+            panic!("loaded: {events:?}");
+        };
+        assert_eq!(
+            restored.transcript.messages()[2],
+            Message::ToolResult {
+                call_id: "a".into(),
+                name: "fs__read".into(),
+                text: INTERRUPTED_TEXT.into(),
+                is_error: true,
+            }
+        );
+        let whole = text.find("{\"v\":1,\"type\":\"tool_result\"").unwrap_or(0) as u64;
+        assert!(actions.contains(&Action::TruncateTranscript {
+            file: TranscriptId(1),
+            len: whole
+        }));
+        assert!(actions.iter().any(
+            |a| matches!(a, Action::WriteAcp(l) if l.contains(r#""status":"failed""#))
+        ));
+        assert!(actions.iter().any(
+            |a| matches!(a, Action::Log(r) if r.level == LogLevel::Warn && r.message.contains("torn line"))
+        ));
+        // The repair is recorded with the next append (after the cut), so the next load sees
+        // the call closed.
+        let mut o = out();
+        st.flush(SID, &mut o);
+        assert_eq!(written(&drain(&mut o)), ["tool_result"]);
+    }
+
+    #[test]
+    fn a9_load_failures_name_the_file_and_line_and_map_to_their_codes() {
+        let mut bad = sample_file();
+        bad.extend_from_slice(b"{\"v\":1,\"type\":\"rewind\",\"keep\":99}\nmore\n");
+        let (events, actions) = load(&bad, 5);
+        let [StoreEvent::LoadFailed { code, message, .. }] = &events[..] else {
+            panic!("failed: {events:?}");
+        };
+        assert_eq!(*code, RpcError::SERVER_ERROR);
+        assert_eq!(
+            message,
+            "cannot load session sess_1: /state/sess_1.jsonl line 10: rewind to 99 items of a history of 4"
+        );
+        assert!(actions.contains(&Action::CloseTranscript {
+            file: TranscriptId(1)
+        }));
+        assert!(
+            !actions.iter().any(|a| matches!(a, Action::AppendTranscript { .. } | Action::TruncateTranscript { .. })),
+            "never written"
+        );
+        for (e, want) in [
+            (TranscriptError::NotFound, RpcError::RESOURCE_NOT_FOUND),
+            (TranscriptError::Locked, RpcError::SERVER_ERROR),
+        ] {
+            let (mut st, mut o) = (store(), out());
+            st.begin_load(SID, "/w", true, &mut o);
+            let ev = st.on_file_event(TranscriptId(1), TranscriptEvent::Failed(e), &mut o);
+            assert!(matches!(ev[..], [StoreEvent::LoadFailed { code, .. }] if code == want));
+            assert!(!st.is_loading(SID));
+        }
+    }
+
+    #[test]
+    fn a9_a_listing_is_paged_newest_first_with_a_cursor() {
+        let (mut st, mut o) = (store(), out());
+        let entries: Vec<TranscriptEntry> = (1..=60u128)
+            .map(|n| {
+                let sid = SessionId(n);
+                TranscriptEntry {
+                    name: sid.file_name(),
+                    modified_ms: 1_000 * n as u64,
+                    head: Record::Session {
+                        session_id: sid.to_string(),
+                        cwd: if n % 2 == 0 { "/a" } else { "/b" }.into(),
+                        title: format!("t{n}"),
+                    }
+                    .to_line()
+                    .into_bytes(),
+                }
+            })
+            .collect();
+        st.list(RpcId::Num(1.into()), None, None, &mut o).ok();
+        assert_eq!(drain(&mut o), [Action::ListTranscripts { request: 1 }]);
+        st.on_list(1, Ok(entries.clone()), &mut o);
+        let page = last_result(&mut o);
+        assert_eq!(page["sessions"].as_array().map(Vec::len), Some(LIST_PAGE_SIZE));
+        assert_eq!(page["sessions"][0]["sessionId"], "sess_60");
+        assert_eq!(page["sessions"][0]["updatedAt"], "1970-01-01T00:01:00.000Z");
+        let cursor = page["nextCursor"].as_str().unwrap_or("").to_owned();
+        st.list(RpcId::Num(2.into()), Some("/a".into()), Some(&cursor), &mut o).ok();
+        drain(&mut o);
+        st.on_list(2, Ok(entries), &mut o);
+        let page = last_result(&mut o);
+        let ids: Vec<&str> = page["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["sessionId"].as_str())
+            .collect();
+        assert_eq!(ids, ["sess_10", "sess_8", "sess_6", "sess_4", "sess_2"]);
+        assert!(page.get("nextCursor").is_none());
+        assert!(st.list(RpcId::Num(3.into()), None, Some("x"), &mut o).is_err());
+    }
+}
