@@ -1246,13 +1246,20 @@ mod tests {
         let actions = drain(&mut o);
         assert_eq!(
             written(&actions),
-            ["open sess_1.jsonl Create", "session", "model", "update", "message"]
+            [
+                "open sess_1.jsonl Create",
+                "session",
+                "model",
+                "update",
+                "message"
+            ]
         );
         let Some(Action::AppendTranscript { bytes, .. }) = actions.get(1) else {
             panic!("an append");
         };
-        let head: Value = serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap_or(&[]))
-            .unwrap_or_default();
+        let head: Value =
+            serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap_or(&[]))
+                .unwrap_or_default();
         assert_eq!(head["title"], "Fix the parser");
         assert_eq!(head["cwd"], "/w");
         st.sync(&mut s);
@@ -1273,7 +1280,10 @@ mod tests {
             st.on_chunk(SID, "agent_message_chunk", piece);
             st.sync(&mut s);
             st.flush(SID, &mut o);
-            assert!(drain(&mut o).is_empty(), "a stream is not written piece by piece");
+            assert!(
+                drain(&mut o).is_empty(),
+                "a stream is not written piece by piece"
+            );
         }
         st.on_chunk(SID, "agent_thought_chunk", "hmm");
         s.transcript.push(answer("Hello", &[]));
@@ -1285,7 +1295,10 @@ mod tests {
             panic!("an append");
         };
         let text = String::from_utf8_lossy(bytes);
-        assert!(text.contains(r#""text":"Hello","type":"text"},"sessionUpdate":"agent_message_chunk""#), "{text}");
+        assert!(
+            text.contains(r#""text":"Hello","type":"text"},"sessionUpdate":"agent_message_chunk""#),
+            "{text}"
+        );
     }
 
     #[test]
@@ -1410,7 +1423,9 @@ mod tests {
             .collect();
         assert_eq!(
             logs,
-            ["session sess_1: cannot write its transcript /state/sess_1.jsonl: No space left on device; the session goes on without being saved"]
+            [
+                "session sess_1: cannot write its transcript /state/sess_1.jsonl: No space left on device; the session goes on without being saved"
+            ]
         );
         st.on_file_event(file, failed, &mut o);
         s.transcript.push(answer("more", &[]));
@@ -1456,7 +1471,10 @@ mod tests {
                 allow: true,
             },
         ];
-        recs.iter().map(Record::to_line).collect::<String>().into_bytes()
+        recs.iter()
+            .map(Record::to_line)
+            .collect::<String>()
+            .into_bytes()
     }
 
     /// Runs a load of `SID` through its phases with `bytes` fed in `chunk`-byte pieces.
@@ -1500,9 +1518,17 @@ mod tests {
         let t = &restored.transcript;
         assert_eq!(
             t.messages(),
-            [user("go"), answer("", &["a"]), result("a"), answer("Done.", &[])]
+            [
+                user("go"),
+                answer("", &["a"]),
+                result("a"),
+                answer("Done.", &[])
+            ]
         );
-        assert_eq!((t.last_input_tokens, t.usage_mark, t.calls_issued()), (42, 3, 1));
+        assert_eq!(
+            (t.last_input_tokens, t.usage_mark, t.calls_issued()),
+            (42, 3, 1)
+        );
         assert_eq!(restored.remembered.get("fs__read"), Some(&true));
         let replay: Vec<String> = actions
             .iter()
@@ -1511,8 +1537,16 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(replay.len(), 3, "the prompt, the tool call, its result: {replay:?}");
-        assert!(replay[2].contains(r#""status":"completed""#), "{}", replay[2]);
+        assert_eq!(
+            replay.len(),
+            3,
+            "the prompt, the tool call, its result: {replay:?}"
+        );
+        assert!(
+            replay[2].contains(r#""status":"completed""#),
+            "{}",
+            replay[2]
+        );
         for chunk in [1, 7, 100] {
             let (again, _) = load(&bytes, chunk);
             let [StoreEvent::Loaded(_, r)] = &again[..] else {
@@ -1546,9 +1580,11 @@ mod tests {
             file: TranscriptId(1),
             len: whole
         }));
-        assert!(actions.iter().any(
-            |a| matches!(a, Action::WriteAcp(l) if l.contains(r#""status":"failed""#))
-        ));
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::WriteAcp(l) if l.contains(r#""status":"failed""#)))
+        );
         assert!(actions.iter().any(
             |a| matches!(a, Action::Log(r) if r.level == LogLevel::Warn && r.message.contains("torn line"))
         ));
@@ -1576,7 +1612,10 @@ mod tests {
             file: TranscriptId(1)
         }));
         assert!(
-            !actions.iter().any(|a| matches!(a, Action::AppendTranscript { .. } | Action::TruncateTranscript { .. })),
+            !actions.iter().any(|a| matches!(
+                a,
+                Action::AppendTranscript { .. } | Action::TruncateTranscript { .. }
+            )),
             "never written"
         );
         for (e, want) in [
@@ -1614,11 +1653,20 @@ mod tests {
         assert_eq!(drain(&mut o), [Action::ListTranscripts { request: 1 }]);
         st.on_list(1, Ok(entries.clone()), &mut o);
         let page = last_result(&mut o);
-        assert_eq!(page["sessions"].as_array().map(Vec::len), Some(LIST_PAGE_SIZE));
+        assert_eq!(
+            page["sessions"].as_array().map(Vec::len),
+            Some(LIST_PAGE_SIZE)
+        );
         assert_eq!(page["sessions"][0]["sessionId"], "sess_60");
         assert_eq!(page["sessions"][0]["updatedAt"], "1970-01-01T00:01:00.000Z");
         let cursor = page["nextCursor"].as_str().unwrap_or("").to_owned();
-        st.list(RpcId::Num(2.into()), Some("/a".into()), Some(&cursor), &mut o).ok();
+        st.list(
+            RpcId::Num(2.into()),
+            Some("/a".into()),
+            Some(&cursor),
+            &mut o,
+        )
+        .ok();
         drain(&mut o);
         st.on_list(2, Ok(entries), &mut o);
         let page = last_result(&mut o);
@@ -1630,6 +1678,9 @@ mod tests {
             .collect();
         assert_eq!(ids, ["sess_10", "sess_8", "sess_6", "sess_4", "sess_2"]);
         assert!(page.get("nextCursor").is_none());
-        assert!(st.list(RpcId::Num(3.into()), None, Some("x"), &mut o).is_err());
+        assert!(
+            st.list(RpcId::Num(3.into()), None, Some("x"), &mut o)
+                .is_err()
+        );
     }
 }

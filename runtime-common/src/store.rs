@@ -14,7 +14,10 @@
 //! - An append is one `write(2)` of whole lines followed by `fdatasync(2)`: once the core's
 //!   round is final, a crash of the agent (or of the machine) does not lose it.
 //! - A read streams the file in [`READ_CHUNK`] pieces through the loop's bounded input channel
-//!   (the thread waits while it is full), so a long transcript never sits in memory whole.
+//!   (the thread waits while it is full), on a thread of its own, and waits too while more
+//!   than [`MAX_STDOUT_BACKLOG`] bytes wait for stdout (the replay a client has not read yet):
+//!   a long transcript never sits in memory whole, whether in the input queue or in the
+//!   stdout queue, and a client that stops reading holds up only its own load.
 //!
 //! At exit, [`Store::finish`] lets the thread write what is queued (bounded by a deadline).
 
@@ -29,11 +32,62 @@ use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, UNIX_EPOCH};
 
-/// Bytes per read of a transcript being loaded.
-pub const READ_CHUNK: usize = 64 * 1024;
+/// Bytes per read of a transcript being loaded (as the other readers: the input queue holds at
+/// most [`crate::driver::INPUT_QUEUE`] of them).
+pub const READ_CHUNK: usize = 16 * 1024;
+/// Stdout bytes queued and not yet written above which a transcript read waits.
+pub const MAX_STDOUT_BACKLOG: usize = 256 * 1024;
+
+/// The bytes queued for stdout and not written yet, shared by the loop (which queues lines),
+/// the stdout writer (which writes them) and transcript reads (which wait while the client has
+/// more than [`MAX_STDOUT_BACKLOG`] bytes to read).
+#[derive(Debug, Default)]
+pub struct Backlog {
+    bytes: AtomicUsize,
+    lock: std::sync::Mutex<()>,
+    drained: std::sync::Condvar,
+}
+
+impl Backlog {
+    /// `n` bytes were queued.
+    pub fn queued(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` queued bytes were written (or dropped); a read waiting for the client wakes when
+    /// the backlog falls to the limit.
+    pub fn written(&self, n: usize) {
+        let before = self.bytes.fetch_sub(n, Ordering::Relaxed);
+        if before > MAX_STDOUT_BACKLOG && before - n <= MAX_STDOUT_BACKLOG {
+            let _guard = self
+                .lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.drained.notify_all();
+        }
+    }
+
+    /// Bytes waiting.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Waits (at most `limit`) while more than [`MAX_STDOUT_BACKLOG`] bytes wait.
+    fn wait_below_limit(&self, limit: Duration) {
+        let guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.bytes() > MAX_STDOUT_BACKLOG {
+            let _ = self.drained.wait_timeout(guard, limit);
+        }
+    }
+}
 
 /// The transcript actions of the core, carried to the store thread.
 enum Cmd {
@@ -53,19 +107,22 @@ enum Cmd {
 pub struct Store {
     dir: Option<PathBuf>,
     tx: InputSender,
+    backlog: Arc<Backlog>,
     worker: Option<(mpsc::Sender<Cmd>, mpsc::Receiver<()>)>,
 }
 
 impl Store {
-    /// The store of `dir`; its thread starts with the first action. Its inputs go to `tx`.
+    /// The store of `dir`; its thread starts with the first action. Its inputs go to `tx`;
+    /// `backlog` counts the bytes waiting for stdout.
     #[must_use]
-    pub fn new(dir: &StateDir, tx: InputSender) -> Store {
+    pub fn new(dir: &StateDir, tx: InputSender, backlog: Arc<Backlog>) -> Store {
         Store {
             dir: match dir {
                 StateDir::Off => None,
                 StateDir::Dir(d) => Some(PathBuf::from(d)),
             },
             tx,
+            backlog,
             worker: None,
         }
     }
@@ -109,6 +166,7 @@ impl Store {
         let mut worker = Worker {
             dir: self.dir.clone(),
             tx: self.tx.clone(),
+            backlog: self.backlog.clone(),
             files: BTreeMap::new(),
         };
         std::thread::Builder::new()
@@ -149,9 +207,10 @@ fn failure(cmd: &Cmd, why: &str) -> Option<Input> {
     }
 }
 
-/// An open transcript: the file (holding its lock) or the failure that ended its writes.
+/// An open transcript: the file (holding its lock) and the stop flag of a read in progress,
+/// or the failure that ended its writes.
 enum Held {
-    Open(File),
+    Open(File, Option<Arc<AtomicBool>>),
     Failed,
 }
 
@@ -159,6 +218,7 @@ enum Held {
 struct Worker {
     dir: Option<PathBuf>,
     tx: InputSender,
+    backlog: Arc<Backlog>,
     files: BTreeMap<TranscriptId, Held>,
 }
 
@@ -177,7 +237,7 @@ impl Worker {
             Cmd::Open { file, name, mode } => {
                 let event = match self.open(&name, mode) {
                     Ok(f) => {
-                        self.files.insert(file, Held::Open(f));
+                        self.files.insert(file, Held::Open(f, None));
                         TranscriptEvent::Opened
                     }
                     Err(e) => TranscriptEvent::Failed(e),
@@ -185,18 +245,33 @@ impl Worker {
                 self.event(file, event);
             }
             Cmd::Read(file) => {
-                let result = match self.files.get(&file) {
-                    Some(Held::Open(f)) => self.read(file, f),
+                let started = match self.files.get_mut(&file) {
+                    Some(Held::Open(f, reading)) => {
+                        f.try_clone().map_err(|e| e.to_string()).and_then(|clone| {
+                            let stop = Arc::new(AtomicBool::new(false));
+                            *reading = Some(stop.clone());
+                            let reader = Reader {
+                                file,
+                                f: clone,
+                                tx: self.tx.clone(),
+                                backlog: self.backlog.clone(),
+                                stop,
+                            };
+                            std::thread::Builder::new()
+                                .name(format!("store-read-{}", file.0))
+                                .spawn(move || reader.run())
+                                .map(|_| ())
+                                .map_err(|e| format!("cannot start a reader thread: {e}"))
+                        })
+                    }
                     Some(Held::Failed) | None => Err("the file is not open".to_owned()),
                 };
-                let event = match result {
-                    Ok(()) => TranscriptEvent::End,
-                    Err(e) => TranscriptEvent::Failed(TranscriptError::Io(e)),
-                };
-                self.event(file, event);
+                if let Err(e) = started {
+                    self.event(file, TranscriptEvent::Failed(TranscriptError::Io(e)));
+                }
             }
             Cmd::Append(file, bytes) => {
-                if let Some(Held::Open(f)) = self.files.get_mut(&file) {
+                if let Some(Held::Open(f, _)) = self.files.get_mut(&file) {
                     let written = f.write_all(&bytes).and_then(|()| f.sync_data());
                     if let Err(e) = written {
                         self.files.insert(file, Held::Failed);
@@ -208,7 +283,7 @@ impl Worker {
                 }
             }
             Cmd::Truncate(file, len) => {
-                if let Some(Held::Open(f)) = self.files.get(&file)
+                if let Some(Held::Open(f, _)) = self.files.get(&file)
                     && let Err(e) = f.set_len(len).and_then(|()| f.sync_data())
                 {
                     self.files.insert(file, Held::Failed);
@@ -219,7 +294,11 @@ impl Worker {
                 }
             }
             Cmd::Close(file) => {
-                self.files.remove(&file);
+                // A read still going stops at its next chunk (its copy of the file holds the
+                // lock until then).
+                if let Some(Held::Open(_, Some(stop))) = self.files.remove(&file) {
+                    stop.store(true, Ordering::Relaxed);
+                }
             }
             Cmd::List(request) => {
                 let entries = self.list();
@@ -287,20 +366,6 @@ impl Worker {
         Ok(file)
     }
 
-    /// Streams `f` from its first byte as `Bytes` events.
-    fn read(&self, file: TranscriptId, f: &File) -> Result<(), String> {
-        let mut buf = vec![0u8; READ_CHUNK];
-        let mut at = 0u64;
-        loop {
-            let n = f.read_at(&mut buf, at).map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Ok(());
-            }
-            at += n as u64;
-            self.event(file, TranscriptEvent::Bytes(buf[..n].to_vec()));
-        }
-    }
-
     /// Every `sess_*.jsonl` regular file of the state directory with its modification time
     /// and first line; none when the directory does not exist yet.
     fn list(&self) -> Result<Vec<TranscriptEntry>, String> {
@@ -328,6 +393,53 @@ impl Worker {
             }
         }
         Ok(out)
+    }
+}
+
+/// A read of one transcript, on a thread of its own.
+struct Reader {
+    file: TranscriptId,
+    f: File,
+    tx: InputSender,
+    backlog: Arc<Backlog>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Reader {
+    /// Streams the file from its first byte as `Bytes` events, then `End` (or `Failed`),
+    /// waiting while the client has more than [`MAX_STDOUT_BACKLOG`] bytes of stdout to read.
+    fn run(self) {
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut at = 0u64;
+        let event = loop {
+            while self.backlog.bytes() > MAX_STDOUT_BACKLOG {
+                if self.stop.load(Ordering::Relaxed) || self.tx.is_closed() {
+                    return;
+                }
+                self.backlog.wait_below_limit(Duration::from_millis(50));
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            match self.f.read_at(&mut buf, at) {
+                Ok(0) => break TranscriptEvent::End,
+                Ok(n) => {
+                    at += n as u64;
+                    let input = Input::Transcript {
+                        file: self.file,
+                        event: TranscriptEvent::Bytes(buf[..n].to_vec()),
+                    };
+                    if self.tx.send_blocking(input).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => break TranscriptEvent::Failed(TranscriptError::Io(e.to_string())),
+            }
+        };
+        let _ = self.tx.send_blocking(Input::Transcript {
+            file: self.file,
+            event,
+        });
     }
 }
 
@@ -386,13 +498,16 @@ mod tests {
             Worker {
                 dir: Some(dir.to_path_buf()),
                 tx,
+                backlog: Arc::new(Backlog::default()),
                 files: BTreeMap::new(),
             },
             rx,
         )
     }
 
+    /// The inputs sent so far, after a moment for reader threads to finish.
     fn events(rx: &async_channel::Receiver<Input>) -> Vec<Input> {
+        std::thread::sleep(Duration::from_millis(50));
         std::iter::from_fn(|| rx.try_recv().ok()).collect()
     }
 
@@ -531,6 +646,53 @@ mod tests {
             "{got:?}"
         );
         assert!(!dir.exists(), "a load or a listing creates nothing");
+    }
+
+    #[test]
+    fn a9_a_read_waits_while_the_client_has_not_read_the_replay_and_stops_when_closed() {
+        let dir = scratch("backlog");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("sess_5.jsonl"), "x\n".repeat(20_000)).expect("write");
+        let (mut w, rx) = worker(&dir);
+        w.run(Cmd::Open {
+            file: TranscriptId(5),
+            name: "sess_5.jsonl".into(),
+            mode: OpenMode::Existing,
+        });
+        w.backlog.queued(MAX_STDOUT_BACKLOG + 1);
+        w.run(Cmd::Read(TranscriptId(5)));
+        assert_eq!(
+            events(&rx).len(),
+            1,
+            "opened, then nothing while stdout is backed up"
+        );
+        w.backlog.written(MAX_STDOUT_BACKLOG + 1);
+        let got = events(&rx);
+        let bytes: usize = got
+            .iter()
+            .map(|e| match e {
+                Input::Transcript {
+                    event: TranscriptEvent::Bytes(b),
+                    ..
+                } => b.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(bytes, 40_000, "then the whole file");
+        assert!(matches!(
+            got.last(),
+            Some(Input::Transcript {
+                event: TranscriptEvent::End,
+                ..
+            })
+        ));
+        // A read of a closed file stops.
+        w.backlog.queued(MAX_STDOUT_BACKLOG + 1);
+        w.run(Cmd::Read(TranscriptId(5)));
+        w.run(Cmd::Close(TranscriptId(5)));
+        w.backlog.written(MAX_STDOUT_BACKLOG + 1);
+        assert!(events(&rx).is_empty(), "nothing after the close");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
