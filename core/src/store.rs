@@ -1173,17 +1173,15 @@ mod tests {
     fn written(actions: &[Action]) -> Vec<String> {
         let mut kinds = Vec::new();
         for a in actions {
-            match a {
-                Action::OpenTranscript { name, mode, .. } => {
-                    kinds.push(format!("open {name} {mode:?}"));
+            if let Action::OpenTranscript { name, mode, .. } = a {
+                kinds.push(format!("open {name} {mode:?}"));
+            } else if let Action::AppendTranscript { bytes, .. } = a {
+                for line in String::from_utf8_lossy(bytes).lines() {
+                    let v: Value = serde_json::from_str(line).unwrap_or_default();
+                    kinds.push(v["type"].as_str().unwrap_or("?").to_owned());
                 }
-                Action::AppendTranscript { bytes, .. } => {
-                    for line in String::from_utf8_lossy(bytes).lines() {
-                        let v: Value = serde_json::from_str(line).unwrap_or_default();
-                        kinds.push(v["type"].as_str().unwrap_or("?").to_owned());
-                    }
-                }
-                other => kinds.push(format!("{other:?}")),
+            } else {
+                kinds.push(format!("{a:?}"));
             }
         }
         kinds
@@ -1198,9 +1196,12 @@ mod tests {
         drain(out)
             .iter()
             .rev()
-            .find_map(|a| match a {
-                Action::WriteAcp(l) => serde_json::from_str::<Value>(l).ok(),
-                _ => None,
+            .find_map(|a| {
+                if let Action::WriteAcp(l) = a {
+                    serde_json::from_str::<Value>(l).ok()
+                } else {
+                    None
+                }
             })
             .map(|v| v["result"].clone())
             .unwrap_or_default()
@@ -1405,9 +1406,12 @@ mod tests {
         st.flush(SID, &mut o);
         let file = drain(&mut o)
             .iter()
-            .find_map(|a| match a {
-                Action::OpenTranscript { file, .. } => Some(*file),
-                _ => None,
+            .find_map(|a| {
+                if let Action::OpenTranscript { file, .. } = a {
+                    Some(*file)
+                } else {
+                    None
+                }
             })
             .unwrap_or(TranscriptId(0));
         let failed = TranscriptEvent::Failed(TranscriptError::Io("No space left on device".into()));
@@ -1416,9 +1420,12 @@ mod tests {
         assert!(actions.contains(&Action::CloseTranscript { file }));
         let logs: Vec<&str> = actions
             .iter()
-            .filter_map(|a| match a {
-                Action::Log(r) => Some(r.message.as_str()),
-                _ => None,
+            .filter_map(|a| {
+                if let Action::Log(r) = a {
+                    Some(r.message.as_str())
+                } else {
+                    None
+                }
             })
             .collect();
         assert_eq!(
@@ -1532,9 +1539,12 @@ mod tests {
         assert_eq!(restored.remembered.get("fs__read"), Some(&true));
         let replay: Vec<String> = actions
             .iter()
-            .filter_map(|a| match a {
-                Action::WriteAcp(l) => Some(l.clone()),
-                _ => None,
+            .filter_map(|a| {
+                if let Action::WriteAcp(l) = a {
+                    Some(l.clone())
+                } else {
+                    None
+                }
             })
             .collect();
         assert_eq!(
