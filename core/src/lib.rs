@@ -104,7 +104,7 @@
 //! - After `handle_timeout(t)` and a drain, `poll_timeout` is `None` or later than `t` (no busy
 //!   loop, DESIGN I11).
 //! - The same inputs at the same times give the same actions, byte for byte (I12); jitter
-//!   comes from [`Config::seed`].
+//!   comes from [`Config::seed`], session ids from [`Config::session_id_seed`].
 //! - Every ACP request gets exactly one response (I7); every `session/update` of a turn
 //!   precedes the turn's response (I8).
 //! - Replies that arrive after their deadline, or for a process generation that was replaced
