@@ -529,7 +529,7 @@ impl Agent {
                     "session/new"
                 };
                 self.log(LogLevel::Error, format!("{method} failed: {reason}"));
-                self.abandon_start(sid, jsonrpc::RpcError::SERVER_ERROR, reason);
+                self.abandon_start(sid, loading, jsonrpc::RpcError::SERVER_ERROR, reason);
             }
             // SPEC A9: the servers of a stored session are up; now its transcript is read.
             StartState::Ready if loading => self.store.read(sid, &mut self.out),
@@ -542,9 +542,10 @@ impl Agent {
         }
     }
 
-    /// A starting session failed (a server, or its transcript): forget it, stop its servers,
-    /// close its file and answer its request with `code` and `message`.
-    fn abandon_start(&mut self, sid: SessionId, code: i64, message: String) {
+    /// A starting session failed (a server, or its transcript; `loading`: a `session/load` or
+    /// `session/resume`): forget it, stop its servers, close its file and answer its request
+    /// with `code` and `message`.
+    fn abandon_start(&mut self, sid: SessionId, loading: bool, code: i64, message: String) {
         let Some(sess) = self.sessions.remove(&sid) else {
             return;
         };
@@ -556,14 +557,11 @@ impl Agent {
                 &mut self.timers,
             );
         }
+        // A load names the session it failed to open (C03); a new session never existed.
+        let data = loading.then(|| json!({"sessionId": sid.to_string()}));
         self.store.close(sid, &mut self.out);
         if let Some(rpc) = sess.starting {
-            self.reply_err(
-                Some(&rpc),
-                code,
-                message,
-                Some(json!({"sessionId": sid.to_string()})),
-            );
+            self.reply_err(Some(&rpc), code, message, data);
         }
     }
 
@@ -692,7 +690,7 @@ impl Agent {
                     message,
                 } => {
                     self.log(LogLevel::Error, message.clone());
-                    self.abandon_start(session, code, message);
+                    self.abandon_start(session, true, code, message);
                 }
             }
         }
