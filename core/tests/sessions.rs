@@ -16,8 +16,10 @@ fn store_config(budget: u32) -> buzz_agent_core::Config {
 
 fn guard() -> Vec<ServerSpec> {
     vec![
-        ServerSpec::new("guard", &["_Stop"])
-            .default_reply(HookReply::after(support::HookKind::Text("not yet".into()), 100)),
+        ServerSpec::new("guard", &["_Stop"]).default_reply(HookReply::after(
+            support::HookKind::Text("not yet".into()),
+            100,
+        )),
     ]
 }
 

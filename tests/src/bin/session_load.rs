@@ -11,8 +11,10 @@
 //! (default 3, the median is printed), reading the agent's peak RSS (`VmHWM`) after each.
 //!
 //! Prints one line per (binary, file, method): `session_load bin=… file=raw|compacted
-//! method=load|resume rounds=… file_bytes=… history_items=… ms=… peak_rss_kib=…
-//! idle_rss_kib=…` (`idle_rss_kib`: the same agent after `initialize`, before the load).
+//! method=load|resume rounds=… file_bytes=… history_items=… ms=… cpu_ms=… peak_rss_kib=…
+//! idle_rss_kib=…` (`cpu_ms`: the agent's own CPU time for the load, `utime + stime`; a load's
+//! wall time also waits for this client to read the replay; `idle_rss_kib`: the same agent
+//! after `initialize`, before the load).
 
 use buzz_agent_e2e::harness::AgentProc;
 use buzz_agent_e2e::procfs;
@@ -77,9 +79,9 @@ fn main() {
                     samples.push(measure(&path, &dir, &ws, sid, method));
                 }
                 samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let (ms, peak, idle) = samples[samples.len() / 2];
+                let (ms, cpu, peak, idle) = samples[samples.len() / 2];
                 println!(
-                    "session_load bin={bin} file={name} method={} rounds={rounds} file_bytes={bytes} history_items={items} ms={ms:.0} peak_rss_kib={peak} idle_rss_kib={idle}",
+                    "session_load bin={bin} file={name} method={} rounds={rounds} file_bytes={bytes} history_items={items} ms={ms:.0} cpu_ms={cpu:.0} peak_rss_kib={peak} idle_rss_kib={idle}",
                     method.trim_start_matches("session/")
                 );
             }
@@ -87,8 +89,9 @@ fn main() {
     }
 }
 
-/// One load of `sid` by a fresh agent: (milliseconds, peak RSS KiB, RSS KiB before the load).
-fn measure(bin: &Path, dir: &Path, ws: &Path, sid: &str, method: &str) -> (f64, u64, u64) {
+/// One load of `sid` by a fresh agent: (milliseconds, the agent's CPU milliseconds, peak RSS
+/// KiB, RSS KiB before the load).
+fn measure(bin: &Path, dir: &Path, ws: &Path, sid: &str, method: &str) -> (f64, f64, u64, u64) {
     let dir = dir
         .to_str()
         .unwrap_or_else(|| fail("the state directory is not UTF-8"));
@@ -102,6 +105,7 @@ fn measure(bin: &Path, dir: &Path, ws: &Path, sid: &str, method: &str) -> (f64, 
     let agent = AgentProc::spawn(bin, &env, ws);
     agent.initialize();
     let idle = procfs::peak_rss_kib(agent.pid()).unwrap_or(0);
+    let cpu_before = procfs::cpu_time(agent.pid()).unwrap_or_default();
     let started = Instant::now();
     let r = agent.request_timeout(
         method,
@@ -113,8 +117,13 @@ fn measure(bin: &Path, dir: &Path, ws: &Path, sid: &str, method: &str) -> (f64, 
         fail(&format!("{method} {sid}: {r}"));
     }
     let peak = procfs::peak_rss_kib(agent.pid()).unwrap_or(0);
+    let cpu = procfs::cpu_time(agent.pid())
+        .unwrap_or_default()
+        .saturating_sub(cpu_before)
+        .as_secs_f64()
+        * 1000.0;
     agent.finish();
-    (ms, peak, idle)
+    (ms, cpu, peak, idle)
 }
 
 /// Writes `rounds` tool rounds of session `sid`; returns (file bytes, history items left).
