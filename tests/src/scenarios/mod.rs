@@ -152,8 +152,9 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
 /// The scenarios run under every dialect profile (`dialects::<profile>::<scenario>` trials):
 /// hooks (objection, budget, several servers, fail-open), compaction (`_PostCompact` after a
 /// summary, nothing injected, max-tokens nudges), cancel (during a tool call, during the
-/// stream, then the next prompt), retry (5xx back-off, a body cut mid-event) and the 5-round
-/// tool loop. Each builds its fake LLM with `ctx.fake_llm*`, so it speaks the profile, and
+/// stream, then the next prompt), retry (5xx back-off, a body cut mid-event), the 5-round
+/// tool loop, and a saved session loaded by a new agent, after an exit and after a `kill -9`
+/// (SPEC A9, L10: the reasoning state replayed after the load stays valid). Each builds its fake LLM with `ctx.fake_llm*`, so it speaks the profile, and
 /// checks the requests with the route-independent helpers of `fake_llm`.
 pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
     list![
@@ -170,5 +171,7 @@ pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
         lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
         providers::l5_c28_529_then_503_back_off_then_success,
         providers::c24_body_cut_mid_event_is_retried_then_succeeds,
+        sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
+        sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
     ]
 }
