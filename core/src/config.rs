@@ -586,7 +586,9 @@ pub fn unknown_agent_variables(env: &BTreeMap<String, String>) -> Vec<String> {
 }
 
 /// The warnings to log at start-up (C1, issue 12), one line each, no secret: every unknown
-/// `BUZZ_AGENT_*` variable ([`unknown_agent_variables`]), and an OpenAI-compatible provider on
+/// `BUZZ_AGENT_*` variable ([`unknown_agent_variables`]), sessions that cannot be saved for
+/// want of a directory (SPEC A9: no `HOME`, unless `BUZZ_AGENT_STATE_DIR=off` says so), and an
+/// OpenAI-compatible provider on
 /// the default URL (`https://api.openai.com/v1`) without `OPENAI_COMPAT_API_KEY`, where every
 /// request would be refused (401): most likely a local server's URL was forgotten. Neither
 /// stops the agent (an empty key is valid for local servers).
@@ -600,6 +602,15 @@ pub fn startup_warnings(env: &BTreeMap<String, String>, config: &Config) -> Vec<
         config.provider,
         ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses
     );
+    if config.state_dir == StateDir::Off
+        && !env
+            .get(STATE_DIR)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
+    {
+        out.push(format!(
+            "sessions are not saved: neither {STATE_DIR}, XDG_STATE_HOME nor HOME names an absolute directory (set {STATE_DIR}, or {STATE_DIR}=off to silence this)"
+        ));
+    }
     if openai
         && config.api_key.is_empty()
         && config
@@ -1913,7 +1924,11 @@ mod tests {
 
     #[test]
     fn c1_default_openai_url_without_a_key_is_a_startup_warning() {
-        let env = env_of(&[(PROVIDER, "openai"), (OPENAI_MODEL, "gpt")]);
+        let env = env_of(&[
+            (PROVIDER, "openai"),
+            (OPENAI_MODEL, "gpt"),
+            ("HOME", "/home/u"),
+        ]);
         let warnings = startup_warnings(&env, &ok(&env));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
@@ -1927,6 +1942,7 @@ mod tests {
             (PROVIDER, "openai"),
             (OPENAI_MODEL, "gpt"),
             (OPENAI_BASE_URL, "HTTPS://api.openai.com/v1/"),
+            ("HOME", "/home/u"),
         ]);
         assert_eq!(startup_warnings(&env, &ok(&env)).len(), 1);
         for quiet in [
@@ -1934,23 +1950,32 @@ mod tests {
                 (PROVIDER, "openai"),
                 (OPENAI_MODEL, "gpt"),
                 (OPENAI_API_KEY, "k"),
+                ("HOME", "/home/u"),
             ]),
             env_of(&[
                 (PROVIDER, "openai"),
                 (OPENAI_MODEL, "gpt"),
                 (OPENAI_BASE_URL, "http://127.0.0.1:8000/v1"),
+                ("HOME", "/home/u"),
             ]),
-            anthropic(&[]),
+            anthropic(&[("HOME", "/home/u")]),
+            anthropic(&[(STATE_DIR, "off")]),
         ] {
             assert!(
                 startup_warnings(&quiet, &ok(&quiet)).is_empty(),
                 "{quiet:?}"
             );
         }
-        let typo = anthropic(&[("BUZZ_AGENT_HOOK_TIMEOUT", "5")]);
+        let typo = anthropic(&[("BUZZ_AGENT_HOOK_TIMEOUT", "5"), ("HOME", "/home/u")]);
         assert_eq!(
             startup_warnings(&typo, &ok(&typo)),
             vec!["unknown variable BUZZ_AGENT_HOOK_TIMEOUT ignored (typo?)".to_owned()]
+        );
+        // A9: nowhere to save sessions, and no one said off.
+        let homeless = anthropic(&[]);
+        assert_eq!(
+            startup_warnings(&homeless, &ok(&homeless)),
+            vec!["sessions are not saved: neither BUZZ_AGENT_STATE_DIR, XDG_STATE_HOME nor HOME names an absolute directory (set BUZZ_AGENT_STATE_DIR, or BUZZ_AGENT_STATE_DIR=off to silence this)".to_owned()]
         );
     }
 
