@@ -11,24 +11,34 @@ pub(crate) const PROTOCOL_VERSION: u64 = 1;
 ///
 /// # Errors
 /// A missing or non-integer `protocolVersion` (→ `-32602`).
-pub(crate) fn initialize_result(params: &Value, version: &str) -> Result<Value, String> {
+/// `persist`: sessions are saved (SPEC A9), so `loadSession` and the `session/list` and
+/// `session/resume` capabilities are advertised.
+pub(crate) fn initialize_result(
+    params: &Value,
+    version: &str,
+    persist: bool,
+) -> Result<Value, String> {
     let v = params
         .get("protocolVersion")
         .and_then(Value::as_u64)
         .ok_or_else(|| {
             "initialize: params.protocolVersion must be a non-negative integer".to_string()
         })?;
-    Ok(json!({
+    let mut result = json!({
         "protocolVersion": v.min(PROTOCOL_VERSION),
         "agentCapabilities": {
-            "loadSession": false,
+            "loadSession": persist,
             "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
             "mcpCapabilities": {"http": false, "sse": false},
             "sessionCapabilities": {"close": {}}
         },
         "agentInfo": {"name": "buzz-agent", "version": version},
         "authMethods": []
-    }))
+    });
+    if persist {
+        result["agentCapabilities"]["sessionCapabilities"] = json!({"list": {}, "resume": {}});
+    }
+    Ok(result)
 }
 
 /// Whether `initialize` params advertise `clientCapabilities.session.notices` (an object): the
@@ -69,7 +79,17 @@ pub(crate) struct NewSession {
     pub skipped: Vec<SkippedServer>,
 }
 
-/// Decode `session/new` params (SPEC A2, cases C06, C07, C55). Lenient where the SPEC says so:
+/// Decode `session/new` params (SPEC A2, cases C06, C07, C55); [`decode_session_setup`] with the
+/// method `session/new`.
+///
+/// # Errors
+/// As [`decode_session_setup`].
+pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)> {
+    decode_session_setup(params, "session/new")
+}
+
+/// Decode the `cwd` and `mcpServers` of `method`'s params (`session/new`, `session/load`,
+/// `session/resume`; SPEC A2, A9, cases C06, C07). Lenient where the SPEC says so:
 /// missing `mcpServers` = `[]`, missing `args`/`env` = empty, `env` as an array of
 /// `{name,value}` or an object map, `"type":"stdio"` accepted; an entry of another transport
 /// (`http`, `sse`, an unknown `type`, or a `url` without `type`) is skipped and listed in
@@ -79,18 +99,21 @@ pub(crate) struct NewSession {
 /// # Errors
 /// `(message, data)` for a `-32602` reply: relative cwd, a missing or duplicate name (or two
 /// names with the same tool prefix), missing command; `data` carries the offending path.
-pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)> {
+pub(crate) fn decode_session_setup(
+    params: &Value,
+    method: &str,
+) -> Result<NewSession, (String, Value)> {
     let cwd = match params.get("cwd") {
         Some(Value::String(s)) => s.clone(),
         Some(_) => {
             return Err((
-                "session/new: cwd must be a string".into(),
+                format!("{method}: cwd must be a string"),
                 json!({"field": "cwd"}),
             ));
         }
         None => {
             return Err((
-                "session/new: missing field cwd".into(),
+                format!("{method}: missing field cwd"),
                 json!({"field": "cwd"}),
             ));
         }
@@ -103,7 +126,7 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
         Some(Value::Array(a)) => a.clone(),
         Some(_) => {
             return Err((
-                "session/new: mcpServers must be an array".into(),
+                format!("{method}: mcpServers must be an array"),
                 json!({"field": "mcpServers"}),
             ));
         }
@@ -114,13 +137,13 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
         let path = |f: &str| format!("mcpServers[{i}].{f}");
         let bad = |f: &str, what: &str| {
             Err((
-                format!("session/new: {}: {what}", path(f)),
+                format!("{method}: {}: {what}", path(f)),
                 json!({"path": path(f)}),
             ))
         };
         if !e.is_object() {
             return Err((
-                format!("session/new: mcpServers[{i}] must be an object"),
+                format!("{method}: mcpServers[{i}] must be an object"),
                 json!({"path": format!("mcpServers[{i}]")}),
             ));
         }
@@ -417,14 +440,22 @@ mod tests {
 
     #[test]
     fn a1_version_is_min_of_client_and_ours() {
-        let r = initialize_result(&json!({"protocolVersion": 7}), "0.1.0").unwrap();
+        let r = initialize_result(&json!({"protocolVersion": 7}), "0.1.0", false).unwrap();
+        assert_eq!(r["agentCapabilities"]["loadSession"], false);
+        assert_eq!(r["agentCapabilities"].get("sessionCapabilities"), None);
+        let on = initialize_result(&json!({"protocolVersion": 1}), "0.1.0", true).unwrap();
+        assert_eq!(on["agentCapabilities"]["loadSession"], true, "A9");
+        assert_eq!(
+            on["agentCapabilities"]["sessionCapabilities"],
+            json!({"list": {}, "resume": {}})
+        );
         assert_eq!(r["protocolVersion"], 1);
         assert_eq!(
-            initialize_result(&json!({"protocolVersion": 0}), "x").unwrap()["protocolVersion"],
+            initialize_result(&json!({"protocolVersion": 0}), "x", false).unwrap()["protocolVersion"],
             0
         );
-        assert!(initialize_result(&json!({"protocolVersion": "1"}), "x").is_err());
-        assert!(initialize_result(&json!({}), "x").is_err());
+        assert!(initialize_result(&json!({"protocolVersion": "1"}), "x", false).is_err());
+        assert!(initialize_result(&json!({}), "x", false).is_err());
         assert_eq!(
             r["agentCapabilities"]["mcpCapabilities"],
             json!({"http": false, "sse": false})

@@ -5,15 +5,18 @@
 //! The sub-machines, each a type in its own file that never sees the agent: [`ServerTable`]
 //! (`mcp.rs`), [`Turn`] (`turn.rs`) with its tool batch (`tool_calls.rs`), LLM attempts
 //! (`llm_call.rs`), `_Stop` gate and hook rounds (`hooks.rs`) and compactor
-//! (`compaction.rs`), [`Permissions`] (`permissions.rs`) and [`Shutdown`] (`shutdown.rs`).
-//! Sessions (`session.rs`) and their transcripts (`transcript.rs`) are the stores they work
-//! on.
+//! (`compaction.rs`), [`Permissions`] (`permissions.rs`), [`Shutdown`] (`shutdown.rs`) and
+//! the [`SessionStore`] (`store.rs`, SPEC A9: transcripts on disk, `session/load`,
+//! `session/list`). Sessions (`session.rs`) and their transcripts (`transcript.rs`) are the
+//! stores they work on.
 
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
 use crate::cx::Cx;
 use crate::hooks::{EndReason, HookOutcome};
-use crate::ids::{IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId};
+use crate::ids::{
+    IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
+};
 use crate::intercept::invoke_reply;
 use crate::interceptor::InvokeReply;
 use crate::io::{Action, Input};
@@ -25,6 +28,7 @@ use crate::outbox::Outbox;
 use crate::permissions::{PermissionRequest, PermissionTimer, Permissions};
 use crate::session::Session;
 use crate::shutdown::{Shutdown, ShutdownAction};
+use crate::store::{SessionStore, StoreEvent};
 use crate::time::MonoTime;
 use crate::timers::{ServerTimer, Stage, Timer, TimerKey, TimerTable};
 use crate::tool_calls::InterceptEvent;
@@ -53,7 +57,10 @@ pub struct Agent {
     openings: BTreeMap<SessionId, Opening>,
     /// Sessions whose `_SessionEnd` round is not decided yet (SPEC H11).
     endings: BTreeMap<SessionId, Ending>,
-    next_session: u64,
+    /// Where new session ids come from (SPEC A9: random).
+    session_ids: SessionIds,
+    /// Transcripts on disk (SPEC A9).
+    store: SessionStore,
     servers: ServerTable,
     llm: LlmCalls,
     permissions: Permissions,
@@ -63,6 +70,31 @@ pub struct Agent {
     /// The client advertised `clientCapabilities.session.notices` in `initialize`: notices go
     /// as ACP `notice` updates, else as marked message chunks (docs/clients.md).
     client_notices: bool,
+}
+
+/// Test support (the `testing` feature): what a session holds, to compare a session before
+/// and after a `session/load` (SPEC A9).
+#[cfg(feature = "testing")]
+impl Agent {
+    /// Session `id`'s conversation as JSON: `{"messages": [...] (the transcript record form),
+    /// "lastInputTokens", "usageMark", "callsIssued", "model", "remembered"}`; `None` for an unknown or
+    /// starting session.
+    #[must_use]
+    pub fn session_state_for_tests(&self, id: &str) -> Option<Value> {
+        let sess = self
+            .sessions
+            .get(&SessionId::parse(id)?)
+            .filter(|s| s.starting.is_none())?;
+        let t = &sess.transcript;
+        Some(json!({
+            "messages": t.messages().iter().map(crate::record::message_to_json).collect::<Vec<Value>>(),
+            "lastInputTokens": t.last_input_tokens,
+            "usageMark": t.usage_mark,
+            "callsIssued": t.calls_issued(),
+            "model": sess.model_override,
+            "remembered": sess.remembered,
+        }))
+    }
 }
 
 impl Agent {
@@ -97,6 +129,8 @@ impl Agent {
         let version = env!("CARGO_PKG_VERSION").to_string();
         let mut servers = ServerTable::new(config.mcp_init_timeout_ms, version.clone());
         servers.set_hook_allowlist(config.hook_servers.clone());
+        let session_ids = SessionIds::new(config.session_id_seed);
+        let store = SessionStore::new(&config.state_dir);
         Agent {
             servers,
             llm: LlmCalls::new(config.seed),
@@ -110,7 +144,8 @@ impl Agent {
             turns: BTreeMap::new(),
             openings: BTreeMap::new(),
             endings: BTreeMap::new(),
-            next_session: 1,
+            session_ids,
+            store,
             permissions: Permissions::default(),
             ids: IdCounters::default(),
             shutdown: None,
@@ -219,6 +254,13 @@ impl Agent {
                     });
                 }
             }
+            Input::Transcript { file, event } => {
+                let events = self.store.on_file_event(file, event, &mut self.out);
+                self.route_store(events);
+            }
+            Input::TranscriptList { request, entries } => {
+                self.store.on_list(request, entries, &mut self.out);
+            }
         }
         self.after_step();
     }
@@ -275,6 +317,8 @@ impl Agent {
     /// move on.
     fn after_step(&mut self) {
         self.run_ready_turns();
+        // SPEC A9: what this step made final is recorded now (one append per session).
+        self.store.sync_all(&mut self.sessions, &mut self.out);
         self.check_shutdown_progress();
     }
 
@@ -377,7 +421,11 @@ impl Agent {
             return;
         }
         match method {
-            "initialize" => match crate::acp::initialize_result(&params, &self.version.clone()) {
+            "initialize" => match crate::acp::initialize_result(
+                &params,
+                &self.version.clone(),
+                self.store.is_on(),
+            ) {
                 Ok(r) => {
                     self.client_notices = crate::acp::client_shows_notices(&params);
                     self.reply_ok(&id, &r);
@@ -385,6 +433,9 @@ impl Agent {
                 Err(m) => self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
             },
             "session/new" => self.on_session_new(id, &params),
+            "session/load" => self.on_session_load(id, &params, true),
+            "session/resume" => self.on_session_load(id, &params, false),
+            "session/list" => self.on_session_list(id, &params),
             "session/prompt" => self.on_prompt(id, &params),
             "session/cancel" => {
                 self.on_cancel(&params);
@@ -462,8 +513,7 @@ impl Agent {
             );
             return;
         }
-        let sid = SessionId(self.next_session);
-        self.next_session += 1;
+        let sid = self.session_ids.next_id();
         let mut notices = Vec::with_capacity(spec.skipped.len());
         for skipped in &spec.skipped {
             // C55: the session starts without it; the user is told on the first prompt.
@@ -488,6 +538,7 @@ impl Agent {
         sess.notices = notices;
         sess.client_notices = self.client_notices;
         self.sessions.insert(sid, sess);
+        self.store.on_new(sid, &spec.cwd);
         self.log(
             LogLevel::Info,
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
@@ -507,25 +558,23 @@ impl Agent {
         let Some(sess) = self.sessions.get(&sid) else {
             return;
         };
-        let Some(rpc) = sess.starting.clone() else {
+        if sess.starting.is_none() {
             return;
-        };
+        }
+        let loading = self.store.is_loading(sid);
         match self.servers.start_state(&sess.servers) {
             StartState::Waiting => {}
             StartState::Failed(reason) => {
-                let slots = sess.servers.clone();
-                self.sessions.remove(&sid);
-                for slot in slots {
-                    self.servers.stop(
-                        slot,
-                        "session start failed",
-                        &mut self.out,
-                        &mut self.timers,
-                    );
-                }
-                self.log(LogLevel::Error, format!("session/new failed: {reason}"));
-                self.reply_err(Some(&rpc), jsonrpc::RpcError::SERVER_ERROR, reason, None);
+                let method = if loading {
+                    "session/load"
+                } else {
+                    "session/new"
+                };
+                self.log(LogLevel::Error, format!("{method} failed: {reason}"));
+                self.abandon_start(sid, loading, jsonrpc::RpcError::SERVER_ERROR, reason);
             }
+            // SPEC A9: the servers of a stored session are up; now its transcript is read.
+            StartState::Ready if loading => self.store.read(sid, &mut self.out),
             StartState::Ready => {
                 if !self.openings.contains_key(&sid) && !sess.opened {
                     self.session_ready(sid, Source::New);
@@ -578,6 +627,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         let opening = Opening::start(source, sess, &mut cx);
         self.openings.insert(sid, opening);
@@ -602,11 +652,216 @@ impl Agent {
         let Some(rpc) = sess.starting.take() else {
             return;
         };
-        match source {
-            Source::New => {
-                let result = self.session_result(sid);
-                self.reply_ok(&rpc, &result);
+        // `session/new` answers with the session id; `session/load` and `session/resume` with
+        // the same model fields (ACP `LoadSessionResponse`, `ResumeSessionResponse`).
+        let mut result = self.session_result(sid);
+        if source != Source::New
+            && let Some(fields) = result.as_object_mut()
+        {
+            fields.remove("sessionId");
+        }
+        self.reply_ok(&rpc, &result);
+    }
+
+    /// A starting session failed (a server, or its transcript; `loading`: a `session/load` or
+    /// `session/resume`): forget it, stop its servers, close its file and answer its request
+    /// with `code` and `message`.
+    fn abandon_start(&mut self, sid: SessionId, loading: bool, code: i64, message: String) {
+        let Some(sess) = self.sessions.remove(&sid) else {
+            return;
+        };
+        for slot in sess.servers {
+            self.servers.stop(
+                slot,
+                "session start failed",
+                &mut self.out,
+                &mut self.timers,
+            );
+        }
+        // A load names the session it failed to open (C03); a new session never existed.
+        let data = loading.then(|| json!({"sessionId": sid.to_string()}));
+        self.store.close(sid, &mut self.out);
+        if let Some(rpc) = sess.starting {
+            self.reply_err(Some(&rpc), code, message, data);
+        }
+    }
+
+    /// `session/load` (`replay`) or `session/resume` (SPEC A9): open the stored session's
+    /// transcript (and lock it), start its servers (SPEC A2), read the transcript back —
+    /// replaying it as `session/update`s for a load — then answer. Refused when sessions are
+    /// not saved, for an id this agent could not have written (never a path), and for a
+    /// session already open in this agent (its running turn keeps its budgets, SPEC I2).
+    fn on_session_load(&mut self, id: RpcId, params: &Value, replay: bool) {
+        let method = if replay {
+            "session/load"
+        } else {
+            "session/resume"
+        };
+        if !self.store.is_on() {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::METHOD_NOT_FOUND,
+                format!(
+                    "{method}: sessions are not saved by this agent (BUZZ_AGENT_STATE_DIR=off)"
+                ),
+                None,
+            );
+        }
+        let named = match crate::acp::string_field(params, method, "sessionId") {
+            Ok(s) => s.to_owned(),
+            Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        let Some(sid) = SessionId::parse(&named) else {
+            // C03: an unknown session is -32002 wherever it is named; this one cannot even be a
+            // file name of the state directory, so nothing is looked up.
+            let shown = crate::text::utf8_prefix(&named, 200);
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::RESOURCE_NOT_FOUND,
+                format!(
+                    "session not found: {shown:?} is not a session id of this agent (sess_ and 32 hex digits)"
+                ),
+                Some(json!({"sessionId": named})),
+            );
+        };
+        if self.sessions.contains_key(&sid) {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                format!("{method}: session {sid} is already open in this agent"),
+                Some(json!({"sessionId": named})),
+            );
+        }
+        let spec = match crate::acp::decode_session_setup(params, method) {
+            Ok(s) => s,
+            Err((m, data)) => {
+                return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, Some(data));
             }
+        };
+        if let Some(max) = self.cfg.max_sessions
+            && self.sessions.len() >= max
+        {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::SERVER_ERROR,
+                format!("too many sessions: BUZZ_AGENT_MAX_SESSIONS={max}"),
+                None,
+            );
+        }
+        let slots: Vec<ServerSlot> = spec
+            .servers
+            .iter()
+            .map(|entry| self.servers.create(sid, &spec.cwd, entry))
+            .collect();
+        let mut sess = Session::new(sid, slots, &id);
+        sess.starting = Some(id);
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: {} with {} MCP server(s) from {}",
+                if replay { "loading" } else { "resuming" },
+                sess.servers.len(),
+                self.store.path_of(sid)
+            ),
+        );
+        self.sessions.insert(sid, sess);
+        self.store.begin_load(sid, &spec.cwd, replay, &mut self.out);
+    }
+
+    /// What the store reports about loads (SPEC A9).
+    fn route_store(&mut self, events: Vec<StoreEvent>) {
+        for event in events {
+            match event {
+                StoreEvent::Opened(sid) => {
+                    // The transcript is ours: start the servers, then read it.
+                    let slots = self
+                        .sessions
+                        .get(&sid)
+                        .map(|s| s.servers.clone())
+                        .unwrap_or_default();
+                    if slots.is_empty() {
+                        self.store.read(sid, &mut self.out);
+                    }
+                    for slot in slots {
+                        self.servers.spawn(slot, &mut self.out);
+                    }
+                }
+                StoreEvent::Loaded(sid, restored) => {
+                    let Some(sess) = self.sessions.get_mut(&sid) else {
+                        continue;
+                    };
+                    sess.transcript = restored.transcript;
+                    sess.model_override = restored.model;
+                    sess.remembered = restored.remembered;
+                    // L10: a DeepSeek-style server's history keeps it one after a restart.
+                    if sess.transcript.messages().iter().any(|m| {
+                        matches!(m, crate::llm::Message::Assistant { reasoning, .. }
+                            if reasoning.contains(&crate::llm::ReasoningBlock::ChatField(
+                                crate::llm::ChatReasoningField::ReasoningContent)))
+                    }) {
+                        self.llm.learned.reasoning_content = true;
+                    }
+                    // H10: a loaded session opens like a new one: its `_SessionStart` round
+                    // and interceptor listings, then the answer.
+                    let source = if restored.replayed {
+                        Source::Load
+                    } else {
+                        Source::Resume
+                    };
+                    self.session_ready(sid, source);
+                }
+                StoreEvent::LoadFailed {
+                    session,
+                    code,
+                    message,
+                } => {
+                    self.log(LogLevel::Error, message.clone());
+                    self.abandon_start(session, true, code, message);
+                }
+            }
+        }
+    }
+
+    /// `session/list` (SPEC A9): the saved sessions, newest first, a page at a time,
+    /// optionally only those of one `cwd`.
+    fn on_session_list(&mut self, id: RpcId, params: &Value) {
+        if !self.store.is_on() {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::METHOD_NOT_FOUND,
+                "session/list: sessions are not saved by this agent (BUZZ_AGENT_STATE_DIR=off)"
+                    .into(),
+                None,
+            );
+        }
+        let optional = |field: &str| -> Result<Option<String>, String> {
+            match params.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(format!("session/list: {field} must be a string")),
+            }
+        };
+        let (cwd, cursor) = match (optional("cwd"), optional("cursor")) {
+            (Ok(cwd), Ok(cursor)) => (cwd, cursor),
+            (Err(m), _) | (_, Err(m)) => {
+                return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+            }
+        };
+        if let Some(cwd) = &cwd
+            && !cwd.starts_with('/')
+        {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                "session/list: cwd must be an absolute path".into(),
+                Some(json!({"cwd": cwd})),
+            );
+        }
+        if let Err(m) = self
+            .store
+            .list(id.clone(), cwd, cursor.as_deref(), &mut self.out)
+        {
+            self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
         }
     }
 
@@ -631,6 +886,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         if let Some(end) = step(turn, sess, &mut cx) {
             self.end_turn(sid, end);
@@ -692,6 +948,9 @@ impl Agent {
         let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
+        // SPEC A9: what came before is recorded first, then the prompt the client sent.
+        self.store.sync(sess);
+        self.store.on_prompt(sid, &text);
         let mut cx = Cx {
             cfg: &self.cfg,
             out: &mut self.out,
@@ -700,6 +959,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         let turn = Turn::start(no, rpc, text, sess, &mut cx);
         self.turns.insert(sid, turn);
@@ -712,6 +972,16 @@ impl Agent {
             return;
         };
         self.timers.clear_turn(sid);
+        if let Some(sess) = self.sessions.get_mut(&sid) {
+            self.store.sync(sess);
+        }
+        match &end {
+            TurnEnd::Stopped(reason) => {
+                self.store
+                    .on_turn_end(sid, Some(reason.as_str()), turn.meta());
+            }
+            TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
+        }
         let queued = self.sessions.get_mut(&sid).and_then(|s| s.queued.take());
         match end {
             TurnEnd::Stopped(reason) => {
@@ -867,6 +1137,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         opening.on_list_reply(server, reply, sess, &mut cx);
         self.check_opening(sid);
@@ -1190,6 +1461,9 @@ impl Agent {
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for &sid in &sids {
             let starting = self.sessions.get_mut(&sid).and_then(|s| s.starting.take());
+            if self.store.is_loading(sid) {
+                self.store.close(sid, &mut self.out);
+            }
             if let Some(rpc) = starting {
                 self.reply_err(
                     Some(&rpc),
@@ -1281,6 +1555,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         let ending = Ending::start(reason, close, sess, &mut cx);
         self.endings.insert(sid, ending);
@@ -1302,6 +1577,13 @@ impl Agent {
         let Some(rpc) = ending.finish(sess, &mut self.out) else {
             return;
         };
+        // A9: what the session recorded is written, and its file closed (its lock released:
+        // another agent may load it now).
+        if let Some(sess) = self.sessions.get_mut(&sid) {
+            self.store.sync(sess);
+        }
+        self.store.flush(sid, &mut self.out);
+        self.store.close(sid, &mut self.out);
         if let Some(sess) = self.sessions.remove(&sid)
             && self.shutdown.is_none()
         {

@@ -136,6 +136,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// Where session transcripts live (SPEC A9, `BUZZ_AGENT_STATE_DIR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateDir {
+    /// `off`, or no directory could be worked out (no `HOME`): sessions are not persisted and
+    /// `initialize` advertises `loadSession: false`.
+    Off,
+    /// An absolute directory path. The runtime creates it (mode 0700) with the first
+    /// transcript; the core only ever names files directly inside it.
+    Dir(String),
+}
+
 /// The validated configuration (C2). Durations are in milliseconds (`*_ms`); the variables
 /// that configure them in seconds are multiplied by 1000. `Debug` redacts the API key and
 /// prints the system prompt's length only (P2).
@@ -219,9 +230,24 @@ pub struct Config {
     pub log_level: LogLevel,
     /// `BUZZ_AGENT_LOG_FORMAT` (default text).
     pub log_format: LogFormat,
-    /// Seed of the retry jitter (L5). Not read from the environment: [`Config::from_env_map`]
-    /// sets 0 and the runtime overwrites it, so the core stays deterministic (DESIGN).
+    /// Where session transcripts are kept (SPEC A9): `BUZZ_AGENT_STATE_DIR` (an absolute path,
+    /// or `off`), else `$XDG_STATE_HOME/buzz-agent/sessions` (when that variable is an
+    /// absolute path), else `$HOME/.local/state/buzz-agent/sessions`, else off.
+    pub state_dir: StateDir,
+    /// `BUZZ_AGENT_SEED` (default unset = random): a fixed seed for reproducible runs and
+    /// tests. It sets [`Config::seed`] and [`Config::session_id_seed`], and the runtime keeps
+    /// them instead of drawing random ones (DESIGN: randomness is an input). Session ids then
+    /// repeat from run to run, so a fixed seed goes with a fresh `BUZZ_AGENT_STATE_DIR` or
+    /// `off`.
+    pub fixed_seed: Option<u64>,
+    /// Seed of the retry jitter (L5): `BUZZ_AGENT_SEED`, else 0 from
+    /// [`Config::from_env_map`], which the runtime overwrites with random bits.
     pub seed: u64,
+    /// The 128 bits new session ids are derived from (SPEC A9: random, unique across
+    /// processes and hosts): derived from `BUZZ_AGENT_SEED`, else `None` from
+    /// [`Config::from_env_map`], which the runtime replaces with 16 bytes from the OS. An
+    /// agent without one numbers its sessions `sess_1`, `sess_2`, … (the core's own tests).
+    pub session_id_seed: Option<u128>,
 }
 
 impl fmt::Debug for Config {
@@ -269,7 +295,10 @@ impl fmt::Debug for Config {
             .field("permission_timeout_ms", &self.permission_timeout_ms)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
+            .field("state_dir", &self.state_dir)
+            .field("fixed_seed", &self.fixed_seed)
             .field("seed", &self.seed)
+            .field("session_id_seed", &self.session_id_seed.map(|_| "<set>"))
             .finish()
     }
 }
@@ -449,6 +478,8 @@ const PERMISSION: &str = "BUZZ_AGENT_PERMISSION";
 const PERMISSION_TIMEOUT_SECS: &str = "BUZZ_AGENT_PERMISSION_TIMEOUT_SECS";
 const LOG: &str = "BUZZ_AGENT_LOG";
 const LOG_FORMAT: &str = "BUZZ_AGENT_LOG_FORMAT";
+const STATE_DIR: &str = "BUZZ_AGENT_STATE_DIR";
+const SEED: &str = "BUZZ_AGENT_SEED";
 
 const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -484,6 +515,7 @@ const NUMBERS: &[(&str, u64, u64)] = &[
     (HOOK_TIMEOUT_MS, 1, MAX_HOOK_TIMEOUT_MS),
     (STOP_MAX_REJECTIONS, 0, U32_MAX),
     (PERMISSION_TIMEOUT_SECS, 1, MAX_SECS),
+    (SEED, 0, u64::MAX),
 ];
 
 /// `u32::MAX` as a `u64`.
@@ -547,6 +579,8 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (PERMISSION_TIMEOUT_SECS, "330", "seconds to wait for a permission answer before denying"),
     (LOG, "info", "stderr log level: error, warn, info, debug (adds prompt and tool text), trace"),
     (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
+    (STATE_DIR, "$XDG_STATE_HOME/buzz-agent/sessions, else ~/.local/state/buzz-agent/sessions", "where session transcripts are kept (an absolute path), or off: sessions are not persisted"),
+    (SEED, "random", "fixed seed for reproducible runs (retry jitter, session ids); use with a fresh BUZZ_AGENT_STATE_DIR or off"),
 ];
 
 /// The names of every variable the agent reads (C1), in `--help` order.
@@ -603,7 +637,9 @@ pub fn unknown_agent_variables(env: &BTreeMap<String, String>) -> Vec<String> {
 }
 
 /// The warnings to log at start-up (C1, issue 12), one line each, no secret: every unknown
-/// `BUZZ_AGENT_*` variable ([`unknown_agent_variables`]), and an OpenAI-compatible provider on
+/// `BUZZ_AGENT_*` variable ([`unknown_agent_variables`]), sessions that cannot be saved for
+/// want of a directory (SPEC A9: no `HOME`, unless `BUZZ_AGENT_STATE_DIR=off` says so), and an
+/// OpenAI-compatible provider on
 /// the default URL (`https://api.openai.com/v1`) without `OPENAI_COMPAT_API_KEY`, where every
 /// request would be refused (401): most likely a local server's URL was forgotten. Neither
 /// stops the agent (an empty key is valid for local servers).
@@ -617,6 +653,15 @@ pub fn startup_warnings(env: &BTreeMap<String, String>, config: &Config) -> Vec<
         config.provider,
         ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses
     );
+    if config.state_dir == StateDir::Off
+        && !env
+            .get(STATE_DIR)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
+    {
+        out.push(format!(
+            "sessions are not saved: neither {STATE_DIR}, XDG_STATE_HOME nor HOME names an absolute directory (set {STATE_DIR}, or {STATE_DIR}=off to silence this)"
+        ));
+    }
     if openai
         && config.api_key.is_empty()
         && config
@@ -834,13 +879,52 @@ fn provider_kind(env: &Env<'_>) -> Result<ProviderKind, ConfigError> {
     }
 }
 
+/// `BUZZ_AGENT_STATE_DIR` with its fallbacks (SPEC A9).
+fn state_dir(env: &Env<'_>) -> Result<StateDir, ConfigError> {
+    const SUFFIX: &str = "buzz-agent/sessions";
+    match env.get(STATE_DIR) {
+        Some(v) if v.eq_ignore_ascii_case("off") => Ok(StateDir::Off),
+        Some(v) if v.starts_with('/') => Ok(StateDir::Dir(without_trailing_slash(v))),
+        Some(_) => Err(env.invalid(STATE_DIR, "an absolute directory path, or off")),
+        None => {
+            // XDG Base Directory: a relative $XDG_STATE_HOME is invalid and ignored.
+            let base = env
+                .get("XDG_STATE_HOME")
+                .filter(|p| p.starts_with('/'))
+                .map(|p| format!("{}/{SUFFIX}", p.trim_end_matches('/')))
+                .or_else(|| {
+                    env.get("HOME")
+                        .filter(|p| p.starts_with('/'))
+                        .map(|p| format!("{}/.local/state/{SUFFIX}", p.trim_end_matches('/')))
+                });
+            Ok(base.map_or(StateDir::Off, StateDir::Dir))
+        }
+    }
+}
+
+/// An absolute path without its trailing `/`s (`/` itself stays `/`).
+fn without_trailing_slash(path: &str) -> String {
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() {
+        "/".to_owned()
+    } else {
+        trimmed.to_owned()
+    }
+}
+
+/// The session-id seed of a fixed `BUZZ_AGENT_SEED`: both halves of the 128 bits from it.
+fn expand_seed(seed: u64) -> u128 {
+    (u128::from(seed) << 64) | u128::from(seed ^ 0x5851_f42d_4c95_7f2d)
+}
+
 impl Config {
     /// Builds and validates the configuration from an environment snapshot (C1–C3).
     ///
     /// `env` maps variable names to values (the runtime passes its process environment; names
     /// or values that are not UTF-8 are left out). `read_file(path)` returns a file's content
-    /// or a one-line reason; it is called only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. `seed` is
-    /// set to 0 (the runtime sets it).
+    /// or a one-line reason; it is called only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. Without
+    /// `BUZZ_AGENT_SEED`, `seed` is 0 and `session_id_seed` is `None`: the runtime sets them
+    /// from the OS's randomness.
     ///
     /// # Errors
     /// Every error found, in one [`ConfigErrors`] (so a user fixes them all in one go, not one
@@ -934,6 +1018,10 @@ impl Config {
             Some("trace") => Ok(LogLevel::Trace),
             Some(_) => Err(env.invalid(LOG, "error, warn, info, debug or trace")),
         };
+        let fixed_seed = match env.get(SEED) {
+            None => None,
+            Some(_) => c.opt(env.uint(SEED, 0_u64)),
+        };
         let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
             None | Some("text") => Ok(LogFormat::Text),
             Some("json") => Ok(LogFormat::Json),
@@ -979,7 +1067,10 @@ impl Config {
             permission_timeout_ms: c.or(env.secs_as_ms(PERMISSION_TIMEOUT_SECS, 330), 0),
             log_level: c.or(log_level, LogLevel::Info),
             log_format: c.or(log_format, LogFormat::Text),
-            seed: 0,
+            state_dir: c.or(state_dir(&env), StateDir::Off),
+            fixed_seed,
+            seed: fixed_seed.unwrap_or(0),
+            session_id_seed: fixed_seed.map(expand_seed),
         };
         match ConfigErrors::from_vec(c.errors) {
             Some(errors) => Err(errors),
@@ -1024,7 +1115,10 @@ impl Config {
             permission_timeout_ms: 330_000,
             log_level: LogLevel::Info,
             log_format: LogFormat::Text,
+            state_dir: StateDir::Off,
+            fixed_seed: None,
             seed: 0,
+            session_id_seed: None,
         }
     }
 }
@@ -1293,7 +1387,7 @@ mod tests {
     }
 
     /// (variable, value given, expected field value read back)
-    fn numeric_fields(c: &Config) -> [(&'static str, u64); 16] {
+    fn numeric_fields(c: &Config) -> [(&'static str, u64); 17] {
         [
             (MAX_ROUNDS, u64::from(c.max_rounds)),
             (MAX_OUTPUT_TOKENS, u64::from(c.max_output_tokens)),
@@ -1314,6 +1408,7 @@ mod tests {
             (HOOK_TIMEOUT_MS, c.hook_timeout_ms),
             (STOP_MAX_REJECTIONS, u64::from(c.stop_max_rejections)),
             (PERMISSION_TIMEOUT_SECS, c.permission_timeout_ms),
+            (SEED, c.fixed_seed.unwrap_or(0)),
         ]
     }
 
@@ -1742,7 +1837,58 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 36);
+        assert_eq!(count, 37);
+    }
+
+    #[test]
+    fn a9_the_state_directory_falls_back_from_the_variable_to_xdg_to_home() {
+        let dir = |pairs: &[(&str, &str)]| ok(&anthropic(pairs)).state_dir;
+        let d = |p: &str| StateDir::Dir(p.to_owned());
+        assert_eq!(dir(&[]), StateDir::Off, "no HOME: nowhere to keep sessions");
+        assert_eq!(
+            dir(&[("HOME", "/home/u")]),
+            d("/home/u/.local/state/buzz-agent/sessions")
+        );
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "/x/state/")]),
+            d("/x/state/buzz-agent/sessions")
+        );
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "rel")]),
+            d("/home/u/.local/state/buzz-agent/sessions"),
+            "a relative XDG_STATE_HOME is ignored (XDG Base Directory)"
+        );
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), (STATE_DIR, " /srv/agent/ ")]),
+            d("/srv/agent")
+        );
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), (STATE_DIR, "OFF")]),
+            StateDir::Off
+        );
+        assert_eq!(dir(&[(STATE_DIR, "/")]), d("/"));
+        let e = err(&anthropic(&[(STATE_DIR, "state")]));
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_STATE_DIR: invalid value \"state\": expected an absolute directory path, or off"
+        );
+    }
+
+    #[test]
+    fn a9_a_fixed_seed_fixes_the_jitter_and_the_session_ids_else_the_runtime_draws_them() {
+        let c = ok(&anthropic(&[]));
+        assert_eq!((c.fixed_seed, c.seed, c.session_id_seed), (None, 0, None));
+        let c = ok(&anthropic(&[(SEED, "42")]));
+        assert_eq!((c.fixed_seed, c.seed), (Some(42), 42));
+        assert!(c.session_id_seed.is_some());
+        assert_eq!(
+            ok(&anthropic(&[(SEED, "42")])).session_id_seed,
+            c.session_id_seed
+        );
+        assert_ne!(
+            ok(&anthropic(&[(SEED, "43")])).session_id_seed,
+            c.session_id_seed
+        );
     }
 
     #[test]
@@ -1839,7 +1985,11 @@ mod tests {
 
     #[test]
     fn c1_default_openai_url_without_a_key_is_a_startup_warning() {
-        let env = env_of(&[(PROVIDER, "openai"), (OPENAI_MODEL, "gpt")]);
+        let env = env_of(&[
+            (PROVIDER, "openai"),
+            (OPENAI_MODEL, "gpt"),
+            ("HOME", "/home/u"),
+        ]);
         let warnings = startup_warnings(&env, &ok(&env));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
@@ -1853,6 +2003,7 @@ mod tests {
             (PROVIDER, "openai"),
             (OPENAI_MODEL, "gpt"),
             (OPENAI_BASE_URL, "HTTPS://api.openai.com/v1/"),
+            ("HOME", "/home/u"),
         ]);
         assert_eq!(startup_warnings(&env, &ok(&env)).len(), 1);
         for quiet in [
@@ -1860,23 +2011,32 @@ mod tests {
                 (PROVIDER, "openai"),
                 (OPENAI_MODEL, "gpt"),
                 (OPENAI_API_KEY, "k"),
+                ("HOME", "/home/u"),
             ]),
             env_of(&[
                 (PROVIDER, "openai"),
                 (OPENAI_MODEL, "gpt"),
                 (OPENAI_BASE_URL, "http://127.0.0.1:8000/v1"),
+                ("HOME", "/home/u"),
             ]),
-            anthropic(&[]),
+            anthropic(&[("HOME", "/home/u")]),
+            anthropic(&[(STATE_DIR, "off")]),
         ] {
             assert!(
                 startup_warnings(&quiet, &ok(&quiet)).is_empty(),
                 "{quiet:?}"
             );
         }
-        let typo = anthropic(&[("BUZZ_AGENT_HOOK_TIMEOUT", "5")]);
+        let typo = anthropic(&[("BUZZ_AGENT_HOOK_TIMEOUT", "5"), ("HOME", "/home/u")]);
         assert_eq!(
             startup_warnings(&typo, &ok(&typo)),
             vec!["unknown variable BUZZ_AGENT_HOOK_TIMEOUT ignored (typo?)".to_owned()]
+        );
+        // A9: nowhere to save sessions, and no one said off.
+        let homeless = anthropic(&[]);
+        assert_eq!(
+            startup_warnings(&homeless, &ok(&homeless)),
+            vec!["sessions are not saved: neither BUZZ_AGENT_STATE_DIR, XDG_STATE_HOME nor HOME names an absolute directory (set BUZZ_AGENT_STATE_DIR, or BUZZ_AGENT_STATE_DIR=off to silence this)".to_owned()]
         );
     }
 

@@ -591,21 +591,19 @@ pub(crate) fn append_injections(
     for (k, (server, text)) in texts.iter().enumerate() {
         let n = transcript.next_call_no();
         let [call, result] = injection_pair(point, server, text, n);
-        let history = &mut transcript.messages;
         let joins = k == 0
-            && matches!(history.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
-        match (call, history.last_mut()) {
-            (
-                Message::Assistant { tool_calls, .. },
-                Some(Message::Assistant {
-                    tool_calls: answer, ..
-                }),
-            ) if joins => {
-                answer.extend(tool_calls);
-            }
-            (call, _) => history.push(call),
+            && matches!(transcript.messages().last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
+        if joins
+            && let Message::Assistant { tool_calls, .. } = &call
+            && let Some(Message::Assistant {
+                tool_calls: answer, ..
+            }) = transcript.last_mut()
+        {
+            answer.extend(tool_calls.iter().cloned());
+        } else {
+            transcript.push(call);
         }
-        history.push(result);
+        transcript.push(result);
     }
 }
 
@@ -622,7 +620,7 @@ pub(crate) fn append_session_start(transcript: &mut Transcript, texts: &[(String
         return;
     }
     append_injections(transcript, HookPoint::SessionStart, texts);
-    transcript.messages.push(Message::User {
+    transcript.push(Message::User {
         text: SESSION_START_FOLLOW_UP.to_string(),
     });
 }
@@ -867,7 +865,7 @@ mod tests {
     #[test]
     fn c61_the_first_injection_joins_the_answer_that_ends_the_history() {
         let mut transcript = Transcript::default();
-        transcript.messages = vec![
+        transcript.extend(vec![
             Message::User {
                 text: "fix it".into(),
             },
@@ -877,13 +875,13 @@ mod tests {
                 reasoning: vec![],
                 tool_calls: vec![],
             },
-        ];
+        ]);
         append_injections(
             &mut transcript,
             HookPoint::Stop,
             &[("guard".into(), "tests fail".into())],
         );
-        let history = &transcript.messages;
+        let history = transcript.messages();
         assert_eq!(history.len(), 3);
         let Message::Assistant {
             text, tool_calls, ..
@@ -942,11 +940,11 @@ mod tests {
     #[test]
     fn h10_l10_session_start_texts_go_after_the_prompt_then_a_user_line_closes_them() {
         let mut transcript = Transcript::default();
-        transcript.messages.push(Message::User {
+        transcript.push(Message::User {
             text: "fix the bug".into(),
         });
         append_session_start(&mut transcript, &[]);
-        assert_eq!(transcript.messages.len(), 1, "no texts: nothing");
+        assert_eq!(transcript.messages().len(), 1, "no texts: nothing");
         append_session_start(
             &mut transcript,
             &[
@@ -955,7 +953,7 @@ mod tests {
             ],
         );
         let kinds: Vec<String> = transcript
-            .messages
+            .messages()
             .iter()
             .map(|m| match m {
                 Message::User { text } => format!("user:{text}"),

@@ -39,6 +39,10 @@ const MAX_LIST_PAGES: u32 = 100;
 pub(crate) enum Source {
     /// `session/new`.
     New,
+    /// `session/load`: a stored session, replayed to the client (SPEC A9).
+    Load,
+    /// `session/resume`: a stored session, not replayed (SPEC A9).
+    Resume,
 }
 
 impl Source {
@@ -46,6 +50,8 @@ impl Source {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Source::New => "new",
+            Source::Load => "load",
+            Source::Resume => "resume",
         }
     }
 }
@@ -560,6 +566,6 @@ mod tests {
                     == "hook: _SessionEnd of session sess_1 answered by 'mem': \"saved 3 notes\""),
             "{logs:#?}"
         );
-        assert!(sess.transcript.messages.is_empty(), "never injected");
+        assert!(sess.transcript.messages().is_empty(), "never injected");
     }
 }

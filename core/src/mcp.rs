@@ -1839,19 +1839,14 @@ mod tests {
         fn written(actions: &[Action], proc: ProcKey) -> Vec<Value> {
             actions
                 .iter()
-                .filter_map(|a| match a {
-                    Action::WriteMcp { proc: p, line } if *p == proc => {
+                .filter_map(|a| {
+                    if let Action::WriteMcp { proc: p, line } = a
+                        && *p == proc
+                    {
                         serde_json::from_str(line).ok()
+                    } else {
+                        None
                     }
-                    Action::WriteMcp { .. }
-                    | Action::WriteAcp(_)
-                    | Action::SpawnMcp { .. }
-                    | Action::CloseMcpStdin { .. }
-                    | Action::SignalProcessGroup { .. }
-                    | Action::CallLlm { .. }
-                    | Action::CancelLlm { .. }
-                    | Action::Log(_)
-                    | Action::Exit { .. } => None,
                 })
                 .collect()
         }

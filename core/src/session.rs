@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 /// One session.
 #[derive(Debug)]
 pub(crate) struct Session {
-    /// Its id (`sess_N`).
+    /// Its id (`sess_…`).
     pub(crate) id: SessionId,
     /// Its MCP servers in registration order (SPEC H3: hooks run and answer in this order).
     pub(crate) servers: Vec<ServerSlot>,
-    /// `Some(request id)` while `session/new` waits for the handshakes (SPEC A2), the
+    /// `Some(request id)` while `session/new`, `session/load` or `session/resume` waits for
+    /// the handshakes (SPEC A2) or the stored transcript (SPEC A9), then for the
     /// `_SessionStart` round and the `interceptors/list` requests (SPEC H10, X1).
     pub(crate) starting: Option<RpcId>,
     /// Whether the servers were all ready once (the `_SessionStart` point was reached): such

@@ -16,6 +16,7 @@ use crate::llm::{Message, ToolCall};
 use crate::mcp::{InterceptRef, McpRequest, Purpose, ToolCallRef, ToolRoute};
 use crate::permissions::PermissionRequest;
 use crate::session::Session;
+use crate::store::AnnouncedCall;
 use crate::tools::ToolOutput;
 use crate::{io::Action, jsonrpc::RpcError};
 use serde_json::{Value, json};
@@ -114,6 +115,18 @@ impl ToolBatch {
         for u in &updates {
             cx.out.send_update(&session_id, u);
         }
+        let announced: Vec<AnnouncedCall<'_>> = pending
+            .iter()
+            .zip(&updates)
+            .enumerate()
+            .map(|(index, ((c, _), update))| AnnouncedCall {
+                index,
+                acp_id: &c.acp_id,
+                call: &c.call,
+                update,
+            })
+            .collect();
+        cx.store.on_tool_calls(sess, &announced);
         // Decide each call: too many, unknown tool (incl. hooks, M4), bad arguments, permission.
         let mut decided: Vec<(usize, ToolOutput)> = Vec::new();
         let mut asks: Vec<usize> = Vec::new();
@@ -574,12 +587,9 @@ impl ToolBatch {
         if matches!(c.state, CallState::Done(_)) {
             return;
         }
-        let status = if failed { "failed" } else { "completed" };
-        let update = json!({
-            "sessionUpdate": "tool_call_update", "toolCallId": c.acp_id, "status": status,
-            "content": out.client_content(),
-            "rawOutput": {"isError": out.is_error}
-        });
+        let update = crate::store::result_update(&c.acp_id, failed, &out);
+        cx.store
+            .on_tool_result(self.session, index.0, &c.acp_id, &c.call, &out, failed);
         c.state = CallState::Done(out);
         cx.out.send_update(&self.session.to_string(), &update);
     }

@@ -132,9 +132,7 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) -> Turn {
-        sess.transcript
-            .messages
-            .push(Message::User { text: text.clone() });
+        sess.transcript.push(Message::User { text: text.clone() });
         let mut shown = Shown::default();
         // C55: what the user must know about the session set-up, before the first answer.
         for notice in std::mem::take(&mut sess.notices) {
@@ -270,10 +268,7 @@ impl Turn {
         let model = sess.model(&cx.cfg.model).to_string();
         let summary_messages;
         let (system, messages) = match purpose {
-            CallPurpose::Round => (
-                cx.cfg.system_prompt.as_deref(),
-                &sess.transcript.messages[..],
-            ),
+            CallPurpose::Round => (cx.cfg.system_prompt.as_deref(), sess.transcript.messages()),
             CallPurpose::Summary => {
                 summary_messages = compaction::summary_messages(
                     &sess.transcript,
@@ -657,7 +652,7 @@ impl Turn {
             stop,
             ..
         } = resp;
-        let history = &mut sess.transcript.messages;
+        let history = &mut sess.transcript;
         match stop {
             StopKind::Refusal => {
                 if !text.is_empty() {
@@ -817,7 +812,7 @@ impl Turn {
         let Phase::Tools(batch) = std::mem::replace(&mut self.phase, Phase::Ready) else {
             return None;
         };
-        sess.transcript.messages.extend(batch.into_results());
+        sess.transcript.extend(batch.into_results());
         self.cancelled
             .then_some(TurnEnd::Stopped(StopReason::Cancelled))
     }
@@ -1049,16 +1044,17 @@ impl Shown {
         }
         let sid = sess.id.to_string();
         for d in deltas {
-            let update = match &d {
+            let (kind, text) = match &d {
                 StreamDelta::Text(t) if t.is_empty() => continue,
                 StreamDelta::Text(t) => {
                     let text = format!("{}{t}", self.take_break());
                     self.record(&text);
-                    chunk_update("agent_message_chunk", &text)
+                    ("agent_message_chunk", text)
                 }
-                StreamDelta::Thought(t) => chunk_update("agent_thought_chunk", t),
+                StreamDelta::Thought(t) => ("agent_thought_chunk", t.clone()),
             };
-            cx.out.send_update(&sid, &update);
+            cx.out.send_update(&sid, &chunk_update(kind, &text));
+            cx.store.on_chunk(sess.id, kind, &text);
         }
     }
 
@@ -1230,11 +1226,7 @@ mod tests {
         let chunk = &Parts::acp_lines(&actions)[0]["params"]["update"];
         assert_eq!(chunk["content"]["text"], "Hi!");
         assert_eq!(turn.meta()["buzz"]["rounds"], 1);
-        assert_eq!(
-            sess.transcript.messages.len(),
-            2,
-            "the prompt and the answer"
-        );
+        assert_eq!(sess.transcript.len(), 2, "the prompt and the answer");
         assert_eq!(parts.timers.next(), None, "no timer outlives the call");
     }
 
@@ -1271,7 +1263,7 @@ mod tests {
         assert_eq!(end, None);
         assert!(turn.is_ready(), "another round");
         assert_eq!(turn.meta()["buzz"]["stopObjections"], 1);
-        let Some(Message::ToolResult { text, .. }) = sess.transcript.messages.last() else {
+        let Some(Message::ToolResult { text, .. }) = sess.transcript.messages().last() else {
             panic!("the injection ends the history");
         };
         assert_eq!(
@@ -1352,7 +1344,7 @@ mod tests {
             );
             assert_eq!(end, expected);
         }
-        assert!(sess.transcript.messages.contains(&Message::User {
+        assert!(sess.transcript.messages().contains(&Message::User {
             text: MAX_TOKENS_NUDGE.into()
         }));
     }
@@ -1392,7 +1384,7 @@ mod tests {
         let mut parts = Parts::new();
         parts.cfg.max_context_tokens = 1000;
         let mut sess = session(&mut parts, &[("mem", &["_PostCompact"])]);
-        sess.transcript.messages.push(Message::User {
+        sess.transcript.push(Message::User {
             text: "x".repeat(950),
         });
         let mut turn = start(&mut parts, &mut sess, "continue");
@@ -1434,7 +1426,7 @@ mod tests {
         );
         let kinds: Vec<&str> = sess
             .transcript
-            .messages
+            .messages()
             .iter()
             .map(|m| match m {
                 Message::User { .. } => "user",
@@ -1606,7 +1598,7 @@ mod tests {
         let injected = |m: &Message| matches!(m, Message::ToolResult { text, .. } if text.contains("_SessionStart"));
         assert_eq!(
             sess.transcript
-                .messages
+                .messages()
                 .iter()
                 .filter(|m| injected(m))
                 .count(),
@@ -1618,7 +1610,7 @@ mod tests {
         parts.drain();
         assert_eq!(
             sess.transcript
-                .messages
+                .messages()
                 .iter()
                 .filter(|m| injected(m))
                 .count(),

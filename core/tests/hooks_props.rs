@@ -310,7 +310,11 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 fn build(case: &Case) -> World {
-    let mut cfg = test_config();
+    build_with(case, test_config())
+}
+
+/// [`build`] on the configuration `cfg` (e.g. with a state directory, SPEC A9).
+fn build_with(case: &Case, mut cfg: buzz_agent_core::Config) -> World {
     cfg.stop_max_rejections = case.budget;
     cfg.max_rounds = case.max_rounds;
     cfg.max_context_tokens = case.max_context;
@@ -455,9 +459,17 @@ fn build(case: &Case) -> World {
 }
 
 fn run(case: &Case) -> World {
-    let mut w = build(case);
+    run_world(case, build(case), false)
+}
+
+/// Runs `case` in `w` (built from it); `settle`: every act waits until the agent is idle (a
+/// prompt then runs to its end before the next act).
+fn run_world(case: &Case, mut w: World, settle: bool) -> World {
     w.start();
     for a in &case.acts {
+        if settle {
+            w.run_idle();
+        }
         match a {
             Act::Prompt => {
                 w.prompt("do the task");
@@ -1277,7 +1289,15 @@ impl<'a> Checker<'a> {
                         ));
                     }
                 }
-                Action::CallLlm { .. } | Action::CloseMcpStdin { .. } | Action::Exit { .. } => {}
+                Action::CallLlm { .. }
+                | Action::CloseMcpStdin { .. }
+                | Action::OpenTranscript { .. }
+                | Action::ReadTranscript { .. }
+                | Action::AppendTranscript { .. }
+                | Action::TruncateTranscript { .. }
+                | Action::CloseTranscript { .. }
+                | Action::ListTranscripts { .. }
+                | Action::Exit { .. } => {}
             }
         }
         // K1 fallback: a truncation drops an unknown number of injections.
@@ -2476,4 +2496,217 @@ fn h6_truncation_fallback_keeps_the_objections_of_the_round_just_decided() {
         "the objection charged to the budget is missing from the next request: {injected:?}\n{}",
         w.transcript_text()
     );
+}
+
+// ====================================================================== SPEC A9: sessions that survive
+
+/// A configuration with a state directory (SPEC A9).
+fn store_config() -> buzz_agent_core::Config {
+    let mut cfg = test_config();
+    cfg.state_dir = buzz_agent_core::config::StateDir::Dir("/state".into());
+    cfg
+}
+
+/// I9 on a history in its record form: every tool call of an assistant message is answered by
+/// exactly one result before the next user or assistant message, and no result is unasked.
+fn check_paired(messages: &Value) -> Result<(), String> {
+    let mut open: Vec<String> = Vec::new();
+    for m in messages.as_array().into_iter().flatten() {
+        match m["role"].as_str() {
+            Some("tool") => {
+                let id = m["callId"].as_str().unwrap_or("").to_string();
+                let at = open.iter().position(|o| *o == id);
+                let Some(at) = at else {
+                    return Err(format!("I9: result {id} without its call: {messages}"));
+                };
+                open.remove(at);
+            }
+            _ => {
+                if !open.is_empty() {
+                    return Err(format!("I9: calls {open:?} without results: {messages}"));
+                }
+                for c in m["toolCalls"].as_array().into_iter().flatten() {
+                    open.push(c["id"].as_str().unwrap_or("").to_string());
+                }
+            }
+        }
+    }
+    if open.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("I9: calls {open:?} without results at the end"))
+    }
+}
+
+/// The updates of a session as a client keeps them: text chunks of one kind merged, a tool
+/// call's progress left out (its announcement and final status kept), usage left out, and the
+/// user's own prompts left out (the live client sent them; the replay shows them).
+fn canonical_updates(updates: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for u in updates {
+        let kind = u["sessionUpdate"].as_str().unwrap_or("");
+        match kind {
+            "usage_update" | "user_message_chunk" => {}
+            "tool_call_update" if !matches!(u["status"].as_str(), Some("completed" | "failed")) => {
+            }
+            "agent_message_chunk" | "agent_thought_chunk" => {
+                let text = u["content"]["text"].as_str().unwrap_or("");
+                if let Some(last) = out.last_mut()
+                    && last["sessionUpdate"] == kind
+                {
+                    let joined =
+                        format!("{}{text}", last["content"]["text"].as_str().unwrap_or(""));
+                    last["content"]["text"] = json!(joined);
+                } else {
+                    out.push(u.clone());
+                }
+            }
+            _ => out.push(u.clone()),
+        }
+    }
+    out
+}
+
+/// Loads `sid` from `disk` into a fresh world of `case` (a new agent process); returns the
+/// world, the load's id and the index of its first ACP line.
+fn load_into_new_world(
+    case: &Case,
+    disk: support::FakeDisk,
+    sid: &str,
+    replay: bool,
+) -> (World, u64, usize) {
+    let mut w = build_with(case, store_config()).with_disk(disk);
+    w.initialize();
+    let from = w.acp_out.len();
+    let id = w.load_session(sid, replay);
+    (w, id, from)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A9: a random session (tool calls, hooks and their objections, compaction, permission
+    /// answers, cancels, server deaths) recorded, then loaded by a new agent, has the same
+    /// history, usage mark, call counter and remembered answers; the replay shows what the
+    /// client saw; and the next prompt's first request carries the same messages.
+    #[test]
+    fn a9_a_random_session_recorded_then_loaded_has_the_same_history_and_replay(
+        case in case(), chunk in prop_oneof![Just(1usize), 1usize..64, 64usize..70_000],
+    ) {
+        let mut w = run_world(&case, build_with(&case, store_config()), false);
+        let sid = w.session.clone().unwrap_or_default();
+        let before = w.agent.session_state_for_tests(&sid);
+        prop_assert!(before.is_some());
+        let original = w.updates_since(0, &sid);
+        let file = format!("{sid}.jsonl");
+        if !w.disk.files.contains_key(&file) {
+            // No prompt was ever sent: nothing is saved, and a load says the session is unknown.
+            let (w2, id, _) = load_into_new_world(&case, w.disk.clone(), &sid, true);
+            prop_assert_eq!(&w2.response(id).cloned().unwrap_or_default()["error"]["code"], -32002);
+            return Ok(());
+        }
+        let mut disk = w.disk.clone();
+        disk.chunk = chunk;
+        let (mut w2, id, from) = load_into_new_world(&case, disk, &sid, true);
+        let r = w2.response(id).cloned().unwrap_or_default();
+        prop_assert_eq!(&r["result"], &json!({}), "{}\n{}", r, w2.transcript_text());
+        let after = w2.agent.session_state_for_tests(&sid);
+        prop_assert_eq!(&after, &before, "{}", w.disk.text(&file));
+        if let Some(after) = &after {
+            if let Err(e) = check_paired(&after["messages"]) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+        let replayed = w2.updates_since(from, &sid);
+        prop_assert_eq!(canonical_updates(&replayed), canonical_updates(&original));
+        // The next prompt continues the same history (I2: with a fresh budget): its first
+        // request carries the same messages.
+        let mut first = Vec::new();
+        for world in [&mut w, &mut w2] {
+            world.llm_script.clear();
+            world.llm_default = LlmReply::text("Next.");
+            let n = world.llm_requests.len();
+            world.prompt("next");
+            world.run_idle();
+            first.push(world.llm_requests.get(n).map(|(_, _, b)| b["messages"].clone()));
+        }
+        prop_assert!(first[0].is_some());
+        prop_assert_eq!(&first[0], &first[1]);
+    }
+
+    /// A9 crash safety: with every prompt run to its end, a kill -9 right after any prompt
+    /// answered (the file cut there, plus any torn piece of what came next) loses nothing:
+    /// the load gives exactly the history the agent had then, every tool call paired (I9).
+    #[test]
+    fn a9_a_kill_after_any_answered_prompt_loses_nothing_and_a_torn_tail_is_ignored(
+        case in case(), pick in any::<prop::sample::Index>(), torn in 0usize..200,
+    ) {
+        let mut w = build_with(&case, store_config());
+        w.start();
+        let sid = w.session.clone().unwrap_or_default();
+        let file = format!("{sid}.jsonl");
+        let mut checkpoints: Vec<(usize, Value)> = Vec::new();
+        for a in &case.acts {
+            if *a == Act::Prompt {
+                w.prompt("do the task");
+                w.run_idle();
+                let len = w.disk.files.get(&file).map_or(0, |(d, _)| d.len());
+                if let Some(state) = w.agent.session_state_for_tests(&sid) {
+                    checkpoints.push((len, state));
+                }
+            }
+        }
+        prop_assume!(!checkpoints.is_empty());
+        let (len, want) = pick.get(&checkpoints).clone();
+        let mut disk = w.disk.clone();
+        if let Some((data, _)) = disk.files.get_mut(&file) {
+            // What the next append had written when the process died: a torn piece of a line.
+            let next_line_end = data[len..].iter().position(|&b| b == b'\n').map_or(len, |p| len + p);
+            let cut = (len + torn).min(next_line_end);
+            data.truncate(cut);
+        }
+        let torn_bytes = disk.files.get(&file).map_or(0, |(d, _)| d.len()) - len;
+        let (w2, id, _) = load_into_new_world(&case, disk, &sid, true);
+        let r = w2.response(id).cloned().unwrap_or_default();
+        prop_assert_eq!(&r["result"], &json!({}), "{}", r);
+        let got = w2.agent.session_state_for_tests(&sid);
+        prop_assert_eq!(got.as_ref(), Some(&want));
+        if let Some(got) = &got {
+            if let Err(e) = check_paired(&got["messages"]) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+        let warned = w2.logs.iter().any(|l| l.message.contains("torn line"));
+        prop_assert_eq!(warned, torn_bytes > 0, "a torn tail is reported, and only then");
+        prop_assert_eq!(
+            w2.disk.files.get(&file).map(|(d, _)| d.len()),
+            Some(len),
+            "the torn tail is cut off before anything is appended"
+        );
+    }
+
+    /// A9 crash safety: a file cut at any byte (a kill -9 at any moment, mid-round included)
+    /// loads, never fails, and gives a history every provider accepts: every tool call paired
+    /// (I9), calls left running closed with an error result.
+    #[test]
+    fn a9_a_transcript_cut_at_any_byte_loads_a_valid_history(
+        case in case(), at in any::<prop::sample::Index>(),
+    ) {
+        let w = run_world(&case, build_with(&case, store_config()), false);
+        let sid = w.session.clone().unwrap_or_default();
+        let file = format!("{sid}.jsonl");
+        let mut disk = w.disk.clone();
+        let Some((data, _)) = disk.files.get_mut(&file) else {
+            return Ok(());
+        };
+        let cut = at.index(data.len() + 1);
+        data.truncate(cut);
+        let (w2, id, _) = load_into_new_world(&case, disk, &sid, true);
+        let r = w2.response(id).cloned().unwrap_or_default();
+        prop_assert_eq!(&r["result"], &json!({}), "{}\n{}", r, w2.transcript_text());
+        let got = w2.agent.session_state_for_tests(&sid).unwrap_or_default();
+        if let Err(e) = check_paired(&got["messages"]) {
+            prop_assert!(false, "{}\n{}", e, w.disk.text(&file));
+        }
+    }
 }

@@ -432,3 +432,46 @@ fn x1_an_interceptor_denies_one_call_and_rewrites_the_next() {
     );
     insta::assert_snapshot!("interceptor_denies_then_rewrites", w.transcript_text());
 }
+
+/// SPEC A9: a session recorded by one agent and loaded by a new one. The first agent runs a
+/// prompt with a tool call and one `_Stop` objection; the snapshot is the second agent's
+/// side: the file opened and locked, the servers started, the transcript read and replayed
+/// (the prompt, the text, the tool call and its final status, in the order the client saw
+/// them), the answer, then the next prompt's request carrying the whole history.
+#[test]
+fn a9_load_replays_the_session_then_the_next_prompt_continues_it() {
+    let mut cfg = test_config();
+    cfg.state_dir = buzz_agent_core::config::StateDir::Dir("/state".into());
+    let servers = || {
+        vec![ServerSpec::new("guard", &["_Stop"]).script(vec![
+            HookReply::objection("also run the tests"),
+            HookReply::now(HookKind::Empty),
+        ])]
+    };
+    let mut w = World::new(cfg.clone(), servers());
+    let sid = w.start();
+    w.llm([
+        LlmReply::tool("guard__echo", r#"{"text":"hello"}"#),
+        LlmReply::text("Echoed hello."),
+        LlmReply::text("Tests pass too."),
+    ]);
+    let p = w.prompt("echo hello");
+    w.run_idle();
+    assert_eq!(stop_meta(&w, p)["stopReason"], "end_turn");
+    let file = format!("{sid}.jsonl");
+    let mut w2 = World::new(cfg, servers()).with_disk(w.disk.clone());
+    w2.transcript_log_level = buzz_agent_core::config::LogLevel::Info;
+    w2.initialize();
+    w2.comment(&format!("a new agent process loads {sid}"));
+    let id = w2.load_session(&sid, true);
+    assert_eq!(
+        w2.response(id).map(|r| r["result"].clone()),
+        Some(json!({}))
+    );
+    w2.comment("the next prompt continues the same history");
+    w2.llm([LlmReply::text("Still here.")]);
+    w2.prompt("anything else?");
+    w2.run_idle();
+    insta::assert_snapshot!("session_load_replay", w2.transcript_text());
+    insta::assert_snapshot!("session_transcript_file", w.disk.text(&file));
+}

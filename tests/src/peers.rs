@@ -91,7 +91,7 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
     let pip_mcp1 = format!(
         "run `python3 -m venv .venv-mcp1 && .venv-mcp1/bin/pip install -r requirements-mcp1.txt` in {dir}"
     );
-    let list: [(&str, PathBuf, &str, Peer); 10] = [
+    let list: [(&str, PathBuf, &str, Peer); 12] = [
         (
             "peers::c53_c58_acpx_default_mode_allows_filesystem_reads_denies_writes_and_sets_the_model",
             node_modules().join(FILESYSTEM_JS),
@@ -133,6 +133,18 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
             node_modules().join(ACPX_CLI),
             &npm,
             acpx_drives_the_agent_through_one_tool_call,
+        ),
+        (
+            "peers::a9_acp_python_sdk_loads_a_session_an_earlier_process_wrote",
+            site_file(&venv(), "acp/__init__.py"),
+            &pip,
+            acp_python_sdk_loads_a_session_an_earlier_process_wrote,
+        ),
+        (
+            "peers::a9_acpx_persistent_session_keeps_its_history_across_an_agent_restart",
+            node_modules().join(ACPX_CLI),
+            &npm,
+            acpx_persistent_session_keeps_its_history_across_an_agent_restart,
         ),
         (
             "peers::server_everything_echo_result_reaches_the_llm",
@@ -976,6 +988,183 @@ fn acp_python_sdk_drives_a_tool_call_and_an_objection(ctx: &Ctx, _: &Path) {
     );
     let logged = fake_mcp::read_call_log(Path::new(&log));
     assert_eq!(fake_mcp::count_calls(&logged, "echo"), 1);
+}
+
+/// A9 with the official Python ACP SDK: one SDK process creates a session and prompts it; a
+/// second SDK process (so a new agent) lists the saved sessions, loads that one (the replay
+/// arrives as `session/update`s the SDK parses), and prompts again: the LLM gets the whole
+/// earlier history.
+fn acp_python_sdk_loads_a_session_an_earlier_process_wrote(ctx: &Ctx, _: &Path) {
+    let s = Scratch::new();
+    let state = s.dir.path().join("state");
+    let llm = FakeLlm::scripted(vec![
+        Reply::text("Noted: the word is zebra."),
+        Reply::text("It was zebra."),
+    ]);
+    let run = |args: &[&str]| -> Value {
+        let python = venv().join("bin").join("python");
+        let mut cmd = Command::new(&python);
+        cmd.arg(example("acp_sdk_session.py"))
+            .arg(&ctx.agent_bin)
+            .arg(&s.ws)
+            .args(args)
+            .current_dir(&s.ws)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", s.dir.path())
+            .env("BUZZ_AGENT_STATE_DIR", &state);
+        for (k, v) in agent_env(&llm) {
+            cmd.env(k, v);
+        }
+        let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+        let context = format!("\n--- client stdout:\n{out}\n--- client stderr:\n{err}");
+        assert_eq!(code, Some(0), "the SDK client exit status{context}");
+        out.lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("no JSON report{context}"))
+    };
+    let first = run(&["new", "Remember the word zebra.\nThen say noted."]);
+    assert_eq!(first["response"]["stopReason"], "end_turn", "{first}");
+    assert_eq!(
+        first["initialize"]["agentCapabilities"]["loadSession"],
+        true
+    );
+    let sid = first["sessionId"].as_str().unwrap_or_default().to_string();
+
+    let second = run(&["load", &sid, "Which word was it?"]);
+    let listed = second["list"]["sessions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(listed.len(), 1, "{second}");
+    assert_eq!(listed[0]["sessionId"], sid);
+    assert_eq!(listed[0]["title"], "Remember the word zebra.");
+    assert!(listed[0]["updatedAt"].is_string(), "{second}");
+    let replayed: Vec<Value> = second["updates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|u| u["sessionId"] == sid.as_str())
+        .map(|u| u["update"].clone())
+        .collect();
+    let kinds: Vec<&str> = replayed
+        .iter()
+        .filter_map(|u| u["sessionUpdate"].as_str())
+        .collect();
+    assert_eq!(
+        kinds[..2],
+        ["user_message_chunk", "agent_message_chunk"],
+        "the replay, parsed by the SDK: {second}"
+    );
+    assert_eq!(
+        replayed[0]["content"]["text"],
+        "Remember the word zebra.\nThen say noted."
+    );
+    assert_eq!(replayed[1]["content"]["text"], "Noted: the word is zebra.");
+    assert_eq!(second["response"]["stopReason"], "end_turn", "{second}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let users = reqs[1].user_text();
+    assert!(
+        users.contains("zebra") && users.contains("Which word"),
+        "{users}"
+    );
+    assert!(
+        reqs[1]
+            .body
+            .to_string()
+            .contains("Noted: the word is zebra.")
+    );
+}
+
+/// A9 with acpx's persistent sessions: acpx keeps the agent in a queue owner that exits after
+/// an idle TTL (1 s here); the next `acpx prompt` starts a new agent process and reconnects
+/// with `session/resume` (acpx prefers it over `session/load`), and the history is intact: the
+/// model gets the earlier prompt and answer.
+fn acpx_persistent_session_keeps_its_history_across_an_agent_restart(ctx: &Ctx, acpx_cli: &Path) {
+    let s = Scratch::new();
+    let home = s.dir.path().join("home");
+    std::fs::create_dir(&home).expect("mkdir home");
+    let state = s.dir.path().join("state");
+    let llm = FakeLlm::scripted(vec![
+        Reply::text("Noted: zebra."),
+        Reply::text("The word was zebra."),
+    ]);
+    let agent_cmd = format!(
+        "'{}'",
+        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
+    );
+    let acpx = |args: &[&str]| {
+        let mut cmd = Command::new("node");
+        cmd.arg(acpx_cli)
+            .args(["--agent", &agent_cmd, "--approve-all", "--format", "json"])
+            .args(["--timeout", "60", "--ttl", "1"])
+            .arg("--cwd")
+            .arg(&s.ws)
+            .args(args)
+            .current_dir(&s.ws)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("BUZZ_AGENT_STATE_DIR", &state);
+        for (k, v) in agent_env(&llm) {
+            cmd.env(k, v);
+        }
+        let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+        let context = format!("\n--- acpx {args:?} stdout:\n{out}\n--- stderr:\n{err}");
+        assert_eq!(code, Some(0), "acpx exit status{context}");
+        (out, context)
+    };
+    acpx(&["sessions", "new"]);
+    let (out, context) = acpx(&["prompt", "Remember the word zebra."]);
+    assert!(out.contains("end_turn"), "{context}");
+    let saved = || -> Vec<PathBuf> {
+        std::fs::read_dir(&state)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(saved().len(), 1, "one saved session{context}");
+    // The queue owner (and with it the agent) exits after the 1 s idle TTL: the agent's lock
+    // on the transcript (flock) is released.
+    let file = saved().pop().expect("the transcript");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let f = std::fs::File::open(&file).expect("open the transcript");
+        // SAFETY: flock(2) on a descriptor `f` owns; closing `f` releases what it takes.
+        let free = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0;
+        if free {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never let go of its session{context}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (out, context) = acpx(&["prompt", "Which word was it?"]);
+    assert!(out.contains("end_turn"), "{context}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "{context}");
+    let users = reqs[1].user_text();
+    assert!(
+        users.contains("Remember the word zebra.") && users.contains("Which word was it?"),
+        "the history survived the restart: {users}{context}"
+    );
+    assert!(
+        reqs[1].body.to_string().contains("Noted: zebra."),
+        "{context}"
+    );
+    assert_eq!(
+        saved().len(),
+        1,
+        "still one session, not a fresh one{context}"
+    );
 }
 
 /// P3, C57 with a real hook framework: `hooks check` fails each mistake a FastMCP author makes

@@ -329,7 +329,15 @@ impl World {
                 self.llm.push_back(*call);
             }
             Action::CancelLlm { call } => self.llm.retain(|c| c != call),
-            Action::Log(_) | Action::Exit { .. } => {}
+            // The fuzz agents keep no sessions on disk (the state directory is off).
+            Action::OpenTranscript { .. }
+            | Action::ReadTranscript { .. }
+            | Action::AppendTranscript { .. }
+            | Action::TruncateTranscript { .. }
+            | Action::CloseTranscript { .. }
+            | Action::ListTranscripts { .. }
+            | Action::Log(_)
+            | Action::Exit { .. } => {}
         }
     }
 

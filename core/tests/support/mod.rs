@@ -26,7 +26,8 @@
 
 use buzz_agent_core::config::{HookAllowlist, LogLevel, PermissionMode, ProviderKind};
 use buzz_agent_core::{
-    Action, Agent, Config, Input, LlmCallId, LlmEvent, LogRecord, MonoTime, ProcKey, Signal,
+    Action, Agent, Config, Input, LlmCallId, LlmEvent, LogRecord, MonoTime, OpenMode, ProcKey,
+    Signal, TRANSCRIPT_HEAD_BYTES, TranscriptEntry, TranscriptError, TranscriptEvent, TranscriptId,
 };
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -216,6 +217,32 @@ impl ServerSpec {
     }
 }
 
+/// The state directory of the simulated runtime (SPEC A9): the transcript files by name. A
+/// world's agent opens, appends, truncates, reads and lists them as the runtime would; a
+/// disk can be handed to a new world (a new agent process) to load what the first wrote.
+#[derive(Clone, Debug, Default)]
+pub struct FakeDisk {
+    /// File name → (bytes, last modification in ms since the epoch).
+    pub files: BTreeMap<String, (Vec<u8>, u64)>,
+    /// Files another process holds locked.
+    pub locked_elsewhere: BTreeSet<String>,
+    /// Bytes per read chunk (0: 4096).
+    pub chunk: usize,
+    /// Clock of the modification times: ms since the epoch at world time zero.
+    pub epoch_ms: u64,
+}
+
+impl FakeDisk {
+    /// The file's text (lossy), or "" when missing.
+    #[must_use]
+    pub fn text(&self, name: &str) -> String {
+        self.files
+            .get(name)
+            .map(|(b, _)| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    }
+}
+
 /// What triggered one step of the agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepInput {
@@ -292,6 +319,10 @@ pub struct World {
     next_acp_id: u64,
     released_llm: BTreeSet<LlmCallId>,
     prev_messages: Vec<Value>,
+    /// The state directory (used when the config's `state_dir` is on).
+    pub disk: FakeDisk,
+    /// Transcript files the agent holds open, by handle.
+    open_files: BTreeMap<TranscriptId, String>,
 }
 
 /// A config for the simulated agent: OpenAI chat against [`LLM_BASE`], hooks on for every
@@ -344,7 +375,16 @@ impl World {
             next_acp_id: 1,
             released_llm: BTreeSet::new(),
             prev_messages: Vec::new(),
+            disk: FakeDisk::default(),
+            open_files: BTreeMap::new(),
         }
+    }
+
+    /// The same world with `disk` as its state directory.
+    #[must_use]
+    pub fn with_disk(mut self, disk: FakeDisk) -> Self {
+        self.disk = disk;
+        self
     }
 
     /// Append LLM replies to the script.
@@ -427,6 +467,40 @@ impl World {
             .unwrap_or_else(|| panic!("session/new failed: {resp:?}"));
         self.session = Some(sid.clone());
         sid
+    }
+
+    /// `session/load` (`replay`) or `session/resume` of `sid` with every fake server, run until
+    /// idle; returns the request id. The session becomes the current one.
+    pub fn load_session(&mut self, sid: &str, replay: bool) -> u64 {
+        let servers: Vec<Value> = self
+            .servers
+            .iter()
+            .map(|s| json!({"name": s.spec.name, "command": "fake-mcp", "args": [s.spec.name], "env": []}))
+            .collect();
+        let method = if replay {
+            "session/load"
+        } else {
+            "session/resume"
+        };
+        let id = self.request(
+            method,
+            json!({"sessionId": sid, "cwd": CWD, "mcpServers": servers}),
+        );
+        self.run_idle();
+        self.session = Some(sid.to_string());
+        id
+    }
+
+    /// The `session/update` payloads written for session `sid` after the `from`-th ACP line.
+    #[must_use]
+    pub fn updates_since(&self, from: usize, sid: &str) -> Vec<Value> {
+        self.acp_out
+            .iter()
+            .skip(from)
+            .map(|(_, v)| v)
+            .filter(|v| v["method"] == "session/update" && v["params"]["sessionId"] == sid)
+            .map(|v| v["params"]["update"].clone())
+            .collect()
     }
 
     /// `initialize` + `session/new`.
@@ -722,7 +796,110 @@ impl World {
                 self.note(format!("-> exit {code}"));
                 self.exited = Some(*code);
             }
+            Action::OpenTranscript { file, name, mode } => {
+                self.note(format!("-> {file} open {name} {mode:?}"));
+                let exists = self.disk.files.contains_key(name);
+                let event = match mode {
+                    OpenMode::Create if exists => TranscriptEvent::Failed(TranscriptError::Io(
+                        "File exists (os error 17)".into(),
+                    )),
+                    OpenMode::Existing if !exists => {
+                        TranscriptEvent::Failed(TranscriptError::NotFound)
+                    }
+                    OpenMode::Create | OpenMode::Existing
+                        if self.disk.locked_elsewhere.contains(name) =>
+                    {
+                        TranscriptEvent::Failed(TranscriptError::Locked)
+                    }
+                    OpenMode::Create | OpenMode::Existing => {
+                        let mtime = self.mtime();
+                        self.disk
+                            .files
+                            .entry(name.clone())
+                            .or_insert_with(|| (Vec::new(), mtime));
+                        self.open_files.insert(*file, name.clone());
+                        TranscriptEvent::Opened
+                    }
+                };
+                let now = self.now;
+                let input = Input::Transcript { file: *file, event };
+                self.schedule(now, input, Guard::Always);
+            }
+            Action::AppendTranscript { file, bytes } => {
+                self.note(format!("-> {file} append {} B", bytes.len()));
+                let mtime = self.mtime();
+                if let Some(name) = self.open_files.get(file)
+                    && let Some((data, at)) = self.disk.files.get_mut(name)
+                {
+                    data.extend_from_slice(bytes);
+                    *at = mtime;
+                }
+            }
+            Action::TruncateTranscript { file, len } => {
+                self.note(format!("-> {file} truncate {len}"));
+                if let Some(name) = self.open_files.get(file)
+                    && let Some((data, _)) = self.disk.files.get_mut(name)
+                {
+                    data.truncate(usize::try_from(*len).unwrap_or(usize::MAX));
+                }
+            }
+            Action::CloseTranscript { file } => {
+                self.note(format!("-> {file} close"));
+                self.open_files.remove(file);
+            }
+            Action::ReadTranscript { file } => {
+                self.note(format!("-> {file} read"));
+                let data = self
+                    .open_files
+                    .get(file)
+                    .and_then(|n| self.disk.files.get(n))
+                    .map(|(d, _)| d.clone())
+                    .unwrap_or_default();
+                let chunk = if self.disk.chunk == 0 {
+                    4096
+                } else {
+                    self.disk.chunk
+                };
+                let now = self.now;
+                for piece in data.chunks(chunk) {
+                    let event = TranscriptEvent::Bytes(piece.to_vec());
+                    self.schedule(now, Input::Transcript { file: *file, event }, Guard::Always);
+                }
+                let event = TranscriptEvent::End;
+                self.schedule(now, Input::Transcript { file: *file, event }, Guard::Always);
+            }
+            Action::ListTranscripts { request } => {
+                self.note(format!("-> list #{request}"));
+                let entries = self
+                    .disk
+                    .files
+                    .iter()
+                    .map(|(name, (data, at))| {
+                        let end = data
+                            .iter()
+                            .position(|&b| b == b'\n')
+                            .unwrap_or(data.len())
+                            .min(TRANSCRIPT_HEAD_BYTES);
+                        TranscriptEntry {
+                            name: name.clone(),
+                            modified_ms: *at,
+                            head: data[..end].to_vec(),
+                        }
+                    })
+                    .collect();
+                let now = self.now;
+                let input = Input::TranscriptList {
+                    request: *request,
+                    entries: Ok(entries),
+                };
+                self.schedule(now, input, Guard::Always);
+            }
         }
+    }
+
+    /// The wall-clock time of a file change now.
+    fn mtime(&self) -> u64 {
+        self.disk.epoch_ms + self.now.as_ms()
     }
 
     fn on_acp_out(&mut self, line: &str) {

@@ -88,6 +88,8 @@ fn demo() -> Result<(), String> {
         .env("MCP_HOOK_SERVERS", "todo")
         .env("BUZZ_AGENT_PERMISSION", "allow")
         .env("BUZZ_AGENT_LOG", "info")
+        // A scripted offline session: nothing worth keeping in the user's saved sessions.
+        .env("BUZZ_AGENT_STATE_DIR", "off")
         // The agent's log is not part of the transcript.
         .stderr(Stdio::null());
     let mut agent = AcpChild::spawn(cmd)?;

@@ -16,6 +16,7 @@ mod lifecycle;
 mod mcp;
 mod providers;
 mod session_hooks;
+mod sessions;
 mod stderr;
 mod tools;
 
@@ -143,6 +144,15 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         clients::c60_no_requirement_ids_in_any_text_a_user_or_the_model_reads,
         clients::l5_llm_failures_name_the_url_and_a_json_body_is_not_a_truncated_stream,
         clients::p2_the_startup_log_shows_settings_as_the_environment_takes_them,
+        sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
+        sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
+        sessions::a9_session_list_pages_newest_first_with_a_cwd_filter,
+        sessions::a9_path_traversal_and_unknown_ids_are_refused_and_nothing_is_touched,
+        sessions::a9_a_torn_last_line_is_ignored_with_a_warning_and_cut_off,
+        sessions::a9_a_second_agent_loading_an_open_session_is_refused,
+        sessions::a9_an_unparseable_transcript_is_32000_naming_file_and_line_and_left_alone,
+        sessions::a9_session_resume_continues_without_replay,
+        sessions::a9_state_dir_off_saves_nothing_and_the_default_follows_xdg,
     ]
 }
 
@@ -173,8 +183,9 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
 /// The scenarios run under every dialect profile (`dialects::<profile>::<scenario>` trials):
 /// hooks (objection, budget, several servers, fail-open), compaction (`_PostCompact` after a
 /// summary, nothing injected, max-tokens nudges), cancel (during a tool call, during the
-/// stream, then the next prompt), retry (5xx back-off, a body cut mid-event) and the 5-round
-/// tool loop. Each builds its fake LLM with `ctx.fake_llm*`, so it speaks the profile, and
+/// stream, then the next prompt), retry (5xx back-off, a body cut mid-event), the 5-round
+/// tool loop, and a saved session loaded by a new agent, after an exit and after a `kill -9`
+/// (SPEC A9, L10: the reasoning state replayed after the load stays valid). Each builds its fake LLM with `ctx.fake_llm*`, so it speaks the profile, and
 /// checks the requests with the route-independent helpers of `fake_llm`.
 pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
     list![
@@ -192,5 +203,7 @@ pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
         lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
         providers::l5_c28_529_then_503_back_off_then_success,
         providers::c24_body_cut_mid_event_is_retried_then_succeeds,
+        sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
+        sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
     ]
 }
