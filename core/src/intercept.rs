@@ -1,7 +1,7 @@
 //! SEP-2624 interceptors on the tool-call path (SPEC X1, experimental, opt-in with
-//! `BUZZ_AGENT_INTERCEPTOR_SERVERS`): a session's interceptor set ([`Interceptors`], read with
-//! `interceptors/list` while the session opens) and the [`Screen`] of one phase of one model
-//! tool call. A screen runs one pure [`Chain`] through the server table: every invocation the
+//! `BUZZ_AGENT_INTERCEPTOR_SERVERS`): the [`Screen`] of one phase of one model tool call,
+//! over the session's interceptor set ([`Interceptors`], read with `interceptors/list` while
+//! the session opens). A screen runs one pure [`Chain`] through the server table: every invocation the
 //! chain asks for becomes an `interceptor/invoke` request to its server with the hook timeout
 //! (`BUZZ_AGENT_HOOK_TIMEOUT_MS`, whose timeouts count toward H4's kill rule), every reply,
 //! death or timeout goes back into the chain, and the chain's verdict comes out as a
@@ -16,60 +16,12 @@ use crate::cx::Cx;
 use crate::ids::{McpRequestId, ServerSlot, SessionId, ToolCallIndex, TurnNo};
 use crate::interceptor::wire::TOOLS_CALL;
 use crate::interceptor::{
-    Chain, ChainOutput, ChainRequest, Interceptor, InvocationId, InvokeReply, Member, Phase,
-    Verdict,
+    Chain, ChainOutput, ChainRequest, Interceptors, InvocationId, InvokeReply, Phase, Verdict,
 };
 use crate::jsonrpc::RpcError;
 use crate::mcp::{InterceptRef, McpRequest, Purpose};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-
-/// The interceptors of one session (SPEC X1): those of every interceptor server that hook
-/// `tools/call`, in registration order, then each server's list order; and the interceptor
-/// servers whose `interceptors/list` failed (every call of the session is then denied: an
-/// unknown gate fails closed).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Interceptors {
-    members: Vec<Member>,
-    /// Interceptor server name → its slot in this session.
-    servers: BTreeMap<String, ServerSlot>,
-    /// `(server name, why its listing failed)`.
-    broken: Vec<(String, String)>,
-}
-
-impl Interceptors {
-    /// Adds `server`'s interceptors (in its order) that hook `tools/call` on some phase.
-    pub(crate) fn add(&mut self, server: &str, slot: ServerSlot, list: Vec<Interceptor>) {
-        self.servers.insert(server.to_string(), slot);
-        self.members.extend(
-            list.into_iter()
-                .filter(|i| i.hooks_event_any_phase(TOOLS_CALL))
-                .map(|interceptor| Member {
-                    server: server.to_string(),
-                    interceptor,
-                }),
-        );
-    }
-
-    /// `server`'s listing failed (`why`): the session's calls are denied (fail-closed).
-    pub(crate) fn add_broken(&mut self, server: &str, why: String) {
-        self.broken.push((server.to_string(), why));
-    }
-
-    /// The interceptors, in chain member order.
-    pub(crate) fn members(&self) -> &[Member] {
-        &self.members
-    }
-
-    /// Whether a `tools/call` on `phase` must be screened.
-    pub(crate) fn screens(&self, phase: Phase) -> bool {
-        !self.broken.is_empty()
-            || self
-                .members
-                .iter()
-                .any(|m| m.interceptor.hooks_event(TOOLS_CALL, phase))
-    }
-}
 
 /// Which tool call a screen belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
