@@ -7,6 +7,7 @@ use crate::children::Children;
 use crate::http;
 use crate::log::Log;
 use crate::runtime::{InputSender, ReadPipe, Runtime, WritePipe};
+use crate::store::{Backlog, Store};
 use crate::util::{Either, race};
 use buzz_agent_core::config::LogLevel;
 use buzz_agent_core::{Action, Agent, Config, Input, LlmCallId, LogRecord, MonoTime};
@@ -27,6 +28,8 @@ const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// How long the last log lines may take to reach stderr before the process exits anyway (a
 /// stderr nobody reads must not hold up the exit, SPEC P1).
 const FINAL_LOG_FLUSH: Duration = Duration::from_millis(500);
+/// How long the session transcripts' last appends may take at exit (SPEC A9).
+const FINAL_STORE_FLUSH: Duration = Duration::from_secs(5);
 
 /// Runs the agent with `config` on the runtime `rt` until the core asks to exit; returns the
 /// exit status. Call it from inside the runtime (`block_on`); the caller then exits the process
@@ -47,14 +50,18 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
 
     rt.spawn(read_stdin(rt.acp_stdin(), tx.clone()));
     let (out_tx, out_rx) = async_channel::unbounded::<String>();
+    // Bytes queued for stdout and not written yet: a transcript being replayed waits for the
+    // client to read (SPEC A9: a load's memory stays bounded).
+    let backlog = Arc::new(Backlog::default());
     // Closed (its only sender dropped) when the writer task ends: "stdout is flushed".
     let (written_tx, written_rx) = async_channel::bounded::<()>(1);
     {
         let stdout = rt.acp_stdout();
         let tx = tx.clone();
+        let backlog = backlog.clone();
         rt.spawn(async move {
             let _done = written_tx;
-            write_stdout(stdout, out_rx, tx).await;
+            write_stdout(stdout, out_rx, tx, &backlog).await;
         });
     }
     if let Err(e) = rt.watch_shutdown_signals(tx.clone()) {
@@ -67,6 +74,7 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
     }
 
     let mut children = Children::default();
+    let mut store = Store::new(&agent.config().state_dir, tx.clone(), backlog.clone());
     let mut llm: BTreeMap<LlmCallId, Arc<AtomicBool>> = BTreeMap::new();
     // Inputs that executing an action produced at once (a spawn's result), handled before
     // anything from the channel so that they precede what the new tasks report.
@@ -76,6 +84,7 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
         while let Some(action) = agent.poll_action() {
             match action {
                 Action::WriteAcp(line) => {
+                    backlog.queued(line.len());
                     let _ = out_tx.try_send(line);
                 }
                 Action::WriteMcp { proc, line } => children.write(proc, line),
@@ -97,6 +106,16 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
                 }
                 Action::Log(record) => log.write(record.render(log_format)),
                 Action::Exit { code } => exit_code = code,
+                transcript @ (Action::OpenTranscript { .. }
+                | Action::ReadTranscript { .. }
+                | Action::AppendTranscript { .. }
+                | Action::TruncateTranscript { .. }
+                | Action::CloseTranscript { .. }
+                | Action::ListTranscripts { .. }) => {
+                    if let Some(failed) = store.start(transcript) {
+                        immediate.push_back(failed);
+                    }
+                }
             }
         }
         // One wake-up of the log writer per turn, however many lines the turn logged.
@@ -132,6 +151,7 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
         let _ = written_rx.recv().await;
     };
     race(flushed, R::sleep_until(Instant::now() + FINAL_FLUSH)).await;
+    store.finish(FINAL_STORE_FLUSH);
     log.flush(FINAL_LOG_FLUSH);
     exit_code
 }
@@ -155,20 +175,22 @@ async fn read_stdin(mut stdin: impl ReadPipe, tx: InputSender) {
 }
 
 /// Writes the ACP lines to stdout in order until the queue is closed; a failed write is
-/// reported once (`AcpWriteFailed`) and later lines are discarded.
+/// reported once (`AcpWriteFailed`) and later lines are discarded. `backlog` counts the bytes
+/// queued and not written yet.
 async fn write_stdout(
     mut stdout: impl WritePipe,
     lines: async_channel::Receiver<String>,
     tx: InputSender,
+    backlog: &Backlog,
 ) {
     let mut failed = false;
     while let Ok(line) = lines.recv().await {
-        if failed {
-            continue;
-        }
-        if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+        if !failed
+            && (stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err())
+        {
             failed = true;
             let _ = tx.send(Input::AcpWriteFailed).await;
         }
+        backlog.written(line.len());
     }
 }

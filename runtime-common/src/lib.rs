@@ -13,6 +13,7 @@
 //! | [`log`] | stderr logging that never blocks the loop (SPEC P2, case C51) |
 //! | [`http`] | the `ureq` LLM worker, streaming bodies back as inputs |
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
+//! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
 //! | [`extras`] | `demo`, `example-server`, `hooks check`, linked only where a binary names them |
 //! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting |
 //! | `util` | `race` of two futures |
@@ -27,6 +28,7 @@ pub mod extras;
 pub mod http;
 pub mod log;
 pub mod runtime;
+pub mod store;
 pub mod sys;
 mod util;
 
