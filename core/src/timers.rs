@@ -320,6 +320,26 @@ mod tests {
     }
 
     #[test]
+    fn a_timer_is_set_from_set_until_it_is_cleared() {
+        let mut timers = TimerTable::default();
+        let kill = |generation| {
+            Timer::kill(ProcKey {
+                server: S1,
+                generation,
+            })
+        };
+        assert!(!timers.contains(kill(0)), "an empty table holds nothing");
+        timers.set(kill(0), t(5));
+        assert!(timers.contains(kill(0)));
+        assert!(
+            !timers.contains(kill(1)),
+            "another generation's timer is not set"
+        );
+        timers.clear(kill(0));
+        assert!(!timers.contains(kill(0)));
+    }
+
+    #[test]
     fn pending_kills_are_the_server_generations_with_a_kill_timer() {
         let mut timers = TimerTable::default();
         timers.set(
