@@ -31,7 +31,7 @@ if [[ -n "${MUTANTS_DIFF:-}" ]]; then
     common+=(--in-diff "$MUTANTS_DIFF")
 fi
 # An unmutated build first, so that a broken tree is not mistaken for unviable mutants.
-nice -n 10 cargo test --profile mutants -p buzz-agent-core --no-run -q
+nice -n 19 cargo test --profile mutants -p buzz-agent-core --no-run -q
 
 # The names in $1/mutants.out/missed.txt as anchored, escaped `--re` arguments.
 survivors() {
@@ -49,17 +49,17 @@ for file in "$@"; do
     module="${module%/mod}"
     module="${module//\//::}::"
     echo "== $file"
-    nice -n 10 cargo mutants "${common[@]}" --timeout 60 --file "$file" -C --lib \
+    nice -n 19 cargo mutants "${common[@]}" --timeout 60 --file "$file" -C --lib \
         --output "$out/t1" -- "$module" >"$out/t1.log" 2>&1 || true
     echo "   tier 1 ($module): $(tail -1 "$out/t1.log")"
     [[ -s "$out/t1/mutants.out/missed.txt" ]] || continue
     mapfile -t re < <(survivors "$out/t1")
-    nice -n 10 cargo mutants "${common[@]}" --timeout 60 --file "$file" -C --lib "${re[@]}" \
+    nice -n 19 cargo mutants "${common[@]}" --timeout 60 --file "$file" -C --lib "${re[@]}" \
         --output "$out/t2" >"$out/t2.log" 2>&1 || true
     echo "   tier 2 (unit tests): $(tail -1 "$out/t2.log")"
     [[ -s "$out/t2/mutants.out/missed.txt" ]] || continue
     mapfile -t re < <(survivors "$out/t2")
-    nice -n 10 cargo mutants "${common[@]}" --timeout 150 --file "$file" "${re[@]}" \
+    nice -n 19 cargo mutants "${common[@]}" --timeout 150 --file "$file" "${re[@]}" \
         --output "$out/t3" >"$out/t3.log" 2>&1 || true
     echo "   tier 3 (whole suite): $(tail -1 "$out/t3.log")"
 done

@@ -826,6 +826,50 @@ mod tests {
     }
 
     #[test]
+    fn h3_texts_by_name_carry_the_client_s_server_name_where_texts_carry_the_prefix() {
+        let mut parts = Parts::new();
+        let sess = session_with(&mut parts, &[("My Guard", &["_Stop"]), ("b", &["_Stop"])]);
+        let mut round = HookRound::start(
+            HookPoint::Stop,
+            &sess,
+            HookMeta::turn(1, 1),
+            &mut parts.cx(),
+        );
+        round.on_outcome(0, HookOutcome::Text("no".into()), &mut parts.out);
+        round.on_outcome(1, HookOutcome::Text("wait".into()), &mut parts.out);
+        let prefix = crate::tools::server_prefix("My Guard");
+        assert_ne!(prefix, "My Guard");
+        assert_eq!(
+            round.texts(),
+            vec![objection(&prefix, "no"), objection("b", "wait")]
+        );
+        assert_eq!(
+            round.texts_by_name(),
+            vec![objection("My Guard", "no"), objection("b", "wait")]
+        );
+    }
+
+    #[test]
+    fn g2_a_call_to_a_configured_reply_tool_counts_as_posting_and_no_other() {
+        let reply_tools = vec!["chat__post".to_string()];
+        let args = json!({});
+        assert!(counts_as_posting("post", &args, "chat__post", &reply_tools));
+        assert!(!counts_as_posting(
+            "read",
+            &args,
+            "chat__read",
+            &reply_tools
+        ));
+        assert!(!counts_as_posting("post", &args, "chat__post", &[]));
+        let send = json!({"command": "buzz reactions add +1"});
+        assert!(counts_as_posting("shell", &send, "fs__shell", &[]));
+        assert!(
+            !counts_as_posting("run", &send, "fs__run", &[]),
+            "only `shell`"
+        );
+    }
+
+    #[test]
     fn i4_a_round_without_a_live_or_allowed_target_is_decided_at_once_and_objects_to_nothing() {
         let mut parts = Parts::new();
         let sess = session_with(&mut parts, &[("guard", &["_Stop"])]);
@@ -897,6 +941,41 @@ mod tests {
             matches!(&history[2], Message::ToolResult { call_id, .. } if *call_id == tool_calls[0].id)
         );
         assert_eq!(transcript.next_call_no(), 2, "the injection took number 1");
+    }
+
+    #[test]
+    fn c61_an_answer_that_made_tool_calls_is_not_joined() {
+        let mut transcript = Transcript::default();
+        let earlier = ToolCall {
+            id: "tc_1".into(),
+            name: "fs__read".into(),
+            arguments: "{}".into(),
+        };
+        transcript.extend(vec![
+            Message::User {
+                text: "fix it".into(),
+            },
+            Message::Assistant {
+                text: String::new(),
+                thinking: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![earlier.clone()],
+            },
+        ]);
+        append_injections(
+            &mut transcript,
+            HookPoint::Stop,
+            &[("guard".into(), "tests fail".into())],
+        );
+        let history = transcript.messages();
+        assert_eq!(history.len(), 4, "a pair of its own: {history:?}");
+        assert!(
+            matches!(&history[1], Message::Assistant { tool_calls, .. } if *tool_calls == [earlier]),
+            "the earlier calls stay alone"
+        );
+        assert!(
+            matches!(&history[2], Message::Assistant { tool_calls, .. } if tool_calls[0].name == "guard___Stop")
+        );
     }
 
     #[test]
