@@ -14,15 +14,17 @@ import pathlib
 import sys
 from collections import defaultdict
 
-TIERS = {"t1": "module", "t2": "unit", "t3": "suite"}
+# t1..t3: the tiers of scripts/mutants.sh; new: a re-run of mutants missed before, after the
+# tests written to kill them (scripts/mutants.sh with MUTANTS_TIER=new).
+TIERS = {"t1": "module", "t2": "unit", "t3": "suite", "new": "new test"}
 KINDS = {
     "CaughtMutant": "caught",
     "MissedMutant": "missed",
     "Timeout": "timeout",
     "Unviable": "unviable",
 }
-COLS = ["tried", "caught (module)", "caught (unit)", "caught (suite)", "timeout", "unviable",
-        "missed"]
+COLS = ["tried", "caught (module)", "caught (unit)", "caught (suite)", "caught (new test)",
+        "timeout", "unviable", "missed"]
 
 
 def outcomes(path):

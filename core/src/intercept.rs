@@ -498,6 +498,38 @@ mod tests {
     }
 
     #[test]
+    fn x1_i6_a_late_reply_to_a_call_no_longer_running_is_not_screened() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let _server = policy(
+            &mut parts,
+            &mut sess,
+            json!([{"name": "check", "behavior": "allow-all", "phases": "response"}]),
+        );
+        let mut batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        let sent = Parts::mcp_lines(&parts.drain());
+        assert_eq!(sent[0]["method"], "tools/call");
+        batch.cancel("cancelled by the client", &mut parts.cx());
+        parts.drain();
+        assert!(batch.is_done());
+        batch.on_reply(
+            ToolCallIndex(0),
+            Ok(json!({"content": [{"type": "text", "text": "late"}]})),
+            &mut parts.cx(),
+        );
+        let actions = parts.drain();
+        assert!(actions.is_empty(), "no invocation, no update: {actions:?}");
+        let (text, is_error) = only_result(batch);
+        assert!(is_error && text != "late", "{text}");
+    }
+
+    #[test]
     fn x1_a_crashing_or_silent_interceptor_blocks_unless_it_is_fail_open() {
         for (fail_open, runs) in [(false, false), (true, true)] {
             let mut parts = Parts::new();
