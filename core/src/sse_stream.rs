@@ -304,3 +304,102 @@ impl<'a> CallIds<'a> {
         id
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The blanket [`StreamDecoder`] impl over a minimal event logic: each event's data is
+    //! visible text, except `end`, the stream's terminator.
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Lines {
+        sse: SseState,
+        text: StreamedText,
+        done: bool,
+    }
+
+    impl EventHandler for Lines {
+        fn sse_state(&mut self) -> &mut SseState {
+            &mut self.sse
+        }
+
+        fn handle_event(
+            &mut self,
+            event: &SseEvent,
+            out: &mut Vec<StreamDelta>,
+            _at_eof: bool,
+        ) -> Result<(), StreamError> {
+            match event.data.as_str() {
+                "end" => self.done = true,
+                data => self.text.push_text(data, out),
+            }
+            Ok(())
+        }
+
+        fn is_done(&self) -> bool {
+            self.done
+        }
+
+        fn take_response(&mut self) -> Result<LlmResponse, StreamError> {
+            Ok(self
+                .text
+                .take_response(vec![], vec![], StopKind::EndTurn, None))
+        }
+    }
+
+    #[test]
+    fn l9_the_answer_is_final_at_the_terminator_and_later_bytes_are_ignored() {
+        let mut decoder = Lines::default();
+        let mut out = Vec::new();
+        decoder.feed(b"data: Hello\n\n", &mut out).unwrap();
+        assert!(!decoder.is_complete());
+        assert!(
+            !decoder.has_final_answer(),
+            "no terminator yet: the answer may go on"
+        );
+        decoder.feed(b"data: end\n\n", &mut out).unwrap();
+        assert!(decoder.is_complete() && decoder.has_final_answer());
+        decoder.feed(b"data: more\n\n", &mut out).unwrap();
+        assert_eq!(out, vec![StreamDelta::Text("Hello".into())]);
+        assert_eq!(decoder.finish(&mut out).unwrap().text, "Hello");
+    }
+
+    #[test]
+    fn l6_bytes_after_the_response_was_taken_are_ignored() {
+        let mut decoder = Lines::default();
+        let mut out = Vec::new();
+        decoder.feed(b"data: Hi\n\n", &mut out).unwrap();
+        assert_eq!(decoder.finish(&mut out).unwrap().text, "Hi");
+        decoder.feed(b"data: late\n\n", &mut out).unwrap();
+        assert_eq!(out, vec![StreamDelta::Text("Hi".into())]);
+        assert!(matches!(
+            decoder.finish(&mut out),
+            Err(StreamError::Truncated(_))
+        ));
+    }
+
+    #[test]
+    fn l9_data_that_is_not_json_is_a_malformed_stream_unless_it_is_an_error_event() {
+        let Err(StreamError::Provider { message, retryable }) =
+            parse_event_json("oops", false, false, "chunk")
+        else {
+            panic!("not JSON is an error");
+        };
+        assert!(retryable);
+        assert!(message.starts_with("malformed stream chunk: "), "{message}");
+        assert_eq!(
+            parse_event_json("overloaded", true, false, "chunk"),
+            Err(StreamError::Provider {
+                message: "overloaded".into(),
+                retryable: true
+            }),
+            "an error event's data is the message"
+        );
+        assert_eq!(parse_event_json("{\"a\"", false, true, "chunk"), Ok(None));
+        assert_eq!(
+            parse_event_json("{\"a\": 1}", false, false, "chunk"),
+            Ok(Some(serde_json::json!({"a": 1})))
+        );
+    }
+}
