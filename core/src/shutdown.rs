@@ -187,6 +187,7 @@ mod tests {
         assert_eq!(s.on_timeout(t(2000), true), vec![TermAllGroups]);
         assert_eq!(s.deadline(true), Some(t(4000)));
         assert!(s.on_step(t(3000), false, true, true).is_empty());
+        assert!(!s.is_exited(), "the KILL stage has not come yet");
         assert_eq!(s.on_timeout(t(4000), true), vec![KillAllGroupsAndExit]);
         assert!(s.is_exited());
         assert_eq!(s.deadline(true), None);
@@ -270,6 +271,10 @@ mod tests {
     #[test]
     fn h11_the_ending_stage_is_bounded_by_the_hook_timeout_itself() {
         let mut s = Shutdown::begin(t(0), true, 300);
+        assert!(
+            s.on_timeout(t(299), true).is_empty() && s.is_ending(),
+            "a timer before the hook timeout ends nothing"
+        );
         assert_eq!(s.on_timeout(t(300), true), vec![CloseAll]);
         assert_eq!(s.deadline(true), Some(t(2000)));
     }
