@@ -20,6 +20,12 @@
 # .cargo/mutants.toml. The machine is shared: one job (in place implies it), nice, and 32 cases
 # per property. The last lines printed are the per-file table (scripts/mutants_table.py) and
 # the missed mutants.
+#
+# MUTANTS_TIERS=2 stops after tier 2 (the whole suite costs ~50 s a mutant on a loaded machine
+# and caught few of the unit tests' survivors): its survivors are missed until a new test kills
+# them. After writing tests, re-run only the missed ones against the unit tests, as tier `new`:
+#
+#   MUTANTS_TIER=new MUTANTS_RE=missed.txt scripts/mutants.sh RUN core/src/turn.rs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run="$1"
@@ -33,17 +39,25 @@ fi
 # An unmutated build first, so that a broken tree is not mistaken for unviable mutants.
 nice -n 19 cargo test --profile mutants -p buzz-agent-core --no-run -q
 
-# The names in $1/mutants.out/missed.txt as anchored, escaped `--re` arguments.
+# The mutant names in file $1 (a missed.txt) as anchored, escaped `--re` arguments.
 survivors() {
     while IFS= read -r name; do
         printf '%s\n' --re "^$(printf '%s' "$name" | sed 's/[][\\.^$*+?(){}|]/\\&/g')\$"
-    done <"$1/mutants.out/missed.txt"
+    done <"$1"
 }
 
 for file in "$@"; do
     out="$out_root/${file//\//_}"
     rm -rf "$out"
     mkdir -p "$out"
+    if [[ "${MUTANTS_TIER:-}" == new ]]; then
+        mapfile -t re < <(grep -F "$file:" "$MUTANTS_RE" | survivors /dev/stdin)
+        [[ ${#re[@]} -gt 0 ]] || continue
+        nice -n 19 cargo mutants "${common[@]}" --timeout 60 --file "$file" -C --lib "${re[@]}" \
+            --output "$out/new" >"$out/new.log" 2>&1 || true
+        echo "== $file: new tests: $(tail -1 "$out/new.log")"
+        continue
+    fi
     module="${file#core/src/}"
     module="${module%.rs}"
     module="${module%/mod}"
@@ -53,12 +67,12 @@ for file in "$@"; do
         --output "$out/t1" -- "$module" >"$out/t1.log" 2>&1 || true
     echo "   tier 1 ($module): $(tail -1 "$out/t1.log")"
     [[ -s "$out/t1/mutants.out/missed.txt" ]] || continue
-    mapfile -t re < <(survivors "$out/t1")
+    mapfile -t re < <(survivors "$out/t1/mutants.out/missed.txt")
     nice -n 19 cargo mutants "${common[@]}" --timeout 60 --file "$file" -C --lib "${re[@]}" \
         --output "$out/t2" >"$out/t2.log" 2>&1 || true
     echo "   tier 2 (unit tests): $(tail -1 "$out/t2.log")"
-    [[ -s "$out/t2/mutants.out/missed.txt" ]] || continue
-    mapfile -t re < <(survivors "$out/t2")
+    [[ -s "$out/t2/mutants.out/missed.txt" && "${MUTANTS_TIERS:-3}" -ge 3 ]] || continue
+    mapfile -t re < <(survivors "$out/t2/mutants.out/missed.txt")
     nice -n 19 cargo mutants "${common[@]}" --timeout 150 --file "$file" "${re[@]}" \
         --output "$out/t3" >"$out/t3.log" 2>&1 || true
     echo "   tier 3 (whole suite): $(tail -1 "$out/t3.log")"

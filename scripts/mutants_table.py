@@ -6,7 +6,8 @@ tests, by another module's, by core/tests/*), timeout, unviable, missed; then th
 
 With several runs (the whole core, then e.g. `--in-diff` runs over code changed since, or a
 re-run of one file after new tests), a mutant is counted once, with its outcome in the last
-run (in argument order) that tried it.
+run (in argument order) that tried it; a re-run after new tests (`new`) only changes mutants
+that were missed.
 """
 
 import json
@@ -48,6 +49,8 @@ def collect(runs):
                     continue
                 for name, file, kind in outcomes(file_dir / tier):
                     column = f"caught ({label})" if kind == "caught" else kind
+                    if tier == "new" and result.get(name, (file, "missed"))[1] != "missed":
+                        continue  # caught by the tiers already: the new test is not why
                     result[name] = (file, column)
     return result
 

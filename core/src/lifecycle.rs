@@ -424,6 +424,8 @@ mod tests {
                 "budgetRemaining": 3, "source": "new"}}})
         );
         assert!(!opening.is_done());
+        let round = opening.round.id();
+        assert!(opening.has_round(round) && !opening.has_round(HookRoundId(round.0 + 1)));
         opening.on_hook_outcome(1, HookOutcome::Text("from c".into()), &mut parts.out);
         opening.on_hook_outcome(0, HookOutcome::Text("from a".into()), &mut parts.out);
         assert!(opening.is_done());
@@ -500,6 +502,69 @@ mod tests {
         );
     }
 
+    /// Answers `server`'s pending `interceptors/list` with one validator `name` and
+    /// `next_cursor`; returns the cursors asked for next and the log lines.
+    fn list_page(
+        opening: &mut Opening,
+        server: ServerSlot,
+        name: &str,
+        next_cursor: &str,
+        sess: &Session,
+        parts: &mut Parts,
+    ) -> (Vec<Value>, Vec<String>) {
+        opening.on_list_reply(
+            server,
+            Ok(json!({"interceptors": [{"name": name, "type": "validation",
+                "hooks": [{"events": ["tools/call"], "phase": "request"}]}],
+                "nextCursor": next_cursor})),
+            sess,
+            &mut parts.cx(),
+        );
+        let actions = parts.drain();
+        let cursors = Parts::mcp_lines(&actions)
+            .iter()
+            .map(|l| l["params"]["cursor"].clone())
+            .collect();
+        (cursors, Parts::logs(&actions))
+    }
+
+    #[test]
+    fn x1_a_listing_stops_at_a_repeated_cursor_or_after_100_pages() {
+        let mut parts = Parts::new();
+        parts.cfg.interceptor_servers = HookAllowlist::All;
+        let sess = session(&mut parts, &[("p", &[])]);
+        let p = sess.servers[0];
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        parts.drain();
+        let (asked, _) = list_page(&mut opening, p, "one", "a", &sess, &mut parts);
+        assert_eq!(asked, [json!("a")]);
+        let (asked, logs) = list_page(&mut opening, p, "two", "a", &sess, &mut parts);
+        assert!(asked.is_empty(), "cursor a again: {asked:?}");
+        assert_eq!(
+            logs,
+            [
+                "interceptor: server 'p': interceptors/list repeated a cursor or passed 100 pages; stopping"
+            ]
+        );
+        assert!(opening.is_done());
+        let (_, interceptors) = opening.finish(&sess, &mut parts.out);
+        assert_eq!(interceptors.members().len(), 2, "both pages count");
+        parts.drain();
+
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        parts.drain();
+        let mut pages = 0;
+        while !opening.is_done() && pages < 1000 {
+            pages += 1;
+            let (asked, logs) =
+                list_page(&mut opening, p, "x", &pages.to_string(), &sess, &mut parts);
+            let last = pages == MAX_LIST_PAGES;
+            assert_eq!(asked.len(), usize::from(!last), "page {pages}");
+            assert_eq!(logs.len(), usize::from(last), "page {pages}: {logs:?}");
+        }
+        assert_eq!(pages, MAX_LIST_PAGES, "the first page and 99 more");
+    }
+
     #[test]
     fn x1_a_listing_that_fails_or_dies_makes_the_session_fail_closed() {
         let mut parts = Parts::new();
@@ -527,6 +592,12 @@ mod tests {
         let logs = Parts::logs(&parts.drain());
         assert!(
             logs.iter().any(|l| l.contains(
+                "server 'p' could not list its interceptors (interceptors/list was rejected: -32603 boom)"
+            )),
+            "an error other than -32601 fails the listing: {logs:#?}"
+        );
+        assert!(
+            logs.iter().any(|l| l.contains(
                 "server 'q' could not list its interceptors (interceptors/list timed out after 2500 ms); every tool call of the session is blocked"
             )),
             "{logs:#?}"
@@ -551,6 +622,9 @@ mod tests {
                 "budgetRemaining": 3, "reason": "close", "promptCount": 4})
         );
         assert_eq!(ending.waiting_servers().collect::<Vec<_>>(), sess.servers);
+        assert!(!ending.is_done(), "the call waits");
+        let round = ending.round.id();
+        assert!(ending.has_round(round) && !ending.has_round(HookRoundId(round.0 + 1)));
         ending.on_hook_outcome(0, HookOutcome::Text("saved 3 notes".into()), &mut parts.out);
         assert!(ending.is_done());
         assert_eq!(ending.waiting_servers().count(), 0);
