@@ -277,6 +277,39 @@ mod tests {
     }
 
     #[test]
+    fn a9_i12_the_ids_of_a_seed_are_the_same_in_every_build() {
+        // Known answers: a change of the derivation changes the ids a fixed `BUZZ_AGENT_SEED`
+        // reproduces (DESIGN I12), so it must be deliberate.
+        let mut ids = SessionIds::new(Some(0x0123_4567_89ab_cdef_0011_2233_4455_6677));
+        let first: Vec<String> = (0..2).map(|_| ids.next_id().to_string()).collect();
+        assert_eq!(
+            first,
+            [
+                "sess_b83fdf4999ec3f1033d39ab811ee3585",
+                "sess_a56e7312de0537f43f1c106891f2f227"
+            ]
+        );
+    }
+
+    #[test]
+    fn a9_ids_of_neighbouring_counters_and_seeds_look_unrelated() {
+        // Avalanche: one input bit flips about half of the 127 random bits.
+        let differing = |a: SessionId, b: SessionId| (a.0 ^ b.0).count_ones();
+        let mut total = 0;
+        for seed in 0..64u128 {
+            let mut a = SessionIds::new(Some(seed));
+            let mut b = SessionIds::new(Some(seed ^ 1));
+            let (a1, a2, b1) = (a.next_id(), a.next_id(), b.next_id());
+            for d in [differing(a1, a2), differing(a1, b1)] {
+                assert!((24..=104).contains(&d), "seed {seed}: {d} bits differ");
+                total += d;
+            }
+        }
+        let mean = f64::from(total) / 128.0;
+        assert!((56.0..=71.0).contains(&mean), "mean {mean}");
+    }
+
+    #[test]
     fn a9_no_path_names_a_session() {
         for other in [
             "../x",
