@@ -1202,6 +1202,29 @@ mod tests {
     }
 
     #[test]
+    fn a3_stop_reasons_are_the_acp_wire_values() {
+        let all = [
+            StopReason::EndTurn,
+            StopReason::MaxTokens,
+            StopReason::MaxTurnRequests,
+            StopReason::Refusal,
+            StopReason::Cancelled,
+        ];
+        let shown: Vec<String> = all.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "end_turn",
+                "max_tokens",
+                "max_turn_requests",
+                "refusal",
+                "cancelled"
+            ]
+        );
+        assert!(all.iter().all(|r| r.to_string() == r.as_str()));
+    }
+
+    #[test]
     fn l1_a_plain_answer_without_hooks_ends_the_turn() {
         let mut parts = Parts::new();
         let mut sess = session(&mut parts, &[("fs", &["read"])]);
@@ -1328,6 +1351,37 @@ mod tests {
     }
 
     #[test]
+    fn l1_the_round_after_the_last_allowed_one_ends_the_turn_with_max_turn_requests() {
+        let mut parts = Parts::new();
+        parts.cfg.max_rounds = 2;
+        parts.cfg.max_token_recoveries = 5;
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "write a novel");
+        for round in 1..=2 {
+            assert_eq!(
+                turn.next_round(&mut sess, &mut parts.cx()),
+                None,
+                "round {round}"
+            );
+            let (call, _) = last_call(&parts.drain());
+            let end = respond(
+                &mut turn,
+                call,
+                200,
+                answer("Once", "length"),
+                &mut sess,
+                &mut parts,
+            );
+            assert_eq!(end, None, "a nudge, round {round}");
+        }
+        assert_eq!(turn.rounds(), 2);
+        assert_eq!(
+            turn.next_round(&mut sess, &mut parts.cx()),
+            Some(TurnEnd::Stopped(StopReason::MaxTurnRequests))
+        );
+    }
+
+    #[test]
     fn l1_a_truncated_answer_gets_a_nudge_then_max_tokens() {
         let mut parts = Parts::new();
         parts.cfg.max_token_recoveries = 1;
@@ -1367,8 +1421,10 @@ mod tests {
             &mut sess,
             &mut parts.cx(),
         );
+        assert!(!turn.is_cancelled());
         let end = turn.cancel("cancelled by the client", &mut sess, &mut parts.cx());
         assert_eq!(end, Some(TurnEnd::Stopped(StopReason::Cancelled)));
+        assert!(turn.is_cancelled());
         assert!(parts.drain().contains(&Action::CancelLlm { call }));
         assert_eq!(parts.timers.next(), None);
         let late = turn.on_llm_event(call, LlmEvent::End, &mut sess, &mut parts.cx());
@@ -1526,6 +1582,54 @@ mod tests {
             two,
             "[buzz-agent] hook servers 'a', 'b' objected to ending the turn; the agent continues."
         );
+        let reminder =
+            objection_notice(&[(crate::hooks::REPLY_GUARD_SERVER.into(), "remember".into())]);
+        assert_eq!(
+            reminder,
+            "[buzz-agent] the reply guard reminded the model to post its reply; the agent continues.",
+            "no hook server objected"
+        );
+    }
+
+    #[test]
+    fn c60_a_paragraph_break_is_due_once_per_round_and_only_after_text() {
+        let mut shown = Shown::default();
+        shown.new_round();
+        assert_eq!(shown.take_break(), "", "nothing shown yet");
+        shown.record("Hello");
+        assert_eq!(shown.take_break(), "", "the same round goes on");
+        shown.new_round();
+        assert_eq!(shown.take_break(), "\n\n");
+        assert_eq!(shown.take_break(), "", "taken once");
+        shown.record("a list\n");
+        shown.new_round();
+        assert_eq!(shown.take_break(), "\n", "one newline is there");
+        shown.record("done\n\n");
+        shown.new_round();
+        assert_eq!(shown.take_break(), "", "the paragraph already ends");
+    }
+
+    #[test]
+    fn a6_an_empty_text_delta_shows_nothing_and_keeps_the_break_for_the_next_text() {
+        let mut parts = Parts::new();
+        let sess = session(&mut parts, &[]);
+        let mut shown = Shown::default();
+        shown.record("All done.");
+        shown.new_round();
+        shown.emit(
+            CallPurpose::Round,
+            vec![
+                StreamDelta::Text(String::new()),
+                StreamDelta::Text("Fixed.".into()),
+            ],
+            &sess,
+            &mut parts.cx(),
+        );
+        let texts: Vec<Value> = Parts::acp_lines(&parts.drain())
+            .iter()
+            .map(|l| l["params"]["update"]["content"]["text"].clone())
+            .collect();
+        assert_eq!(texts, [json!("\n\nFixed.")]);
     }
 
     #[test]
