@@ -25,7 +25,9 @@ KINDS = {
     "Unviable": "unviable",
 }
 COLS = ["tried", "caught (module)", "caught (unit)", "caught (suite)", "caught (new test)",
-        "timeout", "unviable", "missed"]
+        "timeout", "unviable", "equivalent", "missed"]
+# Missed mutants that are equivalent (docs/mutants.md gives each one's reason): one name a line.
+EQUIVALENT = pathlib.Path(__file__).with_name("mutants_equivalent.txt")
 
 
 def outcomes(path):
@@ -57,6 +59,10 @@ def collect(runs):
 
 def main(runs):
     result = collect(runs)
+    if EQUIVALENT.exists():
+        for name in EQUIVALENT.read_text().splitlines():
+            if result.get(name, ("", ""))[1] == "missed":
+                result[name] = (result[name][0], "equivalent")
     table = defaultdict(lambda: defaultdict(int))
     for file, column in result.values():
         table[file]["tried"] += 1

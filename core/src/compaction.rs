@@ -391,6 +391,34 @@ mod tests {
 
     const SID: SessionId = SessionId(1);
 
+    #[test]
+    fn k1_a_unit_is_a_user_message_or_an_assistant_message_with_its_tool_results() {
+        let user = |t: &str| Message::User { text: t.into() };
+        let result = |id: &str| Message::ToolResult {
+            call_id: id.into(),
+            name: "fs__read".into(),
+            text: "ok".into(),
+            is_error: false,
+        };
+        let assistant = Message::Assistant {
+            text: String::new(),
+            thinking: String::new(),
+            reasoning: vec![],
+            tool_calls: vec![],
+        };
+        let history = vec![
+            user("a"),
+            assistant.clone(),
+            result("1"),
+            result("2"),
+            user("b"),
+            assistant,
+            result("3"),
+        ];
+        assert_eq!(units(&history), [(0, 1), (1, 4), (4, 5), (5, 7)]);
+        assert_eq!(units(&[]), []);
+    }
+
     fn transcript(messages: Vec<Message>) -> Transcript {
         let mut t = Transcript::default();
         t.extend(messages);

@@ -1373,11 +1373,116 @@ mod tests {
                 &mut parts,
             );
             assert_eq!(end, None, "a nudge, round {round}");
+            let shown = &Parts::acp_lines(&parts.drain())[0]["params"]["update"]["content"];
+            let expected = if round == 1 { "Once" } else { "\n\nOnce" };
+            assert_eq!(shown["text"], expected, "C60: a new round is a paragraph");
         }
         assert_eq!(turn.rounds(), 2);
         assert_eq!(
             turn.next_round(&mut sess, &mut parts.cx()),
             Some(TurnEnd::Stopped(StopReason::MaxTurnRequests))
+        );
+    }
+
+    /// [`answer`] without the stream's terminator (`[DONE]`).
+    fn answer_unterminated(text: &str, finish: &str) -> Vec<u8> {
+        let mut body = answer(text, finish);
+        body.truncate(body.len() - "data: [DONE]\n\n".len());
+        body
+    }
+
+    #[test]
+    fn c24_an_answer_without_its_terminator_is_taken_when_the_server_closes() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "hi");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            answer_unterminated("Hi!", "stop"),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
+    }
+
+    #[test]
+    fn c24_b_a_whole_answer_ends_after_the_grace_while_the_connection_stays_open() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "hi");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let head = LlmEvent::Head {
+            status: 200,
+            headers: vec![],
+        };
+        assert_eq!(
+            turn.on_llm_event(call, head, &mut sess, &mut parts.cx()),
+            None
+        );
+        // A stale grace timer before the answer is whole is the idle timeout (a retry).
+        assert_eq!(
+            turn.on_timer(TurnTimer::LlmGrace, &mut sess, &mut parts.cx()),
+            None
+        );
+        assert!(
+            Parts::logs(&parts.drain())
+                .iter()
+                .any(|l| l.contains("no data from the provider")),
+            "not taken as an answer"
+        );
+        parts.timers.clear_turn(SID);
+        let mut turn = start(&mut parts, &mut sess, "again");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        for event in [
+            LlmEvent::Head {
+                status: 200,
+                headers: vec![],
+            },
+            LlmEvent::Body(answer_unterminated("Hi!", "stop")),
+        ] {
+            assert_eq!(
+                turn.on_llm_event(call, event, &mut sess, &mut parts.cx()),
+                None
+            );
+        }
+        assert_eq!(
+            parts.timers.next().map(|(t, k)| (t.as_ms(), k)),
+            Some((FINAL_ANSWER_GRACE_MS, Timer::Turn(SID, TurnTimer::LlmGrace)))
+        );
+        assert_eq!(
+            turn.on_timer(TurnTimer::LlmGrace, &mut sess, &mut parts.cx()),
+            Some(TurnEnd::Stopped(StopReason::EndTurn))
+        );
+    }
+
+    #[test]
+    fn k1_l5_a_context_too_long_answer_compacts_instead_of_failing() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "hi");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let too_long =
+            br#"{"error":{"message":"This model's maximum context length is 8192 tokens"}}"#;
+        let end = respond(
+            &mut turn,
+            call,
+            400,
+            too_long.to_vec(),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, None, "compaction, not a failure");
+        assert!(
+            Parts::logs(&parts.drain())
+                .iter()
+                .any(|l| l.contains("the provider said the context is too long")),
         );
     }
 
