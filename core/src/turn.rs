@@ -1487,6 +1487,81 @@ mod tests {
     }
 
     #[test]
+    fn l10_an_answer_is_kept_with_text_thinking_or_reasoning_state_and_a_refusal_with_text() {
+        let resp = |text: &str, thinking: &str, reasoning: Vec<ReasoningBlock>, stop| LlmResponse {
+            text: text.into(),
+            thinking: thinking.into(),
+            reasoning,
+            tool_calls: vec![],
+            stop,
+            usage: None,
+        };
+        let redacted = || vec![ReasoningBlock::Redacted { data: "x".into() }];
+        for (response, kept) in [
+            (resp("Hi", "", vec![], StopKind::EndTurn), true),
+            (resp("", "hmm", vec![], StopKind::EndTurn), true),
+            (resp("", "", redacted(), StopKind::EndTurn), true),
+            (resp("", "", vec![], StopKind::EndTurn), false),
+            (resp("I can't", "", vec![], StopKind::Refusal), true),
+            (resp("", "", vec![], StopKind::Refusal), false),
+        ] {
+            let mut parts = Parts::new();
+            let mut sess = session(&mut parts, &[]);
+            let mut turn = start(&mut parts, &mut sess, "hi");
+            let before = sess.transcript.len();
+            turn.on_round_response(response.clone(), &mut sess, &mut parts.cx());
+            assert_eq!(
+                sess.transcript.len(),
+                before + usize::from(kept),
+                "{response:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn l2_c59_a_running_call_shows_progress_and_its_result_readies_the_next_round() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[("fs", &["read"])]);
+        let mut turn = start(&mut parts, &mut sess, "read it");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let body = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",",
+            "\"type\":\"function\",\"function\":{\"name\":\"fs__read\",\"arguments\":\"{}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let end = respond(&mut turn, call, 200, body.into(), &mut sess, &mut parts);
+        assert_eq!(end, None);
+        assert!(
+            Parts::mcp_lines(&parts.drain())
+                .iter()
+                .any(|l| l["method"] == "tools/call"),
+            "the call runs"
+        );
+        turn.on_progress(sess.servers[0], &json!("tc_1"), "halfway", &mut parts.cx());
+        let update = &Parts::acp_lines(&parts.drain())[0]["params"]["update"];
+        assert_eq!(
+            (&update["toolCallId"], &update["status"]),
+            (&json!("tc_1"), &json!("in_progress"))
+        );
+        assert!(!turn.is_ready());
+        let end = turn.on_tool_result(
+            ToolCallIndex(0),
+            ToolOutput::plain("done".into(), false),
+            false,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert_eq!(end, None);
+        assert!(turn.is_ready(), "the next round is due");
+        assert!(matches!(
+            sess.transcript.messages().last(),
+            Some(Message::ToolResult { text, .. }) if text == "done"
+        ));
+    }
+
+    #[test]
     fn l1_a_truncated_answer_gets_a_nudge_then_max_tokens() {
         let mut parts = Parts::new();
         parts.cfg.max_token_recoveries = 1;
