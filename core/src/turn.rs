@@ -1479,10 +1479,29 @@ mod tests {
             &mut parts,
         );
         assert_eq!(end, None, "compaction, not a failure");
+        let actions = parts.drain();
         assert!(
-            Parts::logs(&parts.drain())
+            Parts::logs(&actions)
                 .iter()
                 .any(|l| l.contains("the provider said the context is too long")),
+        );
+        // Once per turn: the same answer to the summary request compacts no more.
+        let (summary, _) = last_call(&actions);
+        assert_ne!(summary, call);
+        respond(
+            &mut turn,
+            summary,
+            400,
+            too_long.to_vec(),
+            &mut sess,
+            &mut parts,
+        );
+        let logs = Parts::logs(&parts.drain());
+        assert!(
+            !logs
+                .iter()
+                .any(|l| l.contains("the provider said the context is too long")),
+            "{logs:#?}"
         );
     }
 
