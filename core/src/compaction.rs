@@ -391,6 +391,86 @@ mod tests {
 
     const SID: SessionId = SessionId(1);
 
+    fn logs(out: &mut Outbox) -> Vec<String> {
+        std::iter::from_fn(|| out.pop())
+            .filter_map(|a| match a {
+                crate::io::Action::Log(r) => Some(r.message),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn k1_the_summary_input_keeps_what_fits_its_budget_newest_first() {
+        let history = vec![Message::User { text: "a".into() }];
+        assert_eq!(
+            render_for_summary(&history, 8),
+            "USER:\na\n",
+            "8 bytes fit 8"
+        );
+        assert_eq!(
+            render_for_summary(&history, 7),
+            "[… older conversation omitted …]\n"
+        );
+        let call_only = vec![Message::Assistant {
+            text: String::new(),
+            thinking: String::new(),
+            reasoning: vec![],
+            tool_calls: vec![ToolCall {
+                id: "c1".into(),
+                name: "fs__read".into(),
+                arguments: "{}".into(),
+            }],
+        }];
+        assert_eq!(
+            render_for_summary(&call_only, 1000),
+            "TOOL CALL fs__read({})\n",
+            "no empty ASSISTANT part"
+        );
+    }
+
+    #[test]
+    fn k1_the_live_prompt_goes_into_the_summary_request_cut_to_a_quarter_of_its_budget() {
+        // A window of 10,000 - 2,000 = 8,000: a budget of 6,000, a quarter of it 1,500.
+        let prompt = "x".repeat(2000);
+        let t = transcript(vec![Message::User {
+            text: prompt.clone(),
+        }]);
+        let messages = summary_messages(&t, &prompt, 10_000, 2000);
+        let [Message::User { text }] = messages.as_slice() else {
+            panic!("one user message");
+        };
+        let live = text
+            .split("<current_request>\n")
+            .nth(1)
+            .and_then(|r| r.split("\n</current_request>").next())
+            .expect("the live prompt");
+        assert_eq!(live.len(), 1500);
+        assert!(
+            text.ends_with(&format!("<conversation>\nUSER:\n{prompt}\n</conversation>")),
+            "the rest of the budget holds the history"
+        );
+    }
+
+    #[test]
+    fn k1_h7_failures_and_post_compact_injections_are_logged_and_nothing_for_no_texts() {
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        log_summary_failed(SID, "HTTP 500", &mut out);
+        assert_eq!(
+            logs(&mut out),
+            ["session sess_1: compaction summary failed (HTTP 500); truncating history instead"]
+        );
+        let mut t = transcript(vec![Message::User { text: "s".into() }]);
+        inject_post_compact(&mut t, &[], SID, &mut out);
+        assert!(logs(&mut out).is_empty());
+        inject_post_compact(&mut t, &[("mem".into(), "notes".into())], SID, &mut out);
+        assert_eq!(
+            logs(&mut out),
+            ["hook: _PostCompact injected 1 text(s) in session sess_1"]
+        );
+        assert_eq!(t.messages().len(), 3);
+    }
+
     #[test]
     fn k1_a_unit_is_a_user_message_or_an_assistant_message_with_its_tool_results() {
         let user = |t: &str| Message::User { text: t.into() };
