@@ -472,6 +472,31 @@ mod tests {
     }
 
     #[test]
+    fn k1_h6_truncation_keeps_the_live_prompt_the_last_unit_and_the_trailing_injections() {
+        let answer = |t: &str| Message::Assistant {
+            text: t.repeat(100),
+            thinking: String::new(),
+            reasoning: vec![],
+            tool_calls: vec![],
+        };
+        let old = user(&"o".repeat(100));
+        // No trailing injection: the last unit stays, the others after the live prompt may go.
+        let history = vec![old.clone(), user("live"), answer("a"), answer("b")];
+        let (kept, live, dropped) = truncate(history, 1, 10);
+        assert_eq!(kept, [user("live"), answer("b")]);
+        assert_eq!((live, dropped), (0, 2));
+        // Trailing injection pairs (the round just decided) all stay.
+        let mut history = vec![old, user("live"), answer("a")];
+        history.extend(injection_pair(HookPoint::Stop, "g", "one", 1));
+        history.extend(injection_pair(HookPoint::Stop, "h", "two", 2));
+        let injections = history[3..].to_vec();
+        let (kept, live, dropped) = truncate(history, 1, 10);
+        assert_eq!(kept[0], user("live"));
+        assert_eq!(kept[1..], injections[..]);
+        assert_eq!((live, dropped), (0, 2));
+    }
+
+    #[test]
     fn k1_a_unit_is_a_user_message_or_an_assistant_message_with_its_tool_results() {
         let user = |t: &str| Message::User { text: t.into() };
         let result = |id: &str| Message::ToolResult {
