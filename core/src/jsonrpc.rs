@@ -889,6 +889,37 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    #[test]
+    fn t5_an_error_object_is_code_message_and_data_only_when_there_is_some() {
+        assert_eq!(
+            RpcError::new(-32601, "nope").to_value(),
+            json!({"code": -32601, "message": "nope"})
+        );
+        assert_eq!(
+            RpcError::new(-32000, "busy")
+                .with_data(json!({"retry": 2}))
+                .to_value(),
+            json!({"code": -32000, "message": "busy", "data": {"retry": 2}})
+        );
+    }
+
+    #[test]
+    fn t5_a_peer_s_code_may_be_a_whole_float_below_9e15() {
+        let code = |c: Value| RpcError::from_value(&json!({"code": c, "message": "m"})).code;
+        assert_eq!(code(json!(-32601.0)), -32601);
+        assert_eq!(code(json!(8.0e15)), 8_000_000_000_000_000);
+        for bad in [json!(1.5), json!(9.0e15), json!(1.0e16), json!(-9.5e15)] {
+            assert_eq!(code(bad.clone()), RpcError::INTERNAL_ERROR, "{bad}");
+        }
+    }
+
+    #[test]
+    fn t5_a_long_error_message_is_cut_before_a_character_it_would_split() {
+        let long = format!("{}é", "x".repeat(MAX_ERROR_MESSAGE_BYTES - 1));
+        let e = RpcError::from_value(&json!({"code": 1, "message": long}));
+        assert_eq!(e.message, "x".repeat(MAX_ERROR_MESSAGE_BYTES - 1));
+    }
+
     fn lines(max: usize, chunks: &[&[u8]]) -> (Vec<LineEvent>, Option<usize>) {
         let mut buf = LineBuffer::new(max);
         let mut out = Vec::new();
