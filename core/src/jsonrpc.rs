@@ -901,6 +901,29 @@ mod tests {
                 .to_value(),
             json!({"code": -32000, "message": "busy", "data": {"retry": 2}})
         );
+        assert_eq!(RpcError::new(-32601, "nope").to_string(), "nope (-32601)");
+    }
+
+    #[test]
+    fn c50_the_id_scanner_takes_the_top_level_id_up_to_its_cap() {
+        let scan = |line: &str| {
+            let mut s = IdScanner::new();
+            s.feed(line.as_bytes());
+            s.into_id()
+        };
+        assert_eq!(
+            scan(r#"{"params":{"a":1,"id":5},"id":7}"#),
+            Some(RpcId::Num(7.into())),
+            "a nested `id` is not the request's"
+        );
+        // The captured JSON text, quotes included, may be 1024 bytes, not one more.
+        let fits = "x".repeat(MAX_RECOVERED_ID_BYTES - 2);
+        assert_eq!(
+            scan(&format!(r#"{{"id":"{fits}"}}"#)),
+            Some(RpcId::Str(fits.clone()))
+        );
+        let over = "x".repeat(MAX_RECOVERED_ID_BYTES - 1);
+        assert_eq!(scan(&format!(r#"{{"id":"{over}"}}"#)), None);
     }
 
     #[test]
