@@ -119,12 +119,14 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         lifecycle::a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled,
         lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
         lifecycle::a4_c04_cancel_when_idle_and_twice_is_harmless,
+        lifecycle::a4_cancel_of_a_stalled_stream_frees_its_worker_and_drops_its_connection,
         lifecycle::m9_crashed_server_recovers_after_backoff,
         lifecycle::m9_three_deaths_make_it_permanent_and_tools_leave_the_list,
         lifecycle::m6_tools_list_changed_relists,
         lifecycle::p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly,
         lifecycle::m8_c34_sh_c_launcher_with_term_ignoring_grandchild_is_killed_on_agent_exit,
         providers::l6_l7_l8_five_round_tool_prompt_on_every_route,
+        providers::l7_every_round_of_a_session_uses_one_kept_alive_connection,
         providers::l5_c28_429_retry_after_is_honoured_then_success,
         providers::l5_c28_529_then_503_back_off_then_success,
         providers::l6_overloaded_error_event_before_text_is_retried,
@@ -159,6 +161,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
         stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
+        stderr::a6_unread_stdout_never_blocks_the_loop_and_loses_no_line,
     ]
 }
 

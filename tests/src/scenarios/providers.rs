@@ -936,3 +936,45 @@ pub fn c24_finish_then_connection_left_open_completes_after_grace(ctx: &Ctx) {
     assert_eq!(llm.requests().len(), 1, "no retry");
     agent.finish();
 }
+
+/// Issue #15: every round of a session goes over one kept-alive connection, owned by one
+/// long-lived LLM worker, where a thread per call reconnected whenever the next call started
+/// before the previous thread had put its connection back.
+pub fn l7_every_round_of_a_session_uses_one_kept_alive_connection(ctx: &Ctx) {
+    let llm = FakeLlm::with_options(
+        crate::fake_llm::Options {
+            keep_alive: true,
+            ..crate::fake_llm::Options::default()
+        },
+        |i, _| {
+            const IDS: [&str; 5] = ["call_0", "call_1", "call_2", "call_3", "call_4"];
+            match IDS.get(i) {
+                Some(id) => Reply::tool_calls(vec![(id, "fs__echo", json!({"text": i}))]),
+                None => Reply::text("all five done"),
+            }
+        },
+    );
+    let (_s, agent, sid, _log) = open(ctx, Wire::Chat, &llm, &[], true);
+    for prompt_no in 0..2 {
+        let (r, _) = prompt(&agent, &sid, "echo five times", 30);
+        assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+        if prompt_no == 0 {
+            assert_eq!(llm.requests().len(), 6, "five tool rounds and the answer");
+        }
+    }
+    assert_eq!(
+        llm.connections(),
+        1,
+        "{} requests over {} connections",
+        llm.requests().len(),
+        llm.connections()
+    );
+    // One worker made all twelve calls and waits, idle, for the next.
+    let workers: Vec<String> = agent
+        .thread_names()
+        .into_iter()
+        .filter(|n| n.starts_with("llm-"))
+        .collect();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    agent.finish();
+}
