@@ -370,6 +370,12 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
 ];
 
+/// The names of every variable the agent reads (C1), in `--help` order.
+#[must_use]
+pub fn variable_names() -> Vec<&'static str> {
+    VARIABLES.iter().map(|(name, _, _)| *name).collect()
+}
+
 /// The configuration section of `buzz-agent --help` (C1): every variable with its default and
 /// meaning, one per line, plus the value rules. Ends with `\n`.
 #[must_use]

@@ -12,9 +12,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
-/// A peer's request id (T5): a JSON number or string, kept exactly as received so it is
-/// echoed verbatim (`1.0` stays `1.0`, `"7"` stays `"7"`). Serializes untagged, as the bare
-/// number or string.
+/// A peer's request id (T5): a JSON number or string, echoed so the peer reads back what it
+/// sent. Strings and integers (within `i64`/`u64`) are echoed verbatim (`"7"` stays `"7"`,
+/// `-5` stays `-5`); any other number is read as the exact IEEE-754 double (serde_json's
+/// `float_roundtrip`) and echoed in its shortest form, which every JSON parser reads back as
+/// that same double (`1.0` stays `1.0`, `1e2` becomes `100.0`, a 45-digit id becomes
+/// `3.3333337333333335e44`). Serializes untagged, as the bare number or string.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum RpcId {
@@ -1682,6 +1685,30 @@ mod tests {
                 "{frame:?}"
             );
             assert_eq!(parse(&frame), Ok(want), "{frame}");
+        }
+    }
+
+    #[test]
+    fn t5_a_float_id_is_echoed_as_the_number_the_client_sent() {
+        // Found by the acp_input fuzz target: without exact float parsing the echo read back
+        // as a different double than the id sent, and the client could not correlate it.
+        for raw in [
+            "333333373333333333333333333000000000563666161.33333333333333333333333333333333333333333",
+            "0.1",
+            "1e2",
+            "-2.5e-300",
+            "123456789012345678901234567890",
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{raw},"method":"m"}}"#);
+            let Ok(Message::Request { id, .. }) = parse(&line) else {
+                unreachable!("{raw}")
+            };
+            let echo = encode_result(&id, &json!(null));
+            let Ok(Message::Response { id: back, .. }) = parse(echo.trim_end()) else {
+                unreachable!("{echo}")
+            };
+            let sent: f64 = raw.parse().unwrap_or(f64::NAN);
+            assert_eq!(back.as_f64(), Some(sent), "{raw} echoed as {back}");
         }
     }
 

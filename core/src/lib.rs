@@ -13,6 +13,8 @@ pub mod agent;
 pub mod anthropic;
 pub mod compaction;
 pub mod config;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod hooks;
 pub mod interceptor;
 pub mod io;

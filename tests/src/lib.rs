@@ -14,6 +14,8 @@ pub mod dialects;
 pub mod differential;
 pub mod fake_llm;
 pub mod fake_mcp;
+#[cfg(test)]
+mod fuzz_seeds;
 pub mod harness;
 pub mod peers;
 pub mod procfs;

@@ -1,0 +1,86 @@
+//! Replays the fuzz layer on stable `cargo test` (DESIGN "Testing pyramid", layer 4): every
+//! committed corpus file (`fuzz/corpus/<target>/`) and every crash reproducer
+//! (`fuzz/regressions/<target>/`, copied there from `fuzz/artifacts/`) runs through its target
+//! body in `buzz_agent_core::fuzzing`. A body panics when a property is violated, so a crash
+//! found once fails this test until it is fixed. See docs/fuzzing.md.
+
+#![allow(clippy::panic, reason = "a corpus file that fails is a test failure")]
+
+use buzz_agent_core::fuzzing::{self, Route};
+use std::path::{Path, PathBuf};
+
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+}
+
+/// The files of `fuzz/<kind>/<target>/`, sorted (empty when the folder is missing).
+fn files(kind: &str, target: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(fuzz_dir().join(kind).join(target))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    out.retain(|p| p.is_file() && p.file_name().is_some_and(|n| n != ".gitkeep"));
+    out.sort();
+    out
+}
+
+/// Runs `body` on every corpus file and reproducer of `target`; the corpus must not be empty.
+fn replay(target: &str, body: fn(&[u8])) {
+    let corpus = files("corpus", target);
+    assert!(
+        !corpus.is_empty(),
+        "fuzz/corpus/{target}/ is empty or missing"
+    );
+    for path in corpus.iter().chain(files("regressions", target).iter()) {
+        let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let name = path.display().to_string();
+        let outcome = std::panic::catch_unwind(|| body(&data));
+        assert!(
+            outcome.is_ok(),
+            "{target}: {name} fails (see the panic above)"
+        );
+    }
+}
+
+#[test]
+fn line_codec_corpus_replays() {
+    replay("line_codec", fuzzing::line_codec);
+}
+
+#[test]
+fn acp_input_corpus_replays() {
+    replay("acp_input", fuzzing::acp_input);
+}
+
+#[test]
+fn mcp_output_corpus_replays() {
+    replay("mcp_output", fuzzing::mcp_output);
+}
+
+#[test]
+fn sse_chat_corpus_replays() {
+    replay("sse_chat", |d| fuzzing::sse_decoder(Route::Chat, d));
+}
+
+#[test]
+fn sse_anthropic_corpus_replays() {
+    replay("sse_anthropic", |d| {
+        fuzzing::sse_decoder(Route::Anthropic, d)
+    });
+}
+
+#[test]
+fn sse_responses_corpus_replays() {
+    replay("sse_responses", |d| {
+        fuzzing::sse_decoder(Route::Responses, d)
+    });
+}
+
+#[test]
+fn config_env_corpus_replays() {
+    replay("config_env", fuzzing::config_env);
+}
+
+#[test]
+fn session_corpus_replays() {
+    replay("session", fuzzing::session::session);
+}

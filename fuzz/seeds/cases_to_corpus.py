@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Seeds the fuzz corpora from every case in the shared cases file and writes the hand-made
+seeds of the `session` and `config_env` targets (docs/fuzzing.md).
+
+Usage: python3 fuzz/seeds/cases_to_corpus.py [path/to/shared/cases/README.md]
+(default: ../shared/cases/README.md beside the repository)
+
+For each `### Cnn` section, every fenced block and every inline code span of its "Trigger"
+text becomes bytes (`C> `/`S> `/`A< `/`M< ` prefixes dropped, `⏎` → newline) and is written,
+with each target's header bytes, to the corpora whose input it can be: line_codec, acp_input,
+mcp_output and the three SSE decoders. `cargo fuzz cmin` then keeps what adds coverage.
+"""
+import os
+import re
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORPUS = os.path.join(ROOT, "fuzz", "corpus")
+
+# Header bytes each target's Reader consumes before the data (see core/src/fuzzing).
+HEADERS = {
+    "line_codec": bytes([63, 0]),  # cap 64, no cuts
+    "acp_input": bytes([255, 0]),  # cap 1084, no cuts
+    "mcp_output": bytes([128, 0, 0]),  # half before the prompt, no stderr, no cuts
+    "sse_chat": bytes([0]),
+    "sse_anthropic": bytes([0]),
+    "sse_responses": bytes([0]),
+}
+
+
+def write(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+def trigger_bytes(section):
+    m = re.search(r"\*\*Trigger[^*]*\*\*(.*?)(?=\n\* \*\*(?!Trigger)|\Z)", section, re.S)
+    text = m.group(1) if m else section
+    pieces = [textwrap.dedent(b) for b in re.findall(r"```[a-z]*\n(.*?)```", text, re.S)]
+    rest = re.sub(r"```.*?```", "", text, flags=re.S)
+    pieces += re.findall(r"`([^`\n]+)`", rest)
+    out = []
+    for p in pieces:
+        lines = []
+        for line in p.split("\n"):
+            line = re.sub(r"^\s*(C>|S>|A<|M<|S<|A>|M>)\s?", "", line)
+            lines.append(line.replace("⏎", "\n"))
+        out.append("\n".join(lines))
+    return "\n".join(out).encode("utf-8").replace(b"\\xE9", b"\xe9")
+
+
+def cases(path):
+    text = open(path, encoding="utf-8").read()
+    parts = re.split(r"^### ", text, flags=re.M)[1:]
+    n = 0
+    for part in parts:
+        m = re.match(r"(C\d+[a-z]?(?:[–-]C?\d+)?)", part)
+        if not m:
+            continue
+        name = "case-" + m.group(1).replace("–", "-")
+        data = trigger_bytes(part)
+        if not data.strip():
+            # No code in the trigger (C51, C52): its text, as a line, still seeds the codecs.
+            data = (part.split("\n", 1)[0] + "\n").encode("utf-8")
+        for target, header in HEADERS.items():
+            write(target, name, header + data)
+        n += 1
+    return n
+
+
+def session_seeds():
+    # cfg byte, context byte, server count byte, then (op, arg) pairs (core/src/fuzzing/session.rs).
+    P, C, LT, LTOOL, LERR, LCUT, MCP, EXIT, MRAW, ARAW, PERM, NEWS, SETM, LRAW = (
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 13)
+    T = 0
+    scripts = {
+        # a prompt, a text answer (chat, allow, budget 0)
+        "text": [0, 10, 0, P, 0, LT, 0, T, 10],
+        # a tool call answered, then text; then the _Stop hook objects once (budget 1)
+        "tool-then-stop": [8, 10, 0, P, 3, ord("g"), ord("o"), ord("!"), LTOOL, 0, 0, MCP, 0, 3,
+                           LT, 0, MCP, 0, 3, LT, 0, MCP, 0, 2, T, 50],
+        # anthropic, ask mode: permission answered, then a cancel
+        "anthropic-permission": [5, 10, 1, P, 0, LTOOL, 1, 0, PERM, 0, MCP, 0, 4, C, 0, T, 200],
+        # responses route: errors, retry, cut body, raw body
+        "responses-errors": [2, 10, 1, P, 0, LERR, 0x10, T, 100, LERR, 1, LCUT, 40, P, 0, LRAW, 8,
+                             ord("d"), ord("a"), ord("t"), ord("a"), ord(":"), ord(" "), ord("x"), 10],
+        # a server dies mid-call, a hook times out twice, garbage from everyone
+        "deaths": [24, 1, 1, P, 0, LTOOL, 2, 0x80, 1, EXIT, 0, T, 255, T, 255, MRAW, 0, 5,
+                   ord("{"), ord("x"), 10, 0, 0, ARAW, 3, ord("["), ord("]"), ord("{"), NEWS, 1,
+                   SETM, 0, P, 1, LT, 1],
+        # small context: compaction with _PostCompact on server b
+        "compaction": [8, 0, 1, P, 60] + [ord("w")] * 60 + [LT, 2, P, 60] + [ord("v")] * 60 +
+                      [LT, 2, MCP, 1, 3, LT, 0, T, 40],
+    }
+    for name, ops in scripts.items():
+        write("session", name, bytes(ops))
+
+
+def config_seeds():
+    # entries: selector (index into config::variable_names), length, value.
+    def entry(sel, value):
+        v = value.encode()
+        return bytes([sel, len(v)]) + v
+    seeds = {
+        "openai-minimal": entry(0, "openai") + entry(7, "gpt-x"),
+        "anthropic-full": entry(0, "anthropic") + entry(1, "sk-test") + entry(2, "claude")
+        + entry(12, "10") + entry(13, "1024") + entry(14, "2048") + entry(25, "*")
+        + entry(26, "300") + entry(30, "allow") + entry(32, "debug") + entry(33, "json"),
+        "bad-values": entry(0, "openai") + entry(7, "m") + entry(13, "99999999999999999999")
+        + entry(26, "-1") + entry(28, "maybe") + entry(8, "ftp://x"),
+        "system-file": entry(0, "openai") + entry(7, "m") + entry(11, "/missing/prompt.txt"),
+    }
+    for name, data in seeds.items():
+        write("config_env", name, data)
+
+
+if __name__ == "__main__":
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "cases", "README.md")
+    n = cases(path)
+    session_seeds()
+    config_seeds()
+    print(f"{n} cases written")
