@@ -8,7 +8,7 @@
 use crate::config::{Config, LogLevel};
 use crate::io::{Action, Input, LlmCallId, LogRecord, ProcKey};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
-use crate::llm::Message;
+use crate::llm::History;
 use crate::mcp::Server;
 use crate::time::MonoTime;
 use crate::turn::Turn;
@@ -39,7 +39,8 @@ pub(crate) struct Session {
     pub servers: Vec<u64>,
     /// `Some(request id)` while `session/new` waits for the handshakes.
     pub starting: Option<RpcId>,
-    pub history: Vec<Message>,
+    /// The conversation, with the serialized form of its prefix kept for the next request.
+    pub history: History,
     pub model_override: Option<String>,
     pub turn: Option<Turn>,
     /// A prompt that arrived after a cancel and waits for the cancelled turn (SPEC A3).
@@ -520,7 +521,7 @@ impl Agent {
                 id: sid.clone(),
                 servers: slots.clone(),
                 starting,
-                history: Vec::new(),
+                history: History::default(),
                 model_override: None,
                 turn: None,
                 queued: None,

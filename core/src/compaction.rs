@@ -5,7 +5,7 @@
 use crate::agent::Agent;
 use crate::config::LogLevel;
 use crate::hooks::{HookPoint, HookRound, injection_pair};
-use crate::llm::{LlmResponse, Message};
+use crate::llm::{History, LlmResponse, Message};
 use crate::turn::{CallPurpose, Phase};
 
 /// System prompt of the summary call (SPEC K1).
@@ -272,14 +272,14 @@ impl Agent {
         turn.handoffs += 1;
         turn.phase = Phase::Ready;
         let before = sess.history.len();
-        sess.history = vec![
+        sess.history = History::from(vec![
             Message::User {
                 text: format!("{SUMMARY_HEADER}{summary}"),
             },
             Message::User {
                 text: turn.prompt_text.clone(),
             },
-        ];
+        ]);
         sess.last_input_tokens = 0;
         sess.usage_mark = 0;
         let handoffs = turn.handoffs;
@@ -325,9 +325,9 @@ impl Agent {
             .iter()
             .rposition(|m| matches!(m, Message::User { text } if *text == turn.prompt_text))
             .unwrap_or(0);
-        let history = std::mem::take(&mut sess.history);
+        let history = sess.history.take();
         let (new, _, dropped) = truncate(history, live, budget);
-        sess.history = new;
+        sess.history = History::from(new);
         sess.last_input_tokens = 0;
         sess.usage_mark = 0;
         self.log(
@@ -353,7 +353,7 @@ impl Agent {
             ));
         }
         let at = 1.min(sess.history.len());
-        sess.history.splice(at..at, injected);
+        sess.history.rewrite().splice(at..at, injected);
         let cancelled = sess.turn.as_ref().is_some_and(|t| t.cancelled);
         if let Some(t) = sess.turn.as_mut() {
             t.phase = Phase::Ready;

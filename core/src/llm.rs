@@ -4,7 +4,11 @@
 //! Anthropic Messages and OpenAI Responses) builds an [`HttpRequest`] from them and decodes a
 //! streamed body back into [`StreamDelta`]s and one [`LlmResponse`].
 
+use std::sync::Arc;
+
 use serde_json::Value;
+
+pub use crate::request::BodyCache;
 
 /// The text of the short assistant message put between tool results and a following user
 /// message (SPEC L10): strict chat templates and Mistral's validator reject a user message right
@@ -238,7 +242,146 @@ pub struct HttpRequest {
     pub method: &'static str,
     pub url: String,
     pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub body: Body,
+}
+
+/// A request body as pieces, sent back to back: [`Body::len`] bytes in all.
+///
+/// The serialized history that a session keeps between rounds is one shared piece
+/// (issue #15): a round's request adds what is new to it instead of copying it, and the
+/// runtime writes the pieces in order. Equality compares the bytes, not how they are cut.
+#[derive(Clone, Default)]
+pub struct Body {
+    pieces: Vec<Arc<Vec<u8>>>,
+    len: usize,
+}
+
+impl Body {
+    /// Appends a piece.
+    pub fn push(&mut self, bytes: Vec<u8>) {
+        self.push_shared(Arc::new(bytes));
+    }
+
+    /// Appends a shared piece (not copied; while the body lives, the owner of the other
+    /// handles cannot change it in place).
+    pub fn push_shared(&mut self, bytes: Arc<Vec<u8>>) {
+        if !bytes.is_empty() {
+            self.len += bytes.len();
+            self.pieces.push(bytes);
+        }
+    }
+
+    /// The pieces, in order.
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        self.pieces.iter().map(|p| p.as_slice())
+    }
+
+    /// Total length in bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No bytes at all.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// All the bytes in one buffer (a copy).
+    #[must_use]
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len);
+        for piece in self.pieces() {
+            out.extend_from_slice(piece);
+        }
+        out
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(bytes: Vec<u8>) -> Body {
+        let mut body = Body::default();
+        body.push(bytes);
+        body
+    }
+}
+
+impl PartialEq for Body {
+    fn eq(&self, other: &Body) -> bool {
+        self.len == other.len && self.pieces().flatten().eq(other.pieces().flatten())
+    }
+}
+
+impl Eq for Body {}
+
+impl std::fmt::Debug for Body {
+    // Lengths, not contents (DESIGN habits).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Body({} B in {} pieces)", self.len, self.pieces.len())
+    }
+}
+
+/// A session's history: its messages, and the serialized form of their unchanging prefix kept
+/// for the next request ([`BodyCache`], issue #15).
+///
+/// Reading goes through `Deref<Target = [Message]>`. [`History::push`] keeps the cache (a
+/// round's request then serializes only what is new); every other change goes through
+/// [`History::rewrite`] or replaces the whole value, and both drop the cache, so a request
+/// can never be built from bytes of messages that were changed or removed.
+#[derive(Default)]
+pub struct History {
+    messages: Vec<Message>,
+    cache: BodyCache,
+}
+
+impl History {
+    /// Appends a message; the cache stays valid.
+    pub fn push(&mut self, message: Message) {
+        self.messages.push(message);
+    }
+
+    /// The messages for any change other than appending (compaction, truncation, hook
+    /// injections, joining a message): drops the cache, so the next request is built afresh.
+    pub fn rewrite(&mut self) -> &mut Vec<Message> {
+        self.cache = BodyCache::default();
+        &mut self.messages
+    }
+
+    /// The messages, taking them out (the history is left empty, without a cache).
+    #[must_use]
+    pub fn take(&mut self) -> Vec<Message> {
+        self.cache = BodyCache::default();
+        std::mem::take(&mut self.messages)
+    }
+
+    /// The messages and the cache of their serialized prefix, for building a request.
+    pub fn with_cache(&mut self) -> (&[Message], &mut BodyCache) {
+        (&self.messages, &mut self.cache)
+    }
+}
+
+impl std::ops::Deref for History {
+    type Target = [Message];
+
+    fn deref(&self) -> &[Message] {
+        &self.messages
+    }
+}
+
+impl From<Vec<Message>> for History {
+    fn from(messages: Vec<Message>) -> History {
+        History {
+            messages,
+            cache: BodyCache::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.messages).finish()
+    }
 }
 
 impl std::fmt::Debug for HttpRequest {

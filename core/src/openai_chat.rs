@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
 #[allow(
@@ -19,7 +19,9 @@ use crate::llm::{
     StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
 use crate::request::{
-    ErrorText, arguments_or_empty_object, bearer, body_capacity, streaming_json_post,
+    BodyCache, CacheKey, ErrorText, Last, Planned, WireElement, arguments_or_empty_object,
+    assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
+    write_json,
 };
 use crate::sse::{SseEvent, parse_json_lossy};
 use crate::sse_stream::{
@@ -61,7 +63,9 @@ use crate::sse_stream::{
 /// message without the field in a turn that called tools, and the agent's own messages (hook
 /// calls, the bridge) have no reasoning.
 ///
-/// Serialized in one pass straight into the body buffer: linear in the history size.
+/// Serialized in one pass straight into the body buffer: linear in the history size. With a
+/// session's [`BodyCache`] ([`build_request_cached`]) only the messages new since the last
+/// request are serialized, and the body is the same bytes.
 #[must_use]
 pub fn build_request(
     base_url: &str,
@@ -69,44 +73,74 @@ pub fn build_request(
     req: &LlmRequest<'_>,
     options: &ChatOptions,
 ) -> HttpRequest {
-    let payload = ChatBody {
-        model: req.model,
-        messages: WireMessages {
-            system: req.system,
-            history: req.messages,
-            options,
-        },
-        tools: WireTools(req.tools),
-        stream: true,
-        stream_options: StreamOptions {
+    build_request_cached(base_url, api_key, req, options, None)
+}
+
+/// [`build_request`], reusing and extending `cache`, which holds the serialized messages of
+/// `req.messages` as sent by earlier requests of the same history (issue #15). The body is
+/// byte for byte the one [`build_request`] builds; its history part is a piece shared with the
+/// cache.
+#[must_use]
+pub fn build_request_cached(
+    base_url: &str,
+    api_key: &str,
+    req: &LlmRequest<'_>,
+    options: &ChatOptions,
+    cache: Option<&mut BodyCache>,
+) -> HttpRequest {
+    let mut head = Vec::with_capacity(256 + req.system.map_or(0, str::len));
+    head.push(b'{');
+    write_field(&mut head, "model", req.model);
+    head.extend_from_slice(b",\"messages\":[");
+    let system = req.system.filter(|s| !s.is_empty());
+    if let Some(system) = system {
+        write_json(
+            &mut head,
+            &TextMessage {
+                role: "system",
+                content: system,
+            },
+        );
+    }
+    let capacity = if cache.is_none() {
+        body_capacity(req, 64)
+    } else {
+        0
+    };
+    let key = CacheKey::Chat {
+        reasoning_content: options.reasoning_content,
+    };
+    let history = history_json(
+        req.messages,
+        cache.map(|c| (c, key)),
+        capacity,
+        |history, start, last| plan(history, start, last, options),
+    );
+    let mut tail = Vec::with_capacity(128);
+    tail.push(b']');
+    if !req.tools.is_empty() {
+        write_field(&mut tail, "tools", &WireTools(req.tools));
+    }
+    write_field(&mut tail, "stream", &true);
+    write_field(
+        &mut tail,
+        "stream_options",
+        &StreamOptions {
             include_usage: true,
         },
-        max_tokens: (!options.max_completion_tokens).then_some(req.max_output_tokens),
-        max_completion_tokens: options
-            .max_completion_tokens
-            .then_some(req.max_output_tokens),
+    );
+    let cap_name = if options.max_completion_tokens {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
     };
+    write_field(&mut tail, cap_name, &req.max_output_tokens);
+    tail.push(b'}');
     streaming_json_post(
         format!("{}/chat/completions", base_url.trim_end_matches('/')),
         bearer(api_key),
-        &payload,
-        body_capacity(req, 64),
+        assemble(head, system.is_some(), history, &tail),
     )
-}
-
-/// The request body, borrowed from the history (no copies).
-#[derive(Serialize)]
-struct ChatBody<'a> {
-    model: &'a str,
-    messages: WireMessages<'a>,
-    #[serde(skip_serializing_if = "WireTools::is_empty")]
-    tools: WireTools<'a>,
-    stream: bool,
-    stream_options: StreamOptions,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_completion_tokens: Option<u32>,
 }
 
 /// The per-server choices of a Chat Completions request (SPEC L7), decided by
@@ -126,14 +160,8 @@ struct StreamOptions {
     include_usage: bool,
 }
 
-struct WireMessages<'a> {
-    system: Option<&'a str>,
-    history: &'a [Message],
-    options: &'a ChatOptions,
-}
-
 /// One message as sent: consecutive messages of one role merged (SPEC L10, case C61).
-enum Planned<'a> {
+enum Element<'a> {
     /// User texts, joined with a blank line.
     User(Vec<&'a str>),
     /// Assistant messages merged into one: their texts, reasoning and calls in order.
@@ -144,22 +172,71 @@ enum Planned<'a> {
     Bridge,
 }
 
-/// The history as the Chat messages to send (see [`build_request`]): never two user or two
-/// assistant messages in a row, never an empty assistant message, never a user message right
-/// after a tool result.
-fn plan(history: &[Message]) -> Vec<Planned<'_>> {
-    let mut out: Vec<Planned<'_>> = Vec::with_capacity(history.len());
-    for message in history {
+/// An [`Element`] with the options it is written under.
+struct Wire<'a> {
+    element: Element<'a>,
+    options: &'a ChatOptions,
+}
+
+impl WireElement for Wire<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        match &self.element {
+            Element::User(texts) => push_item(out, &UserMessage(texts)),
+            Element::Assistant(parts) => push_item(
+                out,
+                &AssistantMessage {
+                    parts,
+                    options: self.options,
+                },
+            ),
+            Element::Tool(message) => push_item(out, &ToolMessage(message)),
+            Element::Bridge => push_item(
+                out,
+                &AssistantMessage {
+                    parts: &[],
+                    options: self.options,
+                },
+            ),
+        }
+    }
+}
+
+/// `history[start..]` as the Chat messages to send (see [`build_request`]), `last` being the
+/// message sent before `start`: never two user or two assistant messages in a row, never an
+/// empty assistant message, never a user message right after a tool result.
+fn plan<'a>(
+    history: &'a [Message],
+    start: usize,
+    last: Last,
+    options: &'a ChatOptions,
+) -> Vec<Planned<Wire<'a>>> {
+    let item = |element, source, kind, closed| Planned {
+        element: Wire { element, options },
+        source,
+        kind,
+        closed,
+    };
+    let mut out: Vec<Planned<Wire<'a>>> = Vec::with_capacity(history.len().saturating_sub(start));
+    for (i, message) in history.iter().enumerate().skip(start) {
+        let prev = out.last().map_or(last, |p| p.kind);
         match message {
-            Message::User { text } => match out.last_mut() {
-                Some(Planned::User(texts)) => texts.push(text),
-                Some(Planned::Tool(_)) => {
-                    out.push(Planned::Bridge);
-                    out.push(Planned::User(vec![text]));
+            Message::User { text } => match (prev, out.last_mut()) {
+                (
+                    Last::User,
+                    Some(Planned {
+                        element:
+                            Wire {
+                                element: Element::User(texts),
+                                ..
+                            },
+                        ..
+                    }),
+                ) => texts.push(text),
+                (Last::Tool, _) => {
+                    out.push(item(Element::Bridge, i, Last::Bridge, true));
+                    out.push(item(Element::User(vec![text]), i, Last::User, false));
                 }
-                Some(Planned::Assistant(_) | Planned::Bridge) | None => {
-                    out.push(Planned::User(vec![text]));
-                }
+                _ => out.push(item(Element::User(vec![text]), i, Last::User, false)),
             },
             Message::Assistant {
                 text,
@@ -174,44 +251,33 @@ fn plan(history: &[Message]) -> Vec<Planned<'_>> {
                 {
                     continue; // nothing to send (C61: never an empty assistant turn)
                 }
-                match out.last_mut() {
-                    Some(Planned::Assistant(merged)) => merged.push(message),
-                    Some(Planned::User(_) | Planned::Tool(_) | Planned::Bridge) | None => {
-                        out.push(Planned::Assistant(vec![message]));
-                    }
+                match (prev, out.last_mut()) {
+                    (
+                        Last::Assistant,
+                        Some(Planned {
+                            element:
+                                Wire {
+                                    element: Element::Assistant(merged),
+                                    ..
+                                },
+                            ..
+                        }),
+                    ) => merged.push(message),
+                    _ => out.push(item(
+                        Element::Assistant(vec![message]),
+                        i,
+                        Last::Assistant,
+                        false,
+                    )),
                 }
             }
-            Message::ToolResult { .. } => out.push(Planned::Tool(message)),
+            // Nothing merges into a tool message: it is final at once.
+            Message::ToolResult { .. } => {
+                out.push(item(Element::Tool(message), i, Last::Tool, true))
+            }
         }
     }
     out
-}
-
-impl Serialize for WireMessages<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(None)?;
-        if let Some(system) = self.system.filter(|s| !s.is_empty()) {
-            seq.serialize_element(&TextMessage {
-                role: "system",
-                content: system,
-            })?;
-        }
-        for planned in plan(self.history) {
-            match planned {
-                Planned::User(texts) => seq.serialize_element(&UserMessage(&texts))?,
-                Planned::Assistant(parts) => seq.serialize_element(&AssistantMessage {
-                    parts: &parts,
-                    options: self.options,
-                })?,
-                Planned::Tool(message) => seq.serialize_element(&ToolMessage(message))?,
-                Planned::Bridge => seq.serialize_element(&AssistantMessage {
-                    parts: &[],
-                    options: self.options,
-                })?,
-            }
-        }
-        seq.end()
-    }
 }
 
 #[derive(Serialize)]
@@ -391,12 +457,6 @@ struct WireFunctionCall<'a> {
 }
 
 struct WireTools<'a>(&'a [ToolDef]);
-
-impl WireTools<'_> {
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 impl Serialize for WireTools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -1466,7 +1526,7 @@ mod tests {
     // ---------------------------------------------------------------- request tests
 
     fn body_json(request: &HttpRequest) -> Value {
-        serde_json::from_slice(&request.body).unwrap()
+        serde_json::from_slice(&request.body.to_vec()).unwrap()
     }
 
     fn schema() -> Value {
@@ -1519,7 +1579,7 @@ mod tests {
             })
         );
         // Compact JSON, keys in the documented order.
-        let text = String::from_utf8(request.body).unwrap();
+        let text = String::from_utf8(request.body.to_vec()).unwrap();
         assert!(
             text.starts_with("{\"model\":\"gpt-x\",\"messages\":[{\"role\":\"system\""),
             "{text}"

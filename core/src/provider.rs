@@ -2,7 +2,7 @@
 //! (SPEC L6–L8), and HTTP error classification shared by all routes (SPEC L5).
 
 use crate::config::{Config, ProviderKind};
-use crate::llm::{HttpRequest, LlmRequest, StreamDecoder};
+use crate::llm::{BodyCache, HttpRequest, LlmRequest, StreamDecoder};
 use crate::openai_chat::ChatOptions;
 use crate::openai_responses::ResponsesOptions;
 
@@ -80,19 +80,34 @@ pub fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatOptions)
 /// Chat Completions (L7, with [`chat_options`]) or Responses (L8).
 #[must_use]
 pub fn build_request(cfg: &Config, req: &LlmRequest<'_>, learned: &Learned) -> HttpRequest {
+    build_request_cached(cfg, req, learned, None)
+}
+
+/// [`build_request`] through `cache`, the serialized prefix of `req.messages` kept from the
+/// history's earlier requests ([`crate::llm::History`]): the same bytes, but only the
+/// messages new since then are serialized (issue #15).
+#[must_use]
+pub fn build_request_cached(
+    cfg: &Config,
+    req: &LlmRequest<'_>,
+    learned: &Learned,
+    cache: Option<&mut BodyCache>,
+) -> HttpRequest {
     match cfg.provider {
-        ProviderKind::Anthropic => crate::anthropic::build_request(cfg, req),
-        ProviderKind::OpenAiChat => crate::openai_chat::build_request(
+        ProviderKind::Anthropic => crate::anthropic::build_request_cached(cfg, req, cache),
+        ProviderKind::OpenAiChat => crate::openai_chat::build_request_cached(
             &cfg.base_url,
             &cfg.api_key,
             req,
             &chat_options(cfg, req.model, learned),
+            cache,
         ),
-        ProviderKind::OpenAiResponses => crate::openai_responses::build_request(
+        ProviderKind::OpenAiResponses => crate::openai_responses::build_request_cached(
             &cfg.base_url,
             &cfg.api_key,
             req,
             &responses_options(req.model),
+            cache,
         ),
     }
 }

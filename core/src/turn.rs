@@ -440,20 +440,28 @@ impl Agent {
         };
         let call = LlmCallId(self.next_llm);
         self.next_llm += 1;
-        let Some(sess) = self.sessions.get(sid) else {
+        if !self.sessions.contains_key(sid) {
+            return;
+        }
+        let model = self.model_of(sid);
+        let summary_messages = match purpose {
+            CallPurpose::Round => None,
+            CallPurpose::Summary => Some(self.summary_messages(sid)),
+        };
+        let Some(sess) = self.sessions.get_mut(sid) else {
             return;
         };
-        let model = self.model_of(sid);
-        let summary_messages;
-        let (system, messages) = match purpose {
-            CallPurpose::Round => (self.cfg.system_prompt.as_deref(), &sess.history[..]),
-            CallPurpose::Summary => {
-                summary_messages = self.summary_messages(sid);
-                (
-                    Some(crate::compaction::SUMMARY_SYSTEM_PROMPT),
-                    &summary_messages[..],
-                )
+        // A round sends the history through its cache of serialized messages (issue #15).
+        let (system, messages, cache) = match &summary_messages {
+            None => {
+                let (messages, cache) = sess.history.with_cache();
+                (self.cfg.system_prompt.as_deref(), messages, Some(cache))
             }
+            Some(summary) => (
+                Some(crate::compaction::SUMMARY_SYSTEM_PROMPT),
+                &summary[..],
+                None,
+            ),
         };
         let req = LlmRequest {
             model: &model,
@@ -462,7 +470,7 @@ impl Agent {
             tools: &defs,
             max_output_tokens: self.cfg.max_output_tokens,
         };
-        let request = provider::build_request(&self.cfg, &req, &self.learned);
+        let request = provider::build_request_cached(&self.cfg, &req, &self.learned, cache);
         let decoder = provider::decoder(&self.cfg, format!("call_{}", call.0));
         let idle = self.now.plus_ms(self.cfg.llm_timeout_ms);
         let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
@@ -1301,7 +1309,7 @@ impl Agent {
         if used_reminder {
             turn.reminders += 1;
         }
-        append_injections(&mut sess.history, round.point, &texts, &mut sess.seq);
+        append_injections(sess.history.rewrite(), round.point, &texts, &mut sess.seq);
         let n = texts.len();
         let (objections, budget) = (turn.objections, self.cfg.stop_max_rejections);
         self.log(LogLevel::Info, format!("hook: _Stop objected in session {sid} ({n} text(s)); objection {objections}/{budget}"));

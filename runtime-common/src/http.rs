@@ -250,8 +250,17 @@ fn run_call(agent: &ureq::Agent, job: Job, buf: &mut [u8]) {
     for (k, v) in &request.headers {
         req = req.header(k.as_str(), v.as_str());
     }
-    let sent = req.send(&request.body[..]);
-    // The body is not needed any more: free it before the response streams.
+    // The body's pieces (the history is one the session's cache shares) are read straight
+    // into ureq's output buffer: no copy of the whole body first.
+    req = req.header("content-length", request.body.len().to_string());
+    let mut pieces = Pieces {
+        pieces: request.body.pieces(),
+        current: &[],
+    };
+    let sent = req.send(ureq::SendBody::from_reader(&mut pieces));
+    // The body is not needed any more: free it before the response streams (and let the
+    // session's cache grow in place again).
+    drop(pieces);
     drop(request);
     let resp = match sent {
         Ok(r) => r,
@@ -298,6 +307,32 @@ fn run_call(agent: &ureq::Agent, job: Job, buf: &mut [u8]) {
                 return;
             }
         }
+    }
+}
+
+/// A [`Read`] over a body's pieces, in order.
+struct Pieces<'a, I> {
+    pieces: I,
+    current: &'a [u8],
+}
+
+impl<'a, I: Iterator<Item = &'a [u8]>> Read for Pieces<'a, I> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            if self.current.is_empty() {
+                match self.pieces.next() {
+                    Some(next) => self.current = next,
+                    None => break,
+                }
+                continue;
+            }
+            let take = self.current.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&self.current[..take]);
+            self.current = &self.current[take..];
+            n += take;
+        }
+        Ok(n)
     }
 }
 
