@@ -38,6 +38,10 @@ const FINAL_LOG_FLUSH: Duration = Duration::from_millis(500);
 pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 {
     let epoch = Instant::now();
     let now = || MonoTime(epoch.elapsed());
+    let (tx, rx) = async_channel::bounded::<Input>(INPUT_QUEUE);
+    // Stdin first: the client's `initialize` is read while the rest starts (its reply waits
+    // for nothing else).
+    let stdin = stdio::read_stdin(tx.clone());
     let log_format = config.log_format;
     let log = Log::start(log_format, epoch);
     let mut http = http::Http::new(config.llm_timeout_ms);
@@ -47,13 +51,12 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
         )
         .with_version(program.version);
-    let (tx, rx) = async_channel::bounded::<Input>(INPUT_QUEUE);
 
     let mut exit_code = 0;
     // Inputs that executing an action produced at once (a spawn's result), handled before
     // anything from the channel so that they precede what the new tasks report.
     let mut immediate: VecDeque<Input> = VecDeque::new();
-    if let Err(e) = stdio::read_stdin(tx.clone()) {
+    if let Err(e) = stdin {
         let record = LogRecord {
             level: LogLevel::Error,
             at: now(),
