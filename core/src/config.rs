@@ -281,6 +281,89 @@ impl ConfigError {
     }
 }
 
+/// Every configuration error of one environment (C1), at least one, in the order of the
+/// `--help` table. `Display` writes one line per error (each as [`ConfigError`]'s), joined by
+/// `\n`; the runtime prints each after `<binary>: configuration error: ` and exits 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(Vec<ConfigError>);
+
+impl ConfigErrors {
+    /// `None` for no error; else the errors sorted (stably) by their variable's place in the
+    /// `--help` table.
+    fn from_vec(mut errors: Vec<ConfigError>) -> Option<ConfigErrors> {
+        if errors.is_empty() {
+            return None;
+        }
+        let place = |e: &ConfigError| VARIABLES.iter().position(|(n, _, _)| *n == e.variable());
+        errors.sort_by_key(place);
+        Some(ConfigErrors(errors))
+    }
+
+    /// The first error (in `--help` order).
+    #[must_use]
+    pub fn first(&self) -> &ConfigError {
+        &self.0[0]
+    }
+
+    /// Every error, in `--help` order.
+    pub fn iter(&self) -> std::slice::Iter<'_, ConfigError> {
+        self.0.iter()
+    }
+
+    /// How many errors (at least 1).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Always false: there is at least one error.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl<'a> IntoIterator for &'a ConfigErrors {
+    type Item = &'a ConfigError;
+    type IntoIter = std::slice::Iter<'a, ConfigError>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// Collects the errors of [`Config::from_env_map`] while it goes on checking.
+#[derive(Default)]
+struct Collect {
+    errors: Vec<ConfigError>,
+}
+
+impl Collect {
+    /// The value, or `fallback` with the error recorded.
+    fn or<T>(&mut self, r: Result<T, ConfigError>, fallback: T) -> T {
+        self.opt(r).unwrap_or(fallback)
+    }
+
+    /// The value, or `None` with the error recorded.
+    fn opt<T>(&mut self, r: Result<T, ConfigError>) -> Option<T> {
+        r.map_err(|e| self.errors.push(e)).ok()
+    }
+}
+
 const PROVIDER: &str = "BUZZ_AGENT_PROVIDER";
 const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
 const ANTHROPIC_MODEL: &str = "ANTHROPIC_MODEL";
@@ -330,6 +413,51 @@ const MAX_TOOL_RESULT_TEXT_BYTES_LIMIT: u64 = 8 * 1024 * 1024;
 /// Longest value quoted in an error message, bytes.
 const MAX_QUOTED_VALUE_BYTES: usize = 200;
 
+/// The bounds of every numeric variable: (name, least, greatest); `u64::MAX` as the greatest
+/// means no upper bound. One table for the parser, its error messages and `--help`, so that
+/// they cannot disagree (issue 12). A count stored in 32 bits goes up to `u32::MAX`.
+#[rustfmt::skip]
+const NUMBERS: &[(&str, u64, u64)] = &[
+    (MAX_ROUNDS, 0, U32_MAX),
+    (MAX_OUTPUT_TOKENS, 1, U32_MAX),
+    (MAX_CONTEXT_TOKENS, 2, u64::MAX),
+    (MAX_HANDOFFS, 0, U32_MAX),
+    (MAX_TOKEN_RECOVERIES, 0, U32_MAX),
+    (LLM_TIMEOUT_SECS, 1, MAX_SECS),
+    (LLM_MAX_ATTEMPTS, 1, U32_MAX),
+    (TOOL_TIMEOUT_SECS, 1, MAX_SECS),
+    (MCP_INIT_TIMEOUT_SECS, 1, MAX_SECS),
+    (MAX_PARALLEL_TOOLS, 1, u64::MAX),
+    (MAX_SESSIONS, 1, u64::MAX),
+    (MAX_LINE_BYTES, 1024, u64::MAX),
+    (MAX_TOOL_RESULT_TEXT_BYTES, 1024, MAX_TOOL_RESULT_TEXT_BYTES_LIMIT),
+    (HOOK_TIMEOUT_MS, 1, MAX_HOOK_TIMEOUT_MS),
+    (STOP_MAX_REJECTIONS, 0, U32_MAX),
+    (PERMISSION_TIMEOUT_SECS, 1, MAX_SECS),
+];
+
+/// `u32::MAX` as a `u64`.
+const U32_MAX: u64 = 4_294_967_295;
+
+/// The values a numeric variable accepts, `(least, greatest)`, `None` as the greatest meaning
+/// no upper bound; `None` for a variable that is not a number (C1, C2).
+#[must_use]
+pub fn numeric_range(var: &str) -> Option<(u64, Option<u64>)> {
+    NUMBERS
+        .iter()
+        .find(|(n, _, _)| *n == var)
+        .map(|(_, min, max)| (*min, (*max != u64::MAX).then_some(*max)))
+}
+
+/// The range as `--help` and the README write it: `0..4294967295` or `>= 1024`.
+#[must_use]
+pub fn numeric_range_text(var: &str) -> Option<String> {
+    numeric_range(var).map(|(min, max)| match max {
+        Some(max) => format!("{min}..{max}"),
+        None => format!(">= {min}"),
+    })
+}
+
 /// Every variable the agent reads: name, default (as shown by `--help`), meaning (C1, C2).
 #[rustfmt::skip]
 const VARIABLES: &[(&str, &str, &str)] = &[
@@ -346,26 +474,26 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
-    (MAX_OUTPUT_TOKENS, "32768", "output tokens per LLM call, >= 1 and < BUZZ_AGENT_MAX_CONTEXT_TOKENS"),
+    (MAX_OUTPUT_TOKENS, "32768", "output tokens per LLM call, below BUZZ_AGENT_MAX_CONTEXT_TOKENS"),
     (MAX_CONTEXT_TOKENS, "200000", "context window in tokens, used by the compaction gate"),
     (MAX_HANDOFFS, "10", "compactions per prompt"),
     (MAX_TOKEN_RECOVERIES, "3", "nudges after a max_tokens-truncated response"),
-    (LLM_TIMEOUT_SECS, "240", "seconds without a byte from the provider before an attempt fails, >= 1"),
-    (LLM_MAX_ATTEMPTS, "3", "attempts per LLM call, >= 1"),
-    (TOOL_TIMEOUT_SECS, "660", "seconds per model tool call, >= 1"),
-    (MCP_INIT_TIMEOUT_SECS, "30", "seconds per MCP handshake step, >= 1"),
-    (MAX_PARALLEL_TOOLS, "8", "concurrent tool calls per model response (1 = sequential), >= 1"),
-    (MAX_SESSIONS, "unlimited", "live sessions, >= 1"),
-    (MAX_LINE_BYTES, "4194304", "inbound ACP line cap in bytes, >= 1024"),
-    (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond (1024..8388608)"),
+    (LLM_TIMEOUT_SECS, "240", "seconds without a byte from the provider before an attempt fails"),
+    (LLM_MAX_ATTEMPTS, "3", "attempts per LLM call"),
+    (TOOL_TIMEOUT_SECS, "660", "seconds per model tool call"),
+    (MCP_INIT_TIMEOUT_SECS, "30", "seconds per MCP handshake step"),
+    (MAX_PARALLEL_TOOLS, "8", "concurrent tool calls per model response; 1 = sequential"),
+    (MAX_SESSIONS, "unlimited", "live sessions; unset = unlimited"),
+    (MAX_LINE_BYTES, "4194304", "inbound ACP line cap in bytes"),
+    (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond"),
     (HOOK_SERVERS, "unset = hooks off", "hook allowlist: * = every server, or comma-separated server names"),
-    (HOOK_TIMEOUT_MS, "2500", "milliseconds per hook call (1..600000)"),
+    (HOOK_TIMEOUT_MS, "2500", "milliseconds per hook call"),
     (INTERCEPTOR_SERVERS, "unset = off", "experimental SEP-2624 interceptor servers, syntax as MCP_HOOK_SERVERS (parsed, not yet applied)"),
     (STOP_MAX_REJECTIONS, "3", "_Stop objection budget per prompt; 0 disables _Stop and the reply guard"),
     (REQUIRE_REPLY, "false", "reply guard: remind the model to post its answer (boolean)"),
     (REPLY_TOOLS, "", "comma-separated qualified tool names that count as posting a reply"),
     (PERMISSION, "ask", "ask = request permission before each tool call, allow = never ask"),
-    (PERMISSION_TIMEOUT_SECS, "330", "seconds to wait for a permission answer before denying, >= 1"),
+    (PERMISSION_TIMEOUT_SECS, "330", "seconds to wait for a permission answer before denying"),
     (LOG, "info", "stderr log level: error, warn, info, debug (adds prompt and tool text), trace"),
     (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
 ];
@@ -392,7 +520,10 @@ pub fn help_text() -> String {
         } else {
             format!(" [{default}]")
         };
-        s.push_str(&format!("  {name:<width$}  {meaning}{default}\n"));
+        let range = numeric_range_text(name)
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        s.push_str(&format!("  {name:<width$}  {meaning}{range}{default}\n"));
     }
     s
 }
@@ -420,6 +551,36 @@ pub fn unknown_agent_variables(env: &BTreeMap<String, String>) -> Vec<String> {
         .collect()
 }
 
+/// The warnings to log at start-up (C1, issue 12), one line each, no secret: every unknown
+/// `BUZZ_AGENT_*` variable ([`unknown_agent_variables`]), and an OpenAI-compatible provider on
+/// the default URL (`https://api.openai.com/v1`) without `OPENAI_COMPAT_API_KEY`, where every
+/// request would be refused (401): most likely a local server's URL was forgotten. Neither
+/// stops the agent (an empty key is valid for local servers).
+#[must_use]
+pub fn startup_warnings(env: &BTreeMap<String, String>, config: &Config) -> Vec<String> {
+    let mut out: Vec<String> = unknown_agent_variables(env)
+        .into_iter()
+        .map(|name| format!("unknown variable {name} ignored (typo?)"))
+        .collect();
+    let openai = matches!(
+        config.provider,
+        ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses
+    );
+    if openai
+        && config.api_key.is_empty()
+        && config
+            .base_url
+            .eq_ignore_ascii_case(DEFAULT_OPENAI_BASE_URL)
+    {
+        out.push(format!(
+            "{OPENAI_API_KEY} is empty and {OPENAI_BASE_URL} is {DEFAULT_OPENAI_BASE_URL}: OpenAI \
+             refuses requests without a key (401); set {OPENAI_API_KEY}, or set \
+             {OPENAI_BASE_URL} to your server's URL (e.g. http://127.0.0.1:8000/v1)"
+        ));
+    }
+    out
+}
+
 /// Reads variables from an environment snapshot with C1's rules.
 struct Env<'a> {
     map: &'a BTreeMap<String, String>,
@@ -443,26 +604,25 @@ impl<'a> Env<'a> {
         invalid(var, self.raw(var), expected)
     }
 
-    /// A decimal integer in `min..=max`, `default` if unset or blank.
-    fn uint<T: TryFrom<u64>>(
-        &self,
-        var: &'static str,
-        default: T,
-        min: u64,
-        max: u64,
-    ) -> Result<T, ConfigError> {
+    /// A decimal integer within the variable's bounds ([`NUMBERS`]), `default` if unset or
+    /// blank.
+    fn uint<T: TryFrom<u64>>(&self, var: &'static str, default: T) -> Result<T, ConfigError> {
         let Some(v) = self.get(var) else {
             return Ok(default);
         };
+        let (min, max) = NUMBERS
+            .iter()
+            .find(|(n, _, _)| *n == var)
+            .map_or((0, u64::MAX), |(_, min, max)| (*min, *max));
         let expected = range_text(min, max);
         let n = parse_decimal(v).filter(|n| (min..=max).contains(n));
         let n = n.ok_or_else(|| self.invalid(var, expected.clone()))?;
         T::try_from(n).map_err(|_| self.invalid(var, expected))
     }
 
-    /// A `*_SECS` duration (>= 1 s) converted to milliseconds.
+    /// A `*_SECS` duration converted to milliseconds.
     fn secs_as_ms(&self, var: &'static str, default_secs: u64) -> Result<u64, ConfigError> {
-        let secs: u64 = self.uint(var, default_secs, 1, MAX_SECS)?;
+        let secs: u64 = self.uint(var, default_secs)?;
         Ok(secs.saturating_mul(1000))
     }
 
@@ -541,8 +701,7 @@ fn parse_decimal(s: &str) -> Option<u64> {
 }
 
 fn range_text(min: u64, max: u64) -> String {
-    let type_max = max == u64::from(u32::MAX) || max == u64::MAX;
-    if type_max {
+    if max == u64::MAX {
         format!("an integer >= {min}")
     } else {
         format!("an integer from {min} to {max}")
@@ -617,159 +776,175 @@ fn one_line(s: &str) -> String {
     cut(joined.trim(), MAX_QUOTED_VALUE_BYTES)
 }
 
+/// `BUZZ_AGENT_PROVIDER` (required) with `OPENAI_COMPAT_API` for the OpenAI routes.
+fn provider_kind(env: &Env<'_>) -> Result<ProviderKind, ConfigError> {
+    match env.get(PROVIDER).map(str::to_ascii_lowercase).as_deref() {
+        None => Err(ConfigError::Missing {
+            var: PROVIDER,
+            expected: "set it to anthropic or openai".into(),
+        }),
+        Some("anthropic") => Ok(ProviderKind::Anthropic),
+        Some("openai" | "openai-compat") => {
+            match env.get(OPENAI_API).map(str::to_ascii_lowercase).as_deref() {
+                None | Some("chat") => Ok(ProviderKind::OpenAiChat),
+                Some("responses") => Ok(ProviderKind::OpenAiResponses),
+                Some(_) => Err(env.invalid(OPENAI_API, "chat or responses")),
+            }
+        }
+        Some(_) => Err(env.invalid(PROVIDER, "anthropic, openai or openai-compat")),
+    }
+}
+
 impl Config {
     /// Builds and validates the configuration from an environment snapshot (C1–C3).
     ///
     /// `env` maps variable names to values (the runtime passes its process environment; names
-    /// or values that are not UTF-8 are left out). `read_file(path)` returns a file's content or a one-line reason; it is called
-    /// only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. Returns the first error found, checking the
-    /// provider first. `seed` is set to 0 (the runtime sets it).
+    /// or values that are not UTF-8 are left out). `read_file(path)` returns a file's content
+    /// or a one-line reason; it is called only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. `seed` is
+    /// set to 0 (the runtime sets it).
+    ///
+    /// # Errors
+    /// Every error found, in one [`ConfigErrors`] (so a user fixes them all in one go, not one
+    /// run at a time), in the order of the `--help` table. A check that depends on another
+    /// variable is skipped while that one is wrong: without a valid `BUZZ_AGENT_PROVIDER` the
+    /// provider's key, model and URL are not checked, and the output-token bound is checked
+    /// only against a valid context size.
     pub fn from_env_map(
         env: &BTreeMap<String, String>,
         read_file: &dyn Fn(&str) -> Result<String, String>,
-    ) -> Result<Config, ConfigError> {
+    ) -> Result<Config, ConfigErrors> {
         let env = Env { map: env };
-        let provider = match env.get(PROVIDER).map(str::to_ascii_lowercase).as_deref() {
-            None => {
-                return Err(ConfigError::Missing {
-                    var: PROVIDER,
-                    expected: "set it to anthropic or openai".into(),
-                });
-            }
-            Some("anthropic") => ProviderKind::Anthropic,
-            Some("openai" | "openai-compat") => {
-                match env.get(OPENAI_API).map(str::to_ascii_lowercase).as_deref() {
-                    None | Some("chat") => ProviderKind::OpenAiChat,
-                    Some("responses") => ProviderKind::OpenAiResponses,
-                    Some(_) => return Err(env.invalid(OPENAI_API, "chat or responses")),
-                }
-            }
-            Some(_) => return Err(env.invalid(PROVIDER, "anthropic, openai or openai-compat")),
-        };
-        let (key_var, model_var, url_var, default_url) = match provider {
-            ProviderKind::Anthropic => (
-                ANTHROPIC_API_KEY,
-                ANTHROPIC_MODEL,
-                ANTHROPIC_BASE_URL,
-                DEFAULT_ANTHROPIC_BASE_URL,
-            ),
-            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => (
-                OPENAI_API_KEY,
-                OPENAI_MODEL,
-                OPENAI_BASE_URL,
-                DEFAULT_OPENAI_BASE_URL,
-            ),
-        };
-        let api_key = match (provider, env.get(key_var)) {
-            (_, Some(key)) => key.to_owned(),
-            (ProviderKind::Anthropic, None) => {
-                return Err(ConfigError::Missing {
+        let mut c = Collect::default();
+        let provider = c.opt(provider_kind(&env));
+        let (mut api_key, mut model, mut base_url) = (String::new(), String::new(), String::new());
+        if let Some(provider) = provider {
+            let (key_var, model_var, url_var, default_url) = match provider {
+                ProviderKind::Anthropic => (
+                    ANTHROPIC_API_KEY,
+                    ANTHROPIC_MODEL,
+                    ANTHROPIC_BASE_URL,
+                    DEFAULT_ANTHROPIC_BASE_URL,
+                ),
+                ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => (
+                    OPENAI_API_KEY,
+                    OPENAI_MODEL,
+                    OPENAI_BASE_URL,
+                    DEFAULT_OPENAI_BASE_URL,
+                ),
+            };
+            match (provider, env.get(key_var)) {
+                (_, Some(key)) => key.clone_into(&mut api_key),
+                (ProviderKind::Anthropic, None) => c.errors.push(ConfigError::Missing {
                     var: ANTHROPIC_API_KEY,
                     expected: "an API key is required when BUZZ_AGENT_PROVIDER=anthropic".into(),
-                });
+                }),
+                (ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses, None) => {}
             }
-            (ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses, None) => String::new(),
-        };
-        let model = match env.get(MODEL).or_else(|| env.get(model_var)) {
-            Some(m) => m.to_owned(),
-            None => {
-                return Err(ConfigError::Missing {
+            match env.get(MODEL).or_else(|| env.get(model_var)) {
+                Some(m) => m.clone_into(&mut model),
+                None => c.errors.push(ConfigError::Missing {
                     var: model_var,
                     expected: format!("a model name is required (set {model_var} or {MODEL})"),
-                });
+                }),
             }
-        };
-        let base_url = env.url(url_var, default_url)?;
+            base_url = c.or(env.url(url_var, default_url), String::new());
+        }
         let anthropic_version = match provider {
-            ProviderKind::Anthropic => env
+            Some(ProviderKind::Anthropic) => env
                 .get(ANTHROPIC_API_VERSION)
                 .unwrap_or(DEFAULT_ANTHROPIC_VERSION),
-            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => DEFAULT_ANTHROPIC_VERSION,
+            _ => DEFAULT_ANTHROPIC_VERSION,
         }
         .to_owned();
-        let system_prompt = system_prompt(&env, read_file)?;
+        let system_prompt = c.or(system_prompt(&env, read_file), None);
 
-        let u32_max = u64::from(u32::MAX);
-        let max_context_tokens: u64 = env.uint(MAX_CONTEXT_TOKENS, 200_000, 2, u64::MAX)?;
-        let max_output_tokens: u32 = env.uint(MAX_OUTPUT_TOKENS, 32_768, 1, u32_max)?;
-        if u64::from(max_output_tokens) >= max_context_tokens {
+        let max_output_tokens = c.opt(env.uint(MAX_OUTPUT_TOKENS, 32_768_u32));
+        let max_context_tokens = c.opt(env.uint(MAX_CONTEXT_TOKENS, 200_000_u64));
+        if let (Some(output), Some(context)) = (max_output_tokens, max_context_tokens)
+            && u64::from(output) >= context
+        {
             let value = match env.get(MAX_OUTPUT_TOKENS) {
                 Some(_) => env.raw(MAX_OUTPUT_TOKENS).to_owned(),
-                None => format!("{max_output_tokens} (the default)"),
+                None => format!("{output} (the default)"),
             };
-            return Err(invalid(
+            c.errors.push(invalid(
                 MAX_OUTPUT_TOKENS,
                 &value,
-                format!("an integer >= 1 and < {MAX_CONTEXT_TOKENS} ({max_context_tokens})"),
+                format!("an integer >= 1 and < {MAX_CONTEXT_TOKENS} ({context})"),
             ));
         }
-        let hook_servers = parse_server_allowlist(&env, HOOK_SERVERS)?;
-        let interceptor_servers = parse_server_allowlist(&env, INTERCEPTOR_SERVERS)?;
-        let permission = match env.get(PERMISSION).map(str::to_ascii_lowercase).as_deref() {
-            None | Some("ask") => PermissionMode::Ask,
-            Some("allow") => PermissionMode::Allow,
-            Some(_) => return Err(env.invalid(PERMISSION, "ask or allow")),
-        };
-        let log_level = match env.get(LOG).map(str::to_ascii_lowercase).as_deref() {
-            None | Some("info") => LogLevel::Info,
-            Some("error") => LogLevel::Error,
-            Some("warn" | "warning") => LogLevel::Warn,
-            Some("debug") => LogLevel::Debug,
-            Some("trace") => LogLevel::Trace,
-            Some(_) => return Err(env.invalid(LOG, "error, warn, info, debug or trace")),
-        };
-        let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
-            None | Some("text") => LogFormat::Text,
-            Some("json") => LogFormat::Json,
-            Some(_) => return Err(env.invalid(LOG_FORMAT, "text or json")),
-        };
         let max_sessions = match env.get(MAX_SESSIONS) {
             None => None,
-            Some(_) => Some(
-                env.uint(MAX_SESSIONS, usize::MAX, 1, u64::MAX)
-                    .map_err(|_| {
-                        env.invalid(MAX_SESSIONS, "an integer >= 1 (unset for unlimited)")
-                    })?,
+            Some(_) => c.or(
+                env.uint(MAX_SESSIONS, usize::MAX).map(Some).map_err(|_| {
+                    env.invalid(MAX_SESSIONS, "an integer >= 1 (unset for unlimited)")
+                }),
+                None,
             ),
         };
+        let permission = match env.get(PERMISSION).map(str::to_ascii_lowercase).as_deref() {
+            None | Some("ask") => Ok(PermissionMode::Ask),
+            Some("allow") => Ok(PermissionMode::Allow),
+            Some(_) => Err(env.invalid(PERMISSION, "ask or allow")),
+        };
+        let log_level = match env.get(LOG).map(str::to_ascii_lowercase).as_deref() {
+            None | Some("info") => Ok(LogLevel::Info),
+            Some("error") => Ok(LogLevel::Error),
+            Some("warn" | "warning") => Ok(LogLevel::Warn),
+            Some("debug") => Ok(LogLevel::Debug),
+            Some("trace") => Ok(LogLevel::Trace),
+            Some(_) => Err(env.invalid(LOG, "error, warn, info, debug or trace")),
+        };
+        let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
+            None | Some("text") => Ok(LogFormat::Text),
+            Some("json") => Ok(LogFormat::Json),
+            Some(_) => Err(env.invalid(LOG_FORMAT, "text or json")),
+        };
 
-        Ok(Config {
-            provider,
+        // A failed value is replaced by a fallback so that every variable is checked; the
+        // configuration built from fallbacks is returned only when nothing failed.
+        let config = Config {
+            provider: provider.unwrap_or(ProviderKind::OpenAiChat),
             api_key,
             model,
             base_url,
             anthropic_version,
             system_prompt,
-            max_rounds: env.uint(MAX_ROUNDS, 0, 0, u32_max)?,
-            max_output_tokens,
-            max_context_tokens,
-            max_handoffs: env.uint(MAX_HANDOFFS, 10, 0, u32_max)?,
-            max_token_recoveries: env.uint(MAX_TOKEN_RECOVERIES, 3, 0, u32_max)?,
-            llm_timeout_ms: env.secs_as_ms(LLM_TIMEOUT_SECS, 240)?,
-            llm_max_attempts: env.uint(LLM_MAX_ATTEMPTS, 3, 1, u32_max)?,
-            tool_timeout_ms: env.secs_as_ms(TOOL_TIMEOUT_SECS, 660)?,
-            mcp_init_timeout_ms: env.secs_as_ms(MCP_INIT_TIMEOUT_SECS, 30)?,
-            max_parallel_tools: env.uint(MAX_PARALLEL_TOOLS, 8, 1, u64::MAX)?,
+            max_rounds: c.or(env.uint(MAX_ROUNDS, 0), 0),
+            max_output_tokens: max_output_tokens.unwrap_or(1),
+            max_context_tokens: max_context_tokens.unwrap_or(2),
+            max_handoffs: c.or(env.uint(MAX_HANDOFFS, 10), 0),
+            max_token_recoveries: c.or(env.uint(MAX_TOKEN_RECOVERIES, 3), 0),
+            llm_timeout_ms: c.or(env.secs_as_ms(LLM_TIMEOUT_SECS, 240), 0),
+            llm_max_attempts: c.or(env.uint(LLM_MAX_ATTEMPTS, 3), 1),
+            tool_timeout_ms: c.or(env.secs_as_ms(TOOL_TIMEOUT_SECS, 660), 0),
+            mcp_init_timeout_ms: c.or(env.secs_as_ms(MCP_INIT_TIMEOUT_SECS, 30), 0),
+            max_parallel_tools: c.or(env.uint(MAX_PARALLEL_TOOLS, 8), 1),
             max_sessions,
-            max_line_bytes: env.uint(MAX_LINE_BYTES, 4_194_304, 1024, u64::MAX)?,
-            max_tool_result_text_bytes: env.uint(
-                MAX_TOOL_RESULT_TEXT_BYTES,
-                51_200,
-                1024,
-                MAX_TOOL_RESULT_TEXT_BYTES_LIMIT,
-            )?,
-            hook_servers,
-            interceptor_servers,
-            hook_timeout_ms: env.uint(HOOK_TIMEOUT_MS, 2500, 1, MAX_HOOK_TIMEOUT_MS)?,
-            stop_max_rejections: env.uint(STOP_MAX_REJECTIONS, 3, 0, u32_max)?,
-            require_reply: env.flag(REQUIRE_REPLY, false)?,
+            max_line_bytes: c.or(env.uint(MAX_LINE_BYTES, 4_194_304), 1024),
+            max_tool_result_text_bytes: c.or(env.uint(MAX_TOOL_RESULT_TEXT_BYTES, 51_200), 1024),
+            hook_servers: c.or(
+                parse_server_allowlist(&env, HOOK_SERVERS),
+                HookAllowlist::Off,
+            ),
+            hook_timeout_ms: c.or(env.uint(HOOK_TIMEOUT_MS, 2500), 1),
+            interceptor_servers: c.or(
+                parse_server_allowlist(&env, INTERCEPTOR_SERVERS),
+                HookAllowlist::Off,
+            ),
+            stop_max_rejections: c.or(env.uint(STOP_MAX_REJECTIONS, 3), 0),
+            require_reply: c.or(env.flag(REQUIRE_REPLY, false), false),
             reply_tools: env.list(REPLY_TOOLS),
-            permission,
-            permission_timeout_ms: env.secs_as_ms(PERMISSION_TIMEOUT_SECS, 330)?,
-            log_level,
-            log_format,
+            permission: c.or(permission, PermissionMode::Ask),
+            permission_timeout_ms: c.or(env.secs_as_ms(PERMISSION_TIMEOUT_SECS, 330), 0),
+            log_level: c.or(log_level, LogLevel::Info),
+            log_format: c.or(log_format, LogFormat::Text),
             seed: 0,
-        })
+        };
+        match ConfigErrors::from_vec(c.errors) {
+            Some(errors) => Err(errors),
+            None => Ok(config),
+        }
     }
 
     /// A valid configuration for tests and tools that do not read the environment: every C2
@@ -838,8 +1013,9 @@ mod tests {
         env
     }
 
+    /// The configuration, or the first error.
     fn load(env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
-        Config::from_env_map(env, &no_file)
+        Config::from_env_map(env, &no_file).map_err(|e| e.first().clone())
     }
 
     fn err(env: &BTreeMap<String, String>) -> ConfigError {
@@ -1174,12 +1350,13 @@ mod tests {
 
     #[test]
     fn c2_lower_bounds_are_enforced_with_the_allowed_range_in_the_message() {
+        let secs = "an integer from 1 to 4294967295";
         let cases = [
-            (LLM_TIMEOUT_SECS, "0", "an integer >= 1"),
-            (LLM_MAX_ATTEMPTS, "0", "an integer >= 1"),
-            (TOOL_TIMEOUT_SECS, "0", "an integer >= 1"),
-            (MCP_INIT_TIMEOUT_SECS, "0", "an integer >= 1"),
-            (PERMISSION_TIMEOUT_SECS, "0", "an integer >= 1"),
+            (LLM_TIMEOUT_SECS, "0", secs),
+            (LLM_MAX_ATTEMPTS, "0", secs),
+            (TOOL_TIMEOUT_SECS, "0", secs),
+            (MCP_INIT_TIMEOUT_SECS, "0", secs),
+            (PERMISSION_TIMEOUT_SECS, "0", secs),
             (MAX_PARALLEL_TOOLS, "0", "an integer >= 1"),
             (MAX_SESSIONS, "0", "an integer >= 1 (unset for unlimited)"),
             (MAX_LINE_BYTES, "1023", "an integer >= 1024"),
@@ -1195,9 +1372,10 @@ mod tests {
             ),
             (HOOK_TIMEOUT_MS, "0", "an integer from 1 to 600000"),
             (HOOK_TIMEOUT_MS, "600001", "an integer from 1 to 600000"),
-            (MAX_OUTPUT_TOKENS, "0", "an integer >= 1"),
+            (MAX_OUTPUT_TOKENS, "0", secs),
             (MAX_CONTEXT_TOKENS, "1", "an integer >= 2"),
-            (LLM_TIMEOUT_SECS, "4294967296", "an integer >= 1"),
+            (LLM_TIMEOUT_SECS, "4294967296", secs),
+            (MAX_ROUNDS, "4294967296", "an integer from 0 to 4294967295"),
         ];
         for (name, value, expected) in cases {
             let e = err(&anthropic(&[(name, value)]));
@@ -1226,6 +1404,37 @@ mod tests {
         assert_eq!(c.max_sessions, Some(1));
         assert_eq!(c.stop_max_rejections, 0);
         assert_eq!(c.llm_timeout_ms, 4_294_967_295_000);
+    }
+
+    #[test]
+    fn c1_every_numeric_variable_has_one_range_for_parser_errors_and_help() {
+        let names: Vec<&str> = numeric_fields(&Config::for_tests(ProviderKind::Anthropic, ""))
+            .map(|(n, _)| n)
+            .to_vec();
+        assert_eq!(names.len(), NUMBERS.len());
+        let help = help_text();
+        for name in names {
+            let (min, max) = numeric_range(name).unwrap_or_else(|| unreachable!("{name}"));
+            let text = numeric_range_text(name).unwrap_or_default();
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_default();
+            assert!(line.contains(&format!("({text})")), "{line}");
+            // Just outside the range is an error quoting the same bounds.
+            let below = min.checked_sub(1).map(|b| b.to_string());
+            let above = max.map(|m| (u128::from(m) + 1).to_string());
+            for bad in [below, above].into_iter().flatten() {
+                let e = err(&anthropic(&[(MAX_OUTPUT_TOKENS, "1000"), (name, &bad)]));
+                assert_eq!(e.variable(), name, "{bad}");
+                let quoted = match max {
+                    Some(max) => format!("from {min} to {max}"),
+                    None => format!(">= {min}"),
+                };
+                assert!(e.to_string().contains(&quoted), "{e}");
+            }
+        }
+        assert_eq!(numeric_range(LOG), None);
     }
 
     #[test]
@@ -1494,6 +1703,118 @@ mod tests {
         ] {
             assert!(!is_agent_secret_or_own_variable(name), "{name}");
         }
+    }
+
+    #[test]
+    fn c1_every_error_is_reported_in_one_run_in_help_order() {
+        let e = Config::from_env_map(
+            &env_of(&[
+                (LOG, "loud"),
+                (HOOK_TIMEOUT_MS, "0"),
+                (REQUIRE_REPLY, "y"),
+                (MAX_LINE_BYTES, "12"),
+            ]),
+            &no_file,
+        );
+        let Err(e) = e else {
+            unreachable!("expected errors")
+        };
+        let vars: Vec<&str> = e.iter().map(ConfigError::variable).collect();
+        assert_eq!(
+            vars,
+            [
+                PROVIDER,
+                MAX_LINE_BYTES,
+                HOOK_TIMEOUT_MS,
+                REQUIRE_REPLY,
+                LOG
+            ]
+        );
+        assert_eq!(e.len(), 5);
+        assert_eq!(e.first().variable(), PROVIDER);
+        let text = e.to_string();
+        assert_eq!(text.lines().count(), 5, "{text}");
+        for (line, err) in text.lines().zip(&e) {
+            assert_eq!(line, err.to_string());
+        }
+    }
+
+    #[test]
+    fn c1_provider_errors_do_not_hide_the_providers_own_variables() {
+        // A valid provider: its missing key and model and its bad URL all show, with the rest.
+        let e = Config::from_env_map(
+            &env_of(&[
+                (PROVIDER, "anthropic"),
+                (ANTHROPIC_BASE_URL, "localhost"),
+                (MAX_CONTEXT_TOKENS, "1000"),
+                (PERMISSION, "deny"),
+            ]),
+            &no_file,
+        );
+        let Err(e) = e else {
+            unreachable!("expected errors")
+        };
+        let vars: Vec<&str> = e.iter().map(ConfigError::variable).collect();
+        assert_eq!(
+            vars,
+            [
+                ANTHROPIC_API_KEY,
+                ANTHROPIC_MODEL,
+                ANTHROPIC_BASE_URL,
+                MAX_OUTPUT_TOKENS,
+                PERMISSION
+            ]
+        );
+        // A bad context size is reported once; the output bound is not checked against it.
+        let e = Config::from_env_map(&anthropic(&[(MAX_CONTEXT_TOKENS, "x")]), &no_file);
+        let Err(e) = e else {
+            unreachable!("expected errors")
+        };
+        assert_eq!(e.len(), 1, "{e}");
+        assert_eq!(e.first().variable(), MAX_CONTEXT_TOKENS);
+    }
+
+    #[test]
+    fn c1_default_openai_url_without_a_key_is_a_startup_warning() {
+        let env = env_of(&[(PROVIDER, "openai"), (OPENAI_MODEL, "gpt")]);
+        let warnings = startup_warnings(&env, &ok(&env));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("OPENAI_COMPAT_API_KEY is empty")
+                && warnings[0].contains("https://api.openai.com/v1")
+                && warnings[0].contains("401"),
+            "{warnings:?}"
+        );
+        // Set explicitly (any case, trailing slash) counts the same.
+        let env = env_of(&[
+            (PROVIDER, "openai"),
+            (OPENAI_MODEL, "gpt"),
+            (OPENAI_BASE_URL, "HTTPS://api.openai.com/v1/"),
+        ]);
+        assert_eq!(startup_warnings(&env, &ok(&env)).len(), 1);
+        for quiet in [
+            env_of(&[
+                (PROVIDER, "openai"),
+                (OPENAI_MODEL, "gpt"),
+                (OPENAI_API_KEY, "k"),
+            ]),
+            env_of(&[
+                (PROVIDER, "openai"),
+                (OPENAI_MODEL, "gpt"),
+                (OPENAI_BASE_URL, "http://127.0.0.1:8000/v1"),
+            ]),
+            anthropic(&[]),
+        ] {
+            assert!(
+                startup_warnings(&quiet, &ok(&quiet)).is_empty(),
+                "{quiet:?}"
+            );
+        }
+        let typo = anthropic(&[("BUZZ_AGENT_HOOK_TIMEOUT", "5")]);
+        assert_eq!(
+            startup_warnings(&typo, &ok(&typo)),
+            vec!["unknown variable BUZZ_AGENT_HOOK_TIMEOUT ignored (typo?)".to_owned()]
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub enum Command {
 }
 
 /// The subcommands of the `extras` module that a minimal binary may be asked for.
-const EXTRA_SUBCOMMANDS: [&str; 3] = ["hooks", "demo", "example-server"];
+const EXTRA_SUBCOMMANDS: [&str; 4] = ["hooks", "demo", "exec", "example-server"];
 
 /// Handles `--help`, `--version`, the binary's extra subcommands (`demo`, `example-server`,
 /// `hooks check`, when it has them) and unknown arguments.
@@ -52,6 +52,26 @@ pub fn handle_args(program: &Program, args: &[String]) -> Command {
     Command::Exit(2)
 }
 
+/// The line printed to stderr when the agent starts with a terminal on stdin: a person typed
+/// the command, and the agent would otherwise wait for JSON-RPC in silence (issue 12). It names
+/// the subcommands that let a person try it, only those this binary has.
+#[must_use]
+pub fn tty_hint(program: &Program) -> String {
+    let bin = program.name;
+    let try_it = if program.extras.is_some() {
+        format!(
+            "run it from an ACP client (Zed, acpx), or try `{bin} demo` (an offline session) or \
+             `{bin} exec \"a prompt\"` (one prompt from this terminal)"
+        )
+    } else {
+        "run it from an ACP client (Zed, acpx); the README's \"Talk to it\" shows how".to_string()
+    };
+    format!(
+        "{bin}: this is an ACP agent: it reads JSON-RPC messages from an ACP client on stdin, not \
+         typed text; {try_it}. `{bin} --help` lists the settings."
+    )
+}
+
 /// The `--help` text: usage (with the binary's extra subcommands), exit statuses and every
 /// configuration variable with its default.
 #[must_use]
@@ -73,11 +93,13 @@ pub fn help_text(program: &Program) -> String {
     )
 }
 
-/// Reads the environment into a validated [`Config`]. On error prints one line naming the
-/// variable and returns exit status 2 (SPEC C1).
+/// Reads the environment into a validated [`Config`]. On error prints one line per bad
+/// variable (all of them, SPEC C1) and returns exit status 2; then logs the start-up warnings
+/// ([`config::startup_warnings`]: unknown `BUZZ_AGENT_*` variables, the default OpenAI URL
+/// without a key) at WARN.
 ///
 /// # Errors
-/// The exit status (2) after a configuration error was printed.
+/// The exit status (2) after the configuration errors were printed.
 pub fn load_config(program: &Program) -> Result<Config, i32> {
     let bin = program.name;
     let env: BTreeMap<String, String> = std::env::vars_os()
@@ -86,8 +108,10 @@ pub fn load_config(program: &Program) -> Result<Config, i32> {
     let read = |path: &str| std::fs::read_to_string(path).map_err(|e| e.to_string());
     let mut cfg = match Config::from_env_map(&env, &read) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("{bin}: configuration error: {e}");
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{bin}: configuration error: {e}");
+            }
             return Err(2);
         }
     };
@@ -98,11 +122,11 @@ pub fn load_config(program: &Program) -> Result<Config, i32> {
         );
         return Err(2);
     }
-    for name in config::unknown_agent_variables(&env) {
+    for message in config::startup_warnings(&env, &cfg) {
         let record = buzz_agent_core::LogRecord {
             level: config::LogLevel::Warn,
             at: buzz_agent_core::MonoTime::ZERO,
-            message: format!("unknown variable {name} ignored (typo?)"),
+            message,
         };
         eprint!("{}", record.render(cfg.log_format));
     }
@@ -113,4 +137,70 @@ pub fn load_config(program: &Program) -> Result<Config, i32> {
         .unwrap_or(0);
     cfg.seed = t ^ (u64::from(std::process::id()) << 32);
     Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's configuration table, its rows by variable.
+    fn readme_rows() -> Vec<String> {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+            .expect("README.md beside the workspace");
+        readme
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// C1, issue 12: the README names every variable, and gives each number the range the
+    /// parser enforces and `--help` prints (both from `config::numeric_range_text`).
+    #[test]
+    fn c1_readme_help_and_errors_agree_on_every_bound() {
+        let rows = readme_rows();
+        let program = Program {
+            name: "buzz-agent",
+            version: "0",
+            extras: None,
+        };
+        let help = help_text(&program);
+        for name in config::variable_names() {
+            let row = rows
+                .iter()
+                .find(|r| r.contains(&format!("`{name}`")))
+                .unwrap_or_else(|| panic!("README.md has no row for {name}"));
+            if let Some(range) = config::numeric_range_text(name) {
+                assert!(
+                    row.contains(&format!("({range})")),
+                    "README row of {name} lacks ({range}): {row}"
+                );
+                assert!(help.contains(&format!("({range})")), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_tty_hint_names_only_the_subcommands_the_binary_has() {
+        let minimal = Program {
+            name: "buzz-agent-smol",
+            version: "0",
+            extras: None,
+        };
+        let hint = tty_hint(&minimal);
+        assert!(
+            hint.contains("ACP agent") && hint.contains("ACP client"),
+            "{hint}"
+        );
+        assert!(!hint.contains("demo") && !hint.contains("exec"), "{hint}");
+        let full = Program {
+            extras: Some(crate::extras::EXTRAS),
+            ..minimal
+        };
+        let hint = tty_hint(&full);
+        assert!(
+            hint.contains("`buzz-agent-smol demo`") && hint.contains("`buzz-agent-smol exec"),
+            "{hint}"
+        );
+    }
 }

@@ -51,7 +51,8 @@ pub struct Program {
 }
 
 /// Everything before the loop: handles the command line (help, version, the `extras`
-/// subcommands), reads and validates the configuration, and sets up the allocator.
+/// subcommands), prints [`cli::tty_hint`] when stdin is a terminal (a person, not an ACP
+/// client, started it), reads and validates the configuration, and sets up the allocator.
 ///
 /// # Errors
 /// The status to exit with at once: after `--help`, `--version` or a subcommand, or 2 after a
@@ -60,6 +61,9 @@ pub fn start(program: &Program) -> Result<Config, i32> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let cli::Command::Exit(code) = cli::handle_args(program, &args) {
         return Err(code);
+    }
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        eprintln!("{}", cli::tty_hint(program));
     }
     let config = cli::load_config(program)?;
     sys::one_malloc_arena();

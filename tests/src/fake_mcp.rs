@@ -50,6 +50,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_EXIT_AFTER_INIT=1` | answers `initialize`, then stderr `fatal: db locked`, exit 3 |
 /// | `FAKE_MCP_SERVER_REQUESTS=1` | server→client requests `ping`, `roots/list`, `sampling/createMessage`, `elicitation/create` (ids `<p>-1`, `<p>-2`, a number equal to one of the client's ids, `<p>-4`): after `notifications/initialized` (`p` = `init`, number = the `initialize` id) and at the start of every model-tool `tools/call` (`p` = `call-<id>`, number = that call's own id `<id>`, still pending); a call then waits up to 5 s for the four answers and replies `isError` `server requests unanswered: …` if one is missing. Answers are in the call log |
 /// | `FAKE_MCP_STOP=1` | exposes `_Stop` and the hidden `_Other` |
+/// | `FAKE_MCP_STOP_NAME` | the name the `_Stop` hook is exposed and answered under (default `_Stop`; `_stop` for a misnamed hook, case C57) |
 /// | `FAKE_MCP_STOP_TEXT` | objection text (default `tests are still red`) |
 /// | `FAKE_MCP_STOP_OBJECT_TIMES` | N: the first N `_Stop` calls object, later ones answer `""`; `always` (default) |
 /// | `FAKE_MCP_STOP_DELAY_MS` | delay before each `_Stop` reply |
@@ -78,6 +79,7 @@ pub struct Config {
     pub exit_after_init: bool,
     pub server_requests: bool,
     pub stop: bool,
+    pub stop_name: String,
     pub stop_text: String,
     /// `None` = always object.
     pub stop_object_times: Option<u64>,
@@ -145,6 +147,9 @@ impl Config {
             exit_after_init: flag("FAKE_MCP_EXIT_AFTER_INIT"),
             server_requests: flag("FAKE_MCP_SERVER_REQUESTS"),
             stop: flag("FAKE_MCP_STOP"),
+            stop_name: get("FAKE_MCP_STOP_NAME")
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| "_Stop".into()),
             stop_text: get("FAKE_MCP_STOP_TEXT").unwrap_or_else(|| "tests are still red".into()),
             stop_object_times,
             stop_delay_ms: num("FAKE_MCP_STOP_DELAY_MS").unwrap_or(0),
@@ -225,7 +230,7 @@ impl Config {
         }
         let hook = |name: &str| json!({"name": name, "description": "hook", "inputSchema": {"type": "object"}});
         if self.stop {
-            out.push(hook("_Stop"));
+            out.push(hook(&self.stop_name));
             out.push(hook("_Other"));
         }
         if self.postcompact_text.is_some() {
@@ -550,7 +555,7 @@ impl Server {
         let args = &params["arguments"];
         let sleep = |ms: u64| std::thread::sleep(Duration::from_millis(ms));
         let reply = match name {
-            "_Stop" if self.cfg.stop => {
+            n if self.cfg.stop && n == self.cfg.stop_name => {
                 let n = self.stop_calls.fetch_add(1, Ordering::SeqCst) + 1;
                 sleep(self.cfg.stop_delay_ms);
                 let objects = self.cfg.stop_object_times.is_none_or(|times| n <= times);
@@ -885,6 +890,17 @@ mod tests {
             self.request(id, "tools/call", json!({"name": name, "arguments": args}))
         }
 
+        /// Asserts that nothing arrives for 300 ms (`what` names what must not answer), then
+        /// restores the 5 s read timeout.
+        fn assert_silent(&mut self, what: &str) {
+            let timeout = |w: &Wire, d| w.client.get_ref().set_read_timeout(Some(d)).unwrap();
+            timeout(self, Duration::from_millis(300));
+            let mut l = String::new();
+            let silent = self.client.read_line(&mut l).is_err();
+            timeout(self, Duration::from_secs(5));
+            assert!(silent, "{what}: {l}");
+        }
+
         fn handshake(&mut self) -> Value {
             let r = self.request(
                 0,
@@ -1023,15 +1039,7 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut l = String::new();
-        assert!(
-            w.client.read_line(&mut l).is_err(),
-            "hang must not answer: {l}"
-        );
+        w.assert_silent("hang must not answer");
     }
 
     #[test]
@@ -1133,19 +1141,7 @@ mod tests {
         for id in [json!("call-5-1"), json!("call-5-2"), json!("5")] {
             w.send(json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"no"}}));
         }
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut l = String::new();
-        assert!(
-            w.client.read_line(&mut l).is_err(),
-            "replied too early: {l}"
-        );
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        w.assert_silent("replied too early");
         w.send(json!({"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"no"}}));
         w.send(json!({"jsonrpc":"2.0","id":"call-5-4","error":{"code":-32601,"message":"no"}}));
         let r = w.recv();
@@ -1158,19 +1154,7 @@ mod tests {
         let mut w = Wire::start(&[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "late")]);
         w.handshake();
         w.send(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"_Stop","arguments":{}}}));
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let mut l = String::new();
-        assert!(
-            w.client.read_line(&mut l).is_err(),
-            "held call answered: {l}"
-        );
-        w.client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        w.assert_silent("held call answered");
         w.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"_Stop","arguments":{}}}));
         let late = w.recv();
         assert_eq!(late["id"], 1);

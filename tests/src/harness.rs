@@ -31,7 +31,7 @@ pub struct Ctx {
     /// The rules the agent broke under [`Ctx::dialect`] (checked by the trial after the
     /// scenario).
     pub violations: Violations,
-    /// The binary has the `demo`, `example-server` and `hooks check` subcommands (the
+    /// The binary has the `demo`, `exec`, `example-server` and `hooks check` subcommands (the
     /// `extras` feature of `buzz-agent-runtime`; the minimal binary leaves it off).
     pub has_extras: bool,
 }
@@ -86,7 +86,7 @@ impl Ctx {
     /// working directory `cwd`. A fake LLM speaking a dialect profile is reached on the
     /// profile's route with its model ([`dialect_env`]).
     pub fn agent(&self, llm: &FakeLlm, extra: &[(&str, &str)], cwd: &Path) -> AgentProc {
-        self.agent_with_stderr(llm, extra, cwd, StderrMode::Read)
+        self.agent_with(Wire::Chat, llm, extra, cwd, StderrMode::Read)
     }
 
     /// [`Ctx::agent`] with the agent's stderr going where `stderr` says.
@@ -97,16 +97,7 @@ impl Ctx {
         cwd: &Path,
         stderr: StderrMode,
     ) -> AgentProc {
-        let mut env = match llm.dialect_profile() {
-            Some(d) => dialect_env(d, &llm.origin()),
-            None => agent_env(llm),
-        };
-        for (k, v) in extra {
-            env.retain(|(name, _)| name != k);
-            env.push((k.to_string(), v.to_string()));
-        }
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        AgentProc::spawn_with(&self.agent_bin, &env, cwd, stderr)
+        self.agent_with(Wire::Chat, llm, extra, cwd, stderr)
     }
 
     /// Like [`Ctx::agent`] on the provider route `wire` ([`agent_env_for`]).
@@ -117,10 +108,25 @@ impl Ctx {
         extra: &[(&str, &str)],
         cwd: &Path,
     ) -> AgentProc {
-        if llm.dialect_profile().is_some() {
-            return self.agent(llm, extra, cwd);
-        }
-        self.agent_at(wire, &llm.origin(), extra, cwd)
+        self.agent_with(wire, llm, extra, cwd, StderrMode::Read)
+    }
+
+    /// The general form of [`Ctx::agent`]: on the provider route `wire` ([`agent_env_for`];
+    /// a fake LLM speaking a dialect profile is reached on the profile's route with its model,
+    /// [`dialect_env`]), with stderr going where `stderr` says.
+    pub fn agent_with(
+        &self,
+        wire: Wire,
+        llm: &FakeLlm,
+        extra: &[(&str, &str)],
+        cwd: &Path,
+        stderr: StderrMode,
+    ) -> AgentProc {
+        let env = match llm.dialect_profile() {
+            Some(d) => dialect_env(d, &llm.origin()),
+            None => agent_env_for(wire, llm),
+        };
+        self.spawn_with_env(env, extra, cwd, stderr)
     }
 
     /// Spawns the agent against an LLM server at `origin` (`http://127.0.0.1:PORT`, no path) on
@@ -132,13 +138,23 @@ impl Ctx {
         extra: &[(&str, &str)],
         cwd: &Path,
     ) -> AgentProc {
-        let mut env = env_for_origin(wire, origin);
+        self.spawn_with_env(env_for_origin(wire, origin), extra, cwd, StderrMode::Read)
+    }
+
+    /// Spawns the agent with `env` plus `extra` (which wins).
+    fn spawn_with_env(
+        &self,
+        mut env: Vec<(String, String)>,
+        extra: &[(&str, &str)],
+        cwd: &Path,
+        stderr: StderrMode,
+    ) -> AgentProc {
         for (k, v) in extra {
             env.retain(|(name, _)| name != k);
             env.push((k.to_string(), v.to_string()));
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        AgentProc::spawn(&self.agent_bin, &env, cwd)
+        AgentProc::spawn_with(&self.agent_bin, &env, cwd, stderr)
     }
 }
 
@@ -200,20 +216,10 @@ pub fn dialect_env(dialect: Dialect, origin: &str) -> Vec<(String, String)> {
     env
 }
 
-/// The agent's environment for a session against `llm`: OpenAI-compatible provider, the secret
-/// key, permission `allow`, debug logs.
+/// The agent's environment for a session against `llm`: OpenAI-compatible provider (Chat
+/// Completions), the secret key, permission `allow`, debug logs.
 pub fn agent_env(llm: &FakeLlm) -> Vec<(String, String)> {
-    [
-        ("BUZZ_AGENT_PROVIDER", "openai".to_string()),
-        ("OPENAI_COMPAT_BASE_URL", llm.base_url()),
-        ("OPENAI_COMPAT_MODEL", "test-model".to_string()),
-        ("OPENAI_COMPAT_API_KEY", SECRET_KEY.to_string()),
-        ("BUZZ_AGENT_PERMISSION", "allow".to_string()),
-        ("BUZZ_AGENT_LOG", "debug".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    env_for_origin(Wire::Chat, &llm.origin())
 }
 
 /// The path of the running test binary, which is also the fake MCP server.
@@ -299,6 +305,11 @@ struct State {
     responses: HashMap<String, Value>,
     /// How many requests with that id we sent / how many responses came.
     sent_ids: HashMap<String, usize>,
+    /// The method of the last request sent with that id (to check its response against the
+    /// ACP schema).
+    sent_methods: HashMap<String, String>,
+    /// Frames that break the official ACP schema ([`crate::acp_schema`]), one line each.
+    schema_violations: Vec<String>,
     /// Bytes sent after the last newline (a line written in pieces).
     sent_partial: Vec<u8>,
     answered_ids: HashMap<String, usize>,
@@ -408,6 +419,8 @@ impl AgentProc {
                 stdout_times: Vec::new(),
                 responses: HashMap::new(),
                 sent_ids: HashMap::new(),
+                sent_methods: HashMap::new(),
+                schema_violations: Vec::new(),
                 sent_partial: Vec::new(),
                 answered_ids: HashMap::new(),
                 violations: Vec::new(),
@@ -490,8 +503,11 @@ impl AgentProc {
             let Ok(msg) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
-            if let (Some(_), Some(id)) = (msg.get("method"), msg.get("id")) {
+            if let (Some(method), Some(id)) = (msg.get("method"), msg.get("id")) {
                 *st.sent_ids.entry(id_key(id)).or_default() += 1;
+                if let Some(method) = method.as_str() {
+                    st.sent_methods.insert(id_key(id), method.to_string());
+                }
             }
         }
         if self.shared.verbose {
@@ -533,24 +549,36 @@ impl AgentProc {
     /// after `timeout`.
     pub fn wait_response(&self, id: &Value, timeout: Duration) -> Value {
         let key = id_key(id);
-        let deadline = Instant::now() + timeout;
-        let mut st = self.shared.lock();
-        loop {
-            if let Some(r) = st.responses.get(&key) {
-                return r.clone();
-            }
-            let now = Instant::now();
-            if now >= deadline || st.stdout_closed {
-                let why = if st.stdout_closed {
-                    "the agent closed stdout"
-                } else {
-                    "timed out"
-                };
-                drop(st);
+        self.wait_state(timeout, true, |st| st.responses.get(&key).cloned())
+            .unwrap_or_else(|why| {
                 panic!(
                     "no response to request id {key} ({why} after {timeout:?}){}",
                     self.context()
-                );
+                )
+            })
+    }
+
+    /// Waits until `found` gets something from the recorded state (checked again at every
+    /// message from the agent), or until `timeout` passes or — with `stop_at_eof` — the agent
+    /// closes stdout; the `Err` says which of the two.
+    fn wait_state<T>(
+        &self,
+        timeout: Duration,
+        stop_at_eof: bool,
+        found: impl Fn(&State) -> Option<T>,
+    ) -> Result<T, &'static str> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(t) = found(&st) {
+                return Ok(t);
+            }
+            if stop_at_eof && st.stdout_closed {
+                return Err("the agent closed stdout");
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err("timed out");
             }
             st = self
                 .shared
@@ -647,26 +675,12 @@ impl AgentProc {
 
     /// Waits until `pred(transcript)` holds; panics with `what` and the stderr tail on timeout.
     pub fn wait_until(&self, what: &str, timeout: Duration, pred: impl Fn(&[Value]) -> bool) {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.shared.lock();
-        loop {
-            if pred(&st.transcript) {
-                return;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                drop(st);
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}{}",
-                    self.context()
-                );
-            }
-            st = self
-                .shared
-                .cv
-                .wait_timeout(st, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
+        let reached = self.wait_state(timeout, false, |st| pred(&st.transcript).then_some(()));
+        if reached.is_err() {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}{}",
+                self.context()
+            );
         }
     }
 
@@ -692,12 +706,21 @@ impl AgentProc {
         sid.unwrap_or_else(|| panic!("session/new result has no sessionId: {r}{}", self.context()))
     }
 
-    /// `session/prompt` with one text block; returns the whole response.
+    /// `session/prompt` with one text block; returns the whole response (waits 30 s).
     pub fn prompt(&self, session_id: &str, text: &str) -> Value {
-        self.request(
-            "session/prompt",
-            json!({"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}),
-        )
+        self.prompt_timeout(session_id, text, DEFAULT_TIMEOUT)
+    }
+
+    /// [`AgentProc::prompt`] waiting `timeout` for the response.
+    pub fn prompt_timeout(&self, session_id: &str, text: &str, timeout: Duration) -> Value {
+        let id = self.start_prompt(session_id, text);
+        self.wait_response(&id, timeout)
+    }
+
+    /// Sends the `session/cancel` notification for `session_id`.
+    pub fn cancel(&self, session_id: &str) {
+        self.send(&json!({"jsonrpc": "2.0", "method": "session/cancel",
+                          "params": {"sessionId": session_id}}));
     }
 
     /// Starts a `session/prompt` without waiting; returns its id.
@@ -801,6 +824,25 @@ impl AgentProc {
         self.shared.lock().violations.clone()
     }
 
+    /// The frames so far that break the official ACP schema ([`crate::acp_schema`]), each
+    /// violation one line, followed by a line quoting the frame.
+    pub fn schema_violations(&self) -> Vec<String> {
+        self.shared.lock().schema_violations.clone()
+    }
+
+    /// Every frame so far is valid under the official ACP schema (issue 12).
+    pub fn assert_acp_schema(&self) {
+        let v = self.schema_violations();
+        assert!(
+            v.is_empty(),
+            "frames that break the {} ({} lines):\n{}{}",
+            crate::acp_schema::SCHEMA_SOURCE,
+            v.len(),
+            v.join("\n"),
+            self.context()
+        );
+    }
+
     /// SPEC T2 / I7 so far.
     pub fn assert_no_violations(&self) {
         let v = self.violations();
@@ -826,7 +868,7 @@ impl AgentProc {
     }
 
     /// The common end of a scenario: EOF on stdin, exit 0 within 8 s, no process left behind,
-    /// no stdout violation, no secret in the logs.
+    /// no stdout violation, every frame valid under the ACP schema, no secret in the logs.
     pub fn finish(self) {
         self.finish_keep();
     }
@@ -849,27 +891,17 @@ impl AgentProc {
         assert!(
             left.is_empty(),
             "processes outlived the agent (M8): {:?}{}",
-            left.iter()
-                .map(|&p| procfs::describe(p))
-                .collect::<Vec<_>>(),
+            procfs::describe_all(&left),
             self.context()
         );
         self.wait_stdout_closed(Duration::from_secs(2));
         self.assert_no_violations();
+        self.assert_acp_schema();
         self.assert_no_secret_in_logs();
     }
 
     fn wait_stdout_closed(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.shared.lock();
-        while !st.stdout_closed && Instant::now() < deadline {
-            st = self
-                .shared
-                .cv
-                .wait_timeout(st, Duration::from_millis(50))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
+        let _ = self.wait_state(timeout, false, |st| st.stdout_closed.then_some(()));
     }
 
     /// Failure context: pid, age and the stderr tail.
@@ -984,6 +1016,17 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
         }
         let has_method = msg.get("method").is_some();
         let id = msg.get("id").cloned();
+        let answered_method = match (&id, has_method) {
+            (Some(id), false) => st.sent_methods.get(&id_key(id)).cloned(),
+            _ => None,
+        };
+        let schema = crate::acp_schema::check_agent_frame(&msg, answered_method.as_deref());
+        if !schema.is_empty() {
+            if shared.verbose {
+                eprintln!("[agent:{}] ACP SCHEMA {}", shared.pid, schema.join(" | "));
+            }
+            st.schema_violations.extend(schema);
+        }
         match (has_method, id) {
             (false, Some(id)) => {
                 if msg.get("result").is_none() == msg.get("error").is_none() {

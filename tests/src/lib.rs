@@ -6,9 +6,11 @@
 //! Each runtime crate has a `harness = false` test whose `main` is
 //! `buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_<binary>"), <has extras>)`, so the same suite
 //! runs unchanged against every binary. The scenarios of the `extras` subcommands (`demo`,
-//! `example-server`, `hooks check`) are reported ignored, with the reason, against a binary
-//! built without them. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
+//! `exec`, `example-server`, `hooks check`) are reported ignored, with the reason, against a
+//! binary built without them. Every frame an agent writes is validated against the official
+//! ACP schema ([`acp_schema`]); the count is printed after the run. Set `BUZZ_E2E_VERBOSE=1` to see the ACP traffic and the agent's stderr.
 
+pub mod acp_schema;
 pub mod bench;
 pub mod dialects;
 pub mod differential;
@@ -56,7 +58,7 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned());
         let why = format!(
-            "{} is built without the `extras` feature (demo, example-server, hooks check)",
+            "{} is built without the `extras` feature (demo, exec, example-server, hooks check)",
             bin.unwrap_or_default()
         );
         trials.extend(scenarios::extras().into_iter().map(|(name, _)| {
@@ -66,7 +68,18 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
     }
     trials.extend(dialect_trials(agent_bin, has_extras));
     trials.extend(peers::trials(&ctx));
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let schema = acp_schema::counts();
+    if schema.validated > 0 {
+        eprintln!(
+            "{}: {} agent frames validated ({} responses against their envelope only), {} invalid",
+            acp_schema::SCHEMA_SOURCE,
+            schema.validated,
+            schema.unmapped,
+            schema.invalid
+        );
+    }
+    conclusion.exit();
 }
 
 /// The dialect matrix: every scenario of [`scenarios::dialect_matrix`] under every

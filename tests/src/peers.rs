@@ -14,6 +14,7 @@ use crate::fake_mcp;
 use crate::harness::{
     Ctx, agent_env, assert_tool_updates_well_formed, fake_mcp_entry, tool_update_text,
 };
+use crate::scenarios::setup::Setup;
 use crate::scenarios::util::{Scratch, path_str};
 use libtest_mimic::{Completion, Failed, Trial};
 use serde_json::{Value, json};
@@ -138,8 +139,34 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
             fakellm_chat_route_one_tool_call_then_final_text,
         ),
     ];
-    list.into_iter()
-        .map(|(name, path, install, peer)| {
+    let extras_only: [(&str, PathBuf, &str, Peer); 1] = [(
+        "peers::p3_c57_hooks_check_fails_real_fastmcp_hook_mistakes",
+        site_file(&venv(), "fastmcp/__init__.py"),
+        &pip,
+        hooks_check_fails_real_fastmcp_hook_mistakes,
+    )];
+    let without_extras = |name: &'static str| {
+        let bin = ctx.agent_bin.display().to_string();
+        Trial::ignorable_test(name, move || {
+            Ok(Completion::ignored_with(format!(
+                "{bin} is built without the `extras` feature (hooks check)"
+            )))
+        })
+    };
+    let extras: Vec<Trial> = if ctx.has_extras {
+        Vec::new()
+    } else {
+        extras_only
+            .iter()
+            .map(|(name, ..)| without_extras(name))
+            .collect()
+    };
+    let runnable = list
+        .into_iter()
+        .chain(extras_only.into_iter().filter(|_| ctx.has_extras));
+    extras
+        .into_iter()
+        .chain(runnable.map(|(name, path, install, peer)| {
             let ctx = ctx.clone();
             let install = install.to_string();
             Trial::ignorable_test(name, move || {
@@ -154,7 +181,7 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
                 peer(&ctx, &path);
                 Ok(Completion::Completed)
             })
-        })
+        }))
         .collect()
 }
 
@@ -290,23 +317,20 @@ fn acpx_drives_the_agent_through_one_tool_call(ctx: &Ctx, acpx_cli: &Path) {
 /// the next LLM request.
 fn server_everything_echo_result_reaches_the_llm(ctx: &Ctx, index_js: &Path) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![(
-            "call_1",
-            "everything__echo",
-            json!({"message": "hello peer"}),
-        )]),
-        Reply::text("done"),
-    ]);
-    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30")], &s.ws);
-    agent.initialize();
     let server = json!({"name": "everything", "command": "node", "args": [path_str(index_js), "stdio"], "env": []});
-    let sid = agent.new_session(&s.ws, json!([server]));
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo hello peer"}]}),
-        Duration::from_secs(60),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![(
+                "call_1",
+                "everything__echo",
+                json!({"message": "hello peer"}),
+            )]),
+            Reply::text("done"),
+        ])
+        .env(&[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30")])
+        .servers([server])
+        .start();
+    let r = agent.prompt_timeout(&sid, "echo hello peer", Duration::from_secs(60));
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
@@ -482,11 +506,7 @@ fn fakellm_one_tool_call(ctx: &Ctx, bin: &Path, wire: Wire, api: &str) {
         &s.ws,
         json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
     );
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo via fakellm"}]}),
-        Duration::from_secs(30),
-    );
+    let r = agent.prompt_timeout(&sid, "echo via fakellm", Duration::from_secs(30));
     let context = server.context();
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}{context}");
     let updates = agent.session_updates(&sid);
@@ -542,40 +562,30 @@ fn fakellm_one_tool_call(ctx: &Ctx, bin: &Path, wire: Wire, api: &str) {
 fn python_hook_framework(ctx: &Ctx, python: &Path, script: &str, framework: &str) {
     let s = Scratch::new();
     let script = example(script);
-    let llm = FakeLlm::with_handler(|_, req| {
-        if req.tool_names().is_empty() {
-            Reply::text("SUMMARY: the user asked for a long task; nothing done yet.")
-        } else {
-            Reply::text("All done.")
-        }
+    let modes = ["string", "empty", "none", "raise"];
+    let servers = modes.iter().map(|mode| {
+        json!({"name": mode, "command": path_str(python), "args": [path_str(&script)],
+               "env": [{"name": "HOOK_MODE", "value": mode}]})
     });
-    let agent = ctx.agent(
-        &llm,
-        &[
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|_, req| {
+            if req.tool_names().is_empty() {
+                Reply::text("SUMMARY: the user asked for a long task; nothing done yet.")
+            } else {
+                Reply::text("All done.")
+            }
+        })
+        .env(&[
             ("MCP_HOOK_SERVERS", "*"),
             ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "20000"),
             ("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "60"),
             ("BUZZ_AGENT_MAX_CONTEXT_TOKENS", "6000"),
             ("BUZZ_AGENT_MAX_OUTPUT_TOKENS", "1000"),
-        ],
-        &s.ws,
-    );
-    agent.initialize();
-    let modes = ["string", "empty", "none", "raise"];
-    let servers: Vec<Value> = modes
-        .iter()
-        .map(|mode| {
-            json!({"name": mode, "command": path_str(python), "args": [path_str(&script)],
-                   "env": [{"name": "HOOK_MODE", "value": mode}]})
-        })
-        .collect();
-    let sid = agent.new_session(&s.ws, Value::Array(servers));
+        ])
+        .servers(servers)
+        .start();
     let prompt = format!("{} Now finish.", "Do the long task. ".repeat(360));
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": prompt}]}),
-        Duration::from_secs(120),
-    );
+    let r = agent.prompt_timeout(&sid, &prompt, Duration::from_secs(120));
     let res = agent.result(&r);
     assert_eq!(res["stopReason"], "end_turn", "{framework}: {r}");
     assert_eq!(
@@ -753,4 +763,55 @@ fn acp_python_sdk_drives_a_tool_call_and_an_objection(ctx: &Ctx, _: &Path) {
     );
     let logged = fake_mcp::read_call_log(Path::new(&log));
     assert_eq!(fake_mcp::count_calls(&logged, "echo"), 1);
+}
+
+/// P3, C57 with a real hook framework: `hooks check` fails each mistake a FastMCP author makes
+/// (`tests/examples/hooks/fastmcp_c57_hooks.py`): a hook misnamed `_stop` (no hook point, the
+/// near miss named), a `_Stop` that raises (the server's own error text shown), a `_Stop` that
+/// returns a dict or `False` (objects only by its shape). FastMCP's own stderr (its start-up
+/// banner, the script's log line) reaches stderr prefixed `[server] `, never the report.
+fn hooks_check_fails_real_fastmcp_hook_mistakes(ctx: &Ctx, _: &Path) {
+    let python = path_str(&venv().join("bin").join("python"));
+    let script = path_str(&example("hooks/fastmcp_c57_hooks.py"));
+    for (mode, needles) in [
+        (
+            "misnamed",
+            &[
+                "FAIL: no hook point found (_Stop, _PostCompact)",
+                "near misses: _stop (rename it _Stop)",
+            ][..],
+        ),
+        (
+            "raise",
+            &[
+                "_Stop: found, error (isError result: ",
+                "database connection refused",
+            ],
+        ),
+        ("dict", &["a JSON object: any non-empty text would object"]),
+        ("false", &["answered \"false\"", "a bare boolean"]),
+    ] {
+        let mut cmd = Command::new(&ctx.agent_bin);
+        cmd.args(["hooks", "check", "--", &python, &script])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", std::env::temp_dir())
+            .env("HOOK_MODE", mode)
+            .env("BUZZ_AGENT_HOOK_TIMEOUT_MS", "20000")
+            .env("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "60");
+        let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+        let context = format!("\n--- {mode} stdout:\n{out}\n--- stderr:\n{err}");
+        assert_eq!(code, Some(1), "{mode}: the check fails{context}");
+        for needle in needles {
+            assert!(out.contains(needle), "{mode}: {needle:?} missing{context}");
+        }
+        assert!(
+            err.contains(&format!("[server] c57 hook server starting in mode {mode}")),
+            "{mode}: the server's stderr is prefixed{context}"
+        );
+        assert!(
+            !out.contains("c57 hook server starting") && !out.contains("PASS"),
+            "{mode}: the server's lines never reach the report{context}"
+        );
+    }
 }

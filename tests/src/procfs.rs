@@ -166,6 +166,11 @@ pub fn describe(pid: i32) -> String {
     }
 }
 
+/// [`describe`] of each of `pids`, in order.
+pub fn describe_all(pids: &[i32]) -> Vec<String> {
+    pids.iter().map(|&p| describe(p)).collect()
+}
+
 /// The kernel's peak-RSS mark (`VmHWM` of `/proc/<pid>/status`) in KiB, `None` when the process
 /// is gone or the field is missing.
 pub fn peak_rss_kib(pid: i32) -> Option<u64> {

@@ -690,7 +690,7 @@ pub fn sse_decoder(route: Route, data: &[u8]) {
 ///
 /// Input: entries, each a selector byte (a known variable name, or a free name read from the
 /// input), then a value of up to 255 bytes (length byte first), decoded lossily. Never panics;
-/// an accepted configuration starts an `Agent`.
+/// an accepted configuration starts an `Agent`; every error is one line.
 pub fn config_env(data: &[u8]) {
     let names = crate::config::variable_names();
     let mut r = Reader::new(data);
@@ -728,12 +728,15 @@ pub fn config_env(data: &[u8]) {
                 check_action(&a);
             }
         }
-        Err(e) => {
-            let msg = e.to_string();
-            assert!(
-                !msg.is_empty() && !msg.contains('\n'),
-                "one-line error: {msg:?}"
-            );
+        Err(errors) => {
+            assert!(!errors.is_empty());
+            for e in &errors {
+                let msg = e.to_string();
+                assert!(
+                    !msg.is_empty() && !msg.contains('\n'),
+                    "one-line error: {msg:?}"
+                );
+            }
         }
     }
 }

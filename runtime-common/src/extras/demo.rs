@@ -3,8 +3,9 @@
 //! as the ACP agent child — printed as a readable transcript in which `_Stop` objects once and
 //! the agent carries on to `end_turn`.
 
+use super::acp_client::AcpChild;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -54,8 +55,8 @@ fn demo() -> Result<(), String> {
     out!(
         "== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n"
     );
-    let mut agent = Command::new(&exe)
-        .env("BUZZ_AGENT_PROVIDER", "openai")
+    let mut cmd = Command::new(&exe);
+    cmd.env("BUZZ_AGENT_PROVIDER", "openai")
         .env(
             "OPENAI_COMPAT_BASE_URL",
             format!("http://127.0.0.1:{port}/v1"),
@@ -64,62 +65,30 @@ fn demo() -> Result<(), String> {
         .env("MCP_HOOK_SERVERS", "todo")
         .env("BUZZ_AGENT_PERMISSION", "allow")
         .env("BUZZ_AGENT_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start the agent: {e}"))?;
-    let mut stdin = agent.stdin.take().ok_or("no agent stdin")?;
-    let stdout = agent.stdout.take().ok_or("no agent stdout")?;
-    if let Some(stderr) = agent.stderr.take() {
-        // The agent's log is not part of the transcript; drain it so the agent never blocks.
-        std::thread::spawn(
-            move || for _ in BufReader::new(stderr).lines().map_while(Result::ok) {},
-        );
-    }
-    let mut lines = BufReader::new(stdout).lines();
-    let mut send = |v: Value| -> Result<(), String> {
-        stdin
-            .write_all(format!("{v}\n").as_bytes())
-            .and_then(|()| stdin.flush())
-            .map_err(|e| e.to_string())
-    };
-    let mut wait = |id: u64, print_updates: bool| -> Result<Value, String> {
-        loop {
-            let line = lines
-                .next()
-                .ok_or("the agent closed stdout")?
-                .map_err(|e| e.to_string())?;
-            let v: Value = serde_json::from_str(&line)
-                .map_err(|e| format!("agent wrote a non-JSON line: {e}"))?;
-            if v.get("id").and_then(Value::as_u64) == Some(id) && v.get("method").is_none() {
-                return Ok(v);
-            }
-            if print_updates {
-                if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
-                    while let Ok(seen) = seen_rx.try_recv() {
-                        out!("{seen}");
-                    }
-                }
-                print_update(&v);
-            }
-        }
-    };
-    send(
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}),
-    )?;
-    let init = wait(1, false)?;
+        // The agent's log is not part of the transcript.
+        .stderr(Stdio::null());
+    let mut agent = AcpChild::spawn(cmd)?;
+    let mut quiet = |_: &Value| None;
+    let init = agent
+        .request(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+            &mut quiet,
+        )
+        .map_err(|e| e.to_string())?;
     out!(
         "client → initialize          agent: {} {}",
         init["result"]["agentInfo"]["name"],
         init["result"]["agentInfo"]["version"]
     );
     let cwd = std::env::temp_dir().to_string_lossy().into_owned();
-    send(
-        json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd": cwd,
-        "mcpServers":[{"name":"todo","command": exe,"args":["example-server","todo"],"env":[]}]}}),
-    )?;
-    let new = wait(2, false)?;
+    let new = agent
+        .request(
+            "session/new",
+            json!({"cwd": cwd, "mcpServers":[{"name":"todo","command": exe,"args":["example-server","todo"],"env":[]}]}),
+            &mut quiet,
+        )
+        .map_err(|e| e.to_string())?;
     let sid = new["result"]["sessionId"]
         .as_str()
         .ok_or_else(|| format!("session/new failed: {new}"))?
@@ -129,10 +98,22 @@ fn demo() -> Result<(), String> {
     );
     let prompt = "Track and finish the release notes.";
     out!("client → session/prompt      {prompt:?}\n");
-    send(
-        json!({"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId": sid,"prompt":[{"type":"text","text": prompt}]}}),
-    )?;
-    let resp = wait(3, true)?;
+    let mut show = |v: &Value| {
+        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            while let Ok(seen) = seen_rx.try_recv() {
+                out!("{seen}");
+            }
+        }
+        print_update(v);
+        None
+    };
+    let resp = agent
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": prompt}]}),
+            &mut show,
+        )
+        .map_err(|e| e.to_string())?;
     let r = &resp["result"];
     out!(
         "\nagent → stopReason: {}   (_meta.buzz: rounds {}, _Stop objections {}, budget {})",
@@ -141,8 +122,8 @@ fn demo() -> Result<(), String> {
         r["_meta"]["buzz"]["stopObjections"],
         r["_meta"]["buzz"]["stopBudget"]
     );
-    drop(stdin); // EOF: the agent shuts its MCP server down and exits (SPEC P1)
-    let _ = agent.wait();
+    // EOF: the agent shuts its MCP server down and exits (SPEC P1).
+    let _ = agent.finish(Duration::from_secs(10));
     if r["stopReason"] != "end_turn" || r["_meta"]["buzz"]["stopObjections"] != 1 {
         return Err(format!("unexpected result: {resp}"));
     }

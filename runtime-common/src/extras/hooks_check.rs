@@ -1,35 +1,72 @@
-//! `buzz-agent hooks check -- <command> [args…]` (SPEC P3): spawn one MCP server as the agent
-//! would, list its hooks and other tools, call each known hook once under the configured timeout
-//! and print, per hook: found, answered/empty/error/timeout, latency, and whether the answer
-//! would object. Exit 0 when the server follows the contract, 1 when it does not, 2 on usage or
-//! configuration errors. Plain blocking std IO: this is a one-shot diagnostic, not the agent.
+//! `buzz-agent hooks check -- <command> [args…]` (SPEC P3, case C57): spawn one MCP server as
+//! the agent would, list its hooks and other tools, call each known hook once under the
+//! configured timeout and print, per hook: found, answered/empty/error/timeout, latency, and
+//! whether the answer would object. Plain blocking std IO: this is a one-shot diagnostic, not
+//! the agent.
+//!
+//! The report goes to stdout; the server's own stderr lines go to stderr prefixed `[server] `,
+//! so that a server's log can never pass for the report. Exit 0 when the server follows the
+//! contract; 1 when it does not (no hook point found, a hook that fails, times out, or answers
+//! something that objects only because of its shape, the server exited); 2 on usage or
+//! configuration errors.
 
 use crate::sys::signal_group;
 use buzz_agent_core::Signal;
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent};
 use serde_json::{Value, json};
-use std::io::{Read, Write};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 const KNOWN_HOOKS: [&str; 2] = ["_Stop", "_PostCompact"];
+/// Server stderr lines kept for the report when the server exits.
+const STDERR_TAIL_LINES: usize = 10;
+/// Longest server stderr line forwarded, bytes (the rest of the line is dropped).
+const STDERR_LINE_BYTES: usize = 4096;
+/// How often a wait for the server's answer checks whether the server is still running.
+const EXIT_POLL: Duration = Duration::from_millis(50);
+
+/// The usage text of `hooks` (printed by `hooks`, `hooks --help` and on a usage error).
+#[must_use]
+pub fn usage(bin: &str) -> String {
+    format!(
+        "usage: {bin} hooks check -- <command> [args…]\n\n\
+         Spawns <command> as an MCP server the way the agent does (stdio, in its own process\n\
+         group, without the agent's API keys), lists its tools, calls each hook point it exposes\n\
+         (_Stop, _PostCompact) once under BUZZ_AGENT_HOOK_TIMEOUT_MS and reports per hook: found,\n\
+         answered / empty / error / timeout, the latency, and whether the answer would object.\n\
+         The report goes to stdout; the server's own stderr lines go to stderr as `[server] …`.\n\n\
+         example: {bin} hooks check -- python3 my_hook_server.py\n\n\
+         exit status: 0 the server follows the hook contract; 1 it does not (no hook point found,\n\
+         a hook fails, times out or answers what objects only by its shape, the server exited);\n\
+         2 usage or configuration error."
+    )
+}
 
 /// Run the check; returns the exit code.
-pub fn run(args: &[String]) -> i32 {
-    let Some(sep) = args.iter().position(|a| a == "--") else {
-        eprintln!("usage: buzz-agent hooks check -- <command> [args…]");
-        return 2;
+pub fn run(bin: &str, args: &[String]) -> i32 {
+    let command = match args {
+        [dashes, command, ..] if dashes == "--" => command,
+        [flag] if flag == "--help" || flag == "-h" => {
+            println!("{}", usage(bin));
+            return 0;
+        }
+        _ => {
+            eprintln!("{}", usage(bin));
+            return 2;
+        }
     };
-    let Some((command, rest)) = args[sep + 1..].split_first() else {
-        eprintln!("usage: buzz-agent hooks check -- <command> [args…]");
-        return 2;
-    };
+    let rest = &args[2..];
     let (hook_ms, init_ms) = match timeouts() {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("buzz-agent: configuration error: {e}");
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{bin}: configuration error: {e}");
+            }
             return 2;
         }
     };
@@ -42,7 +79,7 @@ pub fn run(args: &[String]) -> i32 {
         .envs(env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
     {
@@ -52,14 +89,30 @@ pub fn run(args: &[String]) -> i32 {
             return 1;
         }
     };
-    let code = check(&mut child, hook_ms, init_ms);
+    let stderr = ServerStderr::start(child.stderr.take());
+    let code = match (child.stdin.take(), child.stdout.take()) {
+        (Some(stdin), Some(stdout)) => {
+            let mut conn = Conn {
+                stdin,
+                rx: read_stdout(stdout),
+                next_id: 1,
+                child: &mut child,
+                stderr: &stderr,
+            };
+            check(&mut conn, hook_ms, init_ms)
+        }
+        _ => {
+            println!("FAIL  the server's pipes could not be opened");
+            1
+        }
+    };
     stop(&mut child);
     code
 }
 
 /// `BUZZ_AGENT_HOOK_TIMEOUT_MS` and `BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS`, validated by the same
 /// rules as the agent (the provider variables are irrelevant here and filled in if absent).
-fn timeouts() -> Result<(u64, u64), String> {
+fn timeouts() -> Result<(u64, u64), buzz_agent_core::config::ConfigErrors> {
     let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     env.entry("BUZZ_AGENT_PROVIDER".into())
         .or_insert_with(|| "openai".into());
@@ -70,62 +123,102 @@ fn timeouts() -> Result<(u64, u64), String> {
     env.entry("ANTHROPIC_MODEL".into())
         .or_insert_with(|| "unused".into());
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
-    let cfg = buzz_agent_core::Config::from_env_map(&env, &read).map_err(|e| e.to_string())?;
+    let cfg = buzz_agent_core::Config::from_env_map(&env, &read)?;
     Ok((cfg.hook_timeout_ms, cfg.mcp_init_timeout_ms))
 }
 
-struct Conn {
-    stdin: ChildStdin,
-    rx: Receiver<Value>,
-    next_id: u64,
+/// The server's stderr: each line forwarded to our stderr as `[server] …` (cut to
+/// [`STDERR_LINE_BYTES`]), the last [`STDERR_TAIL_LINES`] kept for the report.
+struct ServerStderr {
+    state: Arc<(Mutex<StderrState>, Condvar)>,
 }
 
-impl Conn {
-    /// Send a request and wait for its response (other messages are skipped; pings answered).
-    fn request(
-        &mut self,
-        method: &str,
-        params: &Value,
-        timeout: Duration,
-    ) -> Result<Value, String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.stdin
-            .write_all(jsonrpc::encode_request(id, method, params).as_bytes())
-            .and_then(|()| self.stdin.flush())
-            .map_err(|e| format!("write failed: {e}"))?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let msg = self.rx.recv_timeout(left).map_err(|e| match e {
-                mpsc::RecvTimeoutError::Timeout => "timeout".to_string(),
-                mpsc::RecvTimeoutError::Disconnected => "the server closed its stdout".to_string(),
-            })?;
-            if msg.get("method").and_then(Value::as_str) == Some("ping") {
-                if let Some(pid) = msg.get("id") {
-                    let pong = json!({"jsonrpc": "2.0", "id": pid, "result": {}});
-                    let _ = self.stdin.write_all(format!("{pong}\n").as_bytes());
+#[derive(Default)]
+struct StderrState {
+    tail: VecDeque<String>,
+    closed: bool,
+}
+
+impl ServerStderr {
+    fn start(pipe: Option<std::process::ChildStderr>) -> ServerStderr {
+        let state = Arc::new((Mutex::new(StderrState::default()), Condvar::new()));
+        let Some(pipe) = pipe else {
+            state.0.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+            return ServerStderr { state };
+        };
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(pipe);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                // Bounded: at most one capped line is held (the rest is read and dropped).
+                match read_capped_line(&mut reader, &mut buf, STDERR_LINE_BYTES) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
                 }
-                continue;
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.trim_end_matches(['\n', '\r']);
+                eprintln!("[server] {line}");
+                let (lock, _) = &*shared;
+                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+                if st.tail.len() == STDERR_TAIL_LINES {
+                    st.tail.pop_front();
+                }
+                st.tail.push_back(line.to_string());
             }
-            if msg.get("id").and_then(jsonrpc::match_our_id) != Some(id)
-                || msg.get("method").is_some()
-            {
-                continue;
+            let (lock, cv) = &*shared;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+            cv.notify_all();
+        });
+        ServerStderr { state }
+    }
+
+    /// The last lines, once the pipe closed (at most `wait` of waiting: a grandchild may hold
+    /// it open).
+    fn tail(&self, wait: Duration) -> Vec<String> {
+        let (lock, cv) = &*self.state;
+        let deadline = Instant::now() + wait;
+        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while !st.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
             }
-            if let Some(err) = msg.get("error") {
-                return Err(format!("error {}", err));
-            }
-            return Ok(msg.get("result").cloned().unwrap_or(Value::Null));
+            st = cv
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        st.tail.iter().cloned().collect()
+    }
+}
+
+/// Reads one line (through `\n`) into `buf`, keeping at most `cap` bytes of it; returns the
+/// bytes consumed (0 at EOF).
+fn read_capped_line(r: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> std::io::Result<usize> {
+    let mut consumed = 0;
+    loop {
+        let chunk = r.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(consumed);
+        }
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..take.min(room)]);
+        r.consume(take);
+        consumed += take;
+        if done {
+            return Ok(consumed);
         }
     }
 }
 
-fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
-    let (Some(stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        println!("FAIL  the server's pipes could not be opened");
-        return 1;
-    };
+/// The server's stdout as parsed JSON messages, on a channel (closed at EOF).
+fn read_stdout(mut stdout: std::process::ChildStdout) -> Receiver<Value> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut lines = LineBuffer::new(16 * 1024 * 1024);
@@ -145,22 +238,221 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
                             }
                         }
                         Err(_) => eprintln!(
-                            "WARN  ignoring a non-JSON stdout line: {}",
+                            "[server stdout, not JSON, ignored] {}",
                             String::from_utf8_lossy(&l[..l.len().min(200)])
                         ),
                     },
                     LineEvent::TooLong { .. } => {
-                        eprintln!("WARN  the server wrote a stdout line over 16 MiB")
+                        eprintln!("[server stdout] a line over 16 MiB, ignored")
                     }
                 }
             }
         }
     });
-    let mut conn = Conn {
-        stdin,
-        rx,
-        next_id: 1,
+    rx
+}
+
+/// Why a request got no result.
+#[derive(Debug)]
+enum Failure {
+    /// No answer within the time limit.
+    Timeout,
+    /// The server process exited (its status, worded).
+    Exited(String),
+    /// The server closed its stdout but is still running.
+    Closed,
+    /// A JSON-RPC error response.
+    Rpc { code: Value, message: String },
+    /// Writing the request failed.
+    Write(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Timeout => f.write_str("timeout"),
+            Failure::Exited(status) => write!(f, "the server exited ({status})"),
+            Failure::Closed => f.write_str("the server closed its stdout"),
+            Failure::Rpc { code, message } => write!(f, "JSON-RPC error {code}: {message:?}"),
+            Failure::Write(e) => write!(f, "cannot write to the server: {e}"),
+        }
+    }
+}
+
+struct Conn<'a> {
+    stdin: ChildStdin,
+    rx: Receiver<Value>,
+    next_id: u64,
+    child: &'a mut Child,
+    stderr: &'a ServerStderr,
+}
+
+impl Conn<'_> {
+    /// Send a request and wait for its response (other messages are skipped; pings answered).
+    /// A server that exits while we wait is reported as exited at once, whoever else holds its
+    /// stdout open (a launcher's grandchild).
+    fn request(
+        &mut self,
+        method: &str,
+        params: &Value,
+        timeout: Duration,
+    ) -> Result<Value, Failure> {
+        let id = self.next_id;
+        self.next_id += 1;
+        if let Err(e) = self
+            .stdin
+            .write_all(jsonrpc::encode_request(id, method, params).as_bytes())
+            .and_then(|()| self.stdin.flush())
+        {
+            return Err(self.exited().unwrap_or(Failure::Write(e.to_string())));
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.exited().unwrap_or(Failure::Timeout));
+            }
+            let msg = match self.rx.recv_timeout(left.min(EXIT_POLL)) {
+                Ok(msg) => msg,
+                Err(mpsc::RecvTimeoutError::Timeout) => match self.exited() {
+                    Some(exited) => return Err(exited),
+                    None => continue,
+                },
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    // Its stdout closed: usually it is exiting; give it a moment to be reaped.
+                    let until = Instant::now() + Duration::from_millis(500);
+                    while Instant::now() < until {
+                        if let Some(exited) = self.exited() {
+                            return Err(exited);
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    return Err(Failure::Closed);
+                }
+            };
+            if msg.get("method").and_then(Value::as_str) == Some("ping") {
+                if let Some(pid) = msg.get("id") {
+                    let pong = json!({"jsonrpc": "2.0", "id": pid, "result": {}});
+                    let _ = self.stdin.write_all(format!("{pong}\n").as_bytes());
+                }
+                continue;
+            }
+            if msg.get("id").and_then(jsonrpc::match_our_id) != Some(id)
+                || msg.get("method").is_some()
+            {
+                continue;
+            }
+            if let Some(err) = msg.get("error") {
+                return Err(Failure::Rpc {
+                    code: err.get("code").cloned().unwrap_or(Value::Null),
+                    message: err
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| err.to_string(), str::to_string),
+                });
+            }
+            return Ok(msg.get("result").cloned().unwrap_or(Value::Null));
+        }
+    }
+
+    /// `Some(Exited)` once the server process has exited.
+    fn exited(&mut self) -> Option<Failure> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(Failure::Exited(crate::sys::exit_description(status))),
+            _ => None,
+        }
+    }
+
+    /// Prints the failure of `what`; after an exit, the server's last stderr lines too.
+    fn report_failure(&self, what: &str, failure: &Failure, extra: &str) {
+        println!("FAIL  {what}: {failure}{extra}");
+        if let Failure::Exited(_) = failure {
+            let tail = self.stderr.tail(Duration::from_millis(500));
+            if tail.is_empty() {
+                println!("      (it wrote nothing to stderr)");
+            } else {
+                println!("      its last stderr lines:");
+                for line in tail {
+                    println!("      [server] {line}");
+                }
+            }
+        }
+    }
+
+    fn notify(&mut self, method: &str, params: &Value) {
+        let _ = self
+            .stdin
+            .write_all(jsonrpc::encode_notification(method, params).as_bytes())
+            .and_then(|()| self.stdin.flush());
+    }
+}
+
+/// Names that look like a hook point but are not one (case C57): equal to `_Stop` or
+/// `_PostCompact` once case, `_` and `-` are ignored (`_stop`, `Stop`, `_STOP`, `post_compact`),
+/// but not exactly it. Returns `(name, the hook point it resembles)`, in list order.
+fn near_misses(names: &[String]) -> Vec<(&str, &'static str)> {
+    let fold = |s: &str| -> String {
+        s.chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .flat_map(char::to_lowercase)
+            .collect()
     };
+    names
+        .iter()
+        .filter(|n| !KNOWN_HOOKS.contains(&n.as_str()))
+        .filter_map(|n| {
+            KNOWN_HOOKS
+                .iter()
+                .find(|hook| fold(hook) == fold(n))
+                .map(|hook| (n.as_str(), *hook))
+        })
+        .collect()
+}
+
+/// Why a non-empty hook answer objects only because of its shape (case C57: a FastMCP hook
+/// that returns a dict, `False` or `None` instead of an empty string): the whole text is a
+/// JSON object or array, a bare boolean, `null`/`None` or `0`. `None` for ordinary text.
+fn shape_only(text: &str) -> Option<&'static str> {
+    let t = text.trim();
+    match t {
+        "false" | "False" | "true" | "True" => return Some("a bare boolean"),
+        "null" | "None" => return Some("a bare null/None"),
+        "0" => return Some("a bare 0"),
+        _ => {}
+    }
+    match serde_json::from_str::<Value>(t) {
+        Ok(Value::Object(_)) => Some("a JSON object"),
+        Ok(Value::Array(_)) => Some("a JSON array"),
+        _ => None,
+    }
+}
+
+/// The text of a `tools/call` result's text blocks, joined by newlines (how the agent reads a
+/// hook's answer, SPEC H3).
+fn result_text(r: &Value) -> String {
+    let text: Vec<&str> = r
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    text.join("\n")
+}
+
+/// At most `n` characters of `s`, with `…` when cut.
+fn shown(s: &str, n: usize) -> String {
+    let mut out: String = s.chars().take(n).collect();
+    if s.chars().nth(n).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
     let init = json!({"protocolVersion": buzz_agent_core::mcp::MCP_PROTOCOL_VERSION, "capabilities": {},
         "clientInfo": {"name": "buzz-agent", "version": env!("CARGO_PKG_VERSION")}});
     let init_timeout = Duration::from_millis(init_ms);
@@ -171,9 +463,12 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
             .unwrap_or("")
             .to_string(),
         Err(e) => {
-            println!(
-                "FAIL  initialize: {e} (after {init_ms} ms; BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)"
-            );
+            let extra = if matches!(e, Failure::Timeout) {
+                format!(" after {init_ms} ms (BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)")
+            } else {
+                String::new()
+            };
+            conn.report_failure("initialize", &e, &extra);
             return 1;
         }
     };
@@ -182,9 +477,7 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
         return 1;
     }
     println!("ok    handshake (MCP {version})");
-    let _ = conn.stdin.write_all(
-        jsonrpc::encode_notification("notifications/initialized", &json!({})).as_bytes(),
-    );
+    conn.notify("notifications/initialized", &json!({}));
     let mut tools: Vec<Value> = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..100 {
@@ -209,7 +502,7 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
                 }
             }
             Err(e) => {
-                println!("FAIL  tools/list: {e}");
+                conn.report_failure("tools/list", &e, "");
                 return 1;
             }
         }
@@ -219,38 +512,55 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
         .filter_map(|t| t.get("name").and_then(Value::as_str))
         .map(str::to_string)
         .collect();
-    let hooks: Vec<&String> = names.iter().filter(|n| n.starts_with('_')).collect();
-    let visible: Vec<&String> = names.iter().filter(|n| !n.starts_with('_')).collect();
-    let listed = if visible.is_empty() {
-        "none".to_string()
-    } else {
-        visible
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    println!("ok    {} model-visible tool(s): {listed}", visible.len());
-    println!(
-        "      hook tool(s): {}",
-        if hooks.is_empty() {
+    let list = |v: &[&String]| {
+        if v.is_empty() {
             "none".to_string()
         } else {
-            hooks
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
         }
+    };
+    let hooks: Vec<&String> = names.iter().filter(|n| n.starts_with('_')).collect();
+    let visible: Vec<&String> = names.iter().filter(|n| !n.starts_with('_')).collect();
+    println!(
+        "ok    {} model-visible tool(s): {}",
+        visible.len(),
+        list(&visible)
     );
-    let mut ok = true;
+    println!("      hook tool(s): {}", list(&hooks));
+    let misses = near_misses(&names);
     for h in &hooks {
-        if !KNOWN_HOOKS.contains(&h.as_str()) {
+        if !KNOWN_HOOKS.contains(&h.as_str()) && !misses.iter().any(|(n, _)| n == h) {
             println!("note  {h}: not a known hook point; hidden from the model and never called");
         }
     }
+    for (name, hook) in &misses {
+        let seen = if name.starts_with('_') {
+            "hidden from the model"
+        } else {
+            "offered to the model as a tool"
+        };
+        println!(
+            "note  {name}: looks like the hook point {hook}, but names are exact (case too): never called as a hook; {seen}"
+        );
+    }
+    if !KNOWN_HOOKS.iter().any(|k| names.iter().any(|n| n == k)) {
+        println!("FAIL: no hook point found (_Stop, _PostCompact)");
+        if misses.is_empty() {
+            println!(
+                "      a hook point is a tool named exactly _Stop or _PostCompact; this server has none"
+            );
+        } else {
+            let shown: Vec<String> = misses
+                .iter()
+                .map(|(n, hook)| format!("{n} (rename it {hook})"))
+                .collect();
+            println!("      near misses: {}", shown.join(", "));
+        }
+        return 1;
+    }
+    let mut ok = true;
     for hook in KNOWN_HOOKS {
-        if !hooks.iter().any(|h| *h == hook) {
+        if !names.iter().any(|n| n == hook) {
             println!("--    {hook}: not found");
             continue;
         }
@@ -263,47 +573,52 @@ fn check(child: &mut Child, hook_ms: u64, init_ms: u64) -> i32 {
         match res {
             Ok(r) if r.get("isError").and_then(Value::as_bool) == Some(true) => {
                 ok = false;
+                let text = result_text(&r);
+                let why = if text.trim().is_empty() {
+                    "no error text".to_string()
+                } else {
+                    format!("{:?}", shown(&text, 500))
+                };
                 println!(
-                    "FAIL  {hook}: found, error (isError result), {ms} ms — fails open: would not {verb}"
+                    "FAIL  {hook}: found, error (isError result: {why}), {ms} ms — fails open: would not {verb}"
                 );
             }
             Ok(r) => {
-                let text: Vec<&str> = r
-                    .get("content")
-                    .and_then(Value::as_array)
-                    .map(|c| {
-                        c.iter()
-                            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                            .filter_map(|b| b.get("text").and_then(Value::as_str))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let text = text.join("\n");
+                let text = result_text(&r);
                 if text.trim().is_empty() {
                     println!("ok    {hook}: found, answered empty, {ms} ms — would not {verb}");
+                } else if let Some(shape) = shape_only(&text) {
+                    ok = false;
+                    println!(
+                        "FAIL  {hook}: found, answered {:?}, {ms} ms — {shape}: any non-empty text would {verb}, so this always does; \
+                         to not {verb}, return an empty string (or nothing)",
+                        shown(&text, 200)
+                    );
                 } else {
-                    let shown: String = text.chars().take(200).collect();
-                    println!("ok    {hook}: found, answered, {ms} ms — would {verb}: {shown:?}");
+                    println!(
+                        "ok    {hook}: found, answered, {ms} ms — would {verb}: {:?}",
+                        shown(&text, 200)
+                    );
                 }
             }
-            Err(e) if e == "timeout" => {
+            Err(Failure::Timeout) => {
                 ok = false;
                 println!(
                     "FAIL  {hook}: found, timeout after {hook_ms} ms (BUZZ_AGENT_HOOK_TIMEOUT_MS) — fails open; a 2nd consecutive timeout kills the server"
                 );
-                let _ = conn.stdin.write_all(
-                    jsonrpc::encode_notification(
-                        "notifications/cancelled",
-                        &json!({"requestId": conn.next_id - 1, "reason": "hook timeout"}),
-                    )
-                    .as_bytes(),
+                let id = conn.next_id - 1;
+                conn.notify(
+                    "notifications/cancelled",
+                    &json!({"requestId": id, "reason": "hook timeout"}),
                 );
             }
             Err(e) => {
                 ok = false;
-                println!(
-                    "FAIL  {hook}: found, error ({e}), {ms} ms — fails open: would not {verb}"
-                );
+                let extra = format!(", {ms} ms — fails open: would not {verb}");
+                conn.report_failure(&format!("{hook}: found, error"), &e, &extra);
+                if let Failure::Exited(_) = e {
+                    return 1;
+                }
             }
         }
     }
@@ -332,4 +647,80 @@ fn stop(child: &mut Child) {
         signal_group(pid, Signal::Kill);
     }
     let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c57_near_misses_ignore_case_underscores_and_dashes_but_not_exact_names() {
+        let names: Vec<String> = [
+            "_stop",
+            "Stop",
+            "stop",
+            "_STOP",
+            "PostCompact",
+            "post_compact",
+            "_Stop",
+            "_Other",
+            "stopper",
+            "todo_add",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let got = near_misses(&names);
+        assert_eq!(
+            got,
+            vec![
+                ("_stop", "_Stop"),
+                ("Stop", "_Stop"),
+                ("stop", "_Stop"),
+                ("_STOP", "_Stop"),
+                ("PostCompact", "_PostCompact"),
+                ("post_compact", "_PostCompact"),
+            ]
+        );
+    }
+
+    #[test]
+    fn c57_answers_that_object_only_by_their_shape() {
+        for t in [
+            "false",
+            "False",
+            "true",
+            " None ",
+            "null",
+            "0",
+            "{}",
+            "{\"ok\": true}",
+            "[]",
+            "[1, 2]",
+        ] {
+            assert!(shape_only(t).is_some(), "{t}");
+        }
+        for t in [
+            "tests are red",
+            "\"quoted\"",
+            "0 tests passed",
+            "42",
+            "none of it",
+        ] {
+            assert_eq!(shape_only(t), None, "{t}");
+        }
+    }
+
+    #[test]
+    fn capped_lines_keep_the_head_and_consume_the_whole_line() {
+        let mut r = std::io::Cursor::new(b"abcdefgh\nxy\n".to_vec());
+        let mut buf = Vec::new();
+        assert_eq!(read_capped_line(&mut r, &mut buf, 3).unwrap(), 9);
+        assert_eq!(buf, b"abc");
+        buf.clear();
+        assert_eq!(read_capped_line(&mut r, &mut buf, 3).unwrap(), 3);
+        assert_eq!(buf, b"xy\n");
+        buf.clear();
+        assert_eq!(read_capped_line(&mut r, &mut buf, 3).unwrap(), 0);
+    }
 }

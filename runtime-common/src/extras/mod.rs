@@ -1,6 +1,7 @@
-//! The production binary's extra subcommands (SPEC P3, E1, E2): `demo` (an offline session),
-//! `example-server testguard|todo` (the bundled example hook servers) and `hooks check` (a hook
-//! server's contract check). Plain blocking `std` IO: these are one-shot tools, not the agent.
+//! The production binary's extra subcommands (SPEC P3, E1, E2, issue 12): `demo` (an offline
+//! session), `exec` (one prompt from a terminal), `example-server testguard|todo` (the bundled
+//! example hook servers) and `hooks check` (a hook server's contract check). `demo` and `exec`
+//! drive this binary as an ACP agent child through one client (`acp_client`). Plain blocking `std` IO: these are one-shot tools, not the agent.
 //!
 //! A binary opts in by putting [`EXTRAS`] in its [`Program`]. Nothing else in this crate
 //! refers to this module, so a binary that leaves them out (the minimal `buzz-agent-smol`) does
@@ -10,8 +11,10 @@
 
 use crate::Program;
 
+mod acp_client;
 mod demo;
 mod examples;
+mod exec;
 mod hooks_check;
 
 /// Subcommands a binary can add to its command line.
@@ -24,7 +27,7 @@ pub struct Extras {
     pub usage: fn(&str) -> String,
 }
 
-/// `demo`, `example-server` and `hooks check`.
+/// `demo`, `exec`, `example-server` and `hooks check`.
 pub const EXTRAS: Extras = Extras { run, usage };
 
 fn run(program: &Program, args: &[String]) -> Option<i32> {
@@ -32,9 +35,14 @@ fn run(program: &Program, args: &[String]) -> Option<i32> {
     let arg1 = args.get(1).map(String::as_str);
     Some(match (args.first().map(String::as_str)?, arg1) {
         ("demo", _) => demo::run(),
-        ("hooks", Some("check")) => hooks_check::run(&args[2..]),
+        ("exec", _) => exec::run(bin, &args[1..]),
+        ("hooks", Some("check")) => hooks_check::run(bin, &args[2..]),
+        ("hooks", Some("--help" | "-h" | "help")) => {
+            println!("{}", hooks_check::usage(bin));
+            0
+        }
         ("hooks", _) => {
-            eprintln!("usage: {bin} hooks check -- <command> [args…]");
+            eprintln!("{}", hooks_check::usage(bin));
             2
         }
         ("example-server", Some(name)) => examples::run(name),
@@ -49,6 +57,7 @@ fn run(program: &Program, args: &[String]) -> Option<i32> {
 fn usage(bin: &str) -> String {
     format!(
         "  {bin} hooks check -- <command> [args…]\n      spawn one MCP server, call its hooks once, report whether it follows the contract\n  \
+         {bin} exec [--cwd DIR] [--mcp-config FILE] [--approve reads|all|none] \"prompt\"\n      run one prompt with the LLM this environment names; `{bin} exec --help` for more\n  \
          {bin} demo\n      an offline session: scripted LLM, the bundled todo hook server, _Stop objecting once\n  \
          {bin} example-server testguard|todo\n      run a bundled example hook server on stdio (TESTGUARD_CMD, TESTGUARD_TIMEOUT_MS)\n"
     )

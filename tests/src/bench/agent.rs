@@ -82,11 +82,7 @@ pub fn run_inspecting(
 
     if workload.has_prompt() {
         let prompt_started = Instant::now();
-        let resp = agent.request_timeout(
-            "session/prompt",
-            json!({"sessionId": sid, "prompt": [{"type": "text", "text": PROMPT}]}),
-            PROMPT_TIMEOUT,
-        );
+        let resp = agent.prompt_timeout(&sid, PROMPT, PROMPT_TIMEOUT);
         figures.insert(Metric::PromptWall, ms(prompt_started.elapsed()));
         let stop = &resp["result"]["stopReason"];
         if stop != "end_turn" {

@@ -1,6 +1,7 @@
 //! ACP surface and framing: SPEC T1–T5, A1–A5 and cases C01, C03, C07.
 
-use super::util::{Scratch, path_str};
+use super::setup::Setup;
+use super::util::{Scratch, path_str, wait_file, wait_stderr};
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{Ctx, agent_text, fake_mcp_entry};
 use serde_json::{Value, json};
@@ -15,8 +16,7 @@ fn line(v: &Value) -> Vec<u8> {
 /// A1: the initialize result, min(client, 1), string ids echoed (T5), bad versions -32602.
 pub fn a1_initialize_capabilities(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (llm, agent) = Setup::new(ctx, &s).spawn();
     let r = agent.initialize();
     assert_eq!(r["protocolVersion"], json!(1), "{r}");
     let caps = &r["agentCapabilities"];
@@ -72,8 +72,7 @@ pub fn a1_initialize_capabilities(ctx: &Ctx) {
 /// answers each bad line at most once with -32700 and id null, and drops a truncated last line.
 pub fn c01_garbage_and_bom_lines_keep_serving(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (_llm, agent) = Setup::new(ctx, &s).spawn();
     let long_garbage = format!("{}\n", "x".repeat(1000));
     agent.send_raw(b"Welcome back user\n");
     agent.send_raw(b"\n");
@@ -109,12 +108,9 @@ pub fn c01_garbage_and_bom_lines_keep_serving(ctx: &Ctx) {
             "a bad line must be answered -32700: {n}"
         );
     }
+    // The log line may reach stderr after the frames (the agent's log has its own writer).
+    wait_stderr(&agent, "Welcome back user", Duration::from_secs(20));
     let err = agent.stderr_text();
-    assert!(
-        err.contains("Welcome back user"),
-        "a bad line is logged on stderr{}",
-        agent.context()
-    );
     assert!(
         !err.contains(&"x".repeat(600)),
         "a bad line is logged cut to about 200 bytes, not whole{}",
@@ -157,8 +153,9 @@ fn answers(agent: &crate::harness::AgentProc, id: i64) -> Vec<Value> {
 /// work.
 pub fn t3_oversized_line_is_answered_once_and_reading_continues(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MAX_LINE_BYTES", "1024")], &s.ws);
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .env(&[("BUZZ_AGENT_MAX_LINE_BYTES", "1024")])
+        .spawn();
     let init = |id: i64, pad: usize| {
         line(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize",
                       "params": {"protocolVersion": 1, "clientCapabilities": {}, "_pad": "p".repeat(pad)}}))
@@ -225,10 +222,9 @@ pub fn t3_oversized_line_is_answered_once_and_reading_continues(ctx: &Ctx) {
 /// buffered whole), and the session keeps working.
 pub fn c50_a_request_over_the_line_cap_is_answered_with_its_own_id(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![Reply::text("small answer")]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, json!([]));
+    let (_llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("small answer")])
+        .start();
     let rss_before = crate::procfs::peak_rss_kib(agent.pid());
     let big = "b".repeat(5 * 1024 * 1024);
     let frame = line(
@@ -265,8 +261,7 @@ pub fn c50_a_request_over_the_line_cap_is_answered_with_its_own_id(ctx: &Ctx) {
 pub fn t4_unknown_method_bad_params_invalid_request(ctx: &Ctx) {
     let s = Scratch::new();
     let ws = path_str(&s.ws);
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (llm, agent) = Setup::new(ctx, &s).spawn();
     agent.initialize();
 
     let r = agent.request("foo/bar", json!({}));
@@ -348,8 +343,9 @@ pub fn t4_unknown_method_bad_params_invalid_request(ctx: &Ctx) {
 /// with `data.sessionId`, creates nothing, and the agent stays usable.
 pub fn c03_unknown_session_is_32002_everywhere(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![Reply::text("hello")]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("hello")])
+        .spawn();
     agent.initialize();
     for sid in ["sess-does-not-exist", "", "sess-does-not-exist"] {
         let r = agent.prompt(sid, "hi");
@@ -433,12 +429,77 @@ pub fn c07_relative_cwd_rejected(ctx: &Ctx) {
         &s.ws,
         json!([fake_mcp_entry("fs", &[("FAKE_MCP_CWD_FILE", &cwd_file)])]),
     );
-    let seen = super::util::wait_file(&cwd_file, Duration::from_secs(5));
+    let seen = wait_file(&cwd_file, Duration::from_secs(5));
     assert_eq!(
         seen,
         path_str(&s.ws),
         "the MCP server runs in the session cwd (M1, C07)"
     );
     assert!(started.elapsed() < Duration::from_secs(20));
+    agent.finish();
+}
+
+/// The JSON lines of the README's copy-paste session ("By hand, in JSON"), as a shell would
+/// pass them: the single-quoted arguments of its `printf`.
+fn readme_session_lines() -> (Vec<String>, String) {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md beside the workspace");
+    let start = readme
+        .find("**By hand, in JSON**")
+        .expect("the README has the copy-paste session");
+    let block = &readme[start..];
+    let block = &block[block.find("```sh").expect("its code block") + 5..];
+    let block = &block[..block.find("```").expect("the end of its code block")];
+    let lines = block
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix('\'')) // '{"jsonrpc":…}' \
+        .map(|l| {
+            l.trim_end_matches('\\')
+                .trim_end()
+                .trim_end_matches('\'')
+                .to_string()
+        })
+        .collect();
+    (lines, block.to_string())
+}
+
+/// A1–A3, issue 12: the README's copy-paste JSON session works as written — its three lines
+/// (`initialize`, `session/new`, `session/prompt` on the session id it names), sent at once as
+/// `printf` would, get three answers, the last `end_turn` with the model's text streamed
+/// before it — and it keeps stdin open (`sleep`), since EOF cancels the turn (P1).
+pub fn a3_the_readme_copy_paste_session_reaches_end_turn(ctx: &Ctx) {
+    let (lines, block) = readme_session_lines();
+    assert_eq!(lines.len(), 3, "{block}");
+    assert!(
+        block.contains("sleep "),
+        "stdin stays open until the answer: {block}"
+    );
+    let s = Scratch::new();
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("Hello there, nice to meet.")])
+        .spawn();
+    let mut bytes = Vec::new();
+    for l in &lines {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{l}");
+        bytes.extend_from_slice(l.as_bytes());
+        bytes.push(b'\n');
+    }
+    agent.send_raw(&bytes);
+    for id in [json!(1), json!(2)] {
+        let r = agent.wait_response(&id, Duration::from_secs(30));
+        agent.result(&r);
+    }
+    let r = agent.wait_response(&json!(3), Duration::from_secs(30));
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    let sid = serde_json::from_str::<Value>(&lines[2]).expect("json")["params"]["sessionId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        agent_text(&agent.session_updates(&sid)),
+        "Hello there, nice to meet."
+    );
     agent.finish();
 }

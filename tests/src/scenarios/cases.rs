@@ -5,53 +5,28 @@
 //! launchers on every teardown path). Each is named after its case and the rule; where a case
 //! and SPEC.md differ, SPEC wins (noted at the assertion).
 
-use super::util::{Scratch, wait_file};
-use crate::fake_llm::{FakeLlm, RecordedRequest, Reply};
+use super::setup::Setup;
+use super::util::{
+    Scratch, assert_end_turn, assert_no_survivors, bodies, buzz_meta, count_lines, hook_attempts,
+    hook_server, is_cancel_of, log_of, read_pids, stop_calls, stop_json, stubborn_launcher,
+    wait_for,
+};
+use crate::fake_llm::{FakeLlm, Reply};
 use crate::fake_mcp::{self, CRASH_STDERR, EXIT_AFTER_INIT_STDERR};
 use crate::harness::{
-    AgentProc, Ctx, agent_env, assert_tool_updates_well_formed, current_exe, fake_mcp_entry,
-    kill_tree, tool_update_text,
+    AgentProc, Ctx, agent_env, assert_tool_updates_well_formed, fake_mcp_entry, kill_tree,
+    tool_update_text,
 };
 use crate::procfs;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // ---- helpers ------------------------------------------------------------------------------------
-
-fn log_of(path: &str) -> Vec<Value> {
-    fake_mcp::read_call_log(Path::new(path))
-}
-
-/// Polls `cond` every 20 ms; panics naming `what` (with the agent's stderr) after `timeout`.
-fn wait_for(agent: &AgentProc, what: &str, timeout: Duration, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}{}",
-            agent.context()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// `(server pid, grandchild pid)` from a `FAKE_MCP_GRANDCHILD_PIDFILE`.
-fn read_pids(pidfile: &str) -> (i32, i32) {
-    let text = wait_file(pidfile, Duration::from_secs(10));
-    let mut it = text
-        .split_whitespace()
-        .map(|p| p.parse::<i32>().expect("pid"));
-    (
-        it.next().expect("server pid"),
-        it.next().expect("grandchild pid"),
-    )
-}
 
 /// Waits until process group `pgid` has no live member (C34: `pgrep -g` is empty).
 fn assert_group_dies(agent: &AgentProc, pgid: i32, timeout: Duration, when: &str) {
@@ -64,31 +39,11 @@ fn assert_group_dies(agent: &AgentProc, pgid: i32, timeout: Duration, when: &str
         assert!(
             Instant::now() < deadline,
             "C34 {when}: process group {pgid} still has members after {timeout:?}: {:?}{}",
-            left.iter()
-                .map(|&p| procfs::describe(p))
-                .collect::<Vec<_>>(),
+            procfs::describe_all(&left),
             agent.context()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// An `sh -c` launcher (C34) that ignores SIGTERM and runs the fake MCP server in the
-/// background, the server itself ignoring SIGTERM and stdin EOF and running a `sleep 1000`
-/// grandchild (pids in `pidfile`). Only SIGKILL of the whole group ends it.
-fn stubborn_launcher(name: &str, pidfile: &str, extra: &[(&str, &str)]) -> Value {
-    let mut env = vec![
-        json!({"name": "BUZZ_E2E_ROLE", "value": "fake-mcp"}),
-        json!({"name": "FAKE_MCP_IGNORE_TERM", "value": "1"}),
-        json!({"name": "FAKE_MCP_GRANDCHILD_PIDFILE", "value": pidfile}),
-    ];
-    env.extend(extra.iter().map(|(k, v)| json!({"name": k, "value": v})));
-    json!({
-        "name": name,
-        "command": "sh",
-        "args": ["-c", "trap '' TERM; exec 3<&0; \"$0\" <&3 3<&- & wait", current_exe()],
-        "env": env,
-    })
 }
 
 /// The launcher's process group for a server whose pids are in `pidfile`: the group of the
@@ -106,52 +61,6 @@ fn launcher_group(agent: &AgentProc, pidfile: &str) -> (i32, i32, i32) {
     (sh.pid, server, grand)
 }
 
-fn buzz_meta(agent: &AgentProc, resp: &Value) -> Value {
-    agent.result(resp)["_meta"]["buzz"].clone()
-}
-
-fn assert_end_turn(agent: &AgentProc, resp: &Value) {
-    assert_eq!(
-        agent.result(resp)["stopReason"],
-        "end_turn",
-        "{resp}{}",
-        agent.context()
-    );
-}
-
-/// The `_Stop` `tools/call` requests a server received, in order.
-fn stop_calls(log: &str) -> Vec<Value> {
-    fake_mcp::logged_tool_calls(&log_of(log))
-        .into_iter()
-        .filter(|c| c["params"]["name"] == "_Stop")
-        .collect()
-}
-
-/// SPEC H6: the exact tool-result text of an objection.
-fn stop_json(server: &str, text: &str) -> String {
-    json!({"hook": "_Stop", "server": server, "text": text}).to_string()
-}
-
-fn bodies(reqs: &[RecordedRequest]) -> String {
-    reqs.iter()
-        .map(|r| r.body.to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Lines of stderr containing `needle`.
-fn count_lines(agent: &AgentProc, needle: &str) -> usize {
-    agent
-        .stderr_text()
-        .lines()
-        .filter(|l| l.contains(needle))
-        .count()
-}
-
-fn is_cancel_of(m: &Value, id: &Value) -> bool {
-    m["method"] == "notifications/cancelled" && &m["params"]["requestId"] == id
-}
-
 // ---- C13 ----------------------------------------------------------------------------------------
 
 /// C13/M6/T5: a server sends `ping`, `roots/list`, `sampling/createMessage` and
@@ -164,27 +73,24 @@ fn is_cancel_of(m: &Value, id: &Value) -> bool {
 pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("fs.log");
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "done"}))]),
-        Reply::tool_calls(vec![(
-            "call_2",
-            "fs__echo",
-            json!({"text": "still serving"}),
-        )]),
-        Reply::text("ok"),
-    ]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "done"}))]),
+            Reply::tool_calls(vec![(
+                "call_2",
+                "fs__echo",
+                json!({"text": "still serving"}),
+            )]),
+            Reply::text("ok"),
+        ])
+        .fake_mcp(
             "fs",
             &[
                 ("FAKE_MCP_SERVER_REQUESTS", "1"),
-                ("FAKE_MCP_CALL_LOG", &log)
-            ]
-        )]),
-    );
+                ("FAKE_MCP_CALL_LOG", &log),
+            ],
+        )
+        .start();
     let started = Instant::now();
     let r = agent.prompt(&sid, "echo twice");
     let took = started.elapsed();
@@ -320,14 +226,13 @@ pub fn c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_ki
             }
         })
     };
-    let agent = ctx.agent(
-        &llm,
-        &[
+    let (llm, agent) = Setup::new(ctx, &s)
+        .llm(llm)
+        .env(&[
             ("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "1"),
             ("BUZZ_AGENT_TOOL_TIMEOUT_SECS", "1"),
-        ],
-        &s.ws,
-    );
+        ])
+        .spawn();
     agent.initialize();
 
     // (3) initialize never answered.
@@ -352,10 +257,11 @@ pub fn c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_ki
         "C14/C08: names the server and the timeout: {msg}"
     );
     let (server, grand) = read_pids(&silent_pids);
-    let left = procfs::wait_all_dead(&[server, grand], Duration::from_secs(5));
-    assert!(
-        left.is_empty(),
-        "C14: the unanswering server is killed: {left:?}"
+    assert_no_survivors(
+        &[server, grand],
+        &[],
+        Duration::from_secs(5),
+        "C14: the unanswering server is killed",
     );
     let methods: Vec<Value> = log_of(&silent_log)
         .iter()
@@ -383,11 +289,7 @@ pub fn c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_ki
     let (first, first_grand) = read_pids(&pids);
     *server0.lock().unwrap_or_else(|e| e.into_inner()) = first;
     let started = Instant::now();
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slow then more"}]}),
-        Duration::from_secs(40),
-    );
+    let r = agent.prompt_timeout(&sid, "slow then more", Duration::from_secs(40));
     let took = started.elapsed();
     assert_end_turn(&agent, &r);
     assert!(took < Duration::from_secs(25), "{took:?}");
@@ -460,13 +362,11 @@ pub fn c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_ki
         .filter(|m| m["method"] == "initialize")
         .count();
     assert_eq!(inits, 2, "M5/M9: killed, then restarted once: {logged:#?}");
-    let left = procfs::wait_all_dead(&[first, first_grand], Duration::from_secs(1));
-    assert!(
-        left.is_empty(),
-        "M5: the timed-out server's group is killed: {:?}",
-        left.iter()
-            .map(|&p| procfs::describe(p))
-            .collect::<Vec<_>>()
+    assert_no_survivors(
+        &[first, first_grand],
+        &[],
+        Duration::from_secs(1),
+        "M5: the timed-out server's group is killed",
     );
     let r = agent.prompt(&sid, "still there?");
     assert_end_turn(&agent, &r);
@@ -513,19 +413,17 @@ pub fn c15_error_replies_iserror_and_exits_resolve_at_once_with_the_cause(ctx: &
             _ => Reply::text("alive"),
         })
     };
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(llm)
+        .fake_mcp(
             "fs",
             &[
                 ("FAKE_MCP_TOOLS", "reject,fail,echo,slow,crash"),
                 ("FAKE_MCP_CALL_LOG", &log),
                 ("FAKE_MCP_GRANDCHILD_PIDFILE", &pids),
-            ]
-        )]),
-    );
+            ],
+        )
+        .start();
     let (server, grand) = read_pids(&pids);
     let started = Instant::now();
     let r = agent.prompt(&sid, "reject, fail, echo, then crash mid-call");
@@ -637,29 +535,22 @@ pub fn h4_c30_late_hook_reply_never_satisfies_the_next_call_and_a_reply_resets_t
     const LATE: &str = "LATE-OBJECTION must never be injected";
     let s = Scratch::new();
     let (log, pids) = (s.file("guard.log"), s.file("guard.pids"));
-    let llm = FakeLlm::with_handler(|_, _| Reply::text("done"));
-    let agent = ctx.agent(
-        &llm,
-        &[
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|_, _| Reply::text("done"))
+        .env(&[
             ("MCP_HOOK_SERVERS", "guard"),
             ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "400"),
-        ],
-        &s.ws,
-    );
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+        ])
+        .servers([hook_server(
             "guard",
+            &log,
             &[
-                ("FAKE_MCP_STOP", "1"),
                 ("FAKE_MCP_STOP_MODE", "late"),
                 ("FAKE_MCP_STOP_TEXT", LATE),
-                ("FAKE_MCP_CALL_LOG", &log),
                 ("FAKE_MCP_GRANDCHILD_PIDFILE", &pids),
-            ]
-        )]),
-    );
+            ],
+        )])
+        .start();
     let (server, _) = read_pids(&pids);
     for k in 1..=4usize {
         let started = Instant::now();
@@ -727,28 +618,22 @@ pub fn h4_c30_late_hook_reply_never_satisfies_the_next_call_and_a_reply_resets_t
 pub fn h4_c30_c34_hanging_stubborn_hook_launcher_bounds_every_prompt_and_its_group_dies(ctx: &Ctx) {
     let s = Scratch::new();
     let (log, pids) = (s.file("guard.log"), s.file("guard.pids"));
-    let llm = FakeLlm::with_handler(|_, _| Reply::text("done"));
-    let agent = ctx.agent(
-        &llm,
-        &[
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|_, _| Reply::text("done"))
+        .env(&[
             ("MCP_HOOK_SERVERS", "guard"),
             ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "300"),
-        ],
-        &s.ws,
-    );
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([stubborn_launcher(
+        ])
+        .servers([stubborn_launcher(
             "guard",
             &pids,
             &[
                 ("FAKE_MCP_STOP", "1"),
                 ("FAKE_MCP_STOP_MODE", "hang"),
                 ("FAKE_MCP_CALL_LOG", &log),
-            ]
-        )]),
-    );
+            ],
+        )])
+        .start();
     let (group, server, grand) = launcher_group(&agent, &pids);
     for k in 1..=3usize {
         let started = Instant::now();
@@ -800,18 +685,15 @@ pub fn h5_c31_always_blocking_stop_is_capped_per_prompt_and_errors_never_block(c
         s.file("err.log"),
         s.file("iserr.log"),
     );
-    let llm = FakeLlm::with_handler(|_, _| Reply::text("done"));
-    let agent = ctx.agent(&llm, &[("MCP_HOOK_SERVERS", "blocker,err,iserr")], &s.ws);
-    agent.initialize();
-    let hook = |name: &str, log: &str, extra: &[(&str, &str)]| {
-        let mut env = vec![("FAKE_MCP_STOP", "1"), ("FAKE_MCP_CALL_LOG", log)];
-        env.extend_from_slice(extra);
-        fake_mcp_entry(name, &env)
-    };
-    let blocking = agent.new_session(
-        &s.ws,
-        json!([hook("blocker", &blog, &[("FAKE_MCP_STOP_TEXT", BLOCK)])]),
-    );
+    let (llm, agent, blocking) = Setup::new(ctx, &s)
+        .handler(|_, _| Reply::text("done"))
+        .env(&[("MCP_HOOK_SERVERS", "blocker,err,iserr")])
+        .servers([hook_server(
+            "blocker",
+            &blog,
+            &[("FAKE_MCP_STOP_TEXT", BLOCK)],
+        )])
+        .start();
     for k in 1..=2usize {
         let r = agent.prompt(&blocking, &format!("prompt {k}"));
         assert_end_turn(&agent, &r);
@@ -835,13 +717,7 @@ pub fn h5_c31_always_blocking_stop_is_capped_per_prompt_and_errors_never_block(c
         );
         let calls = stop_calls(&blog);
         assert_eq!(calls.len(), 3 * k, "the exhausted gate calls no hook");
-        let meta: Vec<(Value, Value)> = calls[3 * (k - 1)..]
-            .iter()
-            .map(|c| {
-                let m = &c["params"]["_meta"]["buzz/hook"];
-                (m["attempt"].clone(), m["budgetRemaining"].clone())
-            })
-            .collect();
+        let meta = hook_attempts(&calls[3 * (k - 1)..]);
         assert_eq!(
             meta,
             [
@@ -864,8 +740,8 @@ pub fn h5_c31_always_blocking_stop_is_capped_per_prompt_and_errors_never_block(c
     let failing = agent.new_session(
         &s.ws,
         json!([
-            hook("err", &elog, &[("FAKE_MCP_STOP_MODE", "error")]),
-            hook(
+            hook_server("err", &elog, &[("FAKE_MCP_STOP_MODE", "error")]),
+            hook_server(
                 "iserr",
                 &ilog,
                 &[
@@ -1050,15 +926,7 @@ pub fn p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly(ctx: &Ctx) 
         log_of(&log).iter().any(|m| is_cancel_of(m, &call_id)),
         "C33: the in-flight call {call_id} gets notifications/cancelled"
     );
-    let left = procfs::wait_all_dead(&watched, Duration::from_secs(2));
-    assert!(
-        left.is_empty(),
-        "C33: survivors: {:?}",
-        left.iter()
-            .map(|&p| procfs::describe(p))
-            .collect::<Vec<_>>()
-    );
-    assert!(procfs::group_members(server).is_empty());
+    assert_no_survivors(&watched, &[server], Duration::from_secs(2), "C33");
     assert!(
         !err.contains(crate::harness::SECRET_KEY),
         "P2: the key in the logs"
@@ -1077,15 +945,17 @@ pub fn m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line(ctx: &
     let s = Scratch::new();
     let (p_ok, p_mute, p_big) = (s.file("ok.pids"), s.file("mute.pids"), s.file("big.pids"));
     let fill = "x".repeat(4096);
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![(
-            "call_big",
-            "big__big",
-            json!({"bytes": 17 * 1024 * 1024, "fill": fill}),
-        )]),
-        Reply::text("survived"),
-    ]);
-    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "1")], &s.ws);
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![(
+                "call_big",
+                "big__big",
+                json!({"bytes": 17 * 1024 * 1024, "fill": fill}),
+            )]),
+            Reply::text("survived"),
+        ])
+        .env(&[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "1")])
+        .spawn();
     agent.initialize();
 
     // (1) session start failure.
@@ -1116,11 +986,7 @@ pub fn m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line(ctx: &
         )]),
     );
     let (g_big, _, _) = launcher_group(&agent, &p_big);
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "flood"}]}),
-        Duration::from_secs(30),
-    );
+    let r = agent.prompt_timeout(&sid, "flood", Duration::from_secs(30));
     assert_end_turn(&agent, &r);
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
@@ -1141,23 +1007,21 @@ pub fn m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line(ctx: &
 /// (U+FFFD per invalid sequence), the server is not killed and serves the next call.
 pub fn c36_invalid_utf8_mcp_reply_is_decoded_lossily(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![("call_1", "fs__latin1", json!({}))]),
-        Reply::text("read it"),
-        Reply::tool_calls(vec![(
-            "call_2",
-            "fs__echo",
-            json!({"text": "still serving"}),
-        )]),
-        Reply::text("done"),
-    ]);
-    // A tool timeout far longer than the test: a dropped frame would hang the call.
-    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_TOOL_TIMEOUT_SECS", "600")], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "latin1,echo")])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__latin1", json!({}))]),
+            Reply::text("read it"),
+            Reply::tool_calls(vec![(
+                "call_2",
+                "fs__echo",
+                json!({"text": "still serving"}),
+            )]),
+            Reply::text("done"),
+        ])
+        // A tool timeout far longer than the test: a dropped frame would hang the call.
+        .env(&[("BUZZ_AGENT_TOOL_TIMEOUT_SECS", "600")])
+        .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "latin1,echo")])
+        .start();
     let started = Instant::now();
     let r = agent.prompt(&sid, "read the legacy file");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");

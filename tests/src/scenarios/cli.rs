@@ -1,8 +1,12 @@
 //! The command line of SPEC P3 and the bundled example hook servers (E1, E2), run as the real
-//! binary: `demo`, `hooks check`, `example-server` (the `extras` subcommands, listed in
-//! `scenarios::extras()`), `--help`, `--version`, C1 startup errors.
+//! binary: `demo`, `exec`, `hooks check`, `example-server` (the `extras` subcommands, listed in
+//! `scenarios::extras()`), `--help`, `--version`, C1 startup errors, the hint on a terminal.
 
-use crate::harness::{Ctx, current_exe};
+use crate::fake_llm::{FakeLlm, Reply};
+use crate::fake_mcp;
+use crate::harness::{Ctx, agent_env, current_exe};
+use crate::scenarios::util::{Scratch, path_str};
+use serde_json::json;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -195,6 +199,7 @@ pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
     if !ctx.has_extras {
         for sub in [
             &["demo"][..],
+            &["exec", "hello"],
             &["hooks", "check", "--", "true"],
             &["example-server", "todo"],
         ] {
@@ -254,5 +259,556 @@ pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
         text(&none.stderr).contains("BUZZ_AGENT_PROVIDER"),
         "{}",
         text(&none.stderr)
+    );
+}
+
+/// A pseudo-terminal: (master, slave), both close-on-exec (opened by `std::fs`, which always
+/// sets `O_CLOEXEC`), so that no other process the suite starts meanwhile inherits the master
+/// and keeps the terminal open.
+fn open_pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |path: &str| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(path)
+            .unwrap_or_else(|e| panic!("open {path}: {e}"))
+    };
+    let master = open("/dev/ptmx");
+    let fd = master.as_raw_fd();
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: fd is an open pty master; ptsname_r writes a NUL-terminated path into `name`.
+    let ok = unsafe {
+        libc::grantpt(fd) == 0
+            && libc::unlockpt(fd) == 0
+            && libc::ptsname_r(fd, name.as_mut_ptr(), name.len()) == 0
+    };
+    assert!(ok, "pty setup: {}", std::io::Error::last_os_error());
+    // SAFETY: ptsname_r succeeded, so `name` holds a NUL-terminated string.
+    let path = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+    let slave = open(&path.to_string_lossy());
+    (master, slave)
+}
+
+/// P3 (issue 12): started with a terminal on stdin (a pseudo-terminal here), the agent tells
+/// the person on stderr what it is and how to talk to it — naming `demo` and `exec` only where
+/// the binary has them — and then serves as usual (EOF ends it, exit 0). With a pipe on stdin
+/// (an ACP client) it says nothing of the kind.
+pub fn p3_a_terminal_on_stdin_gets_a_hint_and_a_pipe_does_not(ctx: &Ctx) {
+    let env = [
+        ("BUZZ_AGENT_PROVIDER", "openai"),
+        ("OPENAI_COMPAT_MODEL", "m"),
+        ("OPENAI_COMPAT_BASE_URL", "http://127.0.0.1:9/v1"),
+    ];
+    let (master, slave) = open_pty();
+    let mut child = Command::new(&ctx.agent_bin)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env)
+        .stdin(Stdio::from(slave))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the agent on a pty");
+    let pid = child.id() as i32;
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines: Vec<String> = Vec::new();
+    let hint = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if l.contains("this is an ACP agent") => break l,
+            Ok(l) => lines.push(l),
+            Err(_) => {
+                crate::harness::kill_tree(pid);
+                panic!("no hint on stderr within 20 s; stderr so far: {lines:#?}");
+            }
+        }
+    };
+    let bin = ctx
+        .agent_bin
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    assert!(
+        hint.starts_with(&format!("{bin}: ")) && hint.contains("ACP client"),
+        "{hint}"
+    );
+    assert_eq!(
+        hint.contains(&format!("`{bin} demo`")) && hint.contains(&format!("`{bin} exec")),
+        ctx.has_extras,
+        "the hint names demo and exec exactly when the binary has them: {hint}"
+    );
+    if !ctx.has_extras {
+        assert!(!hint.contains("demo") && !hint.contains("exec"), "{hint}");
+    }
+    // Closing the terminal is EOF for the agent: a clean exit.
+    drop(master);
+    let limit = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if Instant::now() > limit {
+            crate::harness::kill_tree(pid);
+            panic!("the agent did not exit after its terminal closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let piped = run(ctx, &[], &env, Duration::from_secs(10));
+    assert!(piped.status.success(), "{}", text(&piped.stderr));
+    assert!(
+        !text(&piped.stderr).contains("this is an ACP agent"),
+        "{}",
+        text(&piped.stderr)
+    );
+}
+
+/// C1 (issue 12): every configuration error is reported in one run, one line each naming the
+/// variable, exit 2; the default OpenAI URL without a key is a start-up warning, not an error.
+pub fn c1_every_configuration_error_is_reported_in_one_run(ctx: &Ctx) {
+    let out = run(
+        ctx,
+        &[],
+        &[
+            ("BUZZ_AGENT_PROVIDER", "openai"),
+            ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "0"),
+            ("BUZZ_AGENT_PERMISSION", "deny"),
+            ("BUZZ_AGENT_LOG", "loud"),
+        ],
+        Duration::from_secs(10),
+    );
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    let errors: Vec<&str> = e
+        .lines()
+        .filter(|l| l.contains("configuration error: "))
+        .collect();
+    assert_eq!(errors.len(), 4, "{e}");
+    for (line, var) in errors.iter().zip([
+        "OPENAI_COMPAT_MODEL",
+        "BUZZ_AGENT_HOOK_TIMEOUT_MS",
+        "BUZZ_AGENT_PERMISSION",
+        "BUZZ_AGENT_LOG",
+    ]) {
+        assert!(
+            line.contains(&format!("configuration error: {var}: ")),
+            "{line}"
+        );
+    }
+    let warned = run(
+        ctx,
+        &[],
+        &[
+            ("BUZZ_AGENT_PROVIDER", "openai"),
+            ("OPENAI_COMPAT_MODEL", "m"),
+        ],
+        Duration::from_secs(10),
+    );
+    let w = text(&warned.stderr);
+    assert!(warned.status.success(), "{w}");
+    let line = w
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("OPENAI_COMPAT_API_KEY is empty"))
+        .unwrap_or_else(|| panic!("no warning about the key: {w}"));
+    assert!(line.contains("https://api.openai.com/v1"), "{line}");
+}
+
+/// A fake MCP server run by `hooks check` (or an `--mcp-config` entry): this test binary with
+/// `BUZZ_E2E_ROLE=fake-mcp` and `env`.
+fn fake_env<'a>(env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut all = vec![("BUZZ_E2E_ROLE", "fake-mcp")];
+    all.extend_from_slice(env);
+    all
+}
+
+/// `hooks check` against the fake MCP server with `env`; (exit code, stdout, stderr).
+fn hooks_check(ctx: &Ctx, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let fake = current_exe();
+    let out = run(
+        ctx,
+        &["hooks", "check", "--", &fake],
+        &fake_env(env),
+        Duration::from_secs(30),
+    );
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// P3, C57: a server without a hook point fails the check with `FAIL: no hook point found`
+/// and the names that nearly are one (a misnamed `_stop`); a server with no hook-like name at
+/// all fails too, saying it has none.
+pub fn p3_c57_hooks_check_fails_without_a_hook_point_and_names_near_misses(ctx: &Ctx) {
+    let (code, out, err) = hooks_check(
+        ctx,
+        &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_NAME", "_stop")],
+    );
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("FAIL: no hook point found (_Stop, _PostCompact)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("near misses: _stop (rename it _Stop)"),
+        "{out}"
+    );
+    assert!(!out.contains("PASS"), "{out}");
+    let (code, out, err) = hooks_check(ctx, &[("FAKE_MCP_TOOLS", "echo")]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("FAIL: no hook point found (_Stop, _PostCompact)")
+            && out.contains("this server has none"),
+        "{out}"
+    );
+}
+
+/// P3, C57: a hook that fails shows the server's own error text (an `isError` result's text, a
+/// JSON-RPC error's message); the server's stderr lines reach stderr prefixed `[server] `, never
+/// the report on stdout.
+pub fn p3_c57_hooks_check_shows_the_servers_error_text_and_prefixes_its_stderr(ctx: &Ctx) {
+    let (code, out, err) = hooks_check(
+        ctx,
+        &[
+            ("FAKE_MCP_STOP", "1"),
+            ("FAKE_MCP_STOP_MODE", "iserror"),
+            ("FAKE_MCP_STOP_TEXT", "database connection refused"),
+            ("FAKE_MCP_STDERR_LINES", "2"),
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("_Stop: found, error (isError result: \"database connection refused\")"),
+        "{out}"
+    );
+    for i in 0..2 {
+        assert!(
+            err.contains(&format!("[server] stderr line {i}\n")),
+            "{err}"
+        );
+    }
+    assert!(
+        !out.contains("stderr line"),
+        "server lines never reach the report: {out}"
+    );
+    let (code, out, err) = hooks_check(
+        ctx,
+        &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "error")],
+    );
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("JSON-RPC error -32000: \"stop hook failed on purpose\""),
+        "{out}"
+    );
+}
+
+/// P3, C57: a hook answer that would object only because of its shape (a JSON object from a
+/// FastMCP hook returning a dict, a bare `False`) fails the check and says why; ordinary
+/// objection text passes.
+pub fn p3_c57_hooks_check_flags_answers_that_object_only_by_their_shape(ctx: &Ctx) {
+    for (answer, shape) in [
+        ("{\"ok\": true}", "a JSON object"),
+        ("False", "a bare boolean"),
+        ("None", "a bare null/None"),
+    ] {
+        let (code, out, err) = hooks_check(
+            ctx,
+            &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_TEXT", answer)],
+        );
+        assert_eq!(code, Some(1), "{answer}: {out}\n{err}");
+        assert!(
+            out.contains(&format!("— {shape}: any non-empty text would object"))
+                && out.contains("return an empty string"),
+            "{answer}: {out}"
+        );
+    }
+    let (code, out, _) = hooks_check(ctx, &[("FAKE_MCP_STOP", "1")]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("would object: \"tests are still red\""),
+        "{out}"
+    );
+}
+
+/// P3, issue 12: a server that exits is reported as exited — its exit status and its last
+/// stderr lines — at once, even when a launcher's grandchild keeps its stdout open (without
+/// the exit check that is a 30 s handshake timeout); one that exits after the handshake is
+/// reported the same way at `tools/list`.
+pub fn p3_hooks_check_reports_an_exited_server_at_once(ctx: &Ctx) {
+    let fake = current_exe();
+    let started = Instant::now();
+    let out = run(
+        ctx,
+        &[
+            "hooks",
+            "check",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60 & exec \"$0\"",
+            &fake,
+        ],
+        &fake_env(&[("FAKE_MCP_FAIL_START", "1")]),
+        Duration::from_secs(25),
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("FAIL  initialize: the server exited (exit status 3)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("[server] boom: start failure requested"),
+        "the report carries the stderr tail: {stdout}"
+    );
+    assert!(!stdout.contains("timeout"), "{stdout}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    let (code, out, err) = hooks_check(ctx, &[("FAKE_MCP_EXIT_AFTER_INIT", "1")]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("FAIL  tools/list: the server exited (exit status 3)")
+            && out.contains("[server] fatal: db locked"),
+        "{out}"
+    );
+}
+
+/// P3, issue 12: `hooks` alone prints its usage (what `check` does, an example, the exit
+/// statuses) and exits 2; `hooks --help` prints it on stdout and exits 0.
+pub fn p3_hooks_alone_prints_its_usage(ctx: &Ctx) {
+    let out = run(ctx, &["hooks"], &[], Duration::from_secs(10));
+    let e = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    for needle in [
+        "usage: ",
+        "hooks check -- <command>",
+        "example: ",
+        "exit status: 0",
+    ] {
+        assert!(e.contains(needle), "{needle}: {e}");
+    }
+    let help = run(ctx, &["hooks", "--help"], &[], Duration::from_secs(10));
+    assert_eq!(help.status.code(), Some(0));
+    assert_eq!(text(&help.stdout).trim(), e.trim());
+}
+
+/// Writes an `--mcp-config` file in the Claude Code / Cursor format.
+fn mcp_config(s: &Scratch, servers: serde_json::Value) -> String {
+    let path = s.file("mcp.json");
+    std::fs::write(&path, json!({"mcpServers": servers}).to_string()).expect("write mcp.json");
+    path
+}
+
+/// The agent's environment for `exec` against `llm` (the agent's own variables; `exec` sets
+/// `BUZZ_AGENT_PERMISSION=ask` itself).
+fn exec_env(llm: &FakeLlm) -> Vec<(String, String)> {
+    agent_env(llm)
+}
+
+fn exec(ctx: &Ctx, args: &[&str], env: &[(String, String)]) -> (Option<i32>, String, String) {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut all = vec!["exec"];
+    all.extend_from_slice(args);
+    let out = run(ctx, &all, &env, Duration::from_secs(60));
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// P3, E2, issue 12: `exec` runs one prompt end to end on the LLM the environment names, with
+/// the MCP servers of an `--mcp-config` file in the Claude Code format (the fake MCP server and
+/// the bundled `todo` hook server; an `http` entry skipped with a warning): the model's text
+/// on stdout, `[tool]` / `[permission]` / `[stop]` lines on stderr, every tool call asked for
+/// and allowed by `--approve all`, the `todo` server's `_Stop` objecting once (shown on the
+/// `[stop]` line), exit 0 on `end_turn`.
+pub fn p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("calls.log");
+    let llm = FakeLlm::scripted(vec![
+        Reply::tool_calls(vec![
+            ("c1", "fs__echo", json!({"text": "hello"})),
+            ("c2", "todo__todo_add", json!({"item": "ship"})),
+        ]),
+        Reply::text("All done."),
+        Reply::tool_calls(vec![("c3", "todo__todo_done", json!({"item": "ship"}))])
+            .with_text("Right, closing the item."),
+        Reply::text("Shipped."),
+    ]);
+    let config = mcp_config(
+        &s,
+        json!({
+            "fs": {"command": current_exe(), "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_CALL_LOG": log}},
+            "todo": {"command": path_str(&ctx.agent_bin), "args": ["example-server", "todo"]},
+            "remote": {"type": "http", "url": "https://example.invalid/mcp"},
+        }),
+    );
+    let mut env = exec_env(&llm);
+    env.push(("MCP_HOOK_SERVERS".into(), "todo".into()));
+    let ws = path_str(&s.ws);
+    let (code, out, err) = exec(
+        ctx,
+        &[
+            "--cwd",
+            &ws,
+            "--mcp-config",
+            &config,
+            "--approve",
+            "all",
+            "Echo hello, then ship it.",
+        ],
+        &env,
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let (done, shipped) = (out.find("All done."), out.find("Shipped."));
+    assert!(
+        done.is_some() && shipped.is_some() && done < shipped,
+        "the model's text, in order, on stdout: {out}"
+    );
+    assert!(!out.contains("[tool]") && !out.contains("[stop]"), "{out}");
+    assert!(
+        err.contains("server \"remote\": skipped: transport \"http\" is not supported"),
+        "{err}"
+    );
+    assert!(
+        err.contains("[tool] fs__echo (other) {\"text\":\"hello\"}"),
+        "{err}"
+    );
+    assert!(err.contains("[tool] fs__echo completed: hello"), "{err}");
+    assert!(err.contains("[tool] todo__todo_done completed"), "{err}");
+    assert_eq!(
+        err.matches("[permission] ").count(),
+        3,
+        "every model tool call is asked for, hooks never: {err}"
+    );
+    assert_eq!(err.matches("allowed (--approve all)").count(), 3, "{err}");
+    assert!(
+        err.contains("[stop] end_turn (LLM rounds 4, _Stop objections 1)"),
+        "{err}"
+    );
+    let logged = fake_mcp::read_call_log(std::path::Path::new(&log));
+    assert_eq!(fake_mcp::count_calls(&logged, "echo"), 1);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 4);
+    assert_eq!(reqs[0].user_text(), "Echo hello, then ship it.");
+    assert_eq!(reqs[1].tool_result_for("c1").as_deref(), Some("hello"));
+}
+
+/// A7, issue 12: `exec` answers permission requests by `--approve`: the default (`reads`)
+/// allows only tool calls of kind `read`, so it denies the fake server's `echo` (kind `other`)
+/// and says how to allow it; `none` denies it too. The tool never runs, the model hears it
+/// was not authorized, and the turn still ends `end_turn` (exit 0).
+pub fn a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads(ctx: &Ctx) {
+    for approve in [None, Some("none")] {
+        let s = Scratch::new();
+        let log = s.file("calls.log");
+        let llm = FakeLlm::scripted(vec![
+            Reply::tool_calls(vec![("c1", "fs__echo", json!({"text": "hello"}))]),
+            Reply::text("I was not allowed to echo."),
+        ]);
+        let config = mcp_config(
+            &s,
+            json!({"fs": {"command": current_exe(),
+                          "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_CALL_LOG": log}}}),
+        );
+        let ws = path_str(&s.ws);
+        let mut args = vec!["--cwd", ws.as_str(), "--mcp-config", config.as_str()];
+        if let Some(a) = approve {
+            args.extend(["--approve", a]);
+        }
+        args.push("Echo hello.");
+        let (code, out, err) = exec(ctx, &args, &exec_env(&llm));
+        assert_eq!(code, Some(0), "{approve:?}: stdout:\n{out}\nstderr:\n{err}");
+        assert!(
+            err.contains("[permission] fs__echo (other): denied"),
+            "{err}"
+        );
+        match approve {
+            None => assert!(
+                err.contains("--approve reads allows kind read only")
+                    && err.contains("--approve all allows it"),
+                "{err}"
+            ),
+            Some(_) => assert!(err.contains("denied (--approve none)"), "{err}"),
+        }
+        assert!(err.contains("[tool] fs__echo failed"), "{err}");
+        assert!(out.contains("I was not allowed to echo."), "{out}");
+        assert!(err.contains("[stop] end_turn"), "{err}");
+        let logged = fake_mcp::read_call_log(std::path::Path::new(&log));
+        assert_eq!(
+            fake_mcp::count_calls(&logged, "echo"),
+            0,
+            "denied: never run"
+        );
+        let reqs = llm.requests();
+        let result = reqs[1].tool_result_for("c1").unwrap_or_default();
+        assert!(result.contains("not authorized"), "{result}");
+    }
+}
+
+/// L5, A3, issue 12: when the LLM fails (401, no retry), `exec` prints the prompt's `llm:`
+/// error with the provider's status and message and exits 1.
+pub fn l5_exec_prints_an_llm_error_and_exits_1(ctx: &Ctx) {
+    let llm = FakeLlm::scripted(vec![Reply::status(
+        401,
+        vec![("content-type", "application/json")],
+        r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}"#,
+    )]);
+    let s = Scratch::new();
+    let ws = path_str(&s.ws);
+    let (code, out, err) = exec(ctx, &["--cwd", &ws, "Say hi."], &exec_env(&llm));
+    assert_eq!(code, Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("exec: the prompt failed: llm"))
+        .unwrap_or_else(|| panic!("no prompt error on stderr: {err}"));
+    assert!(
+        line.contains("401") && line.contains("Incorrect API key provided"),
+        "{line}"
+    );
+    assert!(!err.contains("[stop]"), "{err}");
+}
+
+/// C1, issue 12: `exec` usage errors (no prompt, a bad `--approve`, a missing or invalid
+/// `--mcp-config`) and the agent's own configuration error all exit 2 with the reason.
+pub fn c1_exec_usage_config_file_and_configuration_errors_exit_2(ctx: &Ctx) {
+    let llm = FakeLlm::scripted(vec![]);
+    let env = exec_env(&llm);
+    let s = Scratch::new();
+    let bad_json = s.file("bad.json");
+    std::fs::write(&bad_json, "{\"mcpServers\": {\"a\": {}}}").expect("write");
+    let missing = s.file("missing.json");
+    for (args, needle) in [
+        (vec![], "no prompt given"),
+        (vec!["--approve", "maybe", "hi"], "--approve \"maybe\""),
+        (vec!["--mcp-config", missing.as_str(), "hi"], "missing.json"),
+        (
+            vec!["--mcp-config", bad_json.as_str(), "hi"],
+            "server \"a\": no \"command\"",
+        ),
+    ] {
+        let (code, out, err) = exec(ctx, &args, &env);
+        assert_eq!(code, Some(2), "{args:?}: {out}\n{err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let (code, _, err) = exec(ctx, &["hi"], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("configuration error: BUZZ_AGENT_PROVIDER")
+            && err.contains("the agent did not start"),
+        "{err}"
     );
 }

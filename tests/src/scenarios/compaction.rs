@@ -1,12 +1,12 @@
 //! Context compaction and output-cap recovery: SPEC K1, H7, L1 (max tokens), L4, L5
 //! (context too long) and docs/compaction.md.
 
-use super::util::Scratch;
+use super::setup::Setup;
+use super::util::{Scratch, is_cancel_of, log_of};
 use crate::fake_llm::{FakeLlm, HistoryItem, RecordedRequest, Reply, Wire, content_text};
 use crate::fake_mcp;
-use crate::harness::{Ctx, agent_text, assert_tool_updates_well_formed, fake_mcp_entry};
+use crate::harness::{Ctx, agent_text, assert_tool_updates_well_formed};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -142,11 +142,8 @@ fn assert_summary_request(req: &RecordedRequest, must: &[&str]) {
     );
 }
 
-fn call_log(path: &str) -> Vec<Value> {
-    fake_mcp::read_call_log(Path::new(path))
-}
-
-fn agent_env() -> Vec<(&'static str, &'static str)> {
+/// The agent's settings for one compaction: a 6000-token window, hooks of `fs` allowed.
+fn compaction_env() -> Vec<(&'static str, &'static str)> {
     vec![
         ("BUZZ_AGENT_MAX_CONTEXT_TOKENS", CONTEXT),
         ("BUZZ_AGENT_MAX_OUTPUT_TOKENS", OUTPUT),
@@ -162,21 +159,19 @@ pub fn k1_h7_compaction_summary_then_postcompact_then_live_prompt(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
     let live = "Fetch two big results, then write the report.";
-    let llm = compaction_llm(ctx, None, SummaryAnswer::Text, 4);
-    let agent = ctx.agent(&llm, &agent_env(), &s.ws);
-    agent.initialize();
     let post = "todo: [ ] write the report";
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(compaction_llm(ctx, None, SummaryAnswer::Text, 4))
+        .env(&compaction_env())
+        .fake_mcp(
             "fs",
             &[
                 ("FAKE_MCP_TOOLS", "big"),
                 ("FAKE_MCP_POSTCOMPACT_TEXT", post),
                 ("FAKE_MCP_CALL_LOG", &log),
-            ]
-        )]),
-    );
+            ],
+        )
+        .start();
     let r = agent.prompt(&sid, live);
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
 
@@ -258,7 +253,7 @@ pub fn k1_h7_compaction_summary_then_postcompact_then_live_prompt(ctx: &Ctx) {
         "the compacted tool results are gone from the next request"
     );
 
-    let logged = call_log(&log);
+    let logged = log_of(&log);
     assert_eq!(
         fake_mcp::count_calls(&logged, "_PostCompact"),
         1,
@@ -292,17 +287,17 @@ fn compaction_with_hook(
     let s = Scratch::new();
     let log = s.file("calls.log");
     let live = "Collect the data and report.";
-    let llm = compaction_llm(ctx, None, SummaryAnswer::Text, 4);
-    let mut env = agent_env();
-    env.extend_from_slice(extra_agent);
-    let agent = ctx.agent(&llm, &env, &s.ws);
-    agent.initialize();
     let mut senv = vec![
         ("FAKE_MCP_TOOLS", "big"),
         ("FAKE_MCP_CALL_LOG", log.as_str()),
     ];
     senv.extend_from_slice(server_env);
-    let sid = agent.new_session(&s.ws, json!([fake_mcp_entry("fs", &senv)]));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(compaction_llm(ctx, None, SummaryAnswer::Text, 4))
+        .env(&compaction_env())
+        .env(extra_agent)
+        .fake_mcp("fs", &senv)
+        .start();
     let r = agent.prompt(&sid, live);
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
@@ -316,7 +311,7 @@ fn compaction_with_hook(
     let next = reqs[k + 1].clone();
     assert_tool_updates_well_formed(&agent.session_updates(&sid));
     agent.finish();
-    (next, gap, call_log(&log), live)
+    (next, gap, log_of(&log), live)
 }
 
 fn assert_summary_then_live_only(next: &RecordedRequest, live: &str) {
@@ -367,8 +362,7 @@ pub fn h7_postcompact_timeout_goes_on_without_it(ctx: &Ctx) {
     assert_eq!(calls.len(), 1, "{log:#?}");
     let id = &calls[0]["id"];
     assert!(
-        log.iter()
-            .any(|m| m["method"] == "notifications/cancelled" && &m["params"]["requestId"] == id),
+        log.iter().any(|m| is_cancel_of(m, id)),
         "H4: the timed-out hook call {id} is cancelled: {log:#?}"
     );
     assert!(
@@ -385,13 +379,16 @@ pub fn k1_summary_failure_falls_back_to_truncation(ctx: &Ctx) {
     let s = Scratch::new();
     let earlier = "EARLIER-PROMPT: say hi";
     let live = "LIVE-PROMPT: fetch two big results, then report.";
-    let llm = compaction_llm(ctx, Some(earlier), SummaryAnswer::BadRequest, 4);
-    let agent = ctx.agent(&llm, &agent_env(), &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "big")])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(compaction_llm(
+            ctx,
+            Some(earlier),
+            SummaryAnswer::BadRequest,
+            4,
+        ))
+        .env(&compaction_env())
+        .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "big")])
+        .start();
     let r = agent.prompt(&sid, earlier);
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let r = agent.prompt(&sid, live);
@@ -484,9 +481,7 @@ pub fn l5_k1_context_too_long_400_compacts_then_succeeds(ctx: &Ctx) {
             Reply::status(400, vec![], too_long)
         }
     });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, json!([fake_mcp_entry("fs", &[])]));
+    let (llm, agent, sid) = Setup::new(ctx, &s).llm(llm).fake_mcp("fs", &[]).start();
     let r = agent.prompt(&sid, earlier);
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let r = agent.prompt(&sid, live);
@@ -549,17 +544,14 @@ pub fn l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery(ctx: &Ctx) {
         .with_text("Here is the start of a long answer")
         .finish_reason("length")
     };
-    let llm = ctx.fake_llm_with(move |i, _| match i {
-        0 => cut(),
-        1 => Reply::text("Short answer."),
-        _ => cut(),
-    });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(move |i, _| match i {
+            0 => cut(),
+            1 => Reply::text("Short answer."),
+            _ => cut(),
+        })
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let r = agent.prompt(&sid, "write a long answer");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
@@ -587,7 +579,7 @@ pub fn l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery(ctx: &Ctx) {
         "Here is the start of a long answer",
         "the cut text is kept"
     );
-    let logged = call_log(&log);
+    let logged = log_of(&log);
     assert!(
         fake_mcp::logged_tool_calls(&logged).is_empty(),
         "L1: a truncated tool call is never run: {logged:#?}"
@@ -612,19 +604,17 @@ pub fn l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery(ctx: &Ctx) {
         let msgs = convo(req);
         assert!(content_text(&msgs[msgs.len() - 1]["content"]).contains("cut off"));
     }
-    assert!(fake_mcp::logged_tool_calls(&call_log(&log)).is_empty());
+    assert!(fake_mcp::logged_tool_calls(&log_of(&log)).is_empty());
     agent.finish();
 
-    let llm = ctx.fake_llm_with(move |_, _| cut());
-    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MAX_TOKEN_RECOVERIES", "0")], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(move |_, _| cut())
+        .env(&[("BUZZ_AGENT_MAX_TOKEN_RECOVERIES", "0")])
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let r = agent.prompt(&sid, "write a long answer");
     assert_eq!(agent.result(&r)["stopReason"], "max_tokens", "{r}");
     assert_eq!(llm.requests().len(), 1, "no recovery allowed");
-    assert!(fake_mcp::logged_tool_calls(&call_log(&log)).is_empty());
+    assert!(fake_mcp::logged_tool_calls(&log_of(&log)).is_empty());
     agent.finish();
 }

@@ -5,48 +5,15 @@
 //! LLM and fake MCP server processes; the rules the real servers enforce are checked on every
 //! request the agent sent.
 
-use super::util::Scratch;
-use crate::fake_llm::{FakeLlm, Reply};
+use super::setup::Setup;
+use super::util::{
+    Scratch, assert_end_turn, buzz_meta, hook_server, log_of, stop_calls, wait_stderr,
+};
+use crate::fake_llm::{Reply, Wire};
 use crate::fake_mcp;
-use crate::harness::{AgentProc, Ctx, fake_mcp_entry};
+use crate::harness::Ctx;
 use serde_json::{Value, json};
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// `result._meta.buzz` of a prompt response (SPEC A8).
-fn buzz_meta(agent: &AgentProc, resp: &Value) -> Value {
-    agent.result(resp)["_meta"]["buzz"].clone()
-}
-
-fn assert_end_turn(agent: &AgentProc, resp: &Value) {
-    assert_eq!(
-        agent.result(resp)["stopReason"],
-        "end_turn",
-        "{resp}{}",
-        agent.context()
-    );
-}
-
-/// Waits until the agent's stderr contains `needle`.
-fn wait_stderr(agent: &AgentProc, needle: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while !agent.stderr_text().contains(needle) {
-        assert!(
-            Instant::now() < deadline,
-            "stderr never contained {needle:?}{}",
-            agent.context()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The `_Stop` `tools/call` requests a server received, in order.
-fn stop_calls(log: &str) -> Vec<Value> {
-    fake_mcp::logged_tool_calls(&fake_mcp::read_call_log(Path::new(log)))
-        .into_iter()
-        .filter(|c| c["params"]["name"] == "_Stop")
-        .collect()
-}
+use std::time::Duration;
 
 /// C40 / SPEC H3: a FastMCP-style `_Stop` hook (`-> str | None`). `return None` answers
 /// `{"content":[],"structuredContent":{"result":null}}`: outcome `empty`, one LLM call,
@@ -55,20 +22,19 @@ fn stop_calls(log: &str) -> Vec<Value> {
 pub fn c40_fastmcp_none_is_empty_and_its_text_objects_once(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("fm.log");
-    let llm = FakeLlm::with_handler(|_, _| Reply::text("All done."));
-    let agent = ctx.agent(&llm, &[("MCP_HOOK_SERVERS", "fm")], &s.ws);
-    agent.initialize();
-    let server = fake_mcp_entry(
-        "fm",
-        &[
-            ("FAKE_MCP_STOP", "1"),
-            ("FAKE_MCP_STOP_MODE", "fastmcp"),
-            ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
-            ("FAKE_MCP_STOP_TEXT", "2 tests fail"),
-            ("FAKE_MCP_CALL_LOG", &log),
-        ],
-    );
-    let sid = agent.new_session(&s.ws, json!([server]));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|_, _| Reply::text("All done."))
+        .env(&[("MCP_HOOK_SERVERS", "fm")])
+        .servers([hook_server(
+            "fm",
+            &log,
+            &[
+                ("FAKE_MCP_STOP_MODE", "fastmcp"),
+                ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+                ("FAKE_MCP_STOP_TEXT", "2 tests fail"),
+            ],
+        )])
+        .start();
 
     // Prompt 1: the hook objects once (text + structuredContent), then returns None.
     let r = agent.prompt(&sid, "finish");
@@ -142,22 +108,19 @@ pub fn ollama_index0_calls(calls: &[(&str, &str, Value)]) -> String {
 pub fn c37_two_calls_at_index_0_run_as_two_calls(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = FakeLlm::scripted(vec![
-        Reply::raw_sse(ollama_index0_calls(&[
-            ("call_a1b2", "fs__echo", json!({"text": "hello.py"})),
-            ("call_c3d4", "fs__echo", json!({"text": "world.py"})),
-        ])),
-        Reply::text("Both written."),
-    ]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::raw_sse(ollama_index0_calls(&[
+                ("call_a1b2", "fs__echo", json!({"text": "hello.py"})),
+                ("call_c3d4", "fs__echo", json!({"text": "world.py"})),
+            ])),
+            Reply::text("Both written."),
+        ])
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let r = agent.prompt(&sid, "write both files");
     assert_end_turn(&agent, &r);
-    let logged = fake_mcp::read_call_log(Path::new(&log));
+    let logged = log_of(&log);
     let texts: Vec<Value> = fake_mcp::logged_tool_calls(&logged)
         .iter()
         .map(|c| c["params"]["arguments"]["text"].clone())
@@ -207,16 +170,16 @@ pub const C41_BODY: &str = r#"{"error":{"message":"Unsupported parameter: 'max_t
 pub fn c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered(ctx: &Ctx) {
     for (model, rejected) in [("my-reasoner", 1), ("gpt-5.4", 0)] {
         let s = Scratch::new();
-        let llm = FakeLlm::with_handler(|_, req| {
-            if req.body.get("max_tokens").is_some() {
-                Reply::status(400, vec![], C41_BODY)
-            } else {
-                Reply::text("done")
-            }
-        });
-        let agent = ctx.agent(&llm, &[("OPENAI_COMPAT_MODEL", model)], &s.ws);
-        agent.initialize();
-        let sid = agent.new_session(&s.ws, json!([]));
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .handler(|_, req| {
+                if req.body.get("max_tokens").is_some() {
+                    Reply::status(400, vec![], C41_BODY)
+                } else {
+                    Reply::text("done")
+                }
+            })
+            .env(&[("OPENAI_COMPAT_MODEL", model)])
+            .start();
         for prompt in ["one", "two"] {
             let r = agent.prompt(&sid, prompt);
             assert_end_turn(&agent, &r);
@@ -267,35 +230,30 @@ pub fn anthropic_thinking_then_text(thinking: &str, signature: &str, text: &str)
 pub fn c39_stop_objection_while_thinking_keeps_the_signed_thinking_block(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("h.log");
-    let llm = FakeLlm::scripted(vec![
-        Reply::raw_sse(anthropic_thinking_then_text(
-            "Everything is done, I think.",
-            "SIG_T1",
-            "All done.",
-        )),
-        Reply::raw_sse(anthropic_thinking_then_text(
-            "Tests first.",
-            "SIG_T2",
-            "Fixed; done now.",
-        )),
-    ]);
-    let agent = ctx.agent_on(
-        crate::fake_llm::Wire::Anthropic,
-        &llm,
-        &[("MCP_HOOK_SERVERS", "h")],
-        &s.ws,
-    );
-    agent.initialize();
-    let server = fake_mcp_entry(
-        "h",
-        &[
-            ("FAKE_MCP_STOP", "1"),
-            ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
-            ("FAKE_MCP_STOP_TEXT", "run the tests"),
-            ("FAKE_MCP_CALL_LOG", &log),
-        ],
-    );
-    let sid = agent.new_session(&s.ws, json!([server]));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::raw_sse(anthropic_thinking_then_text(
+                "Everything is done, I think.",
+                "SIG_T1",
+                "All done.",
+            )),
+            Reply::raw_sse(anthropic_thinking_then_text(
+                "Tests first.",
+                "SIG_T2",
+                "Fixed; done now.",
+            )),
+        ])
+        .wire(Wire::Anthropic)
+        .env(&[("MCP_HOOK_SERVERS", "h")])
+        .servers([hook_server(
+            "h",
+            &log,
+            &[
+                ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+                ("FAKE_MCP_STOP_TEXT", "run the tests"),
+            ],
+        )])
+        .start();
     let r = agent.prompt(&sid, "finish");
     assert_end_turn(&agent, &r);
     assert_eq!(buzz_meta(&agent, &r)["stopObjections"], 1, "{r}");
@@ -329,23 +287,23 @@ pub fn c39_stop_objection_while_thinking_keeps_the_signed_thinking_block(ctx: &C
 /// two assistant (or two user) messages in a row, or a user message right after a tool result.
 pub fn c61_chat_objection_is_one_assistant_message_with_text_and_the_call(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "x"}))]),
-        Reply::text("All done."),
-        Reply::text("Fixed; done now."),
-        Reply::text("second prompt answer"),
-    ]);
-    let agent = ctx.agent(&llm, &[("MCP_HOOK_SERVERS", "fs")], &s.ws);
-    agent.initialize();
-    let server = fake_mcp_entry(
-        "fs",
-        &[
-            ("FAKE_MCP_STOP", "1"),
-            ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
-            ("FAKE_MCP_STOP_TEXT", "run the tests"),
-        ],
-    );
-    let sid = agent.new_session(&s.ws, json!([server]));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "x"}))]),
+            Reply::text("All done."),
+            Reply::text("Fixed; done now."),
+            Reply::text("second prompt answer"),
+        ])
+        .env(&[("MCP_HOOK_SERVERS", "fs")])
+        .fake_mcp(
+            "fs",
+            &[
+                ("FAKE_MCP_STOP", "1"),
+                ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
+                ("FAKE_MCP_STOP_TEXT", "run the tests"),
+            ],
+        )
+        .start();
     let r = agent.prompt(&sid, "go");
     assert_end_turn(&agent, &r);
     assert_eq!(buzz_meta(&agent, &r)["stopObjections"], 1, "{r}");

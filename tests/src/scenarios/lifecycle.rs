@@ -2,53 +2,24 @@
 //! cancellation (A3, A4, case C04), dead servers and restarts (M9), `tools/list_changed` (M6),
 //! and shutdown by signal or through a launcher (P1, M8, cases C33, C34).
 
-use super::util::{Scratch, wait_file};
+use super::setup::Setup;
+use super::util::{
+    Scratch, assert_exits_cleanly, assert_no_survivors, hook_server, is_cancel_of, log_of,
+    read_pids, stubborn_launcher, wait_for, wait_logged_call,
+};
 use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, content_text};
 use crate::fake_mcp::{self, CRASH_STDERR};
 use crate::harness::{
     AgentProc, Ctx, PermissionPolicy, assert_tool_updates_well_formed,
-    assert_updates_precede_response, current_exe, fake_mcp_entry, last_tool_update,
-    tool_call_announcements, tool_update_text,
+    assert_updates_precede_response, fake_mcp_entry, last_tool_update, tool_call_announcements,
+    tool_update_text,
 };
 use crate::procfs;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // ---- helpers ------------------------------------------------------------------------------------
-
-/// Polls `cond` every 20 ms; panics naming `what` (with the agent's stderr) after `timeout`.
-fn wait_for(agent: &AgentProc, what: &str, timeout: Duration, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}{}",
-            agent.context()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn log_of(path: &str) -> Vec<Value> {
-    fake_mcp::read_call_log(Path::new(path))
-}
-
-/// Waits until the call log holds a `tools/call` of `name`; returns that request's id.
-fn wait_logged_call(agent: &AgentProc, log: &str, name: &str) -> Value {
-    wait_for(
-        agent,
-        &format!("tools/call {name} in {log}"),
-        Duration::from_secs(20),
-        || fake_mcp::count_calls(&log_of(log), name) > 0,
-    );
-    fake_mcp::logged_tool_calls(&log_of(log))
-        .into_iter()
-        .find(|c| c["params"]["name"] == name)
-        .map(|c| c["id"].clone())
-        .unwrap_or_default()
-}
 
 /// For LLM handlers: waits (up to 15 s) until the call log holds at least `n` messages of
 /// `method`, then 200 ms more so the agent has read the reply too. A model "thinking" while a
@@ -61,11 +32,6 @@ fn await_logged(log: &str, method: &str, n: usize) {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(200));
-}
-
-fn cancel(agent: &AgentProc, sid: &str) {
-    agent
-        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
 }
 
 /// A permission-asking agent (the harness default is `allow`).
@@ -142,14 +108,12 @@ enum Answer {
 pub fn a7_every_malformed_or_negative_outcome_denies(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = call_then_text("fs__echo", json!({"text": "secret op"}));
-    let agent = ctx.agent(&llm, &ask_env(), &s.ws);
-    agent.set_permission_policy(PermissionPolicy::NoReply);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(call_then_text("fs__echo", json!({"text": "secret op"})))
+        .env(&ask_env())
+        .permission(PermissionPolicy::NoReply)
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let cases: Vec<(&str, Answer)> = vec![
         ("reject_once", Answer::Result(selected("reject_once"))),
         (
@@ -255,26 +219,25 @@ pub fn a7_every_malformed_or_negative_outcome_denies(ctx: &Ctx) {
 pub fn a7_allow_runs_exactly_once_after_the_answer(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = call_then_text("fs__echo", json!({"text": "allowed"}));
-    let agent = ctx.agent(&llm, &ask_env(), &s.ws);
     let seen: Arc<Mutex<Vec<usize>>> = Arc::default();
-    {
+    let policy = {
         let seen = seen.clone();
         let log = log.clone();
-        agent.set_permission_policy(PermissionPolicy::Custom(Arc::new(move |params| {
+        PermissionPolicy::Custom(Arc::new(move |params| {
             // Hold the answer back: nothing may run meanwhile.
             std::thread::sleep(Duration::from_millis(400));
             let n = fake_mcp::logged_tool_calls(&log_of(&log)).len();
             seen.lock().unwrap_or_else(|e| e.into_inner()).push(n);
             let _ = params;
             Some(selected("allow_once"))
-        })));
-    }
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+        }))
+    };
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(call_then_text("fs__echo", json!({"text": "allowed"})))
+        .env(&ask_env())
+        .permission(policy)
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let r = agent.prompt(&sid, "echo please");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     assert_eq!(
@@ -315,35 +278,36 @@ pub fn a7_allow_runs_exactly_once_after_the_answer(ctx: &Ctx) {
 pub fn a7_allow_always_is_remembered_per_tool(ctx: &Ctx) {
     let s = Scratch::new();
     let (log1, log2) = (s.file("s1.log"), s.file("s2.log"));
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "one"}))]),
-        Reply::text("ok1"),
-        Reply::tool_calls(vec![
-            ("call_2", "fs__echo", json!({"text": "two"})),
-            ("call_3", "fs__add", json!({"a": 1, "b": 2})),
-        ]),
-        Reply::tool_calls(vec![("call_4", "fs__add", json!({"a": 3, "b": 4}))]),
-        Reply::text("ok2"),
-        Reply::tool_calls(vec![("call_5", "fs__echo", json!({"text": "three"}))]),
-        Reply::text("ok3"),
-    ]);
-    let agent = ctx.agent(&llm, &ask_env(), &s.ws);
-    agent.set_permission_policy(PermissionPolicy::Custom(Arc::new(|p| {
-        let title = p["toolCall"]["title"].as_str().unwrap_or_default();
-        Some(if title.ends_with("echo") {
-            selected("allow_always")
-        } else {
-            selected("reject_always")
-        })
-    })));
-    agent.initialize();
     let server = |log: &str| {
-        json!([fake_mcp_entry(
+        fake_mcp_entry(
             "fs",
-            &[("FAKE_MCP_TOOLS", "echo,add"), ("FAKE_MCP_CALL_LOG", log)]
-        )])
+            &[("FAKE_MCP_TOOLS", "echo,add"), ("FAKE_MCP_CALL_LOG", log)],
+        )
     };
-    let sid = agent.new_session(&s.ws, server(&log1));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "one"}))]),
+            Reply::text("ok1"),
+            Reply::tool_calls(vec![
+                ("call_2", "fs__echo", json!({"text": "two"})),
+                ("call_3", "fs__add", json!({"a": 1, "b": 2})),
+            ]),
+            Reply::tool_calls(vec![("call_4", "fs__add", json!({"a": 3, "b": 4}))]),
+            Reply::text("ok2"),
+            Reply::tool_calls(vec![("call_5", "fs__echo", json!({"text": "three"}))]),
+            Reply::text("ok3"),
+        ])
+        .env(&ask_env())
+        .permission(PermissionPolicy::Custom(Arc::new(|p| {
+            let title = p["toolCall"]["title"].as_str().unwrap_or_default();
+            Some(if title.ends_with("echo") {
+                selected("allow_always")
+            } else {
+                selected("reject_always")
+            })
+        })))
+        .servers([server(&log1)])
+        .start();
     let r = agent.prompt(&sid, "first");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let r = agent.prompt(&sid, "second");
@@ -382,7 +346,7 @@ pub fn a7_allow_always_is_remembered_per_tool(ctx: &Ctx) {
     assert_denied(&agent, &sid, &ids[3], "remembered reject_always");
 
     // A new session asks again.
-    let sid2 = agent.new_session(&s.ws, server(&log2));
+    let sid2 = agent.new_session(&s.ws, json!([server(&log2)]));
     let r = agent.prompt(&sid2, "third");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     assert_eq!(
@@ -402,22 +366,15 @@ pub fn a7_allow_always_is_remembered_per_tool(ctx: &Ctx) {
 pub fn a7_permission_timeout_denies(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = call_then_text("fs__echo", json!({"text": "x"}));
-    let mut env = ask_env();
-    env.push(("BUZZ_AGENT_PERMISSION_TIMEOUT_SECS", "1"));
-    let agent = ctx.agent(&llm, &env, &s.ws);
-    agent.set_permission_policy(PermissionPolicy::NoReply);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(call_then_text("fs__echo", json!({"text": "x"})))
+        .env(&ask_env())
+        .env(&[("BUZZ_AGENT_PERMISSION_TIMEOUT_SECS", "1")])
+        .permission(PermissionPolicy::NoReply)
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let started = Instant::now();
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
-        Duration::from_secs(20),
-    );
+    let r = agent.prompt_timeout(&sid, "go", Duration::from_secs(20));
     let took = started.elapsed();
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     assert!(
@@ -445,24 +402,22 @@ pub fn a7_permission_timeout_denies(ctx: &Ctx) {
 pub fn a7_parallel_calls_each_ask(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![
-            ("call_a", "fs__echo", json!({"text": "A"})),
-            ("call_b", "fs__echo", json!({"text": "B"})),
-            ("call_c", "fs__add", json!({"a": 20, "b": 22})),
-        ]),
-        Reply::text("done"),
-    ]);
-    let agent = ctx.agent(&llm, &ask_env(), &s.ws);
-    agent.set_permission_policy(PermissionPolicy::NoReply);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![
+                ("call_a", "fs__echo", json!({"text": "A"})),
+                ("call_b", "fs__echo", json!({"text": "B"})),
+                ("call_c", "fs__add", json!({"a": 20, "b": 22})),
+            ]),
+            Reply::text("done"),
+        ])
+        .env(&ask_env())
+        .permission(PermissionPolicy::NoReply)
+        .fake_mcp(
             "fs",
-            &[("FAKE_MCP_TOOLS", "echo,add"), ("FAKE_MCP_CALL_LOG", &log)]
-        )]),
-    );
+            &[("FAKE_MCP_TOOLS", "echo,add"), ("FAKE_MCP_CALL_LOG", &log)],
+        )
+        .start();
     let prompt = agent.start_prompt(&sid, "three calls");
     agent.wait_until("three permission requests", Duration::from_secs(20), |t| {
         t.iter()
@@ -569,20 +524,20 @@ fn next_prompt_works(agent: &AgentProc, llm: &FakeLlm, sid: &str, text: &str) ->
 /// the next prompt works.
 pub fn a4_c04_cancel_during_llm_stream(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = ctx.fake_llm_with(|i, _| match i {
-        0 => Reply::text("Thinking about it, at length").stall_after_first_text(30_000),
-        _ => Reply::text("second answer"),
-    });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, json!([fake_mcp_entry("fs", &[])]));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|i, _| match i {
+            0 => Reply::text("Thinking about it, at length").stall_after_first_text(30_000),
+            _ => Reply::text("second answer"),
+        })
+        .fake_mcp("fs", &[])
+        .start();
     let prompt = agent.start_prompt(&sid, "think long");
     agent.wait_until("the first streamed chunk", Duration::from_secs(20), |t| {
         t.iter()
             .any(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
     });
     let since = Instant::now();
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
     expect_cancelled(&agent, &sid, &prompt, since, Duration::from_secs(3));
     assert_eq!(llm.requests().len(), 1, "no retry of a cancelled stream");
     next_prompt_works(&agent, &llm, &sid, "say ok");
@@ -592,23 +547,22 @@ pub fn a4_c04_cancel_during_llm_stream(ctx: &Ctx) {
 /// A4/L5: cancel during a 30 s `retry-after` backoff: answered at once, no retry is made.
 pub fn a4_cancel_during_backoff(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::with_handler(|i, _| match i {
-        0 => Reply::status(
-            429,
-            vec![("retry-after", "30")],
-            r#"{"error":{"message":"rate limited"}}"#,
-        ),
-        _ => Reply::text("fine now"),
-    });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, json!([]));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|i, _| match i {
+            0 => Reply::status(
+                429,
+                vec![("retry-after", "30")],
+                r#"{"error":{"message":"rate limited"}}"#,
+            ),
+            _ => Reply::text("fine now"),
+        })
+        .start();
     let prompt = agent.start_prompt(&sid, "hello");
     wait_for(&agent, "the retry backoff", Duration::from_secs(20), || {
         agent.stderr_text().contains("retrying in")
     });
     let since = Instant::now();
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
     expect_cancelled(&agent, &sid, &prompt, since, Duration::from_secs(3));
     assert_eq!(
         llm.requests().len(),
@@ -625,21 +579,19 @@ pub fn a4_cancel_during_backoff(ctx: &Ctx) {
 pub fn a4_cancel_during_permission_wait(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = call_then_text("fs__echo", json!({"text": "x"}));
-    let agent = ctx.agent(&llm, &ask_env(), &s.ws);
-    agent.set_permission_policy(PermissionPolicy::NoReply);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(call_then_text("fs__echo", json!({"text": "x"})))
+        .env(&ask_env())
+        .permission(PermissionPolicy::NoReply)
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let prompt = agent.start_prompt(&sid, "run it");
     agent.wait_until("the permission request", Duration::from_secs(20), |t| {
         t.iter()
             .any(|m| m["method"] == "session/request_permission")
     });
     let since = Instant::now();
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
     expect_cancelled(&agent, &sid, &prompt, since, Duration::from_secs(3));
     let ids = announced_ids(&agent, &sid);
     let last = last_tool_update(&agent.session_updates(&sid), &ids[0]).unwrap_or_default();
@@ -668,19 +620,16 @@ pub fn a4_cancel_during_permission_wait(ctx: &Ctx) {
 pub fn a4_c04_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = ctx.fake_llm_with(|i, _| match i {
-        0 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
-        _ => Reply::text("ok"),
-    });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|i, _| match i {
+            0 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
+            _ => Reply::text("ok"),
+        })
+        .fake_mcp(
             "fs",
-            &[("FAKE_MCP_TOOLS", "slow"), ("FAKE_MCP_CALL_LOG", &log)]
-        )]),
-    );
+            &[("FAKE_MCP_TOOLS", "slow"), ("FAKE_MCP_CALL_LOG", &log)],
+        )
+        .start();
     let prompt = agent.start_prompt(&sid, "call the slow tool");
     let call_id = wait_logged_call(&agent, &log, "slow");
     agent.wait_until("in_progress", Duration::from_secs(10), |t| {
@@ -688,7 +637,7 @@ pub fn a4_c04_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
             .any(|m| m["params"]["update"]["status"] == "in_progress")
     });
     let since = Instant::now();
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
     expect_cancelled(&agent, &sid, &prompt, since, Duration::from_secs(3));
     let logged = log_of(&log);
     let cancels: Vec<&Value> = logged
@@ -738,41 +687,21 @@ pub fn a4_c04_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
 pub fn a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled(ctx: &Ctx) {
     let s = Scratch::new();
     let (log_hang, log_obj) = (s.file("hang.log"), s.file("obj.log"));
-    let llm = FakeLlm::with_handler(|_, _| Reply::text("I am done."));
-    let agent = ctx.agent(
-        &llm,
-        &[
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|_, _| Reply::text("I am done."))
+        .env(&[
             ("MCP_HOOK_SERVERS", "hang,obj"),
             ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "1500"),
-        ],
-        &s.ws,
-    );
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([
-            fake_mcp_entry(
-                "hang",
-                &[
-                    ("FAKE_MCP_STOP", "1"),
-                    ("FAKE_MCP_STOP_MODE", "hang"),
-                    ("FAKE_MCP_CALL_LOG", &log_hang)
-                ]
-            ),
-            fake_mcp_entry(
-                "obj",
-                &[
-                    ("FAKE_MCP_STOP", "1"),
-                    ("FAKE_MCP_STOP_DELAY_MS", "400"),
-                    ("FAKE_MCP_CALL_LOG", &log_obj)
-                ]
-            ),
-        ]),
-    );
+        ])
+        .servers([
+            hook_server("hang", &log_hang, &[("FAKE_MCP_STOP_MODE", "hang")]),
+            hook_server("obj", &log_obj, &[("FAKE_MCP_STOP_DELAY_MS", "400")]),
+        ])
+        .start();
     let prompt = agent.start_prompt(&sid, "finish up");
     let hook_id = wait_logged_call(&agent, &log_hang, "_Stop");
     let since = Instant::now();
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
     expect_cancelled(
         &agent,
         &sid,
@@ -790,11 +719,7 @@ pub fn a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled(ctx: &C
         &agent,
         "the hook's cancellation",
         Duration::from_secs(5),
-        || {
-            log_of(&log_hang).iter().any(|m| {
-                m["method"] == "notifications/cancelled" && m["params"]["requestId"] == hook_id
-            })
-        },
+        || log_of(&log_hang).iter().any(|m| is_cancel_of(m, &hook_id)),
     );
     assert!(
         tool_call_announcements(&agent.session_updates(&sid)).is_empty(),
@@ -809,25 +734,19 @@ pub fn a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled(ctx: &C
 pub fn a4_a3_cancel_then_prompt_runs_the_new_prompt_after(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = ctx.fake_llm_with(|i, _| match i {
-        0 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
-        _ => Reply::text("second prompt done"),
-    });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|i, _| match i {
+            0 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
+            _ => Reply::text("second prompt done"),
+        })
+        .fake_mcp(
             "fs",
-            &[("FAKE_MCP_TOOLS", "slow"), ("FAKE_MCP_CALL_LOG", &log)]
-        )]),
-    );
+            &[("FAKE_MCP_TOOLS", "slow"), ("FAKE_MCP_CALL_LOG", &log)],
+        )
+        .start();
     let first = agent.start_prompt(&sid, "call the slow tool");
     wait_logged_call(&agent, &log, "slow");
-    let busy = agent.request(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "me too"}]}),
-    );
+    let busy = agent.prompt(&sid, "me too");
     let (code, msg) = agent.error(&busy);
     assert_eq!(code, -32602, "A3: {busy}");
     assert!(msg.contains("in flight"), "{msg}");
@@ -890,22 +809,19 @@ pub fn a4_a3_cancel_then_prompt_runs_the_new_prompt_after(ctx: &Ctx) {
 pub fn a4_c04_cancel_when_idle_and_twice_is_harmless(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = FakeLlm::with_handler(|i, _| match i {
-        0 => Reply::text("first"),
-        1 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
-        _ => Reply::text("later"),
-    });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|i, _| match i {
+            0 => Reply::text("first"),
+            1 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
+            _ => Reply::text("later"),
+        })
+        .fake_mcp(
             "fs",
-            &[("FAKE_MCP_TOOLS", "slow"), ("FAKE_MCP_CALL_LOG", &log)]
-        )]),
-    );
+            &[("FAKE_MCP_TOOLS", "slow"), ("FAKE_MCP_CALL_LOG", &log)],
+        )
+        .start();
     let before = agent.transcript().len();
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
     agent.send(
         &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "nope"}}),
     );
@@ -930,8 +846,8 @@ pub fn a4_c04_cancel_when_idle_and_twice_is_harmless(ctx: &Ctx) {
     let prompt = agent.start_prompt(&sid, "call the slow tool");
     wait_logged_call(&agent, &log, "slow");
     let since = Instant::now();
-    cancel(&agent, &sid);
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
+    agent.cancel(&sid);
     expect_cancelled(&agent, &sid, &prompt, since, Duration::from_secs(3));
     let cancels = log_of(&log)
         .iter()
@@ -939,7 +855,7 @@ pub fn a4_c04_cancel_when_idle_and_twice_is_harmless(ctx: &Ctx) {
         .count();
     assert_eq!(cancels, 1, "one notifications/cancelled for two cancels");
     // A stale cancel after the turn ended does not cancel the next prompt.
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
     next_prompt_works(&agent, &llm, &sid, "say ok");
     agent.assert_no_violations();
     agent.finish();
@@ -968,20 +884,14 @@ pub fn m9_crashed_server_recovers_after_backoff(ctx: &Ctx) {
         }
         _ => Reply::text("all done"),
     });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(llm)
+        .fake_mcp(
             "fs",
-            &[("FAKE_MCP_CRASH_AFTER", "1"), ("FAKE_MCP_CALL_LOG", &log)]
-        )]),
-    );
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "echo a b c d"}]}),
-        Duration::from_secs(40),
-    );
+            &[("FAKE_MCP_CRASH_AFTER", "1"), ("FAKE_MCP_CALL_LOG", &log)],
+        )
+        .start();
+    let r = agent.prompt_timeout(&sid, "echo a b c d", Duration::from_secs(40));
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 5);
@@ -1061,26 +971,18 @@ pub fn m9_three_deaths_make_it_permanent_and_tools_leave_the_list(ctx: &Ctx) {
         7 => Reply::text("yes").delay_ms(700),
         _ => Reply::status(500, vec![], r#"{"error":{"message":"script exhausted"}}"#),
     });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([
-            fake_mcp_entry(
-                "fs",
-                &[
-                    ("FAKE_MCP_TOOLS", "echo,crash"),
-                    ("FAKE_MCP_CALL_LOG", &log)
-                ]
-            ),
-            fake_mcp_entry("keep", &[]),
-        ]),
-    );
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "crash it three times"}]}),
-        Duration::from_secs(40),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(llm)
+        .fake_mcp(
+            "fs",
+            &[
+                ("FAKE_MCP_TOOLS", "echo,crash"),
+                ("FAKE_MCP_CALL_LOG", &log),
+            ],
+        )
+        .fake_mcp("keep", &[])
+        .start();
+    let r = agent.prompt_timeout(&sid, "crash it three times", Duration::from_secs(40));
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 7);
@@ -1153,18 +1055,16 @@ pub fn m6_tools_list_changed_relists(ctx: &Ctx) {
         2 => Reply::tool_calls(vec![("call_3", "fs__late", json!({"text": "new tool"}))]),
         _ => Reply::text("done"),
     });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(llm)
+        .fake_mcp(
             "fs",
             &[
                 ("FAKE_MCP_LIST_CHANGED_AFTER_CALL", "1"),
-                ("FAKE_MCP_CALL_LOG", &log)
-            ]
-        )]),
-    );
+                ("FAKE_MCP_CALL_LOG", &log),
+            ],
+        )
+        .start();
     let r = agent.prompt(&sid, "use the tools");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
@@ -1191,17 +1091,6 @@ pub fn m6_tools_list_changed_relists(ctx: &Ctx) {
 
 // ---- P1 / M8 shutdown ---------------------------------------------------------------------------
 
-fn read_pids(pidfile: &str) -> (i32, i32) {
-    let text = wait_file(pidfile, Duration::from_secs(10));
-    let mut it = text
-        .split_whitespace()
-        .map(|p| p.parse::<i32>().expect("pid"));
-    (
-        it.next().expect("server pid"),
-        it.next().expect("grandchild pid"),
-    )
-}
-
 /// P1/M8/C33: SIGTERM, SIGINT and SIGHUP (the client's terminal went away; handled like
 /// SIGTERM, docs/configuration.md) to the agent during a tool call: the pending prompt is
 /// answered `cancelled`, the server gets `notifications/cancelled`, the agent exits 0 within
@@ -1214,26 +1103,21 @@ pub fn p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly(ctx: &Ctx) {
     ] {
         let s = Scratch::new();
         let (pids_a, pids_b, log) = (s.file("a.pids"), s.file("b.pids"), s.file("a.log"));
-        let llm = FakeLlm::with_handler(|i, _| match i {
-            0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
-            _ => Reply::text("unexpected extra round"),
-        });
-        let agent = ctx.agent(&llm, &[], &s.ws);
-        agent.initialize();
-        let sid = agent.new_session(
-            &s.ws,
-            json!([
-                fake_mcp_entry(
-                    "a",
-                    &[
-                        ("FAKE_MCP_TOOLS", "slow"),
-                        ("FAKE_MCP_GRANDCHILD_PIDFILE", &pids_a),
-                        ("FAKE_MCP_CALL_LOG", &log)
-                    ]
-                ),
-                fake_mcp_entry("b", &[("FAKE_MCP_GRANDCHILD_PIDFILE", &pids_b)]),
-            ]),
-        );
+        let (_llm, agent, sid) = Setup::new(ctx, &s)
+            .handler(|i, _| match i {
+                0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
+                _ => Reply::text("unexpected extra round"),
+            })
+            .fake_mcp(
+                "a",
+                &[
+                    ("FAKE_MCP_TOOLS", "slow"),
+                    ("FAKE_MCP_GRANDCHILD_PIDFILE", &pids_a),
+                    ("FAKE_MCP_CALL_LOG", &log),
+                ],
+            )
+            .fake_mcp("b", &[("FAKE_MCP_GRANDCHILD_PIDFILE", &pids_b)])
+            .start();
         let (server_a, grand_a) = read_pids(&pids_a);
         let (server_b, grand_b) = read_pids(&pids_b);
         let prompt = agent.start_prompt(&sid, "run the slow tool");
@@ -1241,48 +1125,30 @@ pub fn p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly(ctx: &Ctx) {
         let mut watched = procfs::descendants(agent.pid());
         watched.extend([server_a, grand_a, server_b, grand_b]);
 
-        let started = Instant::now();
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(agent.pid(), signal) };
-        let status = agent.wait_exit(Duration::from_secs(10));
-        let took = started.elapsed();
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "P1 {name}: exit 0, got {status:?} after {took:?}{}",
-            agent.context()
+        assert_exits_cleanly(
+            &agent,
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+            &format!("P1 {name}"),
+            // SAFETY: kill(2) on our own child's pid.
+            || unsafe {
+                libc::kill(agent.pid(), signal);
+            },
         );
-        assert!(
-            took < Duration::from_secs(5),
-            "P1 {name}: exit took {took:?}"
+        assert_no_survivors(
+            &watched,
+            &[server_a, server_b],
+            Duration::from_secs(1),
+            &format!("M8 {name}"),
         );
-        let left = procfs::wait_all_dead(&watched, Duration::from_secs(1));
-        assert!(
-            left.is_empty(),
-            "M8 {name}: survivors: {:?}",
-            left.iter()
-                .map(|&p| procfs::describe(p))
-                .collect::<Vec<_>>()
-        );
-        for group in [server_a, server_b] {
-            assert!(
-                procfs::group_members(group).is_empty(),
-                "{name}: process group {group} has survivors"
-            );
-        }
-        agent.wait_until("the prompt response", Duration::from_secs(2), |t| {
-            t.iter()
-                .any(|m| m.get("method").is_none() && m["id"] == prompt)
-        });
-        let r = agent.response(&prompt).unwrap_or_default();
+        let r = agent.wait_response(&prompt, Duration::from_secs(2));
         assert_eq!(
             agent.result(&r)["stopReason"],
             "cancelled",
             "P1 {name}: the pending prompt is answered: {r}"
         );
         assert!(
-            log_of(&log).iter().any(|m| {
-                m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call_id
-            }),
+            log_of(&log).iter().any(|m| is_cancel_of(m, &call_id)),
             "{name}: the in-flight call is cancelled"
         );
         assert_tool_updates_well_formed(&agent.session_updates(&sid));
@@ -1297,23 +1163,13 @@ pub fn p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly(ctx: &Ctx) {
 pub fn m8_c34_sh_c_launcher_with_term_ignoring_grandchild_is_killed_on_agent_exit(ctx: &Ctx) {
     let s = Scratch::new();
     let pids = s.file("pids");
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![("call_1", "wrapped__echo", json!({"text": "via sh"}))]),
-        Reply::text("ok"),
-    ]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let launcher = json!({
-        "name": "wrapped",
-        "command": "sh",
-        "args": ["-c", "trap '' TERM; exec 3<&0; \"$0\" <&3 3<&- & wait", current_exe()],
-        "env": [
-            {"name": "BUZZ_E2E_ROLE", "value": "fake-mcp"},
-            {"name": "FAKE_MCP_IGNORE_TERM", "value": "1"},
-            {"name": "FAKE_MCP_GRANDCHILD_PIDFILE", "value": pids},
-        ],
-    });
-    let sid = agent.new_session(&s.ws, json!([launcher]));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "wrapped__echo", json!({"text": "via sh"}))]),
+            Reply::text("ok"),
+        ])
+        .servers([stubborn_launcher("wrapped", &pids, &[])])
+        .start();
     let r = agent.prompt(&sid, "call through the launcher");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     assert_eq!(
@@ -1336,28 +1192,19 @@ pub fn m8_c34_sh_c_launcher_with_term_ignoring_grandchild_is_killed_on_agent_exi
             "{p} in the launcher's group"
         );
     }
-    let started = Instant::now();
-    agent.close_stdin();
-    let status = agent.wait_exit(Duration::from_secs(10));
-    let took = started.elapsed();
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "exit 0 after EOF, got {status:?} after {took:?}{}",
-        agent.context()
+    assert_exits_cleanly(
+        &agent,
+        Duration::from_secs(10),
+        Duration::from_secs(8),
+        "M8: EOF, then close, 2 s, TERM, 2 s, KILL",
+        || agent.close_stdin(),
     );
-    assert!(
-        took < Duration::from_secs(8),
-        "M8: close, 2 s, TERM, 2 s, KILL — took {took:?}"
+    assert_no_survivors(
+        &[sh, server, grand],
+        &[sh],
+        Duration::from_secs(1),
+        "C34: the launcher's group",
     );
-    let left = procfs::wait_all_dead(&[sh, server, grand], Duration::from_secs(1));
-    assert!(
-        left.is_empty(),
-        "C34: survivors of the launcher's group: {:?}",
-        left.iter()
-            .map(|&p| procfs::describe(p))
-            .collect::<Vec<_>>()
-    );
-    assert!(procfs::group_members(sh).is_empty(), "group {sh} not empty");
     agent.finish();
 }
 
@@ -1378,9 +1225,7 @@ pub fn a4_cancel_of_a_stalled_stream_frees_its_worker_and_drops_its_connection(c
             _ => Reply::text("third answer"),
         },
     );
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, json!([]));
+    let (llm, agent, sid) = Setup::new(ctx, &s).llm(llm).start();
     let r = agent.prompt(&sid, "one");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     assert_eq!(llm.connections(), 1);
@@ -1405,7 +1250,7 @@ pub fn a4_cancel_of_a_stalled_stream_frees_its_worker_and_drops_its_connection(c
     };
     assert!(llm_threads() >= 1, "{:?}", agent.thread_names());
     let since = Instant::now();
-    cancel(&agent, &sid);
+    agent.cancel(&sid);
     expect_cancelled(&agent, &sid, &prompt, since, Duration::from_secs(3));
     // The stalled read ends when the connection is shut down, and the worker exits: nothing
     // waits for the 30 s stall or the read timeout.

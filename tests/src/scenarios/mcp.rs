@@ -1,9 +1,13 @@
 //! MCP server lifecycle: SPEC A2 (start-up failures), M1 (environment), M8 and P1 (shutdown) and
 //! cases C08, C33, C34.
 
-use super::util::{Scratch, wait_file};
-use crate::fake_llm::{FakeLlm, Reply};
-use crate::fake_mcp::{self, FAIL_START_STDERR};
+use super::setup::Setup;
+use super::util::{
+    Scratch, assert_exits_cleanly, assert_no_survivors, is_cancel_of, log_of, read_pids, wait_file,
+    wait_logged_call,
+};
+use crate::fake_llm::Reply;
+use crate::fake_mcp::FAIL_START_STDERR;
 use crate::harness::{AgentProc, Ctx, fake_mcp_entry};
 use crate::procfs;
 use serde_json::{Value, json};
@@ -20,10 +24,7 @@ fn assert_no_children_within(agent: &AgentProc, timeout: Duration, when: &str) {
         assert!(
             Instant::now() < deadline,
             "{when}: processes survive ({}){}",
-            left.iter()
-                .map(|&p| procfs::describe(p))
-                .collect::<Vec<_>>()
-                .join("; "),
+            procfs::describe_all(&left).join("; "),
             agent.context()
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -35,8 +36,9 @@ fn assert_no_children_within(agent: &AgentProc, timeout: Duration, when: &str) {
 /// reaped; the agent goes on serving.
 pub fn c08_mcp_start_failures_name_server_and_stderr(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(&llm, &[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "1")], &s.ws);
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .env(&[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "1")])
+        .spawn();
     agent.initialize();
     let good = fake_mcp_entry("ok", &[]);
     let fail = |servers: Value, bound: Duration| -> String {
@@ -122,17 +124,6 @@ pub fn c08_mcp_start_failures_name_server_and_stderr(ctx: &Ctx) {
     agent.finish();
 }
 
-fn read_pids(pidfile: &str) -> (i32, i32) {
-    let text = wait_file(pidfile, Duration::from_secs(10));
-    let mut it = text
-        .split_whitespace()
-        .map(|p| p.parse::<i32>().expect("pid"));
-    (
-        it.next().expect("server pid"),
-        it.next().expect("grandchild pid"),
-    )
-}
-
 /// M8/P1/C33/C34: EOF on stdin during a running (60 s) tool call: the turn is cancelled
 /// (`notifications/cancelled` to the server, prompt answered `cancelled`), every server is shut
 /// down — including one that ignores SIGTERM and EOF — with its grandchild, and the agent exits
@@ -140,12 +131,6 @@ fn read_pids(pidfile: &str) -> (i32, i32) {
 pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
     let s = Scratch::new();
     let (pid_a, pid_b, log_a) = (s.file("a.pids"), s.file("b.pids"), s.file("a.log"));
-    let llm = FakeLlm::with_handler(|i, _| match i {
-        0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
-        _ => Reply::text("unexpected extra round"),
-    });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
     let a = fake_mcp_entry(
         "a",
         &[
@@ -161,7 +146,13 @@ pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
             ("FAKE_MCP_GRANDCHILD_PIDFILE", &pid_b),
         ],
     );
-    let sid = agent.new_session(&s.ws, json!([a, b]));
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|i, _| match i {
+            0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
+            _ => Reply::text("unexpected extra round"),
+        })
+        .servers([a, b])
+        .start();
     let (server_a, grand_a) = read_pids(&pid_a);
     let (server_b, grand_b) = read_pids(&pid_b);
     for (server, grand) in [(server_a, grand_a), (server_b, grand_b)] {
@@ -186,60 +177,29 @@ pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
                 .any(|m| m["params"]["update"]["status"] == "in_progress")
         },
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let call_id = loop {
-        let log = fake_mcp::read_call_log(std::path::Path::new(&log_a));
-        if let Some(c) = fake_mcp::logged_tool_calls(&log).first() {
-            break c["id"].clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the slow call never reached server a"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let call_id = wait_logged_call(&agent, &log_a, "slow");
     let mut watched = procfs::descendants(agent.pid());
     watched.extend([server_a, grand_a, server_b, grand_b]);
 
-    let started = Instant::now();
-    agent.close_stdin();
-    let status = agent.wait_exit(Duration::from_secs(8));
-    let took = started.elapsed();
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "P1: exit 0 within 8 s of EOF, got {status:?} after {took:?}{}",
-        agent.context()
+    assert_exits_cleanly(
+        &agent,
+        Duration::from_secs(8),
+        Duration::from_secs(6),
+        "P1/C33: EOF with a stubborn server",
+        || agent.close_stdin(),
     );
-    assert!(
-        took < Duration::from_secs(6),
-        "P1/C33: exit within about 5 s of EOF even with a stubborn server, took {took:?}"
+    assert_no_survivors(
+        &watched,
+        &[server_a, server_b],
+        Duration::from_secs(1),
+        "M8: after the agent exited",
     );
-    let left = procfs::wait_all_dead(&watched, Duration::from_secs(1));
+    let log = log_of(&log_a);
     assert!(
-        left.is_empty(),
-        "M8: survivors after the agent exited: {:?}",
-        left.iter()
-            .map(|&p| procfs::describe(p))
-            .collect::<Vec<_>>()
-    );
-    for group in [server_a, server_b] {
-        assert!(
-            procfs::group_members(group).is_empty(),
-            "process group {group} has survivors"
-        );
-    }
-    let log = fake_mcp::read_call_log(std::path::Path::new(&log_a));
-    assert!(
-        log.iter().any(
-            |m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call_id
-        ),
+        log.iter().any(|m| is_cancel_of(m, &call_id)),
         "P1/A4: the in-flight call {call_id} gets notifications/cancelled: {log:#?}"
     );
-    agent.wait_until("the prompt response", Duration::from_secs(2), |t| {
-        t.iter()
-            .any(|m| m.get("method").is_none() && m["id"] == prompt)
-    });
-    let r = agent.response(&prompt).unwrap_or_default();
+    let r = agent.wait_response(&prompt, Duration::from_secs(2));
     assert_eq!(
         agent.result(&r)["stopReason"],
         "cancelled",
@@ -254,19 +214,6 @@ pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
 pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
     let s = Scratch::new();
     let (dump_a, dump_b) = (s.file("env-a.json"), s.file("env-b.json"));
-    let llm = FakeLlm::scripted(vec![]);
-    let agent = ctx.agent(
-        &llm,
-        &[
-            ("ANTHROPIC_API_KEY", "sk-ant-secret"),
-            ("MCP_HOOK_SERVERS", "*"),
-            ("BUZZ_AGENT_MAX_ROUNDS", "50"),
-            ("E2E_PASSTHROUGH", "visible"),
-            ("SHARED_VAR", "from-agent"),
-        ],
-        &s.ws,
-    );
-    agent.initialize();
     let a = fake_mcp_entry(
         "a",
         &[
@@ -280,7 +227,16 @@ pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
         "command": crate::harness::current_exe(),
         "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_ENV_DUMP": dump_b, "MAPVAR": "1"},
     });
-    agent.new_session(&s.ws, json!([a, b]));
+    let (_llm, agent, _sid) = Setup::new(ctx, &s)
+        .env(&[
+            ("ANTHROPIC_API_KEY", "sk-ant-secret"),
+            ("MCP_HOOK_SERVERS", "*"),
+            ("BUZZ_AGENT_MAX_ROUNDS", "50"),
+            ("E2E_PASSTHROUGH", "visible"),
+            ("SHARED_VAR", "from-agent"),
+        ])
+        .servers([a, b])
+        .start();
     let read = |p: &str| -> serde_json::Map<String, Value> {
         serde_json::from_str(&wait_file(p, Duration::from_secs(5))).expect("env dump is JSON")
     };

@@ -16,54 +16,8 @@ mod providers;
 mod stderr;
 mod tools;
 
-/// Shared helpers for scenario bodies.
-pub(crate) mod util {
-    use std::path::{Path, PathBuf};
-
-    /// A scratch directory plus a workspace directory `ws` inside it (the session cwd). The
-    /// path is canonical, so it compares equal to what a child reads from `getcwd`.
-    pub struct Scratch {
-        pub dir: tempfile::TempDir,
-        pub ws: PathBuf,
-    }
-
-    impl Scratch {
-        pub fn new() -> Scratch {
-            let dir = tempfile::Builder::new()
-                .prefix("buzz-e2e-")
-                .tempdir()
-                .expect("tempdir");
-            let ws = dir.path().canonicalize().expect("canonicalize").join("ws");
-            std::fs::create_dir(&ws).expect("mkdir ws");
-            Scratch { dir, ws }
-        }
-
-        /// A path in the scratch dir (outside the workspace), as a string.
-        pub fn file(&self, name: &str) -> String {
-            path_str(&self.dir.path().join(name))
-        }
-    }
-
-    pub fn path_str(p: &Path) -> String {
-        p.to_str().expect("UTF-8 path").to_string()
-    }
-
-    /// Waits until `path` exists and is non-empty; returns its content.
-    pub fn wait_file(path: &str, timeout: std::time::Duration) -> String {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            match std::fs::read_to_string(path) {
-                Ok(s) if !s.is_empty() => return s,
-                _ => {}
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{path} was not written within {timeout:?}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-}
+pub(crate) mod setup;
+pub(crate) mod util;
 
 macro_rules! list {
     ($($module:ident :: $name:ident),* $(,)?) => {
@@ -75,12 +29,15 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
     list![
         acp::a1_initialize_capabilities,
         cli::c1_p3_c30_help_version_and_config_errors,
+        cli::c1_every_configuration_error_is_reported_in_one_run,
+        cli::p3_a_terminal_on_stdin_gets_a_hint_and_a_pipe_does_not,
         acp::c01_garbage_and_bom_lines_keep_serving,
         acp::t3_oversized_line_is_answered_once_and_reading_continues,
         acp::c50_a_request_over_the_line_cap_is_answered_with_its_own_id,
         acp::t4_unknown_method_bad_params_invalid_request,
         acp::c03_unknown_session_is_32002_everywhere,
         acp::c07_relative_cwd_rejected,
+        acp::a3_the_readme_copy_paste_session_reaches_end_turn,
         tools::l1_l4_five_round_tool_prompt,
         tools::l2_unknown_and_hook_tool_names_are_unknown_tool,
         tools::l2_c26_invalid_tool_arguments_are_error_results_and_empty_means_empty_object,
@@ -165,7 +122,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
     ]
 }
 
-/// The scenarios of the `extras` subcommands (`demo`, `example-server`, `hooks check`): run
+/// The scenarios of the `extras` subcommands (`demo`, `exec`, `example-server`, `hooks check`): run
 /// against a binary built with them, reported ignored against one without.
 pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
     list![
@@ -173,6 +130,15 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         cli::p3_e2_hooks_check_passes_the_todo_example,
         cli::p3_e1_hooks_check_shows_testguard_objection,
         cli::p3_hooks_check_reports_a_hanging_hook,
+        cli::p3_c57_hooks_check_fails_without_a_hook_point_and_names_near_misses,
+        cli::p3_c57_hooks_check_shows_the_servers_error_text_and_prefixes_its_stderr,
+        cli::p3_c57_hooks_check_flags_answers_that_object_only_by_their_shape,
+        cli::p3_hooks_check_reports_an_exited_server_at_once,
+        cli::p3_hooks_alone_prints_its_usage,
+        cli::p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook,
+        cli::a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads,
+        cli::l5_exec_prints_an_llm_error_and_exits_1,
+        cli::c1_exec_usage_config_file_and_configuration_errors_exit_2,
     ]
 }
 

@@ -1,48 +1,22 @@
 //! The three provider routes and their faults: SPEC L5–L9, A3, A4 and cases C21–C24, C28.
 //! Every fault scenario states its expected outcome in its doc comment; every wait is bounded.
 
-use super::util::Scratch;
-use crate::fake_llm::{FakeLlm, Reply, Wire};
+use super::setup::Setup;
+use super::util::{Scratch, log_of};
+use crate::fake_llm::{Reply, Wire};
 use crate::fake_mcp;
 use crate::harness::{
     AgentProc, Ctx, agent_text, assert_tool_updates_well_formed, assert_updates_precede_response,
-    fake_mcp_entry, tool_call_announcements, tool_update_text,
+    tool_call_announcements, tool_update_text,
 };
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// A session on `wire` against `llm`; with `mcp`, one fake MCP server `fs` (tool `echo`) whose
-/// traffic is logged to the returned path.
-fn open(
-    ctx: &Ctx,
-    wire: Wire,
-    llm: &FakeLlm,
-    extra: &[(&str, &str)],
-    mcp: bool,
-) -> (Scratch, AgentProc, String, String) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
-    let agent = ctx.agent_on(wire, llm, extra, &s.ws);
-    agent.initialize();
-    let servers = if mcp {
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])])
-    } else {
-        json!([])
-    };
-    let sid = agent.new_session(&s.ws, servers);
-    (s, agent, sid, log)
-}
 
 /// `session/prompt` with one text block, answered within `secs`; returns the response and how
 /// long it took.
 fn prompt(agent: &AgentProc, sid: &str, text: &str, secs: u64) -> (Value, Duration) {
     let started = Instant::now();
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
-        Duration::from_secs(secs),
-    );
+    let r = agent.prompt_timeout(sid, text, Duration::from_secs(secs));
     (r, started.elapsed())
 }
 
@@ -94,10 +68,7 @@ fn gap(a: &crate::fake_llm::RecordedRequest, b: &crate::fake_llm::RecordedReques
 }
 
 fn tool_calls_logged(log: &str) -> Vec<Value> {
-    if !Path::new(log).exists() {
-        return Vec::new();
-    }
-    fake_mcp::logged_tool_calls(&fake_mcp::read_call_log(Path::new(log)))
+    fake_mcp::logged_tool_calls(&log_of(log))
 }
 
 /// One Chat Completions chunk as an SSE event.
@@ -151,8 +122,13 @@ fn five_rounds_on(ctx: &Ctx, wire: Wire) {
         replies.push(r);
     }
     replies.push(Reply::text("All done, five echoes.").usage(Some((700, 20))));
-    let llm = FakeLlm::scripted(replies);
-    let (_s, agent, sid, log) = open(ctx, wire, &llm, &[], true);
+    let s = Scratch::new();
+    let log = s.file("calls.log");
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .wire(wire)
+        .replies(replies)
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let prompt_text = "Echo r1 to r5, one per round, then say you are done.";
     let pid = agent.start_prompt(&sid, prompt_text);
     let resp = agent.wait_response(&pid, Duration::from_secs(30));
@@ -292,15 +268,17 @@ fn five_rounds_on(ctx: &Ctx, wire: Wire) {
 /// request comes ≥ 0.9 s after the first and is the same request, the turn ends `end_turn` with
 /// only the second stream's text.
 pub fn l5_c28_429_retry_after_is_honoured_then_success(ctx: &Ctx) {
-    let llm = FakeLlm::scripted(vec![
-        Reply::status(
-            429,
-            vec![("retry-after", "1")],
-            r#"{"error":{"message":"rate limited","type":"rate_limit_error"}}"#,
-        ),
-        Reply::text("after the wait"),
-    ]);
-    let (_s, agent, sid, _) = open(ctx, Wire::Chat, &llm, &[], false);
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::status(
+                429,
+                vec![("retry-after", "1")],
+                r#"{"error":{"message":"rate limited","type":"rate_limit_error"}}"#,
+            ),
+            Reply::text("after the wait"),
+        ])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "hi", 15);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     assert_eq!(agent_text(&agent.session_updates(&sid)), "after the wait");
@@ -322,20 +300,23 @@ pub fn l5_c28_429_retry_after_is_honoured_then_success(ctx: &Ctx) {
 /// good stream. Expected: two retries with exponential backoff (≈0.5 s, then ≈1 s, ±25 %),
 /// `end_turn`, three requests.
 pub fn l5_c28_529_then_503_back_off_then_success(ctx: &Ctx) {
-    let llm = ctx.fake_llm(vec![
-        Reply::status(
-            529,
-            vec![],
-            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
-        ),
-        Reply::status(
-            503,
-            vec![],
-            r#"{"type":"error","error":{"type":"api_error","message":"unavailable"}}"#,
-        ),
-        Reply::text("third time lucky"),
-    ]);
-    let (_s, agent, sid, _) = open(ctx, Wire::Anthropic, &llm, &[], false);
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .wire(Wire::Anthropic)
+        .replies(vec![
+            Reply::status(
+                529,
+                vec![],
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ),
+            Reply::status(
+                503,
+                vec![],
+                r#"{"type":"error","error":{"type":"api_error","message":"unavailable"}}"#,
+            ),
+            Reply::text("third time lucky"),
+        ])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "hi", 20);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     assert_eq!(agent_text(&agent.session_updates(&sid)), "third time lucky");
@@ -362,11 +343,14 @@ pub fn l6_overloaded_error_event_before_text_is_retried(ctx: &Ctx) {
         event: ping\ndata: {\"type\": \"ping\"}\n\n\
         event: error\n\
         data: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n";
-    let llm = FakeLlm::scripted(vec![
-        Reply::raw_sse(overloaded),
-        Reply::text("after overload"),
-    ]);
-    let (_s, agent, sid, _) = open(ctx, Wire::Anthropic, &llm, &[], false);
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .wire(Wire::Anthropic)
+        .replies(vec![
+            Reply::raw_sse(overloaded),
+            Reply::text("after overload"),
+        ])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "hi", 15);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     assert_eq!(agent_text(&agent.session_updates(&sid)), "after overload");
@@ -404,8 +388,13 @@ pub fn c24_body_cut_mid_event_is_retried_then_succeeds(ctx: &Ctx) {
         } else {
             cut.cut_in_piece(at)
         };
-        let llm = ctx.fake_llm(vec![cut, Reply::text("recovered")]);
-        let (_s, agent, sid, log) = open(ctx, wire, &llm, &[], true);
+        let s = Scratch::new();
+        let log = s.file("calls.log");
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .replies(vec![cut, Reply::text("recovered")])
+            .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+            .start();
         let (resp, _) = prompt(&agent, &sid, "hi", 15);
         assert_eq!(stop_reason(&agent, &resp), "end_turn", "{wire:?}: {resp}");
         let ups = agent.session_updates(&sid);
@@ -427,11 +416,13 @@ pub fn c24_body_cut_mid_event_is_retried_then_succeeds(ctx: &Ctx) {
 /// C24 a/L7: a Chat Completions stream with `finish_reason: "stop"` that ends (clean HTTP end)
 /// without `data: [DONE]`. Expected: success without retry — one request, `end_turn`.
 pub fn c24_finish_without_done_is_success_without_retry(ctx: &Ctx) {
-    let llm = FakeLlm::scripted(vec![
-        Reply::text("complete but no DONE").without_done(),
-        Reply::text("a retry must not happen"),
-    ]);
-    let (_s, agent, sid, _) = open(ctx, Wire::Chat, &llm, &[], false);
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::text("complete but no DONE").without_done(),
+            Reply::text("a retry must not happen"),
+        ])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "hi", 10);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     let ups = agent.session_updates(&sid);
@@ -450,17 +441,14 @@ pub fn c24_finish_without_done_is_success_without_retry(ctx: &Ctx) {
 /// `BUZZ_AGENT_LLM_TIMEOUT_SECS=1`. Expected: the idle timeout fails the attempt after ≈1 s
 /// (long before the stall ends), it is retried after a backoff, `end_turn`.
 pub fn l5_c24_stalled_body_hits_idle_timeout_and_is_retried(ctx: &Ctx) {
-    let llm = FakeLlm::scripted(vec![
-        Reply::raw_sse("").stall_after_ms(3000),
-        Reply::text("after the stall"),
-    ]);
-    let (_s, agent, sid, _) = open(
-        ctx,
-        Wire::Chat,
-        &llm,
-        &[("BUZZ_AGENT_LLM_TIMEOUT_SECS", "1")],
-        false,
-    );
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::raw_sse("").stall_after_ms(3000),
+            Reply::text("after the stall"),
+        ])
+        .env(&[("BUZZ_AGENT_LLM_TIMEOUT_SECS", "1")])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "hi", 15);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     assert_eq!(agent_text(&agent.session_updates(&sid)), "after the stall");
@@ -477,20 +465,17 @@ pub fn l5_c24_stalled_body_hits_idle_timeout_and_is_retried(ctx: &Ctx) {
 /// L5/A3: the same stall with `BUZZ_AGENT_LLM_MAX_ATTEMPTS=1`. Expected: no retry; the prompt
 /// fails after ≈1 s with -32000 `llm: …` naming the idle timeout.
 pub fn l5_stalled_body_with_one_attempt_is_an_llm_error(ctx: &Ctx) {
-    let llm = FakeLlm::scripted(vec![
-        Reply::raw_sse("").stall_after_ms(3000),
-        Reply::text("a retry must not happen"),
-    ]);
-    let (_s, agent, sid, _) = open(
-        ctx,
-        Wire::Chat,
-        &llm,
-        &[
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::raw_sse("").stall_after_ms(3000),
+            Reply::text("a retry must not happen"),
+        ])
+        .env(&[
             ("BUZZ_AGENT_LLM_TIMEOUT_SECS", "1"),
             ("BUZZ_AGENT_LLM_MAX_ATTEMPTS", "1"),
-        ],
-        false,
-    );
+        ])
+        .start();
     let (resp, took) = prompt(&agent, &sid, "hi", 10);
     let msg = llm_error(&agent, &resp, "llm:");
     let lower = msg.to_ascii_lowercase();
@@ -517,19 +502,16 @@ pub fn l5_retries_exhausted_is_an_llm_error_naming_the_status(ctx: &Ctx) {
             r#"{"error":{"message":"upstream unavailable"}}"#,
         )
     };
-    let llm = FakeLlm::scripted(vec![
-        unavailable(),
-        unavailable(),
-        unavailable(),
-        Reply::text("too late"),
-    ]);
-    let (_s, agent, sid, _) = open(
-        ctx,
-        Wire::Chat,
-        &llm,
-        &[("BUZZ_AGENT_LLM_MAX_ATTEMPTS", "2")],
-        false,
-    );
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            unavailable(),
+            unavailable(),
+            unavailable(),
+            Reply::text("too late"),
+        ])
+        .env(&[("BUZZ_AGENT_LLM_MAX_ATTEMPTS", "2")])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "hi", 15);
     let msg = llm_error(&agent, &resp, "llm:");
     assert!(
@@ -549,15 +531,18 @@ pub fn l5_retries_exhausted_is_an_llm_error_naming_the_status(ctx: &Ctx) {
 /// retry (one request).
 pub fn l5_401_is_llm_auth_error_without_retry(ctx: &Ctx) {
     for wire in Wire::ALL {
-        let llm = FakeLlm::scripted(vec![
+        let s = Scratch::new();
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .replies(vec![
             Reply::status(
                 401,
                 vec![],
                 r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
             ),
             Reply::text("a retry must not happen"),
-        ]);
-        let (_s, agent, sid, _) = open(ctx, wire, &llm, &[], false);
+        ])
+            .start();
         let (resp, _) = prompt(&agent, &sid, "hi", 10);
         let msg = llm_error(&agent, &resp, "llm auth:");
         assert!(msg.contains("invalid x-api-key"), "{wire:?}: {msg:?}");
@@ -572,15 +557,18 @@ pub fn l5_401_is_llm_auth_error_without_retry(ctx: &Ctx) {
 /// prompt's request carries both prompts.
 pub fn l5_400_is_an_llm_error_with_the_provider_message(ctx: &Ctx) {
     for wire in Wire::ALL {
-        let llm = FakeLlm::scripted(vec![
+        let s = Scratch::new();
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .replies(vec![
             Reply::status(
                 400,
                 vec![],
                 r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.0: something is off"}}"#,
             ),
             Reply::text("second prompt answered"),
-        ]);
-        let (_s, agent, sid, _) = open(ctx, wire, &llm, &[], false);
+        ])
+            .start();
         let (resp, _) = prompt(&agent, &sid, "first prompt", 10);
         let msg = llm_error(&agent, &resp, "llm:");
         assert!(
@@ -611,8 +599,11 @@ pub fn l5_text_streamed_then_cut_is_not_retried(ctx: &Ctx) {
             .iter()
             .position(|p| p.contains("\" that\""))
             .unwrap_or_else(|| panic!("{wire:?}: no third text piece in {pieces:#?}"));
-        let llm = FakeLlm::scripted(vec![reply.cut_in_piece(at), Reply::text("no retry")]);
-        let (_s, agent, sid, _) = open(ctx, wire, &llm, &[], false);
+        let s = Scratch::new();
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .replies(vec![reply.cut_in_piece(at), Reply::text("no retry")])
+            .start();
         let (resp, _) = prompt(&agent, &sid, "hi", 10);
         llm_error(&agent, &resp, "llm:");
         assert_eq!(
@@ -634,15 +625,18 @@ pub fn l5_text_streamed_then_cut_is_not_retried(ctx: &Ctx) {
 /// the backoff. Expected: the prompt is answered `cancelled` within 3 s of the cancel, and no
 /// second request is made. (`lifecycle::a4_cancel_during_backoff` covers Chat with a 429.)
 pub fn a4_l5_cancel_during_long_backoff_is_prompt(ctx: &Ctx) {
-    let llm = FakeLlm::scripted(vec![
-        Reply::status(
-            529,
-            vec![("retry-after", "30")],
-            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
-        ),
-        Reply::text("must not be requested"),
-    ]);
-    let (_s, agent, sid, _) = open(ctx, Wire::Anthropic, &llm, &[], false);
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .wire(Wire::Anthropic)
+        .replies(vec![
+            Reply::status(
+                529,
+                vec![("retry-after", "30")],
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ),
+            Reply::text("must not be requested"),
+        ])
+        .start();
     let pid = agent.start_prompt(&sid, "hi");
     assert_eq!(llm.wait_requests(1, Duration::from_secs(10)).len(), 1);
     // Let the agent read the 429 and enter its backoff (its warning says so), bounded.
@@ -652,8 +646,7 @@ pub fn a4_l5_cancel_during_long_backoff_is_prompt(ctx: &Ctx) {
     }
     std::thread::sleep(Duration::from_millis(100));
     let cancelled_at = Instant::now();
-    agent
-        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+    agent.cancel(&sid);
     let resp = agent.wait_response(&pid, Duration::from_secs(3));
     let took = cancelled_at.elapsed();
     assert_eq!(stop_reason(&agent, &resp), "cancelled", "{resp}");
@@ -668,8 +661,11 @@ pub fn a4_l5_cancel_during_long_backoff_is_prompt(ctx: &Ctx) {
 /// (`é`, `🐝`) are cut. Expected: the exact text `héllo 🐝`, `end_turn`.
 pub fn l9_utf8_split_inside_characters_gives_exact_text(ctx: &Ctx) {
     for wire in Wire::ALL {
-        let llm = FakeLlm::scripted(vec![Reply::text("héllo 🐝").split_every(1)]);
-        let (_s, agent, sid, _) = open(ctx, wire, &llm, &[], false);
+        let s = Scratch::new();
+        let (_llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .replies(vec![Reply::text("héllo 🐝").split_every(1)])
+            .start();
         let (resp, _) = prompt(&agent, &sid, "hi", 15);
         assert_eq!(stop_reason(&agent, &resp), "end_turn", "{wire:?}: {resp}");
         let ups = agent.session_updates(&sid);
@@ -715,8 +711,11 @@ pub fn l9_lone_surrogate_becomes_replacement_character(ctx: &Ctx) {
         ),
     ];
     for (wire, body) in bodies {
-        let llm = FakeLlm::scripted(vec![Reply::raw_sse(body)]);
-        let (_s, agent, sid, _) = open(ctx, wire, &llm, &[], false);
+        let s = Scratch::new();
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .replies(vec![Reply::raw_sse(body)])
+            .start();
         let (resp, _) = prompt(&agent, &sid, "hi", 10);
         assert_eq!(stop_reason(&agent, &resp), "end_turn", "{wire:?}: {resp}");
         let ups = agent.session_updates(&sid);
@@ -770,8 +769,12 @@ pub fn c21_tool_call_deltas_without_ids_get_synthesised_paired_ids(ctx: &Ctx) {
         "data: [DONE]\n\n".to_string(),
     ]
     .concat();
-    let llm = FakeLlm::scripted(vec![Reply::raw_sse(body), Reply::text("three echoed")]);
-    let (_s, agent, sid, log) = open(ctx, Wire::Chat, &llm, &[], true);
+    let s = Scratch::new();
+    let log = s.file("calls.log");
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![Reply::raw_sse(body), Reply::text("three echoed")])
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "echo a b c", 15);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     let ups = agent.session_updates(&sid);
@@ -836,8 +839,10 @@ pub fn c22_usage_only_and_empty_choices_chunks_are_accepted(ctx: &Ctx) {
     ]
     .map(|l| format!("{l}\n\n"))
     .concat();
-    let llm = FakeLlm::scripted(vec![Reply::raw_sse(body)]);
-    let (_s, agent, sid, _) = open(ctx, Wire::Chat, &llm, &[], false);
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![Reply::raw_sse(body)])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "hi", 10);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     let ups = agent.session_updates(&sid);
@@ -875,13 +880,17 @@ pub fn c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools(ctx
         "data: [DONE]\n\n".to_string(),
     ]
     .concat();
-    let llm = FakeLlm::scripted(vec![
-        Reply::raw_sse(missing),
-        Reply::text("checked"),
-        Reply::raw_sse(stop),
-        Reply::text("checked again"),
-    ]);
-    let (_s, agent, sid, log) = open(ctx, Wire::Chat, &llm, &[], true);
+    let s = Scratch::new();
+    let log = s.file("calls.log");
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::raw_sse(missing),
+            Reply::text("checked"),
+            Reply::raw_sse(stop),
+            Reply::text("checked again"),
+        ])
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let (resp, _) = prompt(&agent, &sid, "check", 15);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     let (resp, _) = prompt(&agent, &sid, "check again", 15);
@@ -916,13 +925,15 @@ pub fn c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools(ctx
 /// close). Expected: the turn completes `end_turn` with the text within a short grace (< 3 s),
 /// without waiting for the idle timeout or the close, and without a retry.
 pub fn c24_finish_then_connection_left_open_completes_after_grace(ctx: &Ctx) {
-    let llm = FakeLlm::scripted(vec![
-        Reply::text("finished, socket open")
-            .without_done()
-            .stall_after_ms(4000),
-        Reply::text("a retry must not happen"),
-    ]);
-    let (_s, agent, sid, _) = open(ctx, Wire::Chat, &llm, &[], false);
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::text("finished, socket open")
+                .without_done()
+                .stall_after_ms(4000),
+            Reply::text("a retry must not happen"),
+        ])
+        .start();
     let (resp, took) = prompt(&agent, &sid, "hi", 10);
     assert_eq!(stop_reason(&agent, &resp), "end_turn", "{resp}");
     assert_eq!(
@@ -941,7 +952,7 @@ pub fn c24_finish_then_connection_left_open_completes_after_grace(ctx: &Ctx) {
 /// long-lived LLM worker, where a thread per call reconnected whenever the next call started
 /// before the previous thread had put its connection back.
 pub fn l7_every_round_of_a_session_uses_one_kept_alive_connection(ctx: &Ctx) {
-    let llm = FakeLlm::with_options(
+    let llm = crate::fake_llm::FakeLlm::with_options(
         crate::fake_llm::Options {
             keep_alive: true,
             ..crate::fake_llm::Options::default()
@@ -954,7 +965,8 @@ pub fn l7_every_round_of_a_session_uses_one_kept_alive_connection(ctx: &Ctx) {
             }
         },
     );
-    let (_s, agent, sid, _log) = open(ctx, Wire::Chat, &llm, &[], true);
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s).llm(llm).fake_mcp("fs", &[]).start();
     for prompt_no in 0..2 {
         let (r, _) = prompt(&agent, &sid, "echo five times", 30);
         assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");

@@ -2,10 +2,11 @@
 //! and a child's stderr never grows the agent's memory (case C52). Both are runtime faults, so
 //! they run against both binaries like every scenario.
 
+use super::setup::Setup;
 use super::util::Scratch;
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::fake_mcp::{FLOOD_DONE, NOISY_LINE_BYTES};
-use crate::harness::{AgentProc, Ctx, StderrMode, fake_mcp_entry};
+use crate::harness::{AgentProc, Ctx, StderrMode};
 use crate::procfs;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -24,11 +25,7 @@ const PROMPT_LIMIT: Duration = Duration::from_secs(60);
 
 fn prompt_end_turn(agent: &AgentProc, sid: &str) -> Duration {
     let started = Instant::now();
-    let r = agent.request_timeout(
-        "session/prompt",
-        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}),
-        PROMPT_LIMIT,
-    );
+    let r = agent.prompt_timeout(sid, "go", PROMPT_LIMIT);
     let took = started.elapsed();
     assert_eq!(
         agent.result(&r)["stopReason"],
@@ -55,17 +52,15 @@ fn dropped_lines(log: &str) -> u64 {
 /// One C51 session: the model calls the chatty server's `noisy` tool twice (300 KB of stderr
 /// each), then answers. Returns the prompt's duration and the agent, still running.
 fn chatty_session(ctx: &Ctx, s: &Scratch, stderr: StderrMode) -> (Duration, AgentProc, FakeLlm) {
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![("call_1", "fs__noisy", json!({"bytes": NOISY_BYTES}))]),
-        Reply::tool_calls(vec![("call_2", "fs__noisy", json!({"bytes": NOISY_BYTES}))]),
-        Reply::text("both done"),
-    ]);
-    let agent = ctx.agent_with_stderr(&llm, &[], &s.ws, stderr);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "noisy")])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__noisy", json!({"bytes": NOISY_BYTES}))]),
+            Reply::tool_calls(vec![("call_2", "fs__noisy", json!({"bytes": NOISY_BYTES}))]),
+            Reply::text("both done"),
+        ])
+        .stderr(stderr)
+        .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "noisy")])
+        .start();
     let took = prompt_end_turn(&agent, &sid);
     (took, agent, llm)
 }
@@ -153,21 +148,18 @@ pub fn c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted(ctx: &
 /// its stderr and the second tool call's result.
 fn flood_session(ctx: &Ctx, bytes: u64) -> (u64, String, Option<String>) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![("call_1", "fs__flood", json!({"bytes": bytes}))]),
-        Reply::tool_calls(vec![(
-            "call_2",
-            "fs__echo",
-            json!({"text": "after the flood"}),
-        )]),
-        Reply::text("done"),
-    ]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "flood,echo")])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__flood", json!({"bytes": bytes}))]),
+            Reply::tool_calls(vec![(
+                "call_2",
+                "fs__echo",
+                json!({"text": "after the flood"}),
+            )]),
+            Reply::text("done"),
+        ])
+        .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "flood,echo")])
+        .start();
     prompt_end_turn(&agent, &sid);
     let hwm = procfs::peak_rss_kib(agent.pid()).expect("the agent's VmHWM");
     let reqs = llm.requests();
@@ -242,15 +234,16 @@ pub fn a6_unread_stdout_never_blocks_the_loop_and_loses_no_line(ctx: &Ctx) {
         .map(|i| format!("{i:05} {}|", "x".repeat(93)))
         .collect();
     let big = text.clone();
-    let llm = ctx.fake_llm_with(move |i, _| match i {
+    let handler = move |i: usize, _: &crate::fake_llm::RecordedRequest| match i {
         0 => Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "after"}))])
             .with_text(big.clone())
             .deltas(DELTAS),
         _ => Reply::text("done"),
-    });
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, json!([fake_mcp_entry("fs", &[])]));
+    };
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(handler)
+        .fake_mcp("fs", &[])
+        .start();
     agent.pause_stdout();
     let prompt = agent.start_prompt(&sid, "stream a lot, then echo");
     // With stdout full, the loop still runs the tool and makes the next LLM call.

@@ -1,8 +1,9 @@
 //! The agent loop with real MCP tool calls: SPEC L1–L4, L7, A6, A8, M4, M5, M7, T6 and cases
 //! C02, C11, C26.
 
-use super::util::Scratch;
-use crate::fake_llm::{FakeLlm, Reply, Wire};
+use super::setup::Setup;
+use super::util::{Scratch, log_of};
+use crate::fake_llm::{Reply, Wire};
 use crate::fake_mcp::{self, CRASH_STDERR, GARBAGE_AFTER_REPLY, GARBAGE_BANNER, big_text};
 use crate::harness::{
     Ctx, agent_text, assert_tool_updates_well_formed, assert_updates_precede_response, current_exe,
@@ -40,13 +41,10 @@ pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
         replies.push(r);
     }
     replies.push(Reply::text("All done, five echoes.").usage(Some((700, 20))));
-    let llm = ctx.fake_llm(replies);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(replies)
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let prompt_text = "Echo r1 to r5, one per round, then say you are done.";
     let pid = agent.start_prompt(&sid, prompt_text);
     let resp = agent.wait_response(&pid, Duration::from_secs(60));
@@ -164,7 +162,7 @@ pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
     }
 
     // M2 handshake, then exactly five tools/call.
-    let logged = fake_mcp::read_call_log(std::path::Path::new(&log));
+    let logged = log_of(&log);
     let methods: Vec<&str> = logged.iter().filter_map(|m| m["method"].as_str()).collect();
     assert_eq!(
         &methods[..3],
@@ -198,24 +196,18 @@ pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
 pub fn l2_unknown_and_hook_tool_names_are_unknown_tool(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![
-            ("call_a", "fs___Stop", json!({})),
-            ("call_b", "nope__x", json!({})),
-            ("call_c", "fs___Other", json!({})),
-            ("call_d", "fs__echo", json!({"text": "still works"})),
-        ]),
-        Reply::text("ok"),
-    ]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry(
-            "fs",
-            &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_CALL_LOG", &log)]
-        )]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![
+                ("call_a", "fs___Stop", json!({})),
+                ("call_b", "nope__x", json!({})),
+                ("call_c", "fs___Other", json!({})),
+                ("call_d", "fs__echo", json!({"text": "still works"})),
+            ]),
+            Reply::text("ok"),
+        ])
+        .fake_mcp("fs", &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let r = agent.prompt(&sid, "call the tools");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
 
@@ -263,7 +255,7 @@ pub fn l2_unknown_and_hook_tool_names_are_unknown_tool(ctx: &Ctx) {
         terminal[0]
     );
 
-    let logged = fake_mcp::read_call_log(std::path::Path::new(&log));
+    let logged = log_of(&log);
     let called: Vec<Value> = fake_mcp::logged_tool_calls(&logged)
         .iter()
         .map(|c| c["params"]["name"].clone())
@@ -281,22 +273,19 @@ pub fn l2_unknown_and_hook_tool_names_are_unknown_tool(ctx: &Ctx) {
 pub fn l2_c26_invalid_tool_arguments_are_error_results_and_empty_means_empty_object(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls_raw(vec![
-            ("call_a", "fs__echo", "{\"text\": ".to_string()),
-            ("call_b", "fs__echo", "[1,2]".to_string()),
-            ("call_c", "fs__echo", "{\"text\":\"fine\"}".to_string()),
-            ("call_d", "fs__echo", String::new()),
-            ("call_e", "fs__echo", "  ".to_string()),
-        ]),
-        Reply::text("ok"),
-    ]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls_raw(vec![
+                ("call_a", "fs__echo", "{\"text\": ".to_string()),
+                ("call_b", "fs__echo", "[1,2]".to_string()),
+                ("call_c", "fs__echo", "{\"text\":\"fine\"}".to_string()),
+                ("call_d", "fs__echo", String::new()),
+                ("call_e", "fs__echo", "  ".to_string()),
+            ]),
+            Reply::text("ok"),
+        ])
+        .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
+        .start();
     let r = agent.prompt(&sid, "go");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
@@ -311,7 +300,7 @@ pub fn l2_c26_invalid_tool_arguments_are_error_results_and_empty_means_empty_obj
         );
     }
     assert_eq!(results[2], "fine");
-    let logged = fake_mcp::read_call_log(std::path::Path::new(&log));
+    let logged = log_of(&log);
     let args: Vec<Value> = fake_mcp::logged_tool_calls(&logged)
         .iter()
         .map(|c| c["params"]["arguments"].clone())
@@ -356,24 +345,18 @@ fn common_suffix(a: &str, b: &str) -> usize {
 /// middle-elided: head and tail kept, one marker with the exact elided byte count, UTF-8 safe.
 pub fn l3_big_tool_result_is_middle_elided(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![
-            ("call_1", "fs__big", json!({"bytes": 10000})),
-            ("call_2", "fs__big", json!({"bytes": 10000, "fill": "😀é"})),
-            ("call_3", "fs__big", json!({"bytes": 1000})),
-        ]),
-        Reply::text("ok"),
-    ]);
-    let agent = ctx.agent(
-        &llm,
-        &[("BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES", "1024")],
-        &s.ws,
-    );
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "big")])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![
+                ("call_1", "fs__big", json!({"bytes": 10000})),
+                ("call_2", "fs__big", json!({"bytes": 10000, "fill": "😀é"})),
+                ("call_3", "fs__big", json!({"bytes": 1000})),
+            ]),
+            Reply::text("ok"),
+        ])
+        .env(&[("BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES", "1024")])
+        .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "big")])
+        .start();
     let r = agent.prompt(&sid, "make big output");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let reqs = llm.requests();
@@ -429,17 +412,14 @@ pub fn l3_big_tool_result_is_middle_elided(ctx: &Ctx) {
 /// the stderr tail, the update is `failed`, the turn continues, stderr is forwarded prefixed.
 pub fn m7_server_crash_mid_call_gives_error_result_and_turn_continues(ctx: &Ctx) {
     let s = Scratch::new();
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![("call_1", "fs__crash", json!({}))]),
-        Reply::text("recovered"),
-        Reply::text("still here"),
-    ]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
-    let sid = agent.new_session(
-        &s.ws,
-        json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "echo,crash")])]),
-    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__crash", json!({}))]),
+            Reply::text("recovered"),
+            Reply::text("still here"),
+        ])
+        .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "echo,crash")])
+        .start();
     let started = Instant::now();
     let r = agent.prompt(&sid, "crash it");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
@@ -490,15 +470,6 @@ pub fn c02_c11_mcp_banner_never_reaches_agent_stdout(ctx: &Ctx) {
     let s = Scratch::new();
     let log_fs = s.file("fs.log");
     let log_noisy = s.file("noisy.log");
-    let llm = FakeLlm::scripted(vec![
-        Reply::tool_calls(vec![
-            ("call_1", "fs__echo", json!({"text": "through the noise"})),
-            ("call_2", "noisy__shell", json!({"command": "ls"})),
-        ]),
-        Reply::text("done"),
-    ]);
-    let agent = ctx.agent(&llm, &[], &s.ws);
-    agent.initialize();
     let noisy = json!({
         "name": "noisy",
         "command": "sh",
@@ -513,7 +484,16 @@ pub fn c02_c11_mcp_banner_never_reaches_agent_stdout(ctx: &Ctx) {
         "fs",
         &[("FAKE_MCP_GARBAGE", "1"), ("FAKE_MCP_CALL_LOG", &log_fs)],
     );
-    let sid = agent.new_session(&s.ws, json!([fs, noisy]));
+    let (_llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![
+                ("call_1", "fs__echo", json!({"text": "through the noise"})),
+                ("call_2", "noisy__shell", json!({"command": "ls"})),
+            ]),
+            Reply::text("done"),
+        ])
+        .servers([fs, noisy])
+        .start();
     let r = agent.prompt(&sid, "call both");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     let terminal = assert_tool_updates_well_formed(&agent.session_updates(&sid));
