@@ -485,6 +485,20 @@ struct WireFunction<'a> {
     parameters: &'a Value,
 }
 
+/// The fields of a Chat chunk the decoder reads (absent = `null`); `id`, `model`, `created`
+/// and the rest are skipped without being built.
+#[derive(serde::Deserialize)]
+struct ChunkView {
+    #[serde(default)]
+    choices: Value,
+    #[serde(default)]
+    usage: Value,
+    #[serde(default)]
+    error: Value,
+    #[serde(default)]
+    object: Value,
+}
+
 /// Decoder of one streamed Chat Completions body (SPEC L7, L9; cases C21–C24, C26).
 ///
 /// * Each SSE `data:` payload is a JSON chunk (parsed with [`parse_json_lossy`], so lone
@@ -608,6 +622,29 @@ impl ChatDecoder {
         }
     }
 
+    /// A chunk's `usage` (the last one wins, C22) and its choice 0 (`Null` when absent).
+    fn handle_usage_and_choices(
+        &mut self,
+        usage: &Value,
+        choices: &Value,
+        out: &mut Vec<StreamDelta>,
+    ) {
+        if usage.is_object() {
+            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+            self.usage = Some(Usage {
+                input_tokens: count("prompt_tokens"),
+                output_tokens: count("completion_tokens"),
+            });
+        }
+        if let Some(choices) = choices.as_array() {
+            for choice in choices {
+                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0 {
+                    self.handle_choice(choice, out);
+                }
+            }
+        }
+    }
+
     fn handle_choice(&mut self, choice: &Value, out: &mut Vec<StreamDelta>) {
         if let Some(delta) = choice.get("delta") {
             if let Some(text) = non_empty_str(delta.get("content")) {
@@ -726,6 +763,18 @@ impl EventHandler for ChatDecoder {
             return Ok(());
         }
         let is_error_event = event.event.as_deref() == Some("error");
+        // The common chunk, read without building the fields the decoder never looks at. Any
+        // chunk this cannot take as it is (an error, invalid escapes, a duplicate key, not an
+        // object) goes the general way below, which decides exactly as before.
+        if !is_error_event
+            && data.starts_with('{')
+            && let Ok(view) = serde_json::from_str::<ChunkView>(data)
+            && view.error.is_null()
+            && view.object.as_str() != Some("error")
+        {
+            self.handle_usage_and_choices(&view.usage, &view.choices, out);
+            return Ok(());
+        }
         let Some(chunk) = parse_event_json(data, is_error_event, at_eof, "chunk")? else {
             return Ok(());
         };
@@ -742,20 +791,12 @@ impl EventHandler for ChatDecoder {
                 retryable: true,
             });
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-            self.usage = Some(Usage {
-                input_tokens: count("prompt_tokens"),
-                output_tokens: count("completion_tokens"),
-            });
-        }
-        if let Some(choices) = chunk.get("choices").and_then(Value::as_array) {
-            for choice in choices {
-                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0 {
-                    self.handle_choice(choice, out);
-                }
-            }
-        }
+        let null = Value::Null;
+        self.handle_usage_and_choices(
+            chunk.get("usage").unwrap_or(&null),
+            chunk.get("choices").unwrap_or(&null),
+            out,
+        );
         Ok(())
     }
 
@@ -941,6 +982,54 @@ mod tests {
 
     fn decode_every_split(body: &str) -> Outcome {
         crate::llm::decoder_tests::decode_every_split(&make, body)
+    }
+
+    /// The chunk fast path (`ChunkView`) decides like the general path: every body is decoded
+    /// once as it is and once with each chunk given a duplicate `object` key, which the view
+    /// refuses (serde rejects a duplicate field) while the general path keeps the last value,
+    /// the chunk's own.
+    #[test]
+    fn a_chunk_read_through_the_view_decodes_like_the_general_path() {
+        let chunks = [
+            r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}"#,
+            r#"{"choices":[{"delta":{"content":"lo"}}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"other choice"}},{"index":0,"delta":{"reasoning_content":"hmm"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"r","reasoning_details":[{"type":"reasoning.text","text":"t","index":0}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"fs__read","arguments":"{\"p\""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":{"x":1}}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":null}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#,
+            r#"{"choices":null,"usage":{"prompt_tokens":"x"}}"#,
+            r#"{"object":"error","message":"overloaded"}"#,
+            r#"{"error":{"message":"bad gateway"}}"#,
+            r#"{"error":null,"choices":[{"delta":{"content":"after a null error"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"lone \ud800 surrogate"}}]}"#,
+            r#"["not","an","object"]"#,
+        ];
+        let body = |duplicate: bool| -> String {
+            let mut body = String::new();
+            for chunk in chunks {
+                let chunk = if duplicate {
+                    chunk.replacen('{', r#"{"object":null,"object":null,"#, 1)
+                } else {
+                    chunk.to_owned()
+                };
+                body.push_str(&format!("data: {chunk}\n\n"));
+            }
+            body.push_str("data: [DONE]\n\n");
+            body
+        };
+        let run = |body: &str| crate::llm::decoder_tests::run_chunks(make(), &[body.as_bytes()]);
+        // Chunk by chunk, so an error part-way is compared too.
+        for n in 1..=chunks.len() {
+            let cut = |duplicate: bool| -> String {
+                body(duplicate)
+                    .split_inclusive("\n\n")
+                    .take(n)
+                    .collect::<String>()
+            };
+            assert_eq!(run(&cut(false)), run(&cut(true)), "after {n} chunks");
+        }
     }
 
     fn ok(outcome: &Outcome) -> &LlmResponse {
