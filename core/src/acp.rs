@@ -6,13 +6,13 @@ use crate::tools::is_valid_server_name;
 use serde_json::{Value, json};
 
 /// ACP protocol version this agent speaks (SPEC A1).
-pub const PROTOCOL_VERSION: u64 = 1;
+pub(crate) const PROTOCOL_VERSION: u64 = 1;
 
 /// `initialize` result (SPEC A1): `protocolVersion` = min(client's, 1).
 ///
 /// # Errors
 /// A missing or non-integer `protocolVersion` (→ `-32602`).
-pub fn initialize_result(params: &Value, version: &str) -> Result<Value, String> {
+pub(crate) fn initialize_result(params: &Value, version: &str) -> Result<Value, String> {
     let v = params
         .get("protocolVersion")
         .and_then(Value::as_u64)
@@ -33,7 +33,7 @@ pub fn initialize_result(params: &Value, version: &str) -> Result<Value, String>
 
 /// One stdio MCP server entry of `session/new` (SPEC A2).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct McpServerEntry {
+pub(crate) struct McpServerEntry {
     pub name: String,
     pub command: String,
     pub args: Vec<String>,
@@ -43,7 +43,7 @@ pub struct McpServerEntry {
 
 /// Decoded `session/new` params.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewSession {
+pub(crate) struct NewSession {
     /// Absolute path (SPEC A2, case C07).
     pub cwd: String,
     pub servers: Vec<McpServerEntry>,
@@ -56,7 +56,7 @@ pub struct NewSession {
 /// # Errors
 /// `(message, data)` for a `-32602` reply: relative cwd, http/sse entries, bad or duplicate
 /// names, missing command; `data` carries the offending path.
-pub fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)> {
+pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)> {
     let cwd = match params.get("cwd") {
         Some(Value::String(s)) => s.clone(),
         Some(_) => {
@@ -189,7 +189,11 @@ pub fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)>
 ///
 /// # Errors
 /// A `-32602` message naming the method and the field.
-pub fn string_field<'a>(params: &'a Value, method: &str, field: &str) -> Result<&'a str, String> {
+pub(crate) fn string_field<'a>(
+    params: &'a Value,
+    method: &str,
+    field: &str,
+) -> Result<&'a str, String> {
     match params.get(field) {
         Some(Value::String(s)) => Ok(s),
         Some(_) => Err(format!("{method}: {field} must be a string")),
@@ -201,7 +205,7 @@ pub fn string_field<'a>(params: &'a Value, method: &str, field: &str) -> Result<
 ///
 /// # Errors
 /// A `-32602` message for a missing/empty prompt, image/audio/blob blocks or unknown types.
-pub fn render_prompt(params: &Value) -> Result<String, String> {
+pub(crate) fn render_prompt(params: &Value) -> Result<String, String> {
     let Some(blocks) = params.get("prompt").and_then(Value::as_array) else {
         return Err("session/prompt: prompt must be an array of content blocks".into());
     };
@@ -249,7 +253,7 @@ pub fn render_prompt(params: &Value) -> Result<String, String> {
 
 /// The `session/update` notification line for `update` (SPEC A6).
 #[must_use]
-pub fn update_line(session_id: &str, update: &Value) -> String {
+pub(crate) fn update_line(session_id: &str, update: &Value) -> String {
     /// `params`, borrowed: the same bytes as `json!({"sessionId", "update"})` (sorted keys)
     /// without copying `update` into a new tree first.
     #[derive(serde::Serialize)]
@@ -263,13 +267,13 @@ pub fn update_line(session_id: &str, update: &Value) -> String {
 
 /// `agent_message_chunk` / `agent_thought_chunk` update (SPEC A6).
 #[must_use]
-pub fn chunk_update(kind: &str, text: &str) -> Value {
+pub(crate) fn chunk_update(kind: &str, text: &str) -> Value {
     json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
 }
 
 /// `session/request_permission` params (SPEC A7).
 #[must_use]
-pub fn permission_params(
+pub(crate) fn permission_params(
     session_id: &str,
     tool_call_id: &str,
     title: &str,
@@ -289,7 +293,7 @@ pub fn permission_params(
 
 /// A decided permission answer (SPEC A7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PermissionAnswer {
+pub(crate) enum PermissionAnswer {
     AllowOnce,
     AllowAlways,
     RejectOnce,
@@ -301,7 +305,7 @@ pub enum PermissionAnswer {
 /// Decode a `session/request_permission` response result (SPEC A7): only
 /// `{"outcome":{"outcome":"selected","optionId":<one of ours>}}` allows.
 #[must_use]
-pub fn decode_permission(result: &Value) -> PermissionAnswer {
+pub(crate) fn decode_permission(result: &Value) -> PermissionAnswer {
     let o = result.get("outcome");
     if o.and_then(|o| o.get("outcome")).and_then(Value::as_str) != Some("selected") {
         return PermissionAnswer::Denied;

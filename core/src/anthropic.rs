@@ -28,11 +28,11 @@ use crate::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_eve
 
 /// Text sent for a user turn that would otherwise be empty: Anthropic rejects empty content
 /// and blank text blocks.
-pub const EMPTY_USER_TEXT: &str = "(empty message)";
+pub(crate) const EMPTY_USER_TEXT: &str = "(empty message)";
 
 /// Text of an error tool result whose own text is blank: Anthropic rejects an empty `content`
 /// when `is_error` is true.
-pub const EMPTY_ERROR_TEXT: &str = "Error";
+pub(crate) const EMPTY_ERROR_TEXT: &str = "Error";
 
 /// Build the streaming `POST {cfg.base_url}/v1/messages` request (SPEC L6).
 ///
@@ -77,8 +77,9 @@ pub const EMPTY_ERROR_TEXT: &str = "Error";
 ///
 /// Linear in the history size (each message is visited once; tool-call arguments are parsed
 /// once).
+#[cfg(test)]
 #[must_use]
-pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
+pub(crate) fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
     build_request_cached(cfg, req, None)
 }
 
@@ -87,7 +88,7 @@ pub fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
 /// byte for byte the one [`build_request`] builds; its history part is a piece shared with the
 /// cache.
 #[must_use]
-pub fn build_request_cached(
+pub(crate) fn build_request_cached(
     cfg: &Config,
     req: &LlmRequest<'_>,
     cache: Option<&mut BodyCache>,
@@ -407,7 +408,7 @@ impl Serialize for WireTool<'_> {
 /// a nameless block is dropped; a missing or duplicate id becomes `{id_prefix}_{index}`. Thinking
 /// and redacted-thinking blocks become [`ReasoningBlock`]s in block order, and all thinking text
 /// is concatenated in `thinking`.
-pub struct AnthropicDecoder {
+pub(crate) struct AnthropicDecoder {
     /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
     id_prefix: String,
     /// Parser, sticky error, response taken.
@@ -465,7 +466,7 @@ impl AnthropicDecoder {
     /// A decoder for one response; `id_prefix` names tool calls that arrive without an id
     /// (`{id_prefix}_{index}`), so it should be unique per LLM call (e.g. `call_7`).
     #[must_use]
-    pub fn new(id_prefix: String) -> Self {
+    pub(crate) fn new(id_prefix: String) -> Self {
         AnthropicDecoder {
             id_prefix,
             sse: SseState::new(),
@@ -1387,7 +1388,6 @@ data: {"type":"message_stop"}
         let mut config = cfg();
         config.anthropic_version = "2024-01-01".into();
         let request = build_request(&config, &req);
-        assert_eq!(request.method, "POST");
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/messages");
         assert_eq!(
             request.headers,

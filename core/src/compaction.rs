@@ -1,27 +1,31 @@
-//! Context compaction (SPEC K1, H7, L5 context-too-long): the gate at the top of every round,
-//! the summary call, the new history with `_PostCompact` injections, and the truncation
-//! fallback. History validity (L4 / DESIGN I9) holds after every path: whole units only.
+//! Context compaction (SPEC K1, H7, L5 context-too-long): the [`Compactor`] decides at the top
+//! of every round whether the context must shrink and how (a summary call while handoffs
+//! remain, else truncation); the pure functions build the summary request, the new history
+//! with its `_PostCompact` injections, and the truncated history. The turn runs the summary
+//! call and the `_PostCompact` round. History validity (L4 / DESIGN I9) holds after every
+//! path: whole units only.
 
-use crate::agent::Agent;
 use crate::config::LogLevel;
-use crate::hooks::{HookPoint, HookRound, injection_pair};
-use crate::llm::{History, LlmResponse, Message};
-use crate::turn::{CallPurpose, Phase};
+use crate::hooks::{HookPoint, injection_pair};
+use crate::ids::SessionId;
+use crate::llm::Message;
+use crate::outbox::Outbox;
+use crate::transcript::Transcript;
 
 /// System prompt of the summary call (SPEC K1).
-pub const SUMMARY_SYSTEM_PROMPT: &str = "You compact the working context of a software agent. \
+pub(crate) const SUMMARY_SYSTEM_PROMPT: &str = "You compact the working context of a software agent. \
 Write a faithful, self-contained summary that lets the agent continue the task without the original transcript.";
 
 /// The instruction of the summary call (SPEC K1: task, progress, decisions, remaining work,
 /// next step).
-pub const SUMMARY_INSTRUCTION: &str = "Summarize the conversation below for handoff to a fresh context. \
+pub(crate) const SUMMARY_INSTRUCTION: &str = "Summarize the conversation below for handoff to a fresh context. \
 Use these sections: 1. Original task (the user's request, verbatim where it matters). \
 2. Progress so far (what was done, with concrete results, file names, commands, values). \
 3. Decisions and constraints (and why). 4. Remaining work. 5. Next step. \
 Be concise but do not drop facts needed to continue.";
 
 /// Header of the summary user message in the new history.
-pub const SUMMARY_HEADER: &str = "[Context summary: earlier conversation was compacted]\n";
+pub(crate) const SUMMARY_HEADER: &str = "[Context summary: earlier conversation was compacted]\n";
 
 /// Per tool-result text rendered into the summary input, in bytes.
 const SUMMARY_RESULT_CAP: usize = 2000;
@@ -29,7 +33,11 @@ const SUMMARY_RESULT_CAP: usize = 2000;
 /// Projected context size in tokens: last reported input tokens + bytes appended since
 /// (1 byte ≈ 1 token, SPEC K1).
 #[must_use]
-pub fn projected_tokens(history: &[Message], last_input_tokens: u64, usage_mark: usize) -> u64 {
+pub(crate) fn projected_tokens(
+    history: &[Message],
+    last_input_tokens: u64,
+    usage_mark: usize,
+) -> u64 {
     let mark = usage_mark.min(history.len());
     let appended: usize = history[mark..].iter().map(Message::content_bytes).sum();
     last_input_tokens.saturating_add(u64::try_from(appended).unwrap_or(u64::MAX))
@@ -125,7 +133,7 @@ pub fn truncate(history: Vec<Message>, live: usize, budget: u64) -> (Vec<Message
 /// Render history for the summary call, newest first within `budget` bytes, then put back in
 /// chronological order (SPEC K1: bounded input built newest-first).
 #[must_use]
-pub fn render_for_summary(history: &[Message], budget: usize) -> String {
+pub(crate) fn render_for_summary(history: &[Message], budget: usize) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut used = 0usize;
     for m in history.iter().rev() {
@@ -142,7 +150,7 @@ pub fn render_for_summary(history: &[Message], budget: usize) -> String {
                     s.push_str(&format!(
                         "TOOL CALL {}({})\n",
                         c.name,
-                        crate::provider::cut(&c.arguments, SUMMARY_RESULT_CAP)
+                        crate::text::utf8_prefix(&c.arguments, SUMMARY_RESULT_CAP)
                     ));
                 }
                 s
@@ -175,208 +183,342 @@ pub fn render_for_summary(history: &[Message], budget: usize) -> String {
     parts.concat()
 }
 
-impl Agent {
-    /// Whether the gate must compact before the next LLM call (SPEC K1).
-    pub(crate) fn compaction_needed(&self, sid: &str) -> bool {
-        let Some(sess) = self.sessions.get(sid) else {
-            return false;
-        };
-        projected_tokens(&sess.history, sess.last_input_tokens, sess.usage_mark)
-            >= threshold(self.cfg.max_context_tokens)
+/// What compaction does now (SPEC K1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compaction {
+    /// Ask the model for a summary (a handoff is left).
+    Summarize,
+    /// Drop the oldest whole units instead (every handoff is spent).
+    Truncate,
+}
+
+/// The compaction state of one prompt (SPEC K1, L5): handoffs spent, the round last compacted
+/// before, and whether a context-too-long answer already triggered a compaction. The pure
+/// functions above do the history work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Compactor {
+    /// Summaries this prompt (`BUZZ_AGENT_MAX_HANDOFFS` at most).
+    handoffs: u32,
+    /// The round before which the context was last compacted (at most once per round).
+    compacted_before_round: u32,
+    /// Whether a context-too-long answer already triggered reactive compaction (SPEC L5).
+    reactive_tried: bool,
+}
+
+impl Compactor {
+    /// Whether the context must be compacted before round `rounds + 1` (SPEC K1): the
+    /// projected size reached 90 % of `max_context_tokens`, and this round was not compacted
+    /// already.
+    pub(crate) fn needed(
+        &self,
+        rounds: u32,
+        transcript: &Transcript,
+        max_context_tokens: u64,
+    ) -> bool {
+        self.compacted_before_round != rounds + 1
+            && projected_tokens(
+                &transcript.messages,
+                transcript.last_input_tokens,
+                transcript.usage_mark,
+            ) >= threshold(max_context_tokens)
     }
 
-    /// Compact now: a summary call while handoffs remain, else the truncation fallback.
-    pub(crate) fn begin_compaction(&mut self, sid: &str, why: &str) {
-        let max = self.cfg.max_handoffs;
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
-            return;
-        };
-        turn.compacted_round = turn.rounds + 1;
-        let handoffs = turn.handoffs;
-        if handoffs < max {
-            self.log(
+    /// Compacts before round `rounds + 1`, `why` being the cause for the log: a summary while
+    /// handoffs remain (of `max_handoffs`), else the truncation fallback.
+    pub(crate) fn begin(
+        &mut self,
+        rounds: u32,
+        max_handoffs: u32,
+        session: SessionId,
+        why: &str,
+        out: &mut Outbox,
+    ) -> Compaction {
+        self.compacted_before_round = rounds + 1;
+        if self.handoffs < max_handoffs {
+            out.log(
                 LogLevel::Info,
                 format!(
-                    "session {sid}: compacting context ({why}); handoff {}/{max}",
-                    handoffs + 1
+                    "session {session}: compacting context ({why}); handoff {}/{max_handoffs}",
+                    self.handoffs + 1
                 ),
             );
-            self.start_llm_attempt(sid, 1, CallPurpose::Summary);
+            Compaction::Summarize
         } else {
-            self.log(
+            out.log(
                 LogLevel::Warn,
                 format!(
-                    "session {sid}: BUZZ_AGENT_MAX_HANDOFFS={max} spent; truncating history ({why})"
+                    "session {session}: BUZZ_AGENT_MAX_HANDOFFS={max_handoffs} spent; truncating history ({why})"
                 ),
             );
-            self.truncate_session(sid);
+            Compaction::Truncate
         }
     }
 
-    /// L5: a context-too-long answer → compact, then one retry of the round. False when the
-    /// retry was already spent (the error then fails the prompt).
-    pub(crate) fn try_reactive_compaction(&mut self, sid: &str) -> bool {
-        let Some(turn) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) else {
-            return false;
-        };
-        if turn.reactive_tried || turn.cancelled {
+    /// L5: a context-too-long answer compacts once per prompt, then the round is retried.
+    /// False when that was already spent, or the turn is cancelled (the error then fails the
+    /// prompt).
+    pub(crate) fn try_reactive(&mut self, cancelled: bool) -> bool {
+        if self.reactive_tried || cancelled {
             return false;
         }
-        turn.reactive_tried = true;
-        turn.phase = Phase::Ready;
-        self.begin_compaction(sid, "the provider said the context is too long");
+        self.reactive_tried = true;
         true
     }
 
-    /// The messages of the summary call: one user message with the instruction and the
-    /// bounded transcript.
-    pub(crate) fn summary_messages(&self, sid: &str) -> Vec<Message> {
-        let Some(sess) = self.sessions.get(sid) else {
-            return Vec::new();
-        };
-        let window = self
-            .cfg
-            .max_context_tokens
-            .saturating_sub(u64::from(self.cfg.max_output_tokens));
-        let budget = usize::try_from(window / 4 * 3)
-            .unwrap_or(usize::MAX)
-            .max(1024);
-        // The live prompt always goes in whole: the newest-first cut may not reach it in a long
-        // turn, and the summary must name the original task.
-        let live = sess
-            .turn
-            .as_ref()
-            .map(|t| t.prompt_text.as_str())
-            .unwrap_or("");
-        let live = crate::provider::cut(live, budget / 4);
-        let transcript = render_for_summary(&sess.history, budget.saturating_sub(live.len()));
-        vec![Message::User {
-            text: format!(
-                "{SUMMARY_INSTRUCTION}\n\n<current_request>\n{live}\n</current_request>\n\n<conversation>\n{transcript}</conversation>"
-            ),
-        }]
-    }
-
-    /// The summary arrived: new history = [summary, `_PostCompact` injections, live prompt].
-    pub(crate) fn on_summary(&mut self, sid: &str, resp: LlmResponse) {
-        let summary = resp.text.trim().to_string();
+    /// The summary arrived: the history becomes [summary, live prompt] (SPEC K1). Returns the
+    /// handoff number (the `_PostCompact` round's `attempt`), or `None` for an empty summary
+    /// (the caller falls back to truncation).
+    pub(crate) fn apply_summary(
+        &mut self,
+        transcript: &mut Transcript,
+        summary: &str,
+        prompt_text: &str,
+        session: SessionId,
+        out: &mut Outbox,
+    ) -> Option<u32> {
+        let summary = summary.trim();
         if summary.is_empty() {
-            return self.summary_failed(sid, "the summary was empty");
+            return None;
         }
-        let Some(sess) = self.sessions.get_mut(sid) else {
-            return;
-        };
-        let Some(turn) = sess.turn.as_mut() else {
-            return;
-        };
-        turn.handoffs += 1;
-        turn.phase = Phase::Ready;
-        let before = sess.history.len();
-        sess.history = History::from(vec![
+        self.handoffs += 1;
+        let before = transcript.messages.len();
+        transcript.replace(vec![
             Message::User {
                 text: format!("{SUMMARY_HEADER}{summary}"),
             },
             Message::User {
-                text: turn.prompt_text.clone(),
+                text: prompt_text.to_string(),
             },
         ]);
-        sess.last_input_tokens = 0;
-        sess.usage_mark = 0;
-        let handoffs = turn.handoffs;
-        self.log(
+        out.log(
             LogLevel::Info,
             format!(
-                "session {sid}: context compacted ({before} messages → summary), handoff {handoffs}"
+                "session {session}: context compacted ({before} messages → summary), handoff {}",
+                self.handoffs
             ),
         );
-        // H7: `_PostCompact` before the next LLM request.
-        let round = self.start_hook_round(sid, HookPoint::PostCompact, handoffs, 0, None);
-        if round.is_decided() {
-            self.conclude_post_compact(sid, round);
-        } else if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
-            t.phase = Phase::Gate(round);
-        }
+        Some(self.handoffs)
     }
+}
 
-    /// The summary call failed: fall back to truncation and go on (SPEC K1).
-    pub(crate) fn summary_failed(&mut self, sid: &str, why: &str) {
-        self.log(
-            LogLevel::Warn,
-            format!("session {sid}: compaction summary failed ({why}); truncating history instead"),
-        );
-        if let Some(t) = self.sessions.get_mut(sid).and_then(|s| s.turn.as_mut()) {
-            t.phase = Phase::Ready;
-        }
-        self.truncate_session(sid);
+/// The messages of the summary call (SPEC K1): one user message with the instruction, the live
+/// prompt whole (cut to a quarter of the budget at most) and the bounded transcript, within
+/// 3/4 of the context window left after the output cap (at least 1 KiB).
+pub(crate) fn summary_messages(
+    transcript: &Transcript,
+    prompt_text: &str,
+    max_context_tokens: u64,
+    max_output_tokens: u32,
+) -> Vec<Message> {
+    let window = max_context_tokens.saturating_sub(u64::from(max_output_tokens));
+    let budget = usize::try_from(window / 4 * 3)
+        .unwrap_or(usize::MAX)
+        .max(1024);
+    // The live prompt always goes in whole: the newest-first cut may not reach it in a long
+    // turn, and the summary must name the original task.
+    let live = crate::text::utf8_prefix(prompt_text, budget / 4);
+    let rendered = render_for_summary(&transcript.messages, budget.saturating_sub(live.len()));
+    vec![Message::User {
+        text: format!(
+            "{SUMMARY_INSTRUCTION}\n\n<current_request>\n{live}\n</current_request>\n\n<conversation>\n{rendered}</conversation>"
+        ),
+    }]
+}
+
+/// The summary call failed (SPEC K1): logged; the caller truncates instead.
+pub(crate) fn log_summary_failed(session: SessionId, why: &str, out: &mut Outbox) {
+    out.log(
+        LogLevel::Warn,
+        format!("session {session}: compaction summary failed ({why}); truncating history instead"),
+    );
+}
+
+/// The truncation fallback (SPEC K1): the oldest whole units go until the history fits 90 % of
+/// `max_context_tokens`; the live prompt (the last user message equal to `prompt_text`) stays.
+pub(crate) fn truncate_transcript(
+    transcript: &mut Transcript,
+    prompt_text: &str,
+    max_context_tokens: u64,
+    session: SessionId,
+    out: &mut Outbox,
+) {
+    let budget = threshold(max_context_tokens);
+    let live = transcript
+        .messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { text } if *text == prompt_text))
+        .unwrap_or(0);
+    let history = transcript.messages.take();
+    let (kept, _, dropped) = truncate(history, live, budget);
+    transcript.replace(kept);
+    out.log(
+        LogLevel::Info,
+        format!("session {session}: dropped {dropped} oldest history unit(s) to fit the context"),
+    );
+}
+
+/// `_PostCompact` decided (SPEC H7): each text is injected right after the summary, in
+/// registration order.
+pub(crate) fn inject_post_compact(
+    transcript: &mut Transcript,
+    texts: &[(String, String)],
+    session: SessionId,
+    out: &mut Outbox,
+) {
+    let mut injected = Vec::new();
+    for (server, text) in texts {
+        let n = transcript.next_call_no();
+        injected.extend(injection_pair(HookPoint::PostCompact, server, text, n));
     }
-
-    fn truncate_session(&mut self, sid: &str) {
-        let budget = threshold(self.cfg.max_context_tokens);
-        let Some(sess) = self.sessions.get_mut(sid) else {
-            return;
-        };
-        let Some(turn) = sess.turn.as_mut() else {
-            return;
-        };
-        turn.phase = Phase::Ready;
-        // The live prompt: the last user message equal to the prompt text (it is never dropped).
-        let live = sess
-            .history
-            .iter()
-            .rposition(|m| matches!(m, Message::User { text } if *text == turn.prompt_text))
-            .unwrap_or(0);
-        let history = sess.history.take();
-        let (new, _, dropped) = truncate(history, live, budget);
-        sess.history = History::from(new);
-        sess.last_input_tokens = 0;
-        sess.usage_mark = 0;
-        self.log(
+    let at = 1.min(transcript.messages.len());
+    transcript.messages.rewrite().splice(at..at, injected);
+    if !texts.is_empty() {
+        out.log(
             LogLevel::Info,
-            format!("session {sid}: dropped {dropped} oldest history unit(s) to fit the context"),
+            format!(
+                "hook: _PostCompact injected {} text(s) in session {session}",
+                texts.len()
+            ),
         );
-    }
-
-    /// `_PostCompact` decided: inject each non-empty result right after the summary (H7).
-    pub(crate) fn conclude_post_compact(&mut self, sid: &str, round: HookRound) {
-        let texts = round.objections();
-        let Some(sess) = self.sessions.get_mut(sid) else {
-            return;
-        };
-        let mut injected = Vec::new();
-        for (server, text) in &texts {
-            sess.seq += 1;
-            injected.extend(injection_pair(
-                HookPoint::PostCompact,
-                server,
-                text,
-                sess.seq,
-            ));
-        }
-        let at = 1.min(sess.history.len());
-        sess.history.rewrite().splice(at..at, injected);
-        let cancelled = sess.turn.as_ref().is_some_and(|t| t.cancelled);
-        if let Some(t) = sess.turn.as_mut() {
-            t.phase = Phase::Ready;
-        }
-        if !texts.is_empty() {
-            self.log(
-                LogLevel::Info,
-                format!(
-                    "hook: _PostCompact injected {} text(s) in session {sid}",
-                    texts.len()
-                ),
-            );
-        }
-        if cancelled {
-            self.finish_turn(sid, "cancelled");
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::LogLevel;
     use crate::llm::ToolCall;
+    use crate::time::MonoTime;
+
+    const SID: SessionId = SessionId(1);
+
+    fn transcript(messages: Vec<Message>) -> Transcript {
+        let mut t = Transcript::default();
+        t.messages = messages.into();
+        t
+    }
+
+    #[test]
+    fn k1_compaction_is_needed_at_ninety_percent_and_at_most_once_before_a_round() {
+        let mut c = Compactor::default();
+        let mut t = transcript(vec![user(&"x".repeat(890))]);
+        assert!(!c.needed(0, &t, 1000), "890 of 1000 tokens");
+        t.record_usage(800);
+        t.messages.push(user(&"y".repeat(100)));
+        assert!(c.needed(0, &t, 1000), "800 reported + 100 bytes since");
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        c.begin(0, 10, SID, "full", &mut out);
+        assert!(!c.needed(0, &t, 1000), "not twice before the same round");
+        assert!(c.needed(1, &t, 1000), "the next round may compact again");
+    }
+
+    #[test]
+    fn k1_summaries_while_handoffs_remain_then_truncation() {
+        let mut c = Compactor::default();
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        let mut t = transcript(vec![user("task"), user("more")]);
+        assert_eq!(c.begin(0, 1, SID, "full", &mut out), Compaction::Summarize);
+        assert_eq!(
+            c.apply_summary(&mut t, "  ", "task", SID, &mut out),
+            None,
+            "an empty summary is no handoff"
+        );
+        assert_eq!(
+            c.apply_summary(&mut t, "did X", "task", SID, &mut out),
+            Some(1)
+        );
+        assert_eq!(
+            t.messages[..],
+            vec![user(&format!("{SUMMARY_HEADER}did X")), user("task")]
+        );
+        assert_eq!((t.last_input_tokens, t.usage_mark), (0, 0));
+        assert_eq!(c.begin(1, 1, SID, "full", &mut out), Compaction::Truncate);
+        let logs: Vec<String> = std::iter::from_fn(|| out.pop())
+            .filter_map(|a| {
+                if let crate::io::Action::Log(r) = a {
+                    Some(r.message)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(
+            logs,
+            [
+                "session sess_1: compacting context (full); handoff 1/1",
+                "session sess_1: context compacted (2 messages → summary), handoff 1",
+                "session sess_1: BUZZ_AGENT_MAX_HANDOFFS=1 spent; truncating history (full)"
+            ]
+        );
+    }
+
+    #[test]
+    fn l5_a_context_too_long_answer_compacts_once_per_prompt_and_never_when_cancelled() {
+        let mut c = Compactor::default();
+        assert!(!c.try_reactive(true));
+        assert!(c.try_reactive(false));
+        assert!(!c.try_reactive(false));
+    }
+
+    #[test]
+    fn h7_post_compact_texts_go_right_after_the_summary_in_order() {
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        let mut t = transcript(vec![user("summary"), user("task")]);
+        inject_post_compact(
+            &mut t,
+            &[
+                ("a".into(), "remember A".into()),
+                ("b".into(), "remember B".into()),
+            ],
+            SID,
+            &mut out,
+        );
+        assert_eq!(t.messages.len(), 6);
+        assert_eq!(t.messages[0], user("summary"));
+        assert_eq!(t.messages[5], user("task"));
+        let ids: Vec<String> = t
+            .messages
+            .iter()
+            .filter_map(|m| {
+                if let Message::ToolResult { call_id, .. } = m {
+                    Some(call_id.clone())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            ["buzz_hook__PostCompact_a_1", "buzz_hook__PostCompact_b_2"]
+        );
+    }
+
+    #[test]
+    fn k1_the_summary_request_names_the_live_prompt_whole() {
+        let t = transcript(vec![user("old stuff"), user("the live task")]);
+        let msgs = summary_messages(&t, "the live task", 200_000, 32_768);
+        let [Message::User { text }] = msgs.as_slice() else {
+            panic!("one user message");
+        };
+        assert!(text.starts_with(SUMMARY_INSTRUCTION));
+        assert!(text.contains("<current_request>\nthe live task\n</current_request>"));
+        assert!(text.contains("USER:\nold stuff"));
+    }
+
+    #[test]
+    fn k1_truncation_keeps_the_live_prompt_and_resets_usage() {
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        let mut t = transcript(vec![
+            user(&"o".repeat(500)),
+            user("live"),
+            call("1", 10),
+            result("1", 10),
+        ]);
+        t.record_usage(999);
+        truncate_transcript(&mut t, "live", 100, SID, &mut out);
+        assert_eq!(t.messages[0], user("live"));
+        assert_eq!((t.last_input_tokens, t.usage_mark), (0, 0));
+    }
 
     fn user(t: &str) -> Message {
         Message::User { text: t.into() }

@@ -675,13 +675,14 @@ impl<'a> Env<'a> {
 fn invalid(var: &'static str, value: &str, expected: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         var,
-        value: cut(value, MAX_QUOTED_VALUE_BYTES),
+        value: elide_end(value, MAX_QUOTED_VALUE_BYTES),
         expected: expected.into(),
     }
 }
 
-/// `s` cut to at most `max` bytes at a char boundary, with `…` appended when cut.
-fn cut(s: &str, max: usize) -> String {
+/// `s` if it is at most `max` bytes, else its first `max` bytes (cut back to a char boundary)
+/// with `…` appended.
+fn elide_end(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }
@@ -758,7 +759,7 @@ fn system_prompt(
         (None, Some(path)) => {
             let text = read_file(path).map_err(|reason| ConfigError::ReadFile {
                 var: SYSTEM_PROMPT_FILE,
-                path: cut(path, MAX_QUOTED_VALUE_BYTES),
+                path: elide_end(path, MAX_QUOTED_VALUE_BYTES),
                 reason: one_line(&reason),
             })?;
             let text = text.strip_prefix('\u{feff}').unwrap_or(&text).trim_end();
@@ -773,7 +774,7 @@ fn one_line(s: &str) -> String {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    cut(joined.trim(), MAX_QUOTED_VALUE_BYTES)
+    elide_end(joined.trim(), MAX_QUOTED_VALUE_BYTES)
 }
 
 /// `BUZZ_AGENT_PROVIDER` (required) with `OPENAI_COMPAT_API` for the OpenAI routes.
@@ -950,6 +951,7 @@ impl Config {
     /// A valid configuration for tests and tools that do not read the environment: every C2
     /// default, model `test-model`, key `test-key`, the given provider, and `base_url` with
     /// trailing `/` removed (not otherwise validated).
+    #[cfg(any(test, feature = "testing"))]
     #[must_use]
     pub fn for_tests(provider: ProviderKind, base_url: &str) -> Config {
         Config {

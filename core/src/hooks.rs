@@ -1,23 +1,39 @@
-//! MCP lifecycle hooks (SPEC H1–H9, G1–G2): hook rounds (`call_hooks` as pure state), the
-//! `_Stop` gate with its per-prompt budget, the reply guard and the model-visible injection.
+//! MCP lifecycle hooks (SPEC H1–H9, G1–G2), all in one place: how a hook's answer counts
+//! ([`classify_reply`]), the [`HookRound`] that calls every hook of a point concurrently, the
+//! `_Stop` [`StopGate`] with its per-prompt budget, the reply guard (G1 reminder, G2 posting
+//! detection) and the model-visible injections (H6).
 //!
-//! Invariants (DESIGN I1–I5, checked by `core/tests/`):
-//! - `objections <= budget` for every prompt (I1); the count resets only at `session/prompt` (I2);
-//! - a round started at t is decided by t + hook timeout, results in registration order (I3);
+//! Invariants (DESIGN I1–I5, checked here and by `core/tests/hooks_props.rs`):
+//! - `objections <= budget` for every prompt (I1); the count resets only at `session/prompt`
+//!   (I2: a new turn has a new gate);
+//! - a round started at t is decided by t + hook timeout (each call's deadline is in the timer
+//!   table), results in registration order (I3);
 //! - timeout / error / isError / empty / dead never objects (I4);
-//! - a server is killed only on its 2nd consecutive hook timeout (I5).
+//! - a server is killed only on its 2nd consecutive hook timeout (I5: counted by the server
+//!   table, which owns server state).
+//!
+//! Adding a hook point: a [`HookPoint`] variant and its name here, a [`HookRound::start`] where
+//! the turn reaches the point, and what the decided round's texts do.
 
-use crate::agent::Agent;
 use crate::config::LogLevel;
+use crate::cx::Cx;
+use crate::ids::{HookRoundId, SessionId};
+use crate::jsonrpc::RpcError;
 use crate::llm::{Message, ToolCall};
-use crate::mcp::Purpose;
+use crate::mcp::{HookCallRef, McpRequest, Purpose};
+use crate::outbox::Outbox;
+use crate::session::Session;
 use crate::time::MonoTime;
-use serde_json::json;
+use crate::transcript::Transcript;
+use serde_json::{Value, json};
 
 /// A hook point (SPEC H1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookPoint {
+    /// `_Stop`: the model ended its turn; an objection sends it back (SPEC H5).
     Stop,
+    /// `_PostCompact`: the context was just compacted; text is injected after the summary
+    /// (SPEC H7).
     PostCompact,
 }
 
@@ -32,25 +48,26 @@ impl HookPoint {
     }
 }
 
-/// How one hook call ended (SPEC H3, H9). Only `Objection` carries text to the model.
+/// How one hook call ended (SPEC H3, H4, H9). Only `Text` carries text to the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HookOutcome {
-    /// Non-empty text: an objection (for `_Stop`) or an injection (for `_PostCompact`).
-    Objection(String),
+pub(crate) enum HookOutcome {
+    /// Non-blank text: an objection (for `_Stop`) or an injection (for `_PostCompact`).
+    Text(String),
     /// Empty after trimming.
     Empty,
-    /// JSON-RPC error or `isError` result.
+    /// JSON-RPC error or `isError` result (fail-open).
     Error(String),
-    /// No reply within `BUZZ_AGENT_HOOK_TIMEOUT_MS`.
+    /// No reply within `BUZZ_AGENT_HOOK_TIMEOUT_MS` (fail-open).
     Timeout,
-    /// The server was dead or not ready (never called), or died during the call.
+    /// The server was dead or not ready (never called), or died during the call (fail-open).
     Dead,
 }
 
 impl HookOutcome {
+    /// The `outcome=` word of the H9 log line.
     fn label(&self) -> &'static str {
         match self {
-            HookOutcome::Objection(_) => "objection",
+            HookOutcome::Text(_) => "objection",
             HookOutcome::Empty => "empty",
             HookOutcome::Error(_) => "error",
             HookOutcome::Timeout => "timeout",
@@ -59,42 +76,154 @@ impl HookOutcome {
     }
 }
 
-/// One call of a round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookCall {
-    pub server_slot: u64,
-    pub server_name: String,
-    pub request: Option<u64>,
-    pub started: MonoTime,
-    pub outcome: Option<HookOutcome>,
+/// How a hook's answer counts (SPEC H3, H4, I4, case C40): the text of its `content` text
+/// blocks (never `structuredContent`), middle-elided over `cap` bytes; non-blank text objects,
+/// blank text is empty, an `isError` result or a JSON-RPC error is an error (fail-open).
+pub(crate) fn classify_reply(reply: Result<Value, RpcError>, cap: usize) -> HookOutcome {
+    match reply {
+        Ok(v) => {
+            let out = crate::tools::hook_answer(&v, cap);
+            if out.is_error {
+                HookOutcome::Error(format!("isError: {}", out.text))
+            } else if out.text.trim().is_empty() {
+                HookOutcome::Empty
+            } else {
+                HookOutcome::Text(out.text)
+            }
+        }
+        Err(e) => HookOutcome::Error(format!("{} {}", e.code, e.message)),
+    }
 }
 
-/// A hook round: every target called concurrently, one deadline each (SPEC H3).
+/// One call of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookRound {
-    pub id: u64,
-    pub point: HookPoint,
-    pub deadline: MonoTime,
+struct HookCall {
+    server_name: String,
+    started: MonoTime,
+    outcome: Option<HookOutcome>,
+}
+
+/// A hook round (SPEC H3): every allowlisted server of the session that exposes the hook is
+/// called at once, each call with its own deadline (`BUZZ_AGENT_HOOK_TIMEOUT_MS`, in the timer
+/// table); the round is decided when every call is, and its texts come out in registration
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HookRound {
+    id: HookRoundId,
+    point: HookPoint,
     /// In registration order.
-    pub calls: Vec<HookCall>,
-    /// The reply guard's reminder decided at gate start (SPEC G1), delivered last.
-    pub reminder: Option<String>,
+    calls: Vec<HookCall>,
 }
 
 impl HookRound {
-    /// All calls decided.
-    #[must_use]
-    pub fn is_decided(&self) -> bool {
+    /// Starts a round for `point` over `session`'s servers (SPEC H2, H3), telling each hook
+    /// its `attempt` and the `budget_remaining` in `_meta.buzz/hook`. Servers that are dead or
+    /// not ready are not called and count as `dead` at once, so a round with no live target
+    /// is decided as soon as it starts.
+    pub(crate) fn start(
+        point: HookPoint,
+        session: &Session,
+        attempt: u32,
+        budget_remaining: u32,
+        cx: &mut Cx<'_>,
+    ) -> HookRound {
+        let now = cx.out.now();
+        let timeout = cx.cfg.hook_timeout_ms;
+        let id = cx.ids.next_hook_round();
+        let hook = point.tool_name();
+        let targets = cx
+            .servers
+            .hook_targets(&session.servers, hook, &cx.cfg.hook_servers);
+        let mut calls = Vec::with_capacity(targets.len());
+        for (slot, server_name, ready) in targets {
+            let index = calls.len();
+            let mut request = None;
+            if ready {
+                let params = json!({
+                    "name": hook,
+                    "arguments": {},
+                    "_meta": {"buzz/hook": {
+                        "point": hook,
+                        "sessionId": session.id.to_string(),
+                        "attempt": attempt,
+                        "budgetRemaining": budget_remaining
+                    }}
+                });
+                let purpose = Purpose::Hook(HookCallRef {
+                    session: session.id,
+                    round: id,
+                    index,
+                });
+                request = cx.servers.send_request(
+                    slot,
+                    McpRequest {
+                        method: "tools/call",
+                        params: &params,
+                        purpose,
+                        timeout_ms: timeout,
+                    },
+                    cx.out,
+                    cx.timers,
+                );
+            }
+            calls.push(HookCall {
+                server_name,
+                started: now,
+                outcome: request.is_none().then_some(HookOutcome::Dead),
+            });
+        }
+        let round = HookRound { id, point, calls };
+        for c in &round.calls {
+            if c.outcome == Some(HookOutcome::Dead) {
+                log_hook_call(cx.out, point, &c.server_name, &HookOutcome::Dead, 0);
+            }
+        }
+        round
+    }
+
+    /// The round's id.
+    pub(crate) fn id(&self) -> HookRoundId {
+        self.id
+    }
+
+    /// The hook point.
+    pub(crate) fn point(&self) -> HookPoint {
+        self.point
+    }
+
+    /// Every call decided.
+    pub(crate) fn is_decided(&self) -> bool {
         self.calls.iter().all(|c| c.outcome.is_some())
     }
 
-    /// Objection texts in registration order: `(server name, text)`.
-    #[must_use]
-    pub fn objections(&self) -> Vec<(String, String)> {
+    /// Call `index` ended at the step's time (reply, error, timeout, death): recorded and
+    /// logged (SPEC H9). A call already decided keeps its first outcome (a late reply after a
+    /// timeout changes nothing, I6). Returns whether the round is now decided.
+    pub(crate) fn on_outcome(
+        &mut self,
+        index: usize,
+        outcome: HookOutcome,
+        out: &mut Outbox,
+    ) -> bool {
+        let Some(call) = self.calls.get_mut(index) else {
+            return false;
+        };
+        if call.outcome.is_some() {
+            return false;
+        }
+        let ms = out.now().ms_since(call.started);
+        call.outcome = Some(outcome.clone());
+        let name = call.server_name.clone();
+        log_hook_call(out, self.point, &name, &outcome, ms);
+        self.is_decided()
+    }
+
+    /// The texts of the decided round in registration order: `(server name, text)` (SPEC H3).
+    pub(crate) fn texts(&self) -> Vec<(String, String)> {
         self.calls
             .iter()
             .filter_map(|c| match &c.outcome {
-                Some(HookOutcome::Objection(t)) => Some((c.server_name.clone(), t.clone())),
+                Some(HookOutcome::Text(t)) => Some((c.server_name.clone(), t.clone())),
                 Some(
                     HookOutcome::Empty
                     | HookOutcome::Error(_)
@@ -107,29 +236,186 @@ impl HookRound {
     }
 }
 
+/// H9: one log line per hook call.
+fn log_hook_call(out: &mut Outbox, point: HookPoint, server: &str, outcome: &HookOutcome, ms: u64) {
+    let level = match outcome {
+        HookOutcome::Text(_) | HookOutcome::Empty => LogLevel::Info,
+        HookOutcome::Error(_) | HookOutcome::Timeout | HookOutcome::Dead => LogLevel::Warn,
+    };
+    let detail = match outcome {
+        HookOutcome::Error(e) => format!(" ({e})"),
+        HookOutcome::Text(_) | HookOutcome::Empty | HookOutcome::Timeout | HookOutcome::Dead => {
+            String::new()
+        }
+    };
+    out.log(
+        level,
+        format!(
+            "hook: point={} server={server} outcome={}{detail} latency_ms={ms}",
+            point.tool_name(),
+            outcome.label()
+        ),
+    );
+}
+
+/// How the gate opens when the model ends its turn (SPEC H5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GateOpening {
+    /// No `_Stop` round: end the turn (`end_turn`): the budget is 0, or it is spent.
+    EndTurn,
+    /// Run a `_Stop` round; hooks see `attempt` and `budget_remaining` (SPEC H8).
+    Round { attempt: u32, budget_remaining: u32 },
+}
+
+/// What a decided `_Stop` round means (SPEC H5, H6, G1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GateVerdict {
+    /// Nobody objected: end the turn (`end_turn`).
+    EndTurn,
+    /// Objections (hooks in registration order, then the reply guard's reminder): inject
+    /// them and run another round. They cost one budget unit together.
+    Objected(Vec<(String, String)>),
+}
+
+/// The `_Stop` gate of one prompt (SPEC H5, G1): how many objections were honoured against the
+/// budget, and the reply guard's state. A new prompt has a new gate (I2).
+///
+/// Invariant (I1): `objections <= budget`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StopGate {
+    /// `BUZZ_AGENT_STOP_MAX_REJECTIONS`.
+    budget: u32,
+    /// `BUZZ_AGENT_REQUIRE_REPLY` (SPEC G1).
+    require_reply: bool,
+    /// Objecting rounds honoured.
+    objections: u32,
+    /// Reply-guard reminders given (at most [`MAX_REMINDERS`]).
+    reminders: u32,
+    /// Whether a posting tool call was dispatched this prompt (SPEC G2).
+    posted: bool,
+    /// The budget ran out: the turn ended although a hook might still object.
+    exhausted: bool,
+    /// The reply guard's reminder goes with the round in progress.
+    reminder_due: bool,
+}
+
+impl StopGate {
+    /// A fresh gate for one prompt.
+    pub(crate) fn new(budget: u32, require_reply: bool) -> StopGate {
+        StopGate {
+            budget,
+            require_reply,
+            objections: 0,
+            reminders: 0,
+            posted: false,
+            exhausted: false,
+            reminder_due: false,
+        }
+    }
+
+    /// A posting tool call was dispatched (SPEC G2): the reply guard is satisfied.
+    pub(crate) fn mark_posted(&mut self) {
+        self.posted = true;
+    }
+
+    /// The model ended its turn in `session`: end it, or run a round (SPEC H5). A spent
+    /// budget is logged (SPEC H9).
+    pub(crate) fn open(&mut self, session: SessionId, out: &mut Outbox) -> GateOpening {
+        if self.budget == 0 {
+            return GateOpening::EndTurn;
+        }
+        if self.objections >= self.budget {
+            self.exhausted = true;
+            out.log(
+                LogLevel::Warn,
+                format!(
+                    "hook: _Stop budget of {} exhausted in session {session}; ending the turn (H9)",
+                    self.budget
+                ),
+            );
+            return GateOpening::EndTurn;
+        }
+        self.reminder_due = self.require_reply && !self.posted && self.reminders < MAX_REMINDERS;
+        GateOpening::Round {
+            attempt: self.objections + 1,
+            budget_remaining: self.budget.saturating_sub(self.objections),
+        }
+    }
+
+    /// The round opened by [`StopGate::open`] is decided with `texts` (hooks' objections in
+    /// registration order): the reply guard's reminder goes last, and any text costs one
+    /// budget unit (SPEC H5, G1); the objection is logged.
+    pub(crate) fn conclude(
+        &mut self,
+        mut texts: Vec<(String, String)>,
+        session: SessionId,
+        out: &mut Outbox,
+    ) -> GateVerdict {
+        let reminded = std::mem::take(&mut self.reminder_due);
+        if reminded {
+            texts.push((REPLY_GUARD_SERVER.to_string(), REPLY_REMINDER.to_string()));
+        }
+        if texts.is_empty() {
+            return GateVerdict::EndTurn;
+        }
+        self.objections += 1;
+        if reminded {
+            self.reminders += 1;
+        }
+        out.log(
+            LogLevel::Info,
+            format!(
+                "hook: _Stop objected in session {session} ({} text(s)); objection {}/{}",
+                texts.len(),
+                self.objections,
+                self.budget
+            ),
+        );
+        GateVerdict::Objected(texts)
+    }
+
+    /// The `_meta.buzz` of the prompt response (SPEC H9): `rounds` LLM rounds, objections
+    /// honoured, the budget and whether it ran out.
+    pub(crate) fn meta(&self, rounds: u32) -> Value {
+        json!({"buzz": {
+            "rounds": rounds,
+            "stopObjections": self.objections,
+            "stopBudget": self.budget,
+            "stopBudgetExhausted": self.exhausted
+        }})
+    }
+}
+
 /// The reply guard's reminder text (SPEC G1).
-pub const REPLY_REMINDER: &str = "Your text reply is not seen by anyone: nobody reads this transcript. \
+pub(crate) const REPLY_REMINDER: &str = "Your text reply is not seen by anyone: nobody reads this transcript. \
 If a reply is expected, post it with `buzz messages send` (or the configured reply tool) before ending; \
 if silence is right, end your turn again without posting.";
 /// Server name used for the reply guard's objection (SPEC G1).
-pub const REPLY_GUARD_SERVER: &str = "buzz-agent";
+pub(crate) const REPLY_GUARD_SERVER: &str = "buzz-agent";
 /// Reply-guard reminders per prompt at most (SPEC G1).
-pub const MAX_REMINDERS: u32 = 2;
+pub(crate) const MAX_REMINDERS: u32 = 2;
+
+/// Whether a dispatched call to a (non-hook) tool is a posting attempt (SPEC G2): a `shell`
+/// call whose `command` sends a message or a reaction, or a call to a tool named in
+/// `BUZZ_AGENT_REPLY_TOOLS` (by its qualified name `server__tool`).
+pub(crate) fn counts_as_posting(
+    bare: &str,
+    args: &Value,
+    qualified: &str,
+    reply_tools: &[String],
+) -> bool {
+    (bare == "shell"
+        && args
+            .get("command")
+            .and_then(Value::as_str)
+            .is_some_and(|c| c.contains("messages send") || c.contains("reactions add")))
+        || reply_tools.iter().any(|t| t == qualified)
+}
 
 /// The model-visible injection pair of one objection (SPEC H6): an assistant message with one
 /// tool call `<server>__<hook>` (id `buzz_hook_<hook>_<server>_<n>`, arguments `{}`) and its
-/// tool result, the compact JSON `{"hook","server","text"}`.
-///
-/// ```
-/// use buzz_agent_core::hooks::{injection_pair, HookPoint};
-/// use buzz_agent_core::llm::Message;
-/// let [call, result] = injection_pair(HookPoint::Stop, "testguard", "2 tests \"fail\"", 7);
-/// let Message::Assistant { tool_calls, .. } = call else { panic!() };
-/// assert_eq!(tool_calls[0].name, "testguard___Stop");
-/// assert_eq!(tool_calls[0].id, "buzz_hook__Stop_testguard_7");
-/// let Message::ToolResult { text, .. } = result else { panic!() };
-/// assert_eq!(text, r#"{"hook":"_Stop","server":"testguard","text":"2 tests \"fail\""}"#);
-/// ```
+/// tool result, the compact JSON `{"hook","server","text"}`. Example: (`_Stop`, `testguard`,
+/// `2 tests fail`, 7) → a call `testguard___Stop` with id `buzz_hook__Stop_testguard_7`.
 #[must_use]
 pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Message; 2] {
     let hook = point.tool_name();
@@ -156,39 +442,23 @@ pub fn injection_pair(point: HookPoint, server: &str, text: &str, n: u64) -> [Me
     ]
 }
 
-/// Append the injections of one decided round to `history` (SPEC H6, L10, case C61): for each
-/// `(server, text)`, in order, the pair of [`injection_pair`] numbered with `*seq` + 1 (`*seq` is
-/// advanced). The first call **joins the model's answer** when that answer ends the history (an
+/// Append the injections of one decided round to the history (SPEC H6, L10, case C61): for
+/// each `(server, text)`, in order, the pair of [`injection_pair`] numbered with the session's
+/// next tool-call number. The first call **joins the model's answer** when that answer ends the history (an
 /// assistant message without tool calls): one assistant message then carries the answer's text,
 /// its reasoning state and the synthetic call, so no provider sees two assistant messages in a
 /// row and a thinking block still opens the turn (Anthropic: `[thinking, text, tool_use]`).
 /// Every later text is a pair of its own.
-///
-/// ```
-/// use buzz_agent_core::hooks::{append_injections, HookPoint};
-/// use buzz_agent_core::llm::Message;
-/// let mut history = vec![
-///     Message::User { text: "fix it".into() },
-///     Message::Assistant { text: "All done.".into(), thinking: String::new(),
-///                          reasoning: vec![], tool_calls: vec![] },
-/// ];
-/// let mut seq = 0;
-/// append_injections(&mut history, HookPoint::Stop,
-///                   &[("guard".into(), "tests fail".into())], &mut seq);
-/// assert_eq!(history.len(), 3);
-/// let Message::Assistant { text, tool_calls, .. } = &history[1] else { panic!() };
-/// assert_eq!((text.as_str(), tool_calls[0].name.as_str()), ("All done.", "guard___Stop"));
-/// assert!(matches!(&history[2], Message::ToolResult { call_id, .. } if *call_id == tool_calls[0].id));
-/// ```
-pub fn append_injections(
-    history: &mut Vec<Message>,
+pub(crate) fn append_injections(
+    transcript: &mut Transcript,
     point: HookPoint,
     texts: &[(String, String)],
-    seq: &mut u64,
 ) {
     for (k, (server, text)) in texts.iter().enumerate() {
-        *seq += 1;
-        let [call, result] = injection_pair(point, server, text, *seq);
+        let n = transcript.next_call_no();
+        let [call, result] = injection_pair(point, server, text, n);
+        // A join changes the last message: the history's cache of serialized messages goes.
+        let history = transcript.messages.rewrite();
         let joins = k == 0
             && matches!(history.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
         match (call, history.last_mut()) {
@@ -206,162 +476,281 @@ pub fn append_injections(
     }
 }
 
-impl Agent {
-    /// Start a hook round for `point` over the session's allowlisted servers exposing it
-    /// (SPEC H2, H3). Servers that are dead or not ready are not called and count as `dead` at
-    /// once, so a round with no live target is decided as soon as it starts.
-    pub(crate) fn start_hook_round(
-        &mut self,
-        session: &str,
-        point: HookPoint,
-        attempt: u32,
-        budget_remaining: u32,
-        reminder: Option<String>,
-    ) -> HookRound {
-        let now = self.now;
-        let timeout = self.cfg.hook_timeout_ms;
-        let round_id = self.next_hook_round;
-        self.next_hook_round += 1;
-        let slots: Vec<u64> = self
-            .sessions
-            .get(session)
-            .map(|s| s.servers.clone())
-            .unwrap_or_default();
-        let hook = point.tool_name();
-        let mut calls = Vec::new();
-        for slot in slots {
-            let Some(s) = self.servers.get(&slot) else {
-                continue;
-            };
-            if !self.cfg.hook_servers.allows(&s.name) || !s.hooks.contains(hook) {
-                continue;
-            }
-            let name = s.name.clone();
-            let ready = s.is_ready();
-            let idx = calls.len();
-            let mut call = HookCall {
-                server_slot: slot,
-                server_name: name,
-                request: None,
-                started: now,
-                outcome: None,
-            };
-            if ready {
-                let params = json!({
-                    "name": hook,
-                    "arguments": {},
-                    "_meta": {"buzz/hook": {
-                        "point": hook,
-                        "sessionId": session,
-                        "attempt": attempt,
-                        "budgetRemaining": budget_remaining
-                    }}
-                });
-                let purpose = Purpose::Hook {
-                    session: session.to_string(),
-                    round: round_id,
-                    idx,
-                };
-                call.request = self.send_mcp_request(slot, "tools/call", &params, purpose, timeout);
-            }
-            if call.request.is_none() {
-                call.outcome = Some(HookOutcome::Dead);
-            }
-            calls.push(call);
-        }
-        let round = HookRound {
-            id: round_id,
-            point,
-            deadline: now.plus_ms(timeout),
-            calls,
-            reminder,
-        };
-        for c in &round.calls {
-            if c.outcome == Some(HookOutcome::Dead) {
-                self.log_hook_call(point, &c.server_name, &HookOutcome::Dead, 0);
-            }
-        }
-        round
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cx::rig::Parts;
+    use crate::ids::ServerSlot;
+    use crate::io::Action;
+    use crate::jsonrpc::RpcId;
+
+    const SID: SessionId = SessionId(1);
+
+    fn out() -> Outbox {
+        Outbox::new(LogLevel::Debug, MonoTime::ZERO)
     }
 
-    /// H9: one log line per hook call.
-    fn log_hook_call(&mut self, point: HookPoint, server: &str, outcome: &HookOutcome, ms: u64) {
-        let level = match outcome {
-            HookOutcome::Objection(_) | HookOutcome::Empty => LogLevel::Info,
-            HookOutcome::Error(_) | HookOutcome::Timeout | HookOutcome::Dead => LogLevel::Warn,
-        };
-        let detail = match outcome {
-            HookOutcome::Error(e) => format!(" ({e})"),
-            HookOutcome::Objection(_)
-            | HookOutcome::Empty
-            | HookOutcome::Timeout
-            | HookOutcome::Dead => String::new(),
-        };
-        self.log(
-            level,
-            format!(
-                "hook: point={} server={server} outcome={}{detail} latency_ms={ms}",
-                point.tool_name(),
-                outcome.label()
-            ),
+    fn objection(server: &str, text: &str) -> (String, String) {
+        (server.to_string(), text.to_string())
+    }
+
+    #[test]
+    fn i1_a_gate_honours_at_most_budget_objections_then_ends_exhausted() {
+        let mut out = out();
+        let mut gate = StopGate::new(2, false);
+        for k in 1..=2u32 {
+            assert_eq!(
+                gate.open(SID, &mut out),
+                GateOpening::Round {
+                    attempt: k,
+                    budget_remaining: 3 - k
+                }
+            );
+            assert!(matches!(
+                gate.conclude(vec![objection("guard", "no")], SID, &mut out),
+                GateVerdict::Objected(_)
+            ));
+            assert!(gate.objections <= gate.budget, "I1");
+        }
+        assert_eq!(gate.open(SID, &mut out), GateOpening::EndTurn);
+        assert_eq!(
+            gate.meta(3)["buzz"],
+            json!({"rounds": 3, "stopObjections": 2, "stopBudget": 2, "stopBudgetExhausted": true})
+        );
+        let logs: Vec<String> = std::iter::from_fn(|| out.pop())
+            .filter_map(|a| {
+                if let Action::Log(r) = a {
+                    Some(r.message)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(
+            logs.last().map(String::as_str),
+            Some("hook: _Stop budget of 2 exhausted in session sess_1; ending the turn (H9)")
         );
     }
 
-    /// A hook call of `round` ended (reply, error, death).
-    pub(crate) fn on_hook_outcome(
-        &mut self,
-        session: &str,
-        round: u64,
-        idx: usize,
-        outcome: HookOutcome,
-    ) {
-        let now = self.now;
-        let Some(r) = self.hook_round_mut(session, round) else {
-            return;
-        };
-        let Some(call) = r.calls.get_mut(idx) else {
-            return;
-        };
-        if call.outcome.is_some() {
-            return;
-        }
-        let ms = now.ms_since(call.started);
-        let (point, name) = (r.point, call.server_name.clone());
-        call.outcome = Some(outcome.clone());
-        self.log_hook_call(point, &name, &outcome, ms);
-        self.maybe_finish_hook_round(session, round);
+    #[test]
+    fn h5_no_objection_ends_the_turn_and_costs_nothing_and_budget_zero_runs_no_round() {
+        let mut out = out();
+        let mut gate = StopGate::new(3, false);
+        assert!(matches!(
+            gate.open(SID, &mut out),
+            GateOpening::Round { .. }
+        ));
+        assert_eq!(
+            gate.conclude(Vec::new(), SID, &mut out),
+            GateVerdict::EndTurn
+        );
+        assert_eq!(gate.meta(1)["buzz"]["stopObjections"], 0);
+        let mut off = StopGate::new(0, true);
+        assert_eq!(off.open(SID, &mut out), GateOpening::EndTurn);
+        assert_eq!(off.meta(1)["buzz"]["stopBudgetExhausted"], false);
     }
 
-    /// A hook call timed out (SPEC H4): cancel it, count, warn on the 1st, kill on the 2nd.
-    pub(crate) fn on_hook_timeout(
-        &mut self,
-        slot: u64,
-        request: u64,
-        session: &str,
-        round: u64,
-        idx: usize,
-    ) {
-        let ms = self.cfg.hook_timeout_ms;
-        self.cancel_mcp_request(slot, request, &format!("hook timeout after {ms} ms"));
-        let (name, count) = match self.servers.get_mut(&slot) {
-            Some(s) => {
-                s.consecutive_hook_timeouts += 1;
-                (s.name.clone(), s.consecutive_hook_timeouts)
-            }
-            None => (String::new(), 0),
+    #[test]
+    fn g1_the_reminder_goes_last_in_the_same_unit_at_most_twice_and_never_after_a_post() {
+        let mut out = out();
+        let mut gate = StopGate::new(5, true);
+        gate.open(SID, &mut out);
+        let GateVerdict::Objected(texts) =
+            gate.conclude(vec![objection("hook1", "red")], SID, &mut out)
+        else {
+            panic!("objected");
         };
-        if count >= 2 {
-            self.log(
-                LogLevel::Warn,
-                format!("hook: killing server '{name}' after 2 consecutive timeouts"),
-            );
-            self.kill_server(slot, "was killed after 2 consecutive hook timeouts (H4)");
-        } else {
-            self.log(
-                LogLevel::Warn,
-                format!("hook: server '{name}' timed out (1/2)"),
-            );
-        }
-        self.on_hook_outcome(session, round, idx, HookOutcome::Timeout);
+        assert_eq!(
+            texts,
+            vec![
+                objection("hook1", "red"),
+                objection(REPLY_GUARD_SERVER, REPLY_REMINDER)
+            ],
+            "hooks first, the reminder last, one unit"
+        );
+        assert_eq!(gate.meta(1)["buzz"]["stopObjections"], 1);
+        gate.open(SID, &mut out);
+        assert!(matches!(
+            gate.conclude(Vec::new(), SID, &mut out),
+            GateVerdict::Objected(_)
+        ));
+        gate.open(SID, &mut out);
+        assert_eq!(
+            gate.conclude(Vec::new(), SID, &mut out),
+            GateVerdict::EndTurn,
+            "at most two reminders"
+        );
+        let mut posted = StopGate::new(5, true);
+        posted.mark_posted();
+        posted.open(SID, &mut out);
+        assert_eq!(
+            posted.conclude(Vec::new(), SID, &mut out),
+            GateVerdict::EndTurn
+        );
+    }
+
+    #[test]
+    fn i4_c40_only_non_blank_content_text_objects() {
+        let cap = 1024;
+        let text = |t: &str| Ok(json!({"content": [{"type": "text", "text": t}]}));
+        assert_eq!(
+            classify_reply(text("run the tests"), cap),
+            HookOutcome::Text("run the tests".into())
+        );
+        assert_eq!(classify_reply(text("  \n"), cap), HookOutcome::Empty);
+        assert_eq!(
+            classify_reply(
+                Ok(json!({"content": [], "structuredContent": {"result": null}})),
+                cap
+            ),
+            HookOutcome::Empty,
+            "C40: FastMCP's None"
+        );
+        assert_eq!(
+            classify_reply(
+                Ok(json!({"content": [{"type": "text", "text": "boom"}], "isError": true})),
+                cap
+            ),
+            HookOutcome::Error("isError: boom".into())
+        );
+        assert_eq!(
+            classify_reply(Err(RpcError::new(-32601, "no such tool")), cap),
+            HookOutcome::Error("-32601 no such tool".into())
+        );
+    }
+
+    fn session_with(parts: &mut Parts, servers: &[(&str, &[&str])]) -> Session {
+        let slots: Vec<ServerSlot> = servers
+            .iter()
+            .map(|(name, tools)| parts.ready_server(SID, name, tools))
+            .collect();
+        let mut s = Session::new(SID, slots, &RpcId::Num(1.into()));
+        s.starting = None;
+        s
+    }
+
+    #[test]
+    fn h2_h3_a_round_calls_every_hook_at_once_and_decides_in_registration_order() {
+        let mut parts = Parts::new();
+        let sess = session_with(
+            &mut parts,
+            &[
+                ("a", &["_Stop"]),
+                ("plain", &["echo"]),
+                ("b", &["_Stop", "_PostCompact"]),
+            ],
+        );
+        let mut round = HookRound::start(HookPoint::Stop, &sess, 2, 1, &mut parts.cx());
+        let calls = Parts::mcp_lines(&parts.drain());
+        assert_eq!(calls.len(), 2, "only the servers exposing _Stop");
+        assert_eq!(
+            calls[0]["params"]["_meta"]["buzz/hook"],
+            json!({"point": "_Stop", "sessionId": "sess_1", "attempt": 2, "budgetRemaining": 1})
+        );
+        assert!(!round.is_decided());
+        parts.at(40);
+        assert!(!round.on_outcome(1, HookOutcome::Text("b objects".into()), &mut parts.out));
+        assert!(round.on_outcome(0, HookOutcome::Text("a objects".into()), &mut parts.out));
+        assert_eq!(
+            round.texts(),
+            vec![objection("a", "a objects"), objection("b", "b objects")],
+            "I3: registration order, not arrival order"
+        );
+        assert!(
+            !round.on_outcome(0, HookOutcome::Empty, &mut parts.out),
+            "I6: a decided call keeps its outcome"
+        );
+        assert_eq!(round.texts().len(), 2);
+        let logs = Parts::logs(&parts.drain());
+        assert_eq!(
+            logs,
+            vec![
+                "hook: point=_Stop server=b outcome=objection latency_ms=40",
+                "hook: point=_Stop server=a outcome=objection latency_ms=40"
+            ]
+        );
+    }
+
+    #[test]
+    fn i4_a_round_without_a_live_or_allowed_target_is_decided_at_once_and_objects_to_nothing() {
+        let mut parts = Parts::new();
+        let sess = session_with(&mut parts, &[("guard", &["_Stop"])]);
+        parts.cfg.hook_servers = crate::config::HookAllowlist::Off;
+        let round = HookRound::start(HookPoint::Stop, &sess, 1, 3, &mut parts.cx());
+        assert!(
+            round.is_decided() && round.texts().is_empty(),
+            "H2: not allowlisted"
+        );
+        parts.cfg.hook_servers = crate::config::HookAllowlist::All;
+        let slot = sess.servers[0];
+        parts
+            .servers
+            .kill(slot, "test kill", &mut parts.out, &mut parts.timers);
+        parts.drain();
+        let round = HookRound::start(HookPoint::Stop, &sess, 1, 3, &mut parts.cx());
+        assert!(
+            round.is_decided() && round.texts().is_empty(),
+            "a dead server counts as dead"
+        );
+        assert_eq!(
+            Parts::logs(&parts.drain()),
+            vec!["hook: point=_Stop server=guard outcome=dead latency_ms=0"]
+        );
+    }
+
+    #[test]
+    fn c61_the_first_injection_joins_the_answer_that_ends_the_history() {
+        let mut transcript = Transcript::default();
+        transcript.messages = crate::history::History::from(vec![
+            Message::User {
+                text: "fix it".into(),
+            },
+            Message::Assistant {
+                text: "All done.".into(),
+                thinking: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![],
+            },
+        ]);
+        append_injections(
+            &mut transcript,
+            HookPoint::Stop,
+            &[("guard".into(), "tests fail".into())],
+        );
+        let history = &transcript.messages;
+        assert_eq!(history.len(), 3);
+        let Message::Assistant {
+            text, tool_calls, ..
+        } = &history[1]
+        else {
+            panic!("the answer stays second");
+        };
+        assert_eq!(
+            (text.as_str(), tool_calls[0].name.as_str()),
+            ("All done.", "guard___Stop")
+        );
+        assert!(
+            matches!(&history[2], Message::ToolResult { call_id, .. } if *call_id == tool_calls[0].id)
+        );
+        assert_eq!(transcript.next_call_no(), 2, "the injection took number 1");
+    }
+
+    #[test]
+    fn h6_an_injection_pair_is_a_synthetic_call_and_its_json_result() {
+        let [call, result] = injection_pair(HookPoint::Stop, "testguard", "2 tests \"fail\"", 7);
+        let Message::Assistant { tool_calls, .. } = call else {
+            panic!("the call comes first");
+        };
+        assert_eq!(tool_calls[0].name, "testguard___Stop");
+        assert_eq!(tool_calls[0].id, "buzz_hook__Stop_testguard_7");
+        assert_eq!(tool_calls[0].arguments, "{}");
+        let Message::ToolResult { text, call_id, .. } = result else {
+            panic!("then its result");
+        };
+        assert_eq!(call_id, "buzz_hook__Stop_testguard_7");
+        assert_eq!(
+            text,
+            r#"{"hook":"_Stop","server":"testguard","text":"2 tests \"fail\""}"#
+        );
     }
 }

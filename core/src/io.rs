@@ -1,92 +1,112 @@
 //! Inputs (observations of the world) and actions (requests to the runtime), DESIGN.md
-//! "The core's contract". Failures of the world are inputs, never `Err`s.
+//! "The core's contract", plus the small pure helpers both runtimes use to turn raw process IO
+//! into inputs ([`StderrLines`], [`exit_description`]). Failures of the world are inputs, never
+//! `Err`s.
 
-use crate::llm::HttpRequest;
 use std::fmt;
 
-/// A process the core asked for. `generation` grows at every (re)spawn of the same server, so
-/// bytes or an exit from a killed process can never be mistaken for its restart (DESIGN ids).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ProcKey {
-    /// Process-wide unique server slot (one per `mcpServers` entry of each session).
-    pub server: u64,
-    /// 0 for the first spawn, +1 per restart.
-    pub generation: u32,
-}
+pub use crate::config::LogLevel;
+pub use crate::ids::{LlmCallId, ProcKey, ServerSlot};
+pub use crate::llm::HttpRequest;
 
-impl fmt::Display for ProcKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "mcp#{}.g{}", self.server, self.generation)
-    }
-}
-
-/// One LLM HTTP call (one attempt). Allocated from a counter by the core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LlmCallId(pub u64);
-
-impl fmt::Display for LlmCallId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "llm#{}", self.0)
-    }
-}
-
-/// What the runtime observed of an LLM HTTP call, in order: `Head`, `Body`*, then `End` or
-/// `Failed`. After `CancelLlm` the runtime may still deliver some; the core ignores them.
+/// What the runtime observed of one LLM HTTP call ([`Action::CallLlm`]), in this order:
+/// `Head`, any number of `Body`, then `End` or `Failed`. `Failed` may also come first (no
+/// connection). After [`Action::CancelLlm`] the runtime may still deliver some; the core
+/// ignores them.
 #[derive(Clone, PartialEq, Eq)]
-pub enum LlmIo {
-    /// Status line and headers (names lower-cased by the runtime).
+pub enum LlmEvent {
+    /// The response's status line and headers.
     Head {
+        /// The HTTP status code (e.g. 200, 429, 529).
         status: u16,
+        /// Header `(name, value)` pairs in the order received, names lower-cased by the
+        /// runtime (the core reads `retry-after`, `retry-after-ms` and `date`, SPEC L5).
         headers: Vec<(String, String)>,
     },
-    /// The next chunk of the body, as read.
+    /// The next chunk of the body, as read (any size, split anywhere; the core decodes SSE and
+    /// UTF-8 across chunks).
     Body(Vec<u8>),
     /// The body ended cleanly.
     End,
-    /// Connection or IO failure (before or during the body): retryable (SPEC L5).
+    /// A connection or IO failure before or during the body, with a one-line reason for logs
+    /// and the client's error message; retryable (SPEC L5).
     Failed(String),
 }
 
-impl fmt::Debug for LlmIo {
+impl fmt::Debug for LlmEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LlmIo::Head { status, .. } => write!(f, "Head({status})"),
-            LlmIo::Body(b) => write!(f, "Body({} B)", b.len()),
-            LlmIo::End => write!(f, "End"),
-            LlmIo::Failed(e) => write!(f, "Failed({e})"),
+            LlmEvent::Head { status, .. } => write!(f, "Head({status})"),
+            LlmEvent::Body(b) => write!(f, "Body({} B)", b.len()),
+            LlmEvent::End => write!(f, "End"),
+            LlmEvent::Failed(e) => write!(f, "Failed({e})"),
         }
     }
 }
 
-/// One observation from the world.
+/// One observation from the world, fed to [`Agent::handle`](crate::Agent::handle).
 #[derive(Clone, PartialEq, Eq)]
 pub enum Input {
-    /// Bytes read from the agent's stdin (ACP client), split anywhere.
+    /// Bytes read from the agent's stdin (the ACP client), split anywhere; lines are
+    /// newline-delimited JSON-RPC messages (SPEC T1) decoded lossily (L9).
     AcpBytes(Vec<u8>),
-    /// The agent's stdin reached EOF (SPEC P1).
+    /// The agent's stdin reached EOF: shut down (SPEC P1).
     AcpEof,
-    /// SIGTERM or SIGINT was received (SPEC P1).
+    /// SIGTERM, SIGINT or SIGHUP was received: shut down (SPEC P1).
     ShutdownSignal,
-    /// A write to stdout failed (EPIPE: the client is gone) → shut down.
+    /// A write to stdout failed (EPIPE: the client is gone): shut down (SPEC P1).
     AcpWriteFailed,
-    /// The process of `SpawnMcp` is running.
-    McpSpawned { proc: ProcKey },
-    /// `SpawnMcp` failed (e.g. ENOENT); no process exists.
-    McpSpawnFailed { proc: ProcKey, error: String },
-    /// Bytes from a server's stdout.
-    McpBytes { proc: ProcKey, bytes: Vec<u8> },
+    /// The process asked for by [`Action::SpawnMcp`] is running.
+    McpSpawned {
+        /// The process.
+        proc: ProcKey,
+    },
+    /// [`Action::SpawnMcp`] failed (e.g. ENOENT): no process exists (SPEC M1).
+    McpSpawnFailed {
+        /// The process that could not be started.
+        proc: ProcKey,
+        /// The OS error, one line (`No such file or directory (os error 2)`).
+        error: String,
+    },
+    /// Bytes from a server's stdout, split anywhere (SPEC M1, T6).
+    McpBytes {
+        /// The process that wrote them.
+        proc: ProcKey,
+        /// The bytes, as read.
+        bytes: Vec<u8>,
+    },
     /// A server's stdout reached EOF.
-    McpStdoutClosed { proc: ProcKey },
-    /// One line of a server's stderr (without the newline, lossily decoded, at most
-    /// [`MAX_STDERR_LINE_BYTES`]).
-    McpStderrLine { proc: ProcKey, line: String },
-    /// The server process exited and was reaped; `status` is human readable
-    /// (`exit status 3`, `killed by signal 9`).
-    McpExited { proc: ProcKey, status: String },
-    /// A write to a server's stdin failed (it is gone).
-    McpWriteFailed { proc: ProcKey },
+    McpStdoutClosed {
+        /// The process.
+        proc: ProcKey,
+    },
+    /// One line of a server's stderr (SPEC M1, P2), e.g. from [`StderrLines`].
+    McpStderrLine {
+        /// The process that wrote it.
+        proc: ProcKey,
+        /// The line without its newline, lossily decoded; the core caps a longer line at
+        /// [`MAX_STDERR_LINE_BYTES`].
+        line: String,
+    },
+    /// The server process exited and was reaped.
+    McpExited {
+        /// The process.
+        proc: ProcKey,
+        /// Human readable, from [`exit_description`] (`exit status 3`, `killed by signal 9`).
+        status: String,
+    },
+    /// A write to a server's stdin failed (it is gone or exiting).
+    McpWriteFailed {
+        /// The process.
+        proc: ProcKey,
+    },
     /// Progress of an LLM call.
-    Llm { call: LlmCallId, event: LlmIo },
+    Llm {
+        /// The call of [`Action::CallLlm`].
+        call: LlmCallId,
+        /// What happened.
+        event: LlmEvent,
+    },
 }
 
 impl fmt::Debug for Input {
@@ -258,28 +278,34 @@ pub fn exit_description(code: Option<i32>, signal: Option<i32>) -> String {
 pub struct SpawnSpec {
     /// Server name from `session/new` (for logs).
     pub name: String,
+    /// The program, as the client gave it (a path or a name looked up in `PATH`).
     pub command: String,
+    /// Its arguments, in order.
     pub args: Vec<String>,
+    /// The complete environment of the child, `(name, value)` sorted by name.
     pub env: Vec<(String, String)>,
+    /// The working directory: the session's absolute `cwd` (SPEC A2).
     pub cwd: String,
 }
 
-/// Signals the core may ask to send to a child's process group.
+/// Signals the core may ask to send to a child's process group (`killpg`, SPEC M8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    /// SIGTERM: please exit.
     Term,
+    /// SIGKILL: the grace is over.
     Kill,
 }
-
-/// Log severity, ordered from most to least severe.
-pub use crate::config::LogLevel;
 
 /// One log line for stderr (SPEC T2, P2). The runtime writes [`LogRecord::render`] verbatim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRecord {
+    /// Its severity (already at or above `BUZZ_AGENT_LOG`: the core drops the others).
     pub level: LogLevel,
     /// Core time when it was produced.
     pub at: crate::time::MonoTime,
+    /// The text, one logical line (a newline in it is escaped by `render`); never a secret
+    /// (SPEC P2).
     pub message: String,
 }
 
@@ -314,31 +340,65 @@ impl LogRecord {
     }
 }
 
-/// A request to the runtime. Exhaustive on purpose: a new variant must break both runtimes.
+/// A request to the runtime, from [`Agent::poll_action`](crate::Agent::poll_action). Starting
+/// one never waits for its result: results come back as [`Input`]s. Exhaustive on purpose: a
+/// new variant must break both runtimes' builds.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Write one complete ACP line (ends with `\n`) to stdout.
+    /// Write one complete ACP line (a JSON-RPC message ending with `\n`) to stdout (SPEC T1,
+    /// T2). A failed write is reported as [`Input::AcpWriteFailed`].
     WriteAcp(String),
-    /// Write one complete line to a server's stdin.
-    WriteMcp { proc: ProcKey, line: String },
-    /// Spawn a server; answer with `McpSpawned` or `McpSpawnFailed`, then stream its IO.
-    SpawnMcp { proc: ProcKey, spec: SpawnSpec },
+    /// Write one complete line (ending with `\n`) to a server's stdin. A failed write is
+    /// reported as [`Input::McpWriteFailed`].
+    WriteMcp {
+        /// The process.
+        proc: ProcKey,
+        /// The line.
+        line: String,
+    },
+    /// Spawn a server in a new process group; answer with [`Input::McpSpawned`] or
+    /// [`Input::McpSpawnFailed`], then report its stdout, stderr and exit (SPEC M1).
+    SpawnMcp {
+        /// The key of the new process (a new generation for a restart, SPEC M9).
+        proc: ProcKey,
+        /// How to start it.
+        spec: SpawnSpec,
+    },
     /// Close a server's stdin (the polite shutdown request, SPEC M8).
-    CloseMcpStdin { proc: ProcKey },
-    /// Signal the server's whole process group (`killpg`), even if the leader already exited.
-    SignalProcessGroup { proc: ProcKey, signal: Signal },
-    /// Start an HTTP request and report it as `Input::Llm` events.
+    CloseMcpStdin {
+        /// The process.
+        proc: ProcKey,
+    },
+    /// Signal the server's whole process group (`killpg`), even if the leader already exited
+    /// (grandchildren, SPEC M8). Unknown or reaped groups are ignored by the runtime.
+    SignalProcessGroup {
+        /// The process whose group is signalled.
+        proc: ProcKey,
+        /// Which signal.
+        signal: Signal,
+    },
+    /// Start an HTTP request and report it as [`Input::Llm`] events, body chunks as they
+    /// arrive (SSE text reaches the client as it streams).
     CallLlm {
+        /// The call's id, echoed in every event.
         call: LlmCallId,
+        /// The request to send verbatim.
         request: HttpRequest,
     },
     /// The core is done with this call (finished or abandoned): drop the HTTP request; events
     /// for it that still arrive are ignored.
-    CancelLlm { call: LlmCallId },
-    /// Write a log line to stderr.
+    CancelLlm {
+        /// The call.
+        call: LlmCallId,
+    },
+    /// Write a log line to stderr ([`LogRecord::render`] gives its text).
     Log(LogRecord),
-    /// Exit the process with this status after flushing stdout.
-    Exit { code: i32 },
+    /// Exit the process with this status after flushing stdout (SPEC P1: 0 after a clean
+    /// shutdown). The last action the agent asks for.
+    Exit {
+        /// The exit status.
+        code: i32,
+    },
 }
 
 impl fmt::Debug for Action {

@@ -1,38 +1,173 @@
-//! `buzz-agent-core`: the pure sans-IO state machine of buzz-agent.
+//! `buzz-agent-core`: the pure, sans-IO state machine of buzz-agent — an ACP agent that runs
+//! the loop LLM → MCP tool calls → results → LLM with MCP lifecycle hooks (`_Stop`,
+//! `_PostCompact`).
 //!
-//! No clocks, environment, files, processes, threads or async in here (DESIGN.md). Time and
-//! randomness come in as inputs; IO is requested as [`Action`]s and observed as [`Input`]s.
+//! The core never reads a clock, the environment or a file, never spawns a process or a
+//! thread, never blocks and never does IO. Everything it learns arrives as an [`Input`] (an
+//! observation of the world: bytes, an exit, an HTTP event, a signal) with the current
+//! [`MonoTime`]; everything it wants done leaves as an [`Action`] (write a line, spawn, signal,
+//! start or drop an HTTP request, log, exit). A runtime (`buzz-agent` on tokio,
+//! `buzz-agent-smol` on smol) moves the bytes; both behave identically because all behaviour
+//! is here.
 //!
 //! # The drain rule
-//! After any [`Agent::handle`] or [`Agent::handle_timeout`], call [`Agent::poll_action`] until it
-//! returns `None`, then read [`Agent::poll_timeout`], then wait for the next input or that time.
+//!
+//! One [`Agent`] is owned by one loop. The loop repeats:
+//!
+//! 1. **Drain.** Call [`Agent::poll_action`] until it returns `None`, starting each action
+//!    without waiting for its result (results come back later as inputs).
+//! 2. **Stop** if [`Agent::is_finished`] (an [`Action::Exit`] was the last action).
+//! 3. **Ask for the deadline.** [`Agent::poll_timeout`] gives the earliest time the core
+//!    must be woken, and why ([`TimerKey`]), or `None`.
+//! 4. **Wait** for the next input or that time, whichever comes first.
+//! 5. **Feed.** An input goes to [`Agent::handle`]; a passed deadline to
+//!    [`Agent::handle_timeout`]. Both take the current time. Go to 1.
+//!
+//! Skipping step 1 after a `handle*` loses nothing (actions queue up in order) but delays it;
+//! skipping step 3 can leave a deadline unserved for ever.
+//!
+//! # Example: a run loop with a fake clock
+//!
+//! The agent below is answered `initialize`, then stdin closes; it shuts down (SPEC P1) and
+//! asks to exit. The clock is a plain [`MonoTime`] the loop moves to each deadline — exactly
+//! what the property tests do with thousands of random scripts.
+//!
+//! ```
+//! use buzz_agent_core::{Action, Agent, Config, Input, MonoTime};
+//! use std::collections::BTreeMap;
+//!
+//! let env: BTreeMap<String, String> = [
+//!     ("BUZZ_AGENT_PROVIDER", "openai"),
+//!     ("OPENAI_COMPAT_MODEL", "test-model"),
+//!     ("OPENAI_COMPAT_API_KEY", "test-key"),
+//! ]
+//! .into_iter()
+//! .map(|(k, v)| (k.to_string(), v.to_string()))
+//! .collect();
+//! let no_files = |path: &str| Err(format!("{path}: no files in this example"));
+//! let config = Config::from_env_map(&env, &no_files).expect("a valid configuration");
+//!
+//! let mut now = MonoTime::ZERO;
+//! let mut agent = Agent::new(config, now);
+//! let mut inputs = vec![
+//!     Input::AcpBytes(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#.to_vec()),
+//!     Input::AcpBytes(b"\n".to_vec()),
+//!     Input::AcpEof,
+//! ]
+//! .into_iter();
+//! let mut stdout = Vec::new();
+//! let mut exit_code = None;
+//! loop {
+//!     // 1. Drain.
+//!     while let Some(action) = agent.poll_action() {
+//!         match action {
+//!             Action::WriteAcp(line) => stdout.push(line),
+//!             Action::Exit { code } => exit_code = Some(code),
+//!             Action::Log(record) => eprint!("{}", record.render(agent.config().log_format)),
+//!             // This agent has no MCP server and makes no LLM call; a runtime starts these.
+//!             other => panic!("unexpected {other:?}"),
+//!         }
+//!     }
+//!     // 2. Stop.
+//!     if agent.is_finished() {
+//!         break;
+//!     }
+//!     // 3.–5. The next input, else jump the fake clock to the deadline.
+//!     match (inputs.next(), agent.poll_timeout()) {
+//!         (Some(input), _) => agent.handle(input, now),
+//!         (None, Some((deadline, _why))) => {
+//!             now = deadline;
+//!             agent.handle_timeout(now);
+//!         }
+//!         (None, None) => break,
+//!     }
+//! }
+//! assert!(stdout[0].contains(r#""id":1,"result""#), "initialize was answered");
+//! assert_eq!(exit_code, Some(0));
+//! ```
+//!
+//! # Methods
+//!
+//! - **Construction:** [`Agent::new`] with a validated [`Config`] ([`Config::from_env_map`])
+//!   and the start time; [`Agent::with_inherited_env`] and [`Agent::with_version`] before the
+//!   first input.
+//! - **Inputs:** [`Agent::handle`] (one [`Input`]), [`Agent::handle_timeout`] (deadlines).
+//!   Failures of the world (a spawn that failed, a broken pipe, a dropped connection) are
+//!   inputs too; no method returns an error.
+//! - **Outputs:** [`Agent::poll_action`] (one [`Action`] at a time, in order),
+//!   [`Agent::is_finished`].
+//! - **Time:** [`Agent::poll_timeout`]. Time is monotonic per agent: an earlier `now` than one
+//!   already seen is treated as that one.
+//!
+//! # Invariants between calls
+//!
+//! - After `handle_timeout(t)` and a drain, `poll_timeout` is `None` or later than `t` (no busy
+//!   loop, DESIGN I11).
+//! - The same inputs at the same times give the same actions, byte for byte (I12); jitter
+//!   comes from [`Config::seed`].
+//! - Every ACP request gets exactly one response (I7); every `session/update` of a turn
+//!   precedes the turn's response (I8).
+//! - Replies that arrive after their deadline, or for a process generation that was replaced
+//!   ([`ProcKey::generation`]), change nothing but a debug log (I6).
+//! - After [`Action::Exit`], `is_finished` is true, `poll_timeout` is `None` and inputs are
+//!   ignored.
+//!
+//! # Inside
+//!
+//! [`Agent`] routes inputs to typed sub-machines and owns the action queue; each sub-machine
+//! owns its state and never sees the agent. `docs/architecture.md` in the repository maps
+//! them.
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
+// Every `pub` item of a private module is either re-exported below or `pub(crate)`. The
+// `testing` feature re-exports internals for the core's own tests, so the lint is checked
+// with it on (as `cargo test` and CI build the crate).
+#![cfg_attr(feature = "testing", deny(unreachable_pub))]
 
-pub mod acp;
-pub mod agent;
-pub mod anthropic;
-pub mod compaction;
+mod acp;
+mod agent;
+mod anthropic;
+#[cfg(test)]
+mod body_cache_props;
+mod compaction;
 pub mod config;
+mod cx;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-pub mod hooks;
+mod history;
+mod hooks;
+mod ids;
 pub mod interceptor;
 pub mod io;
 pub mod jsonrpc;
-pub mod llm;
-pub mod mcp;
-pub mod openai_chat;
-pub mod openai_responses;
-pub mod provider;
+mod llm;
+mod llm_call;
+mod mcp;
+mod openai_chat;
+mod openai_responses;
+mod outbox;
+mod permissions;
+mod provider;
 mod request;
-pub mod shutdown;
-pub mod sse;
+mod session;
+mod shutdown;
+mod sse;
 mod sse_stream;
-pub mod time;
-pub mod tools;
-pub mod turn;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod text;
+mod time;
+mod timers;
+mod tool_calls;
+mod tools;
+mod transcript;
+mod turn;
 
-pub use agent::{Agent, TimerKey};
+pub use agent::Agent;
 pub use config::Config;
-pub use io::{Action, Input, LlmCallId, LlmIo, LogRecord, ProcKey, Signal, SpawnSpec};
+pub use ids::{LlmCallId, ProcKey, ServerSlot};
+pub use io::{Action, Input, LlmEvent, LogRecord, Signal, SpawnSpec};
+pub use llm::{Body, HttpRequest};
+pub use mcp::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION};
 pub use time::MonoTime;
+pub use timers::TimerKey;

@@ -1,21 +1,20 @@
 //! The provider-neutral model of an LLM conversation (SPEC §4, §8).
 //!
-//! The loop (`turn`) only speaks these types; each provider module (`openai_chat`, later
-//! Anthropic Messages and OpenAI Responses) builds an [`HttpRequest`] from them and decodes a
-//! streamed body back into [`StreamDelta`]s and one [`LlmResponse`].
+//! The loop (`turn`) only speaks these types; each provider module (`anthropic` for Anthropic
+//! Messages, `openai_chat` for Chat Completions, `openai_responses` for OpenAI Responses) builds
+//! an [`HttpRequest`] from them and decodes a streamed body back into [`StreamDelta`]s and one
+//! [`LlmResponse`].
 
 use std::sync::Arc;
 
 use serde_json::Value;
-
-pub use crate::request::BodyCache;
 
 /// The text of the short assistant message put between tool results and a following user
 /// message (SPEC L10): strict chat templates and Mistral's validator reject a user message right
 /// after a tool result ("Unexpected role 'user' after role 'tool'"), and on Anthropic a user
 /// text in the same turn as tool results would make a synthetic tool call the start of a tool
 /// loop that thinking rules apply to.
-pub const TOOL_RESULTS_BRIDGE: &str = "(tool results received)";
+pub(crate) const TOOL_RESULTS_BRIDGE: &str = "(tool results received)";
 
 /// One entry of a session's history.
 ///
@@ -24,7 +23,10 @@ pub const TOOL_RESULTS_BRIDGE: &str = "(tool results received)";
 #[derive(Clone, PartialEq)]
 pub enum Message {
     /// A user turn (the client's prompt, a compaction summary, or an agent nudge).
-    User { text: String },
+    User {
+        /// The text.
+        text: String,
+    },
     /// What the model said: text, optional reasoning text, and the tool calls it asked for.
     ///
     /// `thinking` is the reasoning as plain text (ACP thought chunks, size accounting);
@@ -32,16 +34,24 @@ pub enum Message {
     /// thinking / redacted_thinking with signatures, Responses reasoning items, the Chat
     /// reasoning fields; SPEC L10); empty when the provider sent none.
     Assistant {
+        /// The answer text (may be empty).
         text: String,
+        /// The reasoning as plain text (may be empty).
         thinking: String,
+        /// The provider's reasoning state to replay.
         reasoning: Vec<ReasoningBlock>,
+        /// The tool calls, in the order asked.
         tool_calls: Vec<ToolCall>,
     },
     /// The result of one tool call, paired by `call_id` (SPEC L3).
     ToolResult {
+        /// The [`ToolCall::id`] it answers.
         call_id: String,
+        /// The [`ToolCall::name`] it answers.
         name: String,
+        /// The result as the model sees it (SPEC L3).
         text: String,
+        /// Whether the call failed or the tool reported an error.
         is_error: bool,
     },
 }
@@ -216,7 +226,7 @@ impl std::fmt::Debug for ToolCall {
 
 /// A tool offered to the model.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ToolDef {
+pub(crate) struct ToolDef {
     /// Provider-safe name (`^[A-Za-z0-9_-]{1,64}$`, SPEC M3).
     pub name: String,
     pub description: String,
@@ -226,7 +236,7 @@ pub struct ToolDef {
 
 /// Everything a provider needs to build one request.
 #[derive(Debug, Clone, Copy)]
-pub struct LlmRequest<'a> {
+pub(crate) struct LlmRequest<'a> {
     pub model: &'a str,
     pub system: Option<&'a str>,
     pub messages: &'a [Message],
@@ -236,12 +246,18 @@ pub struct LlmRequest<'a> {
     pub max_output_tokens: u32,
 }
 
-/// A fully built HTTP request: the runtime sends it verbatim (DESIGN: `CallLlm`).
+/// A fully built HTTP request of one LLM call (SPEC L6–L8): the runtime sends it verbatim
+/// (DESIGN: `CallLlm`) and streams the answer back as [`LlmEvent`](crate::LlmEvent)s. Every LLM
+/// call is a `POST` with a JSON body and a streamed (SSE) answer, so the method is not carried.
+/// `Debug` shows the URL, the header names and the body length only: never a key (SPEC P2).
 #[derive(Clone, PartialEq, Eq)]
 pub struct HttpRequest {
-    pub method: &'static str,
+    /// The absolute URL (`https://…/v1/messages`, `…/chat/completions` or `…/responses`).
     pub url: String,
+    /// Header `(name, value)` pairs, names lower-case, to send in this order (content type,
+    /// accept, then the provider's auth and version headers).
     pub headers: Vec<(String, String)>,
+    /// The JSON body, UTF-8, in pieces sent back to back ([`Body`]).
     pub body: Body,
 }
 
@@ -322,76 +338,13 @@ impl std::fmt::Debug for Body {
     }
 }
 
-/// A session's history: its messages, and the serialized form of their unchanging prefix kept
-/// for the next request ([`BodyCache`], issue #15).
-///
-/// Reading goes through `Deref<Target = [Message]>`. [`History::push`] keeps the cache (a
-/// round's request then serializes only what is new); every other change goes through
-/// [`History::rewrite`] or replaces the whole value, and both drop the cache, so a request
-/// can never be built from bytes of messages that were changed or removed.
-#[derive(Default)]
-pub struct History {
-    messages: Vec<Message>,
-    cache: BodyCache,
-}
-
-impl History {
-    /// Appends a message; the cache stays valid.
-    pub fn push(&mut self, message: Message) {
-        self.messages.push(message);
-    }
-
-    /// The messages for any change other than appending (compaction, truncation, hook
-    /// injections, joining a message): drops the cache, so the next request is built afresh.
-    pub fn rewrite(&mut self) -> &mut Vec<Message> {
-        self.cache = BodyCache::default();
-        &mut self.messages
-    }
-
-    /// The messages, taking them out (the history is left empty, without a cache).
-    #[must_use]
-    pub fn take(&mut self) -> Vec<Message> {
-        self.cache = BodyCache::default();
-        std::mem::take(&mut self.messages)
-    }
-
-    /// The messages and the cache of their serialized prefix, for building a request.
-    pub fn with_cache(&mut self) -> (&[Message], &mut BodyCache) {
-        (&self.messages, &mut self.cache)
-    }
-}
-
-impl std::ops::Deref for History {
-    type Target = [Message];
-
-    fn deref(&self) -> &[Message] {
-        &self.messages
-    }
-}
-
-impl From<Vec<Message>> for History {
-    fn from(messages: Vec<Message>) -> History {
-        History {
-            messages,
-            cache: BodyCache::default(),
-        }
-    }
-}
-
-impl std::fmt::Debug for History {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(&self.messages).finish()
-    }
-}
-
 impl std::fmt::Debug for HttpRequest {
     // Never print secrets or the (large) body (SPEC P2).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
         write!(
             f,
-            "{} {} headers={:?} body={} B",
-            self.method,
+            "POST {} headers={:?} body={} B",
             self.url,
             names,
             self.body.len()
@@ -401,7 +354,7 @@ impl std::fmt::Debug for HttpRequest {
 
 /// Why the model stopped, provider-neutral (SPEC L1, L6, L7).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopKind {
+pub(crate) enum StopKind {
     /// The model ended its turn (`stop`, `end_turn`, `stop_sequence`).
     EndTurn,
     /// The model asked for tools (`tool_calls`, `tool_use`).
@@ -414,14 +367,14 @@ pub enum StopKind {
 
 /// Token usage reported by one response.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
 }
 
 /// A complete decoded response.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LlmResponse {
+pub(crate) struct LlmResponse {
     pub text: String,
     /// All reasoning text of the response, concatenated (also streamed as
     /// [`StreamDelta::Thought`]).
@@ -437,7 +390,7 @@ pub struct LlmResponse {
 
 /// An incremental piece of a streamed response, forwarded to the client as it arrives (SPEC A6).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamDelta {
+pub(crate) enum StreamDelta {
     /// Visible text → `agent_message_chunk`.
     Text(String),
     /// Reasoning → `agent_thought_chunk`.
@@ -446,7 +399,7 @@ pub enum StreamDelta {
 
 /// Why a stream could not produce a response.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StreamError {
+pub(crate) enum StreamError {
     /// The body ended before the response was complete (no terminator, cut mid-event, partial
     /// tool-call JSON). Retryable (SPEC L5, C24).
     #[error("stream truncated: {0}")]
@@ -459,7 +412,7 @@ pub enum StreamError {
 impl StreamError {
     /// Whether another attempt may succeed (SPEC L5).
     #[must_use]
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             StreamError::Truncated(_) => true,
             StreamError::Provider { retryable, .. } => *retryable,
@@ -468,7 +421,7 @@ impl StreamError {
 }
 
 /// Decodes one streamed response body. Bytes may be split anywhere (SPEC L9).
-pub trait StreamDecoder: Send {
+pub(crate) trait StreamDecoder: Send {
     /// Feed the next chunk of body bytes; incremental deltas are pushed to `out` in order.
     ///
     /// # Errors

@@ -1,27 +1,38 @@
-//! The MCP client sub-machine (SPEC M1–M9, T6, H4): one [`Server`] per `mcpServers` entry,
-//! its handshake, paginated `tools/list`, pending request table with one deadline each,
-//! server→client traffic, death and process-group kills.
+//! The MCP client sub-machine (SPEC M1–M9, T6, H4): the [`ServerTable`] owns one [`Server`]
+//! per `mcpServers` entry of each session — its process generations, handshake, paginated
+//! `tools/list`, the requests in flight (each with one deadline in the [`TimerTable`]),
+//! server→client traffic, death, lazy restarts and process-group kills.
+//!
+//! It never sees a turn or a hook round: a request carries a [`Purpose`] naming who waits for
+//! it, and replies, failures and settled start-ups come back to the agent as [`McpEvent`]s, in
+//! the order they happened, for the agent to route.
 
 use crate::acp::McpServerEntry;
-use crate::agent::Agent;
-use crate::config::LogLevel;
-use crate::io::{Action, ProcKey, Signal, SpawnSpec};
+use crate::config::{HookAllowlist, LogLevel};
+use crate::ids::{
+    HookRoundId, McpRequestId, ProcKey, ServerSlot, SessionId, ToolCallIndex, TurnNo,
+};
+use crate::io::{Action, Signal, SpawnSpec};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, RpcError, RpcId};
+use crate::llm::ToolDef;
+use crate::outbox::Outbox;
 use crate::time::MonoTime;
+use crate::timers::{ServerTimer, Timer, TimerTable};
 use crate::tools;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// MCP protocol version we request (SPEC M2).
 pub const MCP_PROTOCOL_VERSION: &str = "2025-11-25";
-/// Server protocol versions we accept (SPEC M2).
-pub const ACCEPTED_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// Server protocol versions we accept in the `initialize` answer (SPEC M2).
+pub const ACCEPTED_MCP_VERSIONS: [&str; 4] =
+    ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 /// An MCP stdout line over this kills the server (SPEC T6), in bytes.
-pub const MAX_MCP_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_MCP_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// Stderr lines kept for error messages (SPEC M1).
-pub const STDERR_TAIL_LINES: usize = 20;
+const STDERR_TAIL_LINES: usize = 20;
 /// Grace between SIGTERM and SIGKILL of a process group (SPEC M8), in ms.
-pub const KILL_GRACE_MS: u64 = 2000;
+pub(crate) const KILL_GRACE_MS: u64 = 2000;
 /// How long a server whose stdout closed may take to exit before it is declared dead, in ms.
 const STDOUT_CLOSED_GRACE_MS: u64 = 500;
 /// `tools/list` pages followed at most (SPEC M2).
@@ -32,75 +43,173 @@ const RESTART_CAP_MS: u64 = 30_000;
 /// M9: failed restarts, or deaths without a successful call, before a server is permanently dead.
 const MAX_FAILED_RESTARTS: u32 = 3;
 const MAX_DEATHS: u32 = 3;
+/// Non-JSON-RPC stdout lines of one process logged at warn; later ones at debug (SPEC T6).
+const BAD_LINES_AT_WARN: u32 = 100;
 
-/// A tool a server offers (hooks excluded).
+/// A tool a server offers (hooks excluded), SPEC M3.
 #[derive(Debug, Clone, PartialEq)]
-pub struct McpTool {
+pub(crate) struct McpTool {
     /// The name the server knows.
-    pub bare: String,
+    pub(crate) bare: String,
     /// The provider-safe qualified name the model sees (SPEC M3).
-    pub exposed: String,
-    pub description: String,
-    pub schema: Value,
+    pub(crate) exposed: String,
+    pub(crate) description: String,
+    pub(crate) schema: Value,
 }
 
-/// Lifecycle of a server process.
+/// Where a tool name the model may call leads (SPEC M3, L2).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerState {
-    /// `SpawnMcp` sent, waiting for `McpSpawned`.
-    Spawning,
+pub(crate) struct ToolRoute {
+    /// The server that offers it.
+    pub(crate) server: ServerSlot,
+    /// The name the server knows.
+    pub(crate) bare: String,
+    /// `server__tool`, the key of remembered permission answers and `BUZZ_AGENT_REPLY_TOOLS`.
+    pub(crate) qualified: String,
+}
+
+/// The process of a dead server's current generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Process {
+    /// `SpawnMcp` failed or was never answered: there is no process.
+    NotSpawned,
+    /// The leader runs (it may be exiting after a signal).
+    Running,
+    /// The leader exited and was reaped (its group may still hold grandchildren).
+    Exited,
+}
+
+/// Lifecycle of one server (SPEC M1, M2, M7, M9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ServerState {
+    /// `SpawnMcp` sent, waiting for `McpSpawned`. `restart`: this is an M9 restart.
+    Spawning { restart: bool },
     /// `initialize` sent.
-    Initializing,
+    Initializing { restart: bool },
     /// Handshake done, `tools/list` pages in flight.
-    Listing,
+    Listing { restart: bool },
     /// Serving calls.
     Ready,
-    /// Dead (exited, killed, failed to start); the reason names the cause and stderr tail.
-    Dead { reason: String },
+    /// Exited, killed, stopped or failed to start.
+    Dead {
+        /// Names the cause and the stderr tail (the text callers and the log see).
+        reason: String,
+        /// What became of the current generation's process.
+        process: Process,
+        /// M9: when a lazy restart is allowed; `None` for a server that never served, was
+        /// stopped, or is permanently dead (its tools then leave the model's list).
+        restart_at: Option<MonoTime>,
+    },
 }
 
-/// What a pending request to a server is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Purpose {
+/// Who waits for a `tools/call` of the model: the call at `index` of `turn` in `session`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ToolCallRef {
+    pub(crate) session: SessionId,
+    pub(crate) turn: TurnNo,
+    pub(crate) index: ToolCallIndex,
+}
+
+/// Who waits for a hook call: the call at `index` (registration order) of `round` in `session`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HookCallRef {
+    pub(crate) session: SessionId,
+    pub(crate) round: HookRoundId,
+    pub(crate) index: usize,
+}
+
+/// What a request to a server is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// The `initialize` request (SPEC M2).
     Initialize,
-    /// A page of `tools/list`.
+    /// A page of `tools/list` (SPEC M2).
     ListTools,
-    /// A model tool call: (session, turn seq, slot index).
-    Tool {
-        session: String,
-        turn_seq: u64,
-        slot: usize,
-    },
-    /// A hook call of a hook round: (session, round id, index in the round).
-    Hook {
-        session: String,
-        round: u64,
-        idx: usize,
-    },
+    /// A model tool call (SPEC L2).
+    Tool(ToolCallRef),
+    /// A hook call of a hook round (SPEC H3).
+    Hook(HookCallRef),
 }
 
-/// One request awaiting its reply, with exactly one deadline (DESIGN).
+/// A request to send to a server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct McpRequest<'a> {
+    /// The JSON-RPC method.
+    pub(crate) method: &'a str,
+    /// Its params.
+    pub(crate) params: &'a Value,
+    /// Who waits for the reply.
+    pub(crate) purpose: Purpose,
+    /// Its deadline from now, in ms.
+    pub(crate) timeout_ms: u64,
+}
+
+/// What the agent must route after a table step, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum McpEvent {
+    /// A model tool call was answered (`result` or JSON-RPC error).
+    ToolReply {
+        call: ToolCallRef,
+        reply: Result<Value, RpcError>,
+    },
+    /// A model tool call ended without an answer (its server died); `reason` is the text the
+    /// model sees.
+    ToolFailed { call: ToolCallRef, reason: String },
+    /// A hook call was answered.
+    HookReply {
+        call: HookCallRef,
+        reply: Result<Value, RpcError>,
+    },
+    /// A hook call's server died before it answered (fail-open, SPEC H4, I4).
+    HookDead { call: HookCallRef },
+    /// A server of `session` became ready or failed before ever serving: `session/new` may be
+    /// answered now (SPEC A2).
+    StartSettled { session: SessionId },
+    /// The server's tool list changed while it was being listed: list it again, after the
+    /// events before this one were routed.
+    Relist { server: ServerSlot },
+}
+
+/// Why a request of a server timed out, for the agent to act on (see [`ServerTable::expire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expired {
+    /// A handshake step: already handled by the table (the events say what followed).
+    Handshake,
+    /// A model tool call (SPEC M5): the agent fails the call, then kills the server.
+    Tool(ToolCallRef),
+    /// A hook call (SPEC H4): the agent counts the timeout at the table, then decides the call.
+    Hook(HookCallRef),
+}
+
+/// Whether the servers of a starting session are all up (SPEC A2).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    pub purpose: Purpose,
-    pub deadline: Option<MonoTime>,
+pub(crate) enum StartState {
+    /// Some handshake is still running.
+    Waiting,
+    /// Every server is ready.
+    Ready,
+    /// A server died before it ever served; the reason names it.
+    Failed(String),
 }
 
 /// One MCP server (one `mcpServers` entry of one session).
-pub struct Server {
-    pub slot: u64,
-    pub session: String,
-    pub name: String,
-    pub spec: SpawnSpec,
-    pub proc: ProcKey,
-    pub state: ServerState,
+#[derive(Debug)]
+pub(crate) struct Server {
+    slot: ServerSlot,
+    session: SessionId,
+    name: String,
+    spec: SpawnSpec,
+    /// The current generation's process.
+    proc: ProcKey,
+    state: ServerState,
     buf: LineBuffer,
-    pub pending: BTreeMap<u64, Pending>,
+    /// Requests in flight; each has exactly one `Timer::Server(slot, Request(id))`.
+    pending: BTreeMap<McpRequestId, Purpose>,
     next_id: u64,
-    pub tools: Vec<McpTool>,
+    tools: Vec<McpTool>,
     /// Hook names (bare, starting with `_`) the server exposes (SPEC H1).
-    pub hooks: BTreeSet<String>,
-    /// Tools collected from `tools/list` pages in flight.
+    hooks: BTreeSet<String>,
+    /// Tools collected from the `tools/list` pages in flight.
     list_acc: Vec<Value>,
     list_cursors: BTreeSet<String>,
     /// Whether a `tools/list` ever completed (the server served at least once).
@@ -108,101 +217,87 @@ pub struct Server {
     relist_wanted: bool,
     stderr_tail: VecDeque<String>,
     /// Consecutive hook timeouts (SPEC H4, DESIGN I5).
-    pub consecutive_hook_timeouts: u32,
-    /// Whether the process (leader) is running: spawned and not yet reaped.
-    pub alive: bool,
-    exit_status: Option<String>,
-    /// Deadline to declare the server dead after its stdout closed.
-    stdout_closed_at: Option<MonoTime>,
-    /// Pending SIGKILL escalations: (when, which generation's group).
-    kills: Vec<(MonoTime, ProcKey)>,
-    /// M9: when a lazy restart is allowed (dead, not permanent).
-    restart_at: Option<MonoTime>,
+    consecutive_hook_timeouts: u32,
     /// M9: failed restarts in a row.
     failed_restarts: u32,
     /// M9: deaths without one successful tool call in between.
     deaths: u32,
-    /// M9: permanently dead — its tools leave the model's list, no more restarts.
-    pub permanent: bool,
-    /// A restart's handshake is in progress.
-    restarting: bool,
-    /// Whether the group was ever signalled (so shutdown still sweeps grandchildren).
-    pub was_started: bool,
     bad_lines: u32,
 }
 
 impl Server {
-    /// Earliest deadline among pending requests.
-    #[must_use]
-    pub fn next_request_deadline(&self) -> Option<MonoTime> {
-        let mut best: Option<MonoTime> = None;
-        for p in self.pending.values() {
-            if let Some(d) = p.deadline
-                && best.is_none_or(|b| d < b)
-            {
-                best = Some(d);
-            }
-        }
-        best
-    }
-
-    /// Earliest process-control deadline (kill escalation, stdout-closed grace).
-    #[must_use]
-    pub fn next_kill_deadline(&self) -> Option<MonoTime> {
-        let kill = self.kills.iter().map(|(t, _)| *t).min();
-        match (kill, self.stdout_closed_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// Every process generation that may still have a live group (for shutdown sweeps).
-    #[must_use]
-    pub fn procs_to_sweep(&self) -> Vec<ProcKey> {
-        let mut v: Vec<ProcKey> = self.kills.iter().map(|(_, p)| *p).collect();
-        if self.was_started && !v.contains(&self.proc) {
-            v.push(self.proc);
-        }
-        v
+    /// The lifecycle state.
+    #[cfg(test)]
+    fn state(&self) -> &ServerState {
+        &self.state
     }
 
     /// Ready to serve calls.
-    #[must_use]
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.state == ServerState::Ready
     }
 
+    fn is_dead(&self) -> bool {
+        matches!(self.state, ServerState::Dead { .. })
+    }
+
+    /// Whether the current generation's leader runs (spawned, not yet reaped).
+    fn leader_alive(&self) -> bool {
+        match self.state {
+            ServerState::Spawning { .. } => false,
+            ServerState::Initializing { .. } | ServerState::Listing { .. } | ServerState::Ready => {
+                true
+            }
+            ServerState::Dead { process, .. } => process == Process::Running,
+        }
+    }
+
+    /// Whether some generation of this server was spawned, so a process group may exist.
+    /// Restarts only follow a server that served, so every generation after the first had a
+    /// spawned predecessor.
+    fn ever_spawned(&self) -> bool {
+        self.proc.generation > 0
+            || match self.state {
+                ServerState::Spawning { .. } => false,
+                ServerState::Initializing { .. }
+                | ServerState::Listing { .. }
+                | ServerState::Ready => true,
+                ServerState::Dead { process, .. } => process != Process::NotSpawned,
+            }
+    }
+
+    /// Whether the model may see its tools (SPEC M9: a recovering server keeps them listed; a
+    /// permanently dead or stopped one loses them).
+    fn offers_tools(&self) -> bool {
+        !self.tools.is_empty()
+            && !matches!(
+                self.state,
+                ServerState::Dead {
+                    restart_at: None,
+                    ..
+                }
+            )
+    }
+
     /// The start failure reason, if the server died before becoming ready the first time.
-    #[must_use]
-    pub fn start_failure(&self) -> Option<String> {
+    fn start_failure(&self) -> Option<&str> {
         match &self.state {
-            ServerState::Dead { reason } if !self.tools_ever_listed() => Some(reason.clone()),
-            ServerState::Spawning
-            | ServerState::Initializing
-            | ServerState::Listing
+            ServerState::Dead { reason, .. } if !self.listed_once => Some(reason),
+            ServerState::Spawning { .. }
+            | ServerState::Initializing { .. }
+            | ServerState::Listing { .. }
             | ServerState::Ready
             | ServerState::Dead { .. } => None,
         }
     }
 
-    fn tools_ever_listed(&self) -> bool {
-        self.listed_once
-    }
-
     /// The last stderr lines, joined, for error messages (SPEC M1, A2).
-    #[must_use]
-    pub fn stderr_tail(&self) -> String {
+    fn stderr_tail(&self) -> String {
         self.stderr_tail
             .iter()
             .cloned()
             .collect::<Vec<_>>()
             .join("\n")
-    }
-
-    fn alloc_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
     }
 
     fn describe_death(&self, cause: &str) -> String {
@@ -213,18 +308,137 @@ impl Server {
             format!("MCP server '{}' {cause}; stderr:\n{tail}", self.name)
         }
     }
+
+    /// The one transition into `Dead` (SPEC M7): the requests in flight are taken (and their
+    /// deadlines cleared) for the caller to fail; an already dead server keeps its reason.
+    fn enter_dead(
+        &mut self,
+        reason: String,
+        restart_at: Option<MonoTime>,
+        timers: &mut TimerTable,
+    ) -> Vec<Purpose> {
+        let process = match &self.state {
+            ServerState::Dead { process, .. } => *process,
+            ServerState::Spawning { .. } => Process::NotSpawned,
+            ServerState::Initializing { .. } | ServerState::Listing { .. } | ServerState::Ready => {
+                Process::Running
+            }
+        };
+        let reason = match std::mem::replace(&mut self.state, ServerState::Ready) {
+            ServerState::Dead { reason: old, .. } => old,
+            ServerState::Spawning { .. }
+            | ServerState::Initializing { .. }
+            | ServerState::Listing { .. }
+            | ServerState::Ready => reason,
+        };
+        self.state = ServerState::Dead {
+            reason,
+            process,
+            restart_at,
+        };
+        timers.clear(Timer::Server(self.slot, ServerTimer::StdoutClosed));
+        self.take_pending(timers)
+    }
+
+    /// Every request in flight, removed with its deadline, in id order.
+    fn take_pending(&mut self, timers: &mut TimerTable) -> Vec<Purpose> {
+        let pending = std::mem::take(&mut self.pending);
+        pending
+            .into_iter()
+            .map(|(id, purpose)| {
+                timers.clear(Timer::Server(self.slot, ServerTimer::Request(id)));
+                purpose
+            })
+            .collect()
+    }
+
+    /// Removes one request in flight and its deadline.
+    fn remove_pending(&mut self, id: McpRequestId, timers: &mut TimerTable) -> Option<Purpose> {
+        timers.clear(Timer::Server(self.slot, ServerTimer::Request(id)));
+        self.pending.remove(&id)
+    }
+
+    /// Asks for the process group of the current generation to go (SPEC M8): close stdin,
+    /// SIGTERM now, SIGKILL after [`KILL_GRACE_MS`].
+    fn terminate_group(&self, out: &mut Outbox, timers: &mut TimerTable) {
+        let proc = self.proc;
+        timers.set(Timer::kill(proc), out.now().plus_ms(KILL_GRACE_MS));
+        out.push(Action::CloseMcpStdin { proc });
+        out.push(Action::SignalProcessGroup {
+            proc,
+            signal: Signal::Term,
+        });
+    }
 }
 
-impl Agent {
-    /// Create the server record of a session entry (not yet spawned).
-    pub(crate) fn create_server(
+/// Every MCP server of the process, by slot.
+#[derive(Debug)]
+pub(crate) struct ServerTable {
+    servers: BTreeMap<ServerSlot, Server>,
+    next_slot: u64,
+    /// Handshake and `tools/list` deadline (`BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS`), in ms.
+    init_timeout_ms: u64,
+    /// Sent as `clientInfo.version` in `initialize`.
+    client_version: String,
+    /// The agent's environment minus its own variables (SPEC M1).
+    inherited_env: Vec<(String, String)>,
+}
+
+impl ServerTable {
+    /// An empty table; handshakes time out after `init_timeout_ms`.
+    pub(crate) fn new(init_timeout_ms: u64, client_version: String) -> ServerTable {
+        ServerTable {
+            servers: BTreeMap::new(),
+            next_slot: 1,
+            init_timeout_ms,
+            client_version,
+            inherited_env: Vec::new(),
+        }
+    }
+
+    /// The version sent as `clientInfo.version`.
+    pub(crate) fn set_client_version(&mut self, version: String) {
+        self.client_version = version;
+    }
+
+    /// The environment children inherit (already without the agent's own variables, SPEC M1).
+    pub(crate) fn set_inherited_env(&mut self, env: Vec<(String, String)>) {
+        self.inherited_env = env;
+    }
+
+    /// The server in `slot`.
+    #[cfg(test)]
+    fn get(&self, slot: ServerSlot) -> Option<&Server> {
+        self.servers.get(&slot)
+    }
+
+    /// The server name in `slot` (empty if there is none, for log lines).
+    pub(crate) fn name(&self, slot: ServerSlot) -> String {
+        self.servers
+            .get(&slot)
+            .map(|s| s.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// The slot of `proc`, only if it is the server's current generation (late bytes or exits
+    /// of a killed generation name no server).
+    fn current(&self, proc: ProcKey) -> Option<ServerSlot> {
+        self.servers
+            .get(&proc.server)
+            .filter(|s| s.proc == proc)
+            .map(|_| proc.server)
+    }
+
+    /// Records a server of `session` (not yet spawned; SPEC M1: the inherited environment
+    /// minus the agent's variables, then the client's entries, which win).
+    pub(crate) fn create(
         &mut self,
-        session: &str,
+        session: SessionId,
         cwd: &str,
         entry: &McpServerEntry,
-    ) -> u64 {
-        let slot = self.alloc_server_slot();
-        // M1: inherited env minus agent variables, then the client's entries win.
+    ) -> ServerSlot {
+        let slot = ServerSlot(self.next_slot);
+        self.next_slot += 1;
         let mut env: BTreeMap<String, String> = self.inherited_env.iter().cloned().collect();
         for (k, v) in &entry.env {
             env.insert(k.clone(), v.clone());
@@ -240,14 +454,14 @@ impl Agent {
             slot,
             Server {
                 slot,
-                session: session.to_string(),
+                session,
                 name: entry.name.clone(),
                 spec,
                 proc: ProcKey {
                     server: slot,
                     generation: 0,
                 },
-                state: ServerState::Spawning,
+                state: ServerState::Spawning { restart: false },
                 buf: LineBuffer::new(MAX_MCP_LINE_BYTES),
                 pending: BTreeMap::new(),
                 next_id: 1,
@@ -259,35 +473,59 @@ impl Agent {
                 relist_wanted: false,
                 stderr_tail: VecDeque::new(),
                 consecutive_hook_timeouts: 0,
-                alive: false,
-                exit_status: None,
-                stdout_closed_at: None,
-                kills: Vec::new(),
-                restart_at: None,
                 failed_restarts: 0,
                 deaths: 0,
-                permanent: false,
-                restarting: false,
-                was_started: false,
                 bad_lines: 0,
             },
         );
         slot
     }
 
-    /// M9 lazy restart: respawn every dead, non-permanent server of `session` whose previous
-    /// process was reaped and whose backoff elapsed (called at the top of each round).
-    pub(crate) fn restart_due_servers(&mut self, session: &str) {
-        let now = self.now;
-        let due: Vec<u64> = self
+    /// Asks the runtime to spawn the server's current generation (SPEC M1).
+    pub(crate) fn spawn(&mut self, slot: ServerSlot, out: &mut Outbox) {
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
+        let restart = match s.state {
+            ServerState::Spawning { restart }
+            | ServerState::Initializing { restart }
+            | ServerState::Listing { restart } => restart,
+            ServerState::Ready | ServerState::Dead { .. } => false,
+        };
+        s.state = ServerState::Spawning { restart };
+        let (proc, spec) = (s.proc, s.spec.clone());
+        out.log(
+            LogLevel::Info,
+            format!(
+                "mcp '{}': spawning {} {:?} in {}",
+                spec.name, spec.command, spec.args, spec.cwd
+            ),
+        );
+        out.push(Action::SpawnMcp { proc, spec });
+    }
+
+    /// M9 lazy restart: respawns every dead server of `session` that may restart, whose
+    /// previous process was reaped and whose backoff elapsed (called at the top of each round).
+    pub(crate) fn restart_due(
+        &mut self,
+        session: SessionId,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let now = out.now();
+        let due: Vec<ServerSlot> = self
             .servers
             .values()
             .filter(|s| {
                 s.session == session
-                    && matches!(s.state, ServerState::Dead { .. })
-                    && !s.permanent
-                    && !s.alive
-                    && s.restart_at.is_some_and(|t| t <= now)
+                    && matches!(
+                        s.state,
+                        ServerState::Dead {
+                            process: Process::NotSpawned | Process::Exited,
+                            restart_at: Some(t),
+                            ..
+                        } if t <= now
+                    )
             })
             .map(|s| s.slot)
             .collect();
@@ -300,404 +538,655 @@ impl Agent {
                 generation: s.proc.generation + 1,
             };
             s.buf = LineBuffer::new(MAX_MCP_LINE_BYTES);
-            s.pending.clear();
-            s.restart_at = None;
-            s.restarting = true;
-            s.stdout_closed_at = None;
+            s.take_pending(timers);
+            timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
+            s.state = ServerState::Spawning { restart: true };
             s.bad_lines = 0;
             s.list_acc.clear();
             let msg = format!("mcp '{}': restarting ({})", s.name, s.proc);
-            self.log(LogLevel::Info, msg);
-            self.spawn_server(slot);
+            out.log(LogLevel::Info, msg);
+            self.spawn(slot, out);
         }
     }
 
-    pub(crate) fn spawn_server(&mut self, slot: u64) {
-        let Some(s) = self.servers.get_mut(&slot) else {
-            return;
-        };
-        s.state = ServerState::Spawning;
-        let (proc, spec) = (s.proc, s.spec.clone());
-        let msg = format!(
-            "mcp '{}': spawning {} {:?} in {}",
-            spec.name, spec.command, spec.args, spec.cwd
-        );
-        self.log(LogLevel::Info, msg);
-        self.push(Action::SpawnMcp { proc, spec });
-    }
-
-    pub(crate) fn send_mcp_request(
+    /// Sends `request` to `slot` with one deadline `request.timeout_ms` from now; its id, or
+    /// `None` if there is no such server.
+    pub(crate) fn send_request(
         &mut self,
-        slot: u64,
-        method: &str,
-        params: &Value,
-        purpose: Purpose,
-        deadline_ms: u64,
-    ) -> Option<u64> {
-        let now = self.now;
+        slot: ServerSlot,
+        request: McpRequest<'_>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Option<McpRequestId> {
         let s = self.servers.get_mut(&slot)?;
-        let id = s.alloc_id();
-        s.pending.insert(
-            id,
-            Pending {
-                purpose,
-                deadline: Some(now.plus_ms(deadline_ms)),
-            },
+        let id = McpRequestId(s.next_id);
+        s.next_id += 1;
+        s.pending.insert(id, request.purpose);
+        timers.set(
+            Timer::Server(slot, ServerTimer::Request(id)),
+            out.now().plus_ms(request.timeout_ms),
         );
-        let line = jsonrpc::encode_request(id, method, params);
-        let proc = s.proc;
-        self.push(Action::WriteMcp { proc, line });
+        let line = jsonrpc::encode_request(id.0, request.method, request.params);
+        out.push(Action::WriteMcp { proc: s.proc, line });
         Some(id)
     }
 
-    fn send_mcp_notification(&mut self, slot: u64, method: &str, params: &Value) {
+    fn send_notification(&self, slot: ServerSlot, method: &str, params: &Value, out: &mut Outbox) {
         let Some(s) = self.servers.get(&slot) else {
             return;
         };
-        let proc = s.proc;
-        self.push(Action::WriteMcp {
-            proc,
+        out.push(Action::WriteMcp {
+            proc: s.proc,
             line: jsonrpc::encode_notification(method, params),
         });
     }
 
-    /// Abandon a pending request with `notifications/cancelled` (SPEC M5, H4, A4).
-    pub(crate) fn cancel_mcp_request(&mut self, slot: u64, id: u64, reason: &str) {
+    /// Abandons a request with `notifications/cancelled` (SPEC M5, H4, A4); a later reply is
+    /// inert (I6).
+    pub(crate) fn cancel_request(
+        &mut self,
+        slot: ServerSlot,
+        id: McpRequestId,
+        reason: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
         let alive = match self.servers.get_mut(&slot) {
             Some(s) => {
-                s.pending.remove(&id);
-                s.alive && !matches!(s.state, ServerState::Dead { .. })
+                s.remove_pending(id, timers);
+                s.leader_alive() && !s.is_dead()
             }
             None => false,
         };
         if alive {
-            self.send_mcp_notification(
+            self.send_notification(
                 slot,
                 "notifications/cancelled",
-                &json!({"requestId": id, "reason": reason}),
+                &json!({"requestId": id.0, "reason": reason}),
+                out,
             );
         }
     }
 
-    pub(crate) fn on_mcp_spawned(&mut self, proc: ProcKey) {
-        let Some(slot) = self.slot_of(proc) else {
+    /// `Input::McpSpawned`: the handshake starts (SPEC M2); a server stopped while its spawn
+    /// was in flight is stopped now.
+    pub(crate) fn on_spawned(&mut self, proc: ProcKey, out: &mut Outbox, timers: &mut TimerTable) {
+        let Some(slot) = self.current(proc) else {
             return;
         };
-        let timeout = self.cfg.mcp_init_timeout_ms;
-        let version = self.version.clone();
-        let now = self.now;
+        let timeout = self.init_timeout_ms;
+        let version = self.client_version.clone();
         let Some(s) = self.servers.get_mut(&slot) else {
             return;
         };
-        s.alive = true;
-        s.was_started = true;
-        if matches!(s.state, ServerState::Dead { .. }) {
-            // Stopped (session failed, shutdown) while the spawn was in flight: stop it now.
-            s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
-            self.push(Action::CloseMcpStdin { proc });
-            self.push(Action::SignalProcessGroup {
-                proc,
-                signal: Signal::Term,
-            });
-            return;
-        }
-        if s.state != ServerState::Spawning {
-            return;
-        }
-        s.state = ServerState::Initializing;
+        let restart = match &mut s.state {
+            ServerState::Dead { process, .. } => {
+                *process = Process::Running;
+                s.terminate_group(out, timers);
+                return;
+            }
+            ServerState::Spawning { restart } => *restart,
+            ServerState::Initializing { .. } | ServerState::Listing { .. } | ServerState::Ready => {
+                return;
+            }
+        };
+        s.state = ServerState::Initializing { restart };
         let params = json!({
             "protocolVersion": MCP_PROTOCOL_VERSION,
             "capabilities": {},
             "clientInfo": {"name": "buzz-agent", "version": version}
         });
-        self.send_mcp_request(slot, "initialize", &params, Purpose::Initialize, timeout);
+        self.send_request(
+            slot,
+            McpRequest {
+                method: "initialize",
+                params: &params,
+                purpose: Purpose::Initialize,
+                timeout_ms: timeout,
+            },
+            out,
+            timers,
+        );
     }
 
-    pub(crate) fn on_mcp_spawn_failed(&mut self, proc: ProcKey, error: &str) {
-        let Some(slot) = self.slot_of(proc) else {
-            return;
+    /// `Input::McpSpawnFailed` (e.g. ENOENT): the server is dead, no process exists.
+    pub(crate) fn on_spawn_failed(
+        &mut self,
+        proc: ProcKey,
+        error: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let Some(slot) = self.current(proc) else {
+            return Vec::new();
         };
         let Some(s) = self.servers.get(&slot) else {
-            return;
+            return Vec::new();
         };
         let reason = format!(
             "MCP server '{}' failed to start: spawning '{}' failed: {error}",
             s.name, s.spec.command
         );
-        self.server_died(slot, reason, false);
+        self.died(slot, reason, false, out, timers)
     }
 
-    pub(crate) fn on_mcp_stderr(&mut self, proc: ProcKey, line: String) {
+    /// `Input::McpStderrLine`: kept for error messages and forwarded to the log with a prefix
+    /// (SPEC M1, P2: capped at [`crate::io::MAX_STDERR_LINE_BYTES`]).
+    pub(crate) fn on_stderr_line(&mut self, proc: ProcKey, line: String, out: &mut Outbox) {
         let Some(s) = self.servers.get_mut(&proc.server) else {
             return;
         };
-        // P2, C52: whatever the runtime hands in, a forwarded line is capped.
         let line = if line.len() > crate::io::MAX_STDERR_LINE_BYTES {
             crate::io::cap_stderr_line(&line, crate::io::MAX_STDERR_LINE_BYTES)
         } else {
             line
         };
-        let name = s.name.clone();
         if s.proc == proc {
             if s.stderr_tail.len() == STDERR_TAIL_LINES {
                 s.stderr_tail.pop_front();
             }
             s.stderr_tail.push_back(line.clone());
         }
-        // M1: forwarded line by line with a prefix. Child stderr is operator-facing text.
-        self.log(LogLevel::Info, format!("[mcp:{name}] {line}"));
+        out.log(LogLevel::Info, format!("[mcp:{}] {line}", s.name));
     }
 
-    pub(crate) fn on_mcp_exited(&mut self, proc: ProcKey, status: &str) {
-        let Some(slot) = self.slot_of(proc) else {
-            return;
+    /// `Input::McpExited`: a running server died (SPEC M7); a dead one is now reaped.
+    pub(crate) fn on_exited(
+        &mut self,
+        proc: ProcKey,
+        status: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let Some(slot) = self.current(proc) else {
+            return Vec::new();
         };
         let Some(s) = self.servers.get_mut(&slot) else {
-            return;
+            return Vec::new();
         };
-        s.alive = false;
-        s.exit_status = Some(status.to_string());
-        s.stdout_closed_at = None;
-        let dead = matches!(s.state, ServerState::Dead { .. });
-        let name = s.name.clone();
-        if dead {
-            self.log(
-                LogLevel::Debug,
-                format!("mcp '{name}': process reaped ({status})"),
-            );
-        } else {
-            let reason = if s.state == ServerState::Ready {
-                s.describe_death(&format!("exited ({status})"))
-            } else {
-                s.describe_death(&format!(
-                    "failed to start: exited ({status}) during the handshake"
-                ))
-            };
-            self.server_died(slot, reason, true);
-        }
-    }
-
-    pub(crate) fn on_mcp_stdout_closed(&mut self, proc: ProcKey) {
-        let Some(slot) = self.slot_of(proc) else {
-            return;
-        };
-        let now = self.now;
-        let Some(s) = self.servers.get_mut(&slot) else {
-            return;
-        };
-        if s.alive && !matches!(s.state, ServerState::Dead { .. }) {
-            s.stdout_closed_at = Some(now.plus_ms(STDOUT_CLOSED_GRACE_MS));
-        }
-    }
-
-    pub(crate) fn on_mcp_write_failed(&mut self, proc: ProcKey) {
-        let Some(slot) = self.slot_of(proc) else {
-            return;
-        };
-        let now = self.now;
-        let Some(s) = self.servers.get_mut(&slot) else {
-            return;
-        };
-        if matches!(s.state, ServerState::Dead { .. }) {
-            return;
-        }
-        if s.alive {
-            // Usually the process is exiting: wait briefly for its exit status and stderr tail
-            // (reported by `McpExited`), as for a closed stdout.
-            if s.stdout_closed_at.is_none() {
-                s.stdout_closed_at = Some(now.plus_ms(STDOUT_CLOSED_GRACE_MS));
+        timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
+        let reason = match &mut s.state {
+            ServerState::Dead { process, .. } => {
+                if *process == Process::Running {
+                    *process = Process::Exited;
+                }
+                out.log(
+                    LogLevel::Debug,
+                    format!("mcp '{}': process reaped ({status})", s.name),
+                );
+                return Vec::new();
             }
+            ServerState::Ready => s.describe_death(&format!("exited ({status})")),
+            ServerState::Spawning { .. }
+            | ServerState::Initializing { .. }
+            | ServerState::Listing { .. } => s.describe_death(&format!(
+                "failed to start: exited ({status}) during the handshake"
+            )),
+        };
+        let events = self.died(slot, reason, true, out, timers);
+        if let Some(ServerState::Dead { process, .. }) =
+            self.servers.get_mut(&slot).map(|s| &mut s.state)
+            && *process == Process::Running
+        {
+            *process = Process::Exited;
+        }
+        events
+    }
+
+    /// `Input::McpStdoutClosed`: a live server gets a short grace to exit (its exit status and
+    /// stderr tail then explain the death) before it is declared dead.
+    pub(crate) fn on_stdout_closed(
+        &mut self,
+        proc: ProcKey,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let Some(slot) = self.current(proc) else {
             return;
+        };
+        if self
+            .servers
+            .get(&slot)
+            .is_some_and(|s| s.leader_alive() && !s.is_dead())
+        {
+            timers.set(
+                Timer::Server(slot, ServerTimer::StdoutClosed),
+                out.now().plus_ms(STDOUT_CLOSED_GRACE_MS),
+            );
+        }
+    }
+
+    /// `Input::McpWriteFailed`: usually the process is exiting; it gets the stdout-closed
+    /// grace, and one that already exited is dead now.
+    pub(crate) fn on_write_failed(
+        &mut self,
+        proc: ProcKey,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let Some(slot) = self.current(proc) else {
+            return Vec::new();
+        };
+        let Some(s) = self.servers.get(&slot) else {
+            return Vec::new();
+        };
+        if s.is_dead() {
+            return Vec::new();
+        }
+        if s.leader_alive() {
+            let closed = Timer::Server(slot, ServerTimer::StdoutClosed);
+            if !timers.contains(closed) {
+                timers.set(closed, out.now().plus_ms(STDOUT_CLOSED_GRACE_MS));
+            }
+            return Vec::new();
         }
         let reason = s.describe_death("stopped reading its stdin");
-        self.server_died(slot, reason, true);
+        self.died(slot, reason, true, out, timers)
     }
 
-    /// Mark a server dead, fail its pending requests (SPEC M7), and make sure its process group
-    /// is gone (TERM now, KILL after the grace, SPEC M8/H4).
-    pub(crate) fn server_died(&mut self, slot: u64, reason: String, kill_group: bool) {
-        let now = self.now;
+    /// Marks a server dead, fails its requests in flight (SPEC M7), schedules its M9 restart
+    /// (or makes it permanently dead) and, with `kill_group`, makes sure its process group is
+    /// gone (TERM now, KILL after the grace, SPEC M8/H4).
+    fn died(
+        &mut self,
+        slot: ServerSlot,
+        reason: String,
+        kill_group: bool,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let now = out.now();
         let Some(s) = self.servers.get_mut(&slot) else {
-            return;
+            return Vec::new();
         };
-        if matches!(s.state, ServerState::Dead { .. }) {
-            return;
+        if s.is_dead() {
+            return Vec::new();
         }
-        let listed_before = s.tools_ever_listed();
-        s.state = ServerState::Dead {
-            reason: reason.clone(),
+        let listed_before = s.listed_once;
+        let restarting = match s.state {
+            ServerState::Spawning { restart }
+            | ServerState::Initializing { restart }
+            | ServerState::Listing { restart } => restart,
+            ServerState::Ready | ServerState::Dead { .. } => false,
         };
-        s.stdout_closed_at = None;
-        let pending: Vec<(u64, Pending)> = std::mem::take(&mut s.pending).into_iter().collect();
-        let (proc, session) = (s.proc, s.session.clone());
         // M9 accounting: a server that was serving may be restarted lazily, with a backoff.
         let mut permanent_now = false;
-        if listed_before && !s.permanent {
+        let mut restart_at = None;
+        if listed_before {
             s.deaths += 1;
-            if s.restarting {
+            if restarting {
                 s.failed_restarts += 1;
             }
-            s.restarting = false;
             if s.failed_restarts >= MAX_FAILED_RESTARTS || s.deaths >= MAX_DEATHS {
-                s.permanent = true;
                 permanent_now = true;
             } else {
                 let backoff = (RESTART_BASE_MS << s.failed_restarts.min(16)).min(RESTART_CAP_MS);
-                s.restart_at = Some(now.plus_ms(backoff));
+                restart_at = Some(now.plus_ms(backoff));
             }
         }
-        if kill_group && s.was_started {
-            s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
-            self.push(Action::CloseMcpStdin { proc });
-            self.push(Action::SignalProcessGroup {
-                proc,
-                signal: Signal::Term,
-            });
+        let spawned = s.ever_spawned();
+        let pending = s.enter_dead(reason.clone(), restart_at, timers);
+        if kill_group && spawned {
+            s.terminate_group(out, timers);
         }
-        self.log(LogLevel::Warn, reason.clone());
+        out.log(LogLevel::Warn, reason.clone());
         if permanent_now {
-            let name = self
-                .servers
-                .get(&slot)
-                .map(|s| s.name.clone())
-                .unwrap_or_default();
-            self.log(LogLevel::Error, format!("mcp '{name}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed (M9)"));
+            out.log(LogLevel::Error, format!("mcp '{}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed (M9)", s.name));
         }
-        for (_, p) in pending {
-            self.fail_pending(p.purpose, &reason);
-        }
+        let session = s.session;
+        let mut events: Vec<McpEvent> = pending
+            .into_iter()
+            .filter_map(|p| failed(p, &reason))
+            .collect();
         if !listed_before {
-            self.check_session_start(&session);
+            events.push(McpEvent::StartSettled { session });
         }
+        events
     }
 
-    /// Kill a live server (tool timeout, hook double timeout, oversize line) and mark it dead.
-    pub(crate) fn kill_server(&mut self, slot: u64, cause: &str) {
+    /// Kills a live server (tool timeout, hook double timeout, oversize line) and marks it
+    /// dead; `cause` completes `MCP server '<name>' …`.
+    pub(crate) fn kill(
+        &mut self,
+        slot: ServerSlot,
+        cause: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
         let Some(s) = self.servers.get(&slot) else {
-            return;
+            return Vec::new();
         };
         let reason = s.describe_death(cause);
-        self.server_died(slot, reason, true);
+        self.died(slot, reason, true, out, timers)
     }
 
-    /// Orderly stop at session failure or shutdown: close stdin, TERM, KILL later.
-    pub(crate) fn stop_server(&mut self, slot: u64, why: &str) {
-        let now = self.now;
+    /// Orderly stop when its session failed to start (SPEC A2, M8): no restart, requests
+    /// dropped unanswered, stdin closed, TERM, KILL later.
+    pub(crate) fn stop(
+        &mut self,
+        slot: ServerSlot,
+        why: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
         let Some(s) = self.servers.get_mut(&slot) else {
             return;
         };
-        if !matches!(s.state, ServerState::Dead { .. }) {
-            s.state = ServerState::Dead {
-                reason: format!("MCP server '{}' stopped: {why}", s.name),
+        let reason = format!("MCP server '{}' stopped: {why}", s.name);
+        s.enter_dead(reason, None, timers);
+        if s.ever_spawned() && !timers.contains(Timer::kill(s.proc)) {
+            s.terminate_group(out, timers);
+        }
+    }
+
+    /// Agent shutdown (SPEC P1, M8 first stage): every server's stdin is closed, every server
+    /// is dead and its requests in flight dropped (their turns were already answered).
+    pub(crate) fn shut_down_all(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        for s in self.servers.values() {
+            if s.ever_spawned() {
+                out.push(Action::CloseMcpStdin { proc: s.proc });
+            }
+        }
+        for s in self.servers.values_mut() {
+            let reason = format!("MCP server '{}' stopped: agent shutting down", s.name);
+            let restart_at = match &s.state {
+                ServerState::Dead { restart_at, .. } => *restart_at,
+                ServerState::Spawning { .. }
+                | ServerState::Initializing { .. }
+                | ServerState::Listing { .. }
+                | ServerState::Ready => None,
             };
-        }
-        s.permanent = true;
-        s.restart_at = None;
-        s.pending.clear();
-        let proc = s.proc;
-        if s.was_started && !s.kills.iter().any(|(_, p)| *p == proc) {
-            s.kills.push((now.plus_ms(KILL_GRACE_MS), proc));
-            self.push(Action::CloseMcpStdin { proc });
-            self.push(Action::SignalProcessGroup {
-                proc,
-                signal: Signal::Term,
-            });
+            s.enter_dead(reason, restart_at, timers);
         }
     }
 
-    fn fail_pending(&mut self, purpose: Purpose, reason: &str) {
-        match purpose {
-            Purpose::Initialize | Purpose::ListTools => {}
-            Purpose::Tool {
-                session,
-                turn_seq,
-                slot: idx,
-            } => {
-                let out = tools::ToolOutput {
-                    text: reason.to_string(),
-                    is_error: true,
-                };
-                self.on_tool_finished(&session, turn_seq, idx, out, true);
-            }
-            Purpose::Hook {
-                session,
-                round,
-                idx,
-            } => {
-                self.on_hook_outcome(&session, round, idx, crate::hooks::HookOutcome::Dead);
-            }
-        }
+    /// Whether any server's current leader still runs.
+    pub(crate) fn any_leader_alive(&self) -> bool {
+        self.servers.values().any(Server::leader_alive)
     }
 
-    pub(crate) fn on_mcp_bytes(&mut self, proc: ProcKey, bytes: &[u8]) {
-        let Some(slot) = self.slot_of(proc) else {
-            return;
-        };
-        let mut events = Vec::new();
-        if let Some(s) = self.servers.get_mut(&slot) {
-            s.buf.push(bytes, &mut events);
-        }
-        for ev in events {
-            if self
-                .servers
-                .get(&slot)
-                .is_none_or(|s| matches!(s.state, ServerState::Dead { .. }))
-            {
-                return;
+    /// Whether any server was ever spawned (so there may be process groups to sweep).
+    pub(crate) fn any_spawned(&self) -> bool {
+        self.servers.values().any(Server::ever_spawned)
+    }
+
+    /// Every process generation that may still have a live group (for shutdown sweeps): those
+    /// with a SIGKILL pending, then the current one if it was ever spawned.
+    pub(crate) fn procs_to_sweep(&self, timers: &TimerTable) -> Vec<ProcKey> {
+        let mut procs = Vec::new();
+        for s in self.servers.values() {
+            let mut v = timers.pending_kills(s.slot);
+            if s.ever_spawned() && !v.contains(&s.proc) {
+                v.push(s.proc);
             }
-            match ev {
-                LineEvent::Line(line) => self.on_mcp_line(slot, &line),
-                LineEvent::TooLong { bytes, .. } => {
-                    self.kill_server(
-                        slot,
-                        &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed (T6)"),
-                    );
+            procs.extend(v);
+        }
+        procs
+    }
+
+    /// Whether the servers in `slots` (a starting session's) are all up (SPEC A2).
+    pub(crate) fn start_state(&self, slots: &[ServerSlot]) -> StartState {
+        let mut all_ready = true;
+        for slot in slots {
+            if let Some(s) = self.servers.get(slot) {
+                if let Some(reason) = s.start_failure() {
+                    return StartState::Failed(reason.to_string());
+                }
+                if !s.is_ready() {
+                    all_ready = false;
                 }
             }
         }
+        if all_ready {
+            StartState::Ready
+        } else {
+            StartState::Waiting
+        }
     }
 
-    fn on_mcp_line(&mut self, slot: u64, line: &[u8]) {
-        let name = self
-            .servers
-            .get(&slot)
-            .map(|s| s.name.clone())
-            .unwrap_or_default();
-        match jsonrpc::parse_message(line) {
+    /// Why a tool call to `slot` cannot be sent now (the server is dead or not ready), as the
+    /// text after "the call was not run"; `None` when it is ready.
+    pub(crate) fn unavailable(&self, slot: ServerSlot) -> Option<String> {
+        let s = self.servers.get(&slot)?;
+        match &s.state {
+            ServerState::Dead { reason, .. } => Some(reason.clone()),
+            ServerState::Ready => None,
+            ServerState::Spawning { .. }
+            | ServerState::Initializing { .. }
+            | ServerState::Listing { .. } => Some(format!("server '{}' is not ready", s.name)),
+        }
+    }
+
+    /// The tools the model may call now: every offering server's non-hook tools, in
+    /// registration order (`slots`), the first of equal exposed names winning (SPEC M3, M4,
+    /// M9, I10).
+    pub(crate) fn visible_tools(
+        &self,
+        slots: &[ServerSlot],
+    ) -> (Vec<ToolDef>, BTreeMap<String, ToolRoute>) {
+        let mut defs = Vec::new();
+        let mut routes = BTreeMap::new();
+        for slot in slots {
+            let Some(s) = self.servers.get(slot) else {
+                continue;
+            };
+            if !s.offers_tools() {
+                continue;
+            }
+            for t in &s.tools {
+                if routes.contains_key(&t.exposed) {
+                    continue;
+                }
+                defs.push(ToolDef {
+                    name: t.exposed.clone(),
+                    description: t.description.clone(),
+                    input_schema: t.schema.clone(),
+                });
+                routes.insert(
+                    t.exposed.clone(),
+                    ToolRoute {
+                        server: *slot,
+                        bare: t.bare.clone(),
+                        qualified: format!("{}__{}", s.name, t.bare),
+                    },
+                );
+            }
+        }
+        (defs, routes)
+    }
+
+    /// The servers among `slots` (registration order) that expose `hook` and are allowlisted
+    /// (SPEC H2): `(slot, name, ready)`.
+    pub(crate) fn hook_targets(
+        &self,
+        slots: &[ServerSlot],
+        hook: &str,
+        allowlist: &HookAllowlist,
+    ) -> Vec<(ServerSlot, String, bool)> {
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot).map(|s| (slot, s)))
+            .filter(|(_, s)| allowlist.allows(&s.name) && s.hooks.contains(hook))
+            .map(|(slot, s)| (*slot, s.name.clone(), s.is_ready()))
+            .collect()
+    }
+
+    /// A hook call timed out (SPEC H4): it is cancelled and counted; the 1st consecutive
+    /// timeout warns, the 2nd kills the server (the events are the kill's).
+    pub(crate) fn hook_timed_out(
+        &mut self,
+        slot: ServerSlot,
+        id: McpRequestId,
+        hook_timeout_ms: u64,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        self.cancel_request(
+            slot,
+            id,
+            &format!("hook timeout after {hook_timeout_ms} ms"),
+            out,
+            timers,
+        );
+        let (name, count) = match self.servers.get_mut(&slot) {
+            Some(s) => {
+                s.consecutive_hook_timeouts += 1;
+                (s.name.clone(), s.consecutive_hook_timeouts)
+            }
+            None => (String::new(), 0),
+        };
+        if count >= 2 {
+            out.log(
+                LogLevel::Warn,
+                format!("hook: killing server '{name}' after 2 consecutive timeouts"),
+            );
+            self.kill(
+                slot,
+                "was killed after 2 consecutive hook timeouts (H4)",
+                out,
+                timers,
+            )
+        } else {
+            out.log(
+                LogLevel::Warn,
+                format!("hook: server '{name}' timed out (1/2)"),
+            );
+            Vec::new()
+        }
+    }
+
+    /// The deadline of request `id` of `slot` passed (its timer was taken by the agent).
+    /// Handshake steps are handled here; tool and hook calls are returned for the agent to
+    /// finish in order (see [`Expired`]). `None` when the request is no longer in flight.
+    pub(crate) fn expire(
+        &mut self,
+        slot: ServerSlot,
+        id: McpRequestId,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Option<(Expired, Vec<McpEvent>)> {
+        let purpose = *self.servers.get(&slot)?.pending.get(&id)?;
+        match purpose {
+            Purpose::Initialize | Purpose::ListTools => {
+                let secs = self.init_timeout_ms / 1000;
+                let s = self.servers.get_mut(&slot)?;
+                s.remove_pending(id, timers);
+                if s.is_ready() {
+                    let name = s.name.clone();
+                    out.log(
+                        LogLevel::Warn,
+                        format!("mcp '{name}': tools/list timed out after {secs} s"),
+                    );
+                    Some((Expired::Handshake, Vec::new()))
+                } else {
+                    let cause = format!(
+                        "failed to start: handshake timed out after {secs} s (BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)"
+                    );
+                    Some((Expired::Handshake, self.kill(slot, &cause, out, timers)))
+                }
+            }
+            Purpose::Tool(call) => Some((Expired::Tool(call), Vec::new())),
+            Purpose::Hook(call) => Some((Expired::Hook(call), Vec::new())),
+        }
+    }
+
+    /// The TERM grace of `proc`'s group passed (its timer was taken by the agent): SIGKILL the
+    /// whole group, even if the leader already exited (SPEC M8).
+    pub(crate) fn term_grace_over(&self, proc: ProcKey, out: &mut Outbox) {
+        out.push(Action::SignalProcessGroup {
+            proc,
+            signal: Signal::Kill,
+        });
+    }
+
+    /// The stdout-closed grace of `slot` passed: the server is killed and dead.
+    pub(crate) fn stdout_grace_over(
+        &mut self,
+        slot: ServerSlot,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        self.kill(slot, "closed its stdout", out, timers)
+    }
+
+    /// Splits `bytes` from `proc`'s stdout into lines (lossily decoded later, C36); `None` for
+    /// a generation that is not current. The agent then hands each line to
+    /// [`ServerTable::on_line`] while the server is not dead.
+    pub(crate) fn split_lines(
+        &mut self,
+        proc: ProcKey,
+        bytes: &[u8],
+    ) -> Option<(ServerSlot, Vec<LineEvent>)> {
+        let slot = self.current(proc)?;
+        let s = self.servers.get_mut(&slot)?;
+        let mut events = Vec::new();
+        s.buf.push(bytes, &mut events);
+        Some((slot, events))
+    }
+
+    /// Whether the server in `slot` is dead (or gone).
+    pub(crate) fn is_dead(&self, slot: ServerSlot) -> bool {
+        self.servers.get(&slot).is_none_or(Server::is_dead)
+    }
+
+    /// One line of a server's stdout (SPEC T6: a line over 16 MiB kills it; garbage is logged,
+    /// never answered).
+    pub(crate) fn on_line(
+        &mut self,
+        slot: ServerSlot,
+        line: LineEvent,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let line = match line {
+            LineEvent::Line(line) => line,
+            LineEvent::TooLong { bytes, .. } => {
+                return self.kill(
+                    slot,
+                    &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed (T6)"),
+                    out,
+                    timers,
+                );
+            }
+        };
+        let name = self.name(slot);
+        match jsonrpc::parse_message(&line) {
             Ok(jsonrpc::Message::Response { id, outcome }) => {
-                self.on_mcp_response(slot, &id, outcome)
+                self.on_response(slot, &id, outcome, out, timers)
             }
             Ok(jsonrpc::Message::Request { id, method, .. }) => {
-                self.on_mcp_server_request(slot, &id, &method)
+                self.on_server_request(slot, &id, &method, out);
+                Vec::new()
             }
             Ok(jsonrpc::Message::Notification { method, params }) => {
-                self.on_mcp_notification(slot, &method, &params)
+                self.on_notification(slot, &method, &params, out, timers);
+                Vec::new()
             }
             Err(jsonrpc::ParseError::NotJson) | Err(jsonrpc::ParseError::Invalid { .. }) => {
-                // T6: logged once each at warn (cut to 200 bytes), never answered.
+                // T6: logged at warn (cut to 200 bytes), never answered.
                 let n = self.servers.get_mut(&slot).map(|s| {
                     s.bad_lines += 1;
                     s.bad_lines
                 });
                 let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-                let level = if n.unwrap_or(0) <= 100 {
+                let level = if n.unwrap_or(0) <= BAD_LINES_AT_WARN {
                     LogLevel::Warn
                 } else {
                     LogLevel::Debug
                 };
-                self.log(
+                out.log(
                     level,
                     format!("mcp '{name}': ignoring non-JSON-RPC stdout line: {shown:?}"),
                 );
+                Vec::new()
             }
         }
     }
 
-    fn on_mcp_server_request(&mut self, slot: u64, id: &RpcId, method: &str) {
+    fn on_server_request(&self, slot: ServerSlot, id: &RpcId, method: &str, out: &mut Outbox) {
         let Some(s) = self.servers.get(&slot) else {
             return;
         };
-        let proc = s.proc;
         let line = if method == "ping" {
             jsonrpc::encode_result(id, &json!({}))
         } else {
@@ -708,15 +1197,18 @@ impl Agent {
             };
             jsonrpc::encode_error(Some(id), &err)
         };
-        self.push(Action::WriteMcp { proc, line });
+        out.push(Action::WriteMcp { proc: s.proc, line });
     }
 
-    fn on_mcp_notification(&mut self, slot: u64, method: &str, params: &Value) {
-        let name = self
-            .servers
-            .get(&slot)
-            .map(|s| s.name.clone())
-            .unwrap_or_default();
+    fn on_notification(
+        &mut self,
+        slot: ServerSlot,
+        method: &str,
+        params: &Value,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let name = self.name(slot);
         match method {
             "notifications/tools/list_changed" => {
                 let ready = self.servers.get(&slot).is_some_and(Server::is_ready);
@@ -724,7 +1216,7 @@ impl Agent {
                     s.relist_wanted = true;
                 }
                 if ready {
-                    self.start_listing(slot);
+                    self.start_listing(slot, out, timers);
                 }
             }
             "notifications/message" => {
@@ -746,100 +1238,80 @@ impl Agent {
                     &data.unwrap_or_default(),
                     crate::io::MAX_STDERR_LINE_BYTES,
                 );
-                self.log(level, format!("[mcp:{name}] {text}"));
+                out.log(level, format!("[mcp:{name}] {text}"));
             }
-            other => self.log(
+            other => out.log(
                 LogLevel::Debug,
                 format!("mcp '{name}': ignoring notification {other}"),
             ),
         }
     }
 
-    fn on_mcp_response(&mut self, slot: u64, id: &Value, outcome: Result<Value, RpcError>) {
-        let name = self
-            .servers
-            .get(&slot)
-            .map(|s| s.name.clone())
-            .unwrap_or_default();
+    fn on_response(
+        &mut self,
+        slot: ServerSlot,
+        id: &Value,
+        outcome: Result<Value, RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let name = self.name(slot);
         let Some(our) = jsonrpc::match_our_id(id) else {
             match &outcome {
-                Err(e) => self.log(
+                Err(e) => out.log(
                     LogLevel::Warn,
                     format!(
                         "mcp '{name}': error without request id: {} {}",
                         e.code, e.message
                     ),
                 ),
-                Ok(_) => self.log(
+                Ok(_) => out.log(
                     LogLevel::Debug,
                     format!("mcp '{name}': response with foreign id {id}; dropped"),
                 ),
             }
-            return;
+            return Vec::new();
         };
         let Some(s) = self.servers.get_mut(&slot) else {
-            return;
+            return Vec::new();
         };
-        let Some(p) = s.pending.remove(&our) else {
-            self.log(
+        let Some(purpose) = s.remove_pending(McpRequestId(our), timers) else {
+            out.log(
                 LogLevel::Debug,
                 format!("mcp '{name}': late or unknown response id {our}; dropped (I6)"),
             );
-            return;
+            return Vec::new();
         };
         // H4 / I5: any reply resets the consecutive hook-timeout counter.
         s.consecutive_hook_timeouts = 0;
-        match p.purpose {
-            Purpose::Initialize => self.on_initialize_reply(slot, outcome),
-            Purpose::ListTools => self.on_list_reply(slot, outcome),
-            Purpose::Tool {
-                session,
-                turn_seq,
-                slot: idx,
-            } => {
-                let out = match outcome {
-                    Ok(v) => {
-                        if let Some(s) = self.servers.get_mut(&slot) {
-                            s.deaths = 0; // M9: a successful call
-                        }
-                        let out = tools::convert_result(&v, self.cfg.max_tool_result_text_bytes);
-                        self.on_tool_finished(&session, turn_seq, idx, out, false);
-                        return;
-                    }
-                    Err(e) => tools::ToolOutput {
-                        text: format!("tool call rejected: {} (code {})", e.message, e.code),
-                        is_error: true,
-                    },
-                };
-                self.on_tool_finished(&session, turn_seq, idx, out, true);
+        match purpose {
+            Purpose::Initialize => self.on_initialize_reply(slot, outcome, out, timers),
+            Purpose::ListTools => self.on_list_reply(slot, outcome, out, timers),
+            Purpose::Tool(call) => {
+                if outcome.is_ok() {
+                    s.deaths = 0; // M9: a successful call
+                }
+                vec![McpEvent::ToolReply {
+                    call,
+                    reply: outcome,
+                }]
             }
-            Purpose::Hook {
-                session,
-                round,
-                idx,
-            } => {
-                let outcome = match outcome {
-                    Ok(v) => {
-                        // H3 / C40: content text only; structuredContent never objects.
-                        let out = tools::hook_answer(&v, self.cfg.max_tool_result_text_bytes);
-                        if out.is_error {
-                            crate::hooks::HookOutcome::Error(format!("isError: {}", out.text))
-                        } else if out.text.trim().is_empty() {
-                            crate::hooks::HookOutcome::Empty
-                        } else {
-                            crate::hooks::HookOutcome::Objection(out.text)
-                        }
-                    }
-                    Err(e) => crate::hooks::HookOutcome::Error(format!("{} {}", e.code, e.message)),
-                };
-                self.on_hook_outcome(&session, round, idx, outcome);
-            }
+            Purpose::Hook(call) => vec![McpEvent::HookReply {
+                call,
+                reply: outcome,
+            }],
         }
     }
 
-    fn on_initialize_reply(&mut self, slot: u64, outcome: Result<Value, RpcError>) {
+    fn on_initialize_reply(
+        &mut self,
+        slot: ServerSlot,
+        outcome: Result<Value, RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
         let Some(s) = self.servers.get(&slot) else {
-            return;
+            return Vec::new();
         };
         let result = match outcome {
             Ok(v) => v,
@@ -848,55 +1320,81 @@ impl Agent {
                     "failed to start: initialize was rejected: {} {}",
                     e.code, e.message
                 ));
-                return self.server_died(slot, reason, true);
+                return self.died(slot, reason, true, out, timers);
             }
         };
         let version = result
             .get("protocolVersion")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if !ACCEPTED_VERSIONS.contains(&version) {
+        if !ACCEPTED_MCP_VERSIONS.contains(&version) {
             let reason = s.describe_death(&format!(
                 "failed to start: unsupported MCP protocol version '{version}'"
             ));
-            return self.server_died(slot, reason, true);
+            return self.died(slot, reason, true, out, timers);
         }
-        self.send_mcp_notification(slot, "notifications/initialized", &json!({}));
-        if let Some(s) = self.servers.get_mut(&slot) {
-            s.state = ServerState::Listing;
+        self.send_notification(slot, "notifications/initialized", &json!({}), out);
+        if let Some(s) = self.servers.get_mut(&slot)
+            && let ServerState::Initializing { restart } = s.state
+        {
+            s.state = ServerState::Listing { restart };
         }
-        self.start_listing(slot);
+        self.start_listing(slot, out, timers);
+        Vec::new()
     }
 
-    fn start_listing(&mut self, slot: u64) {
-        let timeout = self.cfg.mcp_init_timeout_ms;
+    /// Starts a `tools/list` (first page) unless one is in flight; a wanted relist then runs
+    /// after it (SPEC M2, M6).
+    pub(crate) fn start_listing(
+        &mut self,
+        slot: ServerSlot,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let timeout = self.init_timeout_ms;
         let Some(s) = self.servers.get_mut(&slot) else {
             return;
         };
-        if s.pending.values().any(|p| p.purpose == Purpose::ListTools) {
+        if s.pending.values().any(|p| *p == Purpose::ListTools) {
             return; // a listing is in flight; relist_wanted makes it run again after
         }
         s.relist_wanted = false;
         s.list_acc.clear();
         s.list_cursors.clear();
-        self.send_mcp_request(slot, "tools/list", &json!({}), Purpose::ListTools, timeout);
+        self.send_request(
+            slot,
+            McpRequest {
+                method: "tools/list",
+                params: &json!({}),
+                purpose: Purpose::ListTools,
+                timeout_ms: timeout,
+            },
+            out,
+            timers,
+        );
     }
 
-    fn on_list_reply(&mut self, slot: u64, outcome: Result<Value, RpcError>) {
-        let timeout = self.cfg.mcp_init_timeout_ms;
+    fn on_list_reply(
+        &mut self,
+        slot: ServerSlot,
+        outcome: Result<Value, RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let timeout = self.init_timeout_ms;
         let Some(s) = self.servers.get_mut(&slot) else {
-            return;
+            return Vec::new();
         };
         let result = match outcome {
             Ok(v) => v,
             Err(e) => {
                 let reason =
                     s.describe_death(&format!("tools/list failed: {} {}", e.code, e.message));
-                if s.state == ServerState::Listing {
-                    return self.server_died(slot, reason, true);
+                if matches!(s.state, ServerState::Listing { .. }) {
+                    return self.died(slot, reason, true, out, timers);
                 }
-                self.log(LogLevel::Warn, reason);
-                return;
+                out.log(LogLevel::Warn, reason);
+                return Vec::new();
             }
         };
         if let Some(list) = result.get("tools").and_then(Value::as_array) {
@@ -930,24 +1428,28 @@ impl Agent {
             _ => None,
         };
         if let Some(w) = warn {
-            self.log(LogLevel::Warn, w);
+            out.log(LogLevel::Warn, w);
         }
         if let Some(c) = next {
-            self.send_mcp_request(
+            self.send_request(
                 slot,
-                "tools/list",
-                &json!({"cursor": c}),
-                Purpose::ListTools,
-                timeout,
+                McpRequest {
+                    method: "tools/list",
+                    params: &json!({"cursor": c}),
+                    purpose: Purpose::ListTools,
+                    timeout_ms: timeout,
+                },
+                out,
+                timers,
             );
-            return;
+            return Vec::new();
         }
-        self.install_tools(slot);
+        self.install_tools(slot, out)
     }
 
-    fn install_tools(&mut self, slot: u64) {
+    fn install_tools(&mut self, slot: ServerSlot, out: &mut Outbox) -> Vec<McpEvent> {
         let Some(s) = self.servers.get_mut(&slot) else {
-            return;
+            return Vec::new();
         };
         let raw = std::mem::take(&mut s.list_acc);
         let name = s.name.clone();
@@ -995,11 +1497,18 @@ impl Agent {
                 schema,
             });
         }
-        let was_listing = s.state == ServerState::Listing;
-        if was_listing && s.restarting {
-            s.restarting = false;
-            s.failed_restarts = 0;
-        }
+        let was_listing = match s.state {
+            ServerState::Listing { restart } => {
+                if restart {
+                    s.failed_restarts = 0;
+                }
+                true
+            }
+            ServerState::Spawning { .. }
+            | ServerState::Initializing { .. }
+            | ServerState::Ready
+            | ServerState::Dead { .. } => false,
+        };
         let count = tools_out.len();
         s.tools = tools_out;
         s.hooks = hooks.clone();
@@ -1008,121 +1517,613 @@ impl Agent {
             s.state = ServerState::Ready;
         }
         let relist = s.relist_wanted;
-        let session = s.session.clone();
+        let session = s.session;
         for w in warnings {
-            self.log(LogLevel::Warn, w);
+            out.log(LogLevel::Warn, w);
         }
-        self.log(
+        out.log(
             LogLevel::Info,
             format!("mcp '{name}': ready with {count} tool(s), hooks {hooks:?}"),
         );
+        let mut events = Vec::new();
         if was_listing {
-            self.check_session_start(&session);
+            events.push(McpEvent::StartSettled { session });
         }
         if relist {
-            self.start_listing(slot);
+            events.push(McpEvent::Relist { server: slot });
+        }
+        events
+    }
+}
+
+#[cfg(test)]
+impl ServerTable {
+    /// Records a server of `session` named `name`, spawns it and completes its handshake with
+    /// `tools` (names starting with `_` are hooks): a ready server for the tests of the machines
+    /// that use the table.
+    pub(crate) fn add_ready_for_tests(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        tools: &[&str],
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> ServerSlot {
+        let entry = McpServerEntry {
+            name: name.into(),
+            command: "fake-mcp".into(),
+            args: vec![],
+            env: vec![],
+        };
+        let slot = self.create(session, "/w", &entry);
+        self.spawn(slot, out);
+        let proc = ProcKey {
+            server: slot,
+            generation: 0,
+        };
+        self.on_spawned(proc, out, timers);
+        let answer =
+            |table: &mut ServerTable, result: Value, out: &mut Outbox, timers: &mut TimerTable| {
+                let id = table.servers[&slot]
+                    .pending
+                    .keys()
+                    .next_back()
+                    .map(|id| id.0)
+                    .unwrap_or(0);
+                table.on_response(slot, &json!(id), Ok(result), out, timers)
+            };
+        answer(self, json!({"protocolVersion": "2025-06-18"}), out, timers);
+        let list: Vec<Value> = tools.iter().map(|t| json!({"name": t})).collect();
+        answer(self, json!({"tools": list}), out, timers);
+        slot
+    }
+}
+
+/// The event that fails a request's owner when its server died.
+fn failed(purpose: Purpose, reason: &str) -> Option<McpEvent> {
+    match purpose {
+        Purpose::Initialize | Purpose::ListTools => None,
+        Purpose::Tool(call) => Some(McpEvent::ToolFailed {
+            call,
+            reason: reason.to_string(),
+        }),
+        Purpose::Hook(call) => Some(McpEvent::HookDead { call }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SESSION: SessionId = SessionId(1);
+    const INIT_MS: u64 = 30_000;
+
+    /// A table, its outbox and its timers: the pieces a step of the agent lends it.
+    struct Rig {
+        table: ServerTable,
+        out: Outbox,
+        timers: TimerTable,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            Rig {
+                table: ServerTable::new(INIT_MS, "9.9.9".into()),
+                out: Outbox::new(LogLevel::Debug, MonoTime::ZERO),
+                timers: TimerTable::default(),
+            }
+        }
+
+        fn at(&mut self, ms: u64) {
+            self.out.advance(MonoTime::ZERO.plus_ms(ms));
+        }
+
+        fn drain(&mut self) -> Vec<Action> {
+            std::iter::from_fn(|| self.out.pop()).collect()
+        }
+
+        /// The JSON of every line written to `proc`, in order.
+        fn written(actions: &[Action], proc: ProcKey) -> Vec<Value> {
+            actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::WriteMcp { proc: p, line } if *p == proc => {
+                        serde_json::from_str(line).ok()
+                    }
+                    Action::WriteMcp { .. }
+                    | Action::WriteAcp(_)
+                    | Action::SpawnMcp { .. }
+                    | Action::CloseMcpStdin { .. }
+                    | Action::SignalProcessGroup { .. }
+                    | Action::CallLlm { .. }
+                    | Action::CancelLlm { .. }
+                    | Action::Log(_)
+                    | Action::Exit { .. } => None,
+                })
+                .collect()
+        }
+
+        fn add(&mut self, name: &str) -> ServerSlot {
+            let entry = McpServerEntry {
+                name: name.into(),
+                command: "fake-mcp".into(),
+                args: vec![],
+                env: vec![("K".into(), "client".into())],
+            };
+            let slot = self.table.create(SESSION, "/w", &entry);
+            self.table.spawn(slot, &mut self.out);
+            slot
+        }
+
+        /// Answers `request` of `proc` with `result` as one stdout line.
+        fn reply(&mut self, proc: ProcKey, id: u64, result: Value) -> Vec<McpEvent> {
+            let line = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string() + "\n";
+            self.bytes(proc, line.as_bytes())
+        }
+
+        fn bytes(&mut self, proc: ProcKey, bytes: &[u8]) -> Vec<McpEvent> {
+            let Some((slot, lines)) = self.table.split_lines(proc, bytes) else {
+                return Vec::new();
+            };
+            let mut events = Vec::new();
+            for line in lines {
+                if self.table.is_dead(slot) {
+                    break;
+                }
+                events.extend(
+                    self.table
+                        .on_line(slot, line, &mut self.out, &mut self.timers),
+                );
+            }
+            events
+        }
+
+        /// Answers the pending request of `proc` whose method is `method` (the last one written).
+        fn answer(&mut self, proc: ProcKey, method: &str, result: Value) -> Vec<McpEvent> {
+            let actions = self.drain();
+            let Some(id) = Rig::written(&actions, proc)
+                .iter()
+                .rev()
+                .find(|l| l["method"] == method)
+                .and_then(|l| l["id"].as_u64())
+            else {
+                panic!("no {method} request in {actions:?}");
+            };
+            self.reply(proc, id, result)
+        }
+
+        /// The handshake of `proc` (spawned), answered: `initialize`, then one page of tools.
+        fn handshake(&mut self, proc: ProcKey, tools: &[&str]) -> Vec<McpEvent> {
+            self.table.on_spawned(proc, &mut self.out, &mut self.timers);
+            let events = self.answer(proc, "initialize", json!({"protocolVersion": "2025-06-18"}));
+            assert!(events.is_empty());
+            let list: Vec<Value> = tools.iter().map(|t| json!({"name": t})).collect();
+            self.answer(proc, "tools/list", json!({"tools": list}))
+        }
+
+        /// Spawns and lists `name` with `tools` (names; `_` names are hooks): a ready server.
+        fn ready(&mut self, name: &str, tools: &[&str]) -> (ServerSlot, ProcKey) {
+            let slot = self.add(name);
+            let proc = ProcKey {
+                server: slot,
+                generation: 0,
+            };
+            let events = self.handshake(proc, tools);
+            assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+            self.drain();
+            (slot, proc)
+        }
+
+        fn tool_call(&mut self, slot: ServerSlot, index: usize) -> (McpRequestId, ToolCallRef) {
+            let call = ToolCallRef {
+                session: SESSION,
+                turn: TurnNo(1),
+                index: ToolCallIndex(index),
+            };
+            let id = self
+                .table
+                .send_request(
+                    slot,
+                    McpRequest {
+                        method: "tools/call",
+                        params: &json!({"name": "echo"}),
+                        purpose: Purpose::Tool(call),
+                        timeout_ms: 1000,
+                    },
+                    &mut self.out,
+                    &mut self.timers,
+                )
+                .expect("the server exists");
+            (id, call)
         }
     }
 
-    /// Expire MCP request deadlines and process-kill escalations.
-    pub(crate) fn fire_mcp_timers(&mut self) {
-        let now = self.now;
-        let mut expired: Vec<(u64, u64, Purpose)> = Vec::new();
-        let mut escalate: Vec<(u64, ProcKey)> = Vec::new();
-        let mut closed: Vec<u64> = Vec::new();
-        for (slot, s) in &mut self.servers {
-            for (id, p) in &s.pending {
-                if p.deadline.is_some_and(|d| d <= now) {
-                    expired.push((*slot, *id, p.purpose.clone()));
-                }
-            }
-            s.kills.retain(|(d, p)| {
-                if *d <= now {
-                    escalate.push((0, *p));
-                    false
-                } else {
-                    true
-                }
-            });
-            if s.stdout_closed_at.is_some_and(|d| d <= now) {
-                s.stdout_closed_at = None;
-                closed.push(*slot);
+    #[test]
+    fn m1_m2_a_server_is_spawned_with_the_merged_env_then_handshakes_and_lists() {
+        let mut rig = Rig::new();
+        rig.table.set_inherited_env(vec![
+            ("K".into(), "agent".into()),
+            ("PATH".into(), "/bin".into()),
+        ]);
+        let slot = rig.add("fs");
+        let proc = ProcKey {
+            server: slot,
+            generation: 0,
+        };
+        let actions = rig.drain();
+        let Some(Action::SpawnMcp { spec, .. }) = actions
+            .iter()
+            .find(|a| matches!(a, Action::SpawnMcp { .. }))
+        else {
+            panic!("no spawn in {actions:?}");
+        };
+        assert_eq!(
+            spec.env,
+            vec![
+                ("K".into(), "client".into()),
+                ("PATH".into(), "/bin".into())
+            ],
+            "M1: the client's entries win"
+        );
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        let init = Rig::written(&rig.drain(), proc);
+        assert_eq!(init[0]["method"], "initialize");
+        assert_eq!(init[0]["params"]["clientInfo"]["version"], "9.9.9");
+        assert_eq!(rig.table.start_state(&[slot]), StartState::Waiting);
+        assert!(
+            rig.reply(proc, 1, json!({"protocolVersion": "2025-06-18"}))
+                .is_empty()
+        );
+        let lines = Rig::written(&rig.drain(), proc);
+        assert_eq!(lines[0]["method"], "notifications/initialized");
+        assert_eq!(lines[1]["method"], "tools/list");
+        let events = rig.reply(
+            proc,
+            2,
+            json!({"tools": [{"name": "read"}, {"name": "_Stop"}]}),
+        );
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        assert_eq!(rig.table.start_state(&[slot]), StartState::Ready);
+        let (defs, routes) = rig.table.visible_tools(&[slot]);
+        assert_eq!(defs.len(), 1, "I10: hooks are never offered");
+        assert_eq!(routes["fs__read"].qualified, "fs__read");
+        assert_eq!(
+            rig.table
+                .hook_targets(&[slot], "_Stop", &HookAllowlist::All),
+            vec![(slot, "fs".to_string(), true)]
+        );
+        assert!(
+            rig.table
+                .hook_targets(&[slot], "_Stop", &HookAllowlist::Off)
+                .is_empty(),
+            "H2: not allowlisted"
+        );
+        assert_eq!(rig.timers.next(), None, "no request left in flight");
+    }
+
+    #[test]
+    fn m2_an_unsupported_protocol_version_fails_the_start_and_kills_the_group() {
+        let mut rig = Rig::new();
+        let slot = rig.add("old");
+        let proc = ProcKey {
+            server: slot,
+            generation: 0,
+        };
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.drain();
+        let events = rig.reply(proc, 1, json!({"protocolVersion": "1999-01-01"}));
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        let StartState::Failed(reason) = rig.table.start_state(&[slot]) else {
+            panic!("the start must have failed");
+        };
+        assert!(reason.contains("unsupported MCP protocol version '1999-01-01'"));
+        let actions = rig.drain();
+        assert!(actions.contains(&Action::SignalProcessGroup {
+            proc,
+            signal: Signal::Term
+        }));
+        assert_eq!(
+            rig.timers.next().map(|(t, k)| (t.as_ms(), k)),
+            Some((KILL_GRACE_MS, Timer::kill(proc))),
+            "M8: KILL follows the TERM"
+        );
+    }
+
+    #[test]
+    fn m7_a_death_fails_every_call_in_flight_with_the_stderr_tail() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        let (_, call) = rig.tool_call(slot, 0);
+        let hook = HookCallRef {
+            session: SESSION,
+            round: HookRoundId(1),
+            index: 0,
+        };
+        rig.table.send_request(
+            slot,
+            McpRequest {
+                method: "tools/call",
+                params: &json!({}),
+                purpose: Purpose::Hook(hook),
+                timeout_ms: 1000,
+            },
+            &mut rig.out,
+            &mut rig.timers,
+        );
+        rig.table
+            .on_stderr_line(proc, "panic: disk full".into(), &mut rig.out);
+        let events = rig
+            .table
+            .on_exited(proc, "exit status 3", &mut rig.out, &mut rig.timers);
+        let [
+            McpEvent::ToolFailed {
+                call: failed,
+                reason,
+            },
+            McpEvent::HookDead { call: dead },
+        ] = events.as_slice()
+        else {
+            panic!("unexpected events {events:?}");
+        };
+        assert_eq!((*failed, *dead), (call, hook));
+        assert_eq!(
+            reason,
+            "MCP server 'fs' exited (exit status 3); stderr:\npanic: disk full"
+        );
+        assert!(
+            rig.timers
+                .next()
+                .is_some_and(|(_, t)| t == Timer::kill(proc)),
+            "request deadlines are gone with the requests; only the group kill is left"
+        );
+        assert_eq!(
+            rig.table.unavailable(slot).as_deref(),
+            Some(reason.as_str())
+        );
+    }
+
+    #[test]
+    fn m9_a_serving_server_restarts_after_its_backoff_and_three_deaths_are_permanent() {
+        let mut rig = Rig::new();
+        let (slot, mut proc) = rig.ready("fs", &["read"]);
+        for death in 1..=3u32 {
+            rig.table
+                .on_exited(proc, "exit status 1", &mut rig.out, &mut rig.timers);
+            let (defs, _) = rig.table.visible_tools(&[slot]);
+            if death < 3 {
+                assert_eq!(defs.len(), 1, "M9: a recovering server keeps its tools");
+                rig.table
+                    .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+                assert!(
+                    !rig.drain()
+                        .iter()
+                        .any(|a| matches!(a, Action::SpawnMcp { .. })),
+                    "not before the backoff"
+                );
+                rig.at(u64::from(death) * 10_000);
+                rig.table
+                    .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+                proc = ProcKey {
+                    server: slot,
+                    generation: death,
+                };
+                assert!(rig.drain().contains(&Action::SpawnMcp {
+                    proc,
+                    spec: rig.table.servers[&slot].spec.clone()
+                }));
+                let events = rig.handshake(proc, &["read"]);
+                // Every completed first listing of a generation reports; the agent ignores it
+                // for a session that already started.
+                assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+                assert!(rig.table.servers[&slot].is_ready());
+            } else {
+                assert!(
+                    defs.is_empty(),
+                    "M9: permanently dead, its tools are removed"
+                );
+                rig.at(999_000);
+                rig.table
+                    .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+                assert!(
+                    !rig.drain()
+                        .iter()
+                        .any(|a| matches!(a, Action::SpawnMcp { .. }))
+                );
             }
         }
-        for (_, proc) in escalate {
-            self.push(Action::SignalProcessGroup {
-                proc,
-                signal: Signal::Kill,
-            });
+    }
+
+    #[test]
+    fn m9_a_successful_call_resets_the_death_count() {
+        let mut rig = Rig::new();
+        let (slot, mut proc) = rig.ready("fs", &["read"]);
+        for generation in 1..=4u32 {
+            let (id, _) = rig.tool_call(slot, 0);
+            rig.reply(proc, id.0, json!({"content": []}));
+            rig.table
+                .on_exited(proc, "exit status 1", &mut rig.out, &mut rig.timers);
+            rig.at(u64::from(generation) * 10_000);
+            rig.table
+                .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+            proc = ProcKey {
+                server: slot,
+                generation,
+            };
+            rig.handshake(proc, &["read"]);
+            assert!(rig.table.servers[&slot].is_ready(), "death {generation}");
         }
-        for slot in closed {
-            self.kill_server(slot, "closed its stdout");
-        }
-        for (slot, id, purpose) in expired {
-            // The request may have been resolved by an earlier expiry in this loop (death).
-            if self
-                .servers
-                .get(&slot)
-                .is_none_or(|s| !s.pending.contains_key(&id))
-            {
-                continue;
-            }
-            match purpose {
-                Purpose::Initialize | Purpose::ListTools => {
-                    let secs = self.cfg.mcp_init_timeout_ms / 1000;
-                    if let Some(s) = self.servers.get_mut(&slot) {
-                        s.pending.remove(&id);
-                    }
-                    let starting = self
-                        .servers
-                        .get(&slot)
-                        .is_some_and(|s| s.state != ServerState::Ready);
-                    let cause = if starting {
-                        format!(
-                            "failed to start: handshake timed out after {secs} s (BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)"
-                        )
-                    } else {
-                        format!("tools/list timed out after {secs} s")
-                    };
-                    if starting {
-                        self.kill_server(slot, &cause);
-                    } else {
-                        let name = self
-                            .servers
-                            .get(&slot)
-                            .map(|s| s.name.clone())
-                            .unwrap_or_default();
-                        self.log(LogLevel::Warn, format!("mcp '{name}': {cause}"));
-                    }
+    }
+
+    #[test]
+    fn h4_i5_the_second_consecutive_hook_timeout_kills_and_a_reply_resets_the_count() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("guard", &["_Stop"]);
+        let hook_call = |rig: &mut Rig, n: u64| {
+            let call = HookCallRef {
+                session: SESSION,
+                round: HookRoundId(n),
+                index: 0,
+            };
+            rig.table
+                .send_request(
+                    slot,
+                    McpRequest {
+                        method: "tools/call",
+                        params: &json!({}),
+                        purpose: Purpose::Hook(call),
+                        timeout_ms: 100,
+                    },
+                    &mut rig.out,
+                    &mut rig.timers,
+                )
+                .expect("ready")
+        };
+        let first = hook_call(&mut rig, 1);
+        assert!(
+            rig.table
+                .hook_timed_out(slot, first, 100, &mut rig.out, &mut rig.timers)
+                .is_empty()
+        );
+        let answered = hook_call(&mut rig, 2);
+        let events = rig.reply(proc, answered.0, json!({"content": []}));
+        assert!(matches!(events.as_slice(), [McpEvent::HookReply { .. }]));
+        let third = hook_call(&mut rig, 3);
+        assert!(
+            rig.table
+                .hook_timed_out(slot, third, 100, &mut rig.out, &mut rig.timers)
+                .is_empty(),
+            "I5: the reply reset the count, this is 1/2 again"
+        );
+        assert!(rig.table.servers[&slot].is_ready());
+        let fourth = hook_call(&mut rig, 4);
+        rig.table
+            .hook_timed_out(slot, fourth, 100, &mut rig.out, &mut rig.timers);
+        assert!(
+            rig.table.is_dead(slot),
+            "I5: the 2nd consecutive timeout kills"
+        );
+        let actions = rig.drain();
+        let cancels = Rig::written(&actions, proc)
+            .into_iter()
+            .filter(|l| l["method"] == "notifications/cancelled")
+            .count();
+        assert_eq!(cancels, 3, "every timed-out hook call is cancelled");
+    }
+
+    #[test]
+    fn i6_late_and_foreign_replies_and_stale_generations_change_nothing() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        let (id, _) = rig.tool_call(slot, 0);
+        rig.table
+            .cancel_request(slot, id, "cancelled", &mut rig.out, &mut rig.timers);
+        assert_eq!(
+            rig.timers.next(),
+            None,
+            "a cancelled request has no deadline"
+        );
+        assert!(rig.reply(proc, id.0, json!({"content": []})).is_empty());
+        assert!(rig.reply(proc, 77, json!({})).is_empty());
+        let stale = ProcKey {
+            server: slot,
+            generation: 5,
+        };
+        assert!(rig.reply(stale, 1, json!({})).is_empty());
+        assert!(
+            rig.table
+                .on_exited(stale, "exit status 0", &mut rig.out, &mut rig.timers)
+                .is_empty()
+        );
+        assert!(rig.table.servers[&slot].is_ready());
+    }
+
+    #[test]
+    fn t6_an_oversize_stdout_line_kills_the_server() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        let big = vec![b'x'; MAX_MCP_LINE_BYTES + 1];
+        rig.bytes(proc, &big);
+        assert!(rig.table.is_dead(slot));
+        let Some(ServerState::Dead { reason, .. }) = rig.table.get(slot).map(Server::state) else {
+            panic!("dead");
+        };
+        assert!(reason.contains("over 16 MiB"), "{reason}");
+    }
+
+    #[test]
+    fn m6_a_list_change_during_the_first_listing_relists_after_the_start_settles() {
+        let mut rig = Rig::new();
+        let slot = rig.add("fs");
+        let proc = ProcKey {
+            server: slot,
+            generation: 0,
+        };
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.reply(proc, 1, json!({"protocolVersion": "2025-06-18"}));
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        );
+        let events = rig.reply(proc, 2, json!({"tools": []}));
+        assert_eq!(
+            events,
+            vec![
+                McpEvent::StartSettled { session: SESSION },
+                McpEvent::Relist { server: slot }
+            ]
+        );
+    }
+
+    #[test]
+    fn m8_a_server_stopped_while_its_spawn_is_in_flight_is_stopped_when_it_starts() {
+        let mut rig = Rig::new();
+        let slot = rig.add("fs");
+        let proc = ProcKey {
+            server: slot,
+            generation: 0,
+        };
+        rig.table
+            .stop(slot, "session start failed", &mut rig.out, &mut rig.timers);
+        assert!(
+            rig.drain()
+                .iter()
+                .all(|a| !matches!(a, Action::SignalProcessGroup { .. }))
+        );
+        assert!(!rig.table.any_spawned());
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        let actions = rig.drain();
+        assert_eq!(
+            actions,
+            vec![
+                Action::CloseMcpStdin { proc },
+                Action::SignalProcessGroup {
+                    proc,
+                    signal: Signal::Term
                 }
-                Purpose::Tool {
-                    session,
-                    turn_seq,
-                    slot: idx,
-                } => {
-                    let secs = self.cfg.tool_timeout_ms / 1000;
-                    self.cancel_mcp_request(slot, id, &format!("timeout after {secs}s"));
-                    let out = tools::ToolOutput {
-                        text: format!(
-                            "tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
-                        ),
-                        is_error: true,
-                    };
-                    self.on_tool_finished(&session, turn_seq, idx, out, true);
-                    // M5: the server is killed and marked dead.
-                    self.kill_server(
-                        slot,
-                        &format!("tool call timed out after {secs} s; killed (M5)"),
-                    );
-                }
-                Purpose::Hook {
-                    session,
-                    round,
-                    idx,
-                } => {
-                    self.on_hook_timeout(slot, id, &session, round, idx);
-                }
-            }
-        }
+            ]
+        );
+        assert!(rig.table.any_leader_alive() && rig.table.any_spawned());
+        assert_eq!(rig.table.procs_to_sweep(&rig.timers), vec![proc]);
+        rig.table
+            .on_exited(proc, "exit status 0", &mut rig.out, &mut rig.timers);
+        assert!(!rig.table.any_leader_alive());
+    }
+
+    #[test]
+    fn m5_a_tool_call_deadline_is_handed_to_the_agent_with_its_owner() {
+        let mut rig = Rig::new();
+        let (slot, _) = rig.ready("fs", &["read"]);
+        let (id, call) = rig.tool_call(slot, 3);
+        let (at, timer) = rig.timers.next().expect("one deadline");
+        assert_eq!(
+            (at.as_ms(), timer),
+            (1000, Timer::Server(slot, ServerTimer::Request(id)))
+        );
+        let (expired, events) = rig
+            .table
+            .expire(slot, id, &mut rig.out, &mut rig.timers)
+            .expect("still in flight");
+        assert_eq!(expired, Expired::Tool(call));
+        assert!(events.is_empty());
     }
 }

@@ -66,8 +66,9 @@ use crate::sse_stream::{
 /// Serialized in one pass straight into the body buffer: linear in the history size. With a
 /// session's [`BodyCache`] ([`build_request_cached`]) only the messages new since the last
 /// request are serialized, and the body is the same bytes.
+#[cfg(test)]
 #[must_use]
-pub fn build_request(
+pub(crate) fn build_request(
     base_url: &str,
     api_key: &str,
     req: &LlmRequest<'_>,
@@ -81,7 +82,7 @@ pub fn build_request(
 /// byte for byte the one [`build_request`] builds; its history part is a piece shared with the
 /// cache.
 #[must_use]
-pub fn build_request_cached(
+pub(crate) fn build_request_cached(
     base_url: &str,
     api_key: &str,
     req: &LlmRequest<'_>,
@@ -146,7 +147,7 @@ pub fn build_request_cached(
 /// The per-server choices of a Chat Completions request (SPEC L7), decided by
 /// [`crate::provider::chat_options`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChatOptions {
+pub(crate) struct ChatOptions {
     /// Send the output cap as `max_completion_tokens` instead of `max_tokens` (case C41).
     pub max_completion_tokens: bool,
     /// The server streams DeepSeek-style `reasoning_content`: every assistant message carries
@@ -531,7 +532,7 @@ struct ChunkView {
 /// `finish_reason` but keeps the connection open (C24 b) is detected by
 /// [`StreamDecoder::has_final_answer`]: the loop waits a short grace, drops the connection, and
 /// [`StreamDecoder::finish`] then accepts the response because a finish reason was seen.
-pub struct ChatDecoder {
+pub(crate) struct ChatDecoder {
     /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
     id_prefix: String,
     /// Parser, sticky error, response taken.
@@ -606,7 +607,7 @@ impl ChatDecoder {
     /// A decoder for one response; `id_prefix` names calls the provider sent without an id
     /// (`{id_prefix}_{index}`, C21), so it should be unique per LLM call (e.g. `call_t3r2`).
     #[must_use]
-    pub fn new(id_prefix: String) -> Self {
+    pub(crate) fn new(id_prefix: String) -> Self {
         ChatDecoder {
             id_prefix,
             sse: SseState::new(),
@@ -1643,7 +1644,6 @@ mod tests {
             &req,
             &ChatOptions::default(),
         );
-        assert_eq!(request.method, "POST");
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/chat/completions");
         assert_eq!(
             request.headers,

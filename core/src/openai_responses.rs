@@ -60,8 +60,9 @@ use crate::sse_stream::{
 /// `additionalProperties`).
 ///
 /// Serialized in one pass straight into the body buffer: linear in the history size.
+#[cfg(test)]
 #[must_use]
-pub fn build_request(
+pub(crate) fn build_request(
     base_url: &str,
     api_key: &str,
     req: &LlmRequest<'_>,
@@ -75,7 +76,7 @@ pub fn build_request(
 /// byte for byte the one [`build_request`] builds; its history part is a piece shared with the
 /// cache.
 #[must_use]
-pub fn build_request_cached(
+pub(crate) fn build_request_cached(
     base_url: &str,
     api_key: &str,
     req: &LlmRequest<'_>,
@@ -122,7 +123,7 @@ pub fn build_request_cached(
 /// The per-server choices of a Responses request (SPEC L8, L10), decided by
 /// [`crate::provider::responses_options`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ResponsesOptions {
+pub(crate) struct ResponsesOptions {
     /// Ask for `include: ["reasoning.encrypted_content"]`, so reasoning items can be replayed.
     pub include_encrypted_reasoning: bool,
 }
@@ -310,7 +311,7 @@ struct WireTool<'a> {
 ///   invalid request (`invalid_*`, `context_length_exceeded`, `insufficient_quota`,
 ///   `authentication_error`, `permission_error`). A complete event that is not JSON is a
 ///   retryable provider error. Errors are sticky.
-pub struct ResponsesDecoder {
+pub(crate) struct ResponsesDecoder {
     /// Prefix of synthesised call ids: `{id_prefix}_{index}`.
     id_prefix: String,
     /// Parser, sticky error, response taken.
@@ -350,7 +351,7 @@ impl ResponsesDecoder {
     /// A decoder for one response; `id_prefix` names calls that arrive without a `call_id`
     /// (`{id_prefix}_{index}`), so it should be unique per LLM call (e.g. `call_7`).
     #[must_use]
-    pub fn new(id_prefix: String) -> Self {
+    pub(crate) fn new(id_prefix: String) -> Self {
         ResponsesDecoder {
             id_prefix,
             sse: SseState::new(),
@@ -1213,7 +1214,6 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             &req,
             &ResponsesOptions::default(),
         );
-        assert_eq!(request.method, "POST");
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/responses");
         assert_eq!(
             request.headers,

@@ -2,22 +2,15 @@
 //! (SPEC L6–L8), and HTTP error classification shared by all routes (SPEC L5).
 
 use crate::config::{Config, ProviderKind};
-use crate::llm::{BodyCache, HttpRequest, LlmRequest, StreamDecoder};
+use crate::llm::{HttpRequest, LlmRequest, StreamDecoder};
 use crate::openai_chat::ChatOptions;
 use crate::openai_responses::ResponsesOptions;
-
-/// Whether this build implements the configured provider route (all three do).
-#[must_use]
-pub fn is_supported(kind: &ProviderKind) -> bool {
-    match kind {
-        ProviderKind::OpenAiChat | ProviderKind::Anthropic | ProviderKind::OpenAiResponses => true,
-    }
-}
+use crate::request::BodyCache;
 
 /// What the agent learned about its provider while running; kept for the life of the process
 /// (the provider is configured once per process).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Learned {
+pub(crate) struct Learned {
     /// A Chat Completions 400 named `max_completion_tokens` (SPEC L7, case C41): the output cap
     /// is sent under that name from now on.
     pub max_completion_tokens: bool,
@@ -30,7 +23,7 @@ pub struct Learned {
 /// with or without a gateway prefix such as `openai/`), which reject `max_tokens` on Chat
 /// Completions (SPEC L7, case C41).
 #[must_use]
-pub fn is_openai_reasoning_model(model: &str) -> bool {
+pub(crate) fn is_openai_reasoning_model(model: &str) -> bool {
     let name = model
         .rsplit('/')
         .next()
@@ -48,7 +41,7 @@ pub fn is_openai_reasoning_model(model: &str) -> bool {
 /// anywhere, and once a server asked for it (`learned`); else as `max_tokens`, which every
 /// OpenAI-compatible server accepts.
 #[must_use]
-pub fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> ChatOptions {
+pub(crate) fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> ChatOptions {
     ChatOptions {
         max_completion_tokens: learned.max_completion_tokens
             || is_openai_reasoning_model(model)
@@ -60,7 +53,7 @@ pub fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> ChatOptions
 /// The Responses options for one request (SPEC L8, L10): encrypted reasoning is asked for when
 /// the model is an OpenAI reasoning model, the models that return reasoning items.
 #[must_use]
-pub fn responses_options(model: &str) -> ResponsesOptions {
+pub(crate) fn responses_options(model: &str) -> ResponsesOptions {
     ResponsesOptions {
         include_encrypted_reasoning: is_openai_reasoning_model(model),
     }
@@ -70,7 +63,7 @@ pub fn responses_options(model: &str) -> ResponsesOptions {
 /// a 400 whose body names `max_completion_tokens` while the request sent `max_tokens` (SPEC L7,
 /// case C41).
 #[must_use]
-pub fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatOptions) -> bool {
+pub(crate) fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatOptions) -> bool {
     status == 400
         && !sent.max_completion_tokens
         && String::from_utf8_lossy(body).contains("max_completion_tokens")
@@ -78,16 +71,17 @@ pub fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatOptions)
 
 /// Build the HTTP request of one LLM call for the configured route: Anthropic Messages (L6),
 /// Chat Completions (L7, with [`chat_options`]) or Responses (L8).
+#[cfg(test)]
 #[must_use]
-pub fn build_request(cfg: &Config, req: &LlmRequest<'_>, learned: &Learned) -> HttpRequest {
+pub(crate) fn build_request(cfg: &Config, req: &LlmRequest<'_>, learned: &Learned) -> HttpRequest {
     build_request_cached(cfg, req, learned, None)
 }
 
 /// [`build_request`] through `cache`, the serialized prefix of `req.messages` kept from the
-/// history's earlier requests ([`crate::llm::History`]): the same bytes, but only the
+/// history's earlier requests ([`crate::history::History`]): the same bytes, but only the
 /// messages new since then are serialized (issue #15).
 #[must_use]
-pub fn build_request_cached(
+pub(crate) fn build_request_cached(
     cfg: &Config,
     req: &LlmRequest<'_>,
     learned: &Learned,
@@ -115,7 +109,7 @@ pub fn build_request_cached(
 /// A fresh stream decoder for the configured route; `id_prefix` makes synthesised tool-call
 /// ids unique (case C21).
 #[must_use]
-pub fn decoder(cfg: &Config, id_prefix: String) -> Box<dyn StreamDecoder> {
+pub(crate) fn decoder(cfg: &Config, id_prefix: String) -> Box<dyn StreamDecoder> {
     match cfg.provider {
         ProviderKind::Anthropic => Box::new(crate::anthropic::AnthropicDecoder::new(id_prefix)),
         ProviderKind::OpenAiChat => Box::new(crate::openai_chat::ChatDecoder::new(id_prefix)),
@@ -127,7 +121,7 @@ pub fn decoder(cfg: &Config, id_prefix: String) -> Box<dyn StreamDecoder> {
 
 /// How a non-2xx HTTP status is handled (SPEC L5).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HttpFailure {
+pub(crate) enum HttpFailure {
     /// 408, 409, 429, 5xx, 529: retry while attempts remain.
     Retryable,
     /// 401 / 403: `llm auth: …`, never retried.
@@ -140,7 +134,7 @@ pub enum HttpFailure {
 
 /// Classify a failed status and its (≤ 4 KiB) body.
 #[must_use]
-pub fn classify_status(status: u16, body: &str) -> HttpFailure {
+pub(crate) fn classify_status(status: u16, body: &str) -> HttpFailure {
     match status {
         408 | 409 | 429 | 500..=599 => HttpFailure::Retryable,
         401 | 403 => HttpFailure::Auth,
@@ -151,7 +145,7 @@ pub fn classify_status(status: u16, body: &str) -> HttpFailure {
 
 /// Whether a provider error body says the prompt exceeded the context window.
 #[must_use]
-pub fn is_context_too_long(body: &str) -> bool {
+pub(crate) fn is_context_too_long(body: &str) -> bool {
     let b = body.to_ascii_lowercase();
     [
         "context_length_exceeded",
@@ -167,7 +161,7 @@ pub fn is_context_too_long(body: &str) -> bool {
 /// The provider's error message from a body (`error.message`, `message`), else the body text,
 /// cut to 4 KiB on a character boundary (SPEC A3).
 #[must_use]
-pub fn error_message(body: &[u8]) -> String {
+pub(crate) fn error_message(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let msg = match serde_json::from_str::<serde_json::Value>(&text) {
         Ok(v) => v
@@ -178,24 +172,11 @@ pub fn error_message(body: &[u8]) -> String {
             .unwrap_or_else(|| text.trim().to_string()),
         Err(_) => text.trim().to_string(),
     };
-    cut(&msg, 4096)
-}
-
-/// Cut `s` to at most `max` bytes on a char boundary.
-#[must_use]
-pub fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
+    crate::text::utf8_prefix(&msg, 4096).to_owned()
 }
 
 /// Longest retry delay a provider can ask for, in ms (SPEC L5).
-pub const MAX_RETRY_AFTER_MS: u64 = 60_000;
+pub(crate) const MAX_RETRY_AFTER_MS: u64 = 60_000;
 
 /// Retry delay hint from headers, in ms (SPEC L5): `retry-after-ms` (milliseconds), else
 /// `retry-after` as seconds or as an HTTP date (IMF-fixdate, RFC 850 or asctime, parsed by the
@@ -206,7 +187,7 @@ pub const MAX_RETRY_AFTER_MS: u64 = 60_000;
 /// Peer-supplied numbers never overflow: floats convert saturating (`1e308` s is the clamp),
 /// date differences are checked.
 #[must_use]
-pub fn retry_after_ms(headers: &[(String, String)]) -> Option<u64> {
+pub(crate) fn retry_after_ms(headers: &[(String, String)]) -> Option<u64> {
     let get = |n: &str| {
         headers
             .iter()
@@ -253,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn l6_l7_l8_every_route_is_supported_and_dispatched() {
+    fn l6_l7_l8_every_route_is_dispatched() {
         use crate::config::Config;
         use crate::llm::{LlmRequest, Message, StreamDelta};
         let messages = [Message::User { text: "hi".into() }];
@@ -282,7 +263,6 @@ mod tests {
             ),
         ];
         for (kind, url, body) in routes {
-            assert!(is_supported(&kind));
             let cfg = Config::for_tests(kind, "http://h/");
             assert_eq!(build_request(&cfg, &req, &Learned::default()).url, url);
             let mut decoder = decoder(&cfg, "call_1".into());

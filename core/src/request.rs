@@ -13,7 +13,11 @@ use crate::llm::{Body, HttpRequest, LlmRequest, Message};
 ///
 /// Headers: `content-type: application/json`, `accept: text/event-stream`, then `auth` (name,
 /// value) when present; the caller may push more.
-pub fn streaming_json_post(url: String, auth: Option<(&str, String)>, body: Body) -> HttpRequest {
+pub(crate) fn streaming_json_post(
+    url: String,
+    auth: Option<(&str, String)>,
+    body: Body,
+) -> HttpRequest {
     let mut headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
         ("accept".to_owned(), "text/event-stream".to_owned()),
@@ -21,17 +25,12 @@ pub fn streaming_json_post(url: String, auth: Option<(&str, String)>, body: Body
     if let Some((name, value)) = auth {
         headers.push((name.to_owned(), value));
     }
-    HttpRequest {
-        method: "POST",
-        url,
-        headers,
-        body,
-    }
+    HttpRequest { url, headers, body }
 }
 
 /// `authorization: Bearer <api_key>`, only when the key is non-empty (local servers need none).
 #[must_use]
-pub fn bearer(api_key: &str) -> Option<(&'static str, String)> {
+pub(crate) fn bearer(api_key: &str) -> Option<(&'static str, String)> {
     (!api_key.is_empty()).then(|| ("authorization", format!("Bearer {api_key}")))
 }
 
@@ -40,7 +39,7 @@ pub fn bearer(api_key: &str) -> Option<(&'static str, String)> {
 /// an eighth for string escaping, the tool definitions (names, descriptions and 512 bytes per
 /// schema), the system prompt, and 256 bytes.
 #[must_use]
-pub fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
+pub(crate) fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
     let history: usize = req
         .messages
         .iter()
@@ -55,13 +54,13 @@ pub fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
 }
 
 /// Appends `value` as compact JSON.
-pub fn write_json(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+pub(crate) fn write_json(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
     // Writing to a Vec cannot fail, and every value serialized here is a string-keyed tree.
     let _ = serde_json::to_writer(out, value);
 }
 
 /// Appends `,"key":value` (or `"key":value` right after `{`). `key` needs no escaping.
-pub fn write_field(out: &mut Vec<u8>, key: &str, value: &(impl Serialize + ?Sized)) {
+pub(crate) fn write_field(out: &mut Vec<u8>, key: &str, value: &(impl Serialize + ?Sized)) {
     if out.last().is_some_and(|&b| b != b'{') {
         out.push(b',');
     }
@@ -72,7 +71,7 @@ pub fn write_field(out: &mut Vec<u8>, key: &str, value: &(impl Serialize + ?Size
 }
 
 /// Appends `item` as the next element of a comma-separated run that `out` holds alone.
-pub fn push_item(out: &mut Vec<u8>, item: &(impl Serialize + ?Sized)) {
+pub(crate) fn push_item(out: &mut Vec<u8>, item: &(impl Serialize + ?Sized)) {
     if !out.is_empty() {
         out.push(b',');
     }
@@ -82,7 +81,7 @@ pub fn push_item(out: &mut Vec<u8>, item: &(impl Serialize + ?Sized)) {
 /// What the message planner of a route knows about the wire element before a point of the
 /// history: enough to plan the rest from there exactly as a plan from the start would.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Last {
+pub(crate) enum Last {
     /// No element yet.
     #[default]
     Nothing,
@@ -98,21 +97,21 @@ pub enum Last {
 
 /// One element of a route's message array (a Chat message, an Anthropic turn, the items of
 /// one Responses message), as planned from the history.
-pub struct Planned<E> {
+pub(crate) struct Planned<E> {
     /// The element; [`WireElement::write`] serializes it.
-    pub element: E,
+    pub(crate) element: E,
     /// Index of the history message that started it (later ones may have merged into it).
-    pub source: usize,
+    pub(crate) source: usize,
     /// What a planner resuming after it must know ([`Last`]).
-    pub kind: Last,
+    pub(crate) kind: Last,
     /// Nothing appended to the history can change it, even while it is the last element (a
     /// Chat tool message, the items of a Responses message). Any other element can change
     /// only while it is the last one: later messages merge into it.
-    pub closed: bool,
+    pub(crate) closed: bool,
 }
 
 /// A wire element's serialization.
-pub trait WireElement {
+pub(crate) trait WireElement {
     /// Appends the element's JSON items to `out`, each preceded by `,` unless `out` is empty
     /// (an element may be zero, one or several items of the array).
     fn write(&self, out: &mut Vec<u8>);
@@ -121,7 +120,7 @@ pub trait WireElement {
 /// Which serialization the bytes of a [`BodyCache`] are: the route, and the options that
 /// change how history messages are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheKey {
+pub(crate) enum CacheKey {
     /// Chat Completions; `reasoning_content` as [`crate::openai_chat::ChatOptions`].
     Chat { reasoning_content: bool },
     /// Anthropic Messages.
@@ -138,10 +137,10 @@ pub enum CacheKey {
 /// An element is kept once no message appended later can change it: the provider dialects
 /// merge consecutive messages of a role into one element, so the last element stays open,
 /// and so does anything planned from the same message (the Chat bridge before a user
-/// message). [`crate::llm::History`] drops the cache on every change but an append, so
+/// message). [`crate::history::History`] drops the cache on every change but an append, so
 /// compaction, truncation, hook injections and joins rebuild it from the start.
 #[derive(Default)]
-pub struct BodyCache {
+pub(crate) struct BodyCache {
     key: Option<CacheKey>,
     /// The elements of `history[..resume]`, comma-separated. Shared with the request bodies
     /// built from it; extended in place once they are gone (else copied first).
@@ -153,20 +152,21 @@ pub struct BodyCache {
 }
 
 impl BodyCache {
-    /// Bytes held (for tests and size accounting).
+    /// Bytes held.
+    #[cfg(test)]
     #[must_use]
-    pub fn cached_bytes(&self) -> usize {
+    pub(crate) fn cached_bytes(&self) -> usize {
         self.bytes.len()
     }
 }
 
 /// The history part of a message array: the cached run of closed elements (shared) and the
 /// rest, built now. Each is comma-separated on its own; either may be empty.
-pub struct HistoryJson {
+pub(crate) struct HistoryJson {
     /// Elements kept from earlier requests and the ones that closed now.
-    pub cached: Option<Arc<Vec<u8>>>,
+    pub(crate) cached: Option<Arc<Vec<u8>>>,
     /// The elements that may still change, built for this request only.
-    pub fresh: Vec<u8>,
+    pub(crate) fresh: Vec<u8>,
 }
 
 /// The history as message-array elements, through `cache` when given: elements before the
@@ -175,7 +175,7 @@ pub struct HistoryJson {
 /// everything is fresh (in a buffer of `fresh_capacity` bytes). `plan(history, start, last)`
 /// must plan `history[start..]` given the element before `start`, exactly as a plan from the
 /// start plans those messages (the property tests `*_cached_body_equals_fresh_body` check it).
-pub fn history_json<'a, E: WireElement>(
+pub(crate) fn history_json<'a, E: WireElement>(
     history: &'a [Message],
     cache: Option<(&mut BodyCache, CacheKey)>,
     fresh_capacity: usize,
@@ -226,7 +226,12 @@ pub fn history_json<'a, E: WireElement>(
 /// the array, after `[` or after elements it wrote itself (`leading`: the Chat system
 /// message); `tail` starts with `]`.
 #[must_use]
-pub fn assemble(mut head: Vec<u8>, leading: bool, history: HistoryJson, tail: &[u8]) -> Body {
+pub(crate) fn assemble(
+    mut head: Vec<u8>,
+    leading: bool,
+    history: HistoryJson,
+    tail: &[u8],
+) -> Body {
     let mut body = Body::default();
     match history.cached {
         Some(cached) if !cached.is_empty() => {
@@ -258,7 +263,7 @@ pub fn assemble(mut head: Vec<u8>, leading: bool, history: HistoryJson, tail: &[
 
 /// A tool result's text sent as an error: `Error: <text>`, written without building the string
 /// first.
-pub struct ErrorText<'a>(pub &'a str);
+pub(crate) struct ErrorText<'a>(pub &'a str);
 
 impl Serialize for ErrorText<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -268,7 +273,7 @@ impl Serialize for ErrorText<'_> {
 
 /// A tool call's arguments as sent back: the model's own text, `{}` when that was blank (C26).
 #[must_use]
-pub fn arguments_or_empty_object(arguments: &str) -> &str {
+pub(crate) fn arguments_or_empty_object(arguments: &str) -> &str {
     if arguments.trim().is_empty() {
         "{}"
     } else {

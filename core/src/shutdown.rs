@@ -1,202 +1,170 @@
-//! Shutdown (SPEC P1, M8): on stdin EOF, SIGTERM/SIGINT or a dead stdout — cancel every turn,
-//! answer pending requests, close every server's stdin, wait up to 2 s, SIGTERM every process
-//! group, wait up to 2 s (or until every leader exited, plus a short grace for grandchildren),
-//! SIGKILL every group, then exit 0. Bounded by ~4.3 s whatever the children do.
+//! The shutdown sub-machine (SPEC P1, M8). On stdin EOF, SIGTERM/SIGINT/SIGHUP or a dead
+//! stdout the agent cancels every turn, answers pending requests and closes every server's
+//! stdin; then this machine decides the rest: wait up to [`STAGE_MS`] for the leaders to exit,
+//! SIGTERM every process group, wait up to [`STAGE_MS`] again (or until every leader exited,
+//! plus [`GROUP_GRACE_MS`] for grandchildren), SIGKILL every group and exit 0. Bounded by about
+//! 4.3 s whatever the children do.
+//!
+//! It knows nothing of servers: the agent tells it whether any leader is alive and whether any
+//! server was ever spawned, and carries out the [`ShutdownAction`]s it returns.
 
-use crate::agent::Agent;
-use crate::config::LogLevel;
-use crate::io::{Action, Signal};
-use crate::jsonrpc;
 use crate::time::MonoTime;
 
+/// Longest wait of each stage (close → TERM, TERM → KILL), in ms (SPEC M8: 2 s).
+pub(crate) const STAGE_MS: u64 = crate::mcp::KILL_GRACE_MS;
 /// Grace after SIGTERM for grandchildren when every leader already exited, in ms.
-const GROUP_GRACE_MS: u64 = 250;
+pub(crate) const GROUP_GRACE_MS: u64 = 250;
 
 /// Shutdown stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// stdin of every child closed; waiting for leaders to exit (≤ 2 s).
+enum Stage {
+    /// stdin of every child closed at `since`; waiting for leaders to exit.
     Closing { since: MonoTime },
-    /// SIGTERM sent to every group; waiting (≤ 2 s).
+    /// SIGTERM sent to every group at `since`; waiting.
     Terminating { since: MonoTime },
-    /// Done: `Exit` queued.
+    /// Done: the exit was asked for.
     Exited,
 }
 
-/// Shutdown progress.
+/// What the agent must do for the shutdown, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shutdown {
-    pub stage: Stage,
+pub(crate) enum ShutdownAction {
+    /// SIGTERM every process group that may exist.
+    TermAllGroups,
+    /// SIGKILL every process group that may exist, then exit 0.
+    KillAllGroupsAndExit,
+}
+
+/// Progress of the shutdown. Once begun it only moves forward; once exited it asks for
+/// nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shutdown {
+    stage: Stage,
 }
 
 impl Shutdown {
-    /// When the current stage times out.
-    #[must_use]
-    pub fn deadline(&self) -> Option<MonoTime> {
+    /// Shutdown begun at `now`, every server's stdin just closed.
+    pub(crate) fn begin(now: MonoTime) -> Shutdown {
+        Shutdown {
+            stage: Stage::Closing { since: now },
+        }
+    }
+
+    /// Whether the exit was asked for.
+    pub(crate) fn is_exited(&self) -> bool {
+        self.stage == Stage::Exited
+    }
+
+    /// After every step: moves on early when the leaders are gone (`leaders_alive` false) —
+    /// straight to TERM, and to KILL and exit when no group was ever started or the
+    /// grandchild grace already passed.
+    pub(crate) fn on_step(
+        &mut self,
+        now: MonoTime,
+        leaders_alive: bool,
+        any_spawned: bool,
+    ) -> Vec<ShutdownAction> {
+        let mut actions = Vec::new();
+        if let Stage::Closing { .. } = self.stage
+            && !leaders_alive
+        {
+            actions.push(ShutdownAction::TermAllGroups);
+            self.stage = Stage::Terminating { since: now };
+        }
+        if let Stage::Terminating { since } = self.stage
+            && !leaders_alive
+            && (now >= since.plus_ms(GROUP_GRACE_MS) || !any_spawned)
+        {
+            actions.push(ShutdownAction::KillAllGroupsAndExit);
+            self.stage = Stage::Exited;
+        }
+        actions
+    }
+
+    /// The stage's deadline passed (`now` ≥ [`Shutdown::deadline`]).
+    pub(crate) fn on_timeout(&mut self, now: MonoTime, leaders_alive: bool) -> Vec<ShutdownAction> {
         match self.stage {
+            Stage::Closing { since } if now >= since.plus_ms(STAGE_MS) => {
+                self.stage = Stage::Terminating { since: now };
+                vec![ShutdownAction::TermAllGroups]
+            }
+            Stage::Terminating { since }
+                if now >= since.plus_ms(STAGE_MS)
+                    || (!leaders_alive && now >= since.plus_ms(GROUP_GRACE_MS)) =>
+            {
+                self.stage = Stage::Exited;
+                vec![ShutdownAction::KillAllGroupsAndExit]
+            }
+            Stage::Closing { .. } | Stage::Terminating { .. } | Stage::Exited => Vec::new(),
+        }
+    }
+
+    /// When the current stage times out: [`STAGE_MS`] after it began, or [`GROUP_GRACE_MS`]
+    /// after the TERM when every leader already exited; `None` once exited.
+    pub(crate) fn deadline(&self, leaders_alive: bool) -> Option<MonoTime> {
+        match self.stage {
+            Stage::Terminating { since } if !leaders_alive => Some(since.plus_ms(GROUP_GRACE_MS)),
             Stage::Closing { since } | Stage::Terminating { since } => {
-                Some(since.plus_ms(crate::mcp::KILL_GRACE_MS))
+                Some(since.plus_ms(STAGE_MS))
             }
             Stage::Exited => None,
         }
     }
 }
 
-impl Agent {
-    /// Begin shutting down (idempotent).
-    pub(crate) fn begin_shutdown(&mut self) {
-        if self.shutdown.is_some() {
-            return;
-        }
-        let now = self.now;
-        self.shutdown = Some(Shutdown {
-            stage: Stage::Closing { since: now },
-        });
-        // Cancel every turn and answer pending requests (P1).
-        let sids: Vec<String> = self.sessions.keys().cloned().collect();
-        for sid in &sids {
-            let starting = self.sessions.get(sid).and_then(|s| s.starting.clone());
-            if let Some(rpc) = starting {
-                self.reply_err(
-                    Some(&rpc),
-                    jsonrpc::RpcError::SERVER_ERROR,
-                    "agent is shutting down".into(),
-                    None,
-                );
-                if let Some(s) = self.sessions.get_mut(sid) {
-                    s.starting = None;
-                }
-            }
-            if let Some(s) = self.sessions.get_mut(sid)
-                && let Some((id, _)) = s.queued.take()
-            {
-                self.reply_ok(&id, &serde_json::json!({"stopReason": "cancelled"}));
-            }
-            self.cancel_turn(sid, "agent shutting down");
-            // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
-            if self.sessions.get(sid).is_some_and(|s| s.turn.is_some()) {
-                self.finish_turn(sid, "cancelled");
-            }
-        }
-        for call in std::mem::take(&mut self.llm_calls).into_keys() {
-            self.push(Action::CancelLlm { call });
-        }
-        self.out_requests.clear();
-        let procs: Vec<(crate::io::ProcKey, bool)> = self
-            .servers
-            .values()
-            .map(|s| (s.proc, s.was_started))
-            .collect();
-        for (proc, started) in procs {
-            if started {
-                self.push(Action::CloseMcpStdin { proc });
-            }
-        }
-        for s in self.servers.values_mut() {
-            s.pending.clear();
-            if !matches!(s.state, crate::mcp::ServerState::Dead { .. }) {
-                s.state = crate::mcp::ServerState::Dead {
-                    reason: format!("MCP server '{}' stopped: agent shutting down", s.name),
-                };
-            }
-        }
-        self.log(
-            LogLevel::Debug,
-            "shutdown: closed every MCP server's stdin".into(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ShutdownAction::{KillAllGroupsAndExit, TermAllGroups};
+
+    fn t(ms: u64) -> MonoTime {
+        MonoTime::ZERO.plus_ms(ms)
+    }
+
+    #[test]
+    fn m8_children_that_ignore_everything_are_killed_after_two_stages_of_two_seconds() {
+        let mut s = Shutdown::begin(t(0));
+        assert!(s.on_step(t(0), true, true).is_empty());
+        assert_eq!(s.deadline(true), Some(t(2000)));
+        assert!(s.on_timeout(t(1999), true).is_empty());
+        assert_eq!(s.on_timeout(t(2000), true), vec![TermAllGroups]);
+        assert_eq!(s.deadline(true), Some(t(4000)));
+        assert!(s.on_step(t(3000), true, true).is_empty());
+        assert_eq!(s.on_timeout(t(4000), true), vec![KillAllGroupsAndExit]);
+        assert!(s.is_exited());
+        assert_eq!(s.deadline(true), None);
+        assert!(
+            s.on_timeout(t(9000), false).is_empty(),
+            "nothing after the exit"
         );
+        assert!(s.on_step(t(9000), false, true).is_empty());
     }
 
-    fn any_leader_alive(&self) -> bool {
-        self.servers.values().any(|s| s.alive)
+    #[test]
+    fn p1_leaders_that_exit_at_once_get_the_grandchild_grace_then_kill() {
+        let mut s = Shutdown::begin(t(0));
+        assert_eq!(s.on_step(t(10), false, true), vec![TermAllGroups]);
+        assert_eq!(s.deadline(false), Some(t(260)), "TERM at 10 + 250 ms grace");
+        assert!(s.on_timeout(t(259), false).is_empty());
+        assert_eq!(s.on_timeout(t(260), false), vec![KillAllGroupsAndExit]);
     }
 
-    fn term_all_groups(&mut self) {
-        let procs: Vec<_> = self
-            .servers
-            .values()
-            .flat_map(crate::mcp::Server::procs_to_sweep)
-            .collect();
-        for proc in procs {
-            self.push(Action::SignalProcessGroup {
-                proc,
-                signal: Signal::Term,
-            });
-        }
+    #[test]
+    fn p1_with_no_server_ever_spawned_the_exit_is_immediate() {
+        let mut s = Shutdown::begin(t(0));
+        assert_eq!(
+            s.on_step(t(0), false, false),
+            vec![TermAllGroups, KillAllGroupsAndExit]
+        );
+        assert!(s.is_exited());
     }
 
-    fn kill_all_and_exit(&mut self) {
-        let procs: Vec<_> = self
-            .servers
-            .values()
-            .flat_map(crate::mcp::Server::procs_to_sweep)
-            .collect();
-        for proc in procs {
-            self.push(Action::SignalProcessGroup {
-                proc,
-                signal: Signal::Kill,
-            });
-        }
-        self.log(LogLevel::Info, "shutdown complete; exiting".into());
-        self.push(Action::Exit { code: 0 });
-        self.shutdown = Some(Shutdown {
-            stage: Stage::Exited,
-        });
-        self.finished = true;
-    }
-
-    /// Advance shutdown when leaders exit early (called after every step).
-    pub(crate) fn check_shutdown_progress(&mut self) {
-        let Some(sh) = self.shutdown else { return };
-        let now = self.now;
-        match sh.stage {
-            Stage::Closing { .. } if !self.any_leader_alive() => {
-                self.term_all_groups();
-                self.shutdown = Some(Shutdown {
-                    stage: Stage::Terminating { since: now },
-                });
-                self.check_shutdown_progress();
-            }
-            Stage::Terminating { since }
-                if !self.any_leader_alive()
-                    && (now >= since.plus_ms(GROUP_GRACE_MS)
-                        || !self.servers.values().any(|s| s.was_started)) =>
-            {
-                self.kill_all_and_exit();
-            }
-            Stage::Closing { .. } | Stage::Terminating { .. } | Stage::Exited => {}
-        }
-    }
-
-    pub(crate) fn fire_shutdown_timers(&mut self) {
-        let Some(sh) = self.shutdown else { return };
-        let now = self.now;
-        match sh.stage {
-            Stage::Closing { since } if now >= since.plus_ms(crate::mcp::KILL_GRACE_MS) => {
-                self.term_all_groups();
-                self.shutdown = Some(Shutdown {
-                    stage: Stage::Terminating { since: now },
-                });
-            }
-            Stage::Terminating { since } if now >= since.plus_ms(crate::mcp::KILL_GRACE_MS) => {
-                self.kill_all_and_exit()
-            }
-            Stage::Terminating { since }
-                if !self.any_leader_alive() && now >= since.plus_ms(GROUP_GRACE_MS) =>
-            {
-                self.kill_all_and_exit();
-            }
-            Stage::Closing { .. } | Stage::Terminating { .. } | Stage::Exited => {}
-        }
-    }
-
-    /// The shutdown deadline, including the short grandchild grace.
-    pub(crate) fn shutdown_deadline(&self) -> Option<MonoTime> {
-        let sh = self.shutdown?;
-        match sh.stage {
-            Stage::Terminating { since } if !self.any_leader_alive() => {
-                Some(since.plus_ms(GROUP_GRACE_MS))
-            }
-            Stage::Closing { .. } | Stage::Terminating { .. } | Stage::Exited => sh.deadline(),
-        }
+    #[test]
+    fn m8_leaders_exiting_during_the_term_stage_shorten_it_to_the_grace() {
+        let mut s = Shutdown::begin(t(0));
+        assert_eq!(s.on_timeout(t(2000), true), vec![TermAllGroups]);
+        assert!(s.on_step(t(2100), false, true).is_empty(), "grace not over");
+        assert_eq!(s.deadline(false), Some(t(2250)));
+        assert_eq!(s.on_step(t(2250), false, true), vec![KillAllGroupsAndExit]);
     }
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// One dispatched server-sent event (W3C "dispatch the event").
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     /// The last `event:` field of the event; `None` when absent or empty (W3C type `message`).
     pub event: Option<String>,
     /// The event's `data:` lines joined with `\n`, without a trailing newline.
@@ -31,7 +31,7 @@ pub struct SseEvent {
 /// provider streaming an endless line, or endless `data:` lines without a blank line, is cut
 /// off: the parser then reports [`SseParser::overflowed`] and ignores the rest of the stream).
 /// Time: linear in the bytes fed.
-pub struct SseParser {
+pub(crate) struct SseParser {
     /// Cap on the partial line and on the pending event's data, in bytes.
     cap: usize,
     /// The cap was crossed: everything after is ignored (sticky until `finish`).
@@ -56,7 +56,7 @@ pub struct SseParser {
 /// Longest SSE line, and longest event data, a provider stream may send, in bytes (16 MiB, the
 /// same bound as an MCP stdout line, T6). The biggest legitimate events (a Responses
 /// `response.completed` carrying the whole output) stay far below it.
-pub const MAX_SSE_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_SSE_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 impl Default for SseParser {
     fn default() -> Self {
@@ -78,14 +78,15 @@ impl std::fmt::Debug for SseParser {
 
 impl SseParser {
     /// A parser at the start of a stream, capped at [`MAX_SSE_LINE_BYTES`].
+    #[cfg(test)]
     #[must_use]
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// A parser whose line and event-data cap is `cap` bytes (tests use small caps).
     #[must_use]
-    pub fn with_cap(cap: usize) -> Self {
+    pub(crate) fn with_cap(cap: usize) -> Self {
         SseParser {
             cap,
             overflowed: false,
@@ -103,13 +104,14 @@ impl SseParser {
     /// parser dropped the pending line and event and ignores all later bytes until
     /// [`finish`](SseParser::finish).
     #[must_use]
-    pub fn overflowed(&self) -> bool {
+    pub(crate) fn overflowed(&self) -> bool {
         self.overflowed
     }
 
+    #[cfg(test)]
     /// Bytes held for the partial line and the pending event (at most twice the cap).
     #[must_use]
-    pub fn held_bytes(&self) -> usize {
+    pub(crate) fn held_bytes(&self) -> usize {
         self.line.len().saturating_add(self.data.len())
     }
 
@@ -125,7 +127,7 @@ impl SseParser {
 
     /// Feed the next bytes of the stream (any split); complete events are appended to `out` in
     /// stream order. Nothing happens once [`overflowed`](SseParser::overflowed).
-    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+    pub(crate) fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
         if self.overflowed {
             return;
         }
@@ -178,7 +180,7 @@ impl SseParser {
     /// was an unterminated line or an event without its closing blank line. The parser is reset
     /// to the start-of-stream state, except after an overflow: then nothing is dispatched, the
     /// result is `true` and the parser stays [`overflowed`](SseParser::overflowed).
-    pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> bool {
+    pub(crate) fn finish(&mut self, out: &mut Vec<SseEvent>) -> bool {
         let mut partial = false;
         if !self.line.is_empty() {
             partial = true;
@@ -259,7 +261,7 @@ impl SseParser {
 ///
 /// # Errors
 /// The text is not JSON even after replacement (the original error when nothing was replaced).
-pub fn parse_json_lossy(text: &str) -> Result<Value, serde_json::Error> {
+pub(crate) fn parse_json_lossy(text: &str) -> Result<Value, serde_json::Error> {
     match serde_json::from_str(text) {
         Ok(value) => Ok(value),
         Err(err) => match replace_invalid_escapes(text) {

@@ -20,7 +20,7 @@ use crate::sse::{SseEvent, SseParser, parse_json_lossy};
 /// The SSE side of one decoder: the parser, a reused events buffer, the sticky error and
 /// whether the response was already handed out.
 #[derive(Default)]
-pub struct SseState {
+pub(crate) struct SseState {
     parser: SseParser,
     /// Scratch buffer for parsed events (reused across feeds).
     events: Vec<SseEvent>,
@@ -33,7 +33,7 @@ pub struct SseState {
 impl SseState {
     /// The state at the start of a stream.
     #[must_use]
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 }
@@ -42,7 +42,7 @@ impl SseState {
 ///
 /// The trait is sealed: it is public only so that the blanket impl may name it, and its module
 /// is private to the crate.
-pub trait EventHandler {
+pub(crate) trait EventHandler {
     /// The decoder's SSE state.
     fn sse_state(&mut self) -> &mut SseState;
 
@@ -176,7 +176,7 @@ fn handle_events<H: EventHandler>(
 /// # Errors
 /// Data that is not JSON: a retryable [`StreamError::Provider`] with the data itself as the
 /// message for an `error` event (`error_event`), else `malformed stream {what}: <error>`.
-pub fn parse_event_json(
+pub(crate) fn parse_event_json(
     data: &str,
     error_event: bool,
     at_eof: bool,
@@ -198,7 +198,7 @@ pub fn parse_event_json(
 
 /// The visible text and the reasoning text of a response, accumulated as they stream.
 #[derive(Default)]
-pub struct StreamedText {
+pub(crate) struct StreamedText {
     /// All visible text so far.
     pub text: String,
     /// All reasoning text so far.
@@ -207,7 +207,7 @@ pub struct StreamedText {
 
 impl StreamedText {
     /// Append visible text and stream it as [`StreamDelta::Text`] (nothing when empty).
-    pub fn push_text(&mut self, text: &str, out: &mut Vec<StreamDelta>) {
+    pub(crate) fn push_text(&mut self, text: &str, out: &mut Vec<StreamDelta>) {
         if !text.is_empty() {
             self.text.push_str(text);
             out.push(StreamDelta::Text(text.to_owned()));
@@ -215,7 +215,7 @@ impl StreamedText {
     }
 
     /// Append reasoning text and stream it as [`StreamDelta::Thought`] (nothing when empty).
-    pub fn push_thought(&mut self, thought: &str, out: &mut Vec<StreamDelta>) {
+    pub(crate) fn push_thought(&mut self, thought: &str, out: &mut Vec<StreamDelta>) {
         if !thought.is_empty() {
             self.thinking.push_str(thought);
             out.push(StreamDelta::Thought(thought.to_owned()));
@@ -223,7 +223,7 @@ impl StreamedText {
     }
 
     /// The response, taking the text and thinking accumulated so far.
-    pub fn take_response(
+    pub(crate) fn take_response(
         &mut self,
         reasoning: Vec<ReasoningBlock>,
         tool_calls: Vec<ToolCall>,
@@ -243,7 +243,7 @@ impl StreamedText {
 
 /// One tool call being assembled from deltas.
 #[derive(Default)]
-pub struct CallSlot {
+pub(crate) struct CallSlot {
     /// The provider's call id (empty until one arrives).
     pub id: String,
     /// The tool name (empty until one arrives).
@@ -254,7 +254,7 @@ pub struct CallSlot {
 
 /// The assembled calls `(provider index, slot)` in the given order: nameless slots dropped,
 /// ids made present and unique ([`CallIds`]).
-pub fn take_calls(
+pub(crate) fn take_calls(
     slots: impl IntoIterator<Item = (u64, CallSlot)>,
     id_prefix: &str,
 ) -> Vec<ToolCall> {
@@ -274,7 +274,7 @@ pub fn take_calls(
 }
 
 /// Makes the tool-call ids of one response present and unique (SPEC C21).
-pub struct CallIds<'a> {
+pub(crate) struct CallIds<'a> {
     /// Prefix of synthesised ids: `{id_prefix}_{index}`.
     id_prefix: &'a str,
     /// Ids handed out so far.
@@ -284,7 +284,7 @@ pub struct CallIds<'a> {
 impl<'a> CallIds<'a> {
     /// No id handed out yet.
     #[must_use]
-    pub fn new(id_prefix: &'a str) -> Self {
+    pub(crate) fn new(id_prefix: &'a str) -> Self {
         CallIds {
             id_prefix,
             used: BTreeSet::new(),
@@ -293,7 +293,7 @@ impl<'a> CallIds<'a> {
 
     /// `id`, or `{id_prefix}_{index}` (then `_` appended until unused) when it is empty or was
     /// already handed out.
-    pub fn unique(&mut self, mut id: String, index: u64) -> String {
+    pub(crate) fn unique(&mut self, mut id: String, index: u64) -> String {
         if id.is_empty() || self.used.contains(&id) {
             id = format!("{}_{index}", self.id_prefix);
             while self.used.contains(&id) {

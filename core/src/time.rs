@@ -2,11 +2,14 @@
 
 use std::time::Duration;
 
-/// Monotonic time since the runtime started. The core never reads a clock.
+/// Monotonic time since the runtime started (DESIGN "Time"): the runtime samples its own
+/// monotonic clock and passes `now - start` with every input. The core never reads a clock; it
+/// clamps the times it is given so they never go back. Displayed as `+S.mmms` (`+2.500s`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
 pub struct MonoTime(pub Duration);
 
 impl MonoTime {
+    /// The runtime's start.
     pub const ZERO: MonoTime = MonoTime(Duration::ZERO);
 
     /// `self + ms` milliseconds, saturating.

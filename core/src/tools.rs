@@ -4,11 +4,11 @@
 use serde_json::{Map, Value};
 
 /// Separator between server and tool in a qualified name (SPEC M3).
-pub const QUALIFIER: &str = "__";
+pub(crate) const QUALIFIER: &str = "__";
 
 /// Whether `name` is a valid MCP server name: `[A-Za-z0-9_-]+` without `__` (SPEC M3).
 #[must_use]
-pub fn is_valid_server_name(name: &str) -> bool {
+pub(crate) fn is_valid_server_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()
@@ -18,13 +18,13 @@ pub fn is_valid_server_name(name: &str) -> bool {
 
 /// Whether `name` is a hook name: a bare tool name starting with `_` (SPEC M4, H1).
 #[must_use]
-pub fn is_hook_name(bare: &str) -> bool {
+pub(crate) fn is_hook_name(bare: &str) -> bool {
     bare.starts_with('_')
 }
 
 /// Whether `name` is provider-safe: `^[A-Za-z0-9_-]{1,64}$` (SPEC M3).
 #[must_use]
-pub fn is_provider_safe(name: &str) -> bool {
+pub(crate) fn is_provider_safe(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()
@@ -33,7 +33,7 @@ pub fn is_provider_safe(name: &str) -> bool {
 
 /// 64-bit FNV-1a: a stable hash for name suffixes (same input → same name on every run).
 #[must_use]
-pub fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
@@ -45,16 +45,9 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 /// The provider-visible name of `server__tool` (SPEC M3): the qualified name itself when it is
 /// provider-safe, else invalid bytes replaced by `_` and, when too long, shortened to 55 bytes
 /// plus `_` and 8 hex digits of a stable hash of the original qualified name.
-///
-/// ```
-/// use buzz_agent_core::tools::{exposed_name, is_provider_safe};
-/// assert_eq!(exposed_name("fs", "read_file"), "fs__read_file");
-/// let odd = exposed_name("fs", "read.file");
-/// assert!(is_provider_safe(&odd) && odd.starts_with("fs__read_file_"));
-/// assert_eq!(odd, exposed_name("fs", "read.file")); // stable: mapped back exactly
-/// ```
+/// (`fs`, `read_file`) → `fs__read_file`; (`fs`, `read.file`) → `fs__read_file_` + hash.
 #[must_use]
-pub fn exposed_name(server: &str, tool: &str) -> String {
+pub(crate) fn exposed_name(server: &str, tool: &str) -> String {
     let qualified = format!("{server}{QUALIFIER}{tool}");
     if is_provider_safe(&qualified) {
         return qualified;
@@ -83,7 +76,7 @@ pub fn exposed_name(server: &str, tool: &str) -> String {
 ///
 /// # Errors
 /// A description of why the schema is unusable (the tool is dropped with a warning).
-pub fn normalize_schema(schema: Option<&Value>) -> Result<Value, String> {
+pub(crate) fn normalize_schema(schema: Option<&Value>) -> Result<Value, String> {
     let mut map = match schema {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -109,7 +102,7 @@ pub fn normalize_schema(schema: Option<&Value>) -> Result<Value, String> {
 
 /// A converted tool result: the text the model sees and whether it is an error (SPEC L3).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolOutput {
+pub(crate) struct ToolOutput {
     pub text: String,
     pub is_error: bool,
 }
@@ -118,7 +111,7 @@ pub struct ToolOutput {
 /// `structuredContent` as JSON text when there is no text; images/audio/blobs replaced by a
 /// short marker; `resource_link` → `[resource: uri]`; text over `cap` bytes middle-elided.
 #[must_use]
-pub fn convert_result(result: &Value, cap: usize) -> ToolOutput {
+pub(crate) fn convert_result(result: &Value, cap: usize) -> ToolOutput {
     let is_error = result
         .get("isError")
         .and_then(Value::as_bool)
@@ -189,7 +182,7 @@ pub fn convert_result(result: &Value, cap: usize) -> ToolOutput {
 /// `return None` (`{"content":[],"structuredContent":{"result":null}}`) is an empty answer, not
 /// the objection `{"result":null}`.
 #[must_use]
-pub fn hook_answer(result: &Value, cap: usize) -> ToolOutput {
+pub(crate) fn hook_answer(result: &Value, cap: usize) -> ToolOutput {
     let is_error = result
         .get("isError")
         .and_then(Value::as_bool)
@@ -218,7 +211,7 @@ fn base64_decoded_len(s: &str) -> usize {
 /// Middle-elide `text` to at most about `cap` bytes (SPEC L3): keep the head and the tail, put
 /// one marker line with the elided byte count between them, never split a UTF-8 character.
 #[must_use]
-pub fn elide_middle(text: String, cap: usize) -> String {
+pub(crate) fn elide_middle(text: String, cap: usize) -> String {
     if text.len() <= cap {
         return text;
     }
@@ -243,6 +236,18 @@ pub fn elide_middle(text: String, cap: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn m3_exposed_names_are_provider_safe_and_stable() {
+        assert_eq!(exposed_name("fs", "read_file"), "fs__read_file");
+        let odd = exposed_name("fs", "read.file");
+        assert!(is_provider_safe(&odd) && odd.starts_with("fs__read_file_"));
+        assert_eq!(
+            odd,
+            exposed_name("fs", "read.file"),
+            "stable: mapped back exactly"
+        );
+    }
     use serde_json::json;
 
     #[test]

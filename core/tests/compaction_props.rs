@@ -2,8 +2,8 @@
 //! the budget, truncation keeps every tool call paired with its result, never drops the live
 //! prompt, never splits a unit, and keeps the injections of the hook round just decided.
 
-use buzz_agent_core::compaction::{threshold, truncate, units};
-use buzz_agent_core::llm::{Message, ToolCall};
+use buzz_agent_core::testing::{Message, ToolCall};
+use buzz_agent_core::testing::{threshold, truncate, units};
 use proptest::prelude::*;
 
 #[allow(
@@ -81,8 +81,8 @@ fn build(units_: &[Unit], live_at: usize) -> (Vec<Message>, usize) {
             }
             Unit::Injection(len) => {
                 n += 1;
-                let pair = buzz_agent_core::hooks::injection_pair(
-                    buzz_agent_core::hooks::HookPoint::Stop,
+                let pair = buzz_agent_core::testing::injection_pair(
+                    buzz_agent_core::testing::HookPoint::Stop,
                     "guard",
                     &"x".repeat(*len),
                     n as u64,
@@ -188,7 +188,6 @@ proptest! {
             .take_while(|(a, _)| matches!(&out[*a], Message::Assistant { tool_calls, .. } if tool_calls.len() == 1 && tool_calls[0].id.starts_with("buzz_hook_")))
             .count();
         let expected = us.iter().rev().take_while(|u| matches!(u, Unit::Injection(_))).count();
-        prop_assert!(expected >= injections);
         prop_assert_eq!(tail_injections, expected);
     }
 }

@@ -25,7 +25,7 @@
 mod support;
 
 use buzz_agent_core::config::{HookAllowlist, PermissionMode};
-use buzz_agent_core::{Action, Input, LlmCallId, LlmIo, MonoTime, ProcKey, Signal};
+use buzz_agent_core::{Action, Input, LlmCallId, LlmEvent, MonoTime, ProcKey, Signal};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -972,7 +972,7 @@ impl<'a> Checker<'a> {
         w: &World,
         t: MonoTime,
         call: LlmCallId,
-        event: &LlmIo,
+        event: &LlmEvent,
         obs: &Obs,
         exp: &mut Vec<Te>,
         fx: &mut Effects,
@@ -994,8 +994,8 @@ impl<'a> Checker<'a> {
             .get(&call)
             .cloned()
             .ok_or("no scripted reply")?;
-        let body = matches!(event, LlmIo::Body(_));
-        let end = matches!(event, LlmIo::End);
+        let body = matches!(event, LlmEvent::Body(_));
+        let end = matches!(event, LlmEvent::End);
         if let (LlmReply::Status { .. }, true) = (&reply, end) {
             if attempt < LLM_ATTEMPTS {
                 if let Some(turn) = self.turn.as_mut() {
@@ -1036,8 +1036,10 @@ impl<'a> Checker<'a> {
                 LlmReply::Tools { .. }
                 | LlmReply::Status { .. }
                 | LlmReply::Raw { .. }
+                | LlmReply::Stream { .. }
                 | LlmReply::Never => {
-                    // No summary text: truncation fallback.
+                    // No summary text: truncation fallback (the model scripts no Raw or
+                    // Stream replies).
                     self.stop_injections = None;
                     self.next_round(Inject::None, exp);
                 }
@@ -1099,7 +1101,10 @@ impl<'a> Checker<'a> {
                     turn.phase = PhaseM::Tools { pending, dispatch };
                 }
             }
-            LlmReply::Status { .. } | LlmReply::Raw { .. } | LlmReply::Never => {}
+            LlmReply::Status { .. }
+            | LlmReply::Raw { .. }
+            | LlmReply::Stream { .. }
+            | LlmReply::Never => {}
         }
         Ok(())
     }
@@ -1173,7 +1178,7 @@ impl<'a> Checker<'a> {
             self.stop_injections = None;
         }
         let had_turn = self.turn.is_some();
-        let tools_reply = matches!(&st.input, StepInput::Input(Input::Llm { call, event: LlmIo::Body(_) })
+        let tools_reply = matches!(&st.input, StepInput::Input(Input::Llm { call, event: LlmEvent::Body(_) })
             if matches!(w.llm_replies.get(call), Some(LlmReply::Tools { .. })));
         if !tools_reply {
             ensure!(

@@ -204,3 +204,79 @@ fn a4_cancel_during_a_hook_round_waits_for_the_round_and_answers_cancelled() {
     );
     insta::assert_snapshot!("cancel_during_hook_round", w.transcript_text());
 }
+
+#[test]
+fn a4_cancel_mid_stream_drops_the_call_and_answers_cancelled_after_the_streamed_text() {
+    let guard = ServerSpec::new("guard", &["_Stop"]);
+    let mut w = World::new(test_config(), vec![guard]);
+    w.llm([LlmReply::Stream {
+        deltas: vec![(0, "Let me look".into()), (200, " at the code".into())],
+        finish: None,
+    }]);
+    w.start();
+    let p = w.prompt("review main.rs");
+    w.advance(100);
+    w.comment("cancel while the answer streams: the call is dropped, no _Stop round runs");
+    w.cancel();
+    w.run_idle();
+    assert_eq!(stop_meta(&w, p)["stopReason"], "cancelled");
+    assert_eq!(w.hook_calls("guard"), 0, "a cancelled turn skips the gate");
+    let chunks: Vec<&Value> = w
+        .acp_out
+        .iter()
+        .map(|(_, v)| v)
+        .filter(|v| v["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .collect();
+    assert_eq!(
+        chunks.len(),
+        1,
+        "the text after the cancel never reaches the client"
+    );
+    w.comment("the session still works");
+    let p2 = w.prompt("still there?");
+    w.run_idle();
+    assert_eq!(stop_meta(&w, p2)["stopReason"], "end_turn");
+    insta::assert_snapshot!("cancel_mid_stream", w.transcript_text());
+}
+
+#[test]
+fn k1_h7_compaction_summarises_then_post_compact_injects_after_the_summary() {
+    let mut cfg = test_config();
+    cfg.max_context_tokens = 150;
+    cfg.max_output_tokens = 50;
+    let memory = ServerSpec::new("memory", &["_PostCompact"])
+        .script([HookReply::objection("Deploy to staging only.")]);
+    let mut w = World::new(cfg, vec![memory]);
+    w.llm([
+        LlmReply::text("Summary: the user wants a release checklist for v2."),
+        LlmReply::text("Here is the checklist."),
+    ]);
+    w.start();
+    w.comment("the prompt alone is over 90% of a 150-token window: compact before round 1");
+    let p = w.prompt(
+        "Write the release checklist for v2: version bump, changelog, tag, build, \
+         sign, upload to the registry, announce on the list, close the milestone, and \
+         open the next one.",
+    );
+    w.run_idle();
+    let r = stop_meta(&w, p);
+    assert_eq!(r["stopReason"], "end_turn");
+    assert_eq!(
+        r["_meta"]["buzz"]["rounds"], 1,
+        "the summary call is not a round"
+    );
+    assert_eq!(w.hook_calls("memory"), 1);
+    let round = &w.llm_requests[1].2;
+    let messages = round["messages"].as_array().cloned().unwrap_or_default();
+    assert!(
+        messages[0]["content"]
+            .as_str()
+            .is_some_and(|t| t.contains("release checklist for v2")),
+        "the summary comes first"
+    );
+    assert_eq!(
+        messages[1]["tool_calls"][0]["function"]["name"], "memory___PostCompact",
+        "H7: the injection right after the summary"
+    );
+    insta::assert_snapshot!("compaction_with_post_compact", w.transcript_text());
+}

@@ -6,7 +6,7 @@
 mod support;
 
 use buzz_agent_core::io::{MAX_STDERR_LINE_BYTES, STDERR_CUT_MARKER};
-use buzz_agent_core::{Action, Input, LlmCallId, LlmIo, ProcKey};
+use buzz_agent_core::{Action, Input, LlmCallId, LlmEvent, ProcKey};
 use serde_json::{Value, json};
 use support::{HookReply, LlmReply, ServerSpec, World, test_config};
 
@@ -96,7 +96,7 @@ fn prompt_with_manual_llm(w: &mut World, text: &str) -> (u64, LlmCallId) {
 }
 
 /// Delivers `events` for `call` now; returns the ACP lines the agent wrote, parsed.
-fn feed_llm(w: &mut World, call: LlmCallId, events: Vec<LlmIo>) -> Vec<Value> {
+fn feed_llm(w: &mut World, call: LlmCallId, events: Vec<LlmEvent>) -> Vec<Value> {
     let mut out = Vec::new();
     for event in events {
         w.agent.handle(Input::Llm { call, event }, w.now);
@@ -109,8 +109,8 @@ fn feed_llm(w: &mut World, call: LlmCallId, events: Vec<LlmIo>) -> Vec<Value> {
     out
 }
 
-fn ok_head() -> LlmIo {
-    LlmIo::Head {
+fn ok_head() -> LlmEvent {
+    LlmEvent::Head {
         status: 200,
         headers: vec![],
     }
@@ -124,7 +124,7 @@ fn c36_invalid_utf8_in_a_provider_stream_is_decoded_lossily() {
     let mut body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec();
     body.extend_from_slice(C36_RAW);
     body.extend_from_slice(b"\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
-    let out = feed_llm(&mut w, call, vec![ok_head(), LlmIo::Body(body)]);
+    let out = feed_llm(&mut w, call, vec![ok_head(), LlmEvent::Body(body)]);
     let text: Vec<&Value> = out
         .iter()
         .filter(|v| v["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
@@ -150,7 +150,7 @@ fn usage_counts_of_u64_max_saturate_instead_of_overflowing() {
     let out = feed_llm(
         &mut w,
         call,
-        vec![ok_head(), LlmIo::Body(body.into_bytes())],
+        vec![ok_head(), LlmEvent::Body(body.into_bytes())],
     );
     let usage = out
         .iter()
@@ -210,7 +210,7 @@ fn c52_a_huge_stderr_line_handed_to_the_core_is_capped() {
     let mut w = World::new(test_config(), vec![ServerSpec::new("fs", &[])]);
     w.start();
     let proc = ProcKey {
-        server: 1,
+        server: buzz_agent_core::ServerSlot(1),
         generation: 0,
     };
     w.agent.handle(
@@ -253,7 +253,7 @@ fn c52_a_hook_answer_of_megabytes_is_injected_capped_and_middle_elided() {
 
 #[test]
 fn c52_an_endless_successful_response_body_is_abandoned_at_256_mib() {
-    use buzz_agent_core::turn::MAX_RESPONSE_BODY_BYTES;
+    use buzz_agent_core::testing::MAX_RESPONSE_BODY_BYTES;
     let mut w = World::new(test_config(), vec![]);
     w.start();
     let (p, call) = prompt_with_manual_llm(&mut w, "hi");
@@ -265,7 +265,11 @@ fn c52_an_endless_successful_response_body_is_abandoned_at_256_mib() {
     let out = feed_llm(
         &mut w,
         call,
-        vec![ok_head(), LlmIo::Body(first), LlmIo::Body(vec![0u8; rest])],
+        vec![
+            ok_head(),
+            LlmEvent::Body(first),
+            LlmEvent::Body(vec![0u8; rest]),
+        ],
     );
     let r = out.iter().find(|v| v["id"] == json!(p)).cloned();
     let msg = r
@@ -278,18 +282,18 @@ fn c52_an_endless_successful_response_body_is_abandoned_at_256_mib() {
 
 #[test]
 fn c52_an_error_body_of_megabytes_keeps_only_its_first_4_kib() {
-    use buzz_agent_core::turn::ERROR_BODY_CAP;
+    use buzz_agent_core::testing::ERROR_BODY_CAP;
     let mut w = World::new(test_config(), vec![]);
     w.start();
     let (p, call) = prompt_with_manual_llm(&mut w, "hi");
-    let mut events = vec![LlmIo::Head {
+    let mut events = vec![LlmEvent::Head {
         status: 400,
         headers: vec![],
     }];
     for _ in 0..64 {
-        events.push(LlmIo::Body(vec![b'e'; 128 * 1024]));
+        events.push(LlmEvent::Body(vec![b'e'; 128 * 1024]));
     }
-    events.push(LlmIo::End);
+    events.push(LlmEvent::End);
     let out = feed_llm(&mut w, call, events);
     let r = out.iter().find(|v| v["id"] == json!(p)).cloned();
     let msg = r
@@ -329,7 +333,7 @@ fn c52_an_endless_mcp_stdout_line_kills_the_server_once_it_passes_16_mib() {
     let mut w = World::new(test_config(), vec![ServerSpec::new("fs", &[])]);
     w.start();
     let proc = ProcKey {
-        server: 1,
+        server: buzz_agent_core::ServerSlot(1),
         generation: 0,
     };
     let chunk = vec![b'x'; 1024 * 1024];

@@ -15,12 +15,16 @@
 //! fixture's precomputed `canonical` / `finalPayloadCanonical`; `errorCode` expectations need
 //! that JSON-RPC error. A fixture passes iff every step passes; the test fails unless all 14
 //! pass (no skips).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test reads its fixture files; the core itself does no file IO"
+)]
 
+use buzz_agent_core::MonoTime;
 use buzz_agent_core::interceptor::chain::{Chain, ChainOutput, ChainRequest, InvokeReply, Member};
 use buzz_agent_core::interceptor::example_server::ExampleServer;
 use buzz_agent_core::interceptor::wire::{INVOKE_METHOD, LIST_METHOD, ListResult, Phase};
 use buzz_agent_core::jsonrpc::{self, Message, RpcError};
-use buzz_agent_core::time::MonoTime;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 

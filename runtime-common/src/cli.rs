@@ -115,13 +115,6 @@ pub fn load_config(program: &Program) -> Result<Config, i32> {
             return Err(2);
         }
     };
-    if !buzz_agent_core::provider::is_supported(&cfg.provider) {
-        eprintln!(
-            "{bin}: configuration error: BUZZ_AGENT_PROVIDER / OPENAI_COMPAT_API: the {:?} route is not implemented in this build; use BUZZ_AGENT_PROVIDER=openai with OPENAI_COMPAT_API=chat",
-            cfg.provider
-        );
-        return Err(2);
-    }
     for message in config::startup_warnings(&env, &cfg) {
         let record = buzz_agent_core::LogRecord {
             level: config::LogLevel::Warn,

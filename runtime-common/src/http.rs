@@ -28,8 +28,8 @@
 //! most its capacity. Lines are the core's business (its SSE decoder caps them).
 
 use crate::runtime::InputSender;
-use buzz_agent_core::llm::HttpRequest;
-use buzz_agent_core::{Input, LlmCallId, LlmIo};
+use buzz_agent_core::HttpRequest;
+use buzz_agent_core::{Input, LlmCallId, LlmEvent};
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -192,7 +192,7 @@ impl Http {
 fn failed(call: LlmCallId, message: &str) -> Input {
     Input::Llm {
         call,
-        event: LlmIo::Failed(message.to_owned()),
+        event: LlmEvent::Failed(message.to_owned()),
     }
 }
 
@@ -242,7 +242,7 @@ fn run_call(agent: &ureq::Agent, job: Job, buf: &mut [u8]) {
     } = job;
     let is_cancelled = || cancelled.load(Ordering::Relaxed);
     let emit =
-        |event: LlmIo| !is_cancelled() && tx.send_blocking(Input::Llm { call, event }).is_ok();
+        |event: LlmEvent| !is_cancelled() && tx.send_blocking(Input::Llm { call, event }).is_ok();
     if is_cancelled() {
         return;
     }
@@ -265,7 +265,7 @@ fn run_call(agent: &ureq::Agent, job: Job, buf: &mut [u8]) {
     let resp = match sent {
         Ok(r) => r,
         Err(e) => {
-            emit(LlmIo::Failed(e.to_string()));
+            emit(LlmEvent::Failed(e.to_string()));
             return;
         }
     };
@@ -280,7 +280,7 @@ fn run_call(agent: &ureq::Agent, job: Job, buf: &mut [u8]) {
             )
         })
         .collect();
-    if !emit(LlmIo::Head { status, headers }) && !is_cancelled() {
+    if !emit(LlmEvent::Head { status, headers }) && !is_cancelled() {
         return; // the loop is gone
     }
     let mut reader = resp.into_body().into_reader();
@@ -288,7 +288,7 @@ fn run_call(agent: &ureq::Agent, job: Job, buf: &mut [u8]) {
     loop {
         match reader.read(buf) {
             Ok(0) => {
-                emit(LlmIo::End);
+                emit(LlmEvent::End);
                 return;
             }
             Ok(n) => {
@@ -297,13 +297,13 @@ fn run_call(agent: &ureq::Agent, job: Job, buf: &mut [u8]) {
                     if drained > DRAIN_CAP {
                         return;
                     }
-                } else if !emit(LlmIo::Body(buf[..n].to_vec())) && !is_cancelled() {
+                } else if !emit(LlmEvent::Body(buf[..n].to_vec())) && !is_cancelled() {
                     return; // the loop is gone
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
-                emit(LlmIo::Failed(e.to_string()));
+                emit(LlmEvent::Failed(e.to_string()));
                 return;
             }
         }

@@ -442,7 +442,7 @@ pub fn acp_input(data: &[u8]) {
             // Every LLM call fails at once: prompts end without a network.
             q.push_back(Input::Llm {
                 call: *call,
-                event: crate::io::LlmIo::Failed("offline".into()),
+                event: crate::io::LlmEvent::Failed("offline".into()),
             });
         }
     };
@@ -491,12 +491,12 @@ pub fn mcp_output(data: &[u8]) {
                 session::chat_text_body("done")
             };
             for event in [
-                crate::io::LlmIo::Head {
+                crate::io::LlmEvent::Head {
                     status: 200,
                     headers: Vec::new(),
                 },
-                crate::io::LlmIo::Body(body),
-                crate::io::LlmIo::End,
+                crate::io::LlmEvent::Body(body),
+                crate::io::LlmEvent::End,
             ] {
                 q.push_back(Input::Llm { call: *call, event });
             }
@@ -519,7 +519,7 @@ pub fn mcp_output(data: &[u8]) {
         json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/w","mcpServers":[{"name":"fs","command":"fake"}]}}),
     );
     let proc = crate::io::ProcKey {
-        server: 1,
+        server: crate::ids::ServerSlot(1),
         generation: 0,
     };
     let mut err_lines = StderrLines::new(crate::io::MAX_STDERR_LINE_BYTES);

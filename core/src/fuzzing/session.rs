@@ -20,7 +20,7 @@
 
 use super::{Driver, Reader, fuzz_config, split};
 use crate::config::{PermissionMode, ProviderKind};
-use crate::io::{Action, Input, LlmCallId, LlmIo, ProcKey};
+use crate::io::{Action, Input, LlmCallId, LlmEvent, ProcKey};
 use crate::jsonrpc::{self, Message};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
@@ -556,21 +556,21 @@ pub fn run(data: &[u8]) -> Vec<String> {
                 let Some(call) = world.borrow().llm.front().copied() else {
                     continue;
                 };
-                let events: Vec<LlmIo> = match op {
+                let events: Vec<LlmEvent> = match op {
                     3 => {
                         let text = ["done", "", "x y z", "é🐝"][usize::from(arg % 4)];
                         let body = llm_body(&provider, text, &[]);
                         let cuts = [usize::from(arg)];
-                        let mut ev = vec![LlmIo::Head {
+                        let mut ev = vec![LlmEvent::Head {
                             status: 200,
                             headers: Vec::new(),
                         }];
                         ev.extend(
                             split(&body, &cuts)
                                 .into_iter()
-                                .map(|c| LlmIo::Body(c.to_vec())),
+                                .map(|c| LlmEvent::Body(c.to_vec())),
                         );
-                        ev.push(LlmIo::End);
+                        ev.push(LlmEvent::End);
                         ev
                     }
                     4 => {
@@ -599,12 +599,12 @@ pub fn run(data: &[u8]) -> Vec<String> {
                             .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
                             .collect();
                         vec![
-                            LlmIo::Head {
+                            LlmEvent::Head {
                                 status: 200,
                                 headers: Vec::new(),
                             },
-                            LlmIo::Body(llm_body(&provider, "", &calls)),
-                            LlmIo::End,
+                            LlmEvent::Body(llm_body(&provider, "", &calls)),
+                            LlmEvent::End,
                         ]
                     }
                     5 => {
@@ -621,31 +621,31 @@ pub fn run(data: &[u8]) -> Vec<String> {
                             Vec::new()
                         };
                         vec![
-                            LlmIo::Head { status, headers },
-                            LlmIo::Body(body.as_bytes().to_vec()),
-                            LlmIo::End,
+                            LlmEvent::Head { status, headers },
+                            LlmEvent::Body(body.as_bytes().to_vec()),
+                            LlmEvent::End,
                         ]
                     }
                     6 => {
                         let body = llm_body(&provider, "partial", &[]);
                         let cut = usize::from(arg) % (body.len() + 1);
                         vec![
-                            LlmIo::Head {
+                            LlmEvent::Head {
                                 status: 200,
                                 headers: Vec::new(),
                             },
-                            LlmIo::Body(body[..cut].to_vec()),
-                            LlmIo::Failed("connection reset".into()),
+                            LlmEvent::Body(body[..cut].to_vec()),
+                            LlmEvent::Failed("connection reset".into()),
                         ]
                     }
                     _ => {
                         let raw = r.take(usize::from(arg)).to_vec();
                         vec![
-                            LlmIo::Head {
+                            LlmEvent::Head {
                                 status: 200,
                                 headers: Vec::new(),
                             },
-                            LlmIo::Body(raw),
+                            LlmEvent::Body(raw),
                         ]
                     }
                 };

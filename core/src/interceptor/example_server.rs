@@ -247,7 +247,7 @@ impl ExampleServer {
     fn initialize_result(&self, params: &Value) -> Value {
         let asked = params.get("protocolVersion").and_then(Value::as_str);
         let version = asked
-            .filter(|v| crate::mcp::ACCEPTED_VERSIONS.contains(v))
+            .filter(|v| crate::mcp::ACCEPTED_MCP_VERSIONS.contains(v))
             .unwrap_or(crate::mcp::MCP_PROTOCOL_VERSION);
         let events: BTreeSet<&str> = self
             .interceptors

@@ -26,7 +26,7 @@
 
 use buzz_agent_core::config::{HookAllowlist, LogLevel, PermissionMode, ProviderKind};
 use buzz_agent_core::{
-    Action, Agent, Config, Input, LlmCallId, LlmIo, LogRecord, MonoTime, ProcKey, Signal,
+    Action, Agent, Config, Input, LlmCallId, LlmEvent, LogRecord, MonoTime, ProcKey, Signal,
 };
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -61,6 +61,14 @@ pub enum LlmReply {
     Never,
     /// A status and a body sent verbatim (any route's SSE, or a provider's own error body).
     Raw { status: u16, body: String },
+    /// A 200 answer streamed in pieces: each `(delay_ms, text)` is one text delta sent that
+    /// long after the request; then, if `finish` is set, the `finish_reason`, `[DONE]` and the
+    /// end of the body at the last delta's time. With `finish: None` the stream stalls after
+    /// the last delta (the idle timeout, or a cancel, ends it).
+    Stream {
+        deltas: Vec<(u64, String)>,
+        finish: Option<String>,
+    },
 }
 
 impl LlmReply {
@@ -584,19 +592,20 @@ impl World {
             Input::McpStdoutClosed { proc } => format!("<- {proc} stdout closed"),
             Input::McpExited { proc, status } => format!("<- {proc} exited ({status})"),
             Input::Llm { call, event } => match event {
-                LlmIo::Head { .. } => return,
-                LlmIo::Body(b) => {
+                LlmEvent::Head { .. } => return,
+                LlmEvent::Body(b) => {
                     let status = self.llm_replies.get(call).map_or(0, |r| match r {
                         LlmReply::Status { status, .. } | LlmReply::Raw { status, .. } => *status,
                         LlmReply::Text { .. }
                         | LlmReply::Finish { .. }
                         | LlmReply::Tools { .. }
+                        | LlmReply::Stream { .. }
                         | LlmReply::Never => 200,
                     });
                     format!("<- {call} {status} {}", summarize_sse(b))
                 }
-                LlmIo::End => format!("<- {call} end"),
-                LlmIo::Failed(e) => format!("<- {call} failed: {e}"),
+                LlmEvent::End => format!("<- {call} end"),
+                LlmEvent::Failed(e) => format!("<- {call} failed: {e}"),
             },
             other => format!("<- {other:?}"),
         };
@@ -872,6 +881,32 @@ impl World {
             }
             LlmReply::Raw { status, body } => (*status, body.clone().into_bytes(), 0),
             LlmReply::Never => return,
+            LlmReply::Stream { deltas, finish } => {
+                let g = || Guard::LlmLive(call);
+                let head = LlmEvent::Head {
+                    status: 200,
+                    headers: Vec::new(),
+                };
+                self.schedule(self.now, Input::Llm { call, event: head }, g());
+                let mut last = 0;
+                for (delay, text) in deltas {
+                    last = *delay;
+                    let d = json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
+                    let event = LlmEvent::Body(format!("data: {d}\n\n").into_bytes());
+                    self.schedule(self.now.plus_ms(*delay), Input::Llm { call, event }, g());
+                }
+                if let Some(finish) = finish {
+                    let f =
+                        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
+                    let at = self.now.plus_ms(last);
+                    let body = format!("data: {f}\n\ndata: [DONE]\n\n").into_bytes();
+                    let event = LlmEvent::Body(body);
+                    self.schedule(at, Input::Llm { call, event }, g());
+                    let event = LlmEvent::End;
+                    self.schedule(at, Input::Llm { call, event }, g());
+                }
+                return;
+            }
         };
         let at = self.now.plus_ms(delay);
         let g = || Guard::LlmLive(call);
@@ -879,7 +914,7 @@ impl World {
             at,
             Input::Llm {
                 call,
-                event: LlmIo::Head {
+                event: LlmEvent::Head {
                     status,
                     headers: Vec::new(),
                 },
@@ -890,7 +925,7 @@ impl World {
             at,
             Input::Llm {
                 call,
-                event: LlmIo::Body(body),
+                event: LlmEvent::Body(body),
             },
             g(),
         );
@@ -898,7 +933,7 @@ impl World {
             at,
             Input::Llm {
                 call,
-                event: LlmIo::End,
+                event: LlmEvent::End,
             },
             g(),
         );

@@ -453,7 +453,7 @@ fn shown(s: &str, n: usize) -> String {
 }
 
 fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
-    let init = json!({"protocolVersion": buzz_agent_core::mcp::MCP_PROTOCOL_VERSION, "capabilities": {},
+    let init = json!({"protocolVersion": buzz_agent_core::MCP_PROTOCOL_VERSION, "capabilities": {},
         "clientInfo": {"name": "buzz-agent", "version": env!("CARGO_PKG_VERSION")}});
     let init_timeout = Duration::from_millis(init_ms);
     let version = match conn.request("initialize", &init, init_timeout) {
@@ -472,7 +472,7 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
             return 1;
         }
     };
-    if !buzz_agent_core::mcp::ACCEPTED_VERSIONS.contains(&version.as_str()) {
+    if !buzz_agent_core::ACCEPTED_MCP_VERSIONS.contains(&version.as_str()) {
         println!("FAIL  unsupported MCP protocol version '{version}'");
         return 1;
     }

@@ -794,11 +794,17 @@ pub fn a4_a3_cancel_then_prompt_runs_the_new_prompt_after(ctx: &Ctx) {
     assert!(reqs[1].tool_result_for("call_slow").is_some());
     let last = reqs[1].messages().last().cloned().unwrap_or_default();
     assert_eq!(content_text(&last["content"]), second_text);
-    let logged = log_of(&log);
-    assert!(
-        logged
-            .iter()
-            .any(|m| m["method"] == "notifications/cancelled")
+    // The fake server logs the notification on its own reader thread: under load that can lag
+    // behind the second prompt's answer, so wait for it (sent before the first response).
+    wait_for(
+        &agent,
+        "notifications/cancelled in the call log",
+        Duration::from_secs(10),
+        || {
+            log_of(&log)
+                .iter()
+                .any(|m| m["method"] == "notifications/cancelled")
+        },
     );
     agent.finish();
 }
@@ -1248,7 +1254,10 @@ pub fn a4_cancel_of_a_stalled_stream_frees_its_worker_and_drops_its_connection(c
             .filter(|n| n.starts_with("llm-"))
             .count()
     };
-    assert!(llm_threads() >= 1, "{:?}", agent.thread_names());
+    // One worker, or two when the second prompt came before the first call's worker had read
+    // its stream's last bytes (then the second call got a worker of its own).
+    let workers = llm_threads();
+    assert!(workers >= 1, "{:?}", agent.thread_names());
     let since = Instant::now();
     agent.cancel(&sid);
     expect_cancelled(&agent, &sid, &prompt, since, Duration::from_secs(3));
@@ -1258,13 +1267,15 @@ pub fn a4_cancel_of_a_stalled_stream_frees_its_worker_and_drops_its_connection(c
         &agent,
         "the LLM worker of the cancelled call to exit",
         Duration::from_secs(5),
-        || llm_threads() == 0,
+        || llm_threads() == workers - 1,
     );
     next_prompt_works(&agent, &llm, &sid, "three");
+    // The third call went over a new connection, or over the idle worker's: never over the
+    // cancelled one.
     assert_eq!(
         llm.connections(),
         2,
-        "the cancelled connection is not reused; the next call opened a new one"
+        "the cancelled connection is not reused, and nothing else reconnected"
     );
     agent.finish();
 }

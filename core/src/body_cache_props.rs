@@ -7,14 +7,15 @@
 //! keep an element only once nothing appended can change it: these tests are what says it
 //! does.
 
-use buzz_agent_core::anthropic;
-use buzz_agent_core::config::{Config, ProviderKind};
-use buzz_agent_core::llm::{
-    ChatReasoningField, History, HttpRequest, LlmRequest, Message, ReasoningBlock, ToolCall,
-    ToolDef,
+use crate::anthropic;
+use crate::config::{Config, ProviderKind};
+use crate::history::History;
+use crate::llm::{
+    ChatReasoningField, HttpRequest, LlmRequest, Message, ReasoningBlock, ToolCall, ToolDef,
 };
-use buzz_agent_core::openai_chat::{self, ChatOptions};
-use buzz_agent_core::openai_responses::{self, ResponsesOptions};
+use crate::openai_chat::{self, ChatOptions};
+use crate::openai_responses::{self, ResponsesOptions};
+use crate::request::BodyCache;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -189,7 +190,7 @@ fn anthropic_config() -> Config {
 fn build(
     route: Route,
     messages: &[Message],
-    cache: Option<&mut buzz_agent_core::llm::BodyCache>,
+    cache: Option<&mut BodyCache>,
     cfg: &Config,
 ) -> HttpRequest {
     let tools = tools();

@@ -1,0 +1,160 @@
+//! The context of one step: the parts of the agent a turn, a tool batch or a hook round
+//! borrows while it handles an input. Each part is a typed sub-machine with its own methods;
+//! none of them is the agent.
+
+use crate::config::Config;
+use crate::ids::IdCounters;
+use crate::llm_call::LlmCalls;
+use crate::mcp::ServerTable;
+use crate::outbox::Outbox;
+use crate::permissions::Permissions;
+use crate::timers::TimerTable;
+
+/// What a step may use besides its own state.
+pub(crate) struct Cx<'a> {
+    /// The configuration in force.
+    pub(crate) cfg: &'a Config,
+    /// The action queue (and the step's time).
+    pub(crate) out: &'a mut Outbox,
+    /// Every deadline.
+    pub(crate) timers: &'a mut TimerTable,
+    /// The MCP servers.
+    pub(crate) servers: &'a mut ServerTable,
+    /// The LLM calls in flight, the backoff jitter and what the provider taught us.
+    pub(crate) llm: &'a mut LlmCalls,
+    /// The permission requests in flight.
+    pub(crate) permissions: &'a mut Permissions,
+    /// The process-wide id counters.
+    pub(crate) ids: &'a mut IdCounters,
+}
+
+/// Owned parts of a step context, for the unit tests of the machines that borrow one.
+#[cfg(test)]
+pub(crate) mod rig {
+    use super::Cx;
+    use crate::config::{Config, HookAllowlist, LogLevel, PermissionMode, ProviderKind};
+    use crate::ids::{IdCounters, ServerSlot, SessionId};
+    use crate::io::Action;
+    use crate::llm_call::LlmCalls;
+    use crate::mcp::ServerTable;
+    use crate::outbox::Outbox;
+    use crate::permissions::Permissions;
+    use crate::time::MonoTime;
+    use crate::timers::TimerTable;
+    use serde_json::Value;
+
+    /// The parts; [`Parts::cx`] lends them.
+    pub(crate) struct Parts {
+        pub(crate) cfg: Config,
+        pub(crate) out: Outbox,
+        pub(crate) timers: TimerTable,
+        pub(crate) servers: ServerTable,
+        pub(crate) llm: LlmCalls,
+        pub(crate) permissions: Permissions,
+        pub(crate) ids: IdCounters,
+    }
+
+    impl Parts {
+        /// OpenAI Chat at `http://llm.test/v1`, hooks allowed for every server, permission
+        /// `allow`, debug logs, at t = 0.
+        pub(crate) fn new() -> Parts {
+            let mut cfg = Config::for_tests(ProviderKind::OpenAiChat, "http://llm.test/v1");
+            cfg.hook_servers = HookAllowlist::All;
+            cfg.permission = PermissionMode::Allow;
+            cfg.log_level = LogLevel::Debug;
+            Parts {
+                out: Outbox::new(cfg.log_level, MonoTime::ZERO),
+                timers: TimerTable::default(),
+                servers: ServerTable::new(cfg.mcp_init_timeout_ms, "test".into()),
+                llm: LlmCalls::new(7),
+                permissions: Permissions::default(),
+                ids: IdCounters::default(),
+                cfg,
+            }
+        }
+
+        /// The context of one step.
+        pub(crate) fn cx(&mut self) -> Cx<'_> {
+            Cx {
+                cfg: &self.cfg,
+                out: &mut self.out,
+                timers: &mut self.timers,
+                servers: &mut self.servers,
+                llm: &mut self.llm,
+                permissions: &mut self.permissions,
+                ids: &mut self.ids,
+            }
+        }
+
+        /// Moves the step's time to `ms` after the start.
+        pub(crate) fn at(&mut self, ms: u64) {
+            self.out.advance(MonoTime::ZERO.plus_ms(ms));
+        }
+
+        /// Every action queued so far.
+        pub(crate) fn drain(&mut self) -> Vec<Action> {
+            std::iter::from_fn(|| self.out.pop()).collect()
+        }
+
+        /// A server of `session` named `name`, spawned and listed with `tools` (names starting
+        /// with `_` are hooks); its start-up actions are drained.
+        pub(crate) fn ready_server(
+            &mut self,
+            session: SessionId,
+            name: &str,
+            tools: &[&str],
+        ) -> ServerSlot {
+            let slot = self.servers.add_ready_for_tests(
+                session,
+                name,
+                tools,
+                &mut self.out,
+                &mut self.timers,
+            );
+            self.drain();
+            slot
+        }
+
+        /// The JSON of every line written to the client, in order.
+        pub(crate) fn acp_lines(actions: &[Action]) -> Vec<Value> {
+            actions
+                .iter()
+                .filter_map(|a| {
+                    if let Action::WriteAcp(line) = a {
+                        serde_json::from_str(line).ok()
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        }
+
+        /// The JSON of every line written to any server, in order.
+        pub(crate) fn mcp_lines(actions: &[Action]) -> Vec<Value> {
+            actions
+                .iter()
+                .filter_map(|a| {
+                    if let Action::WriteMcp { line, .. } = a {
+                        serde_json::from_str(line).ok()
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        }
+
+        /// The text of every log line, in order.
+        pub(crate) fn logs(actions: &[Action]) -> Vec<String> {
+            actions
+                .iter()
+                .filter_map(|a| {
+                    if let Action::Log(r) = a {
+                        Some(r.message.clone())
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        }
+    }
+}

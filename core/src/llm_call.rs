@@ -1,0 +1,417 @@
+//! LLM calls (SPEC L5–L8, C24): one [`LlmAttempt`] is the state of one HTTP call while it
+//! streams — status, error body, body size cap, the route's stream decoder — and turns each
+//! [`LlmEvent`] into a [`Step`] for the turn to act on. [`LlmCalls`] is the table of calls in
+//! flight (call → session), the seeded backoff jitter and what the provider taught the agent.
+
+use crate::ids::{LlmCallId, SessionId};
+use crate::io::{Action, LlmEvent};
+use crate::llm::{LlmResponse, StreamDecoder, StreamDelta, StreamError};
+use crate::outbox::Outbox;
+use crate::provider::Learned;
+use std::collections::BTreeMap;
+
+/// Bytes of a failed response body kept for the error message (SPEC A3).
+pub const ERROR_BODY_CAP: usize = 4096;
+/// Longest successful response body an attempt reads, in bytes (256 MiB): a provider that
+/// streams without end (an endless answer, a loop of deltas) cannot grow the response held in
+/// memory without bound; the attempt fails, not retried. A real response, even 128k output
+/// tokens in Chat SSE framing, is a few tens of MiB.
+pub const MAX_RESPONSE_BODY_BYTES: u64 = 256 * 1024 * 1024;
+/// How long to wait for more bytes once the decoder has the whole answer (case C24 b), in ms.
+pub(crate) const FINAL_ANSWER_GRACE_MS: u64 = 1500;
+
+/// What an LLM call is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallPurpose {
+    /// A round of the loop (history + tools).
+    Round,
+    /// A compaction summary (no tools, never streamed to the client; SPEC K1).
+    Summary,
+}
+
+/// What one event did to an attempt, for the turn to act on.
+pub(crate) enum Step {
+    /// The head was stored, or an error body collected: nothing to do.
+    Nothing,
+    /// A 2xx body grew over [`MAX_RESPONSE_BODY_BYTES`]: the attempt fails, not retried.
+    TooLarge,
+    /// Body bytes were decoded: stream `deltas`; `grace_started` when the decoder now has the
+    /// whole answer but the stream did not end (C24 b); `result` is whether the stream's own
+    /// terminator was seen, or the decoder's (sticky) error.
+    Fed {
+        deltas: Vec<StreamDelta>,
+        grace_started: bool,
+        result: Result<bool, StreamError>,
+    },
+    /// The body ended cleanly; `status` is `None` when no head came.
+    Ended {
+        status: Option<u16>,
+        headers: Vec<(String, String)>,
+        error_body: Vec<u8>,
+    },
+    /// The connection broke (`message`). `answer`: a 2xx body the decoder accepts as complete
+    /// is the answer anyway (C24 a), with its last deltas.
+    Broken {
+        message: String,
+        answer: Option<(LlmResponse, Vec<StreamDelta>)>,
+    },
+}
+
+/// One attempt of one LLM call, while it streams.
+pub(crate) struct LlmAttempt {
+    call: LlmCallId,
+    purpose: CallPurpose,
+    /// 1 for the first attempt of a call, +1 per retry (SPEC L5).
+    attempt: u32,
+    status: Option<u16>,
+    headers: Vec<(String, String)>,
+    /// The first [`ERROR_BODY_CAP`] bytes of a non-2xx body.
+    error_body: Vec<u8>,
+    /// Bytes of a 2xx body read so far.
+    body_bytes: u64,
+    decoder: Box<dyn StreamDecoder>,
+    /// Whether any text of this response reached the client (no retry after that, SPEC L5).
+    streamed: bool,
+    /// The decoder has the whole answer but the stream did not end (C24 b).
+    grace: bool,
+}
+
+impl LlmAttempt {
+    /// Attempt number `attempt` of call `call`, decoding with `decoder`.
+    pub(crate) fn new(
+        call: LlmCallId,
+        purpose: CallPurpose,
+        attempt: u32,
+        decoder: Box<dyn StreamDecoder>,
+    ) -> LlmAttempt {
+        LlmAttempt {
+            call,
+            purpose,
+            attempt,
+            status: None,
+            headers: Vec::new(),
+            error_body: Vec::new(),
+            body_bytes: 0,
+            decoder,
+            streamed: false,
+            grace: false,
+        }
+    }
+
+    /// The call.
+    pub(crate) fn call(&self) -> LlmCallId {
+        self.call
+    }
+
+    /// What the call is for.
+    pub(crate) fn purpose(&self) -> CallPurpose {
+        self.purpose
+    }
+
+    /// The attempt number (from 1).
+    pub(crate) fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Whether text of this response already reached the client.
+    pub(crate) fn streamed(&self) -> bool {
+        self.streamed
+    }
+
+    /// Whether the answer is whole and only the stream's end is awaited (C24 b).
+    pub(crate) fn in_grace(&self) -> bool {
+        self.grace
+    }
+
+    /// Feeds one event of the call.
+    pub(crate) fn on_event(&mut self, event: LlmEvent) -> Step {
+        match event {
+            LlmEvent::Head { status, headers } => {
+                self.status = Some(status);
+                self.headers = headers;
+                Step::Nothing
+            }
+            LlmEvent::Body(bytes) => {
+                if self.status.is_some_and(|s| !(200..300).contains(&s)) {
+                    let room = ERROR_BODY_CAP.saturating_sub(self.error_body.len());
+                    self.error_body
+                        .extend_from_slice(&bytes[..bytes.len().min(room)]);
+                    return Step::Nothing;
+                }
+                self.body_bytes = self
+                    .body_bytes
+                    .saturating_add(u64::try_from(bytes.len()).unwrap_or(u64::MAX));
+                if self.body_bytes > MAX_RESPONSE_BODY_BYTES {
+                    return Step::TooLarge;
+                }
+                let mut deltas = Vec::new();
+                let res = self.decoder.feed(&bytes, &mut deltas);
+                // A summary call (K1) is internal: nothing of it reaches the client.
+                if !deltas.is_empty() && self.purpose == CallPurpose::Round {
+                    self.streamed = true;
+                }
+                let complete = self.decoder.is_complete();
+                let grace_started = !complete && self.decoder.has_final_answer();
+                if grace_started {
+                    self.grace = true;
+                }
+                Step::Fed {
+                    deltas,
+                    grace_started,
+                    result: res.map(|()| complete),
+                }
+            }
+            LlmEvent::End => Step::Ended {
+                status: self.status,
+                headers: std::mem::take(&mut self.headers),
+                error_body: std::mem::take(&mut self.error_body),
+            },
+            LlmEvent::Failed(message) => {
+                let ok = self.status.is_some_and(|s| (200..300).contains(&s));
+                let answer = if ok {
+                    let mut deltas = Vec::new();
+                    self.decoder
+                        .finish(&mut deltas)
+                        .ok()
+                        .map(|resp| (resp, deltas))
+                } else {
+                    None
+                };
+                Step::Broken { message, answer }
+            }
+        }
+    }
+
+    /// The stream is over: the decoder's last deltas and the whole response, or why it is not
+    /// one.
+    pub(crate) fn finish(&mut self) -> (Vec<StreamDelta>, Result<LlmResponse, StreamError>) {
+        let mut deltas = Vec::new();
+        let res = self.decoder.finish(&mut deltas);
+        (deltas, res)
+    }
+}
+
+/// The LLM calls in flight and what outlives them.
+#[derive(Debug)]
+pub(crate) struct LlmCalls {
+    in_flight: BTreeMap<LlmCallId, SessionId>,
+    /// xorshift64* state for the backoff jitter, from `Config::seed` (DESIGN I12).
+    rng: u64,
+    /// What the provider taught us while running, kept for the process (SPEC L7 C41, L10).
+    pub(crate) learned: Learned,
+}
+
+impl LlmCalls {
+    /// No call in flight; jitter seeded from `seed`.
+    pub(crate) fn new(seed: u64) -> LlmCalls {
+        let rng = seed ^ 0x9e37_79b9_7f4a_7c15;
+        LlmCalls {
+            in_flight: BTreeMap::new(),
+            rng: if rng == 0 { 1 } else { rng },
+            learned: Learned::default(),
+        }
+    }
+
+    /// Call `call` of `session` started.
+    pub(crate) fn insert(&mut self, call: LlmCallId, session: SessionId) {
+        self.in_flight.insert(call, session);
+    }
+
+    /// The session of a call in flight (events of released calls find none).
+    pub(crate) fn session_of(&self, call: LlmCallId) -> Option<SessionId> {
+        self.in_flight.get(&call).copied()
+    }
+
+    /// Forget `call` and ask the runtime to drop it (done or abandoned); whether it was in
+    /// flight.
+    pub(crate) fn release(&mut self, call: LlmCallId, out: &mut Outbox) -> bool {
+        if self.in_flight.remove(&call).is_some() {
+            out.push(Action::CancelLlm { call });
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Drop every call (shutdown).
+    pub(crate) fn release_all(&mut self, out: &mut Outbox) {
+        for call in std::mem::take(&mut self.in_flight).into_keys() {
+            out.push(Action::CancelLlm { call });
+        }
+    }
+
+    /// The delay before attempt `attempt + 1`, in ms (SPEC L5): 0.5 s · 2^(attempt−1), capped
+    /// at 8 s, with ±25 % jitter.
+    pub(crate) fn backoff_ms(&mut self, attempt: u32) -> u64 {
+        let base = 500u64
+            .saturating_mul(1u64 << (attempt.saturating_sub(1)).min(5))
+            .min(8000);
+        let r = self.next_random() % 1000;
+        (base * (750 + r / 2) / 1000).min(8000)
+    }
+
+    /// xorshift64*.
+    fn next_random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, ProviderKind};
+
+    fn attempt(purpose: CallPurpose) -> LlmAttempt {
+        let cfg = Config::for_tests(ProviderKind::OpenAiChat, "http://h/v1");
+        LlmAttempt::new(
+            LlmCallId(1),
+            purpose,
+            1,
+            crate::provider::decoder(&cfg, "call_1".into()),
+        )
+    }
+
+    fn chunk(text: &str) -> Vec<u8> {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n")
+            .into_bytes()
+    }
+
+    const STOP: &[u8] =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+
+    #[test]
+    fn l5_a_streamed_round_is_marked_and_a_summary_never_is() {
+        for (purpose, streamed) in [(CallPurpose::Round, true), (CallPurpose::Summary, false)] {
+            let mut a = attempt(purpose);
+            a.on_event(LlmEvent::Head {
+                status: 200,
+                headers: vec![],
+            });
+            let Step::Fed { deltas, result, .. } = a.on_event(LlmEvent::Body(chunk("Hi"))) else {
+                panic!("body bytes are fed");
+            };
+            assert_eq!(deltas, vec![StreamDelta::Text("Hi".into())]);
+            assert_eq!(result.ok(), Some(false), "not complete yet");
+            assert_eq!(a.streamed(), streamed, "{purpose:?}");
+        }
+    }
+
+    #[test]
+    fn c24_a_whole_answer_without_the_stream_end_starts_the_grace() {
+        let mut a = attempt(CallPurpose::Round);
+        a.on_event(LlmEvent::Head {
+            status: 200,
+            headers: vec![],
+        });
+        let Step::Fed {
+            grace_started,
+            result,
+            ..
+        } = a.on_event(LlmEvent::Body(STOP.to_vec()))
+        else {
+            panic!("fed");
+        };
+        assert!(
+            grace_started && a.in_grace(),
+            "finish_reason seen, no [DONE] yet"
+        );
+        assert_eq!(result.ok(), Some(false));
+        let Step::Fed { result, .. } = a.on_event(LlmEvent::Body(b"data: [DONE]\n\n".to_vec()))
+        else {
+            panic!("fed");
+        };
+        assert_eq!(result.ok(), Some(true), "the terminator completes it");
+        let (_, resp) = a.finish();
+        assert!(resp.is_ok());
+    }
+
+    #[test]
+    fn c24_a_broken_connection_after_a_whole_answer_keeps_the_answer() {
+        let mut a = attempt(CallPurpose::Round);
+        a.on_event(LlmEvent::Head {
+            status: 200,
+            headers: vec![],
+        });
+        a.on_event(LlmEvent::Body(chunk("done")));
+        a.on_event(LlmEvent::Body(STOP.to_vec()));
+        let Step::Broken { message, answer } = a.on_event(LlmEvent::Failed("reset".into())) else {
+            panic!("broken");
+        };
+        assert_eq!(message, "reset");
+        assert_eq!(answer.map(|(r, _)| r.text), Some("done".to_string()));
+        let mut b = attempt(CallPurpose::Round);
+        b.on_event(LlmEvent::Head {
+            status: 200,
+            headers: vec![],
+        });
+        b.on_event(LlmEvent::Body(chunk("half")));
+        let Step::Broken { answer, .. } = b.on_event(LlmEvent::Failed("reset".into())) else {
+            panic!("broken");
+        };
+        assert!(
+            answer.is_none(),
+            "an unfinished answer is a transport error"
+        );
+    }
+
+    #[test]
+    fn a3_an_error_body_is_kept_up_to_its_cap_with_the_head() {
+        let mut a = attempt(CallPurpose::Round);
+        a.on_event(LlmEvent::Head {
+            status: 429,
+            headers: vec![("retry-after".into(), "2".into())],
+        });
+        assert!(matches!(
+            a.on_event(LlmEvent::Body(vec![b'x'; ERROR_BODY_CAP + 10])),
+            Step::Nothing
+        ));
+        let Step::Ended {
+            status,
+            headers,
+            error_body,
+        } = a.on_event(LlmEvent::End)
+        else {
+            panic!("ended");
+        };
+        assert_eq!(status, Some(429));
+        assert_eq!(headers[0].0, "retry-after");
+        assert_eq!(error_body.len(), ERROR_BODY_CAP);
+    }
+
+    #[test]
+    fn l5_backoff_doubles_from_half_a_second_with_a_quarter_of_jitter_and_caps_at_8_s() {
+        let mut calls = LlmCalls::new(7);
+        for (attempt, base) in [(1u32, 500u64), (2, 1000), (3, 2000), (4, 4000), (5, 8000)] {
+            let d = calls.backoff_ms(attempt);
+            assert!(
+                d >= base * 3 / 4 && d <= (base * 5 / 4).min(8000),
+                "{attempt}: {d}"
+            );
+        }
+        assert!(calls.backoff_ms(30) <= 8000);
+        let (mut a, mut b) = (LlmCalls::new(7), LlmCalls::new(7));
+        assert_eq!(
+            (1..6).map(|k| a.backoff_ms(k)).collect::<Vec<_>>(),
+            (1..6).map(|k| b.backoff_ms(k)).collect::<Vec<_>>(),
+            "I12: the same seed gives the same delays"
+        );
+    }
+
+    #[test]
+    fn a_released_call_is_dropped_once_and_its_events_find_no_session() {
+        let mut calls = LlmCalls::new(0);
+        let mut out = Outbox::new(crate::config::LogLevel::Info, crate::time::MonoTime::ZERO);
+        calls.insert(LlmCallId(4), SessionId(2));
+        assert_eq!(calls.session_of(LlmCallId(4)), Some(SessionId(2)));
+        assert!(calls.release(LlmCallId(4), &mut out));
+        assert!(!calls.release(LlmCallId(4), &mut out));
+        assert_eq!(calls.session_of(LlmCallId(4)), None);
+        assert_eq!(out.pop(), Some(Action::CancelLlm { call: LlmCallId(4) }));
+        assert_eq!(out.pop(), None);
+    }
+}

@@ -1,0 +1,672 @@
+//! The tool calls of one model response (SPEC L2, L3, A4, A6, A7, M4): the [`ToolBatch`]
+//! announces each call to the client, decides the ones that cannot run (too many, unknown,
+//! bad arguments, denied), asks permission where needed, dispatches the rest to their servers
+//! at most `BUZZ_AGENT_MAX_PARALLEL_TOOLS` at a time, and gives the results back in call order.
+
+use crate::acp::PermissionAnswer;
+use crate::config::PermissionMode;
+use crate::cx::Cx;
+use crate::ids::{McpRequestId, PermissionRequestId, ServerSlot, SessionId, ToolCallIndex, TurnNo};
+use crate::jsonrpc;
+use crate::llm::{Message, ToolCall};
+use crate::mcp::{McpRequest, Purpose, ToolCallRef, ToolRoute};
+use crate::permissions::PermissionRequest;
+use crate::session::Session;
+use crate::tools::ToolOutput;
+use crate::{io::Action, jsonrpc::RpcError};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// Tool calls of one response that are run at most (SPEC L2).
+pub(crate) const MAX_CALLS_PER_RESPONSE: usize = 64;
+
+/// Where one call of the batch is.
+#[derive(Debug)]
+enum CallState {
+    /// Allowed; waiting for a free place (parallelism cap).
+    Queued,
+    /// `session/request_permission` sent.
+    AwaitPermission(PermissionRequestId),
+    /// `tools/call` in flight.
+    Running(ServerSlot, McpRequestId),
+    /// Finished; the result the model will see.
+    Done(ToolOutput),
+}
+
+/// One call of the batch.
+#[derive(Debug)]
+struct BatchCall {
+    /// The ACP `toolCallId` (`tc_N`).
+    acp_id: String,
+    call: ToolCall,
+    route: Option<ToolRoute>,
+    /// The parsed arguments (a JSON object) once accepted.
+    args: Value,
+    state: CallState,
+}
+
+/// The tool calls of one response of one turn.
+#[derive(Debug)]
+pub(crate) struct ToolBatch {
+    session: SessionId,
+    turn: TurnNo,
+    calls: Vec<BatchCall>,
+    /// A posting call was dispatched (SPEC G2).
+    posted: bool,
+}
+
+impl ToolBatch {
+    /// The model asked for `calls` in `turn` of `session`: each is announced (`tool_call`,
+    /// pending), the ones that cannot run are decided at once, permission is asked where
+    /// `BUZZ_AGENT_PERMISSION=ask` and no `*_always` answer applies, and the rest start
+    /// (SPEC L2, A6, A7, M4, I10). `routes` are the tools offered in the request that
+    /// produced the calls.
+    pub(crate) fn start(
+        turn: TurnNo,
+        calls: Vec<ToolCall>,
+        routes: &BTreeMap<String, ToolRoute>,
+        sess: &mut Session,
+        cx: &mut Cx<'_>,
+    ) -> ToolBatch {
+        let ask = cx.cfg.permission == PermissionMode::Ask;
+        let perm_ms = cx.cfg.permission_timeout_ms;
+        let sid = sess.id;
+        let mut pending = Vec::with_capacity(calls.len());
+        let mut updates = Vec::with_capacity(calls.len());
+        for call in calls {
+            let acp_id = format!("tc_{}", sess.transcript.next_call_no());
+            let parsed = parse_arguments(&call.arguments);
+            let raw_input = match &parsed {
+                Ok(v) => v.clone(),
+                Err(_) => Value::String(call.arguments.clone()),
+            };
+            updates.push(json!({
+                "sessionUpdate": "tool_call", "toolCallId": acp_id, "title": call.name,
+                "kind": "other", "status": "pending", "rawInput": raw_input
+            }));
+            let route = routes.get(&call.name).cloned();
+            pending.push((
+                BatchCall {
+                    acp_id,
+                    call,
+                    route,
+                    args: Value::Null,
+                    state: CallState::Queued,
+                },
+                parsed,
+            ));
+        }
+        let session_id = sid.to_string();
+        for u in &updates {
+            cx.out.send_update(&session_id, u);
+        }
+        // Decide each call: too many, unknown tool (incl. hooks, M4), bad arguments, permission.
+        let mut decided: Vec<(usize, ToolOutput)> = Vec::new();
+        let mut asks: Vec<usize> = Vec::new();
+        let mut batch = ToolBatch {
+            session: sid,
+            turn,
+            calls: Vec::with_capacity(pending.len()),
+            posted: false,
+        };
+        for (i, (mut c, parsed)) in pending.into_iter().enumerate() {
+            if i >= MAX_CALLS_PER_RESPONSE {
+                decided.push((i, err_out(format!("too many tool calls in one response (limit {MAX_CALLS_PER_RESPONSE}); not run"))));
+            } else if c.route.is_none() {
+                decided.push((i, err_out(format!("unknown tool: {}", c.call.name))));
+            } else {
+                match parsed {
+                    Err(e) => decided.push((
+                        i,
+                        err_out(format!(
+                            "invalid arguments for {}: {e}; pass a JSON object",
+                            c.call.name
+                        )),
+                    )),
+                    Ok(args) => {
+                        c.args = args;
+                        let qualified = c
+                            .route
+                            .as_ref()
+                            .map(|r| r.qualified.clone())
+                            .unwrap_or_default();
+                        match (ask, sess.remembered.get(&qualified)) {
+                            (false, _) | (true, Some(true)) => {}
+                            (true, Some(false)) => decided.push((i, denied_out())),
+                            (true, None) => asks.push(i),
+                        }
+                    }
+                }
+            }
+            batch.calls.push(c);
+        }
+        let mut requests = Vec::with_capacity(asks.len());
+        for &i in &asks {
+            let id = cx.ids.next_permission();
+            let Some(c) = batch.calls.get_mut(i) else {
+                continue;
+            };
+            let params =
+                crate::acp::permission_params(&session_id, &c.acp_id, &c.call.name, &c.args);
+            requests.push(jsonrpc::encode_request(
+                id.0,
+                "session/request_permission",
+                &params,
+            ));
+            cx.permissions.insert(
+                id,
+                PermissionRequest {
+                    session: sid,
+                    turn,
+                    index: ToolCallIndex(i),
+                },
+                cx.out.now().plus_ms(perm_ms),
+                cx.timers,
+            );
+            c.state = CallState::AwaitPermission(id);
+        }
+        for line in requests {
+            cx.out.push(Action::WriteAcp(line));
+        }
+        for (i, out) in decided {
+            batch.complete(ToolCallIndex(i), out, true, cx);
+        }
+        batch.pump(cx);
+        batch
+    }
+
+    /// Whether every call is done (the turn then takes [`ToolBatch::into_results`]).
+    pub(crate) fn is_done(&self) -> bool {
+        self.calls
+            .iter()
+            .all(|c| matches!(c.state, CallState::Done(_)))
+    }
+
+    /// Whether a posting call was dispatched (SPEC G2).
+    pub(crate) fn posted(&self) -> bool {
+        self.posted
+    }
+
+    /// The tool results in call order (SPEC L2, L4): one per call.
+    pub(crate) fn into_results(self) -> Vec<Message> {
+        self.calls
+            .into_iter()
+            .filter_map(|c| match c.state {
+                CallState::Done(out) => Some(Message::ToolResult {
+                    call_id: c.call.id,
+                    name: c.call.name,
+                    text: out.text,
+                    is_error: out.is_error,
+                }),
+                CallState::Queued | CallState::AwaitPermission(_) | CallState::Running(..) => None,
+            })
+            .collect()
+    }
+
+    /// Call `index`'s server answered or failed (reply, error, timeout, death): its terminal
+    /// update goes out and the next queued call may start.
+    pub(crate) fn on_result(
+        &mut self,
+        index: ToolCallIndex,
+        out: ToolOutput,
+        failed: bool,
+        cx: &mut Cx<'_>,
+    ) {
+        self.complete(index, out, failed, cx);
+        self.pump(cx);
+    }
+
+    /// The client answered the permission request of call `index` (or it timed out: denied,
+    /// SPEC A7). `*_always` answers are remembered in `remembered` per qualified tool name. An
+    /// answer for a call no longer waiting for one changes nothing (I6).
+    pub(crate) fn on_permission(
+        &mut self,
+        index: ToolCallIndex,
+        answer: PermissionAnswer,
+        remembered: &mut BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        if !matches!(c.state, CallState::AwaitPermission(_)) {
+            return;
+        }
+        let qualified = c
+            .route
+            .as_ref()
+            .map(|r| r.qualified.clone())
+            .unwrap_or_default();
+        let allowed = match answer {
+            PermissionAnswer::AllowOnce => true,
+            PermissionAnswer::AllowAlways => {
+                remembered.insert(qualified, true);
+                true
+            }
+            PermissionAnswer::RejectAlways => {
+                remembered.insert(qualified, false);
+                false
+            }
+            PermissionAnswer::RejectOnce | PermissionAnswer::Denied => false,
+        };
+        if allowed {
+            c.state = CallState::Queued;
+        } else {
+            self.complete(index, denied_out(), true, cx);
+        }
+        self.pump(cx);
+    }
+
+    /// The turn was cancelled (SPEC A4): calls in flight get `notifications/cancelled`,
+    /// permission requests are forgotten, and every unfinished call ends with a failed update.
+    pub(crate) fn cancel(&mut self, why: &str, cx: &mut Cx<'_>) {
+        let cancels: Vec<(usize, CallState)> = self
+            .calls
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match c.state {
+                CallState::Running(server, req) => Some((i, CallState::Running(server, req))),
+                CallState::AwaitPermission(id) => Some((i, CallState::AwaitPermission(id))),
+                CallState::Queued => Some((i, CallState::Queued)),
+                CallState::Done(_) => None,
+            })
+            .collect();
+        for (i, state) in cancels {
+            match state {
+                CallState::Running(server, req) => {
+                    cx.servers
+                        .cancel_request(server, req, why, cx.out, cx.timers);
+                }
+                CallState::AwaitPermission(id) => {
+                    cx.permissions.take(id, cx.timers);
+                }
+                CallState::Queued | CallState::Done(_) => {}
+            }
+            let out = err_out(format!("tool call cancelled: {why}"));
+            self.complete(ToolCallIndex(i), out, true, cx);
+        }
+    }
+
+    /// Records call `index`'s result and sends its terminal update (SPEC A6); a call already
+    /// done keeps its first result.
+    fn complete(&mut self, index: ToolCallIndex, out: ToolOutput, failed: bool, cx: &mut Cx<'_>) {
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        if matches!(c.state, CallState::Done(_)) {
+            return;
+        }
+        let status = if failed { "failed" } else { "completed" };
+        let update = json!({
+            "sessionUpdate": "tool_call_update", "toolCallId": c.acp_id, "status": status,
+            "content": [{"type": "content", "content": {"type": "text", "text": out.text}}],
+            "rawOutput": {"isError": out.is_error}
+        });
+        c.state = CallState::Done(out);
+        cx.out.send_update(&self.session.to_string(), &update);
+    }
+
+    /// Dispatches queued calls up to `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (SPEC L2); a call whose
+    /// server is dead or not ready ends at once ("recovering", SPEC M9).
+    fn pump(&mut self, cx: &mut Cx<'_>) {
+        let max_par = cx.cfg.max_parallel_tools;
+        let timeout = cx.cfg.tool_timeout_ms;
+        loop {
+            let running = self
+                .calls
+                .iter()
+                .filter(|c| matches!(c.state, CallState::Running(..)))
+                .count();
+            if running >= max_par {
+                break;
+            }
+            let Some(i) = self
+                .calls
+                .iter()
+                .position(|c| matches!(c.state, CallState::Queued))
+            else {
+                break;
+            };
+            let c = &self.calls[i];
+            let Some(ToolRoute {
+                server,
+                bare,
+                qualified,
+            }) = c.route.clone()
+            else {
+                break;
+            };
+            let args = c.args.clone();
+            let acp_id = c.acp_id.clone();
+            if let Some(reason) = cx.servers.unavailable(server) {
+                let name = cx.servers.name(server);
+                let text =
+                    format!("server '{name}' is recovering; the call was not run ({reason})");
+                self.complete(ToolCallIndex(i), err_out(text), true, cx);
+                continue;
+            }
+            let posting =
+                crate::hooks::counts_as_posting(&bare, &args, &qualified, &cx.cfg.reply_tools);
+            let params = json!({"name": bare, "arguments": args});
+            let purpose = Purpose::Tool(ToolCallRef {
+                session: self.session,
+                turn: self.turn,
+                index: ToolCallIndex(i),
+            });
+            let Some(req) = cx.servers.send_request(
+                server,
+                McpRequest {
+                    method: "tools/call",
+                    params: &params,
+                    purpose,
+                    timeout_ms: timeout,
+                },
+                cx.out,
+                cx.timers,
+            ) else {
+                break;
+            };
+            if posting {
+                self.posted = true;
+            }
+            self.calls[i].state = CallState::Running(server, req);
+            cx.out.send_update(
+                &self.session.to_string(),
+                &json!({"sessionUpdate": "tool_call_update", "toolCallId": acp_id, "status": "in_progress"}),
+            );
+        }
+    }
+}
+
+/// The converted result of a model tool call's reply, and whether the call failed (SPEC L3): a
+/// result (`isError` results included) did not; a JSON-RPC error did.
+pub(crate) fn tool_output(reply: Result<Value, RpcError>, cap: usize) -> (ToolOutput, bool) {
+    match reply {
+        Ok(v) => (crate::tools::convert_result(&v, cap), false),
+        Err(e) => (
+            ToolOutput {
+                text: format!("tool call rejected: {} (code {})", e.message, e.code),
+                is_error: true,
+            },
+            true,
+        ),
+    }
+}
+
+fn err_out(text: String) -> ToolOutput {
+    ToolOutput {
+        text,
+        is_error: true,
+    }
+}
+
+fn denied_out() -> ToolOutput {
+    err_out("tool call not authorized: the user did not allow this tool call (A7)".into())
+}
+
+/// Parse model tool-call arguments (SPEC L2, case C26): blank → `{}`; must be a JSON object.
+fn parse_arguments(raw: &str) -> Result<Value, String> {
+    if raw.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    match crate::sse::parse_json_lossy(raw) {
+        Ok(Value::Object(m)) => Ok(Value::Object(m)),
+        Ok(other) => Err(format!(
+            "arguments must be a JSON object, got {}",
+            crate::jsonrpc::json_type(&other)
+        )),
+        Err(e) => Err(format!("arguments were not valid JSON: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cx::rig::Parts;
+    use crate::io::Action;
+    use crate::jsonrpc::RpcId;
+
+    const SID: SessionId = SessionId(1);
+    const TURN: TurnNo = TurnNo(1);
+
+    fn call(id: &str, name: &str, args: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: args.into(),
+        }
+    }
+
+    /// A session with one ready server `fs` offering `read`, `write` and `shell`.
+    fn setup(parts: &mut Parts) -> (Session, BTreeMap<String, ToolRoute>) {
+        let slot = parts.ready_server(SID, "fs", &["read", "write", "shell"]);
+        let mut sess = Session::new(SID, vec![slot], &RpcId::Num(1.into()));
+        sess.starting = None;
+        let (_, routes) = parts.servers.visible_tools(&sess.servers);
+        (sess, routes)
+    }
+
+    fn statuses(actions: &[Action]) -> Vec<(String, String)> {
+        Parts::acp_lines(actions)
+            .iter()
+            .map(|l| &l["params"]["update"])
+            .map(|u| {
+                (
+                    u["toolCallId"].as_str().unwrap_or("").to_string(),
+                    u["status"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn l2_m4_calls_that_cannot_run_fail_at_once_and_the_rest_run_in_order() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let calls = vec![
+            call("a", "fs__read", r#"{"path":"x"}"#),
+            call("b", "fs___Stop", "{}"),
+            call("c", "fs__write", "[1]"),
+            call("d", "fs__write", ""),
+        ];
+        let batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let actions = parts.drain();
+        assert_eq!(
+            statuses(&actions),
+            [
+                ("tc_1", "pending"),
+                ("tc_2", "pending"),
+                ("tc_3", "pending"),
+                ("tc_4", "pending"),
+                ("tc_2", "failed"),
+                ("tc_3", "failed"),
+                ("tc_1", "in_progress"),
+                ("tc_4", "in_progress"),
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        let sent = Parts::mcp_lines(&actions);
+        assert_eq!(sent.len(), 2, "I10: the hook name never reaches MCP");
+        assert_eq!(
+            sent[1]["params"]["arguments"],
+            json!({}),
+            "C26: blank is {{}}"
+        );
+        assert!(!batch.is_done());
+    }
+
+    #[test]
+    fn l2_the_parallel_cap_holds_and_results_come_back_in_call_order() {
+        let mut parts = Parts::new();
+        parts.cfg.max_parallel_tools = 1;
+        let (mut sess, routes) = setup(&mut parts);
+        let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        assert_eq!(Parts::mcp_lines(&parts.drain()).len(), 1, "one at a time");
+        let ok = |t: &str| ToolOutput {
+            text: t.into(),
+            is_error: false,
+        };
+        batch.on_result(ToolCallIndex(0), ok("first"), false, &mut parts.cx());
+        assert_eq!(
+            Parts::mcp_lines(&parts.drain()).len(),
+            1,
+            "the next one starts"
+        );
+        batch.on_result(ToolCallIndex(1), ok("second"), false, &mut parts.cx());
+        assert!(batch.is_done());
+        let results: Vec<String> = batch
+            .into_results()
+            .into_iter()
+            .map(|m| {
+                let Message::ToolResult { call_id, text, .. } = m else {
+                    panic!("only results: {m:?}");
+                };
+                format!("{call_id}={text}")
+            })
+            .collect();
+        assert_eq!(results, ["a=first", "b=second"]);
+    }
+
+    #[test]
+    fn a7_permission_is_asked_and_always_answers_are_remembered_per_tool() {
+        let mut parts = Parts::new();
+        parts.cfg.permission = PermissionMode::Ask;
+        let (mut sess, routes) = setup(&mut parts);
+        let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let asked: Vec<_> = Parts::acp_lines(&parts.drain())
+            .into_iter()
+            .filter(|l| l["method"] == "session/request_permission")
+            .collect();
+        assert_eq!(asked.len(), 2);
+        assert_eq!(parts.timers.next().map(|(t, _)| t.as_ms()), Some(330_000));
+        batch.on_permission(
+            ToolCallIndex(0),
+            PermissionAnswer::AllowAlways,
+            &mut sess.remembered,
+            &mut parts.cx(),
+        );
+        batch.on_permission(
+            ToolCallIndex(1),
+            PermissionAnswer::RejectOnce,
+            &mut sess.remembered,
+            &mut parts.cx(),
+        );
+        assert_eq!(
+            statuses(&parts.drain())[..],
+            [
+                ("tc_1".to_string(), "in_progress".to_string()),
+                ("tc_2".to_string(), "failed".to_string())
+            ]
+        );
+        assert_eq!(sess.remembered.get("fs__read"), Some(&true));
+        assert_eq!(
+            sess.remembered.get("fs__write"),
+            None,
+            "a one-off answer is not kept"
+        );
+        let again = ToolBatch::start(
+            TurnNo(2),
+            vec![call("c", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert!(
+            !Parts::acp_lines(&parts.drain())
+                .iter()
+                .any(|l| l["method"] == "session/request_permission"),
+            "allow_always is not asked again"
+        );
+        assert!(!again.is_done());
+    }
+
+    #[test]
+    fn a4_cancel_ends_every_call_cancels_the_running_and_forgets_the_asked() {
+        let mut parts = Parts::new();
+        parts.cfg.permission = PermissionMode::Ask;
+        let (mut sess, routes) = setup(&mut parts);
+        sess.remembered.insert("fs__read".into(), true);
+        let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        parts.drain();
+        batch.cancel("cancelled by the client", &mut parts.cx());
+        let actions = parts.drain();
+        let cancelled: Vec<_> = Parts::mcp_lines(&actions)
+            .into_iter()
+            .filter(|l| l["method"] == "notifications/cancelled")
+            .collect();
+        assert_eq!(
+            cancelled.len(),
+            1,
+            "the running call is cancelled at its server"
+        );
+        assert_eq!(
+            statuses(&actions),
+            [
+                ("tc_1".to_string(), "failed".to_string()),
+                ("tc_2".to_string(), "failed".to_string())
+            ]
+        );
+        assert!(batch.is_done());
+        assert_eq!(parts.timers.next(), None, "no deadline is left behind");
+    }
+
+    #[test]
+    fn g2_a_shell_call_that_sends_a_message_counts_as_posting() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let quiet = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__shell", r#"{"command":"ls"}"#)],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert!(!quiet.posted());
+        let post = ToolBatch::start(
+            TURN,
+            vec![call(
+                "b",
+                "fs__shell",
+                r#"{"command":"buzz messages send hi"}"#,
+            )],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert!(post.posted());
+    }
+
+    #[test]
+    fn m9_a_call_to_a_dead_server_is_not_run() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        parts.servers.kill(
+            sess.servers[0],
+            "crashed",
+            &mut parts.out,
+            &mut parts.timers,
+        );
+        parts.drain();
+        let batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        assert!(batch.is_done());
+        let Some(Message::ToolResult { text, is_error, .. }) = batch.into_results().pop() else {
+            panic!("one result");
+        };
+        assert!(is_error);
+        assert!(
+            text.starts_with(
+                "server 'fs' is recovering; the call was not run (MCP server 'fs' crashed"
+            ),
+            "{text}"
+        );
+    }
+}
