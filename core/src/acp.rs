@@ -2,7 +2,6 @@
 //!
 //! Decoders return `Err(message)` naming the field for a `-32602` reply (SPEC T4).
 
-use crate::tools::is_valid_server_name;
 use serde_json::{Value, json};
 
 /// ACP protocol version this agent speaks (SPEC A1).
@@ -12,23 +11,43 @@ pub(crate) const PROTOCOL_VERSION: u64 = 1;
 ///
 /// # Errors
 /// A missing or non-integer `protocolVersion` (→ `-32602`).
-pub(crate) fn initialize_result(params: &Value, version: &str) -> Result<Value, String> {
+/// `persist`: sessions are saved (SPEC A9), so `loadSession` and the `session/list` and
+/// `session/resume` capabilities are advertised.
+pub(crate) fn initialize_result(
+    params: &Value,
+    version: &str,
+    persist: bool,
+) -> Result<Value, String> {
     let v = params
         .get("protocolVersion")
         .and_then(Value::as_u64)
         .ok_or_else(|| {
             "initialize: params.protocolVersion must be a non-negative integer".to_string()
         })?;
-    Ok(json!({
+    let mut result = json!({
         "protocolVersion": v.min(PROTOCOL_VERSION),
         "agentCapabilities": {
-            "loadSession": false,
+            "loadSession": persist,
             "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
-            "mcpCapabilities": {"http": false, "sse": false}
+            "mcpCapabilities": {"http": false, "sse": false},
+            "sessionCapabilities": {"close": {}}
         },
         "agentInfo": {"name": "buzz-agent", "version": version},
         "authMethods": []
-    }))
+    });
+    if persist {
+        result["agentCapabilities"]["sessionCapabilities"] = json!({"list": {}, "resume": {}});
+    }
+    Ok(result)
+}
+
+/// Whether `initialize` params advertise `clientCapabilities.session.notices` (an object): the
+/// client presents ACP `notice` session updates.
+#[must_use]
+pub(crate) fn client_shows_notices(params: &Value) -> bool {
+    params
+        .pointer("/clientCapabilities/session/notices")
+        .is_some_and(Value::is_object)
 }
 
 /// One stdio MCP server entry of `session/new` (SPEC A2).
@@ -41,33 +60,60 @@ pub(crate) struct McpServerEntry {
     pub env: Vec<(String, String)>,
 }
 
+/// An `mcpServers` entry of `session/new` that was skipped (SPEC A2, case C55).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SkippedServer {
+    /// Its `name` (or `mcpServers[i]` when it has none).
+    pub name: String,
+    /// Why, for the WARN and the notice: "http servers are not supported (only stdio)".
+    pub reason: String,
+}
+
 /// Decoded `session/new` params.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewSession {
     /// Absolute path (SPEC A2, case C07).
     pub cwd: String,
     pub servers: Vec<McpServerEntry>,
+    /// Entries of a transport other than stdio, in the order given (SPEC A2, C55).
+    pub skipped: Vec<SkippedServer>,
 }
 
-/// Decode `session/new` params (SPEC A2, cases C06, C07). Lenient where the SPEC says so:
-/// missing `mcpServers` = `[]`, missing `args`/`env` = empty, `env` as an array of
-/// `{name,value}` or an object map, `"type":"stdio"` accepted.
+/// Decode `session/new` params (SPEC A2, cases C06, C07, C55); [`decode_session_setup`] with the
+/// method `session/new`.
 ///
 /// # Errors
-/// `(message, data)` for a `-32602` reply: relative cwd, http/sse entries, bad or duplicate
-/// names, missing command; `data` carries the offending path.
+/// As [`decode_session_setup`].
 pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, Value)> {
+    decode_session_setup(params, "session/new")
+}
+
+/// Decode the `cwd` and `mcpServers` of `method`'s params (`session/new`, `session/load`,
+/// `session/resume`; SPEC A2, A9, cases C06, C07). Lenient where the SPEC says so:
+/// missing `mcpServers` = `[]`, missing `args`/`env` = empty, `env` as an array of
+/// `{name,value}` or an object map, `"type":"stdio"` accepted; an entry of another transport
+/// (`http`, `sse`, an unknown `type`, or a `url` without `type`) is skipped and listed in
+/// [`NewSession::skipped`]; any non-empty name is accepted (mapped to a tool prefix by
+/// [`crate::tools::server_prefix`]).
+///
+/// # Errors
+/// `(message, data)` for a `-32602` reply: relative cwd, a missing or duplicate name (or two
+/// names with the same tool prefix), missing command; `data` carries the offending path.
+pub(crate) fn decode_session_setup(
+    params: &Value,
+    method: &str,
+) -> Result<NewSession, (String, Value)> {
     let cwd = match params.get("cwd") {
         Some(Value::String(s)) => s.clone(),
         Some(_) => {
             return Err((
-                "session/new: cwd must be a string".into(),
+                format!("{method}: cwd must be a string"),
                 json!({"field": "cwd"}),
             ));
         }
         None => {
             return Err((
-                "session/new: missing field cwd".into(),
+                format!("{method}: missing field cwd"),
                 json!({"field": "cwd"}),
             ));
         }
@@ -80,49 +126,62 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
         Some(Value::Array(a)) => a.clone(),
         Some(_) => {
             return Err((
-                "session/new: mcpServers must be an array".into(),
+                format!("{method}: mcpServers must be an array"),
                 json!({"field": "mcpServers"}),
             ));
         }
     };
     let mut servers: Vec<McpServerEntry> = Vec::with_capacity(list.len());
+    let mut skipped: Vec<SkippedServer> = Vec::new();
     for (i, e) in list.iter().enumerate() {
         let path = |f: &str| format!("mcpServers[{i}].{f}");
         let bad = |f: &str, what: &str| {
             Err((
-                format!("session/new: {}: {what}", path(f)),
+                format!("{method}: {}: {what}", path(f)),
                 json!({"path": path(f)}),
             ))
         };
         if !e.is_object() {
             return Err((
-                format!("session/new: mcpServers[{i}] must be an object"),
+                format!("{method}: mcpServers[{i}] must be an object"),
                 json!({"path": format!("mcpServers[{i}]")}),
             ));
         }
-        if let Some(t) = e.get("type").and_then(Value::as_str) {
-            if t != "stdio" {
-                return bad(
-                    "type",
-                    &format!(
-                        "'{t}' servers are not supported; only stdio MCP servers are supported"
-                    ),
-                );
-            }
-        } else if e.get("url").is_some() {
-            return bad("url", "only stdio MCP servers are supported");
-        }
-        let Some(name) = e.get("name").and_then(Value::as_str) else {
-            return bad("name", "missing or not a string");
+        let Some(name) = e
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        else {
+            return bad("name", "missing, empty or not a string");
         };
-        if !is_valid_server_name(name) {
-            return bad(
-                "name",
-                &format!("invalid server name '{name}': use [A-Za-z0-9_-]+ without '__'"),
-            );
+        let transport = match e.get("type") {
+            Some(Value::String(t)) if t != "stdio" => Some(t.clone()),
+            Some(Value::String(_)) => None,
+            Some(other) => Some(other.to_string()),
+            None => e.get("url").is_some().then(|| "http".to_string()),
+        };
+        if let Some(t) = transport {
+            skipped.push(SkippedServer {
+                name: name.to_string(),
+                reason: format!("{t} servers are not supported (only stdio)"),
+            });
+            continue;
         }
         if servers.iter().any(|s| s.name == name) {
             return bad("name", &format!("duplicate server name '{name}'"));
+        }
+        let prefix = crate::tools::server_prefix(name);
+        if let Some(other) = servers
+            .iter()
+            .find(|s| crate::tools::server_prefix(&s.name) == prefix)
+        {
+            return bad(
+                "name",
+                &format!(
+                    "server names '{}' and '{name}' give the same tool prefix '{prefix}'",
+                    other.name
+                ),
+            );
         }
         let Some(command) = e
             .get("command")
@@ -182,7 +241,66 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
             env,
         });
     }
-    Ok(NewSession { cwd, servers })
+    Ok(NewSession {
+        cwd,
+        servers,
+        skipped,
+    })
+}
+
+/// The `configId` of the model selector (SPEC A5, case C58).
+pub(crate) const MODEL_CONFIG_ID: &str = "model";
+
+/// The models a session may use (SPEC A5, case C58): `configured` (the `BUZZ_AGENT_MODEL` and
+/// `BUZZ_AGENT_MODELS` ids) in their order, without duplicates, then `current` if it is not
+/// one of them (a model set with `session/set_model`), so the picker's order never moves.
+#[must_use]
+pub(crate) fn available_models(current: &str, configured: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(configured.len() + 1);
+    for m in configured.iter().map(String::as_str).chain([current]) {
+        if !out.iter().any(|o| o == m) {
+            out.push(m.to_string());
+        }
+    }
+    out
+}
+
+/// The `configOptions` of a session (SPEC A5, case C58): one `select` of category `model`
+/// (ACP schema v1: `SessionConfigOption`), its current value `current`, its options
+/// `available`.
+#[must_use]
+pub(crate) fn config_options(current: &str, available: &[String]) -> Value {
+    let options: Vec<Value> = available
+        .iter()
+        .map(|m| json!({"value": m, "name": m}))
+        .collect();
+    json!([{
+        "id": MODEL_CONFIG_ID,
+        "name": "Model",
+        "description": "The LLM model of this session's requests",
+        "category": "model",
+        "type": "select",
+        "currentValue": current,
+        "options": options
+    }])
+}
+
+/// The model fields of a `session/new` (or `session/load`) result (SPEC A5, case C58): the
+/// `configOptions` model selector, and the `models` state (`currentModelId`,
+/// `availableModels`) of the unstable `session/set_model` for the clients that use it.
+#[must_use]
+pub(crate) fn model_fields(current: &str, available: &[String]) -> serde_json::Map<String, Value> {
+    let models: Vec<Value> = available
+        .iter()
+        .map(|m| json!({"modelId": m, "name": m}))
+        .collect();
+    let mut map = serde_json::Map::new();
+    map.insert("configOptions".into(), config_options(current, available));
+    map.insert(
+        "models".into(),
+        json!({"currentModelId": current, "availableModels": models}),
+    );
+    map
 }
 
 /// Read a required non-empty string field `field` of `method`'s params.
@@ -271,17 +389,19 @@ pub(crate) fn chunk_update(kind: &str, text: &str) -> Value {
     json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
 }
 
-/// `session/request_permission` params (SPEC A7).
+/// `session/request_permission` params (SPEC A7): the tool call's title and kind as in its
+/// `tool_call` update (A6).
 #[must_use]
 pub(crate) fn permission_params(
     session_id: &str,
     tool_call_id: &str,
     title: &str,
+    kind: &str,
     raw_input: &Value,
 ) -> Value {
     json!({
         "sessionId": session_id,
-        "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": "other", "rawInput": raw_input},
+        "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": kind, "rawInput": raw_input},
         "options": [
             {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
             {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
@@ -345,14 +465,22 @@ mod tests {
 
     #[test]
     fn a1_version_is_min_of_client_and_ours() {
-        let r = initialize_result(&json!({"protocolVersion": 7}), "0.1.0").unwrap();
+        let r = initialize_result(&json!({"protocolVersion": 7}), "0.1.0", false).unwrap();
+        assert_eq!(r["agentCapabilities"]["loadSession"], false);
+        assert_eq!(r["agentCapabilities"].get("sessionCapabilities"), None);
+        let on = initialize_result(&json!({"protocolVersion": 1}), "0.1.0", true).unwrap();
+        assert_eq!(on["agentCapabilities"]["loadSession"], true, "A9");
+        assert_eq!(
+            on["agentCapabilities"]["sessionCapabilities"],
+            json!({"list": {}, "resume": {}})
+        );
         assert_eq!(r["protocolVersion"], 1);
         assert_eq!(
-            initialize_result(&json!({"protocolVersion": 0}), "x").unwrap()["protocolVersion"],
+            initialize_result(&json!({"protocolVersion": 0}), "x", false).unwrap()["protocolVersion"],
             0
         );
-        assert!(initialize_result(&json!({"protocolVersion": "1"}), "x").is_err());
-        assert!(initialize_result(&json!({}), "x").is_err());
+        assert!(initialize_result(&json!({"protocolVersion": "1"}), "x", false).is_err());
+        assert!(initialize_result(&json!({}), "x", false).is_err());
         assert_eq!(
             r["agentCapabilities"]["mcpCapabilities"],
             json!({"http": false, "sse": false})
@@ -378,11 +506,11 @@ mod tests {
                 .contains("mcpServers[0].command")
         );
         let http = json!({"cwd": "/tmp", "mcpServers": [{"type":"http","name":"r","url":"http://x","headers":[]}]});
-        assert!(
-            decode_new_session(&http)
-                .unwrap_err()
-                .0
-                .contains("only stdio")
+        let n = decode_new_session(&http).unwrap();
+        assert!(n.servers.is_empty());
+        assert_eq!(
+            n.skipped[0].reason,
+            "http servers are not supported (only stdio)"
         );
         let dup = json!({"cwd": "/tmp", "mcpServers": [{"name":"a","command":"x"},{"name":"a","command":"y"}]});
         assert!(
@@ -396,6 +524,59 @@ mod tests {
                 .unwrap()
                 .servers
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn c55_other_transports_are_skipped_and_odd_names_accepted() {
+        let p = json!({"cwd": "/w", "mcpServers": [
+            {"type":"http","name":"remote","url":"https://x","headers":[]},
+            {"type":"sse","name":"events","url":"https://y","headers":[]},
+            {"type":"websocket","name":"ws","url":"wss://z"},
+            {"name":"legacy","url":"https://u"},
+            {"name":"My Files","command":"/bin/x"},
+            {"name":"my.fs","command":"/bin/x"},
+            {"name":"github/copilot","command":"/bin/x","type":"stdio"},
+            {"name":"ünï","command":"/bin/x"}
+        ]});
+        let n = decode_new_session(&p).unwrap();
+        let names: Vec<&str> = n.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["My Files", "my.fs", "github/copilot", "ünï"]);
+        let skipped: Vec<(&str, &str)> = n
+            .skipped
+            .iter()
+            .map(|s| (s.name.as_str(), s.reason.as_str()))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                ("remote", "http servers are not supported (only stdio)"),
+                ("events", "sse servers are not supported (only stdio)"),
+                ("ws", "websocket servers are not supported (only stdio)"),
+                ("legacy", "http servers are not supported (only stdio)"),
+            ]
+        );
+        let same = json!({"cwd": "/w", "mcpServers": [{"name":"a","command":"x"},{"name":"","command":"y"}]});
+        assert!(
+            decode_new_session(&same)
+                .unwrap_err()
+                .0
+                .contains("mcpServers[1].name")
+        );
+    }
+
+    #[test]
+    fn c58_the_model_list_keeps_its_order_and_adds_a_model_set_by_id() {
+        let configured = ["a".to_string(), "b".into(), "a".into()];
+        assert_eq!(available_models("b", &configured), ["a", "b"]);
+        assert_eq!(available_models("z", &configured), ["a", "b", "z"]);
+        let fields = model_fields("b", &available_models("b", &configured));
+        assert_eq!(fields["configOptions"][0]["currentValue"], "b");
+        assert_eq!(fields["configOptions"][0]["category"], "model");
+        assert_eq!(fields["models"]["currentModelId"], "b");
+        assert_eq!(
+            fields["models"]["availableModels"],
+            json!([{"modelId": "a", "name": "a"}, {"modelId": "b", "name": "b"}])
         );
     }
 

@@ -5,29 +5,37 @@
 //! The sub-machines, each a type in its own file that never sees the agent: [`ServerTable`]
 //! (`mcp.rs`), [`Turn`] (`turn.rs`) with its tool batch (`tool_calls.rs`), LLM attempts
 //! (`llm_call.rs`), `_Stop` gate and hook rounds (`hooks.rs`) and compactor
-//! (`compaction.rs`), [`Permissions`] (`permissions.rs`) and [`Shutdown`] (`shutdown.rs`).
-//! Sessions (`session.rs`) and their transcripts (`transcript.rs`) are the stores they work
-//! on.
+//! (`compaction.rs`), [`Permissions`] (`permissions.rs`), [`Shutdown`] (`shutdown.rs`) and
+//! the [`SessionStore`] (`store.rs`, SPEC A9: transcripts on disk, `session/load`,
+//! `session/list`). Sessions (`session.rs`) and their transcripts (`transcript.rs`) are the
+//! stores they work on.
 
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
 use crate::cx::Cx;
-use crate::hooks::HookOutcome;
-use crate::ids::{IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId};
+use crate::hooks::{EndReason, HookOutcome};
+use crate::ids::{
+    IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
+};
+use crate::intercept::invoke_reply;
+use crate::interceptor::InvokeReply;
 use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
+use crate::lifecycle::{Ending, Opening, Source};
 use crate::llm_call::LlmCalls;
-use crate::mcp::{Expired, McpEvent, ServerTable, StartState, ToolCallRef};
+use crate::mcp::{Expired, InterceptRef, ListLost, McpEvent, ServerTable, StartState, ToolCallRef};
 use crate::outbox::Outbox;
-use crate::permissions::{PermissionRequest, Permissions};
+use crate::permissions::{PermissionRequest, PermissionTimer, Permissions};
 use crate::session::Session;
 use crate::shutdown::{Shutdown, ShutdownAction};
+use crate::store::{SessionStore, StoreEvent};
 use crate::time::MonoTime;
 use crate::timers::{ServerTimer, Stage, Timer, TimerKey, TimerTable};
+use crate::tool_calls::InterceptEvent;
 use crate::tools::ToolOutput;
 use crate::turn::{StopReason, Turn, TurnEnd};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The pure agent state machine (DESIGN "The core's contract"): one per process, owned by the
 /// runtime's loop. See the [crate docs](crate) for the drain rule and a run loop.
@@ -44,13 +52,49 @@ pub struct Agent {
     sessions: BTreeMap<SessionId, Session>,
     /// The running turn of each session that has one.
     turns: BTreeMap<SessionId, Turn>,
-    next_session: u64,
+    /// Sessions whose servers are ready and whose `_SessionStart` round or `interceptors/list`
+    /// requests are not decided yet (SPEC H10, X1).
+    openings: BTreeMap<SessionId, Opening>,
+    /// Sessions whose `_SessionEnd` round is not decided yet (SPEC H11).
+    endings: BTreeMap<SessionId, Ending>,
+    /// Where new session ids come from (SPEC A9: random).
+    session_ids: SessionIds,
+    /// Transcripts on disk (SPEC A9).
+    store: SessionStore,
     servers: ServerTable,
     llm: LlmCalls,
     permissions: Permissions,
     ids: IdCounters,
     /// `Some` once shutting down (SPEC P1).
     shutdown: Option<Shutdown>,
+    /// The client advertised `clientCapabilities.session.notices` in `initialize`: notices go
+    /// as ACP `notice` updates, else as marked message chunks (docs/clients.md).
+    client_notices: bool,
+}
+
+/// Test support (the `testing` feature): what a session holds, to compare a session before
+/// and after a `session/load` (SPEC A9).
+#[cfg(feature = "testing")]
+impl Agent {
+    /// Session `id`'s conversation as JSON: `{"messages": [...] (the transcript record form),
+    /// "lastInputTokens", "usageMark", "callsIssued", "model", "remembered"}`; `None` for an unknown or
+    /// starting session.
+    #[must_use]
+    pub fn session_state_for_tests(&self, id: &str) -> Option<Value> {
+        let sess = self
+            .sessions
+            .get(&SessionId::parse(id)?)
+            .filter(|s| s.starting.is_none())?;
+        let t = &sess.transcript;
+        Some(json!({
+            "messages": t.messages().iter().map(crate::record::message_to_json).collect::<Vec<Value>>(),
+            "lastInputTokens": t.last_input_tokens,
+            "usageMark": t.usage_mark,
+            "callsIssued": t.calls_issued(),
+            "model": sess.model_override,
+            "remembered": sess.remembered,
+        }))
+    }
 }
 
 impl Agent {
@@ -63,25 +107,32 @@ impl Agent {
         let max_line = config.max_line_bytes;
         let mut out = Outbox::new(config.log_level, now);
         if out.logs(LogLevel::Info) {
-            let hooks = match &config.hook_servers {
-                crate::config::HookAllowlist::Off => "off".to_string(),
-                crate::config::HookAllowlist::All => "*".to_string(),
-                crate::config::HookAllowlist::Names(n) => n.join(","),
-            };
+            // Values in the form the environment takes them (issue 12): provider=openai,
+            // permission=ask, hooks=<MCP_HOOK_SERVERS>.
+            let api = config
+                .provider
+                .api_value()
+                .map(|a| format!(" api={a}"))
+                .unwrap_or_default();
             let message = format!(
-                "starting: provider={:?} model={} base_url={} hooks={hooks} stop_budget={} hook_timeout_ms={} permission={:?}",
-                config.provider,
+                "starting: provider={}{api} model={} base_url={} hooks={} stop_budget={} hook_timeout_ms={} permission={}",
+                config.provider.env_value(),
                 config.model,
                 config.base_url,
+                config.hook_servers.env_value(),
                 config.stop_max_rejections,
                 config.hook_timeout_ms,
-                config.permission
+                config.permission.env_value()
             );
             out.log(LogLevel::Info, message);
         }
         let version = env!("CARGO_PKG_VERSION").to_string();
+        let mut servers = ServerTable::new(config.mcp_init_timeout_ms, version.clone());
+        servers.set_hook_allowlist(config.hook_servers.clone());
+        let session_ids = SessionIds::new(config.session_id_seed);
+        let store = SessionStore::new(&config.state_dir);
         Agent {
-            servers: ServerTable::new(config.mcp_init_timeout_ms, version.clone()),
+            servers,
             llm: LlmCalls::new(config.seed),
             cfg: config,
             version,
@@ -91,10 +142,14 @@ impl Agent {
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
             turns: BTreeMap::new(),
-            next_session: 1,
+            openings: BTreeMap::new(),
+            endings: BTreeMap::new(),
+            session_ids,
+            store,
             permissions: Permissions::default(),
             ids: IdCounters::default(),
             shutdown: None,
+            client_notices: false,
         }
     }
 
@@ -143,15 +198,15 @@ impl Agent {
                 if let Some(n) = partial {
                     self.log(
                         LogLevel::Warn,
-                        format!("acp: dropped a partial line of {n} bytes at EOF (T7)"),
+                        format!("acp: dropped a partial line of {n} bytes at EOF"),
                     );
                 }
                 self.log(LogLevel::Info, "acp: stdin closed; shutting down".into());
-                self.begin_shutdown();
+                self.begin_shutdown(EndReason::Eof);
             }
             Input::ShutdownSignal => {
                 self.log(LogLevel::Info, "signal received; shutting down".into());
-                self.begin_shutdown();
+                self.begin_shutdown(EndReason::Signal);
             }
             Input::AcpWriteFailed => {
                 if self.shutdown.is_none() {
@@ -160,7 +215,7 @@ impl Agent {
                         "acp: stdout write failed; shutting down".into(),
                     );
                 }
-                self.begin_shutdown();
+                self.begin_shutdown(EndReason::ClientGone);
             }
             Input::McpSpawned { proc } => {
                 self.servers
@@ -198,6 +253,13 @@ impl Agent {
                         turn.on_llm_event(call, event, sess, cx)
                     });
                 }
+            }
+            Input::Transcript { file, event } => {
+                let events = self.store.on_file_event(file, event, &mut self.out);
+                self.route_store(events);
+            }
+            Input::TranscriptList { request, entries } => {
+                self.store.on_list(request, entries, &mut self.out);
             }
         }
         self.after_step();
@@ -255,6 +317,8 @@ impl Agent {
     /// move on.
     fn after_step(&mut self) {
         self.run_ready_turns();
+        // SPEC A9: what this step made final is recorded now (one append per session).
+        self.store.sync_all(&mut self.sessions, &mut self.out);
         self.check_shutdown_progress();
     }
 
@@ -357,17 +421,29 @@ impl Agent {
             return;
         }
         match method {
-            "initialize" => match crate::acp::initialize_result(&params, &self.version.clone()) {
-                Ok(r) => self.reply_ok(&id, &r),
+            "initialize" => match crate::acp::initialize_result(
+                &params,
+                &self.version.clone(),
+                self.store.is_on(),
+            ) {
+                Ok(r) => {
+                    self.client_notices = crate::acp::client_shows_notices(&params);
+                    self.reply_ok(&id, &r);
+                }
                 Err(m) => self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
             },
             "session/new" => self.on_session_new(id, &params),
+            "session/load" => self.on_session_load(id, &params, true),
+            "session/resume" => self.on_session_load(id, &params, false),
+            "session/list" => self.on_session_list(id, &params),
             "session/prompt" => self.on_prompt(id, &params),
             "session/cancel" => {
                 self.on_cancel(&params);
                 self.reply_ok(&id, &Value::Null);
             }
             "session/set_model" => self.on_set_model(&id, &params),
+            "session/set_config_option" => self.on_set_config_option(&id, &params),
+            "session/close" => self.on_session_close(id, &params),
             other => {
                 self.reply_err(
                     Some(&id),
@@ -401,7 +477,7 @@ impl Agent {
         let Some(req) = self.permissions.take(out, &mut self.timers) else {
             self.log(
                 LogLevel::Debug,
-                format!("acp: late or unknown response id {out}; dropped (I6)"),
+                format!("acp: late or unknown response id {out}; dropped"),
             );
             return;
         };
@@ -437,21 +513,38 @@ impl Agent {
             );
             return;
         }
-        let sid = SessionId(self.next_session);
-        self.next_session += 1;
+        let sid = self.session_ids.next_id();
+        let mut notices = Vec::with_capacity(spec.skipped.len());
+        for skipped in &spec.skipped {
+            // C55: the session starts without it; the user is told on the first prompt.
+            self.log(
+                LogLevel::Warn,
+                format!(
+                    "session {sid}: MCP server '{}' skipped: {}",
+                    skipped.name, skipped.reason
+                ),
+            );
+            notices.push(format!(
+                "MCP server '{}' was not started: {}.",
+                skipped.name, skipped.reason
+            ));
+        }
         let mut slots = Vec::with_capacity(spec.servers.len());
         for entry in &spec.servers {
             let slot = self.servers.create(sid, &spec.cwd, entry);
             slots.push(slot);
         }
-        self.sessions
-            .insert(sid, Session::new(sid, slots.clone(), &id));
+        let mut sess = Session::new(sid, slots.clone(), &id);
+        sess.notices = notices;
+        sess.client_notices = self.client_notices;
+        self.sessions.insert(sid, sess);
+        self.store.on_new(sid, &spec.cwd);
         self.log(
             LogLevel::Info,
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
         );
         if slots.is_empty() {
-            self.reply_ok(&id, &json!({"sessionId": sid.to_string()}));
+            self.session_ready(sid, Source::New);
         } else {
             for slot in slots {
                 self.servers.spawn(slot, &mut self.out);
@@ -465,31 +558,310 @@ impl Agent {
         let Some(sess) = self.sessions.get(&sid) else {
             return;
         };
-        let Some(rpc) = sess.starting.clone() else {
+        if sess.starting.is_none() {
             return;
-        };
+        }
+        let loading = self.store.is_loading(sid);
         match self.servers.start_state(&sess.servers) {
             StartState::Waiting => {}
             StartState::Failed(reason) => {
-                let slots = sess.servers.clone();
-                self.sessions.remove(&sid);
-                for slot in slots {
-                    self.servers.stop(
-                        slot,
-                        "session start failed",
-                        &mut self.out,
-                        &mut self.timers,
-                    );
-                }
-                self.log(LogLevel::Error, format!("session/new failed: {reason}"));
-                self.reply_err(Some(&rpc), jsonrpc::RpcError::SERVER_ERROR, reason, None);
+                let method = if loading {
+                    "session/load"
+                } else {
+                    "session/new"
+                };
+                self.log(LogLevel::Error, format!("{method} failed: {reason}"));
+                self.abandon_start(sid, loading, jsonrpc::RpcError::SERVER_ERROR, reason);
             }
+            // SPEC A9: the servers of a stored session are up; now its transcript is read.
+            StartState::Ready if loading => self.store.read(sid, &mut self.out),
             StartState::Ready => {
-                if let Some(sess) = self.sessions.get_mut(&sid) {
-                    sess.starting = None;
+                if !self.openings.contains_key(&sid) && !sess.opened {
+                    self.session_ready(sid, Source::New);
                 }
-                self.reply_ok(&rpc, &json!({"sessionId": sid.to_string()}));
             }
+        }
+    }
+
+    /// The result of `session/new` for session `sid` (SPEC A2, A5, cases C55, C58):
+    /// `sessionId`, the model selector (`configOptions`) and `models` state, and, when
+    /// `mcpServers` entries were skipped, `_meta.buzz.notices` with one sentence each (the
+    /// same sentences the first prompt streams). `session/load` answers with the same fields.
+    pub(crate) fn session_result(&self, sid: SessionId) -> Value {
+        let mut result = serde_json::Map::new();
+        result.insert("sessionId".into(), Value::String(sid.to_string()));
+        if let Some(sess) = self.sessions.get(&sid) {
+            let current = sess.model(&self.cfg.model);
+            let available = self.available_models(current);
+            result.extend(crate::acp::model_fields(current, &available));
+            if !sess.notices.is_empty() {
+                result.insert("_meta".into(), json!({"buzz": {"notices": sess.notices}}));
+            }
+        }
+        Value::Object(result)
+    }
+
+    /// The models a session whose model is `current` may switch to (SPEC A5): `current`,
+    /// `BUZZ_AGENT_MODEL`, then `BUZZ_AGENT_MODELS`.
+    fn available_models(&self, current: &str) -> Vec<String> {
+        let mut configured = Vec::with_capacity(self.cfg.models.len() + 1);
+        configured.push(self.cfg.model.clone());
+        configured.extend(self.cfg.models.iter().cloned());
+        crate::acp::available_models(current, &configured)
+    }
+
+    /// A session became ready: every server of it is up (after `session/new`, and after
+    /// `session/load`). Its `_SessionStart` round and its interceptor servers'
+    /// `interceptors/list` start now (SPEC H10, X1); the opening request is answered when they
+    /// are decided, within one hook timeout.
+    pub(crate) fn session_ready(&mut self, sid: SessionId, source: Source) {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        sess.opened = true;
+        let mut cx = Cx {
+            cfg: &self.cfg,
+            out: &mut self.out,
+            timers: &mut self.timers,
+            servers: &mut self.servers,
+            llm: &mut self.llm,
+            permissions: &mut self.permissions,
+            ids: &mut self.ids,
+            store: &mut self.store,
+        };
+        let opening = Opening::start(source, sess, &mut cx);
+        self.openings.insert(sid, opening);
+        self.check_opening(sid);
+    }
+
+    /// Finishes the opening of `sid` once its round and listings are decided: the texts wait
+    /// for the first prompt, the interceptors screen the session's calls, and the opening
+    /// request is answered (SPEC A2, H10, X1).
+    fn check_opening(&mut self, sid: SessionId) {
+        if !self.openings.get(&sid).is_some_and(Opening::is_done) {
+            return;
+        }
+        let (Some(opening), Some(sess)) = (self.openings.remove(&sid), self.sessions.get_mut(&sid))
+        else {
+            return;
+        };
+        let source = opening.source();
+        let (texts, interceptors) = opening.finish(sess, &mut self.out);
+        sess.start_texts = texts;
+        sess.interceptors = interceptors;
+        let Some(rpc) = sess.starting.take() else {
+            return;
+        };
+        // `session/new` answers with the session id; `session/load` and `session/resume` with
+        // the same model fields (ACP `LoadSessionResponse`, `ResumeSessionResponse`).
+        let mut result = self.session_result(sid);
+        if source != Source::New
+            && let Some(fields) = result.as_object_mut()
+        {
+            fields.remove("sessionId");
+        }
+        self.reply_ok(&rpc, &result);
+    }
+
+    /// A starting session failed (a server, or its transcript; `loading`: a `session/load` or
+    /// `session/resume`): forget it, stop its servers, close its file and answer its request
+    /// with `code` and `message`.
+    fn abandon_start(&mut self, sid: SessionId, loading: bool, code: i64, message: String) {
+        let Some(sess) = self.sessions.remove(&sid) else {
+            return;
+        };
+        for slot in sess.servers {
+            self.servers.stop(
+                slot,
+                "session start failed",
+                &mut self.out,
+                &mut self.timers,
+            );
+        }
+        // A load names the session it failed to open (C03); a new session never existed.
+        let data = loading.then(|| json!({"sessionId": sid.to_string()}));
+        self.store.close(sid, &mut self.out);
+        if let Some(rpc) = sess.starting {
+            self.reply_err(Some(&rpc), code, message, data);
+        }
+    }
+
+    /// `session/load` (`replay`) or `session/resume` (SPEC A9): open the stored session's
+    /// transcript (and lock it), start its servers (SPEC A2), read the transcript back —
+    /// replaying it as `session/update`s for a load — then answer. Refused when sessions are
+    /// not saved, for an id this agent could not have written (never a path), and for a
+    /// session already open in this agent (its running turn keeps its budgets, SPEC I2).
+    fn on_session_load(&mut self, id: RpcId, params: &Value, replay: bool) {
+        let method = if replay {
+            "session/load"
+        } else {
+            "session/resume"
+        };
+        if !self.store.is_on() {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::METHOD_NOT_FOUND,
+                format!(
+                    "{method}: sessions are not saved by this agent (BUZZ_AGENT_STATE_DIR=off)"
+                ),
+                None,
+            );
+        }
+        let named = match crate::acp::string_field(params, method, "sessionId") {
+            Ok(s) => s.to_owned(),
+            Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        let Some(sid) = SessionId::parse(&named) else {
+            // C03: an unknown session is -32002 wherever it is named; this one cannot even be a
+            // file name of the state directory, so nothing is looked up.
+            let shown = crate::text::utf8_prefix(&named, 200);
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::RESOURCE_NOT_FOUND,
+                format!(
+                    "session not found: {shown:?} is not a session id of this agent (sess_ and 32 hex digits)"
+                ),
+                Some(json!({"sessionId": named})),
+            );
+        };
+        if self.sessions.contains_key(&sid) {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                format!("{method}: session {sid} is already open in this agent"),
+                Some(json!({"sessionId": named})),
+            );
+        }
+        let spec = match crate::acp::decode_session_setup(params, method) {
+            Ok(s) => s,
+            Err((m, data)) => {
+                return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, Some(data));
+            }
+        };
+        if let Some(max) = self.cfg.max_sessions
+            && self.sessions.len() >= max
+        {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::SERVER_ERROR,
+                format!("too many sessions: BUZZ_AGENT_MAX_SESSIONS={max}"),
+                None,
+            );
+        }
+        let slots: Vec<ServerSlot> = spec
+            .servers
+            .iter()
+            .map(|entry| self.servers.create(sid, &spec.cwd, entry))
+            .collect();
+        let mut sess = Session::new(sid, slots, &id);
+        sess.starting = Some(id);
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: {} with {} MCP server(s) from {}",
+                if replay { "loading" } else { "resuming" },
+                sess.servers.len(),
+                self.store.path_of(sid)
+            ),
+        );
+        self.sessions.insert(sid, sess);
+        self.store.begin_load(sid, &spec.cwd, replay, &mut self.out);
+    }
+
+    /// What the store reports about loads (SPEC A9).
+    fn route_store(&mut self, events: Vec<StoreEvent>) {
+        for event in events {
+            match event {
+                StoreEvent::Opened(sid) => {
+                    // The transcript is ours: start the servers, then read it.
+                    let slots = self
+                        .sessions
+                        .get(&sid)
+                        .map(|s| s.servers.clone())
+                        .unwrap_or_default();
+                    if slots.is_empty() {
+                        self.store.read(sid, &mut self.out);
+                    }
+                    for slot in slots {
+                        self.servers.spawn(slot, &mut self.out);
+                    }
+                }
+                StoreEvent::Loaded(sid, restored) => {
+                    let Some(sess) = self.sessions.get_mut(&sid) else {
+                        continue;
+                    };
+                    sess.transcript = restored.transcript;
+                    sess.model_override = restored.model;
+                    sess.remembered = restored.remembered;
+                    // L10: a DeepSeek-style server's history keeps it one after a restart.
+                    if sess.transcript.messages().iter().any(|m| {
+                        matches!(m, crate::llm::Message::Assistant { reasoning, .. }
+                            if reasoning.contains(&crate::llm::ReasoningBlock::ChatField(
+                                crate::llm::ChatReasoningField::ReasoningContent)))
+                    }) {
+                        self.llm.learned.reasoning_content = true;
+                    }
+                    // H10: a loaded session opens like a new one: its `_SessionStart` round
+                    // and interceptor listings, then the answer.
+                    let source = if restored.replayed {
+                        Source::Load
+                    } else {
+                        Source::Resume
+                    };
+                    self.session_ready(sid, source);
+                }
+                StoreEvent::LoadFailed {
+                    session,
+                    code,
+                    message,
+                } => {
+                    self.log(LogLevel::Error, message.clone());
+                    self.abandon_start(session, true, code, message);
+                }
+            }
+        }
+    }
+
+    /// `session/list` (SPEC A9): the saved sessions, newest first, a page at a time,
+    /// optionally only those of one `cwd`.
+    fn on_session_list(&mut self, id: RpcId, params: &Value) {
+        if !self.store.is_on() {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::METHOD_NOT_FOUND,
+                "session/list: sessions are not saved by this agent (BUZZ_AGENT_STATE_DIR=off)"
+                    .into(),
+                None,
+            );
+        }
+        let optional = |field: &str| -> Result<Option<String>, String> {
+            match params.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(format!("session/list: {field} must be a string")),
+            }
+        };
+        let (cwd, cursor) = match (optional("cwd"), optional("cursor")) {
+            (Ok(cwd), Ok(cursor)) => (cwd, cursor),
+            (Err(m), _) | (_, Err(m)) => {
+                return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+            }
+        };
+        if let Some(cwd) = &cwd
+            && !cwd.starts_with('/')
+        {
+            return self.reply_err(
+                Some(&id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                "session/list: cwd must be an absolute path".into(),
+                Some(json!({"cwd": cwd})),
+            );
+        }
+        if let Err(m) = self
+            .store
+            .list(id.clone(), cwd, cursor.as_deref(), &mut self.out)
+        {
+            self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
         }
     }
 
@@ -514,6 +886,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         if let Some(end) = step(turn, sess, &mut cx) {
             self.end_turn(sid, end);
@@ -526,9 +899,11 @@ impl Agent {
             Ok(s) => s.to_string(),
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        let Some(sid) = SessionId::parse(&named)
-            .filter(|sid| self.sessions.get(sid).is_some_and(|s| s.starting.is_none()))
-        else {
+        let Some(sid) = SessionId::parse(&named).filter(|sid| {
+            self.sessions
+                .get(sid)
+                .is_some_and(|s| s.starting.is_none() && !s.ended)
+        }) else {
             return self.session_not_found(&id, &named);
         };
         let text = match crate::acp::render_prompt(params) {
@@ -573,6 +948,9 @@ impl Agent {
         let Some(sess) = self.sessions.get_mut(&sid) else {
             return;
         };
+        // SPEC A9: what came before is recorded first, then the prompt the client sent.
+        self.store.sync(sess);
+        self.store.on_prompt(sid, &text);
         let mut cx = Cx {
             cfg: &self.cfg,
             out: &mut self.out,
@@ -581,6 +959,7 @@ impl Agent {
             llm: &mut self.llm,
             permissions: &mut self.permissions,
             ids: &mut self.ids,
+            store: &mut self.store,
         };
         let turn = Turn::start(no, rpc, text, sess, &mut cx);
         self.turns.insert(sid, turn);
@@ -593,6 +972,16 @@ impl Agent {
             return;
         };
         self.timers.clear_turn(sid);
+        if let Some(sess) = self.sessions.get_mut(&sid) {
+            self.store.sync(sess);
+        }
+        match &end {
+            TurnEnd::Stopped(reason) => {
+                self.store
+                    .on_turn_end(sid, Some(reason.as_str()), turn.meta());
+            }
+            TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
+        }
         let queued = self.sessions.get_mut(&sid).and_then(|s| s.queued.take());
         match end {
             TurnEnd::Stopped(reason) => {
@@ -702,11 +1091,69 @@ impl Agent {
         }
     }
 
-    /// A hook call of a turn's round ended (SPEC H3, H4).
+    /// A hook call ended (SPEC H3, H4): it belongs to a session's `_SessionStart` or
+    /// `_SessionEnd` round, or to a round of its turn.
     fn route_hook_outcome(&mut self, call: crate::mcp::HookCallRef, outcome: HookOutcome) {
-        self.step_turn(call.session, |turn, sess, cx| {
+        let sid = call.session;
+        if let Some(opening) = self
+            .openings
+            .get_mut(&sid)
+            .filter(|o| o.has_round(call.round))
+        {
+            opening.on_hook_outcome(call.index, outcome, &mut self.out);
+            self.check_opening(sid);
+            return;
+        }
+        if let Some(ending) = self
+            .endings
+            .get_mut(&sid)
+            .filter(|e| e.has_round(call.round))
+        {
+            ending.on_hook_outcome(call.index, outcome, &mut self.out);
+            self.check_ending(sid);
+            return;
+        }
+        self.step_turn(sid, |turn, sess, cx| {
             turn.on_hook_outcome(call.round, call.index, outcome, sess, cx)
         });
+    }
+
+    /// A page of an interceptor server's `interceptors/list` came back (SPEC X1).
+    fn route_interceptor_list(
+        &mut self,
+        sid: SessionId,
+        server: ServerSlot,
+        reply: Result<Value, ListLost>,
+    ) {
+        let (Some(opening), Some(sess)) = (self.openings.get_mut(&sid), self.sessions.get(&sid))
+        else {
+            return;
+        };
+        let mut cx = Cx {
+            cfg: &self.cfg,
+            out: &mut self.out,
+            timers: &mut self.timers,
+            servers: &mut self.servers,
+            llm: &mut self.llm,
+            permissions: &mut self.permissions,
+            ids: &mut self.ids,
+            store: &mut self.store,
+        };
+        opening.on_list_reply(server, reply, sess, &mut cx);
+        self.check_opening(sid);
+    }
+
+    /// An `interceptor/invoke` of a tool call's chain came back, was lost or timed out.
+    fn route_intercept(&mut self, call: InterceptRef, event: InterceptEvent) {
+        if self
+            .turns
+            .get(&call.session)
+            .is_some_and(|t| t.no() == call.turn)
+        {
+            self.step_turn(call.session, |turn, sess, cx| {
+                turn.on_intercept(call, event, sess, cx)
+            });
+        }
     }
 
     // ---------------------------------------------------------------- MCP routing
@@ -732,14 +1179,18 @@ impl Agent {
         for event in events {
             match event {
                 McpEvent::ToolReply { call, reply } => {
-                    let (out, failed) = crate::tool_calls::tool_output(reply, cap);
-                    self.route_tool_result(call, out, failed);
+                    if self
+                        .turns
+                        .get(&call.session)
+                        .is_some_and(|t| t.no() == call.turn)
+                    {
+                        self.step_turn(call.session, |turn, sess, cx| {
+                            turn.on_tool_reply(call.index, reply, sess, cx)
+                        });
+                    }
                 }
                 McpEvent::ToolFailed { call, reason } => {
-                    let out = ToolOutput {
-                        text: reason,
-                        is_error: true,
-                    };
+                    let out = ToolOutput::plain(reason, true);
                     self.route_tool_result(call, out, true);
                 }
                 McpEvent::HookReply { call, reply } => {
@@ -747,6 +1198,29 @@ impl Agent {
                     self.route_hook_outcome(call, outcome);
                 }
                 McpEvent::HookDead { call } => self.route_hook_outcome(call, HookOutcome::Dead),
+                McpEvent::Progress {
+                    server,
+                    token,
+                    text,
+                } => {
+                    if let Some(sid) = self.servers.session_of(server) {
+                        self.step_turn(sid, |turn, _, cx| {
+                            turn.on_progress(server, &token, &text, cx);
+                            None
+                        });
+                    }
+                }
+                McpEvent::InterceptorList {
+                    session,
+                    server,
+                    reply,
+                } => self.route_interceptor_list(session, server, reply),
+                McpEvent::InterceptReply { call, reply } => {
+                    self.route_intercept(call, InterceptEvent::Reply(invoke_reply(reply)));
+                }
+                McpEvent::InterceptLost { call, reason } => {
+                    self.route_intercept(call, InterceptEvent::Reply(InvokeReply::Lost(reason)));
+                }
                 McpEvent::StartSettled { session } => self.check_session_start(session),
                 McpEvent::Relist { server } => {
                     self.servers
@@ -777,13 +1251,18 @@ impl Agent {
                 self.step_turn(sid, |turn, sess, cx| turn.on_timer(kind, sess, cx));
             }
             Timer::Permission(id) => {
-                // A7: an unanswered permission request is denied.
-                if let Some(req) = self.permissions.take(id, &mut self.timers) {
-                    self.log(
-                        LogLevel::Warn,
-                        format!("acp: permission request {id} timed out; denied (A7)"),
-                    );
-                    self.route_permission_answer(req, PermissionAnswer::Denied);
+                // A7: an unanswered permission request is named every 30 s, then denied.
+                let now = self.out.now();
+                match self.permissions.on_timer(id, now, &mut self.timers) {
+                    Some(PermissionTimer::Waiting { message }) => self.log(LogLevel::Warn, message),
+                    Some(PermissionTimer::Expired(req)) => {
+                        self.log(
+                            LogLevel::Warn,
+                            format!("acp: permission request {id} timed out; denied"),
+                        );
+                        self.route_permission_answer(req, PermissionAnswer::Denied);
+                    }
+                    None => {}
                 }
             }
             Timer::Shutdown => {
@@ -816,17 +1295,15 @@ impl Agent {
                     &mut self.out,
                     &mut self.timers,
                 );
-                let out = ToolOutput {
-                    text: format!(
-                        "tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
-                    ),
-                    is_error: true,
-                };
+                let out = ToolOutput::plain(
+                    format!("tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"),
+                    true,
+                );
                 self.route_tool_result(call, out, true);
                 // M5: the server is killed and marked dead.
                 let events = self.servers.kill(
                     slot,
-                    &format!("tool call timed out after {secs} s; killed (M5)"),
+                    &format!("tool call timed out after {secs} s; killed"),
                     &mut self.out,
                     &mut self.timers,
                 );
@@ -837,11 +1314,38 @@ impl Agent {
                     slot,
                     id,
                     self.cfg.hook_timeout_ms,
+                    "hook",
                     &mut self.out,
                     &mut self.timers,
                 );
                 self.route_mcp(events);
                 self.route_hook_outcome(call, HookOutcome::Timeout);
+            }
+            Expired::ListInterceptors(sid) => {
+                let ms = self.cfg.hook_timeout_ms;
+                let events = self.servers.hook_timed_out(
+                    slot,
+                    id,
+                    ms,
+                    "interceptor",
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                self.route_mcp(events);
+                let why = format!("interceptors/list timed out after {ms} ms");
+                self.route_interceptor_list(sid, slot, Err(ListLost::Lost(why)));
+            }
+            Expired::Intercept(call) => {
+                let events = self.servers.hook_timed_out(
+                    slot,
+                    id,
+                    self.cfg.hook_timeout_ms,
+                    "interceptor",
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                self.route_mcp(events);
+                self.route_intercept(call, InterceptEvent::Timeout);
             }
         }
     }
@@ -865,7 +1369,19 @@ impl Agent {
         };
         match SessionId::parse(&sid).and_then(|id| self.sessions.get_mut(&id)) {
             Some(s) if s.starting.is_none() => {
-                s.model_override = Some(model);
+                let sid = s.id;
+                s.model_override = Some(model.clone());
+                self.log(
+                    LogLevel::Info,
+                    format!("session {sid}: model set to {model}"),
+                );
+                // A client that shows the model selector (configOptions) sees the change too,
+                // before the answer.
+                let options = crate::acp::config_options(&model, &self.available_models(&model));
+                self.out.send_update(
+                    &sid.to_string(),
+                    &json!({"sessionUpdate": "config_option_update", "configOptions": options}),
+                );
                 self.reply_ok(id, &json!({}));
             }
             _ => self.reply_err(
@@ -877,19 +1393,77 @@ impl Agent {
         }
     }
 
+    /// `session/set_config_option` (SPEC A5, case C58): `configId` `model` with one of the
+    /// advertised models as `value` sets the session's model; the answer is the full
+    /// `configOptions`. Unknown session, option or value → `-32602`.
+    fn on_set_config_option(&mut self, id: &RpcId, params: &Value) {
+        const METHOD: &str = "session/set_config_option";
+        let fields = crate::acp::string_field(params, METHOD, "sessionId").and_then(|sid| {
+            crate::acp::string_field(params, METHOD, "configId").map(|c| (sid.to_string(), c))
+        });
+        let (sid, config_id) = match fields {
+            Ok(f) => f,
+            Err(m) => return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        if config_id != crate::acp::MODEL_CONFIG_ID {
+            let m = format!("{METHOD}: unknown configId '{config_id}' (this agent has: model)");
+            return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+        }
+        let Some(sess_id) = SessionId::parse(&sid)
+            .filter(|s| self.sessions.get(s).is_some_and(|s| s.starting.is_none()))
+        else {
+            return self.reply_err(
+                Some(id),
+                jsonrpc::RpcError::INVALID_PARAMS,
+                format!("{METHOD}: session not found: {sid}"),
+                Some(json!({"sessionId": sid})),
+            );
+        };
+        let current = self
+            .sessions
+            .get(&sess_id)
+            .map(|s| s.model(&self.cfg.model).to_string())
+            .unwrap_or_default();
+        let available = self.available_models(&current);
+        let value = params.get("value").and_then(Value::as_str).map(str::trim);
+        let Some(model) = value.filter(|v| available.iter().any(|m| m == v)) else {
+            let m = format!(
+                "{METHOD}: value must be one of the advertised models: {}",
+                available.join(", ")
+            );
+            return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+        };
+        let model = model.to_string();
+        if let Some(s) = self.sessions.get_mut(&sess_id) {
+            s.model_override = Some(model.clone());
+        }
+        self.log(
+            LogLevel::Info,
+            format!("session {sess_id}: model set to {model}"),
+        );
+        let options = crate::acp::config_options(&model, &self.available_models(&model));
+        self.reply_ok(id, &json!({"configOptions": options}));
+    }
+
     // ---------------------------------------------------------------- shutdown (P1, M8)
 
-    /// Begin shutting down (idempotent): answer and cancel everything, close every server's
-    /// stdin; the [`Shutdown`] machine takes it from there.
-    fn begin_shutdown(&mut self) {
+    /// Begin shutting down (idempotent): answer and cancel everything, start the
+    /// `_SessionEnd` round of every session that opened (SPEC H11, `reason`), close the stdin
+    /// of every server not answering one; the [`Shutdown`] machine takes it from there.
+    fn begin_shutdown(&mut self, reason: EndReason) {
         if self.shutdown.is_some() {
             return;
         }
-        self.shutdown = Some(Shutdown::begin(self.out.now()));
+        let now = self.out.now();
+        // Set first so that nothing below starts anything new; replaced at the end.
+        self.shutdown = Some(Shutdown::begin(now, false, 0));
         // Cancel every turn and answer pending requests (P1).
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
-        for sid in sids {
+        for &sid in &sids {
             let starting = self.sessions.get_mut(&sid).and_then(|s| s.starting.take());
+            if self.store.is_loading(sid) {
+                self.store.close(sid, &mut self.out);
+            }
             if let Some(rpc) = starting {
                 self.reply_err(
                     Some(&rpc),
@@ -907,18 +1481,136 @@ impl Agent {
                 self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
             }
         }
+        // An opening's answer was just given; its round and listings are abandoned.
+        self.openings.clear();
         self.llm.release_all(&mut self.out);
         self.permissions.clear(&mut self.timers);
-        self.servers.shut_down_all(&mut self.out, &mut self.timers);
+        // H11: every session that opened ends exactly once.
+        for sid in sids {
+            self.start_ending(sid, reason, None);
+        }
+        let keep: BTreeSet<ServerSlot> = self
+            .endings
+            .values()
+            .flat_map(Ending::waiting_servers)
+            .collect();
+        self.servers
+            .shut_down_all(&keep, &mut self.out, &mut self.timers);
+        self.shutdown = Some(Shutdown::begin(
+            now,
+            !keep.is_empty(),
+            self.cfg.hook_timeout_ms,
+        ));
+        let kept = if keep.is_empty() {
+            String::new()
+        } else {
+            format!(" (but {} answering _SessionEnd)", keep.len())
+        };
         self.log(
             LogLevel::Debug,
-            "shutdown: closed every MCP server's stdin".into(),
+            format!("shutdown: closed every MCP server's stdin{kept}"),
         );
+    }
+
+    /// `session/close` (ACP, SPEC H11): the session's turn is cancelled and answered, its
+    /// `_SessionEnd` round runs, then its servers are stopped (M8) and the request is
+    /// answered `{}`. Unknown, still opening or already ending: `-32002`.
+    fn on_session_close(&mut self, id: RpcId, params: &Value) {
+        let named = match crate::acp::string_field(params, "session/close", "sessionId") {
+            Ok(s) => s.to_string(),
+            Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
+        };
+        let Some(sid) = SessionId::parse(&named).filter(|sid| {
+            self.sessions
+                .get(sid)
+                .is_some_and(|s| s.starting.is_none() && !s.ended)
+        }) else {
+            return self.session_not_found(&id, &named);
+        };
+        if let Some((queued, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
+            self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
+        }
+        self.cancel_turn(sid, "session closed");
+        if self.turns.contains_key(&sid) {
+            self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
+        }
+        self.start_ending(sid, EndReason::Close, Some(id));
+    }
+
+    /// The `_SessionEnd` point of `sid` (SPEC H11): once per session that opened; `close` is
+    /// the `session/close` request to answer when it is done.
+    fn start_ending(&mut self, sid: SessionId, reason: EndReason, close: Option<RpcId>) {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        if sess.ended || !sess.opened {
+            return;
+        }
+        sess.ended = true;
+        let mut cx = Cx {
+            cfg: &self.cfg,
+            out: &mut self.out,
+            timers: &mut self.timers,
+            servers: &mut self.servers,
+            llm: &mut self.llm,
+            permissions: &mut self.permissions,
+            ids: &mut self.ids,
+            store: &mut self.store,
+        };
+        let ending = Ending::start(reason, close, sess, &mut cx);
+        self.endings.insert(sid, ending);
+        self.check_ending(sid);
+    }
+
+    /// Finishes the ending of `sid` once its round is decided: the texts are logged; after a
+    /// `session/close` the session's servers are stopped, the session is forgotten and the
+    /// request is answered.
+    fn check_ending(&mut self, sid: SessionId) {
+        if !self.endings.get(&sid).is_some_and(Ending::is_done) {
+            return;
+        }
+        let (Some(ending), Some(sess)) = (self.endings.remove(&sid), self.sessions.get(&sid))
+        else {
+            return;
+        };
+        let reason = ending.reason();
+        let Some(rpc) = ending.finish(sess, &mut self.out) else {
+            return;
+        };
+        // A9: what the session recorded is written, and its file closed (its lock released:
+        // another agent may load it now).
+        if let Some(sess) = self.sessions.get_mut(&sid) {
+            self.store.sync(sess);
+        }
+        self.store.flush(sid, &mut self.out);
+        self.store.close(sid, &mut self.out);
+        if let Some(sess) = self.sessions.remove(&sid)
+            && self.shutdown.is_none()
+        {
+            for slot in sess.servers {
+                self.servers.stop(
+                    slot,
+                    "the session was closed",
+                    &mut self.out,
+                    &mut self.timers,
+                );
+            }
+        }
+        self.log(
+            LogLevel::Info,
+            format!("session {sid}: closed ({})", reason.as_str()),
+        );
+        self.reply_ok(&rpc, &json!({}));
     }
 
     fn run_shutdown_actions(&mut self, actions: Vec<ShutdownAction>) {
         for action in actions {
             let signal = match action {
+                ShutdownAction::CloseAll => {
+                    self.servers
+                        .shut_down_all(&BTreeSet::new(), &mut self.out, &mut self.timers);
+                    continue;
+                }
                 ShutdownAction::TermAllGroups => crate::io::Signal::Term,
                 ShutdownAction::KillAllGroupsAndExit => crate::io::Signal::Kill,
             };
@@ -938,10 +1630,11 @@ impl Agent {
         let now = self.out.now();
         let alive = self.servers.any_leader_alive();
         let spawned = self.servers.any_spawned();
+        let waiting = !self.endings.is_empty();
         let Some(sh) = self.shutdown.as_mut() else {
             return;
         };
-        let actions = sh.on_step(now, alive, spawned);
+        let actions = sh.on_step(now, waiting, alive, spawned);
         let deadline = sh.deadline(alive);
         self.run_shutdown_actions(actions);
         match deadline {

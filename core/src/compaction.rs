@@ -217,7 +217,7 @@ impl Compactor {
     ) -> bool {
         self.compacted_before_round != rounds + 1
             && projected_tokens(
-                &transcript.messages,
+                transcript.messages(),
                 transcript.last_input_tokens,
                 transcript.usage_mark,
             ) >= threshold(max_context_tokens)
@@ -281,7 +281,7 @@ impl Compactor {
             return None;
         }
         self.handoffs += 1;
-        let before = transcript.messages.len();
+        let before = transcript.len();
         transcript.replace(vec![
             Message::User {
                 text: format!("{SUMMARY_HEADER}{summary}"),
@@ -317,7 +317,7 @@ pub(crate) fn summary_messages(
     // The live prompt always goes in whole: the newest-first cut may not reach it in a long
     // turn, and the summary must name the original task.
     let live = crate::text::utf8_prefix(prompt_text, budget / 4);
-    let rendered = render_for_summary(&transcript.messages, budget.saturating_sub(live.len()));
+    let rendered = render_for_summary(transcript.messages(), budget.saturating_sub(live.len()));
     vec![Message::User {
         text: format!(
             "{SUMMARY_INSTRUCTION}\n\n<current_request>\n{live}\n</current_request>\n\n<conversation>\n{rendered}</conversation>"
@@ -344,11 +344,11 @@ pub(crate) fn truncate_transcript(
 ) {
     let budget = threshold(max_context_tokens);
     let live = transcript
-        .messages
+        .messages()
         .iter()
         .rposition(|m| matches!(m, Message::User { text } if *text == prompt_text))
         .unwrap_or(0);
-    let history = transcript.messages.take();
+    let history = transcript.take_messages();
     let (kept, _, dropped) = truncate(history, live, budget);
     transcript.replace(kept);
     out.log(
@@ -370,8 +370,7 @@ pub(crate) fn inject_post_compact(
         let n = transcript.next_call_no();
         injected.extend(injection_pair(HookPoint::PostCompact, server, text, n));
     }
-    let at = 1.min(transcript.messages.len());
-    transcript.messages.rewrite().splice(at..at, injected);
+    transcript.insert_at(1, injected);
     if !texts.is_empty() {
         out.log(
             LogLevel::Info,
@@ -394,7 +393,7 @@ mod tests {
 
     fn transcript(messages: Vec<Message>) -> Transcript {
         let mut t = Transcript::default();
-        t.messages = messages.into();
+        t.extend(messages);
         t
     }
 
@@ -404,7 +403,7 @@ mod tests {
         let mut t = transcript(vec![user(&"x".repeat(890))]);
         assert!(!c.needed(0, &t, 1000), "890 of 1000 tokens");
         t.record_usage(800);
-        t.messages.push(user(&"y".repeat(100)));
+        t.push(user(&"y".repeat(100)));
         assert!(c.needed(0, &t, 1000), "800 reported + 100 bytes since");
         let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
         c.begin(0, 10, SID, "full", &mut out);
@@ -428,8 +427,8 @@ mod tests {
             Some(1)
         );
         assert_eq!(
-            t.messages[..],
-            vec![user(&format!("{SUMMARY_HEADER}did X")), user("task")]
+            t.messages(),
+            [user(&format!("{SUMMARY_HEADER}did X")), user("task")]
         );
         assert_eq!((t.last_input_tokens, t.usage_mark), (0, 0));
         assert_eq!(c.begin(1, 1, SID, "full", &mut out), Compaction::Truncate);
@@ -473,11 +472,11 @@ mod tests {
             SID,
             &mut out,
         );
-        assert_eq!(t.messages.len(), 6);
-        assert_eq!(t.messages[0], user("summary"));
-        assert_eq!(t.messages[5], user("task"));
+        assert_eq!(t.len(), 6);
+        assert_eq!(t.messages()[0], user("summary"));
+        assert_eq!(t.messages()[5], user("task"));
         let ids: Vec<String> = t
-            .messages
+            .messages()
             .iter()
             .filter_map(|m| {
                 if let Message::ToolResult { call_id, .. } = m {
@@ -516,7 +515,7 @@ mod tests {
         ]);
         t.record_usage(999);
         truncate_transcript(&mut t, "live", 100, SID, &mut out);
-        assert_eq!(t.messages[0], user("live"));
+        assert_eq!(t.messages()[0], user("live"));
         assert_eq!((t.last_input_tokens, t.usage_mark), (0, 0));
     }
 

@@ -33,6 +33,28 @@ pub enum ProviderKind {
     OpenAiResponses,
 }
 
+impl ProviderKind {
+    /// The `BUZZ_AGENT_PROVIDER` value that selects it, as the user writes it.
+    #[must_use]
+    pub fn env_value(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses => "openai",
+        }
+    }
+
+    /// The `OPENAI_COMPAT_API` value of an OpenAI-compatible route (`chat`, `responses`);
+    /// `None` for Anthropic.
+    #[must_use]
+    pub fn api_value(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Anthropic => None,
+            ProviderKind::OpenAiChat => Some("chat"),
+            ProviderKind::OpenAiResponses => Some("responses"),
+        }
+    }
+}
+
 /// A server allowlist in C3 syntax: the hook allowlist from `MCP_HOOK_SERVERS` (H2), and the
 /// interceptor servers from `BUZZ_AGENT_INTERCEPTOR_SERVERS` (X1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +69,17 @@ pub enum HookAllowlist {
 }
 
 impl HookAllowlist {
+    /// The allowlist as `MCP_HOOK_SERVERS` is written: `*`, the names joined by `,`, or
+    /// `unset` when off (for log lines).
+    #[must_use]
+    pub fn env_value(&self) -> String {
+        match self {
+            HookAllowlist::Off => "unset".to_owned(),
+            HookAllowlist::All => "*".to_owned(),
+            HookAllowlist::Names(n) => n.join(","),
+        }
+    }
+
     /// Whether hooks of the MCP server named `server` (its `session/new` name) may run (C3, H2).
     #[must_use]
     pub fn allows(&self, server: &str) -> bool {
@@ -65,6 +98,17 @@ pub enum PermissionMode {
     Ask,
     /// `allow`: model tool calls run without asking.
     Allow,
+}
+
+impl PermissionMode {
+    /// The `BUZZ_AGENT_PERMISSION` value, as the user writes it (`ask`, `allow`).
+    #[must_use]
+    pub fn env_value(self) -> &'static str {
+        match self {
+            PermissionMode::Ask => "ask",
+            PermissionMode::Allow => "allow",
+        }
+    }
 }
 
 /// `BUZZ_AGENT_LOG` stderr log level (C2, P2). Ordered from least to most verbose, so a record
@@ -92,6 +136,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// Where session transcripts live (SPEC A9, `BUZZ_AGENT_STATE_DIR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateDir {
+    /// `off`, or no directory could be worked out (no `HOME`): sessions are not persisted and
+    /// `initialize` advertises `loadSession: false`.
+    Off,
+    /// An absolute directory path. The runtime creates it (mode 0700) with the first
+    /// transcript; the core only ever names files directly inside it.
+    Dir(String),
+}
+
 /// The validated configuration (C2). Durations are in milliseconds (`*_ms`); the variables
 /// that configure them in seconds are multiplied by 1000. `Debug` redacts the API key and
 /// prints the system prompt's length only (P2).
@@ -104,6 +159,10 @@ pub struct Config {
     pub api_key: String,
     /// `BUZZ_AGENT_MODEL`, else `ANTHROPIC_MODEL` / `OPENAI_COMPAT_MODEL`; required. Trimmed.
     pub model: String,
+    /// `BUZZ_AGENT_MODELS` (default empty): more model ids a client may switch a session to
+    /// (A5, C58); comma list, trimmed, empties and duplicates dropped. `session/new` advertises
+    /// [`Config::model`] first, then these.
+    pub models: Vec<String>,
     /// `ANTHROPIC_BASE_URL` (default `https://api.anthropic.com`) / `OPENAI_COMPAT_BASE_URL`
     /// (default `https://api.openai.com/v1`); `http://` or `https://` (scheme in any case) followed
     /// by a host; trailing `/` removed, so endpoints are `{base_url}/v1/messages` etc.
@@ -148,8 +207,8 @@ pub struct Config {
     /// `MCP_HOOK_SERVERS` (default off) (C3).
     pub hook_servers: HookAllowlist,
     /// `BUZZ_AGENT_INTERCEPTOR_SERVERS` (default off; C3 syntax): the servers asked for
-    /// SEP-2624 interceptors (X1, experimental). Parsed only: not yet applied to tool calls
-    /// (docs/interceptors.md).
+    /// SEP-2624 interceptors (X1, experimental) when a session opens; their `tools/call`
+    /// interceptors screen every model tool call of the session (docs/interceptors.md).
     pub interceptor_servers: HookAllowlist,
     /// `BUZZ_AGENT_HOOK_TIMEOUT_MS` (default 2500), 1..=600000 ms: per hook call (H3). The upper
     /// bound (10 minutes) follows cases C30: a bigger value is almost surely a unit mistake.
@@ -171,9 +230,24 @@ pub struct Config {
     pub log_level: LogLevel,
     /// `BUZZ_AGENT_LOG_FORMAT` (default text).
     pub log_format: LogFormat,
-    /// Seed of the retry jitter (L5). Not read from the environment: [`Config::from_env_map`]
-    /// sets 0 and the runtime overwrites it, so the core stays deterministic (DESIGN).
+    /// Where session transcripts are kept (SPEC A9): `BUZZ_AGENT_STATE_DIR` (an absolute path,
+    /// or `off`), else `$XDG_STATE_HOME/buzz-agent/sessions` (when that variable is an
+    /// absolute path), else `$HOME/.local/state/buzz-agent/sessions`, else off.
+    pub state_dir: StateDir,
+    /// `BUZZ_AGENT_SEED` (default unset = random): a fixed seed for reproducible runs and
+    /// tests. It sets [`Config::seed`] and [`Config::session_id_seed`], and the runtime keeps
+    /// them instead of drawing random ones (DESIGN: randomness is an input). Session ids then
+    /// repeat from run to run, so a fixed seed goes with a fresh `BUZZ_AGENT_STATE_DIR` or
+    /// `off`.
+    pub fixed_seed: Option<u64>,
+    /// Seed of the retry jitter (L5): `BUZZ_AGENT_SEED`, else 0 from
+    /// [`Config::from_env_map`], which the runtime overwrites with random bits.
     pub seed: u64,
+    /// The 128 bits new session ids are derived from (SPEC A9: random, unique across
+    /// processes and hosts): derived from `BUZZ_AGENT_SEED`, else `None` from
+    /// [`Config::from_env_map`], which the runtime replaces with 16 bytes from the OS. An
+    /// agent without one numbers its sessions `sess_1`, `sess_2`, … (the core's own tests).
+    pub session_id_seed: Option<u128>,
 }
 
 impl fmt::Debug for Config {
@@ -191,6 +265,7 @@ impl fmt::Debug for Config {
             .field("provider", &self.provider)
             .field("api_key", &format_args!("{key}"))
             .field("model", &self.model)
+            .field("models", &self.models)
             .field("base_url", &self.base_url)
             .field("anthropic_version", &self.anthropic_version)
             .field("system_prompt", &prompt)
@@ -220,7 +295,10 @@ impl fmt::Debug for Config {
             .field("permission_timeout_ms", &self.permission_timeout_ms)
             .field("log_level", &self.log_level)
             .field("log_format", &self.log_format)
+            .field("state_dir", &self.state_dir)
+            .field("fixed_seed", &self.fixed_seed)
             .field("seed", &self.seed)
+            .field("session_id_seed", &self.session_id_seed.map(|_| "<set>"))
             .finish()
     }
 }
@@ -374,6 +452,7 @@ const OPENAI_MODEL: &str = "OPENAI_COMPAT_MODEL";
 const OPENAI_BASE_URL: &str = "OPENAI_COMPAT_BASE_URL";
 const OPENAI_API: &str = "OPENAI_COMPAT_API";
 const MODEL: &str = "BUZZ_AGENT_MODEL";
+const MODELS: &str = "BUZZ_AGENT_MODELS";
 const SYSTEM_PROMPT: &str = "BUZZ_AGENT_SYSTEM_PROMPT";
 const SYSTEM_PROMPT_FILE: &str = "BUZZ_AGENT_SYSTEM_PROMPT_FILE";
 const MAX_ROUNDS: &str = "BUZZ_AGENT_MAX_ROUNDS";
@@ -399,6 +478,8 @@ const PERMISSION: &str = "BUZZ_AGENT_PERMISSION";
 const PERMISSION_TIMEOUT_SECS: &str = "BUZZ_AGENT_PERMISSION_TIMEOUT_SECS";
 const LOG: &str = "BUZZ_AGENT_LOG";
 const LOG_FORMAT: &str = "BUZZ_AGENT_LOG_FORMAT";
+const STATE_DIR: &str = "BUZZ_AGENT_STATE_DIR";
+const SEED: &str = "BUZZ_AGENT_SEED";
 
 const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -434,6 +515,7 @@ const NUMBERS: &[(&str, u64, u64)] = &[
     (HOOK_TIMEOUT_MS, 1, MAX_HOOK_TIMEOUT_MS),
     (STOP_MAX_REJECTIONS, 0, U32_MAX),
     (PERMISSION_TIMEOUT_SECS, 1, MAX_SECS),
+    (SEED, 0, u64::MAX),
 ];
 
 /// `u32::MAX` as a `u64`.
@@ -471,6 +553,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (OPENAI_BASE_URL, DEFAULT_OPENAI_BASE_URL, "OpenAI-compatible API base URL (http:// or https://)"),
     (OPENAI_API, "chat", "chat = Chat Completions, responses = Responses API"),
     (MODEL, "", "model name; overrides ANTHROPIC_MODEL / OPENAI_COMPAT_MODEL"),
+    (MODELS, "", "comma-separated model ids a client may switch a session to (its model picker)"),
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
@@ -488,7 +571,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (MAX_TOOL_RESULT_TEXT_BYTES, "51200", "bytes of text per tool result, middle-elided beyond"),
     (HOOK_SERVERS, "unset = hooks off", "hook allowlist: * = every server, or comma-separated server names"),
     (HOOK_TIMEOUT_MS, "2500", "milliseconds per hook call"),
-    (INTERCEPTOR_SERVERS, "unset = off", "experimental SEP-2624 interceptor servers, syntax as MCP_HOOK_SERVERS (parsed, not yet applied)"),
+    (INTERCEPTOR_SERVERS, "unset = off", "experimental SEP-2624 interceptor servers whose validators and mutators screen every model tool call, syntax as MCP_HOOK_SERVERS"),
     (STOP_MAX_REJECTIONS, "3", "_Stop objection budget per prompt; 0 disables _Stop and the reply guard"),
     (REQUIRE_REPLY, "false", "reply guard: remind the model to post its answer (boolean)"),
     (REPLY_TOOLS, "", "comma-separated qualified tool names that count as posting a reply"),
@@ -496,6 +579,8 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (PERMISSION_TIMEOUT_SECS, "330", "seconds to wait for a permission answer before denying"),
     (LOG, "info", "stderr log level: error, warn, info, debug (adds prompt and tool text), trace"),
     (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
+    (STATE_DIR, "$XDG_STATE_HOME/buzz-agent/sessions, else ~/.local/state/buzz-agent/sessions", "where session transcripts are kept (an absolute path), or off: sessions are not persisted"),
+    (SEED, "random", "fixed seed for reproducible runs (retry jitter, session ids); use with a fresh BUZZ_AGENT_STATE_DIR or off"),
 ];
 
 /// The names of every variable the agent reads (C1), in `--help` order.
@@ -552,7 +637,9 @@ pub fn unknown_agent_variables(env: &BTreeMap<String, String>) -> Vec<String> {
 }
 
 /// The warnings to log at start-up (C1, issue 12), one line each, no secret: every unknown
-/// `BUZZ_AGENT_*` variable ([`unknown_agent_variables`]), and an OpenAI-compatible provider on
+/// `BUZZ_AGENT_*` variable ([`unknown_agent_variables`]), sessions that cannot be saved for
+/// want of a directory (SPEC A9: no `HOME`, unless `BUZZ_AGENT_STATE_DIR=off` says so), and an
+/// OpenAI-compatible provider on
 /// the default URL (`https://api.openai.com/v1`) without `OPENAI_COMPAT_API_KEY`, where every
 /// request would be refused (401): most likely a local server's URL was forgotten. Neither
 /// stops the agent (an empty key is valid for local servers).
@@ -566,6 +653,15 @@ pub fn startup_warnings(env: &BTreeMap<String, String>, config: &Config) -> Vec<
         config.provider,
         ProviderKind::OpenAiChat | ProviderKind::OpenAiResponses
     );
+    if config.state_dir == StateDir::Off
+        && !env
+            .get(STATE_DIR)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
+    {
+        out.push(format!(
+            "sessions are not saved: neither {STATE_DIR}, XDG_STATE_HOME nor HOME names an absolute directory (set {STATE_DIR}, or {STATE_DIR}=off to silence this)"
+        ));
+    }
     if openai
         && config.api_key.is_empty()
         && config
@@ -725,22 +821,9 @@ fn parse_server_allowlist(env: &Env<'_>, var: &'static str) -> Result<HookAllowl
             "either * alone (every server) or comma-separated server names, not * mixed with names",
         ));
     }
-    // Server names are `[A-Za-z0-9_-]+` without `__` (M3): an entry that cannot be a server
-    // name (a space instead of a comma, a quote) could never match, so it is an error.
-    if let Some(bad) = entries.iter().find(|e| !is_server_name(e)) {
-        return Err(env.invalid(
-            var,
-            format!("comma-separated server names of [A-Za-z0-9_-] without \"__\" (or * alone), but {bad:?} is not one"),
-        ));
-    }
+    // Entries are matched exactly against the names clients give in `session/new`, which may
+    // be anything (`My Files`, `github/copilot`, A2, C55): no character is refused here.
     Ok(HookAllowlist::Names(entries))
-}
-
-fn is_server_name(s: &str) -> bool {
-    !s.is_empty()
-        && !s.contains("__")
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// The system prompt from the variable or the file (mutually exclusive).
@@ -796,13 +879,52 @@ fn provider_kind(env: &Env<'_>) -> Result<ProviderKind, ConfigError> {
     }
 }
 
+/// `BUZZ_AGENT_STATE_DIR` with its fallbacks (SPEC A9).
+fn state_dir(env: &Env<'_>) -> Result<StateDir, ConfigError> {
+    const SUFFIX: &str = "buzz-agent/sessions";
+    match env.get(STATE_DIR) {
+        Some(v) if v.eq_ignore_ascii_case("off") => Ok(StateDir::Off),
+        Some(v) if v.starts_with('/') => Ok(StateDir::Dir(without_trailing_slash(v))),
+        Some(_) => Err(env.invalid(STATE_DIR, "an absolute directory path, or off")),
+        None => {
+            // XDG Base Directory: a relative $XDG_STATE_HOME is invalid and ignored.
+            let base = env
+                .get("XDG_STATE_HOME")
+                .filter(|p| p.starts_with('/'))
+                .map(|p| format!("{}/{SUFFIX}", p.trim_end_matches('/')))
+                .or_else(|| {
+                    env.get("HOME")
+                        .filter(|p| p.starts_with('/'))
+                        .map(|p| format!("{}/.local/state/{SUFFIX}", p.trim_end_matches('/')))
+                });
+            Ok(base.map_or(StateDir::Off, StateDir::Dir))
+        }
+    }
+}
+
+/// An absolute path without its trailing `/`s (`/` itself stays `/`).
+fn without_trailing_slash(path: &str) -> String {
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() {
+        "/".to_owned()
+    } else {
+        trimmed.to_owned()
+    }
+}
+
+/// The session-id seed of a fixed `BUZZ_AGENT_SEED`: both halves of the 128 bits from it.
+fn expand_seed(seed: u64) -> u128 {
+    (u128::from(seed) << 64) | u128::from(seed ^ 0x5851_f42d_4c95_7f2d)
+}
+
 impl Config {
     /// Builds and validates the configuration from an environment snapshot (C1–C3).
     ///
     /// `env` maps variable names to values (the runtime passes its process environment; names
     /// or values that are not UTF-8 are left out). `read_file(path)` returns a file's content
-    /// or a one-line reason; it is called only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. `seed` is
-    /// set to 0 (the runtime sets it).
+    /// or a one-line reason; it is called only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. Without
+    /// `BUZZ_AGENT_SEED`, `seed` is 0 and `session_id_seed` is `None`: the runtime sets them
+    /// from the OS's randomness.
     ///
     /// # Errors
     /// Every error found, in one [`ConfigErrors`] (so a user fixes them all in one go, not one
@@ -896,6 +1018,10 @@ impl Config {
             Some("trace") => Ok(LogLevel::Trace),
             Some(_) => Err(env.invalid(LOG, "error, warn, info, debug or trace")),
         };
+        let fixed_seed = match env.get(SEED) {
+            None => None,
+            Some(_) => c.opt(env.uint(SEED, 0_u64)),
+        };
         let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
             None | Some("text") => Ok(LogFormat::Text),
             Some("json") => Ok(LogFormat::Json),
@@ -908,6 +1034,7 @@ impl Config {
             provider: provider.unwrap_or(ProviderKind::OpenAiChat),
             api_key,
             model,
+            models: env.list(MODELS),
             base_url,
             anthropic_version,
             system_prompt,
@@ -940,7 +1067,10 @@ impl Config {
             permission_timeout_ms: c.or(env.secs_as_ms(PERMISSION_TIMEOUT_SECS, 330), 0),
             log_level: c.or(log_level, LogLevel::Info),
             log_format: c.or(log_format, LogFormat::Text),
-            seed: 0,
+            state_dir: c.or(state_dir(&env), StateDir::Off),
+            fixed_seed,
+            seed: fixed_seed.unwrap_or(0),
+            session_id_seed: fixed_seed.map(expand_seed),
         };
         match ConfigErrors::from_vec(c.errors) {
             Some(errors) => Err(errors),
@@ -958,6 +1088,7 @@ impl Config {
             provider,
             api_key: "test-key".to_owned(),
             model: "test-model".to_owned(),
+            models: Vec::new(),
             base_url: base_url.trim_end_matches('/').to_owned(),
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
             system_prompt: None,
@@ -984,7 +1115,10 @@ impl Config {
             permission_timeout_ms: 330_000,
             log_level: LogLevel::Info,
             log_format: LogFormat::Text,
+            state_dir: StateDir::Off,
+            fixed_seed: None,
             seed: 0,
+            session_id_seed: None,
         }
     }
 }
@@ -1253,7 +1387,7 @@ mod tests {
     }
 
     /// (variable, value given, expected field value read back)
-    fn numeric_fields(c: &Config) -> [(&'static str, u64); 16] {
+    fn numeric_fields(c: &Config) -> [(&'static str, u64); 17] {
         [
             (MAX_ROUNDS, u64::from(c.max_rounds)),
             (MAX_OUTPUT_TOKENS, u64::from(c.max_output_tokens)),
@@ -1274,6 +1408,7 @@ mod tests {
             (HOOK_TIMEOUT_MS, c.hook_timeout_ms),
             (STOP_MAX_REJECTIONS, u64::from(c.stop_max_rejections)),
             (PERMISSION_TIMEOUT_SECS, c.permission_timeout_ms),
+            (SEED, c.fixed_seed.unwrap_or(0)),
         ]
     }
 
@@ -1532,12 +1667,30 @@ mod tests {
     }
 
     #[test]
-    fn c3_an_entry_that_cannot_be_a_server_name_is_an_error() {
-        for v in ["a b", "x,\"y\"", "a__b"] {
-            let e = err(&anthropic(&[(HOOK_SERVERS, v)]));
-            assert_eq!(e.variable(), HOOK_SERVERS, "{v}");
-            assert!(e.to_string().contains("is not one"), "{e}");
+    fn c55_c3_names_clients_give_are_accepted_as_written_without_case_folding() {
+        let hooks = ok(&anthropic(&[(
+            HOOK_SERVERS,
+            "My Files, my.fs,github/copilot,ünï,a__b",
+        )]))
+        .hook_servers;
+        for name in ["My Files", "my.fs", "github/copilot", "ünï", "a__b"] {
+            assert!(hooks.allows(name), "{name}");
         }
+        assert!(!hooks.allows("my files"), "no case folding");
+        assert!(
+            !hooks.allows("My_Files"),
+            "the original name, not the tool prefix"
+        );
+    }
+
+    #[test]
+    fn c58_models_are_a_trimmed_list_without_empties() {
+        let c = ok(&anthropic(&[(
+            MODELS,
+            " fast-model, ,big-model,fast-model ",
+        )]));
+        assert_eq!(c.models, vec!["fast-model".to_string(), "big-model".into()]);
+        assert!(ok(&anthropic(&[])).models.is_empty());
     }
 
     #[test]
@@ -1569,8 +1722,11 @@ mod tests {
             ),
             "{e}"
         );
-        let e = err(&anthropic(&[(INTERCEPTOR_SERVERS, "a b")]));
-        assert_eq!(e.variable(), INTERCEPTOR_SERVERS);
+        assert_eq!(
+            ok(&anthropic(&[(INTERCEPTOR_SERVERS, "my policy")])).interceptor_servers,
+            HookAllowlist::Names(vec!["my policy".into()]),
+            "a client's name as written"
+        );
         assert!(is_agent_secret_or_own_variable(INTERCEPTOR_SERVERS));
     }
 
@@ -1681,7 +1837,58 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 35);
+        assert_eq!(count, 37);
+    }
+
+    #[test]
+    fn a9_the_state_directory_falls_back_from_the_variable_to_xdg_to_home() {
+        let dir = |pairs: &[(&str, &str)]| ok(&anthropic(pairs)).state_dir;
+        let d = |p: &str| StateDir::Dir(p.to_owned());
+        assert_eq!(dir(&[]), StateDir::Off, "no HOME: nowhere to keep sessions");
+        assert_eq!(
+            dir(&[("HOME", "/home/u")]),
+            d("/home/u/.local/state/buzz-agent/sessions")
+        );
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "/x/state/")]),
+            d("/x/state/buzz-agent/sessions")
+        );
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "rel")]),
+            d("/home/u/.local/state/buzz-agent/sessions"),
+            "a relative XDG_STATE_HOME is ignored (XDG Base Directory)"
+        );
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), (STATE_DIR, " /srv/agent/ ")]),
+            d("/srv/agent")
+        );
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), (STATE_DIR, "OFF")]),
+            StateDir::Off
+        );
+        assert_eq!(dir(&[(STATE_DIR, "/")]), d("/"));
+        let e = err(&anthropic(&[(STATE_DIR, "state")]));
+        assert_eq!(
+            e.to_string(),
+            "BUZZ_AGENT_STATE_DIR: invalid value \"state\": expected an absolute directory path, or off"
+        );
+    }
+
+    #[test]
+    fn a9_a_fixed_seed_fixes_the_jitter_and_the_session_ids_else_the_runtime_draws_them() {
+        let c = ok(&anthropic(&[]));
+        assert_eq!((c.fixed_seed, c.seed, c.session_id_seed), (None, 0, None));
+        let c = ok(&anthropic(&[(SEED, "42")]));
+        assert_eq!((c.fixed_seed, c.seed), (Some(42), 42));
+        assert!(c.session_id_seed.is_some());
+        assert_eq!(
+            ok(&anthropic(&[(SEED, "42")])).session_id_seed,
+            c.session_id_seed
+        );
+        assert_ne!(
+            ok(&anthropic(&[(SEED, "43")])).session_id_seed,
+            c.session_id_seed
+        );
     }
 
     #[test]
@@ -1778,7 +1985,11 @@ mod tests {
 
     #[test]
     fn c1_default_openai_url_without_a_key_is_a_startup_warning() {
-        let env = env_of(&[(PROVIDER, "openai"), (OPENAI_MODEL, "gpt")]);
+        let env = env_of(&[
+            (PROVIDER, "openai"),
+            (OPENAI_MODEL, "gpt"),
+            ("HOME", "/home/u"),
+        ]);
         let warnings = startup_warnings(&env, &ok(&env));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
@@ -1792,6 +2003,7 @@ mod tests {
             (PROVIDER, "openai"),
             (OPENAI_MODEL, "gpt"),
             (OPENAI_BASE_URL, "HTTPS://api.openai.com/v1/"),
+            ("HOME", "/home/u"),
         ]);
         assert_eq!(startup_warnings(&env, &ok(&env)).len(), 1);
         for quiet in [
@@ -1799,23 +2011,32 @@ mod tests {
                 (PROVIDER, "openai"),
                 (OPENAI_MODEL, "gpt"),
                 (OPENAI_API_KEY, "k"),
+                ("HOME", "/home/u"),
             ]),
             env_of(&[
                 (PROVIDER, "openai"),
                 (OPENAI_MODEL, "gpt"),
                 (OPENAI_BASE_URL, "http://127.0.0.1:8000/v1"),
+                ("HOME", "/home/u"),
             ]),
-            anthropic(&[]),
+            anthropic(&[("HOME", "/home/u")]),
+            anthropic(&[(STATE_DIR, "off")]),
         ] {
             assert!(
                 startup_warnings(&quiet, &ok(&quiet)).is_empty(),
                 "{quiet:?}"
             );
         }
-        let typo = anthropic(&[("BUZZ_AGENT_HOOK_TIMEOUT", "5")]);
+        let typo = anthropic(&[("BUZZ_AGENT_HOOK_TIMEOUT", "5"), ("HOME", "/home/u")]);
         assert_eq!(
             startup_warnings(&typo, &ok(&typo)),
             vec!["unknown variable BUZZ_AGENT_HOOK_TIMEOUT ignored (typo?)".to_owned()]
+        );
+        // A9: nowhere to save sessions, and no one said off.
+        let homeless = anthropic(&[]);
+        assert_eq!(
+            startup_warnings(&homeless, &ok(&homeless)),
+            vec!["sessions are not saved: neither BUZZ_AGENT_STATE_DIR, XDG_STATE_HOME nor HOME names an absolute directory (set BUZZ_AGENT_STATE_DIR, or BUZZ_AGENT_STATE_DIR=off to silence this)".to_owned()]
         );
     }
 

@@ -8,6 +8,7 @@ use crate::llm_call::LlmCalls;
 use crate::mcp::ServerTable;
 use crate::outbox::Outbox;
 use crate::permissions::Permissions;
+use crate::store::SessionStore;
 use crate::timers::TimerTable;
 
 /// What a step may use besides its own state.
@@ -26,6 +27,9 @@ pub(crate) struct Cx<'a> {
     pub(crate) permissions: &'a mut Permissions,
     /// The process-wide id counters.
     pub(crate) ids: &'a mut IdCounters,
+    /// The session store (SPEC A9): what the client saw and each tool result are recorded as
+    /// they happen.
+    pub(crate) store: &'a mut SessionStore,
 }
 
 /// Owned parts of a step context, for the unit tests of the machines that borrow one.
@@ -39,6 +43,7 @@ pub(crate) mod rig {
     use crate::mcp::ServerTable;
     use crate::outbox::Outbox;
     use crate::permissions::Permissions;
+    use crate::store::SessionStore;
     use crate::time::MonoTime;
     use crate::timers::TimerTable;
     use serde_json::Value;
@@ -52,6 +57,7 @@ pub(crate) mod rig {
         pub(crate) llm: LlmCalls,
         pub(crate) permissions: Permissions,
         pub(crate) ids: IdCounters,
+        pub(crate) store: SessionStore,
     }
 
     impl Parts {
@@ -69,6 +75,7 @@ pub(crate) mod rig {
                 llm: LlmCalls::new(7),
                 permissions: Permissions::default(),
                 ids: IdCounters::default(),
+                store: SessionStore::new(&cfg.state_dir),
                 cfg,
             }
         }
@@ -83,6 +90,7 @@ pub(crate) mod rig {
                 llm: &mut self.llm,
                 permissions: &mut self.permissions,
                 ids: &mut self.ids,
+                store: &mut self.store,
             }
         }
 

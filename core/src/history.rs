@@ -72,6 +72,13 @@ impl From<Vec<Message>> for History {
     }
 }
 
+impl PartialEq for History {
+    /// The same messages (the cache is derived from them).
+    fn eq(&self, other: &History) -> bool {
+        self.messages == other.messages
+    }
+}
+
 impl std::fmt::Debug for History {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(&self.messages).finish()

@@ -1,7 +1,11 @@
-//! MCP lifecycle hooks (SPEC H1–H9, G1–G2), all in one place: how a hook's answer counts
-//! ([`classify_reply`]), the [`HookRound`] that calls every hook of a point concurrently, the
-//! `_Stop` [`StopGate`] with its per-prompt budget, the reply guard (G1 reminder, G2 posting
-//! detection) and the model-visible injections (H6).
+//! MCP lifecycle hooks (SPEC H1–H11, G1–G2), all in one place: the points ([`HookPoint`]), how
+//! a hook's answer counts ([`classify_reply`]), the [`HookRound`] that calls every hook of a
+//! point concurrently, the `_Stop` [`StopGate`] with its per-prompt budget, the reply guard (G1
+//! reminder, G2 posting detection) and the model-visible injections (H6, H7, H10).
+//!
+//! Who starts a round: the turn for `_Stop` (the model ended its answer) and `_PostCompact`
+//! (after a summary); the session's lifecycle (`lifecycle.rs`) for `_SessionStart` (its
+//! servers are ready) and `_SessionEnd` (`session/close` or the agent's shutdown).
 //!
 //! Invariants (DESIGN I1–I5, checked here and by `core/tests/hooks_props.rs`):
 //! - `objections <= budget` for every prompt (I1); the count resets only at `session/prompt`
@@ -17,7 +21,7 @@
 
 use crate::config::LogLevel;
 use crate::cx::Cx;
-use crate::ids::{HookRoundId, SessionId};
+use crate::ids::{HookRoundId, ServerSlot, SessionId};
 use crate::jsonrpc::RpcError;
 use crate::llm::{Message, ToolCall};
 use crate::mcp::{HookCallRef, McpRequest, Purpose};
@@ -27,7 +31,7 @@ use crate::time::MonoTime;
 use crate::transcript::Transcript;
 use serde_json::{Value, json};
 
-/// A hook point (SPEC H1).
+/// A hook point (SPEC H1, H10, H11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookPoint {
     /// `_Stop`: the model ended its turn; an objection sends it back (SPEC H5).
@@ -35,15 +39,73 @@ pub enum HookPoint {
     /// `_PostCompact`: the context was just compacted; text is injected after the summary
     /// (SPEC H7).
     PostCompact,
+    /// `_SessionStart`: the session's servers are ready (after `session/new`); text is
+    /// injected right after the first prompt of the session (SPEC H10).
+    SessionStart,
+    /// `_SessionEnd`: the session ends (`session/close`, or the agent shuts down); text is
+    /// logged, never injected (SPEC H11).
+    SessionEnd,
 }
 
 impl HookPoint {
+    /// Every point, in the order of a session's life.
+    pub const ALL: [HookPoint; 4] = [
+        HookPoint::SessionStart,
+        HookPoint::Stop,
+        HookPoint::PostCompact,
+        HookPoint::SessionEnd,
+    ];
+
     /// The hook tool name, e.g. `_Stop`.
     #[must_use]
-    pub fn tool_name(self) -> &'static str {
+    pub const fn tool_name(self) -> &'static str {
         match self {
             HookPoint::Stop => "_Stop",
             HookPoint::PostCompact => "_PostCompact",
+            HookPoint::SessionStart => "_SessionStart",
+            HookPoint::SessionEnd => "_SessionEnd",
+        }
+    }
+
+    /// What a non-blank answer does: `object` (`_Stop`), `inject` (`_PostCompact`,
+    /// `_SessionStart`) or `log` (`_SessionEnd`), e.g. for `hooks check`.
+    #[must_use]
+    pub fn effect(self) -> &'static str {
+        match self {
+            HookPoint::Stop => "object",
+            HookPoint::PostCompact | HookPoint::SessionStart => "inject",
+            HookPoint::SessionEnd => "log",
+        }
+    }
+
+    /// The point whose hook tool is named `name` exactly (names are case-sensitive).
+    #[must_use]
+    pub fn from_tool_name(name: &str) -> Option<HookPoint> {
+        HookPoint::ALL.into_iter().find(|p| p.tool_name() == name)
+    }
+}
+
+/// Why a session ended, sent to `_SessionEnd` as `reason` (SPEC H11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndReason {
+    /// The client sent `session/close`.
+    Close,
+    /// The client closed the agent's stdin.
+    Eof,
+    /// SIGTERM, SIGINT or SIGHUP.
+    Signal,
+    /// Writing to the client failed (it is gone).
+    ClientGone,
+}
+
+impl EndReason {
+    /// The wire word: `close`, `eof`, `signal` or `client_gone`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Close => "close",
+            EndReason::Eof => "eof",
+            EndReason::Signal => "signal",
+            EndReason::ClientGone => "client_gone",
         }
     }
 }
@@ -98,7 +160,12 @@ pub(crate) fn classify_reply(reply: Result<Value, RpcError>, cap: usize) -> Hook
 /// One call of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct HookCall {
+    /// The server called (a shutdown waits for its answer, SPEC H11).
+    slot: ServerSlot,
+    /// The name the client gave (logs, notices).
     server_name: String,
+    /// The server's tool prefix (the injection's tool name, SPEC H6).
+    prefix: String,
     started: MonoTime,
     outcome: Option<HookOutcome>,
 }
@@ -115,16 +182,65 @@ pub(crate) struct HookRound {
     calls: Vec<HookCall>,
 }
 
+/// What a hook call's `_meta["buzz/hook"]` carries besides `point` and `sessionId` (SPEC H3,
+/// H11): `attempt` and `budgetRemaining` for every point, `reason` and `promptCount` for
+/// `_SessionEnd`, `source` for `_SessionStart`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HookMeta {
+    /// `_Stop`: the objection this round would be (1-based); `_PostCompact`: the handoff; 1
+    /// for the session points.
+    pub(crate) attempt: u32,
+    /// `_Stop` budget left (informational; the session points never spend it).
+    pub(crate) budget_remaining: u32,
+    /// `_SessionStart`: how the session was opened (`new`).
+    pub(crate) source: Option<&'static str>,
+    /// `_SessionEnd`: why the session ended.
+    pub(crate) reason: Option<EndReason>,
+    /// `_SessionEnd`: how many prompts the session ran.
+    pub(crate) prompt_count: Option<u32>,
+}
+
+impl HookMeta {
+    /// The meta of a `_Stop` or `_PostCompact` round.
+    pub(crate) fn turn(attempt: u32, budget_remaining: u32) -> HookMeta {
+        HookMeta {
+            attempt,
+            budget_remaining,
+            source: None,
+            reason: None,
+            prompt_count: None,
+        }
+    }
+
+    fn to_value(self, point: HookPoint, session: &Session) -> Value {
+        let mut meta = json!({
+            "point": point.tool_name(),
+            "sessionId": session.id.to_string(),
+            "attempt": self.attempt,
+            "budgetRemaining": self.budget_remaining
+        });
+        if let Some(source) = self.source {
+            meta["source"] = json!(source);
+        }
+        if let Some(reason) = self.reason {
+            meta["reason"] = json!(reason.as_str());
+        }
+        if let Some(n) = self.prompt_count {
+            meta["promptCount"] = json!(n);
+        }
+        meta
+    }
+}
+
 impl HookRound {
     /// Starts a round for `point` over `session`'s servers (SPEC H2, H3), telling each hook
-    /// its `attempt` and the `budget_remaining` in `_meta.buzz/hook`. Servers that are dead or
-    /// not ready are not called and count as `dead` at once, so a round with no live target
-    /// is decided as soon as it starts.
+    /// `meta` in `_meta.buzz/hook`. Servers that are dead or not ready are not called and
+    /// count as `dead` at once, so a round with no live target is decided as soon as it
+    /// starts.
     pub(crate) fn start(
         point: HookPoint,
         session: &Session,
-        attempt: u32,
-        budget_remaining: u32,
+        meta: HookMeta,
         cx: &mut Cx<'_>,
     ) -> HookRound {
         let now = cx.out.now();
@@ -135,19 +251,14 @@ impl HookRound {
             .servers
             .hook_targets(&session.servers, hook, &cx.cfg.hook_servers);
         let mut calls = Vec::with_capacity(targets.len());
-        for (slot, server_name, ready) in targets {
+        for target in targets {
             let index = calls.len();
             let mut request = None;
-            if ready {
+            if target.ready {
                 let params = json!({
                     "name": hook,
                     "arguments": {},
-                    "_meta": {"buzz/hook": {
-                        "point": hook,
-                        "sessionId": session.id.to_string(),
-                        "attempt": attempt,
-                        "budgetRemaining": budget_remaining
-                    }}
+                    "_meta": {"buzz/hook": meta.to_value(point, session)}
                 });
                 let purpose = Purpose::Hook(HookCallRef {
                     session: session.id,
@@ -155,7 +266,7 @@ impl HookRound {
                     index,
                 });
                 request = cx.servers.send_request(
-                    slot,
+                    target.slot,
                     McpRequest {
                         method: "tools/call",
                         params: &params,
@@ -167,7 +278,9 @@ impl HookRound {
                 );
             }
             calls.push(HookCall {
-                server_name,
+                slot: target.slot,
+                server_name: target.name,
+                prefix: target.prefix,
                 started: now,
                 outcome: request.is_none().then_some(HookOutcome::Dead),
             });
@@ -189,6 +302,15 @@ impl HookRound {
     /// The hook point.
     pub(crate) fn point(&self) -> HookPoint {
         self.point
+    }
+
+    /// The servers whose call is still undecided (registration order): a shutdown keeps
+    /// their stdin open until they answer (SPEC H11).
+    pub(crate) fn waiting_servers(&self) -> impl Iterator<Item = ServerSlot> + '_ {
+        self.calls
+            .iter()
+            .filter(|c| c.outcome.is_none())
+            .map(|c| c.slot)
     }
 
     /// Every call decided.
@@ -218,12 +340,24 @@ impl HookRound {
         self.is_decided()
     }
 
-    /// The texts of the decided round in registration order: `(server name, text)` (SPEC H3).
+    /// The texts of the decided round in registration order: `(server's tool prefix, text)`
+    /// (SPEC H3; the prefix is the server's name unless the client's name is not a valid
+    /// tool-name part, A2).
     pub(crate) fn texts(&self) -> Vec<(String, String)> {
+        self.texts_by(|c| c.prefix.clone())
+    }
+
+    /// The texts of the decided round in registration order with the servers' names as the
+    /// client gave them, for what the user reads.
+    pub(crate) fn texts_by_name(&self) -> Vec<(String, String)> {
+        self.texts_by(|c| c.server_name.clone())
+    }
+
+    fn texts_by(&self, key: impl Fn(&HookCall) -> String) -> Vec<(String, String)> {
         self.calls
             .iter()
             .filter_map(|c| match &c.outcome {
-                Some(HookOutcome::Text(t)) => Some((c.server_name.clone(), t.clone())),
+                Some(HookOutcome::Text(t)) => Some((key(c), t.clone())),
                 Some(
                     HookOutcome::Empty
                     | HookOutcome::Error(_)
@@ -329,7 +463,7 @@ impl StopGate {
             out.log(
                 LogLevel::Warn,
                 format!(
-                    "hook: _Stop budget of {} exhausted in session {session}; ending the turn (H9)",
+                    "hook: _Stop budget of {} exhausted in session {session}; ending the turn",
                     self.budget
                 ),
             );
@@ -457,23 +591,38 @@ pub(crate) fn append_injections(
     for (k, (server, text)) in texts.iter().enumerate() {
         let n = transcript.next_call_no();
         let [call, result] = injection_pair(point, server, text, n);
-        // A join changes the last message: the history's cache of serialized messages goes.
-        let history = transcript.messages.rewrite();
         let joins = k == 0
-            && matches!(history.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
-        match (call, history.last_mut()) {
-            (
-                Message::Assistant { tool_calls, .. },
-                Some(Message::Assistant {
-                    tool_calls: answer, ..
-                }),
-            ) if joins => {
-                answer.extend(tool_calls);
-            }
-            (call, _) => history.push(call),
+            && matches!(transcript.messages().last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty());
+        if joins
+            && let Message::Assistant { tool_calls, .. } = &call
+            && let Some(Message::Assistant {
+                tool_calls: answer, ..
+            }) = transcript.last_mut()
+        {
+            answer.extend(tool_calls.iter().cloned());
+        } else {
+            transcript.push(call);
         }
-        history.push(result);
+        transcript.push(result);
     }
+}
+
+/// The user line that closes the `_SessionStart` injections (SPEC H10, L10). A request may not
+/// end in the results of a tool call the model did not make when it thinks (Anthropic: a tool
+/// loop must open with a thinking block), so the model's turn starts after this line.
+pub(crate) const SESSION_START_FOLLOW_UP: &str = "The tool results above are session context from the session-start hooks; now answer the request before them.";
+
+/// Appends a session's `_SessionStart` texts right after its first prompt (SPEC H10, H6,
+/// L10): one injection pair per text ([`injection_pair`], in registration order), then
+/// [`SESSION_START_FOLLOW_UP`] as a user message. Nothing for no texts.
+pub(crate) fn append_session_start(transcript: &mut Transcript, texts: &[(String, String)]) {
+    if texts.is_empty() {
+        return;
+    }
+    append_injections(transcript, HookPoint::SessionStart, texts);
+    transcript.push(Message::User {
+        text: SESSION_START_FOLLOW_UP.to_string(),
+    });
 }
 
 #[cfg(test)]
@@ -528,7 +677,7 @@ mod tests {
             .collect();
         assert_eq!(
             logs.last().map(String::as_str),
-            Some("hook: _Stop budget of 2 exhausted in session sess_1; ending the turn (H9)")
+            Some("hook: _Stop budget of 2 exhausted in session sess_1; ending the turn")
         );
     }
 
@@ -640,7 +789,12 @@ mod tests {
                 ("b", &["_Stop", "_PostCompact"]),
             ],
         );
-        let mut round = HookRound::start(HookPoint::Stop, &sess, 2, 1, &mut parts.cx());
+        let mut round = HookRound::start(
+            HookPoint::Stop,
+            &sess,
+            HookMeta::turn(2, 1),
+            &mut parts.cx(),
+        );
         let calls = Parts::mcp_lines(&parts.drain());
         assert_eq!(calls.len(), 2, "only the servers exposing _Stop");
         assert_eq!(
@@ -676,7 +830,12 @@ mod tests {
         let mut parts = Parts::new();
         let sess = session_with(&mut parts, &[("guard", &["_Stop"])]);
         parts.cfg.hook_servers = crate::config::HookAllowlist::Off;
-        let round = HookRound::start(HookPoint::Stop, &sess, 1, 3, &mut parts.cx());
+        let round = HookRound::start(
+            HookPoint::Stop,
+            &sess,
+            HookMeta::turn(1, 3),
+            &mut parts.cx(),
+        );
         assert!(
             round.is_decided() && round.texts().is_empty(),
             "H2: not allowlisted"
@@ -687,7 +846,12 @@ mod tests {
             .servers
             .kill(slot, "test kill", &mut parts.out, &mut parts.timers);
         parts.drain();
-        let round = HookRound::start(HookPoint::Stop, &sess, 1, 3, &mut parts.cx());
+        let round = HookRound::start(
+            HookPoint::Stop,
+            &sess,
+            HookMeta::turn(1, 3),
+            &mut parts.cx(),
+        );
         assert!(
             round.is_decided() && round.texts().is_empty(),
             "a dead server counts as dead"
@@ -701,7 +865,7 @@ mod tests {
     #[test]
     fn c61_the_first_injection_joins_the_answer_that_ends_the_history() {
         let mut transcript = Transcript::default();
-        transcript.messages = crate::history::History::from(vec![
+        transcript.extend(vec![
             Message::User {
                 text: "fix it".into(),
             },
@@ -717,7 +881,7 @@ mod tests {
             HookPoint::Stop,
             &[("guard".into(), "tests fail".into())],
         );
-        let history = &transcript.messages;
+        let history = transcript.messages();
         assert_eq!(history.len(), 3);
         let Message::Assistant {
             text, tool_calls, ..
@@ -751,6 +915,63 @@ mod tests {
         assert_eq!(
             text,
             r#"{"hook":"_Stop","server":"testguard","text":"2 tests \"fail\""}"#
+        );
+    }
+
+    #[test]
+    fn h10_h11_every_point_has_its_exact_tool_name_and_effect() {
+        let names: Vec<&str> = HookPoint::ALL.iter().map(|p| p.tool_name()).collect();
+        assert_eq!(
+            names,
+            ["_SessionStart", "_Stop", "_PostCompact", "_SessionEnd"]
+        );
+        for p in HookPoint::ALL {
+            assert_eq!(HookPoint::from_tool_name(p.tool_name()), Some(p));
+        }
+        assert_eq!(
+            HookPoint::from_tool_name("_sessionstart"),
+            None,
+            "names are exact"
+        );
+        let effects: Vec<&str> = HookPoint::ALL.iter().map(|p| p.effect()).collect();
+        assert_eq!(effects, ["inject", "object", "inject", "log"]);
+    }
+
+    #[test]
+    fn h10_l10_session_start_texts_go_after_the_prompt_then_a_user_line_closes_them() {
+        let mut transcript = Transcript::default();
+        transcript.push(Message::User {
+            text: "fix the bug".into(),
+        });
+        append_session_start(&mut transcript, &[]);
+        assert_eq!(transcript.messages().len(), 1, "no texts: nothing");
+        append_session_start(
+            &mut transcript,
+            &[
+                ("todo".into(), "open: write docs".into()),
+                ("mem".into(), "you prefer tabs".into()),
+            ],
+        );
+        let kinds: Vec<String> = transcript
+            .messages()
+            .iter()
+            .map(|m| match m {
+                Message::User { text } => format!("user:{text}"),
+                Message::Assistant { tool_calls, .. } => format!("call:{}", tool_calls[0].name),
+                Message::ToolResult { text, .. } => format!("result:{text}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "user:fix the bug".to_string(),
+                "call:todo___SessionStart".into(),
+                r#"result:{"hook":"_SessionStart","server":"todo","text":"open: write docs"}"#
+                    .into(),
+                "call:mem___SessionStart".into(),
+                r#"result:{"hook":"_SessionStart","server":"mem","text":"you prefer tabs"}"#.into(),
+                format!("user:{SESSION_START_FOLLOW_UP}"),
+            ]
         );
     }
 }

@@ -4,23 +4,110 @@
 
 use std::fmt;
 
-/// An ACP session (SPEC A2), shown and sent on the wire as `sess_N` (N from 1).
+/// An ACP session (SPEC A2, A9). Two wire forms, never ambiguous:
+///
+/// - **random** (every session of a runtime): 127 random bits, shown as `sess_` and 32
+///   lower-case hex digits whose first is 8–f (the top bit is always set), e.g.
+///   `sess_9f86d081884c7d659a2feaa0c55ad015`. Unique across processes and hosts (SPEC A9): the
+///   runtime hands the core 128 random bits at start ([`Config::session_id_seed`]) and the
+///   core derives each id from them ([`SessionIds`]).
+/// - **counted** (an agent built without a seed: the core's own tests): `sess_N`, N from 1.
+///
+/// Both forms are safe as file names: `[a-z0-9_]` only.
+///
+/// [`Config::session_id_seed`]: crate::Config::session_id_seed
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct SessionId(pub(crate) u64);
+pub(crate) struct SessionId(pub(crate) u128);
+
+/// The top bit of a random [`SessionId`]; counted ids stay below 2^64.
+const RANDOM_ID_BIT: u128 = 1 << 127;
 
 impl SessionId {
-    /// The session a client names, if `text` is exactly how we wrote one (`sess_7`; not
-    /// `sess_07`, `sess_+7` or `7`). Other strings name no session.
+    /// The session a client names, if `text` is exactly how we write one (`sess_7`, or `sess_`
+    /// and 32 lower-case hex digits starting with 8–f; not `sess_07`, `sess_+7`, `7`, upper
+    /// case or `../x`). Other strings name no session, and never a path.
     pub(crate) fn parse(text: &str) -> Option<SessionId> {
         let digits = text.strip_prefix("sess_")?;
+        if digits.len() == 32
+            && digits
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            let n = u128::from_str_radix(digits, 16).ok()?;
+            return (n & RANDOM_ID_BIT != 0).then_some(SessionId(n));
+        }
         let n: u64 = digits.parse().ok()?;
-        (n.to_string() == digits).then_some(SessionId(n))
+        (n.to_string() == digits).then_some(SessionId(u128::from(n)))
+    }
+
+    /// The name of its transcript file in the state directory (SPEC A9): `<id>.jsonl`.
+    pub(crate) fn file_name(self) -> String {
+        format!("{self}.jsonl")
     }
 }
 
 impl fmt::Display for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sess_{}", self.0)
+        if self.0 & RANDOM_ID_BIT != 0 {
+            write!(f, "sess_{:032x}", self.0)
+        } else {
+            write!(f, "sess_{}", self.0)
+        }
+    }
+}
+
+/// Where new session ids come from: a counter, mixed with the runtime's 128 random bits when
+/// there are some (SPEC A9). The same seed gives the same ids in the same order
+/// (`BUZZ_AGENT_SEED`, DESIGN I12); different seeds give unrelated ids.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionIds {
+    seed: Option<u128>,
+    next: u64,
+}
+
+impl SessionIds {
+    /// Ids from `seed` (random form), or counted ids without one.
+    pub(crate) fn new(seed: Option<u128>) -> SessionIds {
+        SessionIds { seed, next: 1 }
+    }
+
+    /// The next id.
+    pub(crate) fn next_id(&mut self) -> SessionId {
+        let n = self.next;
+        self.next += 1;
+        match self.seed {
+            None => SessionId(u128::from(n)),
+            Some(seed) => SessionId(permute(seed ^ u128::from(n)) | RANDOM_ID_BIT),
+        }
+    }
+}
+
+/// A bijection of 128-bit values (a four-round Feistel network over the two halves with the
+/// SplitMix64 finaliser as round function): distinct counters give distinct outputs, and the
+/// outputs of unrelated seeds look unrelated.
+fn permute(x: u128) -> u128 {
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let (mut hi, mut lo) = ((x >> 64) as u64, x as u64);
+    for round in 0..4u64 {
+        let next = hi ^ mix(lo.wrapping_add(round.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        hi = lo;
+        lo = next;
+    }
+    (u128::from(hi) << 64) | u128::from(lo)
+}
+
+/// A session's transcript file as the runtime holds it open (SPEC A9), allocated from a
+/// counter (from 1); the runtime keeps `TranscriptId → open file`. Shown as `file#N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TranscriptId(pub u64);
+
+impl fmt::Display for TranscriptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "file#{}", self.0)
     }
 }
 
@@ -170,6 +257,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a9_random_ids_are_32_hex_digits_distinct_and_reproducible_from_their_seed() {
+        let mut a = SessionIds::new(Some(42));
+        let ids: Vec<SessionId> = (0..1000).map(|_| a.next_id()).collect();
+        let set: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(set.len(), 1000, "distinct within a process");
+        let mut b = SessionIds::new(Some(42));
+        assert_eq!(b.next_id(), ids[0], "the same seed, the same ids");
+        let mut c = SessionIds::new(Some(43));
+        assert_ne!(c.next_id(), ids[0]);
+        for id in &ids[..20] {
+            let text = id.to_string();
+            assert_eq!(text.len(), 5 + 32, "{text}");
+            assert_eq!(SessionId::parse(&text), Some(*id), "{text} round-trips");
+            assert_eq!(id.file_name(), format!("{text}.jsonl"));
+        }
+        let mut counted = SessionIds::new(None);
+        assert_eq!(counted.next_id().to_string(), "sess_1");
+    }
+
+    #[test]
+    fn a9_no_path_names_a_session() {
+        for other in [
+            "../x",
+            "sess_../x",
+            "sess_/etc/passwd",
+            "sess_1/..",
+            "sess_0123456789abcdef0123456789abcdef",
+            "sess_9F86D081884C7D659A2FEAA0C55AD015",
+            "sess_9f86d081884c7d659a2feaa0c55ad01",
+            "sess_9f86d081884c7d659a2feaa0c55ad015.jsonl",
+        ] {
+            assert_eq!(SessionId::parse(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
     fn a2_only_the_exact_wire_form_names_a_session() {
         assert_eq!(SessionId::parse("sess_7"), Some(SessionId(7)));
         assert_eq!(SessionId(7).to_string(), "sess_7");
@@ -194,6 +317,7 @@ mod tests {
         assert_eq!(McpRequestId(7).to_string(), "#7");
         assert_eq!(PermissionRequestId(8).to_string(), "8");
         assert_eq!(ToolCallIndex(0).to_string(), "call[0]");
+        assert_eq!(TranscriptId(9).to_string(), "file#9");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::fmt;
 
 pub use crate::config::LogLevel;
-pub use crate::ids::{LlmCallId, ProcKey, ServerSlot};
+pub use crate::ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use crate::llm::HttpRequest;
 
 /// What the runtime observed of one LLM HTTP call ([`Action::CallLlm`]), in this order:
@@ -107,7 +107,101 @@ pub enum Input {
         /// What happened.
         event: LlmEvent,
     },
+    /// What happened to a transcript file (SPEC A9): the result of an open, the bytes of a
+    /// read, or a failure.
+    Transcript {
+        /// The file of [`Action::OpenTranscript`].
+        file: TranscriptId,
+        /// What happened.
+        event: TranscriptEvent,
+    },
+    /// The answer to [`Action::ListTranscripts`] (SPEC A9): every `sess_*.jsonl` regular file
+    /// of the state directory (none when the directory does not exist), or why it could not
+    /// be read.
+    TranscriptList {
+        /// The request's number, echoed.
+        request: u64,
+        /// The files, in any order, or the OS error.
+        entries: Result<Vec<TranscriptEntry>, String>,
+    },
 }
+
+/// How [`Action::OpenTranscript`] opens a session's transcript file (SPEC A9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// A new session's file: create it, failing if it exists (`O_CREAT | O_EXCL`), mode 0600,
+    /// creating the state directory (mode 0700) when it is missing.
+    Create,
+    /// A stored session being loaded: open the existing file for reading and appending (never
+    /// create it), not following a symbolic link.
+    Existing,
+}
+
+/// Why a transcript file operation failed (SPEC A9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TranscriptError {
+    /// [`OpenMode::Existing`]: the file (or the state directory) does not exist.
+    NotFound,
+    /// Another process (another agent) holds the file's lock: it is writing that session.
+    Locked,
+    /// Any other failure: the OS error, one line (`Permission denied (os error 13)`).
+    Io(String),
+}
+
+/// What happened to a transcript file the core asked about, in the order asked.
+#[derive(Clone, PartialEq, Eq)]
+pub enum TranscriptEvent {
+    /// [`Action::OpenTranscript`] succeeded: the file is open and locked for this process.
+    Opened,
+    /// The next bytes of the file after [`Action::ReadTranscript`], from its first byte, in
+    /// order, split anywhere.
+    Bytes(Vec<u8>),
+    /// The whole file was read.
+    End,
+    /// An open, read, append or truncate failed. After a failed open the file is not held;
+    /// after a failed write the runtime ignores later writes to it.
+    Failed(TranscriptError),
+}
+
+impl fmt::Debug for TranscriptEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TranscriptEvent::Opened => write!(f, "Opened"),
+            TranscriptEvent::Bytes(b) => write!(f, "Bytes({} B)", b.len()),
+            TranscriptEvent::End => write!(f, "End"),
+            TranscriptEvent::Failed(e) => write!(f, "Failed({e:?})"),
+        }
+    }
+}
+
+/// One file of the state directory, as [`Action::ListTranscripts`] reports it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TranscriptEntry {
+    /// The file name (`sess_….jsonl`).
+    pub name: String,
+    /// Its last modification, in milliseconds since the Unix epoch (wall clock, from the file
+    /// system).
+    pub modified_ms: u64,
+    /// Its first line without the newline, or as many bytes as were read of it (at most
+    /// [`TRANSCRIPT_HEAD_BYTES`]).
+    pub head: Vec<u8>,
+}
+
+impl fmt::Debug for TranscriptEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} @{} ({} B head)",
+            self.name,
+            self.modified_ms,
+            self.head.len()
+        )
+    }
+}
+
+/// The most bytes of a transcript's first line the runtime reads for
+/// [`Action::ListTranscripts`]; the header line of a file this agent wrote is shorter.
+pub const TRANSCRIPT_HEAD_BYTES: usize = 8 * 1024;
 
 impl fmt::Debug for Input {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -126,6 +220,11 @@ impl fmt::Debug for Input {
             Input::McpExited { proc, status } => write!(f, "McpExited({proc}, {status})"),
             Input::McpWriteFailed { proc } => write!(f, "McpWriteFailed({proc})"),
             Input::Llm { call, event } => write!(f, "Llm({call}, {event:?})"),
+            Input::Transcript { file, event } => write!(f, "Transcript({file}, {event:?})"),
+            Input::TranscriptList { request, entries } => match entries {
+                Ok(e) => write!(f, "TranscriptList(#{request}, {} files)", e.len()),
+                Err(e) => write!(f, "TranscriptList(#{request}, error {e})"),
+            },
         }
     }
 }
@@ -391,6 +490,52 @@ pub enum Action {
         /// The call.
         call: LlmCallId,
     },
+    /// Open a session's transcript file `name` directly inside the state directory
+    /// ([`Config::state_dir`](crate::Config::state_dir); `name` never holds a `/`) and take
+    /// its exclusive lock (`flock`, released when the file is closed or the process dies).
+    /// Answer with [`TranscriptEvent::Opened`] or [`TranscriptEvent::Failed`] (SPEC A9).
+    OpenTranscript {
+        /// The handle later actions use.
+        file: TranscriptId,
+        /// The file name (`sess_….jsonl`).
+        name: String,
+        /// Create a new file or open an existing one.
+        mode: OpenMode,
+    },
+    /// Read the open file from its first byte and report it as [`TranscriptEvent::Bytes`]
+    /// chunks, then [`TranscriptEvent::End`] (or `Failed`).
+    ReadTranscript {
+        /// The file.
+        file: TranscriptId,
+    },
+    /// Append `bytes` (whole JSON lines) to the open file and flush them to the file system;
+    /// a failure is reported as [`TranscriptEvent::Failed`]. Ignored for a file that is not
+    /// open (its open failed).
+    AppendTranscript {
+        /// The file.
+        file: TranscriptId,
+        /// The bytes to append.
+        bytes: Vec<u8>,
+    },
+    /// Cut the open file to its first `len` bytes (a torn last line left by a crash, before
+    /// the first append after a load).
+    TruncateTranscript {
+        /// The file.
+        file: TranscriptId,
+        /// The length to keep, bytes.
+        len: u64,
+    },
+    /// Close the file (releasing its lock). Unknown files are ignored.
+    CloseTranscript {
+        /// The file.
+        file: TranscriptId,
+    },
+    /// List the state directory: answer with [`Input::TranscriptList`] (SPEC A9,
+    /// `session/list`).
+    ListTranscripts {
+        /// A number to echo.
+        request: u64,
+    },
     /// Write a log line to stderr ([`LogRecord::render`] gives its text).
     Log(LogRecord),
     /// Exit the process with this status after flushing stdout (SPEC P1: 0 after a clean
@@ -413,6 +558,18 @@ impl fmt::Debug for Action {
             Action::SignalProcessGroup { proc, signal } => write!(f, "Signal({proc}, {signal:?})"),
             Action::CallLlm { call, request } => write!(f, "CallLlm({call}, {request:?})"),
             Action::CancelLlm { call } => write!(f, "CancelLlm({call})"),
+            Action::OpenTranscript { file, name, mode } => {
+                write!(f, "OpenTranscript({file}, {name}, {mode:?})")
+            }
+            Action::ReadTranscript { file } => write!(f, "ReadTranscript({file})"),
+            Action::AppendTranscript { file, bytes } => {
+                write!(f, "AppendTranscript({file}, {} B)", bytes.len())
+            }
+            Action::TruncateTranscript { file, len } => {
+                write!(f, "TruncateTranscript({file}, {len})")
+            }
+            Action::CloseTranscript { file } => write!(f, "CloseTranscript({file})"),
+            Action::ListTranscripts { request } => write!(f, "ListTranscripts(#{request})"),
             Action::Log(r) => write!(f, "Log({:?}, {})", r.level, r.message),
             Action::Exit { code } => write!(f, "Exit({code})"),
         }

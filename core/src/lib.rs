@@ -1,6 +1,6 @@
 //! `buzz-agent-core`: the pure, sans-IO state machine of buzz-agent — an ACP agent that runs
-//! the loop LLM → MCP tool calls → results → LLM with MCP lifecycle hooks (`_Stop`,
-//! `_PostCompact`).
+//! the loop LLM → MCP tool calls → results → LLM with MCP lifecycle hooks (`_SessionStart`,
+//! `_Stop`, `_PostCompact`, `_SessionEnd`) and, experimental, SEP-2624 interceptors.
 //!
 //! The core never reads a clock, the environment or a file, never spawns a process or a
 //! thread, never blocks and never does IO. Everything it learns arrives as an [`Input`] (an
@@ -104,7 +104,7 @@
 //! - After `handle_timeout(t)` and a drain, `poll_timeout` is `None` or later than `t` (no busy
 //!   loop, DESIGN I11).
 //! - The same inputs at the same times give the same actions, byte for byte (I12); jitter
-//!   comes from [`Config::seed`].
+//!   comes from [`Config::seed`], session ids from [`Config::session_id_seed`].
 //! - Every ACP request gets exactly one response (I7); every `session/update` of a turn
 //!   precedes the turn's response (I8).
 //! - Replies that arrive after their deadline, or for a process generation that was replaced
@@ -137,9 +137,11 @@ pub mod fuzzing;
 mod history;
 mod hooks;
 mod ids;
+mod intercept;
 pub mod interceptor;
 pub mod io;
 pub mod jsonrpc;
+mod lifecycle;
 mod llm;
 mod llm_call;
 mod mcp;
@@ -148,11 +150,13 @@ mod openai_responses;
 mod outbox;
 mod permissions;
 mod provider;
+mod record;
 mod request;
 mod session;
 mod shutdown;
 mod sse;
 mod sse_stream;
+mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod text;
@@ -165,8 +169,12 @@ mod turn;
 
 pub use agent::Agent;
 pub use config::Config;
-pub use ids::{LlmCallId, ProcKey, ServerSlot};
-pub use io::{Action, Input, LlmEvent, LogRecord, Signal, SpawnSpec};
+pub use hooks::HookPoint;
+pub use ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
+pub use io::{
+    Action, Input, LlmEvent, LogRecord, OpenMode, Signal, SpawnSpec, TRANSCRIPT_HEAD_BYTES,
+    TranscriptEntry, TranscriptError, TranscriptEvent,
+};
 pub use llm::{Body, HttpRequest};
 pub use mcp::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION};
 pub use time::MonoTime;

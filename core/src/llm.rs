@@ -404,6 +404,10 @@ pub(crate) enum StreamError {
     /// tool-call JSON). Retryable (SPEC L5, C24).
     #[error("stream truncated: {0}")]
     Truncated(String),
+    /// A 2xx body that is not an event stream (JSON where a stream was expected, issue 12).
+    /// Not retryable: the same request gets the same body.
+    #[error("{0}")]
+    NotAStream(String),
     /// The provider reported an error inside the stream (e.g. Anthropic `overloaded_error`).
     #[error("provider error: {message}")]
     Provider { message: String, retryable: bool },
@@ -415,6 +419,7 @@ impl StreamError {
     pub(crate) fn is_retryable(&self) -> bool {
         match self {
             StreamError::Truncated(_) => true,
+            StreamError::NotAStream(_) => false,
             StreamError::Provider { retryable, .. } => *retryable,
         }
     }

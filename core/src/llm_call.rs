@@ -20,6 +20,9 @@ pub const MAX_RESPONSE_BODY_BYTES: u64 = 256 * 1024 * 1024;
 /// How long to wait for more bytes once the decoder has the whole answer (case C24 b), in ms.
 pub(crate) const FINAL_ANSWER_GRACE_MS: u64 = 1500;
 
+/// Bytes of a 2xx body kept to recognise (and quote) a JSON body where a stream was expected.
+const BODY_HEAD_BYTES: usize = 512;
+
 /// What an LLM call is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CallPurpose {
@@ -70,6 +73,11 @@ pub(crate) struct LlmAttempt {
     /// Bytes of a 2xx body read so far.
     body_bytes: u64,
     decoder: Box<dyn StreamDecoder>,
+    /// `POST <url>`: named in every failure (issue 12: a missing `/v1` shows as a 404 on
+    /// `…/chat/completions`).
+    url: String,
+    /// The first [`BODY_HEAD_BYTES`] of a 2xx body, to tell a JSON body from a stream.
+    body_head: Vec<u8>,
     /// Whether any text of this response reached the client (no retry after that, SPEC L5).
     streamed: bool,
     /// The decoder has the whole answer but the stream did not end (C24 b).
@@ -77,17 +85,20 @@ pub(crate) struct LlmAttempt {
 }
 
 impl LlmAttempt {
-    /// Attempt number `attempt` of call `call`, decoding with `decoder`.
+    /// Attempt number `attempt` of call `call` to `url`, decoding with `decoder`.
     pub(crate) fn new(
         call: LlmCallId,
         purpose: CallPurpose,
         attempt: u32,
+        url: String,
         decoder: Box<dyn StreamDecoder>,
     ) -> LlmAttempt {
         LlmAttempt {
             call,
             purpose,
             attempt,
+            url,
+            body_head: Vec::new(),
             status: None,
             headers: Vec::new(),
             error_body: Vec::new(),
@@ -111,6 +122,11 @@ impl LlmAttempt {
     /// The attempt number (from 1).
     pub(crate) fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// The request as failures name it: `POST <url>`.
+    pub(crate) fn target(&self) -> String {
+        format!("POST {}", self.url)
     }
 
     /// Whether text of this response already reached the client.
@@ -144,6 +160,9 @@ impl LlmAttempt {
                 if self.body_bytes > MAX_RESPONSE_BODY_BYTES {
                     return Step::TooLarge;
                 }
+                let room = BODY_HEAD_BYTES.saturating_sub(self.body_head.len());
+                self.body_head
+                    .extend_from_slice(&bytes[..bytes.len().min(room)]);
                 let mut deltas = Vec::new();
                 let res = self.decoder.feed(&bytes, &mut deltas);
                 // A summary call (K1) is internal: nothing of it reaches the client.
@@ -187,7 +206,34 @@ impl LlmAttempt {
     pub(crate) fn finish(&mut self) -> (Vec<StreamDelta>, Result<LlmResponse, StreamError>) {
         let mut deltas = Vec::new();
         let res = self.decoder.finish(&mut deltas);
+        let res = match res {
+            Err(StreamError::Truncated(why)) => {
+                Err(self.not_a_stream().unwrap_or(StreamError::Truncated(why)))
+            }
+            other => other,
+        };
         (deltas, res)
+    }
+
+    /// Issue 12: a 2xx body that is JSON (a non-streaming answer, a gateway's error object),
+    /// not an event stream, says so, with the provider's message or the body's start; not
+    /// retried (the same request gets the same body).
+    fn not_a_stream(&self) -> Option<StreamError> {
+        let text = String::from_utf8_lossy(&self.body_head);
+        let trimmed = text.trim_start_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
+        let json_type = self
+            .headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("content-type") && v.contains("json"));
+        if !(trimmed.starts_with('{') || trimmed.starts_with('[') || json_type) {
+            return None;
+        }
+        let detail = crate::provider::error_message(trimmed.as_bytes());
+        let detail = crate::text::utf8_prefix(&detail, 300);
+        Some(StreamError::NotAStream(format!(
+            "{} answered with a JSON body where an event stream was expected (a streaming endpoint answers text/event-stream): {detail}",
+            self.target()
+        )))
     }
 }
 
@@ -272,6 +318,7 @@ mod tests {
             LlmCallId(1),
             purpose,
             1,
+            "http://h/v1/chat/completions".into(),
             crate::provider::decoder(&cfg, "call_1".into()),
         )
     }

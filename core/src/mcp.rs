@@ -55,6 +55,10 @@ pub(crate) struct McpTool {
     pub(crate) exposed: String,
     pub(crate) description: String,
     pub(crate) schema: Value,
+    /// The ACP title of its calls (SPEC A6, case C53).
+    pub(crate) title: String,
+    /// The ACP kind of its calls, from its annotations (SPEC A6, case C53).
+    pub(crate) kind: &'static str,
 }
 
 /// Where a tool name the model may call leads (SPEC M3, L2).
@@ -64,8 +68,13 @@ pub(crate) struct ToolRoute {
     pub(crate) server: ServerSlot,
     /// The name the server knows.
     pub(crate) bare: String,
-    /// `server__tool`, the key of remembered permission answers and `BUZZ_AGENT_REPLY_TOOLS`.
+    /// `<prefix>__<tool>` (the server's tool prefix, SPEC M3, A2), the key of remembered
+    /// permission answers and `BUZZ_AGENT_REPLY_TOOLS`.
     pub(crate) qualified: String,
+    /// The ACP title of a call (SPEC A6).
+    pub(crate) title: String,
+    /// The ACP kind of a call (SPEC A6).
+    pub(crate) kind: &'static str,
 }
 
 /// The process of a dead server's current generation.
@@ -118,6 +127,18 @@ pub(crate) struct HookCallRef {
     pub(crate) index: usize,
 }
 
+/// Who waits for an `interceptor/invoke` (SPEC X1): invocation `invocation` of the chain of
+/// the tool call at `index` of `turn` in `session`, on its request (`response: false`) or
+/// response phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InterceptRef {
+    pub(crate) session: SessionId,
+    pub(crate) turn: TurnNo,
+    pub(crate) index: ToolCallIndex,
+    pub(crate) response: bool,
+    pub(crate) invocation: u32,
+}
+
 /// What a request to a server is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Purpose {
@@ -129,6 +150,10 @@ pub(crate) enum Purpose {
     Tool(ToolCallRef),
     /// A hook call of a hook round (SPEC H3).
     Hook(HookCallRef),
+    /// A page of `interceptors/list` while `session` opens (SPEC X1).
+    ListInterceptors(SessionId),
+    /// An `interceptor/invoke` of a tool call's chain (SPEC X1).
+    Intercept(InterceptRef),
 }
 
 /// A request to send to a server.
@@ -162,12 +187,42 @@ pub(crate) enum McpEvent {
     },
     /// A hook call's server died before it answered (fail-open, SPEC H4, I4).
     HookDead { call: HookCallRef },
+    /// `notifications/progress` for a request of `server` (SPEC A6, case C59): the
+    /// `progressToken` as sent and the progress text to show.
+    Progress {
+        server: ServerSlot,
+        token: Value,
+        text: String,
+    },
+    /// A page of `interceptors/list` of `server` was answered, or (`Err`) its server died
+    /// first (SPEC X1).
+    InterceptorList {
+        session: SessionId,
+        server: ServerSlot,
+        reply: Result<Value, ListLost>,
+    },
+    /// An `interceptor/invoke` was answered (`result` or JSON-RPC error).
+    InterceptReply {
+        call: InterceptRef,
+        reply: Result<Value, RpcError>,
+    },
+    /// An `interceptor/invoke`'s server died before it answered; `reason` says how.
+    InterceptLost { call: InterceptRef, reason: String },
     /// A server of `session` became ready or failed before ever serving: `session/new` may be
     /// answered now (SPEC A2).
     StartSettled { session: SessionId },
     /// The server's tool list changed while it was being listed: list it again, after the
     /// events before this one were routed.
     Relist { server: ServerSlot },
+}
+
+/// Why an `interceptors/list` got no answer: a JSON-RPC error, or the server died (the text).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ListLost {
+    /// The server answered with a JSON-RPC error.
+    Error(RpcError),
+    /// The server died (or the request timed out); the text says how.
+    Lost(String),
 }
 
 /// Why a request of a server timed out, for the agent to act on (see [`ServerTable::expire`]).
@@ -179,6 +234,11 @@ pub(crate) enum Expired {
     Tool(ToolCallRef),
     /// A hook call (SPEC H4): the agent counts the timeout at the table, then decides the call.
     Hook(HookCallRef),
+    /// An `interceptors/list` page (SPEC X1): the agent counts the timeout as for a hook (H4)
+    /// and the session's opening records the failure.
+    ListInterceptors(SessionId),
+    /// An `interceptor/invoke` (SPEC X1): counted as for a hook (H4), then its chain learns.
+    Intercept(InterceptRef),
 }
 
 /// Whether the servers of a starting session are all up (SPEC A2).
@@ -192,12 +252,30 @@ pub(crate) enum StartState {
     Failed(String),
 }
 
+/// A server a hook round calls (SPEC H3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HookTarget {
+    pub(crate) slot: ServerSlot,
+    /// The name the client gave (logs).
+    pub(crate) name: String,
+    /// Its tool prefix (the model-visible injection's tool name, SPEC H6).
+    pub(crate) prefix: String,
+    /// Whether it is ready to be called now.
+    pub(crate) ready: bool,
+}
+
 /// One MCP server (one `mcpServers` entry of one session).
 #[derive(Debug)]
 pub(crate) struct Server {
     slot: ServerSlot,
     session: SessionId,
+    /// The name the client gave (logs, titles, the hook allowlist).
     name: String,
+    /// The prefix of its tool names (SPEC M3, A2: the name itself when it is a valid server
+    /// name, else a safe stand-in).
+    prefix: String,
+    /// The "hooks are off for this server" warning was logged (case C56: once per session).
+    warned_hooks_off: bool,
     spec: SpawnSpec,
     /// The current generation's process.
     proc: ProcKey,
@@ -223,6 +301,8 @@ pub(crate) struct Server {
     /// M9: deaths without one successful tool call in between.
     deaths: u32,
     bad_lines: u32,
+    /// Its stdin was closed by the agent's shutdown (SPEC P1, M8).
+    shut_down: bool,
 }
 
 impl Server {
@@ -382,6 +462,8 @@ pub(crate) struct ServerTable {
     client_version: String,
     /// The agent's environment minus its own variables (SPEC M1).
     inherited_env: Vec<(String, String)>,
+    /// `MCP_HOOK_SERVERS`, for the warning about hooks that will not be called (case C56).
+    hook_allowlist: HookAllowlist,
 }
 
 impl ServerTable {
@@ -393,7 +475,14 @@ impl ServerTable {
             init_timeout_ms,
             client_version,
             inherited_env: Vec::new(),
+            hook_allowlist: HookAllowlist::Off,
         }
+    }
+
+    /// `MCP_HOOK_SERVERS`: a server exposing hooks that it does not name is warned about once
+    /// (case C56).
+    pub(crate) fn set_hook_allowlist(&mut self, allowlist: HookAllowlist) {
+        self.hook_allowlist = allowlist;
     }
 
     /// The version sent as `clientInfo.version`.
@@ -418,6 +507,11 @@ impl ServerTable {
             .get(&slot)
             .map(|s| s.name.clone())
             .unwrap_or_default()
+    }
+
+    /// The session of the server in `slot`.
+    pub(crate) fn session_of(&self, slot: ServerSlot) -> Option<SessionId> {
+        self.servers.get(&slot).map(|s| s.session)
     }
 
     /// The slot of `proc`, only if it is the server's current generation (late bytes or exits
@@ -456,6 +550,8 @@ impl ServerTable {
                 slot,
                 session,
                 name: entry.name.clone(),
+                prefix: tools::server_prefix(&entry.name),
+                warned_hooks_off: false,
                 spec,
                 proc: ProcKey {
                     server: slot,
@@ -476,6 +572,7 @@ impl ServerTable {
                 failed_restarts: 0,
                 deaths: 0,
                 bad_lines: 0,
+                shut_down: false,
             },
         );
         slot
@@ -831,12 +928,12 @@ impl ServerTable {
         }
         out.log(LogLevel::Warn, reason.clone());
         if permanent_now {
-            out.log(LogLevel::Error, format!("mcp '{}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed (M9)", s.name));
+            out.log(LogLevel::Error, format!("mcp '{}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed", s.name));
         }
         let session = s.session;
         let mut events: Vec<McpEvent> = pending
             .into_iter()
-            .filter_map(|p| failed(p, &reason))
+            .filter_map(|p| failed(slot, p, &reason))
             .collect();
         if !listed_before {
             events.push(McpEvent::StartSettled { session });
@@ -880,14 +977,25 @@ impl ServerTable {
     }
 
     /// Agent shutdown (SPEC P1, M8 first stage): every server's stdin is closed, every server
-    /// is dead and its requests in flight dropped (their turns were already answered).
-    pub(crate) fn shut_down_all(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+    /// is dead and its requests in flight dropped (their turns were already answered) — except
+    /// the servers in `keep`, which answer `_SessionEnd` hooks first (SPEC H11) and are shut
+    /// down by a later call with an empty `keep`.
+    pub(crate) fn shut_down_all(
+        &mut self,
+        keep: &BTreeSet<ServerSlot>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
         for s in self.servers.values() {
-            if s.ever_spawned() {
+            if s.ever_spawned() && !keep.contains(&s.slot) && !s.shut_down {
                 out.push(Action::CloseMcpStdin { proc: s.proc });
             }
         }
         for s in self.servers.values_mut() {
+            if keep.contains(&s.slot) || s.shut_down {
+                continue;
+            }
+            s.shut_down = true;
             let reason = format!("MCP server '{}' stopped: agent shutting down", s.name);
             let restart_at = match &s.state {
                 ServerState::Dead { restart_at, .. } => *restart_at,
@@ -987,7 +1095,9 @@ impl ServerTable {
                     ToolRoute {
                         server: *slot,
                         bare: t.bare.clone(),
-                        qualified: format!("{}__{}", s.name, t.bare),
+                        qualified: format!("{}{}{}", s.prefix, tools::QUALIFIER, t.bare),
+                        title: t.title.clone(),
+                        kind: t.kind,
                     },
                 );
             }
@@ -996,35 +1106,57 @@ impl ServerTable {
     }
 
     /// The servers among `slots` (registration order) that expose `hook` and are allowlisted
-    /// (SPEC H2): `(slot, name, ready)`.
+    /// by the name the client gave (SPEC H2, A2).
     pub(crate) fn hook_targets(
         &self,
         slots: &[ServerSlot],
         hook: &str,
         allowlist: &HookAllowlist,
-    ) -> Vec<(ServerSlot, String, bool)> {
+    ) -> Vec<HookTarget> {
         slots
             .iter()
             .filter_map(|slot| self.servers.get(slot).map(|s| (slot, s)))
             .filter(|(_, s)| allowlist.allows(&s.name) && s.hooks.contains(hook))
+            .map(|(slot, s)| HookTarget {
+                slot: *slot,
+                name: s.name.clone(),
+                prefix: s.prefix.clone(),
+                ready: s.is_ready(),
+            })
+            .collect()
+    }
+
+    /// The servers among `slots` (registration order) that `allowlist` names:
+    /// `(slot, name, ready)` (SPEC X1: the interceptor servers, C3 syntax).
+    pub(crate) fn allowed(
+        &self,
+        slots: &[ServerSlot],
+        allowlist: &HookAllowlist,
+    ) -> Vec<(ServerSlot, String, bool)> {
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot).map(|s| (slot, s)))
+            .filter(|(_, s)| allowlist.allows(&s.name))
             .map(|(slot, s)| (*slot, s.name.clone(), s.is_ready()))
             .collect()
     }
 
-    /// A hook call timed out (SPEC H4): it is cancelled and counted; the 1st consecutive
-    /// timeout warns, the 2nd kills the server (the events are the kill's).
+    /// A hook call (or, `what` = `interceptor`, an interceptor request: SPEC X1) timed out
+    /// (SPEC H4): it is cancelled and counted; the 1st consecutive timeout warns, the 2nd kills
+    /// the server (the events are the kill's). Hooks and interceptors share the count.
     pub(crate) fn hook_timed_out(
         &mut self,
         slot: ServerSlot,
         id: McpRequestId,
         hook_timeout_ms: u64,
+        what: &str,
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
         self.cancel_request(
             slot,
             id,
-            &format!("hook timeout after {hook_timeout_ms} ms"),
+            &format!("{what} timeout after {hook_timeout_ms} ms"),
             out,
             timers,
         );
@@ -1038,18 +1170,18 @@ impl ServerTable {
         if count >= 2 {
             out.log(
                 LogLevel::Warn,
-                format!("hook: killing server '{name}' after 2 consecutive timeouts"),
+                format!("{what}: killing server '{name}' after 2 consecutive timeouts"),
             );
             self.kill(
                 slot,
-                "was killed after 2 consecutive hook timeouts (H4)",
+                "was killed after 2 consecutive hook timeouts",
                 out,
                 timers,
             )
         } else {
             out.log(
                 LogLevel::Warn,
-                format!("hook: server '{name}' timed out (1/2)"),
+                format!("{what}: server '{name}' timed out (1/2)"),
             );
             Vec::new()
         }
@@ -1087,6 +1219,10 @@ impl ServerTable {
             }
             Purpose::Tool(call) => Some((Expired::Tool(call), Vec::new())),
             Purpose::Hook(call) => Some((Expired::Hook(call), Vec::new())),
+            Purpose::ListInterceptors(session) => {
+                Some((Expired::ListInterceptors(session), Vec::new()))
+            }
+            Purpose::Intercept(call) => Some((Expired::Intercept(call), Vec::new())),
         }
     }
 
@@ -1143,7 +1279,7 @@ impl ServerTable {
             LineEvent::TooLong { bytes, .. } => {
                 return self.kill(
                     slot,
-                    &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed (T6)"),
+                    &format!("sent a stdout line over 16 MiB ({bytes} bytes); killed"),
                     out,
                     timers,
                 );
@@ -1159,8 +1295,7 @@ impl ServerTable {
                 Vec::new()
             }
             Ok(jsonrpc::Message::Notification { method, params }) => {
-                self.on_notification(slot, &method, &params, out, timers);
-                Vec::new()
+                self.on_notification(slot, &method, &params, out, timers)
             }
             Err(jsonrpc::ParseError::NotJson) | Err(jsonrpc::ParseError::Invalid { .. }) => {
                 // T6: logged at warn (cut to 200 bytes), never answered.
@@ -1207,9 +1342,23 @@ impl ServerTable {
         params: &Value,
         out: &mut Outbox,
         timers: &mut TimerTable,
-    ) {
+    ) -> Vec<McpEvent> {
         let name = self.name(slot);
         match method {
+            "notifications/progress" => {
+                // C59: progress of a tool call; the batch matches the token to its call.
+                if let Some(token) = params.get("progressToken").filter(|t| !t.is_null()) {
+                    return vec![McpEvent::Progress {
+                        server: slot,
+                        token: token.clone(),
+                        text: progress_text(params),
+                    }];
+                }
+                out.log(
+                    LogLevel::Debug,
+                    format!("mcp '{name}': progress without a progressToken ignored"),
+                );
+            }
             "notifications/tools/list_changed" => {
                 let ready = self.servers.get(&slot).is_some_and(Server::is_ready);
                 if let Some(s) = self.servers.get_mut(&slot) {
@@ -1245,6 +1394,7 @@ impl ServerTable {
                 format!("mcp '{name}': ignoring notification {other}"),
             ),
         }
+        Vec::new()
     }
 
     fn on_response(
@@ -1278,7 +1428,7 @@ impl ServerTable {
         let Some(purpose) = s.remove_pending(McpRequestId(our), timers) else {
             out.log(
                 LogLevel::Debug,
-                format!("mcp '{name}': late or unknown response id {our}; dropped (I6)"),
+                format!("mcp '{name}': late or unknown response id {our}; dropped"),
             );
             return Vec::new();
         };
@@ -1297,6 +1447,15 @@ impl ServerTable {
                 }]
             }
             Purpose::Hook(call) => vec![McpEvent::HookReply {
+                call,
+                reply: outcome,
+            }],
+            Purpose::ListInterceptors(session) => vec![McpEvent::InterceptorList {
+                session,
+                server: slot,
+                reply: outcome.map_err(ListLost::Error),
+            }],
+            Purpose::Intercept(call) => vec![McpEvent::InterceptReply {
                 call,
                 reply: outcome,
             }],
@@ -1410,13 +1569,13 @@ impl ServerTable {
                 let page_no = s.list_cursors.len() as u32 + 1;
                 if s.list_cursors.contains(&c) {
                     warn = Some(format!(
-                        "mcp '{}': tools/list repeated cursor {c:?}; stopping (M2)",
+                        "mcp '{}': tools/list repeated cursor {c:?}; stopping",
                         s.name
                     ));
                     None
                 } else if page_no >= MAX_LIST_PAGES {
                     warn = Some(format!(
-                        "mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping (M2)",
+                        "mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping",
                         s.name
                     ));
                     None
@@ -1453,6 +1612,7 @@ impl ServerTable {
         };
         let raw = std::mem::take(&mut s.list_acc);
         let name = s.name.clone();
+        let prefix = s.prefix.clone();
         let mut tools_out: Vec<McpTool> = Vec::new();
         let mut hooks = BTreeSet::new();
         let mut warnings = Vec::new();
@@ -1469,11 +1629,11 @@ impl ServerTable {
             let schema = match tools::normalize_schema(t.get("inputSchema")) {
                 Ok(s) => s,
                 Err(e) => {
-                    warnings.push(format!("mcp '{name}': dropping tool '{bare}': {e} (M3)"));
+                    warnings.push(format!("mcp '{name}': dropping tool '{bare}': {e}"));
                     continue;
                 }
             };
-            let mut exposed = tools::exposed_name(&name, bare);
+            let mut exposed = tools::exposed_name(&prefix, bare);
             if !seen_exposed.insert(exposed.clone()) {
                 exposed = format!(
                     "{}_{:08x}",
@@ -1495,6 +1655,8 @@ impl ServerTable {
                 exposed,
                 description,
                 schema,
+                title: tools::tool_title(&name, bare, &t),
+                kind: tools::tool_kind(bare, t.get("annotations")),
             });
         }
         let was_listing = match s.state {
@@ -1520,6 +1682,18 @@ impl ServerTable {
         let session = s.session;
         for w in warnings {
             out.log(LogLevel::Warn, w);
+        }
+        // C56: hooks this server exposes but may not run, once per session and server.
+        if !hooks.is_empty() && !self.hook_allowlist.allows(&name) && !s.warned_hooks_off {
+            s.warned_hooks_off = true;
+            let listed = hooks.iter().cloned().collect::<Vec<_>>().join(", ");
+            out.log(
+                LogLevel::Warn,
+                format!(
+                    "server '{name}' exposes hooks {listed} but is not in MCP_HOOK_SERVERS ({}); they will not be called",
+                    self.hook_allowlist.env_value()
+                ),
+            );
         }
         out.log(
             LogLevel::Info,
@@ -1579,8 +1753,38 @@ impl ServerTable {
     }
 }
 
-/// The event that fails a request's owner when its server died.
-fn failed(purpose: Purpose, reason: &str) -> Option<McpEvent> {
+/// The text of an MCP `notifications/progress` (case C59): its `message`, then
+/// `(progress/total)` or `(progress)`, capped like a stderr line. `{"progress":3,"total":10,
+/// "message":"copying"}` → `copying (3/10)`.
+fn progress_text(params: &Value) -> String {
+    let num = |k: &str| {
+        params.get(k).filter(|v| v.is_number()).map(|v| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                .map_or_else(|| v.to_string(), |f| format!("{}", f as i64))
+        })
+    };
+    let count = match (num("progress"), num("total")) {
+        (Some(p), Some(t)) => Some(format!("{p}/{t}")),
+        (Some(p), None) => Some(p),
+        (None, _) => None,
+    };
+    let message = params
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|m| !m.is_empty());
+    let text = match (message, count) {
+        (Some(m), Some(c)) => format!("{m} ({c})"),
+        (Some(m), None) => m.to_string(),
+        (None, Some(c)) => format!("progress {c}"),
+        (None, None) => "in progress".to_string(),
+    };
+    crate::io::cap_stderr_line(&text, 1024)
+}
+
+/// The event that fails a request's owner when its server (`slot`) died.
+fn failed(slot: ServerSlot, purpose: Purpose, reason: &str) -> Option<McpEvent> {
     match purpose {
         Purpose::Initialize | Purpose::ListTools => None,
         Purpose::Tool(call) => Some(McpEvent::ToolFailed {
@@ -1588,6 +1792,15 @@ fn failed(purpose: Purpose, reason: &str) -> Option<McpEvent> {
             reason: reason.to_string(),
         }),
         Purpose::Hook(call) => Some(McpEvent::HookDead { call }),
+        Purpose::ListInterceptors(session) => Some(McpEvent::InterceptorList {
+            session,
+            server: slot,
+            reply: Err(ListLost::Lost(reason.to_string())),
+        }),
+        Purpose::Intercept(call) => Some(McpEvent::InterceptLost {
+            call,
+            reason: reason.to_string(),
+        }),
     }
 }
 
@@ -1626,19 +1839,14 @@ mod tests {
         fn written(actions: &[Action], proc: ProcKey) -> Vec<Value> {
             actions
                 .iter()
-                .filter_map(|a| match a {
-                    Action::WriteMcp { proc: p, line } if *p == proc => {
+                .filter_map(|a| {
+                    if let Action::WriteMcp { proc: p, line } = a
+                        && *p == proc
+                    {
                         serde_json::from_str(line).ok()
+                    } else {
+                        None
                     }
-                    Action::WriteMcp { .. }
-                    | Action::WriteAcp(_)
-                    | Action::SpawnMcp { .. }
-                    | Action::CloseMcpStdin { .. }
-                    | Action::SignalProcessGroup { .. }
-                    | Action::CallLlm { .. }
-                    | Action::CancelLlm { .. }
-                    | Action::Log(_)
-                    | Action::Exit { .. } => None,
                 })
                 .collect()
         }
@@ -1790,7 +1998,12 @@ mod tests {
         assert_eq!(
             rig.table
                 .hook_targets(&[slot], "_Stop", &HookAllowlist::All),
-            vec![(slot, "fs".to_string(), true)]
+            vec![HookTarget {
+                slot,
+                name: "fs".to_string(),
+                prefix: "fs".to_string(),
+                ready: true
+            }]
         );
         assert!(
             rig.table
@@ -1981,7 +2194,7 @@ mod tests {
         let first = hook_call(&mut rig, 1);
         assert!(
             rig.table
-                .hook_timed_out(slot, first, 100, &mut rig.out, &mut rig.timers)
+                .hook_timed_out(slot, first, 100, "hook", &mut rig.out, &mut rig.timers)
                 .is_empty()
         );
         let answered = hook_call(&mut rig, 2);
@@ -1990,14 +2203,14 @@ mod tests {
         let third = hook_call(&mut rig, 3);
         assert!(
             rig.table
-                .hook_timed_out(slot, third, 100, &mut rig.out, &mut rig.timers)
+                .hook_timed_out(slot, third, 100, "hook", &mut rig.out, &mut rig.timers)
                 .is_empty(),
             "I5: the reply reset the count, this is 1/2 again"
         );
         assert!(rig.table.servers[&slot].is_ready());
         let fourth = hook_call(&mut rig, 4);
         rig.table
-            .hook_timed_out(slot, fourth, 100, &mut rig.out, &mut rig.timers);
+            .hook_timed_out(slot, fourth, 100, "hook", &mut rig.out, &mut rig.timers);
         assert!(
             rig.table.is_dead(slot),
             "I5: the 2nd consecutive timeout kills"
@@ -2048,6 +2261,92 @@ mod tests {
             panic!("dead");
         };
         assert!(reason.contains("over 16 MiB"), "{reason}");
+    }
+
+    #[test]
+    fn c53_c55_c56_titles_kinds_prefixes_and_one_warning_for_hooks_that_will_not_run() {
+        let mut rig = Rig::new();
+        rig.table
+            .set_hook_allowlist(HookAllowlist::Names(vec!["testguard".into()]));
+        let slot = rig.add("TestGuard");
+        let proc = ProcKey {
+            server: slot,
+            generation: 0,
+        };
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.reply(proc, 1, json!({"protocolVersion": "2025-06-18"}));
+        let tools = json!({"tools": [
+            {"name": "read_text_file", "title": "Read Text File", "annotations": {"readOnlyHint": true}},
+            {"name": "delete_file", "annotations": {"destructiveHint": true}},
+            {"name": "_Stop"}
+        ]});
+        rig.reply(proc, 2, tools.clone());
+        let warned = |actions: &[Action]| {
+            actions
+                .iter()
+                .filter_map(|a| {
+                    if let Action::Log(r) = a {
+                        Some(r.message.clone())
+                    } else {
+                        None
+                    }
+                })
+                .filter(|m| m.contains("MCP_HOOK_SERVERS"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            warned(&rig.drain()),
+            [
+                "server 'TestGuard' exposes hooks _Stop but is not in MCP_HOOK_SERVERS (testguard); they will not be called"
+            ]
+        );
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        );
+        rig.reply(proc, 3, tools);
+        assert!(
+            warned(&rig.drain()).is_empty(),
+            "once per session and server"
+        );
+        assert!(
+            rig.table
+                .hook_targets(
+                    &[slot],
+                    "_Stop",
+                    &HookAllowlist::Names(vec!["testguard".into()])
+                )
+                .is_empty(),
+            "no case folding"
+        );
+        let (_, routes) = rig.table.visible_tools(&[slot]);
+        let read = &routes["TestGuard__read_text_file"];
+        assert_eq!((read.title.as_str(), read.kind), ("Read Text File", "read"));
+        let del = &routes["TestGuard__delete_file"];
+        assert_eq!(
+            (del.title.as_str(), del.kind),
+            ("TestGuard: delete_file", "delete")
+        );
+
+        let odd = rig.add("My Files");
+        let proc = ProcKey {
+            server: odd,
+            generation: 0,
+        };
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.reply(proc, 1, json!({"protocolVersion": "2025-06-18"}));
+        rig.reply(proc, 2, json!({"tools": [{"name": "read"}]}));
+        let (_, routes) = rig.table.visible_tools(&[odd]);
+        let prefix = crate::tools::server_prefix("My Files");
+        let route = &routes[&format!("{prefix}__read")];
+        assert_eq!(
+            route.server, odd,
+            "the mapped name reaches the right server"
+        );
+        assert_eq!(
+            route.title, "My Files: read",
+            "the title keeps the client's name"
+        );
     }
 
     #[test]

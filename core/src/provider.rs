@@ -35,18 +35,29 @@ pub(crate) fn is_openai_reasoning_model(model: &str) -> bool {
     o_series || name.starts_with("gpt-5")
 }
 
-/// The Chat Completions options for one request (SPEC L7): the output cap goes as
+/// Whether `model` is DeepSeek's thinking model as its own API names it (`deepseek-reasoner`),
+/// whose tool loops need `reasoning_content` on every assistant message (SPEC L10): known
+/// before its first answer, so that a request that opens with the agent's own messages (a
+/// `_SessionStart` injection, H10) is valid too. Gateways name it otherwise and use their own
+/// reasoning field; they are learned from what they stream.
+#[must_use]
+pub(crate) fn is_deepseek_reasoner(model: &str) -> bool {
+    model.eq_ignore_ascii_case("deepseek-reasoner")
+}
+
+/// The Chat Completions options for one request (SPEC L7, L10): the output cap goes as
 /// `max_completion_tokens` for OpenAI's own endpoint (`api.openai.com`, which accepts it for
 /// every model and requires it for reasoning models), for an OpenAI reasoning model name
 /// anywhere, and once a server asked for it (`learned`); else as `max_tokens`, which every
-/// OpenAI-compatible server accepts.
+/// OpenAI-compatible server accepts. `reasoning_content` goes on every assistant message once
+/// the server streamed it, or for `deepseek-reasoner` from the start.
 #[must_use]
 pub(crate) fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> ChatOptions {
     ChatOptions {
         max_completion_tokens: learned.max_completion_tokens
             || is_openai_reasoning_model(model)
             || cfg.base_url.contains("://api.openai.com"),
-        reasoning_content: learned.reasoning_content,
+        reasoning_content: learned.reasoning_content || is_deepseek_reasoner(model),
     }
 }
 
@@ -313,6 +324,24 @@ mod tests {
             reasoning_content: false,
         };
         assert!(chat_options(&local, "llama3.1", &learned).max_completion_tokens);
+    }
+
+    #[test]
+    fn l10_h10_deepseek_reasoner_gets_reasoning_content_before_it_streamed_any() {
+        let local = Config::for_tests(ProviderKind::OpenAiChat, "http://127.0.0.1:8000/v1");
+        let none = Learned::default();
+        assert!(chat_options(&local, "deepseek-reasoner", &none).reasoning_content);
+        for other in ["deepseek-chat", "deepseek/deepseek-r1", "qwen3"] {
+            assert!(
+                !chat_options(&local, other, &none).reasoning_content,
+                "{other}"
+            );
+        }
+        let learned = Learned {
+            max_completion_tokens: false,
+            reasoning_content: true,
+        };
+        assert!(chat_options(&local, "qwen3", &learned).reasoning_content);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! can borrow its session while the agent holds both.
 
 use crate::ids::{ServerSlot, SessionId};
+use crate::intercept::Interceptors;
 use crate::jsonrpc::RpcId;
 use crate::transcript::Transcript;
 use std::collections::BTreeMap;
@@ -10,12 +11,26 @@ use std::collections::BTreeMap;
 /// One session.
 #[derive(Debug)]
 pub(crate) struct Session {
-    /// Its id (`sess_N`).
+    /// Its id (`sess_…`).
     pub(crate) id: SessionId,
     /// Its MCP servers in registration order (SPEC H3: hooks run and answer in this order).
     pub(crate) servers: Vec<ServerSlot>,
-    /// `Some(request id)` while `session/new` waits for the handshakes (SPEC A2).
+    /// `Some(request id)` while `session/new`, `session/load` or `session/resume` waits for
+    /// the handshakes (SPEC A2) or the stored transcript (SPEC A9), then for the
+    /// `_SessionStart` round and the `interceptors/list` requests (SPEC H10, X1).
     pub(crate) starting: Option<RpcId>,
+    /// Whether the servers were all ready once (the `_SessionStart` point was reached): such
+    /// a session gets exactly one `_SessionEnd` (SPEC H11).
+    pub(crate) opened: bool,
+    /// Whether its `_SessionEnd` point was reached (it never runs twice, SPEC H11).
+    pub(crate) ended: bool,
+    /// The decided `_SessionStart` texts `(server, text)`, waiting for the first prompt, which
+    /// takes them (SPEC H10).
+    pub(crate) start_texts: Vec<(String, String)>,
+    /// The interceptors screening this session's tool calls (SPEC X1).
+    pub(crate) interceptors: Interceptors,
+    /// Prompts run so far (`promptCount` of `_SessionEnd`, SPEC H11).
+    pub(crate) prompts: u32,
     /// The conversation.
     pub(crate) transcript: Transcript,
     /// The model set with `session/set_model`, else the configured one.
@@ -25,19 +40,32 @@ pub(crate) struct Session {
     /// `*_always` permission answers per qualified tool name (`server__tool`): true = allow
     /// (SPEC A7).
     pub(crate) remembered: BTreeMap<String, bool>,
+    /// Notices for the user not yet shown (skipped `mcpServers` entries, SPEC A2, case C55):
+    /// the next prompt turn streams them first.
+    pub(crate) notices: Vec<String>,
+    /// The client presents ACP `notice` updates (`clientCapabilities.session.notices`).
+    pub(crate) client_notices: bool,
 }
 
 impl Session {
-    /// A new session with `servers`, waiting for their handshakes when there are any.
+    /// A new session with `servers`, opened by `request` (answered once the session is
+    /// ready, see `lifecycle.rs`).
     pub(crate) fn new(id: SessionId, servers: Vec<ServerSlot>, request: &RpcId) -> Session {
         Session {
             id,
-            starting: (!servers.is_empty()).then(|| request.clone()),
+            starting: Some(request.clone()),
+            opened: false,
+            ended: false,
+            start_texts: Vec::new(),
+            interceptors: Interceptors::default(),
+            prompts: 0,
             servers,
             transcript: Transcript::default(),
             model_override: None,
             queued: None,
             remembered: BTreeMap::new(),
+            notices: Vec::new(),
+            client_notices: false,
         }
     }
 

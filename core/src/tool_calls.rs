@@ -1,17 +1,22 @@
-//! The tool calls of one model response (SPEC L2, L3, A4, A6, A7, M4): the [`ToolBatch`]
+//! The tool calls of one model response (SPEC L2, L3, A4, A6, A7, M4, X1): the [`ToolBatch`]
 //! announces each call to the client, decides the ones that cannot run (too many, unknown,
-//! bad arguments, denied), asks permission where needed, dispatches the rest to their servers
-//! at most `BUZZ_AGENT_MAX_PARALLEL_TOOLS` at a time, and gives the results back in call order.
+//! bad arguments, denied), screens the rest through the session's interceptors (X1, request
+//! phase), asks permission where needed, dispatches them to their servers at most
+//! `BUZZ_AGENT_MAX_PARALLEL_TOOLS` at a time, screens each result (X1, response phase), and
+//! gives the results back in call order.
 
 use crate::acp::PermissionAnswer;
 use crate::config::PermissionMode;
 use crate::cx::Cx;
 use crate::ids::{McpRequestId, PermissionRequestId, ServerSlot, SessionId, ToolCallIndex, TurnNo};
+use crate::intercept::{Interceptors, Screen, ScreenOf, ScreenVerdict};
+use crate::interceptor::{InvokeReply, Phase};
 use crate::jsonrpc;
 use crate::llm::{Message, ToolCall};
-use crate::mcp::{McpRequest, Purpose, ToolCallRef, ToolRoute};
+use crate::mcp::{InterceptRef, McpRequest, Purpose, ToolCallRef, ToolRoute};
 use crate::permissions::PermissionRequest;
 use crate::session::Session;
+use crate::store::AnnouncedCall;
 use crate::tools::ToolOutput;
 use crate::{io::Action, jsonrpc::RpcError};
 use serde_json::{Value, json};
@@ -23,12 +28,16 @@ pub(crate) const MAX_CALLS_PER_RESPONSE: usize = 64;
 /// Where one call of the batch is.
 #[derive(Debug)]
 enum CallState {
+    /// The request phase of the interceptor chain runs (SPEC X1).
+    Screening(Box<Screen>),
     /// Allowed; waiting for a free place (parallelism cap).
     Queued,
     /// `session/request_permission` sent.
     AwaitPermission(PermissionRequestId),
     /// `tools/call` in flight.
     Running(ServerSlot, McpRequestId),
+    /// The response phase of the interceptor chain runs over the result (SPEC X1).
+    ScreeningResult(Box<Screen>),
     /// Finished; the result the model will see.
     Done(ToolOutput),
 }
@@ -53,6 +62,8 @@ pub(crate) struct ToolBatch {
     calls: Vec<BatchCall>,
     /// A posting call was dispatched (SPEC G2).
     posted: bool,
+    /// The session's interceptors when some screen `tools/call` (SPEC X1).
+    interceptors: Option<Interceptors>,
 }
 
 impl ToolBatch {
@@ -80,11 +91,15 @@ impl ToolBatch {
                 Ok(v) => v.clone(),
                 Err(_) => Value::String(call.arguments.clone()),
             };
-            updates.push(json!({
-                "sessionUpdate": "tool_call", "toolCallId": acp_id, "title": call.name,
-                "kind": "other", "status": "pending", "rawInput": raw_input
-            }));
             let route = routes.get(&call.name).cloned();
+            // C53: title and kind from the MCP tool; an unknown name is shown as it came.
+            let (title, kind) = route.as_ref().map_or((call.name.as_str(), "other"), |r| {
+                (r.title.as_str(), r.kind)
+            });
+            updates.push(json!({
+                "sessionUpdate": "tool_call", "toolCallId": acp_id, "title": title,
+                "kind": kind, "status": "pending", "rawInput": raw_input
+            }));
             pending.push((
                 BatchCall {
                     acp_id,
@@ -100,14 +115,32 @@ impl ToolBatch {
         for u in &updates {
             cx.out.send_update(&session_id, u);
         }
+        let announced: Vec<AnnouncedCall<'_>> = pending
+            .iter()
+            .zip(&updates)
+            .enumerate()
+            .map(|(index, ((c, _), update))| AnnouncedCall {
+                index,
+                acp_id: &c.acp_id,
+                call: &c.call,
+                update,
+            })
+            .collect();
+        cx.store.on_tool_calls(sess, &announced);
         // Decide each call: too many, unknown tool (incl. hooks, M4), bad arguments, permission.
         let mut decided: Vec<(usize, ToolOutput)> = Vec::new();
         let mut asks: Vec<usize> = Vec::new();
+        let interceptors = (sess.interceptors.screens(Phase::Request)
+            || sess.interceptors.screens(Phase::Response))
+        .then(|| sess.interceptors.clone());
+        let screen_requests = sess.interceptors.screens(Phase::Request);
+        let mut screens: Vec<usize> = Vec::new();
         let mut batch = ToolBatch {
             session: sid,
             turn,
             calls: Vec::with_capacity(pending.len()),
             posted: false,
+            interceptors,
         };
         for (i, (mut c, parsed)) in pending.into_iter().enumerate() {
             if i >= MAX_CALLS_PER_RESPONSE {
@@ -123,6 +156,11 @@ impl ToolBatch {
                             c.call.name
                         )),
                     )),
+                    Ok(args) if screen_requests => {
+                        // X1: the request phase runs before permission and dispatch.
+                        c.args = args;
+                        screens.push(i);
+                    }
                     Ok(args) => {
                         c.args = args;
                         let qualified = c
@@ -146,8 +184,15 @@ impl ToolBatch {
             let Some(c) = batch.calls.get_mut(i) else {
                 continue;
             };
+            let (title, kind) = c
+                .route
+                .as_ref()
+                .map_or((c.call.name.as_str(), "other"), |r| {
+                    (r.title.as_str(), r.kind)
+                });
             let params =
-                crate::acp::permission_params(&session_id, &c.acp_id, &c.call.name, &c.args);
+                crate::acp::permission_params(&session_id, &c.acp_id, title, kind, &c.args);
+            let what = format!("{title} ({})", c.acp_id);
             requests.push(jsonrpc::encode_request(
                 id.0,
                 "session/request_permission",
@@ -160,6 +205,8 @@ impl ToolBatch {
                     turn,
                     index: ToolCallIndex(i),
                 },
+                what,
+                cx.out.now(),
                 cx.out.now().plus_ms(perm_ms),
                 cx.timers,
             );
@@ -171,8 +218,172 @@ impl ToolBatch {
         for (i, out) in decided {
             batch.complete(ToolCallIndex(i), out, true, cx);
         }
+        for i in screens {
+            batch.start_request_screen(ToolCallIndex(i), &sess.remembered, cx);
+        }
         batch.pump(cx);
         batch
+    }
+
+    /// Starts the request phase of call `index` (SPEC X1) over `{name, arguments}`.
+    fn start_request_screen(
+        &mut self,
+        index: ToolCallIndex,
+        remembered: &BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        let (Some(interceptors), Some(c)) = (self.interceptors.as_ref(), self.calls.get(index.0))
+        else {
+            return;
+        };
+        let Some(route) = c.route.as_ref() else {
+            return;
+        };
+        let payload = json!({"name": route.bare, "arguments": c.args});
+        let server = cx.servers.name(route.server);
+        let of = self.screen_of(index);
+        let screen = Screen::start(interceptors, Phase::Request, payload, of, &server, cx);
+        if let Some(c) = self.calls.get_mut(index.0) {
+            c.state = CallState::Screening(Box::new(screen));
+        }
+        self.after_screen(index, remembered, cx);
+    }
+
+    fn screen_of(&self, index: ToolCallIndex) -> ScreenOf {
+        ScreenOf {
+            session: self.session,
+            turn: self.turn,
+            index,
+        }
+    }
+
+    /// An `interceptor/invoke` of call `index` was answered, lost or timed out (SPEC X1).
+    /// Anything for a call no longer screening changes nothing (I6).
+    pub(crate) fn on_intercept(
+        &mut self,
+        call: InterceptRef,
+        event: InterceptEvent,
+        remembered: &mut BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        let index = call.index;
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        let screen = match (&mut c.state, call.response) {
+            (CallState::Screening(screen), false) | (CallState::ScreeningResult(screen), true) => {
+                screen
+            }
+            _ => return,
+        };
+        match event {
+            InterceptEvent::Reply(reply) => screen.on_reply(call.invocation, reply, cx),
+            InterceptEvent::Timeout => screen.on_timeout(call.invocation, cx),
+        }
+        self.after_screen(index, remembered, cx);
+        self.pump(cx);
+    }
+
+    /// Acts on the verdict of call `index`'s screen, if there is one: the request phase
+    /// admits the call (with the mutated arguments, shown as `rawInput`) or fails it with the
+    /// denial; the response phase completes it with the (mutated) result or the denial.
+    fn after_screen(
+        &mut self,
+        index: ToolCallIndex,
+        remembered: &BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        let (verdict, response) = match &mut c.state {
+            CallState::Screening(screen) => (screen.take_verdict(), false),
+            CallState::ScreeningResult(screen) => (screen.take_verdict(), true),
+            CallState::Queued
+            | CallState::AwaitPermission(_)
+            | CallState::Running(..)
+            | CallState::Done(_) => return,
+        };
+        let Some(verdict) = verdict else {
+            return;
+        };
+        match (verdict, response) {
+            (ScreenVerdict::Deny(text), _) => self.complete(index, err_out(text), true, cx),
+            (ScreenVerdict::Allow { payload, .. }, true) => {
+                let (out, failed) = tool_output(Ok(payload), cx.cfg.max_tool_result_text_bytes);
+                self.complete(index, out, failed, cx);
+            }
+            (ScreenVerdict::Allow { payload, modified }, false) => {
+                if modified {
+                    if let Err(why) = apply_mutation(c, &payload) {
+                        self.complete(index, err_out(why), true, cx);
+                        return;
+                    }
+                    // X1: rawInput shows what actually runs.
+                    let update = json!({"sessionUpdate": "tool_call_update",
+                        "toolCallId": c.acp_id, "rawInput": c.args});
+                    cx.out.send_update(&self.session.to_string(), &update);
+                }
+                c.state = CallState::Queued;
+                self.admit(index, remembered, cx);
+            }
+        }
+    }
+
+    /// Permission for screened call `index` (SPEC A7): remembered answers apply, `ask` sends
+    /// the request, `allow` leaves it queued.
+    fn admit(
+        &mut self,
+        index: ToolCallIndex,
+        remembered: &BTreeMap<String, bool>,
+        cx: &mut Cx<'_>,
+    ) {
+        if cx.cfg.permission != PermissionMode::Ask {
+            return;
+        }
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        let qualified = c
+            .route
+            .as_ref()
+            .map(|r| r.qualified.clone())
+            .unwrap_or_default();
+        match remembered.get(&qualified) {
+            Some(true) => {}
+            Some(false) => self.complete(index, denied_out(), true, cx),
+            None => {
+                let id = cx.ids.next_permission();
+                let session_id = self.session.to_string();
+                let (title, kind) = c
+                    .route
+                    .as_ref()
+                    .map_or((c.call.name.as_str(), "other"), |r| {
+                        (r.title.as_str(), r.kind)
+                    });
+                let params =
+                    crate::acp::permission_params(&session_id, &c.acp_id, title, kind, &c.args);
+                let what = format!("{title} ({})", c.acp_id);
+                cx.permissions.insert(
+                    id,
+                    PermissionRequest {
+                        session: self.session,
+                        turn: self.turn,
+                        index,
+                    },
+                    what,
+                    cx.out.now(),
+                    cx.out.now().plus_ms(cx.cfg.permission_timeout_ms),
+                    cx.timers,
+                );
+                c.state = CallState::AwaitPermission(id);
+                cx.out.push(Action::WriteAcp(jsonrpc::encode_request(
+                    id.0,
+                    "session/request_permission",
+                    &params,
+                )));
+            }
+        }
     }
 
     /// Whether every call is done (the turn then takes [`ToolBatch::into_results`]).
@@ -198,9 +409,53 @@ impl ToolBatch {
                     text: out.text,
                     is_error: out.is_error,
                 }),
-                CallState::Queued | CallState::AwaitPermission(_) | CallState::Running(..) => None,
+                CallState::Queued
+                | CallState::Screening(_)
+                | CallState::AwaitPermission(_)
+                | CallState::Running(..)
+                | CallState::ScreeningResult(_) => None,
             })
             .collect()
+    }
+
+    /// Call `index`'s server answered (a result or a JSON-RPC error, SPEC L3): the result is
+    /// screened when interceptors hook the response phase (SPEC X1), else converted and the
+    /// call completes. A reply for a call no longer running changes nothing (I6).
+    pub(crate) fn on_reply(
+        &mut self,
+        index: ToolCallIndex,
+        reply: Result<Value, RpcError>,
+        cx: &mut Cx<'_>,
+    ) {
+        let screened = self
+            .interceptors
+            .as_ref()
+            .filter(|i| i.screens(Phase::Response));
+        let running = self
+            .calls
+            .get(index.0)
+            .is_some_and(|c| matches!(c.state, CallState::Running(..)));
+        match (reply, screened) {
+            (Ok(result), Some(interceptors)) if running => {
+                let server = self
+                    .calls
+                    .get(index.0)
+                    .and_then(|c| c.route.as_ref())
+                    .map(|r| cx.servers.name(r.server))
+                    .unwrap_or_default();
+                let of = self.screen_of(index);
+                let screen = Screen::start(interceptors, Phase::Response, result, of, &server, cx);
+                if let Some(c) = self.calls.get_mut(index.0) {
+                    c.state = CallState::ScreeningResult(Box::new(screen));
+                }
+                self.after_screen(index, &BTreeMap::new(), cx);
+                self.pump(cx);
+            }
+            (reply, _) => {
+                let (out, failed) = tool_output(reply, cx.cfg.max_tool_result_text_bytes);
+                self.on_result(index, out, failed, cx);
+            }
+        }
     }
 
     /// Call `index`'s server answered or failed (reply, error, timeout, death): its terminal
@@ -257,6 +512,30 @@ impl ToolBatch {
         self.pump(cx);
     }
 
+    /// `notifications/progress` from `server` for `token` (SPEC A6, case C59): a running call
+    /// of this batch at that server whose progress token (its ACP id) it is gets an
+    /// `in_progress` update with `text`. Returns whether a call matched.
+    pub(crate) fn on_progress(
+        &mut self,
+        server: ServerSlot,
+        token: &Value,
+        text: &str,
+        cx: &mut Cx<'_>,
+    ) -> bool {
+        let Some(c) = self.calls.iter().find(|c| {
+            matches!(c.state, CallState::Running(s, _) if s == server)
+                && token.as_str() == Some(c.acp_id.as_str())
+        }) else {
+            return false;
+        };
+        let update = json!({
+            "sessionUpdate": "tool_call_update", "toolCallId": c.acp_id, "status": "in_progress",
+            "content": [crate::tools::text_content(text)]
+        });
+        cx.out.send_update(&self.session.to_string(), &update);
+        true
+    }
+
     /// The turn was cancelled (SPEC A4): calls in flight get `notifications/cancelled`,
     /// permission requests are forgotten, and every unfinished call ends with a failed update.
     pub(crate) fn cancel(&mut self, why: &str, cx: &mut Cx<'_>) {
@@ -267,7 +546,9 @@ impl ToolBatch {
             .filter_map(|(i, c)| match c.state {
                 CallState::Running(server, req) => Some((i, CallState::Running(server, req))),
                 CallState::AwaitPermission(id) => Some((i, CallState::AwaitPermission(id))),
-                CallState::Queued => Some((i, CallState::Queued)),
+                CallState::Queued | CallState::Screening(_) | CallState::ScreeningResult(_) => {
+                    Some((i, CallState::Queued))
+                }
                 CallState::Done(_) => None,
             })
             .collect();
@@ -280,7 +561,17 @@ impl ToolBatch {
                 CallState::AwaitPermission(id) => {
                     cx.permissions.take(id, cx.timers);
                 }
-                CallState::Queued | CallState::Done(_) => {}
+                CallState::Queued
+                | CallState::Screening(_)
+                | CallState::ScreeningResult(_)
+                | CallState::Done(_) => {}
+            }
+            if let Some(c) = self.calls.get_mut(i)
+                && let CallState::Screening(screen) | CallState::ScreeningResult(screen) =
+                    &mut c.state
+            {
+                // X1: a chain stops mid-way; its invocations in flight are cancelled.
+                screen.cancel(why, cx);
             }
             let out = err_out(format!("tool call cancelled: {why}"));
             self.complete(ToolCallIndex(i), out, true, cx);
@@ -296,12 +587,9 @@ impl ToolBatch {
         if matches!(c.state, CallState::Done(_)) {
             return;
         }
-        let status = if failed { "failed" } else { "completed" };
-        let update = json!({
-            "sessionUpdate": "tool_call_update", "toolCallId": c.acp_id, "status": status,
-            "content": [{"type": "content", "content": {"type": "text", "text": out.text}}],
-            "rawOutput": {"isError": out.is_error}
-        });
+        let update = crate::store::result_update(&c.acp_id, failed, &out);
+        cx.store
+            .on_tool_result(self.session, index.0, &c.acp_id, &c.call, &out, failed);
         c.state = CallState::Done(out);
         cx.out.send_update(&self.session.to_string(), &update);
     }
@@ -332,6 +620,7 @@ impl ToolBatch {
                 server,
                 bare,
                 qualified,
+                ..
             }) = c.route.clone()
             else {
                 break;
@@ -347,7 +636,10 @@ impl ToolBatch {
             }
             let posting =
                 crate::hooks::counts_as_posting(&bare, &args, &qualified, &cx.cfg.reply_tools);
-            let params = json!({"name": bare, "arguments": args});
+            // C59: the ACP tool call id is the progress token (unique in the session, and so
+            // at its server, which belongs to the session).
+            let params =
+                json!({"name": bare, "arguments": args, "_meta": {"progressToken": acp_id}});
             let purpose = Purpose::Tool(ToolCallRef {
                 session: self.session,
                 turn: self.turn,
@@ -378,30 +670,74 @@ impl ToolBatch {
     }
 }
 
-/// The converted result of a model tool call's reply, and whether the call failed (SPEC L3): a
-/// result (`isError` results included) did not; a JSON-RPC error did.
+/// The converted result of a model tool call's reply, and whether the call failed (SPEC L3,
+/// A6, case C54): an `isError: true` result failed (the model still sees its text as an error
+/// result, the client a `failed` update with that text); a JSON-RPC error failed too.
 pub(crate) fn tool_output(reply: Result<Value, RpcError>, cap: usize) -> (ToolOutput, bool) {
     match reply {
-        Ok(v) => (crate::tools::convert_result(&v, cap), false),
+        Ok(v) => {
+            let out = crate::tools::convert_result(&v, cap);
+            let failed = out.is_error;
+            (out, failed)
+        }
         Err(e) => (
-            ToolOutput {
-                text: format!("tool call rejected: {} (code {})", e.message, e.code),
-                is_error: true,
-            },
+            err_out(format!(
+                "tool call rejected: {} (code {})",
+                e.message, e.code
+            )),
             true,
         ),
     }
 }
 
-fn err_out(text: String) -> ToolOutput {
-    ToolOutput {
-        text,
-        is_error: true,
+/// What came back for an `interceptor/invoke` of a tool call's chain (SPEC X1).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum InterceptEvent {
+    /// Its reply, or that none will come (the server died).
+    Reply(InvokeReply),
+    /// Its deadline passed (the request was already abandoned and counted, H4).
+    Timeout,
+}
+
+/// Takes an allowed, mutated request payload `{name, arguments}` into call `c` (SPEC X1).
+/// The tool may not be renamed (the user's permission and the `*_always` memory name the
+/// tool the model called) and the arguments must stay a JSON object.
+fn apply_mutation(c: &mut BatchCall, payload: &Value) -> Result<(), String> {
+    let bare = c
+        .route
+        .as_ref()
+        .map(|r| r.bare.as_str())
+        .unwrap_or_default();
+    match payload.get("name").and_then(Value::as_str) {
+        Some(name) if name == bare => {}
+        Some(name) => {
+            return Err(format!(
+                "blocked: an interceptor renamed the tool call from '{bare}' to '{name}', which is not supported"
+            ));
+        }
+        None => {
+            return Err("blocked: an interceptor's changed tool call has no tool name".into());
+        }
     }
+    match payload.get("arguments") {
+        None | Some(Value::Null) => c.args = json!({}),
+        Some(Value::Object(m)) => c.args = Value::Object(m.clone()),
+        Some(other) => {
+            return Err(format!(
+                "blocked: an interceptor changed the tool call's arguments into {}, not a JSON object",
+                crate::jsonrpc::json_type(other)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn err_out(text: String) -> ToolOutput {
+    ToolOutput::plain(text, true)
 }
 
 fn denied_out() -> ToolOutput {
-    err_out("tool call not authorized: the user did not allow this tool call (A7)".into())
+    err_out("tool call not authorized: the user did not allow this tool call".into())
 }
 
 /// Parse model tool-call arguments (SPEC L2, case C26): blank → `{}`; must be a JSON object.
@@ -503,10 +839,7 @@ mod tests {
         let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
         let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
         assert_eq!(Parts::mcp_lines(&parts.drain()).len(), 1, "one at a time");
-        let ok = |t: &str| ToolOutput {
-            text: t.into(),
-            is_error: false,
-        };
+        let ok = |t: &str| ToolOutput::plain(t.into(), false);
         batch.on_result(ToolCallIndex(0), ok("first"), false, &mut parts.cx());
         assert_eq!(
             Parts::mcp_lines(&parts.drain()).len(),
@@ -540,7 +873,11 @@ mod tests {
             .filter(|l| l["method"] == "session/request_permission")
             .collect();
         assert_eq!(asked.len(), 2);
-        assert_eq!(parts.timers.next().map(|(t, _)| t.as_ms()), Some(330_000));
+        assert_eq!(
+            parts.timers.next().map(|(t, _)| t.as_ms()),
+            Some(30_000),
+            "the first reminder, then the deadline"
+        );
         batch.on_permission(
             ToolCallIndex(0),
             PermissionAnswer::AllowAlways,
@@ -611,6 +948,65 @@ mod tests {
         );
         assert!(batch.is_done());
         assert_eq!(parts.timers.next(), None, "no deadline is left behind");
+    }
+
+    #[test]
+    fn c54_an_is_error_result_fails_with_its_text_and_the_model_sees_it() {
+        let reply = Ok(
+            json!({"content":[{"type":"text","text":"Access denied - path outside allowed directories"}],"isError":true}),
+        );
+        let (out, failed) = tool_output(reply, 1024);
+        assert!(failed, "an isError result is a failed call");
+        assert!(out.is_error);
+        assert_eq!(out.text, "Access denied - path outside allowed directories");
+        assert_eq!(
+            out.client_content(),
+            vec![crate::tools::text_content(
+                "Access denied - path outside allowed directories"
+            )]
+        );
+        let (ok, failed) = tool_output(Ok(json!({"content":[{"type":"text","text":"x"}]})), 1024);
+        assert!(!failed && !ok.is_error);
+    }
+
+    #[test]
+    fn c59_calls_carry_a_progress_token_and_progress_shows_on_the_running_call() {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let mut batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        let sent = Parts::mcp_lines(&parts.drain());
+        assert_eq!(sent[0]["params"]["_meta"]["progressToken"], "tc_1");
+        let server = sess.servers[0];
+        assert!(!batch.on_progress(server, &json!("tc_9"), "x", &mut parts.cx()));
+        assert!(!batch.on_progress(ServerSlot(99), &json!("tc_1"), "x", &mut parts.cx()));
+        assert!(
+            parts.drain().is_empty(),
+            "no update for another token or server"
+        );
+        assert!(batch.on_progress(server, &json!("tc_1"), "copying (3/10)", &mut parts.cx()));
+        let ups = Parts::acp_lines(&parts.drain());
+        assert_eq!(
+            ups[0]["params"]["update"],
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "tc_1", "status": "in_progress",
+                   "content": [{"type": "content", "content": {"type": "text", "text": "copying (3/10)"}}]})
+        );
+        batch.on_result(
+            ToolCallIndex(0),
+            ToolOutput::plain("done".into(), false),
+            false,
+            &mut parts.cx(),
+        );
+        parts.drain();
+        assert!(
+            !batch.on_progress(server, &json!("tc_1"), "late", &mut parts.cx()),
+            "a finished call shows no more progress"
+        );
     }
 
     #[test]

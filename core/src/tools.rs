@@ -1,7 +1,7 @@
 //! MCP tools as the model sees them: qualified names (SPEC M3), schema normalisation (M3, case
 //! C19), and tool-result conversion with middle elision (L3).
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// Separator between server and tool in a qualified name (SPEC M3).
 pub(crate) const QUALIFIER: &str = "__";
@@ -14,6 +14,119 @@ pub(crate) fn is_valid_server_name(name: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         && !name.contains(QUALIFIER)
+}
+
+/// The tool-name prefix of the server the client named `name` (SPEC A2, M3, case C55): the
+/// name itself when it is a valid server name, else a safe and stable stand-in: every run of
+/// bytes outside `[A-Za-z0-9-]` (and of `_`) becomes one `_`, leading and trailing `_` are
+/// dropped, the rest cut to 32 bytes (`mcp` when nothing is left), then `_` and 8 hex digits of
+/// a stable hash of the original name. `fs` → `fs`; `My Files` → `My_Files_` + hash;
+/// `ünï` → `mcp_` + hash. The result never contains `__`, so `<prefix>__<tool>` stays readable.
+#[must_use]
+pub(crate) fn server_prefix(name: &str) -> String {
+    if is_valid_server_name(name) {
+        return name.to_string();
+    }
+    let mut base = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' {
+            base.push(c);
+        } else if !base.ends_with('_') {
+            base.push('_');
+        }
+    }
+    let mut base = base.trim_matches('_').to_string();
+    base.truncate(32);
+    let base = base.trim_end_matches('_');
+    let base = if base.is_empty() { "mcp" } else { base };
+    format!("{base}_{:08x}", fnv1a(name.as_bytes()) & 0xffff_ffff)
+}
+
+/// The ACP `kind` of a model tool call (SPEC A6, case C53), from the MCP tool's `annotations`
+/// and its name. Only hints set to `true` count (MCP's defaults, `destructiveHint: true` and
+/// `openWorldHint: true` when unset, would make every unannotated tool an edit):
+/// - `readOnlyHint` with `openWorldHint` → `fetch` (it reads from outside the machine);
+/// - `readOnlyHint` → `search` when the name says so (`search`, `find`, `grep`), else `read`;
+/// - `destructiveHint` → `delete` when the name says so (`delete`, `remove`, `rm`, `unlink`,
+///   `drop`, `destroy`, `erase`, `purge`, `trash`), `move` when it says `move` or `rename`,
+///   else `edit`;
+/// - `openWorldHint` → `fetch`;
+/// - anything else → `other`.
+///
+/// `read_text_file` `{readOnlyHint: true}` → `read`; `write_file` `{destructiveHint: true}` →
+/// `edit`; `delete_file` `{destructiveHint: true}` → `delete`.
+#[must_use]
+pub(crate) fn tool_kind(bare: &str, annotations: Option<&Value>) -> &'static str {
+    let hint = |k: &str| {
+        annotations
+            .and_then(|a| a.get(k))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    let words: Vec<String> = bare
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .flat_map(split_camel)
+        .collect();
+    let named = |list: &[&str]| words.iter().any(|w| list.contains(&w.as_str()));
+    let (read_only, destructive, open_world) = (
+        hint("readOnlyHint"),
+        hint("destructiveHint"),
+        hint("openWorldHint"),
+    );
+    if read_only && open_world {
+        "fetch"
+    } else if read_only {
+        if named(&["search", "find", "grep"]) {
+            "search"
+        } else {
+            "read"
+        }
+    } else if destructive {
+        if named(&[
+            "delete", "remove", "rm", "unlink", "drop", "destroy", "erase", "purge", "trash",
+        ]) {
+            "delete"
+        } else if named(&["move", "rename", "mv"]) {
+            "move"
+        } else {
+            "edit"
+        }
+    } else if open_world {
+        "fetch"
+    } else {
+        "other"
+    }
+}
+
+/// `searchFiles` → `search`, `files`; lowercase words of one camelCase piece.
+fn split_camel(piece: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    for c in piece.chars() {
+        if c.is_ascii_uppercase() && !cur.is_empty() {
+            words.push(std::mem::take(&mut cur));
+        }
+        cur.push(c.to_ascii_lowercase());
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// The ACP `title` of a model tool call (SPEC A6, case C53): the MCP tool's `title`, else its
+/// `annotations.title`, else `<server>: <tool>` with the server's name as the client gave it.
+#[must_use]
+pub(crate) fn tool_title(server: &str, bare: &str, tool: &Value) -> String {
+    let given = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+    };
+    given(tool.get("title"))
+        .or_else(|| given(tool.get("annotations").and_then(|a| a.get("title"))))
+        .unwrap_or_else(|| format!("{server}: {bare}"))
 }
 
 /// Whether `name` is a hook name: a bare tool name starting with `_` (SPEC M4, H1).
@@ -100,16 +213,68 @@ pub(crate) fn normalize_schema(schema: Option<&Value>) -> Result<Value, String> 
     Ok(Value::Object(map))
 }
 
-/// A converted tool result: the text the model sees and whether it is an error (SPEC L3).
+/// A converted tool result (SPEC L3, A6): the text the model sees, whether it is an error, and
+/// what the client is shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ToolOutput {
     pub text: String,
     pub is_error: bool,
+    /// The ACP `ToolCallContent` items of the terminal `tool_call_update` (case C59); `None`:
+    /// one text item with [`ToolOutput::text`] (agent-side outcomes: denied, timeout, …).
+    pub display: Option<Vec<Value>>,
 }
 
-/// Convert an MCP `tools/call` result to model text (SPEC L3): text blocks joined with `\n`;
-/// `structuredContent` as JSON text when there is no text; images/audio/blobs replaced by a
-/// short marker; `resource_link` → `[resource: uri]`; text over `cap` bytes middle-elided.
+impl ToolOutput {
+    /// An agent-side outcome: the model and the client see the same `text`.
+    pub(crate) fn plain(text: String, is_error: bool) -> ToolOutput {
+        ToolOutput {
+            text,
+            is_error,
+            display: None,
+        }
+    }
+
+    /// The `content` of the terminal `tool_call_update` (SPEC A6).
+    pub(crate) fn client_content(&self) -> Vec<Value> {
+        match &self.display {
+            Some(items) => items.clone(),
+            None => vec![text_content(&self.text)],
+        }
+    }
+}
+
+/// An ACP `ToolCallContent` item holding text.
+pub(crate) fn text_content(text: &str) -> Value {
+    json!({"type": "content", "content": {"type": "text", "text": text}})
+}
+
+/// Image and audio data passed to the client at most (base64 bytes); a bigger block is shown
+/// as its marker text.
+pub(crate) const MAX_CLIENT_MEDIA_BYTES: usize = 4 * 1024 * 1024;
+
+/// Who an MCP content block is for, from its `annotations.audience` (case C59): `(model,
+/// client)`. No audience, or one naming both, is for both; `["user"]` only for the client,
+/// `["assistant"]` only for the model.
+fn audience(block: &Value) -> (bool, bool) {
+    match block
+        .get("annotations")
+        .and_then(|a| a.get("audience"))
+        .and_then(Value::as_array)
+    {
+        None => (true, true),
+        Some(list) => {
+            let has = |r: &str| list.iter().any(|v| v.as_str() == Some(r));
+            (has("assistant"), has("user"))
+        }
+    }
+}
+
+/// Convert an MCP `tools/call` result (SPEC L3, A6, cases C54, C59). The model's text: text
+/// blocks joined with `\n`; `structuredContent` as JSON text when there is no text; images,
+/// audio and blobs replaced by a short marker; `resource_link` → `[resource: uri]`; text over
+/// `cap` bytes middle-elided. The client's content: the same blocks as ACP content (images and
+/// audio as themselves up to [`MAX_CLIENT_MEDIA_BYTES`], text elided the same way). A block
+/// whose `audience` is `["user"]` reaches only the client, `["assistant"]` only the model.
 #[must_use]
 pub(crate) fn convert_result(result: &Value, cap: usize) -> ToolOutput {
     let is_error = result
@@ -117,38 +282,56 @@ pub(crate) fn convert_result(result: &Value, cap: usize) -> ToolOutput {
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let mut parts: Vec<String> = Vec::new();
+    let mut shown: Vec<Value> = Vec::new();
     let mut saw_text = false;
     if let Some(blocks) = result.get("content").and_then(Value::as_array) {
         for b in blocks {
+            let (to_model, to_client) = audience(b);
             let kind = b.get("type").and_then(Value::as_str).unwrap_or("");
-            match kind {
+            let (part, item) = match kind {
                 "text" => {
-                    saw_text = true;
-                    parts.push(
-                        b.get("text")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                    );
+                    let t = b.get("text").and_then(Value::as_str).unwrap_or("");
+                    if to_model {
+                        saw_text = true;
+                    }
+                    (
+                        t.to_string(),
+                        text_content(&elide_middle(t.to_string(), cap)),
+                    )
                 }
                 "image" | "audio" => {
                     let mime = b
                         .get("mimeType")
                         .and_then(Value::as_str)
                         .unwrap_or("unknown");
-                    let n = base64_decoded_len(b.get("data").and_then(Value::as_str).unwrap_or(""));
-                    parts.push(format!("[{kind} elided: {mime}, {n} bytes]"));
+                    let data = b.get("data").and_then(Value::as_str).unwrap_or("");
+                    let n = base64_decoded_len(data);
+                    let marker = format!("[{kind} elided: {mime}, {n} bytes]");
+                    let item = if data.len() <= MAX_CLIENT_MEDIA_BYTES {
+                        json!({"type": "content", "content": {"type": kind, "data": data, "mimeType": mime}})
+                    } else {
+                        text_content(&marker)
+                    };
+                    (marker, item)
                 }
                 "resource_link" => {
                     let uri = b.get("uri").and_then(Value::as_str).unwrap_or("");
-                    parts.push(format!("[resource: {uri}]"));
+                    let name = b.get("name").and_then(Value::as_str).unwrap_or(uri);
+                    (
+                        format!("[resource: {uri}]"),
+                        json!({"type": "content", "content": {"type": "resource_link", "uri": uri, "name": name}}),
+                    )
                 }
                 "resource" => {
                     let r = b.get("resource").unwrap_or(&Value::Null);
                     let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");
                     if let Some(t) = r.get("text").and_then(Value::as_str) {
-                        saw_text = true;
-                        parts.push(format!("[resource: {uri}]\n{t}"));
+                        if to_model {
+                            saw_text = true;
+                        }
+                        let text = format!("[resource: {uri}]\n{t}");
+                        let item = text_content(&elide_middle(text.clone(), cap));
+                        (text, item)
                     } else {
                         let mime = r
                             .get("mimeType")
@@ -156,23 +339,40 @@ pub(crate) fn convert_result(result: &Value, cap: usize) -> ToolOutput {
                             .unwrap_or("unknown");
                         let n =
                             base64_decoded_len(r.get("blob").and_then(Value::as_str).unwrap_or(""));
-                        parts.push(format!("[resource elided: {uri}, {mime}, {n} bytes]"));
+                        let marker = format!("[resource elided: {uri}, {mime}, {n} bytes]");
+                        let item = text_content(&marker);
+                        (marker, item)
                     }
                 }
-                other => parts.push(format!(
-                    "[{} content elided]",
-                    if other.is_empty() { "unknown" } else { other }
-                )),
+                other => {
+                    let marker = format!(
+                        "[{} content elided]",
+                        if other.is_empty() { "unknown" } else { other }
+                    );
+                    let item = text_content(&marker);
+                    (marker, item)
+                }
+            };
+            if to_model {
+                parts.push(part);
+            }
+            if to_client {
+                shown.push(item);
             }
         }
     }
     if !saw_text && let Some(sc) = result.get("structuredContent").filter(|v| !v.is_null()) {
-        parts.insert(0, sc.to_string());
+        let sc = sc.to_string();
+        if shown.is_empty() {
+            shown.push(text_content(&elide_middle(sc.clone(), cap)));
+        }
+        parts.insert(0, sc);
     }
-    let text = parts.join("\n");
+    let text = elide_middle(parts.join("\n"), cap);
     ToolOutput {
-        text: elide_middle(text, cap),
+        text,
         is_error,
+        display: Some(shown),
     }
 }
 
@@ -196,10 +396,7 @@ pub(crate) fn hook_answer(result: &Value, cap: usize) -> ToolOutput {
         .filter_map(|b| b.get("text").and_then(Value::as_str))
         .collect::<Vec<_>>()
         .join("\n");
-    ToolOutput {
-        text: elide_middle(text, cap),
-        is_error,
-    }
+    ToolOutput::plain(elide_middle(text, cap), is_error)
 }
 
 /// Approximate decoded size of base64 text, in bytes.
@@ -271,6 +468,115 @@ mod tests {
     }
 
     #[test]
+    fn c55_odd_server_names_get_a_safe_stable_prefix() {
+        assert_eq!(server_prefix("fs"), "fs");
+        assert_eq!(server_prefix("test-guard_1"), "test-guard_1");
+        let long = format!("{} x", "y".repeat(80));
+        let cases = [
+            "My Files",
+            "my.fs",
+            "github/copilot",
+            "ünï",
+            "a__b",
+            "  ",
+            long.as_str(),
+        ]
+        .map(str::to_string);
+        let mut seen = std::collections::BTreeSet::new();
+        for name in &cases {
+            let p = server_prefix(name);
+            assert!(is_valid_server_name(&p), "{name:?} → {p:?}");
+            assert_eq!(p, server_prefix(name), "stable");
+            assert!(p.len() <= 41, "{p}");
+            assert!(seen.insert(p.clone()), "distinct: {p}");
+            assert!(is_provider_safe(&exposed_name(&p, "read_file")));
+        }
+        assert!(server_prefix("My Files").starts_with("My_Files_"));
+        assert!(server_prefix("my.fs").starts_with("my_fs_"));
+        assert!(server_prefix("github/copilot").starts_with("github_copilot_"));
+        assert!(server_prefix("ünï").starts_with("n_"));
+        assert!(server_prefix("ü ï").starts_with("mcp_"));
+    }
+
+    #[test]
+    fn c53_kind_comes_from_annotations_and_the_name() {
+        let k = |name: &str, v: Value| tool_kind(name, Some(&v));
+        assert_eq!(k("read_text_file", json!({"readOnlyHint": true})), "read");
+        assert_eq!(k("search_files", json!({"readOnlyHint": true})), "search");
+        assert_eq!(k("findFiles", json!({"readOnlyHint": true})), "search");
+        assert_eq!(
+            k(
+                "web_get",
+                json!({"readOnlyHint": true, "openWorldHint": true})
+            ),
+            "fetch"
+        );
+        assert_eq!(k("write_file", json!({"destructiveHint": true})), "edit");
+        assert_eq!(k("delete_file", json!({"destructiveHint": true})), "delete");
+        assert_eq!(k("rm", json!({"destructiveHint": true})), "delete");
+        assert_eq!(k("removeItem", json!({"destructiveHint": true})), "delete");
+        assert_eq!(k("post", json!({"openWorldHint": true})), "fetch");
+        assert_eq!(k("move_file", json!({"destructiveHint": true})), "move");
+        assert_eq!(
+            k(
+                "create_directory",
+                json!({"readOnlyHint": false, "destructiveHint": false})
+            ),
+            "other"
+        );
+        assert_eq!(tool_kind("read_file", None), "other", "no hint, no guess");
+        assert_eq!(k("x", json!({"readOnlyHint": "yes"})), "other");
+    }
+
+    #[test]
+    fn c53_title_is_the_tools_title_else_server_and_tool() {
+        let t = json!({"name": "read_text_file", "title": "Read Text File", "annotations": {"title": "Other"}});
+        assert_eq!(tool_title("fs", "read_text_file", &t), "Read Text File");
+        let t = json!({"name": "x", "annotations": {"title": "Annotated"}});
+        assert_eq!(tool_title("fs", "x", &t), "Annotated");
+        assert_eq!(
+            tool_title("My Files", "x", &json!({"title": " "})),
+            "My Files: x"
+        );
+    }
+
+    #[test]
+    fn c59_images_reach_the_client_and_audience_picks_the_reader() {
+        let r = json!({"content": [
+            {"type": "text", "text": "for both"},
+            {"type": "image", "mimeType": "image/png", "data": "AAAA"},
+            {"type": "text", "text": "user only", "annotations": {"audience": ["user"]}},
+            {"type": "text", "text": "model only", "annotations": {"audience": ["assistant"]}},
+            {"type": "text", "text": "both again", "annotations": {"audience": ["user", "assistant"]}}
+        ]});
+        let out = convert_result(&r, 1 << 20);
+        assert_eq!(
+            out.text,
+            "for both\n[image elided: image/png, 3 bytes]\nmodel only\nboth again"
+        );
+        let shown = out.client_content();
+        assert_eq!(
+            shown,
+            vec![
+                text_content("for both"),
+                json!({"type": "content", "content": {"type": "image", "data": "AAAA", "mimeType": "image/png"}}),
+                text_content("user only"),
+                text_content("both again"),
+            ]
+        );
+        let big = "A".repeat(MAX_CLIENT_MEDIA_BYTES + 4);
+        let out = convert_result(
+            &json!({"content": [{"type": "image", "mimeType": "image/png", "data": big}]}),
+            1024,
+        );
+        assert_eq!(
+            out.client_content()[0]["content"]["type"],
+            "text",
+            "too big: its marker"
+        );
+    }
+
+    #[test]
     fn c19_schemas_are_normalized_or_rejected() {
         let obj = json!({"type":"object","properties":{}});
         assert_eq!(normalize_schema(None).unwrap(), obj);
@@ -304,10 +610,7 @@ mod tests {
         let none = json!({"content":[],"structuredContent":{"result":null},"isError":false});
         assert_eq!(
             hook_answer(&none, 1024),
-            ToolOutput {
-                text: String::new(),
-                is_error: false
-            }
+            ToolOutput::plain(String::new(), false)
         );
         // FastMCP `return "fix it"` also mirrors the text in structuredContent: counted once.
         let s = json!({"content":[{"type":"text","text":"fix it"}],"structuredContent":{"result":"fix it"}});

@@ -13,10 +13,12 @@ use crate::compaction::{self, Compaction, Compactor};
 use crate::config::LogLevel;
 use crate::cx::Cx;
 use crate::hooks::{
-    GateOpening, GateVerdict, HookOutcome, HookPoint, HookRound, StopGate, append_injections,
+    GateOpening, GateVerdict, HookMeta, HookOutcome, HookPoint, HookRound, StopGate,
+    append_injections, append_session_start,
 };
 use crate::ids::{HookRoundId, LlmCallId, ToolCallIndex, TurnNo};
 use crate::io::{Action, LlmEvent};
+use crate::jsonrpc::RpcError;
 use crate::jsonrpc::RpcId;
 use crate::llm::{
     ChatReasoningField, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
@@ -25,11 +27,11 @@ use crate::llm::{
 use crate::llm_call::{
     CallPurpose, FINAL_ANSWER_GRACE_MS, LlmAttempt, MAX_RESPONSE_BODY_BYTES, Step,
 };
-use crate::mcp::ToolRoute;
+use crate::mcp::{InterceptRef, ToolRoute};
 use crate::provider::{self, HttpFailure};
 use crate::session::Session;
 use crate::timers::{Timer, TurnTimer};
-use crate::tool_calls::ToolBatch;
+use crate::tool_calls::{InterceptEvent, ToolBatch};
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -111,11 +113,18 @@ pub(crate) struct Turn {
     phase: Phase,
     /// Exposed tool name → route, as offered in the last round's request.
     routes: BTreeMap<String, ToolRoute>,
+    /// The text shown so far (paragraph breaks, C60).
+    shown: Shown,
+    /// The session's `_SessionStart` texts, taken by its first prompt and injected into that
+    /// prompt's first LLM request; dropped if the turn ends before it (SPEC H10).
+    session_start: Vec<(String, String)>,
 }
 
 impl Turn {
     /// Prompt `rpc` with `text` starts turn `no` of `sess`: the text joins the history and the
-    /// first round starts after the step.
+    /// first round starts after the step. The session's first prompt takes its `_SessionStart`
+    /// texts (SPEC H10): they go right after the prompt when the first round starts, and no
+    /// other prompt ever sees them injected.
     pub(crate) fn start(
         no: TurnNo,
         rpc: RpcId,
@@ -123,9 +132,15 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) -> Turn {
-        sess.transcript
-            .messages
-            .push(Message::User { text: text.clone() });
+        sess.transcript.push(Message::User { text: text.clone() });
+        let mut shown = Shown::default();
+        // C55: what the user must know about the session set-up, before the first answer.
+        for notice in std::mem::take(&mut sess.notices) {
+            let text = format!("[buzz-agent] {notice}");
+            shown.notice("mcp_server_skipped", "warning", &text, sess, cx);
+        }
+        sess.prompts += 1;
+        let session_start = std::mem::take(&mut sess.start_texts);
         Turn {
             rpc,
             no,
@@ -137,6 +152,8 @@ impl Turn {
             prompt_text: text,
             phase: Phase::Ready,
             routes: BTreeMap::new(),
+            shown,
+            session_start,
         }
     }
 
@@ -181,6 +198,19 @@ impl Turn {
         let max_rounds = cx.cfg.max_rounds;
         if max_rounds > 0 && self.rounds >= max_rounds {
             return Some(TurnEnd::Stopped(StopReason::MaxTurnRequests));
+        }
+        if !self.session_start.is_empty() {
+            // H10: right after the prompt, in the first LLM request of the first prompt.
+            let texts = std::mem::take(&mut self.session_start);
+            append_session_start(&mut sess.transcript, &texts);
+            cx.out.log(
+                LogLevel::Info,
+                format!(
+                    "hook: _SessionStart injected {} text(s) into the first prompt of session {}",
+                    texts.len(),
+                    sess.id
+                ),
+            );
         }
         if self
             .compactor
@@ -249,7 +279,7 @@ impl Turn {
         // summary call's messages are not the history and are built afresh.
         let (system, messages, cache) = match &summary_messages {
             None => {
-                let (messages, cache) = sess.transcript.messages.with_cache();
+                let (messages, cache) = sess.transcript.with_cache();
                 (cx.cfg.system_prompt.as_deref(), messages, Some(cache))
             }
             Some(summary) => (Some(compaction::SUMMARY_SYSTEM_PROMPT), &summary[..], None),
@@ -271,8 +301,14 @@ impl Turn {
         );
         if purpose == CallPurpose::Round {
             self.routes = routes;
+            if attempt == 1 {
+                self.shown.new_round();
+            }
         }
-        self.phase = Phase::Llm(Box::new(LlmAttempt::new(call, purpose, attempt, decoder)));
+        let url = request.url.clone();
+        self.phase = Phase::Llm(Box::new(LlmAttempt::new(
+            call, purpose, attempt, url, decoder,
+        )));
         cx.llm.insert(call, sess.id);
         cx.out.log(
             LogLevel::Debug,
@@ -325,6 +361,7 @@ impl Turn {
         cx.timers
             .set(Timer::Turn(sess.id, kind), now.plus_ms(idle_ms));
         let purpose = a.purpose();
+        let target = a.target();
         match a.on_event(event) {
             Step::Nothing => None,
             Step::TooLarge => {
@@ -345,7 +382,7 @@ impl Turn {
                         cx,
                     );
                 }
-                emit_deltas(purpose, deltas, sess, cx);
+                self.shown.emit(purpose, deltas, sess, cx);
                 match result {
                     Err(e) => self.attempt_failed(e.to_string(), e.is_retryable(), None, sess, cx),
                     Ok(true) => {
@@ -366,7 +403,7 @@ impl Turn {
                     Some(s) if (200..300).contains(&s) => self.finish_stream(sess, cx),
                     Some(s) => self.http_failed(s, &headers, &error_body, sess, cx),
                     None => self.attempt_failed(
-                        "connection closed before a response".into(),
+                        format!("connection closed before a response to {target}"),
                         true,
                         None,
                         sess,
@@ -380,11 +417,11 @@ impl Turn {
                 self.release(call, sess, cx);
                 match answer {
                     Some((resp, deltas)) => {
-                        emit_deltas(purpose, deltas, sess, cx);
+                        self.shown.emit(purpose, deltas, sess, cx);
                         self.on_response(purpose, resp, sess, cx)
                     }
                     None => self.attempt_failed(
-                        format!("transport error: {message}"),
+                        format!("transport error on {target}: {message}"),
                         true,
                         None,
                         sess,
@@ -402,7 +439,7 @@ impl Turn {
         };
         let purpose = a.purpose();
         let (deltas, res) = a.finish();
-        emit_deltas(purpose, deltas, sess, cx);
+        self.shown.emit(purpose, deltas, sess, cx);
         match res {
             Ok(resp) => self.on_response(purpose, resp, sess, cx),
             Err(e) => self.attempt_failed(e.to_string(), e.is_retryable(), None, sess, cx),
@@ -438,13 +475,27 @@ impl Turn {
             }
         }
         let message = provider::error_message(body);
+        // Issue 12: the method and URL, so a wrong base URL shows (a 404 on
+        // `…/chat/completions`).
+        let on = match &self.phase {
+            Phase::Llm(a) => format!(" on {}", a.target()),
+            Phase::Ready | Phase::Backoff { .. } | Phase::Tools(_) | Phase::Gate(_) => {
+                String::new()
+            }
+        };
         match provider::classify_status(status, &message) {
             HttpFailure::Retryable => {
                 let hint = provider::retry_after_ms(headers);
-                self.attempt_failed(format!("HTTP {status}: {message}"), true, hint, sess, cx)
+                self.attempt_failed(
+                    format!("HTTP {status}{on}: {message}"),
+                    true,
+                    hint,
+                    sess,
+                    cx,
+                )
             }
             HttpFailure::Auth => self.attempt_failed(
-                format!("auth: HTTP {status}: {message}"),
+                format!("auth: HTTP {status}{on}: {message}"),
                 false,
                 None,
                 sess,
@@ -455,9 +506,13 @@ impl Turn {
                 self.phase = Phase::Ready;
                 self.compact("the provider said the context is too long", sess, cx)
             }
-            HttpFailure::ContextTooLong | HttpFailure::Fatal => {
-                self.attempt_failed(format!("HTTP {status}: {message}"), false, None, sess, cx)
-            }
+            HttpFailure::ContextTooLong | HttpFailure::Fatal => self.attempt_failed(
+                format!("HTTP {status}{on}: {message}"),
+                false,
+                None,
+                sess,
+                cx,
+            ),
         }
     }
 
@@ -599,7 +654,7 @@ impl Turn {
             stop,
             ..
         } = resp;
-        let history = &mut sess.transcript.messages;
+        let history = &mut sess.transcript;
         match stop {
             StopKind::Refusal => {
                 if !text.is_empty() {
@@ -683,6 +738,52 @@ impl Turn {
         self.after_tools(sess)
     }
 
+    /// `notifications/progress` from `server` (SPEC A6, case C59): shown on the running call
+    /// it names, if this turn's tool batch has one.
+    pub(crate) fn on_progress(
+        &mut self,
+        server: crate::ids::ServerSlot,
+        token: &Value,
+        text: &str,
+        cx: &mut Cx<'_>,
+    ) {
+        if let Phase::Tools(batch) = &mut self.phase {
+            batch.on_progress(server, token, text, cx);
+        }
+    }
+
+    /// Call `index` of this turn's batch was answered (a result or a JSON-RPC error; SPEC L3,
+    /// X1: the result may be screened first).
+    pub(crate) fn on_tool_reply(
+        &mut self,
+        index: ToolCallIndex,
+        reply: Result<Value, RpcError>,
+        sess: &mut Session,
+        cx: &mut Cx<'_>,
+    ) -> Option<TurnEnd> {
+        let Phase::Tools(batch) = &mut self.phase else {
+            return None;
+        };
+        batch.on_reply(index, reply, cx);
+        self.after_tools(sess)
+    }
+
+    /// An `interceptor/invoke` of one of this turn's tool calls was answered, lost or timed
+    /// out (SPEC X1).
+    pub(crate) fn on_intercept(
+        &mut self,
+        call: InterceptRef,
+        event: InterceptEvent,
+        sess: &mut Session,
+        cx: &mut Cx<'_>,
+    ) -> Option<TurnEnd> {
+        let Phase::Tools(batch) = &mut self.phase else {
+            return None;
+        };
+        batch.on_intercept(call, event, &mut sess.remembered, cx);
+        self.after_tools(sess)
+    }
+
     /// The client answered the permission request of call `index` (SPEC A7).
     pub(crate) fn on_permission(
         &mut self,
@@ -713,7 +814,7 @@ impl Turn {
         let Phase::Tools(batch) = std::mem::replace(&mut self.phase, Phase::Ready) else {
             return None;
         };
-        sess.transcript.messages.extend(batch.into_results());
+        sess.transcript.extend(batch.into_results());
         self.cancelled
             .then_some(TurnEnd::Stopped(StopReason::Cancelled))
     }
@@ -731,7 +832,8 @@ impl Turn {
                 attempt,
                 budget_remaining,
             } => {
-                let round = HookRound::start(HookPoint::Stop, sess, attempt, budget_remaining, cx);
+                let meta = HookMeta::turn(attempt, budget_remaining);
+                let round = HookRound::start(HookPoint::Stop, sess, meta, cx);
                 self.run_round(round, sess, cx)
             }
         }
@@ -791,6 +893,14 @@ impl Turn {
                 match self.gate.conclude(texts, sess.id, cx.out) {
                     GateVerdict::EndTurn => Some(TurnEnd::Stopped(StopReason::EndTurn)),
                     GateVerdict::Objected(texts) => {
+                        // The user sees why the turn goes on (notice), the model the texts.
+                        let mut named = round.texts_by_name();
+                        if texts.len() > named.len() {
+                            named.extend(texts[named.len()..].iter().cloned());
+                        }
+                        let notice = objection_notice(&named);
+                        self.shown
+                            .notice("hook_objection", "info", &notice, sess, cx);
                         append_injections(&mut sess.transcript, HookPoint::Stop, &texts);
                         None
                     }
@@ -802,6 +912,10 @@ impl Turn {
                 self.cancelled
                     .then_some(TurnEnd::Stopped(StopReason::Cancelled))
             }
+            // The session's lifecycle runs these rounds, never a turn.
+            HookPoint::SessionStart | HookPoint::SessionEnd => self
+                .cancelled
+                .then_some(TurnEnd::Stopped(StopReason::Cancelled)),
         }
     }
 
@@ -825,7 +939,8 @@ impl Turn {
         };
         self.phase = Phase::Ready;
         // H7: `_PostCompact` before the next LLM request.
-        let round = HookRound::start(HookPoint::PostCompact, sess, handoff, 0, cx);
+        let meta = HookMeta::turn(handoff, 0);
+        let round = HookRound::start(HookPoint::PostCompact, sess, meta, cx);
         self.run_round(round, sess, cx)
     }
 
@@ -876,20 +991,137 @@ impl Turn {
     }
 }
 
-/// Streams `deltas` to the client as message or thought chunks (SPEC A6); a compaction summary
-/// is not the agent's answer and is never streamed (K1).
-fn emit_deltas(purpose: CallPurpose, deltas: Vec<StreamDelta>, sess: &Session, cx: &mut Cx<'_>) {
-    if purpose == CallPurpose::Summary {
-        return;
+/// The agent's text as the client was shown it in this turn, for paragraph breaks (SPEC A6,
+/// case C60): consecutive rounds' answers, and the agent's notices, are separated by a blank
+/// line so they never run together ("All done." then "Fixed; done now." reads
+/// `All done.\n\nFixed; done now.`).
+#[derive(Debug, Default)]
+struct Shown {
+    /// The last (up to) two characters of message text sent; empty: nothing sent yet.
+    tail: String,
+    /// A new round or a notice began since the last text: the next text opens a paragraph.
+    break_due: bool,
+}
+
+impl Shown {
+    /// A new round starts: its first text opens a new paragraph if anything was shown before.
+    fn new_round(&mut self) {
+        self.break_due = !self.tail.is_empty();
     }
-    let sid = sess.id.to_string();
-    for d in deltas {
-        let update = match &d {
-            StreamDelta::Text(t) => chunk_update("agent_message_chunk", t),
-            StreamDelta::Thought(t) => chunk_update("agent_thought_chunk", t),
-        };
-        cx.out.send_update(&sid, &update);
+
+    /// The newlines that must precede the next text for a paragraph break (none, `\n` or
+    /// `\n\n`), and the break is no longer due.
+    fn take_break(&mut self) -> &'static str {
+        if !std::mem::take(&mut self.break_due)
+            || self.tail.is_empty()
+            || self.tail.ends_with("\n\n")
+        {
+            ""
+        } else if self.tail.ends_with('\n') {
+            "\n"
+        } else {
+            "\n\n"
+        }
     }
+
+    fn record(&mut self, text: &str) {
+        let mut tail = std::mem::take(&mut self.tail);
+        tail.push_str(text);
+        let keep = tail.char_indices().rev().nth(1).map_or(0, |(i, _)| i);
+        self.tail = tail[keep..].to_string();
+    }
+
+    /// Streams `deltas` as message or thought chunks (SPEC A6); the first text of a round
+    /// gets its paragraph break. A compaction summary is not the agent's answer and is never
+    /// streamed (K1).
+    fn emit(
+        &mut self,
+        purpose: CallPurpose,
+        deltas: Vec<StreamDelta>,
+        sess: &Session,
+        cx: &mut Cx<'_>,
+    ) {
+        if purpose == CallPurpose::Summary {
+            return;
+        }
+        let sid = sess.id.to_string();
+        for d in deltas {
+            let (kind, text) = match &d {
+                StreamDelta::Text(t) if t.is_empty() => continue,
+                StreamDelta::Text(t) => {
+                    let text = format!("{}{t}", self.take_break());
+                    self.record(&text);
+                    ("agent_message_chunk", text)
+                }
+                StreamDelta::Thought(t) => ("agent_thought_chunk", t.clone()),
+            };
+            cx.out.send_update(&sid, &chunk_update(kind, &text));
+            cx.store.on_chunk(sess.id, kind, &text);
+        }
+    }
+
+    /// Shows the agent's own notice `text` (not the model's words; it starts `[buzz-agent] `)
+    /// of `kind` and `severity` (`info`, `warning`). A client that advertised
+    /// `clientCapabilities.session.notices` gets an ACP `notice` update (title: the text
+    /// without the prefix); any other an `agent_message_chunk` in a paragraph of its own,
+    /// whose text block is annotated `audience: ["user"]`. Both carry `_meta.buzz.notice` =
+    /// `kind` (docs/clients.md, "Notices"). It never enters the conversation the model sees.
+    fn notice(&mut self, kind: &str, severity: &str, text: &str, sess: &Session, cx: &mut Cx<'_>) {
+        let meta = json!({"buzz": {"notice": kind}});
+        if sess.client_notices {
+            let title = text.strip_prefix("[buzz-agent] ").unwrap_or(text);
+            let update = json!({
+                "sessionUpdate": "notice", "severity": severity, "title": title, "_meta": meta
+            });
+            cx.out.send_update(&sess.id.to_string(), &update);
+            return;
+        }
+        if !self.tail.is_empty() {
+            self.break_due = true;
+        }
+        let text = format!("{}{text}", self.take_break());
+        self.record(&text);
+        self.break_due = true;
+        let update = json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": text, "annotations": {"audience": ["user"]}},
+            "_meta": meta
+        });
+        cx.out.send_update(&sess.id.to_string(), &update);
+    }
+}
+
+/// The notice shown when `_Stop` objections made the turn go on (issue 12): which hook servers
+/// objected (and whether the reply guard reminded the model), never what they said (the
+/// objection is for the model; hooks never show their text to the client, SPEC H8), e.g.
+/// `[buzz-agent] hook server 'testguard' objected to ending the turn; the agent continues.`
+fn objection_notice(objections: &[(String, String)]) -> String {
+    let mut servers: Vec<&str> = Vec::new();
+    let mut reminded = false;
+    for (server, _) in objections {
+        if server == crate::hooks::REPLY_GUARD_SERVER {
+            reminded = true;
+        } else if !servers.contains(&server.as_str()) {
+            servers.push(server);
+        }
+    }
+    let quoted: Vec<String> = servers.iter().map(|s| format!("'{s}'")).collect();
+    let mut parts = Vec::new();
+    match quoted.len() {
+        0 => {}
+        1 => parts.push(format!(
+            "hook server {} objected to ending the turn",
+            quoted[0]
+        )),
+        _ => parts.push(format!(
+            "hook servers {} objected to ending the turn",
+            quoted.join(", ")
+        )),
+    }
+    if reminded {
+        parts.push("the reply guard reminded the model to post its reply".to_string());
+    }
+    format!("[buzz-agent] {}; the agent continues.", parts.join("; "))
 }
 
 #[cfg(test)]
@@ -996,11 +1228,7 @@ mod tests {
         let chunk = &Parts::acp_lines(&actions)[0]["params"]["update"];
         assert_eq!(chunk["content"]["text"], "Hi!");
         assert_eq!(turn.meta()["buzz"]["rounds"], 1);
-        assert_eq!(
-            sess.transcript.messages.len(),
-            2,
-            "the prompt and the answer"
-        );
+        assert_eq!(sess.transcript.len(), 2, "the prompt and the answer");
         assert_eq!(parts.timers.next(), None, "no timer outlives the call");
     }
 
@@ -1037,7 +1265,7 @@ mod tests {
         assert_eq!(end, None);
         assert!(turn.is_ready(), "another round");
         assert_eq!(turn.meta()["buzz"]["stopObjections"], 1);
-        let Some(Message::ToolResult { text, .. }) = sess.transcript.messages.last() else {
+        let Some(Message::ToolResult { text, .. }) = sess.transcript.messages().last() else {
             panic!("the injection ends the history");
         };
         assert_eq!(
@@ -1118,7 +1346,7 @@ mod tests {
             );
             assert_eq!(end, expected);
         }
-        assert!(sess.transcript.messages.contains(&Message::User {
+        assert!(sess.transcript.messages().contains(&Message::User {
             text: MAX_TOKENS_NUDGE.into()
         }));
     }
@@ -1158,7 +1386,7 @@ mod tests {
         let mut parts = Parts::new();
         parts.cfg.max_context_tokens = 1000;
         let mut sess = session(&mut parts, &[("mem", &["_PostCompact"])]);
-        sess.transcript.messages.push(Message::User {
+        sess.transcript.push(Message::User {
             text: "x".repeat(950),
         });
         let mut turn = start(&mut parts, &mut sess, "continue");
@@ -1200,7 +1428,7 @@ mod tests {
         );
         let kinds: Vec<&str> = sess
             .transcript
-            .messages
+            .messages()
             .iter()
             .map(|m| match m {
                 Message::User { .. } => "user",
@@ -1216,5 +1444,199 @@ mod tests {
         assert!(turn.is_ready());
         turn.next_round(&mut sess, &mut parts.cx());
         assert_eq!(turn.rounds(), 1, "then the round runs");
+    }
+
+    #[test]
+    fn c60_rounds_and_notices_are_paragraphs_and_never_run_together() {
+        let mut parts = Parts::new();
+        let sess = session(&mut parts, &[]);
+        let mut shown = Shown::default();
+        let text = |t: &str| vec![StreamDelta::Text(t.into())];
+        shown.new_round();
+        shown.emit(CallPurpose::Round, text("All "), &sess, &mut parts.cx());
+        shown.emit(CallPurpose::Round, text("done."), &sess, &mut parts.cx());
+        shown.notice(
+            "hook_objection",
+            "info",
+            "[buzz-agent] why",
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.new_round();
+        shown.emit(
+            CallPurpose::Summary,
+            text("summary"),
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.emit(
+            CallPurpose::Round,
+            text("Fixed; done now."),
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.new_round();
+        shown.emit(
+            CallPurpose::Round,
+            text("Ends with a break\n"),
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.new_round();
+        shown.emit(CallPurpose::Round, text("Last."), &sess, &mut parts.cx());
+        let chunks: Vec<(String, bool)> = Parts::acp_lines(&parts.drain())
+            .iter()
+            .map(|l| &l["params"]["update"])
+            .map(|u| {
+                (
+                    u["content"]["text"].as_str().unwrap_or("").to_string(),
+                    u["_meta"]["buzz"]["notice"].is_string(),
+                )
+            })
+            .collect();
+        let all: String = chunks.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(
+            all,
+            "All done.\n\n[buzz-agent] why\n\nFixed; done now.\n\nEnds with a break\n\nLast."
+        );
+        let answer: String = chunks
+            .iter()
+            .filter(|(_, notice)| !notice)
+            .map(|(t, _)| t.as_str())
+            .collect();
+        assert!(
+            answer.starts_with("All done.\n\nFixed; done now."),
+            "{answer}"
+        );
+        assert_eq!(chunks.iter().filter(|(_, n)| *n).count(), 1);
+    }
+
+    #[test]
+    fn c60_the_objection_notice_names_the_servers_but_never_their_text() {
+        let n = objection_notice(&[
+            ("TestGuard".into(), "2 tests\nfail".into()),
+            (crate::hooks::REPLY_GUARD_SERVER.into(), "remember".into()),
+        ]);
+        assert_eq!(
+            n,
+            "[buzz-agent] hook server 'TestGuard' objected to ending the turn; the reply guard reminded the model to post its reply; the agent continues."
+        );
+        let two = objection_notice(&[("a".into(), "x".into()), ("b".into(), "y".into())]);
+        assert_eq!(
+            two,
+            "[buzz-agent] hook servers 'a', 'b' objected to ending the turn; the agent continues."
+        );
+    }
+
+    #[test]
+    fn c60_a_client_that_presents_notices_gets_an_acp_notice_and_the_text_is_untouched() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.client_notices = true;
+        let mut shown = Shown::default();
+        shown.new_round();
+        let text = |t: &str| vec![StreamDelta::Text(t.into())];
+        shown.emit(
+            CallPurpose::Round,
+            text("All done."),
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.notice(
+            "hook_objection",
+            "info",
+            "[buzz-agent] why",
+            &sess,
+            &mut parts.cx(),
+        );
+        shown.new_round();
+        shown.emit(CallPurpose::Round, text("Fixed."), &sess, &mut parts.cx());
+        let ups: Vec<Value> = Parts::acp_lines(&parts.drain())
+            .iter()
+            .map(|l| l["params"]["update"].clone())
+            .collect();
+        assert_eq!(
+            ups[1],
+            json!({"sessionUpdate": "notice", "severity": "info", "title": "why",
+                   "_meta": {"buzz": {"notice": "hook_objection"}}})
+        );
+        assert_eq!(
+            ups[2]["content"]["text"], "\n\nFixed.",
+            "the rounds still a paragraph apart"
+        );
+    }
+
+    #[test]
+    fn h10_the_first_prompt_carries_the_session_start_texts_in_its_first_request_only() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.start_texts = vec![("todo".into(), "open: docs".into())];
+        let mut turn = start(&mut parts, &mut sess, "first");
+        assert!(sess.start_texts.is_empty(), "the first prompt took them");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, body) = last_call(&parts.drain());
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let roles: Vec<&str> = msgs.iter().filter_map(|m| m["role"].as_str()).collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "tool", "assistant", "user"],
+            "{msgs:#?}"
+        );
+        assert_eq!(msgs[0]["content"], "first", "right after the prompt");
+        assert_eq!(
+            msgs[2]["content"],
+            r#"{"hook":"_SessionStart","server":"todo","text":"open: docs"}"#
+        );
+        assert_eq!(msgs[4]["content"], crate::hooks::SESSION_START_FOLLOW_UP);
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            answer("ok", "stop"),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
+        let injected = |m: &Message| matches!(m, Message::ToolResult { text, .. } if text.contains("_SessionStart"));
+        assert_eq!(
+            sess.transcript
+                .messages()
+                .iter()
+                .filter(|m| injected(m))
+                .count(),
+            1
+        );
+        // The second prompt injects nothing new.
+        let mut second = start(&mut parts, &mut sess, "second");
+        second.next_round(&mut sess, &mut parts.cx());
+        parts.drain();
+        assert_eq!(
+            sess.transcript
+                .messages()
+                .iter()
+                .filter(|m| injected(m))
+                .count(),
+            1
+        );
+        assert_eq!(sess.prompts, 2);
+    }
+
+    #[test]
+    fn h10_a_first_prompt_cancelled_before_its_first_request_drops_the_texts() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.start_texts = vec![("todo".into(), "open: docs".into())];
+        let mut turn = start(&mut parts, &mut sess, "first");
+        assert_eq!(
+            turn.cancel("cancelled by the client", &mut sess, &mut parts.cx()),
+            Some(TurnEnd::Stopped(StopReason::Cancelled))
+        );
+        let mut second = start(&mut parts, &mut sess, "second");
+        second.next_round(&mut sess, &mut parts.cx());
+        let (_, body) = last_call(&parts.drain());
+        assert!(
+            !body.to_string().contains("_SessionStart"),
+            "never injected into another prompt: {body}"
+        );
     }
 }

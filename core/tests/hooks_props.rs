@@ -130,6 +130,10 @@ struct SrvGen {
     hooks: Vec<HookStep>,
     /// The answer once `hooks` is used up.
     default: HookStep,
+    /// `_SessionStart` exposed, with its (fixed) answer (SPEC H10).
+    session_start: Option<HookStep>,
+    /// `_SessionEnd` exposed, with its (fixed) answer (SPEC H11).
+    session_end: Option<HookStep>,
 }
 
 #[derive(Clone, Debug)]
@@ -191,9 +195,11 @@ fn server() -> impl Strategy<Value = SrvGen> {
             1 => Just(HookStep { kind: HookGen::Empty, timing: Timing::Never }),
             1 => Just(HookStep { kind: HookGen::Empty, timing: Timing::Late }),
         ],
+        prop::option::weighted(0.4, hook_step()),
+        prop::option::weighted(0.4, hook_step()),
     )
         .prop_map(
-            |(allowed, stop, post_compact, other, tool_delay, hooks, default)| SrvGen {
+            |(
                 allowed,
                 stop,
                 post_compact,
@@ -201,6 +207,18 @@ fn server() -> impl Strategy<Value = SrvGen> {
                 tool_delay,
                 hooks,
                 default,
+                session_start,
+                session_end,
+            )| SrvGen {
+                allowed,
+                stop,
+                post_compact,
+                other,
+                tool_delay,
+                hooks,
+                default,
+                session_start,
+                session_end,
             },
         )
 }
@@ -292,7 +310,11 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 fn build(case: &Case) -> World {
-    let mut cfg = test_config();
+    build_with(case, test_config())
+}
+
+/// [`build`] on the configuration `cfg` (e.g. with a state directory, SPEC A9).
+fn build_with(case: &Case, mut cfg: buzz_agent_core::Config) -> World {
     cfg.stop_max_rejections = case.budget;
     cfg.max_rounds = case.max_rounds;
     cfg.max_context_tokens = case.max_context;
@@ -337,6 +359,12 @@ fn build(case: &Case) -> World {
             if s.other {
                 hooks.push("_Other");
             }
+            if s.session_start.is_some() {
+                hooks.push("_SessionStart");
+            }
+            if s.session_end.is_some() {
+                hooks.push("_SessionEnd");
+            }
             let reply = |k: usize, h: &HookStep| {
                 let delay = match h.timing {
                     Timing::Now | Timing::Never => 0,
@@ -358,6 +386,15 @@ fn build(case: &Case) -> World {
             let mut spec = ServerSpec::new(&name(i), &hooks)
                 .script(script)
                 .default_reply(default);
+            // The session points answer from their own fixed reply (texts numbered 100, 200).
+            for (hook, step, k) in [
+                ("_SessionStart", s.session_start, 100),
+                ("_SessionEnd", s.session_end, 200),
+            ] {
+                if let Some(h) = step {
+                    spec = spec.hook_reply(hook, reply(k, &h));
+                }
+            }
             spec.tools.push("shell".to_string());
             spec.tool_delay_ms = s.tool_delay;
             spec
@@ -422,9 +459,17 @@ fn build(case: &Case) -> World {
 }
 
 fn run(case: &Case) -> World {
-    let mut w = build(case);
+    run_world(case, build(case), false)
+}
+
+/// Runs `case` in `w` (built from it); `settle`: every act waits until the agent is idle (a
+/// prompt then runs to its end before the next act).
+fn run_world(case: &Case, mut w: World, settle: bool) -> World {
     w.start();
     for a in &case.acts {
+        if settle {
+            w.run_idle();
+        }
         match a {
             Act::Prompt => {
                 w.prompt("do the task");
@@ -488,6 +533,8 @@ struct SrvM {
     allowed: bool,
     stop: bool,
     post_compact: bool,
+    session_start: bool,
+    session_end: bool,
     proc: Option<ProcKey>,
     ready: bool,
     dead: bool,
@@ -504,7 +551,8 @@ struct CallM {
     outcome: Option<Outcome>,
 }
 
-/// A hook round (H3): `_Stop` (H5) or `_PostCompact` (H7).
+/// A hook round (H3): `_Stop` (H5) or `_PostCompact` (H7) of a turn, or the session's
+/// `_SessionStart` (H10).
 #[derive(Debug)]
 struct RoundM {
     point: &'static str,
@@ -562,6 +610,19 @@ enum Inject {
     Stop(Vec<(String, String)>),
     /// `_PostCompact` texts right after the summary (H7).
     PostCompact(Vec<(String, String)>),
+    /// `_SessionStart` texts right after the session's first prompt (H10).
+    SessionStart(Vec<(String, String)>),
+}
+
+/// The session's `_SessionStart` point (H10).
+#[derive(Debug)]
+enum OpeningM {
+    /// The servers are not all ready yet.
+    NotYet,
+    /// The round runs; `session/new` is answered when it is decided.
+    Running(RoundM),
+    /// `session/new` was answered.
+    Done,
 }
 
 /// A turn-level event the agent must produce, in order within a step.
@@ -602,6 +663,14 @@ struct Checker<'a> {
     /// When each process group got SIGTERM, and which got SIGKILL (M8).
     terms: BTreeMap<ProcKey, MonoTime>,
     kills: BTreeSet<ProcKey>,
+    opening: OpeningM,
+    /// The decided `_SessionStart` texts, until the first prompt takes them (H10).
+    start_texts: Vec<(String, String)>,
+    /// Prompts that became turns.
+    prompts_started: u32,
+    /// `_SessionStart` injection pairs every request must hold (H10: none before the first
+    /// prompt's first request, then exactly those; `None` after a truncation).
+    session_pairs: Option<usize>,
 }
 
 macro_rules! ensure {
@@ -668,6 +737,8 @@ impl<'a> Checker<'a> {
                 allowed: s.allowed,
                 stop: s.stop,
                 post_compact: s.post_compact,
+                session_start: s.session_start.is_some(),
+                session_end: s.session_end.is_some(),
                 proc: None,
                 ready: false,
                 dead: false,
@@ -688,6 +759,27 @@ impl<'a> Checker<'a> {
             session: String::new(),
             terms: BTreeMap::new(),
             kills: BTreeSet::new(),
+            opening: OpeningM::NotYet,
+            start_texts: Vec::new(),
+            prompts_started: 0,
+            session_pairs: Some(0),
+        }
+    }
+
+    /// The undecided round a hook call of `point` belongs to: the opening's, or the turn's.
+    fn round_mut(&mut self, point: &str) -> Option<&mut RoundM> {
+        if point == "_SessionStart" {
+            return match &mut self.opening {
+                OpeningM::Running(r) => Some(r),
+                OpeningM::NotYet | OpeningM::Done => None,
+            };
+        }
+        match &mut self.turn {
+            Some(TurnM {
+                phase: PhaseM::Gate(r),
+                ..
+            }) => Some(r),
+            _ => None,
         }
     }
 
@@ -704,6 +796,13 @@ impl<'a> Checker<'a> {
 
     fn start_turn(&mut self, id: u64, exp: &mut Vec<Te>) {
         self.turn_rpcs.insert(id);
+        self.prompts_started += 1;
+        // H10: the session's first prompt carries the _SessionStart texts in its first request.
+        let inject = if self.prompts_started == 1 && !self.start_texts.is_empty() {
+            Inject::SessionStart(std::mem::take(&mut self.start_texts))
+        } else {
+            Inject::None
+        };
         self.turn = Some(TurnM {
             rpc: id,
             objections: 0,
@@ -719,7 +818,7 @@ impl<'a> Checker<'a> {
         exp.push(Te::LlmCall {
             attempt: 1,
             summary: None,
-            inject: Inject::None,
+            inject,
         });
     }
 
@@ -773,11 +872,10 @@ impl<'a> Checker<'a> {
 
     fn set_outcome(&mut self, s: usize, req: u64, outcome: Outcome, exp_logs: &mut Vec<String>) {
         let name = self.srv[s].name.clone();
-        let Some(TurnM {
-            phase: PhaseM::Gate(r),
-            ..
-        }) = &mut self.turn
-        else {
+        let in_opening = matches!(&self.opening, OpeningM::Running(r)
+            if r.calls.iter().any(|c| c.srv == s && c.req == Some(req)));
+        let point = if in_opening { "_SessionStart" } else { "_Stop" };
+        let Some(r) = self.round_mut(point) else {
             return;
         };
         if let Some(c) = r
@@ -816,10 +914,11 @@ impl<'a> Checker<'a> {
     ) {
         let mut calls = Vec::new();
         for (i, s) in self.srv.iter().enumerate() {
-            let has = if point == "_Stop" {
-                s.stop
-            } else {
-                s.post_compact
+            let has = match point {
+                "_Stop" => s.stop,
+                "_PostCompact" => s.post_compact,
+                "_SessionStart" => s.session_start,
+                _ => s.session_end,
             };
             if !(s.allowed && has) {
                 continue;
@@ -842,16 +941,18 @@ impl<'a> Checker<'a> {
                 });
             }
         }
-        if let Some(turn) = self.turn.as_mut() {
-            let deadline = t.plus_ms(self.case.timeout_ms);
-            turn.phase = PhaseM::Gate(RoundM {
-                point,
-                start: t,
-                deadline,
-                calls,
-                reminder,
-                meta,
-            });
+        let round = RoundM {
+            point,
+            start: t,
+            deadline: t.plus_ms(self.case.timeout_ms),
+            calls,
+            reminder,
+            meta,
+        };
+        if point == "_SessionStart" {
+            self.opening = OpeningM::Running(round);
+        } else if let Some(turn) = self.turn.as_mut() {
+            turn.phase = PhaseM::Gate(round);
         }
     }
 
@@ -1008,6 +1109,7 @@ impl<'a> Checker<'a> {
             } else if summary {
                 // K1: a failed summary falls back to truncation, and the round goes on.
                 self.stop_injections = None;
+                self.session_pairs = None;
                 self.next_round(Inject::None, exp);
             } else {
                 self.fail_turn(exp);
@@ -1030,6 +1132,7 @@ impl<'a> Checker<'a> {
                     let meta = json!({"point": "_PostCompact", "sessionId": self.session, "attempt": turn.handoffs,
                         "budgetRemaining": 0});
                     self.stop_injections = Some(0);
+                    self.session_pairs = Some(0);
                     self.start_round("_PostCompact", t, false, meta, &mut fx.logs);
                     fx.round_started = Some("_PostCompact");
                 }
@@ -1041,6 +1144,7 @@ impl<'a> Checker<'a> {
                     // No summary text: truncation fallback (the model scripts no Raw or
                     // Stream replies).
                     self.stop_injections = None;
+                    self.session_pairs = None;
                     self.next_round(Inject::None, exp);
                 }
             }
@@ -1064,7 +1168,19 @@ impl<'a> Checker<'a> {
             LlmReply::Finish { .. } => self.end_turn("refusal", exp),
             LlmReply::Tools { calls, .. } => {
                 let titles: Vec<&str> = obs.announced.iter().map(|a| a.1.as_str()).collect();
-                let names: Vec<&str> = calls.iter().map(|c| c.0.as_str()).collect();
+                // C53: an offered tool's title is `<server>: <tool>` (the world's tools have
+                // no title); any other name is shown as the model wrote it.
+                let names: Vec<String> = calls
+                    .iter()
+                    .map(|c| match c.0.split_once("__") {
+                        Some((server, bare @ ("echo" | "shell")))
+                            if self.srv.iter().any(|s| s.name == server) =>
+                        {
+                            format!("{server}: {bare}")
+                        }
+                        _ => c.0.clone(),
+                    })
+                    .collect();
                 ensure!(
                     titles == names,
                     "A6/L2: tool calls announced {titles:?}, the model asked for {names:?}"
@@ -1126,6 +1242,13 @@ impl<'a> Checker<'a> {
                 r.start
             );
         }
+        if let OpeningM::Running(r) = &self.opening {
+            ensure!(
+                t <= r.deadline,
+                "I3/H10: the _SessionStart round started at {} is still undecided at {t}",
+                r.start
+            );
+        }
         // ---- parse the actions
         let mut obs = Obs::default();
         for a in &st.actions {
@@ -1166,7 +1289,15 @@ impl<'a> Checker<'a> {
                         ));
                     }
                 }
-                Action::CallLlm { .. } | Action::CloseMcpStdin { .. } | Action::Exit { .. } => {}
+                Action::CallLlm { .. }
+                | Action::CloseMcpStdin { .. }
+                | Action::OpenTranscript { .. }
+                | Action::ReadTranscript { .. }
+                | Action::AppendTranscript { .. }
+                | Action::TruncateTranscript { .. }
+                | Action::CloseTranscript { .. }
+                | Action::ListTranscripts { .. }
+                | Action::Exit { .. } => {}
             }
         }
         // K1 fallback: a truncation drops an unknown number of injections.
@@ -1176,6 +1307,7 @@ impl<'a> Checker<'a> {
             .any(|l| l.contains("oldest history unit(s)") && !l.contains("dropped 0 "))
         {
             self.stop_injections = None;
+            self.session_pairs = None;
         }
         let had_turn = self.turn.is_some();
         let tools_reply = matches!(&st.input, StepInput::Input(Input::Llm { call, event: LlmEvent::Body(_) })
@@ -1310,6 +1442,14 @@ impl<'a> Checker<'a> {
             StepInput::Input(_) => {}
         }
 
+        // H10: when every server is ready the _SessionStart round starts.
+        if matches!(self.opening, OpeningM::NotYet) && self.srv.iter().all(|s| s.ready) {
+            let meta = json!({"point": "_SessionStart", "sessionId": "sess_1", "attempt": 1,
+                "budgetRemaining": self.case.budget, "source": "new"});
+            self.start_round("_SessionStart", t, false, meta, &mut fx.logs);
+            fx.round_started = Some("_SessionStart");
+        }
+
         // ---- MCP lines the agent wrote
         let mut last_hook_srv: Option<usize> = None;
         let mut cancels_seen: Vec<(usize, u64)> = Vec::new();
@@ -1333,10 +1473,9 @@ impl<'a> Checker<'a> {
                         "H3: hook calls not in registration order"
                     );
                     last_hook_srv = Some(s);
-                    let turn = self.turn.as_mut().ok_or("hook call without a turn")?;
-                    let PhaseM::Gate(r) = &mut turn.phase else {
-                        return Err("hook call outside a round".into());
-                    };
+                    let r = self
+                        .round_mut(tool)
+                        .ok_or_else(|| format!("hook call {tool} outside a round"))?;
                     ensure!(
                         p["arguments"] == json!({}),
                         "H3: hook arguments {}",
@@ -1403,12 +1542,8 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        if fx.round_started.is_some() {
-            if let Some(TurnM {
-                phase: PhaseM::Gate(r),
-                ..
-            }) = &self.turn
-            {
+        if let Some(point) = fx.round_started {
+            if let Some(r) = self.round_mut(point) {
                 for c in &r.calls {
                     ensure!(
                         c.req.is_some() || c.outcome.is_some(),
@@ -1479,7 +1614,7 @@ impl<'a> Checker<'a> {
                         } else if m == "session/request_permission" {
                             ensure!(live, "I8: permission request outside a running prompt");
                             let title = v["params"]["toolCall"]["title"].as_str().unwrap_or("");
-                            let bare = title.split_once("__").map_or("", |x| x.1);
+                            let bare = title.split_once(": ").map_or("", |x| x.1);
                             ensure!(
                                 bare == "echo" || bare == "shell",
                                 "H8/A7: permission asked for {title}"
@@ -1499,6 +1634,27 @@ impl<'a> Checker<'a> {
                     *self.responses.entry(id).or_default() += 1;
                     match self.requests.get(&id).map(String::as_str) {
                         Some("session/new") => {
+                            // H10: answered once the _SessionStart round is decided.
+                            let OpeningM::Running(r) =
+                                std::mem::replace(&mut self.opening, OpeningM::Done)
+                            else {
+                                return Err(
+                                    "H10: session/new answered without a _SessionStart point"
+                                        .into(),
+                                );
+                            };
+                            ensure!(
+                                r.calls.iter().all(|c| c.outcome.is_some()),
+                                "H10: session/new answered before the _SessionStart round was decided"
+                            );
+                            self.start_texts = r
+                                .calls
+                                .iter()
+                                .filter_map(|c| match &c.outcome {
+                                    Some(Outcome::Objection(t)) => Some((name(c.srv), t.clone())),
+                                    Some(_) | None => None,
+                                })
+                                .collect();
                             if let Some(sid) = v["result"]["sessionId"].as_str() {
                                 self.session = sid.to_string();
                                 for s in &mut self.srv {
@@ -1749,6 +1905,7 @@ impl<'a> Checker<'a> {
         // I9: every assistant tool call has exactly one tool message, right after it, in order.
         let mut i = 0;
         let mut stop_pairs = 0;
+        let mut session_pairs = 0;
         while i < msgs.len() {
             let m = &msgs[i];
             ensure!(m["role"] != "tool", "I9: orphan tool message at {i}: {m}");
@@ -1761,6 +1918,13 @@ impl<'a> Checker<'a> {
                 if id.starts_with("buzz_hook__Stop_") {
                     stop_pairs += 1;
                 }
+                if id.starts_with("buzz_hook__SessionStart_") {
+                    session_pairs += 1;
+                }
+                ensure!(
+                    !id.starts_with("buzz_hook__SessionEnd_"),
+                    "H11: a _SessionEnd answer was injected"
+                );
                 if id.starts_with("buzz_hook_") {
                     ensure!(
                         c["function"]["arguments"] == "{}",
@@ -1787,6 +1951,19 @@ impl<'a> Checker<'a> {
             );
         }
         self.stop_injections = Some(stop_pairs);
+        // H10: the _SessionStart pairs appear in the first prompt's first request and in no
+        // other prompt's request (they stay as history).
+        let want = match inject {
+            Inject::SessionStart(texts) => Some(texts.len()),
+            Inject::None | Inject::Stop(_) | Inject::PostCompact(_) => self.session_pairs,
+        };
+        if let Some(n) = want {
+            ensure!(
+                session_pairs == n,
+                "H10: {session_pairs} _SessionStart injections in the request, the model has {n}"
+            );
+        }
+        self.session_pairs = Some(session_pairs);
         let pair =
             |a: &Value, r: &Value, point: &str, server: &str, text: &str| -> Result<(), String> {
                 ensure!(
@@ -1829,6 +2006,36 @@ impl<'a> Checker<'a> {
             };
         match inject {
             Inject::None => {}
+            Inject::SessionStart(texts) => {
+                // H10/L10: [prompt, injections…, a closing assistant line, the follow-up user
+                // line] — right after the first prompt, in its first request.
+                let k = texts.len();
+                ensure!(
+                    msgs.len() == 2 * k + 3,
+                    "H10: {} messages in the first request, expected {}",
+                    msgs.len(),
+                    2 * k + 3
+                );
+                ensure!(
+                    msgs[0]["role"] == "user" && msgs[0]["content"] == "do the task",
+                    "H10: the prompt is not first: {}",
+                    msgs[0]
+                );
+                for (j, (server, text)) in texts.iter().enumerate() {
+                    pair(
+                        &msgs[1 + 2 * j],
+                        &msgs[2 + 2 * j],
+                        "_SessionStart",
+                        server,
+                        text,
+                    )?;
+                }
+                ensure!(
+                    msgs[2 * k + 2]["role"] == "user",
+                    "H10/L10: the injections are not closed by a user line: {}",
+                    msgs[2 * k + 2]
+                );
+            }
             Inject::Stop(texts) => {
                 let k = texts.len();
                 ensure!(
@@ -2052,12 +2259,20 @@ proptest! {
 proptest! {
     #![proptest_config(config())]
 
-    /// I7 + P1: stdin EOF at any point of a random script answers every pending request exactly
-    /// once, stops every server and exits 0 within 5 s; nothing is written after the exit.
+    /// I7 + P1 + H11: stdin EOF, a signal, a dead client, or a `session/close` then EOF, at any
+    /// point of a random script, answers every pending request exactly once, runs the
+    /// session's `_SessionEnd` exactly once (every allowlisted server exposing it is called
+    /// once, or logged dead; the reason is the exit path's; the prompt count is the number of
+    /// prompts that ran; nothing is injected), stops every server and exits 0 within 5 s;
+    /// nothing is written after the exit.
     #[test]
-    fn i7_eof_at_any_point_answers_every_request_once_and_exits(case in case(), cut in any::<prop::sample::Index>()) {
+    fn i7_h11_any_exit_path_at_any_point_answers_every_request_once_ends_the_session_once_and_exits(
+        case in case(),
+        cut in any::<prop::sample::Index>(),
+        path in 0u8..4,
+    ) {
         let mut w = build(&case);
-        w.start();
+        let sid = w.start();
         let n = cut.index(case.acts.len() + 1);
         for a in &case.acts[..n] {
             match a {
@@ -2070,8 +2285,19 @@ proptest! {
                 Act::Exit(i) => w.exit_server(&name(*i), "exit status 3"),
             }
         }
+        let ends_before = session_end_calls(&w);
+        prop_assert_eq!(ends_before.len(), 0, "H11: _SessionEnd before the session ended");
         let eof_at = w.now;
-        w.eof();
+        let reason = match path {
+            0 => { w.eof(); "eof" }
+            1 => { w.signal(); "signal" }
+            2 => { w.client_gone(); "client_gone" }
+            _ => {
+                w.request("session/close", json!({"sessionId": sid}));
+                w.eof();
+                "close"
+            }
+        };
         w.run_idle();
         prop_assert_eq!(w.exited, Some(0), "P1: exit 0");
         let exit_t = w.steps.iter().find(|s| s.actions.iter().any(|a| matches!(a, Action::Exit { .. }))).map(|s| s.t);
@@ -2089,11 +2315,47 @@ proptest! {
         for id in requests {
             prop_assert_eq!(w.responses(id).len(), 1, "I7: request {} answered {} times", id, w.responses(id).len());
         }
+        // H11: exactly once per target, with the reason and the prompt count.
+        let ran = w.logs.iter().filter(|l| l.message.contains(": turn ended: ") || l.message.contains(": turn failed: ")).count();
+        let ends = session_end_calls(&w);
+        for (i, srv) in case.servers.iter().enumerate() {
+            let target = srv.session_end.is_some() && srv.allowed;
+            let calls = ends.iter().filter(|(s, _)| *s == name(i)).count();
+            let dead = w.logs.iter().any(|l| l.message.starts_with(&format!("hook: point=_SessionEnd server={} outcome=dead", name(i))));
+            prop_assert!(calls <= 1, "H11: {} got {} _SessionEnd calls", name(i), calls);
+            if target {
+                prop_assert!(calls == 1 || dead, "H11: target {} neither called nor logged dead", name(i));
+            } else {
+                prop_assert_eq!(calls, 0, "H2/H11: {} is not a _SessionEnd target", name(i));
+            }
+        }
+        for (_, meta) in &ends {
+            prop_assert_eq!(&meta["reason"], reason);
+            prop_assert_eq!(meta["promptCount"].as_u64(), Some(ran as u64), "H11: promptCount");
+            prop_assert_eq!(&meta["sessionId"], &json!(sid));
+        }
+        let endings = w.logs.iter().filter(|l| l.message.starts_with(&format!("session {sid}: ending ("))).count();
+        prop_assert_eq!(endings, 1, "H11: the session ends exactly once");
         // M8: every started process group was signalled.
         for name in w.mcp_lines.keys() {
             prop_assert!(!w.server_alive(name), "M8: {} survived the shutdown", name);
         }
     }
+}
+
+/// Every `_SessionEnd` call the servers received: (server, its `_meta.buzz/hook`).
+fn session_end_calls(w: &World) -> Vec<(String, Value)> {
+    w.mcp_lines
+        .iter()
+        .flat_map(|(server, lines)| {
+            lines
+                .iter()
+                .filter(|(_, v)| {
+                    v["method"] == "tools/call" && v["params"]["name"] == "_SessionEnd"
+                })
+                .map(|(_, v)| (server.clone(), v["params"]["_meta"]["buzz/hook"].clone()))
+        })
+        .collect()
 }
 
 fn count_injections(body: &Value) -> usize {
@@ -2235,4 +2497,217 @@ fn h6_truncation_fallback_keeps_the_objections_of_the_round_just_decided() {
         "the objection charged to the budget is missing from the next request: {injected:?}\n{}",
         w.transcript_text()
     );
+}
+
+// ====================================================================== SPEC A9: sessions that survive
+
+/// A configuration with a state directory (SPEC A9).
+fn store_config() -> buzz_agent_core::Config {
+    let mut cfg = test_config();
+    cfg.state_dir = buzz_agent_core::config::StateDir::Dir("/state".into());
+    cfg
+}
+
+/// I9 on a history in its record form: every tool call of an assistant message is answered by
+/// exactly one result before the next user or assistant message, and no result is unasked.
+fn check_paired(messages: &Value) -> Result<(), String> {
+    let mut open: Vec<String> = Vec::new();
+    for m in messages.as_array().into_iter().flatten() {
+        match m["role"].as_str() {
+            Some("tool") => {
+                let id = m["callId"].as_str().unwrap_or("").to_string();
+                let at = open.iter().position(|o| *o == id);
+                let Some(at) = at else {
+                    return Err(format!("I9: result {id} without its call: {messages}"));
+                };
+                open.remove(at);
+            }
+            _ => {
+                if !open.is_empty() {
+                    return Err(format!("I9: calls {open:?} without results: {messages}"));
+                }
+                for c in m["toolCalls"].as_array().into_iter().flatten() {
+                    open.push(c["id"].as_str().unwrap_or("").to_string());
+                }
+            }
+        }
+    }
+    if open.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("I9: calls {open:?} without results at the end"))
+    }
+}
+
+/// The updates of a session as a client keeps them: text chunks of one kind merged, a tool
+/// call's progress left out (its announcement and final status kept), usage left out, and the
+/// user's own prompts left out (the live client sent them; the replay shows them).
+fn canonical_updates(updates: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for u in updates {
+        let kind = u["sessionUpdate"].as_str().unwrap_or("");
+        match kind {
+            "usage_update" | "user_message_chunk" => {}
+            "tool_call_update" if !matches!(u["status"].as_str(), Some("completed" | "failed")) => {
+            }
+            "agent_message_chunk" | "agent_thought_chunk" => {
+                let text = u["content"]["text"].as_str().unwrap_or("");
+                if let Some(last) = out.last_mut()
+                    && last["sessionUpdate"] == kind
+                {
+                    let joined =
+                        format!("{}{text}", last["content"]["text"].as_str().unwrap_or(""));
+                    last["content"]["text"] = json!(joined);
+                } else {
+                    out.push(u.clone());
+                }
+            }
+            _ => out.push(u.clone()),
+        }
+    }
+    out
+}
+
+/// Loads `sid` from `disk` into a fresh world of `case` (a new agent process); returns the
+/// world, the load's id and the index of its first ACP line.
+fn load_into_new_world(
+    case: &Case,
+    disk: support::FakeDisk,
+    sid: &str,
+    replay: bool,
+) -> (World, u64, usize) {
+    let mut w = build_with(case, store_config()).with_disk(disk);
+    w.initialize();
+    let from = w.acp_out.len();
+    let id = w.load_session(sid, replay);
+    (w, id, from)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A9: a random session (tool calls, hooks and their objections, compaction, permission
+    /// answers, cancels, server deaths) recorded, then loaded by a new agent, has the same
+    /// history, usage mark, call counter and remembered answers; the replay shows what the
+    /// client saw; and the next prompt's first request carries the same messages.
+    #[test]
+    fn a9_a_random_session_recorded_then_loaded_has_the_same_history_and_replay(
+        case in case(), chunk in prop_oneof![Just(1usize), 1usize..64, 64usize..70_000],
+    ) {
+        let mut w = run_world(&case, build_with(&case, store_config()), false);
+        let sid = w.session.clone().unwrap_or_default();
+        let before = w.agent.session_state_for_tests(&sid);
+        prop_assert!(before.is_some());
+        let original = w.updates_since(0, &sid);
+        let file = format!("{sid}.jsonl");
+        if !w.disk.files.contains_key(&file) {
+            // No prompt was ever sent: nothing is saved, and a load says the session is unknown.
+            let (w2, id, _) = load_into_new_world(&case, w.disk.clone(), &sid, true);
+            prop_assert_eq!(&w2.response(id).cloned().unwrap_or_default()["error"]["code"], -32002);
+            return Ok(());
+        }
+        let mut disk = w.disk.clone();
+        disk.chunk = chunk;
+        let (mut w2, id, from) = load_into_new_world(&case, disk, &sid, true);
+        let r = w2.response(id).cloned().unwrap_or_default();
+        prop_assert_eq!(&r["result"], &json!({}), "{}\n{}", r, w2.transcript_text());
+        let after = w2.agent.session_state_for_tests(&sid);
+        prop_assert_eq!(&after, &before, "{}", w.disk.text(&file));
+        if let Some(after) = &after {
+            if let Err(e) = check_paired(&after["messages"]) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+        let replayed = w2.updates_since(from, &sid);
+        prop_assert_eq!(canonical_updates(&replayed), canonical_updates(&original));
+        // The next prompt continues the same history (I2: with a fresh budget): its first
+        // request carries the same messages.
+        let mut first = Vec::new();
+        for world in [&mut w, &mut w2] {
+            world.llm_script.clear();
+            world.llm_default = LlmReply::text("Next.");
+            let n = world.llm_requests.len();
+            world.prompt("next");
+            world.run_idle();
+            first.push(world.llm_requests.get(n).map(|(_, _, b)| b["messages"].clone()));
+        }
+        prop_assert!(first[0].is_some());
+        prop_assert_eq!(&first[0], &first[1]);
+    }
+
+    /// A9 crash safety: with every prompt run to its end, a kill -9 right after any prompt
+    /// answered (the file cut there, plus any torn piece of what came next) loses nothing:
+    /// the load gives exactly the history the agent had then, every tool call paired (I9).
+    #[test]
+    fn a9_a_kill_after_any_answered_prompt_loses_nothing_and_a_torn_tail_is_ignored(
+        case in case(), pick in any::<prop::sample::Index>(), torn in 0usize..200,
+    ) {
+        let mut w = build_with(&case, store_config());
+        w.start();
+        let sid = w.session.clone().unwrap_or_default();
+        let file = format!("{sid}.jsonl");
+        let mut checkpoints: Vec<(usize, Value)> = Vec::new();
+        for a in &case.acts {
+            if *a == Act::Prompt {
+                w.prompt("do the task");
+                w.run_idle();
+                let len = w.disk.files.get(&file).map_or(0, |(d, _)| d.len());
+                if let Some(state) = w.agent.session_state_for_tests(&sid) {
+                    checkpoints.push((len, state));
+                }
+            }
+        }
+        prop_assume!(!checkpoints.is_empty());
+        let (len, want) = pick.get(&checkpoints).clone();
+        let mut disk = w.disk.clone();
+        if let Some((data, _)) = disk.files.get_mut(&file) {
+            // What the next append had written when the process died: a torn piece of a line.
+            let next_line_end = data[len..].iter().position(|&b| b == b'\n').map_or(len, |p| len + p);
+            let cut = (len + torn).min(next_line_end);
+            data.truncate(cut);
+        }
+        let torn_bytes = disk.files.get(&file).map_or(0, |(d, _)| d.len()) - len;
+        let (w2, id, _) = load_into_new_world(&case, disk, &sid, true);
+        let r = w2.response(id).cloned().unwrap_or_default();
+        prop_assert_eq!(&r["result"], &json!({}), "{}", r);
+        let got = w2.agent.session_state_for_tests(&sid);
+        prop_assert_eq!(got.as_ref(), Some(&want));
+        if let Some(got) = &got {
+            if let Err(e) = check_paired(&got["messages"]) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+        let warned = w2.logs.iter().any(|l| l.message.contains("torn line"));
+        prop_assert_eq!(warned, torn_bytes > 0, "a torn tail is reported, and only then");
+        prop_assert_eq!(
+            w2.disk.files.get(&file).map(|(d, _)| d.len()),
+            Some(len),
+            "the torn tail is cut off before anything is appended"
+        );
+    }
+
+    /// A9 crash safety: a file cut at any byte (a kill -9 at any moment, mid-round included)
+    /// loads, never fails, and gives a history every provider accepts: every tool call paired
+    /// (I9), calls left running closed with an error result.
+    #[test]
+    fn a9_a_transcript_cut_at_any_byte_loads_a_valid_history(
+        case in case(), at in any::<prop::sample::Index>(),
+    ) {
+        let w = run_world(&case, build_with(&case, store_config()), false);
+        let sid = w.session.clone().unwrap_or_default();
+        let file = format!("{sid}.jsonl");
+        let mut disk = w.disk.clone();
+        let Some((data, _)) = disk.files.get_mut(&file) else {
+            return Ok(());
+        };
+        let cut = at.index(data.len() + 1);
+        data.truncate(cut);
+        let (w2, id, _) = load_into_new_world(&case, disk, &sid, true);
+        let r = w2.response(id).cloned().unwrap_or_default();
+        prop_assert_eq!(&r["result"], &json!({}), "{}\n{}", r, w2.transcript_text());
+        let got = w2.agent.session_state_for_tests(&sid).unwrap_or_default();
+        if let Err(e) = check_paired(&got["messages"]) {
+            prop_assert!(false, "{}\n{}", e, w.disk.text(&file));
+        }
+    }
 }

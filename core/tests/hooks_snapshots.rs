@@ -280,3 +280,198 @@ fn k1_h7_compaction_summarises_then_post_compact_injects_after_the_summary() {
     );
     insta::assert_snapshot!("compaction_with_post_compact", w.transcript_text());
 }
+
+/// The `_SessionStart` / `_SessionEnd` tool results in an LLM request body (SPEC H6, H10).
+fn session_injections(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str())
+        .filter(|c| c.contains("\"hook\":\"_Session"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn h10_h11_session_start_goes_into_the_first_prompt_and_session_end_runs_once_at_eof() {
+    let todo = ServerSpec::new("todo", &["_SessionStart", "_Stop", "_SessionEnd"])
+        .hook_reply(
+            "_SessionStart",
+            HookReply::objection("Open todo items:\n- write the docs"),
+        )
+        .hook_reply("_SessionEnd", HookReply::objection("2 items still open"));
+    let mut w = World::new(test_config(), vec![todo]);
+    w.start();
+    w.comment("session/new was answered after the _SessionStart round");
+    let p1 = w.prompt("first");
+    w.run_idle();
+    let p2 = w.prompt("second");
+    w.run_idle();
+    assert_eq!(stop_meta(&w, p1)["stopReason"], "end_turn");
+    assert_eq!(stop_meta(&w, p2)["stopReason"], "end_turn");
+    let first = &w.llm_requests[0].2;
+    assert_eq!(
+        session_injections(first),
+        [r#"{"hook":"_SessionStart","server":"todo","text":"Open todo items:\n- write the docs"}"#],
+        "H10: in the first request of the first prompt"
+    );
+    let second = &w.llm_requests[1].2;
+    assert_eq!(
+        session_injections(second).len(),
+        1,
+        "the second prompt only has it as history"
+    );
+    w.comment("EOF: _SessionEnd runs once, then the usual shutdown");
+    w.eof();
+    w.run_idle();
+    assert_eq!(w.exited, Some(0));
+    let ends: Vec<&Value> = w.mcp_lines["todo"]
+        .iter()
+        .map(|(_, v)| v)
+        .filter(|v| v["params"]["name"] == "_SessionEnd")
+        .collect();
+    assert_eq!(ends.len(), 1, "H11: exactly once");
+    assert_eq!(
+        ends[0]["params"]["_meta"]["buzz/hook"],
+        json!({"point": "_SessionEnd", "sessionId": "sess_1", "attempt": 1,
+            "budgetRemaining": 3, "reason": "eof", "promptCount": 2})
+    );
+    assert!(
+        w.logs.iter().any(|l| l.message
+            == "hook: _SessionEnd of session sess_1 answered by 'todo': \"2 items still open\""),
+        "H11: the answer is logged"
+    );
+    insta::assert_snapshot!("session_start_and_session_end_at_eof", w.transcript_text());
+}
+
+#[test]
+fn h11_session_close_runs_session_end_then_stops_the_servers_and_answers() {
+    let mut cfg = test_config();
+    cfg.hook_timeout_ms = 300;
+    let mem = ServerSpec::new("mem", &["_SessionEnd"])
+        .hook_reply("_SessionEnd", HookReply::now(HookKind::Never));
+    let mut w = World::new(cfg, vec![mem]);
+    let sid = w.start();
+    let p = w.prompt("hello");
+    w.run_idle();
+    assert_eq!(stop_meta(&w, p)["stopReason"], "end_turn");
+    w.comment("session/close: the hook never answers; the close is answered after its timeout");
+    let close = w.request("session/close", json!({"sessionId": sid}));
+    w.run_until(w.now.plus_ms(299));
+    assert!(
+        w.response(close).is_none(),
+        "waits for the _SessionEnd round"
+    );
+    w.run_until(w.now.plus_ms(1));
+    assert_eq!(
+        w.response(close).map(|r| r["result"].clone()),
+        Some(json!({}))
+    );
+    w.run_idle();
+    assert!(!w.server_alive("mem"), "its servers are stopped");
+    let again = w.prompt("are you there?");
+    w.run_idle();
+    assert_eq!(
+        w.response(again).map(|r| r["error"]["code"].clone()),
+        Some(json!(-32002))
+    );
+    w.eof();
+    w.run_idle();
+    assert_eq!(w.exited, Some(0));
+    let ends = w.mcp_lines["mem"]
+        .iter()
+        .filter(|(_, v)| v["params"]["name"] == "_SessionEnd")
+        .count();
+    assert_eq!(ends, 1, "H11: the closed session does not end again at EOF");
+    insta::assert_snapshot!(
+        "session_close_with_a_silent_session_end",
+        w.transcript_text()
+    );
+}
+
+#[test]
+fn x1_an_interceptor_denies_one_call_and_rewrites_the_next() {
+    let mut cfg = test_config();
+    cfg.interceptor_servers =
+        buzz_agent_core::config::HookAllowlist::Names(vec!["policy".to_string()]);
+    let fs = ServerSpec::new("fs", &[]);
+    let mut policy = ServerSpec::new("policy", &[]).interceptors(json!([
+        {"name": "upper", "behavior": "uppercase-note", "phases": "request"},
+        {"name": "needs-note", "behavior": "require-note", "phases": "request"}
+    ]));
+    policy.tools.clear();
+    let mut w = World::new(cfg, vec![fs, policy]);
+    w.llm([
+        LlmReply::tool("fs__echo", r#"{"text":"hi"}"#),
+        LlmReply::tool("fs__echo", r#"{"text":"hi","note":"ship it"}"#),
+        LlmReply::text("Done."),
+    ]);
+    w.start();
+    let p = w.prompt("echo something");
+    w.run_idle();
+    assert_eq!(stop_meta(&w, p)["stopReason"], "end_turn");
+    let calls: Vec<Value> = w.mcp_lines["fs"]
+        .iter()
+        .map(|(_, v)| v)
+        .filter(|v| v["method"] == "tools/call")
+        .map(|v| v["params"]["arguments"].clone())
+        .collect();
+    assert_eq!(
+        calls,
+        [json!({"text": "hi", "note": "SHIP IT"})],
+        "the denied call never ran; the mutated one ran as changed"
+    );
+    let second = &w.llm_requests[1].2;
+    assert!(
+        second
+            .to_string()
+            .contains("blocked by interceptor 'needs-note': note is required"),
+        "the model sees the denial as the tool error"
+    );
+    insta::assert_snapshot!("interceptor_denies_then_rewrites", w.transcript_text());
+}
+
+/// SPEC A9: a session recorded by one agent and loaded by a new one. The first agent runs a
+/// prompt with a tool call and one `_Stop` objection; the snapshot is the second agent's
+/// side: the file opened and locked, the servers started, the transcript read and replayed
+/// (the prompt, the text, the tool call and its final status, in the order the client saw
+/// them), the answer, then the next prompt's request carrying the whole history.
+#[test]
+fn a9_load_replays_the_session_then_the_next_prompt_continues_it() {
+    let mut cfg = test_config();
+    cfg.state_dir = buzz_agent_core::config::StateDir::Dir("/state".into());
+    let servers = || {
+        vec![ServerSpec::new("guard", &["_Stop"]).script(vec![
+            HookReply::objection("also run the tests"),
+            HookReply::now(HookKind::Empty),
+        ])]
+    };
+    let mut w = World::new(cfg.clone(), servers());
+    let sid = w.start();
+    w.llm([
+        LlmReply::tool("guard__echo", r#"{"text":"hello"}"#),
+        LlmReply::text("Echoed hello."),
+        LlmReply::text("Tests pass too."),
+    ]);
+    let p = w.prompt("echo hello");
+    w.run_idle();
+    assert_eq!(stop_meta(&w, p)["stopReason"], "end_turn");
+    let file = format!("{sid}.jsonl");
+    let mut w2 = World::new(cfg, servers()).with_disk(w.disk.clone());
+    w2.transcript_log_level = buzz_agent_core::config::LogLevel::Info;
+    w2.initialize();
+    w2.comment(&format!("a new agent process loads {sid}"));
+    let id = w2.load_session(&sid, true);
+    assert_eq!(
+        w2.response(id).map(|r| r["result"].clone()),
+        Some(json!({}))
+    );
+    w2.comment("the next prompt continues the same history");
+    w2.llm([LlmReply::text("Still here.")]);
+    w2.prompt("anything else?");
+    w2.run_idle();
+    insta::assert_snapshot!("session_load_replay", w2.transcript_text());
+    insta::assert_snapshot!("session_transcript_file", w.disk.text(&file));
+}

@@ -123,13 +123,42 @@ pub fn load_config(program: &Program) -> Result<Config, i32> {
         };
         eprint!("{}", record.render(cfg.log_format));
     }
-    // Jitter seed (DESIGN: randomness is an input): time and pid.
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    cfg.seed = t ^ (u64::from(std::process::id()) << 32);
+    // DESIGN: randomness is an input. Without BUZZ_AGENT_SEED, the retry jitter and the
+    // session ids (SPEC A9: unique across processes and hosts) come from the OS.
+    if cfg.fixed_seed.is_none() {
+        let bytes = random_bytes();
+        let (jitter, ids) = bytes.split_at(8);
+        let mut seed = [0u8; 8];
+        seed.copy_from_slice(jitter);
+        let mut id_seed = [0u8; 16];
+        id_seed.copy_from_slice(ids);
+        cfg.seed = u64::from_le_bytes(seed);
+        cfg.session_id_seed = Some(u128::from_le_bytes(id_seed));
+    }
     Ok(cfg)
+}
+
+/// 24 random bytes from the OS (`/dev/urandom`); if it cannot be read, from the standard
+/// library's randomly keyed hasher (also seeded by the OS) over the time and the pid.
+fn random_bytes() -> [u8; 24] {
+    let mut bytes = [0u8; 24];
+    let read = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    if read.is_err() {
+        use std::hash::{BuildHasher, Hasher};
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(t);
+            h.write_u32(std::process::id());
+            h.write_usize(i);
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+    }
+    bytes
 }
 
 #[cfg(test)]

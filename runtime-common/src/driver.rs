@@ -8,10 +8,12 @@ use crate::http;
 use crate::log::Log;
 use crate::runtime::Runtime;
 use crate::stdio::{self, AcpStdout};
+use crate::store::{Backlog, Store};
 use crate::util::{Either, race};
 use buzz_agent_core::config::LogLevel;
 use buzz_agent_core::{Action, Agent, Config, Input, LlmCallId, LogRecord, MonoTime};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Capacity of the loop's input channel, in inputs. A producer that finds it full waits (IO
@@ -24,6 +26,8 @@ const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// How long the last log lines may take to reach stderr before the process exits anyway (a
 /// stderr nobody reads must not hold up the exit, SPEC P1).
 const FINAL_LOG_FLUSH: Duration = Duration::from_millis(500);
+/// How long the session transcripts' last appends may take at exit (SPEC A9).
+const FINAL_STORE_FLUSH: Duration = Duration::from_secs(5);
 
 /// Runs the agent with `config` on the runtime `rt` until the core asks to exit; returns the
 /// exit status. Call it from inside the runtime (`block_on`); the caller then exits the process
@@ -65,7 +69,10 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
         log.write(record.render(log_format));
         immediate.push_back(Input::AcpEof);
     }
-    let mut stdout = AcpStdout::new(tx.clone());
+    // Bytes queued for stdout and not written yet: a transcript being replayed waits for the
+    // client to read (SPEC A9: a load's memory stays bounded).
+    let backlog = Arc::new(Backlog::default());
+    let mut stdout = AcpStdout::new(tx.clone(), backlog.clone());
     if let Err(e) = rt.watch_shutdown_signals(tx.clone()) {
         let record = LogRecord {
             level: LogLevel::Error,
@@ -76,6 +83,7 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
     }
 
     let mut children = Children::default();
+    let mut store = Store::new(&agent.config().state_dir, tx.clone(), backlog.clone());
     let mut llm: BTreeMap<LlmCallId, http::LlmCall> = BTreeMap::new();
     // The loop's timer and the deadline it is armed for (`None`: unarmed or fired).
     let mut timer: Option<R::Timer> = None;
@@ -109,6 +117,16 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
                 }
                 Action::Log(record) => log.write(record.render(log_format)),
                 Action::Exit { code } => exit_code = code,
+                transcript @ (Action::OpenTranscript { .. }
+                | Action::ReadTranscript { .. }
+                | Action::AppendTranscript { .. }
+                | Action::TruncateTranscript { .. }
+                | Action::CloseTranscript { .. }
+                | Action::ListTranscripts { .. }) => {
+                    if let Some(failed) = store.start(transcript) {
+                        immediate.push_back(failed);
+                    }
+                }
             }
         }
         // One write of the turn's ACP lines, one wake-up of the log writer.
@@ -161,6 +179,7 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
     // Tasks still sending (a reader mid-flood) stop instead of waiting for a loop that is gone.
     rx.close();
     stdout.finish(FINAL_FLUSH);
+    store.finish(FINAL_STORE_FLUSH);
     log.flush(FINAL_LOG_FLUSH);
     exit_code
 }

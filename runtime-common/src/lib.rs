@@ -14,6 +14,7 @@
 //! | [`http`] | the `ureq` LLM workers, streaming bodies back as inputs |
 //! | [`stdio`] | the ACP client's stdin (a reader thread) and stdout (non-blocking writes) |
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
+//! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
 //! | [`extras`] | `demo`, `example-server`, `hooks check`, linked only where a binary names them |
 //! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting |
 //! | `util` | `race` of two futures |
@@ -29,6 +30,7 @@ pub mod http;
 pub mod log;
 pub mod runtime;
 pub mod stdio;
+pub mod store;
 pub mod sys;
 mod util;
 

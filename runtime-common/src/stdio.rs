@@ -16,6 +16,7 @@
 //! `O_NONBLOCK` on it, which would change the parent's terminal or pipe too.
 
 use crate::runtime::InputSender;
+use crate::store::Backlog;
 use crate::sys::{nowait_unsupported, write_nowait};
 use buzz_agent_core::Input;
 use std::collections::VecDeque;
@@ -72,6 +73,9 @@ pub struct AcpStdout {
     slow: Option<Arc<Slow>>,
     /// Reports a failed write from the writer thread.
     tx: InputSender,
+    /// Counts the bytes handed to the writer thread and not written yet (a transcript being
+    /// replayed waits while there are too many, SPEC A9).
+    backlog: Arc<Backlog>,
 }
 
 /// The writer thread's queue.
@@ -81,6 +85,8 @@ struct Slow {
     queued: Condvar,
     /// Signalled when the thread has written everything queued (or gave up).
     drained: Condvar,
+    /// The bytes queued and not written yet ([`AcpStdout::backlog`]).
+    backlog: Arc<Backlog>,
 }
 
 #[derive(Default)]
@@ -106,15 +112,17 @@ fn lock(m: &Mutex<SlowState>) -> MutexGuard<'_, SlowState> {
 
 impl AcpStdout {
     /// Stdout of this process; a failed write is reported on `tx` as `AcpWriteFailed` (by
-    /// [`AcpStdout::write_turn`]'s result, or from the writer thread).
+    /// [`AcpStdout::write_turn`]'s result, or from the writer thread). `backlog` counts the
+    /// bytes stdout did not take at once and the writer thread has not written yet.
     #[must_use]
-    pub fn new(tx: InputSender) -> AcpStdout {
+    pub fn new(tx: InputSender, backlog: Arc<Backlog>) -> AcpStdout {
         AcpStdout {
             turn: Vec::new(),
             nowait: cfg!(target_os = "linux"),
             failed: false,
             slow: None,
             tx,
+            backlog,
         }
     }
 
@@ -187,6 +195,7 @@ impl AcpStdout {
                 state: Mutex::new(SlowState::default()),
                 queued: Condvar::new(),
                 drained: Condvar::new(),
+                backlog: self.backlog.clone(),
             });
             let thread = slow.clone();
             let tx = self.tx.clone();
@@ -212,6 +221,7 @@ impl AcpStdout {
                 self.failed = true;
                 return None;
             }
+            self.backlog.queued(bytes.len());
             st.queue.push_back(bytes);
             drop(st);
             slow.queued.notify_one();
@@ -260,11 +270,14 @@ impl Slow {
             st.writing = true;
             drop(st);
             let ok = out.write_all(&bytes).and_then(|()| out.flush()).is_ok();
+            self.backlog.written(bytes.len());
             let mut st = lock(&self.state);
             st.writing = false;
             if !ok {
                 st.failed = true;
-                st.queue.clear();
+                // Discarded: nothing waits for them any more.
+                let dropped = st.queue.drain(..).map(|b| b.len()).sum();
+                self.backlog.written(dropped);
             }
             let idle = st.is_idle();
             drop(st);

@@ -21,6 +21,23 @@ pub fn signal_group(pgid: i32, signal: Signal) {
     let _ = unsafe { libc::kill(-pgid, sig) };
 }
 
+/// Takes the exclusive `flock(2)` lock of `file` without waiting (SPEC A9: one agent per
+/// session transcript). The lock belongs to the open file: it is released when the file is
+/// closed or the process dies, `kill -9` included, so it can never be left stale.
+///
+/// # Errors
+/// `WouldBlock` when another open file (another agent) holds the lock; the OS error otherwise.
+pub fn lock_exclusive(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a file descriptor this `File` owns for the whole call.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// The exit status as the core words it (`exit status 3`, `killed by signal 9`).
 #[must_use]
 pub fn exit_description(status: ExitStatus) -> String {

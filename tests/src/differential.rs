@@ -9,10 +9,12 @@
 //! previous call finished), and the only concurrent tool calls are one that finishes and one
 //! that never does before it is cancelled. No timeout, retry or backoff is on the path.
 //!
-//! Normalisation: none. Session ids (`sess_N`), tool call ids (`tc_N`), agent request ids and
-//! hook injection ids are counters; both runs use the same workspace directory and the same
-//! fake MCP command (this test binary), so no path differs; the fake LLM's port never reaches
-//! the transcript or a request body. Stderr (log timings) is not compared.
+//! Normalisation: none. Session ids are random (SPEC A9), so both runs fix them with the same
+//! `BUZZ_AGENT_SEED` (documented for reproducible runs; each run keeps its sessions in a
+//! fresh state directory of its own); tool call ids (`tc_N`), agent request ids and hook
+//! injection ids are counters; both runs use the same workspace directory and the same fake
+//! MCP command (this test binary), so no path differs; the fake LLM's port never reaches the
+//! transcript or a request body. Stderr (log timings) is not compared.
 
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{AgentProc, Ctx, PermissionPolicy, fake_mcp_entry};
@@ -98,6 +100,8 @@ pub fn record_scripted_session(
         ("BUZZ_AGENT_PERMISSION", "ask"),
         ("BUZZ_AGENT_MAX_CONTEXT_TOKENS", "6000"),
         ("BUZZ_AGENT_MAX_OUTPUT_TOKENS", "1000"),
+        // The same session ids on both binaries (SPEC A9: random otherwise).
+        ("BUZZ_AGENT_SEED", "6"),
     ];
     env.extend_from_slice(extra_env);
     let agent = ctx.agent(&llm, &env, ws);

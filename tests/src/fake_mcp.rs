@@ -37,7 +37,7 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
@@ -57,6 +57,10 @@ pub enum StopMode {
 /// | `FAKE_MCP_STOP_MODE` | `text` (default), `error`, `iserror`, `hang`, `late` (see [`StopMode::Late`]), `fastmcp` (see [`StopMode::FastMcp`]) |
 /// | `FAKE_MCP_POSTCOMPACT_TEXT` | set (even empty): exposes `_PostCompact` answering it |
 /// | `FAKE_MCP_POSTCOMPACT_DELAY_MS` | delay before each `_PostCompact` reply |
+/// | `FAKE_MCP_SESSION_START_TEXT` | set (even empty): exposes `_SessionStart` answering it |
+/// | `FAKE_MCP_SESSION_END_TEXT` | set (even empty): exposes `_SessionEnd` answering it |
+/// | `FAKE_MCP_SESSION_HOOK_DELAY_MS` | delay before each `_SessionStart` / `_SessionEnd` reply; `hang` never answers |
+/// | `FAKE_MCP_INTERCEPTORS` | a JSON array of SEP-2624 interceptors (see [`FakeInterceptor`]): the server answers `interceptors/list` and `interceptor/invoke` (SPEC X1); unset: `-32601` like any unknown method |
 /// | `FAKE_MCP_CALL_LOG=path` | appends every received line, flushed |
 /// | `FAKE_MCP_GRANDCHILD_PIDFILE=path` | spawns `sleep 1000`, writes `<own pid> <grandchild pid>` |
 /// | `FAKE_MCP_IGNORE_TERM=1` | ignores SIGTERM and does not exit on stdin EOF (only SIGKILL ends it) |
@@ -87,6 +91,11 @@ pub struct Config {
     pub stop_mode: StopMode,
     pub postcompact_text: Option<String>,
     pub postcompact_delay_ms: u64,
+    pub session_start_text: Option<String>,
+    pub session_end_text: Option<String>,
+    /// `None`: the session hooks never answer.
+    pub session_hook_delay_ms: Option<u64>,
+    pub interceptors: Vec<FakeInterceptor>,
     pub call_log: Option<PathBuf>,
     pub grandchild_pidfile: Option<PathBuf>,
     pub ignore_term: bool,
@@ -156,6 +165,15 @@ impl Config {
             stop_mode,
             postcompact_text: get("FAKE_MCP_POSTCOMPACT_TEXT"),
             postcompact_delay_ms: num("FAKE_MCP_POSTCOMPACT_DELAY_MS").unwrap_or(0),
+            session_start_text: get("FAKE_MCP_SESSION_START_TEXT"),
+            session_end_text: get("FAKE_MCP_SESSION_END_TEXT"),
+            session_hook_delay_ms: match get("FAKE_MCP_SESSION_HOOK_DELAY_MS").as_deref() {
+                Some("hang") => None,
+                _ => Some(num("FAKE_MCP_SESSION_HOOK_DELAY_MS").unwrap_or(0)),
+            },
+            interceptors: get("FAKE_MCP_INTERCEPTORS")
+                .map(|j| FakeInterceptor::parse_list(&j))
+                .unwrap_or_default(),
             call_log: path("FAKE_MCP_CALL_LOG"),
             grandchild_pidfile: path("FAKE_MCP_GRANDCHILD_PIDFILE"),
             ignore_term: flag("FAKE_MCP_IGNORE_TERM"),
@@ -210,6 +228,22 @@ impl Config {
                     obj(json!({}), &[]),
                 ),
                 "reject" => ("Answers a JSON-RPC error", obj(json!({}), &[])),
+                "read" => (
+                    "Reads a note (echoes `text`)",
+                    obj(json!({"text": {"type": "string"}}), &[]),
+                ),
+                "delete" => (
+                    "Deletes `path`",
+                    obj(json!({"path": {"type": "string"}}), &[]),
+                ),
+                "media" => (
+                    "Returns text, an image and annotated texts",
+                    obj(json!({}), &[]),
+                ),
+                "progress" => (
+                    "Reports progress `steps` times, then answers",
+                    obj(json!({"steps": {"type": "integer"}}), &[]),
+                ),
                 "shell" => (
                     "Pretends to run a shell command",
                     obj(json!({"command": {"type": "string"}}), &["command"]),
@@ -219,7 +253,17 @@ impl Config {
                     obj(json!({}), &[]),
                 ),
             };
-            out.push(json!({"name": name, "description": description, "inputSchema": schema}));
+            let mut tool = json!({"name": name, "description": description, "inputSchema": schema});
+            // C53: the MCP tool title and annotations ACP clients decide permissions by.
+            match name.as_str() {
+                "read" => {
+                    tool["title"] = json!("Read Note");
+                    tool["annotations"] = json!({"readOnlyHint": true});
+                }
+                "delete" => tool["annotations"] = json!({"destructiveHint": true}),
+                _ => {}
+            }
+            out.push(tool);
         }
         for i in 0..self.tool_count {
             out.push(json!({
@@ -236,7 +280,99 @@ impl Config {
         if self.postcompact_text.is_some() {
             out.push(hook("_PostCompact"));
         }
+        if self.session_start_text.is_some() {
+            out.push(hook("_SessionStart"));
+        }
+        if self.session_end_text.is_some() {
+            out.push(hook("_SessionEnd"));
+        }
         out
+    }
+}
+
+/// What a fake interceptor does when invoked (`behavior` in `FAKE_MCP_INTERCEPTORS`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum InterceptBehavior {
+    /// `allow`: valid (a validator) or unchanged (a mutator).
+    Allow,
+    /// `deny`: `valid: false`, severity `error`, with `message` (a validator).
+    Deny(String),
+    /// `set`: a mutator setting `arguments.<key>` to the value, for each pair of `set`.
+    Set(serde_json::Map<String, Value>),
+    /// `error`: a JSON-RPC error -32603.
+    Error,
+    /// `crash`: the server process exits (status 3) when invoked.
+    Crash,
+    /// `hang`: never answers.
+    Hang,
+}
+
+/// One interceptor of `FAKE_MCP_INTERCEPTORS`: `{"name", "type": "validation"|"mutation",
+/// "phase"?: "request"|"response"|"both" (default request), "behavior": "allow"|"deny"|"set"|
+/// "error"|"crash"|"hang", "message"? (deny), "set"? (an object, for set), "mode"?, "failOpen"?,
+/// "priorityHint"?}`. Written independently of the agent's own codec, in the shape of the
+/// SEP-2624 conformance suite (`hooks: [{events, phase}]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeInterceptor {
+    pub name: String,
+    pub kind: String,
+    pub phases: Vec<String>,
+    pub behavior: InterceptBehavior,
+    /// The descriptor fields passed through as given: `mode`, `failOpen`, `priorityHint`.
+    pub extra: serde_json::Map<String, Value>,
+}
+
+impl FakeInterceptor {
+    /// Reads the list (a bad entry panics: the configuration is the test's own).
+    pub fn parse_list(json: &str) -> Vec<FakeInterceptor> {
+        let v: Value = serde_json::from_str(json).expect("FAKE_MCP_INTERCEPTORS is JSON");
+        v.as_array()
+            .expect("FAKE_MCP_INTERCEPTORS is an array")
+            .iter()
+            .map(|e| {
+                let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                let phases = match e["phase"].as_str().unwrap_or("request") {
+                    "both" => vec!["request".to_string(), "response".to_string()],
+                    p => vec![p.to_string()],
+                };
+                let behavior = match e["behavior"].as_str().unwrap_or("allow") {
+                    "deny" => InterceptBehavior::Deny(s("message")),
+                    "set" => {
+                        InterceptBehavior::Set(e["set"].as_object().cloned().unwrap_or_default())
+                    }
+                    "error" => InterceptBehavior::Error,
+                    "crash" => InterceptBehavior::Crash,
+                    "hang" => InterceptBehavior::Hang,
+                    _ => InterceptBehavior::Allow,
+                };
+                let mut extra = serde_json::Map::new();
+                for k in ["mode", "failOpen", "priorityHint"] {
+                    if let Some(x) = e.get(k) {
+                        extra.insert(k.to_string(), x.clone());
+                    }
+                }
+                FakeInterceptor {
+                    name: s("name"),
+                    kind: e["type"].as_str().unwrap_or("validation").to_string(),
+                    phases,
+                    behavior,
+                    extra,
+                }
+            })
+            .collect()
+    }
+
+    /// The `interceptors/list` descriptor.
+    pub fn descriptor(&self) -> Value {
+        let mut d = json!({
+            "name": self.name,
+            "type": self.kind,
+            "hooks": self.phases.iter().map(|p| json!({"events": ["tools/call"], "phase": p})).collect::<Vec<_>>(),
+        });
+        for (k, v) in &self.extra {
+            d[k] = v.clone();
+        }
+        d
     }
 }
 
@@ -307,6 +443,17 @@ pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
 pub const LATIN1_TEXT_RAW: &[u8] = b"int caf\xE9 = 1; // \xB0\xA1\xC7\xD1 END";
 /// [`LATIN1_TEXT_RAW`] decoded lossily, as the agent must see it (SPEC L9).
 pub const LATIN1_TEXT_LOSSY: &str = "int caf\u{FFFD} = 1; // \u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD} END";
+
+/// The `media` tool's content (case C59): the text both readers get, a 1×1 PNG (base64),
+/// a text for the user only and one for the model only.
+pub const MEDIA_TEXT: &str = "a picture:";
+/// Base64 of a 1×1 transparent PNG.
+pub const MEDIA_PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+/// The `media` tool's text annotated `audience: ["user"]`.
+pub const MEDIA_USER_ONLY: &str = "shown to the user only";
+/// The `media` tool's text annotated `audience: ["assistant"]`.
+pub const MEDIA_MODEL_ONLY: &str = "for the model only";
 
 /// Output shared by all handler threads: one line per write, flushed.
 #[derive(Clone)]
@@ -534,6 +681,18 @@ impl Server {
                 };
                 self.reply(&ok(&id, result));
             }
+            "interceptors/list" if !self.cfg.interceptors.is_empty() => {
+                let list: Vec<Value> = self
+                    .cfg
+                    .interceptors
+                    .iter()
+                    .map(FakeInterceptor::descriptor)
+                    .collect();
+                self.reply(&ok(&id, json!({"interceptors": list})));
+            }
+            "interceptor/invoke" if !self.cfg.interceptors.is_empty() => {
+                self.invoke(&id, &msg["params"]);
+            }
             "tools/call" => {
                 let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
                 if self.cfg.crash_after.is_some_and(|limit| n > limit) {
@@ -548,6 +707,54 @@ impl Server {
                 self.reply(&err(&id, -32601, &format!("method not found: {method}")));
             }
         }
+    }
+
+    /// `interceptor/invoke` (SPEC X1), answered as the interceptor's behaviour says.
+    fn invoke(&self, id: &Value, params: &Value) {
+        let name = params["name"].as_str().unwrap_or_default();
+        let phase = params["phase"].as_str().unwrap_or_default();
+        let Some(i) = self.cfg.interceptors.iter().find(|i| i.name == name) else {
+            self.reply(&err(id, -32602, &format!("Interceptor '{name}' not found")));
+            return;
+        };
+        let base = json!({"interceptor": name, "type": i.kind, "phase": phase});
+        let with = |mut v: Value, extra: Value| {
+            if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+                o.extend(e.clone());
+            }
+            v
+        };
+        let result = match &i.behavior {
+            InterceptBehavior::Allow if i.kind == "mutation" => with(
+                base,
+                json!({"modified": false, "payload": params["payload"]}),
+            ),
+            InterceptBehavior::Allow => with(base, json!({"valid": true})),
+            InterceptBehavior::Deny(message) => with(
+                base,
+                json!({"valid": false, "severity": "error",
+                       "messages": [{"message": message, "severity": "error"}]}),
+            ),
+            InterceptBehavior::Set(pairs) => {
+                let mut payload = params["payload"].clone();
+                if let Some(args) = payload["arguments"].as_object_mut() {
+                    for (k, v) in pairs {
+                        args.insert(k.clone(), v.clone());
+                    }
+                }
+                with(base, json!({"modified": true, "payload": payload}))
+            }
+            InterceptBehavior::Error => {
+                self.reply(&err(id, -32603, &format!("interceptor '{name}' failed")));
+                return;
+            }
+            InterceptBehavior::Crash => {
+                self.die();
+                return;
+            }
+            InterceptBehavior::Hang => return,
+        };
+        self.reply(&ok(id, result));
     }
 
     fn call(&self, id: &Value, params: &Value) {
@@ -600,6 +807,21 @@ impl Server {
                 )
             }
             "_Other" if self.cfg.stop => ok(id, text_result("_Other must never be called", true)),
+            "_SessionStart" | "_SessionEnd" => {
+                let text = if name == "_SessionStart" {
+                    &self.cfg.session_start_text
+                } else {
+                    &self.cfg.session_end_text
+                };
+                let (Some(text), Some(delay)) = (text, self.cfg.session_hook_delay_ms) else {
+                    if text.is_none() {
+                        self.reply(&err(id, -32602, &format!("unknown tool: {name}")));
+                    }
+                    return;
+                };
+                sleep(delay);
+                ok(id, text_result(text, false))
+            }
             _ => {
                 let known = self.cfg.tools.iter().any(|t| t == name)
                     || (name == "late" && self.late.load(Ordering::SeqCst))
@@ -679,6 +901,35 @@ impl Server {
                         return;
                     }
                     "reject" => err(id, -32602, "Invalid arguments"),
+                    "delete" => ok(
+                        id,
+                        text_result(&format!("deleted {}", text_arg("path")), false),
+                    ),
+                    "media" => ok(
+                        id,
+                        json!({"content": [
+                            {"type": "text", "text": MEDIA_TEXT},
+                            {"type": "image", "mimeType": "image/png", "data": MEDIA_PNG},
+                            {"type": "text", "text": MEDIA_USER_ONLY, "annotations": {"audience": ["user"]}},
+                            {"type": "text", "text": MEDIA_MODEL_ONLY, "annotations": {"audience": ["assistant"]}}
+                        ]}),
+                    ),
+                    "progress" => {
+                        let steps = args["steps"].as_u64().unwrap_or(3);
+                        let token = params["_meta"]["progressToken"].clone();
+                        for i in 1..=steps {
+                            if !token.is_null() {
+                                self.out.send(
+                                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                            "params": {"progressToken": token, "progress": i,
+                                                       "total": steps, "message": format!("step {i}")}}),
+                                    false,
+                                );
+                            }
+                            sleep(100);
+                        }
+                        ok(id, text_result("done", false))
+                    }
                     "shell" => ok(
                         id,
                         text_result(&format!("ran: {}", text_arg("command")), false),

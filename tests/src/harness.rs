@@ -355,6 +355,8 @@ fn write_line(stdin: &Stdin, bytes: &[u8]) -> std::io::Result<()> {
 /// A running agent process driven as an ACP client. Dropping it kills the agent and every
 /// process it started.
 pub struct AgentProc {
+    /// The temporary state directory, when the caller gave none (removed on drop).
+    _state: Option<tempfile::TempDir>,
     child: Mutex<Child>,
     stdin: Stdin,
     shared: Arc<Shared>,
@@ -369,7 +371,9 @@ fn id_key(id: &Value) -> String {
 
 impl AgentProc {
     /// Spawns `bin` with an empty environment except `PATH`, `HOME` and `env`, all three stdio
-    /// streams piped, in its own process group.
+    /// streams piped, in its own process group. Unless `env` names `BUZZ_AGENT_STATE_DIR`, the
+    /// agent keeps its sessions (SPEC A9) in a fresh temporary directory, removed with the
+    /// `AgentProc` (never in the user's own state directory).
     pub fn spawn(bin: impl AsRef<Path>, env: &[(&str, &str)], cwd: &Path) -> AgentProc {
         AgentProc::spawn_with(bin, env, cwd, StderrMode::Read)
     }
@@ -389,6 +393,12 @@ impl AgentProc {
                     .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display())),
             ),
         };
+        let state = (!env.iter().any(|(k, _)| *k == "BUZZ_AGENT_STATE_DIR")).then(|| {
+            tempfile::Builder::new()
+                .prefix("buzz-e2e-state-")
+                .tempdir()
+                .expect("a temporary state directory")
+        });
         let mut cmd = Command::new(bin);
         cmd.env_clear()
             .env(
@@ -405,6 +415,9 @@ impl AgentProc {
             .stdout(Stdio::piped())
             .stderr(stderr_stdio)
             .process_group(0);
+        if let Some(dir) = &state {
+            cmd.env("BUZZ_AGENT_STATE_DIR", dir.path().join("sessions"));
+        }
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn agent {}: {e}", bin.display()));
@@ -453,6 +466,7 @@ impl AgentProc {
             _ => {}
         }
         AgentProc {
+            _state: state,
             child: Mutex::new(child),
             stdin,
             shared,
@@ -1158,7 +1172,7 @@ pub fn tool_update_text(update: &Value) -> String {
         .join("")
 }
 
-/// SPEC A6 / C04 shape of the tool updates of a turn: announced `pending` with kind `other`
+/// SPEC A6 / C04 / C53 shape of the tool updates of a turn: announced `pending` with an ACP kind and a title
 /// before any update of that id; ids unique; every call ends in exactly one terminal status
 /// (`completed` or `failed`), which is its last update. Returns the terminal updates, in the
 /// order of the announcements.
@@ -1174,7 +1188,29 @@ pub fn assert_tool_updates_well_formed(updates: &[Value]) -> Vec<Value> {
                     "bad or repeated toolCallId: {u}"
                 );
                 assert_eq!(u["status"], "pending", "announcement must be pending: {u}");
-                assert_eq!(u["kind"], "other", "kind must be other: {u}");
+                // C53: a kind of the ACP schema (from the MCP annotations) and a title.
+                assert!(
+                    matches!(
+                        u["kind"].as_str(),
+                        Some(
+                            "read"
+                                | "edit"
+                                | "delete"
+                                | "move"
+                                | "search"
+                                | "execute"
+                                | "think"
+                                | "fetch"
+                                | "switch_mode"
+                                | "other"
+                        )
+                    ),
+                    "kind must be an ACP tool kind: {u}"
+                );
+                assert!(
+                    u["title"].as_str().is_some_and(|t| !t.is_empty()),
+                    "a tool call has a title: {u}"
+                );
                 announced.push(id);
             }
             Some("tool_call_update") => {

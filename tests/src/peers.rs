@@ -12,7 +12,8 @@
 use crate::fake_llm::{FakeLlm, Reply, Wire};
 use crate::fake_mcp;
 use crate::harness::{
-    Ctx, agent_env, assert_tool_updates_well_formed, fake_mcp_entry, tool_update_text,
+    Ctx, agent_env, assert_tool_updates_well_formed, fake_mcp_entry, tool_call_announcements,
+    tool_update_text,
 };
 use crate::scenarios::setup::Setup;
 use crate::scenarios::util::{Scratch, path_str, wait_stderr};
@@ -31,6 +32,7 @@ pub fn node_modules() -> PathBuf {
 
 const ACPX_CLI: &str = "acpx/dist/cli.js";
 const EVERYTHING_JS: &str = "@modelcontextprotocol/server-everything/dist/index.js";
+const FILESYSTEM_JS: &str = "@modelcontextprotocol/server-filesystem/dist/index.js";
 
 /// Whether `CI` is set to something other than empty, `0`, `false` or `no`: then a missing
 /// prerequisite fails a trial instead of ignoring it.
@@ -89,7 +91,19 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
     let pip_mcp1 = format!(
         "run `python3 -m venv .venv-mcp1 && .venv-mcp1/bin/pip install -r requirements-mcp1.txt` in {dir}"
     );
-    let list: [(&str, PathBuf, &str, Peer); 8] = [
+    let list: [(&str, PathBuf, &str, Peer); 12] = [
+        (
+            "peers::c53_c58_acpx_default_mode_allows_filesystem_reads_denies_writes_and_sets_the_model",
+            node_modules().join(FILESYSTEM_JS),
+            &npm,
+            acpx_default_mode_reads_writes_and_model,
+        ),
+        (
+            "peers::c59_server_everything_image_and_progress_reach_the_client",
+            node_modules().join(EVERYTHING_JS),
+            &npm,
+            server_everything_image_and_progress_reach_the_client,
+        ),
         (
             "peers::h3_c40_fastmcp_v1_hooks_string_empty_none_raise",
             site_file(&venv_mcp1(), "mcp/server/fastmcp/__init__.py"),
@@ -119,6 +133,18 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
             node_modules().join(ACPX_CLI),
             &npm,
             acpx_drives_the_agent_through_one_tool_call,
+        ),
+        (
+            "peers::a9_acp_python_sdk_loads_a_session_an_earlier_process_wrote",
+            site_file(&venv(), "acp/__init__.py"),
+            &pip,
+            acp_python_sdk_loads_a_session_an_earlier_process_wrote,
+        ),
+        (
+            "peers::a9_acpx_persistent_session_keeps_its_history_across_an_agent_restart",
+            node_modules().join(ACPX_CLI),
+            &npm,
+            acpx_persistent_session_keeps_its_history_across_an_agent_restart,
         ),
         (
             "peers::server_everything_echo_result_reaches_the_llm",
@@ -312,6 +338,201 @@ fn acpx_drives_the_agent_through_one_tool_call(ctx: &Ctx, acpx_cli: &Path) {
     assert_eq!(fake_mcp::count_calls(&logged, "echo"), 1, "{context}");
 }
 
+/// C53 and C58 with the real acpx in its DEFAULT permission mode (no `--approve-all`:
+/// `approve-reads`, and without a terminal writes are denied) and the reference filesystem
+/// server: `read_text_file` (`readOnlyHint`, title "Read Text File") is announced `read` and
+/// allowed, `write_file` (`destructiveHint`) is `edit` and denied, and nothing is written; the
+/// model still gets both results and the turn ends `end_turn`. `--model other-model` (advertised
+/// through `BUZZ_AGENT_MODELS`) reaches the LLM request.
+fn acpx_default_mode_reads_writes_and_model(ctx: &Ctx, fs_js: &Path) {
+    let acpx_cli = node_modules().join(ACPX_CLI);
+    let s = Scratch::new();
+    let home = s.dir.path().join("home");
+    std::fs::create_dir(&home).expect("mkdir home");
+    let note = s.ws.join("note.txt");
+    std::fs::write(&note, "hello from the file").expect("write note");
+    let written = s.ws.join("new.txt");
+    let llm = FakeLlm::scripted(vec![
+        Reply::tool_calls(vec![
+            (
+                "call_1",
+                "fs__read_text_file",
+                json!({"path": path_str(&note)}),
+            ),
+            (
+                "call_2",
+                "fs__write_file",
+                json!({"path": path_str(&written), "content": "must not be written"}),
+            ),
+        ]),
+        Reply::text("read one, the other was denied"),
+    ]);
+    let mcp_config = s.dir.path().join("mcp.json");
+    let server = json!({"name": "fs", "command": "node", "args": [path_str(fs_js), path_str(&s.ws)], "env": []});
+    std::fs::write(&mcp_config, json!({"mcpServers": [server]}).to_string())
+        .expect("write mcp config");
+    let agent_cmd = format!(
+        "'{}'",
+        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
+    );
+    let mut cmd = Command::new("node");
+    cmd.arg(&acpx_cli)
+        .args(["--agent", &agent_cmd, "--format", "json", "--timeout", "60"])
+        .args(["--model", "other-model"])
+        .arg("--mcp-config")
+        .arg(&mcp_config)
+        .arg("--cwd")
+        .arg(&s.ws)
+        .args(["exec", "Read note.txt, then write new.txt."])
+        .current_dir(&s.ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home);
+    for (k, v) in agent_env(&llm) {
+        cmd.env(k, v);
+    }
+    cmd.env("BUZZ_AGENT_PERMISSION", "ask")
+        .env("BUZZ_AGENT_MODELS", "other-model")
+        .env("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30");
+    let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+    let context = format!("\n--- acpx stdout:\n{out}\n--- acpx stderr:\n{err}");
+    assert_eq!(code, Some(0), "acpx exit status{context}");
+    let msgs: Vec<Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        msgs.iter().any(|m| m["result"]["stopReason"] == "end_turn"),
+        "the prompt ends end_turn{context}"
+    );
+    let asked: Vec<(String, String)> = msgs
+        .iter()
+        .filter(|m| m["method"] == "session/request_permission")
+        .map(|m| {
+            let c = &m["params"]["toolCall"];
+            (
+                c["title"].as_str().unwrap_or("").to_string(),
+                c["kind"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            ("Read Text File".to_string(), "read".to_string()),
+            ("Write File".to_string(), "edit".to_string())
+        ],
+        "{context}"
+    );
+    let updates: Vec<Value> = msgs
+        .iter()
+        .filter(|m| m["method"] == "session/update")
+        .map(|m| m["params"]["update"].clone())
+        .collect();
+    let terminal = assert_tool_updates_well_formed(&updates);
+    assert_eq!(terminal.len(), 2, "{context}");
+    assert_eq!(
+        terminal[0]["status"], "completed",
+        "the read is allowed{context}"
+    );
+    assert_eq!(
+        tool_update_text(&terminal[0]),
+        "hello from the file",
+        "{context}"
+    );
+    assert_eq!(
+        terminal[1]["status"], "failed",
+        "the write is denied{context}"
+    );
+    assert!(!written.exists(), "nothing was written");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "{context}");
+    for r in &reqs {
+        assert_eq!(r.body["model"], "other-model", "acpx --model{context}");
+    }
+    let results: Vec<String> = reqs[1].tool_results().into_iter().map(|(_, t)| t).collect();
+    assert_eq!(results[0], "hello from the file", "{context}");
+    assert!(
+        results[1].contains("tool call not authorized"),
+        "{results:?}{context}"
+    );
+}
+
+/// C59 with the reference server: `get-tiny-image`'s image reaches the client in the
+/// `tool_call_update` (the model gets its marker), and `trigger-long-running-operation` (which
+/// reports progress for the call's `progressToken`) shows its progress as `in_progress`
+/// updates; both are `read` calls titled by the server.
+fn server_everything_image_and_progress_reach_the_client(ctx: &Ctx, index_js: &Path) {
+    let s = Scratch::new();
+    let server = json!({"name": "everything", "command": "node", "args": [path_str(index_js), "stdio"], "env": []});
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "everything__get-tiny-image", json!({}))]),
+            Reply::tool_calls(vec![(
+                "call_2",
+                "everything__trigger-long-running-operation",
+                json!({"duration": 1, "steps": 3}),
+            )]),
+            Reply::text("done"),
+        ])
+        .env(&[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30")])
+        .servers([server])
+        .start();
+    let r = agent.prompt_timeout(
+        &sid,
+        "image, then a long operation",
+        Duration::from_secs(60),
+    );
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    let ups = agent.session_updates(&sid);
+    let terminal = assert_tool_updates_well_formed(&ups);
+    let announced: Vec<(Value, Value)> = ups
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .map(|u| (u["title"].clone(), u["kind"].clone()))
+        .collect();
+    assert_eq!(
+        announced,
+        [
+            (json!("Get Tiny Image Tool"), json!("read")),
+            (json!("Trigger Long Running Operation Tool"), json!("read"))
+        ]
+    );
+    let image = terminal[0]["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["content"]["type"] == "image")
+        .cloned();
+    assert!(
+        image.is_some_and(|c| c["content"]["mimeType"] == "image/png"
+            && c["content"]["data"].as_str().is_some_and(|d| d.len() > 100)),
+        "{:#}",
+        terminal[0]
+    );
+    let reqs = llm.requests();
+    assert!(
+        reqs[1].tool_results()[0]
+            .1
+            .contains("[image elided: image/png, "),
+        "{:?}",
+        reqs[1].tool_results()
+    );
+    let id = terminal[1]["toolCallId"].clone();
+    let progress: Vec<String> = ups
+        .iter()
+        .filter(|u| u["toolCallId"] == id && u["status"] == "in_progress")
+        .map(tool_update_text)
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert_eq!(
+        progress,
+        ["progress 1/3", "progress 2/3", "progress 3/3"],
+        "{ups:#?}"
+    );
+    agent.finish();
+}
+
 /// The reference MCP server (which also sends `tools/list_changed` before its initialize
 /// reply) registers, its `echo` tool is offered as `everything__echo`, and its result reaches
 /// the next LLM request.
@@ -339,9 +560,16 @@ fn server_everything_echo_result_reaches_the_llm(ctx: &Ctx, index_js: &Path) {
     reqs[1].assert_tool_calls_paired();
     let results: Vec<String> = reqs[1].tool_results().into_iter().map(|(_, t)| t).collect();
     assert_eq!(results, ["Echo: hello peer"]);
-    let terminal = assert_tool_updates_well_formed(&agent.session_updates(&sid));
+    let ups = agent.session_updates(&sid);
+    let terminal = assert_tool_updates_well_formed(&ups);
     assert_eq!(terminal.len(), 1);
     assert_eq!(terminal[0]["status"], "completed", "{}", terminal[0]);
+    // C53: the server's title and annotations (`readOnlyHint`).
+    let announced = &tool_call_announcements(&ups)[0];
+    assert_eq!(
+        (&announced["title"], &announced["kind"]),
+        (&json!("Echo Tool"), &json!("read"))
+    );
     agent.finish();
 }
 
@@ -762,6 +990,183 @@ fn acp_python_sdk_drives_a_tool_call_and_an_objection(ctx: &Ctx, _: &Path) {
     assert_eq!(fake_mcp::count_calls(&logged, "echo"), 1);
 }
 
+/// A9 with the official Python ACP SDK: one SDK process creates a session and prompts it; a
+/// second SDK process (so a new agent) lists the saved sessions, loads that one (the replay
+/// arrives as `session/update`s the SDK parses), and prompts again: the LLM gets the whole
+/// earlier history.
+fn acp_python_sdk_loads_a_session_an_earlier_process_wrote(ctx: &Ctx, _: &Path) {
+    let s = Scratch::new();
+    let state = s.dir.path().join("state");
+    let llm = FakeLlm::scripted(vec![
+        Reply::text("Noted: the word is zebra."),
+        Reply::text("It was zebra."),
+    ]);
+    let run = |args: &[&str]| -> Value {
+        let python = venv().join("bin").join("python");
+        let mut cmd = Command::new(&python);
+        cmd.arg(example("acp_sdk_session.py"))
+            .arg(&ctx.agent_bin)
+            .arg(&s.ws)
+            .args(args)
+            .current_dir(&s.ws)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", s.dir.path())
+            .env("BUZZ_AGENT_STATE_DIR", &state);
+        for (k, v) in agent_env(&llm) {
+            cmd.env(k, v);
+        }
+        let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+        let context = format!("\n--- client stdout:\n{out}\n--- client stderr:\n{err}");
+        assert_eq!(code, Some(0), "the SDK client exit status{context}");
+        out.lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("no JSON report{context}"))
+    };
+    let first = run(&["new", "Remember the word zebra.\nThen say noted."]);
+    assert_eq!(first["response"]["stopReason"], "end_turn", "{first}");
+    assert_eq!(
+        first["initialize"]["agentCapabilities"]["loadSession"],
+        true
+    );
+    let sid = first["sessionId"].as_str().unwrap_or_default().to_string();
+
+    let second = run(&["load", &sid, "Which word was it?"]);
+    let listed = second["list"]["sessions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(listed.len(), 1, "{second}");
+    assert_eq!(listed[0]["sessionId"], sid);
+    assert_eq!(listed[0]["title"], "Remember the word zebra.");
+    assert!(listed[0]["updatedAt"].is_string(), "{second}");
+    let replayed: Vec<Value> = second["updates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|u| u["sessionId"] == sid.as_str())
+        .map(|u| u["update"].clone())
+        .collect();
+    let kinds: Vec<&str> = replayed
+        .iter()
+        .filter_map(|u| u["sessionUpdate"].as_str())
+        .collect();
+    assert_eq!(
+        kinds[..2],
+        ["user_message_chunk", "agent_message_chunk"],
+        "the replay, parsed by the SDK: {second}"
+    );
+    assert_eq!(
+        replayed[0]["content"]["text"],
+        "Remember the word zebra.\nThen say noted."
+    );
+    assert_eq!(replayed[1]["content"]["text"], "Noted: the word is zebra.");
+    assert_eq!(second["response"]["stopReason"], "end_turn", "{second}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let users = reqs[1].user_text();
+    assert!(
+        users.contains("zebra") && users.contains("Which word"),
+        "{users}"
+    );
+    assert!(
+        reqs[1]
+            .body
+            .to_string()
+            .contains("Noted: the word is zebra.")
+    );
+}
+
+/// A9 with acpx's persistent sessions: acpx keeps the agent in a queue owner that exits after
+/// an idle TTL (1 s here); the next `acpx prompt` starts a new agent process and reconnects
+/// with `session/resume` (acpx prefers it over `session/load`), and the history is intact: the
+/// model gets the earlier prompt and answer.
+fn acpx_persistent_session_keeps_its_history_across_an_agent_restart(ctx: &Ctx, acpx_cli: &Path) {
+    let s = Scratch::new();
+    let home = s.dir.path().join("home");
+    std::fs::create_dir(&home).expect("mkdir home");
+    let state = s.dir.path().join("state");
+    let llm = FakeLlm::scripted(vec![
+        Reply::text("Noted: zebra."),
+        Reply::text("The word was zebra."),
+    ]);
+    let agent_cmd = format!(
+        "'{}'",
+        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
+    );
+    let acpx = |args: &[&str]| {
+        let mut cmd = Command::new("node");
+        cmd.arg(acpx_cli)
+            .args(["--agent", &agent_cmd, "--approve-all", "--format", "json"])
+            .args(["--timeout", "60", "--ttl", "1"])
+            .arg("--cwd")
+            .arg(&s.ws)
+            .args(args)
+            .current_dir(&s.ws)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("BUZZ_AGENT_STATE_DIR", &state);
+        for (k, v) in agent_env(&llm) {
+            cmd.env(k, v);
+        }
+        let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+        let context = format!("\n--- acpx {args:?} stdout:\n{out}\n--- stderr:\n{err}");
+        assert_eq!(code, Some(0), "acpx exit status{context}");
+        (out, context)
+    };
+    acpx(&["sessions", "new"]);
+    let (out, context) = acpx(&["prompt", "Remember the word zebra."]);
+    assert!(out.contains("end_turn"), "{context}");
+    let saved = || -> Vec<PathBuf> {
+        std::fs::read_dir(&state)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(saved().len(), 1, "one saved session{context}");
+    // The queue owner (and with it the agent) exits after the 1 s idle TTL: the agent's lock
+    // on the transcript (flock) is released.
+    let file = saved().pop().expect("the transcript");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let f = std::fs::File::open(&file).expect("open the transcript");
+        // SAFETY: flock(2) on a descriptor `f` owns; closing `f` releases what it takes.
+        let free = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0;
+        if free {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never let go of its session{context}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (out, context) = acpx(&["prompt", "Which word was it?"]);
+    assert!(out.contains("end_turn"), "{context}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "{context}");
+    let users = reqs[1].user_text();
+    assert!(
+        users.contains("Remember the word zebra.") && users.contains("Which word was it?"),
+        "the history survived the restart: {users}{context}"
+    );
+    assert!(
+        reqs[1].body.to_string().contains("Noted: zebra."),
+        "{context}"
+    );
+    assert_eq!(
+        saved().len(),
+        1,
+        "still one session, not a fresh one{context}"
+    );
+}
+
 /// P3, C57 with a real hook framework: `hooks check` fails each mistake a FastMCP author makes
 /// (`tests/examples/hooks/fastmcp_c57_hooks.py`): a hook misnamed `_stop` (no hook point, the
 /// near miss named), a `_Stop` that raises (the server's own error text shown), a `_Stop` that
@@ -774,7 +1179,7 @@ fn hooks_check_fails_real_fastmcp_hook_mistakes(ctx: &Ctx, _: &Path) {
         (
             "misnamed",
             &[
-                "FAIL: no hook point found (_Stop, _PostCompact)",
+                "FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)",
                 "near misses: _stop (rename it _Stop)",
             ][..],
         ),

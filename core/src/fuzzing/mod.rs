@@ -237,6 +237,12 @@ pub fn check_action(a: &Action) {
         | Action::SignalProcessGroup { .. }
         | Action::CallLlm { .. }
         | Action::CancelLlm { .. }
+        | Action::OpenTranscript { .. }
+        | Action::ReadTranscript { .. }
+        | Action::AppendTranscript { .. }
+        | Action::TruncateTranscript { .. }
+        | Action::CloseTranscript { .. }
+        | Action::ListTranscripts { .. }
         | Action::Log(_)
         | Action::Exit { .. } => return,
     };
@@ -411,10 +417,17 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
                 status: "exit status 0".into(),
             });
         }
+        // The fuzz agents keep no sessions on disk (the state directory is off).
         Action::WriteAcp(_)
         | Action::WriteMcp { .. }
         | Action::CallLlm { .. }
         | Action::CancelLlm { .. }
+        | Action::OpenTranscript { .. }
+        | Action::ReadTranscript { .. }
+        | Action::AppendTranscript { .. }
+        | Action::TruncateTranscript { .. }
+        | Action::CloseTranscript { .. }
+        | Action::ListTranscripts { .. }
         | Action::Log(_)
         | Action::Exit { .. } => {}
     }

@@ -461,6 +461,22 @@ impl Chain {
         self.advance(now);
     }
 
+    /// The parent's own deadline for invocation `id` passed (a parent that keeps each
+    /// invocation's deadline in its own timer table, as the agent does, reports them one by
+    /// one): it counts as a timeout failure, as in [`Chain::handle_timeout`], but no
+    /// [`ChainOutput::Abandon`] is emitted (the parent already abandoned the request). Returns
+    /// `false`, changing nothing, when `id` is not in flight or the chain is decided.
+    pub fn time_out(&mut self, id: InvocationId, now: MonoTime) -> bool {
+        let idx = id.0 as usize;
+        if self.decided || !matches!(self.calls.get(idx), Some(Call::InFlight { .. })) {
+            return false;
+        }
+        let after_ms = self.timeout_ms;
+        self.settle(idx, Err(Failure::TimedOut { after_ms }), now);
+        self.advance(now);
+        true
+    }
+
     fn read_result(&self, idx: usize, v: &Value) -> Result<InvokeResult, Failure> {
         let result = InvokeResult::from_value(v, self.phase).map_err(Failure::Malformed)?;
         let expected = self.members.get(idx).map(|m| m.interceptor.kind);
@@ -919,6 +935,34 @@ mod tests {
             .iter()
             .filter(|l| l.message.contains(needle))
             .collect()
+    }
+
+    #[test]
+    fn x1_time_out_reports_one_invocation_without_an_abandon() {
+        let members = [validator("a"), fail_open(validator("b"))];
+        let mut chain = start(&members, Phase::Request, call_payload());
+        let outs: Vec<ChainOutput> = std::iter::from_fn(|| chain.poll_output()).collect();
+        assert_eq!(outs.len(), 2, "both validators at once");
+        assert!(chain.time_out(InvocationId(1), T0.plus_ms(10)));
+        assert!(!chain.time_out(InvocationId(1), T0.plus_ms(10)), "once");
+        assert!(chain.handle_reply(
+            InvocationId(0),
+            InvokeReply::Result(serde_json::json!({"interceptor": "a", "type": "validation",
+                "phase": "request", "valid": true})),
+            T0.plus_ms(20)
+        ));
+        let outs: Vec<ChainOutput> = std::iter::from_fn(|| chain.poll_output()).collect();
+        assert!(
+            !outs.iter().any(|o| matches!(o, ChainOutput::Abandon(_))),
+            "the parent abandoned it: {outs:?}"
+        );
+        assert!(
+            matches!(
+                outs.last(),
+                Some(ChainOutput::Decided(Verdict::Allow { .. }))
+            ),
+            "b fails open: {outs:?}"
+        );
     }
 
     #[test]

@@ -16,11 +16,12 @@
 //! | `require-uppercase-note` | validation | valid iff `arguments.note` is a string equal to its upper case, else `note must be uppercase` |
 //! | `uppercase-note` | mutation | upper-cases a string `arguments.note` (`modified: true`), else `modified: false` |
 //! | `crash` | either (default validation) | JSON-RPC error -32603 |
+//! | `deny-matching` | validation | invalid (severity `error`) when the payload, as compact JSON, contains the entry's `pattern`, with the message `the call matches the blocked pattern "<pattern>"` (a buzz-agent extension for the demo and policies; not in the conformance vocabulary) |
 //!
 //! The configuration is a JSON array of the suite's fixture interceptors:
 //! `[{"name", "behavior", "type"?, "events"? (default ["tools/call"]), "phases"?
 //! ("request"|"response"|"both", default "both"), "mode"?, "failOpen"?, "priorityHint"?,
-//! "description"?}]` (see [`ExampleServer::from_config`]).
+//! "description"?, "pattern"? (for `deny-matching`)}]` (see [`ExampleServer::from_config`]).
 
 use super::wire::{
     CAPABILITY_KEY, Hook, INVOKE_METHOD, Interceptor, InterceptorType, InvokeParams, InvokeResult,
@@ -49,17 +50,20 @@ pub enum Behavior {
     UppercaseNote,
     /// `crash`
     Crash,
+    /// `deny-matching` (a buzz-agent extension: denies payloads containing a pattern)
+    DenyMatching,
 }
 
 impl Behavior {
     /// Every behaviour, in the vocabulary's order.
-    pub const ALL: [Behavior; 6] = [
+    pub const ALL: [Behavior; 7] = [
         Behavior::AllowAll,
         Behavior::DenyAll,
         Behavior::RequireNote,
         Behavior::RequireUppercaseNote,
         Behavior::UppercaseNote,
         Behavior::Crash,
+        Behavior::DenyMatching,
     ];
 
     /// The vocabulary name, e.g. `deny-all`.
@@ -72,6 +76,7 @@ impl Behavior {
             Behavior::RequireUppercaseNote => "require-uppercase-note",
             Behavior::UppercaseNote => "uppercase-note",
             Behavior::Crash => "crash",
+            Behavior::DenyMatching => "deny-matching",
         }
     }
 
@@ -88,7 +93,8 @@ impl Behavior {
             Behavior::AllowAll
             | Behavior::DenyAll
             | Behavior::RequireNote
-            | Behavior::RequireUppercaseNote => Some(InterceptorType::Validation),
+            | Behavior::RequireUppercaseNote
+            | Behavior::DenyMatching => Some(InterceptorType::Validation),
             Behavior::UppercaseNote => Some(InterceptorType::Mutation),
             Behavior::Crash => None,
         }
@@ -102,6 +108,8 @@ pub struct ExampleInterceptor {
     pub descriptor: Interceptor,
     /// What `interceptor/invoke` does.
     pub behavior: Behavior,
+    /// The text `deny-matching` looks for (`None` for the other behaviours).
+    pub pattern: Option<String>,
 }
 
 /// A configuration the example server refuses. `Display` is one line, e.g.
@@ -349,6 +357,12 @@ fn run(entry: &ExampleInterceptor, params: &InvokeParams) -> Result<InvokeResult
                 format!("interceptor '{name}' crashed"),
             ));
         }
+        Behavior::DenyMatching => {
+            let pattern = entry.pattern.as_deref().unwrap_or_default();
+            let hit = !pattern.is_empty() && payload.to_string().contains(pattern);
+            let message = format!("the call matches the blocked pattern {pattern:?}");
+            validation(name, phase, hit.then_some(message.as_str()))
+        }
     })
 }
 
@@ -420,9 +434,17 @@ fn parse_entry(v: &Value) -> Result<ExampleInterceptor, String> {
     if let Some(p) = o.get("priorityHint").filter(|p| !p.is_null()) {
         descriptor.priority_hint = Some(PriorityHint::from_value(p).map_err(|e| e.to_string())?);
     }
+    let pattern = match (behavior, o.get("pattern")) {
+        (Behavior::DenyMatching, Some(Value::String(p))) if !p.is_empty() => Some(p.clone()),
+        (Behavior::DenyMatching, _) => {
+            return Err("behavior deny-matching needs a non-empty string \"pattern\"".into());
+        }
+        (_, _) => None,
+    };
     Ok(ExampleInterceptor {
         descriptor,
         behavior,
+        pattern,
     })
 }
 
@@ -614,6 +636,10 @@ mod tests {
                 json!([{"name": "a", "behavior": "crash"}, {"name": "a", "behavior": "allow-all"}]),
                 "duplicate interceptor name \"a\"",
             ),
+            (
+                json!([{"name": "a", "behavior": "deny-matching"}]),
+                "behavior deny-matching needs a non-empty string \"pattern\"",
+            ),
         ] {
             let e = ExampleServer::from_config(&config).unwrap_err();
             assert!(e.to_string().contains(want), "{config}: {e}");
@@ -629,5 +655,25 @@ mod tests {
         );
         assert_eq!(d.kind, InterceptorType::Mutation);
         assert_eq!(d.description.as_deref(), Some("shouts"));
+    }
+
+    #[test]
+    fn x1_deny_matching_denies_payloads_that_contain_its_pattern() {
+        let s =
+            server(json!([{"name": "no-rm", "behavior": "deny-matching", "pattern": "rm -rf"}]));
+        let invoke = |args: Value| {
+            s.invoke(
+                &json!({"name": "no-rm", "event": "tools/call", "phase": "request",
+                "payload": {"name": "shell", "arguments": args}}),
+            )
+            .unwrap()
+        };
+        let denied = invoke(json!({"command": "rm -rf /tmp/x"}));
+        assert_eq!(denied["valid"], false);
+        assert_eq!(
+            denied["messages"][0]["message"],
+            "the call matches the blocked pattern \"rm -rf\""
+        );
+        assert_eq!(invoke(json!({"command": "ls"}))["valid"], true);
     }
 }

@@ -11,8 +11,9 @@
 //! - [`example_server`]: the request handling of the bundled example interceptor server (the
 //!   conformance suite's behaviour vocabulary), request in, response out.
 //!
-//! Not wired into the agent's tool-call path yet: see `docs/interceptors.md` for what is
-//! implemented and what comes with the wiring.
+//! The agent runs them on its tool-call path through `intercept.rs` (a chain per phase of each
+//! model tool call, its invocations sent through the server table) and lists them when a session
+//! opens (`lifecycle.rs`); see `docs/interceptors.md`.
 #![deny(missing_docs)]
 
 pub mod chain;

@@ -26,7 +26,8 @@
 
 use buzz_agent_core::config::{HookAllowlist, LogLevel, PermissionMode, ProviderKind};
 use buzz_agent_core::{
-    Action, Agent, Config, Input, LlmCallId, LlmEvent, LogRecord, MonoTime, ProcKey, Signal,
+    Action, Agent, Config, Input, LlmCallId, LlmEvent, LogRecord, MonoTime, OpenMode, ProcKey,
+    Signal, TRANSCRIPT_HEAD_BYTES, TranscriptEntry, TranscriptError, TranscriptEvent, TranscriptId,
 };
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -147,6 +148,11 @@ pub struct ServerSpec {
     /// `Some(line)`: model tool calls are answered with this raw line (without its newline),
     /// `@ID@` replaced by the request id; written as is (invalid UTF-8 stays invalid, C36).
     pub tool_reply_raw: Option<Vec<u8>>,
+    /// Fixed answers of named hooks (e.g. `_SessionStart`), used instead of the script.
+    pub hook_by_name: BTreeMap<String, HookReply>,
+    /// `Some(config)`: the server is also an interceptor server running the core's example
+    /// server with this configuration (`interceptors/list`, `interceptor/invoke`, SPEC X1).
+    pub interceptors: Option<Value>,
 }
 
 impl ServerSpec {
@@ -161,7 +167,23 @@ impl ServerSpec {
             hook_script: VecDeque::new(),
             hook_default: HookReply::now(HookKind::Empty),
             tool_reply_raw: None,
+            hook_by_name: BTreeMap::new(),
+            interceptors: None,
         }
+    }
+
+    /// The hook `hook` always answers `reply` (the script is for the other hooks).
+    #[must_use]
+    pub fn hook_reply(mut self, hook: &str, reply: HookReply) -> Self {
+        self.hook_by_name.insert(hook.to_string(), reply);
+        self
+    }
+
+    /// The server is also an interceptor server with the example server's `config`.
+    #[must_use]
+    pub fn interceptors(mut self, config: Value) -> Self {
+        self.interceptors = Some(config);
+        self
     }
 
     /// Answer model tool calls with `raw` as the result text, byte for byte.
@@ -192,6 +214,32 @@ impl ServerSpec {
     pub fn default_reply(mut self, r: HookReply) -> Self {
         self.hook_default = r;
         self
+    }
+}
+
+/// The state directory of the simulated runtime (SPEC A9): the transcript files by name. A
+/// world's agent opens, appends, truncates, reads and lists them as the runtime would; a
+/// disk can be handed to a new world (a new agent process) to load what the first wrote.
+#[derive(Clone, Debug, Default)]
+pub struct FakeDisk {
+    /// File name → (bytes, last modification in ms since the epoch).
+    pub files: BTreeMap<String, (Vec<u8>, u64)>,
+    /// Files another process holds locked.
+    pub locked_elsewhere: BTreeSet<String>,
+    /// Bytes per read chunk (0: 4096).
+    pub chunk: usize,
+    /// Clock of the modification times: ms since the epoch at world time zero.
+    pub epoch_ms: u64,
+}
+
+impl FakeDisk {
+    /// The file's text (lossy), or "" when missing.
+    #[must_use]
+    pub fn text(&self, name: &str) -> String {
+        self.files
+            .get(name)
+            .map(|(b, _)| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
     }
 }
 
@@ -271,6 +319,10 @@ pub struct World {
     next_acp_id: u64,
     released_llm: BTreeSet<LlmCallId>,
     prev_messages: Vec<Value>,
+    /// The state directory (used when the config's `state_dir` is on).
+    pub disk: FakeDisk,
+    /// Transcript files the agent holds open, by handle.
+    open_files: BTreeMap<TranscriptId, String>,
 }
 
 /// A config for the simulated agent: OpenAI chat against [`LLM_BASE`], hooks on for every
@@ -323,7 +375,16 @@ impl World {
             next_acp_id: 1,
             released_llm: BTreeSet::new(),
             prev_messages: Vec::new(),
+            disk: FakeDisk::default(),
+            open_files: BTreeMap::new(),
         }
+    }
+
+    /// The same world with `disk` as its state directory.
+    #[must_use]
+    pub fn with_disk(mut self, disk: FakeDisk) -> Self {
+        self.disk = disk;
+        self
     }
 
     /// Append LLM replies to the script.
@@ -408,6 +469,40 @@ impl World {
         sid
     }
 
+    /// `session/load` (`replay`) or `session/resume` of `sid` with every fake server, run until
+    /// idle; returns the request id. The session becomes the current one.
+    pub fn load_session(&mut self, sid: &str, replay: bool) -> u64 {
+        let servers: Vec<Value> = self
+            .servers
+            .iter()
+            .map(|s| json!({"name": s.spec.name, "command": "fake-mcp", "args": [s.spec.name], "env": []}))
+            .collect();
+        let method = if replay {
+            "session/load"
+        } else {
+            "session/resume"
+        };
+        let id = self.request(
+            method,
+            json!({"sessionId": sid, "cwd": CWD, "mcpServers": servers}),
+        );
+        self.run_idle();
+        self.session = Some(sid.to_string());
+        id
+    }
+
+    /// The `session/update` payloads written for session `sid` after the `from`-th ACP line.
+    #[must_use]
+    pub fn updates_since(&self, from: usize, sid: &str) -> Vec<Value> {
+        self.acp_out
+            .iter()
+            .skip(from)
+            .map(|(_, v)| v)
+            .filter(|v| v["method"] == "session/update" && v["params"]["sessionId"] == sid)
+            .map(|v| v["params"]["update"].clone())
+            .collect()
+    }
+
     /// `initialize` + `session/new`.
     pub fn start(&mut self) -> String {
         self.initialize();
@@ -433,6 +528,18 @@ impl World {
     pub fn eof(&mut self) {
         self.note("<- acp EOF".to_string());
         self.deliver(Input::AcpEof);
+    }
+
+    /// SIGTERM, SIGINT or SIGHUP reaches the agent now (SPEC P1; does not run).
+    pub fn signal(&mut self) {
+        self.note("<- signal".to_string());
+        self.deliver(Input::ShutdownSignal);
+    }
+
+    /// Writing to the client failed now: it is gone (does not run).
+    pub fn client_gone(&mut self) {
+        self.note("<- acp write failed".to_string());
+        self.deliver(Input::AcpWriteFailed);
     }
 
     /// The agent's response to our request `id`, if any.
@@ -689,7 +796,110 @@ impl World {
                 self.note(format!("-> exit {code}"));
                 self.exited = Some(*code);
             }
+            Action::OpenTranscript { file, name, mode } => {
+                self.note(format!("-> {file} open {name} {mode:?}"));
+                let exists = self.disk.files.contains_key(name);
+                let event = match mode {
+                    OpenMode::Create if exists => TranscriptEvent::Failed(TranscriptError::Io(
+                        "File exists (os error 17)".into(),
+                    )),
+                    OpenMode::Existing if !exists => {
+                        TranscriptEvent::Failed(TranscriptError::NotFound)
+                    }
+                    OpenMode::Create | OpenMode::Existing
+                        if self.disk.locked_elsewhere.contains(name) =>
+                    {
+                        TranscriptEvent::Failed(TranscriptError::Locked)
+                    }
+                    OpenMode::Create | OpenMode::Existing => {
+                        let mtime = self.mtime();
+                        self.disk
+                            .files
+                            .entry(name.clone())
+                            .or_insert_with(|| (Vec::new(), mtime));
+                        self.open_files.insert(*file, name.clone());
+                        TranscriptEvent::Opened
+                    }
+                };
+                let now = self.now;
+                let input = Input::Transcript { file: *file, event };
+                self.schedule(now, input, Guard::Always);
+            }
+            Action::AppendTranscript { file, bytes } => {
+                self.note(format!("-> {file} append {} B", bytes.len()));
+                let mtime = self.mtime();
+                if let Some(name) = self.open_files.get(file)
+                    && let Some((data, at)) = self.disk.files.get_mut(name)
+                {
+                    data.extend_from_slice(bytes);
+                    *at = mtime;
+                }
+            }
+            Action::TruncateTranscript { file, len } => {
+                self.note(format!("-> {file} truncate {len}"));
+                if let Some(name) = self.open_files.get(file)
+                    && let Some((data, _)) = self.disk.files.get_mut(name)
+                {
+                    data.truncate(usize::try_from(*len).unwrap_or(usize::MAX));
+                }
+            }
+            Action::CloseTranscript { file } => {
+                self.note(format!("-> {file} close"));
+                self.open_files.remove(file);
+            }
+            Action::ReadTranscript { file } => {
+                self.note(format!("-> {file} read"));
+                let data = self
+                    .open_files
+                    .get(file)
+                    .and_then(|n| self.disk.files.get(n))
+                    .map(|(d, _)| d.clone())
+                    .unwrap_or_default();
+                let chunk = if self.disk.chunk == 0 {
+                    4096
+                } else {
+                    self.disk.chunk
+                };
+                let now = self.now;
+                for piece in data.chunks(chunk) {
+                    let event = TranscriptEvent::Bytes(piece.to_vec());
+                    self.schedule(now, Input::Transcript { file: *file, event }, Guard::Always);
+                }
+                let event = TranscriptEvent::End;
+                self.schedule(now, Input::Transcript { file: *file, event }, Guard::Always);
+            }
+            Action::ListTranscripts { request } => {
+                self.note(format!("-> list #{request}"));
+                let entries = self
+                    .disk
+                    .files
+                    .iter()
+                    .map(|(name, (data, at))| {
+                        let end = data
+                            .iter()
+                            .position(|&b| b == b'\n')
+                            .unwrap_or(data.len())
+                            .min(TRANSCRIPT_HEAD_BYTES);
+                        TranscriptEntry {
+                            name: name.clone(),
+                            modified_ms: *at,
+                            head: data[..end].to_vec(),
+                        }
+                    })
+                    .collect();
+                let now = self.now;
+                let input = Input::TranscriptList {
+                    request: *request,
+                    entries: Ok(entries),
+                };
+                self.schedule(now, input, Guard::Always);
+            }
         }
+    }
+
+    /// The wall-clock time of a file change now.
+    fn mtime(&self) -> u64 {
+        self.disk.epoch_ms + self.now.as_ms()
     }
 
     fn on_acp_out(&mut self, line: &str) {
@@ -770,11 +980,14 @@ impl World {
                 if tool.starts_with('_') {
                     let s = &mut self.servers[i];
                     s.hook_calls += 1;
-                    let r = s
-                        .spec
-                        .hook_script
-                        .pop_front()
-                        .unwrap_or_else(|| s.spec.hook_default.clone());
+                    let r = match s.spec.hook_by_name.get(&tool) {
+                        Some(r) => r.clone(),
+                        None => s
+                            .spec
+                            .hook_script
+                            .pop_front()
+                            .unwrap_or_else(|| s.spec.hook_default.clone()),
+                    };
                     let at = now.plus_ms(r.delay_ms);
                     let line = match r.kind {
                         HookKind::Text(t) => {
@@ -818,6 +1031,24 @@ impl World {
                     );
                     let at = now.plus_ms(self.servers[i].spec.tool_delay_ms);
                     self.schedule_mcp(at, proc, &r);
+                }
+            }
+            "interceptors/list" | "interceptor/invoke"
+                if self.servers[i].spec.interceptors.is_some() =>
+            {
+                let config = self.servers[i]
+                    .spec
+                    .interceptors
+                    .clone()
+                    .unwrap_or_default();
+                let server =
+                    buzz_agent_core::interceptor::example_server::ExampleServer::from_config(
+                        &config,
+                    )
+                    .unwrap_or_else(|e| panic!("bad interceptor config: {e}"));
+                if let Some(answer) = server.handle_line(line.as_bytes()) {
+                    let r: Value = serde_json::from_str(&answer).unwrap_or(Value::Null);
+                    self.schedule_mcp(now, proc, &r);
                 }
             }
             other => {
@@ -1021,6 +1252,15 @@ fn summarize_mcp_out(v: &Value) -> String {
                 Some(meta) => format!("#{id} tools/call {name} {} _meta={meta}", p["arguments"]),
                 None => format!("#{id} tools/call {name} {}", p["arguments"]),
             }
+        }
+        (Some(id), Some("interceptor/invoke")) => {
+            let p = &v["params"];
+            format!(
+                "#{id} interceptor/invoke {} {} {}",
+                p["name"].as_str().unwrap_or(""),
+                p["phase"].as_str().unwrap_or(""),
+                p["payload"]
+            )
         }
         (Some(id), Some(m)) => format!("#{id} {m}"),
         (None, Some(m)) => match v.get("params") {

@@ -106,7 +106,15 @@ impl AcpChild {
         stdin
             .write_all(format!("{msg}\n").as_bytes())
             .and_then(|()| stdin.flush())
-            .map_err(|e| ClientError::Io(e.to_string()))
+            .map_err(|e| {
+                // The agent is gone (it exited at start-up, e.g. on a configuration error):
+                // the same as a closed stdout, whichever the client notices first.
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    ClientError::Closed
+                } else {
+                    ClientError::Io(e.to_string())
+                }
+            })
     }
 
     /// Closes the agent's stdin (EOF: it shuts its MCP servers down and exits, SPEC P1) and

@@ -2,6 +2,11 @@
 //! OpenAI-compatible LLM on 127.0.0.1, the bundled `todo` hook server (E2), and this very binary
 //! as the ACP agent child — printed as a readable transcript in which `_Stop` objects once and
 //! the agent carries on to `end_turn`.
+//!
+//! `buzz-agent demo --interceptors` (SPEC X1, experimental): the same set-up plus the bundled
+//! example interceptor server as `policy` (`BUZZ_AGENT_INTERCEPTOR_SERVERS=policy`, its default
+//! policy: no `rm -rf`); the model's first tool call carries `rm -rf`, the interceptor denies it
+//! before it runs, the model sees the denial as the tool error and records a safe step instead.
 
 use super::acp_client::AcpChild;
 use serde_json::{Value, json};
@@ -33,25 +38,43 @@ pub fn run() -> i32 {
     }
 }
 
-fn demo() -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
-    let exe = exe.to_string_lossy().into_owned();
+/// Run the interceptor demo; returns the exit code.
+pub fn run_interceptors() -> i32 {
+    match interceptor_demo() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("demo failed: {e}");
+            1
+        }
+    }
+}
+
+/// The scripted LLM on 127.0.0.1: the n-th request gets `script(n)` as Chat Completions SSE.
+/// Returns its port and what the model saw of hooks and denials (the newest tool result, when
+/// it is one), for the main thread to print right before the reply it caused.
+fn start_llm(script: fn(usize) -> Vec<Value>) -> Result<(u16, mpsc::Receiver<String>), String> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let calls = Arc::new(AtomicUsize::new(0));
-    // What the scripted LLM saw of the hooks (the model-visible injections), printed by the main
-    // thread right before the reply they caused, so the transcript order is causal.
     let (seen_tx, seen_rx) = mpsc::channel::<String>();
-    {
-        let calls = calls.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let n = calls.fetch_add(1, Ordering::SeqCst);
-                let _ = serve_llm(stream, n, &seen_tx);
-            }
-        });
-    }
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            let _ = serve_llm(stream, n, script, &seen_tx);
+        }
+    });
+    Ok((port, seen_rx))
+}
+
+fn this_binary() -> Result<String, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    Ok(exe.to_string_lossy().into_owned())
+}
+
+fn demo() -> Result<(), String> {
+    let exe = this_binary()?;
+    let (port, seen_rx) = start_llm(hook_script)?;
     out!(
         "== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n"
     );
@@ -65,6 +88,8 @@ fn demo() -> Result<(), String> {
         .env("MCP_HOOK_SERVERS", "todo")
         .env("BUZZ_AGENT_PERMISSION", "allow")
         .env("BUZZ_AGENT_LOG", "info")
+        // A scripted offline session: nothing worth keeping in the user's saved sessions.
+        .env("BUZZ_AGENT_STATE_DIR", "off")
         // The agent's log is not part of the transcript.
         .stderr(Stdio::null());
     let mut agent = AcpChild::spawn(cmd)?;
@@ -137,7 +162,14 @@ fn print_update(v: &Value) {
     let u = &v["params"]["update"];
     match u["sessionUpdate"].as_str() {
         Some("agent_message_chunk") => {
-            out!("   model: {}", u["content"]["text"].as_str().unwrap_or(""))
+            // Paragraph breaks between rounds are this transcript's own lines; the agent's
+            // notices (`_meta.buzz.notice`) are not the model's words.
+            let text = u["content"]["text"].as_str().unwrap_or("").trim_start();
+            if u["_meta"]["buzz"]["notice"].is_string() {
+                out!("   notice: {}", text.trim_start_matches("[buzz-agent] "));
+            } else {
+                out!("   model: {text}");
+            }
         }
         Some("tool_call") => out!(
             "   tool call {} {}",
@@ -152,8 +184,143 @@ fn print_update(v: &Value) {
     }
 }
 
+fn interceptor_demo() -> Result<(), String> {
+    let exe = this_binary()?;
+    let (port, seen_rx) = start_llm(interceptor_script)?;
+    out!(
+        "== buzz-agent demo --interceptors: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` server,\n   the bundled example interceptor server as `policy` (BUZZ_AGENT_INTERCEPTOR_SERVERS=policy;\n   its policy/no-rm-rf validator denies tool calls whose arguments contain `rm -rf`)\n"
+    );
+    let mut cmd = Command::new(&exe);
+    cmd.env("BUZZ_AGENT_PROVIDER", "openai")
+        .env(
+            "OPENAI_COMPAT_BASE_URL",
+            format!("http://127.0.0.1:{port}/v1"),
+        )
+        .env("OPENAI_COMPAT_MODEL", "demo-model")
+        .env("BUZZ_AGENT_INTERCEPTOR_SERVERS", "policy")
+        .env("BUZZ_AGENT_PERMISSION", "allow")
+        .env("BUZZ_AGENT_LOG", "info")
+        .env_remove("MCP_HOOK_SERVERS")
+        .env_remove(super::examples::INTERCEPTORS_VAR)
+        .stderr(Stdio::null());
+    let mut agent = AcpChild::spawn(cmd)?;
+    let mut quiet = |_: &Value| None;
+    agent
+        .request(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+            &mut quiet,
+        )
+        .map_err(|e| e.to_string())?;
+    let cwd = std::env::temp_dir().to_string_lossy().into_owned();
+    let new = agent
+        .request(
+            "session/new",
+            json!({"cwd": cwd, "mcpServers": [
+                {"name": "todo", "command": exe, "args": ["example-server", "todo"], "env": []},
+                {"name": "policy", "command": exe, "args": ["example-server", "interceptors"], "env": []}
+            ]}),
+            &mut quiet,
+        )
+        .map_err(|e| e.to_string())?;
+    let sid = new["result"]["sessionId"]
+        .as_str()
+        .ok_or_else(|| format!("session/new failed: {new}"))?
+        .to_string();
+    out!(
+        "client → session/new         session {sid}: `todo` (tools) and `policy` (interceptors, asked with interceptors/list)"
+    );
+    let prompt = "Clean up the old build notes in ~/build-notes.";
+    out!("client → session/prompt      {prompt:?}\n");
+    let mut statuses = Vec::new();
+    let mut show = |v: &Value| {
+        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            while let Ok(seen) = seen_rx.try_recv() {
+                out!("{seen}");
+            }
+        }
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] == "tool_call_update"
+            && (u["status"] == "completed" || u["status"] == "failed")
+        {
+            let text = u["content"][0]["content"]["text"].as_str().unwrap_or("");
+            statuses.push((
+                u["status"].as_str().unwrap_or("").to_string(),
+                text.to_string(),
+            ));
+        }
+        print_update(v);
+        None
+    };
+    let resp = agent
+        .request(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": prompt}]}),
+            &mut show,
+        )
+        .map_err(|e| e.to_string())?;
+    let r = &resp["result"];
+    out!("\nagent → stopReason: {}", r["stopReason"]);
+    let _ = agent.finish(Duration::from_secs(10));
+    let denied = statuses.first().is_some_and(|(status, text)| {
+        status == "failed" && text.starts_with("blocked by interceptor 'policy/no-rm-rf'")
+    });
+    let allowed = statuses
+        .get(1)
+        .is_some_and(|(status, _)| status == "completed");
+    if r["stopReason"] != "end_turn" || !denied || !allowed {
+        return Err(format!(
+            "unexpected result: {resp} (tool calls: {statuses:?})"
+        ));
+    }
+    out!(
+        "\nThe model's first tool call carried `rm -rf`; the `policy` interceptor denied it before it ran\n(the todo server never saw it), the model read the denial as the tool error and recorded a safe step."
+    );
+    Ok(())
+}
+
+/// The script of `demo`: a todo item added, a premature stop, the item done, the end.
+fn hook_script(n: usize) -> Vec<Value> {
+    match n {
+        0 => tool_call(
+            "I'll track this on the todo list first.",
+            "todo__todo_add",
+            json!({"item": ITEM}),
+        ),
+        1 => text("All set — I'm done here."),
+        2 => tool_call(
+            "Right, the item is still open. Writing the notes and closing it.",
+            "todo__todo_done",
+            json!({"item": ITEM}),
+        ),
+        _ => text("The release notes are written and the todo item is done."),
+    }
+}
+
+/// The script of `demo --interceptors`: a dangerous call, then a safe one, then the end.
+fn interceptor_script(n: usize) -> Vec<Value> {
+    match n {
+        0 => tool_call(
+            "I'll record the cleanup command on the todo list.",
+            "todo__todo_add",
+            json!({"item": "run rm -rf ~/build-notes"}),
+        ),
+        1 => tool_call(
+            "That command is blocked by policy; I'll record a safe step instead.",
+            "todo__todo_add",
+            json!({"item": "archive ~/build-notes to ~/archive/build-notes"}),
+        ),
+        _ => text("Recorded a safe cleanup step; the destructive command was refused by policy."),
+    }
+}
+
 /// One scripted LLM response per request, streamed as OpenAI Chat Completions SSE.
-fn serve_llm(mut stream: TcpStream, n: usize, seen: &mpsc::Sender<String>) -> std::io::Result<()> {
+fn serve_llm(
+    mut stream: TcpStream,
+    n: usize,
+    script: fn(usize) -> Vec<Value>,
+    seen: &mpsc::Sender<String>,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -171,7 +338,8 @@ fn serve_llm(mut stream: TcpStream, n: usize, seen: &mpsc::Sender<String>) -> st
         .unwrap_or(0);
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body)?;
-    // The newest hook injection, if this request is the one that follows it (SPEC H6).
+    // The newest hook injection or interceptor denial, if this request is the one that
+    // follows it (SPEC H6, X1).
     if let Ok(req) = serde_json::from_slice::<Value>(&body) {
         let msgs = req["messages"].as_array().cloned().unwrap_or_default();
         if let Some(last) = msgs.last().filter(|m| m["role"] == "tool") {
@@ -185,18 +353,15 @@ fn serve_llm(mut stream: TcpStream, n: usize, seen: &mpsc::Sender<String>) -> st
                     inj["server"].as_str().unwrap_or(""),
                     inj["text"].as_str().unwrap_or("").replace('\n', " ")
                 ));
+            } else if content.contains("blocked by interceptor") {
+                let _ = seen.send(format!(
+                    "   [the model now sees the tool error: {}]",
+                    content.replace('\n', " ")
+                ));
             }
         }
     }
-    let chunks: Vec<Value> = match n {
-        0 => tool_call("I'll track this on the todo list first.", "todo__todo_add"),
-        1 => text("All set — I'm done here."),
-        2 => tool_call(
-            "Right, the item is still open. Writing the notes and closing it.",
-            "todo__todo_done",
-        ),
-        _ => text("The release notes are written and the todo item is done."),
-    };
+    let chunks: Vec<Value> = script(n);
     let mut out = String::from(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
     );
@@ -215,8 +380,8 @@ fn text(t: &str) -> Vec<Value> {
     ]
 }
 
-fn tool_call(t: &str, name: &str) -> Vec<Value> {
-    let args = json!({"item": ITEM}).to_string();
+fn tool_call(t: &str, name: &str, args: Value) -> Vec<Value> {
+    let args = args.to_string();
     vec![
         json!({"choices":[{"index":0,"delta":{"content": t},"finish_reason":null}]}),
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_demo","type":"function","function":{"name": name,"arguments": args}}]},"finish_reason":null}]}),

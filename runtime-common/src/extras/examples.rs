@@ -8,8 +8,18 @@
 //!   times out is killed and answers empty (fail-open, noted on stderr). The command runs in the
 //!   server's process group, so whatever it started is stopped with the server (SPEC M8).
 //! - `todo` (E2): model-visible `todo_add {item}`, `todo_done {item}`, `todo_list`; `_Stop`
-//!   objects while items are open (lists them); `_PostCompact` returns the current list.
+//!   objects while items are open (lists them); `_PostCompact` returns the current list;
+//!   `_SessionStart` re-injects the items still open (SPEC H10) and `_SessionEnd` says how many
+//!   are left (logged by the agent, H11). With `TODO_FILE=<path>` the list is kept in that
+//!   file (JSON `{"open": [...], "done": [...]}`, written after every change), so a new session
+//!   starts with the items an earlier one left open.
+//! - `interceptors` (SPEC X1): the SEP-2624 example interceptor server (the core's
+//!   `interceptor::example_server`) over stdio, configured by `EXAMPLE_INTERCEPTORS` (a JSON
+//!   array of interceptors; default: one request-phase validator, `policy/no-rm-rf`, that
+//!   denies calls whose arguments contain `rm -rf`). The variable does not start with
+//!   `BUZZ_AGENT_`, so the agent passes it on to the server (SPEC M1).
 
+use buzz_agent_core::interceptor::example_server::ExampleServer;
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent, RpcError};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -18,13 +28,21 @@ use std::time::{Duration, Instant};
 /// Lines of failing output a testguard objection carries.
 const TESTGUARD_TAIL_LINES: usize = 30;
 
+/// The configuration of the `interceptors` example server.
+pub const INTERCEPTORS_VAR: &str = "EXAMPLE_INTERCEPTORS";
+/// Its configuration when [`INTERCEPTORS_VAR`] is unset.
+pub const DEFAULT_INTERCEPTORS: &str = r#"[{"name":"policy/no-rm-rf","behavior":"deny-matching","pattern":"rm -rf","phases":"request","description":"denies tool calls whose arguments contain rm -rf"}]"#;
+
 /// Run the named example server on stdin/stdout. Returns the process exit code.
 pub fn run(name: &str) -> i32 {
     let mut server: Box<dyn Example> = match name {
         "testguard" => Box::new(TestGuard::from_env()),
-        "todo" => Box::new(Todo::default()),
+        "todo" => Box::new(Todo::from_env()),
+        "interceptors" => return run_interceptors(),
         other => {
-            eprintln!("buzz-agent: unknown example server '{other}' (available: testguard, todo)");
+            eprintln!(
+                "buzz-agent: unknown example server '{other}' (available: testguard, todo, interceptors)"
+            );
             return 2;
         }
     };
@@ -49,6 +67,53 @@ pub fn run(name: &str) -> i32 {
             let out = match handle(server.as_mut(), &method, &params) {
                 Ok(result) => jsonrpc::encode_result(&id, &result),
                 Err(err) => jsonrpc::encode_error(Some(&id), &err),
+            };
+            if stdout
+                .write_all(out.as_bytes())
+                .and_then(|()| stdout.flush())
+                .is_err()
+            {
+                return 0;
+            }
+        }
+    }
+}
+
+/// The example interceptor server (SPEC X1): every line goes to the core's example server
+/// logic, every answer back. Exit 2 on a bad `EXAMPLE_INTERCEPTORS`.
+fn run_interceptors() -> i32 {
+    let config = std::env::var(INTERCEPTORS_VAR).unwrap_or_else(|_| DEFAULT_INTERCEPTORS.into());
+    let server = serde_json::from_str::<Value>(&config)
+        .map_err(|e| format!("not JSON: {e}"))
+        .and_then(|v| ExampleServer::from_config(&v).map_err(|e| e.to_string()));
+    let server = match server {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("interceptors: bad {INTERCEPTORS_VAR}: {e}");
+            return 2;
+        }
+    };
+    let names: Vec<&str> = server
+        .interceptors()
+        .iter()
+        .map(|i| i.descriptor.name.as_str())
+        .collect();
+    eprintln!("interceptors: serving {}", names.join(", "));
+    let mut stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    let mut lines = LineBuffer::new(16 * 1024 * 1024);
+    let mut events = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stdin.read(&mut buf) {
+            Ok(0) | Err(_) => return 0,
+            Ok(n) => n,
+        };
+        lines.push(&buf[..n], &mut events);
+        for ev in events.drain(..) {
+            let LineEvent::Line(line) = ev else { continue };
+            let Some(out) = server.handle_line(&line) else {
+                continue;
             };
             if stdout
                 .write_all(out.as_bytes())
@@ -217,9 +282,61 @@ impl Example for TestGuard {
 struct Todo {
     open: Vec<String>,
     done: Vec<String>,
+    /// `TODO_FILE`: where the list is kept between sessions.
+    file: Option<std::path::PathBuf>,
 }
 
 impl Todo {
+    /// The list of `TODO_FILE` when it is set (a missing file is an empty list; one that
+    /// cannot be read is reported on stderr and left alone until the next change).
+    fn from_env() -> Todo {
+        let file = std::env::var_os("TODO_FILE")
+            .filter(|f| !f.is_empty())
+            .map(std::path::PathBuf::from);
+        Todo::load(file)
+    }
+
+    /// The list kept in `file`, if any.
+    fn load(file: Option<std::path::PathBuf>) -> Todo {
+        let mut todo = Todo {
+            file,
+            ..Todo::default()
+        };
+        if let Some(path) = &todo.file {
+            match std::fs::read_to_string(path) {
+                Ok(text) => match serde_json::from_str::<Value>(&text) {
+                    Ok(v) => {
+                        let items = |k: &str| -> Vec<String> {
+                            v[k].as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter_map(Value::as_str)
+                                .map(str::to_string)
+                                .collect()
+                        };
+                        todo.open = items("open");
+                        todo.done = items("done");
+                    }
+                    Err(e) => {
+                        eprintln!("todo: {} is not JSON ({e}); starting empty", path.display())
+                    }
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => eprintln!("todo: cannot read {}: {e}; starting empty", path.display()),
+            }
+        }
+        todo
+    }
+
+    /// Writes the list to `TODO_FILE`, if set.
+    fn save(&self) {
+        let Some(path) = &self.file else { return };
+        let text = json!({"open": self.open, "done": self.done}).to_string();
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("todo: cannot write {}: {e}", path.display());
+        }
+    }
+
     fn list(&self) -> String {
         if self.open.is_empty() && self.done.is_empty() {
             return String::new();
@@ -246,7 +363,9 @@ impl Example for Todo {
             {"name": "todo_done", "description": "Mark an open item done (exact text)", "inputSchema": item},
             {"name": "todo_list", "description": "Show the todo list", "inputSchema": {"type": "object", "properties": {}}},
             {"name": "_Stop", "description": "objects while items are open", "inputSchema": {"type": "object"}},
-            {"name": "_PostCompact", "description": "re-injects the todo list", "inputSchema": {"type": "object"}}
+            {"name": "_PostCompact", "description": "re-injects the todo list", "inputSchema": {"type": "object"}},
+            {"name": "_SessionStart", "description": "re-injects the items still open", "inputSchema": {"type": "object"}},
+            {"name": "_SessionEnd", "description": "says how many items are still open", "inputSchema": {"type": "object"}}
         ])
     }
     fn call(&mut self, tool: &str, args: &Value) -> Result<String, RpcError> {
@@ -266,6 +385,7 @@ impl Example for Todo {
             "todo_add" => {
                 let it = item()?;
                 self.open.push(it.clone());
+                self.save();
                 Ok(format!("added: {it}"))
             }
             "todo_done" => {
@@ -274,6 +394,7 @@ impl Example for Todo {
                     Some(i) => {
                         let done = self.open.remove(i);
                         self.done.push(done);
+                        self.save();
                         Ok(format!("done: {it}"))
                     }
                     None => Err(RpcError::new(
@@ -295,6 +416,18 @@ impl Example for Todo {
                 ))
             }
             "_PostCompact" => Ok(self.list()),
+            "_SessionStart" if self.open.is_empty() => Ok(String::new()),
+            "_SessionStart" => {
+                let items: Vec<String> = self.open.iter().map(|i| format!("- {i}")).collect();
+                Ok(format!(
+                    "Todo items still open from earlier work (the todo_* tools manage them):\n{}",
+                    items.join("\n")
+                ))
+            }
+            "_SessionEnd" => Ok(match self.open.len() {
+                0 => String::new(),
+                n => format!("{n} todo item(s) still open"),
+            }),
             other => Err(unknown_tool(other)),
         }
     }
@@ -324,6 +457,36 @@ mod tests {
         assert_eq!(t.call("_Stop", &json!({})).unwrap(), "");
         assert!(t.call("todo_done", &json!({"item": "nope"})).is_err());
         assert!(t.call("todo_add", &json!({})).is_err());
+    }
+
+    #[test]
+    fn e2_h10_todo_reinjects_open_items_at_session_start_from_its_file() {
+        let dir = std::env::temp_dir().join(format!("buzz-todo-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("todo.json");
+        let _ = std::fs::remove_file(&path);
+        let mut first = Todo {
+            file: Some(path.clone()),
+            ..Todo::default()
+        };
+        assert_eq!(first.call("_SessionStart", &json!({})).unwrap(), "");
+        first
+            .call("todo_add", &json!({"item": "write docs"}))
+            .unwrap();
+        first.call("todo_add", &json!({"item": "ship"})).unwrap();
+        first.call("todo_done", &json!({"item": "ship"})).unwrap();
+        assert_eq!(
+            first.call("_SessionEnd", &json!({})).unwrap(),
+            "1 todo item(s) still open"
+        );
+        // A new process (a new session) reads the file.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v, json!({"open": ["write docs"], "done": ["ship"]}));
+        let mut second = Todo::load(Some(path.clone()));
+        let start = second.call("_SessionStart", &json!({})).unwrap();
+        assert!(start.ends_with("\n- write docs"), "{start}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -317,12 +317,21 @@ fn servers_from_config(
 /// streams on one screen) a progress line never lands inside a sentence.
 struct Printer {
     mid_line: bool,
+    /// `end_line` wrote a newline the model's text did not.
+    ended_line: bool,
     titles: HashMap<String, String>,
     approve: Approve,
 }
 
 impl Printer {
     fn text(&mut self, t: &str) {
+        // A line this printer ended for a report already gave one of the paragraph break's
+        // newlines.
+        let t = if std::mem::take(&mut self.ended_line) {
+            t.strip_prefix('\n').unwrap_or(t)
+        } else {
+            t
+        };
         if t.is_empty() {
             return;
         }
@@ -336,6 +345,7 @@ impl Printer {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(b"\n").and_then(|()| out.flush());
             self.mid_line = false;
+            self.ended_line = true;
         }
     }
 
@@ -369,9 +379,21 @@ impl Printer {
     fn on_update(&mut self, u: &Value) {
         match u["sessionUpdate"].as_str() {
             Some("agent_message_chunk") => {
-                if let Some(t) = u["content"]["text"].as_str() {
-                    self.text(t);
+                let Some(t) = u["content"]["text"].as_str() else {
+                    return;
+                };
+                // The agent's own notices (`_meta.buzz.notice`, docs/MCP_DRIVEN_HOOKS.md) go to
+                // stderr like the other reports: `[hook] …` when a hook made the turn go on,
+                // `[notice] …` otherwise; the model's answer stays alone on stdout.
+                match u["_meta"]["buzz"]["notice"].as_str() {
+                    Some(kind) => self.notice(kind, t),
+                    None => self.text(t),
                 }
+            }
+            // The same notice for a client that advertised `session.notices`.
+            Some("notice") => {
+                let kind = u["_meta"]["buzz"]["notice"].as_str().unwrap_or("");
+                self.notice(kind, u["title"].as_str().unwrap_or(""));
             }
             Some("tool_call") => {
                 let id = u["toolCallId"].as_str().unwrap_or_default().to_string();
@@ -394,12 +416,20 @@ impl Printer {
                     self.info(&format!("[tool] {title} {status}{detail}"));
                 }
             }
-            // Issue 12 part B adds a notice when a hook makes the agent continue (its shape is
-            // decided there). Print it here as a `[hook] …` line once it exists. Until then an
-            // objection shows only as the next round's text and, at the end, as
-            // `_meta.buzz.stopObjections` on the `[stop]` line.
             _ => {}
         }
+    }
+
+    /// The agent's notice of `kind`: `[hook] …` when a hook made the turn go on, else
+    /// `[notice] …`.
+    fn notice(&mut self, kind: &str, text: &str) {
+        let label = if kind == "hook_objection" {
+            "hook"
+        } else {
+            "notice"
+        };
+        let text = text.trim().trim_start_matches("[buzz-agent] ");
+        self.info(&format!("[{label}] {text}"));
     }
 
     fn on_permission(&mut self, params: &Value) -> Value {
@@ -538,6 +568,7 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
     };
     let mut printer = Printer {
         mid_line: false,
+        ended_line: false,
         titles: HashMap::new(),
         approve: opts.approve,
     };

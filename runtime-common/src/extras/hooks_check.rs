@@ -11,8 +11,8 @@
 //! configuration errors.
 
 use crate::sys::signal_group;
-use buzz_agent_core::Signal;
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent};
+use buzz_agent_core::{HookPoint, Signal};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -22,7 +22,13 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-const KNOWN_HOOKS: [&str; 2] = ["_Stop", "_PostCompact"];
+/// Every hook point's tool name, in the order of a session's life (SPEC H1, H10, H11).
+const KNOWN_HOOKS: [&str; 4] = [
+    HookPoint::SessionStart.tool_name(),
+    HookPoint::Stop.tool_name(),
+    HookPoint::PostCompact.tool_name(),
+    HookPoint::SessionEnd.tool_name(),
+];
 /// Server stderr lines kept for the report when the server exits.
 const STDERR_TAIL_LINES: usize = 10;
 /// Longest server stderr line forwarded, bytes (the rest of the line is dropped).
@@ -37,8 +43,9 @@ pub fn usage(bin: &str) -> String {
         "usage: {bin} hooks check -- <command> [args…]\n\n\
          Spawns <command> as an MCP server the way the agent does (stdio, in its own process\n\
          group, without the agent's API keys), lists its tools, calls each hook point it exposes\n\
-         (_Stop, _PostCompact) once under BUZZ_AGENT_HOOK_TIMEOUT_MS and reports per hook: found,\n\
-         answered / empty / error / timeout, the latency, and whether the answer would object.\n\
+         (_SessionStart, _Stop, _PostCompact, _SessionEnd) once under BUZZ_AGENT_HOOK_TIMEOUT_MS\n\
+         and reports per hook: found, answered / empty / error / timeout, the latency, and what the\n\
+         answer would do (object, inject, or be logged).\n\
          The report goes to stdout; the server's own stderr lines go to stderr as `[server] …`.\n\n\
          example: {bin} hooks check -- python3 my_hook_server.py\n\n\
          exit status: 0 the server follows the hook contract; 1 it does not (no hook point found,\n\
@@ -387,9 +394,9 @@ impl Conn<'_> {
     }
 }
 
-/// Names that look like a hook point but are not one (case C57): equal to `_Stop` or
-/// `_PostCompact` once case, `_` and `-` are ignored (`_stop`, `Stop`, `_STOP`, `post_compact`),
-/// but not exactly it. Returns `(name, the hook point it resembles)`, in list order.
+/// Names that look like a hook point but are not one (case C57): equal to a hook point's name
+/// (`_Stop`, `_PostCompact`, `_SessionStart`, `_SessionEnd`) once case, `_` and `-` are ignored
+/// (`_stop`, `Stop`, `_STOP`, `post_compact`, `session_start`), but not exactly it. Returns `(name, the hook point it resembles)`, in list order.
 fn near_misses(names: &[String]) -> Vec<(&str, &'static str)> {
     let fold = |s: &str| -> String {
         s.chars()
@@ -544,10 +551,11 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
         );
     }
     if !KNOWN_HOOKS.iter().any(|k| names.iter().any(|n| n == k)) {
-        println!("FAIL: no hook point found (_Stop, _PostCompact)");
+        println!("FAIL: no hook point found ({})", KNOWN_HOOKS.join(", "));
         if misses.is_empty() {
             println!(
-                "      a hook point is a tool named exactly _Stop or _PostCompact; this server has none"
+                "      a hook point is a tool named exactly {}; this server has none",
+                KNOWN_HOOKS.join(", ")
             );
         } else {
             let shown: Vec<String> = misses
@@ -564,12 +572,22 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
             println!("--    {hook}: not found");
             continue;
         }
-        let params = json!({"name": hook, "arguments": {},
-            "_meta": {"buzz/hook": {"point": hook, "sessionId": "hooks-check", "attempt": 1, "budgetRemaining": 3}}});
+        let mut meta =
+            json!({"point": hook, "sessionId": "hooks-check", "attempt": 1, "budgetRemaining": 3});
+        match HookPoint::from_tool_name(hook) {
+            Some(HookPoint::SessionStart) => meta["source"] = json!("new"),
+            Some(HookPoint::SessionEnd) => {
+                meta["reason"] = json!("close");
+                meta["promptCount"] = json!(0);
+            }
+            Some(HookPoint::Stop | HookPoint::PostCompact) | None => {}
+        }
+        let params = json!({"name": hook, "arguments": {}, "_meta": {"buzz/hook": meta}});
         let started = Instant::now();
         let res = conn.request("tools/call", &params, Duration::from_millis(hook_ms));
         let ms = started.elapsed().as_millis();
-        let verb = if hook == "_Stop" { "object" } else { "inject" };
+        let verb = HookPoint::from_tool_name(hook).map_or("inject", HookPoint::effect);
+        let verb = if verb == "log" { "be logged" } else { verb };
         match res {
             Ok(r) if r.get("isError").and_then(Value::as_bool) == Some(true) => {
                 ok = false;
@@ -587,7 +605,7 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
                 let text = result_text(&r);
                 if text.trim().is_empty() {
                     println!("ok    {hook}: found, answered empty, {ms} ms — would not {verb}");
-                } else if let Some(shape) = shape_only(&text) {
+                } else if let Some(shape) = shape_only(&text).filter(|_| verb != "be logged") {
                     ok = false;
                     println!(
                         "FAIL  {hook}: found, answered {:?}, {ms} ms — {shape}: any non-empty text would {verb}, so this always does; \
@@ -680,6 +698,25 @@ mod tests {
                 ("_STOP", "_Stop"),
                 ("PostCompact", "_PostCompact"),
                 ("post_compact", "_PostCompact"),
+            ]
+        );
+    }
+
+    #[test]
+    fn h10_h11_the_session_points_are_hook_points_and_have_near_misses_too() {
+        assert_eq!(
+            KNOWN_HOOKS,
+            ["_SessionStart", "_Stop", "_PostCompact", "_SessionEnd"]
+        );
+        let names: Vec<String> = ["session_start", "_sessionEnd", "_SessionStart"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            near_misses(&names),
+            vec![
+                ("session_start", "_SessionStart"),
+                ("_sessionEnd", "_SessionEnd")
             ]
         );
     }

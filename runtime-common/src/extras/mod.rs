@@ -1,6 +1,8 @@
 //! The production binary's extra subcommands (SPEC P3, E1, E2, issue 12): `demo` (an offline
-//! session), `exec` (one prompt from a terminal), `example-server testguard|todo` (the bundled
-//! example hook servers) and `hooks check` (a hook server's contract check). `demo` and `exec`
+//! session; `demo --interceptors` shows an interceptor denying a dangerous call), `exec` (one
+//! prompt from a terminal), `example-server testguard|todo|interceptors` (the bundled example
+//! hook servers and the SEP-2624 example interceptor server) and `hooks check` (a hook
+//! server's contract check). `demo` and `exec`
 //! drive this binary as an ACP agent child through one client (`acp_client`). Plain blocking `std` IO: these are one-shot tools, not the agent.
 //!
 //! A binary opts in by putting [`EXTRAS`] in its [`Program`]. Nothing else in this crate
@@ -34,7 +36,12 @@ fn run(program: &Program, args: &[String]) -> Option<i32> {
     let bin = program.name;
     let arg1 = args.get(1).map(String::as_str);
     Some(match (args.first().map(String::as_str)?, arg1) {
-        ("demo", _) => demo::run(),
+        ("demo", None) => demo::run(),
+        ("demo", Some("--interceptors")) => demo::run_interceptors(),
+        ("demo", Some(_)) => {
+            eprintln!("usage: {bin} demo [--interceptors]");
+            2
+        }
         ("exec", _) => exec::run(bin, &args[1..]),
         ("hooks", Some("check")) => hooks_check::run(bin, &args[2..]),
         ("hooks", Some("--help" | "-h" | "help")) => {
@@ -47,7 +54,7 @@ fn run(program: &Program, args: &[String]) -> Option<i32> {
         }
         ("example-server", Some(name)) => examples::run(name),
         ("example-server", None) => {
-            eprintln!("usage: {bin} example-server testguard|todo");
+            eprintln!("usage: {bin} example-server testguard|todo|interceptors");
             2
         }
         _ => return None,
@@ -58,7 +65,7 @@ fn usage(bin: &str) -> String {
     format!(
         "  {bin} hooks check -- <command> [args…]\n      spawn one MCP server, call its hooks once, report whether it follows the contract\n  \
          {bin} exec [--cwd DIR] [--mcp-config FILE] [--approve reads|all|none] \"prompt\"\n      run one prompt with the LLM this environment names; `{bin} exec --help` for more\n  \
-         {bin} demo\n      an offline session: scripted LLM, the bundled todo hook server, _Stop objecting once\n  \
-         {bin} example-server testguard|todo\n      run a bundled example hook server on stdio (TESTGUARD_CMD, TESTGUARD_TIMEOUT_MS)\n"
+         {bin} demo [--interceptors]\n      an offline session: scripted LLM, the bundled todo hook server, _Stop objecting once;\n      with --interceptors, an interceptor server denying a dangerous tool call (experimental)\n  \
+         {bin} example-server testguard|todo|interceptors\n      run a bundled example server on stdio (TESTGUARD_CMD, TESTGUARD_TIMEOUT_MS; TODO_FILE;\n      EXAMPLE_INTERCEPTORS, a JSON array of interceptors)\n"
     )
 }

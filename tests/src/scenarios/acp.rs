@@ -20,7 +20,13 @@ pub fn a1_initialize_capabilities(ctx: &Ctx) {
     let r = agent.initialize();
     assert_eq!(r["protocolVersion"], json!(1), "{r}");
     let caps = &r["agentCapabilities"];
-    assert_eq!(caps["loadSession"], false, "{r}");
+    // A9: sessions are saved (the harness gives every agent a state directory of its own).
+    assert_eq!(caps["loadSession"], true, "{r}");
+    assert_eq!(
+        caps["sessionCapabilities"],
+        json!({"list": {}, "resume": {}}),
+        "{r}"
+    );
     assert_eq!(
         caps["promptCapabilities"],
         json!({"image": false, "audio": false, "embeddedContext": true}),
@@ -269,10 +275,6 @@ pub fn t4_unknown_method_bad_params_invalid_request(ctx: &Ctx) {
     agent.send(&json!({"jsonrpc": "2.0", "method": "foo/notify", "params": {}}));
     for (method, params) in [
         ("authenticate", json!({"methodId": "x"})),
-        (
-            "session/load",
-            json!({"sessionId": "s", "cwd": ws, "mcpServers": []}),
-        ),
         ("session/set_mode", json!({"sessionId": "s", "modeId": "m"})),
     ] {
         let r = agent.request(method, params);
@@ -358,12 +360,20 @@ pub fn c03_unknown_session_is_32002_everywhere(ctx: &Ctx) {
             "data carries the id (C03): {r}"
         );
     }
-    // SPEC A5 wins over C03 for session/load: it is not implemented at all.
-    let r = agent.request(
-        "session/load",
-        json!({"sessionId": "sess-does-not-exist", "cwd": path_str(&s.ws), "mcpServers": []}),
-    );
-    assert_eq!(agent.error(&r).0, -32601, "{r}");
+    // A9: session/load and session/resume of an unknown session are -32002 too.
+    for method in ["session/load", "session/resume"] {
+        for named in [
+            "sess-does-not-exist",
+            "sess_9f86d081884c7d659a2feaa0c55ad015",
+        ] {
+            let r = agent.request(
+                method,
+                json!({"sessionId": named, "cwd": path_str(&s.ws), "mcpServers": []}),
+            );
+            assert_eq!(agent.error(&r).0, -32002, "{method} {named}: {r}");
+            assert_eq!(r["error"]["data"]["sessionId"], named, "{r}");
+        }
+    }
     // A5: set_model on an unknown session is -32602.
     let r = agent.request(
         "session/set_model",
@@ -464,10 +474,27 @@ fn readme_session_lines() -> (Vec<String>, String) {
     (lines, block.to_string())
 }
 
+/// The `NAME=value` words before the agent binary on the README block's command line (the
+/// session runs with them, as written).
+fn readme_session_env(block: &str) -> Vec<(String, String)> {
+    let line = block
+        .lines()
+        .find(|l| l.contains("buzz-agent") && l.contains('|'))
+        .expect("the command line of the README session");
+    let command = line.rsplit('|').next().unwrap_or("");
+    command
+        .split_whitespace()
+        .map_while(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// A1–A3, issue 12: the README's copy-paste JSON session works as written — its three lines
 /// (`initialize`, `session/new`, `session/prompt` on the session id it names), sent at once as
 /// `printf` would, get three answers, the last `end_turn` with the model's text streamed
-/// before it — and it keeps stdin open (`sleep`), since EOF cancels the turn (P1).
+/// before it — and it keeps stdin open (`sleep`), since EOF cancels the turn (P1). The
+/// environment written on its command line applies (`BUZZ_AGENT_SEED` makes the session id the
+/// third line names predictable, SPEC A9).
 pub fn a3_the_readme_copy_paste_session_reaches_end_turn(ctx: &Ctx) {
     let (lines, block) = readme_session_lines();
     assert_eq!(lines.len(), 3, "{block}");
@@ -475,9 +502,12 @@ pub fn a3_the_readme_copy_paste_session_reaches_end_turn(ctx: &Ctx) {
         block.contains("sleep "),
         "stdin stays open until the answer: {block}"
     );
+    let env = readme_session_env(&block);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let s = Scratch::new();
     let (_llm, agent) = Setup::new(ctx, &s)
         .replies(vec![Reply::text("Hello there, nice to meet.")])
+        .env(&env)
         .spawn();
     let mut bytes = Vec::new();
     for l in &lines {

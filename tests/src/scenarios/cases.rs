@@ -480,7 +480,8 @@ pub fn c15_error_replies_iserror_and_exits_resolve_at_once_with_the_cause(ctx: &
         summary,
         [
             ("failed", true),
-            ("completed", true),
+            // C54: an isError result is a failed call.
+            ("failed", true),
             ("completed", false),
             ("failed", true),
             ("failed", true)

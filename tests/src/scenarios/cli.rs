@@ -67,7 +67,11 @@ pub fn p3_demo_runs_offline_with_one_objection(ctx: &Ctx) {
         .expect("the model carried on");
     assert!(stop_try < objection && objection < after, "{stdout}");
     assert_eq!(stdout.matches("[_Stop hook of").count(), 1, "{stdout}");
-    assert!(stdout.contains("todo__todo_done"), "{stdout}");
+    assert!(stdout.contains("tool call todo: todo_done"), "{stdout}");
+    assert!(
+        stdout.contains("notice: hook server 'todo' objected to ending the turn"),
+        "{stdout}"
+    );
 }
 
 /// P3, E2: `hooks check` against the bundled `todo` server: found, answered, would not object
@@ -192,7 +196,7 @@ pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
     // The extras subcommands are listed exactly when the binary has them; without them they
     // are a usage error that says so.
     assert_eq!(
-        h.contains(" hooks check -- ") && h.contains(" demo\n"),
+        h.contains(" hooks check -- ") && h.contains(" demo [--interceptors]\n"),
         ctx.has_extras,
         "{h}"
     );
@@ -459,7 +463,7 @@ pub fn p3_c57_hooks_check_fails_without_a_hook_point_and_names_near_misses(ctx: 
     );
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(
-        out.contains("FAIL: no hook point found (_Stop, _PostCompact)"),
+        out.contains("FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)"),
         "{out}"
     );
     assert!(
@@ -470,7 +474,7 @@ pub fn p3_c57_hooks_check_fails_without_a_hook_point_and_names_near_misses(ctx: 
     let (code, out, err) = hooks_check(ctx, &[("FAKE_MCP_TOOLS", "echo")]);
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(
-        out.contains("FAIL: no hook point found (_Stop, _PostCompact)")
+        out.contains("FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)")
             && out.contains("this server has none"),
         "{out}"
     );
@@ -684,11 +688,20 @@ pub fn p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook(ctx: &Ctx
         "{err}"
     );
     assert!(
-        err.contains("[tool] fs__echo (other) {\"text\":\"hello\"}"),
+        err.contains("[tool] fs: echo (other) {\"text\":\"hello\"}"),
         "{err}"
     );
-    assert!(err.contains("[tool] fs__echo completed: hello"), "{err}");
-    assert!(err.contains("[tool] todo__todo_done completed"), "{err}");
+    assert!(err.contains("[tool] fs: echo completed: hello"), "{err}");
+    assert!(err.contains("[tool] todo: todo_done completed"), "{err}");
+    // Why the turn went on, and the answers a paragraph apart.
+    assert!(
+        err.contains("[hook] hook server 'todo' objected to ending the turn; the agent continues."),
+        "{err}"
+    );
+    assert!(
+        out.contains("All done.\n\nRight, closing the item.\n\nShipped."),
+        "{out:?}"
+    );
     assert_eq!(
         err.matches("[permission] ").count(),
         3,
@@ -707,22 +720,27 @@ pub fn p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook(ctx: &Ctx
     assert_eq!(reqs[1].tool_result_for("c1").as_deref(), Some("hello"));
 }
 
-/// A7, issue 12: `exec` answers permission requests by `--approve`: the default (`reads`)
-/// allows only tool calls of kind `read`, so it denies the fake server's `echo` (kind `other`)
-/// and says how to allow it; `none` denies it too. The tool never runs, the model hears it
-/// was not authorized, and the turn still ends `end_turn` (exit 0).
+/// A7, C53, issue 12: `exec` answers permission requests by `--approve`: the default
+/// (`reads`) allows only tool calls of kind `read` (the fake server's `read`, annotated
+/// `readOnlyHint`), so it runs `read` and denies `echo` (kind `other`) and says how to allow
+/// it; `none` denies both. A denied tool never runs, the model hears it was not authorized,
+/// and the turn still ends `end_turn` (exit 0).
 pub fn a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads(ctx: &Ctx) {
     for approve in [None, Some("none")] {
         let s = Scratch::new();
         let log = s.file("calls.log");
         let llm = FakeLlm::scripted(vec![
-            Reply::tool_calls(vec![("c1", "fs__echo", json!({"text": "hello"}))]),
+            Reply::tool_calls(vec![
+                ("c0", "fs__read", json!({"text": "a note"})),
+                ("c1", "fs__echo", json!({"text": "hello"})),
+            ]),
             Reply::text("I was not allowed to echo."),
         ]);
         let config = mcp_config(
             &s,
             json!({"fs": {"command": current_exe(),
-                          "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_CALL_LOG": log}}}),
+                          "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_CALL_LOG": log,
+                                  "FAKE_MCP_TOOLS": "read,echo"}}}),
         );
         let ws = path_str(&s.ws);
         let mut args = vec!["--cwd", ws.as_str(), "--mcp-config", config.as_str()];
@@ -733,27 +751,38 @@ pub fn a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads(ctx: &Ctx) {
         let (code, out, err) = exec(ctx, &args, &exec_env(&llm));
         assert_eq!(code, Some(0), "{approve:?}: stdout:\n{out}\nstderr:\n{err}");
         assert!(
-            err.contains("[permission] fs__echo (other): denied"),
+            err.contains("[permission] fs: echo (other): denied"),
             "{err}"
         );
+        let reqs = llm.requests();
+        let logged = fake_mcp::read_call_log(std::path::Path::new(&log));
         match approve {
-            None => assert!(
-                err.contains("--approve reads allows kind read only")
-                    && err.contains("--approve all allows it"),
-                "{err}"
-            ),
-            Some(_) => assert!(err.contains("denied (--approve none)"), "{err}"),
+            None => {
+                assert!(
+                    err.contains("--approve reads allows kind read only")
+                        && err.contains("--approve all allows it"),
+                    "{err}"
+                );
+                assert!(
+                    err.contains("[permission] Read Note (read): allowed (--approve reads)"),
+                    "{err}"
+                );
+                assert_eq!(fake_mcp::count_calls(&logged, "read"), 1, "the read ran");
+                assert_eq!(reqs[1].tool_result_for("c0").as_deref(), Some("a note"));
+            }
+            Some(_) => {
+                assert!(err.contains("denied (--approve none)"), "{err}");
+                assert_eq!(fake_mcp::count_calls(&logged, "read"), 0);
+            }
         }
-        assert!(err.contains("[tool] fs__echo failed"), "{err}");
+        assert!(err.contains("[tool] fs: echo failed"), "{err}");
         assert!(out.contains("I was not allowed to echo."), "{out}");
         assert!(err.contains("[stop] end_turn"), "{err}");
-        let logged = fake_mcp::read_call_log(std::path::Path::new(&log));
         assert_eq!(
             fake_mcp::count_calls(&logged, "echo"),
             0,
             "denied: never run"
         );
-        let reqs = llm.requests();
         let result = reqs[1].tool_result_for("c1").unwrap_or_default();
         assert!(result.contains("not authorized"), "{result}");
     }

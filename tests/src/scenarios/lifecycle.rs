@@ -324,7 +324,7 @@ pub fn a7_allow_always_is_remembered_per_tool(ctx: &Ctx) {
         .collect();
     assert_eq!(
         titles,
-        ["fs__echo", "fs__add"],
+        ["fs: echo", "fs: add"],
         "asked once per tool: echo (allow_always), add (reject_always)"
     );
     let reqs = llm.requests();

@@ -7,12 +7,16 @@ use crate::Scenario;
 mod acp;
 mod cases;
 mod cli;
+mod clients;
 mod compaction;
 mod dialect_cases;
 mod hooks;
+mod interceptors;
 mod lifecycle;
 mod mcp;
 mod providers;
+mod session_hooks;
+mod sessions;
 mod stderr;
 mod tools;
 
@@ -58,6 +62,19 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         hooks::h5_g1_budget_zero_disables_stop_and_reply_guard,
         hooks::h3_meta_carries_point_session_attempt_budget,
         hooks::h4_fail_open_error_iserror_empty_never_object,
+        session_hooks::h10_session_start_goes_right_after_the_first_prompt_and_into_no_other,
+        session_hooks::h10_h4_a_silent_session_start_hook_delays_session_new_by_one_timeout_and_fails_open,
+        session_hooks::h11_session_end_runs_once_at_eof_with_reason_and_prompt_count,
+        session_hooks::h11_p1_sigterm_with_a_silent_session_end_hook_still_exits_in_bound,
+        session_hooks::h11_session_close_runs_session_end_stops_the_servers_and_answers,
+        interceptors::x1_a_denying_validator_stops_a_real_tool_call,
+        interceptors::x1_a_mutator_rewrites_the_arguments_the_server_receives,
+        interceptors::x1_an_audit_validator_only_logs,
+        interceptors::x1_a_crashing_interceptor_blocks_unless_it_fails_open,
+        interceptors::x1_h4_a_silent_interceptor_times_out_closed_and_its_second_timeout_kills_it,
+        interceptors::x1_a4_cancel_mid_chain_cancels_the_invocation,
+        interceptors::x1_interceptor_servers_tools_stay_callable_only_if_they_are_also_ordinary_servers,
+        interceptors::x1_a7_an_allowed_call_still_asks_permission,
         compaction::k1_h7_compaction_summary_then_postcompact_then_live_prompt,
         compaction::h7_empty_postcompact_injects_nothing,
         compaction::h7_postcompact_timeout_goes_on_without_it,
@@ -119,6 +136,26 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
         stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
         stderr::a6_unread_stdout_never_blocks_the_loop_and_loses_no_line,
+        clients::c53_tool_call_kind_and_title_come_from_the_mcp_tool,
+        clients::c54_an_is_error_result_is_failed_with_its_text_and_the_turn_goes_on,
+        clients::c55_lenient_session_new_skips_other_transports_and_maps_odd_names,
+        clients::c56_a_hook_server_missing_from_the_allowlist_is_warned_about_once,
+        clients::c58_models_are_advertised_and_both_ways_of_setting_one_work,
+        clients::c59_images_audience_and_progress_from_mcp_tools,
+        clients::c60_answers_after_an_objection_are_paragraphs_and_a_notice_says_why,
+        clients::c60_a_client_that_presents_notices_gets_an_acp_notice,
+        clients::c60_no_requirement_ids_in_any_text_a_user_or_the_model_reads,
+        clients::l5_llm_failures_name_the_url_and_a_json_body_is_not_a_truncated_stream,
+        clients::p2_the_startup_log_shows_settings_as_the_environment_takes_them,
+        sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
+        sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
+        sessions::a9_session_list_pages_newest_first_with_a_cwd_filter,
+        sessions::a9_path_traversal_and_unknown_ids_are_refused_and_nothing_is_touched,
+        sessions::a9_a_torn_last_line_is_ignored_with_a_warning_and_cut_off,
+        sessions::a9_a_second_agent_loading_an_open_session_is_refused,
+        sessions::a9_an_unparseable_transcript_is_32000_naming_file_and_line_and_left_alone,
+        sessions::a9_session_resume_continues_without_replay,
+        sessions::a9_state_dir_off_saves_nothing_and_the_default_follows_xdg,
     ]
 }
 
@@ -139,14 +176,19 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         cli::a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads,
         cli::l5_exec_prints_an_llm_error_and_exits_1,
         cli::c1_exec_usage_config_file_and_configuration_errors_exit_2,
+        session_hooks::h10_e2_todo_reinjects_open_items_at_session_start,
+        session_hooks::p3_h10_h11_hooks_check_covers_the_session_points,
+        interceptors::x1_example_server_interceptors_passes_the_list_and_invoke_fixtures_over_stdio,
+        interceptors::x1_p3_demo_interceptors_shows_a_dangerous_call_denied,
     ]
 }
 
 /// The scenarios run under every dialect profile (`dialects::<profile>::<scenario>` trials):
 /// hooks (objection, budget, several servers, fail-open), compaction (`_PostCompact` after a
 /// summary, nothing injected, max-tokens nudges), cancel (during a tool call, during the
-/// stream, then the next prompt), retry (5xx back-off, a body cut mid-event) and the 5-round
-/// tool loop. Each builds its fake LLM with `ctx.fake_llm*`, so it speaks the profile, and
+/// stream, then the next prompt), retry (5xx back-off, a body cut mid-event), the 5-round
+/// tool loop, and a saved session loaded by a new agent, after an exit and after a `kill -9`
+/// (SPEC A9, L10: the reasoning state replayed after the load stays valid). Each builds its fake LLM with `ctx.fake_llm*`, so it speaks the profile, and
 /// checks the requests with the route-independent helpers of `fake_llm`.
 pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
     list![
@@ -155,6 +197,7 @@ pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
         hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
         hooks::h3_four_hook_servers_run_concurrently,
         hooks::h4_fail_open_error_iserror_empty_never_object,
+        session_hooks::h10_session_start_goes_right_after_the_first_prompt_and_into_no_other,
         compaction::k1_h7_compaction_summary_then_postcompact_then_live_prompt,
         compaction::h7_empty_postcompact_injects_nothing,
         compaction::l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery,
@@ -163,5 +206,7 @@ pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
         lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
         providers::l5_c28_529_then_503_back_off_then_success,
         providers::c24_body_cut_mid_event_is_retried_then_succeeds,
+        sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
+        sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
     ]
 }

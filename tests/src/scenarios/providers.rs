@@ -143,7 +143,7 @@ fn five_rounds_on(ctx: &Ctx, wire: Wire) {
     let ups = agent.session_updates(&sid);
     assert_eq!(
         agent_text(&ups),
-        "step 1. step 3. step 5. All done, five echoes.",
+        "step 1. \n\nstep 3. \n\nstep 5. \n\nAll done, five echoes.",
         "{what}"
     );
     assert!(
@@ -911,7 +911,8 @@ pub fn c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools(ctx
         );
     }
     let ups = agent.session_updates(&sid);
-    assert_eq!(agent_text(&ups), "Let me check.checkedchecked again");
+    // C60: a paragraph break between the rounds of a turn (not between prompts).
+    assert_eq!(agent_text(&ups), "Let me check.\n\ncheckedchecked again");
     let terminal = assert_tool_updates_well_formed(&ups);
     assert!(
         terminal.iter().all(|t| t["status"] == "completed"),

@@ -60,7 +60,7 @@ pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
     let ups = agent.session_updates(&sid);
     assert_eq!(
         agent_text(&ups),
-        "step 1. step 3. step 5. All done, five echoes."
+        "step 1. \n\nstep 3. \n\nstep 5. \n\nAll done, five echoes."
     );
     let chunks = ups
         .iter()
