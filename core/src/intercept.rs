@@ -271,6 +271,31 @@ mod tests {
         server
     }
 
+    /// One `fs__read` call started under the mutation interceptor `name` of server `policy`,
+    /// hooked on `phase` (what the start sent already drained): the parts, the session and the
+    /// batch.
+    fn one_call_under_mutator(name: &str, phase: &str) -> (Parts, Session, ToolBatch) {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let slot = parts.ready_server(SID, "policy", &[]);
+        sess.servers.push(slot);
+        let mutator = crate::interceptor::Interceptor::from_value(&json!({
+            "name": name, "type": "mutation",
+            "hooks": [{"events": ["tools/call"], "phase": phase}]
+        }))
+        .expect("a descriptor");
+        sess.interceptors.add("policy", slot, vec![mutator]);
+        let batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        parts.drain();
+        (parts, sess, batch)
+    }
+
     /// Answers every `interceptor/invoke` of `actions` as `server` does (reply `Ok`) or with
     /// `event` when given; returns how many were answered.
     fn answer(
@@ -452,24 +477,7 @@ mod tests {
         assert_eq!(only_result(batch), ("secret".to_string(), false));
 
         // A response-phase mutator rewrites the result the model and the client see.
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let slot = parts.ready_server(SID, "policy", &[]);
-        sess.servers.push(slot);
-        let redact = crate::interceptor::Interceptor::from_value(&json!({
-            "name": "redact", "type": "mutation",
-            "hooks": [{"events": ["tools/call"], "phase": "response"}]
-        }))
-        .expect("a descriptor");
-        sess.interceptors.add("policy", slot, vec![redact]);
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
-        );
-        parts.drain();
+        let (mut parts, mut sess, mut batch) = one_call_under_mutator("redact", "response");
         batch.on_reply(
             ToolCallIndex(0),
             Ok(json!({"content": [{"type": "text", "text": "key=hunter2"}]})),
@@ -634,24 +642,7 @@ mod tests {
 
     #[test]
     fn x1_a_mutation_that_renames_the_tool_is_refused() {
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let slot = parts.ready_server(SID, "policy", &[]);
-        sess.servers.push(slot);
-        let mutator = crate::interceptor::Interceptor::from_value(&json!({
-            "name": "rename", "type": "mutation",
-            "hooks": [{"events": ["tools/call"], "phase": "request"}]
-        }))
-        .expect("a descriptor");
-        sess.interceptors.add("policy", slot, vec![mutator]);
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
-        );
-        parts.drain();
+        let (mut parts, mut sess, mut batch) = one_call_under_mutator("rename", "request");
         let reply = json!({"interceptor": "rename", "type": "mutation", "phase": "request",
             "modified": true, "payload": {"name": "write", "arguments": {}}});
         let call_ref = InterceptRef {
