@@ -36,7 +36,8 @@ pub(crate) fn initialize_result(
         "authMethods": []
     });
     if persist {
-        result["agentCapabilities"]["sessionCapabilities"] = json!({"list": {}, "resume": {}});
+        result["agentCapabilities"]["sessionCapabilities"] =
+            json!({"close": {}, "list": {}, "resume": {}});
     }
     Ok(result)
 }
@@ -467,12 +468,16 @@ mod tests {
     fn a1_version_is_min_of_client_and_ours() {
         let r = initialize_result(&json!({"protocolVersion": 7}), "0.1.0", false).unwrap();
         assert_eq!(r["agentCapabilities"]["loadSession"], false);
-        assert_eq!(r["agentCapabilities"].get("sessionCapabilities"), None);
+        assert_eq!(
+            r["agentCapabilities"]["sessionCapabilities"],
+            json!({"close": {}}),
+            "H11: close needs no store"
+        );
         let on = initialize_result(&json!({"protocolVersion": 1}), "0.1.0", true).unwrap();
         assert_eq!(on["agentCapabilities"]["loadSession"], true, "A9");
         assert_eq!(
             on["agentCapabilities"]["sessionCapabilities"],
-            json!({"list": {}, "resume": {}})
+            json!({"close": {}, "list": {}, "resume": {}})
         );
         assert_eq!(r["protocolVersion"], 1);
         assert_eq!(

@@ -1837,7 +1837,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 37);
+        assert_eq!(count, 38);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! SEP-2624 interceptors on the tool-call path (SPEC X1, experimental, opt-in with
-//! `BUZZ_AGENT_INTERCEPTOR_SERVERS`): a session's interceptor set ([`Interceptors`], read with
-//! `interceptors/list` while the session opens) and the [`Screen`] of one phase of one model
-//! tool call. A screen runs one pure [`Chain`] through the server table: every invocation the
+//! `BUZZ_AGENT_INTERCEPTOR_SERVERS`): the [`Screen`] of one phase of one model tool call,
+//! over the session's interceptor set ([`Interceptors`], read with `interceptors/list` while
+//! the session opens). A screen runs one pure [`Chain`] through the server table: every invocation the
 //! chain asks for becomes an `interceptor/invoke` request to its server with the hook timeout
 //! (`BUZZ_AGENT_HOOK_TIMEOUT_MS`, whose timeouts count toward H4's kill rule), every reply,
 //! death or timeout goes back into the chain, and the chain's verdict comes out as a
@@ -16,60 +16,12 @@ use crate::cx::Cx;
 use crate::ids::{McpRequestId, ServerSlot, SessionId, ToolCallIndex, TurnNo};
 use crate::interceptor::wire::TOOLS_CALL;
 use crate::interceptor::{
-    Chain, ChainOutput, ChainRequest, Interceptor, InvocationId, InvokeReply, Member, Phase,
-    Verdict,
+    Chain, ChainOutput, ChainRequest, Interceptors, InvocationId, InvokeReply, Phase, Verdict,
 };
 use crate::jsonrpc::RpcError;
 use crate::mcp::{InterceptRef, McpRequest, Purpose};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-
-/// The interceptors of one session (SPEC X1): those of every interceptor server that hook
-/// `tools/call`, in registration order, then each server's list order; and the interceptor
-/// servers whose `interceptors/list` failed (every call of the session is then denied: an
-/// unknown gate fails closed).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Interceptors {
-    members: Vec<Member>,
-    /// Interceptor server name → its slot in this session.
-    servers: BTreeMap<String, ServerSlot>,
-    /// `(server name, why its listing failed)`.
-    broken: Vec<(String, String)>,
-}
-
-impl Interceptors {
-    /// Adds `server`'s interceptors (in its order) that hook `tools/call` on some phase.
-    pub(crate) fn add(&mut self, server: &str, slot: ServerSlot, list: Vec<Interceptor>) {
-        self.servers.insert(server.to_string(), slot);
-        self.members.extend(
-            list.into_iter()
-                .filter(|i| i.hooks_event_any_phase(TOOLS_CALL))
-                .map(|interceptor| Member {
-                    server: server.to_string(),
-                    interceptor,
-                }),
-        );
-    }
-
-    /// `server`'s listing failed (`why`): the session's calls are denied (fail-closed).
-    pub(crate) fn add_broken(&mut self, server: &str, why: String) {
-        self.broken.push((server.to_string(), why));
-    }
-
-    /// The interceptors, in chain member order.
-    pub(crate) fn members(&self) -> &[Member] {
-        &self.members
-    }
-
-    /// Whether a `tools/call` on `phase` must be screened.
-    pub(crate) fn screens(&self, phase: Phase) -> bool {
-        !self.broken.is_empty()
-            || self
-                .members
-                .iter()
-                .any(|m| m.interceptor.hooks_event(TOOLS_CALL, phase))
-    }
-}
 
 /// Which tool call a screen belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,6 +271,31 @@ mod tests {
         server
     }
 
+    /// One `fs__read` call started under the mutation interceptor `name` of server `policy`,
+    /// hooked on `phase` (what the start sent already drained): the parts, the session and the
+    /// batch.
+    fn one_call_under_mutator(name: &str, phase: &str) -> (Parts, Session, ToolBatch) {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let slot = parts.ready_server(SID, "policy", &[]);
+        sess.servers.push(slot);
+        let mutator = crate::interceptor::Interceptor::from_value(&json!({
+            "name": name, "type": "mutation",
+            "hooks": [{"events": ["tools/call"], "phase": phase}]
+        }))
+        .expect("a descriptor");
+        sess.interceptors.add("policy", slot, vec![mutator]);
+        let batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        parts.drain();
+        (parts, sess, batch)
+    }
+
     /// Answers every `interceptor/invoke` of `actions` as `server` does (reply `Ok`) or with
     /// `event` when given; returns how many were answered.
     fn answer(
@@ -500,24 +477,7 @@ mod tests {
         assert_eq!(only_result(batch), ("secret".to_string(), false));
 
         // A response-phase mutator rewrites the result the model and the client see.
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let slot = parts.ready_server(SID, "policy", &[]);
-        sess.servers.push(slot);
-        let redact = crate::interceptor::Interceptor::from_value(&json!({
-            "name": "redact", "type": "mutation",
-            "hooks": [{"events": ["tools/call"], "phase": "response"}]
-        }))
-        .expect("a descriptor");
-        sess.interceptors.add("policy", slot, vec![redact]);
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
-        );
-        parts.drain();
+        let (mut parts, mut sess, mut batch) = one_call_under_mutator("redact", "response");
         batch.on_reply(
             ToolCallIndex(0),
             Ok(json!({"content": [{"type": "text", "text": "key=hunter2"}]})),
@@ -682,24 +642,7 @@ mod tests {
 
     #[test]
     fn x1_a_mutation_that_renames_the_tool_is_refused() {
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let slot = parts.ready_server(SID, "policy", &[]);
-        sess.servers.push(slot);
-        let mutator = crate::interceptor::Interceptor::from_value(&json!({
-            "name": "rename", "type": "mutation",
-            "hooks": [{"events": ["tools/call"], "phase": "request"}]
-        }))
-        .expect("a descriptor");
-        sess.interceptors.add("policy", slot, vec![mutator]);
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
-        );
-        parts.drain();
+        let (mut parts, mut sess, mut batch) = one_call_under_mutator("rename", "request");
         let reply = json!({"interceptor": "rename", "type": "mutation", "phase": "request",
             "modified": true, "payload": {"name": "write", "arguments": {}}});
         let call_ref = InterceptRef {

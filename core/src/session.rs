@@ -3,7 +3,7 @@
 //! can borrow its session while the agent holds both.
 
 use crate::ids::{ServerSlot, SessionId};
-use crate::intercept::Interceptors;
+use crate::interceptor::Interceptors;
 use crate::jsonrpc::RpcId;
 use crate::transcript::Transcript;
 use std::collections::BTreeMap;

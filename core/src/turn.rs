@@ -1088,6 +1088,8 @@ impl Shown {
             "_meta": meta
         });
         cx.out.send_update(&sess.id.to_string(), &update);
+        // A9: a `session/load` replays the text as the client saw it, the notice included.
+        cx.store.on_chunk(sess.id, "agent_message_chunk", &text);
     }
 }
 

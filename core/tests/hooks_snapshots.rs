@@ -465,8 +465,10 @@ fn a9_load_replays_the_session_then_the_next_prompt_continues_it() {
     w2.comment(&format!("a new agent process loads {sid}"));
     let id = w2.load_session(&sid, true);
     assert_eq!(
-        w2.response(id).map(|r| r["result"].clone()),
-        Some(json!({}))
+        w2.response(id)
+            .map(|r| r["result"]["configOptions"][0]["id"].clone()),
+        Some(json!("model")),
+        "the answer carries the model selector"
     );
     w2.comment("the next prompt continues the same history");
     w2.llm([LlmReply::text("Still here.")]);

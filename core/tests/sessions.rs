@@ -62,8 +62,10 @@ fn a9_i2_the_first_prompt_after_a_load_starts_with_a_fresh_stop_budget() {
     w2.initialize();
     let id = w2.load_session(&sid, false);
     assert_eq!(
-        w2.response(id).map(|r| r["result"].clone()),
-        Some(json!({}))
+        w2.response(id)
+            .map(|r| r["result"]["configOptions"][0]["id"].clone()),
+        Some(json!("model")),
+        "the answer carries the model selector"
     );
     w2.llm([LlmReply::text("Again."), LlmReply::text("Done.")]);
     let p = w2.prompt("second");
@@ -86,4 +88,47 @@ fn a9_i2_the_first_prompt_after_a_load_starts_with_a_fresh_stop_budget() {
         })
         .count();
     assert_eq!(injections, 2, "one per prompt: {last}");
+}
+
+/// SPEC H10 × A9: a saved session opened again runs its `_SessionStart` round before the load
+/// is answered (`source` `load`, or `resume`), and what it answers goes right after the next
+/// prompt, once; the history the file restored is untouched.
+#[test]
+fn h10_a9_a_loaded_session_runs_session_start_with_its_source_and_injects_into_the_next_prompt() {
+    let todo = || {
+        vec![ServerSpec::new("todo", &["_SessionStart"]).hook_reply(
+            "_SessionStart",
+            HookReply::objection("open: write the docs"),
+        )]
+    };
+    let mut w = World::new(store_config(1), todo());
+    let sid = w.start();
+    w.llm([LlmReply::text("Done.")]);
+    w.prompt("first");
+    w.run_idle();
+    for (replay, source) in [(true, "load"), (false, "resume")] {
+        let mut w2 = World::new(store_config(1), todo()).with_disk(w.disk.clone());
+        w2.initialize();
+        let id = w2.load_session(&sid, replay);
+        assert!(w2.response(id).is_some_and(|r| r.get("result").is_some()));
+        let starts: Vec<Value> = w2.mcp_lines["todo"]
+            .iter()
+            .map(|(_, v)| v)
+            .filter(|v| v["params"]["name"] == "_SessionStart")
+            .map(|v| v["params"]["_meta"]["buzz/hook"]["source"].clone())
+            .collect();
+        assert_eq!(starts, [json!(source)], "one round, before the answer");
+        w2.llm([LlmReply::text("Next.")]);
+        w2.prompt("second");
+        w2.run_idle();
+        let msgs = w2.llm_requests[0].2["messages"].to_string();
+        let first = msgs.find("first").unwrap_or(usize::MAX);
+        let second = msgs.find("second").unwrap_or(usize::MAX);
+        let injected = msgs.rfind("open: write the docs").unwrap_or(usize::MAX);
+        assert!(
+            first < second && second < injected && injected < usize::MAX,
+            "the restored history, the prompt, then the injection: {msgs}"
+        );
+        assert_eq!(msgs.matches("open: write the docs").count(), 2, "{msgs}");
+    }
 }

@@ -18,10 +18,12 @@
 
 pub mod chain;
 pub mod example_server;
+mod set;
 pub mod wire;
 
 pub use chain::{
     Chain, ChainOutput, ChainRequest, Denial, DenialCause, Failure, Invocation, InvocationId,
     InvokeReply, Member, Verdict,
 };
+pub(crate) use set::Interceptors;
 pub use wire::{Interceptor, InterceptorType, InvokeResult, Mode, Phase, Severity};

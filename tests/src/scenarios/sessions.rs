@@ -157,7 +157,11 @@ pub fn a9_prompt_exit_load_prompt_again_continues_the_history(ctx: &Ctx) {
         json!({"sessionId": sid, "cwd": s.ws, "mcpServers": [tools()]}),
     );
     let r = agent.wait_response(&id, WAIT);
-    assert_eq!(agent.result(&r), &json!({}), "{r}");
+    assert_eq!(
+        agent.result(&r)["configOptions"][0]["id"],
+        "model",
+        "the model selector: {r}"
+    );
     let replayed = updates_before_response(&agent, &sid, &id);
     assert_eq!(
         replayed.first().map(|u| u["sessionUpdate"].clone()),
@@ -251,7 +255,11 @@ pub fn a9_kill_9_mid_round_then_load_pairs_every_tool_call(ctx: &Ctx) {
         json!({"sessionId": sid, "cwd": s.ws, "mcpServers": [tools()]}),
     );
     let r = agent.wait_response(&id, WAIT);
-    assert_eq!(agent.result(&r), &json!({}), "{r}");
+    assert_eq!(
+        agent.result(&r)["configOptions"][0]["id"],
+        "model",
+        "the model selector: {r}"
+    );
     let replayed = updates_before_response(&agent, &sid, &id);
     let finals: Vec<(String, String)> = replayed
         .iter()
@@ -459,7 +467,11 @@ pub fn a9_a_torn_last_line_is_ignored_with_a_warning_and_cut_off(ctx: &Ctx) {
 
     let (llm, agent) = agent_on(ctx, &s, llm, &[]);
     let r = load(&agent, &s, "session/load", &sid);
-    assert_eq!(agent.result(&r), &json!({}), "{r}");
+    assert_eq!(
+        agent.result(&r)["configOptions"][0]["id"],
+        "model",
+        "the model selector: {r}"
+    );
     wait_stderr(&agent, "torn line", WAIT);
     assert!(
         agent.stderr_text().contains(" WARN "),
@@ -508,7 +520,11 @@ pub fn a9_a_second_agent_loading_an_open_session_is_refused(ctx: &Ctx) {
         "session/load",
         json!({"sessionId": sid, "cwd": s.ws, "mcpServers": []}),
     );
-    assert_eq!(second.result(&r), &json!({}), "{r}");
+    assert_eq!(
+        second.result(&r)["configOptions"][0]["id"],
+        "model",
+        "the model selector: {r}"
+    );
     let r = second.prompt(&sid, "Second.");
     assert_eq!(second.result(&r)["stopReason"], "end_turn", "{r}");
     assert!(last_request(&llm).user_text().contains("First."));
@@ -579,7 +595,11 @@ pub fn a9_session_resume_continues_without_replay(ctx: &Ctx) {
         json!({"sessionId": sid, "cwd": s.ws, "mcpServers": [tools()]}),
     );
     let r = agent.wait_response(&id, WAIT);
-    assert_eq!(agent.result(&r), &json!({}), "{r}");
+    assert_eq!(
+        agent.result(&r)["configOptions"][0]["id"],
+        "model",
+        "the model selector: {r}"
+    );
     assert!(agent.session_updates(&sid).is_empty(), "no replay");
     let r = agent.prompt(&sid, "Which word?");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
@@ -604,11 +624,10 @@ pub fn a9_state_dir_off_saves_nothing_and_the_default_follows_xdg(ctx: &Ctx) {
         .spawn();
     let init = agent.initialize();
     assert_eq!(init["agentCapabilities"]["loadSession"], false, "{init}");
-    assert!(
-        init["agentCapabilities"]
-            .get("sessionCapabilities")
-            .is_none(),
-        "{init}"
+    assert_eq!(
+        init["agentCapabilities"]["sessionCapabilities"],
+        json!({"close": {}}),
+        "only session/close, which needs no store: {init}"
     );
     let sid = agent.new_session(&s.ws, json!([]));
     let r = agent.prompt(&sid, "Hello.");
