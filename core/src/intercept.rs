@@ -231,11 +231,10 @@ mod tests {
     use super::*;
     use crate::acp::PermissionAnswer;
     use crate::config::PermissionMode;
-    use crate::cx::rig::Parts;
+    use crate::cx::rig::{Parts, tool_call as call};
     use crate::interceptor::example_server::ExampleServer;
     use crate::io::Action;
-    use crate::jsonrpc::RpcId;
-    use crate::llm::{Message, ToolCall};
+    use crate::llm::Message;
     use crate::mcp::ToolRoute;
     use crate::session::Session;
     use crate::tool_calls::{InterceptEvent, ToolBatch};
@@ -243,21 +242,9 @@ mod tests {
     const SID: SessionId = SessionId(1);
     const TURN: TurnNo = TurnNo(1);
 
-    fn call(id: &str, name: &str, args: &str) -> ToolCall {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            arguments: args.into(),
-        }
-    }
-
     /// A session with one ready server `fs` offering `read`, `write` and `shell`.
     fn setup(parts: &mut Parts) -> (Session, BTreeMap<String, ToolRoute>) {
-        let slot = parts.ready_server(SID, "fs", &["read", "write", "shell"]);
-        let mut sess = Session::new(SID, vec![slot], &RpcId::Num(1.into()));
-        sess.starting = None;
-        let (_, routes) = parts.servers.visible_tools(&sess.servers);
-        (sess, routes)
+        parts.fs_session(SID)
     }
 
     /// Adds the interceptor server `policy` (no tools) running the example server's `config`
