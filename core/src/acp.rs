@@ -373,10 +373,15 @@ pub(crate) fn render_prompt(params: &Value) -> Result<String, String> {
 /// The `session/update` notification line for `update` (SPEC A6).
 #[must_use]
 pub(crate) fn update_line(session_id: &str, update: &Value) -> String {
-    crate::jsonrpc::encode_notification(
-        "session/update",
-        &json!({"sessionId": session_id, "update": update}),
-    )
+    /// `params`, borrowed: the same bytes as `json!({"sessionId", "update"})` (sorted keys)
+    /// without copying `update` into a new tree first.
+    #[derive(serde::Serialize)]
+    struct Params<'a> {
+        #[serde(rename = "sessionId")]
+        session_id: &'a str,
+        update: &'a Value,
+    }
+    crate::jsonrpc::encode_notification_with("session/update", &Params { session_id, update })
 }
 
 /// `agent_message_chunk` / `agent_thought_chunk` update (SPEC A6).
@@ -438,6 +443,26 @@ pub(crate) fn decode_permission(result: &Value) -> PermissionAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_update_line_is_the_notification_of_its_params_as_one_json_object() {
+        let update = json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "tc_1",
+            "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text", "text": "a \"q\"\n é"}}],
+            "rawOutput": {"isError": false},
+        });
+        let line = update_line("sess_1", &update);
+        assert_eq!(
+            line,
+            crate::jsonrpc::encode_notification(
+                "session/update",
+                &json!({"sessionId": "sess_1", "update": update}),
+            )
+        );
+        assert!(line.ends_with("}}\n") && !line[..line.len() - 1].contains('\n'));
+    }
 
     #[test]
     fn a1_version_is_min_of_client_and_ours() {

@@ -37,6 +37,23 @@ use crate::turn::{StopReason, Turn, TurnEnd};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The step context ([`Cx`]) over the agent's shared parts: the fields are borrowed one by
+/// one, so the sessions and turns stay free to borrow beside it.
+macro_rules! step_cx {
+    ($agent:expr) => {
+        Cx {
+            cfg: &$agent.cfg,
+            out: &mut $agent.out,
+            timers: &mut $agent.timers,
+            servers: &mut $agent.servers,
+            llm: &mut $agent.llm,
+            permissions: &mut $agent.permissions,
+            ids: &mut $agent.ids,
+            store: &mut $agent.store,
+        }
+    };
+}
+
 /// The pure agent state machine (DESIGN "The core's contract"): one per process, owned by the
 /// runtime's loop. See the [crate docs](crate) for the drain rule and a run loop.
 pub struct Agent {
@@ -619,16 +636,7 @@ impl Agent {
             return;
         };
         sess.opened = true;
-        let mut cx = Cx {
-            cfg: &self.cfg,
-            out: &mut self.out,
-            timers: &mut self.timers,
-            servers: &mut self.servers,
-            llm: &mut self.llm,
-            permissions: &mut self.permissions,
-            ids: &mut self.ids,
-            store: &mut self.store,
-        };
+        let mut cx = step_cx!(self);
         let opening = Opening::start(source, sess, &mut cx);
         self.openings.insert(sid, opening);
         self.check_opening(sid);
@@ -878,16 +886,7 @@ impl Agent {
         else {
             return;
         };
-        let mut cx = Cx {
-            cfg: &self.cfg,
-            out: &mut self.out,
-            timers: &mut self.timers,
-            servers: &mut self.servers,
-            llm: &mut self.llm,
-            permissions: &mut self.permissions,
-            ids: &mut self.ids,
-            store: &mut self.store,
-        };
+        let mut cx = step_cx!(self);
         if let Some(end) = step(turn, sess, &mut cx) {
             self.end_turn(sid, end);
         }
@@ -951,16 +950,7 @@ impl Agent {
         // SPEC A9: what came before is recorded first, then the prompt the client sent.
         self.store.sync(sess);
         self.store.on_prompt(sid, &text);
-        let mut cx = Cx {
-            cfg: &self.cfg,
-            out: &mut self.out,
-            timers: &mut self.timers,
-            servers: &mut self.servers,
-            llm: &mut self.llm,
-            permissions: &mut self.permissions,
-            ids: &mut self.ids,
-            store: &mut self.store,
-        };
+        let mut cx = step_cx!(self);
         let turn = Turn::start(no, rpc, text, sess, &mut cx);
         self.turns.insert(sid, turn);
     }
@@ -1129,16 +1119,7 @@ impl Agent {
         else {
             return;
         };
-        let mut cx = Cx {
-            cfg: &self.cfg,
-            out: &mut self.out,
-            timers: &mut self.timers,
-            servers: &mut self.servers,
-            llm: &mut self.llm,
-            permissions: &mut self.permissions,
-            ids: &mut self.ids,
-            store: &mut self.store,
-        };
+        let mut cx = step_cx!(self);
         opening.on_list_reply(server, reply, sess, &mut cx);
         self.check_opening(sid);
     }
@@ -1547,16 +1528,7 @@ impl Agent {
             return;
         }
         sess.ended = true;
-        let mut cx = Cx {
-            cfg: &self.cfg,
-            out: &mut self.out,
-            timers: &mut self.timers,
-            servers: &mut self.servers,
-            llm: &mut self.llm,
-            permissions: &mut self.permissions,
-            ids: &mut self.ids,
-            store: &mut self.store,
-        };
+        let mut cx = step_cx!(self);
         let ending = Ending::start(reason, close, sess, &mut cx);
         self.endings.insert(sid, ending);
         self.check_ending(sid);

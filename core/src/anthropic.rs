@@ -19,7 +19,10 @@ use crate::llm::{
     HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
     StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
-use crate::request::{body_capacity, streaming_json_post};
+use crate::request::{
+    BodyCache, CacheKey, Last, Planned, WireElement, assemble, body_capacity, history_json,
+    push_item, streaming_json_post, write_field,
+};
 use crate::sse::{SseEvent, parse_json_lossy};
 use crate::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
 
@@ -74,41 +77,60 @@ pub(crate) const EMPTY_ERROR_TEXT: &str = "Error";
 ///
 /// Linear in the history size (each message is visited once; tool-call arguments are parsed
 /// once).
+#[cfg(test)]
 #[must_use]
 pub(crate) fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
-    let payload = MessagesBody {
-        model: req.model,
-        max_tokens: req.max_output_tokens,
-        system: req.system.filter(|s| !s.is_empty()),
-        messages: wire_turns(req.messages),
-        tools: req.tools.iter().map(WireTool).collect(),
-        stream: true,
+    build_request_cached(cfg, req, None)
+}
+
+/// [`build_request`], reusing and extending `cache`, which holds the serialized turns of
+/// `req.messages` as sent by earlier requests of the same history (issue #15). The body is
+/// byte for byte the one [`build_request`] builds; its history part is a piece shared with the
+/// cache.
+#[must_use]
+pub(crate) fn build_request_cached(
+    cfg: &Config,
+    req: &LlmRequest<'_>,
+    cache: Option<&mut BodyCache>,
+) -> HttpRequest {
+    let mut head = Vec::with_capacity(256 + req.system.map_or(0, str::len));
+    head.push(b'{');
+    write_field(&mut head, "model", req.model);
+    write_field(&mut head, "max_tokens", &req.max_output_tokens);
+    if let Some(system) = req.system.filter(|s| !s.is_empty()) {
+        write_field(&mut head, "system", system);
+    }
+    head.extend_from_slice(b",\"messages\":[");
+    let capacity = if cache.is_none() {
+        body_capacity(req, 64)
+    } else {
+        0
     };
+    let history = history_json(
+        req.messages,
+        cache.map(|c| (c, CacheKey::Anthropic)),
+        capacity,
+        wire_turns,
+    );
+    let mut tail = Vec::with_capacity(128);
+    tail.push(b']');
+    if !req.tools.is_empty() {
+        let tools: Vec<WireTool<'_>> = req.tools.iter().map(WireTool).collect();
+        write_field(&mut tail, "tools", &tools);
+    }
+    write_field(&mut tail, "stream", &true);
+    tail.push(b'}');
     let api_key = (!cfg.api_key.is_empty()).then(|| ("x-api-key", cfg.api_key.clone()));
     let mut request = streaming_json_post(
         format!("{}/v1/messages", cfg.base_url.trim_end_matches('/')),
         api_key,
-        &payload,
-        body_capacity(req, 64),
+        assemble(head, false, history, &tail),
     );
     request.headers.push((
         "anthropic-version".to_owned(),
         cfg.anthropic_version.clone(),
     ));
     request
-}
-
-/// The request body, borrowed from the history.
-#[derive(Serialize)]
-struct MessagesBody<'a> {
-    model: &'a str,
-    max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<&'a str>,
-    messages: Vec<Turn<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
-    stream: bool,
 }
 
 /// One role turn of `messages`.
@@ -119,6 +141,23 @@ struct Turn<'a> {
     /// The turn's replayable reasoning blocks, put first in `content` when the turn used tools.
     #[serde(skip)]
     reasoning: Vec<Block<'a>>,
+}
+
+impl WireElement for Turn<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        if !self.content.is_empty() {
+            return push_item(out, self);
+        }
+        // A user turn left without any block gets a placeholder text.
+        push_item(
+            out,
+            &Turn {
+                role: self.role,
+                content: vec![Block::Text(EMPTY_USER_TEXT)],
+                reasoning: Vec::new(),
+            },
+        );
+    }
 }
 
 /// One content block of a turn.
@@ -182,22 +221,28 @@ impl Serialize for Block<'_> {
     }
 }
 
-/// The history as alternating role turns (see [`build_request`]).
-fn wire_turns(history: &[Message]) -> Vec<Turn<'_>> {
-    let mut turns: Vec<Turn<'_>> = Vec::new();
-    for message in history {
+/// `history[start..]` as alternating role turns (see [`build_request`]), `last` being the
+/// turn sent before `start`. A turn is finished (empty content filled, reasoning put first)
+/// as soon as it is planned: only its own blocks decide that, so a turn's bytes do not depend
+/// on what follows it.
+fn wire_turns(history: &[Message], start: usize, last: Last) -> Vec<Planned<Turn<'_>>> {
+    let mut turns: Vec<Planned<Turn<'_>>> = Vec::new();
+    for (i, message) in history.iter().enumerate().skip(start) {
+        let prev = turns.last().map_or(last, |t| t.kind);
         let (role, blocks, reasoning) = match message {
             Message::User { text } => {
                 // L10: a user text never shares a turn with tool results: a short assistant
                 // turn closes the tool loop first, so no thinking rule can apply to it.
-                let after_results = turns.last().is_some_and(|t| {
-                    t.role == "user" && matches!(t.content.last(), Some(Block::ToolResult { .. }))
-                });
-                if after_results {
-                    turns.push(Turn {
-                        role: "assistant",
-                        content: vec![Block::Text(TOOL_RESULTS_BRIDGE)],
-                        reasoning: Vec::new(),
+                if prev == Last::Tool {
+                    turns.push(Planned {
+                        element: Turn {
+                            role: "assistant",
+                            content: vec![Block::Text(TOOL_RESULTS_BRIDGE)],
+                            reasoning: Vec::new(),
+                        },
+                        source: i,
+                        kind: Last::Bridge,
+                        closed: true,
                     });
                 }
                 let blocks = if text.trim().is_empty() {
@@ -254,23 +299,39 @@ fn wire_turns(history: &[Message]) -> Vec<Turn<'_>> {
                 ("assistant", blocks, replayable.collect())
             }
         };
+        // The turn before this message's blocks (the bridge, if one was just added).
+        let prev = turns.last().map_or(last, |t| t.kind);
+        let same_role = match prev {
+            Last::User | Last::Tool => role == "user",
+            Last::Assistant | Last::Bridge => role == "assistant",
+            Last::Nothing => false,
+        };
         match turns.last_mut() {
-            Some(last) if last.role == role => {
-                last.content.extend(blocks);
-                last.reasoning.extend(reasoning);
+            Some(last) if same_role => {
+                last.element.content.extend(blocks);
+                last.element.reasoning.extend(reasoning);
+                last.kind = turn_kind(&last.element);
             }
-            Some(_) | None => turns.push(Turn {
-                role,
-                content: blocks,
-                reasoning,
-            }),
+            // A turn in the cache (same role) cannot be extended: unreachable, since planning
+            // resumes only where a message started a new turn.
+            Some(_) | None => {
+                let element = Turn {
+                    role,
+                    content: blocks,
+                    reasoning,
+                };
+                turns.push(Planned {
+                    kind: turn_kind(&element),
+                    element,
+                    source: i,
+                    closed: false,
+                });
+            }
         }
     }
     for turn in &mut turns {
-        if turn.content.is_empty() {
-            turn.content.push(Block::Text(EMPTY_USER_TEXT));
-        }
         // L6 / L10: the reasoning of an assistant turn that used tools opens it, verbatim.
+        let turn = &mut turn.element;
         let uses_tools = turn
             .content
             .iter()
@@ -281,6 +342,16 @@ fn wire_turns(history: &[Message]) -> Vec<Turn<'_>> {
         }
     }
     turns
+}
+
+/// What a planner resuming after `turn` must know: its role, and whether it ends with a tool
+/// result (a user text after it needs the bridge turn).
+fn turn_kind(turn: &Turn<'_>) -> Last {
+    match (turn.role, turn.content.last()) {
+        ("assistant", _) => Last::Assistant,
+        (_, Some(Block::ToolResult { .. })) => Last::Tool,
+        _ => Last::User,
+    }
 }
 
 /// Tool-call arguments as the `input` object: `{}` when blank, invalid or not an object.
@@ -924,7 +995,7 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
             tools,
             max_output_tokens: 1024,
         };
-        serde_json::from_slice(&build_request(&cfg(), &req).body).unwrap()
+        serde_json::from_slice(&build_request(&cfg(), &req).body.to_vec()).unwrap()
     }
 
     // ---------------------------------------------------------------- decoder tests
@@ -1327,7 +1398,7 @@ data: {"type":"message_stop"}
                 ("anthropic-version".to_owned(), "2024-01-01".to_owned()),
             ]
         );
-        let text = String::from_utf8(request.body.clone()).unwrap();
+        let text = String::from_utf8(request.body.to_vec()).unwrap();
         assert!(
             text.starts_with("{\"model\":\"claude-x\",\"max_tokens\":4096,\"system\":"),
             "{text}"
@@ -1363,7 +1434,7 @@ data: {"type":"message_stop"}
         let request = build_request(&config, &req);
         assert!(request.headers.iter().all(|(k, _)| k != "x-api-key"));
         assert_eq!(
-            serde_json::from_slice::<Value>(&request.body).unwrap(),
+            serde_json::from_slice::<Value>(&request.body.to_vec()).unwrap(),
             json!({
                 "model": "m",
                 "max_tokens": 100,

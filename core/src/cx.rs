@@ -39,14 +39,28 @@ pub(crate) mod rig {
     use crate::config::{Config, HookAllowlist, LogLevel, PermissionMode, ProviderKind};
     use crate::ids::{IdCounters, ServerSlot, SessionId};
     use crate::io::Action;
+    use crate::jsonrpc::RpcId;
+    use crate::llm::ToolCall;
     use crate::llm_call::LlmCalls;
     use crate::mcp::ServerTable;
+    use crate::mcp::ToolRoute;
     use crate::outbox::Outbox;
     use crate::permissions::Permissions;
+    use crate::session::Session;
     use crate::store::SessionStore;
     use crate::time::MonoTime;
     use crate::timers::TimerTable;
     use serde_json::Value;
+    use std::collections::BTreeMap;
+
+    /// A model tool call `id` of tool `name` with `args` (JSON text).
+    pub(crate) fn tool_call(id: &str, name: &str, args: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: args.into(),
+        }
+    }
 
     /// The parts; [`Parts::cx`] lends them.
     pub(crate) struct Parts {
@@ -121,6 +135,19 @@ pub(crate) mod rig {
             );
             self.drain();
             slot
+        }
+
+        /// A started session `sid` with one ready server `fs` offering `read`, `write` and
+        /// `shell`, and the routes of its tools.
+        pub(crate) fn fs_session(
+            &mut self,
+            sid: SessionId,
+        ) -> (Session, BTreeMap<String, ToolRoute>) {
+            let slot = self.ready_server(sid, "fs", &["read", "write", "shell"]);
+            let mut sess = Session::new(sid, vec![slot], &RpcId::Num(1.into()));
+            sess.starting = None;
+            let (_, routes) = self.servers.visible_tools(&sess.servers);
+            (sess, routes)
         }
 
         /// The JSON of every line written to the client, in order.

@@ -231,11 +231,10 @@ mod tests {
     use super::*;
     use crate::acp::PermissionAnswer;
     use crate::config::PermissionMode;
-    use crate::cx::rig::Parts;
+    use crate::cx::rig::{Parts, tool_call as call};
     use crate::interceptor::example_server::ExampleServer;
     use crate::io::Action;
-    use crate::jsonrpc::RpcId;
-    use crate::llm::{Message, ToolCall};
+    use crate::llm::Message;
     use crate::mcp::ToolRoute;
     use crate::session::Session;
     use crate::tool_calls::{InterceptEvent, ToolBatch};
@@ -243,21 +242,9 @@ mod tests {
     const SID: SessionId = SessionId(1);
     const TURN: TurnNo = TurnNo(1);
 
-    fn call(id: &str, name: &str, args: &str) -> ToolCall {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            arguments: args.into(),
-        }
-    }
-
     /// A session with one ready server `fs` offering `read`, `write` and `shell`.
     fn setup(parts: &mut Parts) -> (Session, BTreeMap<String, ToolRoute>) {
-        let slot = parts.ready_server(SID, "fs", &["read", "write", "shell"]);
-        let mut sess = Session::new(SID, vec![slot], &RpcId::Num(1.into()));
-        sess.starting = None;
-        let (_, routes) = parts.servers.visible_tools(&sess.servers);
-        (sess, routes)
+        parts.fs_session(SID)
     }
 
     /// Adds the interceptor server `policy` (no tools) running the example server's `config`
@@ -269,6 +256,31 @@ mod tests {
         let listed = server.list(Some("tools/call"), None).interceptors;
         sess.interceptors.add("policy", slot, listed);
         server
+    }
+
+    /// One `fs__read` call started under the mutation interceptor `name` of server `policy`,
+    /// hooked on `phase` (what the start sent already drained): the parts, the session and the
+    /// batch.
+    fn one_call_under_mutator(name: &str, phase: &str) -> (Parts, Session, ToolBatch) {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let slot = parts.ready_server(SID, "policy", &[]);
+        sess.servers.push(slot);
+        let mutator = crate::interceptor::Interceptor::from_value(&json!({
+            "name": name, "type": "mutation",
+            "hooks": [{"events": ["tools/call"], "phase": phase}]
+        }))
+        .expect("a descriptor");
+        sess.interceptors.add("policy", slot, vec![mutator]);
+        let batch = ToolBatch::start(
+            TURN,
+            vec![call("a", "fs__read", "{}")],
+            &routes,
+            &mut sess,
+            &mut parts.cx(),
+        );
+        parts.drain();
+        (parts, sess, batch)
     }
 
     /// Answers every `interceptor/invoke` of `actions` as `server` does (reply `Ok`) or with
@@ -452,24 +464,7 @@ mod tests {
         assert_eq!(only_result(batch), ("secret".to_string(), false));
 
         // A response-phase mutator rewrites the result the model and the client see.
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let slot = parts.ready_server(SID, "policy", &[]);
-        sess.servers.push(slot);
-        let redact = crate::interceptor::Interceptor::from_value(&json!({
-            "name": "redact", "type": "mutation",
-            "hooks": [{"events": ["tools/call"], "phase": "response"}]
-        }))
-        .expect("a descriptor");
-        sess.interceptors.add("policy", slot, vec![redact]);
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
-        );
-        parts.drain();
+        let (mut parts, mut sess, mut batch) = one_call_under_mutator("redact", "response");
         batch.on_reply(
             ToolCallIndex(0),
             Ok(json!({"content": [{"type": "text", "text": "key=hunter2"}]})),
@@ -666,24 +661,7 @@ mod tests {
 
     #[test]
     fn x1_a_mutation_that_renames_the_tool_is_refused() {
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let slot = parts.ready_server(SID, "policy", &[]);
-        sess.servers.push(slot);
-        let mutator = crate::interceptor::Interceptor::from_value(&json!({
-            "name": "rename", "type": "mutation",
-            "hooks": [{"events": ["tools/call"], "phase": "request"}]
-        }))
-        .expect("a descriptor");
-        sess.interceptors.add("policy", slot, vec![mutator]);
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
-        );
-        parts.drain();
+        let (mut parts, mut sess, mut batch) = one_call_under_mutator("rename", "request");
         let reply = json!({"interceptor": "rename", "type": "mutation", "phase": "request",
             "modified": true, "payload": {"name": "write", "arguments": {}}});
         let call_ref = InterceptRef {

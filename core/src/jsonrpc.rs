@@ -829,7 +829,8 @@ fn request_frame(id_text: &str, method: &str, params: &Value) -> String {
 fn push_params(s: &mut String, params: &Value) {
     if !params.is_null() {
         s.push_str(",\"params\":");
-        s.push_str(&params.to_string());
+        // Straight into the frame, no intermediate string.
+        let _ = std::fmt::Write::write_fmt(s, format_args!("{params}"));
     }
     s.push_str("}\n");
 }
@@ -854,6 +855,21 @@ pub fn encode_notification(method: &str, params: &Value) -> String {
     let mut s = format!("{{\"jsonrpc\":\"2.0\",\"method\":{}", json_string(method));
     push_params(&mut s, params);
     s
+}
+
+/// [`encode_notification`] with `params` any serializable value (never omitted): the frame is
+/// written in one pass, without building a [`Value`] of the params first.
+#[must_use]
+pub fn encode_notification_with(method: &str, params: &impl serde::Serialize) -> String {
+    let mut frame = Vec::with_capacity(128);
+    frame.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    // Writing to a Vec cannot fail; every value written here is a string-keyed tree.
+    let _ = serde_json::to_writer(&mut frame, method);
+    frame.extend_from_slice(b",\"params\":");
+    let _ = serde_json::to_writer(&mut frame, params);
+    frame.extend_from_slice(b"}\n");
+    // serde_json writes UTF-8 only.
+    String::from_utf8(frame).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// A success response `{"jsonrpc":"2.0","id":<id verbatim>,"result":…}\n` (T1, T5).

@@ -127,11 +127,14 @@
 mod acp;
 mod agent;
 mod anthropic;
+#[cfg(test)]
+mod body_cache_props;
 mod compaction;
 pub mod config;
 mod cx;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod history;
 mod hooks;
 mod ids;
 mod intercept;
@@ -172,7 +175,7 @@ pub use io::{
     Action, Input, LlmEvent, LogRecord, OpenMode, Signal, SpawnSpec, TRANSCRIPT_HEAD_BYTES,
     TranscriptEntry, TranscriptError, TranscriptEvent,
 };
-pub use llm::HttpRequest;
+pub use llm::{Body, HttpRequest};
 pub use mcp::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION};
 pub use time::MonoTime;
 pub use timers::TimerKey;

@@ -5,6 +5,8 @@
 //! an [`HttpRequest`] from them and decodes a streamed body back into [`StreamDelta`]s and one
 //! [`LlmResponse`].
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 /// The text of the short assistant message put between tool results and a following user
@@ -255,8 +257,85 @@ pub struct HttpRequest {
     /// Header `(name, value)` pairs, names lower-case, to send in this order (content type,
     /// accept, then the provider's auth and version headers).
     pub headers: Vec<(String, String)>,
-    /// The JSON body, UTF-8.
-    pub body: Vec<u8>,
+    /// The JSON body, UTF-8, in pieces sent back to back ([`Body`]).
+    pub body: Body,
+}
+
+/// A request body as pieces, sent back to back: [`Body::len`] bytes in all.
+///
+/// The serialized history that a session keeps between rounds is one shared piece
+/// (issue #15): a round's request adds what is new to it instead of copying it, and the
+/// runtime writes the pieces in order. Equality compares the bytes, not how they are cut.
+#[derive(Clone, Default)]
+pub struct Body {
+    pieces: Vec<Arc<Vec<u8>>>,
+    len: usize,
+}
+
+impl Body {
+    /// Appends a piece.
+    pub fn push(&mut self, bytes: Vec<u8>) {
+        self.push_shared(Arc::new(bytes));
+    }
+
+    /// Appends a shared piece (not copied; while the body lives, the owner of the other
+    /// handles cannot change it in place).
+    pub fn push_shared(&mut self, bytes: Arc<Vec<u8>>) {
+        if !bytes.is_empty() {
+            self.len += bytes.len();
+            self.pieces.push(bytes);
+        }
+    }
+
+    /// The pieces, in order.
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        self.pieces.iter().map(|p| p.as_slice())
+    }
+
+    /// Total length in bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No bytes at all.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// All the bytes in one buffer (a copy).
+    #[must_use]
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len);
+        for piece in self.pieces() {
+            out.extend_from_slice(piece);
+        }
+        out
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(bytes: Vec<u8>) -> Body {
+        let mut body = Body::default();
+        body.push(bytes);
+        body
+    }
+}
+
+impl PartialEq for Body {
+    fn eq(&self, other: &Body) -> bool {
+        self.len == other.len && self.pieces().flatten().eq(other.pieces().flatten())
+    }
+}
+
+impl Eq for Body {}
+
+impl std::fmt::Debug for Body {
+    // Lengths, not contents (DESIGN habits).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Body({} B in {} pieces)", self.len, self.pieces.len())
+    }
 }
 
 impl std::fmt::Debug for HttpRequest {

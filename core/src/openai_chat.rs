@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
 #[allow(
@@ -19,7 +19,9 @@ use crate::llm::{
     StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
 use crate::request::{
-    ErrorText, arguments_or_empty_object, bearer, body_capacity, streaming_json_post,
+    BodyCache, CacheKey, ErrorText, Last, Planned, WireElement, arguments_or_empty_object,
+    assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
+    write_json,
 };
 use crate::sse::{SseEvent, parse_json_lossy};
 use crate::sse_stream::{
@@ -61,7 +63,10 @@ use crate::sse_stream::{
 /// message without the field in a turn that called tools, and the agent's own messages (hook
 /// calls, the bridge) have no reasoning.
 ///
-/// Serialized in one pass straight into the body buffer: linear in the history size.
+/// Serialized in one pass straight into the body buffer: linear in the history size. With a
+/// session's [`BodyCache`] ([`build_request_cached`]) only the messages new since the last
+/// request are serialized, and the body is the same bytes.
+#[cfg(test)]
 #[must_use]
 pub(crate) fn build_request(
     base_url: &str,
@@ -69,44 +74,74 @@ pub(crate) fn build_request(
     req: &LlmRequest<'_>,
     options: &ChatOptions,
 ) -> HttpRequest {
-    let payload = ChatBody {
-        model: req.model,
-        messages: WireMessages {
-            system: req.system,
-            history: req.messages,
-            options,
-        },
-        tools: WireTools(req.tools),
-        stream: true,
-        stream_options: StreamOptions {
+    build_request_cached(base_url, api_key, req, options, None)
+}
+
+/// [`build_request`], reusing and extending `cache`, which holds the serialized messages of
+/// `req.messages` as sent by earlier requests of the same history (issue #15). The body is
+/// byte for byte the one [`build_request`] builds; its history part is a piece shared with the
+/// cache.
+#[must_use]
+pub(crate) fn build_request_cached(
+    base_url: &str,
+    api_key: &str,
+    req: &LlmRequest<'_>,
+    options: &ChatOptions,
+    cache: Option<&mut BodyCache>,
+) -> HttpRequest {
+    let mut head = Vec::with_capacity(256 + req.system.map_or(0, str::len));
+    head.push(b'{');
+    write_field(&mut head, "model", req.model);
+    head.extend_from_slice(b",\"messages\":[");
+    let system = req.system.filter(|s| !s.is_empty());
+    if let Some(system) = system {
+        write_json(
+            &mut head,
+            &TextMessage {
+                role: "system",
+                content: system,
+            },
+        );
+    }
+    let capacity = if cache.is_none() {
+        body_capacity(req, 64)
+    } else {
+        0
+    };
+    let key = CacheKey::Chat {
+        reasoning_content: options.reasoning_content,
+    };
+    let history = history_json(
+        req.messages,
+        cache.map(|c| (c, key)),
+        capacity,
+        |history, start, last| plan(history, start, last, options),
+    );
+    let mut tail = Vec::with_capacity(128);
+    tail.push(b']');
+    if !req.tools.is_empty() {
+        write_field(&mut tail, "tools", &WireTools(req.tools));
+    }
+    write_field(&mut tail, "stream", &true);
+    write_field(
+        &mut tail,
+        "stream_options",
+        &StreamOptions {
             include_usage: true,
         },
-        max_tokens: (!options.max_completion_tokens).then_some(req.max_output_tokens),
-        max_completion_tokens: options
-            .max_completion_tokens
-            .then_some(req.max_output_tokens),
+    );
+    let cap_name = if options.max_completion_tokens {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
     };
+    write_field(&mut tail, cap_name, &req.max_output_tokens);
+    tail.push(b'}');
     streaming_json_post(
         format!("{}/chat/completions", base_url.trim_end_matches('/')),
         bearer(api_key),
-        &payload,
-        body_capacity(req, 64),
+        assemble(head, system.is_some(), history, &tail),
     )
-}
-
-/// The request body, borrowed from the history (no copies).
-#[derive(Serialize)]
-struct ChatBody<'a> {
-    model: &'a str,
-    messages: WireMessages<'a>,
-    #[serde(skip_serializing_if = "WireTools::is_empty")]
-    tools: WireTools<'a>,
-    stream: bool,
-    stream_options: StreamOptions,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_completion_tokens: Option<u32>,
 }
 
 /// The per-server choices of a Chat Completions request (SPEC L7), decided by
@@ -126,14 +161,8 @@ struct StreamOptions {
     include_usage: bool,
 }
 
-struct WireMessages<'a> {
-    system: Option<&'a str>,
-    history: &'a [Message],
-    options: &'a ChatOptions,
-}
-
 /// One message as sent: consecutive messages of one role merged (SPEC L10, case C61).
-enum Planned<'a> {
+enum Element<'a> {
     /// User texts, joined with a blank line.
     User(Vec<&'a str>),
     /// Assistant messages merged into one: their texts, reasoning and calls in order.
@@ -144,22 +173,71 @@ enum Planned<'a> {
     Bridge,
 }
 
-/// The history as the Chat messages to send (see [`build_request`]): never two user or two
-/// assistant messages in a row, never an empty assistant message, never a user message right
-/// after a tool result.
-fn plan(history: &[Message]) -> Vec<Planned<'_>> {
-    let mut out: Vec<Planned<'_>> = Vec::with_capacity(history.len());
-    for message in history {
+/// An [`Element`] with the options it is written under.
+struct Wire<'a> {
+    element: Element<'a>,
+    options: &'a ChatOptions,
+}
+
+impl WireElement for Wire<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        match &self.element {
+            Element::User(texts) => push_item(out, &UserMessage(texts)),
+            Element::Assistant(parts) => push_item(
+                out,
+                &AssistantMessage {
+                    parts,
+                    options: self.options,
+                },
+            ),
+            Element::Tool(message) => push_item(out, &ToolMessage(message)),
+            Element::Bridge => push_item(
+                out,
+                &AssistantMessage {
+                    parts: &[],
+                    options: self.options,
+                },
+            ),
+        }
+    }
+}
+
+/// `history[start..]` as the Chat messages to send (see [`build_request`]), `last` being the
+/// message sent before `start`: never two user or two assistant messages in a row, never an
+/// empty assistant message, never a user message right after a tool result.
+fn plan<'a>(
+    history: &'a [Message],
+    start: usize,
+    last: Last,
+    options: &'a ChatOptions,
+) -> Vec<Planned<Wire<'a>>> {
+    let item = |element, source, kind, closed| Planned {
+        element: Wire { element, options },
+        source,
+        kind,
+        closed,
+    };
+    let mut out: Vec<Planned<Wire<'a>>> = Vec::with_capacity(history.len().saturating_sub(start));
+    for (i, message) in history.iter().enumerate().skip(start) {
+        let prev = out.last().map_or(last, |p| p.kind);
         match message {
-            Message::User { text } => match out.last_mut() {
-                Some(Planned::User(texts)) => texts.push(text),
-                Some(Planned::Tool(_)) => {
-                    out.push(Planned::Bridge);
-                    out.push(Planned::User(vec![text]));
+            Message::User { text } => match (prev, out.last_mut()) {
+                (
+                    Last::User,
+                    Some(Planned {
+                        element:
+                            Wire {
+                                element: Element::User(texts),
+                                ..
+                            },
+                        ..
+                    }),
+                ) => texts.push(text),
+                (Last::Tool, _) => {
+                    out.push(item(Element::Bridge, i, Last::Bridge, true));
+                    out.push(item(Element::User(vec![text]), i, Last::User, false));
                 }
-                Some(Planned::Assistant(_) | Planned::Bridge) | None => {
-                    out.push(Planned::User(vec![text]));
-                }
+                _ => out.push(item(Element::User(vec![text]), i, Last::User, false)),
             },
             Message::Assistant {
                 text,
@@ -174,44 +252,33 @@ fn plan(history: &[Message]) -> Vec<Planned<'_>> {
                 {
                     continue; // nothing to send (C61: never an empty assistant turn)
                 }
-                match out.last_mut() {
-                    Some(Planned::Assistant(merged)) => merged.push(message),
-                    Some(Planned::User(_) | Planned::Tool(_) | Planned::Bridge) | None => {
-                        out.push(Planned::Assistant(vec![message]));
-                    }
+                match (prev, out.last_mut()) {
+                    (
+                        Last::Assistant,
+                        Some(Planned {
+                            element:
+                                Wire {
+                                    element: Element::Assistant(merged),
+                                    ..
+                                },
+                            ..
+                        }),
+                    ) => merged.push(message),
+                    _ => out.push(item(
+                        Element::Assistant(vec![message]),
+                        i,
+                        Last::Assistant,
+                        false,
+                    )),
                 }
             }
-            Message::ToolResult { .. } => out.push(Planned::Tool(message)),
+            // Nothing merges into a tool message: it is final at once.
+            Message::ToolResult { .. } => {
+                out.push(item(Element::Tool(message), i, Last::Tool, true))
+            }
         }
     }
     out
-}
-
-impl Serialize for WireMessages<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(None)?;
-        if let Some(system) = self.system.filter(|s| !s.is_empty()) {
-            seq.serialize_element(&TextMessage {
-                role: "system",
-                content: system,
-            })?;
-        }
-        for planned in plan(self.history) {
-            match planned {
-                Planned::User(texts) => seq.serialize_element(&UserMessage(&texts))?,
-                Planned::Assistant(parts) => seq.serialize_element(&AssistantMessage {
-                    parts: &parts,
-                    options: self.options,
-                })?,
-                Planned::Tool(message) => seq.serialize_element(&ToolMessage(message))?,
-                Planned::Bridge => seq.serialize_element(&AssistantMessage {
-                    parts: &[],
-                    options: self.options,
-                })?,
-            }
-        }
-        seq.end()
-    }
 }
 
 #[derive(Serialize)]
@@ -392,12 +459,6 @@ struct WireFunctionCall<'a> {
 
 struct WireTools<'a>(&'a [ToolDef]);
 
-impl WireTools<'_> {
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
 impl Serialize for WireTools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(self.0.iter().map(|tool| WireTool {
@@ -423,6 +484,20 @@ struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
     parameters: &'a Value,
+}
+
+/// The fields of a Chat chunk the decoder reads (absent = `null`); `id`, `model`, `created`
+/// and the rest are skipped without being built.
+#[derive(serde::Deserialize)]
+struct ChunkView {
+    #[serde(default)]
+    choices: Value,
+    #[serde(default)]
+    usage: Value,
+    #[serde(default)]
+    error: Value,
+    #[serde(default)]
+    object: Value,
 }
 
 /// Decoder of one streamed Chat Completions body (SPEC L7, L9; cases C21–C24, C26).
@@ -548,6 +623,29 @@ impl ChatDecoder {
         }
     }
 
+    /// A chunk's `usage` (the last one wins, C22) and its choice 0 (`Null` when absent).
+    fn handle_usage_and_choices(
+        &mut self,
+        usage: &Value,
+        choices: &Value,
+        out: &mut Vec<StreamDelta>,
+    ) {
+        if usage.is_object() {
+            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+            self.usage = Some(Usage {
+                input_tokens: count("prompt_tokens"),
+                output_tokens: count("completion_tokens"),
+            });
+        }
+        if let Some(choices) = choices.as_array() {
+            for choice in choices {
+                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0 {
+                    self.handle_choice(choice, out);
+                }
+            }
+        }
+    }
+
     fn handle_choice(&mut self, choice: &Value, out: &mut Vec<StreamDelta>) {
         if let Some(delta) = choice.get("delta") {
             if let Some(text) = non_empty_str(delta.get("content")) {
@@ -666,6 +764,18 @@ impl EventHandler for ChatDecoder {
             return Ok(());
         }
         let is_error_event = event.event.as_deref() == Some("error");
+        // The common chunk, read without building the fields the decoder never looks at. Any
+        // chunk this cannot take as it is (an error, invalid escapes, a duplicate key, not an
+        // object) goes the general way below, which decides exactly as before.
+        if !is_error_event
+            && data.starts_with('{')
+            && let Ok(view) = serde_json::from_str::<ChunkView>(data)
+            && view.error.is_null()
+            && view.object.as_str() != Some("error")
+        {
+            self.handle_usage_and_choices(&view.usage, &view.choices, out);
+            return Ok(());
+        }
         let Some(chunk) = parse_event_json(data, is_error_event, at_eof, "chunk")? else {
             return Ok(());
         };
@@ -682,20 +792,12 @@ impl EventHandler for ChatDecoder {
                 retryable: true,
             });
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-            self.usage = Some(Usage {
-                input_tokens: count("prompt_tokens"),
-                output_tokens: count("completion_tokens"),
-            });
-        }
-        if let Some(choices) = chunk.get("choices").and_then(Value::as_array) {
-            for choice in choices {
-                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0 {
-                    self.handle_choice(choice, out);
-                }
-            }
-        }
+        let null = Value::Null;
+        self.handle_usage_and_choices(
+            chunk.get("usage").unwrap_or(&null),
+            chunk.get("choices").unwrap_or(&null),
+            out,
+        );
         Ok(())
     }
 
@@ -881,6 +983,54 @@ mod tests {
 
     fn decode_every_split(body: &str) -> Outcome {
         crate::llm::decoder_tests::decode_every_split(&make, body)
+    }
+
+    /// The chunk fast path (`ChunkView`) decides like the general path: every body is decoded
+    /// once as it is and once with each chunk given a duplicate `object` key, which the view
+    /// refuses (serde rejects a duplicate field) while the general path keeps the last value,
+    /// the chunk's own.
+    #[test]
+    fn a_chunk_read_through_the_view_decodes_like_the_general_path() {
+        let chunks = [
+            r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}"#,
+            r#"{"choices":[{"delta":{"content":"lo"}}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"other choice"}},{"index":0,"delta":{"reasoning_content":"hmm"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"r","reasoning_details":[{"type":"reasoning.text","text":"t","index":0}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"fs__read","arguments":"{\"p\""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":{"x":1}}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":null}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#,
+            r#"{"choices":null,"usage":{"prompt_tokens":"x"}}"#,
+            r#"{"object":"error","message":"overloaded"}"#,
+            r#"{"error":{"message":"bad gateway"}}"#,
+            r#"{"error":null,"choices":[{"delta":{"content":"after a null error"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"lone \ud800 surrogate"}}]}"#,
+            r#"["not","an","object"]"#,
+        ];
+        let body = |duplicate: bool| -> String {
+            let mut body = String::new();
+            for chunk in chunks {
+                let chunk = if duplicate {
+                    chunk.replacen('{', r#"{"object":null,"object":null,"#, 1)
+                } else {
+                    chunk.to_owned()
+                };
+                body.push_str(&format!("data: {chunk}\n\n"));
+            }
+            body.push_str("data: [DONE]\n\n");
+            body
+        };
+        let run = |body: &str| crate::llm::decoder_tests::run_chunks(make(), &[body.as_bytes()]);
+        // Chunk by chunk, so an error part-way is compared too.
+        for n in 1..=chunks.len() {
+            let cut = |duplicate: bool| -> String {
+                body(duplicate)
+                    .split_inclusive("\n\n")
+                    .take(n)
+                    .collect::<String>()
+            };
+            assert_eq!(run(&cut(false)), run(&cut(true)), "after {n} chunks");
+        }
     }
 
     fn ok(outcome: &Outcome) -> &LlmResponse {
@@ -1466,7 +1616,7 @@ mod tests {
     // ---------------------------------------------------------------- request tests
 
     fn body_json(request: &HttpRequest) -> Value {
-        serde_json::from_slice(&request.body).unwrap()
+        serde_json::from_slice(&request.body.to_vec()).unwrap()
     }
 
     fn schema() -> Value {
@@ -1518,7 +1668,7 @@ mod tests {
             })
         );
         // Compact JSON, keys in the documented order.
-        let text = String::from_utf8(request.body).unwrap();
+        let text = String::from_utf8(request.body.to_vec()).unwrap();
         assert!(
             text.starts_with("{\"model\":\"gpt-x\",\"messages\":[{\"role\":\"system\""),
             "{text}"

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
 use crate::llm::{
@@ -20,7 +20,8 @@ use crate::llm::{
 )]
 use crate::llm::{StreamDecoder, ToolCall};
 use crate::request::{
-    ErrorText, arguments_or_empty_object, bearer, body_capacity, streaming_json_post,
+    BodyCache, CacheKey, ErrorText, Last, Planned, WireElement, arguments_or_empty_object,
+    assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
 };
 use crate::sse::SseEvent;
 use crate::sse_stream::{
@@ -59,6 +60,7 @@ use crate::sse_stream::{
 /// `additionalProperties`).
 ///
 /// Serialized in one pass straight into the body buffer: linear in the history size.
+#[cfg(test)]
 #[must_use]
 pub(crate) fn build_request(
     base_url: &str,
@@ -66,40 +68,56 @@ pub(crate) fn build_request(
     req: &LlmRequest<'_>,
     options: &ResponsesOptions,
 ) -> HttpRequest {
-    let payload = ResponsesBody {
-        model: req.model,
-        instructions: req.system.filter(|s| !s.is_empty()),
-        input: WireInput(req.messages),
-        tools: WireTools(req.tools),
-        stream: true,
-        store: false,
-        include: options
-            .include_encrypted_reasoning
-            .then_some(["reasoning.encrypted_content"]),
-        max_output_tokens: req.max_output_tokens,
+    build_request_cached(base_url, api_key, req, options, None)
+}
+
+/// [`build_request`], reusing and extending `cache`, which holds the serialized items of
+/// `req.messages` as sent by earlier requests of the same history (issue #15). The body is
+/// byte for byte the one [`build_request`] builds; its history part is a piece shared with the
+/// cache.
+#[must_use]
+pub(crate) fn build_request_cached(
+    base_url: &str,
+    api_key: &str,
+    req: &LlmRequest<'_>,
+    options: &ResponsesOptions,
+    cache: Option<&mut BodyCache>,
+) -> HttpRequest {
+    let mut head = Vec::with_capacity(256 + req.system.map_or(0, str::len));
+    head.push(b'{');
+    write_field(&mut head, "model", req.model);
+    if let Some(system) = req.system.filter(|s| !s.is_empty()) {
+        write_field(&mut head, "instructions", system);
+    }
+    head.extend_from_slice(b",\"input\":[");
+    let capacity = if cache.is_none() {
+        body_capacity(req, 96)
+    } else {
+        0
     };
+    let history = history_json(
+        req.messages,
+        cache.map(|c| (c, CacheKey::Responses)),
+        capacity,
+        wire_items,
+    );
+    let mut tail = Vec::with_capacity(128);
+    tail.push(b']');
+    if !req.tools.is_empty() {
+        write_field(&mut tail, "tools", &WireTools(req.tools));
+    }
+    write_field(&mut tail, "stream", &true);
+    write_field(&mut tail, "store", &false);
+    if options.include_encrypted_reasoning {
+        write_field(&mut tail, "include", &["reasoning.encrypted_content"]);
+    }
+    write_field(&mut tail, "max_output_tokens", &req.max_output_tokens);
+    tail.push(b'}');
     streaming_json_post(
         format!("{}/responses", base_url.trim_end_matches('/')),
         bearer(api_key),
-        &payload,
-        body_capacity(req, 96),
+        assemble(head, false, history, &tail),
     )
-}
-
-/// The request body, borrowed from the history (no copies).
-#[derive(Serialize)]
-struct ResponsesBody<'a> {
-    model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    instructions: Option<&'a str>,
-    input: WireInput<'a>,
-    #[serde(skip_serializing_if = "WireTools::is_empty")]
-    tools: WireTools<'a>,
-    stream: bool,
-    store: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    include: Option<[&'static str; 1]>,
-    max_output_tokens: u32,
 }
 
 /// The per-server choices of a Responses request (SPEC L8, L10), decided by
@@ -110,56 +128,77 @@ pub(crate) struct ResponsesOptions {
     pub include_encrypted_reasoning: bool,
 }
 
-/// The history as `input` items (one message may give several items).
-struct WireInput<'a>(&'a [Message]);
+/// `history[start..]` as `input` elements: each message gives its own items, whatever comes
+/// before or after it, so every element is final at once.
+fn wire_items(history: &[Message], start: usize, _last: Last) -> Vec<Planned<WireMessage<'_>>> {
+    history
+        .iter()
+        .enumerate()
+        .skip(start)
+        .map(|(i, message)| Planned {
+            element: WireMessage(message),
+            source: i,
+            kind: Last::Nothing,
+            closed: true,
+        })
+        .collect()
+}
 
-impl Serialize for WireInput<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(None)?;
-        for message in self.0 {
-            match message {
-                Message::User { text } => seq.serialize_element(&UserItem {
+/// One history message as its `input` items (none, one or several).
+struct WireMessage<'a>(&'a Message);
+
+impl WireElement for WireMessage<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self.0 {
+            Message::User { text } => push_item(
+                out,
+                &UserItem {
                     role: "user",
                     content: text,
-                })?,
-                Message::Assistant {
-                    text,
-                    thinking: _,
-                    reasoning,
-                    tool_calls,
-                } => {
-                    if !text.is_empty() || !tool_calls.is_empty() {
-                        for block in reasoning {
-                            if let ReasoningBlock::ResponsesItem(item) = block {
-                                seq.serialize_element(item)?;
-                            }
+                },
+            ),
+            Message::Assistant {
+                text,
+                thinking: _,
+                reasoning,
+                tool_calls,
+            } => {
+                if !text.is_empty() || !tool_calls.is_empty() {
+                    for block in reasoning {
+                        if let ReasoningBlock::ResponsesItem(item) = block {
+                            push_item(out, item);
                         }
                     }
-                    if !text.is_empty() {
-                        seq.serialize_element(&AssistantItem(text))?;
-                    }
-                    for call in tool_calls {
-                        seq.serialize_element(&FunctionCallItem {
+                }
+                if !text.is_empty() {
+                    push_item(out, &AssistantItem(text));
+                }
+                for call in tool_calls {
+                    push_item(
+                        out,
+                        &FunctionCallItem {
                             kind: "function_call",
                             call_id: &call.id,
                             name: &call.name,
                             arguments: arguments_or_empty_object(&call.arguments),
-                        })?;
-                    }
+                        },
+                    );
                 }
-                Message::ToolResult {
-                    call_id,
-                    name: _,
-                    text,
-                    is_error,
-                } => seq.serialize_element(&FunctionOutputItem {
+            }
+            Message::ToolResult {
+                call_id,
+                name: _,
+                text,
+                is_error,
+            } => push_item(
+                out,
+                &FunctionOutputItem {
                     call_id,
                     text,
                     is_error: *is_error,
-                })?,
-            }
+                },
+            ),
         }
-        seq.end()
     }
 }
 
@@ -225,12 +264,6 @@ impl Serialize for FunctionOutputItem<'_> {
 }
 
 struct WireTools<'a>(&'a [ToolDef]);
-
-impl WireTools<'_> {
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 impl Serialize for WireTools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -798,7 +831,8 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             include_encrypted_reasoning: true,
         };
         let body: Value =
-            serde_json::from_slice(&build_request("http://h", "", &req, &options).body).unwrap();
+            serde_json::from_slice(&build_request("http://h", "", &req, &options).body.to_vec())
+                .unwrap();
         assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
         assert_eq!(body["store"], false);
         let types: Vec<&str> = body["input"]
@@ -831,7 +865,9 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             ..req
         };
         let body: Value = serde_json::from_slice(
-            &build_request("http://h", "", &req, &ResponsesOptions::default()).body,
+            &build_request("http://h", "", &req, &ResponsesOptions::default())
+                .body
+                .to_vec(),
         )
         .unwrap();
         assert_eq!(body["input"], json!([]));
@@ -1187,7 +1223,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
                 ("authorization".to_owned(), "Bearer sk-test".to_owned()),
             ]
         );
-        let text = String::from_utf8(request.body.clone()).unwrap();
+        let text = String::from_utf8(request.body.to_vec()).unwrap();
         assert!(
             text.starts_with("{\"model\":\"gpt-x\",\"instructions\":\"Be brief.\",\"input\":"),
             "{text}"
@@ -1221,7 +1257,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
         let request = build_request("http://h/v1", "", &req, &ResponsesOptions::default());
         assert!(request.headers.iter().all(|(k, _)| k != "authorization"));
         assert_eq!(
-            serde_json::from_slice::<Value>(&request.body).unwrap(),
+            serde_json::from_slice::<Value>(&request.body.to_vec()).unwrap(),
             json!({
                 "model": "m",
                 "input": [{"role": "user", "content": "summarise"}],
@@ -1280,7 +1316,9 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             max_output_tokens: 1,
         };
         let body: Value = serde_json::from_slice(
-            &build_request("http://h", "k", &req, &ResponsesOptions::default()).body,
+            &build_request("http://h", "k", &req, &ResponsesOptions::default())
+                .body
+                .to_vec(),
         )
         .unwrap();
         assert_eq!(
@@ -1320,7 +1358,9 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             max_output_tokens: 1,
         };
         let body: Value = serde_json::from_slice(
-            &build_request("http://h", "", &req, &ResponsesOptions::default()).body,
+            &build_request("http://h", "", &req, &ResponsesOptions::default())
+                .body
+                .to_vec(),
         )
         .unwrap();
         assert_eq!(body["input"][0]["call_id"], "call_A");

@@ -5,6 +5,7 @@ use crate::config::{Config, ProviderKind};
 use crate::llm::{HttpRequest, LlmRequest, StreamDecoder};
 use crate::openai_chat::ChatOptions;
 use crate::openai_responses::ResponsesOptions;
+use crate::request::BodyCache;
 
 /// What the agent learned about its provider while running; kept for the life of the process
 /// (the provider is configured once per process).
@@ -81,21 +82,37 @@ pub(crate) fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatO
 
 /// Build the HTTP request of one LLM call for the configured route: Anthropic Messages (L6),
 /// Chat Completions (L7, with [`chat_options`]) or Responses (L8).
+#[cfg(test)]
 #[must_use]
 pub(crate) fn build_request(cfg: &Config, req: &LlmRequest<'_>, learned: &Learned) -> HttpRequest {
+    build_request_cached(cfg, req, learned, None)
+}
+
+/// [`build_request`] through `cache`, the serialized prefix of `req.messages` kept from the
+/// history's earlier requests ([`crate::history::History`]): the same bytes, but only the
+/// messages new since then are serialized (issue #15).
+#[must_use]
+pub(crate) fn build_request_cached(
+    cfg: &Config,
+    req: &LlmRequest<'_>,
+    learned: &Learned,
+    cache: Option<&mut BodyCache>,
+) -> HttpRequest {
     match cfg.provider {
-        ProviderKind::Anthropic => crate::anthropic::build_request(cfg, req),
-        ProviderKind::OpenAiChat => crate::openai_chat::build_request(
+        ProviderKind::Anthropic => crate::anthropic::build_request_cached(cfg, req, cache),
+        ProviderKind::OpenAiChat => crate::openai_chat::build_request_cached(
             &cfg.base_url,
             &cfg.api_key,
             req,
             &chat_options(cfg, req.model, learned),
+            cache,
         ),
-        ProviderKind::OpenAiResponses => crate::openai_responses::build_request(
+        ProviderKind::OpenAiResponses => crate::openai_responses::build_request_cached(
             &cfg.base_url,
             &cfg.api_key,
             req,
             &responses_options(req.model),
+            cache,
         ),
     }
 }

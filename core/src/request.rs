@@ -1,21 +1,22 @@
-//! The parts the provider request builders share (SPEC L6–L8): a streaming JSON `POST` whose
-//! body is serialized in one pass straight into its buffer, and the wire forms of an error
-//! result and of blank tool-call arguments used by both OpenAI routes.
+//! The parts the provider request builders share (SPEC L6–L8): a streaming JSON `POST`, the
+//! compact-JSON writers its body is assembled with, the cache of a session's serialized
+//! history ([`BodyCache`], issue #15), and the wire forms of an error result and of blank
+//! tool-call arguments used by both OpenAI routes.
+
+use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
-use crate::llm::{HttpRequest, LlmRequest};
+use crate::llm::{Body, HttpRequest, LlmRequest, Message};
 
-/// A streaming JSON `POST` to `url`.
+/// A streaming JSON `POST` to `url` with `body`.
 ///
 /// Headers: `content-type: application/json`, `accept: text/event-stream`, then `auth` (name,
-/// value) when present; the caller may push more. The body is `payload` as compact JSON
-/// ([`serialize_body`]).
+/// value) when present; the caller may push more.
 pub(crate) fn streaming_json_post(
     url: String,
     auth: Option<(&str, String)>,
-    payload: &impl Serialize,
-    capacity: usize,
+    body: Body,
 ) -> HttpRequest {
     let mut headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
@@ -24,11 +25,7 @@ pub(crate) fn streaming_json_post(
     if let Some((name, value)) = auth {
         headers.push((name.to_owned(), value));
     }
-    HttpRequest {
-        url,
-        headers,
-        body: serialize_body(payload, capacity),
-    }
+    HttpRequest { url, headers, body }
 }
 
 /// `authorization: Bearer <api_key>`, only when the key is non-empty (local servers need none).
@@ -56,14 +53,210 @@ pub(crate) fn body_capacity(req: &LlmRequest<'_>, per_message: usize) -> usize {
     history + history / 8 + tools + req.system.map_or(0, str::len) + 256
 }
 
-/// `payload` as compact JSON in a buffer of `capacity` bytes; empty if serialization failed.
+/// Appends `value` as compact JSON.
+pub(crate) fn write_json(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    // Writing to a Vec cannot fail, and every value serialized here is a string-keyed tree.
+    let _ = serde_json::to_writer(out, value);
+}
+
+/// Appends `,"key":value` (or `"key":value` right after `{`). `key` needs no escaping.
+pub(crate) fn write_field(out: &mut Vec<u8>, key: &str, value: &(impl Serialize + ?Sized)) {
+    if out.last().is_some_and(|&b| b != b'{') {
+        out.push(b',');
+    }
+    out.push(b'"');
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    write_json(out, value);
+}
+
+/// Appends `item` as the next element of a comma-separated run that `out` holds alone.
+pub(crate) fn push_item(out: &mut Vec<u8>, item: &(impl Serialize + ?Sized)) {
+    if !out.is_empty() {
+        out.push(b',');
+    }
+    write_json(out, item);
+}
+
+/// What the message planner of a route knows about the wire element before a point of the
+/// history: enough to plan the rest from there exactly as a plan from the start would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Last {
+    /// No element yet.
+    #[default]
+    Nothing,
+    /// A user message or turn (text).
+    User,
+    /// An assistant message or turn.
+    Assistant,
+    /// Tool results: a Chat `tool` message, an Anthropic user turn ending with a `tool_result`.
+    Tool,
+    /// The Chat bridge message between tool results and a user message.
+    Bridge,
+}
+
+/// One element of a route's message array (a Chat message, an Anthropic turn, the items of
+/// one Responses message), as planned from the history.
+pub(crate) struct Planned<E> {
+    /// The element; [`WireElement::write`] serializes it.
+    pub(crate) element: E,
+    /// Index of the history message that started it (later ones may have merged into it).
+    pub(crate) source: usize,
+    /// What a planner resuming after it must know ([`Last`]).
+    pub(crate) kind: Last,
+    /// Nothing appended to the history can change it, even while it is the last element (a
+    /// Chat tool message, the items of a Responses message). Any other element can change
+    /// only while it is the last one: later messages merge into it.
+    pub(crate) closed: bool,
+}
+
+/// A wire element's serialization.
+pub(crate) trait WireElement {
+    /// Appends the element's JSON items to `out`, each preceded by `,` unless `out` is empty
+    /// (an element may be zero, one or several items of the array).
+    fn write(&self, out: &mut Vec<u8>);
+}
+
+/// Which serialization the bytes of a [`BodyCache`] are: the route, and the options that
+/// change how history messages are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CacheKey {
+    /// Chat Completions; `reasoning_content` as [`crate::openai_chat::ChatOptions`].
+    Chat { reasoning_content: bool },
+    /// Anthropic Messages.
+    Anthropic,
+    /// OpenAI Responses.
+    Responses,
+}
+
+/// The serialized form of the unchanging prefix of a session's history, kept between its
+/// LLM requests (issue #15): a round's request costs what is new in it, not the whole
+/// history again.
+///
+/// It holds the wire elements of `history[..resume]`, comma-separated, for one [`CacheKey`].
+/// An element is kept once no message appended later can change it: the provider dialects
+/// merge consecutive messages of a role into one element, so the last element stays open,
+/// and so does anything planned from the same message (the Chat bridge before a user
+/// message). [`crate::history::History`] drops the cache on every change but an append, so
+/// compaction, truncation, hook injections and joins rebuild it from the start.
+#[derive(Default)]
+pub(crate) struct BodyCache {
+    key: Option<CacheKey>,
+    /// The elements of `history[..resume]`, comma-separated. Shared with the request bodies
+    /// built from it; extended in place once they are gone (else copied first).
+    bytes: Arc<Vec<u8>>,
+    /// The first history index not in `bytes`: planning resumes there.
+    resume: usize,
+    /// The last element in `bytes`.
+    last: Last,
+}
+
+impl BodyCache {
+    /// Bytes held.
+    #[cfg(test)]
+    #[must_use]
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// The history part of a message array: the cached run of closed elements (shared) and the
+/// rest, built now. Each is comma-separated on its own; either may be empty.
+pub(crate) struct HistoryJson {
+    /// Elements kept from earlier requests and the ones that closed now.
+    pub(crate) cached: Option<Arc<Vec<u8>>>,
+    /// The elements that may still change, built for this request only.
+    pub(crate) fresh: Vec<u8>,
+}
+
+/// The history as message-array elements, through `cache` when given: elements before the
+/// cache's resume point are reused, the ones planned from there that can no longer change are
+/// added to it, and the rest is serialized into [`HistoryJson::fresh`]. Without a cache,
+/// everything is fresh (in a buffer of `fresh_capacity` bytes). `plan(history, start, last)`
+/// must plan `history[start..]` given the element before `start`, exactly as a plan from the
+/// start plans those messages (the property tests `*_cached_body_equals_fresh_body` check it).
+pub(crate) fn history_json<'a, E: WireElement>(
+    history: &'a [Message],
+    cache: Option<(&mut BodyCache, CacheKey)>,
+    fresh_capacity: usize,
+    plan: impl Fn(&'a [Message], usize, Last) -> Vec<Planned<E>>,
+) -> HistoryJson {
+    let Some((cache, key)) = cache else {
+        let mut fresh = Vec::with_capacity(fresh_capacity);
+        for p in plan(history, 0, Last::Nothing) {
+            p.element.write(&mut fresh);
+        }
+        return HistoryJson {
+            cached: None,
+            fresh,
+        };
+    };
+    if cache.key != Some(key) || cache.resume > history.len() {
+        *cache = BodyCache {
+            key: Some(key),
+            ..BodyCache::default()
+        };
+    }
+    let planned = plan(history, cache.resume, cache.last);
+    let open_from = planned
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| !p.closed && *i + 1 == planned.len())
+        .map(|(_, p)| p.source)
+        .min()
+        .unwrap_or(history.len());
+    let mut fresh = Vec::new();
+    for p in &planned {
+        if p.source < open_from {
+            // Extends in place unless a request body still shares the bytes (then copies).
+            p.element.write(Arc::make_mut(&mut cache.bytes));
+            cache.last = p.kind;
+        } else {
+            p.element.write(&mut fresh);
+        }
+    }
+    cache.resume = open_from.max(cache.resume);
+    HistoryJson {
+        cached: (!cache.bytes.is_empty()).then(|| cache.bytes.clone()),
+        fresh,
+    }
+}
+
+/// A request body: `head` + the array elements of `history` + `tail`. `head` ends inside
+/// the array, after `[` or after elements it wrote itself (`leading`: the Chat system
+/// message); `tail` starts with `]`.
 #[must_use]
-pub(crate) fn serialize_body(payload: &impl Serialize, capacity: usize) -> Vec<u8> {
-    let mut body = Vec::with_capacity(capacity);
-    if serde_json::to_writer(&mut body, payload).is_err() {
-        // Unreachable: writing to a Vec cannot fail and every value is a string-keyed tree.
-        // An empty body would be rejected by the server (400), never sent half-written.
-        body.clear();
+pub(crate) fn assemble(
+    mut head: Vec<u8>,
+    leading: bool,
+    history: HistoryJson,
+    tail: &[u8],
+) -> Body {
+    let mut body = Body::default();
+    match history.cached {
+        Some(cached) if !cached.is_empty() => {
+            if leading {
+                head.push(b',');
+            }
+            body.push(head);
+            body.push_shared(cached);
+            let mut rest = Vec::with_capacity(1 + history.fresh.len() + tail.len());
+            if !history.fresh.is_empty() {
+                rest.push(b',');
+                rest.extend_from_slice(&history.fresh);
+            }
+            rest.extend_from_slice(tail);
+            body.push(rest);
+        }
+        Some(_) | None => {
+            if leading && !history.fresh.is_empty() {
+                head.push(b',');
+            }
+            body.push(head);
+            let mut rest = history.fresh;
+            rest.extend_from_slice(tail);
+            body.push(rest);
+        }
     }
     body
 }

@@ -759,28 +759,15 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cx::rig::Parts;
+    use crate::cx::rig::{Parts, tool_call as call};
     use crate::io::Action;
-    use crate::jsonrpc::RpcId;
 
     const SID: SessionId = SessionId(1);
     const TURN: TurnNo = TurnNo(1);
 
-    fn call(id: &str, name: &str, args: &str) -> ToolCall {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            arguments: args.into(),
-        }
-    }
-
     /// A session with one ready server `fs` offering `read`, `write` and `shell`.
     fn setup(parts: &mut Parts) -> (Session, BTreeMap<String, ToolRoute>) {
-        let slot = parts.ready_server(SID, "fs", &["read", "write", "shell"]);
-        let mut sess = Session::new(SID, vec![slot], &RpcId::Num(1.into()));
-        sess.starting = None;
-        let (_, routes) = parts.servers.visible_tools(&sess.servers);
-        (sess, routes)
+        parts.fs_session(SID)
     }
 
     fn statuses(actions: &[Action]) -> Vec<(String, String)> {

@@ -4,14 +4,17 @@
 //! (`store.rs`, SPEC A9) knows what to record: appends, and the lowest position changed in
 //! place since it last looked (a compaction, a hook call joining the model's answer).
 
+use crate::history::History;
 use crate::llm::Message;
+use crate::request::BodyCache;
 
 /// One session's conversation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Transcript {
-    /// The history sent to the model, oldest first. Invariant (SPEC L4, DESIGN I9): every tool
-    /// call of an assistant message is followed by exactly one result.
-    messages: Vec<Message>,
+    /// The history sent to the model, oldest first, with the serialized form of its prefix
+    /// kept for the next request (issue #15). Invariant (SPEC L4, DESIGN I9): every tool call
+    /// of an assistant message is followed by exactly one result.
+    messages: History,
     /// Input tokens the last LLM response reported (SPEC K1 projection).
     pub(crate) last_input_tokens: u64,
     /// Length of `messages` when `last_input_tokens` was reported; bytes after it are
@@ -36,7 +39,7 @@ impl Transcript {
     ) -> Transcript {
         Transcript {
             usage_mark: usage_mark.min(messages.len()),
-            messages,
+            messages: History::from(messages),
             last_input_tokens,
             calls_issued,
             changed_from: None,
@@ -53,37 +56,45 @@ impl Transcript {
         self.messages.len()
     }
 
-    /// Appends one message.
+    /// The history and the cache of its serialized prefix, for building a round's request
+    /// (issue #15).
+    pub(crate) fn with_cache(&mut self) -> (&[Message], &mut BodyCache) {
+        self.messages.with_cache()
+    }
+
+    /// Appends one message (the cache of the serialized prefix stays).
     pub(crate) fn push(&mut self, message: Message) {
         self.messages.push(message);
     }
 
-    /// Appends messages in order.
+    /// Appends messages in order (the cache of the serialized prefix stays).
     pub(crate) fn extend(&mut self, messages: impl IntoIterator<Item = Message>) {
         self.messages.extend(messages);
     }
 
     /// The last message, to change in place (a hook call joining the model's answer, SPEC L10).
+    /// The cache of the serialized prefix goes.
     pub(crate) fn last_mut(&mut self) -> Option<&mut Message> {
         let last = self.messages.len().checked_sub(1)?;
         self.mark_changed(last);
-        self.messages.last_mut()
+        self.messages.rewrite().last_mut()
     }
 
-    /// Inserts `messages` before position `at` (at most the length).
+    /// Inserts `messages` before position `at` (at most the length). The cache of the
+    /// serialized prefix goes.
     pub(crate) fn insert_at(&mut self, at: usize, messages: Vec<Message>) {
         let at = at.min(self.messages.len());
         if messages.is_empty() {
             return;
         }
         self.mark_changed(at);
-        self.messages.splice(at..at, messages);
+        self.messages.rewrite().splice(at..at, messages);
     }
 
     /// The whole history, taken out (it is put back with [`Transcript::replace`]).
     pub(crate) fn take_messages(&mut self) -> Vec<Message> {
         self.mark_changed(0);
-        std::mem::take(&mut self.messages)
+        self.messages.take()
     }
 
     /// The next tool-call number of this session (1, 2, …).
@@ -108,7 +119,7 @@ impl Transcript {
     /// response reports it.
     pub(crate) fn replace(&mut self, messages: Vec<Message>) {
         self.mark_changed(0);
-        self.messages = messages;
+        self.messages = History::from(messages);
         self.last_input_tokens = 0;
         self.usage_mark = 0;
     }
@@ -161,5 +172,66 @@ mod tests {
         assert_eq!(t.len(), 4);
         let r = Transcript::restored(vec![user("a")], 7, 9, 4);
         assert_eq!((r.usage_mark, r.calls_issued, r.len()), (1, 4, 1));
+    }
+
+    /// Bytes of the serialized prefix `t` keeps after a Chat request is built through it.
+    fn cached_after_a_request(t: &mut Transcript) -> usize {
+        let (messages, cache) = t.with_cache();
+        let req = crate::llm::LlmRequest {
+            model: "m",
+            system: None,
+            messages,
+            tools: &[],
+            max_output_tokens: 64,
+        };
+        let options = crate::openai_chat::ChatOptions::default();
+        let _ =
+            crate::openai_chat::build_request_cached("http://h", "", &req, &options, Some(cache));
+        t.with_cache().1.cached_bytes()
+    }
+
+    #[test]
+    fn appends_keep_the_cached_request_prefix_and_changes_in_place_drop_it() {
+        let mut t = Transcript::default();
+        t.extend([
+            user("a"),
+            Message::Assistant {
+                text: "b".into(),
+                thinking: String::new(),
+                reasoning: Vec::new(),
+                tool_calls: Vec::new(),
+            },
+            user("c"),
+        ]);
+        let first = cached_after_a_request(&mut t);
+        assert!(first > 0, "the closed messages are kept");
+        t.push(Message::Assistant {
+            text: "d".into(),
+            thinking: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: Vec::new(),
+        });
+        assert_eq!(
+            t.with_cache().1.cached_bytes(),
+            first,
+            "an append keeps the prefix"
+        );
+        assert!(
+            cached_after_a_request(&mut t) > first,
+            "and the next request extends it"
+        );
+        t.last_mut();
+        assert_eq!(t.with_cache().1.cached_bytes(), 0, "a join drops it");
+        assert!(cached_after_a_request(&mut t) > 0);
+        t.insert_at(1, vec![user("x")]);
+        assert_eq!(t.with_cache().1.cached_bytes(), 0, "an insertion drops it");
+        assert!(cached_after_a_request(&mut t) > 0);
+        let all = t.take_messages();
+        t.replace(all);
+        assert_eq!(
+            t.with_cache().1.cached_bytes(),
+            0,
+            "a replaced history starts afresh"
+        );
     }
 }

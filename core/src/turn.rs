@@ -266,21 +266,23 @@ impl Turn {
         };
         let call = cx.ids.next_llm_call();
         let model = sess.model(&cx.cfg.model).to_string();
-        let summary_messages;
-        let (system, messages) = match purpose {
-            CallPurpose::Round => (cx.cfg.system_prompt.as_deref(), sess.transcript.messages()),
-            CallPurpose::Summary => {
-                summary_messages = compaction::summary_messages(
-                    &sess.transcript,
-                    &self.prompt_text,
-                    cx.cfg.max_context_tokens,
-                    cx.cfg.max_output_tokens,
-                );
-                (
-                    Some(compaction::SUMMARY_SYSTEM_PROMPT),
-                    &summary_messages[..],
-                )
+        let summary_messages = match purpose {
+            CallPurpose::Round => None,
+            CallPurpose::Summary => Some(compaction::summary_messages(
+                &sess.transcript,
+                &self.prompt_text,
+                cx.cfg.max_context_tokens,
+                cx.cfg.max_output_tokens,
+            )),
+        };
+        // A round sends the history through its cache of serialized messages (issue #15); a
+        // summary call's messages are not the history and are built afresh.
+        let (system, messages, cache) = match &summary_messages {
+            None => {
+                let (messages, cache) = sess.transcript.with_cache();
+                (cx.cfg.system_prompt.as_deref(), messages, Some(cache))
             }
+            Some(summary) => (Some(compaction::SUMMARY_SYSTEM_PROMPT), &summary[..], None),
         };
         let req = LlmRequest {
             model: &model,
@@ -289,7 +291,7 @@ impl Turn {
             tools: &defs,
             max_output_tokens: cx.cfg.max_output_tokens,
         };
-        let request = provider::build_request(cx.cfg, &req, &cx.llm.learned);
+        let request = provider::build_request_cached(cx.cfg, &req, &cx.llm.learned, cache);
         let decoder = provider::decoder(cx.cfg, format!("call_{}", call.0));
         self.set_timer(
             TurnTimer::LlmIdle,
@@ -1170,7 +1172,7 @@ mod tests {
                 };
                 Some((
                     *call,
-                    serde_json::from_slice(&request.body).unwrap_or_default(),
+                    serde_json::from_slice(&request.body.to_vec()).unwrap_or_default(),
                 ))
             })
             .expect("an LLM call")

@@ -1569,7 +1569,8 @@ impl<'a> Checker<'a> {
             match a {
                 Action::CallLlm { call, request } => {
                     live = true;
-                    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                    let body: Value =
+                        serde_json::from_slice(&request.body.to_vec()).unwrap_or(Value::Null);
                     let summary = is_summary_request(&body);
                     let te = Te::LlmCall {
                         attempt: 0,

@@ -2,17 +2,24 @@
 //! three streams piped, stdout streamed as bytes, stderr as capped lines, the exit reported after
 //! reaping. The driver alone keeps `ProcKey → child`; the core never sees a pid.
 //!
+//! A line for a child's stdin is written on the loop thread when the pipe has room (one
+//! non-blocking write, no task hop), else handed to the child's writer task, which waits for
+//! room; lines stay in order either way.
+//!
 //! Every reader holds a fixed amount whatever the child writes (case C52): stdout goes to the
 //! core in chunks (its codec caps lines), stderr through the core's [`StderrLines`] splitter,
 //! which cuts a line at the cap and skips the rest of it without storing it.
 
 use crate::runtime::{InputSender, ReadPipe, Runtime, WritePipe};
-use crate::sys::{exit_description, signal_group};
+use crate::sys::{exit_description, nowait_unsupported, signal_group, write_nowait};
 use crate::util::race;
 use buzz_agent_core::io::StderrLines;
 use buzz_agent_core::{Input, ProcKey, Signal, SpawnSpec};
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes per read of a child's stdout (one buffer per child for its whole life; a full pipe
@@ -27,7 +34,13 @@ const STDERR_DRAIN: Duration = Duration::from_millis(300);
 /// One live child as the driver sees it.
 struct Child {
     /// `Some(line)` writes, `None` closes stdin; `None` here once closing was asked.
-    stdin: Option<async_channel::Sender<Option<String>>>,
+    stdin: Option<async_channel::Sender<Option<Vec<u8>>>>,
+    /// A duplicate of the stdin pipe's write end, for writes on the loop thread that never
+    /// block ([`write_nowait`]); `None` once the pipe takes no such writes or stdin is closing.
+    direct: Option<OwnedFd>,
+    /// Lines handed to the writer task and not written yet. A line is written directly only
+    /// when this is 0, so lines reach the child in order.
+    queued: Arc<AtomicUsize>,
     /// Process group id (= the leader's pid, `process_group(0)`).
     pgid: i32,
 }
@@ -64,8 +77,15 @@ impl Children {
                 };
             }
         };
-        let (in_tx, in_rx) = async_channel::unbounded::<Option<String>>();
-        rt.spawn(write_stdin(child.stdin, in_rx, proc, tx.clone()));
+        let (in_tx, in_rx) = async_channel::unbounded::<Option<Vec<u8>>>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        rt.spawn(write_stdin(
+            child.stdin,
+            in_rx,
+            queued.clone(),
+            proc,
+            tx.clone(),
+        ));
         rt.spawn(read_stdout(child.stdout, proc, tx.clone()));
         // Closed (its only sender dropped) when the stderr task ends: the "drained" signal.
         let (err_done_tx, err_done_rx) = async_channel::bounded::<()>(1);
@@ -96,26 +116,58 @@ impl Children {
             proc,
             Child {
                 stdin: Some(in_tx),
+                direct: child.stdin_fd,
+                queued,
                 pgid: i32::try_from(child.pid).unwrap_or(0),
             },
         );
         Input::McpSpawned { proc }
     }
 
-    /// Queues one line for the child's stdin writer task.
+    /// Writes one line to the child's stdin: at once on this thread when the pipe has room
+    /// and nothing is queued before it; else (what is left of it) through the writer task.
+    /// A failed direct write leaves the line to the task, which reports the failure.
     pub fn write(&mut self, proc: ProcKey, line: String) {
-        if let Some(Child {
-            stdin: Some(tx), ..
-        }) = self.map.get(&proc)
+        let Some(c) = self.map.get_mut(&proc) else {
+            return;
+        };
+        let Some(tx) = &c.stdin else { return };
+        let mut done = 0;
+        if let Some(fd) = &c.direct
+            && c.queued.load(Ordering::Acquire) == 0
         {
-            let _ = tx.try_send(Some(line));
+            while done < line.len() {
+                match write_nowait(fd.as_fd(), &line.as_bytes()[done..]) {
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        if nowait_unsupported(&e) {
+                            c.direct = None;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        if done == line.len() {
+            return;
+        }
+        let mut rest = line.into_bytes();
+        rest.drain(..done);
+        c.queued.fetch_add(1, Ordering::AcqRel);
+        if tx.try_send(Some(rest)).is_err() {
+            c.queued.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
     /// Closes the child's stdin once the lines queued before are written.
     pub fn close_stdin(&mut self, proc: ProcKey) {
-        if let Some(tx) = self.map.get_mut(&proc).and_then(|c| c.stdin.take()) {
-            let _ = tx.try_send(None);
+        if let Some(c) = self.map.get_mut(&proc) {
+            // Both write ends must close for the child to see end of file.
+            c.direct = None;
+            if let Some(tx) = c.stdin.take() {
+                let _ = tx.try_send(None);
+            }
         }
     }
 
@@ -134,15 +186,18 @@ impl Children {
 /// queue) closes it. A failed write is reported once.
 async fn write_stdin(
     mut stdin: impl WritePipe,
-    lines: async_channel::Receiver<Option<String>>,
+    lines: async_channel::Receiver<Option<Vec<u8>>>,
+    queued: Arc<AtomicUsize>,
     proc: ProcKey,
     tx: InputSender,
 ) {
     while let Ok(Some(line)) = lines.recv().await {
-        if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+        if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+            // `queued` stays above 0: the loop writes nothing directly any more.
             let _ = tx.send(Input::McpWriteFailed { proc }).await;
             return;
         }
+        queued.fetch_sub(1, Ordering::AcqRel);
     }
     // Dropping `stdin` closes it.
 }

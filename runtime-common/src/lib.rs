@@ -11,7 +11,8 @@
 //! | [`driver`] | the loop: drain actions, handle inputs and timeouts (the core's drain rule) |
 //! | `children` | MCP child processes: spawn, pipes (stderr as capped lines, C52), exit, `killpg` |
 //! | [`log`] | stderr logging that never blocks the loop (SPEC P2, case C51) |
-//! | [`http`] | the `ureq` LLM worker, streaming bodies back as inputs |
+//! | [`http`] | the `ureq` LLM workers, streaming bodies back as inputs |
+//! | [`stdio`] | the ACP client's stdin (a reader thread) and stdout (non-blocking writes) |
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
 //! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
 //! | [`extras`] | `demo`, `example-server`, `hooks check`, linked only where a binary names them |
@@ -28,6 +29,7 @@ pub mod extras;
 pub mod http;
 pub mod log;
 pub mod runtime;
+pub mod stdio;
 pub mod store;
 pub mod sys;
 mod util;

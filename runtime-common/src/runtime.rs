@@ -14,7 +14,7 @@ use std::time::Instant;
 /// threads block), so the queue between the IO and the core never grows without bound.
 pub type InputSender = async_channel::Sender<Input>;
 
-/// A byte stream the driver reads: the ACP client's stdin, a child's stdout or stderr.
+/// A byte stream the driver reads: a child's stdout or stderr.
 pub trait ReadPipe: Send + 'static {
     /// Reads up to `buf.len()` bytes; `Ok(0)` is end of file.
     ///
@@ -26,7 +26,7 @@ pub trait ReadPipe: Send + 'static {
     ) -> impl Future<Output = io::Result<usize>> + Send + 'a;
 }
 
-/// A byte stream the driver writes: the agent's stdout, a child's stdin.
+/// A byte stream the driver writes: a child's stdin.
 pub trait WritePipe: Send + 'static {
     /// Writes all of `buf`.
     ///
@@ -51,6 +51,10 @@ pub struct SpawnedChild<I, O, E, X> {
     pub pid: u32,
     /// The child's stdin.
     pub stdin: I,
+    /// A duplicate of the stdin pipe's write end (`dup`), for the driver's non-blocking writes
+    /// on the loop thread; `None` when it could not be made (every write then goes through
+    /// `stdin`).
+    pub stdin_fd: Option<std::os::fd::OwnedFd>,
     /// The child's stdout.
     pub stdout: O,
     /// The child's stderr.
@@ -59,8 +63,9 @@ pub struct SpawnedChild<I, O, E, X> {
     pub exit: X,
 }
 
-/// The runtime-specific half of a driver: an executor, a timer, child processes with async
-/// pipes, async stdio and the shutdown signals. Nothing else in a driver depends on the runtime.
+/// The runtime-specific half of a driver: an executor, timers, child processes with async
+/// pipes and the shutdown signals. Nothing else in a driver depends on the runtime (stdin and
+/// stdout are the driver's own, `crate::stdio`).
 ///
 /// All futures are `Send` so that tokio's `spawn` takes them; both drivers still run every task
 /// on the one thread that owns the loop (a current-thread runtime, a `LocalExecutor`).
@@ -71,6 +76,18 @@ pub trait Runtime: 'static {
 
     /// A future that completes at `deadline` (at once when it has passed).
     fn sleep_until(deadline: Instant) -> impl Future<Output = ()> + Send + 'static;
+
+    /// A timer the loop keeps for its whole life and re-arms with [`Runtime::reset_timer`]
+    /// (re-creating one per loop turn registers it anew with the reactor each time; smol's
+    /// reactor is woken for every registration). Completes (any output) at its deadline;
+    /// polled only while armed.
+    type Timer: Future + Unpin + Send + 'static;
+
+    /// A timer armed for `deadline`.
+    fn timer(deadline: Instant) -> Self::Timer;
+
+    /// Re-arms `timer` for `deadline`, whether or not it has fired.
+    fn reset_timer(timer: &mut Self::Timer, deadline: Instant);
 
     /// Spawns `cmd` with stdin, stdout and stderr piped (the command's program, arguments,
     /// environment, working directory and process group are already set), never killed on
@@ -91,12 +108,6 @@ pub trait Runtime: 'static {
         >,
     >;
 
-    /// The process's stdin, read asynchronously (the ACP client's messages).
-    fn acp_stdin(&self) -> impl ReadPipe;
-
-    /// The process's stdout, written asynchronously (the ACP messages to the client).
-    fn acp_stdout(&self) -> impl WritePipe;
-
     /// Sends [`Input::ShutdownSignal`] on `tx` each time SIGTERM, SIGINT or SIGHUP arrives
     /// (SPEC P1; SIGHUP for case C33), from tasks on this runtime.
     ///
@@ -114,7 +125,7 @@ pub trait Runtime: 'static {
 /// ```text
 /// use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// buzz_agent_runtime::pipe_newtype!(Pipe: AsyncRead, AsyncWrite);
-/// let stdin = Pipe(tokio::io::stdin());
+/// let stdin = Pipe(child.stdin.take().unwrap());
 /// ```
 #[macro_export]
 macro_rules! pipe_newtype {

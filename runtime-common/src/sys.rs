@@ -1,7 +1,8 @@
 //! The few direct system calls a driver makes: signalling a process group, wording an exit
-//! status, and glibc's arena setting.
+//! status, glibc's arena setting, and writes that never block.
 
 use buzz_agent_core::Signal;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::process::ExitStatus;
 
 /// Sends `signal` to the process group `pgid` (`kill(-pgid, sig)`, i.e. `killpg`), reaching
@@ -54,4 +55,46 @@ pub fn one_malloc_arena() {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
+}
+
+/// One write of `buf` to `fd` that never waits: `pwritev2(RWF_NOWAIT)` takes what the pipe or
+/// socket has room for. Unlike `O_NONBLOCK`, the flag belongs to this call, not to the open
+/// file description, which the agent's stdout may share with its parent.
+///
+/// # Errors
+/// `WouldBlock` when nothing fits now; an error for which [`nowait_unsupported`] holds when
+/// the file cannot be written this way (then write it blocking, elsewhere); any other error is
+/// the write's own (`EPIPE`: the reader is gone).
+#[cfg(target_os = "linux")]
+pub fn write_nowait(fd: BorrowedFd<'_>, buf: &[u8]) -> std::io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr().cast_mut().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one valid iovec over `buf`, which outlives the call, on an fd that is open for
+    // the borrow; offset -1 is the current position (required for pipes and sockets).
+    let n = unsafe { libc::pwritev2(fd.as_raw_fd(), &raw const iov, 1, -1, libc::RWF_NOWAIT) };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// Without `RWF_NOWAIT`: always "unsupported", so every write goes the blocking way.
+#[cfg(not(target_os = "linux"))]
+pub fn write_nowait(fd: BorrowedFd<'_>, _buf: &[u8]) -> std::io::Result<usize> {
+    let _ = fd.as_raw_fd();
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
+/// Whether an error of [`write_nowait`] means "this file takes no non-blocking writes" rather
+/// than a failed write: `EOPNOTSUPP` (terminals, regular files; pipes before Linux 5.x),
+/// `ENOSYS` (no `pwritev2`), `EINVAL` (the flag is unknown), `ESPIPE`.
+#[must_use]
+pub fn nowait_unsupported(e: &std::io::Error) -> bool {
+    #[cfg(target_os = "linux")]
+    let errno = matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL | libc::ESPIPE)
+    );
+    #[cfg(not(target_os = "linux"))]
+    let errno = false;
+    errno || e.kind() == std::io::ErrorKind::Unsupported
 }

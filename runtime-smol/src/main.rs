@@ -3,9 +3,9 @@
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for smol.
 //!
 //! Everything runs on one [`LocalExecutor`] on the main thread (like tokio's current-thread
-//! runtime in `buzz-agent`). Blocking work lives elsewhere: stdin and stdout go through
-//! [`Unblock`] (the `blocking` thread pool), LLM calls run `ureq` on their own threads, and
-//! children are reaped by [`smol::process::driver`] running on the same executor. The `demo`,
+//! runtime in `buzz-agent`). Blocking work lives elsewhere, in the driver crate: stdin has a
+//! reader thread, LLM calls run `ureq` on worker threads; children are reaped by
+//! [`smol::process::driver`] running on the same executor. The `demo`,
 //! `example-server` and `hooks check` subcommands are left out unless the `extras` feature is
 //! on.
 
@@ -15,9 +15,10 @@ use buzz_agent_runtime::{InputSender, Program, ReadPipe, Runtime, SpawnedChild, 
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use smol::process::Stdio;
 use smol::stream::StreamExt;
-use smol::{LocalExecutor, Timer, Unblock};
+use smol::{LocalExecutor, Timer};
 use std::future::Future;
 use std::io;
+use std::os::fd::AsFd;
 use std::process::ExitStatus;
 use std::rc::Rc;
 use std::time::Instant;
@@ -36,11 +37,6 @@ const PROGRAM: Program = Program {
     version: env!("CARGO_PKG_VERSION"),
     extras: Some(buzz_agent_runtime::extras::EXTRAS),
 };
-
-/// Ring buffer of each stdio [`Unblock`], in bytes. The ring is touched page by page as data
-/// flows through it, so all of it ends up resident: its default (8 MiB) would add up to 8 MiB
-/// per stream over a long session. Longer lines simply take more than one pass.
-const STDIO_BUF: usize = 16 * 1024;
 
 fn main() {
     let config = match buzz_agent_runtime::start(&PROGRAM) {
@@ -75,6 +71,16 @@ impl Runtime for Smol {
         Timer::at(deadline).await;
     }
 
+    type Timer = smol::Timer;
+
+    fn timer(deadline: Instant) -> Timer {
+        Timer::at(deadline)
+    }
+
+    fn reset_timer(timer: &mut Timer, deadline: Instant) {
+        timer.set_at(deadline);
+    }
+
     /// `smol::process` (async-process) has no `process_group`, so the command comes in as a
     /// `std::process::Command` (which has it) and is converted; async-process keeps the
     /// conversion's settings and adds its own stdio wrapping and reaping.
@@ -96,21 +102,15 @@ impl Runtime for Smol {
             .kill_on_drop(false);
         let mut child = cmd.spawn()?;
         let pipe = || io::Error::other("a piped stream is missing");
+        let stdin = child.stdin.take().ok_or_else(pipe)?;
         Ok(SpawnedChild {
+            stdin_fd: stdin.as_fd().try_clone_to_owned().ok(),
             pid: child.id(),
-            stdin: Pipe(child.stdin.take().ok_or_else(pipe)?),
+            stdin: Pipe(stdin),
             stdout: Pipe(child.stdout.take().ok_or_else(pipe)?),
             stderr: Pipe(child.stderr.take().ok_or_else(pipe)?),
             exit: async move { child.status().await },
         })
-    }
-
-    fn acp_stdin(&self) -> impl ReadPipe {
-        Pipe(Unblock::with_capacity(STDIO_BUF, std::io::stdin()))
-    }
-
-    fn acp_stdout(&self) -> impl WritePipe {
-        Pipe(Unblock::with_capacity(STDIO_BUF, std::io::stdout()))
     }
 
     fn watch_shutdown_signals(&self, tx: InputSender) -> io::Result<()> {

@@ -1,14 +1,15 @@
 //! `buzz-agent`: the production binary — the tokio driver over `buzz-agent-core`
 //! (DESIGN.md "Runtimes are thin drivers"). The loop and everything that does not depend on
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for tokio: a
-//! current-thread runtime, `tokio::process` children, `tokio::io` stdio (through tokio's
-//! blocking pool) and `tokio::signal`. It also carries the `demo`, `example-server` and
+//! current-thread runtime, its timers, `tokio::process` children and `tokio::signal`. It also carries the `demo`, `example-server` and
 //! `hooks check` subcommands (`buzz_agent_runtime::extras`).
 
 use buzz_agent_core::Input;
 use buzz_agent_runtime::{InputSender, Program, ReadPipe, Runtime, SpawnedChild, WritePipe};
 use std::future::Future;
 use std::io;
+use std::os::fd::AsFd;
+use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -56,6 +57,16 @@ impl Runtime for Tokio {
         tokio::time::sleep_until(deadline.into())
     }
 
+    type Timer = Pin<Box<tokio::time::Sleep>>;
+
+    fn timer(deadline: Instant) -> Self::Timer {
+        Box::pin(tokio::time::sleep_until(deadline.into()))
+    }
+
+    fn reset_timer(timer: &mut Self::Timer, deadline: Instant) {
+        timer.as_mut().reset(deadline.into());
+    }
+
     fn spawn_child(
         &self,
         cmd: std::process::Command,
@@ -74,21 +85,15 @@ impl Runtime for Tokio {
             .kill_on_drop(false);
         let mut child = cmd.spawn()?;
         let pipe = || io::Error::other("a piped stream is missing");
+        let stdin = child.stdin.take().ok_or_else(pipe)?;
         Ok(SpawnedChild {
+            stdin_fd: stdin.as_fd().try_clone_to_owned().ok(),
             pid: child.id().unwrap_or(0),
-            stdin: Pipe(child.stdin.take().ok_or_else(pipe)?),
+            stdin: Pipe(stdin),
             stdout: Pipe(child.stdout.take().ok_or_else(pipe)?),
             stderr: Pipe(child.stderr.take().ok_or_else(pipe)?),
             exit: async move { child.wait().await },
         })
-    }
-
-    fn acp_stdin(&self) -> impl ReadPipe {
-        Pipe(tokio::io::stdin())
-    }
-
-    fn acp_stdout(&self) -> impl WritePipe {
-        Pipe(tokio::io::stdout())
     }
 
     fn watch_shutdown_signals(&self, tx: InputSender) -> io::Result<()> {

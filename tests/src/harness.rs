@@ -315,6 +315,9 @@ struct State {
     answered_ids: HashMap<String, usize>,
     violations: Vec<String>,
     stdout_closed: bool,
+    /// [`AgentProc::pause_stdout`]: the reader reads nothing until resumed (the agent's stdout
+    /// pipe fills, as with a client that stopped reading).
+    stdout_paused: bool,
     stderr: String,
     /// When the last stderr line arrived (stderr and stdout are separate pipes: a log line
     /// written just before a response may be read after it).
@@ -435,6 +438,7 @@ impl AgentProc {
                 answered_ids: HashMap::new(),
                 violations: Vec::new(),
                 stdout_closed: false,
+                stdout_paused: false,
                 stderr: String::new(),
                 stderr_at: Instant::now(),
                 unread_stderr: None,
@@ -475,6 +479,29 @@ impl AgentProc {
     /// The agent's pid.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Stops reading the agent's stdout, as a client that stopped reading: once the pipe (and
+    /// the reader's 8 KiB buffer) is full, the agent's writes to stdout cannot complete.
+    /// Permission requests are not answered meanwhile.
+    pub fn pause_stdout(&self) {
+        self.shared.lock().stdout_paused = true;
+    }
+
+    /// Reads the agent's stdout again after [`AgentProc::pause_stdout`].
+    pub fn resume_stdout(&self) {
+        self.shared.lock().stdout_paused = false;
+        self.shared.cv.notify_all();
+    }
+
+    /// The names (`comm`) of the agent's threads, from `/proc/<pid>/task`.
+    pub fn thread_names(&self) -> Vec<String> {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim_end().to_string())
+            .collect()
     }
 
     fn note_sent(&self, bytes: &[u8]) {
@@ -950,6 +977,12 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
     let mut buf = Vec::new();
     loop {
         buf.clear();
+        {
+            let mut st = shared.lock();
+            while st.stdout_paused {
+                st = shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
         match reader.read_until(b'\n', &mut buf) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}

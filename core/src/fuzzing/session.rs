@@ -298,7 +298,7 @@ impl World {
                 }
             }
             Action::CallLlm { call, request } => {
-                let body: Value = serde_json::from_slice(&request.body)
+                let body: Value = serde_json::from_slice(&request.body.to_vec())
                     .unwrap_or_else(|e| panic!("the LLM request body is not JSON: {e}"));
                 for name in offered_tools(&body) {
                     assert!(

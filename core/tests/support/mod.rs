@@ -779,7 +779,7 @@ impl World {
                 }
             }
             Action::CallLlm { call, request } => {
-                self.on_llm_call(*call, &request.url, &request.body)
+                self.on_llm_call(*call, &request.url, &request.body.to_vec())
             }
             Action::CancelLlm { call } => {
                 self.note(format!("-> {call} release"));

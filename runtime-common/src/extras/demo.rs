@@ -119,7 +119,7 @@ fn demo() -> Result<(), String> {
         .ok_or_else(|| format!("session/new failed: {new}"))?
         .to_string();
     out!(
-        "client → session/new         session {sid} with MCP server `todo` (tools todo_add/todo_done/todo_list, hooks _Stop/_PostCompact)"
+        "client → session/new         session {sid} with MCP server `todo` (tools todo_add/todo_done/todo_list, hooks _Stop/_PostCompact/_SessionStart/_SessionEnd)"
     );
     let prompt = "Track and finish the release notes.";
     out!("client → session/prompt      {prompt:?}\n");

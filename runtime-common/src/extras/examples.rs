@@ -361,7 +361,7 @@ impl Example for Todo {
         json!([
             {"name": "todo_add", "description": "Add an open item to the todo list", "inputSchema": item},
             {"name": "todo_done", "description": "Mark an open item done (exact text)", "inputSchema": item},
-            {"name": "todo_list", "description": "Show the todo list", "inputSchema": {"type": "object", "properties": {}}},
+            {"name": "todo_list", "description": "Show the todo list", "inputSchema": {"type": "object", "properties": {}}, "annotations": {"readOnlyHint": true}},
             {"name": "_Stop", "description": "objects while items are open", "inputSchema": {"type": "object"}},
             {"name": "_PostCompact", "description": "re-injects the todo list", "inputSchema": {"type": "object"}},
             {"name": "_SessionStart", "description": "re-injects the items still open", "inputSchema": {"type": "object"}},
@@ -436,6 +436,19 @@ impl Example for Todo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn c53_todo_list_is_read_only_so_exec_and_acpx_defaults_allow_it() {
+        let tools = Todo::default().tools();
+        let read_only: Vec<&str> = tools
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["annotations"]["readOnlyHint"] == true)
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(read_only, ["todo_list"]);
+    }
 
     #[test]
     fn e2_todo_objects_while_items_are_open_and_reinjects_after_compaction() {

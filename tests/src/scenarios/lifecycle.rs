@@ -1213,3 +1213,69 @@ pub fn m8_c34_sh_c_launcher_with_term_ignoring_grandchild_is_killed_on_agent_exi
     );
     agent.finish();
 }
+
+/// A4 / issue #15: cancel while the body stalls on a kept-alive connection. The LLM worker
+/// on the call is freed at once (its connection is shut down, not read until the read
+/// timeout), and the next call goes over a new connection: the cancelled one, its body half
+/// read, is never reused.
+pub fn a4_cancel_of_a_stalled_stream_frees_its_worker_and_drops_its_connection(ctx: &Ctx) {
+    let s = Scratch::new();
+    let llm = FakeLlm::with_options(
+        crate::fake_llm::Options {
+            keep_alive: true,
+            ..crate::fake_llm::Options::default()
+        },
+        |i, _| match i {
+            0 => Reply::text("first answer"),
+            1 => Reply::text("Stalling at length, then more").stall_after_first_text(30_000),
+            _ => Reply::text("third answer"),
+        },
+    );
+    let (llm, agent, sid) = Setup::new(ctx, &s).llm(llm).start();
+    let r = agent.prompt(&sid, "one");
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    assert_eq!(llm.connections(), 1);
+    let prompt = agent.start_prompt(&sid, "two");
+    agent.wait_until(
+        "the first chunk of the stalling stream",
+        Duration::from_secs(20),
+        |t| {
+            t.iter().any(|m| {
+                m["params"]["update"]["content"]["text"]
+                    .as_str()
+                    .is_some_and(|text| text.contains("Stalling"))
+            })
+        },
+    );
+    let llm_threads = || {
+        agent
+            .thread_names()
+            .into_iter()
+            .filter(|n| n.starts_with("llm-"))
+            .count()
+    };
+    // One worker, or two when the second prompt came before the first call's worker had read
+    // its stream's last bytes (then the second call got a worker of its own).
+    let workers = llm_threads();
+    assert!(workers >= 1, "{:?}", agent.thread_names());
+    let since = Instant::now();
+    agent.cancel(&sid);
+    expect_cancelled(&agent, &sid, &prompt, since, Duration::from_secs(3));
+    // The stalled read ends when the connection is shut down, and the worker exits: nothing
+    // waits for the 30 s stall or the read timeout.
+    wait_for(
+        &agent,
+        "the LLM worker of the cancelled call to exit",
+        Duration::from_secs(5),
+        || llm_threads() == workers - 1,
+    );
+    next_prompt_works(&agent, &llm, &sid, "three");
+    // The third call went over a new connection, or over the idle worker's: never over the
+    // cancelled one.
+    assert_eq!(
+        llm.connections(),
+        2,
+        "the cancelled connection is not reused, and nothing else reconnected"
+    );
+    agent.finish();
+}

@@ -948,3 +948,52 @@ pub fn c24_finish_then_connection_left_open_completes_after_grace(ctx: &Ctx) {
     assert_eq!(llm.requests().len(), 1, "no retry");
     agent.finish();
 }
+
+/// Issue #15: every round of a session goes over one kept-alive connection, owned by one
+/// long-lived LLM worker, where a thread per call reconnected whenever the next call started
+/// before the previous thread had put its connection back.
+pub fn l7_every_round_of_a_session_uses_one_kept_alive_connection(ctx: &Ctx) {
+    let llm = crate::fake_llm::FakeLlm::with_options(
+        crate::fake_llm::Options {
+            keep_alive: true,
+            ..crate::fake_llm::Options::default()
+        },
+        |i, _| {
+            const IDS: [&str; 5] = ["call_0", "call_1", "call_2", "call_3", "call_4"];
+            match IDS.get(i) {
+                Some(id) => Reply::tool_calls(vec![(id, "fs__echo", json!({"text": i}))]),
+                None => Reply::text("all five done"),
+            }
+        },
+    );
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s).llm(llm).fake_mcp("fs", &[]).start();
+    for prompt_no in 0..2 {
+        let (r, _) = prompt(&agent, &sid, "echo five times", 30);
+        assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+        if prompt_no == 0 {
+            assert_eq!(llm.requests().len(), 6, "five tool rounds and the answer");
+        }
+    }
+    // The workers made all twelve calls and wait, idle, for the next, each with its one
+    // kept-alive connection. Usually one worker; two when a call started while the previous
+    // call's worker had not yet read its stream's last bytes (the core ends a call at the
+    // stream's terminator: under load the next round can come first).
+    let workers: Vec<String> = agent
+        .thread_names()
+        .into_iter()
+        .filter(|n| n.starts_with("llm-"))
+        .collect();
+    assert!(
+        (1..=2).contains(&workers.len()),
+        "{workers:?}: workers start only when calls overlap"
+    );
+    assert_eq!(
+        llm.connections(),
+        workers.len() as u64,
+        "{} requests over {} connections, with workers {workers:?}: one connection each",
+        llm.requests().len(),
+        llm.connections()
+    );
+    agent.finish();
+}

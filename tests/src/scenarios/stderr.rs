@@ -221,3 +221,57 @@ pub fn c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering(ctx: 
         "C52: the line after the newline is forwarded whole"
     );
 }
+
+/// A6 / P2 / issue #15: a client that stops reading stdout never blocks the loop (the agent
+/// writes stdout without blocking and leaves the rest to a writer thread), and once it reads
+/// again every line arrives, whole and in order.
+pub fn a6_unread_stdout_never_blocks_the_loop_and_loses_no_line(ctx: &Ctx) {
+    const DELTAS: usize = 3000;
+    let s = Scratch::new();
+    // 3000 deltas of ~100 bytes: ~600 KiB of `agent_message_chunk` lines, far more than a
+    // pipe holds.
+    let text: String = (0..DELTAS)
+        .map(|i| format!("{i:05} {}|", "x".repeat(93)))
+        .collect();
+    let big = text.clone();
+    let handler = move |i: usize, _: &crate::fake_llm::RecordedRequest| match i {
+        0 => Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "after"}))])
+            .with_text(big.clone())
+            .deltas(DELTAS),
+        _ => Reply::text("done"),
+    };
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(handler)
+        .fake_mcp("fs", &[])
+        .start();
+    agent.pause_stdout();
+    let prompt = agent.start_prompt(&sid, "stream a lot, then echo");
+    // With stdout full, the loop still runs the tool and makes the next LLM call.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while llm.requests().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the loop stalled while stdout was unread{}",
+            agent.context()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let seen = agent.transcript().len();
+    assert!(
+        seen < DELTAS / 2,
+        "stdout was read meanwhile ({seen} messages)"
+    );
+    agent.resume_stdout();
+    let r = agent.wait_response(&prompt, Duration::from_secs(30));
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    let updates = agent.session_updates(&sid);
+    let streamed = crate::harness::agent_text(&updates);
+    assert!(
+        streamed.starts_with(&text),
+        "the streamed text is whole and in order ({} of {} bytes)",
+        streamed.len(),
+        text.len()
+    );
+    crate::harness::assert_updates_precede_response(&agent, &sid, &prompt);
+    agent.finish();
+}
