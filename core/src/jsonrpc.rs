@@ -932,6 +932,7 @@ mod tests {
             Some(RpcId::Num(7.into())),
             "a nested `id` is not the request's"
         );
+        assert_eq!(scan(r#"{"params":{"a":1,"id":5}}"#), None, "nor alone");
         // The captured JSON text, quotes included, may be 1024 bytes, not one more.
         let fits = "x".repeat(MAX_RECOVERED_ID_BYTES - 2);
         assert_eq!(
