@@ -393,9 +393,12 @@ mod tests {
 
     fn logs(out: &mut Outbox) -> Vec<String> {
         std::iter::from_fn(|| out.pop())
-            .filter_map(|a| match a {
-                crate::io::Action::Log(r) => Some(r.message),
-                _ => None,
+            .filter_map(|a| {
+                if let crate::io::Action::Log(r) = a {
+                    Some(r.message)
+                } else {
+                    None
+                }
             })
             .collect()
     }
