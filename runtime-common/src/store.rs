@@ -264,11 +264,18 @@ fn write_pieces(f: &mut File, pieces: &[Vec<u8>]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// An open transcript: the file (holding its lock) and the stop flag of a read in progress,
-/// or the failure that ended its writes.
+/// An open transcript: the file (holding its lock) and the read in progress, or the failure
+/// that ended its writes.
 enum Held {
-    Open(File, Option<Arc<AtomicBool>>),
+    Open(File, Option<Reading>),
     Failed,
+}
+
+/// A read in progress: its stop flag and its thread (whose copy of the file holds the lock
+/// too).
+struct Reading {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// The store thread's state.
@@ -340,19 +347,19 @@ impl Worker {
                     Some(Held::Open(f, reading)) => {
                         f.try_clone().map_err(|e| e.to_string()).and_then(|clone| {
                             let stop = Arc::new(AtomicBool::new(false));
-                            *reading = Some(stop.clone());
                             let reader = Reader {
                                 file,
                                 f: clone,
                                 tx: self.tx.clone(),
                                 backlog: self.backlog.clone(),
-                                stop,
+                                stop: stop.clone(),
                             };
-                            std::thread::Builder::new()
+                            let thread = std::thread::Builder::new()
                                 .name(format!("store-read-{}", file.0))
                                 .spawn(move || reader.run())
-                                .map(|_| ())
-                                .map_err(|e| format!("cannot start a reader thread: {e}"))
+                                .map_err(|e| format!("cannot start a reader thread: {e}"))?;
+                            *reading = Some(Reading { stop, thread });
+                            Ok(())
                         })
                     }
                     Some(Held::Failed) | None => Err("the file is not open".to_owned()),
@@ -377,10 +384,14 @@ impl Worker {
                 }
             }
             Cmd::Close(file) => {
-                // A read still going stops at its next chunk (its copy of the file holds the
-                // lock until then).
-                if let Some(Held::Open(_, Some(stop))) = self.files.remove(&file) {
-                    stop.store(true, Ordering::Relaxed);
+                // A read still going stops at its next chunk; its copy of the file holds the
+                // lock until its thread ends, so the close waits for that (at most a chunk's
+                // read or send, or one backlog wait): once closed, the session is free for
+                // the next open, in this agent or another.
+                if let Some(Held::Open(f, Some(reading))) = self.files.remove(&file) {
+                    reading.stop.store(true, Ordering::Relaxed);
+                    drop(f);
+                    let _ = reading.thread.join();
                 }
             }
             Cmd::List(request) => {
@@ -774,6 +785,17 @@ mod tests {
         w.backlog.queued(MAX_STDOUT_BACKLOG + 1);
         w.run(Cmd::Read(TranscriptId(5)));
         w.run(Cmd::Close(TranscriptId(5)));
+        // Closed means unlocked, at once: the parked reader's copy of the file is gone too.
+        let (mut other, orx) = worker(&dir);
+        other.run(Cmd::Open {
+            file: TranscriptId(6),
+            name: "sess_5.jsonl".into(),
+            mode: OpenMode::Existing,
+        });
+        let Ok(Input::Transcript { event, .. }) = orx.try_recv() else {
+            panic!("the open is answered at once");
+        };
+        assert_eq!(event, TranscriptEvent::Opened);
         w.backlog.written(MAX_STDOUT_BACKLOG + 1);
         assert!(events(&rx).is_empty(), "nothing after the close");
         let _ = std::fs::remove_dir_all(&dir);
