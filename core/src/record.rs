@@ -338,7 +338,11 @@ fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     let _ = serde_json::to_writer(out, value);
 }
 
-/// A history item serialized as [`message_to_json`] gives it, without building the `Value`.
+/// A history item as a `message` record's JSON, written without building a `Value`:
+/// `{"role":"user","text"}`, `{"reasoning":[…],"role":"assistant","text","thinking",
+/// "toolCalls":[{"arguments","id","name"}]}` (empty fields left out) or
+/// `{"callId","isError","name","role":"tool","text"}`; keys sorted, as `message_to_json`
+/// (the `Value` form the tests and the testing feature use) gives them.
 struct MessageJson<'a>(&'a Message);
 
 impl Serialize for MessageJson<'_> {
@@ -453,6 +457,7 @@ impl<'a> Fields<'a> {
 /// A history item as JSON: `{"role":"user","text"}`, `{"role":"assistant","text",
 /// "thinking","reasoning":[…],"toolCalls":[{"id","name","arguments"}]}` (empty fields left
 /// out) or `{"role":"tool","callId","name","text","isError"}`.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn message_to_json(m: &Message) -> Value {
     match m {
         Message::User { text } => json!({"role": "user", "text": text}),
