@@ -9,6 +9,7 @@
 //! a later agent can add record types without a new version.
 
 use crate::llm::{ChatReasoningField, Message, ReasoningBlock, ToolCall};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 
 /// The record version this agent writes and the newest it reads.
@@ -100,50 +101,41 @@ pub(crate) enum Record {
 
 impl Record {
     /// The record as one line, with its `\n`.
+    #[cfg(test)]
     pub(crate) fn to_line(&self) -> String {
-        let mut o = Map::new();
-        let kind = match self {
+        let mut out = Vec::new();
+        self.write_line(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Appends the record to `out` as one line, with its `\n`: `{"v":1,"type":"<kind>"`
+    /// first (for people reading the file), then its fields sorted by name, written straight
+    /// into `out` (no `Value` built, no copy of the texts).
+    pub(crate) fn write_line(&self, out: &mut Vec<u8>) {
+        match self {
             Record::Session {
                 session_id,
                 cwd,
                 title,
-            } => {
-                o.insert("sessionId".into(), json!(session_id));
-                o.insert("cwd".into(), json!(cwd));
-                o.insert("title".into(), json!(title));
-                "session"
-            }
-            Record::Message(m) => {
-                o.insert("message".into(), message_to_json(m));
-                "message"
-            }
-            Record::Rewind { keep } => {
-                o.insert("keep".into(), json!(keep));
-                "rewind"
-            }
-            Record::Usage { input_tokens, mark } => {
-                o.insert("inputTokens".into(), json!(input_tokens));
-                o.insert("mark".into(), json!(mark));
-                "usage"
-            }
-            Record::Update(u) => {
-                o.insert("update".into(), u.clone());
-                "update"
-            }
+            } => Line::start(out, "session")
+                .field("cwd", cwd)
+                .field("sessionId", session_id)
+                .field("title", title)
+                .end(),
+            Record::Message(m) => write_message(out, m),
+            Record::Rewind { keep } => Line::start(out, "rewind").field("keep", keep).end(),
+            Record::Usage { input_tokens, mark } => Line::start(out, "usage")
+                .field("inputTokens", input_tokens)
+                .field("mark", mark)
+                .end(),
+            Record::Update(u) => Line::start(out, "update").field("update", u).end(),
             Record::ToolCall {
                 index,
                 tool_call_id,
                 call_id,
                 name,
                 update,
-            } => {
-                o.insert("index".into(), json!(index));
-                o.insert("toolCallId".into(), json!(tool_call_id));
-                o.insert("callId".into(), json!(call_id));
-                o.insert("name".into(), json!(name));
-                o.insert("update".into(), update.clone());
-                "tool_call"
-            }
+            } => write_tool_call(out, *index, tool_call_id, call_id, name, update),
             Record::ToolResult {
                 index,
                 tool_call_id,
@@ -152,48 +144,33 @@ impl Record {
                 text,
                 is_error,
                 failed,
-            } => {
-                o.insert("index".into(), json!(index));
-                if let Some(id) = tool_call_id {
-                    o.insert("toolCallId".into(), json!(id));
-                }
-                o.insert("callId".into(), json!(call_id));
-                o.insert("name".into(), json!(name));
-                o.insert("text".into(), json!(text));
-                o.insert("isError".into(), json!(is_error));
-                o.insert(
-                    "status".into(),
-                    json!(if *failed { "failed" } else { "completed" }),
-                );
-                "tool_result"
-            }
-            Record::Model(model) => {
-                o.insert("modelId".into(), json!(model));
-                "model"
-            }
-            Record::Permission { tool, allow } => {
-                o.insert("tool".into(), json!(tool));
-                o.insert("allow".into(), json!(allow));
-                "permission"
-            }
+            } => write_tool_result(
+                out,
+                *index,
+                tool_call_id.as_deref(),
+                call_id,
+                name,
+                text,
+                *is_error,
+                *failed,
+            ),
+            Record::Model(model) => Line::start(out, "model").field("modelId", model).end(),
+            Record::Permission { tool, allow } => Line::start(out, "permission")
+                .field("allow", allow)
+                .field("tool", tool)
+                .end(),
             Record::TurnEnd {
                 stop_reason,
                 detail,
-            } => {
-                match stop_reason {
-                    Some(r) => {
-                        o.insert("stopReason".into(), json!(r));
-                        o.insert("meta".into(), detail.clone());
-                    }
-                    None => {
-                        o.insert("error".into(), detail.clone());
-                    }
-                }
-                "turn_end"
-            }
-            Record::Unknown(kind) => kind.as_str(),
-        };
-        line_of(kind, &Value::Object(o))
+            } => match stop_reason {
+                Some(r) => Line::start(out, "turn_end")
+                    .field("meta", detail)
+                    .field("stopReason", r)
+                    .end(),
+                None => Line::start(out, "turn_end").field("error", detail).end(),
+            },
+            Record::Unknown(kind) => Line::start(out, kind).end(),
+        }
     }
 
     /// Decodes one line (without its newline).
@@ -268,19 +245,166 @@ impl Record {
     }
 }
 
-/// The `message` record of `m` as one line, with its `\n`.
-pub(crate) fn message_line(m: &Message) -> String {
-    line_of("message", &json!({"message": message_to_json(m)}))
+/// Appends the `message` record of `m` to `out` as one line, with its `\n`.
+pub(crate) fn write_message(out: &mut Vec<u8>, m: &Message) {
+    Line::start(out, "message")
+        .field("message", &MessageJson(m))
+        .end();
 }
 
-/// One record line: `{"v":1,"type":"<kind>"` first (for people reading the file), then the
-/// fields of `fields` (an object), then `}` and `\n`.
-fn line_of(kind: &str, fields: &Value) -> String {
-    let rest = fields.to_string();
-    let kind = Value::String(kind.to_owned());
-    match rest.strip_prefix('{') {
-        Some(tail) if tail != "}" => format!("{{\"v\":{VERSION},\"type\":{kind},{tail}\n"),
-        Some(_) | None => format!("{{\"v\":{VERSION},\"type\":{kind}}}\n"),
+/// Appends a `tool_call` record to `out` (the fields of [`Record::ToolCall`], borrowed).
+pub(crate) fn write_tool_call(
+    out: &mut Vec<u8>,
+    index: usize,
+    tool_call_id: &str,
+    call_id: &str,
+    name: &str,
+    update: &Value,
+) {
+    Line::start(out, "tool_call")
+        .field("callId", call_id)
+        .field("index", &index)
+        .field("name", name)
+        .field("toolCallId", tool_call_id)
+        .field("update", update)
+        .end();
+}
+
+/// Appends a `tool_result` record to `out` (the fields of [`Record::ToolResult`], borrowed).
+#[allow(clippy::too_many_arguments)] // the record's fields, one for one
+pub(crate) fn write_tool_result(
+    out: &mut Vec<u8>,
+    index: usize,
+    tool_call_id: Option<&str>,
+    call_id: &str,
+    name: &str,
+    text: &str,
+    is_error: bool,
+    failed: bool,
+) {
+    let mut line = Line::start(out, "tool_result");
+    line = line
+        .field("callId", call_id)
+        .field("index", &index)
+        .field("isError", &is_error)
+        .field("name", name)
+        .field("status", if failed { "failed" } else { "completed" })
+        .field("text", text);
+    if let Some(id) = tool_call_id {
+        line = line.field("toolCallId", id);
+    }
+    line.end();
+}
+
+/// A record line being written into a buffer: `{"v":1,"type":"<kind>"`, then `,"name":value`
+/// per field, then `}` and `\n`. Fields come sorted by name: the order a `serde_json` object
+/// (a sorted map) writes, which the format has always had.
+struct Line<'a> {
+    out: &'a mut Vec<u8>,
+    /// The last field's name (to check the order in debug builds).
+    last: &'static str,
+}
+
+impl<'a> Line<'a> {
+    fn start(out: &'a mut Vec<u8>, kind: &str) -> Line<'a> {
+        out.extend_from_slice(b"{\"v\":");
+        out.extend_from_slice(VERSION.to_string().as_bytes());
+        out.extend_from_slice(b",\"type\":");
+        put(out, kind);
+        Line { out, last: "" }
+    }
+
+    fn field<T: Serialize + ?Sized>(self, name: &'static str, value: &T) -> Line<'a> {
+        debug_assert!(self.last < name, "record fields out of order: {name}");
+        self.out.extend_from_slice(b",\"");
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+        put(self.out, value);
+        Line {
+            out: self.out,
+            last: name,
+        }
+    }
+
+    fn end(self) {
+        self.out.extend_from_slice(b"}\n");
+    }
+}
+
+/// Writes `value` as compact JSON at the end of `out`.
+fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Writing to a `Vec` cannot fail, and neither can these values (strings, numbers,
+    // `Value`s, whose object keys are strings).
+    let _ = serde_json::to_writer(out, value);
+}
+
+/// A history item as a `message` record's JSON, written without building a `Value`:
+/// `{"role":"user","text"}`, `{"reasoning":[…],"role":"assistant","text","thinking",
+/// "toolCalls":[{"arguments","id","name"}]}` (empty fields left out) or
+/// `{"callId","isError","name","role":"tool","text"}`; keys sorted, as `message_to_json`
+/// (the `Value` form the tests and the testing feature use) gives them.
+struct MessageJson<'a>(&'a Message);
+
+impl Serialize for MessageJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Keys sorted by name, as in a `serde_json` object.
+        match self.0 {
+            Message::User { text } => {
+                let mut o = s.serialize_map(Some(2))?;
+                o.serialize_entry("role", "user")?;
+                o.serialize_entry("text", text)?;
+                o.end()
+            }
+            Message::Assistant {
+                text,
+                thinking,
+                reasoning,
+                tool_calls,
+            } => {
+                let mut o = s.serialize_map(None)?;
+                if !reasoning.is_empty() {
+                    let blocks: Vec<Value> = reasoning.iter().map(reasoning_to_json).collect();
+                    o.serialize_entry("reasoning", &blocks)?;
+                }
+                o.serialize_entry("role", "assistant")?;
+                o.serialize_entry("text", text)?;
+                if !thinking.is_empty() {
+                    o.serialize_entry("thinking", thinking)?;
+                }
+                if !tool_calls.is_empty() {
+                    let calls: Vec<CallJson<'_>> = tool_calls.iter().map(CallJson).collect();
+                    o.serialize_entry("toolCalls", &calls)?;
+                }
+                o.end()
+            }
+            Message::ToolResult {
+                call_id,
+                name,
+                text,
+                is_error,
+            } => {
+                let mut o = s.serialize_map(Some(5))?;
+                o.serialize_entry("callId", call_id)?;
+                o.serialize_entry("isError", is_error)?;
+                o.serialize_entry("name", name)?;
+                o.serialize_entry("role", "tool")?;
+                o.serialize_entry("text", text)?;
+                o.end()
+            }
+        }
+    }
+}
+
+/// A model tool call as `{"arguments","id","name"}`.
+struct CallJson<'a>(&'a ToolCall);
+
+impl Serialize for CallJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut o = s.serialize_map(Some(3))?;
+        o.serialize_entry("arguments", &self.0.arguments)?;
+        o.serialize_entry("id", &self.0.id)?;
+        o.serialize_entry("name", &self.0.name)?;
+        o.end()
     }
 }
 
@@ -333,6 +457,7 @@ impl<'a> Fields<'a> {
 /// A history item as JSON: `{"role":"user","text"}`, `{"role":"assistant","text",
 /// "thinking","reasoning":[…],"toolCalls":[{"id","name","arguments"}]}` (empty fields left
 /// out) or `{"role":"tool","callId","name","text","isError"}`.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn message_to_json(m: &Message) -> Value {
     match m {
         Message::User { text } => json!({"role": "user", "text": text}),
@@ -563,9 +688,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a9_every_record_type_round_trips() {
-        let records = vec![
+    fn every_record() -> Vec<Record> {
+        vec![
             Record::Session {
                 session_id: "sess_1".into(),
                 cwd: "/w".into(),
@@ -607,8 +731,12 @@ mod tests {
                 stop_reason: None,
                 detail: json!("llm: HTTP 500"),
             },
-        ];
-        for r in records {
+        ]
+    }
+
+    #[test]
+    fn a9_every_record_type_round_trips() {
+        for r in every_record() {
             let line = r.to_line();
             assert_eq!(Record::parse(line.trim_end().as_bytes()), Ok(r), "{line}");
         }
@@ -642,5 +770,144 @@ mod tests {
         assert_eq!(iso8601_utc(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso8601_utc(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(iso8601_utc(1_777_636_800_000), "2026-05-01T12:00:00.000Z");
+    }
+
+    // ---- the reference encoding
+    /// The line as the first encoding wrote it (a `Value` object, then its text): the
+    /// reference the direct writer must match byte for byte.
+    fn via_value(r: &Record) -> String {
+        let mut o = Map::new();
+        let kind = match r {
+            Record::Session {
+                session_id,
+                cwd,
+                title,
+            } => {
+                o.insert("sessionId".into(), json!(session_id));
+                o.insert("cwd".into(), json!(cwd));
+                o.insert("title".into(), json!(title));
+                "session"
+            }
+            Record::Message(m) => {
+                o.insert("message".into(), message_to_json(m));
+                "message"
+            }
+            Record::Rewind { keep } => {
+                o.insert("keep".into(), json!(keep));
+                "rewind"
+            }
+            Record::Usage { input_tokens, mark } => {
+                o.insert("inputTokens".into(), json!(input_tokens));
+                o.insert("mark".into(), json!(mark));
+                "usage"
+            }
+            Record::Update(u) => {
+                o.insert("update".into(), u.clone());
+                "update"
+            }
+            Record::ToolCall {
+                index,
+                tool_call_id,
+                call_id,
+                name,
+                update,
+            } => {
+                o.insert("index".into(), json!(index));
+                o.insert("toolCallId".into(), json!(tool_call_id));
+                o.insert("callId".into(), json!(call_id));
+                o.insert("name".into(), json!(name));
+                o.insert("update".into(), update.clone());
+                "tool_call"
+            }
+            Record::ToolResult {
+                index,
+                tool_call_id,
+                call_id,
+                name,
+                text,
+                is_error,
+                failed,
+            } => {
+                o.insert("index".into(), json!(index));
+                if let Some(id) = tool_call_id {
+                    o.insert("toolCallId".into(), json!(id));
+                }
+                o.insert("callId".into(), json!(call_id));
+                o.insert("name".into(), json!(name));
+                o.insert("text".into(), json!(text));
+                o.insert("isError".into(), json!(is_error));
+                o.insert(
+                    "status".into(),
+                    json!(if *failed { "failed" } else { "completed" }),
+                );
+                "tool_result"
+            }
+            Record::Model(model) => {
+                o.insert("modelId".into(), json!(model));
+                "model"
+            }
+            Record::Permission { tool, allow } => {
+                o.insert("tool".into(), json!(tool));
+                o.insert("allow".into(), json!(allow));
+                "permission"
+            }
+            Record::TurnEnd {
+                stop_reason,
+                detail,
+            } => {
+                match stop_reason {
+                    Some(r) => {
+                        o.insert("stopReason".into(), json!(r));
+                        o.insert("meta".into(), detail.clone());
+                    }
+                    None => {
+                        o.insert("error".into(), detail.clone());
+                    }
+                }
+                "turn_end"
+            }
+            Record::Unknown(kind) => kind.as_str(),
+        };
+        line_of(kind, &Value::Object(o))
+    }
+
+    /// The reference's line framing (as it was).
+    fn line_of(kind: &str, fields: &Value) -> String {
+        let rest = fields.to_string();
+        let kind = Value::String(kind.to_owned());
+        match rest.strip_prefix('{') {
+            Some(tail) if tail != "}" => format!("{{\"v\":{VERSION},\"type\":{kind},{tail}\n"),
+            Some(_) | None => format!("{{\"v\":{VERSION},\"type\":{kind}}}\n"),
+        }
+    }
+
+    #[test]
+    fn a9_records_are_written_byte_for_byte_as_the_value_encoding_wrote_them() {
+        let mut records = every_record();
+        records.extend(every_message().into_iter().map(Record::Message));
+        records.push(Record::Message(Message::User {
+            text: "tab\t nul\u{0} \u{1f} \\ / \u{2028} é 🐝".into(),
+        }));
+        records.push(Record::ToolResult {
+            index: 7,
+            tool_call_id: Some("tc_9".into()),
+            call_id: "call \"q\"".into(),
+            name: "fs__big".into(),
+            text: "x".repeat(4096),
+            is_error: true,
+            failed: false,
+        });
+        records.push(Record::Unknown("later_type".into()));
+        records.push(Record::Update(
+            json!({"z": 1.5, "a": [null, true, -3, "s"], "m": {"k": {}}}),
+        ));
+        for r in records {
+            let mut direct = Vec::new();
+            r.write_line(&mut direct);
+            assert_eq!(
+                String::from_utf8(direct).as_deref(),
+                Ok(via_value(&r).as_str())
+            );
+        }
     }
 }

@@ -146,8 +146,8 @@ struct Recorder {
     title: Option<String>,
     /// Recording stopped after a write failed.
     broken: bool,
-    /// Records not yet handed to the runtime.
-    pending: String,
+    /// Records not yet handed to the runtime (whole lines).
+    pending: Vec<u8>,
     /// The run of streamed text not yet recorded: (update kind, text).
     chunk: Option<(&'static str, String)>,
     /// History items recorded.
@@ -169,7 +169,7 @@ impl Recorder {
             cwd: cwd.to_owned(),
             title: None,
             broken: false,
-            pending: String::new(),
+            pending: Vec::new(),
             chunk: None,
             synced: 0,
             usage: (0, 0),
@@ -181,7 +181,7 @@ impl Recorder {
 
     fn record(&mut self, r: &Record) {
         if !self.broken {
-            self.pending.push_str(&r.to_line());
+            r.write_line(&mut self.pending);
         }
     }
 
@@ -223,7 +223,7 @@ impl Recorder {
                 self.batch = None;
             }
             if !early {
-                self.pending.push_str(&crate::record::message_line(m));
+                crate::record::write_message(&mut self.pending, m);
             }
         }
         self.synced = len;
@@ -245,12 +245,11 @@ impl Recorder {
         for (tool, allow) in &sess.remembered {
             if self.remembered.get(tool) != Some(allow) {
                 self.remembered.insert(tool.clone(), *allow);
-                let line = Record::Permission {
+                Record::Permission {
                     tool: tool.clone(),
                     allow: *allow,
                 }
-                .to_line();
-                self.pending.push_str(&line);
+                .write_line(&mut self.pending);
             }
         }
     }
@@ -420,14 +419,18 @@ impl SessionStore {
             base,
             recorded: BTreeSet::new(),
         });
+        if rec.broken {
+            return;
+        }
         for c in calls {
-            rec.record(&Record::ToolCall {
-                index: c.index,
-                tool_call_id: c.acp_id.to_owned(),
-                call_id: c.call.id.clone(),
-                name: c.call.name.clone(),
-                update: c.update.clone(),
-            });
+            crate::record::write_tool_call(
+                &mut rec.pending,
+                c.index,
+                c.acp_id,
+                &c.call.id,
+                &c.call.name,
+                c.update,
+            );
         }
     }
 
@@ -445,15 +448,18 @@ impl SessionStore {
             return;
         };
         rec.flush_chunk();
-        rec.record(&Record::ToolResult {
-            index,
-            tool_call_id: Some(acp_id.to_owned()),
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            text: out.text.clone(),
-            is_error: out.is_error,
-            failed,
-        });
+        if !rec.broken {
+            crate::record::write_tool_result(
+                &mut rec.pending,
+                index,
+                Some(acp_id),
+                &call.id,
+                &call.name,
+                &out.text,
+                out.is_error,
+                failed,
+            );
+        }
         if let Some(b) = &mut rec.batch {
             b.recorded.insert(index);
         }
@@ -496,16 +502,18 @@ impl SessionStore {
             let Some(title) = rec.title.clone() else {
                 return; // nothing to title the file with yet: no prompt
             };
-            let header = Record::Session {
+            let mut header = Vec::with_capacity(128 + rec.pending.len());
+            Record::Session {
                 session_id: sid.to_string(),
                 cwd: rec.cwd.clone(),
                 title,
             }
-            .to_line();
-            rec.pending.insert_str(0, &header);
+            .write_line(&mut header);
+            header.append(&mut rec.pending);
+            rec.pending = header;
             rec.header_written = true;
         }
-        let bytes = std::mem::take(&mut rec.pending).into_bytes();
+        let bytes = std::mem::take(&mut rec.pending);
         let file = match rec.file {
             Some(f) => f,
             None => {

@@ -11,8 +11,11 @@
 //! - Every open transcript holds an exclusive `flock(2)` lock: a second agent opening the same
 //!   session is refused ([`TranscriptError::Locked`]), and the lock dies with the process, so a
 //!   `kill -9`'d agent never leaves a stale one.
-//! - An append is one `write(2)` of whole lines followed by `fdatasync(2)`: once the core's
-//!   round is final, a crash of the agent (or of the machine) does not lose it.
+//! - Appends are written whole lines at a time, then `fdatasync(2)`'d: once the core's round is
+//!   final, a crash of the agent (or of the machine) does not lose it. Appends queue while the
+//!   thread writes and syncs; it takes them all and writes each file's queued appends with one
+//!   `writev(2)` and one `fdatasync(2)` (a group commit, [`group`]), in the order they came
+//!   and never past a truncate, close or other command queued between them.
 //! - A read streams the file in [`READ_CHUNK`] pieces through the loop's bounded input channel
 //!   (the thread waits while it is full), on a thread of its own, and waits too while more
 //!   than [`MAX_STDOUT_BACKLOG`] bytes wait for stdout (the replay a client has not read yet):
@@ -29,7 +32,7 @@ use buzz_agent_core::{
 };
 use std::collections::BTreeMap;
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -90,6 +93,7 @@ impl Backlog {
 }
 
 /// The transcript actions of the core, carried to the store thread.
+#[derive(Debug)]
 enum Cmd {
     Open {
         file: TranscriptId,
@@ -168,13 +172,12 @@ impl Store {
             tx: self.tx.clone(),
             backlog: self.backlog.clone(),
             files: BTreeMap::new(),
+            syncs: 0,
         };
         std::thread::Builder::new()
             .name("store".into())
             .spawn(move || {
-                while let Ok(cmd) = cmd_rx.recv() {
-                    worker.run(cmd);
-                }
+                worker.serve(&cmd_rx);
                 drop(worker.files);
                 let _ = done_tx.send(());
             })?;
@@ -207,11 +210,72 @@ fn failure(cmd: &Cmd, why: &str) -> Option<Input> {
     }
 }
 
-/// An open transcript: the file (holding its lock) and the stop flag of a read in progress,
-/// or the failure that ended its writes.
+/// What the store thread does next, after [`group`].
+#[derive(Debug)]
+enum Step {
+    /// Append these pieces to the file, in order: one `writev(2)`, one `fdatasync(2)`.
+    Write(TranscriptId, Vec<Vec<u8>>),
+    /// Any command but an append, as it came.
+    Other(Cmd),
+}
+
+/// Groups queued commands (in the order they came) into steps: every run of appends between
+/// two other commands becomes one [`Step::Write`] per file (files in the order of their first
+/// append; a file's pieces in the order they came), so a file is synced once per run however
+/// many appends queued for it. Any other command (open, read, truncate, close, list) stays
+/// where it was, after the writes of the appends queued before it: nothing is reordered
+/// around it, and appends are reordered only across files, which share nothing.
+fn group(cmds: impl IntoIterator<Item = Cmd>) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut run: Vec<(TranscriptId, Vec<Vec<u8>>)> = Vec::new();
+    for cmd in cmds {
+        match cmd {
+            Cmd::Append(file, bytes) => match run.iter_mut().find(|(f, _)| *f == file) {
+                Some((_, pieces)) => pieces.push(bytes),
+                None => run.push((file, vec![bytes])),
+            },
+            other => {
+                steps.extend(run.drain(..).map(|(f, p)| Step::Write(f, p)));
+                steps.push(Step::Other(other));
+            }
+        }
+    }
+    steps.extend(run.into_iter().map(|(f, p)| Step::Write(f, p)));
+    steps
+}
+
+/// Writes all of `pieces` to `f` with as few `writev(2)` calls as it takes (one, unless the
+/// kernel writes less than asked).
+fn write_pieces(f: &mut File, pieces: &[Vec<u8>]) -> std::io::Result<()> {
+    if let [one] = pieces {
+        return f.write_all(one);
+    }
+    let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+    let mut left = &mut slices[..];
+    IoSlice::advance_slices(&mut left, 0); // skips empty pieces
+    while !left.is_empty() {
+        match f.write_vectored(left) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// An open transcript: the file (holding its lock) and the read in progress, or the failure
+/// that ended its writes.
 enum Held {
-    Open(File, Option<Arc<AtomicBool>>),
+    Open(File, Option<Reading>),
     Failed,
+}
+
+/// A read in progress: its stop flag and its thread (whose copy of the file holds the lock
+/// too).
+struct Reading {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// The store thread's state.
@@ -220,9 +284,43 @@ struct Worker {
     tx: InputSender,
     backlog: Arc<Backlog>,
     files: BTreeMap<TranscriptId, Held>,
+    /// `fdatasync(2)` calls made.
+    syncs: u64,
 }
 
 impl Worker {
+    /// Serves commands until the channel closes (at exit, after the queued ones): every wake-up
+    /// takes the command that woke it and all those queued behind it, and runs them grouped
+    /// ([`group`]).
+    fn serve(&mut self, cmds: &mpsc::Receiver<Cmd>) {
+        while let Ok(cmd) = cmds.recv() {
+            for step in group(std::iter::once(cmd).chain(cmds.try_iter())) {
+                match step {
+                    Step::Write(file, pieces) => self.append(file, &pieces),
+                    Step::Other(cmd) => self.run(cmd),
+                }
+            }
+        }
+    }
+
+    /// Appends `pieces` to `file` and syncs them; on a failure the file takes no more writes,
+    /// and the core hears of it once. Ignored for a file that is not open (or failed).
+    fn append(&mut self, file: TranscriptId, pieces: &[Vec<u8>]) {
+        if let Some(Held::Open(f, _)) = self.files.get_mut(&file) {
+            let written = write_pieces(f, pieces).and_then(|()| {
+                self.syncs += 1;
+                f.sync_data()
+            });
+            if let Err(e) = written {
+                self.files.insert(file, Held::Failed);
+                self.event(
+                    file,
+                    TranscriptEvent::Failed(TranscriptError::Io(e.to_string())),
+                );
+            }
+        }
+    }
+
     fn send(&self, input: Input) {
         // The loop may be gone at exit: the write itself is what matters then.
         let _ = self.tx.send_blocking(input);
@@ -249,19 +347,19 @@ impl Worker {
                     Some(Held::Open(f, reading)) => {
                         f.try_clone().map_err(|e| e.to_string()).and_then(|clone| {
                             let stop = Arc::new(AtomicBool::new(false));
-                            *reading = Some(stop.clone());
                             let reader = Reader {
                                 file,
                                 f: clone,
                                 tx: self.tx.clone(),
                                 backlog: self.backlog.clone(),
-                                stop,
+                                stop: stop.clone(),
                             };
-                            std::thread::Builder::new()
+                            let thread = std::thread::Builder::new()
                                 .name(format!("store-read-{}", file.0))
                                 .spawn(move || reader.run())
-                                .map(|_| ())
-                                .map_err(|e| format!("cannot start a reader thread: {e}"))
+                                .map_err(|e| format!("cannot start a reader thread: {e}"))?;
+                            *reading = Some(Reading { stop, thread });
+                            Ok(())
                         })
                     }
                     Some(Held::Failed) | None => Err("the file is not open".to_owned()),
@@ -270,21 +368,13 @@ impl Worker {
                     self.event(file, TranscriptEvent::Failed(TranscriptError::Io(e)));
                 }
             }
-            Cmd::Append(file, bytes) => {
-                if let Some(Held::Open(f, _)) = self.files.get_mut(&file) {
-                    let written = f.write_all(&bytes).and_then(|()| f.sync_data());
-                    if let Err(e) = written {
-                        self.files.insert(file, Held::Failed);
-                        self.event(
-                            file,
-                            TranscriptEvent::Failed(TranscriptError::Io(e.to_string())),
-                        );
-                    }
-                }
-            }
+            Cmd::Append(file, bytes) => self.append(file, &[bytes]),
             Cmd::Truncate(file, len) => {
                 if let Some(Held::Open(f, _)) = self.files.get(&file)
-                    && let Err(e) = f.set_len(len).and_then(|()| f.sync_data())
+                    && let Err(e) = f.set_len(len).and_then(|()| {
+                        self.syncs += 1;
+                        f.sync_data()
+                    })
                 {
                     self.files.insert(file, Held::Failed);
                     self.event(
@@ -294,10 +384,14 @@ impl Worker {
                 }
             }
             Cmd::Close(file) => {
-                // A read still going stops at its next chunk (its copy of the file holds the
-                // lock until then).
-                if let Some(Held::Open(_, Some(stop))) = self.files.remove(&file) {
-                    stop.store(true, Ordering::Relaxed);
+                // A read still going stops at its next chunk; its copy of the file holds the
+                // lock until its thread ends, so the close waits for that (at most a chunk's
+                // read or send, or one backlog wait): once closed, the session is free for
+                // the next open, in this agent or another.
+                if let Some(Held::Open(f, Some(reading))) = self.files.remove(&file) {
+                    reading.stop.store(true, Ordering::Relaxed);
+                    drop(f);
+                    let _ = reading.thread.join();
                 }
             }
             Cmd::List(request) => {
@@ -500,6 +594,7 @@ mod tests {
                 tx,
                 backlog: Arc::new(Backlog::default()),
                 files: BTreeMap::new(),
+                syncs: 0,
             },
             rx,
         )
@@ -690,6 +785,17 @@ mod tests {
         w.backlog.queued(MAX_STDOUT_BACKLOG + 1);
         w.run(Cmd::Read(TranscriptId(5)));
         w.run(Cmd::Close(TranscriptId(5)));
+        // Closed means unlocked, at once: the parked reader's copy of the file is gone too.
+        let (mut other, orx) = worker(&dir);
+        other.run(Cmd::Open {
+            file: TranscriptId(6),
+            name: "sess_5.jsonl".into(),
+            mode: OpenMode::Existing,
+        });
+        let Ok(Input::Transcript { event, .. }) = orx.try_recv() else {
+            panic!("the open is answered at once");
+        };
+        assert_eq!(event, TranscriptEvent::Opened);
         w.backlog.written(MAX_STDOUT_BACKLOG + 1);
         assert!(events(&rx).is_empty(), "nothing after the close");
         let _ = std::fs::remove_dir_all(&dir);
@@ -718,6 +824,169 @@ mod tests {
         assert_eq!(e[0].head, b"{\"head\":1}");
         assert_eq!(e[1].head.len(), TRANSCRIPT_HEAD_BYTES, "capped");
         assert!(e[0].modified_ms > 1_600_000_000_000);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn open_cmd(id: u64, mode: OpenMode) -> Cmd {
+        Cmd::Open {
+            file: TranscriptId(id),
+            name: format!("sess_{id}.jsonl"),
+            mode,
+        }
+    }
+
+    /// The steps of `cmds` in a short form: `W1:a+b` writes pieces `a` and `b` to file 1,
+    /// anything else is the command's kind and file.
+    fn plan(cmds: Vec<Cmd>) -> Vec<String> {
+        group(cmds)
+            .into_iter()
+            .map(|s| match s {
+                Step::Write(f, pieces) => format!(
+                    "W{}:{}",
+                    f.0,
+                    pieces
+                        .iter()
+                        .map(|p| String::from_utf8_lossy(p).into_owned())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                ),
+                Step::Other(Cmd::Open { file, .. }) => format!("open{}", file.0),
+                Step::Other(Cmd::Truncate(f, len)) => format!("cut{}@{len}", f.0),
+                Step::Other(Cmd::Close(f)) => format!("close{}", f.0),
+                Step::Other(Cmd::Read(f)) => format!("read{}", f.0),
+                Step::Other(Cmd::List(r)) => format!("list{r}"),
+                Step::Other(Cmd::Append(..)) => unreachable!("appends are grouped"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a9_queued_appends_group_per_file_in_order_and_never_past_another_command() {
+        let a = |f: u64, s: &str| Cmd::Append(TranscriptId(f), s.as_bytes().to_vec());
+        assert_eq!(
+            plan(vec![a(1, "a"), a(2, "x"), a(1, "b"), a(1, "c"), a(2, "y")]),
+            ["W1:a+b+c", "W2:x+y"],
+            "one write per file, pieces in order, files in the order of their first append"
+        );
+        assert_eq!(
+            plan(vec![
+                open_cmd(3, OpenMode::Create),
+                a(3, "h"),
+                a(3, "r"),
+                a(1, "a"),
+                Cmd::Truncate(TranscriptId(1), 0),
+                a(1, "b"),
+                a(3, "s"),
+                Cmd::Close(TranscriptId(3)),
+                a(1, "c"),
+                Cmd::List(4),
+            ]),
+            [
+                "open3", "W3:h+r", "W1:a", "cut1@0", "W1:b", "W3:s", "close3", "W1:c", "list4"
+            ],
+            "a truncate, close or other command is never crossed"
+        );
+        assert_eq!(plan(vec![a(1, "a")]), ["W1:a"]);
+        assert!(plan(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a9_appends_queued_behind_a_sync_are_written_with_one_write_and_one_sync() {
+        let dir = scratch("group");
+        let (mut w, rx) = worker(&dir);
+        let (cmds, queue) = mpsc::channel();
+        // Everything below is queued before the thread takes any of it, as happens while it
+        // sits in an fdatasync: a round's answer and its tool results, for two sessions.
+        cmds.send(open_cmd(1, OpenMode::Create)).expect("queued");
+        cmds.send(open_cmd(2, OpenMode::Create)).expect("queued");
+        for i in 0..10 {
+            cmds.send(Cmd::Append(
+                TranscriptId(1),
+                format!("{{\"n\":{i}}}\n").into_bytes(),
+            ))
+            .expect("queued");
+            cmds.send(Cmd::Append(
+                TranscriptId(2),
+                format!("{{\"m\":{i}}}\n").into_bytes(),
+            ))
+            .expect("queued");
+        }
+        drop(cmds);
+        w.serve(&queue);
+        assert_eq!(w.syncs, 2, "one fdatasync per file for 20 queued appends");
+        let want = |k: &str| {
+            (0..10)
+                .map(|i| format!("{{\"{k}\":{i}}}\n"))
+                .collect::<String>()
+        };
+        let read = |n: &str| std::fs::read_to_string(dir.join(n)).expect("written");
+        assert_eq!(read("sess_1.jsonl"), want("n"), "every append, in order");
+        assert_eq!(read("sess_2.jsonl"), want("m"));
+        assert_eq!(
+            events(&rx).len(),
+            2,
+            "the two opens only: appends are not answered"
+        );
+
+        // One at a time (each sent once the one before is written, so never queued behind
+        // it): written and synced at once, one sync each, nothing held back for company.
+        let (cmds, queue) = mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            w.serve(&queue);
+            w
+        });
+        for i in 10..13 {
+            let line = format!("{{\"n\":{i}}}\n");
+            cmds.send(Cmd::Append(TranscriptId(1), line.clone().into_bytes()))
+                .expect("queued");
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !read("sess_1.jsonl").ends_with(&line) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "append {i} never written"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        drop(cmds);
+        let w = worker.join().expect("the store thread");
+        assert_eq!(w.syncs, 2 + 3);
+        assert!(read("sess_1.jsonl").ends_with("{\"n\":12}\n"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a9_a_failed_group_write_is_reported_once_and_the_file_takes_no_more() {
+        let dir = scratch("groupfail");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("sess_1.jsonl");
+        std::fs::write(&path, "").expect("create");
+        let (mut w, rx) = worker(&dir);
+        // A handle that cannot write: every write fails (EBADF), like a full disk.
+        let read_only = File::open(&path).expect("open");
+        w.files.insert(TranscriptId(1), Held::Open(read_only, None));
+        let (cmds, queue) = mpsc::channel();
+        for _ in 0..3 {
+            cmds.send(Cmd::Append(TranscriptId(1), b"{}\n".to_vec()))
+                .expect("queued");
+        }
+        drop(cmds);
+        w.serve(&queue);
+        let got = events(&rx);
+        assert!(
+            matches!(
+                &got[..],
+                [Input::Transcript {
+                    file: TranscriptId(1),
+                    event: TranscriptEvent::Failed(TranscriptError::Io(_)),
+                }]
+            ),
+            "{got:?}"
+        );
+        assert!(matches!(w.files.get(&TranscriptId(1)), Some(Held::Failed)));
+        w.run(Cmd::Append(TranscriptId(1), b"{}\n".to_vec()));
+        assert!(events(&rx).is_empty(), "nothing more for that file");
+        assert_eq!(std::fs::read(&path).expect("read").len(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
