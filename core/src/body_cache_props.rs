@@ -19,16 +19,9 @@ use crate::request::BodyCache;
 use proptest::prelude::*;
 use serde_json::json;
 
-#[allow(
-    clippy::disallowed_methods,
-    reason = "a test reads its case count; the core itself never reads env"
-)]
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500)
-}
+/// Cases per property: fixed, so the core's code reads no environment (the properties under
+/// `core/tests/` take `PROPTEST_CASES`).
+const CASES: u32 = 500;
 
 /// Texts that exercise the dialect rules: empty, blank, needing JSON escapes, non-ASCII.
 fn text() -> impl Strategy<Value = String> {
@@ -289,7 +282,7 @@ fn check(initial: Vec<Message>, ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     /// Random histories, random sequences of appends, rewrites and builds on any route.
     #[test]

@@ -145,7 +145,7 @@ pub(crate) fn build_request_cached(
 }
 
 /// The per-server choices of a Chat Completions request (SPEC L7), decided by
-/// [`crate::provider::chat_options`].
+/// `chat_options` (provider.rs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ChatOptions {
     /// Send the output cap as `max_completion_tokens` instead of `max_tokens` (case C41).

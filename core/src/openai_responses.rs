@@ -121,7 +121,7 @@ pub(crate) fn build_request_cached(
 }
 
 /// The per-server choices of a Responses request (SPEC L8, L10), decided by
-/// [`crate::provider::responses_options`].
+/// `responses_options` (provider.rs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ResponsesOptions {
     /// Ask for `include: ["reasoning.encrypted_content"]`, so reasoning items can be replayed.

@@ -89,7 +89,7 @@ pub(crate) fn build_request(cfg: &Config, req: &LlmRequest<'_>, learned: &Learne
 }
 
 /// [`build_request`] through `cache`, the serialized prefix of `req.messages` kept from the
-/// history's earlier requests ([`crate::history::History`]): the same bytes, but only the
+/// history's earlier requests (`History`, history.rs): the same bytes, but only the
 /// messages new since then are serialized (issue #15).
 #[must_use]
 pub(crate) fn build_request_cached(

@@ -121,7 +121,7 @@ pub(crate) trait WireElement {
 /// change how history messages are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CacheKey {
-    /// Chat Completions; `reasoning_content` as [`crate::openai_chat::ChatOptions`].
+    /// Chat Completions; `reasoning_content` as the Chat options (`ChatOptions`, openai_chat.rs).
     Chat { reasoning_content: bool },
     /// Anthropic Messages.
     Anthropic,
@@ -137,8 +137,8 @@ pub(crate) enum CacheKey {
 /// An element is kept once no message appended later can change it: the provider dialects
 /// merge consecutive messages of a role into one element, so the last element stays open,
 /// and so does anything planned from the same message (the Chat bridge before a user
-/// message). [`crate::history::History`] drops the cache on every change but an append, so
-/// compaction, truncation, hook injections and joins rebuild it from the start.
+/// message). The session's history (`History`, its owner) drops the cache on every change but
+/// an append, so compaction, truncation, hook injections and joins rebuild it from the start.
 #[derive(Default)]
 pub(crate) struct BodyCache {
     key: Option<CacheKey>,
