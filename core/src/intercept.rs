@@ -258,6 +258,18 @@ mod tests {
         server
     }
 
+    /// One `fs__read` call started in a session whose interceptor server `policy` runs the
+    /// example server's `config` (what the start sent not drained): the parts, the session,
+    /// the server logic that answers the invocations, and the batch.
+    fn read_under_policy(config: Value) -> (Parts, Session, ExampleServer, ToolBatch) {
+        let mut parts = Parts::new();
+        let (mut sess, routes) = setup(&mut parts);
+        let server = policy(&mut parts, &mut sess, config);
+        let calls = vec![call("a", "fs__read", "{}")];
+        let batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        (parts, sess, server, batch)
+    }
+
     /// One `fs__read` call started under the mutation interceptor `name` of server `policy`,
     /// hooked on `phase` (what the start sent already drained): the parts, the session and the
     /// batch.
@@ -431,15 +443,9 @@ mod tests {
 
     #[test]
     fn x1_the_response_phase_screens_and_rewrites_the_result_before_anyone_sees_it() {
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let server = policy(
-            &mut parts,
-            &mut sess,
+        let (mut parts, mut sess, server, mut batch) = read_under_policy(
             json!([{"name": "check", "behavior": "allow-all", "phases": "response"}]),
         );
-        let calls = vec![call("a", "fs__read", "{}")];
-        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
         let sent = Parts::mcp_lines(&parts.drain());
         assert_eq!(sent[0]["method"], "tools/call", "no request-phase member");
         batch.on_reply(
@@ -494,19 +500,8 @@ mod tests {
 
     #[test]
     fn x1_i6_a_late_reply_to_a_call_no_longer_running_is_not_screened() {
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let _server = policy(
-            &mut parts,
-            &mut sess,
+        let (mut parts, _sess, _server, mut batch) = read_under_policy(
             json!([{"name": "check", "behavior": "allow-all", "phases": "response"}]),
-        );
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
         );
         let sent = Parts::mcp_lines(&parts.drain());
         assert_eq!(sent[0]["method"], "tools/call");
@@ -527,15 +522,10 @@ mod tests {
     #[test]
     fn x1_a_crashing_or_silent_interceptor_blocks_unless_it_is_fail_open() {
         for (fail_open, runs) in [(false, false), (true, true)] {
-            let mut parts = Parts::new();
-            let (mut sess, routes) = setup(&mut parts);
-            let server = policy(
-                &mut parts,
-                &mut sess,
+            let (mut parts, mut sess, server, mut batch) = read_under_policy(
                 json!([{"name": "guard", "behavior": "crash", "phases": "request", "failOpen": fail_open}]),
             );
-            let calls = vec![call("a", "fs__read", "{}")];
-            let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+            let (_, routes) = parts.servers.visible_tools(&sess.servers);
             let actions = parts.drain();
             answer(&mut batch, &server, &actions, None, &mut sess, &mut parts);
             let ran = Parts::mcp_lines(&parts.drain())
@@ -582,19 +572,8 @@ mod tests {
 
     #[test]
     fn x1_an_audit_validator_only_logs() {
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let server = policy(
-            &mut parts,
-            &mut sess,
+        let (mut parts, mut sess, server, mut batch) = read_under_policy(
             json!([{"name": "watch", "behavior": "deny-all", "phases": "request", "mode": "audit"}]),
-        );
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
         );
         let actions = parts.drain();
         answer(&mut batch, &server, &actions, None, &mut sess, &mut parts);
@@ -616,19 +595,8 @@ mod tests {
 
     #[test]
     fn x1_cancel_mid_chain_cancels_the_invocation_and_fails_the_call() {
-        let mut parts = Parts::new();
-        let (mut sess, routes) = setup(&mut parts);
-        let _server = policy(
-            &mut parts,
-            &mut sess,
+        let (mut parts, mut sess, _server, mut batch) = read_under_policy(
             json!([{"name": "slow", "behavior": "allow-all", "phases": "request"}]),
-        );
-        let mut batch = ToolBatch::start(
-            TURN,
-            vec![call("a", "fs__read", "{}")],
-            &routes,
-            &mut sess,
-            &mut parts.cx(),
         );
         let invoke_id = Parts::mcp_lines(&parts.drain())[0]["id"].clone();
         batch.cancel("cancelled by the client", &mut parts.cx());
