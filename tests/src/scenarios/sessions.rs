@@ -33,6 +33,23 @@ fn load(agent: &AgentProc, s: &Scratch, method: &str, sid: &str) -> Value {
     )
 }
 
+/// Starts `method` (`session/load` or `session/resume`) of `sid` with the `tools` server and
+/// waits for its answer, which carries the model selector; returns the request id (the replay
+/// comes before its answer).
+fn load_started(agent: &AgentProc, s: &Scratch, method: &str, sid: &str) -> Value {
+    let id = agent.start_request(
+        method,
+        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": [tools()]}),
+    );
+    let r = agent.wait_response(&id, WAIT);
+    assert_eq!(
+        agent.result(&r)["configOptions"][0]["id"],
+        "model",
+        "the model selector: {r}"
+    );
+    id
+}
+
 /// An agent on `llm` keeping its sessions in the scenario's state directory, initialized.
 fn agent_on(ctx: &Ctx, s: &Scratch, llm: FakeLlm, extra: &[(&str, &str)]) -> (FakeLlm, AgentProc) {
     let dir = path_str(&state_dir(s));
@@ -152,16 +169,7 @@ pub fn a9_prompt_exit_load_prompt_again_continues_the_history(ctx: &Ctx) {
     );
 
     let (llm, agent) = agent_on(ctx, &s, llm, &[]);
-    let id = agent.start_request(
-        "session/load",
-        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": [tools()]}),
-    );
-    let r = agent.wait_response(&id, WAIT);
-    assert_eq!(
-        agent.result(&r)["configOptions"][0]["id"],
-        "model",
-        "the model selector: {r}"
-    );
+    let id = load_started(&agent, &s, "session/load", &sid);
     let replayed = updates_before_response(&agent, &sid, &id);
     assert_eq!(
         replayed.first().map(|u| u["sessionUpdate"].clone()),
@@ -250,16 +258,7 @@ pub fn a9_kill_9_mid_round_then_load_pairs_every_tool_call(ctx: &Ctx) {
     drop(agent);
 
     let (llm, agent) = agent_on(ctx, &s, llm, &[]);
-    let id = agent.start_request(
-        "session/load",
-        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": [tools()]}),
-    );
-    let r = agent.wait_response(&id, WAIT);
-    assert_eq!(
-        agent.result(&r)["configOptions"][0]["id"],
-        "model",
-        "the model selector: {r}"
-    );
+    let id = load_started(&agent, &s, "session/load", &sid);
     let replayed = updates_before_response(&agent, &sid, &id);
     let finals: Vec<(String, String)> = replayed
         .iter()
@@ -590,16 +589,7 @@ pub fn a9_session_resume_continues_without_replay(ctx: &Ctx) {
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
     agent.finish();
     let (llm, agent) = agent_on(ctx, &s, llm, &[]);
-    let id = agent.start_request(
-        "session/resume",
-        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": [tools()]}),
-    );
-    let r = agent.wait_response(&id, WAIT);
-    assert_eq!(
-        agent.result(&r)["configOptions"][0]["id"],
-        "model",
-        "the model selector: {r}"
-    );
+    load_started(&agent, &s, "session/resume", &sid);
     assert!(agent.session_updates(&sid).is_empty(), "no replay");
     let r = agent.prompt(&sid, "Which word?");
     assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
