@@ -556,3 +556,217 @@ pub(crate) mod decoder_tests {
         whole
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The provider-neutral types' own rules: the size estimates compaction counts with
+    //! (SPEC K1), `Debug` forms that show lengths and never contents (SPEC P2, DESIGN habits),
+    //! the request body in shared pieces (issue #15) and the stream error's retry rule (SPEC L5).
+
+    use super::*;
+    use serde_json::json;
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    /// An answer with every kind of content, each of a different length.
+    fn full_answer() -> Message {
+        Message::Assistant {
+            text: "answer".into(),  // 6
+            thinking: "hmm".into(), // 3
+            reasoning: vec![
+                ReasoningBlock::Thinking {
+                    text: "not counted: it is the message's thinking".into(),
+                    signature: "sig==".into(), // 5
+                },
+                ReasoningBlock::Redacted {
+                    data: "encrypted".into(), // 9
+                },
+                ReasoningBlock::ChatField(ChatReasoningField::Reasoning), // 0
+            ],
+            tool_calls: vec![
+                call("call_1", "fs__read", r#"{"p":1}"#), // 6 + 8 + 7
+                call("c2", "sh", "{}"),                   // 2 + 2 + 2
+            ],
+        }
+    }
+
+    #[test]
+    fn k1_a_message_counts_the_bytes_the_model_sees() {
+        assert_eq!(
+            Message::User {
+                text: "hello".into()
+            }
+            .content_bytes(),
+            5
+        );
+        assert_eq!(full_answer().content_bytes(), 6 + 3 + (5 + 9) + (21 + 6));
+        let result = Message::ToolResult {
+            call_id: "call_1".into(), // 6
+            name: "fs__read".into(),  // 8
+            text: "contents".into(),  // 8
+            is_error: true,
+        };
+        assert_eq!(result.content_bytes(), 22);
+    }
+
+    #[test]
+    fn k1_l10_reasoning_state_counts_its_opaque_bytes_and_json_strings() {
+        let thinking = ReasoningBlock::Thinking {
+            text: "the text is the message's thinking".into(),
+            signature: "sig".into(),
+        };
+        assert_eq!(thinking.content_bytes(), 3);
+        assert_eq!(
+            ReasoningBlock::Redacted { data: "ab".into() }.content_bytes(),
+            2
+        );
+        assert_eq!(
+            ReasoningBlock::ChatField(ChatReasoningField::ReasoningContent).content_bytes(),
+            0
+        );
+        // Keys and strings count their bytes; null, booleans and numbers count 4 each.
+        let item = json!({"id": "rs_1", "encrypted_content": "xyz", "n": null});
+        assert_eq!(
+            ReasoningBlock::ResponsesItem(item).content_bytes(),
+            (2 + 4) + (17 + 3) + (1 + 4)
+        );
+        let details = json!([{"type": "reasoning.text", "text": "t"}, true, 7]);
+        assert_eq!(
+            ReasoningBlock::ChatDetails(details).content_bytes(),
+            (4 + 14) + (4 + 1) + 4 + 4
+        );
+    }
+
+    #[test]
+    fn l7_a_chat_reasoning_field_is_sent_back_under_its_own_name() {
+        assert_eq!(
+            ChatReasoningField::ReasoningContent.name(),
+            "reasoning_content"
+        );
+        assert_eq!(ChatReasoningField::Reasoning.name(), "reasoning");
+    }
+
+    #[test]
+    fn p2_debug_shows_lengths_and_ids_never_contents() {
+        let secret = "sk-secret";
+        let shown = format!(
+            "{:?}",
+            [
+                Message::User {
+                    text: secret.into()
+                },
+                full_answer(),
+                Message::ToolResult {
+                    call_id: "call_1".into(),
+                    name: "fs__read".into(),
+                    text: secret.into(),
+                    is_error: false,
+                },
+            ]
+        );
+        assert_eq!(
+            shown,
+            "[User(9 B), Assistant(6 B text, 3 B thinking, 3 reasoning blocks, calls \
+             [call_1:fs__read(7 B), c2:sh(2 B)]), ToolResult(call_1 fs__read 9 B err=false)]"
+        );
+        let blocks = [
+            ReasoningBlock::Thinking {
+                text: secret.into(),
+                signature: "sig".into(),
+            },
+            ReasoningBlock::Redacted {
+                data: secret.into(),
+            },
+            ReasoningBlock::ResponsesItem(json!({"k": secret})),
+            ReasoningBlock::ChatField(ChatReasoningField::ReasoningContent),
+            ReasoningBlock::ChatDetails(json!([secret])),
+        ];
+        assert_eq!(
+            format!("{blocks:?}"),
+            "[Thinking(9 B, sig 3 B), Redacted(9 B), ResponsesItem(10 B), \
+             ChatField(reasoning_content), ChatDetails(9 B)]"
+        );
+        let request = HttpRequest {
+            url: "https://llm.test/v1/messages".into(),
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-api-key".into(), secret.into()),
+            ],
+            body: Body::from(format!("{{\"key\":\"{secret}\"}}").into_bytes()),
+        };
+        assert_eq!(
+            format!("{request:?}"),
+            "POST https://llm.test/v1/messages headers=[\"content-type\", \"x-api-key\"] body=19 B"
+        );
+        assert_eq!(format!("{:?}", request.body), "Body(19 B in 1 pieces)");
+    }
+
+    #[test]
+    fn l6_a_request_body_is_its_pieces_back_to_back_and_equal_by_bytes_however_cut() {
+        let mut body = Body::default();
+        assert!(body.is_empty());
+        body.push(b"{\"a\":".to_vec());
+        body.push(Vec::new()); // an empty piece is not kept
+        let shared = Arc::new(b"[1,2]".to_vec());
+        body.push_shared(Arc::clone(&shared));
+        body.push(b"}".to_vec());
+        assert!(!body.is_empty());
+        assert_eq!(body.len(), 11);
+        assert_eq!(
+            body.pieces().collect::<Vec<&[u8]>>(),
+            [&b"{\"a\":"[..], b"[1,2]", b"}"]
+        );
+        assert_eq!(body.to_vec(), b"{\"a\":[1,2]}");
+        assert_eq!(format!("{body:?}"), "Body(11 B in 3 pieces)");
+        let whole = Body::from(b"{\"a\":[1,2]}".to_vec());
+        assert_eq!(whole.len(), 11);
+        assert_eq!(whole, body, "the same bytes cut differently");
+        assert_ne!(
+            Body::from(b"{\"a\":[1,3]}".to_vec()),
+            body,
+            "the same length, other bytes"
+        );
+        assert_ne!(Body::from(b"{\"a\":[1,2]} ".to_vec()), body, "longer");
+        assert_eq!(Body::from(Vec::new()), Body::default());
+    }
+
+    #[test]
+    fn l5_a_truncated_stream_is_retried_a_body_that_is_no_stream_is_not() {
+        assert!(StreamError::Truncated("cut".into()).is_retryable());
+        assert!(!StreamError::NotAStream("{}".into()).is_retryable());
+        for retryable in [true, false] {
+            let e = StreamError::Provider {
+                message: "overloaded".into(),
+                retryable,
+            };
+            assert_eq!(e.is_retryable(), retryable);
+        }
+    }
+
+    /// A decoder that keeps the default [`StreamDecoder::has_final_answer`].
+    struct Terminated(bool);
+
+    impl StreamDecoder for Terminated {
+        fn feed(&mut self, _: &[u8], _: &mut Vec<StreamDelta>) -> Result<(), StreamError> {
+            Ok(())
+        }
+        fn is_complete(&self) -> bool {
+            self.0
+        }
+        fn finish(&mut self, _: &mut Vec<StreamDelta>) -> Result<LlmResponse, StreamError> {
+            Err(StreamError::Truncated("no answer".into()))
+        }
+    }
+
+    #[test]
+    fn c24_an_answer_is_final_by_default_once_the_stream_is_complete() {
+        assert!(Terminated(true).has_final_answer());
+        assert!(!Terminated(false).has_final_answer());
+    }
+}

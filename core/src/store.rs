@@ -1698,4 +1698,662 @@ mod tests {
                 .is_err()
         );
     }
+
+    // ---- more of the store's rules, one test each (issue 13: tests that can fail)
+
+    /// The lines of `recs`, as the agent writes them.
+    fn file_of(recs: &[Record]) -> Vec<u8> {
+        recs.iter()
+            .map(Record::to_line)
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    /// The header of `SID`'s file.
+    fn header() -> Record {
+        Record::Session {
+            session_id: "sess_1".into(),
+            cwd: "/w".into(),
+            title: "go".into(),
+        }
+    }
+
+    /// The text of every log line of `actions` at `level`.
+    fn logs_at(actions: &[Action], level: LogLevel) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::Log(r) = a
+                    && r.level == level
+                {
+                    Some(r.message.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The client lines of `actions` (the replay).
+    fn acp_lines(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::WriteAcp(l) = a {
+                    Some(l.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The records appended by `actions`, as JSON.
+    fn appended(actions: &[Action]) -> Vec<Value> {
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::AppendTranscript { bytes, .. } = a {
+                    Some(bytes)
+                } else {
+                    None
+                }
+            })
+            .flat_map(|bytes| {
+                String::from_utf8_lossy(bytes)
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap_or_default())
+                    .collect::<Vec<Value>>()
+            })
+            .collect()
+    }
+
+    /// What a load of `bytes` restored; panics when it failed.
+    fn restored(bytes: &[u8]) -> (Box<Restored>, Vec<Action>) {
+        let (mut events, actions) = load(bytes, 64);
+        match events.pop() {
+            Some(StoreEvent::Loaded(SID, r)) if events.is_empty() => (r, actions),
+            other => panic!("loaded: {other:?} after {events:?}"),
+        }
+    }
+
+    /// Why a load of `bytes` failed; panics when it did not.
+    fn load_error(bytes: &[u8]) -> String {
+        let (events, _) = load(bytes, 64);
+        match &events[..] {
+            [StoreEvent::LoadFailed { code, message, .. }] => {
+                assert_eq!(*code, RpcError::SERVER_ERROR);
+                message.clone()
+            }
+            other => panic!("failed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a9_a_title_is_the_first_non_blank_line_cut_to_80_characters() {
+        assert_eq!(title_of("\n \t\n  Fix it  \nmore"), "Fix it");
+        assert_eq!(title_of(""), "");
+        let fits = "é".repeat(TITLE_CHARS);
+        assert_eq!(title_of(&fits), fits, "80 characters (160 bytes) fit");
+        let long = format!("{}xyz", "a".repeat(TITLE_CHARS));
+        let title = title_of(&long);
+        assert_eq!(title, format!("{}…", "a".repeat(TITLE_CHARS - 1)));
+        assert_eq!(title.chars().count(), TITLE_CHARS);
+    }
+
+    #[test]
+    fn a9_an_item_changed_in_the_step_it_was_appended_is_written_once_without_a_rewind() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "hi");
+        s.transcript.push(user("hi"));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        drain(&mut o);
+        // The answer comes and a `_Stop` objection joins it before the step ends.
+        s.transcript.push(answer("Done.", &[]));
+        crate::hooks::append_injections(
+            &mut s.transcript,
+            crate::hooks::HookPoint::Stop,
+            &[("guard".into(), "no".into())],
+        );
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert_eq!(written(&drain(&mut o)), ["message", "message"]);
+    }
+
+    #[test]
+    fn a7_a9_a_remembered_permission_answer_is_recorded_when_it_changes() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "go");
+        s.transcript.push(user("go"));
+        s.remembered.insert("fs__write".into(), true);
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        let records = appended(&drain(&mut o));
+        assert_eq!(
+            records.last(),
+            Some(&json!({"v": 1, "type": "permission", "tool": "fs__write", "allow": true}))
+        );
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert!(
+            drain(&mut o).is_empty(),
+            "the same answer is not written again"
+        );
+        s.remembered.insert("fs__write".into(), false);
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert_eq!(
+            appended(&drain(&mut o)),
+            [json!({"v": 1, "type": "permission", "tool": "fs__write", "allow": false})]
+        );
+    }
+
+    #[test]
+    fn a9_with_persistence_off_nothing_is_recorded() {
+        let (mut st, mut o, mut s) = (SessionStore::new(&StateDir::Off), out(), session());
+        assert!(!st.is_on());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "go");
+        s.transcript.push(user("go"));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert!(drain(&mut o).is_empty());
+        assert!(store().is_on());
+    }
+
+    #[test]
+    fn a9_each_session_has_its_own_file_and_a_failed_write_stops_only_its_own() {
+        let (mut st, mut o) = (store(), out());
+        let two = SessionId(2);
+        let mut sessions = [
+            session(),
+            Session::new(two, Vec::new(), &RpcId::Num(2.into())),
+        ];
+        sessions[1].starting = None;
+        for s in &mut sessions {
+            st.on_new(s.id, "/w");
+            st.on_prompt(s.id, "go");
+            s.transcript.push(user("go"));
+            st.sync(s);
+            st.flush(s.id, &mut o);
+        }
+        let opened: Vec<(TranscriptId, String)> = drain(&mut o)
+            .into_iter()
+            .filter_map(|a| {
+                if let Action::OpenTranscript { file, name, .. } = a {
+                    Some((file, name))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(
+            opened,
+            [
+                (TranscriptId(1), "sess_1.jsonl".into()),
+                (TranscriptId(2), "sess_2.jsonl".into())
+            ]
+        );
+        let failed = TranscriptEvent::Failed(TranscriptError::Locked);
+        assert!(st.on_file_event(TranscriptId(2), failed, &mut o).is_empty());
+        assert_eq!(
+            logs_at(&drain(&mut o), LogLevel::Error),
+            [
+                "session sess_2: cannot write its transcript /state/sess_2.jsonl: it is locked by another process; the session goes on without being saved"
+            ]
+        );
+        for s in &mut sessions {
+            s.transcript.push(answer("Done.", &[]));
+            st.sync(s);
+            st.flush(s.id, &mut o);
+        }
+        assert!(matches!(
+            &drain(&mut o)[..],
+            [Action::AppendTranscript {
+                file: TranscriptId(1),
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn a9_closing_a_session_closes_its_file_or_its_load_and_later_news_is_ignored() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "go");
+        s.transcript.push(user("go"));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        drain(&mut o);
+        st.close(SID, &mut o);
+        assert_eq!(
+            drain(&mut o),
+            [Action::CloseTranscript {
+                file: TranscriptId(1)
+            }]
+        );
+        let failed = TranscriptEvent::Failed(TranscriptError::Io("gone".into()));
+        assert!(st.on_file_event(TranscriptId(1), failed, &mut o).is_empty());
+        s.transcript.push(answer("Done.", &[]));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        assert!(drain(&mut o).is_empty(), "no error, no write: {st:?}");
+        // A session closed while its file is being opened for a load.
+        let two = SessionId(2);
+        st.begin_load(two, "/w", false, &mut o);
+        assert!(st.is_loading(two));
+        drain(&mut o);
+        st.close(two, &mut o);
+        assert!(!st.is_loading(two));
+        assert_eq!(
+            drain(&mut o),
+            [Action::CloseTranscript {
+                file: TranscriptId(2)
+            }]
+        );
+        assert!(
+            st.on_file_event(TranscriptId(2), TranscriptEvent::Opened, &mut o)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a8_a9_a_turn_end_is_recorded_after_the_text_the_client_saw() {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "go");
+        s.transcript.push(user("go"));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        drain(&mut o);
+        // A cancelled turn: the streamed text never became a history item.
+        st.on_chunk(SID, "agent_message_chunk", "Work");
+        st.sync(&mut s);
+        st.on_turn_end(SID, Some("cancelled"), json!({"buzz": {"rounds": 1}}));
+        st.on_turn_end(SID, None, json!("llm: HTTP 500"));
+        st.flush(SID, &mut o);
+        let records = appended(&drain(&mut o));
+        assert_eq!(records.len(), 3, "{records:?}");
+        assert_eq!(records[0]["update"]["content"]["text"], "Work");
+        assert_eq!(
+            records[1],
+            json!({"v": 1, "type": "turn_end", "stopReason": "cancelled",
+                "meta": {"buzz": {"rounds": 1}}})
+        );
+        assert_eq!(
+            records[2],
+            json!({"v": 1, "type": "turn_end", "error": "llm: HTTP 500"})
+        );
+    }
+
+    #[test]
+    fn a9_after_each_step_every_started_session_is_recorded() {
+        let (mut st, mut o) = (store(), out());
+        let mut sessions = BTreeMap::new();
+        sessions.insert(SID, session());
+        st.on_new(SID, "/w");
+        st.sync_all(&mut sessions, &mut o);
+        assert!(drain(&mut o).is_empty(), "no prompt yet");
+        st.on_prompt(SID, "go");
+        if let Some(s) = sessions.get_mut(&SID) {
+            s.transcript.push(user("go"));
+        }
+        st.sync_all(&mut sessions, &mut o);
+        assert_eq!(
+            written(&drain(&mut o)),
+            ["open sess_1.jsonl Create", "session", "update", "message"]
+        );
+        // A session whose servers are still starting is not recorded yet.
+        if let Some(s) = sessions.get_mut(&SID) {
+            s.starting = Some(RpcId::Num(2.into()));
+            s.transcript.push(answer("Done.", &[]));
+        }
+        st.sync_all(&mut sessions, &mut o);
+        assert!(drain(&mut o).is_empty());
+    }
+
+    #[test]
+    fn a9_a_listing_pages_through_equal_times_in_name_order_once_each() {
+        // Times with ties across the page boundaries (groups of 7), ending exactly at them
+        // (groups of 10), and all different.
+        for group in [7, 10, 1] {
+            let entries: Vec<TranscriptEntry> = (1..=110u64)
+                .map(|n| {
+                    let sid = SessionId(u128::from(n));
+                    TranscriptEntry {
+                        name: sid.file_name(),
+                        modified_ms: 1_000 * ((n - 1) / group),
+                        head: Record::Session {
+                            session_id: sid.to_string(),
+                            cwd: "/w".into(),
+                            title: String::new(),
+                        }
+                        .to_line()
+                        .into_bytes(),
+                    }
+                })
+                .collect();
+            let mut want: Vec<(u64, String)> = entries
+                .iter()
+                .map(|e| (e.modified_ms, e.name.clone()))
+                .collect();
+            want.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            let want: Vec<String> = want
+                .into_iter()
+                .map(|(_, name)| name.trim_end_matches(".jsonl").to_owned())
+                .collect();
+            let (mut st, mut o) = (store(), out());
+            let (mut got, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+            loop {
+                pages += 1;
+                st.list(RpcId::Num(pages.into()), None, cursor.as_deref(), &mut o)
+                    .ok();
+                let Some(Action::ListTranscripts { request }) = drain(&mut o).pop() else {
+                    panic!("a listing");
+                };
+                st.on_list(request, Ok(entries.clone()), &mut o);
+                let page = last_result(&mut o);
+                let ids = page["sessions"].as_array().cloned().unwrap_or_default();
+                assert!(ids.len() <= LIST_PAGE_SIZE);
+                got.extend(
+                    ids.iter()
+                        .map(|s| s["sessionId"].as_str().unwrap_or("?").to_owned()),
+                );
+                cursor = page["nextCursor"].as_str().map(str::to_owned);
+                if cursor.is_none() || pages == 4 {
+                    break;
+                }
+            }
+            assert_eq!((got, pages), (want, 3), "groups of {group}");
+        }
+    }
+
+    #[test]
+    fn a9_a_listing_skips_a_file_whose_first_line_is_not_its_own_header() {
+        let (mut st, mut o) = (store(), out());
+        let head = |sid: &str| {
+            Record::Session {
+                session_id: sid.into(),
+                cwd: "/w".into(),
+                title: "t".into(),
+            }
+            .to_line()
+            .into_bytes()
+        };
+        let entry = |name: &str, head: Vec<u8>| TranscriptEntry {
+            name: name.into(),
+            modified_ms: 5,
+            head,
+        };
+        let entries = vec![
+            entry("sess_1.jsonl", head("sess_1")),
+            entry("sess_2.jsonl", head("sess_3")),
+            entry(
+                "sess_4.jsonl",
+                Record::Rewind { keep: 0 }.to_line().into_bytes(),
+            ),
+            entry("notes.txt", head("sess_5")),
+        ];
+        st.list(RpcId::Num(1.into()), None, None, &mut o).ok();
+        drain(&mut o);
+        st.on_list(1, Ok(entries), &mut o);
+        let actions = drain(&mut o);
+        assert_eq!(
+            logs_at(&actions, LogLevel::Warn),
+            [
+                "session/list: skipped /state/sess_2.jsonl: its first line is not this session's header",
+                "session/list: skipped /state/sess_4.jsonl: its first line is not this session's header"
+            ]
+        );
+        let Some(Action::WriteAcp(reply)) = actions.last() else {
+            panic!("a reply");
+        };
+        let reply: Value = serde_json::from_str(reply).unwrap_or_default();
+        assert_eq!(
+            reply["result"]["sessions"],
+            json!([{"sessionId": "sess_1", "cwd": "/w", "title": "t",
+                "updatedAt": "1970-01-01T00:00:00.005Z"}])
+        );
+    }
+
+    #[test]
+    fn a9_the_call_counter_goes_on_after_the_highest_tc_or_hook_call_number() {
+        let bytes = file_of(&[
+            header(),
+            Record::Message(user("go")),
+            // A hook call joined the answer: its id is numbered, its result is a message.
+            Record::Message(answer("", &["buzz_hook_stop_7"])),
+            Record::Message(result("buzz_hook_stop_7")),
+            Record::Message(answer("", &["call_x"])),
+            Record::ToolCall {
+                index: 0,
+                tool_call_id: "tc_3".into(),
+                call_id: "call_x".into(),
+                name: "fs__read".into(),
+                update: json!({"sessionUpdate": "tool_call", "toolCallId": "tc_3"}),
+            },
+            Record::ToolResult {
+                index: 0,
+                tool_call_id: Some("tc_3".into()),
+                call_id: "call_x".into(),
+                name: "fs__read".into(),
+                text: "ok".into(),
+                is_error: false,
+                failed: false,
+            },
+            Record::Message(answer("Done.", &[])),
+        ]);
+        let (r, _) = restored(&bytes);
+        assert_eq!(r.transcript.calls_issued(), 7);
+        assert_eq!(r.transcript.len(), 6);
+        let bytes = file_of(&[
+            header(),
+            Record::Message(user("go")),
+            Record::Message(answer("", &["call_x"])),
+            Record::ToolCall {
+                index: 0,
+                tool_call_id: "tc_12".into(),
+                call_id: "call_x".into(),
+                name: "fs__read".into(),
+                update: json!({"sessionUpdate": "tool_call", "toolCallId": "tc_12"}),
+            },
+        ]);
+        assert_eq!(restored(&bytes).0.transcript.calls_issued(), 12);
+    }
+
+    #[test]
+    fn a9_i9_a_load_warns_about_repaired_calls_and_about_an_empty_file() {
+        let (_, actions) = restored(&sample_file());
+        assert_eq!(logs_at(&actions, LogLevel::Warn), Vec::<String>::new());
+        let bytes = file_of(&[
+            header(),
+            Record::Message(user("go")),
+            Record::Message(answer("", &["a", "b"])),
+        ]);
+        let (r, actions) = restored(&bytes);
+        assert_eq!(r.transcript.len(), 4);
+        assert_eq!(
+            logs_at(&actions, LogLevel::Warn),
+            [
+                "session sess_1: 2 tool call(s) were still running when the agent stopped; closed with an error result"
+            ]
+        );
+        let (r, actions) = restored(b"");
+        assert!(r.transcript.messages().is_empty());
+        assert_eq!(
+            logs_at(&actions, LogLevel::Warn),
+            ["session sess_1: /state/sess_1.jsonl holds no record; loaded as an empty session"]
+        );
+    }
+
+    #[test]
+    fn a9_a_header_naming_another_session_fails_the_load() {
+        let bytes = file_of(&[Record::Session {
+            session_id: "sess_2".into(),
+            cwd: "/w".into(),
+            title: "go".into(),
+        }]);
+        assert_eq!(
+            load_error(&bytes),
+            "cannot load session sess_1: /state/sess_1.jsonl line 1: the header names another session (sess_2)"
+        );
+    }
+
+    #[test]
+    fn a9_results_written_as_messages_join_the_history_in_call_order() {
+        let bytes = file_of(&[
+            header(),
+            Record::Message(user("go")),
+            Record::Message(answer("", &["a", "b"])),
+            Record::Message(result("b")),
+            Record::Message(result("a")),
+            Record::Message(answer("Done.", &[])),
+        ]);
+        assert_eq!(
+            restored(&bytes).0.transcript.messages(),
+            [
+                user("go"),
+                answer("", &["a", "b"]),
+                result("a"),
+                result("b"),
+                answer("Done.", &[])
+            ]
+        );
+    }
+
+    #[test]
+    fn a9_a_rewind_may_keep_the_whole_history_but_not_more() {
+        let mut recs = vec![
+            header(),
+            Record::Message(user("go")),
+            Record::Message(answer("Hi.", &[])),
+            Record::Rewind { keep: 2 },
+            Record::Message(user("more")),
+        ];
+        assert_eq!(
+            restored(&file_of(&recs)).0.transcript.messages(),
+            [user("go"), answer("Hi.", &[]), user("more")]
+        );
+        recs.push(Record::Rewind { keep: 4 });
+        assert_eq!(
+            load_error(&file_of(&recs)),
+            "cannot load session sess_1: /state/sess_1.jsonl line 6: rewind to 4 items of a history of 3"
+        );
+    }
+
+    #[test]
+    fn a9_a_tool_result_at_a_position_its_batch_does_not_have_fails_the_load() {
+        for index in [1, 2] {
+            let bytes = file_of(&[
+                header(),
+                Record::Message(user("go")),
+                Record::Message(answer("", &["a"])),
+                Record::ToolResult {
+                    index,
+                    tool_call_id: Some("tc_1".into()),
+                    call_id: "a".into(),
+                    name: "fs__read".into(),
+                    text: "ok".into(),
+                    is_error: false,
+                    failed: false,
+                },
+            ]);
+            assert_eq!(
+                load_error(&bytes),
+                "cannot load session sess_1: /state/sess_1.jsonl line 4: a tool result (a) without its tool call",
+                "index {index}"
+            );
+        }
+    }
+
+    #[test]
+    fn a9_i9_calls_a_rewind_dropped_are_not_closed_with_an_invented_result() {
+        let bytes = file_of(&[
+            header(),
+            Record::Message(user("go")),
+            Record::Message(answer("", &["a"])),
+            Record::ToolCall {
+                index: 0,
+                tool_call_id: "tc_1".into(),
+                call_id: "a".into(),
+                name: "fs__read".into(),
+                update: json!({"sessionUpdate": "tool_call", "toolCallId": "tc_1"}),
+            },
+            Record::Rewind { keep: 1 },
+            Record::Message(answer("Plain.", &[])),
+        ]);
+        let (r, actions) = restored(&bytes);
+        assert_eq!(r.transcript.messages(), [user("go"), answer("Plain.", &[])]);
+        let replay = acp_lines(&actions);
+        assert_eq!(
+            replay.len(),
+            1,
+            "only the tool call as announced: {replay:?}"
+        );
+        assert!(replay[0].contains(r#""sessionUpdate":"tool_call""#));
+        assert_eq!(logs_at(&actions, LogLevel::Warn), Vec::<String>::new());
+    }
+
+    /// Loads `SID` up to reading, with every byte of `bulk` fed `times` times.
+    fn reading_after(bulk: &[u8], times: usize) -> (SessionStore, Outbox) {
+        let (mut st, mut o) = (store(), out());
+        st.begin_load(SID, "/w", false, &mut o);
+        st.on_file_event(TranscriptId(1), TranscriptEvent::Opened, &mut o);
+        st.read(SID, &mut o);
+        for _ in 0..times {
+            let ev = st.on_file_event(
+                TranscriptId(1),
+                TranscriptEvent::Bytes(bulk.to_vec()),
+                &mut o,
+            );
+            assert!(ev.is_empty(), "{ev:?}");
+        }
+        drain(&mut o);
+        (st, o)
+    }
+
+    #[test]
+    fn a9_a_record_line_may_be_long_up_to_256_mib_and_no_longer() {
+        // A 2 MiB prompt, its line fed in two pieces.
+        let big = "x".repeat(2 << 20);
+        let bytes = file_of(&[header(), Record::Message(user(&big))]);
+        let (mut st, mut o) = reading_after(&bytes[..bytes.len() / 2], 1);
+        st.on_file_event(
+            TranscriptId(1),
+            TranscriptEvent::Bytes(bytes[bytes.len() / 2..].to_vec()),
+            &mut o,
+        );
+        let ev = st.on_file_event(TranscriptId(1), TranscriptEvent::End, &mut o);
+        let [StoreEvent::Loaded(SID, r)] = &ev[..] else {
+            panic!("loaded: {ev:?}");
+        };
+        assert_eq!(r.transcript.messages(), [user(&big)]);
+        // Exactly the longest line: read (and found not to be JSON).
+        let chunk = vec![b'x'; 16 << 20];
+        assert_eq!(MAX_RECORD_BYTES, 16 * chunk.len());
+        for (last, why) in [
+            (
+                &b"\n"[..],
+                "line 1: not JSON: expected value at line 1 column 1",
+            ),
+            (b"x", "line 1: longer than 256 MiB"),
+        ] {
+            let (mut st, mut o) = reading_after(&chunk, 16);
+            let ev = st.on_file_event(
+                TranscriptId(1),
+                TranscriptEvent::Bytes(last.to_vec()),
+                &mut o,
+            );
+            let [StoreEvent::LoadFailed { message, .. }] = &ev[..] else {
+                panic!("failed: {ev:?}");
+            };
+            assert_eq!(
+                message,
+                &format!("cannot load session sess_1: /state/sess_1.jsonl {why}")
+            );
+        }
+    }
 }
