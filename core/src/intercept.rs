@@ -651,4 +651,48 @@ mod tests {
             "blocked: an interceptor renamed the tool call from 'read' to 'write', which is not supported"
         );
     }
+
+    #[test]
+    fn x1_an_invocation_s_reply_comes_back_to_the_phase_that_sent_it() {
+        for (phase, response) in [("request", false), ("response", true)] {
+            let (mut parts, sess, _server, mut batch) = read_under_policy(
+                json!([{"name": "check", "behavior": "allow-all", "phases": phase}]),
+            );
+            let slot = *sess.servers.last().unwrap_or(&ServerSlot(0));
+            if response {
+                parts.drain();
+                batch.on_reply(
+                    ToolCallIndex(0),
+                    Ok(json!({"content": [{"type": "text", "text": "ok"}]})),
+                    &mut parts.cx(),
+                );
+            }
+            let invoke = Parts::mcp_lines(&parts.drain())
+                .into_iter()
+                .find(|l| l["method"] == "interceptor/invoke")
+                .unwrap_or_default();
+            assert_eq!(invoke["params"]["phase"], phase);
+            let reply = json!({"jsonrpc": "2.0", "id": invoke["id"], "result": {}});
+            let events = parts.servers.on_line(
+                slot,
+                crate::jsonrpc::LineEvent::Line(reply.to_string().into_bytes()),
+                &mut parts.out,
+                &mut parts.timers,
+            );
+            assert_eq!(
+                events,
+                [crate::mcp::McpEvent::InterceptReply {
+                    call: InterceptRef {
+                        session: SID,
+                        turn: TURN,
+                        index: ToolCallIndex(0),
+                        response,
+                        invocation: 0,
+                    },
+                    reply: Ok(json!({})),
+                }],
+                "{phase} phase"
+            );
+        }
+    }
 }
