@@ -1196,4 +1196,21 @@ mod tests {
         assert_eq!(info(json!({"ms": 3})), Some(json!({"ms": 3})));
         assert_eq!(info(Value::Null), None);
     }
+
+    #[test]
+    fn x1_a_list_result_writes_its_descriptors_and_cursor_and_reads_back() {
+        let v = json!({"interceptors": [
+            {"name": "ok", "type": "validation", "hooks": [{"events": ["tools/call"], "phase": "request"}]}
+        ], "nextCursor": "p2"});
+        let r = ListResult::from_value(&v).unwrap();
+        assert_eq!(r.to_value(), v);
+        let last_page = ListResult {
+            next_cursor: None,
+            ..r
+        };
+        assert_eq!(
+            last_page.to_value(),
+            json!({"interceptors": v["interceptors"]})
+        );
+    }
 }
