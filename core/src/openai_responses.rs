@@ -1539,4 +1539,16 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             vec![ReasoningBlock::ResponsesItem(finished)]
         );
     }
+
+    #[test]
+    fn c24_a_cut_stream_is_truncated_on_every_finish_and_never_taken() {
+        let mut decoder = ResponsesDecoder::new("c".into());
+        let mut out = Vec::new();
+        decoder.feed(text_delta("Hi").as_bytes(), &mut out).unwrap();
+        let cut = Err(StreamError::Truncated(
+            "stream ended before response.completed".to_owned(),
+        ));
+        assert_eq!(decoder.finish(&mut out), cut);
+        assert_eq!(decoder.finish(&mut out), cut, "nothing was handed out");
+    }
 }
