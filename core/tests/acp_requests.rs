@@ -61,7 +61,9 @@ fn a9_the_session_limit_refuses_a_new_or_loaded_session_only_once_it_is_reached(
     assert_eq!(error_code(&w2, new), -32000);
     let message = w2.response(new).map(|r| r["error"]["message"].to_string());
     assert!(
-        message.as_deref().is_some_and(|m| m.contains("too many sessions")),
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("too many sessions")),
         "{message:?}"
     );
 
@@ -102,7 +104,12 @@ fn a9_session_list_answers_only_when_sessions_are_saved_and_wants_an_absolute_cw
             .collect();
         assert_eq!(ids, [json!(sid)], "{:?}", on.response(id));
     }
-    assert_eq!(error_code(&on, relative), -32602, "{:?}", on.response(relative));
+    assert_eq!(
+        error_code(&on, relative),
+        -32602,
+        "{:?}",
+        on.response(relative)
+    );
 }
 
 #[test]
@@ -125,17 +132,28 @@ fn a5_c58_set_model_takes_a_non_blank_model_for_an_open_session_and_shows_it() {
     w.run_idle();
     assert_eq!(error_code(&w, blank), -32602);
     assert_eq!(error_code(&w, unknown), -32602);
-    assert_eq!(w.response(set).map(|r| r["result"].clone()), Some(json!({})));
+    assert_eq!(
+        w.response(set).map(|r| r["result"].clone()),
+        Some(json!({}))
+    );
     let shown: Vec<Value> = w
         .updates_since(from, &sid)
         .into_iter()
         .filter(|u| u["sessionUpdate"] == "config_option_update")
         .map(|u| u["configOptions"][0]["currentValue"].clone())
         .collect();
-    assert_eq!(shown, [json!("other-model")], "one update, for the model set");
+    assert_eq!(
+        shown,
+        [json!("other-model")],
+        "one update, for the model set"
+    );
     w.prompt("hello");
     w.run_idle();
-    assert_eq!(models(&w), [json!("other-model")], "the trimmed model is used");
+    assert_eq!(
+        models(&w),
+        [json!("other-model")],
+        "the trimmed model is used"
+    );
 }
 
 #[test]
@@ -164,7 +182,11 @@ fn a5_c58_set_model_is_refused_while_the_session_is_still_starting() {
     w.session = Some(sid);
     w.prompt("hello");
     w.run_idle();
-    assert_eq!(models(&w), [json!("test-model")], "the model did not change");
+    assert_eq!(
+        models(&w),
+        [json!("test-model")],
+        "the model did not change"
+    );
 }
 
 #[test]
@@ -202,20 +224,19 @@ fn a5_c58_set_config_option_sets_an_advertised_model_and_refuses_other_options()
 
 #[test]
 fn a3_a_prompt_after_a_cancel_waits_for_the_cancelled_turn_and_a_second_one_is_refused() {
-    let mut w = World::new(test_config(), vec![]);
+    // A cancelled turn lives on while its `_Stop` round is decided (the hook is slow).
+    let gate = ServerSpec::new("guard", &["_Stop"])
+        .default_reply(HookReply::after(HookKind::Empty, 1_000));
+    let mut w = World::new(test_config(), vec![gate]);
     w.start();
-    w.llm([
-        LlmReply::Stream {
-            deltas: vec![(10, "Partial".into())],
-            finish: None,
-        },
-        LlmReply::text("Second."),
-    ]);
+    w.llm([LlmReply::text("First."), LlmReply::text("Second.")]);
     let first = w.prompt("first");
-    w.advance(50);
+    w.advance(100);
+    assert_eq!(w.hook_calls("guard"), 1, "the `_Stop` round is running");
     w.cancel();
     let queued = w.prompt("second");
     let refused = w.prompt("third");
+    assert!(w.response(queued).is_none(), "the second prompt waits");
     w.run_idle();
     assert_eq!(
         w.response(first).map(|r| r["result"]["stopReason"].clone()),
@@ -244,7 +265,10 @@ fn a3_h11_a_prompt_or_a_second_close_to_a_session_that_is_closing_finds_no_sessi
     assert_eq!(error_code(&w, prompt), -32002, "{:?}", w.response(prompt));
     assert_eq!(error_code(&w, again), -32002, "{:?}", w.response(again));
     assert!(w.llm_requests.is_empty(), "no turn started");
-    assert_eq!(w.response(close).map(|r| r["result"].clone()), Some(json!({})));
+    assert_eq!(
+        w.response(close).map(|r| r["result"].clone()),
+        Some(json!({}))
+    );
 }
 
 #[test]
