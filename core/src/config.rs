@@ -2148,4 +2148,35 @@ mod tests {
         assert_eq!(variable_names().first(), Some(&PROVIDER));
         assert_eq!(variable_names().len(), 38);
     }
+
+    #[test]
+    fn c1_a_long_value_is_cut_to_200_bytes_before_a_character_it_would_split() {
+        // Byte 200 falls inside an `é` (bytes 199 and 200): the cut goes back to 199.
+        let long = format!("a{}", "é".repeat(300));
+        let e = err(&anthropic(&[(LOG, &long)]));
+        let ConfigError::Invalid { value, .. } = &e else {
+            unreachable!("expected an invalid value, got {e}")
+        };
+        assert_eq!(*value, format!("a{}…", "é".repeat(99)));
+        // On a boundary: exactly 200 bytes are kept.
+        let e = err(&anthropic(&[(LOG, &"é".repeat(300))]));
+        let ConfigError::Invalid { value, .. } = &e else {
+            unreachable!("expected an invalid value, got {e}")
+        };
+        assert_eq!(*value, format!("{}…", "é".repeat(100)));
+    }
+
+    #[test]
+    fn a9_i12_the_session_id_seed_of_a_fixed_seed_is_the_same_in_every_build() {
+        // Known answer: a fixed seed names the same sessions from run to run and from build to
+        // build; both halves of the 128 bits come from the seed.
+        assert_eq!(
+            ok(&anthropic(&[(SEED, "42")])).session_id_seed,
+            Some(0x0000_0000_0000_002a_5851_f42d_4c95_7f07)
+        );
+        assert_eq!(
+            ok(&anthropic(&[(SEED, "0")])).session_id_seed,
+            Some(0x5851_f42d_4c95_7f2d)
+        );
+    }
 }
