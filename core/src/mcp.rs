@@ -2430,9 +2430,12 @@ mod tests {
     fn logs(actions: &[Action]) -> Vec<(LogLevel, String)> {
         actions
             .iter()
-            .filter_map(|a| match a {
-                Action::Log(r) => Some((r.level, r.message.clone())),
-                _ => None,
+            .filter_map(|a| {
+                if let Action::Log(r) = a {
+                    Some((r.level, r.message.clone()))
+                } else {
+                    None
+                }
             })
             .collect()
     }
@@ -2441,9 +2444,12 @@ mod tests {
     fn signals(actions: &[Action]) -> Vec<(ProcKey, Signal)> {
         actions
             .iter()
-            .filter_map(|a| match a {
-                Action::SignalProcessGroup { proc, signal } => Some((*proc, *signal)),
-                _ => None,
+            .filter_map(|a| {
+                if let Action::SignalProcessGroup { proc, signal } = a {
+                    Some((*proc, *signal))
+                } else {
+                    None
+                }
             })
             .collect()
     }
