@@ -2737,17 +2737,20 @@ mod tests {
 
     #[test]
     fn m3_a_repeated_tool_name_gets_a_suffix_once_and_is_then_dropped() {
-        let mut rig = Rig::new();
-        let (slot, _) = rig.ready("fs", &["read", "read", "read"]);
-        let (defs, _) = rig.table.visible_tools(&[slot]);
-        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "fs__read".to_string(),
-                format!("fs__read_{:08x}", tools::fnv1a(b"read") & 0xffff_ffff)
-            ]
-        );
+        let suffixed = format!("fs__read_{:08x}", tools::fnv1a(b"read") & 0xffff_ffff);
+        for (copies, warned) in [(2, false), (3, true)] {
+            let mut rig = Rig::new();
+            let slot = rig.add("fs");
+            rig.handshake(generation(slot, 0), &vec!["read"; copies]);
+            let dropped = logs(&rig.drain()).contains(&(
+                LogLevel::Warn,
+                "mcp 'fs': dropping duplicate tool 'read'".to_string(),
+            ));
+            assert_eq!(dropped, warned, "{copies} copies");
+            let (defs, _) = rig.table.visible_tools(&[slot]);
+            let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(names, ["fs__read", suffixed.as_str()], "{copies} copies");
+        }
     }
 
     #[test]
