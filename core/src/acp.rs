@@ -627,4 +627,75 @@ mod tests {
         );
         assert_eq!(decode_permission(&json!(null)), PermissionAnswer::Denied);
     }
+
+    #[test]
+    fn a7_the_permission_request_names_the_call_and_offers_the_four_options() {
+        let p = permission_params("sess_1", "tc_2", "fs: read", "read", &json!({"path": "/a"}));
+        assert_eq!(
+            p,
+            json!({
+                "sessionId": "sess_1",
+                "toolCall": {"toolCallId": "tc_2", "title": "fs: read", "kind": "read",
+                             "rawInput": {"path": "/a"}},
+                "options": [
+                    {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+                    {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
+                    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+                    {"optionId": "reject_always", "name": "Always reject", "kind": "reject_always"}
+                ]
+            })
+        );
+    }
+
+    #[test]
+    fn a7_each_reject_option_is_decoded_as_itself() {
+        let sel = |id: &str| json!({"outcome": {"outcome": "selected", "optionId": id}});
+        assert_eq!(
+            decode_permission(&sel("reject_once")),
+            PermissionAnswer::RejectOnce
+        );
+        assert_eq!(
+            decode_permission(&sel("reject_always")),
+            PermissionAnswer::RejectAlways
+        );
+    }
+
+    #[test]
+    fn a6_a_chunk_update_is_one_text_content_block_of_its_kind() {
+        assert_eq!(
+            chunk_update("agent_thought_chunk", "hmm"),
+            json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}})
+        );
+    }
+
+    #[test]
+    fn t4_a_required_string_field_is_read_or_named_in_the_error() {
+        let params = json!({"sessionId": "sess_1", "modelId": 7});
+        assert_eq!(
+            string_field(&params, "session/set_model", "sessionId"),
+            Ok("sess_1")
+        );
+        assert_eq!(
+            string_field(&params, "session/set_model", "modelId"),
+            Err("session/set_model: modelId must be a string".to_string())
+        );
+        assert_eq!(
+            string_field(&params, "session/prompt", "prompt"),
+            Err("session/prompt: missing field prompt".to_string())
+        );
+    }
+
+    #[test]
+    fn c55_notices_are_shown_only_to_a_client_that_advertises_them() {
+        assert!(client_shows_notices(
+            &json!({"clientCapabilities": {"session": {"notices": {}}}})
+        ));
+        for no in [
+            json!({}),
+            json!({"clientCapabilities": {"session": {}}}),
+            json!({"clientCapabilities": {"session": {"notices": true}}}),
+        ] {
+            assert!(!client_shows_notices(&no), "{no}");
+        }
+    }
 }

@@ -2063,4 +2063,120 @@ mod tests {
         );
         assert!(u64::from(c.max_output_tokens) < c.max_context_tokens);
     }
+
+    #[test]
+    fn c1_the_values_the_start_line_logs_read_back_as_the_configuration() {
+        // Issue 12: the `starting:` line writes each setting as the environment takes it.
+        assert_eq!(ProviderKind::Anthropic.api_value(), None);
+        for kind in [
+            ProviderKind::Anthropic,
+            ProviderKind::OpenAiChat,
+            ProviderKind::OpenAiResponses,
+        ] {
+            let mut env = anthropic(&[(PROVIDER, kind.env_value()), (OPENAI_MODEL, "m")]);
+            if let Some(api) = kind.api_value() {
+                env.insert(OPENAI_API.to_owned(), api.to_owned());
+            }
+            assert_eq!(ok(&env).provider, kind, "{env:?}");
+        }
+        assert_eq!(ProviderKind::OpenAiChat.env_value(), "openai");
+        assert_eq!(ProviderKind::OpenAiChat.api_value(), Some("chat"));
+        for list in [
+            HookAllowlist::All,
+            HookAllowlist::Names(vec!["a b".into(), "c".into()]),
+        ] {
+            let written = list.env_value();
+            assert_eq!(
+                ok(&anthropic(&[(HOOK_SERVERS, &written)])).hook_servers,
+                list,
+                "{written}"
+            );
+        }
+        assert_eq!(HookAllowlist::Off.env_value(), "unset");
+        for mode in [PermissionMode::Ask, PermissionMode::Allow] {
+            assert_eq!(
+                ok(&anthropic(&[(PERMISSION, mode.env_value())])).permission,
+                mode
+            );
+        }
+        assert_eq!(PermissionMode::Ask.env_value(), "ask");
+    }
+
+    #[test]
+    fn c1_the_errors_of_a_run_are_never_empty_and_iterate_in_help_order() {
+        let e = Config::from_env_map(&env_of(&[(LOG, "loud"), (MAX_ROUNDS, "x")]), &no_file);
+        let Err(e) = e else {
+            unreachable!("expected errors")
+        };
+        assert!(!e.is_empty());
+        let mut vars = Vec::new();
+        for error in &e {
+            vars.push(error.variable());
+        }
+        assert_eq!(vars, [PROVIDER, MAX_ROUNDS, LOG]);
+        assert_eq!(vars.len(), e.len());
+    }
+
+    #[test]
+    fn c1_a_range_is_written_as_help_and_the_readme_show_it() {
+        assert_eq!(
+            numeric_range_text(HOOK_TIMEOUT_MS).as_deref(),
+            Some("1..600000")
+        );
+        assert_eq!(
+            numeric_range_text(MAX_LINE_BYTES).as_deref(),
+            Some(">= 1024")
+        );
+        assert_eq!(numeric_range_text(LOG), None);
+        let help = help_text();
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{MAX_ROUNDS} ")))
+            .unwrap_or_default();
+        assert!(line.contains(" (0..4294967295) [0]"), "{line}");
+    }
+
+    #[test]
+    fn c1_variable_names_are_the_help_table_s_names_in_its_order() {
+        let help = help_text();
+        let listed: Vec<&str> = help
+            .lines()
+            .filter(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(variable_names(), listed);
+        assert_eq!(variable_names().first(), Some(&PROVIDER));
+        assert_eq!(variable_names().len(), 38);
+    }
+
+    #[test]
+    fn c1_a_long_value_is_cut_to_200_bytes_before_a_character_it_would_split() {
+        // Byte 200 falls inside an `é` (bytes 199 and 200): the cut goes back to 199.
+        let long = format!("a{}", "é".repeat(300));
+        let e = err(&anthropic(&[(LOG, &long)]));
+        let ConfigError::Invalid { value, .. } = &e else {
+            unreachable!("expected an invalid value, got {e}")
+        };
+        assert_eq!(*value, format!("a{}…", "é".repeat(99)));
+        // On a boundary: exactly 200 bytes are kept.
+        let e = err(&anthropic(&[(LOG, &"é".repeat(300))]));
+        let ConfigError::Invalid { value, .. } = &e else {
+            unreachable!("expected an invalid value, got {e}")
+        };
+        assert_eq!(*value, format!("{}…", "é".repeat(100)));
+    }
+
+    #[test]
+    fn a9_i12_the_session_id_seed_of_a_fixed_seed_is_the_same_in_every_build() {
+        // Known answer: a fixed seed names the same sessions from run to run and from build to
+        // build; both halves of the 128 bits come from the seed.
+        assert_eq!(
+            ok(&anthropic(&[(SEED, "42")])).session_id_seed,
+            Some(0x0000_0000_0000_002a_5851_f42d_4c95_7f07)
+        );
+        assert_eq!(
+            ok(&anthropic(&[(SEED, "0")])).session_id_seed,
+            Some(0x5851_f42d_4c95_7f2d)
+        );
+    }
 }

@@ -669,4 +669,208 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn c52_the_splitter_holds_only_the_unfinished_line() {
+        let mut s = StderrLines::new(16);
+        let mut out = Vec::new();
+        s.push(b"abc", &mut out);
+        assert_eq!(s.pending_bytes(), 3);
+        s.push(b"de\nf", &mut out);
+        assert_eq!(out, vec!["abcde"]);
+        assert_eq!(
+            s.pending_bytes(),
+            1,
+            "only the bytes after the newline are held"
+        );
+        s.push(&[b'x'; 40], &mut out);
+        assert_eq!(
+            s.pending_bytes(),
+            0,
+            "a cut line is forwarded at once, its rest skipped"
+        );
+    }
+
+    #[test]
+    fn p2_c52_the_runtimes_splitter_forwards_a_16_kib_line_whole_and_cuts_a_longer_one() {
+        let exact = "y".repeat(16 * 1024);
+        let mut s = StderrLines::default();
+        let mut out = Vec::new();
+        s.push(format!("{exact}\n{exact}z\n").as_bytes(), &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0], exact, "16 KiB is within the cap");
+        assert_eq!(out[1].len(), 16 * 1024);
+        assert!(out[1].ends_with(STDERR_CUT_MARKER) && out[1].starts_with("yyyy"));
+        assert_eq!(cap_stderr_line(&exact, MAX_STDERR_LINE_BYTES), exact);
+    }
+
+    #[test]
+    fn m7_an_exit_is_described_by_its_code_else_its_signal() {
+        assert_eq!(exit_description(Some(3), None), "exit status 3");
+        assert_eq!(exit_description(Some(0), Some(9)), "exit status 0");
+        assert_eq!(exit_description(None, Some(9)), "killed by signal 9");
+        assert_eq!(exit_description(None, None), "unknown exit status");
+    }
+
+    #[test]
+    fn t2_a_log_record_renders_as_one_stderr_line_of_text_or_json() {
+        let record = |level| LogRecord {
+            level,
+            at: crate::time::MonoTime::ZERO.plus_ms(1_234),
+            message: "two\nlines \"q\"".into(),
+        };
+        use crate::config::LogFormat;
+        assert_eq!(
+            record(LogLevel::Warn).render(LogFormat::Text),
+            "buzz-agent +1.234s WARN  two\\nlines \"q\"\n"
+        );
+        let levels = [
+            (LogLevel::Error, "ERROR", "error"),
+            (LogLevel::Warn, "WARN", "warn"),
+            (LogLevel::Info, "INFO", "info"),
+            (LogLevel::Debug, "DEBUG", "debug"),
+            (LogLevel::Trace, "TRACE", "trace"),
+        ];
+        for (level, text, json) in levels {
+            let line = record(level).render(LogFormat::Text);
+            assert!(
+                line.starts_with(&format!("buzz-agent +1.234s {text:<5} two")),
+                "{line}"
+            );
+            let line = record(level).render(LogFormat::Json);
+            assert!(
+                line.ends_with('\n') && line.matches('\n').count() == 1,
+                "{line}"
+            );
+            let v: serde_json::Value = serde_json::from_str(&line).expect("one JSON object");
+            assert_eq!(
+                v,
+                serde_json::json!({"t_ms": 1234, "level": json, "msg": "two\nlines \"q\""})
+            );
+        }
+    }
+
+    #[test]
+    fn p2_debug_output_of_inputs_and_actions_shows_sizes_not_contents() {
+        let proc = ProcKey {
+            server: ServerSlot(2),
+            generation: 1,
+        };
+        let secret = b"sk-secret".to_vec();
+        let shown = [
+            (
+                format!(
+                    "{:?}",
+                    Input::Llm {
+                        call: LlmCallId(4),
+                        event: LlmEvent::Body(secret.clone())
+                    }
+                ),
+                "Llm(llm#4, Body(9 B))",
+            ),
+            (
+                format!(
+                    "{:?}",
+                    Input::Llm {
+                        call: LlmCallId(4),
+                        event: LlmEvent::Head {
+                            status: 429,
+                            headers: vec![("authorization".into(), "secret".into())]
+                        }
+                    }
+                ),
+                "Llm(llm#4, Head(429))",
+            ),
+            (
+                format!("{:?}", LlmEvent::Failed("reset".into())),
+                "Failed(reset)",
+            ),
+            (format!("{:?}", LlmEvent::End), "End"),
+            (
+                format!(
+                    "{:?}",
+                    Input::Transcript {
+                        file: TranscriptId(7),
+                        event: TranscriptEvent::Bytes(secret.clone())
+                    }
+                ),
+                "Transcript(file#7, Bytes(9 B))",
+            ),
+            (
+                format!("{:?}", TranscriptEvent::Failed(TranscriptError::Locked)),
+                "Failed(Locked)",
+            ),
+            (
+                format!(
+                    "{:?}",
+                    TranscriptEntry {
+                        name: "sess_1.jsonl".into(),
+                        modified_ms: 5,
+                        head: secret.clone()
+                    }
+                ),
+                "sess_1.jsonl @5 (9 B head)",
+            ),
+            (
+                format!(
+                    "{:?}",
+                    Input::McpBytes {
+                        proc,
+                        bytes: secret.clone()
+                    }
+                ),
+                "McpBytes(mcp#2.g1, 9 B)",
+            ),
+            (
+                format!(
+                    "{:?}",
+                    Input::McpStderrLine {
+                        proc,
+                        line: "sk-secret".into()
+                    }
+                ),
+                "McpStderrLine(mcp#2.g1, 9 B)",
+            ),
+            (
+                format!("{:?}", Input::AcpBytes(secret.clone())),
+                "AcpBytes(9 B)",
+            ),
+            (
+                format!(
+                    "{:?}",
+                    Action::AppendTranscript {
+                        file: TranscriptId(7),
+                        bytes: secret
+                    }
+                ),
+                "AppendTranscript(file#7, 9 B)",
+            ),
+            (
+                format!("{:?}", Action::WriteAcp("{\"a\":1}\n".into())),
+                "WriteAcp({\"a\":1})",
+            ),
+            (format!("{:?}", Action::Exit { code: 0 }), "Exit(0)"),
+        ];
+        for (debug, want) in shown {
+            assert_eq!(debug, want);
+        }
+    }
+
+    #[test]
+    fn a9_the_header_of_a_transcript_fits_in_the_head_the_runtime_reads() {
+        // The longest title (80 four-byte characters) and a cwd of PATH_MAX (4096) bytes.
+        let header = crate::record::Record::Session {
+            session_id: "sess_0123456789abcdef0123456789abcdef".into(),
+            cwd: format!("/{}", "d".repeat(4095)),
+            title: crate::store::title_of(&"𝄞".repeat(200)),
+        };
+        let mut line = Vec::new();
+        header.write_line(&mut line);
+        assert!(line.len() > 4096 + 320, "{}", line.len());
+        assert!(
+            line.len() <= TRANSCRIPT_HEAD_BYTES,
+            "{} > {TRANSCRIPT_HEAD_BYTES}",
+            line.len()
+        );
+    }
 }

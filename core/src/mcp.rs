@@ -2425,4 +2425,733 @@ mod tests {
         assert_eq!(expired, Expired::Tool(call));
         assert!(events.is_empty());
     }
+
+    /// The log lines among `actions`, with their levels.
+    fn logs(actions: &[Action]) -> Vec<(LogLevel, String)> {
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::Log(r) = a {
+                    Some((r.level, r.message.clone()))
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The process-group signals among `actions`.
+    fn signals(actions: &[Action]) -> Vec<(ProcKey, Signal)> {
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::SignalProcessGroup { proc, signal } = a {
+                    Some((*proc, *signal))
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    fn generation(slot: ServerSlot, generation: u32) -> ProcKey {
+        ProcKey {
+            server: slot,
+            generation,
+        }
+    }
+
+    #[test]
+    fn t6_a_stdout_line_of_exactly_16_mib_is_still_a_reply() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        let (id, call) = rig.tool_call(slot, 0);
+        let tail = b"\"}}";
+        let mut line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"text\":\"",
+            id.0
+        )
+        .into_bytes();
+        line.resize(16 * 1024 * 1024 - tail.len(), b'x');
+        line.extend_from_slice(tail);
+        assert_eq!(line.len(), 16 << 20);
+        line.push(b'\n');
+        let events = rig.bytes(proc, &line);
+        assert!(
+            matches!(events.as_slice(), [McpEvent::ToolReply { call: c, reply: Ok(_) }] if *c == call),
+            "T6: only a line over 16 MiB kills"
+        );
+        assert!(rig.table.servers[&slot].is_ready());
+    }
+
+    #[test]
+    fn m2_the_initialize_request_carries_our_protocol_version_and_the_set_client_version() {
+        let mut rig = Rig::new();
+        rig.table.set_client_version("1.2.3".into());
+        let slot = rig.add("fs");
+        let proc = generation(slot, 0);
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        let init = Rig::written(&rig.drain(), proc);
+        assert_eq!(init[0]["params"]["clientInfo"]["version"], "1.2.3");
+        assert_eq!(init[0]["params"]["protocolVersion"], MCP_PROTOCOL_VERSION);
+    }
+
+    #[test]
+    fn a2_x1_each_server_has_its_own_slot_session_and_name_and_the_allowlist_picks_some() {
+        let mut rig = Rig::new();
+        let (a, _) = rig.ready("a", &["one"]);
+        let (b, _) = rig.ready("b", &["two"]);
+        assert_ne!(a, b);
+        let (_, routes) = rig.table.visible_tools(&[a]);
+        assert_eq!(routes.keys().collect::<Vec<_>>(), ["a__one"]);
+        let (_, routes) = rig.table.visible_tools(&[b]);
+        assert_eq!(routes.keys().collect::<Vec<_>>(), ["b__two"]);
+        assert_eq!(rig.table.session_of(b), Some(SESSION));
+        assert_eq!(rig.table.session_of(ServerSlot(99)), None);
+        assert_eq!(
+            (rig.table.name(a), rig.table.name(b)),
+            ("a".into(), "b".into())
+        );
+        assert_eq!(rig.table.name(ServerSlot(99)), "");
+        let c = rig.add("c");
+        assert_eq!(
+            rig.table.allowed(
+                &[a, b, c],
+                &HookAllowlist::Names(vec!["b".into(), "c".into()])
+            ),
+            vec![(b, "b".to_string(), true), (c, "c".to_string(), false)],
+            "X1: the named servers in registration order, ready or not"
+        );
+        assert!(rig.table.allowed(&[a, b], &HookAllowlist::Off).is_empty());
+    }
+
+    #[test]
+    fn m1_a_server_s_log_messages_are_logged_at_their_level_with_its_name() {
+        let mut rig = Rig::new();
+        let (_, proc) = rig.ready("fs", &[]);
+        for (level, data) in [
+            ("debug", json!("d")),
+            ("info", json!("i")),
+            ("notice", json!("n")),
+            ("warning", json!("w")),
+            ("error", json!("e")),
+            ("alert", json!({"k": 1})),
+        ] {
+            let line = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                              "params": {"level": level, "data": data}})
+            .to_string()
+                + "\n";
+            assert!(rig.bytes(proc, line.as_bytes()).is_empty());
+        }
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"plain\"}}\n",
+        );
+        assert_eq!(
+            logs(&rig.drain()),
+            vec![
+                (LogLevel::Debug, "[mcp:fs] d".to_string()),
+                (LogLevel::Info, "[mcp:fs] i".to_string()),
+                (LogLevel::Info, "[mcp:fs] n".to_string()),
+                (LogLevel::Warn, "[mcp:fs] w".to_string()),
+                (LogLevel::Error, "[mcp:fs] e".to_string()),
+                (LogLevel::Error, "[mcp:fs] {\"k\":1}".to_string()),
+                (LogLevel::Info, "[mcp:fs] plain".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn t6_non_json_rpc_lines_are_logged_never_answered_and_quieter_after_100() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        for _ in 0..101 {
+            assert!(rig.bytes(proc, b"garbage\n").is_empty());
+        }
+        let actions = rig.drain();
+        assert!(Rig::written(&actions, proc).is_empty(), "never answered");
+        let levels: Vec<LogLevel> = logs(&actions).into_iter().map(|(l, _)| l).collect();
+        assert_eq!(levels.len(), 101);
+        assert!(levels[..100].iter().all(|l| *l == LogLevel::Warn));
+        assert_eq!(levels[100], LogLevel::Debug);
+        assert_eq!(
+            logs(&actions)[0].1,
+            "mcp 'fs': ignoring non-JSON-RPC stdout line: \"garbage\""
+        );
+        assert!(rig.table.servers[&slot].is_ready());
+    }
+
+    #[test]
+    fn m1_a_server_s_ping_is_answered_and_its_other_requests_get_method_not_found() {
+        let mut rig = Rig::new();
+        let (_, proc) = rig.ready("fs", &[]);
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"p1\",\"method\":\"ping\"}\n",
+        );
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"sampling/createMessage\"}\n",
+        );
+        let lines = Rig::written(&rig.drain(), proc);
+        assert_eq!(
+            lines,
+            vec![
+                json!({"jsonrpc": "2.0", "id": "p1", "result": {}}),
+                json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32601,
+                       "message": "Method not found: sampling/createMessage"}}),
+            ]
+        );
+    }
+
+    #[test]
+    fn c59_a_progress_notification_with_a_token_is_an_event_with_its_text() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &[]);
+        let events = rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t1\",\"progress\":3,\"total\":10,\"message\":\" copying \"}}\n",
+        );
+        assert_eq!(
+            events,
+            vec![McpEvent::Progress {
+                server: slot,
+                token: json!("t1"),
+                text: "copying (3/10)".into()
+            }]
+        );
+        for params in [
+            json!({"progress": 1}),
+            json!({"progressToken": null, "progress": 1}),
+        ] {
+            let line =
+                json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+                    .to_string()
+                    + "\n";
+            assert!(rig.bytes(proc, line.as_bytes()).is_empty(), "{params}");
+        }
+    }
+
+    #[test]
+    fn c59_progress_text_is_the_message_then_the_count_in_whole_numbers_where_exact() {
+        let text = |p: Value| progress_text(&p);
+        assert_eq!(text(json!({"progress": 3.0, "total": 10})), "progress 3/10");
+        assert_eq!(text(json!({"progress": 2.5})), "progress 2.5");
+        assert_eq!(text(json!({"progress": -4.0})), "progress -4");
+        assert_eq!(
+            text(json!({"progress": 1e15})),
+            "progress 1000000000000000.0",
+            "as sent from 1e15 on"
+        );
+        assert_eq!(
+            text(json!({"progress": 999_999_999_999_999.0_f64})),
+            "progress 999999999999999"
+        );
+        assert_eq!(text(json!({"message": "copying"})), "copying");
+        assert_eq!(text(json!({"message": "  ", "total": 3})), "in progress");
+        assert_eq!(text(json!({"progress": "3"})), "in progress");
+    }
+
+    #[test]
+    fn m2_tools_list_pages_are_followed_until_no_cursor_or_an_empty_one() {
+        let mut rig = Rig::new();
+        let slot = rig.add("fs");
+        let proc = generation(slot, 0);
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.answer(proc, "initialize", json!({"protocolVersion": "2025-06-18"}));
+        let events = rig.answer(
+            proc,
+            "tools/list",
+            json!({"tools": [{"name": "a"}], "nextCursor": "c1"}),
+        );
+        assert!(events.is_empty());
+        let actions = rig.drain();
+        let lines = Rig::written(&actions, proc);
+        assert_eq!(lines[0]["params"], json!({"cursor": "c1"}));
+        let id = lines[0]["id"].as_u64().expect("an id");
+        let events = rig.reply(
+            proc,
+            id,
+            json!({"tools": [{"name": "b"}], "nextCursor": ""}),
+        );
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        assert!(
+            Rig::written(&rig.drain(), proc).is_empty(),
+            "an empty cursor ends the list"
+        );
+        let (_, routes) = rig.table.visible_tools(&[slot]);
+        assert_eq!(routes.keys().collect::<Vec<_>>(), ["fs__a", "fs__b"]);
+    }
+
+    #[test]
+    fn m2_a_tools_list_stops_at_a_repeated_cursor_or_after_100_pages() {
+        let mut rig = Rig::new();
+        let slot = rig.add("loop");
+        let proc = generation(slot, 0);
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.answer(proc, "initialize", json!({"protocolVersion": "2025-06-18"}));
+        rig.answer(
+            proc,
+            "tools/list",
+            json!({"tools": [{"name": "a"}], "nextCursor": "c1"}),
+        );
+        let events = rig.answer(
+            proc,
+            "tools/list",
+            json!({"tools": [{"name": "b"}], "nextCursor": "c1"}),
+        );
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        let actions = rig.drain();
+        assert!(Rig::written(&actions, proc).is_empty());
+        assert!(
+            logs(&actions).contains(&(
+                LogLevel::Warn,
+                "mcp 'loop': tools/list repeated cursor \"c1\"; stopping".to_string()
+            )),
+            "{actions:?}"
+        );
+        assert_eq!(rig.table.visible_tools(&[slot]).0.len(), 2);
+
+        let slot = rig.add("endless");
+        let proc = generation(slot, 0);
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        rig.answer(proc, "initialize", json!({"protocolVersion": "2025-06-18"}));
+        let mut pages = 0;
+        let events = loop {
+            pages += 1;
+            let page = json!({"tools": [{"name": format!("t{pages}")}], "nextCursor": format!("c{pages}")});
+            let events = rig.answer(proc, "tools/list", page);
+            if !events.is_empty() {
+                break events;
+            }
+            assert!(pages < 200, "the listing never stops");
+        };
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        assert_eq!(pages, 100, "M2: at most 100 pages");
+        assert_eq!(rig.table.visible_tools(&[slot]).0.len(), 100);
+        assert!(logs(&rig.drain()).contains(&(
+            LogLevel::Warn,
+            "mcp 'endless': tools/list exceeded 100 pages; stopping".to_string()
+        )));
+    }
+
+    #[test]
+    fn m3_a_repeated_tool_name_gets_a_suffix_once_and_is_then_dropped() {
+        let suffixed = format!("fs__read_{:08x}", tools::fnv1a(b"read") & 0xffff_ffff);
+        for (copies, warned) in [(2, false), (3, true)] {
+            let mut rig = Rig::new();
+            let slot = rig.add("fs");
+            rig.handshake(generation(slot, 0), &vec!["read"; copies]);
+            let dropped = logs(&rig.drain()).contains(&(
+                LogLevel::Warn,
+                "mcp 'fs': dropping duplicate tool 'read'".to_string(),
+            ));
+            assert_eq!(dropped, warned, "{copies} copies");
+            let (defs, _) = rig.table.visible_tools(&[slot]);
+            let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(names, ["fs__read", suffixed.as_str()], "{copies} copies");
+        }
+    }
+
+    #[test]
+    fn c56_no_warning_for_a_server_without_hooks_or_one_that_is_allowlisted() {
+        let mut rig = Rig::new();
+        rig.table
+            .set_hook_allowlist(HookAllowlist::Names(vec!["guard".into()]));
+        for (name, tools) in [("plain", "read"), ("guard", "_Stop")] {
+            let slot = rig.add(name);
+            rig.handshake(generation(slot, 0), &[tools]);
+            assert!(
+                logs(&rig.drain())
+                    .iter()
+                    .all(|(_, m)| !m.contains("MCP_HOOK_SERVERS")),
+                "C56: {name} has no hooks that will not run"
+            );
+        }
+    }
+
+    #[test]
+    fn m1_p2_the_stderr_tail_keeps_the_last_20_lines_each_capped() {
+        let mut rig = Rig::new();
+        let (_, proc) = rig.ready("fs", &["read"]);
+        for n in 0..20 {
+            rig.table
+                .on_stderr_line(proc, format!("l{n}"), &mut rig.out);
+        }
+        let long = "x".repeat(20_000);
+        rig.table.on_stderr_line(proc, long, &mut rig.out);
+        let capped =
+            crate::io::cap_stderr_line(&"x".repeat(20_000), crate::io::MAX_STDERR_LINE_BYTES);
+        assert_eq!(capped.len(), crate::io::MAX_STDERR_LINE_BYTES);
+        assert_eq!(
+            logs(&rig.drain()).last(),
+            Some(&(LogLevel::Info, format!("[mcp:fs] {capped}")))
+        );
+        rig.table
+            .on_exited(proc, "exit status 1", &mut rig.out, &mut rig.timers);
+        let tail: Vec<String> = (1..20).map(|n| format!("l{n}")).chain([capped]).collect();
+        assert_eq!(
+            rig.table.unavailable(proc.server),
+            Some(format!(
+                "MCP server 'fs' exited (exit status 1); stderr:\n{}",
+                tail.join("\n")
+            ))
+        );
+    }
+
+    #[test]
+    fn m7_a_closed_stdout_gives_the_server_a_grace_to_exit_then_it_is_killed() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        let (_, call) = rig.tool_call(slot, 0);
+        let closed = Timer::Server(slot, ServerTimer::StdoutClosed);
+        rig.at(100);
+        rig.table
+            .on_stdout_closed(proc, &mut rig.out, &mut rig.timers);
+        assert_eq!(
+            rig.timers.get(closed),
+            Some(MonoTime::ZERO.plus_ms(100 + STDOUT_CLOSED_GRACE_MS))
+        );
+        let events = rig
+            .table
+            .stdout_grace_over(slot, &mut rig.out, &mut rig.timers);
+        assert_eq!(
+            events,
+            vec![McpEvent::ToolFailed {
+                call,
+                reason: "MCP server 'fs' closed its stdout".into()
+            }]
+        );
+        assert!(!rig.timers.contains(closed));
+        assert_eq!(signals(&rig.drain()), vec![(proc, Signal::Term)]);
+
+        // Within the grace the exit explains the death and the grace ends.
+        let (slot, proc) = rig.ready("exits", &["read"]);
+        rig.table
+            .on_stdout_closed(proc, &mut rig.out, &mut rig.timers);
+        let closed = Timer::Server(slot, ServerTimer::StdoutClosed);
+        assert!(rig.timers.contains(closed));
+        rig.table
+            .on_exited(proc, "exit status 2", &mut rig.out, &mut rig.timers);
+        assert!(!rig.timers.contains(closed));
+        assert_eq!(
+            rig.table.unavailable(slot).as_deref(),
+            Some("MCP server 'exits' exited (exit status 2)")
+        );
+    }
+
+    #[test]
+    fn m7_a_killed_server_whose_stdout_closes_gets_no_second_grace() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        rig.table
+            .kill(slot, "was killed", &mut rig.out, &mut rig.timers);
+        rig.table
+            .on_stdout_closed(proc, &mut rig.out, &mut rig.timers);
+        assert!(
+            !rig.timers
+                .contains(Timer::Server(slot, ServerTimer::StdoutClosed))
+        );
+        assert!(
+            rig.table
+                .on_write_failed(proc, &mut rig.out, &mut rig.timers)
+                .is_empty()
+        );
+        assert!(
+            !rig.timers
+                .contains(Timer::Server(slot, ServerTimer::StdoutClosed))
+        );
+    }
+
+    #[test]
+    fn m7_a_failed_write_gives_a_running_server_the_grace_and_kills_one_not_running() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        assert!(
+            rig.table
+                .on_write_failed(proc, &mut rig.out, &mut rig.timers)
+                .is_empty()
+        );
+        let closed = Timer::Server(slot, ServerTimer::StdoutClosed);
+        assert_eq!(
+            rig.timers.get(closed),
+            Some(MonoTime::ZERO.plus_ms(STDOUT_CLOSED_GRACE_MS))
+        );
+        assert!(rig.table.servers[&slot].is_ready());
+
+        let waiting = rig.add("spawning");
+        let events =
+            rig.table
+                .on_write_failed(generation(waiting, 0), &mut rig.out, &mut rig.timers);
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        assert_eq!(
+            rig.table.unavailable(waiting).as_deref(),
+            Some("MCP server 'spawning' stopped reading its stdin")
+        );
+    }
+
+    #[test]
+    fn m1_m9_a_server_that_cannot_be_spawned_fails_without_signals_and_failed_restarts_back_off() {
+        let mut rig = Rig::new();
+        let slot = rig.add("gone");
+        rig.drain();
+        let events = rig.table.on_spawn_failed(
+            generation(slot, 0),
+            "No such file or directory (os error 2)",
+            &mut rig.out,
+            &mut rig.timers,
+        );
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        assert_eq!(
+            rig.table.start_state(&[slot]),
+            StartState::Failed(
+                "MCP server 'gone' failed to start: spawning 'fake-mcp' failed: No such file or directory (os error 2)"
+                    .into()
+            )
+        );
+        assert!(signals(&rig.drain()).is_empty(), "no process, no group");
+        assert!(!rig.table.any_spawned());
+
+        // A serving server dies (death 1, backoff 0.5 s); its restart cannot be spawned
+        // (a failed restart, death 2): the next backoff is 1 s; then it is permanently dead.
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        rig.table
+            .on_exited(proc, "exit status 1", &mut rig.out, &mut rig.timers);
+        rig.at(RESTART_BASE_MS);
+        rig.table
+            .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+        let g1 = generation(slot, 1);
+        assert!(rig.table.any_spawned(), "an earlier generation was spawned");
+        rig.drain();
+        let events = rig
+            .table
+            .on_spawn_failed(g1, "EACCES", &mut rig.out, &mut rig.timers);
+        assert!(events.is_empty(), "the session started long ago");
+        let actions = rig.drain();
+        assert!(signals(&actions).is_empty(), "{actions:?}");
+        assert!(!rig.timers.contains(Timer::kill(g1)));
+        assert_eq!(
+            rig.table.start_state(&[slot]),
+            StartState::Waiting,
+            "a server that served once is recovering, not a failed start"
+        );
+        rig.at(RESTART_BASE_MS + 999);
+        rig.table
+            .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+        assert!(
+            !rig.drain()
+                .iter()
+                .any(|a| matches!(a, Action::SpawnMcp { .. })),
+            "M9: the backoff doubled"
+        );
+        rig.at(RESTART_BASE_MS + 1000);
+        rig.table
+            .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+        let g2 = generation(slot, 2);
+        assert!(
+            rig.drain()
+                .iter()
+                .any(|a| matches!(a, Action::SpawnMcp { proc, .. } if *proc == g2))
+        );
+        rig.table
+            .on_spawn_failed(g2, "EACCES", &mut rig.out, &mut rig.timers);
+        assert!(
+            rig.table.visible_tools(&[slot]).0.is_empty(),
+            "permanently dead"
+        );
+    }
+
+    #[test]
+    fn m2_a_handshake_that_times_out_fails_the_start_and_a_late_relist_only_warns() {
+        let mut rig = Rig::new();
+        let slot = rig.add("slow");
+        let proc = generation(slot, 0);
+        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        let (_, timer) = rig.timers.next().expect("the handshake deadline");
+        let Timer::Server(_, ServerTimer::Request(id)) = timer else {
+            panic!("{timer:?}");
+        };
+        let (expired, events) = rig
+            .table
+            .expire(slot, id, &mut rig.out, &mut rig.timers)
+            .expect("in flight");
+        assert_eq!(expired, Expired::Handshake);
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        assert_eq!(
+            rig.table.start_state(&[slot]),
+            StartState::Failed(
+                "MCP server 'slow' failed to start: handshake timed out after 30 s (BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS)"
+                    .into()
+            )
+        );
+
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        );
+        let (_, timer) = rig.timers.next().expect("the listing deadline");
+        let Timer::Server(_, ServerTimer::Request(id)) = timer else {
+            panic!("{timer:?}");
+        };
+        rig.drain();
+        let (expired, events) = rig
+            .table
+            .expire(slot, id, &mut rig.out, &mut rig.timers)
+            .expect("in flight");
+        assert_eq!((expired, events), (Expired::Handshake, vec![]));
+        assert_eq!(
+            logs(&rig.drain()),
+            vec![(
+                LogLevel::Warn,
+                "mcp 'fs': tools/list timed out after 30 s".to_string()
+            )]
+        );
+        assert!(rig.table.servers[&slot].is_ready());
+    }
+
+    #[test]
+    fn h4_the_kill_after_two_hook_timeouts_fails_the_tool_calls_still_in_flight() {
+        let mut rig = Rig::new();
+        let (slot, _) = rig.ready("guard", &["read", "_Stop"]);
+        let (_, call) = rig.tool_call(slot, 0);
+        for round in 1..=2 {
+            let id = rig
+                .table
+                .send_request(
+                    slot,
+                    McpRequest {
+                        method: "tools/call",
+                        params: &json!({}),
+                        purpose: Purpose::Hook(HookCallRef {
+                            session: SESSION,
+                            round: HookRoundId(round),
+                            index: 0,
+                        }),
+                        timeout_ms: 100,
+                    },
+                    &mut rig.out,
+                    &mut rig.timers,
+                )
+                .expect("ready");
+            let events =
+                rig.table
+                    .hook_timed_out(slot, id, 100, "hook", &mut rig.out, &mut rig.timers);
+            if round == 2 {
+                assert_eq!(
+                    events,
+                    vec![McpEvent::ToolFailed {
+                        call,
+                        reason: "MCP server 'guard' was killed after 2 consecutive hook timeouts"
+                            .into()
+                    }]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn m8_stopping_a_ready_server_closes_its_stdin_and_terms_its_group_once() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        rig.tool_call(slot, 0);
+        rig.drain();
+        rig.table
+            .stop(slot, "session start failed", &mut rig.out, &mut rig.timers);
+        assert_eq!(
+            rig.drain(),
+            vec![
+                Action::CloseMcpStdin { proc },
+                Action::SignalProcessGroup {
+                    proc,
+                    signal: Signal::Term
+                }
+            ]
+        );
+        assert_eq!(
+            rig.timers.next(),
+            Some((MonoTime::ZERO.plus_ms(KILL_GRACE_MS), Timer::kill(proc))),
+            "the request is dropped with its deadline; the KILL follows"
+        );
+        rig.table.stop(slot, "again", &mut rig.out, &mut rig.timers);
+        assert!(rig.drain().is_empty(), "a group is asked to go once");
+        assert_eq!(
+            rig.table.unavailable(slot).as_deref(),
+            Some("MCP server 'fs' stopped: session start failed")
+        );
+        rig.table.term_grace_over(proc, &mut rig.out);
+        assert_eq!(signals(&rig.drain()), vec![(proc, Signal::Kill)]);
+    }
+
+    #[test]
+    fn p1_h11_shutdown_closes_every_spawned_server_s_stdin_once_keeping_those_asked() {
+        let mut rig = Rig::new();
+        let (a, pa) = rig.ready("a", &["read"]);
+        let (b, pb) = rig.ready("b", &["_SessionEnd"]);
+        let c = rig.add("c");
+        rig.drain();
+        let keep = BTreeSet::from([b]);
+        rig.table
+            .shut_down_all(&keep, &mut rig.out, &mut rig.timers);
+        assert_eq!(rig.drain(), vec![Action::CloseMcpStdin { proc: pa }]);
+        assert!(rig.table.is_dead(a) && rig.table.is_dead(c));
+        assert!(
+            rig.table.servers[&b].is_ready(),
+            "H11: b answers its hooks first"
+        );
+        rig.table
+            .shut_down_all(&BTreeSet::new(), &mut rig.out, &mut rig.timers);
+        assert_eq!(rig.drain(), vec![Action::CloseMcpStdin { proc: pb }]);
+        assert!(rig.table.is_dead(b));
+        rig.table
+            .shut_down_all(&BTreeSet::new(), &mut rig.out, &mut rig.timers);
+        assert!(rig.drain().is_empty(), "once");
+    }
+
+    #[test]
+    fn i6_no_cancellation_is_written_to_a_dead_or_unspawned_server() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        let (id, _) = rig.tool_call(slot, 0);
+        rig.table
+            .kill(slot, "was killed", &mut rig.out, &mut rig.timers);
+        rig.drain();
+        rig.table
+            .cancel_request(slot, id, "cancelled", &mut rig.out, &mut rig.timers);
+        assert!(Rig::written(&rig.drain(), proc).is_empty());
+        let waiting = rig.add("spawning");
+        rig.drain();
+        rig.table.cancel_request(
+            waiting,
+            McpRequestId(1),
+            "cancelled",
+            &mut rig.out,
+            &mut rig.timers,
+        );
+        assert!(rig.drain().is_empty());
+    }
+
+    #[test]
+    fn m6_a_list_change_while_serving_lists_again_one_listing_at_a_time() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        rig.tool_call(slot, 0);
+        rig.drain();
+        let changed = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n";
+        rig.bytes(proc, changed);
+        let lists = |actions: &[Action]| {
+            Rig::written(actions, proc)
+                .into_iter()
+                .filter(|l| l["method"] == "tools/list")
+                .count()
+        };
+        assert_eq!(
+            lists(&rig.drain()),
+            1,
+            "a call in flight does not hold it back"
+        );
+        rig.bytes(proc, changed);
+        assert_eq!(lists(&rig.drain()), 0, "a listing is in flight");
+    }
 }

@@ -116,4 +116,46 @@ mod tests {
         }
         assert_eq!(out.pop(), None);
     }
+
+    #[test]
+    fn t1_replies_and_updates_are_queued_as_acp_lines_at_the_step_s_time() {
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        out.advance(MonoTime::ZERO.plus_ms(7));
+        assert_eq!(out.now(), MonoTime::ZERO.plus_ms(7));
+        let id = RpcId::Num(3.into());
+        out.reply_ok(&id, &serde_json::json!({"ok": true}));
+        out.reply_err(Some(&id), -32602, "bad".into(), None);
+        out.reply_err(None, -32700, "parse".into(), None);
+        out.send_update("sess_1", &serde_json::json!({"sessionUpdate": "x"}));
+        let lines: Vec<Action> = std::iter::from_fn(|| out.pop()).collect();
+        assert_eq!(
+            lines,
+            vec![
+                Action::WriteAcp(jsonrpc::encode_result(
+                    &id,
+                    &serde_json::json!({"ok": true})
+                )),
+                Action::WriteAcp(jsonrpc::encode_error(
+                    Some(&id),
+                    &RpcError {
+                        code: -32602,
+                        message: "bad".into(),
+                        data: None
+                    }
+                )),
+                Action::WriteAcp(jsonrpc::encode_error(
+                    None,
+                    &RpcError {
+                        code: -32700,
+                        message: "parse".into(),
+                        data: None
+                    }
+                )),
+                Action::WriteAcp(crate::acp::update_line(
+                    "sess_1",
+                    &serde_json::json!({"sessionUpdate": "x"})
+                )),
+            ]
+        );
+    }
 }

@@ -511,4 +511,29 @@ mod tests {
         assert_eq!(error_message(b"plain"), "plain");
         assert_eq!(error_message("é".repeat(5000).as_bytes()).len(), 4096);
     }
+
+    #[test]
+    fn l8_l10_encrypted_reasoning_is_asked_of_openai_reasoning_models_only() {
+        use crate::llm::{LlmRequest, Message};
+        assert!(responses_options("o4-mini").include_encrypted_reasoning);
+        assert!(!responses_options("gpt-4o").include_encrypted_reasoning);
+        let cfg = Config::for_tests(ProviderKind::OpenAiResponses, "http://h");
+        let messages = [Message::User { text: "hi".into() }];
+        for (model, asked) in [("openai/gpt-5", true), ("gpt-4.1", false)] {
+            let req = LlmRequest {
+                model,
+                system: None,
+                messages: &messages,
+                tools: &[],
+                max_output_tokens: 8,
+            };
+            let body = build_request(&cfg, &req, &Learned::default()).body.to_vec();
+            let body = String::from_utf8_lossy(&body);
+            assert_eq!(
+                body.contains("\"include\":[\"reasoning.encrypted_content\"]"),
+                asked,
+                "{model}: {body}"
+            );
+        }
+    }
 }

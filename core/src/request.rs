@@ -280,3 +280,273 @@ pub(crate) fn arguments_or_empty_object(arguments: &str) -> &str {
         arguments
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    use crate::llm::ToolDef;
+
+    fn user(t: &str) -> Message {
+        Message::User { text: t.into() }
+    }
+
+    fn text(bytes: &[u8]) -> &str {
+        std::str::from_utf8(bytes).unwrap_or("<not UTF-8>")
+    }
+
+    /// A wire element that is one JSON string: the history message's text.
+    struct Item(String);
+
+    impl WireElement for Item {
+        fn write(&self, out: &mut Vec<u8>) {
+            push_item(out, &self.0);
+        }
+    }
+
+    /// One element per message from `start`, named `tag` and its index; every element closed but
+    /// the ones `open` names (the last element, when open, stays fresh).
+    fn plan_open<'s>(
+        tag: &'static str,
+        open: &'static [usize],
+        starts: &'s RefCell<Vec<usize>>,
+    ) -> impl Fn(&[Message], usize, Last) -> Vec<Planned<Item>> + 's {
+        move |history, start, _last| {
+            starts.borrow_mut().push(start);
+            (start..history.len())
+                .map(|i| Planned {
+                    element: Item(format!("{tag}{i}")),
+                    source: i,
+                    kind: Last::User,
+                    closed: !open.contains(&i),
+                })
+                .collect()
+        }
+    }
+
+    fn cached_text(h: &HistoryJson) -> Option<String> {
+        h.cached.as_ref().map(|c| text(c).to_owned())
+    }
+
+    #[test]
+    fn l6_l7_l8_a_streaming_post_carries_json_and_event_stream_headers_then_the_auth() {
+        let r = streaming_json_post("http://h/x".into(), bearer("k"), Body::from(b"{}".to_vec()));
+        assert_eq!(r.url, "http://h/x");
+        assert_eq!(
+            r.headers,
+            vec![
+                ("content-type".to_owned(), "application/json".to_owned()),
+                ("accept".to_owned(), "text/event-stream".to_owned()),
+                ("authorization".to_owned(), "Bearer k".to_owned()),
+            ]
+        );
+        assert_eq!(r.body.to_vec(), b"{}");
+        // A local server without a key: no Authorization header at all.
+        assert_eq!(bearer(""), None);
+        assert_eq!(
+            streaming_json_post("u".into(), bearer(""), Body::default())
+                .headers
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn l7_body_writers_separate_fields_and_items_with_commas() {
+        let mut obj = b"{".to_vec();
+        write_field(&mut obj, "a", &1);
+        write_field(&mut obj, "b", "x\"y");
+        obj.push(b'}');
+        assert_eq!(text(&obj), r#"{"a":1,"b":"x\"y"}"#);
+        let mut run = Vec::new();
+        push_item(&mut run, "one");
+        push_item(&mut run, &2);
+        assert_eq!(text(&run), r#""one",2"#);
+        let mut plain = Vec::new();
+        write_json(&mut plain, &["é", "\n"]);
+        assert_eq!(text(&plain), "[\"é\",\"\\n\"]");
+    }
+
+    #[test]
+    fn c26_an_error_result_is_prefixed_and_blank_arguments_are_an_empty_object() {
+        let mut out = Vec::new();
+        write_json(&mut out, &ErrorText("no \"such\" file"));
+        assert_eq!(text(&out), r#""Error: no \"such\" file""#);
+        for blank in ["", "  ", "\n\t"] {
+            assert_eq!(arguments_or_empty_object(blank), "{}", "{blank:?}");
+        }
+        assert_eq!(arguments_or_empty_object(r#"{"q":1}"#), r#"{"q":1}"#);
+    }
+
+    #[test]
+    fn issue15_the_body_capacity_is_the_history_framing_escapes_tools_system_and_slack() {
+        let messages = [user("hello"), user("abc")];
+        let tools = [ToolDef {
+            name: "abc".into(),
+            description: "xy".into(),
+            input_schema: serde_json::json!({"type": "object"}),
+        }];
+        let req = LlmRequest {
+            model: "m",
+            system: Some("sys!"),
+            messages: &messages,
+            tools: &tools,
+            max_output_tokens: 8,
+        };
+        // History (5 + 64) + (3 + 64) = 136, an eighth of it 17, the tool 2·3 + 2 + 512 = 520,
+        // the system prompt 4, and 256.
+        assert_eq!(body_capacity(&req, 64), 136 + 17 + 520 + 4 + 256);
+        let bare = LlmRequest {
+            system: None,
+            messages: &[],
+            tools: &[],
+            ..req
+        };
+        assert_eq!(body_capacity(&bare, 64), 256);
+    }
+
+    #[test]
+    fn issue15_without_a_cache_every_element_is_fresh() {
+        let history = [user("a"), user("b")];
+        let starts = RefCell::new(Vec::new());
+        let h = history_json(&history, None, 16, plan_open("m", &[1], &starts));
+        assert_eq!(cached_text(&h), None);
+        assert_eq!(text(&h.fresh), r#""m0","m1""#);
+        assert_eq!(*starts.borrow(), [0]);
+    }
+
+    #[test]
+    fn issue15_closed_elements_are_cached_and_the_open_last_one_stays_fresh() {
+        let chat = CacheKey::Chat {
+            reasoning_content: false,
+        };
+        let mut cache = BodyCache::default();
+        let starts = RefCell::new(Vec::new());
+        // m1 is open but not last: later messages cannot change it, so it is kept. The open
+        // last one (m2) is built for this request only.
+        let history = [user("a"), user("b"), user("c")];
+        let h = history_json(
+            &history,
+            Some((&mut cache, chat)),
+            0,
+            plan_open("m", &[1, 2], &starts),
+        );
+        assert_eq!(cached_text(&h).as_deref(), Some(r#""m0","m1""#));
+        assert_eq!(text(&h.fresh), r#""m2""#);
+        assert_eq!((cache.resume, cache.last), (2, Last::User));
+        // The next request plans from the resume point only and reuses the cached bytes.
+        let history = [user("a"), user("b"), user("c"), user("d")];
+        let h = history_json(
+            &history,
+            Some((&mut cache, chat)),
+            0,
+            plan_open("m", &[3], &starts),
+        );
+        assert_eq!(*starts.borrow(), [0, 2]);
+        assert_eq!(cached_text(&h).as_deref(), Some(r#""m0","m1","m2""#));
+        assert_eq!(text(&h.fresh), r#""m3""#);
+        // Everything closed: all of it is cached, and the same history again plans nothing
+        // new from where it stopped (the resume point equals its length).
+        let h = history_json(
+            &history,
+            Some((&mut cache, chat)),
+            0,
+            plan_open("m", &[], &starts),
+        );
+        assert_eq!(cached_text(&h).as_deref(), Some(r#""m0","m1","m2","m3""#));
+        assert!(h.fresh.is_empty());
+        assert_eq!(cache.resume, 4);
+        let _ = history_json(
+            &history,
+            Some((&mut cache, chat)),
+            0,
+            plan_open("m", &[], &starts),
+        );
+        assert_eq!(*starts.borrow(), [0, 2, 3, 4]);
+    }
+
+    #[test]
+    fn issue15_another_serialization_or_a_shorter_history_starts_the_cache_afresh() {
+        let chat = CacheKey::Chat {
+            reasoning_content: false,
+        };
+        let mut cache = BodyCache::default();
+        let starts = RefCell::new(Vec::new());
+        let history = [user("a"), user("b"), user("c")];
+        let _ = history_json(
+            &history,
+            Some((&mut cache, chat)),
+            0,
+            plan_open("m", &[2], &starts),
+        );
+        assert_eq!(cache.cached_bytes(), r#""m0","m1""#.len());
+        // Another route: nothing of the Chat bytes is reused.
+        let h = history_json(
+            &history,
+            Some((&mut cache, CacheKey::Anthropic)),
+            0,
+            plan_open("a", &[2], &starts),
+        );
+        assert_eq!(cached_text(&h).as_deref(), Some(r#""a0","a1""#));
+        assert_eq!(text(&h.fresh), r#""a2""#);
+        // A shorter history than the cache covers (history replaced): planned from the start.
+        let short = [user("z")];
+        let h = history_json(
+            &short,
+            Some((&mut cache, CacheKey::Anthropic)),
+            0,
+            plan_open("s", &[], &starts),
+        );
+        assert_eq!(*starts.borrow(), [0, 0, 0]);
+        assert_eq!(cached_text(&h).as_deref(), Some(r#""s0""#));
+    }
+
+    /// A body's bytes as text.
+    fn body_text(b: &Body) -> String {
+        text(&b.to_vec()).to_owned()
+    }
+
+    fn history(cached: Option<&str>, fresh: &str) -> HistoryJson {
+        HistoryJson {
+            cached: cached.map(|c| Arc::new(c.as_bytes().to_vec())),
+            fresh: fresh.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn issue15_a_body_is_head_cached_and_fresh_elements_and_tail_with_one_comma_between() {
+        let cases = [
+            // (leading, cached, fresh, body)
+            (false, None, "", "[]"),
+            (false, None, "F", "[F]"),
+            (true, None, "", "[S]"),
+            (true, None, "F", "[S,F]"),
+            (false, Some(""), "F", "[F]"),
+            (true, Some(""), "F", "[S,F]"),
+            (true, Some(""), "", "[S]"),
+            (false, Some("C"), "", "[C]"),
+            (false, Some("C"), "F", "[C,F]"),
+            (true, Some("C"), "", "[S,C]"),
+            (true, Some("C"), "F", "[S,C,F]"),
+        ];
+        for (leading, cached, fresh, want) in cases {
+            let head = if leading {
+                b"[S".to_vec()
+            } else {
+                b"[".to_vec()
+            };
+            let body = assemble(head, leading, history(cached, fresh), b"]");
+            assert_eq!(body_text(&body), want, "{leading} {cached:?} {fresh:?}");
+        }
+        // The cached bytes are shared with the body, not copied.
+        let cached = Arc::new(b"C".to_vec());
+        let h = HistoryJson {
+            cached: Some(cached.clone()),
+            fresh: Vec::new(),
+        };
+        let body = assemble(b"[".to_vec(), false, h, b"]");
+        assert_eq!(Arc::strong_count(&cached), 2);
+        assert_eq!(body.pieces().count(), 3);
+    }
+}

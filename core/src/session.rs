@@ -74,3 +74,16 @@ impl Session {
         self.model_override.as_deref().unwrap_or(configured)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a5_a_session_s_model_is_the_one_set_else_the_configured_one() {
+        let mut s = Session::new(SessionId(1), Vec::new(), &RpcId::Num(1.into()));
+        assert_eq!(s.model("configured"), "configured");
+        s.model_override = Some("picked".into());
+        assert_eq!(s.model("configured"), "picked");
+    }
+}

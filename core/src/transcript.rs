@@ -234,4 +234,16 @@ mod tests {
             "a replaced history starts afresh"
         );
     }
+
+    #[test]
+    fn a9_the_highest_call_number_handed_out_is_kept_and_restored() {
+        let mut t = Transcript::default();
+        assert_eq!(t.calls_issued(), 0, "none yet");
+        t.next_call_no();
+        t.next_call_no();
+        assert_eq!(t.calls_issued(), 2);
+        let mut r = Transcript::restored(vec![user("a")], 0, 0, 7);
+        assert_eq!(r.calls_issued(), 7);
+        assert_eq!(r.next_call_no(), 8, "a restored session goes on numbering");
+    }
 }

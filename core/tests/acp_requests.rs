@@ -310,9 +310,12 @@ fn m1_servers_inherit_the_runtime_environment_without_the_agent_s_own_variables(
         .steps
         .iter()
         .flat_map(|s| &s.actions)
-        .filter_map(|a| match a {
-            Action::SpawnMcp { spec, .. } => Some(spec.env.clone()),
-            _ => None,
+        .filter_map(|a| {
+            if let Action::SpawnMcp { spec, .. } = a {
+                Some(spec.env.clone())
+            } else {
+                None
+            }
         })
         .collect();
     assert_eq!(
