@@ -570,4 +570,18 @@ mod tests {
             "the jitter spans ±25 %: {min:?}..{max:?}"
         );
     }
+
+    #[test]
+    fn p1_at_shutdown_every_call_in_flight_is_dropped_once() {
+        let mut calls = LlmCalls::new(0);
+        let mut out = Outbox::new(crate::config::LogLevel::Info, crate::time::MonoTime::ZERO);
+        calls.insert(LlmCallId(3), SessionId(1));
+        calls.insert(LlmCallId(5), SessionId(2));
+        calls.release_all(&mut out);
+        assert_eq!(out.pop(), Some(Action::CancelLlm { call: LlmCallId(3) }));
+        assert_eq!(out.pop(), Some(Action::CancelLlm { call: LlmCallId(5) }));
+        assert_eq!(out.pop(), None);
+        assert_eq!(calls.session_of(LlmCallId(5)), None);
+        assert!(!calls.release(LlmCallId(3), &mut out), "already dropped");
+    }
 }
