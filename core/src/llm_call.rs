@@ -584,4 +584,25 @@ mod tests {
         assert_eq!(calls.session_of(LlmCallId(5)), None);
         assert!(!calls.release(LlmCallId(3), &mut out), "already dropped");
     }
+
+    #[test]
+    fn c24_the_grace_starts_only_while_a_whole_answer_waits_for_its_stream_end() {
+        let mut a = attempt(CallPurpose::Round);
+        a.on_event(LlmEvent::Head {
+            status: 200,
+            headers: vec![],
+        });
+        let grace = |step: Step| match step {
+            Step::Fed { grace_started, .. } => grace_started,
+            _ => panic!("body bytes are fed"),
+        };
+        assert!(!grace(a.on_event(LlmEvent::Body(chunk("Hi")))), "text: no");
+        assert!(!a.in_grace());
+        let whole = [STOP, b"data: [DONE]\n\n"].concat();
+        assert!(
+            !grace(a.on_event(LlmEvent::Body(whole))),
+            "the answer and its terminator together: no grace"
+        );
+        assert!(!a.in_grace());
+    }
 }
