@@ -2029,4 +2029,119 @@ mod tests {
         assert_eq!(body["messages"][0]["tool_calls"][1]["id"], "call_t1_2");
         assert_eq!(body["messages"][2]["tool_call_id"], "call_t1_2");
     }
+
+    #[test]
+    fn p2_debug_of_a_chat_decoder_shows_sizes_not_the_streamed_text() {
+        let mut decoder = ChatDecoder::new("c".into());
+        let mut out = Vec::new();
+        decoder.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"secret\",\"reasoning\":\"hidden thought\"}}]}\n\n", &mut out).unwrap();
+        let shown = format!("{decoder:?}");
+        assert_eq!(
+            shown,
+            "ChatDecoder(text 6 B, thinking 14 B, 0 call slots, finish None, done false)"
+        );
+    }
+
+    #[test]
+    fn c24_b_a_finish_reason_or_done_makes_the_answer_final() {
+        let mut decoder = ChatDecoder::new("c".into());
+        let mut out = Vec::new();
+        decoder
+            .feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n", &mut out)
+            .unwrap();
+        assert!(!decoder.has_final_answer(), "the answer may go on");
+        decoder
+            .feed(
+                b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+                &mut out,
+            )
+            .unwrap();
+        assert!(decoder.has_final_answer() && !decoder.is_complete());
+
+        let mut decoder = ChatDecoder::new("c".into());
+        decoder.feed(b"data: [DONE]\n\n", &mut out).unwrap();
+        assert!(decoder.has_final_answer() && decoder.is_complete());
+    }
+
+    #[test]
+    fn c21_an_unindexed_delta_repeating_the_current_id_and_name_continues_that_call() {
+        // Servers that omit `index` and repeat the id and name on every delta of a call.
+        let body = concat!(
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"x1\",\"function\":{\"name\":\"a\",\"arguments\":\"{\\\"k\\\":\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"x1\",\"function\":{\"name\":\"a\",\"arguments\":\"1}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let outcome = decode_every_split(body);
+        assert_eq!(ok(&outcome).tool_calls, vec![call("x1", "a", "{\"k\":1}")]);
+    }
+
+    /// One tool-call delta with `arguments_json` (JSON-escaped), then `[DONE]` without a
+    /// finish reason (C23).
+    fn done_without_finish(arguments_json: &str) -> String {
+        format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":0,\"id\":\"call_9\",\"function\":{{\"name\":\"get_time\",\"arguments\":{arguments_json}}}}}]}}}}]}}\n\n\
+             data: [DONE]\n\n"
+        )
+    }
+
+    #[test]
+    fn c23_c26_blank_arguments_at_done_without_a_finish_reason_are_a_whole_call() {
+        for blank in ["\"\"", "\"  \""] {
+            let outcome = decode_every_split(&done_without_finish(blank));
+            let response = ok(&outcome);
+            assert_eq!(response.stop, StopKind::ToolUse, "{blank}");
+            assert_eq!(response.tool_calls.len(), 1, "{blank}");
+        }
+    }
+
+    #[test]
+    fn c23_l9_arguments_with_an_invalid_escape_at_done_are_whole_not_cut() {
+        // `{"a":"\q"}`: not strict JSON (an unknown escape) but whole, so the call runs (the
+        // escape is replaced, L9) instead of the stream being judged cut.
+        let outcome = decode_every_split(&done_without_finish(r#""{\"a\":\"\\q\"}""#));
+        let response = ok(&outcome);
+        assert_eq!(response.stop, StopKind::ToolUse);
+        assert_eq!(response.tool_calls[0].arguments, r#"{"a":"\q"}"#);
+    }
+
+    #[test]
+    fn l10_merged_assistant_messages_send_each_reasoning_field_once() {
+        let thought = |text: &str, thinking: &str, field: ChatReasoningField| Message::Assistant {
+            text: text.into(),
+            thinking: thinking.into(),
+            reasoning: vec![ReasoningBlock::ChatField(field)],
+            tool_calls: Vec::new(),
+        };
+        for (field, options) in [
+            (ChatReasoningField::Reasoning, ChatOptions::default()),
+            (
+                ChatReasoningField::ReasoningContent,
+                ChatOptions {
+                    max_completion_tokens: false,
+                    reasoning_content: true,
+                },
+            ),
+        ] {
+            let messages = [
+                Message::User { text: "q".into() },
+                thought("a", "one", field),
+                thought("b", "two", field),
+            ];
+            let req = LlmRequest {
+                model: "m",
+                system: None,
+                messages: &messages,
+                tools: &[],
+                max_output_tokens: 1,
+            };
+            let body = build_request("http://h/v1", "", &req, &options)
+                .body
+                .to_vec();
+            let text = String::from_utf8(body).unwrap();
+            let key = format!("\"{}\":", field.name());
+            assert_eq!(text.matches(key.as_str()).count(), 1, "{text}");
+            assert!(text.contains(&format!("{key}\"one\\n\\ntwo\"")), "{text}");
+        }
+    }
 }

@@ -1368,4 +1368,187 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
         assert_eq!(body["input"][2]["call_id"], "call_A");
         assert_eq!(body["input"][3]["call_id"], "call_B");
     }
+
+    #[test]
+    fn p2_debug_of_a_responses_decoder_shows_sizes_not_the_streamed_text() {
+        let mut decoder = ResponsesDecoder::new("c".into());
+        let mut out = Vec::new();
+        decoder
+            .feed(text_delta("secret").as_bytes(), &mut out)
+            .unwrap();
+        assert_eq!(
+            format!("{decoder:?}"),
+            "ResponsesDecoder(text 6 B, thinking 0 B, 0 calls, end None)"
+        );
+    }
+
+    #[test]
+    fn l8_argument_events_find_their_call_by_item_id_and_the_finished_item_is_authoritative() {
+        let body = [
+            event(
+                "response.output_item.added",
+                "\"output_index\":2,\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"ls\",\"arguments\":\"\"}",
+            ),
+            // Without `output_index`: located by `item_id`.
+            event(
+                "response.function_call_arguments.delta",
+                "\"item_id\":\"fc_1\",\"delta\":\"{\\\"p\\\":\"",
+            ),
+            // The finished item's arguments replace the (here incomplete) streamed pieces.
+            event(
+                "response.output_item.done",
+                "\"output_index\":2,\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"ls\",\"arguments\":\"{\\\"p\\\":\\\".\\\"}\"}",
+            ),
+            completed(),
+        ]
+        .concat();
+        let response = ok(&decode_every_split(&body)).clone();
+        assert_eq!(
+            response.tool_calls,
+            vec![call("call_1", "ls", "{\"p\":\".\"}")]
+        );
+    }
+
+    #[test]
+    fn l8_arguments_done_names_a_call_only_when_its_item_did_not() {
+        let body = [
+            // Known only from its argument events: `.done` names it.
+            event(
+                "response.function_call_arguments.delta",
+                "\"item_id\":\"fc_1\",\"output_index\":0,\"delta\":\"{}\"",
+            ),
+            event(
+                "response.function_call_arguments.done",
+                "\"item_id\":\"fc_1\",\"output_index\":0,\"name\":\"get_time\",\"arguments\":\"{}\"",
+            ),
+            // Named by its item: a different name in `.done` does not rename it.
+            event(
+                "response.output_item.added",
+                "\"output_index\":1,\"item\":{\"id\":\"fc_2\",\"type\":\"function_call\",\"call_id\":\"call_2\",\"name\":\"ls\",\"arguments\":\"\"}",
+            ),
+            event(
+                "response.function_call_arguments.done",
+                "\"item_id\":\"fc_2\",\"output_index\":1,\"name\":\"other\",\"arguments\":\"{}\"",
+            ),
+            completed(),
+        ]
+        .concat();
+        let response = ok(&decode_every_split(&body)).clone();
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                call("call_t1_0", "get_time", "{}"),
+                call("call_2", "ls", "{}")
+            ]
+        );
+    }
+
+    #[test]
+    fn l8_an_error_event_with_plain_text_data_is_a_provider_error_with_that_text() {
+        assert_eq!(
+            decode_every_split("event: error\ndata: upstream overloaded\n\n").result,
+            Err(StreamError::Provider {
+                message: "upstream overloaded".into(),
+                retryable: true
+            })
+        );
+        let Err(StreamError::Provider { message, .. }) =
+            decode_every_split("event: response.output_text.delta\ndata: {oops}\n\n").result
+        else {
+            panic!("a provider error")
+        };
+        assert!(message.starts_with("malformed stream event: "), "{message}");
+    }
+
+    #[test]
+    fn l8_an_error_event_without_a_code_is_its_message_alone() {
+        assert_eq!(
+            decode_every_split(&event("error", "\"message\":\"slow down\",\"code\":\"\"")).result,
+            Err(StreamError::Provider {
+                message: "slow down".into(),
+                retryable: true
+            })
+        );
+    }
+
+    #[test]
+    fn l8_an_incomplete_event_or_an_incomplete_status_alone_means_the_output_was_cut() {
+        let bare = text_delta("Long") + &event("response.incomplete", "\"response\":{}");
+        assert_eq!(ok(&decode_every_split(&bare)).stop, StopKind::MaxTokens);
+        let status = text_delta("Long")
+            + &event(
+                "response.completed",
+                "\"response\":{\"status\":\"incomplete\"}",
+            );
+        assert_eq!(ok(&decode_every_split(&status)).stop, StopKind::MaxTokens);
+    }
+
+    #[test]
+    fn c39_a_reasoning_item_is_replayed_before_a_text_only_answer() {
+        let item =
+            json!({"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "ENC"});
+        let messages = [
+            Message::User { text: "q".into() },
+            Message::Assistant {
+                text: "answer".into(),
+                thinking: String::new(),
+                reasoning: vec![ReasoningBlock::ResponsesItem(item.clone())],
+                tool_calls: vec![],
+            },
+        ];
+        let req = LlmRequest {
+            model: "o4-mini",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 8,
+        };
+        let body: Value = serde_json::from_slice(
+            &build_request("http://h", "", &req, &ResponsesOptions::default())
+                .body
+                .to_vec(),
+        )
+        .unwrap();
+        assert_eq!(body["input"][1], item);
+        assert_eq!(body["input"][2]["type"], "message");
+        assert_eq!(body["input"].as_array().map(Vec::len), Some(3));
+    }
+
+    #[test]
+    fn l10_a_reasoning_item_is_kept_as_finished_never_as_first_announced() {
+        // The item as announced (`.added`) is not the finished one; a server that lists the
+        // finished items only in the final response gets those kept.
+        let announced =
+            json!({"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "EARLY"});
+        let finished =
+            json!({"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "FINAL"});
+        let message = json!({"id": "msg_1", "type": "message", "role": "assistant", "content": []});
+        let body = event(
+            "response.output_item.added",
+            &format!("\"output_index\":0,\"item\":{announced}"),
+        ) + &text_delta("ok")
+            + &event(
+                "response.completed",
+                &format!(
+                    "\"response\":{{\"status\":\"completed\",\"output\":[{message},{finished}]}}"
+                ),
+            );
+        let response = ok(&decode_every_split(&body)).clone();
+        assert_eq!(
+            response.reasoning,
+            vec![ReasoningBlock::ResponsesItem(finished)]
+        );
+    }
+
+    #[test]
+    fn c24_a_cut_stream_is_truncated_on_every_finish_and_never_taken() {
+        let mut decoder = ResponsesDecoder::new("c".into());
+        let mut out = Vec::new();
+        decoder.feed(text_delta("Hi").as_bytes(), &mut out).unwrap();
+        let cut = Err(StreamError::Truncated(
+            "stream ended before response.completed".to_owned(),
+        ));
+        assert_eq!(decoder.finish(&mut out), cut);
+        assert_eq!(decoder.finish(&mut out), cut, "nothing was handed out");
+    }
 }

@@ -1648,4 +1648,64 @@ mod tests {
             prop_assert_eq!(v1.is_some_and(|v| !v.is_allow()), denies);
         }
     }
+
+    #[test]
+    fn x1_hooks_event_finds_a_member_hooking_the_event_on_that_phase() {
+        let request_only = Member {
+            server: "s".into(),
+            interceptor: Interceptor::new(
+                "request-only",
+                InterceptorType::Validation,
+                vec![Hook {
+                    events: vec![TOOLS_CALL.into()],
+                    phase: Phase::Request,
+                }],
+            ),
+        };
+        let members = [request_only];
+        assert!(hooks_event(&members, TOOLS_CALL, Phase::Request));
+        assert!(!hooks_event(&members, TOOLS_CALL, Phase::Response));
+    }
+
+    #[test]
+    fn x1_an_unmodified_mutation_result_changes_nothing_whatever_payload_it_carries() {
+        let mut chain = start(&[mutator("m")], Phase::Request, call_payload());
+        let (_, d) = run(&mut chain, |name, _| {
+            unmodified(
+                name,
+                json!({"name": "shell", "arguments": {"command": "rm"}}),
+            )
+        });
+        assert_eq!(
+            d.verdict,
+            Some(Verdict::Allow {
+                payload: call_payload(),
+                modified: false
+            })
+        );
+        assert_eq!(logs_containing(&d, "left the payload unchanged").len(), 1);
+    }
+
+    #[test]
+    fn x1_a_passing_validator_s_messages_are_logged_at_debug_and_a_bare_pass_is_not() {
+        let members = [validator("chatty"), validator("quiet")];
+        let mut chain = start(&members, Phase::Request, call_payload());
+        let (_, d) = run(&mut chain, |name, _| {
+            if name == "chatty" {
+                InvokeReply::Result(json!({"type": "validation", "valid": true,
+                    "messages": [{"message": "looks fine", "severity": "info"}]}))
+            } else {
+                valid(name)
+            }
+        });
+        assert!(d.verdict.as_ref().unwrap().is_allow());
+        let chatty = logs_containing(&d, "'chatty'");
+        assert_eq!(chatty.len(), 1);
+        assert_eq!(chatty[0].level, LogLevel::Debug);
+        assert!(
+            chatty[0].message.ends_with("valid: looks fine"),
+            "{chatty:?}"
+        );
+        assert!(logs_containing(&d, "'quiet'").is_empty(), "{:?}", d.logs);
+    }
 }

@@ -676,4 +676,43 @@ mod tests {
         );
         assert_eq!(invoke(json!({"command": "ls"}))["valid"], true);
     }
+
+    #[test]
+    fn x1_interceptors_list_over_json_rpc_answers_the_filtered_descriptors() {
+        let s = server(json!([
+            {"name": "req", "behavior": "allow-all", "phases": "request"},
+            {"name": "prompts", "behavior": "deny-all", "events": ["prompts/get"]}
+        ]));
+        let all = ask(
+            &s,
+            r#"{"jsonrpc":"2.0","id":1,"method":"interceptors/list","params":{}}"#,
+        );
+        assert_eq!(all["result"], s.list(None, None).to_value());
+        let filtered = ask(
+            &s,
+            r#"{"jsonrpc":"2.0","id":2,"method":"interceptors/list","params":{"event":"tools/call","phase":"request"}}"#,
+        );
+        assert_eq!(
+            filtered["result"],
+            json!({"interceptors": [{"name": "req", "type": "validation",
+                "hooks": [{"events": ["tools/call"], "phase": "request"}]}]})
+        );
+    }
+
+    #[test]
+    fn x1_an_empty_name_or_an_empty_deny_pattern_is_refused() {
+        for (config, want) in [
+            (
+                json!([{"name": "", "behavior": "allow-all"}]),
+                "interceptor 1: needs a non-empty string \"name\"",
+            ),
+            (
+                json!([{"name": "a", "behavior": "deny-matching", "pattern": ""}]),
+                "behavior deny-matching needs a non-empty string \"pattern\"",
+            ),
+        ] {
+            let e = ExampleServer::from_config(&config).unwrap_err();
+            assert!(e.to_string().contains(want), "{config}: {e}");
+        }
+    }
 }

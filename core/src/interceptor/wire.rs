@@ -1143,4 +1143,74 @@ mod tests {
         assert!(!block(false, None));
         assert!(!block(true, Some(Severity::Error)));
     }
+
+    #[test]
+    fn x1_each_mode_writes_a_string_that_reads_back_as_that_mode() {
+        for mode in [Mode::Enforce, Mode::Audit] {
+            assert_eq!(Mode::parse_lenient(mode.as_str()), mode, "{mode:?}");
+        }
+        assert_eq!(
+            (Mode::Enforce.as_str(), Mode::Audit.as_str()),
+            ("enforce", "audit")
+        );
+    }
+
+    #[test]
+    fn x1_an_empty_name_is_no_name() {
+        let e = Interceptor::from_value(&json!({"name": "", "type": "validation",
+            "hooks": [{"events": ["tools/call"], "phase": "request"}]}))
+        .unwrap_err();
+        assert!(e.0.contains("non-empty string \"name\""), "{e}");
+    }
+
+    #[test]
+    fn x1_an_interceptor_hooking_other_events_does_not_hook_tools_call_on_any_phase() {
+        let i = Interceptor::from_value(&json!({"name": "p", "type": "validation",
+            "hooks": [{"events": ["prompts/get", "tools/*x"], "phase": "both"}]}))
+        .unwrap();
+        assert!(i.hooks_event_any_phase("prompts/get"));
+        assert!(!i.hooks_event_any_phase(TOOLS_CALL));
+    }
+
+    #[test]
+    fn x1_invoke_config_context_and_result_info_are_kept_and_null_is_absent() {
+        let given = InvokeParams::from_value(&json!({"name": "n", "event": "e",
+            "phase": "request", "config": {"level": 2}, "context": {"sessionId": "s1"}}))
+        .unwrap();
+        assert_eq!(given.config, Some(json!({"level": 2})));
+        assert_eq!(given.context, Some(json!({"sessionId": "s1"})));
+        let null = InvokeParams::from_value(&json!({"name": "n", "event": "e",
+            "phase": "request", "config": null, "context": null}))
+        .unwrap();
+        assert_eq!((null.config, null.context), (None, None));
+
+        let info = |v: Value| match InvokeResult::from_value(
+            &json!({"type": "validation", "valid": true, "info": v}),
+            Phase::Request,
+        )
+        .unwrap()
+        {
+            InvokeResult::Validation(r) => r.info,
+            InvokeResult::Mutation(_) => panic!("a validation result"),
+        };
+        assert_eq!(info(json!({"ms": 3})), Some(json!({"ms": 3})));
+        assert_eq!(info(Value::Null), None);
+    }
+
+    #[test]
+    fn x1_a_list_result_writes_its_descriptors_and_cursor_and_reads_back() {
+        let v = json!({"interceptors": [
+            {"name": "ok", "type": "validation", "hooks": [{"events": ["tools/call"], "phase": "request"}]}
+        ], "nextCursor": "p2"});
+        let r = ListResult::from_value(&v).unwrap();
+        assert_eq!(r.to_value(), v);
+        let last_page = ListResult {
+            next_cursor: None,
+            ..r
+        };
+        assert_eq!(
+            last_page.to_value(),
+            json!({"interceptors": v["interceptors"]})
+        );
+    }
 }
