@@ -592,9 +592,11 @@ mod tests {
             status: 200,
             headers: vec![],
         });
-        let grace = |step: Step| match step {
-            Step::Fed { grace_started, .. } => grace_started,
-            _ => panic!("body bytes are fed"),
+        let grace = |step: Step| {
+            let Step::Fed { grace_started, .. } = step else {
+                panic!("body bytes are fed");
+            };
+            grace_started
         };
         assert!(!grace(a.on_event(LlmEvent::Body(chunk("Hi")))), "text: no");
         assert!(!a.in_grace());
