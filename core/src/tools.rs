@@ -691,4 +691,19 @@ mod tests {
             "one byte more: the marker"
         );
     }
+
+    #[test]
+    fn m3_a_sanitized_name_keeps_its_hyphens_and_underscores() {
+        let name = exposed_name("my-fs", "read_file.v2");
+        assert!(name.starts_with("my-fs__read_file_v2_"), "{name}");
+        assert_eq!(name.len(), "my-fs__read_file_v2_".len() + 8);
+    }
+
+    #[test]
+    fn m4_a_hook_is_a_tool_whose_bare_name_starts_with_an_underscore() {
+        assert!(is_hook_name("_Stop"));
+        assert!(is_hook_name("_PostCompact"));
+        assert!(!is_hook_name("Stop"));
+        assert!(!is_hook_name("read_file"));
+    }
 }
