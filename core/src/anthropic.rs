@@ -1647,4 +1647,141 @@ data: {"type":"message_stop"}
         );
         assert_eq!(body["messages"][2]["content"][0]["tool_use_id"], "toolu_1");
     }
+
+    /// A Messages stream of `events` (each named by its `type`), then `message_stop`.
+    fn stream(events: &[Value]) -> String {
+        let mut body = String::new();
+        for e in events.iter().chain([&json!({"type": "message_stop"})]) {
+            body.push_str(&format!(
+                "event: {}\ndata: {e}\n\n",
+                e["type"].as_str().unwrap()
+            ));
+        }
+        body
+    }
+
+    fn block_start(index: u64, block: Value) -> Value {
+        json!({"type": "content_block_start", "index": index, "content_block": block})
+    }
+
+    #[test]
+    fn l6_a_thinking_block_is_kept_with_text_or_a_signature_and_dropped_with_neither() {
+        let body = stream(&[
+            block_start(
+                0,
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+            ),
+            block_start(
+                1,
+                json!({"type": "thinking", "thinking": "unsigned", "signature": ""}),
+            ),
+            block_start(
+                2,
+                json!({"type": "thinking", "thinking": "", "signature": "SIG"}),
+            ),
+        ]);
+        assert_eq!(
+            ok(&decode_every_split(&body)).reasoning,
+            vec![thinking("unsigned", ""), thinking("", "SIG")]
+        );
+    }
+
+    #[test]
+    fn l6_the_initial_text_of_a_text_block_is_streamed() {
+        let body = stream(&[
+            block_start(0, json!({"type": "text", "text": "Hi"})),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}}),
+        ]);
+        let outcome = decode_every_split(&body);
+        assert_eq!(
+            outcome.deltas,
+            vec![
+                StreamDelta::Text("Hi".into()),
+                StreamDelta::Text(" there".into())
+            ]
+        );
+        assert_eq!(ok(&outcome).text, "Hi there");
+    }
+
+    #[test]
+    fn c26_a_null_start_input_counts_as_no_input() {
+        let body = stream(&[block_start(
+            0,
+            json!({"type": "tool_use", "id": "toolu_1", "name": "get_time", "input": null}),
+        )]);
+        assert_eq!(
+            ok(&decode_every_split(&body)).tool_calls,
+            vec![call("toolu_1", "get_time", "")]
+        );
+    }
+
+    #[test]
+    fn l6_input_tokens_alone_are_a_usage_with_no_output_tokens() {
+        for usage in [
+            json!({"input_tokens": 9}),
+            json!({"cache_read_input_tokens": 9}),
+        ] {
+            let body = stream(&[json!({"type": "message_start", "message": {"usage": usage}})]);
+            assert_eq!(
+                ok(&decode_every_split(&body)).usage,
+                Some(Usage {
+                    input_tokens: 9,
+                    output_tokens: 0
+                }),
+                "{usage}"
+            );
+        }
+    }
+
+    #[test]
+    fn l6_an_error_event_without_a_type_or_a_message_says_what_it_has() {
+        let error = |error: Value| {
+            decode_every_split(&stream(&[json!({"type": "error", "error": error})])).result
+        };
+        let provider = |message: &str| {
+            Err(StreamError::Provider {
+                message: message.to_owned(),
+                retryable: true,
+            })
+        };
+        assert_eq!(error(json!({"message": "boom"})), provider("boom"));
+        assert_eq!(
+            error(json!({"type": "error", "message": "boom"})),
+            provider("boom")
+        );
+        assert_eq!(
+            error(json!({"type": "overloaded_error", "message": ""})),
+            provider("{\"message\":\"\",\"type\":\"overloaded_error\"} (overloaded_error)")
+        );
+    }
+
+    #[test]
+    fn l6_the_decoder_shows_sizes_and_the_stop_reason_not_contents() {
+        let cut = THINKING_TOOL_USE.find("event: message_stop").unwrap();
+        let mut decoder = AnthropicDecoder::new("c".into());
+        decoder
+            .feed(&THINKING_TOOL_USE.as_bytes()[..cut], &mut Vec::new())
+            .unwrap();
+        assert_eq!(
+            format!("{decoder:?}"),
+            "AnthropicDecoder(text 13 B, thinking 27 B, 4 blocks, stop Some(ToolUse), done false)"
+        );
+    }
+
+    #[test]
+    fn l6_l10_the_reasoning_of_a_turn_without_tool_calls_is_not_sent() {
+        let messages = [
+            user("hi"),
+            assistant(
+                "hello",
+                vec![thinking("greet", "SIG"), redacted("ENC")],
+                vec![],
+            ),
+            user("bye"),
+        ];
+        assert_eq!(
+            request_body(&messages, &[], None)["messages"][1],
+            json!({"role": "assistant", "content": [{"type": "text", "text": "hello"}]})
+        );
+    }
 }

@@ -461,4 +461,150 @@ mod tests {
         assert_eq!(out.pop(), Some(Action::CancelLlm { call: LlmCallId(4) }));
         assert_eq!(out.pop(), None);
     }
+
+    /// The attempt after a 200 head with `headers` and `body`, finished.
+    fn finish_after(headers: &[(&str, &str)], body: &[u8]) -> Result<LlmResponse, StreamError> {
+        let mut a = attempt(CallPurpose::Round);
+        a.on_event(LlmEvent::Head {
+            status: 200,
+            headers: headers
+                .iter()
+                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        });
+        a.on_event(LlmEvent::Body(body.to_vec()));
+        a.finish().1
+    }
+
+    #[test]
+    fn a3_a_json_body_where_a_stream_was_expected_says_so_with_the_provider_s_message() {
+        let expected = |detail: &str| {
+            Err(StreamError::NotAStream(format!(
+                "POST http://h/v1/chat/completions answered with a JSON body where an event \
+                 stream was expected (a streaming endpoint answers text/event-stream): {detail}"
+            )))
+        };
+        // Recognised by its first character, after a BOM and blanks, whatever the headers.
+        assert_eq!(
+            finish_after(
+                &[],
+                "\u{feff} \n{\"error\":{\"message\":\"no such model\"}}".as_bytes()
+            ),
+            expected("no such model")
+        );
+        assert_eq!(finish_after(&[], b"[1,2]"), expected("[1,2]"));
+        // Or by its content type, whatever the first character.
+        assert_eq!(
+            finish_after(
+                &[("Content-Type", "application/json; charset=utf-8")],
+                b"upstream failed"
+            ),
+            expected("upstream failed")
+        );
+        let long = format!("{{\"message\":\"{}\"}}", "m".repeat(400));
+        assert_eq!(
+            finish_after(&[], long.as_bytes()),
+            expected(&"m".repeat(300)),
+            "the message is cut to 300 bytes"
+        );
+        assert!(!expected("").unwrap_err().is_retryable());
+    }
+
+    #[test]
+    fn c24_a_cut_event_stream_stays_a_truncated_stream() {
+        // An event stream's own content type, or none, and a body that starts as a stream.
+        for headers in [
+            &[("content-type", "text/event-stream")][..],
+            &[("x-json", "application/json")][..],
+            &[][..],
+        ] {
+            let res = finish_after(headers, &chunk("half"));
+            assert!(
+                matches!(res, Err(StreamError::Truncated(_))),
+                "{headers:?}: {res:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn c52_a_successful_body_is_read_up_to_256_mib_and_a_byte_more_is_too_large() {
+        let mut a = attempt(CallPurpose::Round);
+        a.on_event(LlmEvent::Head {
+            status: 200,
+            headers: vec![],
+        });
+        // A 16 MiB line without an end fails the decoder (sticky), so the rest is counted,
+        // not parsed; zeroed pages cost no memory until read.
+        let first = 16 * 1024 * 1024 + 1;
+        assert!(matches!(
+            a.on_event(LlmEvent::Body(vec![0u8; first])),
+            Step::Fed { result: Err(_), .. }
+        ));
+        let rest = usize::try_from(256 * 1024 * 1024 - first as u64).unwrap();
+        assert!(
+            matches!(
+                a.on_event(LlmEvent::Body(vec![0u8; rest])),
+                Step::Fed { .. }
+            ),
+            "exactly 256 MiB is read"
+        );
+        assert!(
+            matches!(a.on_event(LlmEvent::Body(vec![0u8; 1])), Step::TooLarge),
+            "one byte more is too large"
+        );
+    }
+
+    #[test]
+    fn l5_i12_the_backoff_of_a_seed_is_the_same_in_every_build_and_its_jitter_spreads() {
+        let mut calls = LlmCalls::new(7);
+        assert_eq!(
+            (1..=4).map(|k| calls.backoff_ms(k)).collect::<Vec<_>>(),
+            vec![456, 1194, 1534, 3332],
+            "xorshift64* from the seed: known answers"
+        );
+        let firsts: Vec<u64> = (0..100).map(|s| LlmCalls::new(s).backoff_ms(1)).collect();
+        assert!(firsts.iter().all(|d| (375..=625).contains(d)), "{firsts:?}");
+        let (min, max) = (firsts.iter().min(), firsts.iter().max());
+        assert!(
+            min < Some(&400) && max > Some(&600),
+            "the jitter spans ±25 %: {min:?}..{max:?}"
+        );
+    }
+
+    #[test]
+    fn p1_at_shutdown_every_call_in_flight_is_dropped_once() {
+        let mut calls = LlmCalls::new(0);
+        let mut out = Outbox::new(crate::config::LogLevel::Info, crate::time::MonoTime::ZERO);
+        calls.insert(LlmCallId(3), SessionId(1));
+        calls.insert(LlmCallId(5), SessionId(2));
+        calls.release_all(&mut out);
+        assert_eq!(out.pop(), Some(Action::CancelLlm { call: LlmCallId(3) }));
+        assert_eq!(out.pop(), Some(Action::CancelLlm { call: LlmCallId(5) }));
+        assert_eq!(out.pop(), None);
+        assert_eq!(calls.session_of(LlmCallId(5)), None);
+        assert!(!calls.release(LlmCallId(3), &mut out), "already dropped");
+    }
+
+    #[test]
+    fn c24_the_grace_starts_only_while_a_whole_answer_waits_for_its_stream_end() {
+        let mut a = attempt(CallPurpose::Round);
+        a.on_event(LlmEvent::Head {
+            status: 200,
+            headers: vec![],
+        });
+        let grace = |step: Step| {
+            let Step::Fed { grace_started, .. } = step else {
+                panic!("body bytes are fed");
+            };
+            grace_started
+        };
+        assert!(!grace(a.on_event(LlmEvent::Body(chunk("Hi")))), "text: no");
+        assert!(!a.in_grace());
+        let whole = [STOP, b"data: [DONE]\n\n"].concat();
+        assert!(
+            !grace(a.on_event(LlmEvent::Body(whole))),
+            "the answer and its terminator together: no grace"
+        );
+        assert!(!a.in_grace());
+    }
 }

@@ -580,4 +580,64 @@ mod tests {
         assert!(parse_json_lossy(r#"{"t":"\ud800"#).is_err());
         assert!(parse_json_lossy("").is_err());
     }
+
+    #[test]
+    fn c52_a_line_of_the_cap_is_parsed_and_one_byte_more_overflows_however_it_arrives() {
+        let at_cap = b"data: 0123456789"; // 16 bytes
+        let over = b"data: 0123456789a"; // 17 bytes
+        // Terminated in the chunk that carries it.
+        let mut p = SseParser::with_cap(16);
+        let mut out = Vec::new();
+        p.feed(&[at_cap.as_slice(), b"\n\n"].concat(), &mut out);
+        assert!(!p.overflowed());
+        assert_eq!(out, vec![ev(None, "0123456789")]);
+        p.feed(&[over.as_slice(), b"\n\n"].concat(), &mut out);
+        assert!(p.overflowed(), "a terminated line over the cap");
+        assert_eq!(out.len(), 1);
+        // Held as a partial line, terminated by the next chunk.
+        let mut p = SseParser::with_cap(16);
+        let mut out = Vec::new();
+        p.feed(at_cap, &mut out);
+        assert!(!p.overflowed(), "a partial line of exactly the cap is held");
+        assert_eq!(p.held_bytes(), 16);
+        p.feed(b"\n\n", &mut out);
+        assert_eq!(out, vec![ev(None, "0123456789")]);
+        p.feed(over, &mut out);
+        assert!(p.overflowed(), "a partial line over the cap");
+        assert_eq!(p.held_bytes(), 0);
+    }
+
+    #[test]
+    fn l9_the_parser_shows_its_sizes_not_its_contents() {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        p.feed(b"data: secret\ndata: ab", &mut out);
+        assert_eq!(
+            format!("{p:?}"),
+            "SseParser(partial line 8 B, pending data 7 B)"
+        );
+    }
+
+    #[test]
+    fn l9_only_a_backslash_u_right_after_a_high_surrogate_can_pair_with_it() {
+        // `\ud800` followed by `xudc00`: no backslash, no pair; the valid `\u0041` before it
+        // is kept as it is.
+        let value = parse_json_lossy(r#"{"t":"\u0041\ud800xudc00"}"#).unwrap();
+        assert_eq!(value, serde_json::json!({"t": "A\u{fffd}xudc00"}));
+        let value = parse_json_lossy(r#"{"t":"\ud800\\udc00"}"#).unwrap();
+        assert_eq!(value, serde_json::json!({"t": "\u{fffd}\\udc00"}));
+    }
+
+    #[test]
+    fn l9_every_escape_after_a_pair_a_lone_surrogate_or_a_valid_escape_is_still_checked() {
+        for (input, expected) in [
+            (r#"{"t":"\ud83d\udc1d\ud800\q"}"#, "🐝\u{fffd}\u{fffd}q"),
+            (r#"{"t":"\u0041\q"}"#, "A\u{fffd}q"),
+            (r#"{"t":"\udc00\q"}"#, "\u{fffd}\u{fffd}q"),
+            (r#"{"t":"\n\q"}"#, "\n\u{fffd}q"),
+        ] {
+            let value = parse_json_lossy(input).unwrap();
+            assert_eq!(value, serde_json::json!({ "t": expected }), "{input}");
+        }
+    }
 }

@@ -635,4 +635,75 @@ mod tests {
         assert!(out.contains("bytes elided"));
         assert_eq!(elide_middle("short".into(), 1024), "short");
     }
+
+    #[test]
+    fn m3_the_name_hash_is_64_bit_fnv_1a() {
+        // The published FNV-1a test vectors: the suffix of a sanitized name is the same in
+        // every build and every run.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn l3_elision_keeps_equal_head_and_tail_and_names_the_bytes_cut_out() {
+        // cap 74: 64 bytes for the marker, 10 kept, 5 at each end.
+        let text = "0123456789".repeat(10);
+        assert_eq!(
+            elide_middle(text, 74),
+            "01234\n[… 90 bytes elided …]\n56789"
+        );
+        let text = "0123456789".repeat(10);
+        assert_eq!(
+            elide_middle(text, 75),
+            "01234\n[… 89 bytes elided …]\n456789",
+            "an odd number kept: the tail takes the extra byte"
+        );
+        assert_eq!(
+            elide_middle("x".repeat(74), 74),
+            "x".repeat(74),
+            "at the cap"
+        );
+    }
+
+    #[test]
+    fn l3_elision_moves_each_cut_outwards_to_a_character_boundary() {
+        // 40 three-byte characters; the cuts at 5 and 115 fall inside characters: the head
+        // ends at 3 (one whole `€`), the tail starts at 117 (one whole `€`).
+        let text = "€".repeat(40);
+        assert_eq!(elide_middle(text, 74), "€\n[… 114 bytes elided …]\n€");
+    }
+
+    #[test]
+    fn c59_media_up_to_4_mib_of_base64_reaches_the_client_and_bigger_is_its_marker() {
+        let media = |len: usize| {
+            let data = "A".repeat(len);
+            let out = convert_result(
+                &json!({"content": [{"type": "audio", "mimeType": "audio/wav", "data": data}]}),
+                1024,
+            );
+            out.client_content()[0]["content"]["type"].clone()
+        };
+        assert_eq!(media(4 * 1024 * 1024), "audio", "exactly 4 MiB: itself");
+        assert_eq!(
+            media(4 * 1024 * 1024 + 1),
+            "text",
+            "one byte more: the marker"
+        );
+    }
+
+    #[test]
+    fn m3_a_sanitized_name_keeps_its_hyphens_and_underscores() {
+        let name = exposed_name("my-fs", "read_file.v2");
+        assert!(name.starts_with("my-fs__read_file_v2_"), "{name}");
+        assert_eq!(name.len(), "my-fs__read_file_v2_".len() + 8);
+    }
+
+    #[test]
+    fn m4_a_hook_is_a_tool_whose_bare_name_starts_with_an_underscore() {
+        assert!(is_hook_name("_Stop"));
+        assert!(is_hook_name("_PostCompact"));
+        assert!(!is_hook_name("Stop"));
+        assert!(!is_hook_name("read_file"));
+    }
 }
