@@ -84,3 +84,81 @@ impl std::fmt::Debug for History {
         f.debug_list().entries(&self.messages).finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(text: &str) -> Message {
+        Message::User { text: text.into() }
+    }
+
+    fn assistant(text: &str) -> Message {
+        Message::Assistant {
+            text: text.into(),
+            thinking: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: Vec::new(),
+        }
+    }
+
+    /// Bytes of the serialized prefix `h` keeps after a Chat request is built through it.
+    fn cached_after_a_request(h: &mut History) -> usize {
+        let (messages, cache) = h.with_cache();
+        let req = crate::llm::LlmRequest {
+            model: "m",
+            system: None,
+            messages,
+            tools: &[],
+            max_output_tokens: 64,
+        };
+        let options = crate::openai_chat::ChatOptions::default();
+        let _ =
+            crate::openai_chat::build_request_cached("http://h", "", &req, &options, Some(cache));
+        h.with_cache().1.cached_bytes()
+    }
+
+    #[test]
+    fn issue15_appends_keep_the_cached_prefix_and_every_other_change_drops_it() {
+        let mut h = History::default();
+        h.push(user("a"));
+        h.extend([assistant("b"), user("c")]);
+        assert_eq!(&h[..], &[user("a"), assistant("b"), user("c")]);
+        let first = cached_after_a_request(&mut h);
+        assert!(first > 0, "the closed messages are kept");
+        h.push(assistant("d"));
+        h.extend([user("e")]);
+        let (messages, cache) = h.with_cache();
+        assert_eq!(messages.len(), 5);
+        assert_eq!(cache.cached_bytes(), first, "appends keep the prefix");
+        h.rewrite().remove(0);
+        assert_eq!(h.len(), 4);
+        assert_eq!(h.with_cache().1.cached_bytes(), 0, "a rewrite drops it");
+        assert!(cached_after_a_request(&mut h) > 0);
+        let taken = h.take();
+        assert_eq!(taken.len(), 4);
+        assert!(h.is_empty());
+        assert_eq!(h.with_cache().1.cached_bytes(), 0, "taking drops it");
+    }
+
+    #[test]
+    fn issue15_a_copy_or_a_history_made_from_messages_has_them_and_no_cache() {
+        let mut h = History::from(vec![user("a"), assistant("b"), user("c")]);
+        assert_eq!(h.len(), 3);
+        assert!(cached_after_a_request(&mut h) > 0);
+        let mut copy = h.clone();
+        assert_eq!(copy, h, "the same messages");
+        assert_eq!(
+            copy.with_cache().1.cached_bytes(),
+            0,
+            "the copy starts afresh"
+        );
+        copy.push(assistant("d"));
+        assert_ne!(copy, h, "other messages");
+        assert_eq!(
+            format!("{h:?}"),
+            format!("{:?}", &h[..]),
+            "Debug is the messages"
+        );
+    }
+}
