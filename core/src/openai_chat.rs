@@ -2043,6 +2043,32 @@ mod tests {
     }
 
     #[test]
+    fn l7_each_finish_reason_spelling_is_shown_as_its_stop_kind() {
+        for (reason, shown) in [
+            ("tool_calls", "Some(ToolUse)"),
+            ("function_call", "Some(ToolUse)"),
+            ("tool_use", "Some(ToolUse)"),
+            ("length", "Some(MaxTokens)"),
+            ("max_tokens", "Some(MaxTokens)"),
+            ("content_filter", "Some(Refusal)"),
+            ("refusal", "Some(Refusal)"),
+            ("stop", "Some(EndTurn)"),
+            ("something_new", "Some(EndTurn)"),
+        ] {
+            let mut decoder = ChatDecoder::new("c".into());
+            let chunk = format!(
+                "data: {{\"choices\":[{{\"delta\":{{}},\"finish_reason\":\"{reason}\"}}]}}\n\n"
+            );
+            decoder.feed(chunk.as_bytes(), &mut Vec::new()).unwrap();
+            let debug = format!("{decoder:?}");
+            assert!(
+                debug.contains(&format!("finish {shown},")),
+                "{reason}: {debug}"
+            );
+        }
+    }
+
+    #[test]
     fn c24_b_a_finish_reason_or_done_makes_the_answer_final() {
         let mut decoder = ChatDecoder::new("c".into());
         let mut out = Vec::new();
