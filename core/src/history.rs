@@ -85,9 +85,30 @@ impl std::fmt::Debug for History {
     }
 }
 
+/// Builds a Chat request through `cache` (as a round does) and answers the bytes of the
+/// serialized prefix the cache then keeps; for tests of the owners of a history.
+#[cfg(test)]
+pub(crate) fn cached_after_a_chat_request(messages: &[Message], cache: &mut BodyCache) -> usize {
+    let req = crate::llm::LlmRequest {
+        model: "m",
+        system: None,
+        messages,
+        tools: &[],
+        max_output_tokens: 64,
+    };
+    let options = crate::openai_chat::ChatOptions::default();
+    let _ = crate::openai_chat::build_request_cached("http://h", "", &req, &options, Some(cache));
+    cache.cached_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cached_after_a_request(h: &mut History) -> usize {
+        let (messages, cache) = h.with_cache();
+        cached_after_a_chat_request(messages, cache)
+    }
 
     fn user(text: &str) -> Message {
         Message::User { text: text.into() }
@@ -100,22 +121,6 @@ mod tests {
             reasoning: Vec::new(),
             tool_calls: Vec::new(),
         }
-    }
-
-    /// Bytes of the serialized prefix `h` keeps after a Chat request is built through it.
-    fn cached_after_a_request(h: &mut History) -> usize {
-        let (messages, cache) = h.with_cache();
-        let req = crate::llm::LlmRequest {
-            model: "m",
-            system: None,
-            messages,
-            tools: &[],
-            max_output_tokens: 64,
-        };
-        let options = crate::openai_chat::ChatOptions::default();
-        let _ =
-            crate::openai_chat::build_request_cached("http://h", "", &req, &options, Some(cache));
-        h.with_cache().1.cached_bytes()
     }
 
     #[test]

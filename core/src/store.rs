@@ -1457,22 +1457,8 @@ mod tests {
             Record::Update(crate::acp::chunk_update("user_message_chunk", "go")),
             Record::Message(user("go")),
             Record::Message(answer("", &["a"])),
-            Record::ToolCall {
-                index: 0,
-                tool_call_id: "tc_1".into(),
-                call_id: "a".into(),
-                name: "fs__read".into(),
-                update: json!({"sessionUpdate": "tool_call", "toolCallId": "tc_1"}),
-            },
-            Record::ToolResult {
-                index: 0,
-                tool_call_id: Some("tc_1".into()),
-                call_id: "a".into(),
-                name: "fs__read".into(),
-                text: "ok".into(),
-                is_error: false,
-                failed: false,
-            },
+            call_record("tc_1", "a"),
+            result_record(0, "tc_1", "a"),
             Record::Message(answer("Done.", &[])),
             Record::Usage {
                 input_tokens: 42,
@@ -1702,6 +1688,31 @@ mod tests {
     // ---- more of the store's rules, one test each (issue 13: tests that can fail)
 
     /// The lines of `recs`, as the agent writes them.
+    /// The record announcing tool call `tool_call_id` (the model's `call_id`, index 0,
+    /// `fs__read`).
+    fn call_record(tool_call_id: &str, call_id: &str) -> Record {
+        Record::ToolCall {
+            index: 0,
+            tool_call_id: tool_call_id.into(),
+            call_id: call_id.into(),
+            name: "fs__read".into(),
+            update: json!({"sessionUpdate": "tool_call", "toolCallId": tool_call_id}),
+        }
+    }
+
+    /// The record of that call's result `ok` at batch position `index`.
+    fn result_record(index: usize, tool_call_id: &str, call_id: &str) -> Record {
+        Record::ToolResult {
+            index,
+            tool_call_id: Some(tool_call_id.into()),
+            call_id: call_id.into(),
+            name: "fs__read".into(),
+            text: "ok".into(),
+            is_error: false,
+            failed: false,
+        }
+    }
+
     fn file_of(recs: &[Record]) -> Vec<u8> {
         recs.iter()
             .map(Record::to_line)
@@ -2128,22 +2139,8 @@ mod tests {
             Record::Message(answer("", &["buzz_hook_stop_7"])),
             Record::Message(result("buzz_hook_stop_7")),
             Record::Message(answer("", &["call_x"])),
-            Record::ToolCall {
-                index: 0,
-                tool_call_id: "tc_3".into(),
-                call_id: "call_x".into(),
-                name: "fs__read".into(),
-                update: json!({"sessionUpdate": "tool_call", "toolCallId": "tc_3"}),
-            },
-            Record::ToolResult {
-                index: 0,
-                tool_call_id: Some("tc_3".into()),
-                call_id: "call_x".into(),
-                name: "fs__read".into(),
-                text: "ok".into(),
-                is_error: false,
-                failed: false,
-            },
+            call_record("tc_3", "call_x"),
+            result_record(0, "tc_3", "call_x"),
             Record::Message(answer("Done.", &[])),
         ]);
         let (r, _) = restored(&bytes);
@@ -2153,13 +2150,7 @@ mod tests {
             header(),
             Record::Message(user("go")),
             Record::Message(answer("", &["call_x"])),
-            Record::ToolCall {
-                index: 0,
-                tool_call_id: "tc_12".into(),
-                call_id: "call_x".into(),
-                name: "fs__read".into(),
-                update: json!({"sessionUpdate": "tool_call", "toolCallId": "tc_12"}),
-            },
+            call_record("tc_12", "call_x"),
         ]);
         assert_eq!(restored(&bytes).0.transcript.calls_issued(), 12);
     }
@@ -2251,15 +2242,7 @@ mod tests {
                 header(),
                 Record::Message(user("go")),
                 Record::Message(answer("", &["a"])),
-                Record::ToolResult {
-                    index,
-                    tool_call_id: Some("tc_1".into()),
-                    call_id: "a".into(),
-                    name: "fs__read".into(),
-                    text: "ok".into(),
-                    is_error: false,
-                    failed: false,
-                },
+                result_record(index, "tc_1", "a"),
             ]);
             assert_eq!(
                 load_error(&bytes),
@@ -2275,13 +2258,7 @@ mod tests {
             header(),
             Record::Message(user("go")),
             Record::Message(answer("", &["a"])),
-            Record::ToolCall {
-                index: 0,
-                tool_call_id: "tc_1".into(),
-                call_id: "a".into(),
-                name: "fs__read".into(),
-                update: json!({"sessionUpdate": "tool_call", "toolCallId": "tc_1"}),
-            },
+            call_record("tc_1", "a"),
             Record::Rewind { keep: 1 },
             Record::Message(answer("Plain.", &[])),
         ]);

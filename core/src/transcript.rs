@@ -177,17 +177,7 @@ mod tests {
     /// Bytes of the serialized prefix `t` keeps after a Chat request is built through it.
     fn cached_after_a_request(t: &mut Transcript) -> usize {
         let (messages, cache) = t.with_cache();
-        let req = crate::llm::LlmRequest {
-            model: "m",
-            system: None,
-            messages,
-            tools: &[],
-            max_output_tokens: 64,
-        };
-        let options = crate::openai_chat::ChatOptions::default();
-        let _ =
-            crate::openai_chat::build_request_cached("http://h", "", &req, &options, Some(cache));
-        t.with_cache().1.cached_bytes()
+        crate::history::cached_after_a_chat_request(messages, cache)
     }
 
     #[test]
