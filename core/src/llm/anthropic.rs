@@ -2007,7 +2007,10 @@ mod caching_tests {
     fn breakpoints(body: &Value) -> Vec<String> {
         let mut out = Vec::new();
         let marked = |v: &Value| v.get("cache_control") == Some(&json!({"type": "ephemeral"}));
-        if body["system"].as_array().is_some_and(|b| b.iter().any(marked)) {
+        if body["system"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(marked))
+        {
             out.push("system".to_string());
         }
         for (i, tool) in body["tools"].as_array().into_iter().flatten().enumerate() {
