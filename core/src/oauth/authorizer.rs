@@ -27,7 +27,6 @@ use super::secrets::SecretRng;
 use super::settings::OAuthConfig;
 use super::store::{self, Stored, StoredTokens};
 use super::tokens::Clocks;
-use crate::config::LogLevel;
 use crate::time::MonoTime;
 use crate::url::HttpUrl;
 use std::collections::{BTreeSet, VecDeque};
@@ -77,7 +76,17 @@ pub(crate) enum AuthAction {
         bytes: Vec<u8>,
     },
     /// A line for the log (no secret in it).
-    Log(LogLevel, String),
+    Log(Severity, String),
+}
+
+/// How loud a log line of the authorizer is (the hub maps it to the log level; the `oauth`
+/// module stays free of the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Severity {
+    /// A step that went well (authorized).
+    Info,
+    /// Something the operator should know (a token file ignored, an authorization failed).
+    Warn,
 }
 
 impl fmt::Debug for AuthAction {
@@ -362,9 +371,9 @@ impl Authorizer {
                     }
                     self.stored = stored;
                 }
-                Err(e) => self.log(LogLevel::Warn, format!("token file ignored: {e}")),
+                Err(e) => self.log(Severity::Warn, format!("token file ignored: {e}")),
             },
-            Err(e) => self.log(LogLevel::Warn, format!("token file not read: {e}")),
+            Err(e) => self.log(Severity::Warn, format!("token file not read: {e}")),
         }
         match self.pending.take() {
             None => self.events.push_back(AuthEvent::Proceed),
@@ -597,17 +606,17 @@ impl Authorizer {
                     });
                 }
                 let scope = scope.map_or_else(String::new, |s| format!(" (scope {s:?})"));
-                self.log(LogLevel::Info, format!("authorized{scope}"));
+                self.log(Severity::Info, format!("authorized{scope}"));
                 self.events.push_back(AuthEvent::Proceed);
             }
             Err(reason) => {
-                self.log(LogLevel::Warn, format!("authorization failed: {reason}"));
+                self.log(Severity::Warn, format!("authorization failed: {reason}"));
                 self.events.push_back(AuthEvent::Failed(reason));
             }
         }
     }
 
-    fn log(&mut self, level: LogLevel, message: String) {
+    fn log(&mut self, level: Severity, message: String) {
         self.actions.push_back(AuthAction::Log(
             level,
             format!("MCP server '{}': {message}", self.name),
@@ -1042,7 +1051,7 @@ mod tests {
         let mut file = Some(b"garbage".to_vec());
         a.before_request(t(0));
         let seen = run(&mut a, &mut w, t(0), true, &mut file);
-        assert!(seen.iter().any(|x| matches!(x, AuthAction::Log(LogLevel::Warn, m) if m.contains("token file ignored") && m.contains("'remote'"))));
+        assert!(seen.iter().any(|x| matches!(x, AuthAction::Log(Severity::Warn, m) if m.contains("token file ignored") && m.contains("'remote'"))));
         assert_eq!(events(&mut a), [AuthEvent::Proceed]);
         assert_eq!(a.authorization(), None);
     }
