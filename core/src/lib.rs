@@ -126,7 +126,6 @@
 
 mod acp;
 mod agent;
-mod anthropic;
 #[cfg(test)]
 mod body_cache_props;
 mod compaction;
@@ -147,17 +146,12 @@ mod llm_call;
 mod mcp;
 #[allow(dead_code, reason = "wired into the HTTP transport in a later step")]
 mod oauth;
-mod openai_chat;
-mod openai_responses;
 mod outbox;
 mod permissions;
-mod provider;
 mod record;
-mod request;
 mod session;
 mod shutdown;
 mod sse;
-mod sse_stream;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
