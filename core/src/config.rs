@@ -34,6 +34,15 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// Every route, the one list the dispatch (`llm::route`), the route tests, the fuzz targets
+    /// and the fake LLM of the e2e suite follow (docs/architecture.md, "Adding a provider
+    /// route").
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAiChat,
+        ProviderKind::OpenAiResponses,
+    ];
+
     /// The `BUZZ_AGENT_PROVIDER` value that selects it, as the user writes it.
     #[must_use]
     pub fn env_value(self) -> &'static str {

@@ -172,21 +172,26 @@ pub fn env_for_origin(wire: Wire, origin: &str) -> Vec<(String, String)> {
         ("BUZZ_AGENT_PERMISSION", "allow".to_string()),
         ("BUZZ_AGENT_LOG", "debug".to_string()),
     ];
+    let provider = ("BUZZ_AGENT_PROVIDER", wire.route().env_value().to_string());
     let route: Vec<(&str, String)> = match wire {
         Wire::Chat | Wire::Responses => {
             let mut v = vec![
-                ("BUZZ_AGENT_PROVIDER", "openai".to_string()),
+                provider,
                 ("OPENAI_COMPAT_BASE_URL", format!("{origin}/v1")),
                 ("OPENAI_COMPAT_MODEL", "test-model".to_string()),
                 ("OPENAI_COMPAT_API_KEY", SECRET_KEY.to_string()),
             ];
             if wire == Wire::Responses {
-                v.push(("OPENAI_COMPAT_API", "responses".to_string()));
+                v.extend(
+                    wire.route()
+                        .api_value()
+                        .map(|api| ("OPENAI_COMPAT_API", api.to_string())),
+                );
             }
             v
         }
         Wire::Anthropic => vec![
-            ("BUZZ_AGENT_PROVIDER", "anthropic".to_string()),
+            provider,
             ("ANTHROPIC_BASE_URL", origin.to_string()),
             ("ANTHROPIC_MODEL", "test-model".to_string()),
             ("ANTHROPIC_API_KEY", SECRET_KEY.to_string()),
