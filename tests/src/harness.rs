@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 /// The API key the agent is given; it must never show up in its logs (SPEC P2).
 pub const SECRET_KEY: &str = "sk-test-secret";
+/// Extra environment for [`AgentProc::spawn_with`] that the harness takes for itself: run the
+/// agent as this user and group id (the variable does not reach the agent).
+pub const AGENT_UID_VAR: &str = "BUZZ_E2E_AGENT_UID";
 /// Default time to wait for a response.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -407,7 +410,21 @@ impl AgentProc {
                 .tempdir()
                 .expect("a temporary state directory")
         });
+        // `BUZZ_E2E_AGENT_UID=N` (for the harness, not passed on): the agent runs as user and
+        // group N (a scenario running as root that needs an unprivileged agent).
+        let run_as: Option<u32> = env
+            .iter()
+            .find(|(k, _)| *k == AGENT_UID_VAR)
+            .and_then(|(_, v)| v.parse().ok());
+        let env: Vec<(&str, &str)> = env
+            .iter()
+            .filter(|(k, _)| *k != AGENT_UID_VAR)
+            .copied()
+            .collect();
         let mut cmd = Command::new(bin);
+        if let Some(id) = run_as {
+            cmd.uid(id).gid(id);
+        }
         cmd.env_clear()
             .env(
                 "PATH",
