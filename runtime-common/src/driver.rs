@@ -26,7 +26,8 @@ const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// How long the last log lines may take to reach stderr before the process exits anyway (a
 /// stderr nobody reads must not hold up the exit, SPEC P1).
 const FINAL_LOG_FLUSH: Duration = Duration::from_millis(500);
-/// How long the session transcripts' last appends may take at exit (SPEC A9).
+/// How long the session transcripts' last syncs may take at exit, before the last ACP lines
+/// are written (SPEC A9).
 const FINAL_STORE_FLUSH: Duration = Duration::from_secs(5);
 
 /// Runs the agent with `config` on the runtime `rt` until the core asks to exit; returns the
@@ -124,6 +125,7 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                 transcript @ (Action::OpenTranscript { .. }
                 | Action::ReadTranscript { .. }
                 | Action::AppendTranscript { .. }
+                | Action::SyncTranscript { .. }
                 | Action::TruncateTranscript { .. }
                 | Action::CloseTranscript { .. }
                 | Action::ListTranscripts { .. }) => {
@@ -133,14 +135,16 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                 }
             }
         }
+        if agent.is_finished() {
+            // The last lines (answers released at exit) are written after the store's last
+            // syncs, below.
+            break;
+        }
         // One write of the turn's ACP lines, one wake-up of the log writer.
         if let Some(failed) = stdout.write_turn() {
             immediate.push_back(failed);
         }
         log.wake();
-        if agent.is_finished() {
-            break;
-        }
         if let Some(input) = immediate.pop_front() {
             agent.handle(input, now());
             continue;
@@ -182,8 +186,8 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
     }
     // Tasks still sending (a reader mid-flood) stop instead of waiting for a loop that is gone.
     rx.close();
-    stdout.finish(FINAL_FLUSH);
     store.finish(FINAL_STORE_FLUSH);
+    stdout.finish(FINAL_FLUSH);
     log.flush(FINAL_LOG_FLUSH);
     exit_code
 }
