@@ -526,7 +526,7 @@ pub fn c60_a_client_that_presents_notices_gets_an_acp_notice(ctx: &Ctx) {
 fn requirement_id(text: &str) -> Option<String> {
     let b = text.as_bytes();
     for i in 0..b.len() {
-        // `(X9)` / `(X12)`
+        // a capital and one or two digits in parentheses, such as `(A7)` or `(H11)`
         if b[i] == b'(' && i + 3 < b.len() && b[i + 1].is_ascii_uppercase() {
             let digits = b[i + 2..].iter().take_while(|c| c.is_ascii_digit()).count();
             if (1..=2).contains(&digits) && b.get(i + 2 + digits) == Some(&b')') {
