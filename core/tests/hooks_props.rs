@@ -2567,7 +2567,16 @@ fn canonical_updates(updates: &[Value]) -> Vec<Value> {
                         format!("{}{text}", last["content"]["text"].as_str().unwrap_or(""));
                     last["content"]["text"] = json!(joined);
                 } else {
-                    out.push(u.clone());
+                    // The replay gives the text as the client saw it; a notice's marks
+                    // (`_meta.buzz.notice`, the user-only audience) are not recorded.
+                    let mut u = u.clone();
+                    if let Some(o) = u.as_object_mut() {
+                        o.remove("_meta");
+                    }
+                    if let Some(c) = u["content"].as_object_mut() {
+                        c.remove("annotations");
+                    }
+                    out.push(u);
                 }
             }
             _ => out.push(u.clone()),
