@@ -753,9 +753,14 @@ fn check_backticked(
 }
 
 /// A span that is a repository path: starts with a top-level directory, only path characters,
-/// no placeholder (`*`, `<…>`, `{…}`, `$`, `…`); a trailing `:line` is dropped.
+/// no placeholder (`*`, `<…>`, `{…}`, `$`, `…`). A position (`core/src/mcp.rs:31:49`) is not
+/// checked: it is a record of the tree it was taken from (docs/mutants.md lists mutants of
+/// files that have moved since).
 fn repo_path(span: &str) -> Option<&str> {
-    let p = span.split_once(':').map_or(span, |(p, _)| p);
+    if span.contains(':') {
+        return None;
+    }
+    let p = span;
     if !REPO_DIRS.iter().any(|d| p.starts_with(d)) {
         return None;
     }
@@ -900,7 +905,7 @@ mod tests {
         let got = check(&[
             (
                 "docs/a.md",
-                "# Title\n\n## Models (C01)\n\n[b](b.md) [s](spec.md#spec) [m](#models-c01) [x](#nope) [g](../core/src/gone.rs)\n`core/src/x.rs` `core/src/gone.rs:12` `core/<dir>/x` `h5_a1_fine` `hooks::a1_missing` `a1_fi…`\n",
+                "# Title\n\n## Models (C01)\n\n[b](b.md) [s](spec.md#spec) [m](#models-c01) [x](#nope) [g](../core/src/gone.rs)\n`core/src/x.rs` `core/src/gone.rs` `core/src/moved.rs:12:4` `core/<dir>/x` `h5_a1_fine` `hooks::a1_missing` `a1_fi…`\n",
             ),
             ("docs/b.md", "```\n[not](a link)\n```\n"),
             ("core/src/x.rs", "fn a1_fine() {}\n"),
@@ -910,7 +915,7 @@ mod tests {
             [
                 "docs/a.md:5: link `#nope`: docs/a.md has no heading `#nope`",
                 "docs/a.md:5: link `../core/src/gone.rs` does not resolve",
-                "docs/a.md:6: `core/src/gone.rs:12` does not exist",
+                "docs/a.md:6: `core/src/gone.rs` does not exist",
                 "docs/a.md:6: test `h5_a1_fine` is not a function of the repository",
                 "docs/a.md:6: test `hooks::a1_missing` is not a function of the repository",
             ]
