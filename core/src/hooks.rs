@@ -142,7 +142,8 @@ impl HookOutcome {
 /// among `slots` (registration order) that exposes hook points but is not in `allowlist`
 /// (`MCP_HOOK_SERVERS`), naming the server as the client did, its hook points and the
 /// allowlist. Hook-like tools that are no hook point (`_Other`) are never called anyway and are
-/// not named. The server table logs the WARN of the same finding.
+/// not named. The MCP catalogue (`core/src/mcp/catalogue.rs`) logs the WARN of the same
+/// finding.
 pub(crate) fn hooks_off(
     servers: &ServerTable,
     slots: &[ServerSlot],

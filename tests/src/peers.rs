@@ -217,6 +217,27 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
         .collect()
 }
 
+/// The real acpx (`node <acpx_cli>`) driving the agent under test: `--agent '<binary>' --format
+/// json --timeout 60 --cwd <ws>`, run in `ws` with a clean environment (`PATH`, `HOME`) plus the
+/// agent's settings for `llm`. The caller adds its options, the command and more environment.
+fn acpx(ctx: &Ctx, acpx_cli: &Path, ws: &Path, home: &Path, llm: &FakeLlm) -> Command {
+    let agent_cmd = format!(
+        "'{}'",
+        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
+    );
+    let mut cmd = Command::new("node");
+    cmd.arg(acpx_cli)
+        .args(["--agent", &agent_cmd, "--format", "json", "--timeout", "60"])
+        .arg("--cwd")
+        .arg(ws)
+        .current_dir(ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .envs(agent_env(llm));
+    cmd
+}
+
 /// Runs `cmd` (in its own process group) with a deadline; returns (status code, stdout, stderr).
 /// The whole group is killed at the deadline and afterwards, so nothing leaks.
 fn run_bounded(mut cmd: Command, timeout: Duration) -> (Option<i32>, String, String) {
@@ -275,34 +296,12 @@ fn acpx_drives_the_agent_through_one_tool_call(ctx: &Ctx, acpx_cli: &Path) {
     let config = json!({"mcpServers": [fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]});
     std::fs::write(&mcp_config, config.to_string()).expect("write mcp config");
 
-    let agent_cmd = format!(
-        "'{}'",
-        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
-    );
-    let mut cmd = Command::new("node");
-    cmd.arg(acpx_cli)
-        .args([
-            "--agent",
-            &agent_cmd,
-            "--approve-all",
-            "--format",
-            "json",
-            "--timeout",
-            "60",
-        ])
+    let mut cmd = acpx(ctx, acpx_cli, &s.ws, &home, &llm);
+    cmd.arg("--approve-all")
         .arg("--mcp-config")
         .arg(&mcp_config)
-        .arg("--cwd")
-        .arg(&s.ws)
         .args(["exec", "Echo 'peer hello' with the echo tool, then finish."])
-        .current_dir(&s.ws)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home);
-    for (k, v) in agent_env(&llm) {
-        cmd.env(k, v);
-    }
-    cmd.env("BUZZ_AGENT_PERMISSION", "ask");
+        .env("BUZZ_AGENT_PERMISSION", "ask");
     let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
     let context = format!("\n--- acpx stdout:\n{out}\n--- acpx stderr:\n{err}");
     assert_eq!(code, Some(0), "acpx exit status{context}");
@@ -377,27 +376,12 @@ fn acpx_default_mode_reads_writes_and_model(ctx: &Ctx, fs_js: &Path) {
     let server = json!({"name": "fs", "command": "node", "args": [path_str(fs_js), path_str(&s.ws)], "env": []});
     std::fs::write(&mcp_config, json!({"mcpServers": [server]}).to_string())
         .expect("write mcp config");
-    let agent_cmd = format!(
-        "'{}'",
-        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
-    );
-    let mut cmd = Command::new("node");
-    cmd.arg(&acpx_cli)
-        .args(["--agent", &agent_cmd, "--format", "json", "--timeout", "60"])
-        .args(["--model", "other-model"])
+    let mut cmd = acpx(ctx, &acpx_cli, &s.ws, &home, &llm);
+    cmd.args(["--model", "other-model"])
         .arg("--mcp-config")
         .arg(&mcp_config)
-        .arg("--cwd")
-        .arg(&s.ws)
         .args(["exec", "Read note.txt, then write new.txt."])
-        .current_dir(&s.ws)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home);
-    for (k, v) in agent_env(&llm) {
-        cmd.env(k, v);
-    }
-    cmd.env("BUZZ_AGENT_PERMISSION", "ask")
+        .env("BUZZ_AGENT_PERMISSION", "ask")
         .env("BUZZ_AGENT_MODELS", "other-model")
         .env("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30");
     let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
@@ -497,26 +481,11 @@ fn acpx_default_mode_and_a_read_only_fastmcp_tool(ctx: &Ctx, _: &Path) {
         let entry = json!({"name": "words", "command": path_str(&python), "args": [path_str(&server)], "env": []});
         std::fs::write(&mcp_config, json!({"mcpServers": [entry]}).to_string())
             .expect("write mcp config");
-        let agent_cmd = format!(
-            "'{}'",
-            ctx.agent_bin.display().to_string().replace('\'', r"'\''")
-        );
-        let mut cmd = Command::new("node");
-        cmd.arg(&acpx_cli)
-            .args(["--agent", &agent_cmd, "--format", "json", "--timeout", "60"])
-            .arg("--mcp-config")
+        let mut cmd = acpx(ctx, &acpx_cli, &s.ws, &home, &llm);
+        cmd.arg("--mcp-config")
             .arg(&mcp_config)
-            .arg("--cwd")
-            .arg(&s.ws)
             .args(["exec", "Count the words of 'one two three'."])
-            .current_dir(&s.ws)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &home);
-        for (k, v) in agent_env(&llm) {
-            cmd.env(k, v);
-        }
-        cmd.env("BUZZ_AGENT_PERMISSION", "ask")
+            .env("BUZZ_AGENT_PERMISSION", "ask")
             .env("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30");
         let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
         let context = format!("\n--- {tool}: acpx stdout:\n{out}\n--- acpx stderr:\n{err}");
@@ -1197,33 +1166,18 @@ fn acpx_persistent_session_keeps_its_history_across_an_agent_restart(ctx: &Ctx, 
         Reply::text("Noted: zebra."),
         Reply::text("The word was zebra."),
     ]);
-    let agent_cmd = format!(
-        "'{}'",
-        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
-    );
-    let acpx = |args: &[&str]| {
-        let mut cmd = Command::new("node");
-        cmd.arg(acpx_cli)
-            .args(["--agent", &agent_cmd, "--approve-all", "--format", "json"])
-            .args(["--timeout", "60", "--ttl", "1"])
-            .arg("--cwd")
-            .arg(&s.ws)
+    let run_acpx = |args: &[&str]| {
+        let mut cmd = acpx(ctx, acpx_cli, &s.ws, &home, &llm);
+        cmd.args(["--approve-all", "--ttl", "1"])
             .args(args)
-            .current_dir(&s.ws)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &home)
             .env("BUZZ_AGENT_STATE_DIR", &state);
-        for (k, v) in agent_env(&llm) {
-            cmd.env(k, v);
-        }
         let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
         let context = format!("\n--- acpx {args:?} stdout:\n{out}\n--- stderr:\n{err}");
         assert_eq!(code, Some(0), "acpx exit status{context}");
         (out, context)
     };
-    acpx(&["sessions", "new"]);
-    let (out, context) = acpx(&["prompt", "Remember the word zebra."]);
+    run_acpx(&["sessions", "new"]);
+    let (out, context) = run_acpx(&["prompt", "Remember the word zebra."]);
     assert!(out.contains("end_turn"), "{context}");
     let saved = || -> Vec<PathBuf> {
         std::fs::read_dir(&state)
@@ -1253,7 +1207,7 @@ fn acpx_persistent_session_keeps_its_history_across_an_agent_restart(ctx: &Ctx, 
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (out, context) = acpx(&["prompt", "Which word was it?"]);
+    let (out, context) = run_acpx(&["prompt", "Which word was it?"]);
     assert!(out.contains("end_turn"), "{context}");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2, "{context}");

@@ -148,7 +148,7 @@ impl SeenLog {
         self.pending.extend(self.rx.try_iter());
         let rounds = self.rounds;
         self.pending.retain(|(n, line)| {
-            if n + 1 <= rounds {
+            if *n < rounds {
                 out!("{line}");
                 false
             } else {
