@@ -21,6 +21,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub use crate::oauth::settings::OAuthConfig;
+
 /// Which LLM API the agent talks to (C2 `BUZZ_AGENT_PROVIDER`, `OPENAI_COMPAT_API`; L6–L8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
@@ -262,6 +264,17 @@ pub struct Config {
     /// [`Config::from_env_map`], which the runtime replaces with 16 bytes from the OS. An
     /// agent without one numbers its sessions `sess_1`, `sess_2`, … (the core's own tests).
     pub session_id_seed: Option<u128>,
+    /// Authorization to remote MCP servers (SPEC M11): per-server clients and the time a
+    /// login may take (the defaults until remote servers are started).
+    pub oauth: OAuthConfig,
+    /// The 32 bytes PKCE verifiers, OAuth `state` values and JWT ids are derived from
+    /// (DESIGN: randomness is an input): derived from `BUZZ_AGENT_SEED`, else all zero from
+    /// [`Config::from_env_map`], which the runtime replaces with 32 bytes from the OS.
+    pub oauth_seed: [u8; 32],
+    /// The wall clock at [`MonoTime::ZERO`](crate::MonoTime::ZERO), in milliseconds since
+    /// the Unix epoch: set by the runtime when it starts its clock (0 until then). Only OAuth
+    /// reads it (JWT `iat`/`exp`, token expiry kept across runs).
+    pub unix_ms_at_start: u64,
 }
 
 impl fmt::Debug for Config {
@@ -314,6 +327,9 @@ impl fmt::Debug for Config {
             .field("fixed_seed", &self.fixed_seed)
             .field("seed", &self.seed)
             .field("session_id_seed", &self.session_id_seed.map(|_| "<set>"))
+            .field("oauth", &self.oauth)
+            .field("oauth_seed", &"<set>")
+            .field("unix_ms_at_start", &self.unix_ms_at_start)
             .finish()
     }
 }
@@ -1029,6 +1045,13 @@ fn without_trailing_slash(path: &str) -> String {
     }
 }
 
+/// The OAuth secret seed of a fixed `BUZZ_AGENT_SEED` (reproducible runs).
+fn oauth_seed_of(seed: u64) -> [u8; 32] {
+    crate::oauth::secrets::sha256(
+        &[b"buzz-agent oauth seed".as_slice(), &seed.to_le_bytes()].concat(),
+    )
+}
+
 /// The session-id seed of a fixed `BUZZ_AGENT_SEED`: both halves of the 128 bits from it.
 fn expand_seed(seed: u64) -> u128 {
     (u128::from(seed) << 64) | u128::from(seed ^ 0x5851_f42d_4c95_7f2d)
@@ -1189,6 +1212,9 @@ impl Config {
             fixed_seed,
             seed: fixed_seed.unwrap_or(0),
             session_id_seed: fixed_seed.map(expand_seed),
+            oauth: OAuthConfig::default(),
+            oauth_seed: fixed_seed.map_or([0; 32], oauth_seed_of),
+            unix_ms_at_start: 0,
         };
         match ConfigErrors::from_vec(c.errors) {
             Some(errors) => Err(errors),
@@ -1238,6 +1264,9 @@ impl Config {
             fixed_seed: None,
             seed: 0,
             session_id_seed: None,
+            oauth: OAuthConfig::default(),
+            oauth_seed: [0; 32],
+            unix_ms_at_start: 0,
         }
     }
 }
@@ -1285,6 +1314,18 @@ mod tests {
             Ok(c) => c,
             Err(e) => unreachable!("expected a config, got {e}"),
         }
+    }
+
+    #[test]
+    fn m11_a_fixed_seed_fixes_the_oauth_seed_and_none_leaves_it_to_the_runtime() {
+        let a = ok(&anthropic(&[(SEED, "42")]));
+        let b = ok(&anthropic(&[(SEED, "42")]));
+        let c = ok(&anthropic(&[(SEED, "43")]));
+        assert_eq!(a.oauth_seed, b.oauth_seed);
+        assert_ne!(a.oauth_seed, c.oauth_seed);
+        assert_ne!(a.oauth_seed, [0; 32]);
+        assert_eq!(ok(&anthropic(&[])).oauth_seed, [0; 32]);
+        assert!(!format!("{a:?}").contains(&format!("{:?}", a.oauth_seed)));
     }
 
     #[test]

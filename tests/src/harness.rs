@@ -335,6 +335,9 @@ struct State {
     /// [`StderrMode::File`]: the file stderr goes to.
     stderr_file: Option<PathBuf>,
     policy: PermissionPolicy,
+    /// [`AgentProc::kill_when_answered`]: the id (JSON text) whose response makes the reader
+    /// SIGKILL the agent the moment it reads it.
+    kill_on_response: Option<String>,
 }
 
 struct Shared {
@@ -469,6 +472,7 @@ impl AgentProc {
                     StderrMode::Read | StderrMode::Unread => None,
                 },
                 policy: PermissionPolicy::AllowOnce,
+                kill_on_response: None,
             }),
             cv: Condvar::new(),
             verbose: std::env::var("BUZZ_E2E_VERBOSE").is_ok_and(|v| v == "1"),
@@ -496,6 +500,13 @@ impl AgentProc {
             pid,
             started: Instant::now(),
         }
+    }
+
+    /// Arms the stdout reader to SIGKILL the agent the moment it reads the response to `id`
+    /// (before it parses anything else): a client that saw its answer, and a crash right
+    /// after. Its MCP children are left to [`kill_tree`] or the drop.
+    pub fn kill_when_answered(&self, id: &Value) {
+        self.shared.lock().kill_on_response = Some(id_key(id));
     }
 
     /// The agent's pid.
@@ -1052,6 +1063,14 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
         }
         let has_method = msg.get("method").is_some();
         let id = msg.get("id").cloned();
+        if !has_method
+            && let Some(id) = &id
+            && st.kill_on_response.as_deref() == Some(id_key(id).as_str())
+        {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+            unsafe { libc::kill(shared.pid, libc::SIGKILL) };
+            st.kill_on_response = None;
+        }
         let answered_method = match (&id, has_method) {
             (Some(id), false) => st.sent_methods.get(&id_key(id)).cloned(),
             _ => None,

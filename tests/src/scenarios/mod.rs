@@ -30,6 +30,12 @@ macro_rules! list {
     };
 }
 
+/// The scenarios that need a tool of the machine (`strace`): trials reported ignored, with
+/// the reason, where it is missing.
+pub(crate) fn tool_trials(ctx: &crate::Ctx) -> Vec<libtest_mimic::Trial> {
+    sessions::strace_trials(ctx)
+}
+
 pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
     list![
         acp::a1_initialize_capabilities,
@@ -151,6 +157,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         clients::p2_the_startup_log_shows_settings_as_the_environment_takes_them,
         sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
         sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
+        sessions::a9_kill_9_the_moment_the_answer_is_read_never_loses_the_answered_turn,
         sessions::a9_session_list_pages_newest_first_with_a_cwd_filter,
         sessions::a9_path_traversal_and_unknown_ids_are_refused_and_nothing_is_touched,
         sessions::a9_a_torn_last_line_is_ignored_with_a_warning_and_cut_off,
