@@ -2777,7 +2777,7 @@ proptest! {
             .collect();
         let answers = w.acp_out[..seen]
             .iter()
-            .filter(|(_, v)| v.get("method").is_none() && v["result"]["_meta"]["buzz"].is_object())
+            .filter(|(_, v)| v.get("method").is_none() && v["result"]["stopReason"].is_string())
             .count();
         let (w2, id, from) = load_into_new_world(&case, disk.clone(), &sid, true);
         let r = w2.response(id).cloned().unwrap_or_default();
