@@ -40,8 +40,12 @@ const FINAL_STORE_FLUSH: Duration = Duration::from_secs(5);
 /// comes earlier than the armed one (a later deadline lets the armed one fire first, and the
 /// loop then re-arms it: one early wake-up instead of a re-registration per turn, since the
 /// LLM idle deadline moves with every streamed chunk).
-pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 {
+pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> i32 {
     let epoch = Instant::now();
+    // The wall clock at the core's time zero (OAuth: JWT times, token expiry across runs).
+    config.unix_ms_at_start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let now = || MonoTime(epoch.elapsed());
     let (tx, rx) = async_channel::bounded::<Input>(INPUT_QUEUE);
     // Stdin first: the client's `initialize` is read while the rest starts (its reply waits
