@@ -1333,7 +1333,7 @@ mod tests {
                 &mut turn,
                 call,
                 200,
-                tool.into_bytes(),
+                tool.as_bytes().to_vec(),
                 &mut sess,
                 &mut parts
             ),
