@@ -188,7 +188,7 @@ impl Turn {
     pub(crate) fn meta(&self, prices: Option<&Prices>) -> Value {
         let mut meta = self.gate.meta(self.rounds);
         if self.usage.calls > 0 {
-            meta["buzz"]["usage"] = usage_json(&self.usage, prices);
+            meta["usage"] = usage_json(&self.usage, prices);
         }
         meta
     }
@@ -1311,7 +1311,7 @@ mod tests {
         let mut sess = session(&mut parts, &[("fs", &["read"])]);
         let mut turn = start(&mut parts, &mut sess, "hello");
         assert!(
-            turn.meta(None)["buzz"].get("usage").is_none(),
+            turn.meta(None).get("usage").is_none(),
             "no call reported usage yet: no figures (none is not zero tokens)"
         );
         let with_usage = |text: &str, finish: &str, usage: &str| {
@@ -1378,7 +1378,7 @@ mod tests {
         );
         assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
         let meta = turn.meta(parts.cfg.prices.as_ref());
-        let usage = &meta["buzz"]["usage"];
+        let usage = &meta["usage"];
         assert_eq!(usage["inputTokens"], 2100);
         assert_eq!(usage["outputTokens"], 15);
         assert_eq!(usage["totalTokens"], 2115);
@@ -1390,7 +1390,7 @@ mod tests {
             "{turn_cost}"
         );
         assert!(
-            turn.meta(None)["buzz"]["usage"].get("cost").is_none(),
+            turn.meta(None)["usage"].get("cost").is_none(),
             "no prices, no cost"
         );
         assert_eq!(sess.usage.calls, 2, "the session counts them too");

@@ -262,7 +262,7 @@ pub fn l11_the_openai_routes_send_one_key_per_session_only_where_the_endpoint_ta
 /// A6/L11 on every route: each `usage_update` carries the call's input, output, cache-read and
 /// cache-write tokens as the provider reported them (under `_meta.buzz`; cache writes only where
 /// the route reports them) and, with `BUZZ_AGENT_PRICES`, the session's cumulative `cost`; the
-/// prompt response's `_meta.buzz.usage` has the turn's totals and cost. Every frame is checked
+/// prompt response's `_meta.usage` has the turn's totals and cost. Every frame is checked
 /// against the ACP schema by the harness.
 pub fn a6_l11_usage_with_cache_tokens_and_cost_reaches_the_client_on_every_route(ctx: &Ctx) {
     for wire in Wire::ALL {
@@ -290,7 +290,7 @@ pub fn a6_l11_usage_with_cache_tokens_and_cost_reaches_the_client_on_every_route
             .into_iter()
             .filter(|u| u["sessionUpdate"] == "usage_update")
             .collect();
-        let totals = agent.result(&r)["_meta"]["buzz"]["usage"].clone();
+        let totals = agent.result(&r)["_meta"]["usage"].clone();
         agent.finish();
         // Anthropic always reports its cache writes; Chat only through OpenRouter's field,
         // which the fake sends when there are any; the Responses API has no such count.
