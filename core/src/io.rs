@@ -6,7 +6,7 @@
 use std::fmt;
 
 pub use crate::config::LogLevel;
-pub use crate::ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
+pub use crate::ids::{ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use crate::llm::HttpRequest;
 
 /// What the runtime observed of one LLM HTTP call ([`Action::CallLlm`]), in this order:
@@ -124,6 +124,153 @@ pub enum Input {
         /// The files, in any order, or the OS error.
         entries: Result<Vec<TranscriptEntry>, String>,
     },
+    /// What came of an [`Action::OAuth`] (SPEC M11).
+    OAuth(OAuthInput),
+}
+
+/// The runtime's part of MCP authorization (SPEC M11): a loopback listener for the
+/// authorization redirect, the token files, the user's browser. HTTP requests of an
+/// authorization go through the ordinary HTTP exchange. Answered by [`OAuthInput`]s.
+#[derive(Clone, PartialEq, Eq)]
+pub enum OAuthAction {
+    /// Listen on `127.0.0.1:port` (0: any free port) for the authorization redirect; answer
+    /// with [`OAuthInput::Listening`], then hand each connection's request head (at most
+    /// [`MAX_CALLBACK_HEAD_BYTES`] bytes, read for at most 10 s) to the core as
+    /// [`OAuthInput::Callback`].
+    Listen {
+        /// The listener.
+        listener: ListenerId,
+        /// The port, 0 for any.
+        port: u16,
+    },
+    /// Write `response` (a complete HTTP response) to the connection and close it.
+    Answer {
+        /// The listener.
+        listener: ListenerId,
+        /// The connection of [`OAuthInput::Callback`].
+        connection: u64,
+        /// The bytes to write.
+        response: Vec<u8>,
+    },
+    /// Stop listening; connections still waiting for an answer are closed.
+    StopListening {
+        /// The listener.
+        listener: ListenerId,
+    },
+    /// Read `file` (a plain name) in the `oauth/` directory of the state directory; answer
+    /// with [`OAuthInput::TokenFile`].
+    ReadTokenFile {
+        /// The file name.
+        file: String,
+    },
+    /// Replace `file` in `<state dir>/oauth/` with `bytes`: the directory is created mode
+    /// 0700, the file written mode 0600 to a temporary name, synced and renamed over the old
+    /// one, so that a crash leaves either file whole. Failures are reported as
+    /// [`OAuthInput::TokenFileWritten`].
+    WriteTokenFile {
+        /// The file name.
+        file: String,
+        /// The content (holds tokens: never logged).
+        bytes: Vec<u8>,
+    },
+    /// Start `argv` (the user's `$BROWSER` on the authorization URL) detached, stdin/stdout/
+    /// stderr to `/dev/null`; answer with [`OAuthInput::Browser`].
+    OpenBrowser {
+        /// The program and its arguments.
+        argv: Vec<String>,
+    },
+}
+
+/// The most bytes of a request head the runtime reads from a loopback connection before it
+/// hands them to the core as they are.
+pub const MAX_CALLBACK_HEAD_BYTES: usize = 8 * 1024;
+
+/// What came of an [`OAuthAction`].
+#[derive(Clone, PartialEq, Eq)]
+pub enum OAuthInput {
+    /// The listener is open on this port, or why it could not be opened.
+    Listening {
+        /// The listener.
+        listener: ListenerId,
+        /// The port bound, or the OS error.
+        result: Result<u16, String>,
+    },
+    /// A connection to the listener sent this request head (up to the blank line, or what
+    /// arrived within the limits); answer with [`OAuthAction::Answer`].
+    Callback {
+        /// The listener.
+        listener: ListenerId,
+        /// The connection, numbered by the runtime.
+        connection: u64,
+        /// The request head's bytes.
+        head: Vec<u8>,
+    },
+    /// The content of a token file (`Ok(None)`: there is none), or why it could not be read.
+    TokenFile {
+        /// The file name.
+        file: String,
+        /// The bytes, or the OS error.
+        result: Result<Option<Vec<u8>>, String>,
+    },
+    /// A token file was written (or why not).
+    TokenFileWritten {
+        /// The file name.
+        file: String,
+        /// `Err`: the OS error.
+        result: Result<(), String>,
+    },
+    /// The browser was started, or why not.
+    Browser {
+        /// `Err`: the OS error.
+        result: Result<(), String>,
+    },
+}
+
+impl fmt::Debug for OAuthAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OAuthAction::Listen { listener, port } => write!(f, "Listen({listener}, {port})"),
+            OAuthAction::Answer {
+                listener,
+                connection,
+                response,
+            } => write!(f, "Answer({listener}, #{connection}, {} B)", response.len()),
+            OAuthAction::StopListening { listener } => write!(f, "StopListening({listener})"),
+            OAuthAction::ReadTokenFile { file } => write!(f, "ReadTokenFile({file})"),
+            OAuthAction::WriteTokenFile { file, bytes } => {
+                write!(f, "WriteTokenFile({file}, {} B)", bytes.len())
+            }
+            OAuthAction::OpenBrowser { argv } => write!(
+                f,
+                "OpenBrowser({})",
+                argv.first().map_or("", String::as_str)
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for OAuthInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OAuthInput::Listening { listener, result } => {
+                write!(f, "Listening({listener}, {result:?})")
+            }
+            OAuthInput::Callback {
+                listener,
+                connection,
+                head,
+            } => write!(f, "Callback({listener}, #{connection}, {} B)", head.len()),
+            OAuthInput::TokenFile { file, result } => match result {
+                Ok(Some(b)) => write!(f, "TokenFile({file}, {} B)", b.len()),
+                Ok(None) => write!(f, "TokenFile({file}, none)"),
+                Err(e) => write!(f, "TokenFile({file}, error {e})"),
+            },
+            OAuthInput::TokenFileWritten { file, result } => {
+                write!(f, "TokenFileWritten({file}, {result:?})")
+            }
+            OAuthInput::Browser { result } => write!(f, "Browser({result:?})"),
+        }
+    }
 }
 
 /// How [`Action::OpenTranscript`] opens a session's transcript file (SPEC A9).
@@ -230,6 +377,7 @@ impl fmt::Debug for Input {
                 Ok(e) => write!(f, "TranscriptList(#{request}, {} files)", e.len()),
                 Err(e) => write!(f, "TranscriptList(#{request}, error {e})"),
             },
+            Input::OAuth(i) => write!(f, "OAuth({i:?})"),
         }
     }
 }
@@ -553,6 +701,8 @@ pub enum Action {
         /// A number to echo.
         request: u64,
     },
+    /// Do this part of an MCP server's authorization (SPEC M11).
+    OAuth(OAuthAction),
     /// Write a log line to stderr ([`LogRecord::render`] gives its text).
     Log(LogRecord),
     /// Exit the process with this status after flushing stdout (SPEC P1: 0 after a clean
@@ -588,6 +738,7 @@ impl fmt::Debug for Action {
             }
             Action::CloseTranscript { file } => write!(f, "CloseTranscript({file})"),
             Action::ListTranscripts { request } => write!(f, "ListTranscripts(#{request})"),
+            Action::OAuth(a) => write!(f, "OAuth({a:?})"),
             Action::Log(r) => write!(f, "Log({:?}, {})", r.level, r.message),
             Action::Exit { code } => write!(f, "Exit({code})"),
         }
