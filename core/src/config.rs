@@ -181,6 +181,18 @@ pub struct Config {
     /// `ANTHROPIC_API_VERSION` (default `2023-06-01`), the `anthropic-version` header. Always
     /// filled (with the default) even for OpenAI-compatible providers.
     pub anthropic_version: String,
+    /// `BUZZ_AGENT_PROMPT_CACHING` (default true): prompt caching (L11). On the Anthropic route
+    /// every round's request marks `cache_control` breakpoints (the end of the tools and system
+    /// prompt, the end of the previous request, the end of the conversation); on the OpenAI
+    /// routes `prompt_cache_key` is sent where [`Config::prompt_cache_key`] allows. Off: none
+    /// of either.
+    pub prompt_caching: bool,
+    /// `OPENAI_COMPAT_PROMPT_CACHE_KEY` (default unset = `auto`): whether the OpenAI routes send
+    /// `prompt_cache_key` (one per session) with prompt caching on. `None` (auto): only to
+    /// OpenAI's own API (a base URL on `api.openai.com`), since other servers may reject a field
+    /// they do not know; `Some(true)`: to any server (a gateway in front of OpenAI);
+    /// `Some(false)`: never.
+    pub prompt_cache_key: Option<bool>,
     /// `BUZZ_AGENT_SYSTEM_PROMPT` (as given, untrimmed), or the content of the file named by
     /// `BUZZ_AGENT_SYSTEM_PROMPT_FILE` (path trimmed; a leading BOM and trailing whitespace of
     /// the content removed); both set (non-blank) is an error. `None` if unset or blank.
@@ -295,6 +307,8 @@ impl fmt::Debug for Config {
             .field("models", &self.models)
             .field("base_url", &self.base_url)
             .field("anthropic_version", &self.anthropic_version)
+            .field("prompt_caching", &self.prompt_caching)
+            .field("prompt_cache_key", &self.prompt_cache_key)
             .field("system_prompt", &prompt)
             .field("max_rounds", &self.max_rounds)
             .field("max_output_tokens", &self.max_output_tokens)
@@ -511,6 +525,8 @@ const LOG: &str = "BUZZ_AGENT_LOG";
 const LOG_FORMAT: &str = "BUZZ_AGENT_LOG_FORMAT";
 const STATE_DIR: &str = "BUZZ_AGENT_STATE_DIR";
 const SEED: &str = "BUZZ_AGENT_SEED";
+const PROMPT_CACHING: &str = "BUZZ_AGENT_PROMPT_CACHING";
+const PROMPT_CACHE_KEY: &str = "OPENAI_COMPAT_PROMPT_CACHE_KEY";
 const CHILD_ENV: &str = "BUZZ_AGENT_CHILD_ENV";
 
 const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -586,6 +602,8 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (OPENAI_API, "chat", "chat = Chat Completions, responses = Responses API"),
     (MODEL, "", "model name; overrides ANTHROPIC_MODEL / OPENAI_COMPAT_MODEL"),
     (MODELS, "", "comma-separated model ids a client may switch a session to (its model picker)"),
+    (PROMPT_CACHING, "true", "prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key (boolean)"),
+    (PROMPT_CACHE_KEY, "auto", "send prompt_cache_key on the OpenAI routes: auto = only to api.openai.com, or a boolean"),
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
@@ -1162,6 +1180,16 @@ impl Config {
             None => None,
             Some(_) => c.opt(env.uint(SEED, 0_u64)),
         };
+        let prompt_cache_key = match env.get(PROMPT_CACHE_KEY).map(str::to_ascii_lowercase) {
+            None => Ok(None),
+            Some(v) if v == "auto" => Ok(None),
+            Some(_) => env.flag(PROMPT_CACHE_KEY, false).map(Some).map_err(|_| {
+                env.invalid(
+                    PROMPT_CACHE_KEY,
+                    "auto, or a boolean: 1/0/true/false/yes/no/on/off",
+                )
+            }),
+        };
         let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
             None | Some("text") => Ok(LogFormat::Text),
             Some("json") => Ok(LogFormat::Json),
@@ -1177,6 +1205,8 @@ impl Config {
             models: env.list(MODELS),
             base_url,
             anthropic_version,
+            prompt_caching: c.or(env.flag(PROMPT_CACHING, true), true),
+            prompt_cache_key: c.or(prompt_cache_key, None),
             system_prompt,
             max_rounds: c.or(env.uint(MAX_ROUNDS, 0), 0),
             max_output_tokens: max_output_tokens.unwrap_or(1),
@@ -1239,6 +1269,8 @@ impl Config {
             models: Vec::new(),
             base_url: base_url.trim_end_matches('/').to_owned(),
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
+            prompt_caching: true,
+            prompt_cache_key: None,
             system_prompt: None,
             max_rounds: 0,
             max_output_tokens: 32_768,
@@ -1452,6 +1484,47 @@ mod tests {
         let mut env = anthropic(&[(MODEL, "opus")]);
         env.remove(ANTHROPIC_MODEL);
         assert_eq!(ok(&env).model, "opus");
+    }
+
+    #[test]
+    fn l11_prompt_caching_is_on_by_default_and_a_boolean_turns_it_off() {
+        assert!(ok(&anthropic(&[])).prompt_caching);
+        for (value, on) in [
+            ("0", false),
+            ("off", false),
+            ("FALSE", false),
+            ("yes", true),
+        ] {
+            assert_eq!(
+                ok(&anthropic(&[(PROMPT_CACHING, value)])).prompt_caching,
+                on,
+                "{value}"
+            );
+        }
+        let e = err(&anthropic(&[(PROMPT_CACHING, "sometimes")]));
+        assert!(
+            e.to_string()
+                .starts_with("BUZZ_AGENT_PROMPT_CACHING: invalid value \"sometimes\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn l11_the_prompt_cache_key_is_auto_unless_a_boolean_says_otherwise() {
+        let openai = |v: &str| {
+            let env = env_of(&[
+                (PROVIDER, "openai"),
+                (OPENAI_MODEL, "m"),
+                (PROMPT_CACHE_KEY, v),
+            ]);
+            load(&env).map(|c| c.prompt_cache_key)
+        };
+        assert_eq!(openai(""), Ok(None));
+        assert_eq!(openai(" Auto "), Ok(None));
+        assert_eq!(openai("1"), Ok(Some(true)));
+        assert_eq!(openai("off"), Ok(Some(false)));
+        let e = openai("maybe").unwrap_err().to_string();
+        assert!(e.contains("expected auto, or a boolean"), "{e}");
     }
 
     #[test]
@@ -2009,7 +2082,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 39);
+        assert_eq!(count, 41);
     }
 
     #[test]
@@ -2412,7 +2485,7 @@ mod tests {
             .collect();
         assert_eq!(variable_names(), listed);
         assert_eq!(variable_names().first(), Some(&PROVIDER));
-        assert_eq!(variable_names().len(), 39);
+        assert_eq!(variable_names().len(), 41);
     }
 
     #[test]

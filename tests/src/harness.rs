@@ -217,6 +217,17 @@ pub fn dialect_env(dialect: Dialect, origin: &str) -> Vec<(String, String)> {
     };
     env.retain(|(k, _)| k != var);
     env.push((var.to_string(), dialect.model().to_string()));
+    if matches!(
+        dialect,
+        Dialect::OpenAiReasoning | Dialect::OpenAiResponsesReasoning
+    ) {
+        // These profiles stand in for OpenAI's own API, which takes `prompt_cache_key`; the
+        // agent sends it there by itself, and to a server at another address when told to.
+        env.push((
+            "OPENAI_COMPAT_PROMPT_CACHE_KEY".to_string(),
+            "1".to_string(),
+        ));
+    }
     if dialect == Dialect::InBandErrors {
         // Every request's first attempt fails in-band: one more attempt than the default.
         env.push(("BUZZ_AGENT_LLM_MAX_ATTEMPTS".to_string(), "4".to_string()));

@@ -5,6 +5,7 @@
 use crate::Scenario;
 
 mod acp;
+mod caching;
 mod cases;
 mod cli;
 mod clients;
@@ -127,6 +128,9 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         providers::c21_tool_call_deltas_without_ids_get_synthesised_paired_ids,
         providers::c22_usage_only_and_empty_choices_chunks_are_accepted,
         providers::c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools,
+        caching::l11_anthropic_breakpoints_roll_and_the_prefix_holds_across_an_objection_and_a_reload,
+        caching::l11_caching_off_sends_no_breakpoint_and_no_cache_key,
+        caching::l11_the_openai_routes_send_one_key_per_session_only_where_the_endpoint_takes_it,
         cases::c13_server_requests_are_answered_in_their_own_id_space,
         cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
         cases::c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_killed,
