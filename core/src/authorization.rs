@@ -1,10 +1,11 @@
-//! The authorizers of every remote MCP server, and their traffic with the runtime (SPEC M11):
-//! the hub turns what an [`Authorizer`](crate::oauth::authorizer::Authorizer) asks for into [`Action::OAuth`](crate::Action::OAuth)s
-//! (listener, token files, browser) with ids of its own, routes the runtime's
-//! [`OAuthInput`]s back to the authorizer they belong to, keeps each authorizer's deadline in
-//! the [`TimerTable`], and hands its owner what only the owner can do: HTTP requests (through
-//! the MCP transport's HTTP exchange), asking the user to open a URL (the ACP client), and
-//! the outcome of each authorization.
+//! The authorization of one remote MCP server and its traffic with the runtime (SPEC M11):
+//! [`ServerAuth`] owns the server's [`Authorizer`] and turns what it asks for into
+//! [`Action::OAuth`](crate::Action::OAuth)s (the loopback listener, the token file,
+//! `$BROWSER`), each carrying the server's slot so that the runtime's [`OAuthInput`]s come back
+//! to it; it keeps the authorizer's deadline in the [`TimerTable`]
+//! (`Timer::Server(slot, ServerTimer::Authorization)`), and hands its owner, the server's
+//! HTTP transport, what only the owner can do ([`AuthNeed`]): the HTTP requests (through the
+//! transport's exchanges), the user's visit to a URL (the ACP client), and the outcome.
 
 use crate::config::{LogLevel, OAuthConfig};
 use crate::ids::{ListenerId, ServerSlot};
@@ -16,67 +17,40 @@ use crate::oauth::secrets::SecretRng;
 use crate::outbox::Outbox;
 use crate::timers::{ServerTimer, Timer, TimerTable};
 use crate::url::HttpUrl;
-use std::collections::BTreeMap;
 
-/// What the hub's owner must do for a server's authorization.
+/// The most bytes of an OAuth response body read (metadata, registration and token answers
+/// are a few KiB); a longer answer fails the request (docs/limits.md).
+pub(crate) const MAX_OAUTH_BODY_BYTES: usize = 256 * 1024;
+
+/// What the server's owner must do for its authorization, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum HubEvent {
-    /// Send `http` through the HTTP exchange; give the answer to [`OAuthHub::handle_http`]
-    /// with `slot` and `request`.
+pub(crate) enum AuthNeed {
+    /// Send `http` (never following a redirect, reading at most [`MAX_OAUTH_BODY_BYTES`] of
+    /// the body); give the answer to [`ServerAuth::on_http`] with `request`.
     Http {
-        /// The server being authorized.
-        slot: ServerSlot,
         /// The authorizer's request number.
         request: u64,
         /// The request.
         http: OAuthRequest,
     },
-    /// Ask the user to open `url` (the authorization request of server `slot`): URL-mode
-    /// elicitation where the ACP client offers it, else a notice. A decline goes to
-    /// [`OAuthHub::declined`]. (`$BROWSER` was already started when set.)
+    /// Ask the user to open `url` (the authorization request): URL-mode elicitation where
+    /// the ACP client offers it, else a notice. A decline goes to [`ServerAuth::declined`].
+    /// (`$BROWSER`, when set, was already started.)
     Browse {
-        /// The server.
-        slot: ServerSlot,
         /// The authorization URL.
         url: String,
     },
     /// The user no longer needs to open it (the authorization ended, either way).
-    BrowseDone {
-        /// The server.
-        slot: ServerSlot,
-    },
-    /// Requests held back for `slot` may go now.
-    Proceed {
-        /// The server.
-        slot: ServerSlot,
-    },
-    /// `slot` is not authorized: fail what waits, with this sentence.
-    Failed {
-        /// The server.
-        slot: ServerSlot,
-        /// Why.
-        reason: String,
-    },
+    BrowseDone,
+    /// Requests held back may go now, with [`Authorizer::authorization`].
+    Proceed,
+    /// No authorization: fail what waits, with this sentence.
+    Failed(String),
 }
 
-/// See the module documentation.
-#[derive(Debug)]
-pub(crate) struct OAuthHub {
-    config: OAuthConfig,
-    keeps_tokens: bool,
-    unix_ms_at_start: u64,
-    request_timeout_ms: u64,
-    rng: SecretRng,
-    authorizers: BTreeMap<ServerSlot, Authorizer>,
-    listeners: BTreeMap<ListenerId, ServerSlot>,
-    next_listener: u64,
-    /// Token files being read, by the server that asked.
-    reading: BTreeMap<String, ServerSlot>,
-}
-
-/// What the hub is built from.
+/// What every server's authorization is built from (one per agent).
 #[derive(Debug, Clone)]
-pub(crate) struct HubSetup {
+pub(crate) struct AuthSetup {
     /// The authorization settings.
     pub(crate) oauth: OAuthConfig,
     /// Whether there is a state directory (tokens are kept).
@@ -85,146 +59,96 @@ pub(crate) struct HubSetup {
     pub(crate) unix_ms_at_start: u64,
     /// The deadline of one OAuth HTTP request, ms (the MCP handshake step timeout).
     pub(crate) request_timeout_ms: u64,
-    /// `Config::oauth_seed`.
-    pub(crate) seed: [u8; 32],
 }
 
-impl OAuthHub {
-    /// A hub with no server yet.
-    pub(crate) fn new(setup: HubSetup) -> OAuthHub {
-        OAuthHub {
-            config: setup.oauth,
-            keeps_tokens: setup.keeps_tokens,
-            unix_ms_at_start: setup.unix_ms_at_start,
-            request_timeout_ms: setup.request_timeout_ms,
-            rng: SecretRng::new(setup.seed),
-            authorizers: BTreeMap::new(),
-            listeners: BTreeMap::new(),
-            next_listener: 0,
-            reading: BTreeMap::new(),
-        }
-    }
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct ServerAuth {
+    slot: ServerSlot,
+    authorizer: Authorizer,
+    browser: Option<String>,
+    /// The listener in use, if any (one per flow; an input for another is stale).
+    listener: Option<ListenerId>,
+    next_listener: u64,
+}
 
-    /// Adds the authorizer of server `slot` (`name` at `url`); an existing one is kept.
-    pub(crate) fn add(&mut self, slot: ServerSlot, name: &str, url: HttpUrl) {
-        if self.authorizers.contains_key(&slot) {
-            return;
-        }
-        let rng = self.rng.fork();
-        let a = Authorizer::new(AuthorizerSetup {
-            name,
-            server: url,
-            oauth: &self.config,
-            request_timeout_ms: self.request_timeout_ms,
-            keeps_tokens: self.keeps_tokens,
-            unix_ms_at_start: self.unix_ms_at_start,
-            rng,
-        });
-        self.authorizers.insert(slot, a);
-    }
-
-    /// The authorizer of `slot`. After calling into it, call [`OAuthHub::drain`].
-    pub(crate) fn get_mut(&mut self, slot: ServerSlot) -> Option<&mut Authorizer> {
-        self.authorizers.get_mut(&slot)
-    }
-
-    /// The authorizer of `slot`, to read.
-    pub(crate) fn get(&self, slot: ServerSlot) -> Option<&Authorizer> {
-        self.authorizers.get(&slot)
-    }
-
-    /// Server `slot` is gone: its listener is closed, its timer cleared.
-    pub(crate) fn remove(&mut self, slot: ServerSlot, out: &mut Outbox, timers: &mut TimerTable) {
-        if self.authorizers.remove(&slot).is_none() {
-            return;
-        }
-        timers.clear(Timer::Server(slot, ServerTimer::Authorization));
-        let ids: Vec<ListenerId> = self
-            .listeners
-            .iter()
-            .filter(|(_, s)| **s == slot)
-            .map(|(l, _)| *l)
-            .collect();
-        for listener in ids {
-            self.listeners.remove(&listener);
-            out.push(Action::OAuth(OAuthAction::StopListening { listener }));
-        }
-        self.reading.retain(|_, s| *s != slot);
-    }
-
-    /// Carries out what `slot`'s authorizer asked for since the last drain: runtime work goes
-    /// to `out`, the rest is returned in order; its deadline is set in `timers`.
-    pub(crate) fn drain(
-        &mut self,
+impl ServerAuth {
+    /// The authorization of server `slot`, named `name`, at `url`; its secrets come from
+    /// `rng` (fork it from the agent's generator).
+    pub(crate) fn new(
         slot: ServerSlot,
-        out: &mut Outbox,
-        timers: &mut TimerTable,
-    ) -> Vec<HubEvent> {
-        let Some(a) = self.authorizers.get_mut(&slot) else {
-            return Vec::new();
-        };
-        let mut events: Vec<AuthEvent> = Vec::new();
-        let mut actions = Vec::new();
-        while let Some(action) = a.poll_action() {
-            actions.push(action);
+        name: &str,
+        url: HttpUrl,
+        setup: &AuthSetup,
+        rng: SecretRng,
+    ) -> ServerAuth {
+        ServerAuth {
+            slot,
+            authorizer: Authorizer::new(AuthorizerSetup {
+                name,
+                server: url,
+                oauth: &setup.oauth,
+                request_timeout_ms: setup.request_timeout_ms,
+                keeps_tokens: setup.keeps_tokens,
+                unix_ms_at_start: setup.unix_ms_at_start,
+                rng,
+            }),
+            browser: setup.oauth.browser.clone(),
+            listener: None,
+            next_listener: 0,
         }
-        while let Some(event) = a.poll_event() {
-            events.push(event);
-        }
-        let deadline = a.poll_timeout();
-        let timer = Timer::Server(slot, ServerTimer::Authorization);
-        match deadline {
-            Some(at) => timers.set(timer, at),
-            None => {
-                timers.clear(timer);
-            }
-        }
-        let mut hub_events = Vec::with_capacity(actions.len() + events.len());
-        for action in actions {
+    }
+
+    /// The authorizer, to ask for the header and to hand it challenges. After any call that
+    /// may change it, call [`ServerAuth::drain`].
+    pub(crate) fn authorizer(&mut self) -> &mut Authorizer {
+        &mut self.authorizer
+    }
+
+    /// The `Authorization` header value for the server's requests, if there is a token.
+    pub(crate) fn header(&self) -> Option<String> {
+        self.authorizer.authorization()
+    }
+
+    /// Carries out what the authorizer asked for since the last drain: runtime work goes to
+    /// `out`, the rest is returned in order; its deadline is set in `timers`.
+    pub(crate) fn drain(&mut self, out: &mut Outbox, timers: &mut TimerTable) -> Vec<AuthNeed> {
+        let mut needs = Vec::new();
+        while let Some(action) = self.authorizer.poll_action() {
             match action {
-                AuthAction::Http { request, http } => {
-                    hub_events.push(HubEvent::Http {
-                        slot,
-                        request,
-                        http,
-                    });
-                }
+                AuthAction::Http { request, http } => needs.push(AuthNeed::Http { request, http }),
                 AuthAction::Listen { port } => {
                     self.next_listener += 1;
                     let listener = ListenerId(self.next_listener);
-                    self.listeners.insert(listener, slot);
-                    out.push(Action::OAuth(OAuthAction::Listen { listener, port }));
+                    self.listener = Some(listener);
+                    out.push(Action::OAuth(OAuthAction::Listen {
+                        server: self.slot,
+                        listener,
+                        port,
+                    }));
                 }
-                AuthAction::StopListening => {
-                    let ids: Vec<ListenerId> = self
-                        .listeners
-                        .iter()
-                        .filter(|(_, s)| **s == slot)
-                        .map(|(l, _)| *l)
-                        .collect();
-                    for listener in ids {
-                        self.listeners.remove(&listener);
-                        out.push(Action::OAuth(OAuthAction::StopListening { listener }));
-                    }
-                }
+                AuthAction::StopListening => self.stop_listening(out),
                 AuthAction::Browse { url } => {
-                    if let Some(argv) = self
-                        .config
-                        .browser
-                        .as_deref()
-                        .and_then(|b| browser_argv(b, &url))
+                    if let Some(argv) = self.browser.as_deref().and_then(|b| browser_argv(b, &url))
                     {
-                        out.push(Action::OAuth(OAuthAction::OpenBrowser { argv }));
+                        out.push(Action::OAuth(OAuthAction::OpenBrowser {
+                            server: self.slot,
+                            argv,
+                        }));
                     }
-                    hub_events.push(HubEvent::Browse { slot, url });
+                    needs.push(AuthNeed::Browse { url });
                 }
-                AuthAction::BrowseDone => hub_events.push(HubEvent::BrowseDone { slot }),
-                AuthAction::Load { file } => {
-                    self.reading.insert(file.clone(), slot);
-                    out.push(Action::OAuth(OAuthAction::ReadTokenFile { file }));
-                }
+                AuthAction::BrowseDone => needs.push(AuthNeed::BrowseDone),
+                AuthAction::Load { file } => out.push(Action::OAuth(OAuthAction::ReadTokenFile {
+                    server: self.slot,
+                    file,
+                })),
                 AuthAction::Save { file, bytes } => {
-                    out.push(Action::OAuth(OAuthAction::WriteTokenFile { file, bytes }));
+                    out.push(Action::OAuth(OAuthAction::WriteTokenFile {
+                        server: self.slot,
+                        file,
+                        bytes,
+                    }));
                 }
                 AuthAction::Log(severity, message) => {
                     let level = match severity {
@@ -235,140 +159,140 @@ impl OAuthHub {
                 }
             }
         }
-        for event in events {
-            hub_events.push(match event {
-                AuthEvent::Proceed => HubEvent::Proceed { slot },
-                AuthEvent::Failed(reason) => HubEvent::Failed { slot, reason },
+        while let Some(event) = self.authorizer.poll_event() {
+            needs.push(match event {
+                AuthEvent::Proceed => AuthNeed::Proceed,
+                AuthEvent::Failed(reason) => AuthNeed::Failed(reason),
             });
         }
-        hub_events
+        let timer = Timer::Server(self.slot, ServerTimer::Authorization);
+        match self.authorizer.poll_timeout() {
+            Some(at) => timers.set(timer, at),
+            None => {
+                timers.clear(timer);
+            }
+        }
+        needs
     }
 
-    /// The answer to a [`HubEvent::Http`].
-    pub(crate) fn handle_http(
+    /// The answer to an [`AuthNeed::Http`] (`Err`: no answer, with the reason). A body over
+    /// [`MAX_OAUTH_BODY_BYTES`] fails the request.
+    pub(crate) fn on_http(
         &mut self,
-        slot: ServerSlot,
         request: u64,
         response: Result<OAuthResponse, String>,
         out: &mut Outbox,
         timers: &mut TimerTable,
-    ) -> Vec<HubEvent> {
-        let now = out.now();
-        let Some(a) = self.authorizers.get_mut(&slot) else {
-            return Vec::new();
-        };
-        a.handle_http(request, response, now);
-        self.drain(slot, out, timers)
+    ) -> Vec<AuthNeed> {
+        let response = response.and_then(|r| {
+            if r.body.len() > MAX_OAUTH_BODY_BYTES {
+                Err(format!(
+                    "the answer is over {} KiB",
+                    MAX_OAUTH_BODY_BYTES / 1024
+                ))
+            } else {
+                Ok(r)
+            }
+        });
+        self.authorizer.handle_http(request, response, out.now());
+        self.drain(out, timers)
     }
 
-    /// The user declined to open the URL of `slot`'s authorization.
-    pub(crate) fn declined(
-        &mut self,
-        slot: ServerSlot,
-        out: &mut Outbox,
-        timers: &mut TimerTable,
-    ) -> Vec<HubEvent> {
-        let now = out.now();
-        let Some(a) = self.authorizers.get_mut(&slot) else {
-            return Vec::new();
-        };
-        a.handle_declined(now);
-        self.drain(slot, out, timers)
-    }
-
-    /// What the runtime reports. Inputs for listeners or files nobody waits for are answered
-    /// (a connection gets a "too late" page) and otherwise ignored.
-    pub(crate) fn handle_input(
+    /// What the runtime reports for this server. A callback on a listener that is not the
+    /// current one is answered "too late"; other stale inputs are ignored (I6).
+    pub(crate) fn on_input(
         &mut self,
         input: OAuthInput,
         out: &mut Outbox,
         timers: &mut TimerTable,
-    ) -> Vec<HubEvent> {
+    ) -> Vec<AuthNeed> {
         let now = out.now();
         match input {
-            OAuthInput::Listening { listener, result } => {
-                let Some(&slot) = self.listeners.get(&listener) else {
+            OAuthInput::Listening {
+                listener, result, ..
+            } => {
+                if self.listener != Some(listener) {
                     if result.is_ok() {
-                        out.push(Action::OAuth(OAuthAction::StopListening { listener }));
+                        out.push(Action::OAuth(OAuthAction::StopListening {
+                            server: self.slot,
+                            listener,
+                        }));
                     }
                     return Vec::new();
-                };
+                }
                 if result.is_err() {
-                    self.listeners.remove(&listener);
+                    self.listener = None;
                 }
-                if let Some(a) = self.authorizers.get_mut(&slot) {
-                    a.handle_listening(result, now);
-                }
-                self.drain(slot, out, timers)
+                self.authorizer.handle_listening(result, now);
             }
             OAuthInput::Callback {
                 listener,
                 connection,
                 head,
+                ..
             } => {
-                let slot = self.listeners.get(&listener).copied();
-                let response = match slot.and_then(|s| self.authorizers.get_mut(&s)) {
-                    Some(a) => a.handle_callback(&head, now),
-                    None => callback_response(&CallbackAnswer::Expired, "this server"),
+                let response = if self.listener == Some(listener) {
+                    self.authorizer.handle_callback(&head, now)
+                } else {
+                    callback_response(&CallbackAnswer::Expired, "this server")
                 };
                 out.push(Action::OAuth(OAuthAction::Answer {
+                    server: self.slot,
                     listener,
                     connection,
                     response,
                 }));
-                match slot {
-                    Some(s) => self.drain(s, out, timers),
-                    None => Vec::new(),
-                }
             }
-            OAuthInput::TokenFile { file, result } => {
-                let Some(slot) = self.reading.remove(&file) else {
-                    return Vec::new();
-                };
-                if let Some(a) = self.authorizers.get_mut(&slot) {
-                    a.handle_loaded(result, now);
-                }
-                self.drain(slot, out, timers)
-            }
-            OAuthInput::TokenFileWritten { file, result } => {
+            OAuthInput::TokenFile { result, .. } => self.authorizer.handle_loaded(result, now),
+            OAuthInput::TokenFileWritten { file, result, .. } => {
                 if let Err(e) = result {
                     out.log(
                         LogLevel::Warn,
                         format!("OAuth tokens not saved to the state directory ({file}): {e}"),
                     );
                 }
-                Vec::new()
             }
-            OAuthInput::Browser { result } => {
+            OAuthInput::Browser { result, .. } => {
                 if let Err(e) = result {
                     out.log(
                         LogLevel::Warn,
                         format!("could not start $BROWSER for an authorization: {e}"),
                     );
                 }
-                Vec::new()
             }
         }
+        self.drain(out, timers)
     }
 
-    /// The authorization deadline of `slot` passed (its [`ServerTimer::Authorization`]).
-    pub(crate) fn handle_timeout(
+    /// The authorization's deadline passed.
+    pub(crate) fn on_timeout(
         &mut self,
-        slot: ServerSlot,
         out: &mut Outbox,
         timers: &mut TimerTable,
-    ) -> Vec<HubEvent> {
-        let now = out.now();
-        let Some(a) = self.authorizers.get_mut(&slot) else {
-            return Vec::new();
-        };
-        a.handle_timeout(now);
-        self.drain(slot, out, timers)
+    ) -> Vec<AuthNeed> {
+        self.authorizer.handle_timeout(out.now());
+        self.drain(out, timers)
     }
 
-    /// The number of servers with an authorizer.
-    pub(crate) fn len(&self) -> usize {
-        self.authorizers.len()
+    /// The user declined to open the URL.
+    pub(crate) fn declined(&mut self, out: &mut Outbox, timers: &mut TimerTable) -> Vec<AuthNeed> {
+        self.authorizer.handle_declined(out.now());
+        self.drain(out, timers)
+    }
+
+    /// The server is gone: its listener is closed and its deadline cleared.
+    pub(crate) fn close(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        self.stop_listening(out);
+        timers.clear(Timer::Server(self.slot, ServerTimer::Authorization));
+    }
+
+    fn stop_listening(&mut self, out: &mut Outbox) {
+        if let Some(listener) = self.listener.take() {
+            out.push(Action::OAuth(OAuthAction::StopListening {
+                server: self.slot,
+                listener,
+            }));
+        }
     }
 }
 
@@ -398,28 +322,28 @@ pub(crate) fn browser_argv(browser: &str, url: &str) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oauth::authorizer::{Challenge, Gate};
     use crate::time::MonoTime;
 
     const S: ServerSlot = ServerSlot(4);
 
-    fn hub(keeps_tokens: bool, browser: Option<&str>) -> OAuthHub {
-        let oauth = OAuthConfig {
-            browser: browser.map(str::to_owned),
-            ..OAuthConfig::default()
-        };
-        let mut h = OAuthHub::new(HubSetup {
-            oauth,
+    fn auth(keeps_tokens: bool, browser: Option<&str>) -> ServerAuth {
+        let setup = AuthSetup {
+            oauth: OAuthConfig {
+                browser: browser.map(str::to_owned),
+                ..OAuthConfig::default()
+            },
             keeps_tokens,
             unix_ms_at_start: 1_700_000_000_000,
             request_timeout_ms: 30_000,
-            seed: [1; 32],
-        });
-        h.add(
+        };
+        ServerAuth::new(
             S,
             "remote",
             HttpUrl::parse("http://localhost:3000/mcp").unwrap(),
-        );
-        h
+            &setup,
+            SecretRng::new([1; 32]),
+        )
     }
 
     fn actions(out: &mut Outbox) -> Vec<Action> {
@@ -451,45 +375,39 @@ mod tests {
     }
 
     #[test]
-    fn the_token_file_is_read_through_the_runtime_and_routed_back() {
-        let mut h = hub(true, None);
+    fn the_token_file_is_read_through_the_runtime_for_this_server() {
+        let mut a = auth(true, None);
         let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
         let mut timers = TimerTable::default();
-        let a = h.get_mut(S).unwrap();
-        assert_eq!(
-            a.before_request(MonoTime::ZERO),
-            crate::oauth::authorizer::Gate::Wait
-        );
-        assert!(h.drain(S, &mut out, &mut timers).is_empty());
-        let [Action::OAuth(OAuthAction::ReadTokenFile { file })] = &actions(&mut out)[..] else {
+        assert_eq!(a.authorizer().before_request(MonoTime::ZERO), Gate::Wait);
+        assert!(a.drain(&mut out, &mut timers).is_empty());
+        let [Action::OAuth(OAuthAction::ReadTokenFile { server, file })] = &actions(&mut out)[..]
+        else {
             panic!()
         };
-        // An answer for another file is ignored; ours lets the requests go.
-        let other = OAuthInput::TokenFile {
-            file: "other.json".into(),
-            result: Ok(None),
-        };
-        assert!(h.handle_input(other, &mut out, &mut timers).is_empty());
+        assert_eq!(*server, S);
         let ours = OAuthInput::TokenFile {
+            server: S,
             file: file.clone(),
             result: Ok(None),
         };
-        assert_eq!(
-            h.handle_input(ours, &mut out, &mut timers),
-            [HubEvent::Proceed { slot: S }]
-        );
+        assert_eq!(a.on_input(ours, &mut out, &mut timers), [AuthNeed::Proceed]);
+        assert_eq!(a.header(), None);
     }
 
     #[test]
-    fn a_flow_s_listener_browser_and_deadline_go_through_the_hub() {
-        let mut h = hub(false, Some("xdg-open"));
+    fn a_flow_s_requests_browser_and_deadline_go_through_its_owner() {
+        let mut a = auth(false, Some("xdg-open"));
         let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
         let mut timers = TimerTable::default();
-        let a = h.get_mut(S).unwrap();
-        a.on_challenge(401, &["Bearer"], None, MonoTime::ZERO);
-        let events = h.drain(S, &mut out, &mut timers);
-        let [HubEvent::Http { request, http, .. }] = &events[..] else {
-            panic!("{events:?}")
+        assert_eq!(
+            a.authorizer()
+                .on_challenge(401, &["Bearer"], None, MonoTime::ZERO),
+            Challenge::Wait
+        );
+        let needs = a.drain(&mut out, &mut timers);
+        let [AuthNeed::Http { request, http }] = &needs[..] else {
+            panic!("{needs:?}")
         };
         assert!(
             http.url
@@ -500,38 +418,62 @@ mod tests {
             timers.get(Timer::Server(S, ServerTimer::Authorization)),
             Some(MonoTime::ZERO.plus_ms(30_000))
         );
-        // The deadline passes: the authorization fails and its timer is gone.
-        let request = *request;
-        out.advance(MonoTime::ZERO.plus_ms(30_000));
-        let events = h.handle_timeout(S, &mut out, &mut timers);
+        // An answer too big to be metadata fails the request, naming the limit.
+        let big = OAuthResponse {
+            status: 200,
+            headers: Vec::new(),
+            body: vec![b' '; MAX_OAUTH_BODY_BYTES + 1],
+        };
+        let needs = a.on_http(*request, Ok(big), &mut out, &mut timers);
         assert!(
-            matches!(&events[..], [HubEvent::Failed { slot: S, .. }]),
-            "{events:?}"
+            matches!(&needs[..], [AuthNeed::Failed(e)] if e.contains("over 256 KiB")),
+            "{needs:?}"
         );
         assert_eq!(
             timers.get(Timer::Server(S, ServerTimer::Authorization)),
             None
         );
-        let late = h.handle_http(S, request, Err("late".into()), &mut out, &mut timers);
-        assert!(late.is_empty());
     }
 
     #[test]
-    fn a_callback_for_no_listener_is_answered_too_late() {
-        let mut h = hub(false, None);
+    fn a_deadline_ends_the_authorization_and_a_late_answer_changes_nothing() {
+        let mut a = auth(false, None);
+        let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
+        let mut timers = TimerTable::default();
+        a.authorizer()
+            .on_challenge(401, &["Bearer"], None, MonoTime::ZERO);
+        let needs = a.drain(&mut out, &mut timers);
+        let [AuthNeed::Http { request, .. }] = &needs[..] else {
+            panic!()
+        };
+        let request = *request;
+        out.advance(MonoTime::ZERO.plus_ms(30_000));
+        let needs = a.on_timeout(&mut out, &mut timers);
+        assert!(matches!(&needs[..], [AuthNeed::Failed(_)]), "{needs:?}");
+        assert!(
+            a.on_http(request, Err("late".into()), &mut out, &mut timers)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn inputs_for_another_listener_are_stale() {
+        let mut a = auth(false, None);
         let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
         let mut timers = TimerTable::default();
         let cb = OAuthInput::Callback {
+            server: S,
             listener: ListenerId(9),
             connection: 2,
             head: b"GET /callback HTTP/1.1\r\n\r\n".to_vec(),
         };
-        assert!(h.handle_input(cb, &mut out, &mut timers).is_empty());
+        assert!(a.on_input(cb, &mut out, &mut timers).is_empty());
         let [
             Action::OAuth(OAuthAction::Answer {
                 listener,
                 connection,
                 response,
+                ..
             }),
         ] = &actions(&mut out)[..]
         else {
@@ -539,35 +481,39 @@ mod tests {
         };
         assert_eq!((*listener, *connection), (ListenerId(9), 2));
         assert!(response.starts_with(b"HTTP/1.1 410"));
-        // A listener opened for nobody is closed again.
         let opened = OAuthInput::Listening {
+            server: S,
             listener: ListenerId(9),
             result: Ok(5000),
         };
-        h.handle_input(opened, &mut out, &mut timers);
+        assert!(a.on_input(opened, &mut out, &mut timers).is_empty());
         assert_eq!(
             actions(&mut out),
             [Action::OAuth(OAuthAction::StopListening {
+                server: S,
                 listener: ListenerId(9)
             })]
         );
     }
 
     #[test]
-    fn removing_a_server_closes_its_listener_and_clears_its_timer() {
-        let mut h = hub(false, None);
+    fn closing_stops_the_listener_and_clears_the_deadline() {
+        let mut a = auth(false, None);
         let mut out = Outbox::new(LogLevel::Info, MonoTime::ZERO);
         let mut timers = TimerTable::default();
-        h.listeners.insert(ListenerId(3), S);
+        a.listener = Some(ListenerId(3));
         timers.set(Timer::Server(S, ServerTimer::Authorization), MonoTime::ZERO);
-        h.remove(S, &mut out, &mut timers);
+        a.close(&mut out, &mut timers);
         assert_eq!(
             actions(&mut out),
             [Action::OAuth(OAuthAction::StopListening {
+                server: S,
                 listener: ListenerId(3)
             })]
         );
-        assert_eq!(timers.len(), 0);
-        assert_eq!(h.len(), 0);
+        assert_eq!(
+            timers.get(Timer::Server(S, ServerTimer::Authorization)),
+            None
+        );
     }
 }

@@ -111,8 +111,9 @@ impl fmt::Display for TranscriptId {
     }
 }
 
-/// A loopback listener for OAuth redirects (SPEC M11), allocated from a counter (from 1); the
-/// runtime keeps `ListenerId → socket`. Shown as `redirect#N`.
+/// A loopback listener for OAuth redirects (SPEC M11), numbered per MCP server from 1 (one per
+/// authorization); the runtime keeps `(ServerSlot, ListenerId) → socket`. Shown as
+/// `redirect#N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ListenerId(pub u64);
 

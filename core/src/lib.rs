@@ -136,11 +136,6 @@ mod body_cache_props;
 mod compaction;
 pub mod config;
 mod cx;
-#[allow(
-    dead_code,
-    reason = "asked by MCP authorizations, which the HTTP transport starts (next step)"
-)]
-mod elicitation;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod history;

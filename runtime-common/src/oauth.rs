@@ -21,7 +21,7 @@
 use crate::runtime::InputSender;
 use buzz_agent_core::config::StateDir;
 use buzz_agent_core::io::MAX_CALLBACK_HEAD_BYTES;
-use buzz_agent_core::{Input, ListenerId, OAuthAction, OAuthInput};
+use buzz_agent_core::{Input, ListenerId, OAuthAction, OAuthInput, ServerSlot};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -45,7 +45,7 @@ pub const MAX_TOKEN_FILE_BYTES: u64 = 1024 * 1024;
 pub struct OAuthIo {
     dir: Option<PathBuf>,
     tx: InputSender,
-    listeners: BTreeMap<ListenerId, Listener>,
+    listeners: BTreeMap<(ServerSlot, ListenerId), Listener>,
     files: Option<mpsc::Sender<FileJob>>,
 }
 
@@ -59,10 +59,10 @@ struct Listener {
 /// Connections waiting for the core's answer, by connection number.
 type Answers = Arc<Mutex<BTreeMap<u64, mpsc::Sender<Vec<u8>>>>>;
 
-/// A token file operation.
+/// A token file operation, for a server.
 enum FileJob {
-    Read(String),
-    Write(String, Vec<u8>),
+    Read(ServerSlot, String),
+    Write(ServerSlot, String, Vec<u8>),
 }
 
 impl OAuthIo {
@@ -85,30 +85,40 @@ impl OAuthIo {
     /// returned for the loop to handle before anything else.
     pub fn start(&mut self, action: OAuthAction) -> Option<Input> {
         match action {
-            OAuthAction::Listen { listener, port } => Some(self.listen(listener, port)),
+            OAuthAction::Listen {
+                server,
+                listener,
+                port,
+            } => Some(self.listen(server, listener, port)),
             OAuthAction::Answer {
+                server,
                 listener,
                 connection,
                 response,
             } => {
-                if let Some(l) = self.listeners.get(&listener)
+                if let Some(l) = self.listeners.get(&(server, listener))
                     && let Some(answer) = lock(&l.answers).remove(&connection)
                 {
                     let _ = answer.send(response);
                 }
                 None
             }
-            OAuthAction::StopListening { listener } => {
-                if let Some(l) = self.listeners.remove(&listener) {
+            OAuthAction::StopListening { server, listener } => {
+                if let Some(l) = self.listeners.remove(&(server, listener)) {
                     l.stop();
                 }
                 None
             }
-            OAuthAction::ReadTokenFile { file } => self.file_job(FileJob::Read(file)),
-            OAuthAction::WriteTokenFile { file, bytes } => {
-                self.file_job(FileJob::Write(file, bytes))
+            OAuthAction::ReadTokenFile { server, file } => {
+                self.file_job(FileJob::Read(server, file))
             }
-            OAuthAction::OpenBrowser { argv } => Some(Input::OAuth(OAuthInput::Browser {
+            OAuthAction::WriteTokenFile {
+                server,
+                file,
+                bytes,
+            } => self.file_job(FileJob::Write(server, file, bytes)),
+            OAuthAction::OpenBrowser { server, argv } => Some(Input::OAuth(OAuthInput::Browser {
+                server,
                 result: open_browser(&argv),
             })),
         }
@@ -121,17 +131,17 @@ impl OAuthIo {
         }
     }
 
-    fn listen(&mut self, listener: ListenerId, port: u16) -> Input {
+    fn listen(&mut self, server: ServerSlot, listener: ListenerId, port: u16) -> Input {
         let result = TcpListener::bind(("127.0.0.1", port)).and_then(|socket| {
             let bound = socket.local_addr()?.port();
             let stop = Arc::new(AtomicBool::new(false));
             let answers: Answers = Arc::default();
             let (tx, s, a) = (self.tx.clone(), stop.clone(), answers.clone());
             std::thread::Builder::new()
-                .name(format!("oauth-{listener}"))
-                .spawn(move || accept_loop(&socket, listener, &s, &a, &tx))?;
+                .name(format!("oauth-{server}"))
+                .spawn(move || accept_loop(&socket, (server, listener), &s, &a, &tx))?;
             self.listeners.insert(
-                listener,
+                (server, listener),
                 Listener {
                     port: bound,
                     stop,
@@ -141,6 +151,7 @@ impl OAuthIo {
             Ok(bound)
         });
         Input::OAuth(OAuthInput::Listening {
+            server,
             listener,
             result: result.map_err(|e| e.to_string()),
         })
@@ -195,7 +206,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Accepts until stopped; one thread per connection, at most [`MAX_OPEN_CONNECTIONS`].
 fn accept_loop(
     socket: &TcpListener,
-    listener: ListenerId,
+    listener: (ServerSlot, ListenerId),
     stop: &Arc<AtomicBool>,
     answers: &Answers,
     tx: &InputSender,
@@ -215,7 +226,7 @@ fn accept_loop(
         open.fetch_add(1, Ordering::AcqRel);
         let (answers, tx, open, stop) = (answers.clone(), tx.clone(), open.clone(), stop.clone());
         let spawned = std::thread::Builder::new()
-            .name(format!("oauth-{listener}-{connection}"))
+            .name(format!("oauth-{}-{connection}", listener.0))
             .spawn(move || {
                 serve(stream, listener, connection, &answers, &tx, &stop);
                 open.fetch_sub(1, Ordering::AcqRel);
@@ -229,7 +240,7 @@ fn accept_loop(
 /// One connection: read the head, hand it over, write the answer, close.
 fn serve(
     mut stream: TcpStream,
-    listener: ListenerId,
+    (server, listener): (ServerSlot, ListenerId),
     connection: u64,
     answers: &Answers,
     tx: &InputSender,
@@ -245,6 +256,7 @@ fn serve(
     let (answer_tx, answer_rx) = mpsc::channel();
     lock(answers).insert(connection, answer_tx);
     let sent = tx.send_blocking(Input::OAuth(OAuthInput::Callback {
+        server,
         listener,
         connection,
         head,
@@ -295,11 +307,13 @@ fn plain_name(name: &str) -> bool {
 
 fn file_failure(job: &FileJob, why: &str) -> Input {
     match job {
-        FileJob::Read(file) => Input::OAuth(OAuthInput::TokenFile {
+        FileJob::Read(server, file) => Input::OAuth(OAuthInput::TokenFile {
+            server: *server,
             file: file.clone(),
             result: Err(why.to_owned()),
         }),
-        FileJob::Write(file, _) => Input::OAuth(OAuthInput::TokenFileWritten {
+        FileJob::Write(server, file, _) => Input::OAuth(OAuthInput::TokenFileWritten {
+            server: *server,
             file: file.clone(),
             result: Err(why.to_owned()),
         }),
@@ -308,13 +322,21 @@ fn file_failure(job: &FileJob, why: &str) -> Input {
 
 fn run_file_job(dir: &Path, job: FileJob) -> Input {
     match job {
-        FileJob::Read(file) => {
+        FileJob::Read(server, file) => {
             let result = read_token_file(dir, &file);
-            Input::OAuth(OAuthInput::TokenFile { file, result })
+            Input::OAuth(OAuthInput::TokenFile {
+                server,
+                file,
+                result,
+            })
         }
-        FileJob::Write(file, bytes) => {
+        FileJob::Write(server, file, bytes) => {
             let result = write_token_file(dir, &file, &bytes);
-            Input::OAuth(OAuthInput::TokenFileWritten { file, result })
+            Input::OAuth(OAuthInput::TokenFileWritten {
+                server,
+                file,
+                result,
+            })
         }
     }
 }
@@ -419,6 +441,8 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    const S: ServerSlot = ServerSlot(7);
+
     fn io(dir: &Path) -> (OAuthIo, async_channel::Receiver<Input>) {
         let (tx, rx) = async_channel::bounded(16);
         (
@@ -444,21 +468,31 @@ mod tests {
         panic!("no input within 5 s");
     }
 
+    fn read(file: &str) -> OAuthAction {
+        OAuthAction::ReadTokenFile {
+            server: S,
+            file: file.into(),
+        }
+    }
+
     #[test]
     fn a_callback_reaches_the_core_and_its_answer_reaches_the_browser() {
         let dir = scratch("listen");
         let (mut io, rx) = io(&dir);
-        let Some(Input::OAuth(OAuthInput::Listening {
-            listener,
-            result: Ok(port),
-        })) = io.start(OAuthAction::Listen {
+        let listen = OAuthAction::Listen {
+            server: S,
             listener: ListenerId(1),
             port: 0,
-        })
+        };
+        let Some(Input::OAuth(OAuthInput::Listening {
+            server,
+            listener,
+            result: Ok(port),
+        })) = io.start(listen)
         else {
             panic!("not listening")
         };
-        assert_eq!(listener, ListenerId(1));
+        assert_eq!((server, listener), (S, ListenerId(1)));
         let browser = std::thread::spawn(move || {
             let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
             s.write_all(b"GET /callback?code=x&state=y HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -468,6 +502,7 @@ mod tests {
             answer
         });
         let Input::OAuth(OAuthInput::Callback {
+            server,
             listener,
             connection,
             head,
@@ -475,17 +510,17 @@ mod tests {
         else {
             panic!()
         };
-        assert!(
-            head.starts_with(b"GET /callback?code=x&state=y HTTP/1.1\r\n")
-                && head.ends_with(b"\r\n\r\n")
-        );
+        assert_eq!(server, S);
+        assert!(head.starts_with(b"GET /callback?code=x&state=y HTTP/1.1\r\n"));
+        assert!(head.ends_with(b"\r\n\r\n"));
         io.start(OAuthAction::Answer {
+            server,
             listener,
             connection,
             response: b"HTTP/1.1 200 OK\r\n\r\nok".to_vec(),
         });
         assert_eq!(browser.join().unwrap(), "HTTP/1.1 200 OK\r\n\r\nok");
-        io.start(OAuthAction::StopListening { listener });
+        io.start(OAuthAction::StopListening { server, listener });
         // Closed: the port no longer answers (after the accepting thread saw the stop).
         std::thread::sleep(Duration::from_millis(100));
         assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
@@ -499,6 +534,7 @@ mod tests {
         let taken = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let port = taken.local_addr().unwrap().port();
         let r = io.start(OAuthAction::Listen {
+            server: S,
             listener: ListenerId(2),
             port,
         });
@@ -516,38 +552,29 @@ mod tests {
     fn token_files_are_written_0600_in_a_0700_directory_and_read_back() {
         let dir = scratch("files");
         let (mut io, rx) = io(&dir);
-        assert!(
-            io.start(OAuthAction::ReadTokenFile {
-                file: "a.json".into()
-            })
-            .is_none()
-        );
+        assert!(io.start(read("a.json")).is_none());
         assert!(matches!(
             recv(&rx),
             Input::OAuth(OAuthInput::TokenFile {
                 result: Ok(None),
+                server: S,
                 ..
             })
         ));
-        io.start(OAuthAction::WriteTokenFile {
-            file: "a.json".into(),
-            bytes: b"one".to_vec(),
-        });
-        io.start(OAuthAction::WriteTokenFile {
-            file: "a.json".into(),
-            bytes: b"two".to_vec(),
-        });
-        assert!(matches!(
-            recv(&rx),
-            Input::OAuth(OAuthInput::TokenFileWritten { result: Ok(()), .. })
-        ));
-        assert!(matches!(
-            recv(&rx),
-            Input::OAuth(OAuthInput::TokenFileWritten { result: Ok(()), .. })
-        ));
-        io.start(OAuthAction::ReadTokenFile {
-            file: "a.json".into(),
-        });
+        for bytes in [b"one", b"two"] {
+            io.start(OAuthAction::WriteTokenFile {
+                server: S,
+                file: "a.json".into(),
+                bytes: bytes.to_vec(),
+            });
+        }
+        for _ in 0..2 {
+            assert!(matches!(
+                recv(&rx),
+                Input::OAuth(OAuthInput::TokenFileWritten { result: Ok(()), .. })
+            ));
+        }
+        io.start(read("a.json"));
         let Input::OAuth(OAuthInput::TokenFile {
             result: Ok(Some(bytes)),
             ..
@@ -559,22 +586,16 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir.join("oauth")), 0o700);
         assert_eq!(mode(&dir.join("oauth/a.json")), 0o600);
-        assert_eq!(
-            std::fs::read_dir(dir.join("oauth")).unwrap().count(),
-            1,
-            "no temporary file left"
-        );
+        let left = std::fs::read_dir(dir.join("oauth")).unwrap().count();
+        assert_eq!(left, 1, "no temporary file left");
         // Links and path names are refused.
         std::os::unix::fs::symlink("/etc/passwd", dir.join("oauth/link.json")).unwrap();
-        io.start(OAuthAction::ReadTokenFile {
-            file: "link.json".into(),
-        });
-        assert!(
-            matches!(recv(&rx), Input::OAuth(OAuthInput::TokenFile { result: Err(e), .. }) if e.contains("symbolic link"))
-        );
-        io.start(OAuthAction::ReadTokenFile {
-            file: "../x".into(),
-        });
+        io.start(read("link.json"));
+        assert!(matches!(
+            recv(&rx),
+            Input::OAuth(OAuthInput::TokenFile { result: Err(e), .. }) if e.contains("symbolic link")
+        ));
+        io.start(read("../x"));
         assert!(matches!(
             recv(&rx),
             Input::OAuth(OAuthInput::TokenFile { result: Err(_), .. })
@@ -586,9 +607,7 @@ mod tests {
     fn without_a_state_directory_file_actions_fail_at_once() {
         let (tx, _rx) = async_channel::bounded(4);
         let mut io = OAuthIo::new(&StateDir::Off, tx);
-        let r = io.start(OAuthAction::ReadTokenFile {
-            file: "a.json".into(),
-        });
+        let r = io.start(read("a.json"));
         assert!(matches!(
             r,
             Some(Input::OAuth(OAuthInput::TokenFile { result: Err(_), .. }))
@@ -599,23 +618,23 @@ mod tests {
     fn a_browser_that_cannot_be_started_is_reported_and_one_that_can_is_reaped() {
         let dir = scratch("browser");
         let (mut io, _rx) = io(&dir);
-        let r = io.start(OAuthAction::OpenBrowser {
-            argv: vec!["/nonexistent/browser".into(), "https://x".into()],
-        });
+        let open = |argv: &[&str]| OAuthAction::OpenBrowser {
+            server: S,
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+        };
+        let r = io.start(open(&["/nonexistent/browser", "https://x"]));
         assert!(
             matches!(
                 r,
-                Some(Input::OAuth(OAuthInput::Browser { result: Err(_) }))
+                Some(Input::OAuth(OAuthInput::Browser { result: Err(_), .. }))
             ),
             "{r:?}"
         );
-        let r = io.start(OAuthAction::OpenBrowser {
-            argv: vec!["true".into(), "https://x".into()],
-        });
+        let r = io.start(open(&["true", "https://x"]));
         assert!(
             matches!(
                 r,
-                Some(Input::OAuth(OAuthInput::Browser { result: Ok(()) }))
+                Some(Input::OAuth(OAuthInput::Browser { result: Ok(()), .. }))
             ),
             "{r:?}"
         );
