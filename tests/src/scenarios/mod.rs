@@ -102,7 +102,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         lifecycle::a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled,
         lifecycle::a4_a3_cancel_then_prompt_runs_the_new_prompt_after,
         lifecycle::a4_c04_cancel_when_idle_and_twice_is_harmless,
-        lifecycle::a4_cancel_of_a_stalled_stream_frees_its_worker_and_drops_its_connection,
+        lifecycle::a4_cancel_of_a_stalled_stream_closes_its_connection_at_once,
         lifecycle::m9_crashed_server_recovers_after_backoff,
         lifecycle::m9_three_deaths_make_it_permanent_and_tools_leave_the_list,
         lifecycle::m6_tools_list_changed_relists,
