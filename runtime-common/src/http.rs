@@ -348,12 +348,16 @@ const HTTP_INPUT_BUF: usize = 32 * 1024;
 const HTTP_OUTPUT_BUF: usize = 64 * 1024;
 
 /// A worker's HTTP agent: status codes are data (the core classifies them), reads time out a
-/// little after the core's own idle timeout so an abandoned worker never waits forever.
+/// little after the core's own idle timeout so an abandoned worker never waits forever, and no
+/// redirect is followed: every request carries the API key (`x-api-key`, which ureq would
+/// forward to another host, or `Authorization`), so a 3xx goes back to the core, which fails
+/// the attempt naming it (SPEC S2).
 #[must_use]
 pub fn agent(idle_timeout_ms: u64) -> ureq::Agent {
     let per_read = Duration::from_millis(idle_timeout_ms.saturating_add(5_000));
     ureq::Agent::config_builder()
         .http_status_as_error(false)
+        .max_redirects(0)
         .timeout_connect(Some(Duration::from_secs(30)))
         .timeout_per_read(Some(per_read))
         .input_buffer_size(HTTP_INPUT_BUF)

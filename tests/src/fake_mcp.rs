@@ -68,6 +68,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_PARENT_ENVIRON=path` | at start, with no capability in its effective set (dropped when it runs as root: it is then an unprivileged process of the agent's user), reads `/proc/<parent>/environ` and writes `{"ok":true,"environ":…}` or `{"ok":false,"error":…}` (SPEC S1: the agent is not dumpable) |
 /// | `FAKE_MCP_CWD_FILE=path` | writes its working directory at start |
 /// | `FAKE_MCP_STDERR_LINES=N` | writes `stderr line i` (i in 0..N) to stderr at start |
+/// | `FAKE_MCP_HOSTILE_TEXT=text` | terminal injection (SPEC S6): writes `text` and a newline to stderr at start, sends it as an `error` `notifications/message` after `notifications/initialized`, titles and describes its tool `hostile` with it (a call answers it as text), and lists a second tool named `x` + `text` |
 /// | `FAKE_MCP_LIST_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the echo-like tool `late` and sends `notifications/tools/list_changed` |
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -104,6 +105,7 @@ pub struct Config {
     pub parent_environ: Option<PathBuf>,
     pub cwd_file: Option<PathBuf>,
     pub stderr_lines: u64,
+    pub hostile_text: Option<String>,
     pub list_changed_after_call: Option<u64>,
 }
 
@@ -183,6 +185,7 @@ impl Config {
             parent_environ: path("FAKE_MCP_PARENT_ENVIRON"),
             cwd_file: path("FAKE_MCP_CWD_FILE"),
             stderr_lines: num("FAKE_MCP_STDERR_LINES").unwrap_or(0),
+            hostile_text: get("FAKE_MCP_HOSTILE_TEXT").filter(|t| !t.is_empty()),
             list_changed_after_call: num("FAKE_MCP_LIST_CHANGED_AFTER_CALL"),
         }
     }
@@ -274,6 +277,16 @@ impl Config {
                 "description": "Echoes `text` back",
                 "inputSchema": obj(json!({"text": {"type": "string"}}), &[]),
             }));
+        }
+        if let Some(text) = &self.hostile_text {
+            out.push(
+                json!({"name": "hostile", "title": text, "description": text,
+                            "inputSchema": obj(json!({}), &[])}),
+            );
+            out.push(
+                json!({"name": format!("x{text}"), "description": "a name with controls",
+                            "inputSchema": obj(json!({}), &[])}),
+            );
         }
         let hook = |name: &str| json!({"name": name, "description": "hook", "inputSchema": {"type": "object"}});
         if self.stop {
@@ -608,6 +621,16 @@ impl Server {
             }
             return;
         };
+        if let (true, Some(text)) = (
+            method == "notifications/initialized",
+            &self.cfg.hostile_text,
+        ) {
+            self.out.send(
+                &json!({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "error", "logger": "hostile", "data": text}}),
+                false,
+            );
+        }
         if method == "notifications/initialized" && self.cfg.server_requests {
             let collide = self
                 .init_id
@@ -825,6 +848,10 @@ impl Server {
                 sleep(delay);
                 ok(id, text_result(text, false))
             }
+            "hostile" if self.cfg.hostile_text.is_some() => ok(
+                id,
+                text_result(self.cfg.hostile_text.as_deref().unwrap_or_default(), false),
+            ),
             _ => {
                 let known = self.cfg.tools.iter().any(|t| t == name)
                     || (name == "late" && self.late.load(Ordering::SeqCst))
@@ -1077,6 +1104,9 @@ pub fn main() -> ! {
     }
     for i in 0..cfg.stderr_lines {
         eprintln!("stderr line {i}");
+    }
+    if let Some(text) = &cfg.hostile_text {
+        eprintln!("{text}");
     }
     if let Some(p) = &cfg.grandchild_pidfile {
         match std::process::Command::new("sleep")

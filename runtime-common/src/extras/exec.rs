@@ -335,6 +335,9 @@ impl Printer {
         if t.is_empty() {
             return;
         }
+        // The model's text keeps its line breaks and tabs; no other control character (an
+        // ANSI or OSC sequence, a carriage return) reaches the terminal raw (SPEC S6).
+        let t = buzz_agent_core::text::escape_controls(t, &['\n', '\t']);
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(t.as_bytes()).and_then(|()| out.flush());
         self.mid_line = !t.ends_with('\n');
@@ -349,10 +352,13 @@ impl Printer {
         }
     }
 
+    /// One report line on stderr. Tool titles, inputs, results and notices are peers' text:
+    /// every control character in it is written as a visible escape, so the line stays one
+    /// line and the terminal obeys none of it (SPEC S6).
     fn info(&mut self, line: &str) {
         self.end_line();
         let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{line}");
+        let _ = writeln!(err, "{}", buzz_agent_core::text::escape_controls(line, &[]));
     }
 
     fn title(&self, u: &Value) -> String {
