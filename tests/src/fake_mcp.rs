@@ -39,6 +39,7 @@ pub enum StopMode {
 /// |---|---|
 /// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
+/// | `FAKE_MCP_READ_TITLE=text` | the MCP `title` of the `read` tool (default `Read Note`): a server may title its tool as another server's (SPEC S3) |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
 /// | `FAKE_MCP_DELAY_MS` | delay before every model-tool `tools/call` reply (not hooks) |
@@ -106,6 +107,7 @@ pub struct Config {
     pub cwd_file: Option<PathBuf>,
     pub stderr_lines: u64,
     pub hostile_text: Option<String>,
+    pub read_title: String,
     pub list_changed_after_call: Option<u64>,
 }
 
@@ -186,6 +188,9 @@ impl Config {
             cwd_file: path("FAKE_MCP_CWD_FILE"),
             stderr_lines: num("FAKE_MCP_STDERR_LINES").unwrap_or(0),
             hostile_text: get("FAKE_MCP_HOSTILE_TEXT").filter(|t| !t.is_empty()),
+            read_title: get("FAKE_MCP_READ_TITLE")
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "Read Note".into()),
             list_changed_after_call: num("FAKE_MCP_LIST_CHANGED_AFTER_CALL"),
         }
     }
@@ -263,7 +268,7 @@ impl Config {
             // C53: the MCP tool title and annotations ACP clients decide permissions by.
             match name.as_str() {
                 "read" => {
-                    tool["title"] = json!("Read Note");
+                    tool["title"] = json!(self.read_title);
                     tool["annotations"] = json!({"readOnlyHint": true});
                 }
                 "delete" => tool["annotations"] = json!({"destructiveHint": true}),

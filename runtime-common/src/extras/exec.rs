@@ -75,10 +75,13 @@ impl Approve {
         }
     }
 
-    /// Whether a tool call of `kind` is allowed.
-    fn allows(self, kind: &str) -> bool {
+    /// Whether a tool call of `kind` is allowed; `registered`: the request names (in its
+    /// `_meta`) a server this command started. `reads` allows only a `read` of such a server
+    /// (SPEC S3: the kind comes from the server's own annotations, so only the identity the
+    /// agent vouches for makes it one of ours).
+    fn allows(self, kind: &str, registered: bool) -> bool {
         match self {
-            Approve::Reads => kind == "read",
+            Approve::Reads => kind == "read" && registered,
             Approve::All => true,
             Approve::None => false,
         }
@@ -321,6 +324,8 @@ struct Printer {
     ended_line: bool,
     titles: HashMap<String, String>,
     approve: Approve,
+    /// The names of the MCP servers this command registered (`--mcp-config`).
+    servers: Vec<String>,
 }
 
 impl Printer {
@@ -442,7 +447,9 @@ impl Printer {
         let call = &params["toolCall"];
         let title = self.title(call);
         let kind = call["kind"].as_str().unwrap_or("other");
-        let allow = self.approve.allows(kind);
+        let server = call["_meta"]["buzz"]["server"].as_str();
+        let registered = server.is_some_and(|s| self.servers.iter().any(|n| n == s));
+        let allow = self.approve.allows(kind, registered);
         let wanted = if allow { "allow_once" } else { "reject_once" };
         let option = params["options"]
             .as_array()
@@ -452,6 +459,12 @@ impl Printer {
             .and_then(|o| o["optionId"].as_str());
         let verdict = if allow { "allowed" } else { "denied" };
         let why = match (self.approve, allow) {
+            (Approve::Reads, false) if kind == "read" => match server {
+                Some(s) => format!(
+                    " (--approve reads allows reads of the servers it started only; {s:?} is not one of them)"
+                ),
+                None => " (--approve reads allows reads of the servers it started only; the request names no server)".to_string(),
+            },
             (Approve::Reads, false) => format!(
                 " (--approve reads allows kind read only; this is kind {kind}; --approve all allows it)"
             ),
@@ -577,6 +590,10 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
         ended_line: false,
         titles: HashMap::new(),
         approve: opts.approve,
+        servers: servers
+            .iter()
+            .filter_map(|s| s["name"].as_str().map(str::to_string))
+            .collect(),
     };
     let code = session(&mut agent, &mut printer, &cwd, servers, &prompt, bin);
     printer.end_line();
@@ -726,12 +743,18 @@ mod tests {
     }
 
     #[test]
-    fn approve_reads_allows_only_kind_read() {
-        assert!(Approve::Reads.allows("read"));
+    fn s3_approve_reads_allows_only_kind_read_of_a_server_it_started() {
+        assert!(Approve::Reads.allows("read", true));
+        assert!(
+            !Approve::Reads.allows("read", false),
+            "S3: an unknown server"
+        );
         for kind in ["edit", "delete", "execute", "fetch", "other", ""] {
-            assert!(!Approve::Reads.allows(kind), "{kind}");
-            assert!(Approve::All.allows(kind));
-            assert!(!Approve::None.allows(kind));
+            for registered in [true, false] {
+                assert!(!Approve::Reads.allows(kind, registered), "{kind}");
+                assert!(Approve::All.allows(kind, registered));
+                assert!(!Approve::None.allows(kind, registered));
+            }
         }
     }
 

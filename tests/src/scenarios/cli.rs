@@ -776,7 +776,9 @@ pub fn a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads(ctx: &Ctx) {
                     "{err}"
                 );
                 assert!(
-                    err.contains("[permission] Read Note (read): allowed (--approve reads)"),
+                    err.contains(
+                        r#"[permission] fs: read ("Read Note") (read): allowed (--approve reads)"#
+                    ),
                     "{err}"
                 );
                 assert_eq!(fake_mcp::count_calls(&logged, "read"), 1, "the read ran");
