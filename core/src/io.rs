@@ -411,7 +411,7 @@ impl LogRecord {
                     "level": level.to_ascii_lowercase(),
                     "msg": self.message,
                 });
-                // serde_json escapes C0 controls; C1 controls and U+2028/U+2029 are written
+                // serde_json escapes ASCII controls; 0x80–0x9F controls and U+2028/U+2029 are written
                 // raw, so they are escaped here too (the same JSON value).
                 format!("{}\n", crate::text::escape_json_controls(&v.to_string()))
             }

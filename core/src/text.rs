@@ -5,10 +5,10 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-/// Whether `c` must not reach a terminal or a line-oriented log raw (SPEC S6): the C0 controls
+/// Whether `c` must not reach a terminal or a line-oriented log raw (SPEC S6): the ASCII controls
 /// (U+0000–U+001F: ESC, which starts ANSI and OSC sequences such as OSC 52's clipboard write,
 /// `\r`, which returns to the start of the line, `\n`, which starts a forged one, BEL, …),
-/// DEL, the C1 controls (U+0080–U+009F, among them the 8-bit CSI and OSC), and the Unicode line
+/// DEL, the 0x80–0x9F controls (U+0080–U+009F, among them the 8-bit CSI and OSC), and the Unicode line
 /// and paragraph separators U+2028 and U+2029, which some viewers break lines at.
 #[must_use]
 pub fn is_unsafe_control(c: char) -> bool {
@@ -17,8 +17,8 @@ pub fn is_unsafe_control(c: char) -> bool {
 
 /// `text` with every [`is_unsafe_control`] character written as a visible escape, so that a
 /// text log line stays one line and a terminal shows what a peer sent instead of obeying it
-/// (SPEC S6): `\n`, `\r` and `\t` as those two characters, other C0 controls and DEL as
-/// `\x1b`-style hex, C1 controls and U+2028/U+2029 as `\u{85}`-style. Everything else,
+/// (SPEC S6): `\n`, `\r` and `\t` as those two characters, other ASCII controls and DEL as
+/// `\x1b`-style hex, 0x80–0x9F controls and U+2028/U+2029 as `\u{85}`-style. Everything else,
 /// backslashes included, is kept; text without such characters is returned as it is (no
 /// copy). `keep` names characters to leave alone (e.g. `\n` and `\t` in a model's answer
 /// printed as text).
@@ -70,8 +70,8 @@ pub(crate) fn utf8_prefix(s: &str, max_bytes: usize) -> &str {
     s.get(..end).unwrap_or("")
 }
 
-/// Compact JSON text `json` (as `serde_json` writes it, which escapes only the C0 controls)
-/// with the C1 controls and U+2028/U+2029 written as `\uXXXX` escapes too: the same JSON value,
+/// Compact JSON text `json` (as `serde_json` writes it, which escapes only the ASCII controls)
+/// with the 0x80–0x9F controls and U+2028/U+2029 written as `\uXXXX` escapes too: the same JSON value,
 /// and no character a terminal obeys (SPEC S6). Those characters can only occur inside JSON
 /// strings, where the escape means the same.
 #[must_use]
@@ -228,7 +228,7 @@ mod tests {
         let json = serde_json::json!({"msg": text}).to_string();
         assert!(
             json.contains('\u{9b}'),
-            "serde_json writes C1 raw: {json:?}"
+            "serde_json writes the 0x80–0x9F controls raw: {json:?}"
         );
         let safe = escape_json_controls(&json);
         assert!(!safe.chars().any(is_unsafe_control), "{safe:?}");

@@ -95,7 +95,7 @@ fn raw_controls(text: &str) -> Vec<char> {
 }
 
 /// SPEC S6: a server's stderr, its log notifications, its tool names, titles and results reach
-/// the agent's text log with every control character escaped: no raw ESC, BEL, CR, C1 or
+/// the agent's text log with every control character escaped: no raw ESC, BEL, CR, 0x80–0x9F controls or
 /// U+2028, and no line that passes for one of the agent's own; the JSON log carries the same
 /// text as `\u` escapes, the value intact.
 pub fn s6_peer_text_reaches_the_text_and_json_logs_escaped(ctx: &Ctx) {
