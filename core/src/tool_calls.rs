@@ -275,7 +275,13 @@ impl ToolBatch {
         };
         match (verdict, response) {
             (ScreenVerdict::Deny(text), _) => self.complete(index, err_out(text), true, cx),
-            (ScreenVerdict::Allow { payload, .. }, true) => {
+            (ScreenVerdict::Allow { payload, modified }, true) => {
+                // A rewritten result that is not a result blocks, as a crash does: it never
+                // reaches the model as an empty success (SPEC X1, S4).
+                if modified && let Err(why) = check_rewritten_result(&payload) {
+                    self.complete(index, err_out(why), true, cx);
+                    return;
+                }
                 let (out, failed) = tool_output(Ok(payload), cx.cfg.max_tool_result_text_bytes);
                 self.complete(index, out, failed, cx);
             }
@@ -712,6 +718,57 @@ fn apply_mutation(c: &mut BatchCall, payload: &Value) -> Result<(), String> {
                 crate::jsonrpc::json_type(other)
             ));
         }
+    }
+    Ok(())
+}
+
+/// Checks that a response payload an interceptor changed is still an MCP `CallToolResult`
+/// (MCP 2025-11-25 schema: an object with a `content` array of content blocks, each an object
+/// with a string `type`; `isError`, when present, a boolean; `structuredContent`, when
+/// present, an object). Errors: the text the model and the client see (SPEC X1, S4).
+fn check_rewritten_result(payload: &Value) -> Result<(), String> {
+    let fail = |what: String| {
+        Err(format!(
+            "blocked: an interceptor changed the tool result into something that is not a tool result ({what})"
+        ))
+    };
+    let Value::Object(o) = payload else {
+        return fail(format!(
+            "{}, not an object",
+            crate::jsonrpc::json_type(payload)
+        ));
+    };
+    match o.get("content") {
+        Some(Value::Array(blocks)) => {
+            if let Some(i) = blocks
+                .iter()
+                .position(|b| !b.get("type").is_some_and(Value::is_string))
+            {
+                return fail(format!("content block {i} has no string \"type\""));
+            }
+        }
+        Some(other) => {
+            return fail(format!(
+                "\"content\" is {}, not an array",
+                crate::jsonrpc::json_type(other)
+            ));
+        }
+        None => return fail("no \"content\" array".into()),
+    }
+    if let Some(e) = o.get("isError").filter(|e| !e.is_boolean() && !e.is_null()) {
+        return fail(format!(
+            "\"isError\" is {}, not a boolean",
+            crate::jsonrpc::json_type(e)
+        ));
+    }
+    if let Some(sc) = o
+        .get("structuredContent")
+        .filter(|v| !v.is_object() && !v.is_null())
+    {
+        return fail(format!(
+            "\"structuredContent\" is {}, not an object",
+            crate::jsonrpc::json_type(sc)
+        ));
     }
     Ok(())
 }

@@ -318,6 +318,11 @@ pub enum InterceptBehavior {
     Allow,
     /// `deny`: `valid: false`, severity `error`, with `message` (a validator).
     Deny(String),
+    /// `vague`: `valid: false` with `message` and no overall severity (a validator).
+    Vague(String),
+    /// `rewrite`: a mutator answering `modified: true` with `payload` as given, whatever it
+    /// is (a result that is not a result, for the malformed-rewrite tests).
+    Rewrite(Value),
     /// `set`: a mutator setting `arguments.<key>` to the value, for each pair of `set`.
     Set(serde_json::Map<String, Value>),
     /// `error`: a JSON-RPC error -32603.
@@ -329,10 +334,12 @@ pub enum InterceptBehavior {
 }
 
 /// One interceptor of `FAKE_MCP_INTERCEPTORS`: `{"name", "type": "validation"|"mutation",
-/// "phase"?: "request"|"response"|"both" (default request), "behavior": "allow"|"deny"|"set"|
-/// "error"|"crash"|"hang", "message"? (deny), "set"? (an object, for set), "mode"?, "failOpen"?,
-/// "priorityHint"?}`. Written independently of the agent's own codec, in the shape of the
-/// SEP-2624 conformance suite (`hooks: [{events, phase}]`).
+/// "phase"?: "request"|"response"|"both" (default request), "behavior": "allow"|"deny"|"vague"|
+/// "set"|"rewrite"|"error"|"crash"|"hang", "message"? (deny, vague), "set"? (an object, for
+/// set), "payload"? (for rewrite), "mode"?, "failOpen"?, "priorityHint"?, "descriptor"?}`.
+/// `descriptor`, when given, is listed verbatim instead of the one built from the other fields
+/// (for descriptors with typos). Written independently of the agent's own codec, in the shape
+/// of the SEP-2624 conformance suite (`hooks: [{events, phase}]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FakeInterceptor {
     pub name: String,
@@ -341,6 +348,8 @@ pub struct FakeInterceptor {
     pub behavior: InterceptBehavior,
     /// The descriptor fields passed through as given: `mode`, `failOpen`, `priorityHint`.
     pub extra: serde_json::Map<String, Value>,
+    /// A descriptor listed verbatim (`descriptor`).
+    pub raw: Option<Value>,
 }
 
 impl FakeInterceptor {
@@ -358,6 +367,8 @@ impl FakeInterceptor {
                 };
                 let behavior = match e["behavior"].as_str().unwrap_or("allow") {
                     "deny" => InterceptBehavior::Deny(s("message")),
+                    "vague" => InterceptBehavior::Vague(s("message")),
+                    "rewrite" => InterceptBehavior::Rewrite(e["payload"].clone()),
                     "set" => {
                         InterceptBehavior::Set(e["set"].as_object().cloned().unwrap_or_default())
                     }
@@ -378,6 +389,7 @@ impl FakeInterceptor {
                     phases,
                     behavior,
                     extra,
+                    raw: e.get("descriptor").cloned(),
                 }
             })
             .collect()
@@ -385,6 +397,9 @@ impl FakeInterceptor {
 
     /// The `interceptors/list` descriptor.
     pub fn descriptor(&self) -> Value {
+        if let Some(raw) = &self.raw {
+            return raw.clone();
+        }
         let mut d = json!({
             "name": self.name,
             "type": self.kind,
@@ -766,6 +781,13 @@ impl Server {
                 json!({"valid": false, "severity": "error",
                        "messages": [{"message": message, "severity": "error"}]}),
             ),
+            InterceptBehavior::Vague(message) => with(
+                base,
+                json!({"valid": false, "messages": [{"message": message, "severity": "warn"}]}),
+            ),
+            InterceptBehavior::Rewrite(payload) => {
+                with(base, json!({"modified": true, "payload": payload}))
+            }
             InterceptBehavior::Set(pairs) => {
                 let mut payload = params["payload"].clone();
                 if let Some(args) = payload["arguments"].as_object_mut() {

@@ -88,6 +88,8 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         interceptors::x1_a4_cancel_mid_chain_cancels_the_invocation,
         interceptors::x1_interceptor_servers_tools_stay_callable_only_if_they_are_also_ordinary_servers,
         interceptors::x1_a7_an_allowed_call_still_asks_permission,
+        interceptors::s4_every_way_an_interceptor_gate_goes_missing_blocks_the_call,
+        interceptors::s4_a_malformed_rewrite_of_a_tool_result_blocks_it,
         compaction::k1_h7_compaction_summary_then_postcompact_then_live_prompt,
         compaction::h7_empty_postcompact_injects_nothing,
         compaction::h7_postcompact_timeout_goes_on_without_it,
