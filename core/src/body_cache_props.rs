@@ -196,6 +196,7 @@ fn build(
         | Route::Responses { system, .. } => system.then_some("Be \"brief\".\n"),
     };
     let req = LlmRequest {
+        effort: None,
         model: "m",
         system,
         messages,

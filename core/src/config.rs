@@ -147,6 +147,45 @@ pub enum LogFormat {
     Json,
 }
 
+/// A reasoning effort (SPEC L12, `BUZZ_AGENT_THINKING_EFFORT`, the session's `thought_level`
+/// config option): how much the model may think before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Effort {
+    /// `low`
+    Low,
+    /// `medium`
+    Medium,
+    /// `high`
+    High,
+    /// `max`: the most the provider offers (OpenAI's routes: `high`).
+    Max,
+}
+
+impl Effort {
+    /// Every effort, lowest first.
+    pub const ALL: [Effort; 4] = [Effort::Low, Effort::Medium, Effort::High, Effort::Max];
+
+    /// The configuration spelling: `low`, `medium`, `high`, `max`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+            Effort::Max => "max",
+        }
+    }
+
+    /// The effort spelled `s` (trimmed, any case), if it is one.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Effort> {
+        let s = s.trim();
+        Effort::ALL
+            .into_iter()
+            .find(|e| e.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
 /// What tokens cost (`BUZZ_AGENT_PRICES`): the prices of a million tokens, in millionths of
 /// the currency (`3.75` is `3_750_000`), for the cost figure of `usage_update` and of the
 /// prompt response (ACP `Cost`). One list for every model: the agent keeps no price table of
@@ -215,6 +254,12 @@ pub struct Config {
     /// `input=3,output=15,cache_read=0.3,cache_write=3.75,currency=USD`; `None`: no cost
     /// figure is reported, only token counts.
     pub prices: Option<Prices>,
+    /// `BUZZ_AGENT_THINKING_EFFORT` (`low|medium|high|max`, default unset): the reasoning
+    /// effort of a new session's requests (SPEC L12); `None`: no reasoning parameter at all.
+    pub thinking_effort: Option<Effort>,
+    /// `BUZZ_AGENT_THINKING_SUMMARY` (`auto|concise|detailed`, default unset): the Responses
+    /// route's `reasoning.summary` (SPEC L12).
+    pub thinking_summary: Option<String>,
     /// `BUZZ_AGENT_SYSTEM_PROMPT` (as given, untrimmed), or the content of the file named by
     /// `BUZZ_AGENT_SYSTEM_PROMPT_FILE` (path trimmed; a leading BOM and trailing whitespace of
     /// the content removed); both set (non-blank) is an error. `None` if unset or blank.
@@ -332,6 +377,8 @@ impl fmt::Debug for Config {
             .field("prompt_caching", &self.prompt_caching)
             .field("prompt_cache_key", &self.prompt_cache_key)
             .field("prices", &self.prices)
+            .field("thinking_effort", &self.thinking_effort)
+            .field("thinking_summary", &self.thinking_summary)
             .field("system_prompt", &prompt)
             .field("max_rounds", &self.max_rounds)
             .field("max_output_tokens", &self.max_output_tokens)
@@ -551,6 +598,8 @@ const SEED: &str = "BUZZ_AGENT_SEED";
 const PROMPT_CACHING: &str = "BUZZ_AGENT_PROMPT_CACHING";
 const PROMPT_CACHE_KEY: &str = "OPENAI_COMPAT_PROMPT_CACHE_KEY";
 const PRICES: &str = "BUZZ_AGENT_PRICES";
+const THINKING_EFFORT: &str = "BUZZ_AGENT_THINKING_EFFORT";
+const THINKING_SUMMARY: &str = "BUZZ_AGENT_THINKING_SUMMARY";
 const CHILD_ENV: &str = "BUZZ_AGENT_CHILD_ENV";
 
 const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -629,6 +678,8 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (PROMPT_CACHING, "true", "prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key (boolean)"),
     (PROMPT_CACHE_KEY, "auto", "send prompt_cache_key on the OpenAI routes: auto = only to api.openai.com, or a boolean"),
     (PRICES, "unset = no cost figure", "prices per million tokens for the reported cost: input=N,output=N[,cache_read=N][,cache_write=N][,currency=USD]"),
+    (THINKING_EFFORT, "unset = no reasoning parameter", "reasoning effort: low, medium, high or max (Anthropic thinking, OpenAI reasoning effort)"),
+    (THINKING_SUMMARY, "unset", "Responses reasoning summary: auto, concise or detailed"),
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
@@ -1282,6 +1333,17 @@ impl Config {
                 )
             }),
         };
+        let thinking_effort = match env.get(THINKING_EFFORT) {
+            None => Ok(None),
+            Some(v) => Effort::parse(v)
+                .map(Some)
+                .ok_or_else(|| env.invalid(THINKING_EFFORT, "low, medium, high or max")),
+        };
+        let thinking_summary = match env.get(THINKING_SUMMARY).map(str::to_ascii_lowercase) {
+            None => Ok(None),
+            Some(v) if ["auto", "concise", "detailed"].contains(&v.as_str()) => Ok(Some(v)),
+            Some(_) => Err(env.invalid(THINKING_SUMMARY, "auto, concise or detailed")),
+        };
         let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
             None | Some("text") => Ok(LogFormat::Text),
             Some("json") => Ok(LogFormat::Json),
@@ -1300,6 +1362,8 @@ impl Config {
             prompt_caching: c.or(env.flag(PROMPT_CACHING, true), true),
             prompt_cache_key: c.or(prompt_cache_key, None),
             prices: c.or(prices(&env), None),
+            thinking_effort: c.or(thinking_effort, None),
+            thinking_summary: c.or(thinking_summary, None),
             system_prompt,
             max_rounds: c.or(env.uint(MAX_ROUNDS, 0), 0),
             max_output_tokens: max_output_tokens.unwrap_or(1),
@@ -1365,6 +1429,8 @@ impl Config {
             prompt_caching: true,
             prompt_cache_key: None,
             prices: None,
+            thinking_effort: None,
+            thinking_summary: None,
             system_prompt: None,
             max_rounds: 0,
             max_output_tokens: 32_768,
@@ -1619,6 +1685,35 @@ mod tests {
         assert_eq!(openai("off"), Ok(Some(false)));
         let e = openai("maybe").unwrap_err().to_string();
         assert!(e.contains("expected auto, or a boolean"), "{e}");
+    }
+
+    #[test]
+    fn l12_thinking_effort_and_summary_are_unset_by_default_and_validated() {
+        let c = ok(&anthropic(&[]));
+        assert_eq!((c.thinking_effort, c.thinking_summary), (None, None));
+        for (v, e) in [
+            ("low", Effort::Low),
+            (" Medium ", Effort::Medium),
+            ("HIGH", Effort::High),
+            ("max", Effort::Max),
+        ] {
+            assert_eq!(
+                ok(&anthropic(&[(THINKING_EFFORT, v)])).thinking_effort,
+                Some(e)
+            );
+        }
+        let e = err(&anthropic(&[(THINKING_EFFORT, "extreme")])).to_string();
+        assert!(
+            e.starts_with("BUZZ_AGENT_THINKING_EFFORT: invalid value")
+                && e.contains("low, medium, high or max"),
+            "{e}"
+        );
+        assert_eq!(
+            ok(&anthropic(&[(THINKING_SUMMARY, "Detailed")])).thinking_summary,
+            Some("detailed".into())
+        );
+        let e = err(&anthropic(&[(THINKING_SUMMARY, "long")])).to_string();
+        assert!(e.contains("auto, concise or detailed"), "{e}");
     }
 
     #[test]
@@ -2227,7 +2322,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 42);
+        assert_eq!(count, 44);
     }
 
     #[test]
@@ -2630,7 +2725,7 @@ mod tests {
             .collect();
         assert_eq!(variable_names(), listed);
         assert_eq!(variable_names().first(), Some(&PROVIDER));
-        assert_eq!(variable_names().len(), 42);
+        assert_eq!(variable_names().len(), 44);
     }
 
     #[test]

@@ -113,6 +113,7 @@ impl std::fmt::Debug for History {
 #[cfg(test)]
 pub(crate) fn cached_after_a_chat_request(messages: &[Message], cache: &mut BodyCache) -> usize {
     let req = crate::llm::LlmRequest {
+        effort: None,
         model: "m",
         system: None,
         messages,

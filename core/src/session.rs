@@ -2,6 +2,7 @@
 //! allowed. The running prompt turn is kept beside it by the agent (see `turn.rs`), so a turn
 //! can borrow its session while the agent holds both.
 
+use crate::config::{Config, Effort};
 use crate::ids::{ServerSlot, SessionId};
 use crate::interceptor::Interceptors;
 use crate::jsonrpc::RpcId;
@@ -49,6 +50,10 @@ pub(crate) struct Session {
     /// The tokens of every LLM call of the session in this process (SPEC A6, L11): the
     /// cumulative cost of `usage_update`.
     pub(crate) usage: UsageTotals,
+    /// The reasoning effort a client chose with `session/set_config_option` (SPEC L12):
+    /// `Some(None)` is the provider's default (no parameter); `None`: as configured
+    /// (`BUZZ_AGENT_THINKING_EFFORT`).
+    pub(crate) thought_level: Option<Option<Effort>>,
 }
 
 /// A notice for the user, not the model: the agent's own sentence about something that changed
@@ -92,12 +97,19 @@ impl Session {
             notices: Vec::new(),
             client_notices: false,
             usage: UsageTotals::default(),
+            thought_level: None,
         }
     }
 
     /// The model of this session's requests.
     pub(crate) fn model<'a>(&'a self, configured: &'a str) -> &'a str {
         self.model_override.as_deref().unwrap_or(configured)
+    }
+
+    /// The reasoning effort of this session's requests (SPEC L12): the client's choice, else
+    /// `BUZZ_AGENT_THINKING_EFFORT`.
+    pub(crate) fn effort(&self, cfg: &Config) -> Option<Effort> {
+        self.thought_level.unwrap_or(cfg.thinking_effort)
     }
 }
 

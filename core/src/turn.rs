@@ -296,6 +296,8 @@ impl Turn {
         let key = sess.id.to_string();
         let caching = cx.cfg.prompt_caching && summary_messages.is_none();
         let previous_len = sess.transcript.cache_mark();
+        // SPEC L12: a round thinks at the session's effort; a summary call does not.
+        let effort = sess.effort(cx.cfg).filter(|_| summary_messages.is_none());
         let (system, messages, cache) = match &summary_messages {
             None => {
                 let (messages, cache) = sess.transcript.with_cache();
@@ -313,6 +315,7 @@ impl Turn {
                 key: &key,
                 previous_len,
             }),
+            effort,
         };
         let route = llm::route(cx.cfg.provider);
         let request = route.build_request(cx.cfg, &req, &cx.llm.learned, cache);
@@ -496,7 +499,14 @@ impl Turn {
     ) -> Option<TurnEnd> {
         let model = sess.model(&cx.cfg.model);
         let route = llm::route(cx.cfg.provider);
-        match route.on_http_error(cx.cfg, model, status, body, &mut cx.llm.learned) {
+        match route.on_http_error(
+            cx.cfg,
+            model,
+            sess.effort(cx.cfg),
+            status,
+            body,
+            &mut cx.llm.learned,
+        ) {
             Some(ErrorReaction::Resend { warn }) => {
                 self.resend(&warn, sess, cx);
                 return None;

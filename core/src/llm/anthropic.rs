@@ -13,9 +13,9 @@ use super::request::{
     BodyCache, CacheKey, Last, Planned, WireElement, assemble, body_capacity, history_json,
     push_item, streaming_json_post, write_field,
 };
-use super::route::{Learned, ProviderRoute};
+use super::route::{ErrorReaction, Learned, ProviderRoute};
 use super::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
-use crate::config::Config;
+use crate::config::{Config, Effort};
 use crate::llm::{
     HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
     StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
@@ -39,10 +39,35 @@ impl ProviderRoute for AnthropicMessages {
         &self,
         cfg: &Config,
         req: &LlmRequest<'_>,
-        _learned: &Learned,
+        learned: &Learned,
         cache: Option<&mut BodyCache>,
     ) -> HttpRequest {
-        build_request_cached(cfg, req, cache)
+        build_request_with(cfg, req, learned, cache)
+    }
+
+    /// SPEC L12: a 400 naming `thinking` (or `adaptive`, `budget_tokens`) for a request that
+    /// carried the form chosen for its model (an older model rejects `adaptive`, a newer one
+    /// `enabled` with a budget): the other form from now on, once.
+    fn on_http_error(
+        &self,
+        _cfg: &Config,
+        _model: &str,
+        effort: Option<Effort>,
+        status: u16,
+        body: &[u8],
+        learned: &mut Learned,
+    ) -> Option<ErrorReaction> {
+        let text = String::from_utf8_lossy(body);
+        let names_it = ["thinking", "adaptive", "budget_tokens", "output_config"]
+            .iter()
+            .any(|f| text.contains(f));
+        if effort.is_none() || status != 400 || !names_it || learned.other_thinking_form {
+            return None;
+        }
+        learned.other_thinking_form = true;
+        Some(ErrorReaction::Resend {
+            warn: "llm: the model rejected this form of extended thinking; sending the other form (adaptive or a token budget) from now on".into(),
+        })
     }
 
     fn decoder(&self, id_prefix: String) -> Box<dyn StreamDecoder> {
@@ -88,8 +113,9 @@ impl ProviderRoute for AnthropicMessages {
 /// <server>___Stop]`): that is where Anthropic requires them when thinking is on. In other past
 /// turns Anthropic ignores them, so they are not sent. A thinking block without a signature
 /// (cut by `max_tokens`, or from a server that signs nothing) is never sent: the API rejects an
-/// invalid signature. Reasoning state of other routes is never sent. No `thinking` request
-/// parameter is set: extended thinking is whatever the model or gateway does by default.
+/// invalid signature. Reasoning state of other routes is never sent. Without `req.effort` no
+/// `thinking` request parameter is set (extended thinking is whatever the model or gateway
+/// does by default); with one, `thinking` (and `output_config`) as [`thinking`] says (SPEC L12).
 ///
 /// Prompt caching (SPEC L11; with `req.cache`): `cache_control: {"type":"ephemeral"}`
 /// breakpoints, three at most (Anthropic allows four), so that each request reads what the
@@ -124,6 +150,16 @@ pub(crate) fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
 pub(crate) fn build_request_cached(
     cfg: &Config,
     req: &LlmRequest<'_>,
+    cache: Option<&mut BodyCache>,
+) -> HttpRequest {
+    build_request_with(cfg, req, &Learned::default(), cache)
+}
+
+/// [`build_request_cached`] with what the route learned (the form of `thinking`, SPEC L12).
+fn build_request_with(
+    cfg: &Config,
+    req: &LlmRequest<'_>,
+    learned: &Learned,
     cache: Option<&mut BodyCache>,
 ) -> HttpRequest {
     let caching = req.cache.is_some();
@@ -176,6 +212,20 @@ pub(crate) fn build_request_cached(
             .collect();
         write_field(&mut tail, "tools", &tools);
     }
+    match thinking(req, learned) {
+        Some(Thinking::Adaptive(effort)) => {
+            write_field(&mut tail, "thinking", &ThinkingParam::adaptive());
+            write_field(&mut tail, "output_config", &OutputConfig { effort });
+        }
+        Some(Thinking::Budget(budget_tokens)) => {
+            write_field(
+                &mut tail,
+                "thinking",
+                &ThinkingParam::enabled(budget_tokens),
+            );
+        }
+        None => {}
+    }
     write_field(&mut tail, "stream", &true);
     tail.push(b'}');
     let api_key = (!cfg.api_key.is_empty()).then(|| ("x-api-key", cfg.api_key.clone()));
@@ -189,6 +239,137 @@ pub(crate) fn build_request_cached(
         cfg.anthropic_version.clone(),
     ));
     request
+}
+
+/// The `thinking` of one request (SPEC L12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Thinking {
+    /// `{"type":"adaptive"}` with `output_config.effort`.
+    Adaptive(&'static str),
+    /// `{"type":"enabled","budget_tokens":n}`.
+    Budget(u32),
+}
+
+/// Anthropic's smallest thinking budget, tokens ("budget_tokens: Input should be greater than
+/// or equal to 1024").
+const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// The `thinking` parameter of `req` (SPEC L12), `None` when it sends none:
+/// * no effort, or a request that continues a tool loop whose assistant message opened
+///   without a thinking block (thinking switched on mid-turn, or a turn restored from a
+///   provider that did not think): Anthropic requires that message to start with one, so this
+///   request goes without, and the next prompt thinks;
+/// * a model that takes adaptive thinking (Claude 4.6 and later, [`takes_adaptive_thinking`]):
+///   `adaptive` with the effort as `output_config.effort`;
+/// * else a token budget below `max_tokens`, at least [`MIN_THINKING_BUDGET`], leaving as
+///   much again for the answer: ⅛, ¼, ½ or ¾ of `max_tokens` for `low`, `medium`, `high`,
+///   `max`; none when `max_tokens` is under twice the minimum.
+///
+/// `learned.other_thinking_form` (a 400 named the form) swaps adaptive and budget.
+fn thinking(req: &LlmRequest<'_>, learned: &Learned) -> Option<Thinking> {
+    let effort = req.effort?;
+    if continues_loop_without_thinking(req.messages) {
+        return None;
+    }
+    if takes_adaptive_thinking(req.model) != learned.other_thinking_form {
+        return Some(Thinking::Adaptive(effort.as_str()));
+    }
+    let max = req.max_output_tokens;
+    if max < 2 * MIN_THINKING_BUDGET {
+        return None;
+    }
+    let budget = match effort {
+        Effort::Low => max / 8,
+        Effort::Medium => max / 4,
+        Effort::High => max / 2,
+        Effort::Max => max / 4 * 3,
+    };
+    Some(Thinking::Budget(
+        budget.clamp(MIN_THINKING_BUDGET, max - MIN_THINKING_BUDGET),
+    ))
+}
+
+/// Whether the request ends in tool results whose tool loop's first assistant message has no
+/// thinking block (the rule of "Extended thinking with tool use"). Walks back from the end
+/// over the current turn only.
+fn continues_loop_without_thinking(messages: &[Message]) -> bool {
+    if !matches!(messages.last(), Some(Message::ToolResult { .. })) {
+        return false;
+    }
+    let start = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))
+        .map_or(0, |i| i + 1);
+    let opening = messages[start..]
+        .iter()
+        .find(|m| matches!(m, Message::Assistant { .. }));
+    !matches!(opening, Some(Message::Assistant { reasoning, .. })
+        if reasoning.iter().any(|b| matches!(b,
+            ReasoningBlock::Thinking { signature, .. } if !signature.is_empty())
+            || matches!(b, ReasoningBlock::Redacted { .. })))
+}
+
+/// Whether `model` takes `thinking: {"type":"adaptive"}` (Anthropic: Claude Opus 4.6, Sonnet
+/// 4.6 and later; Opus 4.7 and later take only that): a `claude-<family>-<major>[-<minor>]`
+/// name (with or without a vendor prefix or suffix) of version 4.6 or later, or a preview of
+/// a family without a version.
+#[must_use]
+pub(crate) fn takes_adaptive_thinking(model: &str) -> bool {
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    let Some(at) = name.find("claude-") else {
+        return false;
+    };
+    let mut parts = name[at + "claude-".len()..].split(['-', '.', '@', ':']);
+    // `claude-3-7-sonnet`: the version before the family, Claude 3 and older.
+    if parts
+        .next()
+        .is_none_or(|family| family.parse::<u32>().is_ok())
+    {
+        return false;
+    }
+    let number = |p: Option<&str>| p.and_then(|p| p.parse::<u32>().ok());
+    match number(parts.next()) {
+        // A date suffix (`claude-sonnet-4-20250514`) is no minor version.
+        Some(major) => {
+            let minor = number(parts.next()).filter(|m| *m < 100).unwrap_or(0);
+            major > 4 || (major == 4 && minor >= 6)
+        }
+        None => name.contains("preview"),
+    }
+}
+
+/// `thinking` as sent (SPEC L12).
+#[derive(Serialize)]
+struct ThinkingParam {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget_tokens: Option<u32>,
+}
+
+impl ThinkingParam {
+    fn adaptive() -> Self {
+        ThinkingParam {
+            kind: "adaptive",
+            budget_tokens: None,
+        }
+    }
+    fn enabled(budget: u32) -> Self {
+        ThinkingParam {
+            kind: "enabled",
+            budget_tokens: Some(budget),
+        }
+    }
+}
+
+/// `output_config` as sent with adaptive thinking (SPEC L12).
+#[derive(Serialize)]
+struct OutputConfig {
+    effort: &'static str,
 }
 
 /// `cache_control: {"type":"ephemeral"}`, the one kind of breakpoint (SPEC L11).
@@ -1133,6 +1314,7 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
 
     fn request_body(messages: &[Message], tools: &[ToolDef], system: Option<&str>) -> Value {
         let req = LlmRequest {
+            effort: None,
             model: "claude-x",
             system,
             messages,
@@ -1528,6 +1710,7 @@ data: {"type":"message_stop"}
         ];
         let messages = [user("hi")];
         let req = LlmRequest {
+            effort: None,
             model: "claude-x",
             system: Some("Be brief."),
             messages: &messages,
@@ -1575,6 +1758,7 @@ data: {"type":"message_stop"}
         config.api_key = String::new();
         let messages = [user("summarise")];
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: Some(""),
             messages: &messages,
@@ -1998,6 +2182,7 @@ mod caching_tests {
     ) -> Value {
         let tools = tools();
         let req = LlmRequest {
+            effort: None,
             model: "claude-x",
             system,
             messages,

@@ -249,6 +249,8 @@ pub(crate) struct LlmRequest<'a> {
     /// Prompt caching for this request (SPEC L11); `None`: off, or a call whose prefix is not
     /// the session's (the compaction summary).
     pub cache: Option<PromptCache<'a>>,
+    /// The session's reasoning effort (SPEC L12); `None`: no reasoning parameter.
+    pub effort: Option<crate::config::Effort>,
 }
 
 /// What a route needs to cache a session's prompt prefix (SPEC L11).

@@ -15,13 +15,13 @@ use super::request::{
     write_json,
 };
 use super::route::{
-    ErrorReaction, Learned, ProviderRoute, drop_prompt_cache_key, is_openai_reasoning_model,
-    rejects_field, sends_prompt_cache_key,
+    ErrorReaction, Learned, ProviderRoute, drop_prompt_cache_key, drop_reasoning_effort,
+    is_openai_reasoning_model, openai_effort, rejects_field, sends_prompt_cache_key,
 };
 use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
-use crate::config::Config;
+use crate::config::{Config, Effort};
 use crate::llm::{
     ChatReasoningField, HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind,
     StreamDecoder, StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
@@ -140,6 +140,9 @@ pub(crate) fn build_request_cached(
     if let Some(cache) = req.cache.filter(|_| options.prompt_cache_key) {
         write_field(&mut tail, "prompt_cache_key", cache.key);
     }
+    if let Some(effort) = req.effort.filter(|_| options.reasoning_effort) {
+        write_field(&mut tail, "reasoning_effort", openai_effort(effort));
+    }
     tail.push(b'}');
     streaming_json_post(
         format!("{}/chat/completions", base_url.trim_end_matches('/')),
@@ -173,6 +176,7 @@ pub(crate) fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> Chat
             || cfg.base_url.contains("://api.openai.com"),
         reasoning_content: learned.reasoning_content || is_deepseek_reasoner(model),
         prompt_cache_key: sends_prompt_cache_key(cfg, learned),
+        reasoning_effort: !learned.no_reasoning_effort,
     }
 }
 
@@ -215,6 +219,7 @@ impl ProviderRoute for ChatCompletions {
         &self,
         cfg: &Config,
         model: &str,
+        effort: Option<Effort>,
         status: u16,
         body: &[u8],
         learned: &mut Learned,
@@ -229,6 +234,13 @@ impl ProviderRoute for ChatCompletions {
         // A round's request carried the key when the options allowed it (SPEC L11).
         if sent.prompt_cache_key && rejects_field(status, body, "prompt_cache_key") {
             return Some(drop_prompt_cache_key(learned));
+        }
+        // SPEC L12: a server that does not take the effort gets requests without it.
+        if effort.is_some()
+            && sent.reasoning_effort
+            && rejects_field(status, body, "reasoning_effort")
+        {
+            return Some(drop_reasoning_effort(learned, "reasoning_effort"));
         }
         None
     }
@@ -256,6 +268,9 @@ pub(crate) struct ChatOptions {
     pub reasoning_content: bool,
     /// Send the request's prompt cache key as `prompt_cache_key` (SPEC L11), when it has one.
     pub prompt_cache_key: bool,
+    /// Send the request's effort as `reasoning_effort` (SPEC L12), when it has one: until the
+    /// server rejected the field.
+    pub reasoning_effort: bool,
 }
 
 #[derive(Serialize)]
@@ -1419,6 +1434,7 @@ mod tests {
             });
         }
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: None,
             messages: &messages,
@@ -1899,6 +1915,7 @@ mod tests {
         }];
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
+            effort: None,
             model: "gpt-x",
             system: Some("Be brief."),
             messages: &messages,
@@ -1948,6 +1965,7 @@ mod tests {
     fn c41_the_output_cap_goes_as_max_completion_tokens_when_asked() {
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
+            effort: None,
             model: "gpt-5.4",
             system: None,
             messages: &messages,
@@ -1979,6 +1997,7 @@ mod tests {
             text: "summarise".into(),
         }];
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: None,
             messages: &messages,
@@ -2050,6 +2069,7 @@ mod tests {
             },
         ];
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: Some(""),
             messages: &messages,
@@ -2079,6 +2099,7 @@ mod tests {
 
     fn chat_body(messages: &[Message], options: &ChatOptions) -> Value {
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: Some("sys"),
             messages,
@@ -2288,6 +2309,7 @@ mod tests {
         }];
         messages.extend(results);
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: None,
             messages: &messages,
@@ -2431,6 +2453,7 @@ mod tests {
                 thought("b", "two", field),
             ];
             let req = LlmRequest {
+                effort: None,
                 model: "m",
                 system: None,
                 messages: &messages,

@@ -15,13 +15,13 @@ use super::request::{
     assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
 };
 use super::route::{
-    ErrorReaction, Learned, ProviderRoute, drop_prompt_cache_key, is_openai_reasoning_model,
-    rejects_field, sends_prompt_cache_key,
+    ErrorReaction, Learned, ProviderRoute, drop_prompt_cache_key, drop_reasoning_effort,
+    is_openai_reasoning_model, openai_effort, rejects_field, sends_prompt_cache_key,
 };
 use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
-use crate::config::Config;
+use crate::config::{Config, Effort};
 #[allow(unused_imports, reason = "named by doc links and by the unit tests")]
 use crate::llm::ToolCall;
 use crate::llm::{
@@ -118,6 +118,13 @@ pub(crate) fn build_request_cached(
     if let Some(cache) = req.cache.filter(|_| options.prompt_cache_key) {
         write_field(&mut tail, "prompt_cache_key", cache.key);
     }
+    let reasoning = Reasoning {
+        effort: req.effort.map(openai_effort),
+        summary: options.reasoning_summary,
+    };
+    if options.reasoning && (reasoning.effort.is_some() || reasoning.summary.is_some()) {
+        write_field(&mut tail, "reasoning", &reasoning);
+    }
     tail.push(b'}');
     streaming_json_post(
         format!("{}/responses", base_url.trim_end_matches('/')),
@@ -133,7 +140,23 @@ pub(crate) fn responses_options(cfg: &Config, model: &str, learned: &Learned) ->
     ResponsesOptions {
         include_encrypted_reasoning: is_openai_reasoning_model(model),
         prompt_cache_key: sends_prompt_cache_key(cfg, learned),
+        reasoning: !learned.no_reasoning_effort,
+        reasoning_summary: match cfg.thinking_summary.as_deref() {
+            Some("auto") => Some("auto"),
+            Some("concise") => Some("concise"),
+            Some("detailed") => Some("detailed"),
+            _ => None,
+        },
     }
+}
+
+/// The Responses `reasoning` parameter (SPEC L12): `effort` and `summary`, each only when set.
+#[derive(Serialize)]
+struct Reasoning {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<&'static str>,
 }
 
 /// The Responses route (SPEC L8): [`build_request_cached`] with [`responses_options`],
@@ -161,13 +184,19 @@ impl ProviderRoute for Responses {
         &self,
         cfg: &Config,
         model: &str,
+        effort: Option<Effort>,
         status: u16,
         body: &[u8],
         learned: &mut Learned,
     ) -> Option<ErrorReaction> {
         let sent = responses_options(cfg, model, learned);
-        (sent.prompt_cache_key && rejects_field(status, body, "prompt_cache_key"))
-            .then(|| drop_prompt_cache_key(learned))
+        if sent.prompt_cache_key && rejects_field(status, body, "prompt_cache_key") {
+            return Some(drop_prompt_cache_key(learned));
+        }
+        // SPEC L12: a server that does not take `reasoning` gets requests without it.
+        let carried = effort.is_some() || sent.reasoning_summary.is_some();
+        (carried && sent.reasoning && rejects_field(status, body, "reasoning"))
+            .then(|| drop_reasoning_effort(learned, "reasoning"))
     }
 }
 
@@ -179,6 +208,11 @@ pub(crate) struct ResponsesOptions {
     pub include_encrypted_reasoning: bool,
     /// Send the request's prompt cache key as `prompt_cache_key` (SPEC L11), when it has one.
     pub prompt_cache_key: bool,
+    /// Send `reasoning` (the request's effort, [`Self::reasoning_summary`]; SPEC L12) when
+    /// there is one: until the server rejected the field.
+    pub reasoning: bool,
+    /// `BUZZ_AGENT_THINKING_SUMMARY`: `reasoning.summary`.
+    pub reasoning_summary: Option<&'static str>,
 }
 
 /// `history[start..]` as `input` elements: each message gives its own items, whatever comes
@@ -696,6 +730,7 @@ mod tests {
         let messages = [Message::User { text: "hi".into() }];
         for (model, asked) in [("openai/gpt-5", true), ("gpt-4.1", false)] {
             let req = LlmRequest {
+                effort: None,
                 model,
                 system: None,
                 messages: &messages,
@@ -936,6 +971,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             },
         ];
         let req = LlmRequest {
+            effort: None,
             model: "o4-mini",
             system: None,
             messages: &messages,
@@ -978,6 +1014,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             tool_calls: vec![],
         }];
         let req = LlmRequest {
+            effort: None,
             messages: &lonely,
             ..req
         };
@@ -1321,6 +1358,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
         }];
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
+            effort: None,
             model: "gpt-x",
             system: Some("Be brief."),
             messages: &messages,
@@ -1368,6 +1406,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             text: "summarise".into(),
         }];
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: Some(""),
             messages: &messages,
@@ -1430,6 +1469,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             },
         ];
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: None,
             messages: &messages,
@@ -1473,6 +1513,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             is_error: false,
         }));
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: None,
             messages: &messages,
@@ -1620,6 +1661,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             },
         ];
         let req = LlmRequest {
+            effort: None,
             model: "o4-mini",
             system: None,
             messages: &messages,

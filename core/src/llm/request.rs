@@ -397,6 +397,7 @@ mod tests {
             input_schema: serde_json::json!({"type": "object"}),
         }];
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: Some("sys!"),
             messages: &messages,
@@ -408,6 +409,7 @@ mod tests {
         // the system prompt 4, and 256.
         assert_eq!(body_capacity(&req, 64), 136 + 17 + 520 + 4 + 256);
         let bare = LlmRequest {
+            effort: None,
             system: None,
             messages: &[],
             tools: &[],

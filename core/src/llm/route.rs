@@ -8,7 +8,7 @@
 
 use super::request::BodyCache;
 use super::{HttpRequest, LlmRequest, LlmResponse, StreamDecoder};
-use crate::config::{Config, ProviderKind};
+use crate::config::{Config, Effort, ProviderKind};
 
 /// One provider route: Anthropic Messages (`anthropic.rs`), Chat Completions
 /// (`openai_chat.rs`) or Responses (`openai_responses.rs`).
@@ -31,12 +31,13 @@ pub(crate) trait ProviderRoute: Sync {
     fn decoder(&self, id_prefix: String) -> Box<dyn StreamDecoder>;
 
     /// The route's own reaction to a failed status (`status`, the first 4 KiB of `body`) of
-    /// a request it built for `model` with `learned`, which it may update; `None` leaves the
+    /// a request it built for `model` at `effort` with `learned`, which it may update; `None` leaves the
     /// failure to the route-neutral handling (SPEC L5: retry, auth, context too long, fatal).
     fn on_http_error(
         &self,
         _cfg: &Config,
         _model: &str,
+        _effort: Option<Effort>,
         _status: u16,
         _body: &[u8],
         _learned: &mut Learned,
@@ -82,6 +83,23 @@ pub(crate) struct Learned {
     pub reasoning_content: bool,
     /// An OpenAI route's server rejected `prompt_cache_key` (SPEC L11): it is not sent again.
     pub no_prompt_cache_key: bool,
+    /// An OpenAI route's server rejected its reasoning parameter (`reasoning_effort` on Chat,
+    /// `reasoning` on Responses; SPEC L12): it is not sent again.
+    pub no_reasoning_effort: bool,
+    /// An Anthropic 400 named the form of `thinking` the agent chose for the model (adaptive
+    /// or a token budget; SPEC L12): the other form is sent from now on.
+    pub other_thinking_form: bool,
+}
+
+/// The reaction to a server that rejected the reasoning parameter `field` (SPEC L12) on an
+/// OpenAI route: never sent again, the attempt sent again without it, one WARN.
+pub(crate) fn drop_reasoning_effort(learned: &mut Learned, field: &str) -> ErrorReaction {
+    learned.no_reasoning_effort = true;
+    ErrorReaction::Resend {
+        warn: format!(
+            "llm: the server does not take {field}; sending requests without a reasoning effort from now on"
+        ),
+    }
 }
 
 /// Whether the OpenAI routes may send `prompt_cache_key` to the configured endpoint (SPEC
@@ -113,6 +131,17 @@ pub(crate) fn drop_prompt_cache_key(learned: &mut Learned) -> ErrorReaction {
     }
 }
 
+/// OpenAI's spelling of `effort` for `reasoning_effort` and `reasoning.effort` (SPEC L12):
+/// `max` is `high`, the top level every OpenAI reasoning model takes.
+#[must_use]
+pub(crate) fn openai_effort(effort: Effort) -> &'static str {
+    match effort {
+        Effort::Low => "low",
+        Effort::Medium => "medium",
+        Effort::High | Effort::Max => "high",
+    }
+}
+
 /// Whether `model` is one of OpenAI's reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5`, …,
 /// with or without a gateway prefix such as `openai/`), which reject `max_tokens` on Chat
 /// Completions (SPEC L7, case C41).
@@ -132,7 +161,8 @@ pub(crate) fn is_openai_reasoning_model(model: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{Message, StreamDelta};
+    use crate::llm::{Message, StreamDelta, ToolCall};
+    use serde_json::json;
 
     /// The URL a route posts to at `http://h/`, and the shortest body it takes as a whole
     /// answer.
@@ -157,6 +187,7 @@ mod tests {
     fn l6_l7_l8_every_route_is_dispatched() {
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: None,
             messages: &messages,
@@ -190,6 +221,7 @@ mod tests {
     ) -> serde_json::Value {
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
+            effort: None,
             model: "m",
             system: None,
             messages: &messages,
@@ -276,23 +308,29 @@ mod tests {
             let mut learned = Learned::default();
             let r = route(kind);
             let Some(ErrorReaction::Resend { warn }) =
-                r.on_http_error(&cfg, "m", 400, body, &mut learned)
+                r.on_http_error(&cfg, "m", None, 400, body, &mut learned)
             else {
                 panic!("{kind:?}: the rejection is handled by the route");
             };
             assert!(warn.contains("prompt_cache_key"), "{warn}");
             assert!(learned.no_prompt_cache_key);
             // Sent without it now, the same answer is the server's own error (no loop).
-            assert_eq!(r.on_http_error(&cfg, "m", 400, body, &mut learned), None);
+            assert_eq!(
+                r.on_http_error(&cfg, "m", None, 400, body, &mut learned),
+                None
+            );
             // A 422 of a pydantic validator names it the same way.
             let mut fresh = Learned::default();
             let extra = br#"{"detail":[{"loc":["body","prompt_cache_key"],"msg":"Extra inputs are not permitted"}]}"#;
-            assert!(r.on_http_error(&cfg, "m", 422, extra, &mut fresh).is_some());
+            assert!(
+                r.on_http_error(&cfg, "m", None, 422, extra, &mut fresh)
+                    .is_some()
+            );
             // Not sent to this endpoint: another 400 naming it is not ours to fix.
             let local = Config::for_tests(kind, "http://127.0.0.1:8000/v1");
             let mut untouched = Learned::default();
             assert_eq!(
-                r.on_http_error(&local, "m", 400, body, &mut untouched),
+                r.on_http_error(&local, "m", None, 400, body, &mut untouched),
                 None
             );
             assert!(!untouched.no_prompt_cache_key);
@@ -305,10 +343,220 @@ mod tests {
         for kind in ProviderKind::ALL {
             let cfg = Config::for_tests(kind, "http://127.0.0.1/v1");
             let mut learned = Learned::default();
-            let reaction = route(kind).on_http_error(&cfg, "m", 400, body, &mut learned);
+            let reaction = route(kind).on_http_error(&cfg, "m", None, 400, body, &mut learned);
             let chat = kind == ProviderKind::OpenAiChat;
             assert_eq!(reaction.is_some(), chat, "{kind:?}");
             assert_eq!(learned.max_completion_tokens, chat, "{kind:?}");
         }
+    }
+
+    /// The body of `messages` on `kind` at `effort` for `model`.
+    fn effort_body(
+        kind: ProviderKind,
+        cfg: &Config,
+        model: &str,
+        messages: &[Message],
+        effort: Option<Effort>,
+        learned: &Learned,
+    ) -> serde_json::Value {
+        let req = LlmRequest {
+            model,
+            system: None,
+            messages,
+            tools: &[],
+            max_output_tokens: 32_768,
+            cache: None,
+            effort,
+        };
+        let body = route(kind)
+            .build_request(cfg, &req, learned, None)
+            .body
+            .to_vec();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    #[test]
+    fn l12_each_route_sends_the_effort_its_way_and_nothing_without_one() {
+        let hi = [Message::User { text: "hi".into() }];
+        let none = Learned::default();
+        let mut cfg = Config::for_tests(ProviderKind::OpenAiChat, "http://h/");
+        let chat = |e| effort_body(ProviderKind::OpenAiChat, &cfg, "m", &hi, e, &none);
+        assert_eq!(chat(Some(Effort::Low))["reasoning_effort"], "low");
+        assert_eq!(chat(Some(Effort::Max))["reasoning_effort"], "high");
+        assert!(chat(None).get("reasoning_effort").is_none());
+        cfg.provider = ProviderKind::OpenAiResponses;
+        let resp =
+            |cfg: &Config, e| effort_body(ProviderKind::OpenAiResponses, cfg, "m", &hi, e, &none);
+        assert_eq!(
+            resp(&cfg, Some(Effort::Medium))["reasoning"],
+            json!({"effort": "medium"})
+        );
+        assert!(resp(&cfg, None).get("reasoning").is_none());
+        cfg.thinking_summary = Some("auto".into());
+        assert_eq!(
+            resp(&cfg, Some(Effort::High))["reasoning"],
+            json!({"effort": "high", "summary": "auto"})
+        );
+        assert_eq!(resp(&cfg, None)["reasoning"], json!({"summary": "auto"}));
+        let cfg = Config::for_tests(ProviderKind::Anthropic, "http://h/");
+        let anth = |model: &str, e, learned: &Learned| {
+            effort_body(ProviderKind::Anthropic, &cfg, model, &hi, e, learned)
+        };
+        let old = anth("claude-sonnet-4-5-20250929", Some(Effort::High), &none);
+        assert_eq!(
+            old["thinking"],
+            json!({"type": "enabled", "budget_tokens": 16_384})
+        );
+        assert!(old.get("output_config").is_none());
+        assert_eq!(
+            anth("claude-3-7-sonnet-latest", Some(Effort::Low), &none)["thinking"]["budget_tokens"],
+            4096
+        );
+        assert_eq!(
+            anth("claude-opus-4-1", Some(Effort::Max), &none)["thinking"]["budget_tokens"],
+            24_576
+        );
+        let new = anth("claude-opus-4-6", Some(Effort::Max), &none);
+        assert_eq!(new["thinking"], json!({"type": "adaptive"}));
+        assert_eq!(new["output_config"], json!({"effort": "max"}));
+        let swapped = Learned {
+            other_thinking_form: true,
+            ..Learned::default()
+        };
+        assert_eq!(
+            anth("claude-opus-4-6", Some(Effort::High), &swapped)["thinking"]["type"],
+            "enabled"
+        );
+        let none_sent = anth("claude-opus-4-6", None, &none);
+        assert!(none_sent.get("thinking").is_none() && none_sent.get("output_config").is_none());
+    }
+
+    #[test]
+    fn l12_adaptive_thinking_is_for_claude_4_6_and_later() {
+        for (model, adaptive) in [
+            ("claude-opus-4-6", true),
+            ("claude-sonnet-4-6", true),
+            ("anthropic/claude-opus-4-7", true),
+            ("claude-opus-5", true),
+            ("claude-sonnet-5-1@20260101", true),
+            ("claude-mythos-preview", true),
+            ("claude-sonnet-4-5-20250929", false),
+            ("claude-sonnet-4-20250514", false),
+            ("claude-opus-4-1", false),
+            ("claude-3-7-sonnet-latest", false),
+            ("gpt-5", false),
+        ] {
+            assert_eq!(
+                crate::llm::anthropic::takes_adaptive_thinking(model),
+                adaptive,
+                "{model}"
+            );
+        }
+    }
+
+    #[test]
+    fn l12_a_tool_loop_opened_without_thinking_continues_without_it() {
+        let cfg = Config::for_tests(ProviderKind::Anthropic, "http://h/");
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "fs__read".into(),
+            arguments: "{}".into(),
+        };
+        let turn = |reasoning: Vec<crate::llm::ReasoningBlock>| {
+            vec![
+                Message::User { text: "hi".into() },
+                Message::Assistant {
+                    text: String::new(),
+                    thinking: String::new(),
+                    reasoning,
+                    tool_calls: vec![call.clone()],
+                },
+                Message::ToolResult {
+                    call_id: "c1".into(),
+                    name: "fs__read".into(),
+                    text: "ok".into(),
+                    is_error: false,
+                },
+            ]
+        };
+        let none = Learned::default();
+        let plain = turn(Vec::new());
+        let body = effort_body(
+            ProviderKind::Anthropic,
+            &cfg,
+            "claude-opus-4-6",
+            &plain,
+            Some(Effort::High),
+            &none,
+        );
+        assert!(body.get("thinking").is_none(), "{body}");
+        let signed = turn(vec![crate::llm::ReasoningBlock::Thinking {
+            text: "t".into(),
+            signature: "s".into(),
+        }]);
+        let body = effort_body(
+            ProviderKind::Anthropic,
+            &cfg,
+            "claude-opus-4-6",
+            &signed,
+            Some(Effort::High),
+            &none,
+        );
+        assert_eq!(body["thinking"]["type"], "adaptive");
+    }
+
+    #[test]
+    fn l12_a_rejected_reasoning_parameter_is_dropped_once_with_a_warning() {
+        let body =
+            br#"{"error":{"message":"Unrecognized request argument supplied: reasoning_effort"}}"#;
+        let rbody = br#"{"error":{"message":"Unknown parameter: 'reasoning'."}}"#;
+        for (kind, body) in [
+            (ProviderKind::OpenAiChat, &body[..]),
+            (ProviderKind::OpenAiResponses, &rbody[..]),
+        ] {
+            let cfg = Config::for_tests(kind, "http://h/");
+            let mut learned = Learned::default();
+            // A request without an effort carried none: nothing to drop.
+            assert_eq!(
+                route(kind).on_http_error(&cfg, "m", None, 400, body, &mut learned),
+                None
+            );
+            let r =
+                route(kind).on_http_error(&cfg, "m", Some(Effort::Low), 400, body, &mut learned);
+            assert!(matches!(r, Some(ErrorReaction::Resend { .. })), "{kind:?}");
+            assert!(learned.no_reasoning_effort);
+            assert_eq!(
+                route(kind).on_http_error(&cfg, "m", Some(Effort::Low), 400, body, &mut learned),
+                None,
+                "once"
+            );
+            let hi = [Message::User { text: "hi".into() }];
+            let sent = effort_body(kind, &cfg, "m", &hi, Some(Effort::Low), &learned);
+            assert!(sent.get("reasoning_effort").is_none() && sent.get("reasoning").is_none());
+        }
+        let cfg = Config::for_tests(ProviderKind::Anthropic, "http://h/");
+        let mut learned = Learned::default();
+        let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"thinking.type: adaptive is not supported for this model"}}"#;
+        let r = route(ProviderKind::Anthropic).on_http_error(
+            &cfg,
+            "m",
+            Some(Effort::Low),
+            400,
+            body,
+            &mut learned,
+        );
+        assert!(r.is_some() && learned.other_thinking_form);
+        assert_eq!(
+            route(ProviderKind::Anthropic).on_http_error(
+                &cfg,
+                "m",
+                Some(Effort::Low),
+                400,
+                body,
+                &mut learned
+            ),
+            None,
+            "the other form once, no loop"
+        );
     }
 }
