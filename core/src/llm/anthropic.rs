@@ -146,6 +146,7 @@ pub(crate) fn build_request(cfg: &Config, req: &LlmRequest<'_>) -> HttpRequest {
 /// `req.messages` as sent by earlier requests of the same history (issue #15). The body is
 /// byte for byte the one [`build_request`] builds; its history part is a piece shared with the
 /// cache.
+#[cfg(test)]
 #[must_use]
 pub(crate) fn build_request_cached(
     cfg: &Config,
