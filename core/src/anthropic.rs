@@ -10,6 +10,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::json::parse_lossy;
 #[allow(
     unused_imports,
     reason = "named by doc links and by the unit tests; the decoder is one via `EventHandler`"
@@ -23,7 +24,7 @@ use crate::request::{
     BodyCache, CacheKey, Last, Planned, WireElement, assemble, body_capacity, history_json,
     push_item, streaming_json_post, write_field,
 };
-use crate::sse::{SseEvent, parse_json_lossy};
+use crate::sse::SseEvent;
 use crate::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
 
 /// Text sent for a user turn that would otherwise be empty: Anthropic rejects empty content
@@ -356,7 +357,7 @@ fn turn_kind(turn: &Turn<'_>) -> Last {
 
 /// Tool-call arguments as the `input` object: `{}` when blank, invalid or not an object.
 fn input_object(arguments: &str) -> Value {
-    match parse_json_lossy(arguments) {
+    match parse_lossy(arguments) {
         Ok(value @ Value::Object(_)) => value,
         Ok(_) | Err(_) => Value::Object(serde_json::Map::new()),
     }
@@ -379,7 +380,7 @@ impl Serialize for WireTool<'_> {
 
 /// Decoder of one streamed Messages body (SPEC L6, L9; cases C24, C26).
 ///
-/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_json_lossy`], so lone
+/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_lossy`], so lone
 ///   surrogates become U+FFFD) whose `type` names the event (the SSE `event:` name is the
 ///   fallback). Unknown event and block types, `ping` and unknown fields are ignored.
 /// * `message_start`: `message.usage` gives the input tokens (`input_tokens` +

@@ -140,6 +140,7 @@ mod ids;
 mod intercept;
 pub mod interceptor;
 pub mod io;
+mod json;
 pub mod jsonrpc;
 mod lifecycle;
 mod llm;

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
+use crate::json::parse_lossy;
 #[allow(
     unused_imports,
     reason = "named by doc links and by the unit tests; the decoder is one via `EventHandler`"
@@ -23,7 +24,7 @@ use crate::request::{
     assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
     write_json,
 };
-use crate::sse::{SseEvent, parse_json_lossy};
+use crate::sse::SseEvent;
 use crate::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
@@ -502,7 +503,7 @@ struct ChunkView {
 
 /// Decoder of one streamed Chat Completions body (SPEC L7, L9; cases C21–C24, C26).
 ///
-/// * Each SSE `data:` payload is a JSON chunk (parsed with [`parse_json_lossy`], so lone
+/// * Each SSE `data:` payload is a JSON chunk (parsed with [`parse_lossy`], so lone
 ///   surrogates become U+FFFD); `data: [DONE]` ends the stream and later bytes are ignored.
 ///   Only choice `index` 0 is used (a choice without `index` counts as 0); chunks with empty,
 ///   missing or `null` `choices` are fine (C22); unknown fields are ignored.
@@ -876,7 +877,7 @@ fn stop_kind(reason: &str) -> StopKind {
 fn arguments_complete(arguments: &str) -> bool {
     arguments.trim().is_empty()
         || serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
-        || parse_json_lossy(arguments).is_ok()
+        || parse_lossy(arguments).is_ok()
 }
 
 /// The string value, when it is a non-empty string.

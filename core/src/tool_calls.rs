@@ -746,7 +746,7 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
     if raw.trim().is_empty() {
         return Ok(json!({}));
     }
-    match crate::sse::parse_json_lossy(raw) {
+    match crate::json::parse_lossy(raw) {
         Ok(Value::Object(m)) => Ok(Value::Object(m)),
         Ok(other) => Err(format!(
             "arguments must be a JSON object, got {}",

@@ -650,10 +650,16 @@ impl Turn {
             text,
             thinking,
             reasoning,
-            tool_calls,
+            mut tool_calls,
             stop,
             ..
         } = resp;
+        // L3b: arguments holding lone surrogate escapes (or other faults the decoder repairs)
+        // are kept as the repaired text, so what runs is what is replayed, and no request
+        // carries a lone escape.
+        for call in &mut tool_calls {
+            crate::json::repair_in_place(&mut call.arguments);
+        }
         let history = &mut sess.transcript;
         match stop {
             StopKind::Refusal => {

@@ -1475,6 +1475,23 @@ enum Served {
     Cut,
 }
 
+/// What every provider answers a body that is not JSON (a lone surrogate escape is enough:
+/// strict JSON parsers reject it, SPEC L3b): a 400 in the route's error shape, not one of the
+/// scenario's requests. `None` for a JSON body, or when bodies are not recorded.
+fn not_json_body(req: &RecordedRequest, recorded: bool) -> Option<Reply> {
+    if !recorded || req.method != "POST" || !req.body.is_string() {
+        return None;
+    }
+    let message = "We could not parse the JSON body of your request: the body is not valid JSON";
+    let body = match req.wire() {
+        Wire::Anthropic => json!({"type": "error",
+            "error": {"type": "invalid_request_error", "message": message}}),
+        Wire::Chat | Wire::Responses => json!({"error": {"message": message,
+            "type": "invalid_request_error", "param": null, "code": null}}),
+    };
+    Some(Reply::status(400, vec![], body.to_string()).uncounted())
+}
+
 /// Records `req`, asks the handler and writes its reply (with `connection: close` when `close`).
 fn serve_request(
     conn: &mut TcpStream,
@@ -1492,7 +1509,10 @@ fn serve_request(
             .map_err(|_| std::io::Error::other("poisoned"))?;
         let poisoned = |_| std::io::Error::other("poisoned");
         let index = shared.requests.lock().map_err(poisoned)?.len();
-        let reply = (shared.handler)(index, &req);
+        let reply = match not_json_body(&req, shared.options.record_bodies) {
+            Some(rejection) => rejection,
+            None => (shared.handler)(index, &req),
+        };
         shared
             .all_requests
             .lock()

@@ -37,7 +37,7 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
@@ -225,6 +225,10 @@ impl Config {
                 "fail" => ("Returns an isError result", obj(json!({}), &[])),
                 "latin1" => (
                     "Returns legacy-encoded (not UTF-8) text",
+                    obj(json!({}), &[]),
+                ),
+                "surrogates" => (
+                    "Returns text cut inside surrogate pairs",
                     obj(json!({}), &[]),
                 ),
                 "reject" => ("Answers a JSON-RPC error", obj(json!({}), &[])),
@@ -443,6 +447,12 @@ pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
 pub const LATIN1_TEXT_RAW: &[u8] = b"int caf\xE9 = 1; // \xB0\xA1\xC7\xD1 END";
 /// [`LATIN1_TEXT_RAW`] decoded lossily, as the agent must see it (SPEC L9).
 pub const LATIN1_TEXT_LOSSY: &str = "int caf\u{FFFD} = 1; // \u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD} END";
+
+/// The text of the `surrogates` tool as written inside its reply's JSON string (case C64): a
+/// valid pair (😀), then a lone high and a lone low surrogate escape.
+pub const SURROGATE_TEXT_RAW: &str = r"pair \ud83d\ude00, cut \ud83d, orphan \udc00 END";
+/// [`SURROGATE_TEXT_RAW`] as the agent must decode it (SPEC L3b).
+pub const SURROGATE_TEXT_LOSSY: &str = "pair \u{1F600}, cut \u{FFFD}, orphan \u{FFFD} END";
 
 /// The `media` tool's content (case C59): the text both readers get, a 1×1 PNG (base64),
 /// a text for the user only and one for the model only.
@@ -897,6 +907,15 @@ impl Server {
                         line.extend_from_slice(LATIN1_TEXT_RAW);
                         line.extend_from_slice(b"\"}]}}\n");
                         self.out.raw_bytes(&line);
+                        self.replied.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    "surrogates" => {
+                        // C64: perfect JSON-RPC except for the lone surrogate escapes.
+                        let line = format!(
+                            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{SURROGATE_TEXT_RAW}\"}}]}}}}\n"
+                        );
+                        self.out.raw_bytes(line.as_bytes());
                         self.replied.fetch_add(1, Ordering::SeqCst);
                         return;
                     }

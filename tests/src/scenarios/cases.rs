@@ -1052,3 +1052,101 @@ pub fn c36_invalid_utf8_mcp_reply_is_decoded_lossily(ctx: &Ctx) {
     );
     agent.finish();
 }
+
+// ---- C64 ----------------------------------------------------------------------------------------
+
+/// C64 / SPEC L3b: lone surrogate escapes, as JavaScript and Python serialisers write them, at
+/// every JSON boundary of a session. (a) A tool reply line holding a surrogate pair, a lone high
+/// and a lone low surrogate is decoded with U+FFFD for each lone one: the call completes at once
+/// (the tool timeout is far longer than the test), the server stays usable, and no LLM request
+/// carries a lone escape (the fake LLM answers 400 to a body that is not strict JSON). (b) A
+/// `session/prompt` line with id 555 whose text ends in a lone `\ud83d` is answered under id 555
+/// and its text reaches the model with U+FFFD. (c) Tool-call arguments the model streams with a
+/// lone escape run with U+FFFD and are replayed as that repaired text.
+pub fn c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered(ctx: &Ctx) {
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__surrogates", json!({}))]),
+            Reply::text("read it"),
+            Reply::text("your text arrived"),
+            Reply::tool_calls_raw(vec![(
+                "call_2",
+                "fs__echo",
+                r#"{"text":"model cut \ud83d"}"#.to_string(),
+            )]),
+            Reply::text("done"),
+        ])
+        // A tool timeout far longer than the test: a dropped frame would hang the call.
+        .env(&[("BUZZ_AGENT_TOOL_TIMEOUT_SECS", "600")])
+        .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "surrogates,echo")])
+        .start();
+    // (a) the tool reply.
+    let started = Instant::now();
+    let r = agent.prompt(&sid, "read the snapshot");
+    assert_end_turn(&agent, &r);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "C64: the call completed at once, not after the tool timeout: {:?}",
+        started.elapsed()
+    );
+    let reqs = llm.requests();
+    assert_eq!(
+        reqs[1].tool_result_for("call_1").as_deref(),
+        Some(fake_mcp::SURROGATE_TEXT_LOSSY),
+        "C64: each lone surrogate is U+FFFD, the pair stays one character"
+    );
+    // (b) the prompt line, written by hand so its escape is on the wire as a client writes it.
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","id":555,"method":"session/prompt","params":{{"sessionId":"{sid}","prompt":[{{"type":"text","text":"cut here \ud83d"}}]}}}}"#
+    );
+    agent.send_raw(format!("{line}\n").as_bytes());
+    let r = agent.wait_response(&json!(555), Duration::from_secs(30));
+    assert_eq!(
+        agent.result(&r)["stopReason"],
+        "end_turn",
+        "C64: id 555 is answered under its own id: {r}"
+    );
+    assert!(
+        agent.null_id_responses().is_empty(),
+        "no -32700 for the line"
+    );
+    let reqs = llm.requests();
+    assert!(
+        reqs[2].user_text().ends_with("cut here \u{FFFD}"),
+        "C64: the prompt reached the model with U+FFFD: {:?}",
+        reqs[2].user_text()
+    );
+    // (c) the model's own arguments; and the server still serves.
+    let r = agent.prompt(&sid, "echo it");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    let last = &reqs[4];
+    assert_eq!(
+        last.tool_result_for("call_2").as_deref(),
+        Some("model cut \u{FFFD}"),
+        "C64: the arguments ran with U+FFFD and the server stays usable"
+    );
+    let (_, _, replayed) = last
+        .assistant_tool_calls()
+        .into_iter()
+        .find(|(id, _, _)| id == "call_2")
+        .unwrap_or_else(|| panic!("call_2 is not in the history{}", agent.context()));
+    assert_eq!(
+        serde_json::from_str::<Value>(&replayed).ok(),
+        Some(json!({"text": "model cut \u{FFFD}"})),
+        "C64: the arguments are replayed as the strict JSON that ran: {replayed:?}"
+    );
+    assert_eq!(
+        llm.all_requests().len(),
+        llm.requests().len(),
+        "C64: no request was refused as not JSON"
+    );
+    let err = agent.stderr_text();
+    assert!(
+        !err.contains("non-JSON-RPC") && !err.contains("killed") && !err.contains("not JSON"),
+        "C64: no frame was dropped and the server was not killed{}",
+        agent.context()
+    );
+    agent.finish();
+}
