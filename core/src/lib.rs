@@ -164,6 +164,7 @@ mod text;
 mod time;
 mod timers;
 mod tool_calls;
+mod tool_schema;
 mod tools;
 mod transcript;
 mod turn;

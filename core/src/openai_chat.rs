@@ -484,6 +484,9 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
+    /// Omitted for a tool sent without parameters (`Value::Null`, SPEC M14: Gemini rejects an
+    /// object schema with no properties; the Chat API reads no `parameters` as no arguments).
+    #[serde(skip_serializing_if = "Value::is_null")]
     parameters: &'a Value,
 }
 

@@ -32,6 +32,7 @@ use crate::provider::{self, HttpFailure};
 use crate::session::Session;
 use crate::timers::{Timer, TurnTimer};
 use crate::tool_calls::{InterceptEvent, ToolBatch};
+use crate::tool_schema::SchemaDialect;
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -260,12 +261,24 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) {
-        let (defs, routes) = match purpose {
+        let (mut defs, routes) = match purpose {
             CallPurpose::Round => cx.servers.visible_tools(&sess.servers),
             CallPurpose::Summary => (Vec::new(), BTreeMap::new()),
         };
         let call = cx.ids.next_llm_call();
         let model = sess.model(&cx.cfg.model).to_string();
+        // M14: each tool's schema in the form this provider accepts (converted once).
+        let dialect = SchemaDialect::of(&cx.cfg.provider, &cx.cfg.base_url, &model);
+        let servers = &*cx.servers;
+        let names = |exposed: &str| {
+            routes.get(exposed).map_or_else(
+                || (String::new(), exposed.to_owned()),
+                |r| (servers.name(r.server), r.bare.clone()),
+            )
+        };
+        for warning in sess.tool_schemas.apply(&mut defs, dialect, names) {
+            cx.out.log(LogLevel::Warn, warning);
+        }
         let summary_messages = match purpose {
             CallPurpose::Round => None,
             CallPurpose::Summary => Some(compaction::summary_messages(

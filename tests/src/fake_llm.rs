@@ -72,6 +72,35 @@ impl RecordedRequest {
             .unwrap_or_default()
     }
 
+    /// Every offered tool as `(name, description, input schema)` on every route (Chat
+    /// `function.parameters`, Responses `parameters`, Anthropic `input_schema`); the schema
+    /// is `None` for a tool sent without one.
+    pub fn tool_schemas(&self) -> Vec<(String, String, Option<Value>)> {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        self.body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| match self.wire() {
+                Wire::Chat => (
+                    text(&t["function"]["name"]),
+                    text(&t["function"]["description"]),
+                    t["function"].get("parameters").cloned(),
+                ),
+                Wire::Responses => (
+                    text(&t["name"]),
+                    text(&t["description"]),
+                    t.get("parameters").cloned().filter(|p| !p.is_null()),
+                ),
+                Wire::Anthropic => (
+                    text(&t["name"]),
+                    text(&t["description"]),
+                    t.get("input_schema").cloned(),
+                ),
+            })
+            .collect()
+    }
+
     /// The text of every user message of the history, concatenated (tool results excluded).
     pub fn user_text(&self) -> String {
         self.messages()

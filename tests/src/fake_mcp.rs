@@ -37,7 +37,7 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59), and the schema tools of [`odd_schema`] (`search`, `create_attachment`, `choose`, `merged`, `typed`, `conditional`, `bare`; case C63) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
@@ -252,10 +252,13 @@ impl Config {
                     "Pretends to run a shell command",
                     obj(json!({"command": {"type": "string"}}), &["command"]),
                 ),
-                _ => (
-                    "Unknown catalogue entry, echoes `text`",
-                    obj(json!({}), &[]),
-                ),
+                other => match odd_schema(other) {
+                    Some(odd) => odd,
+                    None => (
+                        "Unknown catalogue entry, echoes `text`",
+                        obj(json!({}), &[]),
+                    ),
+                },
             };
             let mut tool = json!({"name": name, "description": description, "inputSchema": schema});
             // C53: the MCP tool title and annotations ACP clients decide permissions by.
@@ -441,6 +444,54 @@ pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
     let _ = writeln!(w, "\n{FLOOD_DONE}");
     let _ = w.flush();
     wrote
+}
+
+/// The catalogue tools whose `inputSchema` uses JSON Schema that providers take only in
+/// part (SPEC M14, case C63), as real servers write them; each answers `<name> <arguments as
+/// compact JSON>`:
+/// * `search`: a plain schema (`query`);
+/// * `create_attachment`: a pure root `anyOf` of `content` / `source_url` (Notion's
+///   `notion-create-attachment`, case C63);
+/// * `choose`: a root `oneOf` of two branches told apart by a `const` `action`, each closed
+///   with `additionalProperties: false`;
+/// * `merged`: a root `allOf` whose first branch is a `$ref` into `$defs`;
+/// * `typed`: `$schema`, a `type` array, `const`, `exclusiveMinimum`, a map
+///   (`additionalProperties` schema) and a nested `$ref`;
+/// * `conditional`: a root `if`/`then`;
+/// * `bare`: `{"type":"object"}` only (no `properties`).
+pub fn odd_schema(name: &str) -> Option<(&'static str, Value)> {
+    let schema = match name {
+        "search" => json!({"type": "object", "properties": {"query": {"type": "string"}},
+            "required": ["query"]}),
+        "create_attachment" => json!({"type": "object", "anyOf": [
+            {"properties": {"content": {"type": "string"}}, "required": ["content"]},
+            {"properties": {"source_url": {"type": "string"}}, "required": ["source_url"]}]}),
+        "choose" => json!({"type": "object", "oneOf": [
+            {"properties": {"action": {"type": "string", "const": "create"},
+                            "name": {"type": "string"}},
+             "required": ["action", "name"], "additionalProperties": false},
+            {"properties": {"action": {"type": "string", "const": "delete"},
+                            "id": {"type": "integer"}},
+             "required": ["action", "id"], "additionalProperties": false}]}),
+        "merged" => json!({"type": "object", "allOf": [{"$ref": "#/$defs/Base"},
+            {"properties": {"force": {"type": "boolean"}}}],
+            "$defs": {"Base": {"properties": {"path": {"type": "string"}}, "required": ["path"]}}}),
+        "typed" => json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object", "properties": {
+                "note": {"type": ["string", "null"]},
+                "mode": {"const": "fast"},
+                "ratio": {"type": "number", "exclusiveMinimum": 0},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "target": {"$ref": "#/$defs/Target"}},
+            "required": ["mode"],
+            "$defs": {"Target": {"type": "object", "properties": {"id": {"type": "string"}}}}}),
+        "conditional" => json!({"type": "object", "properties": {
+                "kind": {"type": "string"}, "size": {"type": "integer"}},
+            "if": {"properties": {"kind": {"const": "big"}}}, "then": {"required": ["size"]}}),
+        "bare" => json!({"type": "object"}),
+        _ => return None,
+    };
+    Some(("A tool with a schema providers take only in part", schema))
 }
 
 /// The text of the `latin1` tool, byte for byte (case C36): Latin-1 `é` and CP949 bytes.
@@ -953,6 +1004,9 @@ impl Server {
                         id,
                         text_result(&format!("ran: {}", text_arg("command")), false),
                     ),
+                    other if odd_schema(other).is_some() => {
+                        ok(id, text_result(&format!("{other} {args}"), false))
+                    }
                     _ => ok(id, text_result(&text_arg("text"), false)),
                 }
             }
