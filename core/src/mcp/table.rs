@@ -1,268 +1,32 @@
-//! The MCP client sub-machine (SPEC M1–M9, T6, H4): the [`ServerTable`] owns one [`Server`]
-//! per `mcpServers` entry of each session — its process generations, handshake, paginated
-//! `tools/list`, the requests in flight (each with one deadline in the [`TimerTable`]),
-//! server→client traffic, death, lazy restarts and process-group kills.
-//!
-//! It never sees a turn or a hook round: a request carries a [`Purpose`] naming who waits for
-//! it, and replies, failures and settled start-ups come back to the agent as [`McpEvent`]s, in
-//! the order they happened, for the agent to route.
+//! The server table (SPEC M1–M9, H4, A2): one [`Server`] per `mcpServers` entry of each
+//! session. A server is an MCP session ([`McpSession`]) over a transport ([`StdioTransport`])
+//! with a [`Catalogue`] of what it offers; the table routes each input to the part it
+//! concerns, and owns what spans generations: which session a server serves, its death and
+//! M9 restart accounting, and the H4 count of consecutive hook timeouts.
 
+use super::catalogue::{self, Catalogue, Owner, ToolRoute};
+use super::session::{McpSession, SessionEvent, SessionState};
+use super::stdio::{Process, STDOUT_CLOSED_GRACE_MS, StdioTransport};
+use super::{Expired, HookTarget, ListLost, McpEvent, McpRequest, Purpose, StartState, failed};
 use crate::acp::McpServerEntry;
 use crate::config::{HookAllowlist, LogLevel};
-use crate::ids::{
-    HookRoundId, McpRequestId, ProcKey, ServerSlot, SessionId, ToolCallIndex, TurnNo,
-};
+use crate::ids::{McpRequestId, ProcKey, ServerSlot, SessionId};
 use crate::io::{Action, Signal, SpawnSpec};
-use crate::jsonrpc::{self, LineBuffer, LineEvent, RpcError, RpcId};
+use crate::jsonrpc::{self, LineEvent};
 use crate::llm::ToolDef;
 use crate::outbox::Outbox;
 use crate::time::MonoTime;
 use crate::timers::{ServerTimer, Timer, TimerTable};
 use crate::tools;
-use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// MCP protocol version we request (SPEC M2).
-pub const MCP_PROTOCOL_VERSION: &str = "2025-11-25";
-/// Server protocol versions we accept in the `initialize` answer (SPEC M2).
-pub const ACCEPTED_MCP_VERSIONS: [&str; 4] =
-    ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
-/// An MCP stdout line over this kills the server (SPEC T6), in bytes.
-pub(crate) const MAX_MCP_LINE_BYTES: usize = 16 * 1024 * 1024;
-/// Stderr lines kept for error messages (SPEC M1).
-const STDERR_TAIL_LINES: usize = 20;
-/// Grace between SIGTERM and SIGKILL of a process group (SPEC M8), in ms.
-pub(crate) const KILL_GRACE_MS: u64 = 2000;
-/// How long a server whose stdout closed may take to exit before it is declared dead, in ms.
-const STDOUT_CLOSED_GRACE_MS: u64 = 500;
-/// `tools/list` pages followed at most (SPEC M2).
-const MAX_LIST_PAGES: u32 = 100;
 /// M9: restart backoff base and cap, in ms (0.5 s · 2^(n−1), cap 30 s).
 const RESTART_BASE_MS: u64 = 500;
 const RESTART_CAP_MS: u64 = 30_000;
 /// M9: failed restarts, or deaths without a successful call, before a server is permanently dead.
 const MAX_FAILED_RESTARTS: u32 = 3;
 const MAX_DEATHS: u32 = 3;
-/// Non-JSON-RPC stdout lines of one process logged at warn; later ones at debug (SPEC T6).
-const BAD_LINES_AT_WARN: u32 = 100;
-
-/// A tool a server offers (hooks excluded), SPEC M3.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct McpTool {
-    /// The name the server knows.
-    pub(crate) bare: String,
-    /// The provider-safe qualified name the model sees (SPEC M3).
-    pub(crate) exposed: String,
-    pub(crate) description: String,
-    pub(crate) schema: Value,
-    /// The ACP title of its calls (SPEC A6, case C53).
-    pub(crate) title: String,
-    /// The ACP kind of its calls, from its annotations (SPEC A6, case C53).
-    pub(crate) kind: &'static str,
-}
-
-/// Where a tool name the model may call leads (SPEC M3, L2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ToolRoute {
-    /// The server that offers it.
-    pub(crate) server: ServerSlot,
-    /// The name the server knows.
-    pub(crate) bare: String,
-    /// `<prefix>__<tool>` (the server's tool prefix, SPEC M3, A2), the key of remembered
-    /// permission answers and `BUZZ_AGENT_REPLY_TOOLS`.
-    pub(crate) qualified: String,
-    /// The ACP title of a call (SPEC A6).
-    pub(crate) title: String,
-    /// The ACP kind of a call (SPEC A6).
-    pub(crate) kind: &'static str,
-}
-
-/// The process of a dead server's current generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Process {
-    /// `SpawnMcp` failed or was never answered: there is no process.
-    NotSpawned,
-    /// The leader runs (it may be exiting after a signal).
-    Running,
-    /// The leader exited and was reaped (its group may still hold grandchildren).
-    Exited,
-}
-
-/// Lifecycle of one server (SPEC M1, M2, M7, M9).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ServerState {
-    /// `SpawnMcp` sent, waiting for `McpSpawned`. `restart`: this is an M9 restart.
-    Spawning { restart: bool },
-    /// `initialize` sent.
-    Initializing { restart: bool },
-    /// Handshake done, `tools/list` pages in flight.
-    Listing { restart: bool },
-    /// Serving calls.
-    Ready,
-    /// Exited, killed, stopped or failed to start.
-    Dead {
-        /// Names the cause and the stderr tail (the text callers and the log see).
-        reason: String,
-        /// What became of the current generation's process.
-        process: Process,
-        /// M9: when a lazy restart is allowed; `None` for a server that never served, was
-        /// stopped, or is permanently dead (its tools then leave the model's list).
-        restart_at: Option<MonoTime>,
-    },
-}
-
-/// Who waits for a `tools/call` of the model: the call at `index` of `turn` in `session`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ToolCallRef {
-    pub(crate) session: SessionId,
-    pub(crate) turn: TurnNo,
-    pub(crate) index: ToolCallIndex,
-}
-
-/// Who waits for a hook call: the call at `index` (registration order) of `round` in `session`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HookCallRef {
-    pub(crate) session: SessionId,
-    pub(crate) round: HookRoundId,
-    pub(crate) index: usize,
-}
-
-/// Who waits for an `interceptor/invoke` (SPEC X1): invocation `invocation` of the chain of
-/// the tool call at `index` of `turn` in `session`, on its request (`response: false`) or
-/// response phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct InterceptRef {
-    pub(crate) session: SessionId,
-    pub(crate) turn: TurnNo,
-    pub(crate) index: ToolCallIndex,
-    pub(crate) response: bool,
-    pub(crate) invocation: u32,
-}
-
-/// What a request to a server is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Purpose {
-    /// The `initialize` request (SPEC M2).
-    Initialize,
-    /// A page of `tools/list` (SPEC M2).
-    ListTools,
-    /// A model tool call (SPEC L2).
-    Tool(ToolCallRef),
-    /// A hook call of a hook round (SPEC H3).
-    Hook(HookCallRef),
-    /// A page of `interceptors/list` while `session` opens (SPEC X1).
-    ListInterceptors(SessionId),
-    /// An `interceptor/invoke` of a tool call's chain (SPEC X1).
-    Intercept(InterceptRef),
-}
-
-/// A request to send to a server.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct McpRequest<'a> {
-    /// The JSON-RPC method.
-    pub(crate) method: &'a str,
-    /// Its params.
-    pub(crate) params: &'a Value,
-    /// Who waits for the reply.
-    pub(crate) purpose: Purpose,
-    /// Its deadline from now, in ms.
-    pub(crate) timeout_ms: u64,
-}
-
-/// What the agent must route after a table step, in order.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum McpEvent {
-    /// A model tool call was answered (`result` or JSON-RPC error).
-    ToolReply {
-        call: ToolCallRef,
-        reply: Result<Value, RpcError>,
-    },
-    /// A model tool call ended without an answer (its server died); `reason` is the text the
-    /// model sees.
-    ToolFailed { call: ToolCallRef, reason: String },
-    /// A hook call was answered.
-    HookReply {
-        call: HookCallRef,
-        reply: Result<Value, RpcError>,
-    },
-    /// A hook call's server died before it answered (fail-open, SPEC H4, I4).
-    HookDead { call: HookCallRef },
-    /// `notifications/progress` for a request of `server` (SPEC A6, case C59): the
-    /// `progressToken` as sent and the progress text to show.
-    Progress {
-        server: ServerSlot,
-        token: Value,
-        text: String,
-    },
-    /// A page of `interceptors/list` of `server` was answered, or (`Err`) its server died
-    /// first (SPEC X1).
-    InterceptorList {
-        session: SessionId,
-        server: ServerSlot,
-        reply: Result<Value, ListLost>,
-    },
-    /// An `interceptor/invoke` was answered (`result` or JSON-RPC error).
-    InterceptReply {
-        call: InterceptRef,
-        reply: Result<Value, RpcError>,
-    },
-    /// An `interceptor/invoke`'s server died before it answered; `reason` says how.
-    InterceptLost { call: InterceptRef, reason: String },
-    /// A server of `session` became ready or failed before ever serving: `session/new` may be
-    /// answered now (SPEC A2).
-    StartSettled { session: SessionId },
-    /// The server's tool list changed while it was being listed: list it again, after the
-    /// events before this one were routed.
-    Relist { server: ServerSlot },
-}
-
-/// Why an `interceptors/list` got no answer: a JSON-RPC error, or the server died (the text).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ListLost {
-    /// The server answered with a JSON-RPC error.
-    Error(RpcError),
-    /// The server died (or the request timed out); the text says how.
-    Lost(String),
-}
-
-/// Why a request of a server timed out, for the agent to act on (see [`ServerTable::expire`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Expired {
-    /// A handshake step: already handled by the table (the events say what followed).
-    Handshake,
-    /// A model tool call (SPEC M5): the agent fails the call, then kills the server.
-    Tool(ToolCallRef),
-    /// A hook call (SPEC H4): the agent counts the timeout at the table, then decides the call.
-    Hook(HookCallRef),
-    /// An `interceptors/list` page (SPEC X1): the agent counts the timeout as for a hook (H4)
-    /// and the session's opening records the failure.
-    ListInterceptors(SessionId),
-    /// An `interceptor/invoke` (SPEC X1): counted as for a hook (H4), then its chain learns.
-    Intercept(InterceptRef),
-}
-
-/// Whether the servers of a starting session are all up (SPEC A2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StartState {
-    /// Some handshake is still running.
-    Waiting,
-    /// Every server is ready.
-    Ready,
-    /// A server died before it ever served; the reason names it.
-    Failed(String),
-}
-
-/// A server a hook round calls (SPEC H3).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HookTarget {
-    pub(crate) slot: ServerSlot,
-    /// The name the client gave (logs).
-    pub(crate) name: String,
-    /// Its tool prefix (the model-visible injection's tool name, SPEC H6).
-    pub(crate) prefix: String,
-    /// Whether it is ready to be called now.
-    pub(crate) ready: bool,
-}
 
 /// One MCP server (one `mcpServers` entry of one session).
 #[derive(Debug)]
@@ -274,114 +38,65 @@ pub(crate) struct Server {
     /// The prefix of its tool names (SPEC M3, A2: the name itself when it is a valid server
     /// name, else a safe stand-in).
     prefix: String,
-    /// The "hooks are off for this server" warning was logged (case C56: once per session).
-    warned_hooks_off: bool,
-    spec: SpawnSpec,
-    /// The current generation's process.
-    proc: ProcKey,
-    state: ServerState,
-    buf: LineBuffer,
-    /// Requests in flight; each has exactly one `Timer::Server(slot, Request(id))`.
-    pending: BTreeMap<McpRequestId, Purpose>,
-    next_id: u64,
-    tools: Vec<McpTool>,
-    /// Hook names (bare, starting with `_`) the server exposes (SPEC H1).
-    hooks: BTreeSet<String>,
-    /// Tools collected from the `tools/list` pages in flight.
-    list_acc: Vec<Value>,
-    list_cursors: BTreeSet<String>,
+    /// The child process that carries the session.
+    transport: StdioTransport,
+    /// The MCP session of the current generation; closed while the server is dead.
+    mcp: McpSession,
+    /// Its tools and hooks from the last complete `tools/list`.
+    catalogue: Catalogue,
+    /// M9, while the session is closed: when a lazy restart is allowed; `None` for a server
+    /// that never served, was stopped, or is permanently dead (its tools then leave the
+    /// model's list).
+    restart_at: Option<MonoTime>,
+    /// The current generation is an M9 restart that is not ready yet.
+    restarting: bool,
     /// Whether a `tools/list` ever completed (the server served at least once).
     listed_once: bool,
-    relist_wanted: bool,
-    stderr_tail: VecDeque<String>,
     /// Consecutive hook timeouts (SPEC H4, DESIGN I5).
     consecutive_hook_timeouts: u32,
     /// M9: failed restarts in a row.
     failed_restarts: u32,
     /// M9: deaths without one successful tool call in between.
     deaths: u32,
-    bad_lines: u32,
-    /// Its stdin was closed by the agent's shutdown (SPEC P1, M8).
-    shut_down: bool,
 }
 
 impl Server {
-    /// The lifecycle state.
+    /// The session's lifecycle state.
     #[cfg(test)]
-    fn state(&self) -> &ServerState {
-        &self.state
+    fn state(&self) -> &SessionState {
+        self.mcp.state()
     }
 
     /// Ready to serve calls.
     pub(crate) fn is_ready(&self) -> bool {
-        self.state == ServerState::Ready
+        self.mcp.is_ready()
     }
 
     fn is_dead(&self) -> bool {
-        matches!(self.state, ServerState::Dead { .. })
-    }
-
-    /// Whether the current generation's leader runs (spawned, not yet reaped).
-    fn leader_alive(&self) -> bool {
-        match self.state {
-            ServerState::Spawning { .. } => false,
-            ServerState::Initializing { .. } | ServerState::Listing { .. } | ServerState::Ready => {
-                true
-            }
-            ServerState::Dead { process, .. } => process == Process::Running,
-        }
-    }
-
-    /// Whether some generation of this server was spawned, so a process group may exist.
-    /// Restarts only follow a server that served, so every generation after the first had a
-    /// spawned predecessor.
-    fn ever_spawned(&self) -> bool {
-        self.proc.generation > 0
-            || match self.state {
-                ServerState::Spawning { .. } => false,
-                ServerState::Initializing { .. }
-                | ServerState::Listing { .. }
-                | ServerState::Ready => true,
-                ServerState::Dead { process, .. } => process != Process::NotSpawned,
-            }
+        self.mcp.is_closed()
     }
 
     /// Whether the model may see its tools (SPEC M9: a recovering server keeps them listed; a
     /// permanently dead or stopped one loses them).
     fn offers_tools(&self) -> bool {
-        !self.tools.is_empty()
-            && !matches!(
-                self.state,
-                ServerState::Dead {
-                    restart_at: None,
-                    ..
-                }
-            )
+        let permanently_dead = self.is_dead() && self.restart_at.is_none();
+        self.catalogue.has_tools() && !permanently_dead
     }
 
     /// The start failure reason, if the server died before becoming ready the first time.
     fn start_failure(&self) -> Option<&str> {
-        match &self.state {
-            ServerState::Dead { reason, .. } if !self.listed_once => Some(reason),
-            ServerState::Spawning { .. }
-            | ServerState::Initializing { .. }
-            | ServerState::Listing { .. }
-            | ServerState::Ready
-            | ServerState::Dead { .. } => None,
+        match self.mcp.state() {
+            SessionState::Closed { reason } if !self.listed_once => Some(reason),
+            SessionState::Connecting
+            | SessionState::Initializing
+            | SessionState::Listing
+            | SessionState::Ready
+            | SessionState::Closed { .. } => None,
         }
     }
 
-    /// The last stderr lines, joined, for error messages (SPEC M1, A2).
-    fn stderr_tail(&self) -> String {
-        self.stderr_tail
-            .iter()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
     fn describe_death(&self, cause: &str) -> String {
-        let tail = self.stderr_tail();
+        let tail = self.transport.stderr_tail();
         if tail.is_empty() {
             format!("MCP server '{}' {cause}", self.name)
         } else {
@@ -389,65 +104,25 @@ impl Server {
         }
     }
 
-    /// The one transition into `Dead` (SPEC M7): the requests in flight are taken (and their
-    /// deadlines cleared) for the caller to fail; an already dead server keeps its reason.
+    /// Hands the frames the session queued to the transport, in order.
+    fn flush(&mut self, out: &mut Outbox) {
+        while let Some(frame) = self.mcp.poll_outgoing() {
+            self.transport.send(frame, out);
+        }
+    }
+
+    /// The one transition into death (SPEC M7): the session closes, the requests in flight
+    /// are taken (and their deadlines cleared) for the caller to fail; an already dead server
+    /// keeps its reason.
     fn enter_dead(
         &mut self,
         reason: String,
         restart_at: Option<MonoTime>,
         timers: &mut TimerTable,
     ) -> Vec<Purpose> {
-        let process = match &self.state {
-            ServerState::Dead { process, .. } => *process,
-            ServerState::Spawning { .. } => Process::NotSpawned,
-            ServerState::Initializing { .. } | ServerState::Listing { .. } | ServerState::Ready => {
-                Process::Running
-            }
-        };
-        let reason = match std::mem::replace(&mut self.state, ServerState::Ready) {
-            ServerState::Dead { reason: old, .. } => old,
-            ServerState::Spawning { .. }
-            | ServerState::Initializing { .. }
-            | ServerState::Listing { .. }
-            | ServerState::Ready => reason,
-        };
-        self.state = ServerState::Dead {
-            reason,
-            process,
-            restart_at,
-        };
+        self.restart_at = restart_at;
         timers.clear(Timer::Server(self.slot, ServerTimer::StdoutClosed));
-        self.take_pending(timers)
-    }
-
-    /// Every request in flight, removed with its deadline, in id order.
-    fn take_pending(&mut self, timers: &mut TimerTable) -> Vec<Purpose> {
-        let pending = std::mem::take(&mut self.pending);
-        pending
-            .into_iter()
-            .map(|(id, purpose)| {
-                timers.clear(Timer::Server(self.slot, ServerTimer::Request(id)));
-                purpose
-            })
-            .collect()
-    }
-
-    /// Removes one request in flight and its deadline.
-    fn remove_pending(&mut self, id: McpRequestId, timers: &mut TimerTable) -> Option<Purpose> {
-        timers.clear(Timer::Server(self.slot, ServerTimer::Request(id)));
-        self.pending.remove(&id)
-    }
-
-    /// Asks for the process group of the current generation to go (SPEC M8): close stdin,
-    /// SIGTERM now, SIGKILL after [`KILL_GRACE_MS`].
-    fn terminate_group(&self, out: &mut Outbox, timers: &mut TimerTable) {
-        let proc = self.proc;
-        timers.set(Timer::kill(proc), out.now().plus_ms(KILL_GRACE_MS));
-        out.push(Action::CloseMcpStdin { proc });
-        out.push(Action::SignalProcessGroup {
-            proc,
-            signal: Signal::Term,
-        });
+        self.mcp.close(reason, timers)
     }
 }
 
@@ -519,7 +194,7 @@ impl ServerTable {
     fn current(&self, proc: ProcKey) -> Option<ServerSlot> {
         self.servers
             .get(&proc.server)
-            .filter(|s| s.proc == proc)
+            .filter(|s| s.transport.proc() == proc)
             .map(|_| proc.server)
     }
 
@@ -551,28 +226,15 @@ impl ServerTable {
                 session,
                 name: entry.name.clone(),
                 prefix: tools::server_prefix(&entry.name),
-                warned_hooks_off: false,
-                spec,
-                proc: ProcKey {
-                    server: slot,
-                    generation: 0,
-                },
-                state: ServerState::Spawning { restart: false },
-                buf: LineBuffer::new(MAX_MCP_LINE_BYTES),
-                pending: BTreeMap::new(),
-                next_id: 1,
-                tools: Vec::new(),
-                hooks: BTreeSet::new(),
-                list_acc: Vec::new(),
-                list_cursors: BTreeSet::new(),
+                transport: StdioTransport::new(slot, spec),
+                mcp: McpSession::new(slot, &entry.name, self.init_timeout_ms),
+                catalogue: Catalogue::default(),
+                restart_at: None,
+                restarting: false,
                 listed_once: false,
-                relist_wanted: false,
-                stderr_tail: VecDeque::new(),
                 consecutive_hook_timeouts: 0,
                 failed_restarts: 0,
                 deaths: 0,
-                bad_lines: 0,
-                shut_down: false,
             },
         );
         slot
@@ -580,25 +242,9 @@ impl ServerTable {
 
     /// Asks the runtime to spawn the server's current generation (SPEC M1).
     pub(crate) fn spawn(&mut self, slot: ServerSlot, out: &mut Outbox) {
-        let Some(s) = self.servers.get_mut(&slot) else {
-            return;
-        };
-        let restart = match s.state {
-            ServerState::Spawning { restart }
-            | ServerState::Initializing { restart }
-            | ServerState::Listing { restart } => restart,
-            ServerState::Ready | ServerState::Dead { .. } => false,
-        };
-        s.state = ServerState::Spawning { restart };
-        let (proc, spec) = (s.proc, s.spec.clone());
-        out.log(
-            LogLevel::Info,
-            format!(
-                "mcp '{}': spawning {} {:?} in {}",
-                spec.name, spec.command, spec.args, spec.cwd
-            ),
-        );
-        out.push(Action::SpawnMcp { proc, spec });
+        if let Some(s) = self.servers.get(&slot) {
+            s.transport.spawn(out);
+        }
     }
 
     /// M9 lazy restart: respawns every dead server of `session` that may restart, whose
@@ -615,14 +261,9 @@ impl ServerTable {
             .values()
             .filter(|s| {
                 s.session == session
-                    && matches!(
-                        s.state,
-                        ServerState::Dead {
-                            process: Process::NotSpawned | Process::Exited,
-                            restart_at: Some(t),
-                            ..
-                        } if t <= now
-                    )
+                    && s.is_dead()
+                    && matches!(s.transport.process(), Process::NotSpawned | Process::Exited)
+                    && s.restart_at.is_some_and(|t| t <= now)
             })
             .map(|s| s.slot)
             .collect();
@@ -630,17 +271,12 @@ impl ServerTable {
             let Some(s) = self.servers.get_mut(&slot) else {
                 continue;
             };
-            s.proc = ProcKey {
-                server: slot,
-                generation: s.proc.generation + 1,
-            };
-            s.buf = LineBuffer::new(MAX_MCP_LINE_BYTES);
-            s.take_pending(timers);
+            s.transport.next_generation();
+            s.mcp.reopen(timers);
             timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
-            s.state = ServerState::Spawning { restart: true };
-            s.bad_lines = 0;
-            s.list_acc.clear();
-            let msg = format!("mcp '{}': restarting ({})", s.name, s.proc);
+            s.restart_at = None;
+            s.restarting = true;
+            let msg = format!("mcp '{}': restarting ({})", s.name, s.transport.proc());
             out.log(LogLevel::Info, msg);
             self.spawn(slot, out);
         }
@@ -656,26 +292,16 @@ impl ServerTable {
         timers: &mut TimerTable,
     ) -> Option<McpRequestId> {
         let s = self.servers.get_mut(&slot)?;
-        let id = McpRequestId(s.next_id);
-        s.next_id += 1;
-        s.pending.insert(id, request.purpose);
-        timers.set(
-            Timer::Server(slot, ServerTimer::Request(id)),
-            out.now().plus_ms(request.timeout_ms),
+        let id = s.mcp.request(
+            request.method,
+            request.params,
+            request.purpose,
+            request.timeout_ms,
+            out,
+            timers,
         );
-        let line = jsonrpc::encode_request(id.0, request.method, request.params);
-        out.push(Action::WriteMcp { proc: s.proc, line });
+        s.flush(out);
         Some(id)
-    }
-
-    fn send_notification(&self, slot: ServerSlot, method: &str, params: &Value, out: &mut Outbox) {
-        let Some(s) = self.servers.get(&slot) else {
-            return;
-        };
-        out.push(Action::WriteMcp {
-            proc: s.proc,
-            line: jsonrpc::encode_notification(method, params),
-        });
     }
 
     /// Abandons a request with `notifications/cancelled` (SPEC M5, H4, A4); a later reply is
@@ -688,20 +314,16 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) {
-        let alive = match self.servers.get_mut(&slot) {
-            Some(s) => {
-                s.remove_pending(id, timers);
-                s.leader_alive() && !s.is_dead()
-            }
-            None => false,
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
         };
-        if alive {
-            self.send_notification(
-                slot,
+        s.mcp.forget(id, timers);
+        if s.transport.leader_alive() && !s.is_dead() {
+            s.mcp.notify(
                 "notifications/cancelled",
                 &json!({"requestId": id.0, "reason": reason}),
-                out,
             );
+            s.flush(out);
         }
     }
 
@@ -711,39 +333,21 @@ impl ServerTable {
         let Some(slot) = self.current(proc) else {
             return;
         };
-        let timeout = self.init_timeout_ms;
-        let version = self.client_version.clone();
+        let version = &self.client_version;
         let Some(s) = self.servers.get_mut(&slot) else {
             return;
         };
-        let restart = match &mut s.state {
-            ServerState::Dead { process, .. } => {
-                *process = Process::Running;
-                s.terminate_group(out, timers);
-                return;
-            }
-            ServerState::Spawning { restart } => *restart,
-            ServerState::Initializing { .. } | ServerState::Listing { .. } | ServerState::Ready => {
-                return;
-            }
-        };
-        s.state = ServerState::Initializing { restart };
-        let params = json!({
-            "protocolVersion": MCP_PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "buzz-agent", "version": version}
-        });
-        self.send_request(
-            slot,
-            McpRequest {
-                method: "initialize",
-                params: &params,
-                purpose: Purpose::Initialize,
-                timeout_ms: timeout,
-            },
-            out,
-            timers,
-        );
+        if s.is_dead() {
+            s.transport.spawned();
+            s.transport.terminate_group(out, timers);
+            return;
+        }
+        if *s.mcp.state() != SessionState::Connecting {
+            return;
+        }
+        s.transport.spawned();
+        s.mcp.open(version, out, timers);
+        s.flush(out);
     }
 
     /// `Input::McpSpawnFailed` (e.g. ENOENT): the server is dead, no process exists.
@@ -762,7 +366,8 @@ impl ServerTable {
         };
         let reason = format!(
             "MCP server '{}' failed to start: spawning '{}' failed: {error}",
-            s.name, s.spec.command
+            s.name,
+            s.transport.spec().command
         );
         self.died(slot, reason, false, out, timers)
     }
@@ -778,11 +383,8 @@ impl ServerTable {
         } else {
             line
         };
-        if s.proc == proc {
-            if s.stderr_tail.len() == STDERR_TAIL_LINES {
-                s.stderr_tail.pop_front();
-            }
-            s.stderr_tail.push_back(line.clone());
+        if s.transport.proc() == proc {
+            s.transport.keep_stderr(&line);
         }
         out.log(LogLevel::Info, format!("[mcp:{}] {line}", s.name));
     }
@@ -802,30 +404,24 @@ impl ServerTable {
             return Vec::new();
         };
         timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
-        let reason = match &mut s.state {
-            ServerState::Dead { process, .. } => {
-                if *process == Process::Running {
-                    *process = Process::Exited;
-                }
+        let reason = match s.mcp.state() {
+            SessionState::Closed { .. } => {
+                s.transport.exited();
                 out.log(
                     LogLevel::Debug,
                     format!("mcp '{}': process reaped ({status})", s.name),
                 );
                 return Vec::new();
             }
-            ServerState::Ready => s.describe_death(&format!("exited ({status})")),
-            ServerState::Spawning { .. }
-            | ServerState::Initializing { .. }
-            | ServerState::Listing { .. } => s.describe_death(&format!(
-                "failed to start: exited ({status}) during the handshake"
-            )),
+            SessionState::Ready => s.describe_death(&format!("exited ({status})")),
+            SessionState::Connecting | SessionState::Initializing | SessionState::Listing => s
+                .describe_death(&format!(
+                    "failed to start: exited ({status}) during the handshake"
+                )),
         };
         let events = self.died(slot, reason, true, out, timers);
-        if let Some(ServerState::Dead { process, .. }) =
-            self.servers.get_mut(&slot).map(|s| &mut s.state)
-            && *process == Process::Running
-        {
-            *process = Process::Exited;
+        if let Some(s) = self.servers.get_mut(&slot) {
+            s.transport.exited();
         }
         events
     }
@@ -844,7 +440,7 @@ impl ServerTable {
         if self
             .servers
             .get(&slot)
-            .is_some_and(|s| s.leader_alive() && !s.is_dead())
+            .is_some_and(|s| s.transport.leader_alive() && !s.is_dead())
         {
             timers.set(
                 Timer::Server(slot, ServerTimer::StdoutClosed),
@@ -870,7 +466,7 @@ impl ServerTable {
         if s.is_dead() {
             return Vec::new();
         }
-        if s.leader_alive() {
+        if s.transport.leader_alive() {
             let closed = Timer::Server(slot, ServerTimer::StdoutClosed);
             if !timers.contains(closed) {
                 timers.set(closed, out.now().plus_ms(STDOUT_CLOSED_GRACE_MS));
@@ -900,18 +496,12 @@ impl ServerTable {
             return Vec::new();
         }
         let listed_before = s.listed_once;
-        let restarting = match s.state {
-            ServerState::Spawning { restart }
-            | ServerState::Initializing { restart }
-            | ServerState::Listing { restart } => restart,
-            ServerState::Ready | ServerState::Dead { .. } => false,
-        };
         // M9 accounting: a server that was serving may be restarted lazily, with a backoff.
         let mut permanent_now = false;
         let mut restart_at = None;
         if listed_before {
             s.deaths += 1;
-            if restarting {
+            if s.restarting {
                 s.failed_restarts += 1;
             }
             if s.failed_restarts >= MAX_FAILED_RESTARTS || s.deaths >= MAX_DEATHS {
@@ -921,10 +511,11 @@ impl ServerTable {
                 restart_at = Some(now.plus_ms(backoff));
             }
         }
-        let spawned = s.ever_spawned();
+        s.restarting = false;
+        let spawned = s.transport.ever_spawned();
         let pending = s.enter_dead(reason.clone(), restart_at, timers);
         if kill_group && spawned {
-            s.terminate_group(out, timers);
+            s.transport.terminate_group(out, timers);
         }
         out.log(LogLevel::Warn, reason.clone());
         if permanent_now {
@@ -971,8 +562,8 @@ impl ServerTable {
         };
         let reason = format!("MCP server '{}' stopped: {why}", s.name);
         s.enter_dead(reason, None, timers);
-        if s.ever_spawned() && !timers.contains(Timer::kill(s.proc)) {
-            s.terminate_group(out, timers);
+        if s.transport.ever_spawned() && !timers.contains(Timer::kill(s.transport.proc())) {
+            s.transport.terminate_group(out, timers);
         }
     }
 
@@ -986,36 +577,25 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) {
-        for s in self.servers.values() {
-            if s.ever_spawned() && !keep.contains(&s.slot) && !s.shut_down {
-                out.push(Action::CloseMcpStdin { proc: s.proc });
-            }
-        }
         for s in self.servers.values_mut() {
-            if keep.contains(&s.slot) || s.shut_down {
+            if keep.contains(&s.slot) || s.transport.is_shut_down() {
                 continue;
             }
-            s.shut_down = true;
+            s.transport.shut_down(out);
             let reason = format!("MCP server '{}' stopped: agent shutting down", s.name);
-            let restart_at = match &s.state {
-                ServerState::Dead { restart_at, .. } => *restart_at,
-                ServerState::Spawning { .. }
-                | ServerState::Initializing { .. }
-                | ServerState::Listing { .. }
-                | ServerState::Ready => None,
-            };
+            let restart_at = if s.is_dead() { s.restart_at } else { None };
             s.enter_dead(reason, restart_at, timers);
         }
     }
 
     /// Whether any server's current leader still runs.
     pub(crate) fn any_leader_alive(&self) -> bool {
-        self.servers.values().any(Server::leader_alive)
+        self.servers.values().any(|s| s.transport.leader_alive())
     }
 
     /// Whether any server was ever spawned (so there may be process groups to sweep).
     pub(crate) fn any_spawned(&self) -> bool {
-        self.servers.values().any(Server::ever_spawned)
+        self.servers.values().any(|s| s.transport.ever_spawned())
     }
 
     /// Every process generation that may still have a live group (for shutdown sweeps): those
@@ -1024,8 +604,9 @@ impl ServerTable {
         let mut procs = Vec::new();
         for s in self.servers.values() {
             let mut v = timers.pending_kills(s.slot);
-            if s.ever_spawned() && !v.contains(&s.proc) {
-                v.push(s.proc);
+            let proc = s.transport.proc();
+            if s.transport.ever_spawned() && !v.contains(&proc) {
+                v.push(proc);
             }
             procs.extend(v);
         }
@@ -1056,53 +637,28 @@ impl ServerTable {
     /// text after "the call was not run"; `None` when it is ready.
     pub(crate) fn unavailable(&self, slot: ServerSlot) -> Option<String> {
         let s = self.servers.get(&slot)?;
-        match &s.state {
-            ServerState::Dead { reason, .. } => Some(reason.clone()),
-            ServerState::Ready => None,
-            ServerState::Spawning { .. }
-            | ServerState::Initializing { .. }
-            | ServerState::Listing { .. } => Some(format!("server '{}' is not ready", s.name)),
+        match s.mcp.state() {
+            SessionState::Closed { reason } => Some(reason.clone()),
+            SessionState::Ready => None,
+            SessionState::Connecting | SessionState::Initializing | SessionState::Listing => {
+                Some(format!("server '{}' is not ready", s.name))
+            }
         }
     }
 
     /// The tools the model may call now: every offering server's non-hook tools, in
-    /// registration order (`slots`), the first of equal exposed names winning (SPEC M3, M4,
-    /// M9, I10).
+    /// registration order (`slots`), merged by the catalogue's rules (SPEC M3, M4, M9, I10).
     pub(crate) fn visible_tools(
         &self,
         slots: &[ServerSlot],
     ) -> (Vec<ToolDef>, BTreeMap<String, ToolRoute>) {
-        let mut defs = Vec::new();
-        let mut routes = BTreeMap::new();
-        for slot in slots {
-            let Some(s) = self.servers.get(slot) else {
-                continue;
-            };
-            if !s.offers_tools() {
-                continue;
-            }
-            for t in &s.tools {
-                if routes.contains_key(&t.exposed) {
-                    continue;
-                }
-                defs.push(ToolDef {
-                    name: t.exposed.clone(),
-                    description: t.description.clone(),
-                    input_schema: t.schema.clone(),
-                });
-                routes.insert(
-                    t.exposed.clone(),
-                    ToolRoute {
-                        server: *slot,
-                        bare: t.bare.clone(),
-                        qualified: format!("{}{}{}", s.prefix, tools::QUALIFIER, t.bare),
-                        title: t.title.clone(),
-                        kind: t.kind,
-                    },
-                );
-            }
-        }
-        (defs, routes)
+        catalogue::visible_tools(
+            slots
+                .iter()
+                .filter_map(|slot| self.servers.get(slot))
+                .filter(|s| s.offers_tools())
+                .map(|s| (s.slot, s.prefix.as_str(), &s.catalogue)),
+        )
     }
 
     /// The servers among `slots` (registration order) that expose `hook` and are allowlisted
@@ -1116,7 +672,7 @@ impl ServerTable {
         slots
             .iter()
             .filter_map(|slot| self.servers.get(slot).map(|s| (slot, s)))
-            .filter(|(_, s)| allowlist.allows(&s.name) && s.hooks.contains(hook))
+            .filter(|(_, s)| allowlist.allows(&s.name) && s.catalogue.has_hook(hook))
             .map(|(slot, s)| HookTarget {
                 slot: *slot,
                 name: s.name.clone(),
@@ -1197,12 +753,12 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Option<(Expired, Vec<McpEvent>)> {
-        let purpose = *self.servers.get(&slot)?.pending.get(&id)?;
+        let purpose = self.servers.get(&slot)?.mcp.purpose(id)?;
         match purpose {
             Purpose::Initialize | Purpose::ListTools => {
                 let secs = self.init_timeout_ms / 1000;
                 let s = self.servers.get_mut(&slot)?;
-                s.remove_pending(id, timers);
+                s.mcp.forget(id, timers);
                 if s.is_ready() {
                     let name = s.name.clone();
                     out.log(
@@ -1255,9 +811,7 @@ impl ServerTable {
     ) -> Option<(ServerSlot, Vec<LineEvent>)> {
         let slot = self.current(proc)?;
         let s = self.servers.get_mut(&slot)?;
-        let mut events = Vec::new();
-        s.buf.push(bytes, &mut events);
-        Some((slot, events))
+        Some((slot, s.transport.split(bytes)))
     }
 
     /// Whether the server in `slot` is dead (or gone).
@@ -1285,221 +839,119 @@ impl ServerTable {
                 );
             }
         };
-        let name = self.name(slot);
         match jsonrpc::parse_message(&line) {
-            Ok(jsonrpc::Message::Response { id, outcome }) => {
-                self.on_response(slot, &id, outcome, out, timers)
-            }
-            Ok(jsonrpc::Message::Request { id, method, .. }) => {
-                self.on_server_request(slot, &id, &method, out);
-                Vec::new()
-            }
-            Ok(jsonrpc::Message::Notification { method, params }) => {
-                self.on_notification(slot, &method, &params, out, timers)
-            }
+            Ok(message) => self.on_message(slot, message, out, timers),
             Err(jsonrpc::ParseError::NotJson) | Err(jsonrpc::ParseError::Invalid { .. }) => {
-                // T6: logged at warn (cut to 200 bytes), never answered.
-                let n = self.servers.get_mut(&slot).map(|s| {
-                    s.bad_lines += 1;
-                    s.bad_lines
-                });
-                let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-                let level = if n.unwrap_or(0) <= BAD_LINES_AT_WARN {
-                    LogLevel::Warn
-                } else {
-                    LogLevel::Debug
+                let Some(s) = self.servers.get_mut(&slot) else {
+                    return Vec::new();
                 };
+                // T6: logged at warn (cut to 200 bytes), never answered.
+                let level = s.transport.bad_line();
+                let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
                 out.log(
                     level,
-                    format!("mcp '{name}': ignoring non-JSON-RPC stdout line: {shown:?}"),
+                    format!(
+                        "mcp '{}': ignoring non-JSON-RPC stdout line: {shown:?}",
+                        s.name
+                    ),
                 );
                 Vec::new()
             }
         }
     }
 
-    fn on_server_request(&self, slot: ServerSlot, id: &RpcId, method: &str, out: &mut Outbox) {
-        let Some(s) = self.servers.get(&slot) else {
-            return;
-        };
-        let line = if method == "ping" {
-            jsonrpc::encode_result(id, &json!({}))
-        } else {
-            let err = RpcError {
-                code: jsonrpc::RpcError::METHOD_NOT_FOUND,
-                message: format!("Method not found: {method}"),
-                data: None,
-            };
-            jsonrpc::encode_error(Some(id), &err)
-        };
-        out.push(Action::WriteMcp { proc: s.proc, line });
-    }
-
-    fn on_notification(
+    /// One JSON-RPC message of `slot`'s session, whatever carried it: the session handles it,
+    /// its answers go out, and what it reports becomes the table's events (SPEC M2, M5, M6, H4).
+    fn on_message(
         &mut self,
         slot: ServerSlot,
-        method: &str,
-        params: &Value,
+        message: jsonrpc::Message,
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
-        let name = self.name(slot);
-        match method {
-            "notifications/progress" => {
-                // C59: progress of a tool call; the batch matches the token to its call.
-                if let Some(token) = params.get("progressToken").filter(|t| !t.is_null()) {
-                    return vec![McpEvent::Progress {
-                        server: slot,
-                        token: token.clone(),
-                        text: progress_text(params),
-                    }];
-                }
-                out.log(
-                    LogLevel::Debug,
-                    format!("mcp '{name}': progress without a progressToken ignored"),
-                );
-            }
-            "notifications/tools/list_changed" => {
-                let ready = self.servers.get(&slot).is_some_and(Server::is_ready);
-                if let Some(s) = self.servers.get_mut(&slot) {
-                    s.relist_wanted = true;
-                }
-                if ready {
-                    self.start_listing(slot, out, timers);
-                }
-            }
-            "notifications/message" => {
-                let level = match params
-                    .get("level")
-                    .and_then(Value::as_str)
-                    .unwrap_or("info")
-                {
-                    "debug" => LogLevel::Debug,
-                    "info" | "notice" => LogLevel::Info,
-                    "warning" => LogLevel::Warn,
-                    _ => LogLevel::Error,
-                };
-                let data = params
-                    .get("data")
-                    .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string));
-                // A server's log text is capped like its stderr lines (P2).
-                let text = crate::io::cap_stderr_line(
-                    &data.unwrap_or_default(),
-                    crate::io::MAX_STDERR_LINE_BYTES,
-                );
-                out.log(level, format!("[mcp:{name}] {text}"));
-            }
-            other => out.log(
-                LogLevel::Debug,
-                format!("mcp '{name}': ignoring notification {other}"),
-            ),
-        }
-        Vec::new()
-    }
-
-    fn on_response(
-        &mut self,
-        slot: ServerSlot,
-        id: &Value,
-        outcome: Result<Value, RpcError>,
-        out: &mut Outbox,
-        timers: &mut TimerTable,
-    ) -> Vec<McpEvent> {
-        let name = self.name(slot);
-        let Some(our) = jsonrpc::match_our_id(id) else {
-            match &outcome {
-                Err(e) => out.log(
-                    LogLevel::Warn,
-                    format!(
-                        "mcp '{name}': error without request id: {} {}",
-                        e.code, e.message
-                    ),
-                ),
-                Ok(_) => out.log(
-                    LogLevel::Debug,
-                    format!("mcp '{name}': response with foreign id {id}; dropped"),
-                ),
-            }
-            return Vec::new();
-        };
         let Some(s) = self.servers.get_mut(&slot) else {
             return Vec::new();
         };
-        let Some(purpose) = s.remove_pending(McpRequestId(our), timers) else {
-            out.log(
-                LogLevel::Debug,
-                format!("mcp '{name}': late or unknown response id {our}; dropped"),
-            );
+        let event = s.mcp.on_message(message, out, timers);
+        s.flush(out);
+        let Some(event) = event else {
             return Vec::new();
         };
-        // H4 / I5: any reply resets the consecutive hook-timeout counter.
-        s.consecutive_hook_timeouts = 0;
-        match purpose {
-            Purpose::Initialize => self.on_initialize_reply(slot, outcome, out, timers),
-            Purpose::ListTools => self.on_list_reply(slot, outcome, out, timers),
-            Purpose::Tool(call) => {
-                if outcome.is_ok() {
-                    s.deaths = 0; // M9: a successful call
-                }
-                vec![McpEvent::ToolReply {
-                    call,
-                    reply: outcome,
-                }]
-            }
-            Purpose::Hook(call) => vec![McpEvent::HookReply {
-                call,
-                reply: outcome,
-            }],
-            Purpose::ListInterceptors(session) => vec![McpEvent::InterceptorList {
-                session,
+        match event {
+            SessionEvent::Progress { token, text } => vec![McpEvent::Progress {
                 server: slot,
-                reply: outcome.map_err(ListLost::Error),
+                token,
+                text,
             }],
-            Purpose::Intercept(call) => vec![McpEvent::InterceptReply {
-                call,
-                reply: outcome,
-            }],
-        }
-    }
-
-    fn on_initialize_reply(
-        &mut self,
-        slot: ServerSlot,
-        outcome: Result<Value, RpcError>,
-        out: &mut Outbox,
-        timers: &mut TimerTable,
-    ) -> Vec<McpEvent> {
-        let Some(s) = self.servers.get(&slot) else {
-            return Vec::new();
-        };
-        let result = match outcome {
-            Ok(v) => v,
-            Err(e) => {
-                let reason = s.describe_death(&format!(
-                    "failed to start: initialize was rejected: {} {}",
-                    e.code, e.message
-                ));
-                return self.died(slot, reason, true, out, timers);
+            SessionEvent::HandshakeStep => {
+                // H4 / I5: any reply resets the consecutive hook-timeout counter.
+                s.consecutive_hook_timeouts = 0;
+                Vec::new()
             }
-        };
-        let version = result
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if !ACCEPTED_MCP_VERSIONS.contains(&version) {
-            let reason = s.describe_death(&format!(
-                "failed to start: unsupported MCP protocol version '{version}'"
-            ));
-            return self.died(slot, reason, true, out, timers);
+            SessionEvent::HandshakeFailed { cause, fatal } => {
+                s.consecutive_hook_timeouts = 0;
+                let reason = s.describe_death(&cause);
+                if fatal {
+                    return self.died(slot, reason, true, out, timers);
+                }
+                out.log(LogLevel::Warn, reason);
+                Vec::new()
+            }
+            SessionEvent::Listed {
+                tools,
+                ready_now,
+                relist,
+            } => {
+                s.consecutive_hook_timeouts = 0;
+                if ready_now && s.restarting {
+                    s.failed_restarts = 0;
+                    s.restarting = false;
+                }
+                let owner = Owner {
+                    name: &s.name,
+                    prefix: &s.prefix,
+                };
+                s.catalogue.install(tools, owner, &self.hook_allowlist, out);
+                s.listed_once = true;
+                let mut events = Vec::new();
+                if ready_now {
+                    events.push(McpEvent::StartSettled { session: s.session });
+                }
+                if relist {
+                    events.push(McpEvent::Relist { server: slot });
+                }
+                events
+            }
+            SessionEvent::Reply { purpose, outcome } => {
+                s.consecutive_hook_timeouts = 0;
+                match purpose {
+                    // The session handles its own handshake answers.
+                    Purpose::Initialize | Purpose::ListTools => Vec::new(),
+                    Purpose::Tool(call) => {
+                        if outcome.is_ok() {
+                            s.deaths = 0; // M9: a successful call
+                        }
+                        vec![McpEvent::ToolReply {
+                            call,
+                            reply: outcome,
+                        }]
+                    }
+                    Purpose::Hook(call) => vec![McpEvent::HookReply {
+                        call,
+                        reply: outcome,
+                    }],
+                    Purpose::ListInterceptors(session) => vec![McpEvent::InterceptorList {
+                        session,
+                        server: slot,
+                        reply: outcome.map_err(ListLost::Error),
+                    }],
+                    Purpose::Intercept(call) => vec![McpEvent::InterceptReply {
+                        call,
+                        reply: outcome,
+                    }],
+                }
+            }
         }
-        self.send_notification(slot, "notifications/initialized", &json!({}), out);
-        if let Some(s) = self.servers.get_mut(&slot)
-            && let ServerState::Initializing { restart } = s.state
-        {
-            s.state = ServerState::Listing { restart };
-        }
-        self.start_listing(slot, out, timers);
-        Vec::new()
     }
 
     /// Starts a `tools/list` (first page) unless one is in flight; a wanted relist then runs
@@ -1510,203 +962,10 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) {
-        let timeout = self.init_timeout_ms;
-        let Some(s) = self.servers.get_mut(&slot) else {
-            return;
-        };
-        if s.pending.values().any(|p| *p == Purpose::ListTools) {
-            return; // a listing is in flight; relist_wanted makes it run again after
+        if let Some(s) = self.servers.get_mut(&slot) {
+            s.mcp.start_listing(out, timers);
+            s.flush(out);
         }
-        s.relist_wanted = false;
-        s.list_acc.clear();
-        s.list_cursors.clear();
-        self.send_request(
-            slot,
-            McpRequest {
-                method: "tools/list",
-                params: &json!({}),
-                purpose: Purpose::ListTools,
-                timeout_ms: timeout,
-            },
-            out,
-            timers,
-        );
-    }
-
-    fn on_list_reply(
-        &mut self,
-        slot: ServerSlot,
-        outcome: Result<Value, RpcError>,
-        out: &mut Outbox,
-        timers: &mut TimerTable,
-    ) -> Vec<McpEvent> {
-        let timeout = self.init_timeout_ms;
-        let Some(s) = self.servers.get_mut(&slot) else {
-            return Vec::new();
-        };
-        let result = match outcome {
-            Ok(v) => v,
-            Err(e) => {
-                let reason =
-                    s.describe_death(&format!("tools/list failed: {} {}", e.code, e.message));
-                if matches!(s.state, ServerState::Listing { .. }) {
-                    return self.died(slot, reason, true, out, timers);
-                }
-                out.log(LogLevel::Warn, reason);
-                return Vec::new();
-            }
-        };
-        if let Some(list) = result.get("tools").and_then(Value::as_array) {
-            s.list_acc.extend(list.iter().cloned());
-        }
-        let cursor = result
-            .get("nextCursor")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let mut warn = None;
-        let next = match cursor {
-            Some(c) if !c.is_empty() => {
-                let page_no = s.list_cursors.len() as u32 + 1;
-                if s.list_cursors.contains(&c) {
-                    warn = Some(format!(
-                        "mcp '{}': tools/list repeated cursor {c:?}; stopping",
-                        s.name
-                    ));
-                    None
-                } else if page_no >= MAX_LIST_PAGES {
-                    warn = Some(format!(
-                        "mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping",
-                        s.name
-                    ));
-                    None
-                } else {
-                    s.list_cursors.insert(c.clone());
-                    Some(c)
-                }
-            }
-            _ => None,
-        };
-        if let Some(w) = warn {
-            out.log(LogLevel::Warn, w);
-        }
-        if let Some(c) = next {
-            self.send_request(
-                slot,
-                McpRequest {
-                    method: "tools/list",
-                    params: &json!({"cursor": c}),
-                    purpose: Purpose::ListTools,
-                    timeout_ms: timeout,
-                },
-                out,
-                timers,
-            );
-            return Vec::new();
-        }
-        self.install_tools(slot, out)
-    }
-
-    fn install_tools(&mut self, slot: ServerSlot, out: &mut Outbox) -> Vec<McpEvent> {
-        let Some(s) = self.servers.get_mut(&slot) else {
-            return Vec::new();
-        };
-        let raw = std::mem::take(&mut s.list_acc);
-        let name = s.name.clone();
-        let prefix = s.prefix.clone();
-        let mut tools_out: Vec<McpTool> = Vec::new();
-        let mut hooks = BTreeSet::new();
-        let mut warnings = Vec::new();
-        let mut seen_exposed = BTreeSet::new();
-        for t in raw {
-            let Some(bare) = t.get("name").and_then(Value::as_str) else {
-                warnings.push(format!("mcp '{name}': dropping a tool without a name"));
-                continue;
-            };
-            if tools::is_hook_name(bare) {
-                hooks.insert(bare.to_string());
-                continue;
-            }
-            let schema = match tools::normalize_schema(t.get("inputSchema")) {
-                Ok(s) => s,
-                Err(e) => {
-                    warnings.push(format!("mcp '{name}': dropping tool '{bare}': {e}"));
-                    continue;
-                }
-            };
-            let mut exposed = tools::exposed_name(&prefix, bare);
-            if !seen_exposed.insert(exposed.clone()) {
-                exposed = format!(
-                    "{}_{:08x}",
-                    &exposed[..exposed.len().min(55)],
-                    tools::fnv1a(bare.as_bytes()) & 0xffff_ffff
-                );
-                if !seen_exposed.insert(exposed.clone()) {
-                    warnings.push(format!("mcp '{name}': dropping duplicate tool '{bare}'"));
-                    continue;
-                }
-            }
-            let description = t
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            tools_out.push(McpTool {
-                bare: bare.to_string(),
-                exposed,
-                description,
-                schema,
-                title: tools::tool_title(&name, bare, &t),
-                kind: tools::tool_kind(bare, t.get("annotations")),
-            });
-        }
-        let was_listing = match s.state {
-            ServerState::Listing { restart } => {
-                if restart {
-                    s.failed_restarts = 0;
-                }
-                true
-            }
-            ServerState::Spawning { .. }
-            | ServerState::Initializing { .. }
-            | ServerState::Ready
-            | ServerState::Dead { .. } => false,
-        };
-        let count = tools_out.len();
-        s.tools = tools_out;
-        s.hooks = hooks.clone();
-        s.listed_once = true;
-        if was_listing {
-            s.state = ServerState::Ready;
-        }
-        let relist = s.relist_wanted;
-        let session = s.session;
-        for w in warnings {
-            out.log(LogLevel::Warn, w);
-        }
-        // C56: hooks this server exposes but may not run, once per session and server.
-        if !hooks.is_empty() && !self.hook_allowlist.allows(&name) && !s.warned_hooks_off {
-            s.warned_hooks_off = true;
-            let listed = hooks.iter().cloned().collect::<Vec<_>>().join(", ");
-            out.log(
-                LogLevel::Warn,
-                format!(
-                    "server '{name}' exposes hooks {listed} but is not in MCP_HOOK_SERVERS ({}); they will not be called",
-                    self.hook_allowlist.env_value()
-                ),
-            );
-        }
-        out.log(
-            LogLevel::Info,
-            format!("mcp '{name}': ready with {count} tool(s), hooks {hooks:?}"),
-        );
-        let mut events = Vec::new();
-        if was_listing {
-            events.push(McpEvent::StartSettled { session });
-        }
-        if relist {
-            events.push(McpEvent::Relist { server: slot });
-        }
-        events
     }
 }
 
@@ -1736,77 +995,33 @@ impl ServerTable {
             generation: 0,
         };
         self.on_spawned(proc, out, timers);
-        let answer =
-            |table: &mut ServerTable, result: Value, out: &mut Outbox, timers: &mut TimerTable| {
-                let id = table.servers[&slot]
-                    .pending
-                    .keys()
-                    .next_back()
-                    .map(|id| id.0)
-                    .unwrap_or(0);
-                table.on_response(slot, &json!(id), Ok(result), out, timers)
+        let answer = |table: &mut ServerTable,
+                      result: serde_json::Value,
+                      out: &mut Outbox,
+                      timers: &mut TimerTable| {
+            let id = table.servers[&slot].mcp.last_pending().map_or(0, |id| id.0);
+            let message = jsonrpc::Message::Response {
+                id: json!(id),
+                outcome: Ok(result),
             };
+            table.on_message(slot, message, out, timers)
+        };
         answer(self, json!({"protocolVersion": "2025-06-18"}), out, timers);
-        let list: Vec<Value> = tools.iter().map(|t| json!({"name": t})).collect();
+        let list: Vec<serde_json::Value> = tools.iter().map(|t| json!({"name": t})).collect();
         answer(self, json!({"tools": list}), out, timers);
         slot
     }
 }
 
-/// The text of an MCP `notifications/progress` (case C59): its `message`, then
-/// `(progress/total)` or `(progress)`, capped like a stderr line. `{"progress":3,"total":10,
-/// "message":"copying"}` → `copying (3/10)`.
-fn progress_text(params: &Value) -> String {
-    let num = |k: &str| {
-        params.get(k).filter(|v| v.is_number()).map(|v| {
-            v.as_f64()
-                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
-                .map_or_else(|| v.to_string(), |f| format!("{}", f as i64))
-        })
-    };
-    let count = match (num("progress"), num("total")) {
-        (Some(p), Some(t)) => Some(format!("{p}/{t}")),
-        (Some(p), None) => Some(p),
-        (None, _) => None,
-    };
-    let message = params
-        .get("message")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|m| !m.is_empty());
-    let text = match (message, count) {
-        (Some(m), Some(c)) => format!("{m} ({c})"),
-        (Some(m), None) => m.to_string(),
-        (None, Some(c)) => format!("progress {c}"),
-        (None, None) => "in progress".to_string(),
-    };
-    crate::io::cap_stderr_line(&text, 1024)
-}
-
-/// The event that fails a request's owner when its server (`slot`) died.
-fn failed(slot: ServerSlot, purpose: Purpose, reason: &str) -> Option<McpEvent> {
-    match purpose {
-        Purpose::Initialize | Purpose::ListTools => None,
-        Purpose::Tool(call) => Some(McpEvent::ToolFailed {
-            call,
-            reason: reason.to_string(),
-        }),
-        Purpose::Hook(call) => Some(McpEvent::HookDead { call }),
-        Purpose::ListInterceptors(session) => Some(McpEvent::InterceptorList {
-            session,
-            server: slot,
-            reply: Err(ListLost::Lost(reason.to_string())),
-        }),
-        Purpose::Intercept(call) => Some(McpEvent::InterceptLost {
-            call,
-            reason: reason.to_string(),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::MCP_PROTOCOL_VERSION;
+    use super::super::stdio::{KILL_GRACE_MS, MAX_MCP_LINE_BYTES};
+    use super::super::{HookCallRef, ToolCallRef};
     use super::*;
+    use crate::ids::{HookRoundId, ToolCallIndex, TurnNo};
+    use crate::time::MonoTime;
+    use serde_json::Value;
 
     const SESSION: SessionId = SessionId(1);
     const INIT_MS: u64 = 30_000;
@@ -2122,7 +1337,7 @@ mod tests {
                 };
                 assert!(rig.drain().contains(&Action::SpawnMcp {
                     proc,
-                    spec: rig.table.servers[&slot].spec.clone()
+                    spec: rig.table.servers[&slot].transport.spec().clone()
                 }));
                 let events = rig.handshake(proc, &["read"]);
                 // Every completed first listing of a generation reports; the agent ignores it
@@ -2257,7 +1472,7 @@ mod tests {
         let big = vec![b'x'; MAX_MCP_LINE_BYTES + 1];
         rig.bytes(proc, &big);
         assert!(rig.table.is_dead(slot));
-        let Some(ServerState::Dead { reason, .. }) = rig.table.get(slot).map(Server::state) else {
+        let Some(SessionState::Closed { reason }) = rig.table.get(slot).map(Server::state) else {
             panic!("dead");
         };
         assert!(reason.contains("over 16 MiB"), "{reason}");
@@ -2630,26 +1845,6 @@ mod tests {
                     + "\n";
             assert!(rig.bytes(proc, line.as_bytes()).is_empty(), "{params}");
         }
-    }
-
-    #[test]
-    fn c59_progress_text_is_the_message_then_the_count_in_whole_numbers_where_exact() {
-        let text = |p: Value| progress_text(&p);
-        assert_eq!(text(json!({"progress": 3.0, "total": 10})), "progress 3/10");
-        assert_eq!(text(json!({"progress": 2.5})), "progress 2.5");
-        assert_eq!(text(json!({"progress": -4.0})), "progress -4");
-        assert_eq!(
-            text(json!({"progress": 1e15})),
-            "progress 1000000000000000.0",
-            "as sent from 1e15 on"
-        );
-        assert_eq!(
-            text(json!({"progress": 999_999_999_999_999.0_f64})),
-            "progress 999999999999999"
-        );
-        assert_eq!(text(json!({"message": "copying"})), "copying");
-        assert_eq!(text(json!({"message": "  ", "total": 3})), "in progress");
-        assert_eq!(text(json!({"progress": "3"})), "in progress");
     }
 
     #[test]

@@ -1,0 +1,271 @@
+//! The tool catalogue (SPEC M3, M4, H1, A6): what each server offers once its `tools/list`
+//! is complete — its tools under provider-safe exposed names with usable schemas, its hooks
+//! (tools whose bare name starts with `_`), and the rules by which the tools of a session's
+//! servers become the one list the model sees and the routes back from a name to a server.
+//!
+//! Everything about names, schemas and what the model may call is decided here: a new rule
+//! (caps on a list, collisions between servers, per-provider schemas, prompts) belongs in
+//! this file, beside [`Catalogue::install`] and [`visible_tools`].
+
+use crate::config::{HookAllowlist, LogLevel};
+use crate::ids::ServerSlot;
+use crate::llm::ToolDef;
+use crate::outbox::Outbox;
+use crate::tools;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A tool a server offers (hooks excluded), SPEC M3.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct McpTool {
+    /// The name the server knows.
+    pub(crate) bare: String,
+    /// The provider-safe qualified name the model sees (SPEC M3).
+    pub(crate) exposed: String,
+    pub(crate) description: String,
+    pub(crate) schema: Value,
+    /// The ACP title of its calls (SPEC A6, case C53).
+    pub(crate) title: String,
+    /// The ACP kind of its calls, from its annotations (SPEC A6, case C53).
+    pub(crate) kind: &'static str,
+}
+
+/// Where a tool name the model may call leads (SPEC M3, L2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ToolRoute {
+    /// The server that offers it.
+    pub(crate) server: ServerSlot,
+    /// The name the server knows.
+    pub(crate) bare: String,
+    /// `<prefix>__<tool>` (the server's tool prefix, SPEC M3, A2), the key of remembered
+    /// permission answers and `BUZZ_AGENT_REPLY_TOOLS`.
+    pub(crate) qualified: String,
+    /// The ACP title of a call (SPEC A6).
+    pub(crate) title: String,
+    /// The ACP kind of a call (SPEC A6).
+    pub(crate) kind: &'static str,
+}
+
+/// What one server offers: its tools and its hooks, from its last complete `tools/list`.
+#[derive(Debug, Default)]
+pub(crate) struct Catalogue {
+    tools: Vec<McpTool>,
+    /// Hook names (bare, starting with `_`) the server exposes (SPEC H1).
+    hooks: BTreeSet<String>,
+    /// The "hooks are off for this server" warning was logged (case C56: once per session).
+    warned_hooks_off: bool,
+}
+
+/// The server a catalogue belongs to, as [`Catalogue::install`] names it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owner<'a> {
+    /// The name the client gave (logs, titles, the hook allowlist).
+    pub(crate) name: &'a str,
+    /// Its tool prefix (SPEC M3, A2).
+    pub(crate) prefix: &'a str,
+}
+
+impl Catalogue {
+    /// Whether it has a tool for the model.
+    pub(crate) fn has_tools(&self) -> bool {
+        !self.tools.is_empty()
+    }
+
+    /// Whether the server exposes hook `hook` (SPEC H1).
+    pub(crate) fn has_hook(&self, hook: &str) -> bool {
+        self.hooks.contains(hook)
+    }
+
+    /// Replaces the catalogue with a complete `tools/list` (`raw`, every page's `tools` in
+    /// order), SPEC M3, M4, H1, A6: a tool without a name or with an unusable schema is dropped
+    /// with a warning; `_` names are hooks; a second tool with the same exposed name gets a
+    /// hash suffix once and is then dropped. Logs the warnings, the C56 warning about hooks the
+    /// allowlist does not name (once), and the server's ready line.
+    pub(crate) fn install(
+        &mut self,
+        raw: Vec<Value>,
+        owner: Owner<'_>,
+        allowlist: &HookAllowlist,
+        out: &mut Outbox,
+    ) {
+        let Owner { name, prefix } = owner;
+        let mut tools_out: Vec<McpTool> = Vec::new();
+        let mut hooks = BTreeSet::new();
+        let mut warnings = Vec::new();
+        let mut seen_exposed = BTreeSet::new();
+        for t in raw {
+            let Some(bare) = t.get("name").and_then(Value::as_str) else {
+                warnings.push(format!("mcp '{name}': dropping a tool without a name"));
+                continue;
+            };
+            if tools::is_hook_name(bare) {
+                hooks.insert(bare.to_string());
+                continue;
+            }
+            let schema = match tools::normalize_schema(t.get("inputSchema")) {
+                Ok(s) => s,
+                Err(e) => {
+                    warnings.push(format!("mcp '{name}': dropping tool '{bare}': {e}"));
+                    continue;
+                }
+            };
+            let mut exposed = tools::exposed_name(prefix, bare);
+            if !seen_exposed.insert(exposed.clone()) {
+                exposed = format!(
+                    "{}_{:08x}",
+                    &exposed[..exposed.len().min(55)],
+                    tools::fnv1a(bare.as_bytes()) & 0xffff_ffff
+                );
+                if !seen_exposed.insert(exposed.clone()) {
+                    warnings.push(format!("mcp '{name}': dropping duplicate tool '{bare}'"));
+                    continue;
+                }
+            }
+            let description = t
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            tools_out.push(McpTool {
+                bare: bare.to_string(),
+                exposed,
+                description,
+                schema,
+                title: tools::tool_title(name, bare, &t),
+                kind: tools::tool_kind(bare, t.get("annotations")),
+            });
+        }
+        let count = tools_out.len();
+        self.tools = tools_out;
+        self.hooks = hooks;
+        for w in warnings {
+            out.log(LogLevel::Warn, w);
+        }
+        // C56: hooks this server exposes but may not run, once per session and server.
+        if !self.hooks.is_empty() && !allowlist.allows(name) && !self.warned_hooks_off {
+            self.warned_hooks_off = true;
+            let listed = self.hooks.iter().cloned().collect::<Vec<_>>().join(", ");
+            out.log(
+                LogLevel::Warn,
+                format!(
+                    "server '{name}' exposes hooks {listed} but is not in MCP_HOOK_SERVERS ({}); they will not be called",
+                    allowlist.env_value()
+                ),
+            );
+        }
+        out.log(
+            LogLevel::Info,
+            format!(
+                "mcp '{name}': ready with {count} tool(s), hooks {:?}",
+                self.hooks
+            ),
+        );
+    }
+}
+
+/// The tools the model may call now, from the catalogues of the offering servers in
+/// registration order (`(slot, prefix, catalogue)`): every non-hook tool, the first of equal
+/// exposed names winning (SPEC M3, M4, M9, I10), with the route of each exposed name.
+pub(crate) fn visible_tools<'a>(
+    offering: impl IntoIterator<Item = (ServerSlot, &'a str, &'a Catalogue)>,
+) -> (Vec<ToolDef>, BTreeMap<String, ToolRoute>) {
+    let mut defs = Vec::new();
+    let mut routes = BTreeMap::new();
+    for (slot, prefix, catalogue) in offering {
+        for t in &catalogue.tools {
+            if routes.contains_key(&t.exposed) {
+                continue;
+            }
+            defs.push(ToolDef {
+                name: t.exposed.clone(),
+                description: t.description.clone(),
+                input_schema: t.schema.clone(),
+            });
+            routes.insert(
+                t.exposed.clone(),
+                ToolRoute {
+                    server: slot,
+                    bare: t.bare.clone(),
+                    qualified: format!("{prefix}{}{}", tools::QUALIFIER, t.bare),
+                    title: t.title.clone(),
+                    kind: t.kind,
+                },
+            );
+        }
+    }
+    (defs, routes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::Action;
+    use crate::time::MonoTime;
+    use serde_json::json;
+
+    fn install(raw: Vec<Value>, allowlist: &HookAllowlist) -> (Catalogue, Vec<String>) {
+        let mut out = Outbox::new(LogLevel::Debug, MonoTime::ZERO);
+        let mut c = Catalogue::default();
+        let owner = Owner {
+            name: "srv",
+            prefix: "srv",
+        };
+        c.install(raw, owner, allowlist, &mut out);
+        let logs = std::iter::from_fn(|| out.pop())
+            .map(|a| {
+                let Action::Log(r) = a else {
+                    panic!("a catalogue only logs: {a:?}");
+                };
+                r.message
+            })
+            .collect();
+        (c, logs)
+    }
+
+    #[test]
+    fn m3_m4_hooks_are_kept_apart_and_unnamed_or_unusable_tools_are_dropped_alone() {
+        let (c, logs) = install(
+            vec![
+                json!({"name": "echo", "inputSchema": {"properties": {}}}),
+                json!({"name": "_Stop"}),
+                json!({"description": "no name"}),
+                json!({"name": "bad", "inputSchema": "not a schema"}),
+            ],
+            &HookAllowlist::Off,
+        );
+        assert_eq!(c.tools.len(), 1);
+        assert_eq!(c.tools[0].exposed, "srv__echo");
+        assert_eq!(c.tools[0].schema["type"], "object", "M3: type object added");
+        assert!(c.has_hook("_Stop") && !c.has_hook("_PostCompact"));
+        assert!(
+            logs.iter()
+                .any(|l| l.contains("dropping a tool without a name"))
+        );
+        assert!(logs.iter().any(|l| l.contains("dropping tool 'bad'")));
+        assert!(logs.iter().any(|l| l.contains("not in MCP_HOOK_SERVERS")));
+        assert!(
+            logs.last()
+                .is_some_and(|l| l.contains("ready with 1 tool(s)"))
+        );
+    }
+
+    #[test]
+    fn m3_visible_tools_keep_registration_order_and_the_first_equal_name_wins() {
+        let allow = HookAllowlist::Off;
+        let (a, _) = install(
+            vec![json!({"name": "echo"}), json!({"name": "_Stop"})],
+            &allow,
+        );
+        let (b, _) = install(
+            vec![json!({"name": "echo"}), json!({"name": "grep"})],
+            &allow,
+        );
+        let (defs, routes) =
+            visible_tools([(ServerSlot(1), "srv", &a), (ServerSlot(2), "srv", &b)]);
+        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["srv__echo", "srv__grep"], "I10: no hook is offered");
+        assert_eq!(routes["srv__echo"].server, ServerSlot(1));
+        assert_eq!(routes["srv__grep"].server, ServerSlot(2));
+        assert_eq!(routes["srv__grep"].qualified, "srv__grep");
+    }
+}

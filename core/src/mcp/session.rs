@@ -1,0 +1,778 @@
+//! The MCP session machine (MCP 2025-11-25 basic/lifecycle; SPEC M2, M5, M6): the one place
+//! that knows the order initialize → initialized → list → ready → closed, the JSON-RPC ids of
+//! our requests in flight (each with exactly one deadline), the paginated `tools/list`, and
+//! what a server may send us.
+//!
+//! It does not know its transport. Messages to the server are queued as complete JSON-RPC
+//! frames and taken with [`McpSession::poll_outgoing`] by whoever carries them (a child's stdin
+//! today); messages from the server come in as one frame each through
+//! [`McpSession::on_message`], whichever stream or body they arrived on. It pushes only log
+//! records into the [`Outbox`] it borrows, never an action.
+//!
+//! ```text
+//!                open()                     initialize answered           last tools/list
+//!  Connecting ──────────▶ Initializing ──── with an accepted ──────▶ Listing ──── page ─────▶ Ready
+//!  (the transport         (initialize       protocol version:        (tools/list  answered    (serving calls;
+//!   is opening)            in flight)       notifications/           pages, next-             list_changed
+//!                                           initialized is sent)     Cursor followed)         re-lists here)
+//!      │                       │                                        │                       │
+//!      └───────────────────────┴─────────────── close(reason) ──────────┴───────────────────────┘
+//!                                                      │
+//!                                                      ▼
+//!                                             Closed { reason } ────── reopen() ──────▶ Connecting
+//!                                                                    (a restart, SPEC M9)
+//! ```
+//!
+//! Transitions are the named methods [`open`](McpSession::open), the answers handled in
+//! [`on_message`](McpSession::on_message) (Initializing → Listing, Listing → Ready),
+//! [`close`](McpSession::close) and [`reopen`](McpSession::reopen). A failed handshake step is
+//! reported as [`SessionEvent::HandshakeFailed`]; the owner decides to close.
+
+use super::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION, Purpose};
+use crate::config::LogLevel;
+use crate::ids::{McpRequestId, ServerSlot};
+use crate::jsonrpc::{self, RpcError, RpcId};
+use crate::outbox::Outbox;
+use crate::timers::{ServerTimer, Timer, TimerTable};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// `tools/list` pages followed at most (SPEC M2).
+const MAX_LIST_PAGES: u32 = 100;
+
+/// Where a session is in its lifecycle (the diagram in the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SessionState {
+    /// The transport is opening; nothing was sent yet.
+    Connecting,
+    /// `initialize` sent, its answer awaited.
+    Initializing,
+    /// Handshake done, `tools/list` pages in flight.
+    Listing,
+    /// Serving calls.
+    Ready,
+    /// No more traffic: the server died, was stopped or shut down. `reason` names the cause
+    /// (and the stderr tail) as callers and the log see it.
+    Closed {
+        /// The text of the cause.
+        reason: String,
+    },
+}
+
+/// What a server's message meant, for the owner of the session to act on.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SessionEvent {
+    /// A request of someone else (a tool, hook or interceptor call) was answered.
+    Reply {
+        /// Who waits for it.
+        purpose: Purpose,
+        /// Its `result` or JSON-RPC error.
+        outcome: Result<Value, RpcError>,
+    },
+    /// A handshake step (or a re-listing page) was answered and the next one is on its way.
+    HandshakeStep,
+    /// A handshake step was answered with a failure; `cause` completes
+    /// `MCP server '<name>' …`. `fatal`: the start fails (a re-listing of a ready server only
+    /// warns).
+    HandshakeFailed {
+        /// The cause, e.g. `failed to start: initialize was rejected: -32603 boom`.
+        cause: String,
+        /// Whether the server must be closed.
+        fatal: bool,
+    },
+    /// The last `tools/list` page arrived: the raw tools of every page, in order.
+    Listed {
+        /// The `tools` entries as the server sent them.
+        tools: Vec<Value>,
+        /// The listing ended the handshake (Listing → Ready) rather than re-listing.
+        ready_now: bool,
+        /// The list changed while it was being listed: list it again.
+        relist: bool,
+    },
+    /// `notifications/progress` of a request of ours (SPEC A6, case C59).
+    Progress {
+        /// The `progressToken`, as sent.
+        token: Value,
+        /// The text to show.
+        text: String,
+    },
+}
+
+/// One MCP session with a server (one process generation or one HTTP session).
+#[derive(Debug)]
+pub(crate) struct McpSession {
+    /// The server, for the keys of its request deadlines.
+    slot: ServerSlot,
+    /// The name the client gave (logs).
+    name: String,
+    state: SessionState,
+    /// Requests in flight; each has exactly one `Timer::Server(slot, Request(id))`.
+    pending: BTreeMap<McpRequestId, Purpose>,
+    /// The next request id; never reused, not even across [`reopen`](McpSession::reopen).
+    next_id: u64,
+    /// The deadline of each handshake and `tools/list` request, in ms.
+    list_timeout_ms: u64,
+    /// Tools collected from the `tools/list` pages in flight.
+    list_acc: Vec<Value>,
+    list_cursors: BTreeSet<String>,
+    relist_wanted: bool,
+    /// Frames for the transport, in order.
+    outgoing: VecDeque<String>,
+}
+
+impl McpSession {
+    /// A session of the server in `slot` named `name`, [`SessionState::Connecting`]; handshake
+    /// and listing requests time out after `list_timeout_ms`.
+    pub(crate) fn new(slot: ServerSlot, name: &str, list_timeout_ms: u64) -> McpSession {
+        McpSession {
+            slot,
+            name: name.to_string(),
+            state: SessionState::Connecting,
+            pending: BTreeMap::new(),
+            next_id: 1,
+            list_timeout_ms,
+            list_acc: Vec::new(),
+            list_cursors: BTreeSet::new(),
+            relist_wanted: false,
+            outgoing: VecDeque::new(),
+        }
+    }
+
+    /// The lifecycle state.
+    pub(crate) fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    /// Ready to serve calls.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.state == SessionState::Ready
+    }
+
+    /// Closed (dead, stopped or shut down).
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(self.state, SessionState::Closed { .. })
+    }
+
+    /// The next frame to carry to the server, in order.
+    pub(crate) fn poll_outgoing(&mut self) -> Option<String> {
+        self.outgoing.pop_front()
+    }
+
+    /// The newest request in flight (tests answer it).
+    #[cfg(test)]
+    pub(crate) fn last_pending(&self) -> Option<McpRequestId> {
+        self.pending.keys().next_back().copied()
+    }
+
+    /// The purpose of request `id`, while it is in flight.
+    pub(crate) fn purpose(&self, id: McpRequestId) -> Option<Purpose> {
+        self.pending.get(&id).copied()
+    }
+
+    /// Connecting → Initializing: the transport is open, `initialize` is sent (SPEC M2:
+    /// protocol version 2025-11-25, `clientInfo` with `client_version`). Ignored in any other
+    /// state.
+    pub(crate) fn open(&mut self, client_version: &str, out: &Outbox, timers: &mut TimerTable) {
+        if self.state != SessionState::Connecting {
+            return;
+        }
+        self.state = SessionState::Initializing;
+        let params = json!({
+            "protocolVersion": MCP_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "buzz-agent", "version": client_version}
+        });
+        self.request(
+            "initialize",
+            &params,
+            Purpose::Initialize,
+            self.list_timeout_ms,
+            out,
+            timers,
+        );
+    }
+
+    /// Any state → Closed: the requests in flight are taken (their deadlines cleared), in id
+    /// order, for the caller to fail. An already closed session keeps its first reason.
+    pub(crate) fn close(&mut self, reason: String, timers: &mut TimerTable) -> Vec<Purpose> {
+        if !self.is_closed() {
+            self.state = SessionState::Closed { reason };
+        }
+        self.take_pending(timers)
+    }
+
+    /// Closed → Connecting, for a new transport (an M9 restart): nothing in flight, no list
+    /// pages collected. Ids keep counting.
+    pub(crate) fn reopen(&mut self, timers: &mut TimerTable) {
+        self.take_pending(timers);
+        self.list_acc.clear();
+        self.outgoing.clear();
+        self.state = SessionState::Connecting;
+    }
+
+    /// Queues request `method` with `params` for `purpose`, with one deadline `timeout_ms` from
+    /// now; its id.
+    pub(crate) fn request(
+        &mut self,
+        method: &str,
+        params: &Value,
+        purpose: Purpose,
+        timeout_ms: u64,
+        out: &Outbox,
+        timers: &mut TimerTable,
+    ) -> McpRequestId {
+        let id = McpRequestId(self.next_id);
+        self.next_id += 1;
+        self.pending.insert(id, purpose);
+        timers.set(
+            Timer::Server(self.slot, ServerTimer::Request(id)),
+            out.now().plus_ms(timeout_ms),
+        );
+        self.outgoing
+            .push_back(jsonrpc::encode_request(id.0, method, params));
+        id
+    }
+
+    /// Queues notification `method` with `params`.
+    pub(crate) fn notify(&mut self, method: &str, params: &Value) {
+        self.outgoing
+            .push_back(jsonrpc::encode_notification(method, params));
+    }
+
+    /// Forgets request `id` and its deadline (abandoned, timed out or answered); its purpose if
+    /// it was in flight. A later answer is inert (I6).
+    pub(crate) fn forget(&mut self, id: McpRequestId, timers: &mut TimerTable) -> Option<Purpose> {
+        timers.clear(Timer::Server(self.slot, ServerTimer::Request(id)));
+        self.pending.remove(&id)
+    }
+
+    /// Every request in flight, removed with its deadline, in id order.
+    fn take_pending(&mut self, timers: &mut TimerTable) -> Vec<Purpose> {
+        let pending = std::mem::take(&mut self.pending);
+        pending
+            .into_iter()
+            .map(|(id, purpose)| {
+                timers.clear(Timer::Server(self.slot, ServerTimer::Request(id)));
+                purpose
+            })
+            .collect()
+    }
+
+    /// Starts a `tools/list` (first page) unless one is in flight; a list change meanwhile makes
+    /// it run again after (SPEC M2, M6).
+    pub(crate) fn start_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {
+        if self.pending.values().any(|p| *p == Purpose::ListTools) {
+            return;
+        }
+        self.relist_wanted = false;
+        self.list_acc.clear();
+        self.list_cursors.clear();
+        self.request(
+            "tools/list",
+            &json!({}),
+            Purpose::ListTools,
+            self.list_timeout_ms,
+            out,
+            timers,
+        );
+    }
+
+    /// One JSON-RPC message of the server, already parsed by its transport (which decides how
+    /// loudly to report a frame that is not JSON-RPC, SPEC T6): a response is matched to its
+    /// request, a request is answered (`ping` → `{}`, others `-32601`, SPEC M6), a notification
+    /// is acted on. `None` when nothing is left for the owner (a log line, an answer queued, a
+    /// late reply dropped, I6).
+    pub(crate) fn on_message(
+        &mut self,
+        message: jsonrpc::Message,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Option<SessionEvent> {
+        match message {
+            jsonrpc::Message::Response { id, outcome } => {
+                self.on_response(&id, outcome, out, timers)
+            }
+            jsonrpc::Message::Request { id, method, .. } => {
+                self.on_server_request(&id, &method);
+                None
+            }
+            jsonrpc::Message::Notification { method, params } => {
+                self.on_notification(&method, &params, out, timers)
+            }
+        }
+    }
+
+    fn on_server_request(&mut self, id: &RpcId, method: &str) {
+        let frame = if method == "ping" {
+            jsonrpc::encode_result(id, &json!({}))
+        } else {
+            let err = RpcError {
+                code: jsonrpc::RpcError::METHOD_NOT_FOUND,
+                message: format!("Method not found: {method}"),
+                data: None,
+            };
+            jsonrpc::encode_error(Some(id), &err)
+        };
+        self.outgoing.push_back(frame);
+    }
+
+    fn on_notification(
+        &mut self,
+        method: &str,
+        params: &Value,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Option<SessionEvent> {
+        let name = &self.name;
+        match method {
+            "notifications/progress" => {
+                // C59: progress of a tool call; the batch matches the token to its call.
+                if let Some(token) = params.get("progressToken").filter(|t| !t.is_null()) {
+                    return Some(SessionEvent::Progress {
+                        token: token.clone(),
+                        text: progress_text(params),
+                    });
+                }
+                out.log(
+                    LogLevel::Debug,
+                    format!("mcp '{name}': progress without a progressToken ignored"),
+                );
+            }
+            "notifications/tools/list_changed" => {
+                self.relist_wanted = true;
+                if self.is_ready() {
+                    self.start_listing(out, timers);
+                }
+            }
+            "notifications/message" => {
+                let level = match params
+                    .get("level")
+                    .and_then(Value::as_str)
+                    .unwrap_or("info")
+                {
+                    "debug" => LogLevel::Debug,
+                    "info" | "notice" => LogLevel::Info,
+                    "warning" => LogLevel::Warn,
+                    _ => LogLevel::Error,
+                };
+                let data = params
+                    .get("data")
+                    .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string));
+                // A server's log text is capped like its stderr lines (P2).
+                let text = crate::io::cap_stderr_line(
+                    &data.unwrap_or_default(),
+                    crate::io::MAX_STDERR_LINE_BYTES,
+                );
+                out.log(level, format!("[mcp:{name}] {text}"));
+            }
+            other => out.log(
+                LogLevel::Debug,
+                format!("mcp '{name}': ignoring notification {other}"),
+            ),
+        }
+        None
+    }
+
+    fn on_response(
+        &mut self,
+        id: &Value,
+        outcome: Result<Value, RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Option<SessionEvent> {
+        let name = &self.name;
+        let Some(our) = jsonrpc::match_our_id(id) else {
+            match &outcome {
+                Err(e) => out.log(
+                    LogLevel::Warn,
+                    format!(
+                        "mcp '{name}': error without request id: {} {}",
+                        e.code, e.message
+                    ),
+                ),
+                Ok(_) => out.log(
+                    LogLevel::Debug,
+                    format!("mcp '{name}': response with foreign id {id}; dropped"),
+                ),
+            }
+            return None;
+        };
+        let Some(purpose) = self.forget(McpRequestId(our), timers) else {
+            out.log(
+                LogLevel::Debug,
+                format!(
+                    "mcp '{}': late or unknown response id {our}; dropped",
+                    self.name
+                ),
+            );
+            return None;
+        };
+        Some(match purpose {
+            Purpose::Initialize => self.on_initialize_answer(outcome, out, timers),
+            Purpose::ListTools => self.on_list_page(outcome, out, timers),
+            Purpose::Tool(_)
+            | Purpose::Hook(_)
+            | Purpose::ListInterceptors(_)
+            | Purpose::Intercept(_) => SessionEvent::Reply { purpose, outcome },
+        })
+    }
+
+    /// Initializing → Listing when the answer carries an accepted protocol version (SPEC M2).
+    fn on_initialize_answer(
+        &mut self,
+        outcome: Result<Value, RpcError>,
+        out: &Outbox,
+        timers: &mut TimerTable,
+    ) -> SessionEvent {
+        let result = match outcome {
+            Ok(v) => v,
+            Err(e) => {
+                return SessionEvent::HandshakeFailed {
+                    cause: format!(
+                        "failed to start: initialize was rejected: {} {}",
+                        e.code, e.message
+                    ),
+                    fatal: true,
+                };
+            }
+        };
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !ACCEPTED_MCP_VERSIONS.contains(&version) {
+            return SessionEvent::HandshakeFailed {
+                cause: format!("failed to start: unsupported MCP protocol version '{version}'"),
+                fatal: true,
+            };
+        }
+        self.notify("notifications/initialized", &json!({}));
+        if self.state == SessionState::Initializing {
+            self.state = SessionState::Listing;
+        }
+        self.start_listing(out, timers);
+        SessionEvent::HandshakeStep
+    }
+
+    /// A `tools/list` page: the next page is asked for (`nextCursor`, SPEC M2: stop on a
+    /// repeated cursor or after [`MAX_LIST_PAGES`], with a warning), or the listing is done
+    /// (Listing → Ready).
+    fn on_list_page(
+        &mut self,
+        outcome: Result<Value, RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> SessionEvent {
+        let result = match outcome {
+            Ok(v) => v,
+            Err(e) => {
+                return SessionEvent::HandshakeFailed {
+                    cause: format!("tools/list failed: {} {}", e.code, e.message),
+                    fatal: self.state == SessionState::Listing,
+                };
+            }
+        };
+        if let Some(list) = result.get("tools").and_then(Value::as_array) {
+            self.list_acc.extend(list.iter().cloned());
+        }
+        let cursor = result
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let mut warn = None;
+        let next = match cursor {
+            Some(c) if !c.is_empty() => {
+                let page_no = self.list_cursors.len() as u32 + 1;
+                if self.list_cursors.contains(&c) {
+                    warn = Some(format!(
+                        "mcp '{}': tools/list repeated cursor {c:?}; stopping",
+                        self.name
+                    ));
+                    None
+                } else if page_no >= MAX_LIST_PAGES {
+                    warn = Some(format!(
+                        "mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping",
+                        self.name
+                    ));
+                    None
+                } else {
+                    self.list_cursors.insert(c.clone());
+                    Some(c)
+                }
+            }
+            _ => None,
+        };
+        if let Some(w) = warn {
+            out.log(LogLevel::Warn, w);
+        }
+        if let Some(c) = next {
+            self.request(
+                "tools/list",
+                &json!({"cursor": c}),
+                Purpose::ListTools,
+                self.list_timeout_ms,
+                out,
+                timers,
+            );
+            return SessionEvent::HandshakeStep;
+        }
+        let ready_now = self.state == SessionState::Listing;
+        if ready_now {
+            self.state = SessionState::Ready;
+        }
+        SessionEvent::Listed {
+            tools: std::mem::take(&mut self.list_acc),
+            ready_now,
+            relist: self.relist_wanted,
+        }
+    }
+}
+
+/// The text of an MCP `notifications/progress` (case C59): its `message`, then
+/// `(progress/total)` or `(progress)`, capped like a stderr line. `{"progress":3,"total":10,
+/// "message":"copying"}` → `copying (3/10)`.
+pub(super) fn progress_text(params: &Value) -> String {
+    let num = |k: &str| {
+        params.get(k).filter(|v| v.is_number()).map(|v| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                .map_or_else(|| v.to_string(), |f| format!("{}", f as i64))
+        })
+    };
+    let count = match (num("progress"), num("total")) {
+        (Some(p), Some(t)) => Some(format!("{p}/{t}")),
+        (Some(p), None) => Some(p),
+        (None, _) => None,
+    };
+    let message = params
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|m| !m.is_empty());
+    let text = match (message, count) {
+        (Some(m), Some(c)) => format!("{m} ({c})"),
+        (Some(m), None) => m.to_string(),
+        (None, Some(c)) => format!("progress {c}"),
+        (None, None) => "in progress".to_string(),
+    };
+    crate::io::cap_stderr_line(&text, 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{SessionId, ToolCallIndex, TurnNo};
+    use crate::io::Action;
+    use crate::mcp::ToolCallRef;
+    use crate::time::MonoTime;
+
+    const SLOT: ServerSlot = ServerSlot(7);
+
+    /// A session alone, with the outbox and timers a step lends it.
+    struct Rig {
+        mcp: McpSession,
+        out: Outbox,
+        timers: TimerTable,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            Rig {
+                mcp: McpSession::new(SLOT, "fs", 30_000),
+                out: Outbox::new(LogLevel::Debug, MonoTime::ZERO),
+                timers: TimerTable::default(),
+            }
+        }
+
+        /// The frames queued for the transport, parsed.
+        fn sent(&mut self) -> Vec<Value> {
+            std::iter::from_fn(|| self.mcp.poll_outgoing())
+                .map(|f| {
+                    assert!(f.ends_with('\n'), "one frame per line: {f}");
+                    serde_json::from_str(&f).expect("a JSON frame")
+                })
+                .collect()
+        }
+
+        fn answer(&mut self, id: &Value, result: Value) -> Option<SessionEvent> {
+            let message = jsonrpc::Message::Response {
+                id: id.clone(),
+                outcome: Ok(result),
+            };
+            self.mcp
+                .on_message(message, &mut self.out, &mut self.timers)
+        }
+    }
+
+    #[test]
+    fn m2_open_initialize_initialized_list_ready_with_frames_in_order_and_no_action() {
+        let mut rig = Rig::new();
+        assert_eq!(*rig.mcp.state(), SessionState::Connecting);
+        rig.mcp.open("1.2.3", &rig.out, &mut rig.timers);
+        assert_eq!(*rig.mcp.state(), SessionState::Initializing);
+        let init = rig.sent();
+        assert_eq!(init.len(), 1);
+        assert_eq!(init[0]["method"], "initialize");
+        assert_eq!(init[0]["params"]["protocolVersion"], MCP_PROTOCOL_VERSION);
+        assert_eq!(init[0]["params"]["clientInfo"]["version"], "1.2.3");
+        assert!(
+            rig.timers
+                .contains(Timer::Server(SLOT, ServerTimer::Request(McpRequestId(1))))
+        );
+        // A second open changes nothing.
+        rig.mcp.open("1.2.3", &rig.out, &mut rig.timers);
+        assert!(rig.sent().is_empty());
+
+        let step = rig.answer(&init[0]["id"], json!({"protocolVersion": "2024-11-05"}));
+        assert_eq!(step, Some(SessionEvent::HandshakeStep));
+        assert_eq!(*rig.mcp.state(), SessionState::Listing);
+        let frames = rig.sent();
+        let methods: Vec<&str> = frames.iter().filter_map(|f| f["method"].as_str()).collect();
+        assert_eq!(methods, ["notifications/initialized", "tools/list"]);
+        assert!(frames[0].get("id").is_none(), "a notification has no id");
+
+        let listed = rig.answer(&frames[1]["id"], json!({"tools": [{"name": "read"}]}));
+        assert_eq!(
+            listed,
+            Some(SessionEvent::Listed {
+                tools: vec![json!({"name": "read"})],
+                ready_now: true,
+                relist: false
+            })
+        );
+        assert!(rig.mcp.is_ready());
+        assert!(
+            rig.timers.next().is_none(),
+            "every deadline was cleared with its answer"
+        );
+        assert!(
+            std::iter::from_fn(|| rig.out.pop()).all(|a| matches!(a, Action::Log(_))),
+            "the session never asks the runtime for anything but log lines"
+        );
+    }
+
+    #[test]
+    fn m2_a_rejected_initialize_or_an_old_version_is_a_fatal_handshake_failure() {
+        for (outcome, cause) in [
+            (
+                Err(RpcError {
+                    code: -32603,
+                    message: "boom".into(),
+                    data: None,
+                }),
+                "failed to start: initialize was rejected: -32603 boom",
+            ),
+            (
+                Ok(json!({"protocolVersion": "2023-01-01"})),
+                "failed to start: unsupported MCP protocol version '2023-01-01'",
+            ),
+        ] {
+            let mut rig = Rig::new();
+            rig.mcp.open("1", &rig.out, &mut rig.timers);
+            rig.sent();
+            let message = jsonrpc::Message::Response {
+                id: json!(1),
+                outcome,
+            };
+            let event = rig.mcp.on_message(message, &mut rig.out, &mut rig.timers);
+            assert_eq!(
+                event,
+                Some(SessionEvent::HandshakeFailed {
+                    cause: cause.into(),
+                    fatal: true
+                })
+            );
+            assert!(rig.sent().is_empty(), "nothing follows a failed initialize");
+        }
+    }
+
+    #[test]
+    fn m9_close_hands_back_the_calls_in_flight_in_id_order_and_reopen_keeps_counting_ids() {
+        let mut rig = Rig::new();
+        let call = |i| {
+            Purpose::Tool(ToolCallRef {
+                session: SessionId(1),
+                turn: TurnNo(1),
+                index: ToolCallIndex(i),
+            })
+        };
+        let a = rig.mcp.request(
+            "tools/call",
+            &json!({}),
+            call(0),
+            100,
+            &rig.out,
+            &mut rig.timers,
+        );
+        let b = rig.mcp.request(
+            "tools/call",
+            &json!({}),
+            call(1),
+            100,
+            &rig.out,
+            &mut rig.timers,
+        );
+        assert!(b > a);
+        let taken = rig.mcp.close("gone".into(), &mut rig.timers);
+        assert_eq!(taken, vec![call(0), call(1)]);
+        assert!(rig.timers.next().is_none());
+        assert!(rig.mcp.close("again".into(), &mut rig.timers).is_empty());
+        assert_eq!(
+            *rig.mcp.state(),
+            SessionState::Closed {
+                reason: "gone".into()
+            },
+            "the first reason stays"
+        );
+        rig.mcp.reopen(&mut rig.timers);
+        assert_eq!(*rig.mcp.state(), SessionState::Connecting);
+        assert!(
+            rig.sent().is_empty(),
+            "frames of the closed session are dropped"
+        );
+        rig.mcp.open("1", &rig.out, &mut rig.timers);
+        assert_eq!(rig.sent()[0]["id"], json!(b.0 + 1));
+        // A late answer to a request of the closed session is inert (I6).
+        assert_eq!(rig.answer(&json!(a.0), json!({})), None);
+    }
+
+    #[test]
+    fn m6_a_ping_is_answered_and_another_server_request_gets_method_not_found() {
+        let mut rig = Rig::new();
+        for (id, method) in [(json!(5), "ping"), (json!("x"), "sampling/createMessage")] {
+            let message = jsonrpc::Message::Request {
+                id: serde_json::from_value(id).expect("an id"),
+                method: method.into(),
+                params: Value::Null,
+            };
+            assert_eq!(
+                rig.mcp.on_message(message, &mut rig.out, &mut rig.timers),
+                None
+            );
+        }
+        let sent = rig.sent();
+        assert_eq!(sent[0], json!({"jsonrpc": "2.0", "id": 5, "result": {}}));
+        assert_eq!(sent[1]["id"], "x");
+        assert_eq!(sent[1]["error"]["code"], -32601);
+    }
+
+    #[test]
+    fn c59_progress_text_is_the_message_then_the_count_in_whole_numbers_where_exact() {
+        let text = |p: Value| progress_text(&p);
+        assert_eq!(text(json!({"progress": 3.0, "total": 10})), "progress 3/10");
+        assert_eq!(text(json!({"progress": 2.5})), "progress 2.5");
+        assert_eq!(text(json!({"progress": -4.0})), "progress -4");
+        assert_eq!(
+            text(json!({"progress": 1e15})),
+            "progress 1000000000000000.0",
+            "as sent from 1e15 on"
+        );
+        assert_eq!(
+            text(json!({"progress": 999_999_999_999_999.0_f64})),
+            "progress 999999999999999"
+        );
+        assert_eq!(text(json!({"message": "copying"})), "copying");
+        assert_eq!(text(json!({"message": "  ", "total": 3})), "in progress");
+        assert_eq!(text(json!({"progress": "3"})), "in progress");
+    }
+}
