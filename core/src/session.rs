@@ -5,7 +5,6 @@
 use crate::ids::{ServerSlot, SessionId};
 use crate::interceptor::Interceptors;
 use crate::jsonrpc::RpcId;
-use crate::tool_schema::OfferedSchemas;
 use crate::transcript::Transcript;
 use std::collections::BTreeMap;
 
@@ -46,8 +45,6 @@ pub(crate) struct Session {
     pub(crate) notices: Vec<String>,
     /// The client presents ACP `notice` updates (`clientCapabilities.session.notices`).
     pub(crate) client_notices: bool,
-    /// Its tools' schemas as the provider takes them (SPEC M14).
-    pub(crate) tool_schemas: OfferedSchemas,
 }
 
 impl Session {
@@ -69,7 +66,6 @@ impl Session {
             remembered: BTreeMap::new(),
             notices: Vec::new(),
             client_notices: false,
-            tool_schemas: OfferedSchemas::default(),
         }
     }
 

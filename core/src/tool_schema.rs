@@ -37,8 +37,6 @@
 //!   `propertyOrdering`; any other key is `Unknown name "…" … Cannot find field`, and an
 //!   object whose `properties` is empty is rejected ("should be non-empty for OBJECT type").
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value, json};
 
 use crate::config::ProviderKind;
@@ -103,79 +101,46 @@ pub(crate) struct Offered {
     pub(crate) keywords: Vec<String>,
 }
 
-/// The schemas one session offers, each converted once per source schema and dialect, so a
-/// rewrite costs (and logs) once, not every round. Keyed by the tool's provider-visible name.
-#[derive(Debug, Default)]
-pub(crate) struct OfferedSchemas {
-    tools: BTreeMap<String, Cached>,
-}
-
-/// One tool's conversion, with what it was made from.
-#[derive(Debug)]
-struct Cached {
-    dialect: SchemaDialect,
-    source: Value,
-    offered: Offered,
-}
-
-impl OfferedSchemas {
-    /// Rewrites `defs` (whose `input_schema` is the MCP source) into what `dialect` accepts:
-    /// the schema replaced (`Value::Null` for "send no parameters"), the lost rules appended
-    /// to the description. Returns one WARN line per tool converted now whose schema had to
-    /// change, naming its server and tool (`names(exposed)` gives both) and the keywords.
-    /// Tools no longer offered are forgotten.
-    pub(crate) fn apply(
-        &mut self,
-        defs: &mut [ToolDef],
-        dialect: SchemaDialect,
-        names: impl Fn(&str) -> (String, String),
-    ) -> Vec<String> {
-        let mut warnings = Vec::new();
-        self.tools
-            .retain(|name, _| defs.iter().any(|d| d.name == *name));
-        for def in defs.iter_mut() {
-            let fresh = self
-                .tools
-                .get(&def.name)
-                .is_none_or(|c| c.dialect != dialect || c.source != def.input_schema);
-            if fresh {
-                let offered = offer(&def.input_schema, dialect);
-                if !offered.keywords.is_empty() {
-                    let (server, tool) = names(&def.name);
-                    let lost = if offered.note.is_some() {
-                        "; the rules it could not carry are in the tool's description"
-                    } else {
-                        ""
-                    };
-                    warnings.push(format!(
-                        "mcp '{server}': tool '{tool}': input schema rewritten for {} ({}){lost}",
-                        dialect.provider_name(),
-                        offered.keywords.join(", ")
-                    ));
-                }
-                let source = std::mem::take(&mut def.input_schema);
-                self.tools.insert(
-                    def.name.clone(),
-                    Cached {
-                        dialect,
-                        source,
-                        offered,
-                    },
-                );
-            }
-            let Some(cached) = self.tools.get(&def.name) else {
-                continue;
-            };
-            def.input_schema = cached.offered.schema.clone().unwrap_or(Value::Null);
-            if let Some(note) = &cached.offered.note {
-                if def.description.is_empty() {
-                    def.description.clone_from(note);
-                } else {
-                    def.description = format!("{}\n\n{note}", def.description);
-                }
-            }
+impl Offered {
+    /// The tool as sent: `input_schema` this schema (`Value::Null` for "send no
+    /// parameters"), the lost rules appended to `description` after a blank line.
+    #[must_use]
+    pub(crate) fn tool_def(&self, name: &str, description: &str) -> ToolDef {
+        let description = match (&self.note, description.is_empty()) {
+            (None, _) => description.to_owned(),
+            (Some(note), true) => note.clone(),
+            (Some(note), false) => format!("{description}\n\n{note}"),
+        };
+        ToolDef {
+            name: name.to_owned(),
+            description,
+            input_schema: self.schema.clone().unwrap_or(Value::Null),
         }
-        warnings
+    }
+
+    /// The one WARN line of a rewritten schema, naming the server (as the client named it),
+    /// the tool (as the server named it) and the keywords; `None` when the schema went out as
+    /// the server wrote it.
+    #[must_use]
+    pub(crate) fn warning(
+        &self,
+        server: &str,
+        tool: &str,
+        dialect: SchemaDialect,
+    ) -> Option<String> {
+        if self.keywords.is_empty() {
+            return None;
+        }
+        let lost = if self.note.is_some() {
+            "; the rules it could not carry are in the tool's description"
+        } else {
+            ""
+        };
+        Some(format!(
+            "mcp '{server}': tool '{tool}': input schema rewritten for {} ({}){lost}",
+            dialect.provider_name(),
+            self.keywords.join(", ")
+        ))
     }
 }
 
@@ -1376,79 +1341,32 @@ mod tests {
         }
     }
 
-    fn def(name: &str, schema: Value) -> ToolDef {
-        ToolDef {
-            name: name.into(),
-            description: "Attach a file".into(),
-            input_schema: schema,
-        }
-    }
-
     #[test]
-    fn c63_a_session_converts_each_tool_once_and_warns_once_naming_server_tool_and_keyword() {
-        let mut cache = OfferedSchemas::default();
-        let names = |exposed: &str| {
-            (
-                "n".to_string(),
-                exposed.trim_start_matches("n__").to_string(),
-            )
-        };
-        let plain = json!({"type": "object", "properties": {"q": {"type": "string"}}});
-        let source = || {
-            vec![
-                def("n__search", plain.clone()),
-                def("n__create_attachment", attachment()),
-            ]
-        };
-        let mut defs = source();
-        let warnings = cache.apply(&mut defs, SchemaDialect::Anthropic, names);
+    fn c63_the_tool_as_sent_carries_the_rules_and_one_warn_names_server_tool_and_keyword() {
+        let o = offer(&attachment(), SchemaDialect::Anthropic);
+        let def = o.tool_def("n__create_attachment", "Attach a file");
         assert_eq!(
-            warnings,
-            vec!["mcp 'n': tool 'create_attachment': input schema rewritten for the Anthropic API (anyOf); the rules it could not carry are in the tool's description".to_string()]
-        );
-        assert_eq!(
-            defs[0],
-            def("n__search", plain.clone()),
-            "a plain tool goes out as it is"
-        );
-        assert!(defs[1].input_schema.get("anyOf").is_none());
-        assert_eq!(
-            defs[1].description,
+            def.description,
             "Attach a file\n\nArgument rules: give at least one of these sets of arguments: (1) content, (2) source_url."
         );
-        // The next round: the same conversion, no second WARN.
-        let mut again = source();
-        assert!(
-            cache
-                .apply(&mut again, SchemaDialect::Anthropic, names)
-                .is_empty()
-        );
-        assert_eq!(again, defs);
-        // Another model on another provider's rules, or a changed source: converted anew.
-        let mut gemini = source();
+        assert!(def.input_schema.get("anyOf").is_none());
         assert_eq!(
-            cache.apply(&mut gemini, SchemaDialect::Gemini, names).len(),
-            1
+            o.warning("n", "create_attachment", SchemaDialect::Anthropic)
+                .as_deref(),
+            Some(
+                "mcp 'n': tool 'create_attachment': input schema rewritten for the Anthropic API (anyOf); the rules it could not carry are in the tool's description"
+            )
         );
-        let mut changed = vec![def(
-            "n__create_attachment",
-            json!({"type": "object", "oneOf": [{"required": ["x"]}], "properties": {"x": {"type": "string"}}}),
-        )];
-        let w = cache.apply(&mut changed, SchemaDialect::Gemini, names);
-        assert!(w.len() == 1 && w[0].contains("(oneOf)"), "{w:?}");
-        assert_eq!(
-            cache.tools.len(),
-            1,
-            "tools no longer offered are forgotten"
-        );
+        let plain = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+        let p = offer(&plain, SchemaDialect::Anthropic);
+        assert_eq!(p.warning("n", "search", SchemaDialect::Anthropic), None);
+        assert_eq!(p.tool_def("n__search", "").description, "");
         // Gemini: a tool without arguments is sent without parameters.
-        let mut bare = vec![def("n__ping", json!({"type": "object", "properties": {}}))];
-        assert!(
-            cache
-                .apply(&mut bare, SchemaDialect::Gemini, names)
-                .is_empty()
+        let bare = offer(
+            &json!({"type": "object", "properties": {}}),
+            SchemaDialect::Gemini,
         );
-        assert_eq!(bare[0].input_schema, Value::Null);
+        assert_eq!(bare.tool_def("n__ping", "Ping").input_schema, Value::Null);
     }
 
     #[test]

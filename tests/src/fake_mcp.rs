@@ -37,7 +37,7 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59), and the schema tools of [`odd_schema`] (`search`, `create_attachment`, `choose`, `merged`, `typed`, `conditional`, `bare`; case C63) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59), `unlock` (changes the list from `unlock`, `old_tool` to `unlock`, `secret_number` (answers `42`), sends `notifications/tools/list_changed`, then its reply; the changed list is answered 300 ms late; case C65), and the schema tools of [`odd_schema`] (`search`, `create_attachment`, `choose`, `merged`, `typed`, `conditional`, `bare`; case C63) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
@@ -229,6 +229,15 @@ impl Config {
                 ),
                 "surrogates" => (
                     "Returns text cut inside surrogate pairs",
+                    obj(json!({}), &[]),
+                ),
+                "unlock" => (
+                    "Unlocks `secret_number` (and removes `old_tool`)",
+                    obj(json!({}), &[]),
+                ),
+                "old_tool" => ("A tool that goes away on `unlock`", obj(json!({}), &[])),
+                "secret_number" => (
+                    "Tells the secret number; listed after `unlock`",
                     obj(json!({}), &[]),
                 ),
                 "reject" => ("Answers a JSON-RPC error", obj(json!({}), &[])),
@@ -567,6 +576,8 @@ struct Server {
     replied: AtomicU64,
     /// The tool `late` was added.
     late: std::sync::atomic::AtomicBool,
+    /// `unlock` was called: `secret_number` replaces `old_tool` (case C65).
+    unlocked: std::sync::atomic::AtomicBool,
     /// The id of the `initialize` request (for `FAKE_MCP_SERVER_REQUESTS`).
     init_id: Mutex<Option<Value>>,
     /// Responses received to the server's own requests, in arrival order.
@@ -719,6 +730,21 @@ impl Server {
             }
             "tools/list" => {
                 let mut all = self.cfg.tool_list();
+                if self.cfg.tools.iter().any(|t| t == "unlock") {
+                    // C65: `old_tool` before `unlock`, `secret_number` after it; the list that
+                    // changed is answered 300 ms late, so a client that does not wait for it
+                    // offers the old one.
+                    let unlocked = self.unlocked.load(Ordering::SeqCst);
+                    let gone = if unlocked {
+                        "old_tool"
+                    } else {
+                        "secret_number"
+                    };
+                    all.retain(|t| t["name"] != gone);
+                    if unlocked {
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                }
                 if self.late.load(Ordering::SeqCst) {
                     all.push(json!({"name": "late", "description": "Echoes `text` back (added later)",
                                     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}));
@@ -961,6 +987,25 @@ impl Server {
                         self.replied.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
+                    "unlock" => {
+                        // C65: the list changes, the notification goes out, then the reply.
+                        self.unlocked.store(true, Ordering::SeqCst);
+                        self.out.send(
+                            &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                            false,
+                        );
+                        ok(id, text_result("unlocked", false))
+                    }
+                    "old_tool" | "secret_number" => {
+                        let listed =
+                            self.unlocked.load(Ordering::SeqCst) == (name == "secret_number");
+                        if listed {
+                            let text = if name == "old_tool" { "old" } else { "42" };
+                            ok(id, text_result(text, false))
+                        } else {
+                            err(id, -32602, &format!("unknown tool: {name}"))
+                        }
+                    }
                     "surrogates" => {
                         // C64: perfect JSON-RPC except for the lone surrogate escapes.
                         let line = format!(
@@ -1050,6 +1095,7 @@ pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
         exit,
         replied: AtomicU64::new(0),
         late: std::sync::atomic::AtomicBool::new(false),
+        unlocked: std::sync::atomic::AtomicBool::new(false),
         init_id: Mutex::new(None),
         answers: Mutex::new(Vec::new()),
         answered: Condvar::new(),

@@ -1150,3 +1150,81 @@ pub fn c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered(ctx: 
     );
     agent.finish();
 }
+
+// ---- C65 ----------------------------------------------------------------------------------------
+
+/// C65 / SPEC M14: servers `s` and `t` list `unlock` and `old_tool`; on `tools/call unlock`
+/// one changes its list to `unlock`, `secret_number`, writes
+/// `notifications/tools/list_changed`, then the reply (and answers the changed list 300 ms
+/// late). Prompt 1 (the case): the model calls `s__unlock`, then at once `s__secret_number`:
+/// the very next LLM request offers `s__secret_number` and no longer `s__old_tool`, and the
+/// call runs. Prompt 2: the model calls `t__unlock` and, in the same response, `t__old_tool`
+/// (one call at a time): the call to the tool removed while the round ran ends with an error
+/// that says so, and the server never sees it.
+pub fn c65_a_tool_list_changed_during_a_round_is_offered_in_the_very_next_request(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log_t = s.file("t.log");
+    let tools = ("FAKE_MCP_TOOLS", "unlock,old_tool,secret_number");
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_u", "s__unlock", json!({}))]),
+            Reply::tool_calls(vec![("call_n", "s__secret_number", json!({}))]),
+            Reply::text("The secret number is 42."),
+            Reply::tool_calls(vec![
+                ("call_tu", "t__unlock", json!({})),
+                ("call_to", "t__old_tool", json!({})),
+            ]),
+            Reply::text("The old tool is gone."),
+        ])
+        .env(&[("BUZZ_AGENT_MAX_PARALLEL_TOOLS", "1")])
+        .fake_mcp("s", &[tools])
+        .fake_mcp("t", &[tools, ("FAKE_MCP_CALL_LOG", &log_t)])
+        .start();
+    let r = agent.prompt(&sid, "unlock it and tell me the number");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3);
+    let offered = |i: usize, server: &str| -> Vec<String> {
+        reqs[i]
+            .tool_names()
+            .into_iter()
+            .filter(|n| n.starts_with(server))
+            .collect()
+    };
+    assert_eq!(offered(0, "s__"), ["s__unlock", "s__old_tool"]);
+    assert_eq!(
+        offered(1, "s__"),
+        ["s__unlock", "s__secret_number"],
+        "C65: the very next request offers the announced tool and not the removed one"
+    );
+    assert_eq!(
+        reqs[1].tool_result_for("call_u").as_deref(),
+        Some("unlocked")
+    );
+    assert_eq!(
+        reqs[2].tool_result_for("call_n").as_deref(),
+        Some("42"),
+        "C65: the call to the announced tool runs"
+    );
+
+    let r = agent.prompt(&sid, "unlock the other one and use the old tool");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 5);
+    let removed = reqs[4].tool_result_for("call_to").unwrap_or_default();
+    assert!(
+        removed.contains("no longer offered by server 't'")
+            && removed.contains("tool list changed"),
+        "C65: a call to a tool removed mid-round gets a clear error: {removed:?}"
+    );
+    let called: Vec<Value> = fake_mcp::logged_tool_calls(&log_of(&log_t))
+        .into_iter()
+        .map(|c| c["params"]["name"].clone())
+        .collect();
+    assert_eq!(
+        called,
+        [json!("unlock")],
+        "the removed tool was never called on the server"
+    );
+    agent.finish();
+}

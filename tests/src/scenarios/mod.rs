@@ -123,6 +123,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         cases::c13_server_requests_are_answered_in_their_own_id_space,
         cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
         cases::c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered,
+        cases::c65_a_tool_list_changed_during_a_round_is_offered_in_the_very_next_request,
         cases::c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_killed,
         cases::c15_error_replies_iserror_and_exits_resolve_at_once_with_the_cause,
         cases::h4_c30_late_hook_reply_never_satisfies_the_next_call_and_a_reply_resets_the_count,
