@@ -170,16 +170,14 @@ impl Agent {
         }
     }
 
-    /// The environment the runtime itself received. MCP children get it minus the agent's own
-    /// variables (SPEC M1: provider keys, `BUZZ_AGENT_*`, `MCP_HOOK_SERVERS`), plus the
-    /// client's `env` entries, which win.
+    /// The environment the runtime itself received. MCP children get only its allowlisted
+    /// part (SPEC S1, [`crate::config::child_environment`]: `HOME`, `PATH`, the locale, … and
+    /// what `BUZZ_AGENT_CHILD_ENV` adds, never the agent's own variables), plus the client's
+    /// `env` entries, which win (SPEC M1).
     #[must_use]
     pub fn with_inherited_env(mut self, env: impl IntoIterator<Item = (String, String)>) -> Self {
-        self.servers.set_inherited_env(
-            env.into_iter()
-                .filter(|(k, _)| !crate::config::is_agent_secret_or_own_variable(k))
-                .collect(),
-        );
+        self.servers
+            .set_inherited_env(crate::config::child_environment(env, &self.cfg.child_env));
         self
     }
 

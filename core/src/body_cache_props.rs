@@ -7,15 +7,13 @@
 //! keep an element only once nothing appended can change it: these tests are what says it
 //! does.
 
-use crate::anthropic;
 use crate::config::{Config, ProviderKind};
 use crate::history::History;
+use crate::llm::builders::{self, ChatOptions, ResponsesOptions};
 use crate::llm::{
-    ChatReasoningField, HttpRequest, LlmRequest, Message, ReasoningBlock, ToolCall, ToolDef,
+    BodyCache, ChatReasoningField, HttpRequest, LlmRequest, Message, ReasoningBlock, ToolCall,
+    ToolDef,
 };
-use crate::openai_chat::{self, ChatOptions};
-use crate::openai_responses::{self, ResponsesOptions};
-use crate::request::BodyCache;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -204,7 +202,7 @@ fn build(
             reasoning_content,
             max_completion_tokens,
             ..
-        } => openai_chat::build_request_cached(
+        } => builders::chat(
             "http://h/v1",
             "k",
             &req,
@@ -214,11 +212,11 @@ fn build(
             },
             cache,
         ),
-        Route::Anthropic { .. } => anthropic::build_request_cached(cfg, &req, cache),
+        Route::Anthropic { .. } => builders::anthropic(cfg, &req, cache),
         Route::Responses {
             include_encrypted_reasoning,
             ..
-        } => openai_responses::build_request_cached(
+        } => builders::responses(
             "http://h/v1",
             "k",
             &req,

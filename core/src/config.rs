@@ -1,5 +1,5 @@
-//! Configuration read from the environment, once, at start (SPEC C1–C3; M1 for the variables
-//! withheld from MCP children).
+//! Configuration read from the environment, once, at start (SPEC C1–C3; M1 and S1 for the
+//! environment MCP children get: [`child_environment`]).
 //!
 //! The core never reads the environment or the file system: the runtime passes a snapshot of
 //! the environment as a `BTreeMap` and a closure that reads the system-prompt file
@@ -34,6 +34,15 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// Every route, the one list the dispatch (`llm::route`), the route tests, the fuzz targets
+    /// and the fake LLM of the e2e suite follow (docs/architecture.md, "Adding a provider
+    /// route").
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAiChat,
+        ProviderKind::OpenAiResponses,
+    ];
+
     /// The `BUZZ_AGENT_PROVIDER` value that selects it, as the user writes it.
     #[must_use]
     pub fn env_value(self) -> &'static str {
@@ -204,6 +213,11 @@ pub struct Config {
     /// `BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES` (default 51200), 1024..=8388608: per tool result
     /// text, bytes, middle-elided beyond.
     pub max_tool_result_text_bytes: usize,
+    /// `BUZZ_AGENT_CHILD_ENV` (default empty; S1): more of the agent's environment variables
+    /// MCP servers get, beyond [`CHILD_ENV_ALLOWLIST`]: exact names, `PREFIX*` patterns, or
+    /// `*` (every variable but the agent's own). Comma list, trimmed, empties and duplicates
+    /// dropped; see [`child_environment`].
+    pub child_env: Vec<String>,
     /// `MCP_HOOK_SERVERS` (default off) (C3).
     pub hook_servers: HookAllowlist,
     /// `BUZZ_AGENT_INTERCEPTOR_SERVERS` (default off; C3 syntax): the servers asked for
@@ -285,6 +299,7 @@ impl fmt::Debug for Config {
                 "max_tool_result_text_bytes",
                 &self.max_tool_result_text_bytes,
             )
+            .field("child_env", &self.child_env)
             .field("hook_servers", &self.hook_servers)
             .field("interceptor_servers", &self.interceptor_servers)
             .field("hook_timeout_ms", &self.hook_timeout_ms)
@@ -480,6 +495,7 @@ const LOG: &str = "BUZZ_AGENT_LOG";
 const LOG_FORMAT: &str = "BUZZ_AGENT_LOG_FORMAT";
 const STATE_DIR: &str = "BUZZ_AGENT_STATE_DIR";
 const SEED: &str = "BUZZ_AGENT_SEED";
+const CHILD_ENV: &str = "BUZZ_AGENT_CHILD_ENV";
 
 const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -581,6 +597,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
     (STATE_DIR, "$XDG_STATE_HOME/buzz-agent/sessions, else ~/.local/state/buzz-agent/sessions", "where session transcripts are kept (an absolute path), or off: sessions are not persisted"),
     (SEED, "random", "fixed seed for reproducible runs (retry jitter, session ids); use with a fresh BUZZ_AGENT_STATE_DIR or off"),
+    (CHILD_ENV, "", "comma-separated names (NAME, or PREFIX* for every variable starting so) of more of the agent's environment variables to pass to MCP servers; * passes all but the agent's own"),
 ];
 
 /// The names of every variable the agent reads (C1), in `--help` order.
@@ -613,15 +630,115 @@ pub fn help_text() -> String {
     s
 }
 
-/// Whether `name` is withheld from MCP children's environment (M1): the provider keys
-/// `ANTHROPIC_API_KEY` and `OPENAI_COMPAT_API_KEY`, every `BUZZ_AGENT_*` variable and
-/// `MCP_HOOK_SERVERS`. Case-sensitive; every other variable passes through.
+/// Whether `name` is one of the agent's own variables, which never reach an MCP child, whatever
+/// `BUZZ_AGENT_CHILD_ENV` says (M1, S1): the provider keys `ANTHROPIC_API_KEY` and
+/// `OPENAI_COMPAT_API_KEY`, every `BUZZ_AGENT_*` variable and `MCP_HOOK_SERVERS`.
+/// Case-sensitive. (Other variables pass only when [`child_environment`] allows them.)
 #[must_use]
 pub fn is_agent_secret_or_own_variable(name: &str) -> bool {
     name == ANTHROPIC_API_KEY
         || name == OPENAI_API_KEY
         || name == HOOK_SERVERS
         || name.starts_with("BUZZ_AGENT_")
+}
+
+/// The variables of the agent's environment every MCP server gets (SPEC S1), as the official
+/// MCP SDKs do (their `DEFAULT_INHERITED_ENV_VARS`) plus the locale, time zone, temporary and
+/// XDG base directories: `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`, `LANG`, every
+/// `LC_*`, `TMPDIR`, `TZ` and the `XDG_*` base directories. A pattern ending in `*` matches
+/// every name that starts with what comes before it. `BUZZ_AGENT_CHILD_ENV` adds more
+/// ([`Config::child_env`]); the client's `env` entries come on top (SPEC M1).
+pub const CHILD_ENV_ALLOWLIST: &[&str] = &[
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "TERM",
+    "USER",
+    "LANG",
+    "LC_*",
+    "TMPDIR",
+    "TZ",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_DIRS",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_DIRS",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
+    "XDG_STATE_HOME",
+];
+
+/// Whether `name` matches the allowlist `pattern`: `*` matches everything, `PREFIX*` every
+/// name starting with `PREFIX`, anything else exactly (case-sensitive, as the environment is).
+fn env_pattern_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+/// The part of the agent's environment `env` that MCP servers get (SPEC S1): the variables
+/// [`CHILD_ENV_ALLOWLIST`] or `extra` (`BUZZ_AGENT_CHILD_ENV`, [`Config::child_env`]) name,
+/// never the agent's own ([`is_agent_secret_or_own_variable`]), in `env`'s order. The client's
+/// `env` entries of a server are added on top by the server table.
+///
+/// ```
+/// use buzz_agent_core::config::child_environment;
+/// let env = [("PATH", "/bin"), ("GITHUB_TOKEN", "ghp_x"), ("LC_ALL", "C"), ("NPM_CONFIG_CACHE", "/c")]
+///     .map(|(k, v)| (k.to_string(), v.to_string()));
+/// let names = |extra: &[String]| -> Vec<String> {
+///     child_environment(env.clone(), extra).into_iter().map(|(k, _)| k).collect()
+/// };
+/// assert_eq!(names(&[]), ["PATH", "LC_ALL"]);
+/// assert_eq!(names(&["NPM_CONFIG_*".into()]), ["PATH", "LC_ALL", "NPM_CONFIG_CACHE"]);
+/// ```
+#[must_use]
+pub fn child_environment(
+    env: impl IntoIterator<Item = (String, String)>,
+    extra: &[String],
+) -> Vec<(String, String)> {
+    env.into_iter()
+        .filter(|(name, _)| {
+            !is_agent_secret_or_own_variable(name)
+                && CHILD_ENV_ALLOWLIST
+                    .iter()
+                    .copied()
+                    .chain(extra.iter().map(String::as_str))
+                    .any(|p| env_pattern_matches(p, name))
+        })
+        .collect()
+}
+
+/// `BUZZ_AGENT_CHILD_ENV` (SPEC S1): comma-separated variable names (`[A-Za-z_][A-Za-z0-9_]*`),
+/// `PREFIX*` patterns or `*`. Naming one of the agent's own variables (a provider key,
+/// `BUZZ_AGENT_*`, `MCP_HOOK_SERVERS`) is an error: those never reach a server (a server that
+/// needs a key gets it from its own `env` entry in `session/new`).
+fn child_env(env: &Env<'_>) -> Result<Vec<String>, ConfigError> {
+    let entries = env.list(CHILD_ENV);
+    for entry in &entries {
+        let name = entry.strip_suffix('*').unwrap_or(entry);
+        let well_formed = (name.is_empty() && entry == "*")
+            || (!name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        if !well_formed {
+            return Err(env.invalid(
+                CHILD_ENV,
+                format!(
+                    "comma-separated variable names (letters, digits and _), each optionally ending in * to match a prefix, or * alone; {entry:?} is not one"
+                ),
+            ));
+        }
+        if entry == name && is_agent_secret_or_own_variable(name) {
+            return Err(env.invalid(
+                CHILD_ENV,
+                format!(
+                    "names of variables MCP servers may get; {name} is the agent's own and never reaches a server (give a server what it needs in its env entry of session/new)"
+                ),
+            ));
+        }
+    }
+    Ok(entries)
 }
 
 /// The `BUZZ_AGENT_*` variables in `env` that the agent does not know (probably typos), in
@@ -1051,6 +1168,7 @@ impl Config {
             max_sessions,
             max_line_bytes: c.or(env.uint(MAX_LINE_BYTES, 4_194_304), 1024),
             max_tool_result_text_bytes: c.or(env.uint(MAX_TOOL_RESULT_TEXT_BYTES, 51_200), 1024),
+            child_env: c.or(child_env(&env), Vec::new()),
             hook_servers: c.or(
                 parse_server_allowlist(&env, HOOK_SERVERS),
                 HookAllowlist::Off,
@@ -1105,6 +1223,7 @@ impl Config {
             max_sessions: None,
             max_line_bytes: 4_194_304,
             max_tool_result_text_bytes: 51_200,
+            child_env: Vec::new(),
             hook_servers: HookAllowlist::Off,
             interceptor_servers: HookAllowlist::Off,
             hook_timeout_ms: 2500,
@@ -1837,7 +1956,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 38);
+        assert_eq!(count, 39);
     }
 
     #[test]
@@ -1888,6 +2007,100 @@ mod tests {
         assert_ne!(
             ok(&anthropic(&[(SEED, "43")])).session_id_seed,
             c.session_id_seed
+        );
+    }
+
+    fn child_names(env: &[(&str, &str)], extra: &[&str]) -> Vec<String> {
+        let extra: Vec<String> = extra.iter().map(|e| (*e).to_owned()).collect();
+        child_environment(env_of(env), &extra)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    #[test]
+    fn s1_children_get_only_the_allowlist_and_what_buzz_agent_child_env_adds() {
+        let env = [
+            ("HOME", "/home/u"),
+            ("PATH", "/bin"),
+            ("LANG", "C.UTF-8"),
+            ("LC_ALL", "C"),
+            ("XDG_CACHE_HOME", "/c"),
+            ("TZ", "UTC"),
+            ("GITHUB_TOKEN", "ghp_secret"),
+            ("AWS_SECRET_ACCESS_KEY", "aws"),
+            ("SSH_AUTH_SOCK", "/tmp/agent.sock"),
+            ("OPENAI_API_KEY", "sk-openai"),
+            ("HF_TOKEN", "hf"),
+            ("NPM_CONFIG_CACHE", "/npm"),
+            ("NPM_CONFIG_REGISTRY", "https://r"),
+            (ANTHROPIC_API_KEY, "sk-ant"),
+            (OPENAI_API_KEY, "sk-compat"),
+            (HOOK_SERVERS, "*"),
+            ("BUZZ_AGENT_LOG", "debug"),
+            ("LCX", "not a locale"),
+        ];
+        // BTreeMap order: names sorted.
+        assert_eq!(
+            child_names(&env, &[]),
+            ["HOME", "LANG", "LC_ALL", "PATH", "TZ", "XDG_CACHE_HOME"]
+        );
+        assert_eq!(
+            child_names(&env, &["NPM_CONFIG_*", "HF_TOKEN"]),
+            [
+                "HF_TOKEN",
+                "HOME",
+                "LANG",
+                "LC_ALL",
+                "NPM_CONFIG_CACHE",
+                "NPM_CONFIG_REGISTRY",
+                "PATH",
+                "TZ",
+                "XDG_CACHE_HOME"
+            ]
+        );
+        // `*` passes everything but the agent's own variables, whatever a pattern says.
+        let all = child_names(&env, &["*", "BUZZ_*", "ANTHROPIC_*"]);
+        assert!(all.contains(&"GITHUB_TOKEN".to_owned()) && all.contains(&"LCX".to_owned()));
+        for own in [
+            ANTHROPIC_API_KEY,
+            OPENAI_API_KEY,
+            HOOK_SERVERS,
+            "BUZZ_AGENT_LOG",
+        ] {
+            assert!(!all.contains(&own.to_owned()), "{own}");
+        }
+        assert_eq!(all.len(), env.len() - 4);
+    }
+
+    #[test]
+    fn s1_buzz_agent_child_env_is_parsed_and_refuses_the_agents_own_variables() {
+        assert_eq!(ok(&anthropic(&[])).child_env, Vec::<String>::new());
+        assert_eq!(
+            ok(&anthropic(&[(
+                CHILD_ENV,
+                " NPM_CONFIG_*, ,HF_TOKEN,HF_TOKEN,_X "
+            )]))
+            .child_env,
+            ["NPM_CONFIG_*", "HF_TOKEN", "_X"]
+        );
+        assert_eq!(ok(&anthropic(&[(CHILD_ENV, "*")])).child_env, ["*"]);
+        for bad in ["A B", "1X", "X-Y", "**", "*X", "A=1"] {
+            let e = err(&anthropic(&[(CHILD_ENV, bad)]));
+            assert_eq!(e.variable(), CHILD_ENV, "{bad}");
+            assert!(e.to_string().contains("variable names"), "{bad}: {e}");
+        }
+        for own in [ANTHROPIC_API_KEY, "BUZZ_AGENT_MODEL", HOOK_SERVERS] {
+            let e = err(&anthropic(&[(CHILD_ENV, &format!("PATHX,{own}"))]));
+            assert!(
+                e.to_string().contains(&format!("{own} is the agent's own")),
+                "{e}"
+            );
+        }
+        // A pattern may cover the agent's variables; they are still withheld.
+        assert_eq!(
+            ok(&anthropic(&[(CHILD_ENV, "BUZZ_*")])).child_env,
+            ["BUZZ_*"]
         );
     }
 
@@ -2146,7 +2359,7 @@ mod tests {
             .collect();
         assert_eq!(variable_names(), listed);
         assert_eq!(variable_names().first(), Some(&PROVIDER));
-        assert_eq!(variable_names().len(), 38);
+        assert_eq!(variable_names().len(), 39);
     }
 
     #[test]

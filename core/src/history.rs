@@ -1,8 +1,8 @@
 //! A session's history with the serialized form of its unchanging prefix (issue #15): the
 //! messages ([`Message`]) and the [`BodyCache`] the request builders extend and reuse.
 
+use crate::llm::BodyCache;
 use crate::llm::Message;
-use crate::request::BodyCache;
 
 /// A session's history: its messages, and the serialized form of their unchanging prefix kept
 /// for the next request ([`BodyCache`], issue #15).
@@ -96,8 +96,8 @@ pub(crate) fn cached_after_a_chat_request(messages: &[Message], cache: &mut Body
         tools: &[],
         max_output_tokens: 64,
     };
-    let options = crate::openai_chat::ChatOptions::default();
-    let _ = crate::openai_chat::build_request_cached("http://h", "", &req, &options, Some(cache));
+    let options = crate::llm::builders::ChatOptions::default();
+    let _ = crate::llm::builders::chat("http://h", "", &req, &options, Some(cache));
     cache.cached_bytes()
 }
 

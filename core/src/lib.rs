@@ -126,7 +126,6 @@
 
 mod acp;
 mod agent;
-mod anthropic;
 #[cfg(test)]
 mod body_cache_props;
 mod compaction;
@@ -146,17 +145,12 @@ mod lifecycle;
 mod llm;
 mod llm_call;
 mod mcp;
-mod openai_chat;
-mod openai_responses;
 mod outbox;
 mod permissions;
-mod provider;
 mod record;
-mod request;
 mod session;
 mod shutdown;
 mod sse;
-mod sse_stream;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

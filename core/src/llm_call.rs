@@ -5,9 +5,9 @@
 
 use crate::ids::{LlmCallId, SessionId};
 use crate::io::{Action, LlmEvent};
+use crate::llm::Learned;
 use crate::llm::{LlmResponse, StreamDecoder, StreamDelta, StreamError};
 use crate::outbox::Outbox;
-use crate::provider::Learned;
 use std::collections::BTreeMap;
 
 /// Bytes of a failed response body kept for the error message (SPEC A3).
@@ -228,7 +228,7 @@ impl LlmAttempt {
         if !(trimmed.starts_with('{') || trimmed.starts_with('[') || json_type) {
             return None;
         }
-        let detail = crate::provider::error_message(trimmed.as_bytes());
+        let detail = crate::llm::error_message(trimmed.as_bytes());
         let detail = crate::text::utf8_prefix(&detail, 300);
         Some(StreamError::NotAStream(format!(
             "{} answered with a JSON body where an event stream was expected (a streaming endpoint answers text/event-stream): {detail}",
@@ -319,7 +319,7 @@ mod tests {
             purpose,
             1,
             "http://h/v1/chat/completions".into(),
-            crate::provider::decoder(&cfg, "call_1".into()),
+            crate::llm::route(cfg.provider).decoder("call_1".into()),
         )
     }
 

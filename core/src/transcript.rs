@@ -5,8 +5,8 @@
 //! place since it last looked (a compaction, a hook call joining the model's answer).
 
 use crate::history::History;
+use crate::llm::BodyCache;
 use crate::llm::Message;
-use crate::request::BodyCache;
 
 /// One session's conversation.
 #[derive(Debug, Clone, Default, PartialEq)]

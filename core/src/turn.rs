@@ -21,14 +21,13 @@ use crate::io::{Action, LlmEvent};
 use crate::jsonrpc::RpcError;
 use crate::jsonrpc::RpcId;
 use crate::llm::{
-    ChatReasoningField, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
+    self, ErrorReaction, HttpFailure, LlmRequest, LlmResponse, Message, StopKind, StreamDelta,
     ToolCall,
 };
 use crate::llm_call::{
     CallPurpose, FINAL_ANSWER_GRACE_MS, LlmAttempt, MAX_RESPONSE_BODY_BYTES, Step,
 };
 use crate::mcp::{InterceptRef, ServerTable, ToolRoute};
-use crate::provider::{self, HttpFailure};
 use crate::session::Session;
 use crate::timers::{Timer, TurnTimer};
 use crate::tool_calls::{InterceptEvent, ToolBatch};
@@ -344,8 +343,9 @@ impl Turn {
             tools: &defs,
             max_output_tokens: cx.cfg.max_output_tokens,
         };
-        let request = provider::build_request_cached(cx.cfg, &req, &cx.llm.learned, cache);
-        let decoder = provider::decoder(cx.cfg, format!("call_{}", call.0));
+        let route = llm::route(cx.cfg.provider);
+        let request = route.build_request(cx.cfg, &req, &cx.llm.learned, cache);
+        let decoder = route.decoder(format!("call_{}", call.0));
         self.set_timer(
             TurnTimer::LlmIdle,
             cx.out.now().plus_ms(cx.cfg.llm_timeout_ms),
@@ -520,14 +520,16 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) -> Option<TurnEnd> {
-        if cx.cfg.provider == crate::config::ProviderKind::OpenAiChat {
-            let sent = provider::chat_options(cx.cfg, sess.model(&cx.cfg.model), &cx.llm.learned);
-            if provider::wants_max_completion_tokens(status, body, &sent) {
-                self.retry_with_max_completion_tokens(sess, cx);
+        let model = sess.model(&cx.cfg.model);
+        let route = llm::route(cx.cfg.provider);
+        match route.on_http_error(cx.cfg, model, status, body, &mut cx.llm.learned) {
+            Some(ErrorReaction::Resend { warn }) => {
+                self.resend(&warn, sess, cx);
                 return None;
             }
+            None => {}
         }
-        let message = provider::error_message(body);
+        let message = llm::error_message(body);
         // Issue 12: the method and URL, so a wrong base URL shows (a 404 on
         // `…/chat/completions`).
         let on = match &self.phase {
@@ -538,9 +540,9 @@ impl Turn {
             | Phase::Gate(_)
             | Phase::AwaitTools(_) => String::new(),
         };
-        match provider::classify_status(status, &message) {
+        match llm::classify_status(status, &message) {
             HttpFailure::Retryable => {
-                let hint = provider::retry_after_ms(headers);
+                let hint = llm::retry_after_ms(headers);
                 self.attempt_failed(
                     format!("HTTP {status}{on}: {message}"),
                     true,
@@ -571,18 +573,14 @@ impl Turn {
         }
     }
 
-    /// C41 / SPEC L7: the server rejected `max_tokens` and named `max_completion_tokens`:
-    /// remember the name for the process and send the same attempt again at once (once: the
-    /// retry already uses the new name, so the same answer cannot bring us here again).
-    fn retry_with_max_completion_tokens(&mut self, sess: &mut Session, cx: &mut Cx<'_>) {
+    /// The route changed what it sends after an HTTP error of its own
+    /// ([`ErrorReaction::Resend`], e.g. C41): send the same attempt again at once, after its
+    /// one WARN line.
+    fn resend(&mut self, warn: &str, sess: &mut Session, cx: &mut Cx<'_>) {
         let Phase::Llm(a) = &self.phase else { return };
         let (call, attempt, purpose) = (a.call(), a.attempt(), a.purpose());
         self.release(call, sess, cx);
-        cx.llm.learned.max_completion_tokens = true;
-        cx.out.log(
-            LogLevel::Warn,
-            "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
-        );
+        cx.out.log(LogLevel::Warn, warn.to_owned());
         self.start_llm_attempt(attempt, purpose, sess, cx);
     }
 
@@ -694,13 +692,7 @@ impl Turn {
             );
             sess.transcript.record_usage(u.input_tokens);
         }
-        if resp.reasoning.contains(&ReasoningBlock::ChatField(
-            ChatReasoningField::ReasoningContent,
-        )) {
-            // L10: a DeepSeek-style server; its thinking mode wants the field on every
-            // assistant message of a turn that called tools, ours included.
-            cx.llm.learned.reasoning_content = true;
-        }
+        llm::route(cx.cfg.provider).on_response(&resp, &mut cx.llm.learned);
         self.phase = Phase::Ready;
         let LlmResponse {
             text,
@@ -1196,6 +1188,7 @@ mod tests {
     use crate::cx::rig::Parts;
     use crate::ids::SessionId;
     use crate::io::Action;
+    use crate::llm::ReasoningBlock;
 
     const SID: SessionId = SessionId(1);
 

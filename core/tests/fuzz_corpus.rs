@@ -28,7 +28,7 @@ fn files(kind: &str, target: &str) -> Vec<PathBuf> {
 }
 
 /// Runs `body` on every corpus file and reproducer of `target`; the corpus must not be empty.
-fn replay(target: &str, body: fn(&[u8])) {
+fn replay(target: &str, body: &dyn Fn(&[u8])) {
     let corpus = files("corpus", target);
     assert!(
         !corpus.is_empty(),
@@ -37,7 +37,7 @@ fn replay(target: &str, body: fn(&[u8])) {
     for path in corpus.iter().chain(files("regressions", target).iter()) {
         let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let name = path.display().to_string();
-        let outcome = std::panic::catch_unwind(|| body(&data));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&data)));
         assert!(
             outcome.is_ok(),
             "{target}: {name} fails (see the panic above)"
@@ -47,44 +47,48 @@ fn replay(target: &str, body: fn(&[u8])) {
 
 #[test]
 fn line_codec_corpus_replays() {
-    replay("line_codec", fuzzing::line_codec);
+    replay("line_codec", &fuzzing::line_codec);
 }
 
 #[test]
 fn acp_input_corpus_replays() {
-    replay("acp_input", fuzzing::acp_input);
+    replay("acp_input", &fuzzing::acp_input);
 }
 
 #[test]
 fn mcp_output_corpus_replays() {
-    replay("mcp_output", fuzzing::mcp_output);
+    replay("mcp_output", &fuzzing::mcp_output);
 }
 
+/// Every route's stream decoder target (`fuzzing::decoder_target`), from the one list of
+/// routes: its corpus replays, and it is a target of `fuzz/` (a source file and a `[[bin]]`), so
+/// a new route cannot be left out of the fuzz layer.
 #[test]
-fn sse_chat_corpus_replays() {
-    replay("sse_chat", |d| fuzzing::sse_decoder(Route::Chat, d));
-}
-
-#[test]
-fn sse_anthropic_corpus_replays() {
-    replay("sse_anthropic", |d| {
-        fuzzing::sse_decoder(Route::Anthropic, d)
-    });
-}
-
-#[test]
-fn sse_responses_corpus_replays() {
-    replay("sse_responses", |d| {
-        fuzzing::sse_decoder(Route::Responses, d)
-    });
+fn every_routes_sse_decoder_corpus_replays_and_is_a_fuzz_target() {
+    let manifest = std::fs::read_to_string(fuzz_dir().join("Cargo.toml")).expect("fuzz/Cargo.toml");
+    for route in Route::ALL {
+        let target = fuzzing::decoder_target(route);
+        replay(target, &|d| fuzzing::sse_decoder(route, d));
+        let source = format!("fuzz_targets/{target}.rs");
+        let body = std::fs::read_to_string(fuzz_dir().join(&source))
+            .unwrap_or_else(|e| panic!("fuzz/{source}: {e}"));
+        assert!(
+            body.contains(&format!("Route::{route:?}")),
+            "fuzz/{source} does not fuzz {route:?}"
+        );
+        assert!(
+            manifest.contains(&format!("name = \"{target}\"\npath = \"{source}\"")),
+            "fuzz/Cargo.toml has no [[bin]] {target}"
+        );
+    }
 }
 
 #[test]
 fn config_env_corpus_replays() {
-    replay("config_env", fuzzing::config_env);
+    replay("config_env", &fuzzing::config_env);
 }
 
 #[test]
 fn session_corpus_replays() {
-    replay("session", fuzzing::session::session);
+    replay("session", &fuzzing::session::session);
 }

@@ -1,3 +1,3 @@
 #![no_main]
 use buzz_agent_core::fuzzing::{Route, sse_decoder};
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sse_decoder(Route::Chat, data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sse_decoder(Route::OpenAiChat, data));

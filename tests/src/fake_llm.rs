@@ -8,6 +8,7 @@
 //! Anthropic Messages (`…/messages`) or OpenAI Responses (`…/responses`). Raw SSE and status
 //! replies are sent as given on every route.
 
+use buzz_agent_core::config::ProviderKind;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -359,7 +360,10 @@ pub enum HistoryItem {
     Other { msg: usize, what: String },
 }
 
-/// Which provider wire format a request uses (SPEC L6–L8).
+/// Which provider wire format a request uses (SPEC L6–L8): one per route of the agent's own
+/// list (`ProviderKind::ALL` of the core, [`Wire::ALL`]); a route the fake does not speak fails
+/// to build here ([`Wire::of`] is exhaustive). Only the list is shared with the agent: the
+/// fake's streams and its reading of requests are its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
     /// OpenAI Chat Completions, `POST …/chat/completions` (L7).
@@ -371,8 +375,34 @@ pub enum Wire {
 }
 
 impl Wire {
-    /// All three, in a fixed order.
-    pub const ALL: [Wire; 3] = [Wire::Chat, Wire::Responses, Wire::Anthropic];
+    /// Every route the agent has, in its order.
+    pub const ALL: [Wire; ProviderKind::ALL.len()] = {
+        let mut all = [Wire::Chat; ProviderKind::ALL.len()];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = Wire::of(ProviderKind::ALL[i]);
+            i += 1;
+        }
+        all
+    };
+
+    /// The wire format of the agent's route `route`.
+    pub const fn of(route: ProviderKind) -> Wire {
+        match route {
+            ProviderKind::Anthropic => Wire::Anthropic,
+            ProviderKind::OpenAiChat => Wire::Chat,
+            ProviderKind::OpenAiResponses => Wire::Responses,
+        }
+    }
+
+    /// The agent's route for this wire format.
+    pub const fn route(self) -> ProviderKind {
+        match self {
+            Wire::Anthropic => ProviderKind::Anthropic,
+            Wire::Chat => ProviderKind::OpenAiChat,
+            Wire::Responses => ProviderKind::OpenAiResponses,
+        }
+    }
 
     /// The format a request path asks for: `…/messages` → Anthropic, `…/responses` →
     /// Responses, anything else → Chat Completions.

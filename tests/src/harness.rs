@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 /// The API key the agent is given; it must never show up in its logs (SPEC P2).
 pub const SECRET_KEY: &str = "sk-test-secret";
+/// Extra environment for [`AgentProc::spawn_with`] that the harness takes for itself: run the
+/// agent as this user and group id (the variable does not reach the agent).
+pub const AGENT_UID_VAR: &str = "BUZZ_E2E_AGENT_UID";
 /// Default time to wait for a response.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -172,21 +175,26 @@ pub fn env_for_origin(wire: Wire, origin: &str) -> Vec<(String, String)> {
         ("BUZZ_AGENT_PERMISSION", "allow".to_string()),
         ("BUZZ_AGENT_LOG", "debug".to_string()),
     ];
+    let provider = ("BUZZ_AGENT_PROVIDER", wire.route().env_value().to_string());
     let route: Vec<(&str, String)> = match wire {
         Wire::Chat | Wire::Responses => {
             let mut v = vec![
-                ("BUZZ_AGENT_PROVIDER", "openai".to_string()),
+                provider,
                 ("OPENAI_COMPAT_BASE_URL", format!("{origin}/v1")),
                 ("OPENAI_COMPAT_MODEL", "test-model".to_string()),
                 ("OPENAI_COMPAT_API_KEY", SECRET_KEY.to_string()),
             ];
             if wire == Wire::Responses {
-                v.push(("OPENAI_COMPAT_API", "responses".to_string()));
+                v.extend(
+                    wire.route()
+                        .api_value()
+                        .map(|api| ("OPENAI_COMPAT_API", api.to_string())),
+                );
             }
             v
         }
         Wire::Anthropic => vec![
-            ("BUZZ_AGENT_PROVIDER", "anthropic".to_string()),
+            provider,
             ("ANTHROPIC_BASE_URL", origin.to_string()),
             ("ANTHROPIC_MODEL", "test-model".to_string()),
             ("ANTHROPIC_API_KEY", SECRET_KEY.to_string()),
@@ -427,7 +435,21 @@ impl AgentProc {
                 .tempdir()
                 .expect("a temporary state directory")
         });
+        // `BUZZ_E2E_AGENT_UID=N` (for the harness, not passed on): the agent runs as user and
+        // group N (a scenario running as root that needs an unprivileged agent).
+        let run_as: Option<u32> = env
+            .iter()
+            .find(|(k, _)| *k == AGENT_UID_VAR)
+            .and_then(|(_, v)| v.parse().ok());
+        let env: Vec<(&str, &str)> = env
+            .iter()
+            .filter(|(k, _)| *k != AGENT_UID_VAR)
+            .copied()
+            .collect();
         let mut cmd = Command::new(bin);
+        if let Some(id) = run_as {
+            cmd.uid(id).gid(id);
+        }
         cmd.env_clear()
             .env(
                 "PATH",

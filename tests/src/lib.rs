@@ -153,7 +153,7 @@ mod tests {
             let bare = n.rsplit("::").next().unwrap();
             let first = bare.chars().next().unwrap();
             assert!(
-                "tacmhglpkx".contains(first),
+                "tacmhglpkxs".contains(first),
                 "{n} does not start with a SPEC id"
             );
             assert!(bare[1..].starts_with(|c: char| c.is_ascii_digit()), "{n}");

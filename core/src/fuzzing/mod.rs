@@ -682,24 +682,23 @@ pub fn mcp_output(data: &[u8]) {
 
 // ------------------------------------------------------------------------------ SSE decoders
 
-/// Which provider route a decoder target exercises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// OpenAI Chat Completions (`sse_chat`).
-    Chat,
-    /// Anthropic Messages (`sse_anthropic`).
-    Anthropic,
-    /// OpenAI Responses (`sse_responses`).
-    Responses,
+/// The provider routes, one decoder target each (`sse_<name>`, [`decoder_target`]).
+pub use crate::config::ProviderKind as Route;
+
+/// The fuzz target (and corpus folder) of a route's stream decoder: `sse_chat`,
+/// `sse_anthropic`, `sse_responses`. Every route of [`Route::ALL`] has one (the corpus replay
+/// test checks that its target, `[[bin]]` and corpus exist).
+#[must_use]
+pub fn decoder_target(route: Route) -> &'static str {
+    match route {
+        Route::Anthropic => "sse_anthropic",
+        Route::OpenAiChat => "sse_chat",
+        Route::OpenAiResponses => "sse_responses",
+    }
 }
 
 fn make_decoder(route: Route) -> Box<dyn StreamDecoder> {
-    let id = "call_fz".to_owned();
-    match route {
-        Route::Chat => Box::new(crate::openai_chat::ChatDecoder::new(id)),
-        Route::Anthropic => Box::new(crate::anthropic::AnthropicDecoder::new(id)),
-        Route::Responses => Box::new(crate::openai_responses::ResponsesDecoder::new(id)),
-    }
+    crate::llm::route(route).decoder("call_fz".to_owned())
 }
 
 /// What a decoder made of a body.
@@ -768,7 +767,7 @@ pub fn sse_decoder(route: Route, data: &[u8]) {
         assert!(
             resp.text.starts_with(&streamed)
                 || streamed.starts_with(&resp.text)
-                || route == Route::Responses,
+                || route == Route::OpenAiResponses,
             "streamed text and response text diverge"
         );
         for call in &resp.tool_calls {

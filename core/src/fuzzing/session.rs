@@ -447,11 +447,8 @@ impl World {
 pub fn run(data: &[u8]) -> Vec<String> {
     let mut r = Reader::new(data);
     let c = r.u8();
-    let provider = match c % 3 {
-        0 => ProviderKind::OpenAiChat,
-        1 => ProviderKind::Anthropic,
-        _ => ProviderKind::OpenAiResponses,
-    };
+    // Any route of the one list (a new route is fuzzed without a change here).
+    let provider = ProviderKind::ALL[usize::from(c) % ProviderKind::ALL.len()];
     let mut cfg = fuzz_config(provider);
     // Debug logs: the formatting paths run, without trace-level cost on every step.
     cfg.log_level = crate::config::LogLevel::Debug;

@@ -15,6 +15,7 @@ mod interceptors;
 mod lifecycle;
 mod mcp;
 mod providers;
+mod security;
 mod session_hooks;
 mod sessions;
 mod stderr;
@@ -52,6 +53,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         mcp::c08_mcp_start_failures_name_server_and_stderr,
         mcp::m8_p1_c33_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
+        security::s1_a_server_cannot_read_the_agents_environment_through_proc,
         hooks::h5_h6_hook_objects_once_then_clears_end_turn,
         hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
         hooks::h5_i2_budget_resets_per_prompt,
@@ -175,6 +177,7 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         cli::p3_c57_hooks_check_shows_the_servers_error_text_and_prefixes_its_stderr,
         cli::p3_c57_hooks_check_flags_answers_that_object_only_by_their_shape,
         cli::p3_hooks_check_reports_an_exited_server_at_once,
+        security::s1_p3_hooks_check_passes_a_server_only_the_allowlisted_environment,
         cli::p3_hooks_alone_prints_its_usage,
         cli::p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook,
         cli::a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads,

@@ -9,23 +9,19 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
-use crate::config::Config;
-use crate::json::parse_lossy;
-#[allow(
-    unused_imports,
-    reason = "named by doc links and by the unit tests; the decoder is one via `EventHandler`"
-)]
-use crate::llm::StreamDecoder;
-use crate::llm::{
-    HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
-    StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
-};
-use crate::request::{
+use super::request::{
     BodyCache, CacheKey, Last, Planned, WireElement, assemble, body_capacity, history_json,
     push_item, streaming_json_post, write_field,
 };
+use super::route::{Learned, ProviderRoute};
+use super::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
+use crate::config::Config;
+use crate::json::parse_lossy;
+use crate::llm::{
+    HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
+    StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
+};
 use crate::sse::SseEvent;
-use crate::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
 
 /// Text sent for a user turn that would otherwise be empty: Anthropic rejects empty content
 /// and blank text blocks.
@@ -34,6 +30,26 @@ pub(crate) const EMPTY_USER_TEXT: &str = "(empty message)";
 /// Text of an error tool result whose own text is blank: Anthropic rejects an empty `content`
 /// when `is_error` is true.
 pub(crate) const EMPTY_ERROR_TEXT: &str = "Error";
+
+/// The Anthropic Messages route (SPEC L6): [`build_request_cached`], [`AnthropicDecoder`]; no
+/// reaction of its own to an HTTP error.
+pub(crate) struct AnthropicMessages;
+
+impl ProviderRoute for AnthropicMessages {
+    fn build_request(
+        &self,
+        cfg: &Config,
+        req: &LlmRequest<'_>,
+        _learned: &Learned,
+        cache: Option<&mut BodyCache>,
+    ) -> HttpRequest {
+        build_request_cached(cfg, req, cache)
+    }
+
+    fn decoder(&self, id_prefix: String) -> Box<dyn StreamDecoder> {
+        Box::new(AnthropicDecoder::new(id_prefix))
+    }
+}
 
 /// Build the streaming `POST {cfg.base_url}/v1/messages` request (SPEC L6).
 ///

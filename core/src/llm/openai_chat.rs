@@ -9,25 +9,22 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
-use crate::json::parse_lossy;
-#[allow(
-    unused_imports,
-    reason = "named by doc links and by the unit tests; the decoder is one via `EventHandler`"
-)]
-use crate::llm::StreamDecoder;
-use crate::llm::{
-    ChatReasoningField, HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind,
-    StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
-};
-use crate::request::{
+use super::request::{
     BodyCache, CacheKey, ErrorText, Last, Planned, WireElement, arguments_or_empty_object,
     assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
     write_json,
 };
-use crate::sse::SseEvent;
-use crate::sse_stream::{
+use super::route::{ErrorReaction, Learned, ProviderRoute, is_openai_reasoning_model};
+use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
+use crate::config::Config;
+use crate::json::parse_lossy;
+use crate::llm::{
+    ChatReasoningField, HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind,
+    StreamDecoder, StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
+};
+use crate::sse::SseEvent;
 
 /// Build the streaming `POST {base_url}/chat/completions` request (SPEC L7).
 ///
@@ -145,8 +142,98 @@ pub(crate) fn build_request_cached(
     )
 }
 
+/// Whether `model` is DeepSeek's thinking model as its own API names it (`deepseek-reasoner`),
+/// whose tool loops need `reasoning_content` on every assistant message (SPEC L10): known
+/// before its first answer, so that a request that opens with the agent's own messages (a
+/// `_SessionStart` injection, H10) is valid too. Gateways name it otherwise and use their own
+/// reasoning field; they are learned from what they stream.
+#[must_use]
+pub(crate) fn is_deepseek_reasoner(model: &str) -> bool {
+    model.eq_ignore_ascii_case("deepseek-reasoner")
+}
+
+/// The Chat Completions options for one request (SPEC L7, L10): the output cap goes as
+/// `max_completion_tokens` for OpenAI's own endpoint (`api.openai.com`, which accepts it for
+/// every model and requires it for reasoning models), for an OpenAI reasoning model name
+/// anywhere, and once a server asked for it (`learned`); else as `max_tokens`, which every
+/// OpenAI-compatible server accepts. `reasoning_content` goes on every assistant message once
+/// the server streamed it, or for `deepseek-reasoner` from the start.
+#[must_use]
+pub(crate) fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> ChatOptions {
+    ChatOptions {
+        max_completion_tokens: learned.max_completion_tokens
+            || is_openai_reasoning_model(model)
+            || cfg.base_url.contains("://api.openai.com"),
+        reasoning_content: learned.reasoning_content || is_deepseek_reasoner(model),
+    }
+}
+
+/// Whether a failed Chat Completions request should be retried with the output cap renamed:
+/// a 400 whose body names `max_completion_tokens` while the request sent `max_tokens` (SPEC L7,
+/// case C41).
+#[must_use]
+pub(crate) fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatOptions) -> bool {
+    status == 400
+        && !sent.max_completion_tokens
+        && String::from_utf8_lossy(body).contains("max_completion_tokens")
+}
+
+/// The Chat Completions route (SPEC L7): [`build_request_cached`] with [`chat_options`],
+/// [`ChatDecoder`]; a 400 naming `max_completion_tokens` renames the output cap once (C41);
+/// a streamed `reasoning_content` puts the field on every assistant message from then on
+/// (SPEC L10).
+pub(crate) struct ChatCompletions;
+
+impl ProviderRoute for ChatCompletions {
+    fn build_request(
+        &self,
+        cfg: &Config,
+        req: &LlmRequest<'_>,
+        learned: &Learned,
+        cache: Option<&mut BodyCache>,
+    ) -> HttpRequest {
+        let options = chat_options(cfg, req.model, learned);
+        build_request_cached(&cfg.base_url, &cfg.api_key, req, &options, cache)
+    }
+
+    fn decoder(&self, id_prefix: String) -> Box<dyn StreamDecoder> {
+        Box::new(ChatDecoder::new(id_prefix))
+    }
+
+    /// C41: the server rejected `max_tokens` and named `max_completion_tokens`: the name is
+    /// remembered for the process and the attempt sent again (once: the request now uses the
+    /// new name, so the same answer does not bring it here again).
+    fn on_http_error(
+        &self,
+        cfg: &Config,
+        model: &str,
+        status: u16,
+        body: &[u8],
+        learned: &mut Learned,
+    ) -> Option<ErrorReaction> {
+        let sent = chat_options(cfg, model, learned);
+        if !wants_max_completion_tokens(status, body, &sent) {
+            return None;
+        }
+        learned.max_completion_tokens = true;
+        Some(ErrorReaction::Resend {
+            warn: "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
+        })
+    }
+
+    /// SPEC L10: a DeepSeek-style server; its thinking mode wants the field on every assistant
+    /// message of a turn that called tools, the agent's own included.
+    fn on_response(&self, resp: &LlmResponse, learned: &mut Learned) {
+        if resp.reasoning.contains(&ReasoningBlock::ChatField(
+            ChatReasoningField::ReasoningContent,
+        )) {
+            learned.reasoning_content = true;
+        }
+    }
+}
+
 /// The per-server choices of a Chat Completions request (SPEC L7), decided by
-/// `chat_options` (provider.rs).
+/// [`chat_options`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ChatOptions {
     /// Send the output cap as `max_completion_tokens` instead of `max_tokens` (case C41).
@@ -903,6 +990,98 @@ fn error_message(error: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ProviderKind;
+    /// The case's own 400 body (C41).
+    const C41_BODY: &str = r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens"}}"#;
+
+    #[test]
+    fn c41_reasoning_model_names_and_openai_endpoint_get_max_completion_tokens() {
+        for m in [
+            "gpt-5.4",
+            "gpt-5",
+            "gpt-5-mini",
+            "o1",
+            "o3-mini",
+            "o4-mini-2025-04-16",
+            "openai/o3",
+            "openai/gpt-5.1-codex",
+            "O3",
+        ] {
+            assert!(is_openai_reasoning_model(m), "{m}");
+        }
+        for m in [
+            "gpt-4o",
+            "gpt-4.1",
+            "o1x",
+            "llama3.1:8b",
+            "qwen3",
+            "deepseek-reasoner",
+            "",
+        ] {
+            assert!(!is_openai_reasoning_model(m), "{m}");
+        }
+        let local = Config::for_tests(ProviderKind::OpenAiChat, "http://127.0.0.1:11434/v1");
+        let none = Learned::default();
+        assert!(!chat_options(&local, "llama3.1", &none).max_completion_tokens);
+        assert!(chat_options(&local, "gpt-5.4", &none).max_completion_tokens);
+        let openai = Config::for_tests(ProviderKind::OpenAiChat, "https://api.openai.com/v1");
+        assert!(chat_options(&openai, "gpt-4o", &none).max_completion_tokens);
+        let learned = Learned {
+            max_completion_tokens: true,
+            reasoning_content: false,
+        };
+        assert!(chat_options(&local, "llama3.1", &learned).max_completion_tokens);
+    }
+
+    #[test]
+    fn l10_h10_deepseek_reasoner_gets_reasoning_content_before_it_streamed_any() {
+        let local = Config::for_tests(ProviderKind::OpenAiChat, "http://127.0.0.1:8000/v1");
+        let none = Learned::default();
+        assert!(chat_options(&local, "deepseek-reasoner", &none).reasoning_content);
+        for other in ["deepseek-chat", "deepseek/deepseek-r1", "qwen3"] {
+            assert!(
+                !chat_options(&local, other, &none).reasoning_content,
+                "{other}"
+            );
+        }
+        let learned = Learned {
+            max_completion_tokens: false,
+            reasoning_content: true,
+        };
+        assert!(chat_options(&local, "qwen3", &learned).reasoning_content);
+    }
+
+    #[test]
+    fn c41_a_400_naming_max_completion_tokens_asks_for_the_rename_once() {
+        let sent_max_tokens = ChatOptions::default();
+        assert!(wants_max_completion_tokens(
+            400,
+            C41_BODY.as_bytes(),
+            &sent_max_tokens
+        ));
+        // Already sent under the new name: the same answer does not loop.
+        let sent_new = ChatOptions {
+            max_completion_tokens: true,
+            reasoning_content: false,
+        };
+        assert!(!wants_max_completion_tokens(
+            400,
+            C41_BODY.as_bytes(),
+            &sent_new
+        ));
+        // Other statuses and other 400s are not a rename.
+        assert!(!wants_max_completion_tokens(
+            429,
+            C41_BODY.as_bytes(),
+            &sent_max_tokens
+        ));
+        assert!(!wants_max_completion_tokens(
+            400,
+            br#"{"error":{"message":"bad tools"}}"#,
+            &sent_max_tokens
+        ));
+    }
+
     use serde_json::json;
 
     // ---------------------------------------------------------------- recorded streams

@@ -10,23 +10,22 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
 
-use crate::llm::{
-    HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDelta,
-    StreamError, ToolDef, Usage,
-};
-#[allow(
-    unused_imports,
-    reason = "named by doc links and by the unit tests; the decoder is one via `EventHandler`"
-)]
-use crate::llm::{StreamDecoder, ToolCall};
-use crate::request::{
+use super::request::{
     BodyCache, CacheKey, ErrorText, Last, Planned, WireElement, arguments_or_empty_object,
     assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
 };
-use crate::sse::SseEvent;
-use crate::sse_stream::{
+use super::route::{Learned, ProviderRoute, is_openai_reasoning_model};
+use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
+use crate::config::Config;
+#[allow(unused_imports, reason = "named by doc links and by the unit tests")]
+use crate::llm::ToolCall;
+use crate::llm::{
+    HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
+    StreamDelta, StreamError, ToolDef, Usage,
+};
+use crate::sse::SseEvent;
 
 /// Build the streaming `POST {base_url}/responses` request (SPEC L8).
 ///
@@ -120,8 +119,38 @@ pub(crate) fn build_request_cached(
     )
 }
 
+/// The Responses options for one request (SPEC L8, L10): encrypted reasoning is asked for when
+/// the model is an OpenAI reasoning model, the models that return reasoning items.
+#[must_use]
+pub(crate) fn responses_options(model: &str) -> ResponsesOptions {
+    ResponsesOptions {
+        include_encrypted_reasoning: is_openai_reasoning_model(model),
+    }
+}
+
+/// The Responses route (SPEC L8): [`build_request_cached`] with [`responses_options`],
+/// [`ResponsesDecoder`]; no reaction of its own to an HTTP error.
+pub(crate) struct Responses;
+
+impl ProviderRoute for Responses {
+    fn build_request(
+        &self,
+        cfg: &Config,
+        req: &LlmRequest<'_>,
+        _learned: &Learned,
+        cache: Option<&mut BodyCache>,
+    ) -> HttpRequest {
+        let options = responses_options(req.model);
+        build_request_cached(&cfg.base_url, &cfg.api_key, req, &options, cache)
+    }
+
+    fn decoder(&self, id_prefix: String) -> Box<dyn StreamDecoder> {
+        Box::new(ResponsesDecoder::new(id_prefix))
+    }
+}
+
 /// The per-server choices of a Responses request (SPEC L8, L10), decided by
-/// `responses_options` (provider.rs).
+/// [`responses_options`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct ResponsesOptions {
     /// Ask for `include: ["reasoning.encrypted_content"]`, so reasoning items can be replayed.
@@ -628,6 +657,34 @@ fn provider_error(error: &Value, fallback: &str) -> StreamError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn l8_l10_encrypted_reasoning_is_asked_of_openai_reasoning_models_only() {
+        use crate::config::ProviderKind;
+        assert!(responses_options("o4-mini").include_encrypted_reasoning);
+        assert!(!responses_options("gpt-4o").include_encrypted_reasoning);
+        let cfg = Config::for_tests(ProviderKind::OpenAiResponses, "http://h");
+        let messages = [Message::User { text: "hi".into() }];
+        for (model, asked) in [("openai/gpt-5", true), ("gpt-4.1", false)] {
+            let req = LlmRequest {
+                model,
+                system: None,
+                messages: &messages,
+                tools: &[],
+                max_output_tokens: 8,
+            };
+            let body = Responses
+                .build_request(&cfg, &req, &Learned::default(), None)
+                .body
+                .to_vec();
+            let body = String::from_utf8_lossy(&body);
+            assert_eq!(
+                body.contains("\"include\":[\"reasoning.encrypted_content\"]"),
+                asked,
+                "{model}: {body}"
+            );
+        }
+    }
+
     use serde_json::json;
 
     // ---------------------------------------------------------------- recorded streams
