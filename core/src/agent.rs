@@ -730,7 +730,7 @@ impl Agent {
                 Some(json!({"sessionId": named})),
             );
         };
-        if self.sessions.contains_key(&sid) {
+        if self.sessions.contains_key(&sid) || self.store.has_file(sid) {
             return self.reply_err(
                 Some(&id),
                 jsonrpc::RpcError::INVALID_PARAMS,
@@ -816,6 +816,7 @@ impl Agent {
                     };
                     self.session_ready(sid, source);
                 }
+                StoreEvent::Released(sid) => self.start_queued(sid),
                 StoreEvent::LoadFailed {
                     session,
                     code,
@@ -907,10 +908,16 @@ impl Agent {
             Ok(t) => t,
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        if let Some(turn) = self.turns.get(&sid) {
-            let cancelled = turn.is_cancelled();
+        // Whether the prompt may wait for the session to be free: behind a cancelled turn, or
+        // behind the last answer, which waits for the disk (sent before the client read it).
+        let may_queue = match self.turns.get(&sid) {
+            Some(turn) => Some(turn.is_cancelled()),
+            None if self.store.is_holding(sid) => Some(true),
+            None => None,
+        };
+        if let Some(may_queue) = may_queue {
             match self.sessions.get_mut(&sid) {
-                Some(sess) if cancelled && sess.queued.is_none() => sess.queued = Some((id, text)),
+                Some(sess) if may_queue && sess.queued.is_none() => sess.queued = Some((id, text)),
                 Some(_) | None => self.reply_err(
                     Some(&id),
                     jsonrpc::RpcError::INVALID_PARAMS,
@@ -970,8 +977,7 @@ impl Agent {
             }
             TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
         }
-        let queued = self.sessions.get_mut(&sid).and_then(|s| s.queued.take());
-        match end {
+        let answer = match end {
             TurnEnd::Stopped(reason) => {
                 self.log(
                     LogLevel::Info,
@@ -980,25 +986,39 @@ impl Agent {
                         turn.rounds()
                     ),
                 );
-                self.reply_ok(
+                jsonrpc::encode_result(
                     turn.rpc(),
                     &json!({"stopReason": reason.as_str(), "_meta": turn.meta()}),
-                );
+                )
             }
             TurnEnd::Failed(message) => {
                 self.log(
                     LogLevel::Error,
                     format!("session {sid}: turn failed: {message}"),
                 );
-                self.reply_err(
+                jsonrpc::encode_error(
                     Some(turn.rpc()),
-                    jsonrpc::RpcError::SERVER_ERROR,
-                    message,
-                    None,
-                );
+                    &RpcError {
+                        code: RpcError::SERVER_ERROR,
+                        message,
+                        data: None,
+                    },
+                )
             }
+        };
+        // SPEC A9: the answer goes out once the turn's records, `turn_end` included, are on
+        // the disk; a queued prompt starts after it (SPEC I8: its updates follow the answer).
+        self.store.send_when_synced(sid, answer, &mut self.out);
+        self.start_queued(sid);
+    }
+
+    /// Starts the prompt queued for `sid` (behind a cancelled turn, or behind an answer that
+    /// waits for the disk) once neither is left.
+    fn start_queued(&mut self, sid: SessionId) {
+        if self.turns.contains_key(&sid) || self.store.is_holding(sid) {
+            return;
         }
-        if let Some((id, text)) = queued {
+        if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
             self.start_turn(sid, id, text);
         }
     }
@@ -1558,13 +1578,12 @@ impl Agent {
         let Some(rpc) = ending.finish(sess, &mut self.out) else {
             return;
         };
-        // A9: what the session recorded is written, and its file closed (its lock released:
-        // another agent may load it now).
+        // A9: what the session recorded is written (then synced and its file closed, its lock
+        // released: another agent may load it now).
         if let Some(sess) = self.sessions.get_mut(&sid) {
             self.store.sync(sess);
         }
         self.store.flush(sid, &mut self.out);
-        self.store.close(sid, &mut self.out);
         if let Some(sess) = self.sessions.remove(&sid)
             && self.shutdown.is_none()
         {
@@ -1581,7 +1600,9 @@ impl Agent {
             LogLevel::Info,
             format!("session {sid}: closed ({})", reason.as_str()),
         );
-        self.reply_ok(&rpc, &json!({}));
+        // SPEC A9: the file is synced and closed (its lock released) before the answer.
+        let answer = jsonrpc::encode_result(&rpc, &json!({}));
+        self.store.close_then_send(sid, Some(answer), &mut self.out);
     }
 
     fn run_shutdown_actions(&mut self, actions: Vec<ShutdownAction>) {
@@ -1599,6 +1620,8 @@ impl Agent {
                 self.out.push(Action::SignalProcessGroup { proc, signal });
             }
             if action == ShutdownAction::KillAllGroupsAndExit {
+                // The runtime finishes the queued syncs before it writes these (SPEC A9).
+                self.store.release_all(&mut self.out);
                 self.log(LogLevel::Info, "shutdown complete; exiting".into());
                 self.out.push(Action::Exit { code: 0 });
             }

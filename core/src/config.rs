@@ -21,6 +21,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub use crate::oauth::settings::OAuthConfig;
+
 /// Which LLM API the agent talks to (C2 `BUZZ_AGENT_PROVIDER`, `OPENAI_COMPAT_API`; L6–L8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
@@ -179,6 +181,18 @@ pub struct Config {
     /// `ANTHROPIC_API_VERSION` (default `2023-06-01`), the `anthropic-version` header. Always
     /// filled (with the default) even for OpenAI-compatible providers.
     pub anthropic_version: String,
+    /// `BUZZ_AGENT_PROMPT_CACHING` (default true): prompt caching (L11). On the Anthropic route
+    /// every round's request marks `cache_control` breakpoints (the end of the tools and system
+    /// prompt, the end of the previous request, the end of the conversation); on the OpenAI
+    /// routes `prompt_cache_key` is sent where [`Config::prompt_cache_key`] allows. Off: none
+    /// of either.
+    pub prompt_caching: bool,
+    /// `OPENAI_COMPAT_PROMPT_CACHE_KEY` (default unset = `auto`): whether the OpenAI routes send
+    /// `prompt_cache_key` (one per session) with prompt caching on. `None` (auto): only to
+    /// OpenAI's own API (a base URL on `api.openai.com`), since other servers may reject a field
+    /// they do not know; `Some(true)`: to any server (a gateway in front of OpenAI);
+    /// `Some(false)`: never.
+    pub prompt_cache_key: Option<bool>,
     /// `BUZZ_AGENT_SYSTEM_PROMPT` (as given, untrimmed), or the content of the file named by
     /// `BUZZ_AGENT_SYSTEM_PROMPT_FILE` (path trimmed; a leading BOM and trailing whitespace of
     /// the content removed); both set (non-blank) is an error. `None` if unset or blank.
@@ -262,6 +276,17 @@ pub struct Config {
     /// [`Config::from_env_map`], which the runtime replaces with 16 bytes from the OS. An
     /// agent without one numbers its sessions `sess_1`, `sess_2`, … (the core's own tests).
     pub session_id_seed: Option<u128>,
+    /// Authorization to remote MCP servers (SPEC M11): per-server clients and the time a
+    /// login may take (the defaults until remote servers are started).
+    pub oauth: OAuthConfig,
+    /// The 32 bytes PKCE verifiers, OAuth `state` values and JWT ids are derived from
+    /// (DESIGN: randomness is an input): derived from `BUZZ_AGENT_SEED`, else all zero from
+    /// [`Config::from_env_map`], which the runtime replaces with 32 bytes from the OS.
+    pub oauth_seed: [u8; 32],
+    /// The wall clock at [`MonoTime::ZERO`](crate::MonoTime::ZERO), in milliseconds since
+    /// the Unix epoch: set by the runtime when it starts its clock (0 until then). Only OAuth
+    /// reads it (JWT `iat`/`exp`, token expiry kept across runs).
+    pub unix_ms_at_start: u64,
 }
 
 impl fmt::Debug for Config {
@@ -282,6 +307,8 @@ impl fmt::Debug for Config {
             .field("models", &self.models)
             .field("base_url", &self.base_url)
             .field("anthropic_version", &self.anthropic_version)
+            .field("prompt_caching", &self.prompt_caching)
+            .field("prompt_cache_key", &self.prompt_cache_key)
             .field("system_prompt", &prompt)
             .field("max_rounds", &self.max_rounds)
             .field("max_output_tokens", &self.max_output_tokens)
@@ -314,6 +341,9 @@ impl fmt::Debug for Config {
             .field("fixed_seed", &self.fixed_seed)
             .field("seed", &self.seed)
             .field("session_id_seed", &self.session_id_seed.map(|_| "<set>"))
+            .field("oauth", &self.oauth)
+            .field("oauth_seed", &"<set>")
+            .field("unix_ms_at_start", &self.unix_ms_at_start)
             .finish()
     }
 }
@@ -495,6 +525,8 @@ const LOG: &str = "BUZZ_AGENT_LOG";
 const LOG_FORMAT: &str = "BUZZ_AGENT_LOG_FORMAT";
 const STATE_DIR: &str = "BUZZ_AGENT_STATE_DIR";
 const SEED: &str = "BUZZ_AGENT_SEED";
+const PROMPT_CACHING: &str = "BUZZ_AGENT_PROMPT_CACHING";
+const PROMPT_CACHE_KEY: &str = "OPENAI_COMPAT_PROMPT_CACHE_KEY";
 const CHILD_ENV: &str = "BUZZ_AGENT_CHILD_ENV";
 
 const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -570,6 +602,8 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (OPENAI_API, "chat", "chat = Chat Completions, responses = Responses API"),
     (MODEL, "", "model name; overrides ANTHROPIC_MODEL / OPENAI_COMPAT_MODEL"),
     (MODELS, "", "comma-separated model ids a client may switch a session to (its model picker)"),
+    (PROMPT_CACHING, "true", "prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key (boolean)"),
+    (PROMPT_CACHE_KEY, "auto", "send prompt_cache_key on the OpenAI routes: auto = only to api.openai.com, or a boolean"),
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
@@ -1029,6 +1063,13 @@ fn without_trailing_slash(path: &str) -> String {
     }
 }
 
+/// The OAuth secret seed of a fixed `BUZZ_AGENT_SEED` (reproducible runs).
+fn oauth_seed_of(seed: u64) -> [u8; 32] {
+    crate::oauth::secrets::sha256(
+        &[b"buzz-agent oauth seed".as_slice(), &seed.to_le_bytes()].concat(),
+    )
+}
+
 /// The session-id seed of a fixed `BUZZ_AGENT_SEED`: both halves of the 128 bits from it.
 fn expand_seed(seed: u64) -> u128 {
     (u128::from(seed) << 64) | u128::from(seed ^ 0x5851_f42d_4c95_7f2d)
@@ -1139,6 +1180,16 @@ impl Config {
             None => None,
             Some(_) => c.opt(env.uint(SEED, 0_u64)),
         };
+        let prompt_cache_key = match env.get(PROMPT_CACHE_KEY).map(str::to_ascii_lowercase) {
+            None => Ok(None),
+            Some(v) if v == "auto" => Ok(None),
+            Some(_) => env.flag(PROMPT_CACHE_KEY, false).map(Some).map_err(|_| {
+                env.invalid(
+                    PROMPT_CACHE_KEY,
+                    "auto, or a boolean: 1/0/true/false/yes/no/on/off",
+                )
+            }),
+        };
         let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
             None | Some("text") => Ok(LogFormat::Text),
             Some("json") => Ok(LogFormat::Json),
@@ -1154,6 +1205,8 @@ impl Config {
             models: env.list(MODELS),
             base_url,
             anthropic_version,
+            prompt_caching: c.or(env.flag(PROMPT_CACHING, true), true),
+            prompt_cache_key: c.or(prompt_cache_key, None),
             system_prompt,
             max_rounds: c.or(env.uint(MAX_ROUNDS, 0), 0),
             max_output_tokens: max_output_tokens.unwrap_or(1),
@@ -1189,6 +1242,9 @@ impl Config {
             fixed_seed,
             seed: fixed_seed.unwrap_or(0),
             session_id_seed: fixed_seed.map(expand_seed),
+            oauth: OAuthConfig::default(),
+            oauth_seed: fixed_seed.map_or([0; 32], oauth_seed_of),
+            unix_ms_at_start: 0,
         };
         match ConfigErrors::from_vec(c.errors) {
             Some(errors) => Err(errors),
@@ -1209,6 +1265,8 @@ impl Config {
             models: Vec::new(),
             base_url: base_url.trim_end_matches('/').to_owned(),
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
+            prompt_caching: true,
+            prompt_cache_key: None,
             system_prompt: None,
             max_rounds: 0,
             max_output_tokens: 32_768,
@@ -1238,6 +1296,9 @@ impl Config {
             fixed_seed: None,
             seed: 0,
             session_id_seed: None,
+            oauth: OAuthConfig::default(),
+            oauth_seed: [0; 32],
+            unix_ms_at_start: 0,
         }
     }
 }
@@ -1285,6 +1346,18 @@ mod tests {
             Ok(c) => c,
             Err(e) => unreachable!("expected a config, got {e}"),
         }
+    }
+
+    #[test]
+    fn m11_a_fixed_seed_fixes_the_oauth_seed_and_none_leaves_it_to_the_runtime() {
+        let a = ok(&anthropic(&[(SEED, "42")]));
+        let b = ok(&anthropic(&[(SEED, "42")]));
+        let c = ok(&anthropic(&[(SEED, "43")]));
+        assert_eq!(a.oauth_seed, b.oauth_seed);
+        assert_ne!(a.oauth_seed, c.oauth_seed);
+        assert_ne!(a.oauth_seed, [0; 32]);
+        assert_eq!(ok(&anthropic(&[])).oauth_seed, [0; 32]);
+        assert!(!format!("{a:?}").contains(&format!("{:?}", a.oauth_seed)));
     }
 
     #[test]
@@ -1399,6 +1472,47 @@ mod tests {
         let mut env = anthropic(&[(MODEL, "opus")]);
         env.remove(ANTHROPIC_MODEL);
         assert_eq!(ok(&env).model, "opus");
+    }
+
+    #[test]
+    fn l11_prompt_caching_is_on_by_default_and_a_boolean_turns_it_off() {
+        assert!(ok(&anthropic(&[])).prompt_caching);
+        for (value, on) in [
+            ("0", false),
+            ("off", false),
+            ("FALSE", false),
+            ("yes", true),
+        ] {
+            assert_eq!(
+                ok(&anthropic(&[(PROMPT_CACHING, value)])).prompt_caching,
+                on,
+                "{value}"
+            );
+        }
+        let e = err(&anthropic(&[(PROMPT_CACHING, "sometimes")]));
+        assert!(
+            e.to_string()
+                .starts_with("BUZZ_AGENT_PROMPT_CACHING: invalid value \"sometimes\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn l11_the_prompt_cache_key_is_auto_unless_a_boolean_says_otherwise() {
+        let openai = |v: &str| {
+            let env = env_of(&[
+                (PROVIDER, "openai"),
+                (OPENAI_MODEL, "m"),
+                (PROMPT_CACHE_KEY, v),
+            ]);
+            load(&env).map(|c| c.prompt_cache_key)
+        };
+        assert_eq!(openai(""), Ok(None));
+        assert_eq!(openai(" Auto "), Ok(None));
+        assert_eq!(openai("1"), Ok(Some(true)));
+        assert_eq!(openai("off"), Ok(Some(false)));
+        let e = openai("maybe").unwrap_err().to_string();
+        assert!(e.contains("expected auto, or a boolean"), "{e}");
     }
 
     #[test]
@@ -1956,7 +2070,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 39);
+        assert_eq!(count, 41);
     }
 
     #[test]
@@ -2359,7 +2473,7 @@ mod tests {
             .collect();
         assert_eq!(variable_names(), listed);
         assert_eq!(variable_names().first(), Some(&PROVIDER));
-        assert_eq!(variable_names().len(), 39);
+        assert_eq!(variable_names().len(), 41);
     }
 
     #[test]

@@ -66,6 +66,7 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
             Trial::ignorable_test(name, move || Ok(Completion::ignored_with(why)))
         }));
     }
+    trials.extend(scenarios::tool_trials(&ctx));
     trials.extend(dialect_trials(agent_bin, has_extras));
     trials.extend(peers::trials(&ctx));
     let conclusion = libtest_mimic::run(&args, trials);

@@ -325,6 +325,7 @@ pub fn check_action(a: &Action) {
         | Action::OpenTranscript { .. }
         | Action::ReadTranscript { .. }
         | Action::AppendTranscript { .. }
+        | Action::SyncTranscript { .. }
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
@@ -513,6 +514,7 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
         | Action::OpenTranscript { .. }
         | Action::ReadTranscript { .. }
         | Action::AppendTranscript { .. }
+        | Action::SyncTranscript { .. }
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }

@@ -5,6 +5,7 @@
 use crate::Scenario;
 
 mod acp;
+mod caching;
 mod cases;
 mod cli;
 mod clients;
@@ -28,6 +29,12 @@ macro_rules! list {
     ($($module:ident :: $name:ident),* $(,)?) => {
         vec![$((concat!(stringify!($module), "::", stringify!($name)), $module::$name as Scenario)),*]
     };
+}
+
+/// The scenarios that need a tool of the machine (`strace`): trials reported ignored, with
+/// the reason, where it is missing.
+pub(crate) fn tool_trials(ctx: &crate::Ctx) -> Vec<libtest_mimic::Trial> {
+    sessions::strace_trials(ctx)
 }
 
 pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
@@ -122,6 +129,9 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         providers::c21_tool_call_deltas_without_ids_get_synthesised_paired_ids,
         providers::c22_usage_only_and_empty_choices_chunks_are_accepted,
         providers::c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools,
+        caching::l11_anthropic_breakpoints_roll_and_the_prefix_holds_across_an_objection_and_a_reload,
+        caching::l11_caching_off_sends_no_breakpoint_and_no_cache_key,
+        caching::l11_the_openai_routes_send_one_key_per_session_only_where_the_endpoint_takes_it,
         cases::c13_server_requests_are_answered_in_their_own_id_space,
         cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
         cases::c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered,
@@ -155,6 +165,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         clients::p2_the_startup_log_shows_settings_as_the_environment_takes_them,
         sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
         sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
+        sessions::a9_kill_9_the_moment_the_answer_is_read_never_loses_the_answered_turn,
         sessions::a9_session_list_pages_newest_first_with_a_cwd_filter,
         sessions::a9_path_traversal_and_unknown_ids_are_refused_and_nothing_is_touched,
         sessions::a9_a_torn_last_line_is_ignored_with_a_warning_and_cut_off,
