@@ -2437,6 +2437,7 @@ mod tests {
                 | Action::TruncateTranscript { .. }
                 | Action::CloseTranscript { .. }
                 | Action::ListTranscripts { .. }
+                | Action::SyncTranscript { .. }
                 | Action::Exit { .. } => None,
             })
             .collect()
