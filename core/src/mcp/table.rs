@@ -2421,24 +2421,14 @@ mod tests {
     fn warns(actions: &[Action]) -> Vec<String> {
         actions
             .iter()
-            .filter_map(|a| match a {
-                Action::Log(r) if r.level == LogLevel::Warn => Some(r.message.clone()),
-                Action::Log(_)
-                | Action::WriteAcp(_)
-                | Action::WriteMcp { .. }
-                | Action::SpawnMcp { .. }
-                | Action::CloseMcpStdin { .. }
-                | Action::SignalProcessGroup { .. }
-                | Action::CallLlm { .. }
-                | Action::CancelLlm { .. }
-                | Action::OpenTranscript { .. }
-                | Action::ReadTranscript { .. }
-                | Action::AppendTranscript { .. }
-                | Action::TruncateTranscript { .. }
-                | Action::CloseTranscript { .. }
-                | Action::ListTranscripts { .. }
-                | Action::SyncTranscript { .. }
-                | Action::Exit { .. } => None,
+            .filter_map(|a| {
+                if let Action::Log(r) = a
+                    && r.level == LogLevel::Warn
+                {
+                    Some(r.message.clone())
+                } else {
+                    None
+                }
             })
             .collect()
     }
