@@ -21,7 +21,8 @@ use ureq_proto::client::state::{RecvBody, RecvResponse};
 use ureq_proto::client::{Call, RecvBodyResult, RecvResponseResult, SendRequestResult};
 use ureq_proto::http;
 
-/// What the runtime observed of one HTTP exchange ([`Action::CallLlm`](crate::Action::CallLlm)), in this order:
+/// What the runtime observed of one HTTP exchange ([`Action::CallLlm`](crate::Action::CallLlm),
+/// [`Action::Http`](crate::Action::Http)), in this order:
 /// `Head`, any number of `Body`, then `End` or `Failed`. `Failed` may also come first (no
 /// connection). After the core dropped the exchange ([`Action::CancelLlm`](crate::Action::CancelLlm)) the runtime may
 /// still deliver some; the core ignores them. The runtime reads the response with the core's

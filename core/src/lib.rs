@@ -172,7 +172,7 @@ mod url;
 pub use agent::Agent;
 pub use config::Config;
 pub use hooks::HookPoint;
-pub use ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
+pub use ids::{ExchangeId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use io::{
     Action, HttpEvent, Input, LlmEvent, LogRecord, OpenMode, Signal, SpawnSpec,
     TRANSCRIPT_HEAD_BYTES, TranscriptEntry, TranscriptError, TranscriptEvent,
