@@ -1,5 +1,5 @@
-//! Inputs (observations of the world) and actions (requests to the runtime), DESIGN.md
-//! "The core's contract", plus the small pure helpers both runtimes use to turn raw process IO
+//! Inputs (observations of the world) and actions (requests to the runtime), the core's
+//! contract (docs/architecture.md, "The core"), plus the small pure helpers both runtimes use to turn raw process IO
 //! into inputs ([`StderrLines`], [`exit_description`]). Failures of the world are inputs, never
 //! `Err`s.
 

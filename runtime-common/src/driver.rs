@@ -1,4 +1,4 @@
-//! The driver loop (DESIGN.md "Runtimes are thin drivers"), written once for every runtime: one
+//! The driver loop (docs/architecture.md, "The runtimes"), written once for every runtime: one
 //! loop owns the [`Agent`] by value; every IO task and thread reports [`Input`]s over one
 //! channel; executing an action never waits for its result.
 

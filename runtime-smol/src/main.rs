@@ -1,5 +1,5 @@
 //! `buzz-agent-smol`: the minimal binary — the smol driver over `buzz-agent-core`
-//! (DESIGN.md "Runtimes are thin drivers"). The loop and everything that does not depend on
+//! (docs/architecture.md, "The runtimes"). The loop and everything that does not depend on
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for smol.
 //!
 //! Everything runs on one [`LocalExecutor`] on the main thread (like tokio's current-thread

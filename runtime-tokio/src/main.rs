@@ -1,5 +1,5 @@
 //! `buzz-agent`: the production binary — the tokio driver over `buzz-agent-core`
-//! (DESIGN.md "Runtimes are thin drivers"). The loop and everything that does not depend on
+//! (docs/architecture.md, "The runtimes"). The loop and everything that does not depend on
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for tokio: a
 //! current-thread runtime, its timers, `tokio::process` children, `tokio::net` sockets and `tokio::signal`. It also carries the `demo`, `example-server` and
 //! `hooks check` subcommands (`buzz_agent_runtime::extras`).

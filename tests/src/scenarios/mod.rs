@@ -190,6 +190,7 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         cli::a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads,
         cli::l5_exec_prints_an_llm_error_and_exits_1,
         cli::c1_exec_usage_config_file_and_configuration_errors_exit_2,
+        cli::p3_the_readme_json_by_hand_block_runs_as_written,
         session_hooks::h10_e2_todo_reinjects_open_items_at_session_start,
         session_hooks::p3_h10_h11_hooks_check_covers_the_session_points,
         interceptors::x1_example_server_interceptors_passes_the_list_and_invoke_fixtures_over_stdio,
