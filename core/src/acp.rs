@@ -236,7 +236,16 @@ pub(crate) fn decode_session_setup(
                 Err((field, what)) => return bad(&field, &what),
             };
             for (j, (n, v)) in headers.iter().enumerate() {
-                if let Err(why) = crate::http::check_header(n, v) {
+                // The transport's own headers (SPEC M10) are not the entry's to set.
+                let own = ["mcp-session-id", "mcp-protocol-version", "last-event-id"]
+                    .iter()
+                    .any(|h| n.eq_ignore_ascii_case(h));
+                let checked = if own {
+                    Err(format!("'{n}' is set by the agent"))
+                } else {
+                    crate::http::check_header(n, v)
+                };
+                if let Err(why) = checked {
                     return bad(&format!("headers[{j}]"), &why);
                 }
             }
@@ -277,7 +286,11 @@ pub(crate) fn decode_session_setup(
         };
         servers.push(McpServerEntry {
             name: name.to_string(),
-            transport: EntryTransport::Stdio { command: command.to_string(), args, env },
+            transport: EntryTransport::Stdio {
+                command: command.to_string(),
+                args,
+                env,
+            },
         });
     }
     Ok(NewSession {
@@ -292,7 +305,10 @@ pub(crate) fn decode_session_setup(
 ///
 /// # Errors
 /// `(field, what)`: the offending field (`env[2]`, `headers.x`) and what is wrong with it.
-fn name_value_pairs(v: Option<&Value>, field: &str) -> Result<Vec<(String, String)>, (String, String)> {
+fn name_value_pairs(
+    v: Option<&Value>,
+    field: &str,
+) -> Result<Vec<(String, String)>, (String, String)> {
     match v {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => {
@@ -624,8 +640,14 @@ mod tests {
         ));
         for (entry, field) in [
             (json!({"type":"http","name":"r"}), "mcpServers[0].url"),
-            (json!({"type":"http","name":"r","url":"ftp://x"}), "mcpServers[0].url"),
-            (json!({"type":"http","name":"r","url":"/mcp"}), "mcpServers[0].url"),
+            (
+                json!({"type":"http","name":"r","url":"ftp://x"}),
+                "mcpServers[0].url",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"/mcp"}),
+                "mcpServers[0].url",
+            ),
             (
                 json!({"type":"http","name":"r","url":"http://x","headers":[{"name":"x-a","value":"1\r\nx-b: 2"}]}),
                 "mcpServers[0].headers[0]",
@@ -634,7 +656,18 @@ mod tests {
                 json!({"type":"http","name":"r","url":"http://x","headers":[{"name":"Host","value":"y"}]}),
                 "mcpServers[0].headers[0]",
             ),
-            (json!({"type":"http","name":"r","url":"http://x","headers":"a"}), "mcpServers[0].headers"),
+            (
+                json!({"type":"http","name":"r","url":"http://x","headers":{"Mcp-Session-Id":"s"}}),
+                "mcpServers[0].headers[0]",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"http://x","headers":[{"name":"Transfer-Encoding","value":"chunked"}]}),
+                "mcpServers[0].headers[0]",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"http://x","headers":"a"}),
+                "mcpServers[0].headers",
+            ),
         ] {
             let p = json!({"cwd": "/tmp", "mcpServers": [entry]});
             let (message, data) = decode_new_session(&p).unwrap_err();
@@ -677,8 +710,14 @@ mod tests {
         assert_eq!(
             skipped,
             [
-                ("ws", "websocket servers are not supported (only stdio, http and sse)"),
-                ("seven", "7 servers are not supported (only stdio, http and sse)"),
+                (
+                    "ws",
+                    "websocket servers are not supported (only stdio, http and sse)"
+                ),
+                (
+                    "seven",
+                    "7 servers are not supported (only stdio, http and sse)"
+                ),
             ]
         );
         let same = json!({"cwd": "/w", "mcpServers": [{"name":"a","command":"x"},{"name":"","command":"y"}]});

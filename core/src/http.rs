@@ -235,7 +235,10 @@ pub fn check_header(name: &str, value: &str) -> Result<(), String> {
         .map_err(|_| format!("'{name}' is not a valid header name"))?;
     http::HeaderValue::from_str(value)
         .map_err(|_| format!("the value of '{name}' has characters a header cannot carry"))?;
-    if name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("host") {
+    if ["content-length", "host", "transfer-encoding", "connection"]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
+    {
         return Err(format!("'{name}' is set by the agent"));
     }
     Ok(())

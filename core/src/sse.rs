@@ -406,14 +406,26 @@ mod tests {
         assert_eq!(p.last_event_id(), None, "not dispatched yet");
         assert_eq!(p.retry_ms(), Some(500));
         p.feed(b"\n", &mut out);
-        assert_eq!(out, vec![ev(None, "")], "W3C: one empty data line is an empty event");
+        assert_eq!(
+            out,
+            vec![ev(None, "")],
+            "W3C: one empty data line is an empty event"
+        );
         assert_eq!(p.last_event_id(), Some("event-1"));
         p.feed(b"id: event-2\n\n", &mut out);
         assert_eq!(out.len(), 1, "no data line, no event");
         assert_eq!(p.last_event_id(), Some("event-2"), "but its id counts");
         p.feed(b"retry: 2s\nid: a\0b\ndata: {}\n\n", &mut out);
-        assert_eq!(p.retry_ms(), Some(500), "a retry that is not digits is ignored");
-        assert_eq!(p.last_event_id(), Some("event-2"), "an id with NUL is ignored");
+        assert_eq!(
+            p.retry_ms(),
+            Some(500),
+            "a retry that is not digits is ignored"
+        );
+        assert_eq!(
+            p.last_event_id(),
+            Some("event-2"),
+            "an id with NUL is ignored"
+        );
         assert_eq!(out.len(), 2);
         p.feed(b"id:\ndata: x\n\n", &mut out);
         assert_eq!(p.last_event_id(), None, "an empty id resets it");

@@ -27,10 +27,16 @@ pub(crate) struct Challenge {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AuthVerdict {
     /// Send it again now, with [`Authorization::header`] (which changed).
-    #[allow(dead_code, reason = "answered by the OAuth flow (SPEC M11), which plugs in here")]
+    #[allow(
+        dead_code,
+        reason = "answered by the OAuth flow (SPEC M11), which plugs in here"
+    )]
     Retry,
     /// Hold it: an authorization flow runs and tells the transport when to send it.
-    #[allow(dead_code, reason = "answered by the OAuth flow (SPEC M11), which plugs in here")]
+    #[allow(
+        dead_code,
+        reason = "answered by the OAuth flow (SPEC M11), which plugs in here"
+    )]
     Wait,
     /// It fails with this text (during the handshake the server does not start).
     Refused(String),
@@ -45,7 +51,11 @@ pub(crate) struct Authorization {
 
 impl std::fmt::Debug for Authorization {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shown = if self.configured.is_some() { "configured" } else { "none" };
+        let shown = if self.configured.is_some() {
+            "configured"
+        } else {
+            "none"
+        };
         write!(f, "Authorization({shown})")
     }
 }
@@ -100,7 +110,10 @@ mod tests {
         assert_eq!(a.header(), None);
         let v = a.on_challenge(&Challenge {
             status: 401,
-            www_authenticate: vec![r#"Bearer resource_metadata="https://x/.well-known/oauth-protected-resource""#.into()],
+            www_authenticate: vec![
+                r#"Bearer resource_metadata="https://x/.well-known/oauth-protected-resource""#
+                    .into(),
+            ],
         });
         assert_eq!(
             v,
@@ -110,7 +123,11 @@ mod tests {
         );
         let mut b = Authorization::new(Some("Bearer t0ken".into()));
         assert_eq!(b.header(), Some("Bearer t0ken"));
-        assert_eq!(format!("{b:?}"), "Authorization(configured)", "P2: never the token");
+        assert_eq!(
+            format!("{b:?}"),
+            "Authorization(configured)",
+            "P2: never the token"
+        );
         let AuthVerdict::Refused(why) = b.on_challenge(&Challenge {
             status: 403,
             www_authenticate: vec![],

@@ -383,6 +383,12 @@ impl HttpTransport {
         let (frame, awaiting) = match &purpose {
             Purpose::Post { frame } | Purpose::Reinitialize { frame } => {
                 let awaiting = match frame.kind {
+                    // Legacy: every answer comes on the event stream, never in the POST's.
+                    FrameKind::Initialize(_) | FrameKind::Request(_)
+                        if self.wire == Wire::Legacy =>
+                    {
+                        Vec::new()
+                    }
                     FrameKind::Initialize(id) | FrameKind::Request(id) => vec![id],
                     FrameKind::Initialized | FrameKind::Notification | FrameKind::Response => {
                         Vec::new()
@@ -664,14 +670,15 @@ impl HttpTransport {
                 self.on_head(&mut f, status, &headers, out, timers, &mut got)
             }
             HttpEvent::Body(bytes) => self.on_body(&mut f, &bytes, out, timers, &mut got),
+            // Done either way: the runtime lets go of it (and its deadline is cleared).
             HttpEvent::End => {
+                self.drop_exchange(seq, out, timers);
                 self.on_end(f, out, timers, &mut got);
-                timers.clear(Timer::Server(self.slot, ServerTimer::Exchange(seq)));
                 return got;
             }
             HttpEvent::Failed(reason) => {
+                self.drop_exchange(seq, out, timers);
                 self.on_failed(f, &reason, out, timers, &mut got);
-                timers.clear(Timer::Server(self.slot, ServerTimer::Exchange(seq)));
                 return got;
             }
         };
@@ -703,10 +710,12 @@ impl HttpTransport {
             Purpose::Reinitialize { .. } => true,
             Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => false,
         };
-        if is_initialize && ok && self.wire == Wire::Streamable {
-            if let Some(id) = header(headers, "mcp-session-id") {
-                self.session_id = Some(id.to_string());
-            }
+        if is_initialize
+            && ok
+            && self.wire == Wire::Streamable
+            && let Some(id) = header(headers, "mcp-session-id")
+        {
+            self.session_id = Some(id.to_string());
         }
         let events = media == "text/event-stream";
         match &f.purpose {
@@ -727,7 +736,7 @@ impl HttpTransport {
                     return false;
                 }
                 // 405, 404 and 406 mean "no stream" (SPEC M10); anything else is said.
-                let level = if matches!(status, 404 | 405 | 406) {
+                let level = if matches!(status, 404..=406) {
                     LogLevel::Debug
                 } else {
                     LogLevel::Warn
@@ -738,7 +747,11 @@ impl HttpTransport {
                         "mcp '{}': no stream of server messages ({}{})",
                         self.name,
                         status_text(status),
-                        if ok { format!(", {media}") } else { String::new() }
+                        if ok {
+                            format!(", {media}")
+                        } else {
+                            String::new()
+                        }
                     ),
                 );
                 self.listen_reopens = MAX_LISTEN_REOPENS;
@@ -783,7 +796,11 @@ impl HttpTransport {
                 }
                 return true;
             }
-            let shown = if media.is_empty() { "no content type".to_string() } else { format!("content type {media}") };
+            let shown = if media.is_empty() {
+                "no content type".to_string()
+            } else {
+                format!("content type {media}")
+            };
             for id in std::mem::take(&mut f.awaiting) {
                 got.push(Delivery::RequestFailed {
                     id,
@@ -993,7 +1010,10 @@ impl HttpTransport {
                     for id in std::mem::take(&mut f.awaiting) {
                         got.push(Delivery::RequestFailed {
                             id,
-                            reason: format!("answered with a body over {} MiB", MAX_JSON_BODY_BYTES >> 20),
+                            reason: format!(
+                                "answered with a body over {} MiB",
+                                MAX_JSON_BODY_BYTES >> 20
+                            ),
                         });
                     }
                     return false;
@@ -1064,7 +1084,10 @@ impl HttpTransport {
         if e.event.as_deref().is_some_and(|t| t != "message") {
             out.log(
                 LogLevel::Debug,
-                format!("mcp '{}': ignoring an event of type {:?}", self.name, e.event),
+                format!(
+                    "mcp '{}': ignoring an event of type {:?}",
+                    self.name, e.event
+                ),
             );
             return;
         }
@@ -1074,7 +1097,13 @@ impl HttpTransport {
 
     /// The legacy wire's `endpoint` event: frames go there from now on (same origin only: a
     /// credential never travels elsewhere).
-    fn set_endpoint(&mut self, data: &str, out: &mut Outbox, timers: &mut TimerTable, got: &mut Vec<Delivery>) {
+    fn set_endpoint(
+        &mut self,
+        data: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
         let base = crate::http::origin_of(&self.url).ok();
         let endpoint = if data.starts_with("http://") || data.starts_with("https://") {
             Some(data.to_string()).filter(|e| crate::http::origin_of(e).ok() == base)
@@ -1131,11 +1160,11 @@ impl HttpTransport {
                     self.reinitialized(outcome, out, timers, got);
                 }
                 Ok(message) => {
-                    if let Message::Response { id, .. } = &message {
-                        if let Some(our) = jsonrpc::match_our_id(id) {
-                            f.awaiting.retain(|a| a.0 != our);
-                            self.reinitialized = false;
-                        }
+                    if let Message::Response { id, .. } = &message
+                        && let Some(our) = jsonrpc::match_our_id(id)
+                    {
+                        f.awaiting.retain(|a| a.0 != our);
+                        self.reinitialized = false;
                     }
                     got.push(Delivery::Message(message));
                 }
@@ -1145,7 +1174,10 @@ impl HttpTransport {
                             .into_owned();
                     out.log(
                         LogLevel::Warn,
-                        format!("mcp '{}': ignoring an answer that is not JSON-RPC: {shown:?}", self.name),
+                        format!(
+                            "mcp '{}': ignoring an answer that is not JSON-RPC: {shown:?}",
+                            self.name
+                        ),
                     );
                 }
             }
@@ -1154,7 +1186,13 @@ impl HttpTransport {
 
     /// An answer ended: what it held is delivered; requests it left unanswered are resumed or
     /// failed.
-    fn on_end(&mut self, mut f: Flight, out: &mut Outbox, timers: &mut TimerTable, got: &mut Vec<Delivery>) {
+    fn on_end(
+        &mut self,
+        mut f: Flight,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
         match std::mem::replace(&mut f.reader, Reader::Ignore) {
             Reader::Json(buf) => {
                 self.deliver_json(&mut f, &buf, out, timers, got);
@@ -1230,7 +1268,14 @@ impl HttpTransport {
 
     /// An event stream closed (`why`) with requests still unanswered: resumed after its
     /// `retry` with its last event id, or failed; the `GET` stream is opened again.
-    fn stream_ended(&mut self, f: Flight, why: &str, out: &mut Outbox, timers: &mut TimerTable, got: &mut Vec<Delivery>) {
+    fn stream_ended(
+        &mut self,
+        f: Flight,
+        why: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
         if self.phase == Phase::Closed {
             return;
         }
@@ -1274,13 +1319,19 @@ impl HttpTransport {
                             "{why} before the response, and {MAX_RESUME_ATTEMPTS} attempts to resume it failed"
                         );
                         for id in f.awaiting {
-                            got.push(Delivery::RequestFailed { id, reason: reason.clone() });
+                            got.push(Delivery::RequestFailed {
+                                id,
+                                reason: reason.clone(),
+                            });
                         }
                     }
                     None => {
                         let reason = format!("{why} before the response");
                         for id in f.awaiting {
-                            got.push(Delivery::RequestFailed { id, reason: reason.clone() });
+                            got.push(Delivery::RequestFailed {
+                                id,
+                                reason: reason.clone(),
+                            });
                         }
                     }
                 }
@@ -1325,44 +1376,608 @@ impl HttpTransport {
     }
 
     /// A connection or IO failure of an exchange (`reason`, one line).
-    fn on_failed(&mut self, mut f: Flight, reason: &str, out: &mut Outbox, timers: &mut TimerTable, got: &mut Vec<Delivery>) {
+    fn on_failed(
+        &mut self,
+        mut f: Flight,
+        reason: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
         match (&f.purpose, &f.reader) {
             (Purpose::Delete, _) => {}
             (Purpose::Listen, Reader::Head) if self.wire == Wire::Streamable => {
                 out.log(
                     LogLevel::Warn,
-                    format!("mcp '{}': the stream of server messages failed: {reason}", self.name),
+                    format!(
+                        "mcp '{}': the stream of server messages failed: {reason}",
+                        self.name
+                    ),
                 );
             }
             (Purpose::Listen, _) if self.wire == Wire::Streamable => {
-                self.stream_ended(f, &format!("the event stream broke ({reason})"), out, timers, got);
+                self.stream_ended(
+                    f,
+                    &format!("the event stream broke ({reason})"),
+                    out,
+                    timers,
+                    got,
+                );
             }
             (Purpose::Resume { attempt }, _) => {
                 let attempt = *attempt;
-                self.resume_failed(f, attempt, &format!("resuming its event stream failed: {reason}"), out, timers, got);
+                self.resume_failed(
+                    f,
+                    attempt,
+                    &format!("resuming its event stream failed: {reason}"),
+                    out,
+                    timers,
+                    got,
+                );
             }
-            (Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen, Reader::Head) => {
+            (
+                Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen,
+                Reader::Head,
+            ) => {
                 got.push(Delivery::Dead(format!("is unreachable: {reason}")));
             }
-            (Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen, Reader::Events(_)) => {
+            (
+                Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen,
+                Reader::Events(_),
+            ) => {
                 let mut parser = match std::mem::replace(&mut f.reader, Reader::Ignore) {
                     Reader::Events(p) => p,
-                    Reader::Head | Reader::Json(_) | Reader::Ignore | Reader::Error { .. } => Box::default(),
+                    Reader::Head | Reader::Json(_) | Reader::Ignore | Reader::Error { .. } => {
+                        Box::default()
+                    }
                 };
                 let mut events = Vec::new();
                 parser.finish(&mut events);
                 for e in events {
                     self.on_sse_event(&mut f, e, out, timers, got);
                 }
-                self.stream_ended(f, &format!("the event stream broke ({reason})"), out, timers, got);
+                self.stream_ended(
+                    f,
+                    &format!("the event stream broke ({reason})"),
+                    out,
+                    timers,
+                    got,
+                );
             }
             (Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen, _) => {
                 let why = format!("the connection broke before the answer ended ({reason})");
                 for id in std::mem::take(&mut f.awaiting) {
-                    got.push(Delivery::RequestFailed { id, reason: why.clone() });
+                    got.push(Delivery::RequestFailed {
+                        id,
+                        reason: why.clone(),
+                    });
                 }
                 self.fail_unawaited(&f, &why, out, got);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MonoTime;
+    use serde_json::json;
+
+    const SLOT: ServerSlot = ServerSlot(3);
+
+    /// One transport alone with the outbox and timers a step lends it.
+    struct Rig {
+        t: HttpTransport,
+        out: Outbox,
+        timers: TimerTable,
+    }
+
+    /// A request the transport asked the runtime to send.
+    #[derive(Debug)]
+    struct Sent {
+        seq: u64,
+        method: Method,
+        url: String,
+        headers: Vec<(String, String)>,
+        body: Value,
+    }
+
+    impl Sent {
+        fn header(&self, name: &str) -> Option<&str> {
+            header(&self.headers, name)
+        }
+    }
+
+    fn frame(kind: FrameKind, message: &Value) -> Frame {
+        Frame {
+            text: format!("{message}\n"),
+            kind,
+        }
+    }
+
+    fn request(id: u64, method: &str) -> Frame {
+        frame(
+            FrameKind::Request(McpRequestId(id)),
+            &json!({"jsonrpc": "2.0", "id": id, "method": method}),
+        )
+    }
+
+    fn response(id: u64) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "result": {"ok": id}}).to_string()
+    }
+
+    fn head(status: u16, headers: &[(&str, &str)]) -> HttpEvent {
+        HttpEvent::Head {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    impl Rig {
+        fn new(wire: Wire) -> Rig {
+            let headers = vec![
+                ("X-Team".to_string(), "blue".to_string()),
+                ("Authorization".to_string(), "Bearer t".to_string()),
+            ];
+            let url = match wire {
+                Wire::Streamable => "http://h:8/mcp",
+                Wire::Legacy => "http://h:8/sse",
+            };
+            let mut rig = Rig {
+                t: HttpTransport::new(SLOT, "remote", wire, url, &headers, 5_000),
+                out: Outbox::new(LogLevel::Debug, MonoTime::ZERO),
+                timers: TimerTable::default(),
+            };
+            rig.t.open(&mut rig.out, &mut rig.timers);
+            rig
+        }
+
+        /// The requests asked for since the last call, and the exchanges dropped.
+        fn sent(&mut self) -> (Vec<Sent>, Vec<u64>) {
+            let (mut sent, mut dropped) = (Vec::new(), Vec::new());
+            while let Some(a) = self.out.pop() {
+                match a {
+                    Action::Http { exchange, request } => {
+                        assert_eq!(exchange.server, SLOT);
+                        let bytes = request.body.to_vec();
+                        sent.push(Sent {
+                            seq: exchange.seq,
+                            method: request.method,
+                            url: request.url,
+                            headers: request.headers,
+                            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                        });
+                    }
+                    Action::CancelHttp { exchange } => dropped.push(exchange.seq),
+                    Action::Log(_) => {}
+                    other @ (Action::WriteAcp(_)
+                    | Action::WriteMcp { .. }
+                    | Action::SpawnMcp { .. }
+                    | Action::CloseMcpStdin { .. }
+                    | Action::SignalProcessGroup { .. }
+                    | Action::CallLlm { .. }
+                    | Action::CancelLlm { .. }
+                    | Action::OpenTranscript { .. }
+                    | Action::ReadTranscript { .. }
+                    | Action::AppendTranscript { .. }
+                    | Action::SyncTranscript { .. }
+                    | Action::TruncateTranscript { .. }
+                    | Action::CloseTranscript { .. }
+                    | Action::ListTranscripts { .. }
+                    | Action::Exit { .. }) => panic!("unexpected action {other:?}"),
+                }
+            }
+            (sent, dropped)
+        }
+
+        fn send(&mut self, f: Frame, version: Option<&str>) {
+            self.t.send(f, version, &mut self.out, &mut self.timers);
+        }
+
+        fn on(&mut self, seq: u64, event: HttpEvent) -> Vec<Delivery> {
+            self.t.on_event(seq, event, &mut self.out, &mut self.timers)
+        }
+
+        /// Feeds a whole answer: head, one body chunk, end.
+        fn answer(
+            &mut self,
+            seq: u64,
+            status: u16,
+            headers: &[(&str, &str)],
+            body: &str,
+        ) -> Vec<Delivery> {
+            let mut got = self.on(seq, head(status, headers));
+            if !body.is_empty() {
+                got.extend(self.on(seq, HttpEvent::Body(body.as_bytes().to_vec())));
+            }
+            got.extend(self.on(seq, HttpEvent::End));
+            got
+        }
+
+        /// `initialize` answered with session id `abc`, then `initialized` sent: returns the
+        /// `GET` stream's request.
+        fn handshake(&mut self) -> Sent {
+            let init = frame(
+                FrameKind::Initialize(McpRequestId(1)),
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+            );
+            self.send(init, None);
+            let (sent, _) = self.sent();
+            let got = self.answer(
+                sent[0].seq,
+                200,
+                &[
+                    ("content-type", "application/json"),
+                    ("mcp-session-id", "abc"),
+                ],
+                &response(1),
+            );
+            assert!(matches!(&got[..], [Delivery::Message(_)]), "{got:?}");
+            self.send(
+                frame(
+                    FrameKind::Initialized,
+                    &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                ),
+                Some("2025-11-25"),
+            );
+            let (mut sent, _) = self.sent();
+            assert_eq!(sent.len(), 2, "initialized, then the GET stream: {sent:?}");
+            let get = sent.remove(1);
+            let got = self.answer(sent[0].seq, 202, &[], "");
+            assert!(got.is_empty(), "{got:?}");
+            get
+        }
+    }
+
+    fn is_response_to(d: &Delivery, id: u64) -> bool {
+        matches!(d, Delivery::Message(Message::Response { id: v, .. }) if *v == json!(id))
+    }
+
+    #[test]
+    fn m10_initialize_has_no_session_id_later_requests_carry_it_and_the_version() {
+        let mut rig = Rig::new(Wire::Streamable);
+        let init = frame(
+            FrameKind::Initialize(McpRequestId(1)),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+        );
+        rig.send(init, None);
+        let (sent, _) = rig.sent();
+        let post = &sent[0];
+        assert_eq!(post.method, Method::Post);
+        assert_eq!(post.url, "http://h:8/mcp");
+        assert_eq!(
+            post.header("accept"),
+            Some("application/json, text/event-stream")
+        );
+        assert_eq!(post.header("content-type"), Some("application/json"));
+        assert_eq!(post.header("X-Team"), Some("blue"), "the entry's header");
+        assert_eq!(
+            post.header("authorization"),
+            Some("Bearer t"),
+            "the credential"
+        );
+        assert_eq!(post.header("mcp-session-id"), None);
+        assert_eq!(post.body["method"], "initialize");
+
+        let get = {
+            let mut rig = Rig::new(Wire::Streamable);
+            rig.handshake()
+        };
+        assert_eq!(get.method, Method::Get);
+        assert_eq!(get.header("accept"), Some("text/event-stream"));
+        assert_eq!(get.header("mcp-session-id"), Some("abc"));
+        assert_eq!(get.header("mcp-protocol-version"), Some("2025-11-25"));
+
+        let mut rig = Rig::new(Wire::Streamable);
+        let get = rig.handshake();
+        rig.send(request(2, "tools/list"), None);
+        let (sent, _) = rig.sent();
+        assert_eq!(sent[0].header("mcp-session-id"), Some("abc"));
+        assert_eq!(sent[0].header("mcp-protocol-version"), Some("2025-11-25"));
+        // 405 on the GET stream: there is none, and it is not asked for again.
+        let got = rig.answer(get.seq, 405, &[], "");
+        assert!(got.is_empty(), "{got:?}");
+        assert!(
+            !rig.timers
+                .contains(Timer::Server(SLOT, ServerTimer::HttpRetry))
+        );
+    }
+
+    #[test]
+    fn m10_an_event_stream_carries_server_messages_before_the_response_and_ends_with_it() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let seq = sent[0].seq;
+        assert!(
+            rig.on(
+                seq,
+                head(200, &[("content-type", "text/event-stream; charset=utf-8")])
+            )
+            .is_empty()
+        );
+        let ping = json!({"jsonrpc": "2.0", "id": "s1", "method": "ping"});
+        let body = format!(
+            "id: 1\ndata: \n\nid: 2\nevent: message\ndata: {ping}\n\nid: 3\ndata: {}\n\n",
+            response(2)
+        );
+        // Split anywhere: the parser keeps what is incomplete.
+        let (a, b) = body.split_at(body.len() / 2);
+        let mut got = rig.on(seq, HttpEvent::Body(a.as_bytes().to_vec()));
+        got.extend(rig.on(seq, HttpEvent::Body(b.as_bytes().to_vec())));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            matches!(&got[0], Delivery::Message(Message::Request { method, .. }) if method == "ping")
+        );
+        assert!(is_response_to(&got[1], 2));
+        let (_, dropped) = rig.sent();
+        assert_eq!(
+            dropped,
+            [seq],
+            "a request's stream is let go once its response came"
+        );
+        assert!(!rig.t.owns(seq));
+    }
+
+    #[test]
+    fn m10_a_404_on_the_session_initializes_a_new_one_then_resends_and_a_second_is_dead() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            404,
+            &[("content-type", "application/json")],
+            "{}",
+        );
+        assert!(got.is_empty(), "the model never hears of it: {got:?}");
+        let (sent, _) = rig.sent();
+        let reinit = sent
+            .iter()
+            .find(|s| s.body["method"] == "initialize")
+            .expect("a new initialize");
+        assert_eq!(reinit.header("mcp-session-id"), None);
+        assert_eq!(
+            reinit.body["id"], "buzz-reinit-1",
+            "its own id, never a session's"
+        );
+        // Requests meanwhile wait for the new session.
+        rig.send(request(3, "tools/list"), None);
+        assert!(rig.sent().0.is_empty());
+        let answer = json!({"jsonrpc": "2.0", "id": "buzz-reinit-1", "result": {"protocolVersion": "2025-11-25"}});
+        let got = rig.answer(
+            reinit.seq,
+            200,
+            &[
+                ("content-type", "application/json"),
+                ("mcp-session-id", "def"),
+            ],
+            &answer.to_string(),
+        );
+        assert!(got.is_empty(), "its answer is the transport's own: {got:?}");
+        let (sent, _) = rig.sent();
+        let methods: Vec<&str> = sent
+            .iter()
+            .filter_map(|s| s.body["method"].as_str())
+            .collect();
+        assert_eq!(
+            methods,
+            ["notifications/initialized", "tools/call", "tools/list"]
+        );
+        assert!(
+            sent.iter()
+                .all(|s| s.header("mcp-session-id") == Some("def"))
+        );
+        // Lost again at once: the server cannot keep a session.
+        let call = sent
+            .iter()
+            .find(|s| s.body["method"] == "tools/call")
+            .expect("resent");
+        let got = rig.answer(call.seq, 404, &[], "");
+        assert!(
+            matches!(&got[..], [Delivery::Dead(why)] if why.contains("again")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn m10_a_stream_closed_before_its_response_is_resumed_with_the_last_event_id_after_retry() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            200,
+            &[("content-type", "text/event-stream")],
+            "id: e1\nretry: 250\ndata: \n\n",
+        );
+        assert!(got.is_empty(), "{got:?}");
+        let retry = Timer::Server(SLOT, ServerTimer::HttpRetry);
+        assert_eq!(rig.timers.get(retry), Some(MonoTime::ZERO.plus_ms(250)));
+        rig.out.advance(MonoTime::ZERO.plus_ms(250));
+        rig.t.retry_due(&mut rig.out, &mut rig.timers);
+        let (sent, _) = rig.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].method, Method::Get);
+        assert_eq!(sent[0].header("last-event-id"), Some("e1"));
+        assert_eq!(sent[0].header("mcp-session-id"), Some("abc"));
+        let got = rig.answer(
+            sent[0].seq,
+            200,
+            &[("content-type", "text/event-stream")],
+            &format!("id: e2\ndata: {}\n\n", response(2)),
+        );
+        assert!(matches!(&got[..], [d] if is_response_to(d, 2)), "{got:?}");
+        // Without an event id there is nothing to resume: the request fails.
+        rig.send(request(4, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            200,
+            &[("content-type", "text/event-stream")],
+            ": hi\n\n",
+        );
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 4 && reason.contains("closed before the response")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn m10_error_answers_fail_their_request_redirects_are_not_followed_unreachable_is_dead() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            500,
+            &[("content-type", "text/html")],
+            "<html>oops</html>",
+        );
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 2 && reason == "answered HTTP 500 (Internal Server Error)"),
+            "an HTML page is not quoted: {got:?}"
+        );
+        rig.send(request(3, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            302,
+            &[("location", "https://elsewhere/login")],
+            "",
+        );
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { reason, .. }] if reason.contains("https://elsewhere/login") && reason.contains("not followed")),
+            "{got:?}"
+        );
+        rig.send(request(4, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            200,
+            &[("content-type", "application/json")],
+            &"x".repeat(10),
+        );
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 4 && reason.contains("without a response")),
+            "{got:?}"
+        );
+        rig.send(request(5, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.on(sent[0].seq, HttpEvent::Failed("connection refused".into()));
+        assert!(
+            matches!(&got[..], [Delivery::Dead(why)] if why == "is unreachable: connection refused"),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn m10_a_json_body_over_the_cap_fails_its_request() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let seq = sent[0].seq;
+        assert!(
+            rig.on(seq, head(200, &[("content-type", "application/json")]))
+                .is_empty()
+        );
+        let piece = vec![b' '; 1 << 20];
+        let mut got = Vec::new();
+        for _ in 0..17 {
+            got.extend(rig.on(seq, HttpEvent::Body(piece.clone())));
+        }
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 2 && reason.contains("16 MiB")),
+            "{got:?}"
+        );
+        assert!(!rig.t.owns(seq), "dropped");
+    }
+
+    #[test]
+    fn m10_close_ends_the_session_with_a_delete_and_drops_what_is_in_flight() {
+        let mut rig = Rig::new(Wire::Streamable);
+        let get = rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        rig.t.close(&mut rig.out, &mut rig.timers);
+        let (deletes, mut dropped) = rig.sent();
+        dropped.sort_unstable();
+        assert_eq!(dropped, [get.seq, sent[0].seq]);
+        assert_eq!(deletes.len(), 1);
+        assert_eq!(deletes[0].method, Method::Delete);
+        assert_eq!(deletes[0].header("mcp-session-id"), Some("abc"));
+        assert!(rig.t.busy(), "the DELETE is waited for (bounded)");
+        assert!(
+            rig.timers
+                .contains(Timer::Server(SLOT, ServerTimer::Exchange(deletes[0].seq)))
+        );
+        assert!(rig.answer(deletes[0].seq, 200, &[], "").is_empty());
+        assert!(!rig.t.busy());
+        // Closed: nothing more goes out.
+        rig.send(request(3, "ping"), None);
+        assert!(rig.sent().0.is_empty());
+    }
+
+    #[test]
+    fn m10_legacy_frames_wait_for_the_endpoint_on_the_same_origin_and_answers_come_on_the_stream() {
+        let mut rig = Rig::new(Wire::Legacy);
+        let (sent, _) = rig.sent();
+        assert_eq!(sent.len(), 1);
+        let stream = &sent[0];
+        assert_eq!(stream.method, Method::Get);
+        assert_eq!(stream.url, "http://h:8/sse");
+        let seq = stream.seq;
+        let init = frame(
+            FrameKind::Initialize(McpRequestId(1)),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+        );
+        rig.send(init, None);
+        assert!(rig.sent().0.is_empty(), "held until the endpoint is known");
+        assert!(
+            rig.on(seq, head(200, &[("content-type", "text/event-stream")]))
+                .is_empty()
+        );
+        let got = rig.on(
+            seq,
+            HttpEvent::Body(b"event: endpoint\ndata: /messages?session=9\n\n".to_vec()),
+        );
+        assert!(got.is_empty());
+        let (sent, _) = rig.sent();
+        assert_eq!(sent[0].url, "http://h:8/messages?session=9");
+        assert_eq!(
+            sent[0].header("mcp-session-id"),
+            None,
+            "no Streamable headers"
+        );
+        assert!(rig.answer(sent[0].seq, 202, &[], "Accepted").is_empty());
+        let got = rig.on(
+            seq,
+            HttpEvent::Body(format!("event: message\ndata: {}\n\n", response(1)).into_bytes()),
+        );
+        assert!(matches!(&got[..], [d] if is_response_to(d, 1)), "{got:?}");
+
+        let mut rig = Rig::new(Wire::Legacy);
+        let (sent, _) = rig.sent();
+        rig.on(
+            sent[0].seq,
+            head(200, &[("content-type", "text/event-stream")]),
+        );
+        let got = rig.on(
+            sent[0].seq,
+            HttpEvent::Body(b"event: endpoint\ndata: https://evil.example/steal\n\n".to_vec()),
+        );
+        assert!(
+            matches!(&got[..], [Delivery::Dead(why)] if why.contains("not on the server's own origin")),
+            "a credential never goes to another origin: {got:?}"
+        );
     }
 }

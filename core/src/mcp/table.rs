@@ -32,6 +32,10 @@ const MAX_DEATHS: u32 = 3;
 
 /// How a server's messages travel (MCP 2025-11-25 basic/transports).
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per configured server, never moved in a hot path"
+)]
 pub(crate) enum Transport {
     /// A child process per generation (SPEC M1).
     Stdio(StdioTransport),
@@ -302,7 +306,11 @@ impl ServerTable {
             } => Transport::Http(Box::new(HttpTransport::new(
                 slot,
                 &entry.name,
-                if *legacy { Wire::Legacy } else { Wire::Streamable },
+                if *legacy {
+                    Wire::Legacy
+                } else {
+                    Wire::Streamable
+                },
                 url,
                 headers,
                 self.init_timeout_ms,
@@ -681,7 +689,9 @@ impl ServerTable {
         };
         let reason = format!("MCP server '{}' stopped: {why}", s.name);
         s.enter_dead(reason, None, timers);
-        let kill_pending = s.stdio().is_some_and(|t| timers.contains(Timer::kill(t.proc())));
+        let kill_pending = s
+            .stdio()
+            .is_some_and(|t| timers.contains(Timer::kill(t.proc())));
         s.end_transport(!kill_pending, out, timers);
     }
 
@@ -1008,8 +1018,7 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
-        let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport)
-        else {
+        let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) else {
             return Vec::new();
         };
         let deliveries = t.exchange_timed_out(seq, out);
@@ -1060,7 +1069,9 @@ impl ServerTable {
                     return Vec::new();
                 };
                 // T6: logged at warn (cut to 200 bytes), never answered.
-                let level = s.stdio_mut().map_or(LogLevel::Warn, StdioTransport::bad_line);
+                let level = s
+                    .stdio_mut()
+                    .map_or(LogLevel::Warn, StdioTransport::bad_line);
                 let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
                 out.log(
                     level,
@@ -1558,10 +1569,16 @@ mod tests {
                     server: slot,
                     generation: death,
                 };
-                assert!(rig.drain().contains(&Action::SpawnMcp {
-                    proc,
-                    spec: rig.table.servers[&slot].stdio().expect("stdio").spec().clone()
-                }));
+                assert!(
+                    rig.drain().contains(&Action::SpawnMcp {
+                        proc,
+                        spec: rig.table.servers[&slot]
+                            .stdio()
+                            .expect("stdio")
+                            .spec()
+                            .clone()
+                    })
+                );
                 let events = rig.handshake(proc, &["read"]);
                 // Every completed first listing of a generation reports; the agent ignores it
                 // for a session that already started.
