@@ -251,6 +251,7 @@ impl Store {
             | Action::CancelLlm { .. }
             | Action::Http { .. }
             | Action::CancelHttp { .. }
+            | Action::OAuth(_)
             | Action::Log(_)
             | Action::Exit { .. } => None,
         }

@@ -258,6 +258,7 @@ pub fn check_action(a: &Action) {
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
+        | Action::OAuth(_)
         | Action::Log(_)
         | Action::Exit { .. } => return,
     };
@@ -447,6 +448,7 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
+        | Action::OAuth(_)
         | Action::Log(_)
         | Action::Exit { .. } => {}
     }

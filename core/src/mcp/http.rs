@@ -1568,6 +1568,7 @@ mod tests {
                     | Action::TruncateTranscript { .. }
                     | Action::CloseTranscript { .. }
                     | Action::ListTranscripts { .. }
+                    | Action::OAuth(_)
                     | Action::Exit { .. }) => panic!("unexpected action {other:?}"),
                 }
             }
