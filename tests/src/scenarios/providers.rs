@@ -985,8 +985,15 @@ pub fn l7_every_round_of_a_session_uses_one_kept_alive_connection(ctx: &Ctx) {
     for name in agent.thread_names() {
         assert!(
             name == main
-                || ["stdin", "log", "store", "stdout", "async-io", "async-process"]
-                    .contains(&name.as_str()),
+                || [
+                    "stdin",
+                    "log",
+                    "store",
+                    "stdout",
+                    "async-io",
+                    "async-process"
+                ]
+                .contains(&name.as_str()),
             "no thread for the HTTP exchanges: {:?}",
             agent.thread_names()
         );
