@@ -1298,6 +1298,7 @@ impl<'a> Checker<'a> {
                 | Action::TruncateTranscript { .. }
                 | Action::CloseTranscript { .. }
                 | Action::ListTranscripts { .. }
+                | Action::OAuth(_)
                 | Action::Exit { .. } => {}
             }
         }

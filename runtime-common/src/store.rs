@@ -249,6 +249,7 @@ impl Store {
             | Action::SignalProcessGroup { .. }
             | Action::CallLlm { .. }
             | Action::CancelLlm { .. }
+            | Action::OAuth(_)
             | Action::Log(_)
             | Action::Exit { .. } => None,
         }

@@ -244,6 +244,7 @@ pub fn check_action(a: &Action) {
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
+        | Action::OAuth(_)
         | Action::Log(_)
         | Action::Exit { .. } => return,
     };
@@ -430,6 +431,7 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
+        | Action::OAuth(_)
         | Action::Log(_)
         | Action::Exit { .. } => {}
     }

@@ -337,6 +337,7 @@ impl World {
             | Action::TruncateTranscript { .. }
             | Action::CloseTranscript { .. }
             | Action::ListTranscripts { .. }
+            | Action::OAuth(_)
             | Action::Log(_)
             | Action::Exit { .. } => {}
         }
