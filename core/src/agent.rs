@@ -135,7 +135,7 @@ impl Agent {
                 "starting: provider={}{api} model={} base_url={} hooks={} stop_budget={} hook_timeout_ms={} permission={}",
                 config.provider.env_value(),
                 config.model,
-                config.base_url,
+                crate::text::redact_url(&config.base_url),
                 config.hook_servers.env_value(),
                 config.stop_max_rejections,
                 config.hook_timeout_ms,
@@ -985,8 +985,11 @@ impl Agent {
         }
         match &end {
             TurnEnd::Stopped(reason) => {
-                self.store
-                    .on_turn_end(sid, Some(reason.as_str()), turn.meta());
+                self.store.on_turn_end(
+                    sid,
+                    Some(reason.as_str()),
+                    turn.meta(self.cfg.prices.as_ref()),
+                );
             }
             TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
         }
@@ -1001,7 +1004,7 @@ impl Agent {
                 );
                 jsonrpc::encode_result(
                     turn.rpc(),
-                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta()}),
+                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta(self.cfg.prices.as_ref())}),
                 )
             }
             TurnEnd::Failed(message) => {
