@@ -985,8 +985,11 @@ impl Agent {
         }
         match &end {
             TurnEnd::Stopped(reason) => {
-                self.store
-                    .on_turn_end(sid, Some(reason.as_str()), turn.meta());
+                self.store.on_turn_end(
+                    sid,
+                    Some(reason.as_str()),
+                    turn.meta(self.cfg.prices.as_ref()),
+                );
             }
             TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
         }
@@ -1001,7 +1004,7 @@ impl Agent {
                 );
                 jsonrpc::encode_result(
                     turn.rpc(),
-                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta()}),
+                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta(self.cfg.prices.as_ref())}),
                 )
             }
             TurnEnd::Failed(message) => {

@@ -470,6 +470,8 @@ enum Body {
         calls: Vec<(String, String, String)>,
         finish: String,
         usage: Option<(u64, u64)>,
+        /// Of the input tokens, `(read from, written to)` the prompt cache ([`Reply::cache_usage`]).
+        cache: Option<(u64, u64)>,
         done: bool,
         style: Style,
         /// How many deltas the text and the thinking are split into.
@@ -580,6 +582,7 @@ impl Reply {
             calls: Vec::new(),
             finish: "stop".into(),
             usage: Some((100, 10)),
+            cache: None,
             done: true,
             style: Style::default(),
             parts: DEFAULT_PARTS,
@@ -611,6 +614,7 @@ impl Reply {
                 .collect(),
             finish: "tool_calls".into(),
             usage: Some((100, 10)),
+            cache: None,
             done: true,
             style: Style::default(),
             parts: DEFAULT_PARTS,
@@ -649,6 +653,18 @@ impl Reply {
     pub fn finish_reason(mut self, reason: &str) -> Self {
         if let Body::Scripted { finish, .. } = &mut self.body {
             *finish = reason.to_string();
+        }
+        self
+    }
+
+    /// Of the usage's input tokens, `read` came from the prompt cache and `write` went to it
+    /// (SPEC L11), spelled per route: Chat `prompt_tokens_details.cached_tokens` (and
+    /// OpenRouter's `cache_write_tokens` when `write > 0`), Anthropic `cache_read_input_tokens`
+    /// and `cache_creation_input_tokens` beside the rest as `input_tokens`, Responses
+    /// `input_tokens_details.cached_tokens`.
+    pub fn cache_usage(mut self, read: u64, write: u64) -> Self {
+        if let Body::Scripted { cache, .. } = &mut self.body {
+            *cache = Some((read, write));
         }
         self
     }
@@ -760,6 +776,7 @@ impl Reply {
                 calls,
                 finish,
                 usage,
+                cache,
                 done,
                 style,
                 parts,
@@ -770,6 +787,7 @@ impl Reply {
                     calls,
                     finish,
                     usage: *usage,
+                    cache: *cache,
                     done: *done,
                     style,
                     parts: *parts,
@@ -839,6 +857,7 @@ struct Script<'a> {
     calls: &'a [(String, String, String)],
     finish: &'a str,
     usage: Option<(u64, u64)>,
+    cache: Option<(u64, u64)>,
     done: bool,
     style: &'a Style,
     parts: usize,
@@ -872,6 +891,7 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
         calls,
         finish,
         usage,
+        cache,
         done,
         style,
         parts,
@@ -915,7 +935,7 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
     }
     out.push(chunk(json!({}), json!(finish)));
     if let Some((prompt, completion)) = usage {
-        let obj = json!({
+        let mut obj = json!({
             "id": "chatcmpl-fake",
             "object": "chat.completion.chunk",
             "created": 1_700_000_000,
@@ -924,6 +944,12 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                       "total_tokens": prompt + completion},
         });
+        if let Some((read, write)) = cache {
+            obj["usage"]["prompt_tokens_details"] = json!({"cached_tokens": read});
+            if write > 0 {
+                obj["usage"]["prompt_tokens_details"]["cache_write_tokens"] = json!(write);
+            }
+        }
         out.push(format!("data: {obj}\n\n"));
     }
     if done {
@@ -954,6 +980,12 @@ fn anthropic_events(s: &Script<'_>) -> Vec<String> {
     });
     if let Some((input, _)) = s.usage {
         message["usage"] = json!({"input_tokens": input, "output_tokens": 1});
+        if let Some((read, write)) = s.cache {
+            // Anthropic counts the three parts apart: `input_tokens` is the rest.
+            message["usage"] = json!({"input_tokens": input.saturating_sub(read + write),
+                "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+                "output_tokens": 1});
+        }
     }
     let mut out = vec![
         anthropic_event(
@@ -1160,8 +1192,12 @@ fn responses_events(s: &Script<'_>) -> Vec<String> {
     }
     if s.done {
         let usage = s.usage.map_or(Value::Null, |(input, output)| {
-            json!({"input_tokens": input, "output_tokens": output,
-                   "total_tokens": input + output})
+            let mut u = json!({"input_tokens": input, "output_tokens": output,
+                   "total_tokens": input + output});
+            if let Some((read, _)) = s.cache {
+                u["input_tokens_details"] = json!({"cached_tokens": read});
+            }
+            u
         });
         let (kind, status, details) = match s.finish {
             "length" => (

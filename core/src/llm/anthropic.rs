@@ -524,7 +524,8 @@ impl Serialize for WireTool<'_> {
 ///   surrogates become U+FFFD) whose `type` names the event (the SSE `event:` name is the
 ///   fallback). Unknown event and block types, `ping` and unknown fields are ignored.
 /// * `message_start`: `message.usage` gives the input tokens (`input_tokens` +
-///   `cache_creation_input_tokens` + `cache_read_input_tokens`, tokens).
+///   `cache_creation_input_tokens` + `cache_read_input_tokens`, tokens; the two cache counts
+///   are kept apart too, as the cache write and read of [`Usage`]).
 /// * `content_block_start` opens block `index`: `text` (initial text, if any, is streamed),
 ///   `thinking` (initial `thinking` / `signature` kept), `redacted_thinking` (`data` kept),
 ///   `tool_use` (`id`, `name` and `input` kept).
@@ -786,6 +787,8 @@ impl AnthropicDecoder {
         Some(Usage {
             input_tokens: input,
             output_tokens: self.output_tokens.unwrap_or(0),
+            cache_read_tokens: read,
+            cache_write_tokens: creation,
         })
     }
 }
@@ -1163,7 +1166,8 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
                 stop: StopKind::EndTurn,
                 usage: Some(Usage {
                     input_tokens: 25,
-                    output_tokens: 15
+                    output_tokens: 15,
+                    ..Usage::default()
                 }),
             }
         );
@@ -1198,10 +1202,12 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
                     "{\"location\": \"San Francisco\", \"unit\": \"°C\"}"
                 )],
                 stop: StopKind::ToolUse,
-                // 472 + 100 cache creation + 28 cache read.
+                // 472 + 100 cache creation + 28 cache read, the cache counts kept apart.
                 usage: Some(Usage {
                     input_tokens: 600,
-                    output_tokens: 89
+                    output_tokens: 89,
+                    cache_read_tokens: Some(28),
+                    cache_write_tokens: Some(100),
                 }),
             }
         );
@@ -1247,7 +1253,8 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
             response.usage,
             Some(Usage {
                 input_tokens: 0,
-                output_tokens: 12
+                output_tokens: 12,
+                ..Usage::default()
             })
         );
         // A non-empty start input is kept as its JSON text.
@@ -1861,16 +1868,18 @@ data: {"type":"message_stop"}
 
     #[test]
     fn l6_input_tokens_alone_are_a_usage_with_no_output_tokens() {
-        for usage in [
-            json!({"input_tokens": 9}),
-            json!({"cache_read_input_tokens": 9}),
+        for (usage, read) in [
+            (json!({"input_tokens": 9}), None),
+            (json!({"cache_read_input_tokens": 9}), Some(9)),
         ] {
             let body = stream(&[json!({"type": "message_start", "message": {"usage": usage}})]);
             assert_eq!(
                 ok(&decode_every_split(&body)).usage,
                 Some(Usage {
                     input_tokens: 9,
-                    output_tokens: 0
+                    output_tokens: 0,
+                    cache_read_tokens: read,
+                    cache_write_tokens: None,
                 }),
                 "{usage}"
             );

@@ -138,6 +138,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         caching::l11_anthropic_breakpoints_roll_and_the_prefix_holds_across_an_objection_and_a_reload,
         caching::l11_caching_off_sends_no_breakpoint_and_no_cache_key,
         caching::l11_the_openai_routes_send_one_key_per_session_only_where_the_endpoint_takes_it,
+        caching::a6_l11_usage_with_cache_tokens_and_cost_reaches_the_client_on_every_route,
         cases::c13_server_requests_are_answered_in_their_own_id_space,
         cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
         cases::c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_killed,
