@@ -51,6 +51,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         acp::c07_relative_cwd_rejected,
         acp::a3_the_readme_copy_paste_session_reaches_end_turn,
         tools::l1_l4_five_round_tool_prompt,
+        tools::m14_odd_tool_schemas_are_offered_in_a_form_the_provider_accepts,
         tools::l2_unknown_and_hook_tool_names_are_unknown_tool,
         tools::l2_c26_invalid_tool_arguments_are_error_results_and_empty_means_empty_object,
         tools::l3_big_tool_result_is_middle_elided,
@@ -141,6 +142,8 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         caching::a6_l11_usage_with_cache_tokens_and_cost_reaches_the_client_on_every_route,
         cases::c13_server_requests_are_answered_in_their_own_id_space,
         cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
+        cases::c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered,
+        cases::c65_a_tool_list_changed_during_a_round_is_offered_in_the_very_next_request,
         cases::c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_killed,
         cases::c15_error_replies_iserror_and_exits_resolve_at_once_with_the_cause,
         cases::h4_c30_late_hook_reply_never_satisfies_the_next_call_and_a_reply_resets_the_count,
@@ -153,6 +156,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c40_fastmcp_none_is_empty_and_its_text_objects_once,
         dialect_cases::c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered,
         dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
+        dialect_cases::c63_one_tool_with_a_root_any_of_no_longer_fails_every_anthropic_prompt,
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
         stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
         stderr::a6_unread_stdout_never_blocks_the_loop_and_loses_no_line,
@@ -219,6 +223,7 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
 pub(crate) fn dialect_matrix() -> Vec<(&'static str, Scenario)> {
     list![
         tools::l1_l4_five_round_tool_prompt,
+        tools::m14_odd_tool_schemas_are_offered_in_a_form_the_provider_accepts,
         hooks::h5_h6_hook_objects_once_then_clears_end_turn,
         hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
         hooks::h3_four_hook_servers_run_concurrently,
