@@ -16,7 +16,7 @@ use crate::hooks::{
     GateOpening, GateVerdict, HookMeta, HookOutcome, HookPoint, HookRound, StopGate,
     append_injections, append_session_start,
 };
-use crate::ids::{HookRoundId, LlmCallId, ToolCallIndex, TurnNo};
+use crate::ids::{HookRoundId, LlmCallId, ServerSlot, ToolCallIndex, TurnNo};
 use crate::io::{Action, LlmEvent};
 use crate::jsonrpc::RpcError;
 use crate::jsonrpc::RpcId;
@@ -27,10 +27,11 @@ use crate::llm::{
 use crate::llm_call::{
     CallPurpose, FINAL_ANSWER_GRACE_MS, LlmAttempt, MAX_RESPONSE_BODY_BYTES, Step,
 };
-use crate::mcp::{InterceptRef, ToolRoute};
+use crate::mcp::{InterceptRef, ServerTable, ToolRoute};
 use crate::session::Session;
 use crate::timers::{Timer, TurnTimer};
 use crate::tool_calls::{InterceptEvent, ToolBatch};
+use crate::tool_schema::SchemaDialect;
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -94,6 +95,9 @@ enum Phase {
     Tools(ToolBatch),
     /// A `_Stop` or `_PostCompact` hook round (SPEC H5, H7).
     Gate(HookRound),
+    /// Before the round's LLM request: servers re-list their tools after
+    /// `notifications/tools/list_changed`, `(server, completed listings)` (SPEC M14, C65).
+    AwaitTools(Vec<(ServerSlot, u64)>),
 }
 
 /// One `session/prompt` (SPEC L1: fresh counters per prompt).
@@ -102,6 +106,9 @@ pub(crate) struct Turn {
     no: TurnNo,
     /// LLM rounds started.
     rounds: u32,
+    /// The round (`rounds` before it starts) that already waited for re-listings: a round
+    /// waits once, so a server that keeps changing its list cannot hold the turn (SPEC M14).
+    relist_waited: Option<u32>,
     /// `max_tokens` recoveries used (SPEC L1).
     recoveries: u32,
     cancelled: bool,
@@ -144,6 +151,7 @@ impl Turn {
             rpc,
             no,
             rounds: 0,
+            relist_waited: None,
             recoveries: 0,
             cancelled: false,
             gate: StopGate::new(cx.cfg.stop_max_rejections, cx.cfg.require_reply),
@@ -236,10 +244,53 @@ impl Turn {
                 cx,
             );
         }
+        if self.relist_waited != Some(self.rounds) {
+            // M14, C65: a tool list that changed during the last round (the notification came
+            // before the results) is re-listed before the next request, not one round late.
+            let relisting = cx.servers.relisting(&sess.servers);
+            if !relisting.is_empty() {
+                self.relist_waited = Some(self.rounds);
+                cx.out.log(
+                    LogLevel::Debug,
+                    format!(
+                        "session {}: the next round waits for {} server(s) re-listing their tools",
+                        sess.id,
+                        relisting.len()
+                    ),
+                );
+                self.phase = Phase::AwaitTools(relisting);
+                return None;
+            }
+        }
         self.rounds += 1;
         cx.servers.restart_due(sess.id, cx.out, cx.timers);
         self.start_llm_attempt(1, CallPurpose::Round, sess, cx);
         None
+    }
+
+    /// Whether the tool batch holds a call it can start now (one was held while its server
+    /// re-listed its tools, C65).
+    pub(crate) fn can_dispatch(&self, servers: &ServerTable, max_par: usize) -> bool {
+        matches!(&self.phase, Phase::Tools(b) if b.can_dispatch(servers, max_par))
+    }
+
+    /// Starts the calls the batch can start now ([`Turn::can_dispatch`]).
+    pub(crate) fn dispatch(&mut self, sess: &mut Session, cx: &mut Cx<'_>) -> Option<TurnEnd> {
+        if let Phase::Tools(batch) = &mut self.phase {
+            batch.pump(cx);
+        }
+        self.after_tools(sess)
+    }
+
+    /// A turn waiting for re-listings (SPEC M14) becomes ready once every one of them is over
+    /// (completed, failed, timed out, or its server gone); returns whether it is ready now.
+    pub(crate) fn tools_relisted(&mut self, servers: &ServerTable) -> bool {
+        if let Phase::AwaitTools(waiting) = &self.phase
+            && waiting.iter().all(|(slot, n)| servers.relisted(*slot, *n))
+        {
+            self.phase = Phase::Ready;
+        }
+        self.is_ready()
     }
 
     /// Compacts before the next round (SPEC K1): a summary call, or truncation.
@@ -274,12 +325,14 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) {
+        let model = sess.model(&cx.cfg.model).to_string();
+        // M14: each tool's schema in the form this provider accepts.
+        let dialect = SchemaDialect::of(&cx.cfg.provider, &cx.cfg.base_url, &model);
         let (defs, routes) = match purpose {
-            CallPurpose::Round => cx.servers.visible_tools(&sess.servers),
+            CallPurpose::Round => cx.servers.offered_tools(&sess.servers, dialect, cx.out),
             CallPurpose::Summary => (Vec::new(), BTreeMap::new()),
         };
         let call = cx.ids.next_llm_call();
-        let model = sess.model(&cx.cfg.model).to_string();
         let summary_messages = match purpose {
             CallPurpose::Round => None,
             CallPurpose::Summary => Some(compaction::summary_messages(
@@ -508,9 +561,11 @@ impl Turn {
         // `…/chat/completions`).
         let on = match &self.phase {
             Phase::Llm(a) => format!(" on {}", a.target()),
-            Phase::Ready | Phase::Backoff { .. } | Phase::Tools(_) | Phase::Gate(_) => {
-                String::new()
-            }
+            Phase::Ready
+            | Phase::Backoff { .. }
+            | Phase::Tools(_)
+            | Phase::Gate(_)
+            | Phase::AwaitTools(_) => String::new(),
         };
         match llm::classify_status(status, &message) {
             HttpFailure::Retryable => {
@@ -662,7 +717,8 @@ impl Turn {
                 | Phase::Backoff { .. }
                 | Phase::Ready
                 | Phase::Tools(_)
-                | Phase::Gate(_),
+                | Phase::Gate(_)
+                | Phase::AwaitTools(_),
                 _,
             ) => None,
         }
@@ -700,10 +756,16 @@ impl Turn {
             text,
             thinking,
             reasoning,
-            tool_calls,
+            mut tool_calls,
             stop,
             ..
         } = resp;
+        // L3b: arguments holding lone surrogate escapes (or other faults the decoder repairs)
+        // are kept as the repaired text, so what runs is what is replayed, and no request
+        // carries a lone escape.
+        for call in &mut tool_calls {
+            crate::json::repair_in_place(&mut call.arguments);
+        }
         let history = &mut sess.transcript;
         match stop {
             StopKind::Refusal => {
@@ -1030,7 +1092,9 @@ impl Turn {
                 self.release(a.call(), sess, cx);
                 Some(TurnEnd::Stopped(StopReason::Cancelled))
             }
-            Phase::Backoff { .. } | Phase::Ready => Some(TurnEnd::Stopped(StopReason::Cancelled)),
+            Phase::Backoff { .. } | Phase::Ready | Phase::AwaitTools(_) => {
+                Some(TurnEnd::Stopped(StopReason::Cancelled))
+            }
             Phase::Tools(mut batch) => {
                 // A4: in-flight calls get notifications/cancelled; every announced call ends.
                 batch.cancel(why, cx);

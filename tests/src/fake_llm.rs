@@ -73,6 +73,35 @@ impl RecordedRequest {
             .unwrap_or_default()
     }
 
+    /// Every offered tool as `(name, description, input schema)` on every route (Chat
+    /// `function.parameters`, Responses `parameters`, Anthropic `input_schema`); the schema
+    /// is `None` for a tool sent without one.
+    pub fn tool_schemas(&self) -> Vec<(String, String, Option<Value>)> {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        self.body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| match self.wire() {
+                Wire::Chat => (
+                    text(&t["function"]["name"]),
+                    text(&t["function"]["description"]),
+                    t["function"].get("parameters").cloned(),
+                ),
+                Wire::Responses => (
+                    text(&t["name"]),
+                    text(&t["description"]),
+                    t.get("parameters").cloned().filter(|p| !p.is_null()),
+                ),
+                Wire::Anthropic => (
+                    text(&t["name"]),
+                    text(&t["description"]),
+                    t.get("input_schema").cloned(),
+                ),
+            })
+            .collect()
+    }
+
     /// The text of every user message of the history, concatenated (tool results excluded).
     pub fn user_text(&self) -> String {
         self.messages()
@@ -1591,6 +1620,23 @@ enum Served {
     Cut,
 }
 
+/// What every provider answers a body that is not JSON (a lone surrogate escape is enough:
+/// strict JSON parsers reject it, SPEC L3b): a 400 in the route's error shape, not one of the
+/// scenario's requests. `None` for a JSON body, or when bodies are not recorded.
+fn not_json_body(req: &RecordedRequest, recorded: bool) -> Option<Reply> {
+    if !recorded || req.method != "POST" || !req.body.is_string() {
+        return None;
+    }
+    let message = "We could not parse the JSON body of your request: the body is not valid JSON";
+    let body = match req.wire() {
+        Wire::Anthropic => json!({"type": "error",
+            "error": {"type": "invalid_request_error", "message": message}}),
+        Wire::Chat | Wire::Responses => json!({"error": {"message": message,
+            "type": "invalid_request_error", "param": null, "code": null}}),
+    };
+    Some(Reply::status(400, vec![], body.to_string()).uncounted())
+}
+
 /// Records `req`, asks the handler and writes its reply (with `connection: close` when `close`).
 fn serve_request(
     conn: &mut TcpStream,
@@ -1608,7 +1654,10 @@ fn serve_request(
             .map_err(|_| std::io::Error::other("poisoned"))?;
         let poisoned = |_| std::io::Error::other("poisoned");
         let index = shared.requests.lock().map_err(poisoned)?.len();
-        let reply = (shared.handler)(index, &req);
+        let reply = match not_json_body(&req, shared.options.record_bodies) {
+            Some(rejection) => rejection,
+            None => (shared.handler)(index, &req),
+        };
         shared
             .all_requests
             .lock()

@@ -16,11 +16,12 @@ use super::request::{
 use super::route::{Learned, ProviderRoute};
 use super::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
 use crate::config::Config;
+use crate::json::parse_lossy;
 use crate::llm::{
     HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
     StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
-use crate::sse::{SseEvent, parse_json_lossy};
+use crate::sse::SseEvent;
 
 /// Text sent for a user turn that would otherwise be empty: Anthropic rejects empty content
 /// and blank text blocks.
@@ -488,7 +489,7 @@ fn turn_kind(turn: &Turn<'_>) -> Last {
 
 /// Tool-call arguments as the `input` object: `{}` when blank, invalid or not an object.
 fn input_object(arguments: &str) -> Value {
-    match parse_json_lossy(arguments) {
+    match parse_lossy(arguments) {
         Ok(value @ Value::Object(_)) => value,
         Ok(_) | Err(_) => Value::Object(serde_json::Map::new()),
     }
@@ -520,7 +521,7 @@ impl Serialize for WireTool<'_> {
 
 /// Decoder of one streamed Messages body (SPEC L6, L9; cases C24, C26).
 ///
-/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_json_lossy`], so lone
+/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_lossy`], so lone
 ///   surrogates become U+FFFD) whose `type` names the event (the SSE `event:` name is the
 ///   fallback). Unknown event and block types, `ping` and unknown fields are ignored.
 /// * `message_start`: `message.usage` gives the input tokens (`input_tokens` +

@@ -232,7 +232,9 @@ pub(crate) struct ToolDef {
     /// Provider-safe name (`^[A-Za-z0-9_-]{1,64}$`, SPEC M3).
     pub name: String,
     pub description: String,
-    /// JSON Schema with `type: "object"` at the root (SPEC M3, C19).
+    /// JSON Schema with `type: "object"` at the root (SPEC M3, C19), in the form the route's
+    /// provider accepts (SPEC M14, `tool_schema`); `Value::Null` (Gemini only): the tool takes
+    /// no arguments and is sent without `parameters`.
     pub input_schema: Value,
 }
 

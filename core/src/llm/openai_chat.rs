@@ -22,11 +22,12 @@ use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
 use crate::config::Config;
+use crate::json::parse_lossy;
 use crate::llm::{
     ChatReasoningField, HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind,
     StreamDecoder, StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
-use crate::sse::{SseEvent, parse_json_lossy};
+use crate::sse::SseEvent;
 
 /// Build the streaming `POST {base_url}/chat/completions` request (SPEC L7).
 ///
@@ -585,6 +586,9 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
+    /// Omitted for a tool sent without parameters (`Value::Null`, SPEC M14: Gemini rejects an
+    /// object schema with no properties; the Chat API reads no `parameters` as no arguments).
+    #[serde(skip_serializing_if = "Value::is_null")]
     parameters: &'a Value,
 }
 
@@ -604,7 +608,7 @@ struct ChunkView {
 
 /// Decoder of one streamed Chat Completions body (SPEC L7, L9; cases C21–C24, C26).
 ///
-/// * Each SSE `data:` payload is a JSON chunk (parsed with [`parse_json_lossy`], so lone
+/// * Each SSE `data:` payload is a JSON chunk (parsed with [`parse_lossy`], so lone
 ///   surrogates become U+FFFD); `data: [DONE]` ends the stream and later bytes are ignored.
 ///   Only choice `index` 0 is used (a choice without `index` counts as 0); chunks with empty,
 ///   missing or `null` `choices` are fine (C22); unknown fields are ignored.
@@ -993,7 +997,7 @@ fn stop_kind(reason: &str) -> StopKind {
 fn arguments_complete(arguments: &str) -> bool {
     arguments.trim().is_empty()
         || serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
-        || parse_json_lossy(arguments).is_ok()
+        || parse_lossy(arguments).is_ok()
 }
 
 /// The string value, when it is a non-empty string.

@@ -343,7 +343,7 @@ struct WireTool<'a> {
 /// Decoder of one streamed Responses body (SPEC L8, L9; cases C24, C26).
 ///
 /// * Each SSE event's `data:` is a JSON object (parsed with
-///   [`parse_json_lossy`](crate::sse::parse_json_lossy)) whose `type` names the event (the SSE
+///   [`parse_lossy`](crate::json::parse_lossy)) whose `type` names the event (the SSE
 ///   `event:` name is the fallback). Unknown events and fields are ignored; a `data: [DONE]`
 ///   (some compatible servers add one) is ignored too.
 /// * `response.output_text.delta` → [`StreamDelta::Text`]; `response.output_text.done` only

@@ -11,9 +11,71 @@ use crate::config::{HookAllowlist, LogLevel};
 use crate::ids::ServerSlot;
 use crate::llm::ToolDef;
 use crate::outbox::Outbox;
+use crate::tool_schema::{self, Offered, SchemaDialect};
 use crate::tools;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The most entries (tools and hooks) one server's `tools/list` may give (SPEC S5); the rest
+/// is cut off with a WARN. Real servers list tens to a few hundred tools.
+pub(crate) const MAX_TOOLS_PER_SERVER: usize = 1_000;
+
+/// The most bytes (compact JSON of its entries) one server's tool list may hold (SPEC S5): every
+/// LLM request carries the list, so a server listing 84,000 tools would make each request
+/// hundreds of megabytes. The entries past the cap are cut off with a WARN.
+pub(crate) const MAX_TOOL_LIST_BYTES: usize = 4 * 1024 * 1024;
+
+/// A `tools/list` being collected page by page (SPEC M2), within [`MAX_TOOLS_PER_SERVER`] and
+/// [`MAX_TOOL_LIST_BYTES`] (SPEC S5).
+#[derive(Debug, Default)]
+pub(crate) struct ToolListing {
+    tools: Vec<Value>,
+    bytes: usize,
+    cut: bool,
+}
+
+impl ToolListing {
+    /// Adds one page's entries, in order, while both caps hold. The first page that passes a
+    /// cap cuts the list there and gives the WARN text (naming `server` and the cap); after a
+    /// cut the listing should ask for no more pages (see [`ToolListing::is_cut`]).
+    pub(crate) fn add_page(&mut self, page: &[Value], server: &str) -> Option<String> {
+        if self.cut {
+            return None;
+        }
+        for t in page {
+            if self.tools.len() >= MAX_TOOLS_PER_SERVER {
+                self.cut = true;
+                return Some(format!(
+                    "mcp '{server}': tools/list has more than {MAX_TOOLS_PER_SERVER} tools; the rest is cut off"
+                ));
+            }
+            let size = serde_json::to_string(t).map_or(0, |j| j.len());
+            if self.bytes.saturating_add(size) > MAX_TOOL_LIST_BYTES {
+                self.cut = true;
+                return Some(format!(
+                    "mcp '{server}': tools/list is over {} MiB after {} tools; the rest is cut off",
+                    MAX_TOOL_LIST_BYTES >> 20,
+                    self.tools.len()
+                ));
+            }
+            self.bytes += size;
+            self.tools.push(t.clone());
+        }
+        None
+    }
+
+    /// Whether a cap cut the list (no more pages are needed).
+    pub(crate) fn is_cut(&self) -> bool {
+        self.cut
+    }
+
+    /// The entries collected, in order; the listing starts empty again.
+    pub(crate) fn take(&mut self) -> Vec<Value> {
+        self.bytes = 0;
+        self.cut = false;
+        std::mem::take(&mut self.tools)
+    }
+}
 
 /// A tool a server offers (hooks excluded), SPEC M3.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +90,9 @@ pub(crate) struct McpTool {
     pub(crate) title: String,
     /// The ACP kind of its calls, from its annotations (SPEC A6, case C53).
     pub(crate) kind: &'static str,
+    /// Its schema as the last provider asked for takes it (SPEC M14), converted on first use
+    /// and kept until the next listing or another provider's rules.
+    offered: Option<(SchemaDialect, Offered)>,
 }
 
 /// Where a tool name the model may call leads (SPEC M3, L2).
@@ -74,6 +139,36 @@ impl Catalogue {
     /// Whether the server exposes hook `hook` (SPEC H1).
     pub(crate) fn has_hook(&self, hook: &str) -> bool {
         self.hooks.contains(hook)
+    }
+
+    /// Whether the last listing has a (non-hook) tool the server calls `bare`.
+    pub(crate) fn has_tool(&self, bare: &str) -> bool {
+        self.tools.iter().any(|t| t.bare == bare)
+    }
+
+    /// The tool `exposed` as sent to a provider with `dialect`'s schema rules (SPEC M14,
+    /// `tool_schema`): converted on first use after a listing (or when the rules change, a
+    /// session switching models), logging the rewrite's one WARN then; `None` for a name it
+    /// does not offer.
+    pub(crate) fn offered(
+        &mut self,
+        exposed: &str,
+        dialect: SchemaDialect,
+        server: &str,
+        out: &mut Outbox,
+    ) -> Option<ToolDef> {
+        let t = self.tools.iter_mut().find(|t| t.exposed == exposed)?;
+        let offered = match &t.offered {
+            Some((d, o)) if *d == dialect => o,
+            Some(_) | None => {
+                let o = tool_schema::offer(&t.schema, dialect);
+                if let Some(w) = o.warning(server, &t.bare, dialect) {
+                    out.log(LogLevel::Warn, w);
+                }
+                &t.offered.insert((dialect, o)).1
+            }
+        };
+        Some(offered.tool_def(&t.exposed, &t.description))
     }
 
     /// Replaces the catalogue with a complete `tools/list` (`raw`, every page's `tools` in
@@ -133,6 +228,7 @@ impl Catalogue {
                 schema,
                 title: tools::tool_title(name, bare, &t),
                 kind: tools::tool_kind(bare, t.get("annotations")),
+                offered: None,
             });
         }
         let count = tools_out.len();
@@ -165,7 +261,8 @@ impl Catalogue {
 
 /// The tools the model may call now, from the catalogues of the offering servers in
 /// registration order (`(slot, prefix, catalogue)`): every non-hook tool, the first of equal
-/// exposed names winning (SPEC M3, M4, M9, I10), with the route of each exposed name.
+/// exposed names winning (SPEC M3, M4, M9, I10), with the route of each exposed name. The
+/// schemas are the servers' own; [`Catalogue::offered`] gives each in a provider's form.
 pub(crate) fn visible_tools<'a>(
     offering: impl IntoIterator<Item = (ServerSlot, &'a str, &'a Catalogue)>,
 ) -> (Vec<ToolDef>, BTreeMap<String, ToolRoute>) {
@@ -247,6 +344,35 @@ mod tests {
             logs.last()
                 .is_some_and(|l| l.contains("ready with 1 tool(s)"))
         );
+    }
+
+    #[test]
+    fn s5_a_tool_list_is_cut_at_the_tool_cap_and_at_the_byte_cap_with_one_warn() {
+        let tool = |i: usize| json!({"name": format!("t{i}"), "inputSchema": {"type": "object"}});
+        let mut listing = ToolListing::default();
+        let page: Vec<Value> = (0..600).map(tool).collect();
+        assert_eq!(listing.add_page(&page, "srv"), None);
+        assert!(!listing.is_cut());
+        let page: Vec<Value> = (600..1200).map(tool).collect();
+        assert_eq!(
+            listing.add_page(&page, "srv").as_deref(),
+            Some("mcp 'srv': tools/list has more than 1000 tools; the rest is cut off")
+        );
+        assert!(listing.is_cut());
+        assert_eq!(listing.add_page(&page, "srv"), None, "one WARN");
+        let tools = listing.take();
+        assert_eq!(tools.len(), MAX_TOOLS_PER_SERVER);
+        assert_eq!(tools[999]["name"], "t999", "the first ones, in order");
+        assert!(!listing.is_cut(), "a new listing starts whole");
+
+        // 10 tools of ~1 MiB each: the fourth crosses 4 MiB.
+        let big = |i: usize| json!({"name": format!("b{i}"), "description": "d".repeat(1 << 20)});
+        let page: Vec<Value> = (0..10).map(big).collect();
+        assert_eq!(
+            listing.add_page(&page, "srv").as_deref(),
+            Some("mcp 'srv': tools/list is over 4 MiB after 3 tools; the rest is cut off")
+        );
+        assert_eq!(listing.take().len(), 3);
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //! [`close`](McpSession::close) and [`reopen`](McpSession::reopen). A failed handshake step is
 //! reported as [`SessionEvent::HandshakeFailed`]; the owner decides to close.
 
+use super::catalogue::ToolListing;
 use super::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION, Purpose};
 use crate::config::LogLevel;
 use crate::ids::{McpRequestId, ServerSlot};
@@ -112,8 +113,8 @@ pub(crate) struct McpSession {
     next_id: u64,
     /// The deadline of each handshake and `tools/list` request, in ms.
     list_timeout_ms: u64,
-    /// Tools collected from the `tools/list` pages in flight.
-    list_acc: Vec<Value>,
+    /// Tools collected from the `tools/list` pages in flight, within the caps (SPEC S5).
+    list_acc: ToolListing,
     list_cursors: BTreeSet<String>,
     relist_wanted: bool,
     /// Frames for the transport, in order.
@@ -131,7 +132,7 @@ impl McpSession {
             pending: BTreeMap::new(),
             next_id: 1,
             list_timeout_ms,
-            list_acc: Vec::new(),
+            list_acc: ToolListing::default(),
             list_cursors: BTreeSet::new(),
             relist_wanted: false,
             outgoing: VecDeque::new(),
@@ -205,7 +206,7 @@ impl McpSession {
     /// pages collected. Ids keep counting.
     pub(crate) fn reopen(&mut self, timers: &mut TimerTable) {
         self.take_pending(timers);
-        self.list_acc.clear();
+        self.list_acc.take();
         self.outgoing.clear();
         self.state = SessionState::Connecting;
     }
@@ -258,6 +259,12 @@ impl McpSession {
             .collect()
     }
 
+    /// Whether a `tools/list` is in flight (the first listing, or a re-listing after
+    /// `notifications/tools/list_changed`).
+    pub(crate) fn is_listing(&self) -> bool {
+        self.pending.values().any(|p| *p == Purpose::ListTools)
+    }
+
     /// Starts a `tools/list` (first page) unless one is in flight; a list change meanwhile makes
     /// it run again after (SPEC M2, M6).
     pub(crate) fn start_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {
@@ -265,7 +272,7 @@ impl McpSession {
             return;
         }
         self.relist_wanted = false;
-        self.list_acc.clear();
+        self.list_acc.take();
         self.list_cursors.clear();
         self.request(
             "tools/list",
@@ -472,8 +479,10 @@ impl McpSession {
                 };
             }
         };
-        if let Some(list) = result.get("tools").and_then(Value::as_array) {
-            self.list_acc.extend(list.iter().cloned());
+        if let Some(list) = result.get("tools").and_then(Value::as_array)
+            && let Some(w) = self.list_acc.add_page(list, &self.name)
+        {
+            out.log(LogLevel::Warn, w);
         }
         let cursor = result
             .get("nextCursor")
@@ -481,7 +490,7 @@ impl McpSession {
             .map(str::to_string);
         let mut warn = None;
         let next = match cursor {
-            Some(c) if !c.is_empty() => {
+            Some(c) if !c.is_empty() && !self.list_acc.is_cut() => {
                 let page_no = self.list_cursors.len() as u32 + 1;
                 if self.list_cursors.contains(&c) {
                     warn = Some(format!(
@@ -521,7 +530,7 @@ impl McpSession {
             self.state = SessionState::Ready;
         }
         SessionEvent::Listed {
-            tools: std::mem::take(&mut self.list_acc),
+            tools: self.list_acc.take(),
             ready_now,
             relist: self.relist_wanted,
         }
