@@ -28,6 +28,7 @@
 //! [`close`](McpSession::close) and [`reopen`](McpSession::reopen). A failed handshake step is
 //! reported as [`SessionEvent::HandshakeFailed`]; the owner decides to close.
 
+use super::catalogue::ToolListing;
 use super::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION, Purpose};
 use crate::config::LogLevel;
 use crate::ids::{McpRequestId, ServerSlot};
@@ -145,8 +146,8 @@ pub(crate) struct McpSession {
     next_id: u64,
     /// The deadline of each handshake and `tools/list` request, in ms.
     list_timeout_ms: u64,
-    /// Tools collected from the `tools/list` pages in flight.
-    list_acc: Vec<Value>,
+    /// Tools collected from the `tools/list` pages in flight, within the caps (SPEC S5).
+    list_acc: ToolListing,
     list_cursors: BTreeSet<String>,
     relist_wanted: bool,
     /// The protocol version the server's `initialize` answer settled on.
@@ -166,7 +167,7 @@ impl McpSession {
             pending: BTreeMap::new(),
             next_id: 1,
             list_timeout_ms,
-            list_acc: Vec::new(),
+            list_acc: ToolListing::default(),
             list_cursors: BTreeSet::new(),
             relist_wanted: false,
             version: None,
@@ -250,7 +251,7 @@ impl McpSession {
     /// pages collected. Ids keep counting.
     pub(crate) fn reopen(&mut self, timers: &mut TimerTable) {
         self.take_pending(timers);
-        self.list_acc.clear();
+        self.list_acc.take();
         self.outgoing.clear();
         self.version = None;
         self.state = SessionState::Connecting;
@@ -355,7 +356,7 @@ impl McpSession {
             return;
         }
         self.relist_wanted = false;
-        self.list_acc.clear();
+        self.list_acc.take();
         self.list_cursors.clear();
         self.request(
             "tools/list",
@@ -566,8 +567,10 @@ impl McpSession {
                 };
             }
         };
-        if let Some(list) = result.get("tools").and_then(Value::as_array) {
-            self.list_acc.extend(list.iter().cloned());
+        if let Some(list) = result.get("tools").and_then(Value::as_array)
+            && let Some(w) = self.list_acc.add_page(list, &self.name)
+        {
+            out.log(LogLevel::Warn, w);
         }
         let cursor = result
             .get("nextCursor")
@@ -575,7 +578,7 @@ impl McpSession {
             .map(str::to_string);
         let mut warn = None;
         let next = match cursor {
-            Some(c) if !c.is_empty() => {
+            Some(c) if !c.is_empty() && !self.list_acc.is_cut() => {
                 let page_no = self.list_cursors.len() as u32 + 1;
                 if self.list_cursors.contains(&c) {
                     warn = Some(format!(
@@ -615,7 +618,7 @@ impl McpSession {
             self.state = SessionState::Ready;
         }
         SessionEvent::Listed {
-            tools: std::mem::take(&mut self.list_acc),
+            tools: self.list_acc.take(),
             ready_now,
             relist: self.relist_wanted,
         }
