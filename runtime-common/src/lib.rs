@@ -16,17 +16,17 @@
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
 //! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
 //! | [`oauth`] | MCP authorization's IO (SPEC M11): the loopback redirect listener, the token files, `$BROWSER` |
-//! | [`extras`] | `demo`, `example-server`, `hooks check`, linked only where a binary names them |
 //! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting, not dumpable |
 //! | `util` | `race` of two futures |
 //!
-//! What both drivers need that is not IO lives in `buzz-agent-core`, not here.
+//! What both drivers need that is not IO lives in `buzz-agent-core`, not here. The one-shot
+//! tools (`demo`, `exec`, `example-server`, `hooks check`) are the `buzz-agent-extras` crate;
+//! a binary names them in its [`Program`].
 #![deny(missing_docs)]
 
 mod children;
 pub mod cli;
 pub mod driver;
-pub mod extras;
 pub mod http;
 pub mod log;
 pub mod oauth;
@@ -49,9 +49,22 @@ pub struct Program {
     pub name: &'static str,
     /// The binary's version, e.g. `0.1.0`.
     pub version: &'static str,
-    /// `Some(`[`extras::EXTRAS`]`)` for `demo`, `example-server` and `hooks check`; `None`
+    /// `Some(buzz_agent_extras::EXTRAS)` for `demo`, `exec`, `example-server` and `hooks
+    /// check` (the `buzz-agent-extras` crate, an optional dependency of each binary); `None`
     /// leaves them out of the binary.
-    pub extras: Option<extras::Extras>,
+    pub extras: Option<Extras>,
+}
+
+/// Subcommands a binary can add to its command line (the one-shot tools of the
+/// `buzz-agent-extras` crate). This crate only calls them; it does not contain them, so a
+/// binary built without that crate does not link them.
+#[derive(Debug, Clone, Copy)]
+pub struct Extras {
+    /// Runs the subcommand `args[0]` with the rest of `args`: `Some(exit status)`, or `None`
+    /// when `args[0]` is not one of these subcommands.
+    pub run: fn(&Program, &[String]) -> Option<i32>,
+    /// The usage lines for `--help`, given the binary's name.
+    pub usage: fn(&str) -> String,
 }
 
 /// Everything before the loop: handles the command line (help, version, the `extras`

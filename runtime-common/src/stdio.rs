@@ -206,7 +206,7 @@ impl AcpStdout {
             match started {
                 Ok(_) => self.slow = Some(slow),
                 Err(_) => {
-                    let mut out = std::io::stdout().lock();
+                    let mut out = acp_stdout();
                     if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
                         self.failed = true;
                         return Some(Input::AcpWriteFailed);
@@ -258,7 +258,7 @@ impl AcpStdout {
 impl Slow {
     /// The writer thread: writes each queued batch, blocking as long as stdout does.
     fn run(&self, tx: &InputSender) {
-        let mut out = std::io::stdout().lock();
+        let mut out = acp_stdout();
         loop {
             let mut st = lock(&self.state);
             while st.queue.is_empty() && !st.closing {
@@ -290,6 +290,16 @@ impl Slow {
             }
         }
     }
+}
+
+/// The process's stdout, locked: the ACP channel. The only place in this crate that opens it
+/// (`clippy.toml` denies `std::io::stdout` and `print!` elsewhere).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the ACP writer is the one writer of stdout"
+)]
+fn acp_stdout() -> std::io::StdoutLock<'static> {
+    std::io::stdout().lock()
 }
 
 /// The process's stdout, fd 1.

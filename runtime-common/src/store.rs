@@ -249,6 +249,8 @@ impl Store {
             | Action::SignalProcessGroup { .. }
             | Action::CallLlm { .. }
             | Action::CancelLlm { .. }
+            | Action::Http { .. }
+            | Action::CancelHttp { .. }
             | Action::OAuth(_)
             | Action::Log(_)
             | Action::Exit { .. } => None,

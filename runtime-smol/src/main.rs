@@ -26,19 +26,15 @@ use std::process::ExitStatus;
 use std::rc::Rc;
 use std::time::Instant;
 
-/// The minimal binary: without the `extras` feature, `demo`, `example-server` and
-/// `hooks check` are not linked in.
-#[cfg(not(feature = "extras"))]
+/// The minimal binary: without the `extras` feature, `demo`, `exec`, `example-server` and
+/// `hooks check` (the `buzz-agent-extras` crate) are not linked in.
 const PROGRAM: Program = Program {
     name: env!("CARGO_BIN_NAME"),
     version: env!("CARGO_PKG_VERSION"),
+    #[cfg(feature = "extras")]
+    extras: Some(buzz_agent_extras::EXTRAS),
+    #[cfg(not(feature = "extras"))]
     extras: None,
-};
-#[cfg(feature = "extras")]
-const PROGRAM: Program = Program {
-    name: env!("CARGO_BIN_NAME"),
-    version: env!("CARGO_PKG_VERSION"),
-    extras: Some(buzz_agent_runtime::extras::EXTRAS),
 };
 
 fn main() {

@@ -2,7 +2,7 @@
 //! (docs/architecture.md, "The runtimes"). The loop and everything that does not depend on
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for tokio: a
 //! current-thread runtime, its timers, `tokio::process` children, `tokio::net` sockets and `tokio::signal`. It also carries the `demo`, `example-server` and
-//! `hooks check` subcommands (`buzz_agent_runtime::extras`).
+//! `hooks check` subcommands (the `buzz-agent-extras` crate, its default `extras` feature).
 
 use buzz_agent_core::Input;
 use buzz_agent_runtime::{
@@ -19,7 +19,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 const PROGRAM: Program = Program {
     name: env!("CARGO_BIN_NAME"),
     version: env!("CARGO_PKG_VERSION"),
-    extras: Some(buzz_agent_runtime::extras::EXTRAS),
+    #[cfg(feature = "extras")]
+    extras: Some(buzz_agent_extras::EXTRAS),
+    #[cfg(not(feature = "extras"))]
+    extras: None,
 };
 
 fn main() {

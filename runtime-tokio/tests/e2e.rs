@@ -1,5 +1,5 @@
-//! The end-to-end scenario suite against the `buzz-agent` (tokio) binary, which always has the
-//! `extras` subcommands.
+//! The end-to-end scenario suite against the `buzz-agent` (tokio) binary, which has the
+//! `extras` subcommands by default (its `extras` feature).
 fn main() {
-    buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_buzz-agent"), true);
+    buzz_agent_e2e::run_suite(env!("CARGO_BIN_EXE_buzz-agent"), cfg!(feature = "extras"));
 }

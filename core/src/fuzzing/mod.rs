@@ -302,8 +302,9 @@ fn replayed_arguments(body: &Value) -> Vec<&str> {
 
 /// Every action one step produced, checked for the properties that hold for every action:
 /// `WriteAcp` and `WriteMcp` are one line (T1) of strict JSON (no lone surrogate escape, L3b)
-/// that parses as one JSON-RPC message; an LLM request body is strict JSON and replays no
-/// tool-call arguments holding a lone surrogate escape (L3b).
+/// that parses as one JSON-RPC message, and so is the body of an MCP `POST` (SPEC M10); an LLM
+/// request body is strict JSON and replays no tool-call arguments holding a lone surrogate
+/// escape (L3b).
 pub fn check_action(a: &Action) {
     let line = match a {
         Action::WriteAcp(l) | Action::WriteMcp { line: l, .. } => l,
@@ -318,7 +319,20 @@ pub fn check_action(a: &Action) {
             }
             return;
         }
-        Action::SpawnMcp { .. }
+        Action::Http { request, .. } => {
+            if request.method == crate::http::Method::Post {
+                let body = request.body.to_vec();
+                if let Err(e) = jsonrpc::parse_message(&body) {
+                    panic!(
+                        "an MCP message we post does not parse back ({e}): {}",
+                        String::from_utf8_lossy(&body)
+                    );
+                }
+            }
+            return;
+        }
+        Action::CancelHttp { .. }
+        | Action::SpawnMcp { .. }
         | Action::CloseMcpStdin { .. }
         | Action::SignalProcessGroup { .. }
         | Action::CancelLlm { .. }
@@ -507,9 +521,12 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
                 status: "exit status 0".into(),
             });
         }
-        // The fuzz agents keep no sessions on disk (the state directory is off).
+        // The fuzz agents keep no sessions on disk (the state directory is off); no HTTP MCP
+        // server answers.
         Action::WriteAcp(_)
         | Action::WriteMcp { .. }
+        | Action::Http { .. }
+        | Action::CancelHttp { .. }
         | Action::CallLlm { .. }
         | Action::CancelLlm { .. }
         | Action::OpenTranscript { .. }

@@ -16,6 +16,67 @@ use crate::tools;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The most entries (tools and hooks) one server's `tools/list` may give (SPEC S5); the rest
+/// is cut off with a WARN. Real servers list tens to a few hundred tools.
+pub(crate) const MAX_TOOLS_PER_SERVER: usize = 1_000;
+
+/// The most bytes (compact JSON of its entries) one server's tool list may hold (SPEC S5): every
+/// LLM request carries the list, so a server listing 84,000 tools would make each request
+/// hundreds of megabytes. The entries past the cap are cut off with a WARN.
+pub(crate) const MAX_TOOL_LIST_BYTES: usize = 4 * 1024 * 1024;
+
+/// A `tools/list` being collected page by page (SPEC M2), within [`MAX_TOOLS_PER_SERVER`] and
+/// [`MAX_TOOL_LIST_BYTES`] (SPEC S5).
+#[derive(Debug, Default)]
+pub(crate) struct ToolListing {
+    tools: Vec<Value>,
+    bytes: usize,
+    cut: bool,
+}
+
+impl ToolListing {
+    /// Adds one page's entries, in order, while both caps hold. The first page that passes a
+    /// cap cuts the list there and gives the WARN text (naming `server` and the cap); after a
+    /// cut the listing should ask for no more pages (see [`ToolListing::is_cut`]).
+    pub(crate) fn add_page(&mut self, page: &[Value], server: &str) -> Option<String> {
+        if self.cut {
+            return None;
+        }
+        for t in page {
+            if self.tools.len() >= MAX_TOOLS_PER_SERVER {
+                self.cut = true;
+                return Some(format!(
+                    "mcp '{server}': tools/list has more than {MAX_TOOLS_PER_SERVER} tools; the rest is cut off"
+                ));
+            }
+            let size = serde_json::to_string(t).map_or(0, |j| j.len());
+            if self.bytes.saturating_add(size) > MAX_TOOL_LIST_BYTES {
+                self.cut = true;
+                return Some(format!(
+                    "mcp '{server}': tools/list is over {} MiB after {} tools; the rest is cut off",
+                    MAX_TOOL_LIST_BYTES >> 20,
+                    self.tools.len()
+                ));
+            }
+            self.bytes += size;
+            self.tools.push(t.clone());
+        }
+        None
+    }
+
+    /// Whether a cap cut the list (no more pages are needed).
+    pub(crate) fn is_cut(&self) -> bool {
+        self.cut
+    }
+
+    /// The entries collected, in order; the listing starts empty again.
+    pub(crate) fn take(&mut self) -> Vec<Value> {
+        self.bytes = 0;
+        self.cut = false;
+        std::mem::take(&mut self.tools)
+    }
+}
+
 /// A tool a server offers (hooks excluded), SPEC M3.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct McpTool {
@@ -283,6 +344,35 @@ mod tests {
             logs.last()
                 .is_some_and(|l| l.contains("ready with 1 tool(s)"))
         );
+    }
+
+    #[test]
+    fn s5_a_tool_list_is_cut_at_the_tool_cap_and_at_the_byte_cap_with_one_warn() {
+        let tool = |i: usize| json!({"name": format!("t{i}"), "inputSchema": {"type": "object"}});
+        let mut listing = ToolListing::default();
+        let page: Vec<Value> = (0..600).map(tool).collect();
+        assert_eq!(listing.add_page(&page, "srv"), None);
+        assert!(!listing.is_cut());
+        let page: Vec<Value> = (600..1200).map(tool).collect();
+        assert_eq!(
+            listing.add_page(&page, "srv").as_deref(),
+            Some("mcp 'srv': tools/list has more than 1000 tools; the rest is cut off")
+        );
+        assert!(listing.is_cut());
+        assert_eq!(listing.add_page(&page, "srv"), None, "one WARN");
+        let tools = listing.take();
+        assert_eq!(tools.len(), MAX_TOOLS_PER_SERVER);
+        assert_eq!(tools[999]["name"], "t999", "the first ones, in order");
+        assert!(!listing.is_cut(), "a new listing starts whole");
+
+        // 10 tools of ~1 MiB each: the fourth crosses 4 MiB.
+        let big = |i: usize| json!({"name": format!("b{i}"), "description": "d".repeat(1 << 20)});
+        let page: Vec<Value> = (0..10).map(big).collect();
+        assert_eq!(
+            listing.add_page(&page, "srv").as_deref(),
+            Some("mcp 'srv': tools/list is over 4 MiB after 3 tools; the rest is cut off")
+        );
+        assert_eq!(listing.take().len(), 3);
     }
 
     #[test]

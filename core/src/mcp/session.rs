@@ -28,6 +28,7 @@
 //! [`close`](McpSession::close) and [`reopen`](McpSession::reopen). A failed handshake step is
 //! reported as [`SessionEvent::HandshakeFailed`]; the owner decides to close.
 
+use super::catalogue::ToolListing;
 use super::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION, Purpose};
 use crate::config::LogLevel;
 use crate::ids::{McpRequestId, ServerSlot};
@@ -57,6 +58,31 @@ pub(crate) enum SessionState {
         /// The text of the cause.
         reason: String,
     },
+}
+
+/// One JSON-RPC message for the server, as a complete line, and what it is (a transport that
+/// answers per message, HTTP, needs to know).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Frame {
+    /// The message, ending with `\n`.
+    pub(crate) text: String,
+    /// What it is.
+    pub(crate) kind: FrameKind,
+}
+
+/// What a [`Frame`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrameKind {
+    /// The `initialize` request (its answer opens the session).
+    Initialize(McpRequestId),
+    /// `notifications/initialized`.
+    Initialized,
+    /// Any other request of ours.
+    Request(McpRequestId),
+    /// Any other notification.
+    Notification,
+    /// Our answer to a request of the server.
+    Response,
 }
 
 /// What a server's message meant, for the owner of the session to act on.
@@ -89,6 +115,14 @@ pub(crate) enum SessionEvent {
         /// The list changed while it was being listed: list it again.
         relist: bool,
     },
+    /// A request of someone else will get no answer: its transport gave up on it (an HTTP
+    /// error answer, a stream that closed). `reason` completes `MCP server '<name>' …`.
+    Lost {
+        /// Who waits for it.
+        purpose: Purpose,
+        /// Why, e.g. `answered HTTP 500 (Internal Server Error)`.
+        reason: String,
+    },
     /// `notifications/progress` of a request of ours (SPEC A6, case C59).
     Progress {
         /// The `progressToken`, as sent.
@@ -112,12 +146,14 @@ pub(crate) struct McpSession {
     next_id: u64,
     /// The deadline of each handshake and `tools/list` request, in ms.
     list_timeout_ms: u64,
-    /// Tools collected from the `tools/list` pages in flight.
-    list_acc: Vec<Value>,
+    /// Tools collected from the `tools/list` pages in flight, within the caps (SPEC S5).
+    list_acc: ToolListing,
     list_cursors: BTreeSet<String>,
     relist_wanted: bool,
+    /// The protocol version the server's `initialize` answer settled on.
+    version: Option<String>,
     /// Frames for the transport, in order.
-    outgoing: VecDeque<String>,
+    outgoing: VecDeque<Frame>,
 }
 
 impl McpSession {
@@ -131,9 +167,10 @@ impl McpSession {
             pending: BTreeMap::new(),
             next_id: 1,
             list_timeout_ms,
-            list_acc: Vec::new(),
+            list_acc: ToolListing::default(),
             list_cursors: BTreeSet::new(),
             relist_wanted: false,
+            version: None,
             outgoing: VecDeque::new(),
         }
     }
@@ -154,8 +191,14 @@ impl McpSession {
     }
 
     /// The next frame to carry to the server, in order.
-    pub(crate) fn poll_outgoing(&mut self) -> Option<String> {
+    pub(crate) fn poll_outgoing(&mut self) -> Option<Frame> {
         self.outgoing.pop_front()
+    }
+
+    /// The protocol version the server settled on in `initialize` (sent as
+    /// `MCP-Protocol-Version` over HTTP), once known.
+    pub(crate) fn version(&self) -> Option<&str> {
+        self.version.as_deref()
     }
 
     /// The newest request in flight (tests answer it).
@@ -182,7 +225,7 @@ impl McpSession {
             "capabilities": {},
             "clientInfo": {"name": "buzz-agent", "version": client_version}
         });
-        self.request(
+        let id = self.request(
             "initialize",
             &params,
             Purpose::Initialize,
@@ -190,6 +233,9 @@ impl McpSession {
             out,
             timers,
         );
+        if let Some(frame) = self.outgoing.back_mut() {
+            frame.kind = FrameKind::Initialize(id);
+        }
     }
 
     /// Any state → Closed: the requests in flight are taken (their deadlines cleared), in id
@@ -205,8 +251,9 @@ impl McpSession {
     /// pages collected. Ids keep counting.
     pub(crate) fn reopen(&mut self, timers: &mut TimerTable) {
         self.take_pending(timers);
-        self.list_acc.clear();
+        self.list_acc.take();
         self.outgoing.clear();
+        self.version = None;
         self.state = SessionState::Connecting;
     }
 
@@ -228,15 +275,53 @@ impl McpSession {
             Timer::Server(self.slot, ServerTimer::Request(id)),
             out.now().plus_ms(timeout_ms),
         );
-        self.outgoing
-            .push_back(jsonrpc::encode_request(id.0, method, params));
+        self.outgoing.push_back(Frame {
+            text: jsonrpc::encode_request(id.0, method, params),
+            kind: FrameKind::Request(id),
+        });
         id
     }
 
     /// Queues notification `method` with `params`.
     pub(crate) fn notify(&mut self, method: &str, params: &Value) {
-        self.outgoing
-            .push_back(jsonrpc::encode_notification(method, params));
+        let kind = if method == "notifications/initialized" {
+            FrameKind::Initialized
+        } else {
+            FrameKind::Notification
+        };
+        self.outgoing.push_back(Frame {
+            text: jsonrpc::encode_notification(method, params),
+            kind,
+        });
+    }
+
+    /// Request `id` will get no answer (its transport gave up on it, `reason`): its deadline is
+    /// cleared and its owner learns why; a handshake step fails the handshake. `None` when it
+    /// was not in flight.
+    pub(crate) fn fail(
+        &mut self,
+        id: McpRequestId,
+        reason: &str,
+        timers: &mut TimerTable,
+    ) -> Option<SessionEvent> {
+        let purpose = self.forget(id, timers)?;
+        Some(match purpose {
+            Purpose::Initialize => SessionEvent::HandshakeFailed {
+                cause: format!("failed to start: initialize {reason}"),
+                fatal: true,
+            },
+            Purpose::ListTools => SessionEvent::HandshakeFailed {
+                cause: format!("tools/list {reason}"),
+                fatal: self.state == SessionState::Listing,
+            },
+            Purpose::Tool(_)
+            | Purpose::Hook(_)
+            | Purpose::ListInterceptors(_)
+            | Purpose::Intercept(_) => SessionEvent::Lost {
+                purpose,
+                reason: reason.to_string(),
+            },
+        })
     }
 
     /// Forgets request `id` and its deadline (abandoned, timed out or answered); its purpose if
@@ -271,7 +356,7 @@ impl McpSession {
             return;
         }
         self.relist_wanted = false;
-        self.list_acc.clear();
+        self.list_acc.take();
         self.list_cursors.clear();
         self.request(
             "tools/list",
@@ -319,7 +404,10 @@ impl McpSession {
             };
             jsonrpc::encode_error(Some(id), &err)
         };
-        self.outgoing.push_back(frame);
+        self.outgoing.push_back(Frame {
+            text: frame,
+            kind: FrameKind::Response,
+        });
     }
 
     fn on_notification(
@@ -452,6 +540,7 @@ impl McpSession {
                 fatal: true,
             };
         }
+        self.version = Some(version.to_string());
         self.notify("notifications/initialized", &json!({}));
         if self.state == SessionState::Initializing {
             self.state = SessionState::Listing;
@@ -478,8 +567,10 @@ impl McpSession {
                 };
             }
         };
-        if let Some(list) = result.get("tools").and_then(Value::as_array) {
-            self.list_acc.extend(list.iter().cloned());
+        if let Some(list) = result.get("tools").and_then(Value::as_array)
+            && let Some(w) = self.list_acc.add_page(list, &self.name)
+        {
+            out.log(LogLevel::Warn, w);
         }
         let cursor = result
             .get("nextCursor")
@@ -487,7 +578,7 @@ impl McpSession {
             .map(str::to_string);
         let mut warn = None;
         let next = match cursor {
-            Some(c) if !c.is_empty() => {
+            Some(c) if !c.is_empty() && !self.list_acc.is_cut() => {
                 let page_no = self.list_cursors.len() as u32 + 1;
                 if self.list_cursors.contains(&c) {
                     warn = Some(format!(
@@ -527,7 +618,7 @@ impl McpSession {
             self.state = SessionState::Ready;
         }
         SessionEvent::Listed {
-            tools: std::mem::take(&mut self.list_acc),
+            tools: self.list_acc.take(),
             ready_now,
             relist: self.relist_wanted,
         }
@@ -594,8 +685,8 @@ mod tests {
         fn sent(&mut self) -> Vec<Value> {
             std::iter::from_fn(|| self.mcp.poll_outgoing())
                 .map(|f| {
-                    assert!(f.ends_with('\n'), "one frame per line: {f}");
-                    serde_json::from_str(&f).expect("a JSON frame")
+                    assert!(f.text.ends_with('\n'), "one frame per line: {f:?}");
+                    serde_json::from_str(&f.text).expect("a JSON frame")
                 })
                 .collect()
         }

@@ -3,9 +3,9 @@
 
 use super::cli::{exec, exec_env, mcp_config};
 use super::setup::Setup;
-use super::util::{Scratch, path_str, wait_file, wait_stderr};
+use super::util::{Scratch, log_of, path_str, wait_file, wait_stderr};
 use crate::fake_llm::{FakeLlm, Reply, Wire};
-use crate::harness::{AGENT_UID_VAR, Ctx, SECRET_KEY, current_exe};
+use crate::harness::{AGENT_UID_VAR, Ctx, SECRET_KEY, current_exe, fake_mcp_entry};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -425,4 +425,58 @@ pub fn s3_exec_approve_reads_shows_the_real_server(ctx: &Ctx) {
         "{err}"
     );
     assert!(!err.contains("[permission] fs: read"), "{err}");
+}
+
+/// SPEC S5: a server listing 1,500 tools (in pages of 400) has its list cut at 1,000 with one
+/// WARN naming it: no page past the cut is asked for, every LLM request carries only the first
+/// 1,000 of its tools, and another server's tools still work.
+pub fn s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working(ctx: &Ctx) {
+    let s = Scratch::new();
+    let many_log = s.file("many.log");
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|i, _| match i {
+            0 => Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "still here"}))]),
+            _ => Reply::text("Done."),
+        })
+        .servers([
+            fake_mcp_entry(
+                "many",
+                &[
+                    ("FAKE_MCP_TOOLS", ""),
+                    ("FAKE_MCP_TOOL_COUNT", "1500"),
+                    ("FAKE_MCP_PAGE_SIZE", "400"),
+                    ("FAKE_MCP_CALL_LOG", &many_log),
+                ],
+            ),
+            fake_mcp_entry("fs", &[]),
+        ])
+        .start();
+    let r = agent.prompt(&sid, "echo");
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    wait_stderr(
+        &agent,
+        "mcp 'many': tools/list has more than 1000 tools; the rest is cut off",
+        Duration::from_secs(5),
+    );
+    let pages = log_of(&many_log)
+        .iter()
+        .filter(|m| m["method"] == "tools/list")
+        .count();
+    assert_eq!(pages, 3, "400 + 400 + 400 (cut at 1000): no fourth page");
+    let reqs = llm.requests();
+    for req in &reqs {
+        let names = req.tool_names();
+        let many = names.iter().filter(|n| n.starts_with("many__")).count();
+        assert_eq!(many, 1000, "S5: the first 1000 tools of 'many'");
+        assert!(names.iter().any(|n| n == "many__t999"));
+        assert!(!names.iter().any(|n| n == "many__t1000"));
+        assert!(names.iter().any(|n| n == "fs__echo"), "{names:?}");
+    }
+    assert!(
+        reqs[1]
+            .tool_result_for("call_1")
+            .is_some_and(|t| t.contains("still here")),
+        "the other server keeps working"
+    );
+    agent.finish();
 }

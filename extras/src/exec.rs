@@ -13,7 +13,7 @@
 //! turn ends with another stop reason (`max_tokens`, `max_turn_requests`, `refusal`,
 //! `cancelled`).
 
-use super::acp_client::{AcpChild, ClientError};
+use crate::acp_client::{AcpChild, ClientError};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{Read, Write};

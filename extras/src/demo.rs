@@ -8,7 +8,7 @@
 //! policy: no `rm -rf`); the model's first tool call carries `rm -rf`, the interceptor denies it
 //! before it runs, the model sees the denial as the tool error and records a safe step instead.
 
-use super::acp_client::AcpChild;
+use crate::acp_client::AcpChild;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -313,7 +313,7 @@ fn interceptor_demo() -> Result<(), String> {
         .env("BUZZ_AGENT_PERMISSION", "allow")
         .env("BUZZ_AGENT_LOG", "info")
         .env_remove("MCP_HOOK_SERVERS")
-        .env_remove(super::examples::INTERCEPTORS_VAR)
+        .env_remove(crate::examples::INTERCEPTORS_VAR)
         .stderr(Stdio::null());
     let mut agent = AcpChild::spawn(cmd)?;
     let mut quiet = |_: &Value| None;

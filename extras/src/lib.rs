@@ -1,4 +1,4 @@
-//! The production binary's extra subcommands (SPEC P3, E1, E2, issue 12): `demo` (an offline
+//! `buzz-agent-extras`: the production binary's one-shot tools, its extra subcommands (SPEC P3, E1, E2, issue 12): `demo` (an offline
 //! session; `demo --interceptors` shows an interceptor denying a dangerous call; `demo --llm`
 //! serves only its scripted LLM, for trying the agent by hand), `exec` (one
 //! prompt from a terminal), `example-server testguard|todo|interceptors` (the bundled example
@@ -6,29 +6,20 @@
 //! server's contract check). `demo` and `exec`
 //! drive this binary as an ACP agent child through one client (`acp_client`). Plain blocking `std` IO: these are one-shot tools, not the agent.
 //!
-//! A binary opts in by putting [`EXTRAS`] in its [`Program`]. Nothing else in this crate
-//! refers to this module, so a binary that leaves them out (the minimal `buzz-agent-smol`) does
-//! not link them: the code is gone from it, not just unreachable. (A cargo feature of this
-//! crate would not do: cargo unifies a library's features across the binaries built together,
-//! so `cargo build --workspace` would give the minimal binary the production binary's set.)
+//! A binary opts in by depending on this crate (an optional dependency behind its `extras`
+//! feature: on by default in `buzz-agent`, off in the minimal `buzz-agent-smol`) and putting
+//! [`EXTRAS`] in its [`Program`]. The driver crate `buzz-agent-runtime` does not depend on this
+//! one, so a binary that leaves it out does not link it: the code is gone from it, not just
+//! unreachable.
+#![deny(missing_docs)]
 
-use crate::Program;
+use buzz_agent_runtime::{Extras, Program};
 
 mod acp_client;
 mod demo;
 mod examples;
 mod exec;
 mod hooks_check;
-
-/// Subcommands a binary can add to its command line.
-#[derive(Debug, Clone, Copy)]
-pub struct Extras {
-    /// Runs the subcommand `args[0]` with the rest of `args`: `Some(exit status)`, or `None`
-    /// when `args[0]` is not one of these subcommands.
-    pub run: fn(&Program, &[String]) -> Option<i32>,
-    /// The usage lines for `--help`, given the binary's name.
-    pub usage: fn(&str) -> String,
-}
 
 /// `demo`, `exec`, `example-server` and `hooks check`.
 pub const EXTRAS: Extras = Extras { run, usage };

@@ -10,9 +10,9 @@
 //! something that objects only because of its shape, the server exited); 2 on usage or
 //! configuration errors.
 
-use crate::sys::signal_group;
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent};
 use buzz_agent_core::{HookPoint, Signal};
+use buzz_agent_runtime::sys::signal_group;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -375,7 +375,9 @@ impl Conn<'_> {
     /// `Some(Exited)` once the server process has exited.
     fn exited(&mut self) -> Option<Failure> {
         match self.child.try_wait() {
-            Ok(Some(status)) => Some(Failure::Exited(crate::sys::exit_description(status))),
+            Ok(Some(status)) => Some(Failure::Exited(buzz_agent_runtime::sys::exit_description(
+                status,
+            ))),
             _ => None,
         }
     }
