@@ -1487,6 +1487,8 @@ fn read_request(
 fn reason_phrase(code: u16) -> &'static str {
     match code {
         200 => "OK",
+        201 => "Created",
+        302 => "Found",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
