@@ -534,7 +534,7 @@ fn form_component(s: &str) -> String {
 /// approves at once; appends each URL it visits and the final status to `FAKE_BROWSER_LOG`
 /// if set. Exits 0 when the last answer was a 2xx.
 pub fn browse_main() -> ! {
-    let url = std::env::args().last().unwrap_or_default();
+    let url = std::env::args().next_back().unwrap_or_default();
     let log = std::env::var_os("FAKE_BROWSER_LOG");
     let mut lines = Vec::new();
     let status = browse(&url, &mut lines);
