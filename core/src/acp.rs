@@ -29,7 +29,7 @@ pub(crate) fn initialize_result(
         "agentCapabilities": {
             "loadSession": persist,
             "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
-            "mcpCapabilities": {"http": false, "sse": false},
+            "mcpCapabilities": {"http": true, "sse": true},
             "sessionCapabilities": {"close": {}}
         },
         "agentInfo": {"name": "buzz-agent", "version": version},
@@ -51,14 +51,53 @@ pub(crate) fn client_shows_notices(params: &Value) -> bool {
         .is_some_and(Value::is_object)
 }
 
-/// One stdio MCP server entry of `session/new` (SPEC A2).
+/// One MCP server entry of `session/new` (SPEC A2, M10).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct McpServerEntry {
     pub name: String,
-    pub command: String,
-    pub args: Vec<String>,
-    /// Client-given environment, in the order given (later entries win).
-    pub env: Vec<(String, String)>,
+    /// How the server is reached.
+    pub transport: EntryTransport,
+}
+
+/// How an `mcpServers` entry is reached (ACP `McpServerStdio`, `McpServerHttp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EntryTransport {
+    /// A child process (SPEC M1).
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Client-given environment, in the order given (later entries win).
+        env: Vec<(String, String)>,
+    },
+    /// Streamable HTTP (SPEC M10): every message a `POST` to `url`; with `legacy`, the
+    /// HTTP+SSE transport of MCP 2024-11-05 (`"type": "sse"`): a `GET` event stream at `url`
+    /// and an endpoint it names for the messages.
+    Http {
+        /// The absolute `http(s)` URL.
+        url: String,
+        /// Headers sent with every request, in the order given (e.g. an `Authorization`).
+        headers: Vec<(String, String)>,
+        /// The legacy HTTP+SSE transport.
+        legacy: bool,
+    },
+}
+
+impl McpServerEntry {
+    /// A stdio entry (tests build servers this way).
+    #[cfg(test)]
+    pub(crate) fn stdio(name: &str, command: &str, env: &[(&str, &str)]) -> McpServerEntry {
+        McpServerEntry {
+            name: name.into(),
+            transport: EntryTransport::Stdio {
+                command: command.into(),
+                args: vec![],
+                env: env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            },
+        }
+    }
 }
 
 /// An `mcpServers` entry of `session/new` that was skipped (SPEC A2, case C55).
@@ -66,7 +105,8 @@ pub(crate) struct McpServerEntry {
 pub(crate) struct SkippedServer {
     /// Its `name` (or `mcpServers[i]` when it has none).
     pub name: String,
-    /// Why, for the WARN and the notice: "http servers are not supported (only stdio)".
+    /// Why, for the WARN and the notice: "websocket servers are not supported (only stdio,
+    /// http and sse)".
     pub reason: String,
 }
 
@@ -92,8 +132,9 @@ pub(crate) fn decode_new_session(params: &Value) -> Result<NewSession, (String, 
 /// Decode the `cwd` and `mcpServers` of `method`'s params (`session/new`, `session/load`,
 /// `session/resume`; SPEC A2, A9, cases C06, C07). Lenient where the SPEC says so:
 /// missing `mcpServers` = `[]`, missing `args`/`env` = empty, `env` as an array of
-/// `{name,value}` or an object map, `"type":"stdio"` accepted; an entry of another transport
-/// (`http`, `sse`, an unknown `type`, or a `url` without `type`) is skipped and listed in
+/// `{name,value}` or an object map, `"type":"stdio"` accepted; `"type":"http"` (or a `url`
+/// without `type`) and `"type":"sse"` entries need an absolute `http(s)` `url` and take
+/// `headers` like `env` (SPEC M10); an entry of another transport is skipped and listed in
 /// [`NewSession::skipped`]; any non-empty name is accepted (mapped to a tool prefix by
 /// [`crate::tools::server_prefix`]).
 ///
@@ -155,16 +196,16 @@ pub(crate) fn decode_session_setup(
         else {
             return bad("name", "missing, empty or not a string");
         };
-        let transport = match e.get("type") {
-            Some(Value::String(t)) if t != "stdio" => Some(t.clone()),
-            Some(Value::String(_)) => None,
-            Some(other) => Some(other.to_string()),
-            None => e.get("url").is_some().then(|| "http".to_string()),
+        let kind = match e.get("type") {
+            Some(Value::String(t)) => t.clone(),
+            Some(other) => other.to_string(),
+            None if e.get("url").is_some() => "http".to_string(),
+            None => "stdio".to_string(),
         };
-        if let Some(t) = transport {
+        if !["stdio", "http", "sse"].contains(&kind.as_str()) {
             skipped.push(SkippedServer {
                 name: name.to_string(),
-                reason: format!("{t} servers are not supported (only stdio)"),
+                reason: format!("{kind} servers are not supported (only stdio, http and sse)"),
             });
             continue;
         }
@@ -183,6 +224,40 @@ pub(crate) fn decode_session_setup(
                     other.name
                 ),
             );
+        }
+        if kind == "http" || kind == "sse" {
+            let url = match e.get("url").and_then(Value::as_str) {
+                Some(u) if crate::http::origin_of(u).is_ok() => u.to_string(),
+                Some(_) => return bad("url", "must be an absolute http:// or https:// URL"),
+                None => return bad("url", "missing"),
+            };
+            let headers = match name_value_pairs(e.get("headers"), "headers") {
+                Ok(h) => h,
+                Err((field, what)) => return bad(&field, &what),
+            };
+            for (j, (n, v)) in headers.iter().enumerate() {
+                // The transport's own headers (SPEC M10) are not the entry's to set.
+                let own = ["mcp-session-id", "mcp-protocol-version", "last-event-id"]
+                    .iter()
+                    .any(|h| n.eq_ignore_ascii_case(h));
+                let checked = if own {
+                    Err(format!("'{n}' is set by the agent"))
+                } else {
+                    crate::http::check_header(n, v)
+                };
+                if let Err(why) = checked {
+                    return bad(&format!("headers[{j}]"), &why);
+                }
+            }
+            servers.push(McpServerEntry {
+                name: name.to_string(),
+                transport: EntryTransport::Http {
+                    url,
+                    headers,
+                    legacy: kind == "sse",
+                },
+            });
+            continue;
         }
         let Some(command) = e
             .get("command")
@@ -205,41 +280,17 @@ pub(crate) fn decode_session_setup(
             }
             Some(_) => return bad("args", "must be an array of strings"),
         };
-        let env = match e.get("env") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(a)) => {
-                let mut out = Vec::with_capacity(a.len());
-                for (j, v) in a.iter().enumerate() {
-                    let (Some(n), Some(val)) = (
-                        v.get("name").and_then(Value::as_str),
-                        v.get("value").and_then(Value::as_str),
-                    ) else {
-                        return bad(
-                            &format!("env[{j}]"),
-                            "must be {\"name\": string, \"value\": string}",
-                        );
-                    };
-                    out.push((n.to_string(), val.to_string()));
-                }
-                out
-            }
-            Some(Value::Object(m)) => {
-                let mut out = Vec::with_capacity(m.len());
-                for (k, v) in m {
-                    match v.as_str() {
-                        Some(s) => out.push((k.clone(), s.to_string())),
-                        None => return bad(&format!("env.{k}"), "must be a string"),
-                    }
-                }
-                out
-            }
-            Some(_) => return bad("env", "must be an array of {name, value} or an object"),
+        let env = match name_value_pairs(e.get("env"), "env") {
+            Ok(env) => env,
+            Err((field, what)) => return bad(&field, &what),
         };
         servers.push(McpServerEntry {
             name: name.to_string(),
-            command: command.to_string(),
-            args,
-            env,
+            transport: EntryTransport::Stdio {
+                command: command.to_string(),
+                args,
+                env,
+            },
         });
     }
     Ok(NewSession {
@@ -247,6 +298,50 @@ pub(crate) fn decode_session_setup(
         servers,
         skipped,
     })
+}
+
+/// An entry's `env` or `headers`: an array of `{name, value}` or an object map (SPEC A2,
+/// lenient), in the order given; absent or `null` is empty.
+///
+/// # Errors
+/// `(field, what)`: the offending field (`env[2]`, `headers.x`) and what is wrong with it.
+fn name_value_pairs(
+    v: Option<&Value>,
+    field: &str,
+) -> Result<Vec<(String, String)>, (String, String)> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => {
+            let mut out = Vec::with_capacity(a.len());
+            for (j, v) in a.iter().enumerate() {
+                let (Some(n), Some(val)) = (
+                    v.get("name").and_then(Value::as_str),
+                    v.get("value").and_then(Value::as_str),
+                ) else {
+                    return Err((
+                        format!("{field}[{j}]"),
+                        "must be {\"name\": string, \"value\": string}".into(),
+                    ));
+                };
+                out.push((n.to_string(), val.to_string()));
+            }
+            Ok(out)
+        }
+        Some(Value::Object(m)) => {
+            let mut out = Vec::with_capacity(m.len());
+            for (k, v) in m {
+                match v.as_str() {
+                    Some(s) => out.push((k.clone(), s.to_string())),
+                    None => return Err((format!("{field}.{k}"), "must be a string".into())),
+                }
+            }
+            Ok(out)
+        }
+        Some(_) => Err((
+            field.to_string(),
+            "must be an array of {name, value} or an object".into(),
+        )),
+    }
 }
 
 /// The `configId` of the model selector (SPEC A5, case C58).
@@ -488,7 +583,7 @@ mod tests {
         assert!(initialize_result(&json!({}), "x", false).is_err());
         assert_eq!(
             r["agentCapabilities"]["mcpCapabilities"],
-            json!({"http": false, "sse": false})
+            json!({"http": true, "sse": true})
         );
     }
 
@@ -501,8 +596,14 @@ mod tests {
         ]});
         let n = decode_new_session(&p).unwrap();
         assert_eq!(n.servers.len(), 3);
-        assert_eq!(n.servers[1].env, vec![("LOG".to_string(), "1".to_string())]);
-        assert!(n.servers[2].args.is_empty());
+        let EntryTransport::Stdio { env, .. } = &n.servers[1].transport else {
+            panic!("stdio");
+        };
+        assert_eq!(env, &vec![("LOG".to_string(), "1".to_string())]);
+        let EntryTransport::Stdio { args, .. } = &n.servers[2].transport else {
+            panic!("stdio");
+        };
+        assert!(args.is_empty());
         let nocmd = json!({"cwd": "/tmp", "mcpServers": [{"name":"nocmd","args":[]}]});
         assert!(
             decode_new_session(&nocmd)
@@ -510,13 +611,69 @@ mod tests {
                 .0
                 .contains("mcpServers[0].command")
         );
-        let http = json!({"cwd": "/tmp", "mcpServers": [{"type":"http","name":"r","url":"http://x","headers":[]}]});
+        let http = json!({"cwd": "/tmp", "mcpServers": [
+            {"type":"http","name":"r","url":"http://x/mcp","headers":[{"name":"Authorization","value":"Bearer t"}]},
+            {"type":"sse","name":"s","url":"https://y/sse","headers":{"x-team":"a"}},
+            {"name":"u","url":"http://127.0.0.1:9/"}
+        ]});
         let n = decode_new_session(&http).unwrap();
-        assert!(n.servers.is_empty());
+        assert!(n.skipped.is_empty());
         assert_eq!(
-            n.skipped[0].reason,
-            "http servers are not supported (only stdio)"
+            n.servers[0].transport,
+            EntryTransport::Http {
+                url: "http://x/mcp".into(),
+                headers: vec![("Authorization".into(), "Bearer t".into())],
+                legacy: false
+            }
         );
+        assert_eq!(
+            n.servers[1].transport,
+            EntryTransport::Http {
+                url: "https://y/sse".into(),
+                headers: vec![("x-team".into(), "a".into())],
+                legacy: true
+            }
+        );
+        assert!(matches!(
+            n.servers[2].transport,
+            EntryTransport::Http { legacy: false, .. }
+        ));
+        for (entry, field) in [
+            (json!({"type":"http","name":"r"}), "mcpServers[0].url"),
+            (
+                json!({"type":"http","name":"r","url":"ftp://x"}),
+                "mcpServers[0].url",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"/mcp"}),
+                "mcpServers[0].url",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"http://x","headers":[{"name":"x-a","value":"1\r\nx-b: 2"}]}),
+                "mcpServers[0].headers[0]",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"http://x","headers":[{"name":"Host","value":"y"}]}),
+                "mcpServers[0].headers[0]",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"http://x","headers":{"Mcp-Session-Id":"s"}}),
+                "mcpServers[0].headers[0]",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"http://x","headers":[{"name":"Transfer-Encoding","value":"chunked"}]}),
+                "mcpServers[0].headers[0]",
+            ),
+            (
+                json!({"type":"http","name":"r","url":"http://x","headers":"a"}),
+                "mcpServers[0].headers",
+            ),
+        ] {
+            let p = json!({"cwd": "/tmp", "mcpServers": [entry]});
+            let (message, data) = decode_new_session(&p).unwrap_err();
+            assert!(message.contains(field), "{message}");
+            assert_eq!(data["path"], field);
+        }
         let dup = json!({"cwd": "/tmp", "mcpServers": [{"name":"a","command":"x"},{"name":"a","command":"y"}]});
         assert!(
             decode_new_session(&dup)
@@ -535,10 +692,8 @@ mod tests {
     #[test]
     fn c55_other_transports_are_skipped_and_odd_names_accepted() {
         let p = json!({"cwd": "/w", "mcpServers": [
-            {"type":"http","name":"remote","url":"https://x","headers":[]},
-            {"type":"sse","name":"events","url":"https://y","headers":[]},
             {"type":"websocket","name":"ws","url":"wss://z"},
-            {"name":"legacy","url":"https://u"},
+            {"type":7,"name":"seven"},
             {"name":"My Files","command":"/bin/x"},
             {"name":"my.fs","command":"/bin/x"},
             {"name":"github/copilot","command":"/bin/x","type":"stdio"},
@@ -555,10 +710,14 @@ mod tests {
         assert_eq!(
             skipped,
             [
-                ("remote", "http servers are not supported (only stdio)"),
-                ("events", "sse servers are not supported (only stdio)"),
-                ("ws", "websocket servers are not supported (only stdio)"),
-                ("legacy", "http servers are not supported (only stdio)"),
+                (
+                    "ws",
+                    "websocket servers are not supported (only stdio, http and sse)"
+                ),
+                (
+                    "seven",
+                    "7 servers are not supported (only stdio, http and sse)"
+                ),
             ]
         );
         let same = json!({"cwd": "/w", "mcpServers": [{"name":"a","command":"x"},{"name":"","command":"y"}]});

@@ -256,6 +256,12 @@ impl Agent {
                     .on_exited(proc, &status, &mut self.out, &mut self.timers);
                 self.route_mcp(events);
             }
+            Input::Http { exchange, event } => {
+                let events = self
+                    .servers
+                    .on_http(exchange, event, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
+            }
             Input::McpWriteFailed { proc } => {
                 let events = self
                     .servers
@@ -570,7 +576,7 @@ impl Agent {
             self.session_ready(sid, Source::New);
         } else {
             for slot in slots {
-                self.servers.spawn(slot, &mut self.out);
+                self.servers.spawn(slot, &mut self.out, &mut self.timers);
             }
         }
     }
@@ -802,7 +808,7 @@ impl Agent {
                         self.store.read(sid, &mut self.out);
                     }
                     for slot in slots {
-                        self.servers.spawn(slot, &mut self.out);
+                        self.servers.spawn(slot, &mut self.out, &mut self.timers);
                     }
                 }
                 StoreEvent::Loaded(sid, restored) => {
@@ -1259,8 +1265,21 @@ impl Agent {
                 self.route_mcp(events);
             }
             Timer::Server(slot, ServerTimer::Request(id)) => self.expire_mcp_request(slot, id),
+<<<<<<< HEAD
             // Set only by an authorization, which no server runs yet.
             Timer::Server(_, ServerTimer::Authorization) => {}
+=======
+            Timer::Server(slot, ServerTimer::Exchange(seq)) => {
+                let events =
+                    self.servers
+                        .exchange_timed_out(slot, seq, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
+            }
+            Timer::Server(slot, ServerTimer::HttpRetry) => {
+                self.servers
+                    .http_retry_due(slot, &mut self.out, &mut self.timers);
+            }
+>>>>>>> mcp
             Timer::Turn(sid, kind) => {
                 self.step_turn(sid, |turn, sess, cx| turn.on_timer(kind, sess, cx));
             }

@@ -21,7 +21,8 @@ use ureq_proto::client::state::{RecvBody, RecvResponse};
 use ureq_proto::client::{Call, RecvBodyResult, RecvResponseResult, SendRequestResult};
 use ureq_proto::http;
 
-/// What the runtime observed of one HTTP exchange ([`Action::CallLlm`](crate::Action::CallLlm)), in this order:
+/// What the runtime observed of one HTTP exchange ([`Action::CallLlm`](crate::Action::CallLlm),
+/// [`Action::Http`](crate::Action::Http)), in this order:
 /// `Head`, any number of `Body`, then `End` or `Failed`. `Failed` may also come first (no
 /// connection). After the core dropped the exchange ([`Action::CancelLlm`](crate::Action::CancelLlm)) the runtime may
 /// still deliver some; the core ignores them. The runtime reads the response with the core's
@@ -234,7 +235,10 @@ pub fn check_header(name: &str, value: &str) -> Result<(), String> {
         .map_err(|_| format!("'{name}' is not a valid header name"))?;
     http::HeaderValue::from_str(value)
         .map_err(|_| format!("the value of '{name}' has characters a header cannot carry"))?;
-    if name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("host") {
+    if ["content-length", "host", "transfer-encoding", "connection"]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
+    {
         return Err(format!("'{name}' is set by the agent"));
     }
     Ok(())

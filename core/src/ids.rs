@@ -152,6 +152,23 @@ impl fmt::Display for ProcKey {
     }
 }
 
+/// One HTTP exchange of an MCP server over HTTP ([`crate::Action::Http`]): the server and the
+/// exchange's number, which its transport never reuses, so an answer that arrives after the
+/// exchange was dropped names nothing. Shown as `mcp#N/xS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ExchangeId {
+    /// The server whose transport asked for it.
+    pub server: ServerSlot,
+    /// Its number within that server, from 1.
+    pub seq: u64,
+}
+
+impl fmt::Display for ExchangeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "mcp#{}/x{}", self.server.0, self.seq)
+    }
+}
+
 /// One LLM HTTP call (one attempt), allocated from a counter (from 1). Shown as `llm#N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LlmCallId(pub u64);

@@ -7,7 +7,11 @@ use std::fmt;
 
 pub use crate::config::LogLevel;
 pub use crate::http::HttpEvent;
+<<<<<<< HEAD
 pub use crate::ids::{ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
+=======
+pub use crate::ids::{ExchangeId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
+>>>>>>> mcp
 pub use crate::llm::HttpRequest;
 
 /// The events of an LLM call: those of its HTTP exchange.
@@ -75,6 +79,13 @@ pub enum Input {
         call: LlmCallId,
         /// What happened.
         event: LlmEvent,
+    },
+    /// Progress of an HTTP exchange of an MCP server ([`Action::Http`], SPEC M10).
+    Http {
+        /// The exchange.
+        exchange: ExchangeId,
+        /// What happened.
+        event: HttpEvent,
     },
     /// What happened to a transcript file (SPEC A9): the result of an open, the bytes of a
     /// read, or a failure.
@@ -406,6 +417,7 @@ impl fmt::Debug for Input {
             Input::McpExited { proc, status } => write!(f, "McpExited({proc}, {status})"),
             Input::McpWriteFailed { proc } => write!(f, "McpWriteFailed({proc})"),
             Input::Llm { call, event } => write!(f, "Llm({call}, {event:?})"),
+            Input::Http { exchange, event } => write!(f, "Http({exchange}, {event:?})"),
             Input::Transcript { file, event } => write!(f, "Transcript({file}, {event:?})"),
             Input::TranscriptList { request, entries } => match entries {
                 Ok(e) => write!(f, "TranscriptList(#{request}, {} files)", e.len()),
@@ -677,6 +689,21 @@ pub enum Action {
         /// The call.
         call: LlmCallId,
     },
+    /// Start an HTTP exchange for an MCP server (SPEC M10) with the core's codec
+    /// ([`crate::http::Exchange`]) and report it as [`Input::Http`] events, body chunks as they
+    /// arrive. Redirects are never followed.
+    Http {
+        /// The exchange's id, echoed in every event.
+        exchange: ExchangeId,
+        /// The request to send.
+        request: crate::http::Request,
+    },
+    /// The core is done with this exchange: drop it (an event stream is closed); events for it
+    /// that still arrive are ignored.
+    CancelHttp {
+        /// The exchange.
+        exchange: ExchangeId,
+    },
     /// Open a session's transcript file `name` directly inside the state directory
     /// ([`Config::state_dir`](crate::Config::state_dir); `name` never holds a `/`) and take
     /// its exclusive lock (`flock`, released when the file is closed or the process dies).
@@ -759,6 +786,8 @@ impl fmt::Debug for Action {
             Action::SignalProcessGroup { proc, signal } => write!(f, "Signal({proc}, {signal:?})"),
             Action::CallLlm { call, request } => write!(f, "CallLlm({call}, {request:?})"),
             Action::CancelLlm { call } => write!(f, "CancelLlm({call})"),
+            Action::Http { exchange, request } => write!(f, "Http({exchange}, {request:?})"),
+            Action::CancelHttp { exchange } => write!(f, "CancelHttp({exchange})"),
             Action::OpenTranscript { file, name, mode } => {
                 write!(f, "OpenTranscript({file}, {name}, {mode:?})")
             }

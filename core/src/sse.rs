@@ -22,8 +22,11 @@ pub(crate) struct SseEvent {
 ///
 /// Lines end with LF, CR or CRLF (a CRLF split across two [`feed`](SseParser::feed) calls counts
 /// once). A blank line dispatches the pending event; `:` lines are comments; `data:` lines are
-/// joined with `\n`; one space after the colon is stripped; `id:`, `retry:` and unknown fields
-/// are ignored; an event without a `data:` line is not dispatched. A leading UTF-8 BOM is
+/// joined with `\n`; one space after the colon is stripped; `id:` sets the last event id (read
+/// with [`last_event_id`](SseParser::last_event_id), as W3C has it at each dispatch, even of an
+/// event without data), `retry:` with only digits the reconnection time
+/// ([`retry_ms`](SseParser::retry_ms)); unknown fields are ignored; an event without a `data:`
+/// line is not dispatched. A leading UTF-8 BOM is
 /// skipped. Bytes are buffered until their line is complete, then decoded as UTF-8 (invalid
 /// sequences become U+FFFD).
 ///
@@ -51,6 +54,12 @@ pub(crate) struct SseParser {
     has_data: bool,
     /// The pending event has at least one `event:` or `data:` line.
     has_fields: bool,
+    /// W3C "last event ID buffer": the last `id:` field's value.
+    id_buffer: Option<String>,
+    /// W3C "last event ID string": the buffer as of the last dispatch.
+    last_event_id: Option<String>,
+    /// The last valid `retry:` field, in ms.
+    retry_ms: Option<u64>,
 }
 
 /// Longest SSE line, and longest event data, a provider stream may send, in bytes (16 MiB, the
@@ -97,7 +106,24 @@ impl SseParser {
             data: String::new(),
             has_data: false,
             has_fields: false,
+            id_buffer: None,
+            last_event_id: None,
+            retry_ms: None,
         }
+    }
+
+    /// The id of the last event dispatched (W3C: set at every blank line, also for an event
+    /// without data); `None` when there was none or it was set empty. A client resuming the
+    /// stream sends it as `Last-Event-ID` (MCP 2025-11-25 basic/transports).
+    #[must_use]
+    pub(crate) fn last_event_id(&self) -> Option<&str> {
+        self.last_event_id.as_deref().filter(|id| !id.is_empty())
+    }
+
+    /// The reconnection time the stream asked for (`retry:`), in ms.
+    #[must_use]
+    pub(crate) fn retry_ms(&self) -> Option<u64> {
+        self.retry_ms
     }
 
     /// Whether a line or an event's data grew past the cap. The stream is then unusable: the
@@ -232,13 +258,20 @@ impl SseParser {
                 self.has_data = true;
                 self.has_fields = true;
             }
-            // `id`, `retry` and unknown fields: nothing we use.
+            // W3C: an id with a NUL is ignored; an empty one resets the buffer.
+            "id" if !value.contains('\0') => self.id_buffer = Some(value.to_owned()),
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                self.retry_ms = value.parse().ok();
+            }
+            // Unknown fields: nothing we use.
             _ => {}
         }
     }
 
-    /// W3C "dispatch the event": emit it if it has data, then reset the pending event.
+    /// W3C "dispatch the event": the last event id is set from its buffer; the event is
+    /// emitted if it has data; the pending event is reset.
     fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+        self.last_event_id.clone_from(&self.id_buffer);
         let event = self.event.take();
         self.has_fields = false;
         if !self.has_data {
@@ -362,6 +395,40 @@ mod tests {
         let bytes: Vec<&[u8]> = body.chunks(1).collect();
         assert_eq!(parse_all(&bytes), whole, "byte by byte");
         whole
+    }
+
+    #[test]
+    fn m10_the_last_event_id_is_set_at_each_dispatch_even_without_data_and_retry_needs_digits() {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        // The sse-retry priming event: an id, a retry, empty data.
+        p.feed(b"id: event-1\nretry: 500\ndata: \n", &mut out);
+        assert_eq!(p.last_event_id(), None, "not dispatched yet");
+        assert_eq!(p.retry_ms(), Some(500));
+        p.feed(b"\n", &mut out);
+        assert_eq!(
+            out,
+            vec![ev(None, "")],
+            "W3C: one empty data line is an empty event"
+        );
+        assert_eq!(p.last_event_id(), Some("event-1"));
+        p.feed(b"id: event-2\n\n", &mut out);
+        assert_eq!(out.len(), 1, "no data line, no event");
+        assert_eq!(p.last_event_id(), Some("event-2"), "but its id counts");
+        p.feed(b"retry: 2s\nid: a\0b\ndata: {}\n\n", &mut out);
+        assert_eq!(
+            p.retry_ms(),
+            Some(500),
+            "a retry that is not digits is ignored"
+        );
+        assert_eq!(
+            p.last_event_id(),
+            Some("event-2"),
+            "an id with NUL is ignored"
+        );
+        assert_eq!(out.len(), 2);
+        p.feed(b"id:\ndata: x\n\n", &mut out);
+        assert_eq!(p.last_event_id(), None, "an empty id resets it");
     }
 
     fn ev(event: Option<&str>, data: &str) -> SseEvent {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimerKey {
     /// An MCP request's deadline: a handshake step (SPEC M2), a tool call (M5) or a hook call
-    /// (H4).
+    /// (H4); or an HTTP exchange's deadline or an event stream's `retry` (M10).
     McpRequest,
     /// Escalation of a process-group kill (TERM → KILL, SPEC M8) or the grace after a server
     /// closed its stdout before it is declared dead.
@@ -40,8 +40,16 @@ pub(crate) enum ServerTimer {
     StdoutClosed,
     /// SIGKILL of this generation's process group after the TERM grace.
     Kill { generation: u32 },
+<<<<<<< HEAD
     /// The deadline of the step in progress of the server's authorization (SPEC M11).
     Authorization,
+=======
+    /// The deadline of an HTTP exchange that carries no request of ours (a notification, a
+    /// response, the `DELETE`), by its number (SPEC M10).
+    Exchange(u64),
+    /// An event stream to resume, or the `GET` stream to open again, after its `retry`.
+    HttpRetry,
+>>>>>>> mcp
 }
 
 /// The timer of a prompt turn (at most one at a time: they belong to exclusive phases).
@@ -83,7 +91,10 @@ impl Timer {
     /// The label `poll_timeout` gives this timer.
     pub(crate) fn key(self) -> TimerKey {
         match self {
-            Timer::Server(_, ServerTimer::Request(_)) => TimerKey::McpRequest,
+            Timer::Server(
+                _,
+                ServerTimer::Request(_) | ServerTimer::Exchange(_) | ServerTimer::HttpRetry,
+            ) => TimerKey::McpRequest,
             Timer::Server(_, ServerTimer::StdoutClosed | ServerTimer::Kill { .. }) => {
                 TimerKey::ProcessKill
             }
@@ -100,9 +111,16 @@ impl Timer {
         match self {
             Timer::Server(_, ServerTimer::Kill { .. }) => Stage::Kills,
             Timer::Server(_, ServerTimer::StdoutClosed) => Stage::ClosedStdouts,
+<<<<<<< HEAD
             Timer::Server(_, ServerTimer::Request(_) | ServerTimer::Authorization) => {
                 Stage::McpRequests
             }
+=======
+            Timer::Server(
+                _,
+                ServerTimer::Request(_) | ServerTimer::Exchange(_) | ServerTimer::HttpRetry,
+            ) => Stage::McpRequests,
+>>>>>>> mcp
             Timer::Turn(_, TurnTimer::LlmGrace) => Stage::LlmGraces,
             Timer::Turn(_, TurnTimer::LlmIdle) => Stage::LlmIdle,
             Timer::Turn(_, TurnTimer::Backoff) => Stage::Backoffs,

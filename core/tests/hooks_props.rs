@@ -1291,6 +1291,8 @@ impl<'a> Checker<'a> {
                 }
                 Action::CallLlm { .. }
                 | Action::CloseMcpStdin { .. }
+                | Action::Http { .. }
+                | Action::CancelHttp { .. }
                 | Action::OpenTranscript { .. }
                 | Action::ReadTranscript { .. }
                 | Action::AppendTranscript { .. }

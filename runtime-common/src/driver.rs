@@ -12,7 +12,7 @@ use crate::stdio::{self, AcpStdout};
 use crate::store::{Backlog, Store};
 use crate::util::{Either, race};
 use buzz_agent_core::config::LogLevel;
-use buzz_agent_core::{Action, Agent, Config, Input, LlmCallId, LogRecord, MonoTime};
+use buzz_agent_core::{Action, Agent, Config, ExchangeId, Input, LlmCallId, LogRecord, MonoTime};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,6 +92,7 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
     let mut store = Store::new(&agent.config().state_dir, tx.clone(), backlog.clone());
     let mut oauth = OAuthIo::new(&agent.config().state_dir, tx.clone());
     let mut llm: BTreeMap<LlmCallId, http::Exchange> = BTreeMap::new();
+    let mut exchanges: BTreeMap<ExchangeId, http::Exchange> = BTreeMap::new();
     // The loop's timer and the deadline it is armed for (`None`: unarmed or fired).
     let mut timer: Option<R::Timer> = None;
     let mut armed: Option<Instant> = None;
@@ -119,9 +120,24 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                         handle.cancel();
                     }
                 }
+<<<<<<< HEAD
                 Action::OAuth(action) => {
                     if let Some(answer) = oauth.start(action) {
                         immediate.push_back(answer);
+=======
+                Action::Http { exchange, request } => {
+                    let report = move |event| Input::Http { exchange, event };
+                    match http.start(&rt, request, report, &tx) {
+                        Ok(handle) => {
+                            exchanges.insert(exchange, handle);
+                        }
+                        Err(failed) => immediate.push_back(failed),
+                    }
+                }
+                Action::CancelHttp { exchange } => {
+                    if let Some(handle) = exchanges.remove(&exchange) {
+                        handle.cancel();
+>>>>>>> mcp
                     }
                 }
                 Action::Log(record) => log.write(record.render(log_format)),

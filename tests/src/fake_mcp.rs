@@ -955,9 +955,21 @@ impl Server {
     }
 }
 
-/// Runs the protocol on `input`/`out` until `input` ends. Start-up effects that touch the
-/// process (pid files, signals, env dump) are in [`main`].
-pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
+/// A running fake server: the protocol over any carrier (stdio lines, or HTTP bodies in
+/// [`crate::fake_mcp_http`]). Everything it sends goes to the [`Out`] it was started with.
+#[derive(Clone)]
+pub struct Handle(Arc<Server>);
+
+impl Handle {
+    /// Handles one received JSON-RPC message (its text, one line); replies go to the `Out`,
+    /// possibly from another thread later (`tools/call`).
+    pub fn handle_line(&self, line: &str) {
+        self.0.handle_line(line);
+    }
+}
+
+/// Starts the server logic on `out` (the call log opened, the garbage banner written).
+pub fn start(cfg: Config, out: Out, exit: Exit) -> Handle {
     let log = cfg.call_log.as_ref().and_then(|p| {
         std::fs::OpenOptions::new()
             .create(true)
@@ -971,7 +983,7 @@ pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
             "{GARBAGE_BANNER}\n\n[db] connected to /var/lib/fake.db\n"
         ));
     }
-    let server = Arc::new(Server {
+    Handle(Arc::new(Server {
         cfg,
         out,
         log,
@@ -984,7 +996,13 @@ pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
         answers: Mutex::new(Vec::new()),
         answered: Condvar::new(),
         held_stop: Mutex::new(None),
-    });
+    }))
+}
+
+/// Runs the protocol on `input`/`out` until `input` ends. Start-up effects that touch the
+/// process (pid files, signals, env dump) are in [`main`].
+pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
+    let server = start(cfg, out, exit);
     for line in input.split(b'\n') {
         let Ok(line) = line else { break };
         let line = String::from_utf8_lossy(&line);

@@ -16,6 +16,7 @@ pub mod dialects;
 pub mod differential;
 pub mod fake_llm;
 pub mod fake_mcp;
+pub mod fake_mcp_http;
 pub mod fake_oauth;
 #[cfg(test)]
 mod fuzz_seeds;
@@ -126,10 +127,11 @@ fn dialect_trials(agent_bin: &str, has_extras: bool) -> Vec<libtest_mimic::Trial
 pub fn serve_role_if_asked() {
     match std::env::var("BUZZ_E2E_ROLE").as_deref() {
         Ok("fake-mcp") => fake_mcp::main(),
+        Ok("fake-mcp-http") => fake_mcp_http::main(),
         Ok("fake-browser") => fake_oauth::browse_main(),
         Ok(other) if !other.is_empty() => {
             eprintln!(
-                "buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp, fake-browser)"
+                "buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp, fake-mcp-http, fake-browser)"
             );
             std::process::exit(2);
         }

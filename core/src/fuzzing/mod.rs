@@ -228,11 +228,25 @@ pub fn fuzz_config(provider: ProviderKind) -> Config {
 }
 
 /// Every action one step produced, checked for the properties that hold for every action:
-/// `WriteAcp` and `WriteMcp` are one line (T1) that parses as one JSON-RPC message.
+/// `WriteAcp` and `WriteMcp` are one line (T1) that parses as one JSON-RPC message, and so is
+/// the body of an MCP `POST` (SPEC M10).
 pub fn check_action(a: &Action) {
     let line = match a {
         Action::WriteAcp(l) | Action::WriteMcp { line: l, .. } => l,
-        Action::SpawnMcp { .. }
+        Action::Http { request, .. } => {
+            if request.method == crate::http::Method::Post {
+                let body = request.body.to_vec();
+                if let Err(e) = jsonrpc::parse_message(&body) {
+                    panic!(
+                        "an MCP message we post does not parse back ({e}): {}",
+                        String::from_utf8_lossy(&body)
+                    );
+                }
+            }
+            return;
+        }
+        Action::CancelHttp { .. }
+        | Action::SpawnMcp { .. }
         | Action::CloseMcpStdin { .. }
         | Action::SignalProcessGroup { .. }
         | Action::CallLlm { .. }
@@ -419,9 +433,12 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
                 status: "exit status 0".into(),
             });
         }
-        // The fuzz agents keep no sessions on disk (the state directory is off).
+        // The fuzz agents keep no sessions on disk (the state directory is off); no HTTP MCP
+        // server answers.
         Action::WriteAcp(_)
         | Action::WriteMcp { .. }
+        | Action::Http { .. }
+        | Action::CancelHttp { .. }
         | Action::CallLlm { .. }
         | Action::CancelLlm { .. }
         | Action::OpenTranscript { .. }

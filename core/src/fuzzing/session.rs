@@ -329,6 +329,8 @@ impl World {
                 self.llm.push_back(*call);
             }
             Action::CancelLlm { call } => self.llm.retain(|c| c != call),
+            // The scripted sessions name stdio servers only: no HTTP server answers.
+            Action::Http { .. } | Action::CancelHttp { .. } => {}
             // The fuzz agents keep no sessions on disk (the state directory is off).
             Action::OpenTranscript { .. }
             | Action::ReadTranscript { .. }

@@ -1,4 +1,4 @@
-//! The MCP client (SPEC M1–M9, T6, H4): every MCP server of every session, as four parts.
+//! The MCP client (SPEC M1–M10, T6, H4): every MCP server of every session, in these parts.
 //!
 //! | file | type | owns |
 //! |---|---|---|
@@ -6,12 +6,16 @@
 //! | `session.rs` | `McpSession` | the MCP session machine (initialize → initialized → list → ready → closed, its diagram in that file): request ids and purposes in flight, each with one deadline, the paginated `tools/list`, server→client requests and notifications. It does not know its transport |
 //! | `catalogue.rs` | `Catalogue` | what a server offers: tools under exposed names with usable schemas, hooks, and the merged list the model sees ([`ToolRoute`]s back) |
 //! | `stdio.rs` | `StdioTransport` | the child process of each generation: spawn, stdin lines, stdout line buffer, stderr tail, process-group kill |
+//! | `http.rs` | `HttpTransport` | Streamable HTTP (and the legacy HTTP+SSE wire): a `POST` per frame, JSON or event-stream answers, the session id and protocol version headers, the `GET` stream, resumption, a new session after a `404`, `DELETE` |
+//! | `auth.rs` | `Authorization` | the header an HTTP server's requests carry, and what becomes of a `401`/`403` |
 //!
 //! The table never sees a turn or a hook round: a request carries a [`Purpose`] naming who
 //! waits for it, and replies, failures and settled start-ups come back to the agent as
 //! [`McpEvent`]s, in the order they happened, for the agent to route.
 
+mod auth;
 mod catalogue;
+mod http;
 mod session;
 mod stdio;
 mod table;

@@ -59,6 +59,31 @@ pub(crate) enum SessionState {
     },
 }
 
+/// One JSON-RPC message for the server, as a complete line, and what it is (a transport that
+/// answers per message, HTTP, needs to know).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Frame {
+    /// The message, ending with `\n`.
+    pub(crate) text: String,
+    /// What it is.
+    pub(crate) kind: FrameKind,
+}
+
+/// What a [`Frame`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrameKind {
+    /// The `initialize` request (its answer opens the session).
+    Initialize(McpRequestId),
+    /// `notifications/initialized`.
+    Initialized,
+    /// Any other request of ours.
+    Request(McpRequestId),
+    /// Any other notification.
+    Notification,
+    /// Our answer to a request of the server.
+    Response,
+}
+
 /// What a server's message meant, for the owner of the session to act on.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum SessionEvent {
@@ -89,6 +114,14 @@ pub(crate) enum SessionEvent {
         /// The list changed while it was being listed: list it again.
         relist: bool,
     },
+    /// A request of someone else will get no answer: its transport gave up on it (an HTTP
+    /// error answer, a stream that closed). `reason` completes `MCP server '<name>' …`.
+    Lost {
+        /// Who waits for it.
+        purpose: Purpose,
+        /// Why, e.g. `answered HTTP 500 (Internal Server Error)`.
+        reason: String,
+    },
     /// `notifications/progress` of a request of ours (SPEC A6, case C59).
     Progress {
         /// The `progressToken`, as sent.
@@ -116,8 +149,10 @@ pub(crate) struct McpSession {
     list_acc: Vec<Value>,
     list_cursors: BTreeSet<String>,
     relist_wanted: bool,
+    /// The protocol version the server's `initialize` answer settled on.
+    version: Option<String>,
     /// Frames for the transport, in order.
-    outgoing: VecDeque<String>,
+    outgoing: VecDeque<Frame>,
 }
 
 impl McpSession {
@@ -134,6 +169,7 @@ impl McpSession {
             list_acc: Vec::new(),
             list_cursors: BTreeSet::new(),
             relist_wanted: false,
+            version: None,
             outgoing: VecDeque::new(),
         }
     }
@@ -154,8 +190,14 @@ impl McpSession {
     }
 
     /// The next frame to carry to the server, in order.
-    pub(crate) fn poll_outgoing(&mut self) -> Option<String> {
+    pub(crate) fn poll_outgoing(&mut self) -> Option<Frame> {
         self.outgoing.pop_front()
+    }
+
+    /// The protocol version the server settled on in `initialize` (sent as
+    /// `MCP-Protocol-Version` over HTTP), once known.
+    pub(crate) fn version(&self) -> Option<&str> {
+        self.version.as_deref()
     }
 
     /// The newest request in flight (tests answer it).
@@ -182,7 +224,7 @@ impl McpSession {
             "capabilities": {},
             "clientInfo": {"name": "buzz-agent", "version": client_version}
         });
-        self.request(
+        let id = self.request(
             "initialize",
             &params,
             Purpose::Initialize,
@@ -190,6 +232,9 @@ impl McpSession {
             out,
             timers,
         );
+        if let Some(frame) = self.outgoing.back_mut() {
+            frame.kind = FrameKind::Initialize(id);
+        }
     }
 
     /// Any state → Closed: the requests in flight are taken (their deadlines cleared), in id
@@ -207,6 +252,7 @@ impl McpSession {
         self.take_pending(timers);
         self.list_acc.clear();
         self.outgoing.clear();
+        self.version = None;
         self.state = SessionState::Connecting;
     }
 
@@ -228,15 +274,53 @@ impl McpSession {
             Timer::Server(self.slot, ServerTimer::Request(id)),
             out.now().plus_ms(timeout_ms),
         );
-        self.outgoing
-            .push_back(jsonrpc::encode_request(id.0, method, params));
+        self.outgoing.push_back(Frame {
+            text: jsonrpc::encode_request(id.0, method, params),
+            kind: FrameKind::Request(id),
+        });
         id
     }
 
     /// Queues notification `method` with `params`.
     pub(crate) fn notify(&mut self, method: &str, params: &Value) {
-        self.outgoing
-            .push_back(jsonrpc::encode_notification(method, params));
+        let kind = if method == "notifications/initialized" {
+            FrameKind::Initialized
+        } else {
+            FrameKind::Notification
+        };
+        self.outgoing.push_back(Frame {
+            text: jsonrpc::encode_notification(method, params),
+            kind,
+        });
+    }
+
+    /// Request `id` will get no answer (its transport gave up on it, `reason`): its deadline is
+    /// cleared and its owner learns why; a handshake step fails the handshake. `None` when it
+    /// was not in flight.
+    pub(crate) fn fail(
+        &mut self,
+        id: McpRequestId,
+        reason: &str,
+        timers: &mut TimerTable,
+    ) -> Option<SessionEvent> {
+        let purpose = self.forget(id, timers)?;
+        Some(match purpose {
+            Purpose::Initialize => SessionEvent::HandshakeFailed {
+                cause: format!("failed to start: initialize {reason}"),
+                fatal: true,
+            },
+            Purpose::ListTools => SessionEvent::HandshakeFailed {
+                cause: format!("tools/list {reason}"),
+                fatal: self.state == SessionState::Listing,
+            },
+            Purpose::Tool(_)
+            | Purpose::Hook(_)
+            | Purpose::ListInterceptors(_)
+            | Purpose::Intercept(_) => SessionEvent::Lost {
+                purpose,
+                reason: reason.to_string(),
+            },
+        })
     }
 
     /// Forgets request `id` and its deadline (abandoned, timed out or answered); its purpose if
@@ -313,7 +397,10 @@ impl McpSession {
             };
             jsonrpc::encode_error(Some(id), &err)
         };
-        self.outgoing.push_back(frame);
+        self.outgoing.push_back(Frame {
+            text: frame,
+            kind: FrameKind::Response,
+        });
     }
 
     fn on_notification(
@@ -446,6 +533,7 @@ impl McpSession {
                 fatal: true,
             };
         }
+        self.version = Some(version.to_string());
         self.notify("notifications/initialized", &json!({}));
         if self.state == SessionState::Initializing {
             self.state = SessionState::Listing;
@@ -588,8 +676,8 @@ mod tests {
         fn sent(&mut self) -> Vec<Value> {
             std::iter::from_fn(|| self.mcp.poll_outgoing())
                 .map(|f| {
-                    assert!(f.ends_with('\n'), "one frame per line: {f}");
-                    serde_json::from_str(&f).expect("a JSON frame")
+                    assert!(f.text.ends_with('\n'), "one frame per line: {f:?}");
+                    serde_json::from_str(&f.text).expect("a JSON frame")
                 })
                 .collect()
         }

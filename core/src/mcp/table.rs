@@ -1,16 +1,18 @@
-//! The server table (SPEC M1–M9, H4, A2): one [`Server`] per `mcpServers` entry of each
-//! session. A server is an MCP session ([`McpSession`]) over a transport ([`StdioTransport`])
-//! with a [`Catalogue`] of what it offers; the table routes each input to the part it
+//! The server table (SPEC M1–M10, H4, A2): one [`Server`] per `mcpServers` entry of each
+//! session. A server is an MCP session ([`McpSession`]) over a [`Transport`] (a child process,
+//! [`StdioTransport`], or HTTP, [`HttpTransport`]) with a [`Catalogue`] of what it offers; the table routes each input to the part it
 //! concerns, and owns what spans generations: which session a server serves, its death and
 //! M9 restart accounting, and the H4 count of consecutive hook timeouts.
 
 use super::catalogue::{self, Catalogue, Owner, ToolRoute};
+use super::http::{Delivery, HttpTransport, Wire};
 use super::session::{McpSession, SessionEvent, SessionState};
 use super::stdio::{Process, STDOUT_CLOSED_GRACE_MS, StdioTransport};
 use super::{Expired, HookTarget, ListLost, McpEvent, McpRequest, Purpose, StartState, failed};
-use crate::acp::McpServerEntry;
+use crate::acp::{EntryTransport, McpServerEntry};
 use crate::config::{HookAllowlist, LogLevel};
-use crate::ids::{McpRequestId, ProcKey, ServerSlot, SessionId};
+use crate::ids::{ExchangeId, McpRequestId, ProcKey, ServerSlot, SessionId};
+use crate::io::HttpEvent;
 use crate::io::{Action, Signal, SpawnSpec};
 use crate::jsonrpc::{self, LineEvent};
 use crate::llm::ToolDef;
@@ -28,6 +30,19 @@ const RESTART_CAP_MS: u64 = 30_000;
 const MAX_FAILED_RESTARTS: u32 = 3;
 const MAX_DEATHS: u32 = 3;
 
+/// How a server's messages travel (MCP 2025-11-25 basic/transports).
+#[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per configured server, never moved in a hot path"
+)]
+pub(crate) enum Transport {
+    /// A child process per generation (SPEC M1).
+    Stdio(StdioTransport),
+    /// HTTP (SPEC M10).
+    Http(Box<HttpTransport>),
+}
+
 /// One MCP server (one `mcpServers` entry of one session).
 #[derive(Debug)]
 pub(crate) struct Server {
@@ -38,8 +53,8 @@ pub(crate) struct Server {
     /// The prefix of its tool names (SPEC M3, A2: the name itself when it is a valid server
     /// name, else a safe stand-in).
     prefix: String,
-    /// The child process that carries the session.
-    transport: StdioTransport,
+    /// What carries the session.
+    transport: Transport,
     /// The MCP session of the current generation; closed while the server is dead.
     mcp: McpSession,
     /// Its tools and hooks from the last complete `tools/list`.
@@ -58,6 +73,8 @@ pub(crate) struct Server {
     failed_restarts: u32,
     /// M9: deaths without one successful tool call in between.
     deaths: u32,
+    /// The agent's shutdown closed it (SPEC P1, M8).
+    shut_down: bool,
 }
 
 impl Server {
@@ -65,6 +82,44 @@ impl Server {
     #[cfg(test)]
     fn state(&self) -> &SessionState {
         self.mcp.state()
+    }
+
+    /// The stdio transport, if that is the server's.
+    fn stdio(&self) -> Option<&StdioTransport> {
+        match &self.transport {
+            Transport::Stdio(t) => Some(t),
+            Transport::Http(_) => None,
+        }
+    }
+
+    fn stdio_mut(&mut self) -> Option<&mut StdioTransport> {
+        match &mut self.transport {
+            Transport::Stdio(t) => Some(t),
+            Transport::Http(_) => None,
+        }
+    }
+
+    /// Whether a process of the current generation runs, or (HTTP) an exchange that must
+    /// finish before exit is in flight (the `DELETE` at shutdown, SPEC M8).
+    fn leader_alive(&self) -> bool {
+        match &self.transport {
+            Transport::Stdio(t) => t.leader_alive(),
+            Transport::Http(t) => self.is_dead() && t.busy(),
+        }
+    }
+
+    /// Whether some process was ever spawned (HTTP: never).
+    fn ever_spawned(&self) -> bool {
+        self.stdio().is_some_and(StdioTransport::ever_spawned)
+    }
+
+    /// Whether the transport still carries messages (a process that has not exited, an HTTP
+    /// session not closed): a `notifications/cancelled` can reach the server.
+    fn reachable(&self) -> bool {
+        match &self.transport {
+            Transport::Stdio(t) => t.leader_alive() && !self.is_dead(),
+            Transport::Http(_) => !self.is_dead(),
+        }
     }
 
     /// Ready to serve calls.
@@ -96,7 +151,10 @@ impl Server {
     }
 
     fn describe_death(&self, cause: &str) -> String {
-        let tail = self.transport.stderr_tail();
+        let tail = self
+            .stdio()
+            .map(StdioTransport::stderr_tail)
+            .unwrap_or_default();
         if tail.is_empty() {
             format!("MCP server '{}' {cause}", self.name)
         } else {
@@ -105,9 +163,26 @@ impl Server {
     }
 
     /// Hands the frames the session queued to the transport, in order.
-    fn flush(&mut self, out: &mut Outbox) {
+    fn flush(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
         while let Some(frame) = self.mcp.poll_outgoing() {
-            self.transport.send(frame, out);
+            match &mut self.transport {
+                Transport::Stdio(t) => t.send(frame.text, out),
+                Transport::Http(t) => t.send(frame, self.mcp.version(), out, timers),
+            }
+        }
+    }
+
+    /// Ends the transport's part of a death or stop: the process group is asked to go (TERM
+    /// now, KILL after the grace, SPEC M8/H4) when `kill_group` and one was spawned; an HTTP
+    /// session is closed (exchanges dropped, `DELETE`).
+    fn end_transport(&mut self, kill_group: bool, out: &mut Outbox, timers: &mut TimerTable) {
+        match &mut self.transport {
+            Transport::Stdio(t) => {
+                if kill_group && t.ever_spawned() {
+                    t.terminate_group(out, timers);
+                }
+            }
+            Transport::Http(t) => t.close(out, timers),
         }
     }
 
@@ -194,7 +269,7 @@ impl ServerTable {
     fn current(&self, proc: ProcKey) -> Option<ServerSlot> {
         self.servers
             .get(&proc.server)
-            .filter(|s| s.transport.proc() == proc)
+            .filter(|s| s.stdio().is_some_and(|t| t.proc() == proc))
             .map(|_| proc.server)
     }
 
@@ -208,16 +283,38 @@ impl ServerTable {
     ) -> ServerSlot {
         let slot = ServerSlot(self.next_slot);
         self.next_slot += 1;
-        let mut env: BTreeMap<String, String> = self.inherited_env.iter().cloned().collect();
-        for (k, v) in &entry.env {
-            env.insert(k.clone(), v.clone());
-        }
-        let spec = SpawnSpec {
-            name: entry.name.clone(),
-            command: entry.command.clone(),
-            args: entry.args.clone(),
-            env: env.into_iter().collect(),
-            cwd: cwd.to_string(),
+        let transport = match &entry.transport {
+            EntryTransport::Stdio { command, args, env } => {
+                let mut merged: BTreeMap<String, String> =
+                    self.inherited_env.iter().cloned().collect();
+                for (k, v) in env {
+                    merged.insert(k.clone(), v.clone());
+                }
+                let spec = SpawnSpec {
+                    name: entry.name.clone(),
+                    command: command.clone(),
+                    args: args.clone(),
+                    env: merged.into_iter().collect(),
+                    cwd: cwd.to_string(),
+                };
+                Transport::Stdio(StdioTransport::new(slot, spec))
+            }
+            EntryTransport::Http {
+                url,
+                headers,
+                legacy,
+            } => Transport::Http(Box::new(HttpTransport::new(
+                slot,
+                &entry.name,
+                if *legacy {
+                    Wire::Legacy
+                } else {
+                    Wire::Streamable
+                },
+                url,
+                headers,
+                self.init_timeout_ms,
+            ))),
         };
         self.servers.insert(
             slot,
@@ -226,7 +323,7 @@ impl ServerTable {
                 session,
                 name: entry.name.clone(),
                 prefix: tools::server_prefix(&entry.name),
-                transport: StdioTransport::new(slot, spec),
+                transport,
                 mcp: McpSession::new(slot, &entry.name, self.init_timeout_ms),
                 catalogue: Catalogue::default(),
                 restart_at: None,
@@ -235,15 +332,30 @@ impl ServerTable {
                 consecutive_hook_timeouts: 0,
                 failed_restarts: 0,
                 deaths: 0,
+                shut_down: false,
             },
         );
         slot
     }
 
-    /// Asks the runtime to spawn the server's current generation (SPEC M1).
-    pub(crate) fn spawn(&mut self, slot: ServerSlot, out: &mut Outbox) {
-        if let Some(s) = self.servers.get(&slot) {
-            s.transport.spawn(out);
+    /// Starts the server's current generation: spawns its process (SPEC M1), or, over HTTP,
+    /// sends `initialize` at once (SPEC M10).
+    pub(crate) fn spawn(&mut self, slot: ServerSlot, out: &mut Outbox, timers: &mut TimerTable) {
+        let version = &self.client_version;
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
+        match &mut s.transport {
+            Transport::Stdio(t) => t.spawn(out),
+            Transport::Http(t) => {
+                out.log(
+                    LogLevel::Info,
+                    format!("mcp '{}': connecting to {}", s.name, t.url()),
+                );
+                t.open(out, timers);
+                s.mcp.open(version, out, timers);
+                s.flush(out, timers);
+            }
         }
     }
 
@@ -262,7 +374,9 @@ impl ServerTable {
             .filter(|s| {
                 s.session == session
                     && s.is_dead()
-                    && matches!(s.transport.process(), Process::NotSpawned | Process::Exited)
+                    && s.stdio().is_none_or(|t| {
+                        matches!(t.process(), Process::NotSpawned | Process::Exited)
+                    })
                     && s.restart_at.is_some_and(|t| t <= now)
             })
             .map(|s| s.slot)
@@ -271,14 +385,19 @@ impl ServerTable {
             let Some(s) = self.servers.get_mut(&slot) else {
                 continue;
             };
-            s.transport.next_generation();
+            if let Some(t) = s.stdio_mut() {
+                t.next_generation();
+            }
             s.mcp.reopen(timers);
             timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
             s.restart_at = None;
             s.restarting = true;
-            let msg = format!("mcp '{}': restarting ({})", s.name, s.transport.proc());
+            let msg = match s.stdio() {
+                Some(t) => format!("mcp '{}': restarting ({})", s.name, t.proc()),
+                None => format!("mcp '{}': restarting", s.name),
+            };
             out.log(LogLevel::Info, msg);
-            self.spawn(slot, out);
+            self.spawn(slot, out, timers);
         }
     }
 
@@ -300,7 +419,7 @@ impl ServerTable {
             out,
             timers,
         );
-        s.flush(out);
+        s.flush(out, timers);
         Some(id)
     }
 
@@ -318,12 +437,15 @@ impl ServerTable {
             return;
         };
         s.mcp.forget(id, timers);
-        if s.transport.leader_alive() && !s.is_dead() {
+        if let Transport::Http(t) = &mut s.transport {
+            t.forget(id, out, timers);
+        }
+        if s.reachable() {
             s.mcp.notify(
                 "notifications/cancelled",
                 &json!({"requestId": id.0, "reason": reason}),
             );
-            s.flush(out);
+            s.flush(out, timers);
         }
     }
 
@@ -337,17 +459,21 @@ impl ServerTable {
         let Some(s) = self.servers.get_mut(&slot) else {
             return;
         };
-        if s.is_dead() {
-            s.transport.spawned();
-            s.transport.terminate_group(out, timers);
+        let dead = s.is_dead();
+        let Some(t) = s.stdio_mut() else { return };
+        if dead {
+            t.spawned();
+            t.terminate_group(out, timers);
             return;
         }
         if *s.mcp.state() != SessionState::Connecting {
             return;
         }
-        s.transport.spawned();
+        if let Some(t) = s.stdio_mut() {
+            t.spawned();
+        }
         s.mcp.open(version, out, timers);
-        s.flush(out);
+        s.flush(out, timers);
     }
 
     /// `Input::McpSpawnFailed` (e.g. ENOENT): the server is dead, no process exists.
@@ -367,7 +493,7 @@ impl ServerTable {
         let reason = format!(
             "MCP server '{}' failed to start: spawning '{}' failed: {error}",
             s.name,
-            s.transport.spec().command
+            s.stdio().map(|t| t.spec().command.as_str()).unwrap_or("")
         );
         self.died(slot, reason, false, out, timers)
     }
@@ -383,8 +509,10 @@ impl ServerTable {
         } else {
             line
         };
-        if s.transport.proc() == proc {
-            s.transport.keep_stderr(&line);
+        if let Some(t) = s.stdio_mut()
+            && t.proc() == proc
+        {
+            t.keep_stderr(&line);
         }
         out.log(LogLevel::Info, format!("[mcp:{}] {line}", s.name));
     }
@@ -406,7 +534,9 @@ impl ServerTable {
         timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
         let reason = match s.mcp.state() {
             SessionState::Closed { .. } => {
-                s.transport.exited();
+                if let Some(t) = s.stdio_mut() {
+                    t.exited();
+                }
                 out.log(
                     LogLevel::Debug,
                     format!("mcp '{}': process reaped ({status})", s.name),
@@ -420,8 +550,8 @@ impl ServerTable {
                 )),
         };
         let events = self.died(slot, reason, true, out, timers);
-        if let Some(s) = self.servers.get_mut(&slot) {
-            s.transport.exited();
+        if let Some(t) = self.servers.get_mut(&slot).and_then(Server::stdio_mut) {
+            t.exited();
         }
         events
     }
@@ -440,7 +570,7 @@ impl ServerTable {
         if self
             .servers
             .get(&slot)
-            .is_some_and(|s| s.transport.leader_alive() && !s.is_dead())
+            .is_some_and(|s| s.leader_alive() && !s.is_dead())
         {
             timers.set(
                 Timer::Server(slot, ServerTimer::StdoutClosed),
@@ -466,7 +596,7 @@ impl ServerTable {
         if s.is_dead() {
             return Vec::new();
         }
-        if s.transport.leader_alive() {
+        if s.leader_alive() {
             let closed = Timer::Server(slot, ServerTimer::StdoutClosed);
             if !timers.contains(closed) {
                 timers.set(closed, out.now().plus_ms(STDOUT_CLOSED_GRACE_MS));
@@ -512,11 +642,8 @@ impl ServerTable {
             }
         }
         s.restarting = false;
-        let spawned = s.transport.ever_spawned();
         let pending = s.enter_dead(reason.clone(), restart_at, timers);
-        if kill_group && spawned {
-            s.transport.terminate_group(out, timers);
-        }
+        s.end_transport(kill_group, out, timers);
         out.log(LogLevel::Warn, reason.clone());
         if permanent_now {
             out.log(LogLevel::Error, format!("mcp '{}': permanently dead (3 failed restarts or 3 deaths without a successful call); its tools are removed", s.name));
@@ -562,9 +689,10 @@ impl ServerTable {
         };
         let reason = format!("MCP server '{}' stopped: {why}", s.name);
         s.enter_dead(reason, None, timers);
-        if s.transport.ever_spawned() && !timers.contains(Timer::kill(s.transport.proc())) {
-            s.transport.terminate_group(out, timers);
-        }
+        let kill_pending = s
+            .stdio()
+            .is_some_and(|t| timers.contains(Timer::kill(t.proc())));
+        s.end_transport(!kill_pending, out, timers);
     }
 
     /// Agent shutdown (SPEC P1, M8 first stage): every server's stdin is closed, every server
@@ -578,10 +706,18 @@ impl ServerTable {
         timers: &mut TimerTable,
     ) {
         for s in self.servers.values_mut() {
-            if keep.contains(&s.slot) || s.transport.is_shut_down() {
+            let done = match &s.transport {
+                Transport::Stdio(t) => t.is_shut_down(),
+                Transport::Http(_) => s.shut_down,
+            };
+            if keep.contains(&s.slot) || done {
                 continue;
             }
-            s.transport.shut_down(out);
+            s.shut_down = true;
+            match &mut s.transport {
+                Transport::Stdio(t) => t.shut_down(out),
+                Transport::Http(t) => t.close(out, timers),
+            }
             let reason = format!("MCP server '{}' stopped: agent shutting down", s.name);
             let restart_at = if s.is_dead() { s.restart_at } else { None };
             s.enter_dead(reason, restart_at, timers);
@@ -590,12 +726,12 @@ impl ServerTable {
 
     /// Whether any server's current leader still runs.
     pub(crate) fn any_leader_alive(&self) -> bool {
-        self.servers.values().any(|s| s.transport.leader_alive())
+        self.servers.values().any(Server::leader_alive)
     }
 
     /// Whether any server was ever spawned (so there may be process groups to sweep).
     pub(crate) fn any_spawned(&self) -> bool {
-        self.servers.values().any(|s| s.transport.ever_spawned())
+        self.servers.values().any(Server::ever_spawned)
     }
 
     /// Every process generation that may still have a live group (for shutdown sweeps): those
@@ -603,9 +739,10 @@ impl ServerTable {
     pub(crate) fn procs_to_sweep(&self, timers: &TimerTable) -> Vec<ProcKey> {
         let mut procs = Vec::new();
         for s in self.servers.values() {
+            let Some(t) = s.stdio() else { continue };
             let mut v = timers.pending_kills(s.slot);
-            let proc = s.transport.proc();
-            if s.transport.ever_spawned() && !v.contains(&proc) {
+            let proc = t.proc();
+            if t.ever_spawned() && !v.contains(&proc) {
                 v.push(proc);
             }
             procs.extend(v);
@@ -811,7 +948,93 @@ impl ServerTable {
     ) -> Option<(ServerSlot, Vec<LineEvent>)> {
         let slot = self.current(proc)?;
         let s = self.servers.get_mut(&slot)?;
-        Some((slot, s.transport.split(bytes)))
+        Some((slot, s.stdio_mut()?.split(bytes)))
+    }
+
+    /// `Input::Http`: what the runtime observed of an exchange of an HTTP server (SPEC M10):
+    /// the messages it carried go to the session, failed requests to their owners; a server
+    /// that cannot be reached is dead. Events of an exchange no longer in flight are inert.
+    pub(crate) fn on_http(
+        &mut self,
+        exchange: ExchangeId,
+        event: HttpEvent,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let slot = exchange.server;
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return Vec::new();
+        };
+        let Transport::Http(t) = &mut s.transport else {
+            return Vec::new();
+        };
+        if !t.owns(exchange.seq) {
+            out.log(
+                LogLevel::Debug,
+                format!("mcp '{}': event of a dropped exchange {exchange}", s.name),
+            );
+            return Vec::new();
+        }
+        let deliveries = t.on_event(exchange.seq, event, out, timers);
+        self.deliver(slot, deliveries, out, timers)
+    }
+
+    /// Hands what an HTTP transport learned to the session and the table, in order.
+    fn deliver(
+        &mut self,
+        slot: ServerSlot,
+        deliveries: Vec<Delivery>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let mut events = Vec::new();
+        for d in deliveries {
+            if self.is_dead(slot) {
+                break;
+            }
+            match d {
+                Delivery::Message(message) => {
+                    events.extend(self.on_message(slot, message, out, timers));
+                }
+                Delivery::RequestFailed { id, reason } => {
+                    let Some(s) = self.servers.get_mut(&slot) else {
+                        break;
+                    };
+                    if let Some(event) = s.mcp.fail(id, &reason, timers) {
+                        events.extend(self.on_session_event(slot, event, out, timers));
+                    }
+                }
+                Delivery::Dead(cause) => events.extend(self.kill(slot, &cause, out, timers)),
+            }
+        }
+        events
+    }
+
+    /// The deadline of exchange `seq` of `slot` (one carrying no request) passed.
+    pub(crate) fn exchange_timed_out(
+        &mut self,
+        slot: ServerSlot,
+        seq: u64,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) else {
+            return Vec::new();
+        };
+        let deliveries = t.exchange_timed_out(seq, out);
+        self.deliver(slot, deliveries, out, timers)
+    }
+
+    /// The `retry` wait of `slot`'s event streams passed: due resumptions start (SPEC M10).
+    pub(crate) fn http_retry_due(
+        &mut self,
+        slot: ServerSlot,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        if let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) {
+            t.retry_due(out, timers);
+        }
     }
 
     /// Whether the server in `slot` is dead (or gone).
@@ -846,7 +1069,9 @@ impl ServerTable {
                     return Vec::new();
                 };
                 // T6: logged at warn (cut to 200 bytes), never answered.
-                let level = s.transport.bad_line();
+                let level = s
+                    .stdio_mut()
+                    .map_or(LogLevel::Warn, StdioTransport::bad_line);
                 let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
                 out.log(
                     level,
@@ -873,11 +1098,30 @@ impl ServerTable {
             return Vec::new();
         };
         let event = s.mcp.on_message(message, out, timers);
-        s.flush(out);
+        s.flush(out, timers);
         let Some(event) = event else {
             return Vec::new();
         };
+        self.on_session_event(slot, event, out, timers)
+    }
+
+    /// What `slot`'s session reported, as the table's events (SPEC M2, M5, M6, H4).
+    fn on_session_event(
+        &mut self,
+        slot: ServerSlot,
+        event: SessionEvent,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return Vec::new();
+        };
         match event {
+            SessionEvent::Lost { purpose, reason } => {
+                let reason = format!("MCP server '{}' {reason}", s.name);
+                out.log(LogLevel::Warn, reason.clone());
+                failed(slot, purpose, &reason).into_iter().collect()
+            }
             SessionEvent::Progress { token, text } => vec![McpEvent::Progress {
                 server: slot,
                 token,
@@ -964,7 +1208,7 @@ impl ServerTable {
     ) {
         if let Some(s) = self.servers.get_mut(&slot) {
             s.mcp.start_listing(out, timers);
-            s.flush(out);
+            s.flush(out, timers);
         }
     }
 }
@@ -982,14 +1226,9 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> ServerSlot {
-        let entry = McpServerEntry {
-            name: name.into(),
-            command: "fake-mcp".into(),
-            args: vec![],
-            env: vec![],
-        };
+        let entry = McpServerEntry::stdio(name, "fake-mcp", &[]);
         let slot = self.create(session, "/w", &entry);
-        self.spawn(slot, out);
+        self.spawn(slot, out, timers);
         let proc = ProcKey {
             server: slot,
             generation: 0,
@@ -1067,14 +1306,9 @@ mod tests {
         }
 
         fn add(&mut self, name: &str) -> ServerSlot {
-            let entry = McpServerEntry {
-                name: name.into(),
-                command: "fake-mcp".into(),
-                args: vec![],
-                env: vec![("K".into(), "client".into())],
-            };
+            let entry = McpServerEntry::stdio(name, "fake-mcp", &[("K", "client")]);
             let slot = self.table.create(SESSION, "/w", &entry);
-            self.table.spawn(slot, &mut self.out);
+            self.table.spawn(slot, &mut self.out, &mut self.timers);
             slot
         }
 
@@ -1335,10 +1569,16 @@ mod tests {
                     server: slot,
                     generation: death,
                 };
-                assert!(rig.drain().contains(&Action::SpawnMcp {
-                    proc,
-                    spec: rig.table.servers[&slot].transport.spec().clone()
-                }));
+                assert!(
+                    rig.drain().contains(&Action::SpawnMcp {
+                        proc,
+                        spec: rig.table.servers[&slot]
+                            .stdio()
+                            .expect("stdio")
+                            .spec()
+                            .clone()
+                    })
+                );
                 let events = rig.handshake(proc, &["read"]);
                 // Every completed first listing of a generation reports; the agent ignores it
                 // for a session that already started.

@@ -827,6 +827,9 @@ impl World {
                 self.note(format!("-> {call} release"));
                 self.released_llm.insert(*call);
             }
+            // The world's servers are stdio servers: an HTTP exchange is noted, never answered.
+            Action::Http { exchange, request } => self.note(format!("-> {exchange} {request:?}")),
+            Action::CancelHttp { exchange } => self.note(format!("-> {exchange} cancel")),
             Action::Log(r) => {
                 if r.level <= self.transcript_log_level || r.message.starts_with("hook:") {
                     let level = format!("{:?}", r.level).to_ascii_uppercase();

@@ -34,7 +34,7 @@ pub fn a1_initialize_capabilities(ctx: &Ctx) {
     );
     assert_eq!(
         caps["mcpCapabilities"],
-        json!({"http": false, "sse": false}),
+        json!({"http": true, "sse": true}),
         "{r}"
     );
     assert_eq!(r["agentInfo"]["name"], "buzz-agent", "{r}");

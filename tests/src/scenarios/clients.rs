@@ -127,7 +127,7 @@ pub fn c54_an_is_error_result_is_failed_with_its_text_and_the_turn_goes_on(ctx: 
     agent.finish();
 }
 
-/// C55 (SPEC A2): `session/new` with an http, an sse and an unknown-transport entry and servers
+/// C55 (SPEC A2): `session/new` with two entries of unknown transports and servers
 /// named `My Files`, `my.fs`, `github/copilot` and `ünï` starts; the skipped entries get a WARN,
 /// `_meta.buzz.notices` on the result and a notice before the first answer; the odd names get
 /// safe, stable tool prefixes and calls through them reach the right server; the hook
@@ -139,9 +139,8 @@ pub fn c55_lenient_session_new_skips_other_transports_and_maps_odd_names(ctx: &C
         .map(|i| s.file(&format!("srv{i}.log")))
         .collect();
     let mut servers = vec![
-        json!({"type": "http", "name": "remote", "url": "https://mcp.example.com/mcp", "headers": []}),
-        json!({"type": "sse", "name": "events", "url": "https://mcp.example.com/sse", "headers": []}),
         json!({"type": "websocket", "name": "ws", "url": "wss://mcp.example.com"}),
+        json!({"type": "grpc", "name": "rpc", "url": "grpc://mcp.example.com"}),
     ];
     for (i, name) in names.iter().enumerate() {
         let mut env = vec![("FAKE_MCP_CALL_LOG", logs[i].as_str())];
@@ -176,15 +175,14 @@ pub fn c55_lenient_session_new_skips_other_transports_and_maps_odd_names(ctx: &C
     assert_eq!(
         meta_notices,
         json!([
-            "MCP server 'remote' was not started: http servers are not supported (only stdio).",
-            "MCP server 'events' was not started: sse servers are not supported (only stdio).",
-            "MCP server 'ws' was not started: websocket servers are not supported (only stdio)."
+            "MCP server 'ws' was not started: websocket servers are not supported (only stdio, http and sse).",
+            "MCP server 'rpc' was not started: grpc servers are not supported (only stdio, http and sse)."
         ]),
         "{result}"
     );
     wait_stderr(
         &agent,
-        "MCP server 'remote' skipped: http servers are not supported (only stdio)",
+        "MCP server 'ws' skipped: websocket servers are not supported (only stdio, http and sse)",
         Duration::from_secs(10),
     );
 
@@ -194,11 +192,11 @@ pub fn c55_lenient_session_new_skips_other_transports_and_maps_odd_names(ctx: &C
     let shown = notices(&ups);
     assert_eq!(
         shown.len(),
-        4,
-        "three skipped entries, one objection: {shown:#?}"
+        3,
+        "two skipped entries, one objection: {shown:#?}"
     );
     assert!(
-        shown[..3]
+        shown[..2]
             .iter()
             .all(|(k, t)| k == "mcp_server_skipped" && t.contains("was not started")),
         "{shown:#?}"

@@ -15,6 +15,7 @@ mod hooks;
 mod interceptors;
 mod lifecycle;
 mod mcp;
+mod mcp_http;
 mod providers;
 mod security;
 mod session_hooks;
@@ -57,6 +58,11 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         tools::m7_server_crash_mid_call_gives_error_result_and_turn_continues,
         tools::c02_c11_mcp_banner_never_reaches_agent_stdout,
         mcp::c08_mcp_start_failures_name_server_and_stderr,
+        mcp_http::m10_tools_over_streamable_http_carry_the_session_and_end_with_delete,
+        mcp_http::m10_a_restarted_server_gets_a_new_session_and_the_call_goes_through,
+        mcp_http::m10_a_legacy_sse_server_serves_tool_calls,
+        mcp_http::m10_a_remote_stop_hook_objects_over_http,
+        mcp_http::m10_unusable_http_servers_fail_the_session_with_a_reason,
         mcp::m8_p1_c33_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
         security::s1_a_server_cannot_read_the_agents_environment_through_proc,

@@ -1,0 +1,1983 @@
+//! The Streamable HTTP transport (MCP 2025-11-25 basic/transports; SPEC M10), and the legacy
+//! HTTP+SSE transport of MCP 2024-11-05 for `"type": "sse"` entries. It carries the frames the
+//! [`McpSession`](super::session::McpSession) queues and hands back the JSON-RPC messages it
+//! reads; it knows HTTP, never the MCP lifecycle above it.
+//!
+//! **Streamable HTTP.** Every frame is a `POST` to the server's URL with `Accept:
+//! application/json, text/event-stream`, the entry's headers, and once the server gave one,
+//! `Mcp-Session-Id` and `MCP-Protocol-Version`. A request's answer is one JSON body or an event
+//! stream carrying the response (and any server requests and notifications before it); a
+//! notification's or a response's answer is `202 Accepted`. After `notifications/initialized`
+//! the optional `GET` stream for server-initiated messages is opened; `405`, `404` or `406` on
+//! it means there is none. A `404` on a request that carried the session id means the session
+//! expired: the transport initializes a new session itself (once), then sends the request
+//! again. An event stream that closes before its response is resumed with a `GET` carrying
+//! `Last-Event-ID`, after the stream's `retry` (bounded attempts). `DELETE` ends the session.
+//!
+//! **Legacy HTTP+SSE.** A `GET` opens the event stream; its `endpoint` event names the URL (on
+//! the same origin) every frame is then `POST`ed to; every answer arrives on the stream.
+//!
+//! **Failures.** A server that cannot be reached (no connection, TLS, not HTTP) is dead; an
+//! HTTP error answer to a request fails that request (during the handshake the start); a `3xx`
+//! is reported as a redirect that is not followed; a `401`/`403` goes to its
+//! [`Authorization`].
+
+use super::auth::{AuthVerdict, Authorization, Challenge};
+use super::session::{Frame, FrameKind};
+use crate::config::LogLevel;
+use crate::http::{Method, Request};
+use crate::ids::{ExchangeId, McpRequestId, ServerSlot};
+use crate::io::{Action, HttpEvent};
+use crate::jsonrpc::{self, Message};
+use crate::llm::Body;
+use crate::outbox::Outbox;
+use crate::sse::{SseEvent, SseParser};
+use crate::time::MonoTime;
+use crate::timers::{ServerTimer, Timer, TimerTable};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The largest JSON body (a response of one request) accepted, in bytes, the same bound as an
+/// MCP stdout line (SPEC T6); a larger one fails its request.
+pub(crate) const MAX_JSON_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes of an error answer's body kept for its message.
+const ERROR_BODY_BYTES: usize = 512;
+/// Attempts to resume one event stream that closed before its response (SPEC M10).
+const MAX_RESUME_ATTEMPTS: u32 = 3;
+/// The wait before resuming a stream that gave no `retry`, in ms.
+const DEFAULT_RETRY_MS: u64 = 1000;
+/// The longest `retry` honoured, in ms (a server asking for more is waited on this long).
+const MAX_RETRY_MS: u64 = 30_000;
+/// Times the `GET` stream is opened again after it ended, without an event in between.
+const MAX_LISTEN_REOPENS: u32 = 3;
+/// The JSON-RPC id prefix of the transport's own `initialize` after an expired session (never
+/// a number, so it cannot be mistaken for a request of the session).
+const REINIT_ID: &str = "buzz-reinit-";
+
+/// Which wire the transport speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// Streamable HTTP (2025-03-26 and later).
+    Streamable,
+    /// HTTP+SSE (2024-11-05): a `GET` stream and an `endpoint` to post to.
+    Legacy,
+}
+
+/// What the transport learned from the server, for the table to act on, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Delivery {
+    /// A JSON-RPC message of the server, for the session.
+    Message(Message),
+    /// Request `id` will get no answer over this transport; the text says why.
+    RequestFailed {
+        /// The request.
+        id: McpRequestId,
+        /// E.g. `HTTP 500 (Internal Server Error)`.
+        reason: String,
+    },
+    /// The server cannot be used any more (unreachable, its session lost for good); the
+    /// cause completes `MCP server '<name>' …`.
+    Dead(String),
+}
+
+/// What an exchange is for.
+#[derive(Debug)]
+enum Purpose {
+    /// One frame `POST`ed; its text is kept to send it again (expired session, authorization).
+    Post { frame: Frame },
+    /// The transport's own `initialize` for a new session after a `404`.
+    Reinitialize { frame: Frame },
+    /// The `GET` stream for server-initiated messages (legacy: the stream of every answer).
+    Listen,
+    /// A `GET` resuming a stream that closed before its responses: attempt `attempt`.
+    Resume { attempt: u32 },
+    /// The `DELETE` that ends the session.
+    Delete,
+}
+
+/// How an answer's body is read, decided by its head.
+#[derive(Debug)]
+enum Reader {
+    /// No head yet.
+    Head,
+    /// A JSON body, collected to its end.
+    Json(Vec<u8>),
+    /// An event stream.
+    Events(Box<SseParser>),
+    /// An answer without a body worth reading (`202`, a `GET` that found no stream).
+    Ignore,
+    /// An error answer: its status, content type and the start of its body.
+    Error {
+        status: u16,
+        content_type: String,
+        head: Vec<u8>,
+    },
+}
+
+/// One exchange in flight.
+#[derive(Debug)]
+struct Flight {
+    purpose: Purpose,
+    reader: Reader,
+    /// The requests whose answers this exchange may carry and that are not answered yet.
+    awaiting: Vec<McpRequestId>,
+    /// The last `id:` and `retry:` of its event stream.
+    last_event_id: Option<String>,
+    retry_ms: Option<u64>,
+    /// Events delivered (a `GET` stream that gave some may be opened again).
+    events: u32,
+}
+
+/// A stream to resume, waiting for its `retry`.
+#[derive(Debug)]
+struct PendingResume {
+    at: MonoTime,
+    last_event_id: String,
+    awaiting: Vec<McpRequestId>,
+    attempt: u32,
+}
+
+/// Where the transport's own session stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// Frames go out as they come.
+    Open,
+    /// The session expired: the transport's `initialize` is in flight; other frames wait.
+    Reinitializing,
+    /// Closed (the server died or was stopped); a `DELETE` may be in flight.
+    Closed,
+}
+
+/// One HTTP server's transport (see the module docs).
+#[derive(Debug)]
+pub(crate) struct HttpTransport {
+    slot: ServerSlot,
+    /// The name the client gave (logs).
+    name: String,
+    wire: Wire,
+    url: String,
+    /// The entry's headers, without `authorization` (that is [`Authorization::header`]).
+    headers: Vec<(String, String)>,
+    auth: Authorization,
+    phase: Phase,
+    /// The next exchange number of this server; never reused, so an answer of a dropped
+    /// exchange names nothing.
+    next_seq: u64,
+    /// How many new sessions the transport initialized itself (its `initialize` ids).
+    reinits: u64,
+    flights: BTreeMap<u64, Flight>,
+    /// `Mcp-Session-Id` as the server gave it.
+    session_id: Option<String>,
+    /// The protocol version `initialize` settled on (`MCP-Protocol-Version`).
+    version: Option<String>,
+    /// The `initialize` frame, for a new session after a `404`.
+    initialize: Option<Frame>,
+    /// A new session was already initialized after a `404` and nothing succeeded since.
+    reinitialized: bool,
+    /// Frames waiting for a new session or for the legacy endpoint.
+    held: Vec<Frame>,
+    /// The legacy wire's `endpoint`.
+    endpoint: Option<String>,
+    /// The `GET` stream: its exchange, and how often it was reopened without an event.
+    listen: Option<u64>,
+    listen_reopens: u32,
+    listen_at: Option<MonoTime>,
+    resumes: Vec<PendingResume>,
+    /// The deadline of notification, response and `DELETE` exchanges, in ms.
+    exchange_timeout_ms: u64,
+}
+
+/// The `content-type` of a head, lower-cased, without parameters.
+fn media_type(headers: &[(String, String)]) -> String {
+    header(headers, "content-type")
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default()
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The text of an HTTP status for messages: `HTTP 503 (Service Unavailable)`.
+fn status_text(status: u16) -> String {
+    let reason = match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Content",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    };
+    if reason.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status} ({reason})")
+    }
+}
+
+impl HttpTransport {
+    /// The transport of the server in `slot` at `url` with the entry's `headers` (an
+    /// `authorization` among them becomes the server's [`Authorization`]); notification
+    /// exchanges time out after `exchange_timeout_ms`.
+    pub(crate) fn new(
+        slot: ServerSlot,
+        name: &str,
+        wire: Wire,
+        url: &str,
+        headers: &[(String, String)],
+        exchange_timeout_ms: u64,
+    ) -> HttpTransport {
+        let configured = headers
+            .iter()
+            .rev()
+            .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+            .map(|(_, v)| v.clone());
+        let headers = headers
+            .iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("authorization"))
+            .cloned()
+            .collect();
+        HttpTransport {
+            slot,
+            name: name.to_string(),
+            wire,
+            url: url.to_string(),
+            headers,
+            auth: Authorization::new(configured),
+            phase: Phase::Open,
+            next_seq: 0,
+            reinits: 0,
+            flights: BTreeMap::new(),
+            session_id: None,
+            version: None,
+            initialize: None,
+            reinitialized: false,
+            held: Vec::new(),
+            endpoint: None,
+            listen: None,
+            listen_reopens: 0,
+            listen_at: None,
+            resumes: Vec::new(),
+            exchange_timeout_ms,
+        }
+    }
+
+    /// The server's URL.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether an exchange is in flight (a `DELETE` at shutdown, SPEC M8, is waited for).
+    pub(crate) fn busy(&self) -> bool {
+        !self.flights.is_empty()
+    }
+
+    /// Whether exchange `seq` is one of this transport's in flight.
+    pub(crate) fn owns(&self, seq: u64) -> bool {
+        self.flights.contains_key(&seq)
+    }
+
+    /// Opens the transport for a new session (the first, or an M9 restart): no session id,
+    /// nothing in flight. The legacy wire opens its event stream now.
+    pub(crate) fn open(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        self.cancel_all(out, timers);
+        self.phase = Phase::Open;
+        self.session_id = None;
+        self.version = None;
+        self.initialize = None;
+        self.reinitialized = false;
+        self.held.clear();
+        self.endpoint = None;
+        self.listen_reopens = 0;
+        if self.wire == Wire::Legacy {
+            self.start_listen(out);
+        }
+    }
+
+    /// Sends one frame of the session (`version`: the protocol version `initialize` settled
+    /// on, once known).
+    pub(crate) fn send(
+        &mut self,
+        frame: Frame,
+        version: Option<&str>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        if version.is_some() {
+            self.version = version.map(str::to_string);
+        }
+        if let FrameKind::Initialize(_) = frame.kind {
+            self.initialize = Some(frame.clone());
+        }
+        let held = match self.wire {
+            Wire::Streamable => {
+                self.phase == Phase::Reinitializing
+                    && !matches!(frame.kind, FrameKind::Initialize(_))
+            }
+            Wire::Legacy => self.endpoint.is_none(),
+        };
+        if held {
+            self.held.push(frame);
+            return;
+        }
+        let opens_listen =
+            self.wire == Wire::Streamable && matches!(frame.kind, FrameKind::Initialized);
+        self.post(Purpose::Post { frame }, out, timers);
+        if opens_listen && self.listen.is_none() {
+            self.listen_reopens = 0;
+            self.start_listen(out);
+        }
+    }
+
+    /// The request headers of every exchange: the entry's, the credential, and the session's.
+    fn request_headers(&self, accept: &str) -> Vec<(String, String)> {
+        let mut headers = vec![("accept".to_string(), accept.to_string())];
+        headers.extend(self.headers.iter().cloned());
+        if let Some(a) = self.auth.header() {
+            headers.push(("authorization".into(), a.to_string()));
+        }
+        if self.wire == Wire::Streamable {
+            if let Some(id) = &self.session_id {
+                headers.push(("mcp-session-id".into(), id.clone()));
+            }
+            if let Some(v) = &self.version {
+                headers.push(("mcp-protocol-version".into(), v.clone()));
+            }
+        }
+        headers
+    }
+
+    fn next_exchange(&mut self) -> ExchangeId {
+        self.next_seq += 1;
+        ExchangeId {
+            server: self.slot,
+            seq: self.next_seq,
+        }
+    }
+
+    /// `POST`s a frame (its own initialize: `Reinitialize`).
+    fn post(&mut self, purpose: Purpose, out: &mut Outbox, timers: &mut TimerTable) {
+        let (frame, awaiting) = match &purpose {
+            Purpose::Post { frame } | Purpose::Reinitialize { frame } => {
+                let awaiting = match frame.kind {
+                    // Legacy: every answer comes on the event stream, never in the POST's.
+                    FrameKind::Initialize(_) | FrameKind::Request(_)
+                        if self.wire == Wire::Legacy =>
+                    {
+                        Vec::new()
+                    }
+                    FrameKind::Initialize(id) | FrameKind::Request(id) => vec![id],
+                    FrameKind::Initialized | FrameKind::Notification | FrameKind::Response => {
+                        Vec::new()
+                    }
+                };
+                (frame, awaiting)
+            }
+            Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => return,
+        };
+        let url = match (self.wire, &self.endpoint) {
+            (Wire::Legacy, Some(e)) => e.clone(),
+            (Wire::Legacy, None) | (Wire::Streamable, _) => self.url.clone(),
+        };
+        let mut headers = self.request_headers("application/json, text/event-stream");
+        headers.insert(0, ("content-type".into(), "application/json".into()));
+        let mut body = Body::default();
+        body.push(frame.text.trim_end().as_bytes().to_vec());
+        let exchange = self.next_exchange();
+        let timed = awaiting.is_empty();
+        self.flights.insert(
+            exchange.seq,
+            Flight {
+                purpose,
+                reader: Reader::Head,
+                awaiting,
+                last_event_id: None,
+                retry_ms: None,
+                events: 0,
+            },
+        );
+        if timed {
+            // A request's deadline is the session's; any other exchange gets its own.
+            timers.set(
+                Timer::Server(self.slot, ServerTimer::Exchange(exchange.seq)),
+                out.now().plus_ms(self.exchange_timeout_ms),
+            );
+        }
+        out.push(Action::Http {
+            exchange,
+            request: Request {
+                method: Method::Post,
+                url,
+                headers,
+                body,
+            },
+        });
+    }
+
+    /// Opens the `GET` stream (Streamable: server-initiated messages; legacy: every answer).
+    fn start_listen(&mut self, out: &mut Outbox) {
+        let exchange = self.next_exchange();
+        self.flights.insert(
+            exchange.seq,
+            Flight {
+                purpose: Purpose::Listen,
+                reader: Reader::Head,
+                awaiting: Vec::new(),
+                last_event_id: None,
+                retry_ms: None,
+                events: 0,
+            },
+        );
+        self.listen = Some(exchange.seq);
+        out.push(Action::Http {
+            exchange,
+            request: Request {
+                method: Method::Get,
+                url: self.url.clone(),
+                headers: self.request_headers("text/event-stream"),
+                body: Body::default(),
+            },
+        });
+    }
+
+    /// A `GET` with `Last-Event-ID` for the requests `awaiting` (SPEC M10 resumption).
+    fn start_resume(
+        &mut self,
+        last_event_id: &str,
+        awaiting: Vec<McpRequestId>,
+        attempt: u32,
+        out: &mut Outbox,
+    ) {
+        let exchange = self.next_exchange();
+        self.flights.insert(
+            exchange.seq,
+            Flight {
+                purpose: Purpose::Resume { attempt },
+                reader: Reader::Head,
+                awaiting,
+                last_event_id: Some(last_event_id.to_string()),
+                retry_ms: None,
+                events: 0,
+            },
+        );
+        let mut headers = self.request_headers("text/event-stream");
+        headers.push(("last-event-id".into(), last_event_id.to_string()));
+        out.push(Action::Http {
+            exchange,
+            request: Request {
+                method: Method::Get,
+                url: self.url.clone(),
+                headers,
+                body: Body::default(),
+            },
+        });
+    }
+
+    /// Drops every exchange in flight and every waiting resumption.
+    fn cancel_all(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        for seq in std::mem::take(&mut self.flights).into_keys() {
+            self.drop_exchange(seq, out, timers);
+        }
+        self.listen = None;
+        self.listen_at = None;
+        self.resumes.clear();
+        timers.clear(Timer::Server(self.slot, ServerTimer::HttpRetry));
+    }
+
+    /// Tells the runtime to drop exchange `seq` and clears its deadline.
+    fn drop_exchange(&self, seq: u64, out: &mut Outbox, timers: &mut TimerTable) {
+        timers.clear(Timer::Server(self.slot, ServerTimer::Exchange(seq)));
+        out.push(Action::CancelHttp {
+            exchange: ExchangeId {
+                server: self.slot,
+                seq,
+            },
+        });
+    }
+
+    /// The session ended (shutdown, a kill, a death): every exchange is dropped and, when the
+    /// server gave a session id, a `DELETE` ends it (SPEC M10, M8).
+    pub(crate) fn close(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.cancel_all(out, timers);
+        self.phase = Phase::Closed;
+        self.held.clear();
+        let Some(session_id) = self.session_id.take() else {
+            return;
+        };
+        if self.wire == Wire::Legacy {
+            return;
+        }
+        let exchange = self.next_exchange();
+        self.flights.insert(
+            exchange.seq,
+            Flight {
+                purpose: Purpose::Delete,
+                reader: Reader::Head,
+                awaiting: Vec::new(),
+                last_event_id: None,
+                retry_ms: None,
+                events: 0,
+            },
+        );
+        timers.set(
+            Timer::Server(self.slot, ServerTimer::Exchange(exchange.seq)),
+            out.now().plus_ms(self.exchange_timeout_ms.min(2_000)),
+        );
+        let mut headers = self.request_headers("application/json, text/event-stream");
+        headers.push(("mcp-session-id".into(), session_id));
+        out.push(Action::Http {
+            exchange,
+            request: Request {
+                method: Method::Delete,
+                url: self.url.clone(),
+                headers,
+                body: Body::default(),
+            },
+        });
+    }
+
+    /// Request `id` is no longer awaited (answered elsewhere, timed out, cancelled): an
+    /// exchange that carried only it is dropped.
+    pub(crate) fn forget(&mut self, id: McpRequestId, out: &mut Outbox, timers: &mut TimerTable) {
+        let mut done = Vec::new();
+        for (seq, f) in &mut self.flights {
+            if let Some(at) = f.awaiting.iter().position(|a| *a == id) {
+                f.awaiting.remove(at);
+                if f.awaiting.is_empty() && !matches!(f.purpose, Purpose::Listen) {
+                    done.push(*seq);
+                }
+            }
+        }
+        for seq in done {
+            self.flights.remove(&seq);
+            self.drop_exchange(seq, out, timers);
+        }
+        for r in &mut self.resumes {
+            r.awaiting.retain(|a| *a != id);
+        }
+        self.resumes.retain(|r| !r.awaiting.is_empty());
+    }
+
+    /// The deadline of a notification, response or `DELETE` exchange passed: it is dropped.
+    pub(crate) fn exchange_timed_out(&mut self, seq: u64, out: &mut Outbox) -> Vec<Delivery> {
+        let Some(f) = self.flights.remove(&seq) else {
+            return Vec::new();
+        };
+        out.push(Action::CancelHttp {
+            exchange: ExchangeId {
+                server: self.slot,
+                seq,
+            },
+        });
+        match f.purpose {
+            Purpose::Reinitialize { .. } => vec![Delivery::Dead(
+                "failed to start a new session: its initialize was not answered".into(),
+            )],
+            Purpose::Post { .. } | Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => {
+                out.log(
+                    LogLevel::Debug,
+                    format!("mcp '{}': an exchange got no answer; dropped", self.url),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// The `retry` of a closed stream passed: resume what is due, reopen the `GET` stream.
+    pub(crate) fn retry_due(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let now = out.now();
+        let (due, later): (Vec<PendingResume>, Vec<PendingResume>) =
+            std::mem::take(&mut self.resumes)
+                .into_iter()
+                .partition(|r| r.at <= now);
+        self.resumes = later;
+        for r in due {
+            self.start_resume(&r.last_event_id, r.awaiting, r.attempt, out);
+        }
+        if self.listen_at.is_some_and(|t| t <= now) {
+            self.listen_at = None;
+            if self.listen.is_none() {
+                self.start_listen(out);
+            }
+        }
+        self.arm_retry(timers);
+    }
+
+    /// Sets the retry timer to the earliest waiting resumption or reopening.
+    fn arm_retry(&self, timers: &mut TimerTable) {
+        let next = self
+            .resumes
+            .iter()
+            .map(|r| r.at)
+            .chain(self.listen_at)
+            .min();
+        let key = Timer::Server(self.slot, ServerTimer::HttpRetry);
+        match next {
+            Some(at) => timers.set(key, at),
+            None => {
+                timers.clear(key);
+            }
+        }
+    }
+
+    /// What the runtime observed of exchange `seq`: the messages the server sent, failed
+    /// requests, or the server's death. An event of an exchange no longer in flight is inert.
+    pub(crate) fn on_event(
+        &mut self,
+        seq: u64,
+        event: HttpEvent,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<Delivery> {
+        let mut got = Vec::new();
+        let Some(mut f) = self.flights.remove(&seq) else {
+            return got;
+        };
+        if self.listen == Some(seq) {
+            self.listen = None;
+        }
+        let keep = match event {
+            HttpEvent::Head { status, headers } => {
+                self.on_head(&mut f, status, &headers, out, timers, &mut got)
+            }
+            HttpEvent::Body(bytes) => self.on_body(&mut f, &bytes, out, timers, &mut got),
+            // Done either way: the runtime lets go of it (and its deadline is cleared).
+            HttpEvent::End => {
+                self.drop_exchange(seq, out, timers);
+                self.on_end(f, out, timers, &mut got);
+                return got;
+            }
+            HttpEvent::Failed(reason) => {
+                self.drop_exchange(seq, out, timers);
+                self.on_failed(f, &reason, out, timers, &mut got);
+                return got;
+            }
+        };
+        if keep && self.phase != Phase::Closed {
+            if matches!(f.purpose, Purpose::Listen) {
+                self.listen = Some(seq);
+            }
+            self.flights.insert(seq, f);
+        } else {
+            self.drop_exchange(seq, out, timers);
+        }
+        got
+    }
+
+    /// An answer's head: how its body is read (or the request fails now). `false`: drop it.
+    fn on_head(
+        &mut self,
+        f: &mut Flight,
+        status: u16,
+        headers: &[(String, String)],
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) -> bool {
+        let media = media_type(headers);
+        let ok = (200..300).contains(&status);
+        let is_initialize = match &f.purpose {
+            Purpose::Post { frame } => matches!(frame.kind, FrameKind::Initialize(_)),
+            Purpose::Reinitialize { .. } => true,
+            Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => false,
+        };
+        if is_initialize
+            && ok
+            && self.wire == Wire::Streamable
+            && let Some(id) = header(headers, "mcp-session-id")
+        {
+            self.session_id = Some(id.to_string());
+        }
+        let events = media == "text/event-stream";
+        match &f.purpose {
+            Purpose::Delete => {
+                f.reader = Reader::Ignore;
+                return false;
+            }
+            Purpose::Listen => {
+                if ok && events {
+                    f.reader = Reader::Events(Box::default());
+                    return true;
+                }
+                if self.wire == Wire::Legacy {
+                    got.push(Delivery::Dead(format!(
+                        "failed to start: its event stream answered {}",
+                        status_text(status)
+                    )));
+                    return false;
+                }
+                // 405, 404 and 406 mean "no stream" (SPEC M10); anything else is said.
+                let level = if matches!(status, 404..=406) {
+                    LogLevel::Debug
+                } else {
+                    LogLevel::Warn
+                };
+                out.log(
+                    level,
+                    format!(
+                        "mcp '{}': no stream of server messages ({}{})",
+                        self.name,
+                        status_text(status),
+                        if ok {
+                            format!(", {media}")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                );
+                self.listen_reopens = MAX_LISTEN_REOPENS;
+                return false;
+            }
+            Purpose::Resume { .. } => {
+                if ok && events {
+                    f.reader = Reader::Events(Box::default());
+                    return true;
+                }
+                f.reader = Reader::Error {
+                    status,
+                    content_type: media,
+                    head: Vec::new(),
+                };
+                return true;
+            }
+            Purpose::Post { .. } | Purpose::Reinitialize { .. } => {}
+        }
+        if ok {
+            if events {
+                f.reader = Reader::Events(Box::default());
+                return true;
+            }
+            if media == "application/json" {
+                f.reader = Reader::Json(Vec::new());
+                return true;
+            }
+            if f.awaiting.is_empty() || status == 202 || status == 204 {
+                f.reader = Reader::Ignore;
+                if !f.awaiting.is_empty() {
+                    for id in std::mem::take(&mut f.awaiting) {
+                        got.push(Delivery::RequestFailed {
+                            id,
+                            reason: format!(
+                                "accepted the request without answering it ({})",
+                                status_text(status)
+                            ),
+                        });
+                    }
+                    return false;
+                }
+                return true;
+            }
+            let shown = if media.is_empty() {
+                "no content type".to_string()
+            } else {
+                format!("content type {media}")
+            };
+            for id in std::mem::take(&mut f.awaiting) {
+                got.push(Delivery::RequestFailed {
+                    id,
+                    reason: format!(
+                        "answered {} with {shown}, not JSON or an event stream",
+                        status_text(status)
+                    ),
+                });
+            }
+            return false;
+        }
+        // A 404 to a request that carried the session id: the session expired (SPEC M10).
+        if status == 404
+            && self.wire == Wire::Streamable
+            && self.session_id.is_some()
+            && !is_initialize
+        {
+            if let Purpose::Post { frame } = std::mem::replace(&mut f.purpose, Purpose::Delete) {
+                self.session_expired(frame, out, timers, got);
+            }
+            return false;
+        }
+        if status == 401 || status == 403 {
+            let challenge = Challenge {
+                status,
+                www_authenticate: headers
+                    .iter()
+                    .filter(|(k, _)| k == "www-authenticate")
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+            };
+            match self.auth.on_challenge(&challenge) {
+                AuthVerdict::Retry => {
+                    let purpose = std::mem::replace(&mut f.purpose, Purpose::Delete);
+                    self.post(purpose, out, timers);
+                }
+                AuthVerdict::Wait => {
+                    if let Purpose::Post { frame } | Purpose::Reinitialize { frame } =
+                        std::mem::replace(&mut f.purpose, Purpose::Delete)
+                    {
+                        self.held.push(frame);
+                    }
+                }
+                AuthVerdict::Refused(reason) => {
+                    for id in std::mem::take(&mut f.awaiting) {
+                        got.push(Delivery::RequestFailed {
+                            id,
+                            reason: reason.clone(),
+                        });
+                    }
+                    if let Purpose::Reinitialize { .. } = f.purpose {
+                        got.push(Delivery::Dead(format!(
+                            "could not start a new session: {reason}"
+                        )));
+                    }
+                }
+            }
+            return false;
+        }
+        if (300..400).contains(&status) {
+            let to = header(headers, "location").unwrap_or("nowhere");
+            let reason = format!(
+                "redirected ({}) to {to}; redirects are not followed",
+                status_text(status)
+            );
+            for id in std::mem::take(&mut f.awaiting) {
+                got.push(Delivery::RequestFailed {
+                    id,
+                    reason: reason.clone(),
+                });
+            }
+            self.fail_unawaited(f, &reason, out, got);
+            return false;
+        }
+        f.reader = Reader::Error {
+            status,
+            content_type: media,
+            head: Vec::new(),
+        };
+        true
+    }
+
+    /// A failed exchange that awaited no request (a notification, a response, our own
+    /// initialize): logged, and for our own initialize the server is dead.
+    fn fail_unawaited(&self, f: &Flight, reason: &str, out: &mut Outbox, got: &mut Vec<Delivery>) {
+        match &f.purpose {
+            Purpose::Reinitialize { .. } => got.push(Delivery::Dead(format!(
+                "could not start a new session: {reason}"
+            ))),
+            Purpose::Post { frame } if f.awaiting.is_empty() => {
+                let what = match frame.kind {
+                    FrameKind::Response => "an answer to the server's request",
+                    FrameKind::Initialized
+                    | FrameKind::Notification
+                    | FrameKind::Initialize(_)
+                    | FrameKind::Request(_) => "a notification",
+                };
+                out.log(
+                    LogLevel::Warn,
+                    format!("mcp '{}': {what} was not accepted: {reason}", self.name),
+                );
+            }
+            Purpose::Post { .. } | Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => {}
+        }
+    }
+
+    /// A `404` on a request with the session id: a new session is initialized (once), and the
+    /// request waits for it; a second expiry in a row is the server's death.
+    fn session_expired(
+        &mut self,
+        frame: Frame,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        if self.phase == Phase::Reinitializing {
+            self.held.push(frame);
+            return;
+        }
+        if self.reinitialized {
+            got.push(Delivery::Dead(
+                "lost its session again right after a new one was initialized (HTTP 404)".into(),
+            ));
+            return;
+        }
+        let Some(init) = self.initialize.clone() else {
+            got.push(Delivery::Dead("lost its session (HTTP 404)".into()));
+            return;
+        };
+        out.log(
+            LogLevel::Info,
+            format!(
+                "mcp '{}': the server lost the session (HTTP 404); initializing a new one",
+                self.name
+            ),
+        );
+        self.held.push(frame);
+        self.phase = Phase::Reinitializing;
+        self.session_id = None;
+        self.reinits += 1;
+        let mut message: Value = serde_json::from_str(init.text.trim_end()).unwrap_or_default();
+        if let Some(obj) = message.as_object_mut() {
+            obj.insert(
+                "id".into(),
+                Value::String(format!("{REINIT_ID}{}", self.reinits)),
+            );
+        }
+        let frame = Frame {
+            text: format!("{message}\n"),
+            kind: FrameKind::Notification,
+        };
+        if let Some(seq) = self.listen.take() {
+            self.flights.remove(&seq);
+            self.drop_exchange(seq, out, timers);
+        }
+        self.post(Purpose::Reinitialize { frame }, out, timers);
+        // Its answer is awaited like a request's: the exchange deadline covers it.
+    }
+
+    /// The transport's own `initialize` was answered: on success the session is open again,
+    /// `notifications/initialized` goes out, then the requests that waited, in order.
+    fn reinitialized(
+        &mut self,
+        outcome: Result<Value, jsonrpc::RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        let result = match outcome {
+            Ok(v) => v,
+            Err(e) => {
+                got.push(Delivery::Dead(format!(
+                    "could not start a new session: initialize was rejected: {} {}",
+                    e.code, e.message
+                )));
+                return;
+            }
+        };
+        if let Some(v) = result.get("protocolVersion").and_then(Value::as_str) {
+            self.version = Some(v.to_string());
+        }
+        self.phase = Phase::Open;
+        self.reinitialized = true;
+        let initialized = Frame {
+            text: jsonrpc::encode_notification("notifications/initialized", &serde_json::json!({})),
+            kind: FrameKind::Initialized,
+        };
+        self.send(initialized, None, out, timers);
+        for frame in std::mem::take(&mut self.held) {
+            self.send(frame, None, out, timers);
+        }
+    }
+
+    /// Body bytes of an answer. `false`: drop the exchange.
+    fn on_body(
+        &mut self,
+        f: &mut Flight,
+        bytes: &[u8],
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) -> bool {
+        match &mut f.reader {
+            Reader::Head | Reader::Ignore => true,
+            Reader::Json(buf) => {
+                if buf.len() + bytes.len() > MAX_JSON_BODY_BYTES {
+                    for id in std::mem::take(&mut f.awaiting) {
+                        got.push(Delivery::RequestFailed {
+                            id,
+                            reason: format!(
+                                "answered with a body over {} MiB",
+                                MAX_JSON_BODY_BYTES >> 20
+                            ),
+                        });
+                    }
+                    return false;
+                }
+                buf.extend_from_slice(bytes);
+                true
+            }
+            Reader::Error { head, .. } => {
+                let room = ERROR_BODY_BYTES.saturating_sub(head.len());
+                head.extend_from_slice(bytes.get(..room.min(bytes.len())).unwrap_or(&[]));
+                true
+            }
+            Reader::Events(parser) => {
+                let mut events = Vec::new();
+                parser.feed(bytes, &mut events);
+                if let Some(id) = parser.last_event_id() {
+                    f.last_event_id = Some(id.to_string());
+                }
+                if let Some(ms) = parser.retry_ms() {
+                    f.retry_ms = Some(ms);
+                }
+                let overflowed = parser.overflowed();
+                for e in events {
+                    self.on_sse_event(f, e, out, timers, got);
+                }
+                if overflowed {
+                    for id in std::mem::take(&mut f.awaiting) {
+                        got.push(Delivery::RequestFailed {
+                            id,
+                            reason: "sent an event over 16 MiB".into(),
+                        });
+                    }
+                    return false;
+                }
+                // A request's stream is done once its responses came (an endless stream after
+                // them is not read on).
+                let done = f.awaiting.is_empty()
+                    && matches!(f.purpose, Purpose::Post { .. } | Purpose::Resume { .. })
+                    && f.events > 0
+                    && !self.stream_may_carry_more(f);
+                !done
+            }
+        }
+    }
+
+    /// Whether a request's stream whose requests are answered still matters: never (the
+    /// server SHOULD close it, and anything else it sends comes on the `GET` stream too).
+    fn stream_may_carry_more(&self, f: &Flight) -> bool {
+        matches!(f.purpose, Purpose::Reinitialize { .. })
+    }
+
+    /// One event of a stream: a JSON-RPC message (or, legacy, the `endpoint`).
+    fn on_sse_event(
+        &mut self,
+        f: &mut Flight,
+        e: SseEvent,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        if self.wire == Wire::Legacy && e.event.as_deref() == Some("endpoint") {
+            self.set_endpoint(e.data.trim(), out, timers, got);
+            return;
+        }
+        if e.data.trim().is_empty() {
+            return; // a priming event: only its id and retry matter
+        }
+        if e.event.as_deref().is_some_and(|t| t != "message") {
+            out.log(
+                LogLevel::Debug,
+                format!(
+                    "mcp '{}': ignoring an event of type {:?}",
+                    self.name, e.event
+                ),
+            );
+            return;
+        }
+        f.events += 1;
+        self.deliver_json(f, e.data.as_bytes(), out, timers, got);
+    }
+
+    /// The legacy wire's `endpoint` event: frames go there from now on (same origin only: a
+    /// credential never travels elsewhere).
+    fn set_endpoint(
+        &mut self,
+        data: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        let base = crate::http::origin_of(&self.url).ok();
+        let endpoint = if data.starts_with("http://") || data.starts_with("https://") {
+            Some(data.to_string()).filter(|e| crate::http::origin_of(e).ok() == base)
+        } else if let Some(origin) = &base {
+            let path = if data.starts_with('/') {
+                data.to_string()
+            } else {
+                // Relative to the stream URL's directory.
+                let dir = self
+                    .url
+                    .split_once("://")
+                    .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+                    .map_or("/", |p| p.rsplit_once('/').map_or("/", |(d, _)| d));
+                format!("{}/{data}", dir.trim_end_matches('/'))
+            };
+            Some(format!("{origin}{path}"))
+        } else {
+            None
+        };
+        let Some(endpoint) = endpoint else {
+            got.push(Delivery::Dead(format!(
+                "failed to start: its endpoint {data:?} is not on the server's own origin"
+            )));
+            return;
+        };
+        self.endpoint = Some(endpoint);
+        for frame in std::mem::take(&mut self.held) {
+            self.send(frame, None, out, timers);
+        }
+    }
+
+    /// A JSON body or event data: one message or a batch of them, each delivered; the answer
+    /// to the transport's own `initialize` is its own.
+    fn deliver_json(
+        &mut self,
+        f: &mut Flight,
+        bytes: &[u8],
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        let items: Vec<Vec<u8>> = match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Array(batch)) => batch
+                .iter()
+                .filter_map(|v| serde_json::to_vec(v).ok())
+                .collect(),
+            Ok(_) | Err(_) => vec![bytes.to_vec()],
+        };
+        for item in items {
+            match jsonrpc::parse_message(&item) {
+                Ok(Message::Response { id, outcome })
+                    if id.as_str().is_some_and(|s| s.starts_with(REINIT_ID)) =>
+                {
+                    self.reinitialized(outcome, out, timers, got);
+                }
+                Ok(message) => {
+                    if let Message::Response { id, .. } = &message
+                        && let Some(our) = jsonrpc::match_our_id(id)
+                    {
+                        f.awaiting.retain(|a| a.0 != our);
+                        self.reinitialized = false;
+                    }
+                    got.push(Delivery::Message(message));
+                }
+                Err(_) => {
+                    let shown =
+                        String::from_utf8_lossy(item.get(..item.len().min(200)).unwrap_or(&[]))
+                            .into_owned();
+                    out.log(
+                        LogLevel::Warn,
+                        format!(
+                            "mcp '{}': ignoring an answer that is not JSON-RPC: {shown:?}",
+                            self.name
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// An answer ended: what it held is delivered; requests it left unanswered are resumed or
+    /// failed.
+    fn on_end(
+        &mut self,
+        mut f: Flight,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        match std::mem::replace(&mut f.reader, Reader::Ignore) {
+            Reader::Json(buf) => {
+                self.deliver_json(&mut f, &buf, out, timers, got);
+                for id in std::mem::take(&mut f.awaiting) {
+                    got.push(Delivery::RequestFailed {
+                        id,
+                        reason: "answered without a response to it".into(),
+                    });
+                }
+            }
+            Reader::Events(mut parser) => {
+                let mut events = Vec::new();
+                parser.finish(&mut events);
+                for e in events {
+                    self.on_sse_event(&mut f, e, out, timers, got);
+                }
+                self.stream_ended(f, "the event stream closed", out, timers, got);
+            }
+            Reader::Error {
+                status,
+                content_type,
+                head,
+                ..
+            } => self.error_answer(f, status, &content_type, &head, out, timers, got),
+            Reader::Head | Reader::Ignore => {
+                if let Purpose::Listen = f.purpose {
+                    self.stream_ended(f, "the event stream closed", out, timers, got);
+                }
+            }
+        }
+    }
+
+    /// An HTTP error answer (status ≥ 400, not a challenge or an expiry) was read whole: a
+    /// JSON-RPC error in it answers its request; otherwise the requests fail with the status.
+    #[allow(clippy::too_many_arguments)]
+    fn error_answer(
+        &mut self,
+        mut f: Flight,
+        status: u16,
+        content_type: &str,
+        head: &[u8],
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        if let Purpose::Resume { attempt } = f.purpose {
+            let reason = format!("resuming its event stream answered {}", status_text(status));
+            self.resume_failed(f, attempt, &reason, out, timers, got);
+            return;
+        }
+        if content_type == "application/json" {
+            self.deliver_json(&mut f, head, out, timers, got);
+        }
+        let snippet: String = String::from_utf8_lossy(head)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
+        let snippet = snippet.trim();
+        let reason = if snippet.is_empty() || content_type == "text/html" {
+            format!("answered {}", status_text(status))
+        } else {
+            format!("answered {}: {snippet}", status_text(status))
+        };
+        for id in std::mem::take(&mut f.awaiting) {
+            got.push(Delivery::RequestFailed {
+                id,
+                reason: reason.clone(),
+            });
+        }
+        self.fail_unawaited(&f, &reason, out, got);
+    }
+
+    /// An event stream closed (`why`) with requests still unanswered: resumed after its
+    /// `retry` with its last event id, or failed; the `GET` stream is opened again.
+    fn stream_ended(
+        &mut self,
+        f: Flight,
+        why: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let retry = f.retry_ms.unwrap_or(DEFAULT_RETRY_MS).min(MAX_RETRY_MS);
+        match f.purpose {
+            Purpose::Listen => {
+                if self.wire == Wire::Legacy {
+                    got.push(Delivery::Dead(format!("ended its event stream ({why})")));
+                    return;
+                }
+                if f.events > 0 {
+                    self.listen_reopens = 0;
+                }
+                self.listen_reopens += 1;
+                if self.listen_reopens <= MAX_LISTEN_REOPENS && self.phase == Phase::Open {
+                    self.listen_at = Some(out.now().plus_ms(retry));
+                    self.arm_retry(timers);
+                }
+            }
+            Purpose::Post { .. } | Purpose::Resume { .. } if !f.awaiting.is_empty() => {
+                let attempt = match f.purpose {
+                    Purpose::Resume { attempt } if f.events == 0 => attempt + 1,
+                    Purpose::Resume { .. }
+                    | Purpose::Post { .. }
+                    | Purpose::Listen
+                    | Purpose::Reinitialize { .. }
+                    | Purpose::Delete => 1,
+                };
+                match f.last_event_id.clone() {
+                    Some(last) if attempt <= MAX_RESUME_ATTEMPTS => {
+                        self.resumes.push(PendingResume {
+                            at: out.now().plus_ms(retry),
+                            last_event_id: last,
+                            awaiting: f.awaiting,
+                            attempt,
+                        });
+                        self.arm_retry(timers);
+                    }
+                    Some(_) => {
+                        let reason = format!(
+                            "{why} before the response, and {MAX_RESUME_ATTEMPTS} attempts to resume it failed"
+                        );
+                        for id in f.awaiting {
+                            got.push(Delivery::RequestFailed {
+                                id,
+                                reason: reason.clone(),
+                            });
+                        }
+                    }
+                    None => {
+                        let reason = format!("{why} before the response");
+                        for id in f.awaiting {
+                            got.push(Delivery::RequestFailed {
+                                id,
+                                reason: reason.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+            Purpose::Reinitialize { .. } => got.push(Delivery::Dead(format!(
+                "could not start a new session: {why} before the answer to initialize"
+            ))),
+            Purpose::Post { .. } | Purpose::Resume { .. } | Purpose::Delete => {}
+        }
+    }
+
+    /// A resumption `GET` did not give a stream: another attempt after the wait, or the
+    /// requests fail.
+    fn resume_failed(
+        &mut self,
+        f: Flight,
+        attempt: u32,
+        reason: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        match f.last_event_id {
+            Some(last) if attempt < MAX_RESUME_ATTEMPTS && !f.awaiting.is_empty() => {
+                self.resumes.push(PendingResume {
+                    at: out.now().plus_ms(DEFAULT_RETRY_MS),
+                    last_event_id: last,
+                    awaiting: f.awaiting,
+                    attempt: attempt + 1,
+                });
+                self.arm_retry(timers);
+            }
+            Some(_) | None => {
+                for id in f.awaiting {
+                    got.push(Delivery::RequestFailed {
+                        id,
+                        reason: reason.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// A connection or IO failure of an exchange (`reason`, one line).
+    fn on_failed(
+        &mut self,
+        mut f: Flight,
+        reason: &str,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        match (&f.purpose, &f.reader) {
+            (Purpose::Delete, _) => {}
+            (Purpose::Listen, Reader::Head) if self.wire == Wire::Streamable => {
+                out.log(
+                    LogLevel::Warn,
+                    format!(
+                        "mcp '{}': the stream of server messages failed: {reason}",
+                        self.name
+                    ),
+                );
+            }
+            (Purpose::Listen, _) if self.wire == Wire::Streamable => {
+                self.stream_ended(
+                    f,
+                    &format!("the event stream broke ({reason})"),
+                    out,
+                    timers,
+                    got,
+                );
+            }
+            (Purpose::Resume { attempt }, _) => {
+                let attempt = *attempt;
+                self.resume_failed(
+                    f,
+                    attempt,
+                    &format!("resuming its event stream failed: {reason}"),
+                    out,
+                    timers,
+                    got,
+                );
+            }
+            (
+                Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen,
+                Reader::Head,
+            ) => {
+                got.push(Delivery::Dead(format!("is unreachable: {reason}")));
+            }
+            (
+                Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen,
+                Reader::Events(_),
+            ) => {
+                let mut parser = match std::mem::replace(&mut f.reader, Reader::Ignore) {
+                    Reader::Events(p) => p,
+                    Reader::Head | Reader::Json(_) | Reader::Ignore | Reader::Error { .. } => {
+                        Box::default()
+                    }
+                };
+                let mut events = Vec::new();
+                parser.finish(&mut events);
+                for e in events {
+                    self.on_sse_event(&mut f, e, out, timers, got);
+                }
+                self.stream_ended(
+                    f,
+                    &format!("the event stream broke ({reason})"),
+                    out,
+                    timers,
+                    got,
+                );
+            }
+            (Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen, _) => {
+                let why = format!("the connection broke before the answer ended ({reason})");
+                for id in std::mem::take(&mut f.awaiting) {
+                    got.push(Delivery::RequestFailed {
+                        id,
+                        reason: why.clone(),
+                    });
+                }
+                self.fail_unawaited(&f, &why, out, got);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MonoTime;
+    use serde_json::json;
+
+    const SLOT: ServerSlot = ServerSlot(3);
+
+    /// One transport alone with the outbox and timers a step lends it.
+    struct Rig {
+        t: HttpTransport,
+        out: Outbox,
+        timers: TimerTable,
+    }
+
+    /// A request the transport asked the runtime to send.
+    #[derive(Debug)]
+    struct Sent {
+        seq: u64,
+        method: Method,
+        url: String,
+        headers: Vec<(String, String)>,
+        body: Value,
+    }
+
+    impl Sent {
+        fn header(&self, name: &str) -> Option<&str> {
+            header(&self.headers, name)
+        }
+    }
+
+    fn frame(kind: FrameKind, message: &Value) -> Frame {
+        Frame {
+            text: format!("{message}\n"),
+            kind,
+        }
+    }
+
+    fn request(id: u64, method: &str) -> Frame {
+        frame(
+            FrameKind::Request(McpRequestId(id)),
+            &json!({"jsonrpc": "2.0", "id": id, "method": method}),
+        )
+    }
+
+    fn response(id: u64) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "result": {"ok": id}}).to_string()
+    }
+
+    fn head(status: u16, headers: &[(&str, &str)]) -> HttpEvent {
+        HttpEvent::Head {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    impl Rig {
+        fn new(wire: Wire) -> Rig {
+            let headers = vec![
+                ("X-Team".to_string(), "blue".to_string()),
+                ("Authorization".to_string(), "Bearer t".to_string()),
+            ];
+            let url = match wire {
+                Wire::Streamable => "http://h:8/mcp",
+                Wire::Legacy => "http://h:8/sse",
+            };
+            let mut rig = Rig {
+                t: HttpTransport::new(SLOT, "remote", wire, url, &headers, 5_000),
+                out: Outbox::new(LogLevel::Debug, MonoTime::ZERO),
+                timers: TimerTable::default(),
+            };
+            rig.t.open(&mut rig.out, &mut rig.timers);
+            rig
+        }
+
+        /// The requests asked for since the last call, and the exchanges dropped.
+        fn sent(&mut self) -> (Vec<Sent>, Vec<u64>) {
+            let (mut sent, mut dropped) = (Vec::new(), Vec::new());
+            while let Some(a) = self.out.pop() {
+                match a {
+                    Action::Http { exchange, request } => {
+                        assert_eq!(exchange.server, SLOT);
+                        let bytes = request.body.to_vec();
+                        sent.push(Sent {
+                            seq: exchange.seq,
+                            method: request.method,
+                            url: request.url,
+                            headers: request.headers,
+                            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                        });
+                    }
+                    Action::CancelHttp { exchange } => dropped.push(exchange.seq),
+                    Action::Log(_) => {}
+                    other @ (Action::WriteAcp(_)
+                    | Action::WriteMcp { .. }
+                    | Action::SpawnMcp { .. }
+                    | Action::CloseMcpStdin { .. }
+                    | Action::SignalProcessGroup { .. }
+                    | Action::CallLlm { .. }
+                    | Action::CancelLlm { .. }
+                    | Action::OpenTranscript { .. }
+                    | Action::ReadTranscript { .. }
+                    | Action::AppendTranscript { .. }
+                    | Action::SyncTranscript { .. }
+                    | Action::TruncateTranscript { .. }
+                    | Action::CloseTranscript { .. }
+                    | Action::ListTranscripts { .. }
+                    | Action::Exit { .. }) => panic!("unexpected action {other:?}"),
+                }
+            }
+            (sent, dropped)
+        }
+
+        fn send(&mut self, f: Frame, version: Option<&str>) {
+            self.t.send(f, version, &mut self.out, &mut self.timers);
+        }
+
+        fn on(&mut self, seq: u64, event: HttpEvent) -> Vec<Delivery> {
+            self.t.on_event(seq, event, &mut self.out, &mut self.timers)
+        }
+
+        /// Feeds a whole answer: head, one body chunk, end.
+        fn answer(
+            &mut self,
+            seq: u64,
+            status: u16,
+            headers: &[(&str, &str)],
+            body: &str,
+        ) -> Vec<Delivery> {
+            let mut got = self.on(seq, head(status, headers));
+            if !body.is_empty() {
+                got.extend(self.on(seq, HttpEvent::Body(body.as_bytes().to_vec())));
+            }
+            got.extend(self.on(seq, HttpEvent::End));
+            got
+        }
+
+        /// `initialize` answered with session id `abc`, then `initialized` sent: returns the
+        /// `GET` stream's request.
+        fn handshake(&mut self) -> Sent {
+            let init = frame(
+                FrameKind::Initialize(McpRequestId(1)),
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+            );
+            self.send(init, None);
+            let (sent, _) = self.sent();
+            let got = self.answer(
+                sent[0].seq,
+                200,
+                &[
+                    ("content-type", "application/json"),
+                    ("mcp-session-id", "abc"),
+                ],
+                &response(1),
+            );
+            assert!(matches!(&got[..], [Delivery::Message(_)]), "{got:?}");
+            self.send(
+                frame(
+                    FrameKind::Initialized,
+                    &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                ),
+                Some("2025-11-25"),
+            );
+            let (mut sent, _) = self.sent();
+            assert_eq!(sent.len(), 2, "initialized, then the GET stream: {sent:?}");
+            let get = sent.remove(1);
+            let got = self.answer(sent[0].seq, 202, &[], "");
+            assert!(got.is_empty(), "{got:?}");
+            get
+        }
+    }
+
+    fn is_response_to(d: &Delivery, id: u64) -> bool {
+        matches!(d, Delivery::Message(Message::Response { id: v, .. }) if *v == json!(id))
+    }
+
+    #[test]
+    fn m10_initialize_has_no_session_id_later_requests_carry_it_and_the_version() {
+        let mut rig = Rig::new(Wire::Streamable);
+        let init = frame(
+            FrameKind::Initialize(McpRequestId(1)),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+        );
+        rig.send(init, None);
+        let (sent, _) = rig.sent();
+        let post = &sent[0];
+        assert_eq!(post.method, Method::Post);
+        assert_eq!(post.url, "http://h:8/mcp");
+        assert_eq!(
+            post.header("accept"),
+            Some("application/json, text/event-stream")
+        );
+        assert_eq!(post.header("content-type"), Some("application/json"));
+        assert_eq!(post.header("X-Team"), Some("blue"), "the entry's header");
+        assert_eq!(
+            post.header("authorization"),
+            Some("Bearer t"),
+            "the credential"
+        );
+        assert_eq!(post.header("mcp-session-id"), None);
+        assert_eq!(post.body["method"], "initialize");
+
+        let get = {
+            let mut rig = Rig::new(Wire::Streamable);
+            rig.handshake()
+        };
+        assert_eq!(get.method, Method::Get);
+        assert_eq!(get.header("accept"), Some("text/event-stream"));
+        assert_eq!(get.header("mcp-session-id"), Some("abc"));
+        assert_eq!(get.header("mcp-protocol-version"), Some("2025-11-25"));
+
+        let mut rig = Rig::new(Wire::Streamable);
+        let get = rig.handshake();
+        rig.send(request(2, "tools/list"), None);
+        let (sent, _) = rig.sent();
+        assert_eq!(sent[0].header("mcp-session-id"), Some("abc"));
+        assert_eq!(sent[0].header("mcp-protocol-version"), Some("2025-11-25"));
+        // 405 on the GET stream: there is none, and it is not asked for again.
+        let got = rig.answer(get.seq, 405, &[], "");
+        assert!(got.is_empty(), "{got:?}");
+        assert!(
+            !rig.timers
+                .contains(Timer::Server(SLOT, ServerTimer::HttpRetry))
+        );
+    }
+
+    #[test]
+    fn m10_an_event_stream_carries_server_messages_before_the_response_and_ends_with_it() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let seq = sent[0].seq;
+        assert!(
+            rig.on(
+                seq,
+                head(200, &[("content-type", "text/event-stream; charset=utf-8")])
+            )
+            .is_empty()
+        );
+        let ping = json!({"jsonrpc": "2.0", "id": "s1", "method": "ping"});
+        let body = format!(
+            "id: 1\ndata: \n\nid: 2\nevent: message\ndata: {ping}\n\nid: 3\ndata: {}\n\n",
+            response(2)
+        );
+        // Split anywhere: the parser keeps what is incomplete.
+        let (a, b) = body.split_at(body.len() / 2);
+        let mut got = rig.on(seq, HttpEvent::Body(a.as_bytes().to_vec()));
+        got.extend(rig.on(seq, HttpEvent::Body(b.as_bytes().to_vec())));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            matches!(&got[0], Delivery::Message(Message::Request { method, .. }) if method == "ping")
+        );
+        assert!(is_response_to(&got[1], 2));
+        let (_, dropped) = rig.sent();
+        assert_eq!(
+            dropped,
+            [seq],
+            "a request's stream is let go once its response came"
+        );
+        assert!(!rig.t.owns(seq));
+    }
+
+    #[test]
+    fn m10_a_404_on_the_session_initializes_a_new_one_then_resends_and_a_second_is_dead() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            404,
+            &[("content-type", "application/json")],
+            "{}",
+        );
+        assert!(got.is_empty(), "the model never hears of it: {got:?}");
+        let (sent, _) = rig.sent();
+        let reinit = sent
+            .iter()
+            .find(|s| s.body["method"] == "initialize")
+            .expect("a new initialize");
+        assert_eq!(reinit.header("mcp-session-id"), None);
+        assert_eq!(
+            reinit.body["id"], "buzz-reinit-1",
+            "its own id, never a session's"
+        );
+        // Requests meanwhile wait for the new session.
+        rig.send(request(3, "tools/list"), None);
+        assert!(rig.sent().0.is_empty());
+        let answer = json!({"jsonrpc": "2.0", "id": "buzz-reinit-1", "result": {"protocolVersion": "2025-11-25"}});
+        let got = rig.answer(
+            reinit.seq,
+            200,
+            &[
+                ("content-type", "application/json"),
+                ("mcp-session-id", "def"),
+            ],
+            &answer.to_string(),
+        );
+        assert!(got.is_empty(), "its answer is the transport's own: {got:?}");
+        let (sent, _) = rig.sent();
+        let methods: Vec<&str> = sent
+            .iter()
+            .filter_map(|s| s.body["method"].as_str())
+            .collect();
+        assert_eq!(
+            methods,
+            ["notifications/initialized", "tools/call", "tools/list"]
+        );
+        assert!(
+            sent.iter()
+                .all(|s| s.header("mcp-session-id") == Some("def"))
+        );
+        // Lost again at once: the server cannot keep a session.
+        let call = sent
+            .iter()
+            .find(|s| s.body["method"] == "tools/call")
+            .expect("resent");
+        let got = rig.answer(call.seq, 404, &[], "");
+        assert!(
+            matches!(&got[..], [Delivery::Dead(why)] if why.contains("again")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn m10_a_stream_closed_before_its_response_is_resumed_with_the_last_event_id_after_retry() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            200,
+            &[("content-type", "text/event-stream")],
+            "id: e1\nretry: 250\ndata: \n\n",
+        );
+        assert!(got.is_empty(), "{got:?}");
+        let retry = Timer::Server(SLOT, ServerTimer::HttpRetry);
+        assert_eq!(rig.timers.get(retry), Some(MonoTime::ZERO.plus_ms(250)));
+        rig.out.advance(MonoTime::ZERO.plus_ms(250));
+        rig.t.retry_due(&mut rig.out, &mut rig.timers);
+        let (sent, _) = rig.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].method, Method::Get);
+        assert_eq!(sent[0].header("last-event-id"), Some("e1"));
+        assert_eq!(sent[0].header("mcp-session-id"), Some("abc"));
+        let got = rig.answer(
+            sent[0].seq,
+            200,
+            &[("content-type", "text/event-stream")],
+            &format!("id: e2\ndata: {}\n\n", response(2)),
+        );
+        assert!(matches!(&got[..], [d] if is_response_to(d, 2)), "{got:?}");
+        // Without an event id there is nothing to resume: the request fails.
+        rig.send(request(4, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            200,
+            &[("content-type", "text/event-stream")],
+            ": hi\n\n",
+        );
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 4 && reason.contains("closed before the response")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn m10_error_answers_fail_their_request_redirects_are_not_followed_unreachable_is_dead() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            500,
+            &[("content-type", "text/html")],
+            "<html>oops</html>",
+        );
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 2 && reason == "answered HTTP 500 (Internal Server Error)"),
+            "an HTML page is not quoted: {got:?}"
+        );
+        rig.send(request(3, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            302,
+            &[("location", "https://elsewhere/login")],
+            "",
+        );
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { reason, .. }] if reason.contains("https://elsewhere/login") && reason.contains("not followed")),
+            "{got:?}"
+        );
+        rig.send(request(4, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(
+            sent[0].seq,
+            200,
+            &[("content-type", "application/json")],
+            &"x".repeat(10),
+        );
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 4 && reason.contains("without a response")),
+            "{got:?}"
+        );
+        rig.send(request(5, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.on(sent[0].seq, HttpEvent::Failed("connection refused".into()));
+        assert!(
+            matches!(&got[..], [Delivery::Dead(why)] if why == "is unreachable: connection refused"),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn m10_a_json_body_over_the_cap_fails_its_request() {
+        let mut rig = Rig::new(Wire::Streamable);
+        rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        let seq = sent[0].seq;
+        assert!(
+            rig.on(seq, head(200, &[("content-type", "application/json")]))
+                .is_empty()
+        );
+        let piece = vec![b' '; 1 << 20];
+        let mut got = Vec::new();
+        for _ in 0..17 {
+            got.extend(rig.on(seq, HttpEvent::Body(piece.clone())));
+        }
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 2 && reason.contains("16 MiB")),
+            "{got:?}"
+        );
+        assert!(!rig.t.owns(seq), "dropped");
+    }
+
+    #[test]
+    fn m10_close_ends_the_session_with_a_delete_and_drops_what_is_in_flight() {
+        let mut rig = Rig::new(Wire::Streamable);
+        let get = rig.handshake();
+        rig.send(request(2, "tools/call"), None);
+        let (sent, _) = rig.sent();
+        rig.t.close(&mut rig.out, &mut rig.timers);
+        let (deletes, mut dropped) = rig.sent();
+        dropped.sort_unstable();
+        assert_eq!(dropped, [get.seq, sent[0].seq]);
+        assert_eq!(deletes.len(), 1);
+        assert_eq!(deletes[0].method, Method::Delete);
+        assert_eq!(deletes[0].header("mcp-session-id"), Some("abc"));
+        assert!(rig.t.busy(), "the DELETE is waited for (bounded)");
+        assert!(
+            rig.timers
+                .contains(Timer::Server(SLOT, ServerTimer::Exchange(deletes[0].seq)))
+        );
+        assert!(rig.answer(deletes[0].seq, 200, &[], "").is_empty());
+        assert!(!rig.t.busy());
+        // Closed: nothing more goes out.
+        rig.send(request(3, "ping"), None);
+        assert!(rig.sent().0.is_empty());
+    }
+
+    #[test]
+    fn m10_legacy_frames_wait_for_the_endpoint_on_the_same_origin_and_answers_come_on_the_stream() {
+        let mut rig = Rig::new(Wire::Legacy);
+        let (sent, _) = rig.sent();
+        assert_eq!(sent.len(), 1);
+        let stream = &sent[0];
+        assert_eq!(stream.method, Method::Get);
+        assert_eq!(stream.url, "http://h:8/sse");
+        let seq = stream.seq;
+        let init = frame(
+            FrameKind::Initialize(McpRequestId(1)),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+        );
+        rig.send(init, None);
+        assert!(rig.sent().0.is_empty(), "held until the endpoint is known");
+        assert!(
+            rig.on(seq, head(200, &[("content-type", "text/event-stream")]))
+                .is_empty()
+        );
+        let got = rig.on(
+            seq,
+            HttpEvent::Body(b"event: endpoint\ndata: /messages?session=9\n\n".to_vec()),
+        );
+        assert!(got.is_empty());
+        let (sent, _) = rig.sent();
+        assert_eq!(sent[0].url, "http://h:8/messages?session=9");
+        assert_eq!(
+            sent[0].header("mcp-session-id"),
+            None,
+            "no Streamable headers"
+        );
+        assert!(rig.answer(sent[0].seq, 202, &[], "Accepted").is_empty());
+        let got = rig.on(
+            seq,
+            HttpEvent::Body(format!("event: message\ndata: {}\n\n", response(1)).into_bytes()),
+        );
+        assert!(matches!(&got[..], [d] if is_response_to(d, 1)), "{got:?}");
+
+        let mut rig = Rig::new(Wire::Legacy);
+        let (sent, _) = rig.sent();
+        rig.on(
+            sent[0].seq,
+            head(200, &[("content-type", "text/event-stream")]),
+        );
+        let got = rig.on(
+            sent[0].seq,
+            HttpEvent::Body(b"event: endpoint\ndata: https://evil.example/steal\n\n".to_vec()),
+        );
+        assert!(
+            matches!(&got[..], [Delivery::Dead(why)] if why.contains("not on the server's own origin")),
+            "a credential never goes to another origin: {got:?}"
+        );
+    }
+}
