@@ -7,11 +7,7 @@ use std::fmt;
 
 pub use crate::config::LogLevel;
 pub use crate::http::HttpEvent;
-<<<<<<< HEAD
-pub use crate::ids::{ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
-=======
-pub use crate::ids::{ExchangeId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
->>>>>>> mcp
+pub use crate::ids::{ExchangeId, ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use crate::llm::HttpRequest;
 
 /// The events of an LLM call: those of its HTTP exchange.

@@ -177,11 +177,7 @@ mod url;
 pub use agent::Agent;
 pub use config::Config;
 pub use hooks::HookPoint;
-<<<<<<< HEAD
-pub use ids::{ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
-=======
-pub use ids::{ExchangeId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
->>>>>>> mcp
+pub use ids::{ExchangeId, ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use io::{
     Action, HttpEvent, Input, LlmEvent, LogRecord, OAuthAction, OAuthInput, OpenMode, Signal,
     SpawnSpec, TRANSCRIPT_HEAD_BYTES, TranscriptEntry, TranscriptError, TranscriptEvent,

@@ -40,16 +40,13 @@ pub(crate) enum ServerTimer {
     StdoutClosed,
     /// SIGKILL of this generation's process group after the TERM grace.
     Kill { generation: u32 },
-<<<<<<< HEAD
     /// The deadline of the step in progress of the server's authorization (SPEC M11).
     Authorization,
-=======
     /// The deadline of an HTTP exchange that carries no request of ours (a notification, a
     /// response, the `DELETE`), by its number (SPEC M10).
     Exchange(u64),
     /// An event stream to resume, or the `GET` stream to open again, after its `retry`.
     HttpRetry,
->>>>>>> mcp
 }
 
 /// The timer of a prompt turn (at most one at a time: they belong to exclusive phases).
@@ -111,16 +108,13 @@ impl Timer {
         match self {
             Timer::Server(_, ServerTimer::Kill { .. }) => Stage::Kills,
             Timer::Server(_, ServerTimer::StdoutClosed) => Stage::ClosedStdouts,
-<<<<<<< HEAD
-            Timer::Server(_, ServerTimer::Request(_) | ServerTimer::Authorization) => {
-                Stage::McpRequests
-            }
-=======
             Timer::Server(
                 _,
-                ServerTimer::Request(_) | ServerTimer::Exchange(_) | ServerTimer::HttpRetry,
+                ServerTimer::Request(_)
+                | ServerTimer::Authorization
+                | ServerTimer::Exchange(_)
+                | ServerTimer::HttpRetry,
             ) => Stage::McpRequests,
->>>>>>> mcp
             Timer::Turn(_, TurnTimer::LlmGrace) => Stage::LlmGraces,
             Timer::Turn(_, TurnTimer::LlmIdle) => Stage::LlmIdle,
             Timer::Turn(_, TurnTimer::Backoff) => Stage::Backoffs,

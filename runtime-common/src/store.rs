@@ -249,12 +249,9 @@ impl Store {
             | Action::SignalProcessGroup { .. }
             | Action::CallLlm { .. }
             | Action::CancelLlm { .. }
-<<<<<<< HEAD
             | Action::OAuth(_)
-=======
             | Action::Http { .. }
             | Action::CancelHttp { .. }
->>>>>>> mcp
             | Action::Log(_)
             | Action::Exit { .. } => None,
         }
