@@ -12,6 +12,7 @@
 
 pub mod acp_schema;
 pub mod bench;
+pub mod conformance_auth;
 pub mod dialects;
 pub mod differential;
 pub mod fake_llm;
