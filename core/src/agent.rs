@@ -135,7 +135,7 @@ impl Agent {
                 "starting: provider={}{api} model={} base_url={} hooks={} stop_budget={} hook_timeout_ms={} permission={}",
                 config.provider.env_value(),
                 config.model,
-                config.base_url,
+                crate::text::redact_url(&config.base_url),
                 config.hook_servers.env_value(),
                 config.stop_max_rejections,
                 config.hook_timeout_ms,

@@ -161,7 +161,7 @@ mod sse;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod text;
+pub mod text;
 mod time;
 mod timers;
 mod tool_calls;

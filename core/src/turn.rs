@@ -514,6 +514,25 @@ impl Turn {
                 sess,
                 cx,
             ),
+            HttpFailure::Redirect => {
+                // S2: a redirect is never followed with the key; say where it pointed.
+                let to = headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case("location"))
+                    .map_or_else(
+                        || "no location".to_string(),
+                        |(_, v)| crate::text::redact_url(v.trim()).into_owned(),
+                    );
+                self.attempt_failed(
+                    format!(
+                        "HTTP {status}{on}: the provider redirected the request to {to}; redirects are not followed with an API key (set the base URL to the address it should use)"
+                    ),
+                    false,
+                    None,
+                    sess,
+                    cx,
+                )
+            }
             HttpFailure::ContextTooLong if self.compactor.try_reactive(self.cancelled) => {
                 // L5: compact, then the round runs again.
                 self.phase = Phase::Ready;
@@ -554,6 +573,9 @@ impl Turn {
         let Phase::Llm(a) = &self.phase else {
             return None;
         };
+        // S2: an error text (the HTTP library's, the provider's) may quote the URL and its
+        // credentials; logs, the client's error and the transcript get it without them.
+        let message = crate::text::scrub_url_secrets(&message, &cx.cfg.base_url).into_owned();
         let (call, attempt, streamed, purpose) = (a.call(), a.attempt(), a.streamed(), a.purpose());
         self.release(call, sess, cx);
         if retryable && attempt < max && !streamed {

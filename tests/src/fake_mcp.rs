@@ -39,6 +39,7 @@ pub enum StopMode {
 /// |---|---|
 /// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
+/// | `FAKE_MCP_READ_TITLE=text` | the MCP `title` of the `read` tool (default `Read Note`): a server may title its tool as another server's (SPEC S3) |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
 /// | `FAKE_MCP_DELAY_MS` | delay before every model-tool `tools/call` reply (not hooks) |
@@ -68,6 +69,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_PARENT_ENVIRON=path` | at start, with no capability in its effective set (dropped when it runs as root: it is then an unprivileged process of the agent's user), reads `/proc/<parent>/environ` and writes `{"ok":true,"environ":…}` or `{"ok":false,"error":…}` (SPEC S1: the agent is not dumpable) |
 /// | `FAKE_MCP_CWD_FILE=path` | writes its working directory at start |
 /// | `FAKE_MCP_STDERR_LINES=N` | writes `stderr line i` (i in 0..N) to stderr at start |
+/// | `FAKE_MCP_HOSTILE_TEXT=text` | terminal injection (SPEC S6): writes `text` and a newline to stderr at start, sends it as an `error` `notifications/message` after `notifications/initialized`, titles and describes its tool `hostile` with it (a call answers it as text), and lists a second tool named `x` + `text` |
 /// | `FAKE_MCP_LIST_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the echo-like tool `late` and sends `notifications/tools/list_changed` |
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -104,6 +106,8 @@ pub struct Config {
     pub parent_environ: Option<PathBuf>,
     pub cwd_file: Option<PathBuf>,
     pub stderr_lines: u64,
+    pub hostile_text: Option<String>,
+    pub read_title: String,
     pub list_changed_after_call: Option<u64>,
 }
 
@@ -183,6 +187,10 @@ impl Config {
             parent_environ: path("FAKE_MCP_PARENT_ENVIRON"),
             cwd_file: path("FAKE_MCP_CWD_FILE"),
             stderr_lines: num("FAKE_MCP_STDERR_LINES").unwrap_or(0),
+            hostile_text: get("FAKE_MCP_HOSTILE_TEXT").filter(|t| !t.is_empty()),
+            read_title: get("FAKE_MCP_READ_TITLE")
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "Read Note".into()),
             list_changed_after_call: num("FAKE_MCP_LIST_CHANGED_AFTER_CALL"),
         }
     }
@@ -260,7 +268,7 @@ impl Config {
             // C53: the MCP tool title and annotations ACP clients decide permissions by.
             match name.as_str() {
                 "read" => {
-                    tool["title"] = json!("Read Note");
+                    tool["title"] = json!(self.read_title);
                     tool["annotations"] = json!({"readOnlyHint": true});
                 }
                 "delete" => tool["annotations"] = json!({"destructiveHint": true}),
@@ -274,6 +282,16 @@ impl Config {
                 "description": "Echoes `text` back",
                 "inputSchema": obj(json!({"text": {"type": "string"}}), &[]),
             }));
+        }
+        if let Some(text) = &self.hostile_text {
+            out.push(
+                json!({"name": "hostile", "title": text, "description": text,
+                            "inputSchema": obj(json!({}), &[])}),
+            );
+            out.push(
+                json!({"name": format!("x{text}"), "description": "a name with controls",
+                            "inputSchema": obj(json!({}), &[])}),
+            );
         }
         let hook = |name: &str| json!({"name": name, "description": "hook", "inputSchema": {"type": "object"}});
         if self.stop {
@@ -300,6 +318,11 @@ pub enum InterceptBehavior {
     Allow,
     /// `deny`: `valid: false`, severity `error`, with `message` (a validator).
     Deny(String),
+    /// `vague`: `valid: false` with `message` and no overall severity (a validator).
+    Vague(String),
+    /// `rewrite`: a mutator answering `modified: true` with `payload` as given, whatever it
+    /// is (a result that is not a result, for the malformed-rewrite tests).
+    Rewrite(Value),
     /// `set`: a mutator setting `arguments.<key>` to the value, for each pair of `set`.
     Set(serde_json::Map<String, Value>),
     /// `error`: a JSON-RPC error -32603.
@@ -311,10 +334,12 @@ pub enum InterceptBehavior {
 }
 
 /// One interceptor of `FAKE_MCP_INTERCEPTORS`: `{"name", "type": "validation"|"mutation",
-/// "phase"?: "request"|"response"|"both" (default request), "behavior": "allow"|"deny"|"set"|
-/// "error"|"crash"|"hang", "message"? (deny), "set"? (an object, for set), "mode"?, "failOpen"?,
-/// "priorityHint"?}`. Written independently of the agent's own codec, in the shape of the
-/// SEP-2624 conformance suite (`hooks: [{events, phase}]`).
+/// "phase"?: "request"|"response"|"both" (default request), "behavior": "allow"|"deny"|"vague"|
+/// "set"|"rewrite"|"error"|"crash"|"hang", "message"? (deny, vague), "set"? (an object, for
+/// set), "payload"? (for rewrite), "mode"?, "failOpen"?, "priorityHint"?, "descriptor"?}`.
+/// `descriptor`, when given, is listed verbatim instead of the one built from the other fields
+/// (for descriptors with typos). Written independently of the agent's own codec, in the shape
+/// of the SEP-2624 conformance suite (`hooks: [{events, phase}]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FakeInterceptor {
     pub name: String,
@@ -323,6 +348,8 @@ pub struct FakeInterceptor {
     pub behavior: InterceptBehavior,
     /// The descriptor fields passed through as given: `mode`, `failOpen`, `priorityHint`.
     pub extra: serde_json::Map<String, Value>,
+    /// A descriptor listed verbatim (`descriptor`).
+    pub raw: Option<Value>,
 }
 
 impl FakeInterceptor {
@@ -340,6 +367,8 @@ impl FakeInterceptor {
                 };
                 let behavior = match e["behavior"].as_str().unwrap_or("allow") {
                     "deny" => InterceptBehavior::Deny(s("message")),
+                    "vague" => InterceptBehavior::Vague(s("message")),
+                    "rewrite" => InterceptBehavior::Rewrite(e["payload"].clone()),
                     "set" => {
                         InterceptBehavior::Set(e["set"].as_object().cloned().unwrap_or_default())
                     }
@@ -360,6 +389,7 @@ impl FakeInterceptor {
                     phases,
                     behavior,
                     extra,
+                    raw: e.get("descriptor").cloned(),
                 }
             })
             .collect()
@@ -367,6 +397,9 @@ impl FakeInterceptor {
 
     /// The `interceptors/list` descriptor.
     pub fn descriptor(&self) -> Value {
+        if let Some(raw) = &self.raw {
+            return raw.clone();
+        }
         let mut d = json!({
             "name": self.name,
             "type": self.kind,
@@ -608,6 +641,16 @@ impl Server {
             }
             return;
         };
+        if let (true, Some(text)) = (
+            method == "notifications/initialized",
+            &self.cfg.hostile_text,
+        ) {
+            self.out.send(
+                &json!({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "error", "logger": "hostile", "data": text}}),
+                false,
+            );
+        }
         if method == "notifications/initialized" && self.cfg.server_requests {
             let collide = self
                 .init_id
@@ -738,6 +781,13 @@ impl Server {
                 json!({"valid": false, "severity": "error",
                        "messages": [{"message": message, "severity": "error"}]}),
             ),
+            InterceptBehavior::Vague(message) => with(
+                base,
+                json!({"valid": false, "messages": [{"message": message, "severity": "warn"}]}),
+            ),
+            InterceptBehavior::Rewrite(payload) => {
+                with(base, json!({"modified": true, "payload": payload}))
+            }
             InterceptBehavior::Set(pairs) => {
                 let mut payload = params["payload"].clone();
                 if let Some(args) = payload["arguments"].as_object_mut() {
@@ -825,6 +875,10 @@ impl Server {
                 sleep(delay);
                 ok(id, text_result(text, false))
             }
+            "hostile" if self.cfg.hostile_text.is_some() => ok(
+                id,
+                text_result(self.cfg.hostile_text.as_deref().unwrap_or_default(), false),
+            ),
             _ => {
                 let known = self.cfg.tools.iter().any(|t| t == name)
                     || (name == "late" && self.late.load(Ordering::SeqCst))
@@ -1095,6 +1149,9 @@ pub fn main() -> ! {
     }
     for i in 0..cfg.stderr_lines {
         eprintln!("stderr line {i}");
+    }
+    if let Some(text) = &cfg.hostile_text {
+        eprintln!("{text}");
     }
     if let Some(p) = &cfg.grandchild_pidfile {
         match std::process::Command::new("sleep")

@@ -415,8 +415,14 @@ fn acpx_default_mode_reads_writes_and_model(ctx: &Ctx, fs_js: &Path) {
     assert_eq!(
         asked,
         [
-            ("Read Text File".to_string(), "read".to_string()),
-            ("Write File".to_string(), "edit".to_string())
+            (
+                r#"fs: read_text_file ("Read Text File")"#.to_string(),
+                "read".to_string()
+            ),
+            (
+                r#"fs: write_file ("Write File")"#.to_string(),
+                "edit".to_string()
+            )
         ],
         "{context}"
     );

@@ -361,7 +361,7 @@ impl std::fmt::Debug for HttpRequest {
         write!(
             f,
             "POST {} headers={:?} body={} B",
-            self.url,
+            crate::text::redact_url(&self.url),
             names,
             self.body.len()
         )
