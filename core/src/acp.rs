@@ -2,6 +2,8 @@
 //!
 //! Decoders return `Err(message)` naming the field for a `-32602` reply (SPEC T4).
 
+use crate::config::Prices;
+use crate::llm::UsageTotals;
 use serde_json::{Value, json};
 
 /// ACP protocol version this agent speaks (SPEC A1).
@@ -359,6 +361,36 @@ pub(crate) fn available_models(current: &str, configured: &[String]) -> Vec<Stri
         }
     }
     out
+}
+
+/// Token counts for the client (SPEC A6, L11): `inputTokens` (all of the input, cache reads
+/// and writes included), `outputTokens`, `totalTokens`, and `cachedReadTokens` /
+/// `cachedWriteTokens` (parts of the input) when the provider reported them; with `prices`,
+/// `cost` (ACP `Cost`: `amount`, `currency`). The names follow ACP's usage proposal, and the
+/// object goes under `_meta.buzz` (the v1 schema has no token fields of its own).
+#[must_use]
+pub(crate) fn usage_json(u: &UsageTotals, prices: Option<&Prices>) -> Value {
+    let mut v = json!({
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "totalTokens": u.input_tokens.saturating_add(u.output_tokens),
+    });
+    if let Some(read) = u.cache_read_tokens {
+        v["cachedReadTokens"] = json!(read);
+    }
+    if let Some(write) = u.cache_write_tokens {
+        v["cachedWriteTokens"] = json!(write);
+    }
+    if let Some(prices) = prices {
+        v["cost"] = cost_json(u, prices);
+    }
+    v
+}
+
+/// ACP `Cost` of `u` at `prices`: `{amount, currency}`.
+#[must_use]
+pub(crate) fn cost_json(u: &UsageTotals, prices: &Prices) -> Value {
+    json!({"amount": u.cost(prices), "currency": prices.currency})
 }
 
 /// The `configOptions` of a session (SPEC A5, case C58): one `select` of category `model`

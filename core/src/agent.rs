@@ -1004,8 +1004,11 @@ impl Agent {
         }
         match &end {
             TurnEnd::Stopped(reason) => {
-                self.store
-                    .on_turn_end(sid, Some(reason.as_str()), turn.meta());
+                self.store.on_turn_end(
+                    sid,
+                    Some(reason.as_str()),
+                    turn.meta(self.cfg.prices.as_ref()),
+                );
             }
             TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
         }
@@ -1020,7 +1023,7 @@ impl Agent {
                 );
                 jsonrpc::encode_result(
                     turn.rpc(),
-                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta()}),
+                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta(self.cfg.prices.as_ref())}),
                 )
             }
             TurnEnd::Failed(message) => {
@@ -1055,15 +1058,26 @@ impl Agent {
         }
     }
 
-    /// Starts the next round of every turn that is ready (after each step).
+    /// Starts the next round of every turn that is ready (after each step), and the tool calls
+    /// a re-listing held (C65).
     fn run_ready_turns(&mut self) {
+        let max_par = self.cfg.max_parallel_tools;
+        let held: Vec<SessionId> = self
+            .turns
+            .iter()
+            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par))
+            .map(|(sid, _)| *sid)
+            .collect();
+        for sid in held {
+            self.step_turn(sid, |turn, sess, cx| turn.dispatch(sess, cx));
+        }
         // Loop because a round can end a turn at once and start a queued prompt.
         for _ in 0..64 {
+            let servers = &self.servers;
             let ready: Vec<SessionId> = self
                 .turns
-                .iter()
-                .filter(|(_, t)| t.is_ready())
-                .map(|(sid, _)| *sid)
+                .iter_mut()
+                .filter_map(|(sid, t)| t.tools_relisted(servers).then_some(*sid))
                 .collect();
             if ready.is_empty() {
                 return;

@@ -5,6 +5,7 @@
 use crate::ids::{ServerSlot, SessionId};
 use crate::interceptor::Interceptors;
 use crate::jsonrpc::RpcId;
+use crate::llm::UsageTotals;
 use crate::transcript::Transcript;
 use std::collections::BTreeMap;
 
@@ -45,6 +46,9 @@ pub(crate) struct Session {
     pub(crate) notices: Vec<Notice>,
     /// The client presents ACP `notice` updates (`clientCapabilities.session.notices`).
     pub(crate) client_notices: bool,
+    /// The tokens of every LLM call of the session in this process (SPEC A6, L11): the
+    /// cumulative cost of `usage_update`.
+    pub(crate) usage: UsageTotals,
 }
 
 /// A notice for the user, not the model: the agent's own sentence about something that changed
@@ -87,6 +91,7 @@ impl Session {
             remembered: BTreeMap::new(),
             notices: Vec::new(),
             client_notices: false,
+            usage: UsageTotals::default(),
         }
     }
 

@@ -584,9 +584,28 @@ impl ToolBatch {
         cx.out.send_update(&self.session.to_string(), &update);
     }
 
+    /// Whether [`ToolBatch::pump`] would start a call now: a slot is free and a queued call's
+    /// server is not re-listing (true once a re-listing that held a call is over, C65).
+    pub(crate) fn can_dispatch(&self, servers: &crate::mcp::ServerTable, max_par: usize) -> bool {
+        let running = self
+            .calls
+            .iter()
+            .filter(|c| matches!(c.state, CallState::Running(..)))
+            .count();
+        running < max_par
+            && self.calls.iter().any(|c| {
+                matches!(c.state, CallState::Queued)
+                    && c.route
+                        .as_ref()
+                        .is_some_and(|r| !servers.is_relisting(r.server))
+            })
+    }
+
     /// Dispatches queued calls up to `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (SPEC L2); a call whose
-    /// server is dead or not ready ends at once ("recovering", SPEC M9).
-    fn pump(&mut self, cx: &mut Cx<'_>) {
+    /// server is dead or not ready ends at once ("recovering", SPEC M9); a call whose server
+    /// is re-listing its tools waits for the list, and a tool the new list dropped ends with
+    /// an error saying so (C65).
+    pub(crate) fn pump(&mut self, cx: &mut Cx<'_>) {
         let max_par = cx.cfg.max_parallel_tools;
         let timeout = cx.cfg.tool_timeout_ms;
         loop {
@@ -598,11 +617,15 @@ impl ToolBatch {
             if running >= max_par {
                 break;
             }
-            let Some(i) = self
-                .calls
-                .iter()
-                .position(|c| matches!(c.state, CallState::Queued))
-            else {
+            // C65: a call to a server re-listing its tools waits for the new list (the turn
+            // pumps again once it is there, see `ToolBatch::can_dispatch`).
+            let Some(i) = self.calls.iter().position(|c| {
+                matches!(c.state, CallState::Queued)
+                    && !c
+                        .route
+                        .as_ref()
+                        .is_some_and(|r| cx.servers.is_relisting(r.server))
+            }) else {
                 break;
             };
             let c = &self.calls[i];
@@ -621,6 +644,15 @@ impl ToolBatch {
                 let name = cx.servers.name(server);
                 let text =
                     format!("server '{name}' is recovering; the call was not run ({reason})");
+                self.complete(ToolCallIndex(i), err_out(text), true, cx);
+                continue;
+            }
+            if !cx.servers.lists_tool(server, &bare) {
+                // C65: the server's tool list changed during this round and dropped the tool.
+                let name = cx.servers.name(server);
+                let text = format!(
+                    "tool '{bare}' is no longer offered by server '{name}' (its tool list changed during this round); the call was not run"
+                );
                 self.complete(ToolCallIndex(i), err_out(text), true, cx);
                 continue;
             }
@@ -786,7 +818,7 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
     if raw.trim().is_empty() {
         return Ok(json!({}));
     }
-    match crate::sse::parse_json_lossy(raw) {
+    match crate::json::parse_lossy(raw) {
         Ok(Value::Object(m)) => Ok(Value::Object(m)),
         Ok(other) => Err(format!(
             "arguments must be a JSON object, got {}",

@@ -37,7 +37,7 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59), `unlock` (changes the list from `unlock`, `old_tool` to `unlock`, `secret_number` (answers `42`), sends `notifications/tools/list_changed`, then its reply; the changed list is answered 300 ms late; case C65), and the schema tools of [`odd_schema`] (`search`, `create_attachment`, `choose`, `merged`, `typed`, `conditional`, `bare`; case C63) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
 /// | `FAKE_MCP_READ_TITLE=text` | the MCP `title` of the `read` tool (default `Read Note`): a server may title its tool as another server's (SPEC S3) |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
@@ -238,6 +238,19 @@ impl Config {
                     "Returns legacy-encoded (not UTF-8) text",
                     obj(json!({}), &[]),
                 ),
+                "surrogates" => (
+                    "Returns text cut inside surrogate pairs",
+                    obj(json!({}), &[]),
+                ),
+                "unlock" => (
+                    "Unlocks `secret_number` (and removes `old_tool`)",
+                    obj(json!({}), &[]),
+                ),
+                "old_tool" => ("A tool that goes away on `unlock`", obj(json!({}), &[])),
+                "secret_number" => (
+                    "Tells the secret number; listed after `unlock`",
+                    obj(json!({}), &[]),
+                ),
                 "reject" => ("Answers a JSON-RPC error", obj(json!({}), &[])),
                 "read" => (
                     "Reads a note (echoes `text`)",
@@ -259,10 +272,13 @@ impl Config {
                     "Pretends to run a shell command",
                     obj(json!({"command": {"type": "string"}}), &["command"]),
                 ),
-                _ => (
-                    "Unknown catalogue entry, echoes `text`",
-                    obj(json!({}), &[]),
-                ),
+                other => match odd_schema(other) {
+                    Some(odd) => odd,
+                    None => (
+                        "Unknown catalogue entry, echoes `text`",
+                        obj(json!({}), &[]),
+                    ),
+                },
             };
             let mut tool = json!({"name": name, "description": description, "inputSchema": schema});
             // C53: the MCP tool title and annotations ACP clients decide permissions by.
@@ -475,10 +491,64 @@ pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
     wrote
 }
 
+/// The catalogue tools whose `inputSchema` uses JSON Schema that providers take only in
+/// part (SPEC M14, case C63), as real servers write them; each answers `<name> <arguments as
+/// compact JSON>`:
+/// * `search`: a plain schema (`query`);
+/// * `create_attachment`: a pure root `anyOf` of `content` / `source_url` (Notion's
+///   `notion-create-attachment`, case C63);
+/// * `choose`: a root `oneOf` of two branches told apart by a `const` `action`, each closed
+///   with `additionalProperties: false`;
+/// * `merged`: a root `allOf` whose first branch is a `$ref` into `$defs`;
+/// * `typed`: `$schema`, a `type` array, `const`, `exclusiveMinimum`, a map
+///   (`additionalProperties` schema) and a nested `$ref`;
+/// * `conditional`: a root `if`/`then`;
+/// * `bare`: `{"type":"object"}` only (no `properties`).
+pub fn odd_schema(name: &str) -> Option<(&'static str, Value)> {
+    let schema = match name {
+        "search" => json!({"type": "object", "properties": {"query": {"type": "string"}},
+            "required": ["query"]}),
+        "create_attachment" => json!({"type": "object", "anyOf": [
+            {"properties": {"content": {"type": "string"}}, "required": ["content"]},
+            {"properties": {"source_url": {"type": "string"}}, "required": ["source_url"]}]}),
+        "choose" => json!({"type": "object", "oneOf": [
+            {"properties": {"action": {"type": "string", "const": "create"},
+                            "name": {"type": "string"}},
+             "required": ["action", "name"], "additionalProperties": false},
+            {"properties": {"action": {"type": "string", "const": "delete"},
+                            "id": {"type": "integer"}},
+             "required": ["action", "id"], "additionalProperties": false}]}),
+        "merged" => json!({"type": "object", "allOf": [{"$ref": "#/$defs/Base"},
+            {"properties": {"force": {"type": "boolean"}}}],
+            "$defs": {"Base": {"properties": {"path": {"type": "string"}}, "required": ["path"]}}}),
+        "typed" => json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object", "properties": {
+                "note": {"type": ["string", "null"]},
+                "mode": {"const": "fast"},
+                "ratio": {"type": "number", "exclusiveMinimum": 0},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "target": {"$ref": "#/$defs/Target"}},
+            "required": ["mode"],
+            "$defs": {"Target": {"type": "object", "properties": {"id": {"type": "string"}}}}}),
+        "conditional" => json!({"type": "object", "properties": {
+                "kind": {"type": "string"}, "size": {"type": "integer"}},
+            "if": {"properties": {"kind": {"const": "big"}}}, "then": {"required": ["size"]}}),
+        "bare" => json!({"type": "object"}),
+        _ => return None,
+    };
+    Some(("A tool with a schema providers take only in part", schema))
+}
+
 /// The text of the `latin1` tool, byte for byte (case C36): Latin-1 `é` and CP949 bytes.
 pub const LATIN1_TEXT_RAW: &[u8] = b"int caf\xE9 = 1; // \xB0\xA1\xC7\xD1 END";
 /// [`LATIN1_TEXT_RAW`] decoded lossily, as the agent must see it (SPEC L9).
 pub const LATIN1_TEXT_LOSSY: &str = "int caf\u{FFFD} = 1; // \u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD} END";
+
+/// The text of the `surrogates` tool as written inside its reply's JSON string (case C64): a
+/// valid pair (😀), then a lone high and a lone low surrogate escape.
+pub const SURROGATE_TEXT_RAW: &str = r"pair \ud83d\ude00, cut \ud83d, orphan \udc00 END";
+/// [`SURROGATE_TEXT_RAW`] as the agent must decode it (SPEC L3b).
+pub const SURROGATE_TEXT_LOSSY: &str = "pair \u{1F600}, cut \u{FFFD}, orphan \u{FFFD} END";
 
 /// The `media` tool's content (case C59): the text both readers get, a 1×1 PNG (base64),
 /// a text for the user only and one for the model only.
@@ -542,6 +612,8 @@ struct Server {
     replied: AtomicU64,
     /// The tool `late` was added.
     late: std::sync::atomic::AtomicBool,
+    /// `unlock` was called: `secret_number` replaces `old_tool` (case C65).
+    unlocked: std::sync::atomic::AtomicBool,
     /// The id of the `initialize` request (for `FAKE_MCP_SERVER_REQUESTS`).
     init_id: Mutex<Option<Value>>,
     /// Responses received to the server's own requests, in arrival order.
@@ -704,6 +776,21 @@ impl Server {
             }
             "tools/list" => {
                 let mut all = self.cfg.tool_list();
+                if self.cfg.tools.iter().any(|t| t == "unlock") {
+                    // C65: `old_tool` before `unlock`, `secret_number` after it; the list that
+                    // changed is answered 300 ms late, so a client that does not wait for it
+                    // offers the old one.
+                    let unlocked = self.unlocked.load(Ordering::SeqCst);
+                    let gone = if unlocked {
+                        "old_tool"
+                    } else {
+                        "secret_number"
+                    };
+                    all.retain(|t| t["name"] != gone);
+                    if unlocked {
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                }
                 if self.late.load(Ordering::SeqCst) {
                     all.push(json!({"name": "late", "description": "Echoes `text` back (added later)",
                                     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}));
@@ -957,6 +1044,34 @@ impl Server {
                         self.replied.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
+                    "unlock" => {
+                        // C65: the list changes, the notification goes out, then the reply.
+                        self.unlocked.store(true, Ordering::SeqCst);
+                        self.out.send(
+                            &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                            false,
+                        );
+                        ok(id, text_result("unlocked", false))
+                    }
+                    "old_tool" | "secret_number" => {
+                        let listed =
+                            self.unlocked.load(Ordering::SeqCst) == (name == "secret_number");
+                        if listed {
+                            let text = if name == "old_tool" { "old" } else { "42" };
+                            ok(id, text_result(text, false))
+                        } else {
+                            err(id, -32602, &format!("unknown tool: {name}"))
+                        }
+                    }
+                    "surrogates" => {
+                        // C64: perfect JSON-RPC except for the lone surrogate escapes.
+                        let line = format!(
+                            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{SURROGATE_TEXT_RAW}\"}}]}}}}\n"
+                        );
+                        self.out.raw_bytes(line.as_bytes());
+                        self.replied.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
                     "reject" => err(id, -32602, "Invalid arguments"),
                     "delete" => ok(
                         id,
@@ -991,6 +1106,9 @@ impl Server {
                         id,
                         text_result(&format!("ran: {}", text_arg("command")), false),
                     ),
+                    other if odd_schema(other).is_some() => {
+                        ok(id, text_result(&format!("{other} {args}"), false))
+                    }
                     _ => ok(id, text_result(&text_arg("text"), false)),
                 }
             }
@@ -1046,6 +1164,7 @@ pub fn start(cfg: Config, out: Out, exit: Exit) -> Handle {
         exit,
         replied: AtomicU64::new(0),
         late: std::sync::atomic::AtomicBool::new(false),
+        unlocked: std::sync::atomic::AtomicBool::new(false),
         init_id: Mutex::new(None),
         answers: Mutex::new(Vec::new()),
         answered: Condvar::new(),

@@ -51,7 +51,7 @@ pub(crate) fn is_context_too_long(body: &str) -> bool {
 #[must_use]
 pub(crate) fn error_message(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
-    let msg = match serde_json::from_str::<serde_json::Value>(&text) {
+    let msg = match crate::json::parse_lossy(&text) {
         Ok(v) => v
             .pointer("/error/message")
             .or_else(|| v.get("message"))
