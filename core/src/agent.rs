@@ -146,6 +146,15 @@ impl Agent {
         let version = env!("CARGO_PKG_VERSION").to_string();
         let mut servers = ServerTable::new(config.mcp_init_timeout_ms, version.clone());
         servers.set_hook_allowlist(config.hook_servers.clone());
+        servers.set_authorization(
+            crate::authorization::AuthSetup {
+                oauth: config.oauth.clone(),
+                keeps_tokens: config.state_dir != crate::config::StateDir::Off,
+                unix_ms_at_start: config.unix_ms_at_start,
+                request_timeout_ms: config.mcp_init_timeout_ms,
+            },
+            crate::oauth::secrets::SecretRng::new(config.oauth_seed),
+        );
         let session_ids = SessionIds::new(config.session_id_seed);
         let store = SessionStore::new(&config.state_dir);
         Agent {
@@ -282,12 +291,12 @@ impl Agent {
             Input::TranscriptList { request, entries } => {
                 self.store.on_list(request, entries, &mut self.out);
             }
-            // No MCP server is authorized yet (the HTTP transport creates the authorizers):
-            // what the runtime reports for a listener or file nobody asked for is ignored (I6).
-            Input::OAuth(input) => self.log(
-                LogLevel::Debug,
-                format!("oauth: {input:?} for no authorization; ignored"),
-            ),
+            Input::OAuth(input) => {
+                let events = self
+                    .servers
+                    .on_oauth(input, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
+            }
         }
         self.after_step();
     }
@@ -649,6 +658,10 @@ impl Agent {
             return;
         };
         sess.opened = true;
+        // SPEC M11: servers whose authorization failed start without tools; the user is told.
+        for text in self.servers.start_notices(&sess.servers) {
+            sess.notify("mcp_server_unauthorized", text);
+        }
         // C56: hooks this session's servers expose but may not run; the WARN is the table's.
         for text in crate::hooks::hooks_off(&self.servers, &sess.servers, &self.cfg.hook_servers) {
             sess.notify("hooks_not_allowlisted", text);
@@ -1279,6 +1292,12 @@ impl Agent {
                 self.route_mcp(events);
             }
             Timer::Server(slot, ServerTimer::Request(id)) => self.expire_mcp_request(slot, id),
+            Timer::Server(slot, ServerTimer::Authorization) => {
+                let events = self
+                    .servers
+                    .authorization_due(slot, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
+            }
             Timer::Server(slot, ServerTimer::Exchange(seq)) => {
                 let events =
                     self.servers
@@ -1289,8 +1308,6 @@ impl Agent {
                 self.servers
                     .http_retry_due(slot, &mut self.out, &mut self.timers);
             }
-            // Set only by an authorization, which no server runs yet.
-            Timer::Server(_, ServerTimer::Authorization) => {}
             Timer::Turn(sid, kind) => {
                 self.step_turn(sid, |turn, sess, cx| turn.on_timer(kind, sess, cx));
             }

@@ -601,6 +601,8 @@ const PRICES: &str = "BUZZ_AGENT_PRICES";
 const THINKING_EFFORT: &str = "BUZZ_AGENT_THINKING_EFFORT";
 const THINKING_SUMMARY: &str = "BUZZ_AGENT_THINKING_SUMMARY";
 const CHILD_ENV: &str = "BUZZ_AGENT_CHILD_ENV";
+const OAUTH_CLIENTS_FILE: &str = "BUZZ_AGENT_OAUTH_CLIENTS_FILE";
+const OAUTH_TIMEOUT_SECS: &str = "BUZZ_AGENT_OAUTH_TIMEOUT_SECS";
 
 const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -636,6 +638,7 @@ const NUMBERS: &[(&str, u64, u64)] = &[
     (HOOK_TIMEOUT_MS, 1, MAX_HOOK_TIMEOUT_MS),
     (STOP_MAX_REJECTIONS, 0, U32_MAX),
     (PERMISSION_TIMEOUT_SECS, 1, MAX_SECS),
+    (OAUTH_TIMEOUT_SECS, 1, MAX_SECS),
     (SEED, 0, u64::MAX),
 ];
 
@@ -703,6 +706,8 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (REPLY_TOOLS, "", "comma-separated qualified tool names that count as posting a reply"),
     (PERMISSION, "ask", "ask = request permission before each tool call, allow = never ask"),
     (PERMISSION_TIMEOUT_SECS, "330", "seconds to wait for a permission answer before denying"),
+    (OAUTH_CLIENTS_FILE, "", "path of a JSON file of OAuth clients for remote MCP servers (pre-registered clients, client_credentials, client ID metadata document URL, redirect port)"),
+    (OAUTH_TIMEOUT_SECS, "300", "seconds to wait for the user to authorize a remote MCP server in the browser"),
     (LOG, "info", "stderr log level: error, warn, info, debug (adds prompt and tool text), trace"),
     (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
     (STATE_DIR, "$XDG_STATE_HOME/buzz-agent/sessions, else ~/.local/state/buzz-agent/sessions", "where session transcripts are kept (an absolute path), or off: sessions are not persisted"),
@@ -1146,6 +1151,38 @@ fn system_prompt(
     }
 }
 
+/// The authorization settings (SPEC M11): the clients file, the user's time limit and
+/// `$BROWSER` (not ours: the user's browser, for the authorization URL).
+fn oauth(
+    env: &Env<'_>,
+    read_file: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<OAuthConfig, ConfigError> {
+    let mut config = match env.get(OAUTH_CLIENTS_FILE) {
+        None => OAuthConfig::default(),
+        Some(path) => {
+            let quoted = elide_end(path, MAX_QUOTED_VALUE_BYTES);
+            let text = read_file(path).map_err(|reason| ConfigError::ReadFile {
+                var: OAUTH_CLIENTS_FILE,
+                path: quoted.clone(),
+                reason: one_line(&reason),
+            })?;
+            crate::oauth::settings::parse_clients_file(&text, env.map, read_file).map_err(
+                |reason| ConfigError::Invalid {
+                    var: OAUTH_CLIENTS_FILE,
+                    value: quoted,
+                    expected: format!("a valid clients file: {}", one_line(&reason)),
+                },
+            )?
+        }
+    };
+    config.user_timeout_ms = env.secs_as_ms(
+        OAUTH_TIMEOUT_SECS,
+        crate::oauth::settings::DEFAULT_USER_TIMEOUT_SECS,
+    )?;
+    config.browser = env.get("BROWSER").map(str::to_owned);
+    Ok(config)
+}
+
 fn one_line(s: &str) -> String {
     let joined: String = s
         .chars()
@@ -1223,7 +1260,7 @@ impl Config {
     ///
     /// `env` maps variable names to values (the runtime passes its process environment; names
     /// or values that are not UTF-8 are left out). `read_file(path)` returns a file's content
-    /// or a one-line reason; it is called only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`. Without
+    /// or a one-line reason; it is called only for `BUZZ_AGENT_SYSTEM_PROMPT_FILE`, `BUZZ_AGENT_OAUTH_CLIENTS_FILE` and the files that one names. Without
     /// `BUZZ_AGENT_SEED`, `seed` is 0 and `session_id_seed` is `None`: the runtime sets them
     /// from the OS's randomness.
     ///
@@ -1399,11 +1436,7 @@ impl Config {
             fixed_seed,
             seed: fixed_seed.unwrap_or(0),
             session_id_seed: fixed_seed.map(expand_seed),
-            // `$BROWSER` (not ours: the user's browser, for the authorization URL).
-            oauth: OAuthConfig {
-                browser: env.get("BROWSER").map(str::to_owned),
-                ..OAuthConfig::default()
-            },
+            oauth: c.or(oauth(&env, read_file), OAuthConfig::default()),
             oauth_seed: fixed_seed.map_or([0; 32], oauth_seed_of),
             unix_ms_at_start: 0,
         };
@@ -1530,6 +1563,53 @@ mod tests {
             Some("firefox")
         );
         assert_eq!(ok(&anthropic(&[("BROWSER", " ")])).oauth.browser, None);
+    }
+
+    #[test]
+    fn m11_the_clients_file_and_the_user_s_time_limit_are_read_at_start() {
+        let read = |p: &str| {
+            match p {
+            "/oauth.json" => Ok(r#"{"redirect_port": 8765, "servers": {"github": {"client_id": "Iv1.abc", "client_secret_env": "GH"}}}"#.to_owned()),
+            "/typo.json" => Ok(r#"{"servers": {"github": {"client_id": "a", "client_secert": "s3cret"}}}"#.to_owned()),
+            _ => Err("No such file or directory".to_owned()),
+        }
+        };
+        let c = Config::from_env_map(
+            &anthropic(&[
+                (OAUTH_CLIENTS_FILE, " /oauth.json "),
+                ("GH", "s"),
+                (OAUTH_TIMEOUT_SECS, "60"),
+            ]),
+            &read,
+        )
+        .unwrap();
+        assert_eq!(c.oauth.configured_servers(), 1);
+        assert_eq!(c.oauth.redirect_port, 8765);
+        assert_eq!(c.oauth.user_timeout_ms, 60_000);
+        assert_eq!(ok(&anthropic(&[])).oauth.user_timeout_ms, 300_000);
+        let e = Config::from_env_map(&anthropic(&[(OAUTH_CLIENTS_FILE, "/typo.json")]), &read)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("BUZZ_AGENT_OAUTH_CLIENTS_FILE: invalid value \"/typo.json\""),
+            "{e}"
+        );
+        assert!(
+            e.contains("client_secert"),
+            "the unknown field is named: {e}"
+        );
+        assert!(!e.contains("s3cret"), "never a secret: {e}");
+        let e = Config::from_env_map(&anthropic(&[(OAUTH_CLIENTS_FILE, "/missing")]), &read)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "BUZZ_AGENT_OAUTH_CLIENTS_FILE: cannot read \"/missing\": No such file or directory"
+        );
+        assert_eq!(
+            err(&anthropic(&[(OAUTH_TIMEOUT_SECS, "0")])).variable(),
+            OAUTH_TIMEOUT_SECS
+        );
     }
 
     #[test]
@@ -1872,7 +1952,7 @@ mod tests {
     }
 
     /// (variable, value given, expected field value read back)
-    fn numeric_fields(c: &Config) -> [(&'static str, u64); 17] {
+    fn numeric_fields(c: &Config) -> [(&'static str, u64); 18] {
         [
             (MAX_ROUNDS, u64::from(c.max_rounds)),
             (MAX_OUTPUT_TOKENS, u64::from(c.max_output_tokens)),
@@ -1893,6 +1973,7 @@ mod tests {
             (HOOK_TIMEOUT_MS, c.hook_timeout_ms),
             (STOP_MAX_REJECTIONS, u64::from(c.stop_max_rejections)),
             (PERMISSION_TIMEOUT_SECS, c.permission_timeout_ms),
+            (OAUTH_TIMEOUT_SECS, c.oauth.user_timeout_ms),
             (SEED, c.fixed_seed.unwrap_or(0)),
         ]
     }

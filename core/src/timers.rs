@@ -40,13 +40,13 @@ pub(crate) enum ServerTimer {
     StdoutClosed,
     /// SIGKILL of this generation's process group after the TERM grace.
     Kill { generation: u32 },
+    /// The deadline of the step in progress of the server's authorization (SPEC M11).
+    Authorization,
     /// The deadline of an HTTP exchange that carries no request of ours (a notification, a
     /// response, the `DELETE`), by its number (SPEC M10).
     Exchange(u64),
     /// An event stream to resume, or the `GET` stream to open again, after its `retry`.
     HttpRetry,
-    /// The deadline of the step in progress of the server's authorization (SPEC M11).
-    Authorization,
 }
 
 /// The timer of a prompt turn (at most one at a time: they belong to exclusive phases).
@@ -111,9 +111,9 @@ impl Timer {
             Timer::Server(
                 _,
                 ServerTimer::Request(_)
+                | ServerTimer::Authorization
                 | ServerTimer::Exchange(_)
-                | ServerTimer::HttpRetry
-                | ServerTimer::Authorization,
+                | ServerTimer::HttpRetry,
             ) => Stage::McpRequests,
             Timer::Turn(_, TurnTimer::LlmGrace) => Stage::LlmGraces,
             Timer::Turn(_, TurnTimer::LlmIdle) => Stage::LlmIdle,

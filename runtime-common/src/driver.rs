@@ -120,6 +120,11 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                         handle.cancel();
                     }
                 }
+                Action::OAuth(action) => {
+                    if let Some(answer) = oauth.start(action) {
+                        immediate.push_back(answer);
+                    }
+                }
                 Action::Http { exchange, request } => {
                     let report = move |event| Input::Http { exchange, event };
                     match http.start(&rt, request, report, &tx) {
@@ -132,11 +137,6 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                 Action::CancelHttp { exchange } => {
                     if let Some(handle) = exchanges.remove(&exchange) {
                         handle.cancel();
-                    }
-                }
-                Action::OAuth(action) => {
-                    if let Some(answer) = oauth.start(action) {
-                        immediate.push_back(answer);
                     }
                 }
                 Action::Log(record) => log.write(record.render(log_format)),

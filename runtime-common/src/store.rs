@@ -249,9 +249,9 @@ impl Store {
             | Action::SignalProcessGroup { .. }
             | Action::CallLlm { .. }
             | Action::CancelLlm { .. }
+            | Action::OAuth(_)
             | Action::Http { .. }
             | Action::CancelHttp { .. }
-            | Action::OAuth(_)
             | Action::Log(_)
             | Action::Exit { .. } => None,
         }

@@ -1552,6 +1552,8 @@ fn read_request(
 fn reason_phrase(code: u16) -> &'static str {
     match code {
         200 => "OK",
+        201 => "Created",
+        302 => "Found",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -1624,7 +1626,12 @@ enum Served {
 /// strict JSON parsers reject it, SPEC L3b): a 400 in the route's error shape, not one of the
 /// scenario's requests. `None` for a JSON body, or when bodies are not recorded.
 fn not_json_body(req: &RecordedRequest, recorded: bool) -> Option<Reply> {
-    if !recorded || req.method != "POST" || !req.body.is_string() {
+    // A form body (the fake authorization server's token requests, [`crate::fake_oauth`]) is
+    // not a provider's business.
+    let form = req
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded"));
+    if !recorded || req.method != "POST" || !req.body.is_string() || form {
         return None;
     }
     let message = "We could not parse the JSON body of your request: the body is not valid JSON";

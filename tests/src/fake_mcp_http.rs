@@ -17,6 +17,8 @@
 //! | `FAKE_MCP_HTTP_MODE` | `sse` (default): a request's answer is an event stream (a priming event with an id, then the server's messages, then the response); `json`: one JSON body, server requests and notifications go on the `GET` stream; `legacy`: HTTP+SSE, a `GET /sse` stream whose `endpoint` event names `/messages?session=<id>` |
 //! | `FAKE_MCP_HTTP_GET=0` | the `GET` stream is refused with `405` |
 //! | `FAKE_MCP_HTTP_TOKEN` | every request must carry `Authorization: Bearer <token>`, else `401` with a `WWW-Authenticate: Bearer` challenge |
+//! | `FAKE_MCP_HTTP_TOKENS_FILE` | OAuth (SPEC M11, with [`crate::fake_oauth`]): a request must carry `Authorization: Bearer <token>` for a token listed in this file (`<token> <scope>...` per line, read per request), else `401` with `WWW-Authenticate: Bearer resource_metadata="<FAKE_MCP_HTTP_RESOURCE_METADATA>"` |
+//! | `FAKE_MCP_HTTP_TOOL_SCOPES` | `tool=scope,...`: a `tools/call` of that tool with a token lacking the scope gets `403` with `error="insufficient_scope", scope="<scope>"` |
 //! | `FAKE_MCP_HTTP_LOG` | one JSON line per HTTP request: `method`, `path`, `session`, `version`, `accept`, `auth` (whether it carried one), `last_event_id`, `status`, `body`, `headers` (all but `authorization`) |
 //!
 //! Messages the server sends that are not a response (server requests, notifications) go on
@@ -197,6 +199,11 @@ struct HttpServer {
     mode: Mode,
     get_allowed: bool,
     token: Option<String>,
+    /// OAuth: the file of accepted tokens, the metadata URL of the challenge, and the scope
+    /// each named tool needs.
+    tokens_file: Option<PathBuf>,
+    resource_metadata: Option<String>,
+    tool_scopes: Vec<(String, String)>,
     log: Option<PathBuf>,
     router: Arc<Router>,
     handle: fake_mcp::Handle,
@@ -212,6 +219,7 @@ fn respond(w: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &[u
         202 => "Accepted",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         406 => "Not Acceptable",
@@ -283,6 +291,46 @@ impl HttpServer {
         respond(w, status, &headers, &rpc_error(why))
     }
 
+    /// OAuth (SPEC M11): `None` when the request may go on; else the challenge answered.
+    fn oauth_refusal(&self, req: &HttpRequest) -> Option<(u16, String)> {
+        let file = self.tokens_file.as_ref()?;
+        let metadata = self
+            .resource_metadata
+            .as_ref()
+            .map_or(String::new(), |m| format!(r#" resource_metadata="{m}""#));
+        let listed = std::fs::read_to_string(file).unwrap_or_default();
+        let presented = req
+            .header("authorization")
+            .and_then(|a| a.strip_prefix("Bearer "));
+        let scopes: Option<Vec<String>> = presented.and_then(|t| {
+            listed.lines().find_map(|l| {
+                let mut words = l.split_whitespace();
+                (words.next() == Some(t)).then(|| words.map(str::to_owned).collect())
+            })
+        });
+        let Some(scopes) = scopes else {
+            let error = if presented.is_some() {
+                r#" error="invalid_token","#
+            } else {
+                ""
+            };
+            return Some((401, format!("Bearer{error}{metadata}")));
+        };
+        let msg: Value = serde_json::from_slice(&req.body).unwrap_or_default();
+        if msg["method"] == "tools/call" {
+            let tool = msg["params"]["name"].as_str().unwrap_or("");
+            if let Some((_, needed)) = self.tool_scopes.iter().find(|(t, _)| t == tool)
+                && !scopes.contains(needed)
+            {
+                return Some((
+                    403,
+                    format!(r#"Bearer error="insufficient_scope", scope="{needed}",{metadata}"#),
+                ));
+            }
+        }
+        None
+    }
+
     /// The checks every request after `initialize` passes; `Err((status, why))`.
     fn check_session(&self, req: &HttpRequest) -> Result<String, (u16, &'static str)> {
         let Some(id) = req.header("mcp-session-id") else {
@@ -304,6 +352,25 @@ impl HttpServer {
         let mut reader = BufReader::new(read_half);
         let mut w = stream;
         while let Some(req) = read_request(&mut reader) {
+            // As the SDKs' servers: no metadata of its own (an authorization server's fake
+            // serves it, SPEC M11), a plain 404.
+            if req.path.starts_with("/.well-known/") {
+                if !self.refuse(&mut w, &req, 404, "Not Found") {
+                    return;
+                }
+                continue;
+            }
+            if let Some((status, challenge)) = self.oauth_refusal(&req) {
+                self.log(&req, status);
+                let headers = [
+                    ("content-type", "application/json".to_string()),
+                    ("www-authenticate", challenge),
+                ];
+                if !respond(&mut w, status, &headers, &rpc_error("Unauthorized")) {
+                    return;
+                }
+                continue;
+            }
             if let Some(token) = &self.token
                 && req.header("authorization") != Some(&format!("Bearer {token}"))
             {
@@ -577,6 +644,14 @@ pub fn main() -> ! {
         mode,
         get_allowed: get("FAKE_MCP_HTTP_GET").as_deref() != Some("0"),
         token: get("FAKE_MCP_HTTP_TOKEN"),
+        tokens_file: get("FAKE_MCP_HTTP_TOKENS_FILE").map(PathBuf::from),
+        resource_metadata: get("FAKE_MCP_HTTP_RESOURCE_METADATA"),
+        tool_scopes: get("FAKE_MCP_HTTP_TOOL_SCOPES")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|p| p.split_once('='))
+            .map(|(t, s)| (t.trim().to_owned(), s.trim().to_owned()))
+            .collect(),
         log: get("FAKE_MCP_HTTP_LOG").map(PathBuf::from),
         router,
         handle: fake_mcp::start(cfg, out, exit),

@@ -12,11 +12,13 @@
 
 pub mod acp_schema;
 pub mod bench;
+pub mod conformance_auth;
 pub mod dialects;
 pub mod differential;
 pub mod fake_llm;
 pub mod fake_mcp;
 pub mod fake_mcp_http;
+pub mod fake_oauth;
 #[cfg(test)]
 mod fuzz_seeds;
 pub mod harness;
@@ -127,9 +129,10 @@ pub fn serve_role_if_asked() {
     match std::env::var("BUZZ_E2E_ROLE").as_deref() {
         Ok("fake-mcp") => fake_mcp::main(),
         Ok("fake-mcp-http") => fake_mcp_http::main(),
+        Ok("fake-browser") => fake_oauth::browse_main(),
         Ok(other) if !other.is_empty() => {
             eprintln!(
-                "buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp, fake-mcp-http)"
+                "buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp, fake-mcp-http, fake-browser)"
             );
             std::process::exit(2);
         }

@@ -24,12 +24,15 @@
 
 use super::auth::{AuthVerdict, Authorization, Challenge};
 use super::session::{Frame, FrameKind};
+use crate::authorization::{AuthNeed, MAX_OAUTH_BODY_BYTES, ServerAuth};
 use crate::config::LogLevel;
 use crate::http::{Method, Request};
 use crate::ids::{ExchangeId, McpRequestId, ServerSlot};
+use crate::io::OAuthInput;
 use crate::io::{Action, HttpEvent};
 use crate::jsonrpc::{self, Message};
 use crate::llm::Body;
+use crate::oauth::flow::{Method as OAuthMethod, OAuthRequest, OAuthResponse};
 use crate::outbox::Outbox;
 use crate::sse::{SseEvent, SseParser};
 use crate::time::MonoTime;
@@ -78,6 +81,9 @@ pub(crate) enum Delivery {
     /// The server cannot be used any more (unreachable, its session lost for good); the
     /// cause completes `MCP server '<name>' …`.
     Dead(String),
+    /// Its authorization failed while the session was being opened (SPEC M11): the server
+    /// starts without tools; the text says why (`not authorized: …`).
+    Unauthorized(String),
 }
 
 /// What an exchange is for.
@@ -93,6 +99,8 @@ enum Purpose {
     Resume { attempt: u32 },
     /// The `DELETE` that ends the session.
     Delete,
+    /// A request of the server's OAuth authorization (SPEC M11), by the authorizer's number.
+    Auth { request: u64 },
 }
 
 /// How an answer's body is read, decided by its head.
@@ -112,6 +120,8 @@ enum Reader {
         content_type: String,
         head: Vec<u8>,
     },
+    /// An OAuth answer, collected whole (at most one byte over [`MAX_OAUTH_BODY_BYTES`]).
+    Collect(OAuthResponse),
 }
 
 /// One exchange in flight.
@@ -126,6 +136,9 @@ struct Flight {
     retry_ms: Option<u64>,
     /// Events delivered (a `GET` stream that gave some may be opened again).
     events: u32,
+    /// The `authorization` header the request carried (a challenge of an older one is
+    /// answered by sending it again with the new one, SPEC M11).
+    sent_auth: Option<String>,
 }
 
 /// A stream to resume, waiting for its `retry`.
@@ -174,8 +187,14 @@ pub(crate) struct HttpTransport {
     initialize: Option<Frame>,
     /// A new session was already initialized after a `404` and nothing succeeded since.
     reinitialized: bool,
-    /// Frames waiting for a new session or for the legacy endpoint.
+    /// Frames waiting for a new session, for the legacy endpoint or for the authorization.
     held: Vec<Frame>,
+    /// The transport's own `initialize` (after a `404`), held for the authorization.
+    held_reinit: Option<Frame>,
+    /// The `GET` stream waits for the authorization.
+    listen_after_auth: bool,
+    /// What the authorization decided while a frame was being sent, for the next delivery.
+    undelivered: Vec<Delivery>,
     /// The legacy wire's `endpoint`.
     endpoint: Option<String>,
     /// The `GET` stream: its exchange, and how often it was reopened without an event.
@@ -246,6 +265,7 @@ impl HttpTransport {
         url: &str,
         headers: &[(String, String)],
         exchange_timeout_ms: u64,
+        oauth: Option<ServerAuth>,
     ) -> HttpTransport {
         let configured = headers
             .iter()
@@ -263,7 +283,7 @@ impl HttpTransport {
             wire,
             url: url.to_string(),
             headers,
-            auth: Authorization::new(configured),
+            auth: Authorization::new(configured, oauth),
             phase: Phase::Open,
             next_seq: 0,
             reinits: 0,
@@ -273,6 +293,9 @@ impl HttpTransport {
             initialize: None,
             reinitialized: false,
             held: Vec::new(),
+            held_reinit: None,
+            listen_after_auth: false,
+            undelivered: Vec::new(),
             endpoint: None,
             listen: None,
             listen_reopens: 0,
@@ -307,6 +330,8 @@ impl HttpTransport {
         self.initialize = None;
         self.reinitialized = false;
         self.held.clear();
+        self.held_reinit = None;
+        self.listen_after_auth = false;
         self.endpoint = None;
         self.listen_reopens = 0;
         if self.wire == Wire::Legacy {
@@ -341,6 +366,15 @@ impl HttpTransport {
         };
         if held {
             self.held.push(frame);
+            return;
+        }
+        if !self.auth.before_request(out) {
+            // The token file loads, a flow runs or an expired token is refreshed (SPEC M11).
+            self.held.push(frame);
+            let needs = self.auth.drain(out, timers);
+            let mut got = Vec::new();
+            self.carry_out(needs, out, timers, &mut got);
+            self.undelivered.extend(got);
             return;
         }
         let opens_listen =
@@ -396,7 +430,9 @@ impl HttpTransport {
                 };
                 (frame, awaiting)
             }
-            Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => return,
+            Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete | Purpose::Auth { .. } => {
+                return;
+            }
         };
         let url = match (self.wire, &self.endpoint) {
             (Wire::Legacy, Some(e)) => e.clone(),
@@ -417,6 +453,7 @@ impl HttpTransport {
                 last_event_id: None,
                 retry_ms: None,
                 events: 0,
+                sent_auth: self.auth.header(),
             },
         );
         if timed {
@@ -449,6 +486,7 @@ impl HttpTransport {
                 last_event_id: None,
                 retry_ms: None,
                 events: 0,
+                sent_auth: self.auth.header(),
             },
         );
         self.listen = Some(exchange.seq);
@@ -481,6 +519,7 @@ impl HttpTransport {
                 last_event_id: Some(last_event_id.to_string()),
                 retry_ms: None,
                 events: 0,
+                sent_auth: self.auth.header(),
             },
         );
         let mut headers = self.request_headers("text/event-stream");
@@ -527,6 +566,11 @@ impl HttpTransport {
         self.cancel_all(out, timers);
         self.phase = Phase::Closed;
         self.held.clear();
+        self.held_reinit = None;
+        self.listen_after_auth = false;
+        if let Some(a) = self.auth.oauth() {
+            a.close(out, timers);
+        }
         let Some(session_id) = self.session_id.take() else {
             return;
         };
@@ -543,6 +587,7 @@ impl HttpTransport {
                 last_event_id: None,
                 retry_ms: None,
                 events: 0,
+                sent_auth: self.auth.header(),
             },
         );
         timers.set(
@@ -585,7 +630,12 @@ impl HttpTransport {
     }
 
     /// The deadline of a notification, response or `DELETE` exchange passed: it is dropped.
-    pub(crate) fn exchange_timed_out(&mut self, seq: u64, out: &mut Outbox) -> Vec<Delivery> {
+    pub(crate) fn exchange_timed_out(
+        &mut self,
+        seq: u64,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<Delivery> {
         let Some(f) = self.flights.remove(&seq) else {
             return Vec::new();
         };
@@ -599,6 +649,17 @@ impl HttpTransport {
             Purpose::Reinitialize { .. } => vec![Delivery::Dead(
                 "failed to start a new session: its initialize was not answered".into(),
             )],
+            Purpose::Auth { request } => {
+                let mut got = Vec::new();
+                self.auth_answer(
+                    request,
+                    Err("no answer in time".into()),
+                    out,
+                    timers,
+                    &mut got,
+                );
+                got
+            }
             Purpose::Post { .. } | Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => {
                 out.log(
                     LogLevel::Debug,
@@ -658,7 +719,7 @@ impl HttpTransport {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<Delivery> {
-        let mut got = Vec::new();
+        let mut got = std::mem::take(&mut self.undelivered);
         let Some(mut f) = self.flights.remove(&seq) else {
             return got;
         };
@@ -703,12 +764,25 @@ impl HttpTransport {
         timers: &mut TimerTable,
         got: &mut Vec<Delivery>,
     ) -> bool {
+        if let Purpose::Auth { .. } = f.purpose {
+            f.reader = Reader::Collect(OAuthResponse {
+                status,
+                headers: headers.to_vec(),
+                body: Vec::new(),
+            });
+            return true;
+        }
         let media = media_type(headers);
         let ok = (200..300).contains(&status);
+        if status != 401 && status != 403 {
+            self.auth.on_accepted();
+        }
         let is_initialize = match &f.purpose {
             Purpose::Post { frame } => matches!(frame.kind, FrameKind::Initialize(_)),
             Purpose::Reinitialize { .. } => true,
-            Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => false,
+            Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete | Purpose::Auth { .. } => {
+                false
+            }
         };
         if is_initialize
             && ok
@@ -718,7 +792,14 @@ impl HttpTransport {
             self.session_id = Some(id.to_string());
         }
         let events = media == "text/event-stream";
+        if (status == 401 || status == 403)
+            && matches!(f.purpose, Purpose::Listen | Purpose::Resume { .. })
+            && self.challenge(f, status, headers, out, timers, got)
+        {
+            return false;
+        }
         match &f.purpose {
+            Purpose::Auth { .. } => return true,
             Purpose::Delete => {
                 f.reader = Reader::Ignore;
                 return false;
@@ -823,41 +904,8 @@ impl HttpTransport {
             }
             return false;
         }
-        if status == 401 || status == 403 {
-            let challenge = Challenge {
-                status,
-                www_authenticate: headers
-                    .iter()
-                    .filter(|(k, _)| k == "www-authenticate")
-                    .map(|(_, v)| v.clone())
-                    .collect(),
-            };
-            match self.auth.on_challenge(&challenge) {
-                AuthVerdict::Retry => {
-                    let purpose = std::mem::replace(&mut f.purpose, Purpose::Delete);
-                    self.post(purpose, out, timers);
-                }
-                AuthVerdict::Wait => {
-                    if let Purpose::Post { frame } | Purpose::Reinitialize { frame } =
-                        std::mem::replace(&mut f.purpose, Purpose::Delete)
-                    {
-                        self.held.push(frame);
-                    }
-                }
-                AuthVerdict::Refused(reason) => {
-                    for id in std::mem::take(&mut f.awaiting) {
-                        got.push(Delivery::RequestFailed {
-                            id,
-                            reason: reason.clone(),
-                        });
-                    }
-                    if let Purpose::Reinitialize { .. } = f.purpose {
-                        got.push(Delivery::Dead(format!(
-                            "could not start a new session: {reason}"
-                        )));
-                    }
-                }
-            }
+        if (status == 401 || status == 403) && self.challenge(f, status, headers, out, timers, got)
+        {
             return false;
         }
         if (300..400).contains(&status) {
@@ -883,6 +931,269 @@ impl HttpTransport {
         true
     }
 
+    /// A `401`/`403` answer goes to the [`Authorization`] (SPEC M11): the request is sent
+    /// again, held for the flow, or failed. `false`: not an authorization matter (an
+    /// ordinary error answer).
+    fn challenge(
+        &mut self,
+        f: &mut Flight,
+        status: u16,
+        headers: &[(String, String)],
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) -> bool {
+        let challenge = Challenge {
+            status,
+            www_authenticate: headers
+                .iter()
+                .filter(|(k, _)| k == "www-authenticate")
+                .map(|(_, v)| v.clone())
+                .collect(),
+        };
+        let verdict = self
+            .auth
+            .on_challenge(&challenge, f.sent_auth.as_deref(), out);
+        let purpose = std::mem::replace(&mut f.purpose, Purpose::Delete);
+        match verdict {
+            AuthVerdict::NotOurs => {
+                f.purpose = purpose;
+                return false;
+            }
+            AuthVerdict::Retry => match purpose {
+                Purpose::Post { .. } | Purpose::Reinitialize { .. } => {
+                    self.post(purpose, out, timers);
+                }
+                Purpose::Resume { .. } | Purpose::Listen => self.start_listen(out),
+                Purpose::Delete | Purpose::Auth { .. } => {}
+            },
+            AuthVerdict::Wait => match purpose {
+                Purpose::Post { frame } => self.held.push(frame),
+                Purpose::Reinitialize { frame } => self.held_reinit = Some(frame),
+                Purpose::Listen | Purpose::Resume { .. } => self.listen_after_auth = true,
+                Purpose::Delete | Purpose::Auth { .. } => {}
+            },
+            AuthVerdict::Refused(reason) => {
+                let handshake = match &purpose {
+                    Purpose::Post { frame } => matches!(frame.kind, FrameKind::Initialize(_)),
+                    Purpose::Reinitialize { .. } => true,
+                    Purpose::Listen
+                    | Purpose::Resume { .. }
+                    | Purpose::Delete
+                    | Purpose::Auth { .. } => false,
+                };
+                if self.auth.oauth().is_some() && handshake {
+                    got.push(Delivery::Unauthorized(reason.clone()));
+                }
+                for id in std::mem::take(&mut f.awaiting) {
+                    got.push(Delivery::RequestFailed {
+                        id,
+                        reason: reason.clone(),
+                    });
+                }
+                match purpose {
+                    Purpose::Reinitialize { .. } => got.push(Delivery::Dead(format!(
+                        "could not start a new session: {reason}"
+                    ))),
+                    Purpose::Listen | Purpose::Resume { .. } => out.log(
+                        LogLevel::Warn,
+                        format!(
+                            "mcp '{}': no stream of server messages: {reason}",
+                            self.name
+                        ),
+                    ),
+                    Purpose::Post { .. } | Purpose::Delete | Purpose::Auth { .. } => {}
+                }
+            }
+        }
+        f.awaiting.clear();
+        let needs = self.auth.drain(out, timers);
+        self.carry_out(needs, out, timers, got);
+        true
+    }
+
+    /// Carries out what the authorization needs (SPEC M11): its HTTP requests go out as
+    /// exchanges of this server, the URL the user must open is logged (its `$BROWSER` was
+    /// started), and the held frames go out or fail.
+    fn carry_out(
+        &mut self,
+        needs: Vec<AuthNeed>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        for need in needs {
+            match need {
+                AuthNeed::Http { request, http } => {
+                    self.start_auth_request(request, http, out, timers);
+                }
+                AuthNeed::Browse { url } => out.log(
+                    LogLevel::Warn,
+                    format!(
+                        "MCP server '{}' needs authorization: open {url} to log in",
+                        self.name
+                    ),
+                ),
+                AuthNeed::BrowseDone => {}
+                AuthNeed::Proceed => {
+                    if self.phase == Phase::Closed {
+                        continue;
+                    }
+                    if let Some(frame) = self.held_reinit.take() {
+                        self.post(Purpose::Reinitialize { frame }, out, timers);
+                    }
+                    for frame in std::mem::take(&mut self.held) {
+                        self.send(frame, None, out, timers);
+                    }
+                    if std::mem::take(&mut self.listen_after_auth) && self.listen.is_none() {
+                        self.start_listen(out);
+                    }
+                    got.append(&mut self.undelivered);
+                }
+                AuthNeed::Failed(reason) => {
+                    let reason = format!("not authorized: {reason}");
+                    let handshake = self.held_reinit.is_some()
+                        || self
+                            .held
+                            .iter()
+                            .any(|f| matches!(f.kind, FrameKind::Initialize(_)));
+                    if handshake {
+                        got.push(Delivery::Unauthorized(reason.clone()));
+                    }
+                    if self.held_reinit.take().is_some() {
+                        got.push(Delivery::Dead(format!(
+                            "could not start a new session: {reason}"
+                        )));
+                    }
+                    for frame in std::mem::take(&mut self.held) {
+                        if let FrameKind::Initialize(id) | FrameKind::Request(id) = frame.kind {
+                            got.push(Delivery::RequestFailed {
+                                id,
+                                reason: reason.clone(),
+                            });
+                        }
+                    }
+                    self.listen_after_auth = false;
+                    out.log(
+                        LogLevel::Warn,
+                        format!("MCP server '{}' is {reason}", self.name),
+                    );
+                }
+            }
+        }
+        self.extend_held_deadlines(timers);
+    }
+
+    /// A request held for the authorization keeps its deadline, or the authorization's plus
+    /// one exchange timeout if that is later (a user logging in may take minutes).
+    fn extend_held_deadlines(&mut self, timers: &mut TimerTable) {
+        let Some(until) = self
+            .auth
+            .oauth()
+            .and_then(|a| a.authorizer().poll_timeout())
+        else {
+            return;
+        };
+        let until = until.plus_ms(self.exchange_timeout_ms);
+        for frame in &self.held {
+            if let FrameKind::Initialize(id) | FrameKind::Request(id) = frame.kind {
+                let key = Timer::Server(self.slot, ServerTimer::Request(id));
+                if timers.get(key).is_some_and(|at| at < until) {
+                    timers.set(key, until);
+                }
+            }
+        }
+    }
+
+    /// Sends one request of the authorization as an exchange of this server, with its own
+    /// deadline (the runtime follows no redirect).
+    fn start_auth_request(
+        &mut self,
+        request: u64,
+        http: OAuthRequest,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let exchange = self.next_exchange();
+        self.flights.insert(
+            exchange.seq,
+            Flight {
+                purpose: Purpose::Auth { request },
+                reader: Reader::Head,
+                awaiting: Vec::new(),
+                last_event_id: None,
+                retry_ms: None,
+                events: 0,
+                sent_auth: None,
+            },
+        );
+        timers.set(
+            Timer::Server(self.slot, ServerTimer::Exchange(exchange.seq)),
+            out.now().plus_ms(self.exchange_timeout_ms),
+        );
+        let mut body = Body::default();
+        if !http.body.is_empty() {
+            body.push(http.body);
+        }
+        out.push(Action::Http {
+            exchange,
+            request: Request {
+                method: match http.method {
+                    OAuthMethod::Get => Method::Get,
+                    OAuthMethod::Post => Method::Post,
+                },
+                url: http.url.as_sent().to_string(),
+                headers: http.headers,
+                body,
+            },
+        });
+    }
+
+    /// The answer to an authorization request (`Err`: none, with the reason).
+    fn auth_answer(
+        &mut self,
+        request: u64,
+        answer: Result<OAuthResponse, String>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        got: &mut Vec<Delivery>,
+    ) {
+        let Some(a) = self.auth.oauth() else {
+            return;
+        };
+        let needs = a.on_http(request, answer, out, timers);
+        self.carry_out(needs, out, timers, got);
+    }
+
+    /// What the runtime reports for the authorization (listener, token file, browser).
+    pub(crate) fn on_oauth(
+        &mut self,
+        input: OAuthInput,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<Delivery> {
+        let mut got = std::mem::take(&mut self.undelivered);
+        if let Some(a) = self.auth.oauth() {
+            let needs = a.on_input(input, out, timers);
+            self.carry_out(needs, out, timers, &mut got);
+        }
+        got
+    }
+
+    /// The deadline of the authorization's step in progress passed.
+    pub(crate) fn authorization_due(
+        &mut self,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<Delivery> {
+        let mut got = std::mem::take(&mut self.undelivered);
+        if let Some(a) = self.auth.oauth() {
+            let needs = a.on_timeout(out, timers);
+            self.carry_out(needs, out, timers, &mut got);
+        }
+        got
+    }
+
     /// A failed exchange that awaited no request (a notification, a response, our own
     /// initialize): logged, and for our own initialize the server is dead.
     fn fail_unawaited(&self, f: &Flight, reason: &str, out: &mut Outbox, got: &mut Vec<Delivery>) {
@@ -903,7 +1214,11 @@ impl HttpTransport {
                     format!("mcp '{}': {what} was not accepted: {reason}", self.name),
                 );
             }
-            Purpose::Post { .. } | Purpose::Listen | Purpose::Resume { .. } | Purpose::Delete => {}
+            Purpose::Post { .. }
+            | Purpose::Listen
+            | Purpose::Resume { .. }
+            | Purpose::Delete
+            | Purpose::Auth { .. } => {}
         }
     }
 
@@ -1005,6 +1320,24 @@ impl HttpTransport {
     ) -> bool {
         match &mut f.reader {
             Reader::Head | Reader::Ignore => true,
+            Reader::Collect(answer) => {
+                let room = (MAX_OAUTH_BODY_BYTES + 1).saturating_sub(answer.body.len());
+                answer
+                    .body
+                    .extend_from_slice(bytes.get(..room.min(bytes.len())).unwrap_or(&[]));
+                if answer.body.len() > MAX_OAUTH_BODY_BYTES {
+                    // Over the cap: the authorization fails it, no need to read on.
+                    let Purpose::Auth { request } = f.purpose else {
+                        return false;
+                    };
+                    let answer = std::mem::replace(&mut f.reader, Reader::Ignore);
+                    if let Reader::Collect(answer) = answer {
+                        self.auth_answer(request, Ok(answer), out, timers, got);
+                    }
+                    return false;
+                }
+                true
+            }
             Reader::Json(buf) => {
                 if buf.len() + bytes.len() > MAX_JSON_BODY_BYTES {
                     for id in std::mem::take(&mut f.awaiting) {
@@ -1194,6 +1527,11 @@ impl HttpTransport {
         got: &mut Vec<Delivery>,
     ) {
         match std::mem::replace(&mut f.reader, Reader::Ignore) {
+            Reader::Collect(answer) => {
+                if let Purpose::Auth { request } = f.purpose {
+                    self.auth_answer(request, Ok(answer), out, timers, got);
+                }
+            }
             Reader::Json(buf) => {
                 self.deliver_json(&mut f, &buf, out, timers, got);
                 for id in std::mem::take(&mut f.awaiting) {
@@ -1302,7 +1640,8 @@ impl HttpTransport {
                     | Purpose::Post { .. }
                     | Purpose::Listen
                     | Purpose::Reinitialize { .. }
-                    | Purpose::Delete => 1,
+                    | Purpose::Delete
+                    | Purpose::Auth { .. } => 1,
                 };
                 match f.last_event_id.clone() {
                     Some(last) if attempt <= MAX_RESUME_ATTEMPTS => {
@@ -1339,7 +1678,10 @@ impl HttpTransport {
             Purpose::Reinitialize { .. } => got.push(Delivery::Dead(format!(
                 "could not start a new session: {why} before the answer to initialize"
             ))),
-            Purpose::Post { .. } | Purpose::Resume { .. } | Purpose::Delete => {}
+            Purpose::Post { .. }
+            | Purpose::Resume { .. }
+            | Purpose::Delete
+            | Purpose::Auth { .. } => {}
         }
     }
 
@@ -1386,6 +1728,10 @@ impl HttpTransport {
     ) {
         match (&f.purpose, &f.reader) {
             (Purpose::Delete, _) => {}
+            (Purpose::Auth { request }, _) => {
+                let request = *request;
+                self.auth_answer(request, Err(reason.to_string()), out, timers, got);
+            }
             (Purpose::Listen, Reader::Head) if self.wire == Wire::Streamable => {
                 out.log(
                     LogLevel::Warn,
@@ -1427,9 +1773,11 @@ impl HttpTransport {
             ) => {
                 let mut parser = match std::mem::replace(&mut f.reader, Reader::Ignore) {
                     Reader::Events(p) => p,
-                    Reader::Head | Reader::Json(_) | Reader::Ignore | Reader::Error { .. } => {
-                        Box::default()
-                    }
+                    Reader::Head
+                    | Reader::Json(_)
+                    | Reader::Ignore
+                    | Reader::Error { .. }
+                    | Reader::Collect(_) => Box::default(),
                 };
                 let mut events = Vec::new();
                 parser.finish(&mut events);
@@ -1471,6 +1819,8 @@ mod tests {
         t: HttpTransport,
         out: Outbox,
         timers: TimerTable,
+        /// The authorization's runtime work asked for (listener, token file, browser).
+        oauth: Vec<crate::io::OAuthAction>,
     }
 
     /// A request the transport asked the runtime to send.
@@ -1528,9 +1878,51 @@ mod tests {
                 Wire::Legacy => "http://h:8/sse",
             };
             let mut rig = Rig {
-                t: HttpTransport::new(SLOT, "remote", wire, url, &headers, 5_000),
+                t: HttpTransport::new(SLOT, "remote", wire, url, &headers, 5_000, None),
                 out: Outbox::new(LogLevel::Debug, MonoTime::ZERO),
                 timers: TimerTable::default(),
+                oauth: Vec::new(),
+            };
+            rig.t.open(&mut rig.out, &mut rig.timers);
+            rig
+        }
+
+        /// A Streamable HTTP server at `http://127.0.0.1:8/mcp` without a configured header,
+        /// authorized with OAuth from the clients file `clients` (no state directory).
+        fn with_oauth(clients: &Value) -> Rig {
+            let url = "http://127.0.0.1:8/mcp";
+            let oauth = crate::oauth::settings::parse_clients_file(
+                &clients.to_string(),
+                &std::collections::BTreeMap::new(),
+                &|p: &str| Err(format!("{p}: no files here")),
+            )
+            .unwrap();
+            let setup = crate::authorization::AuthSetup {
+                oauth,
+                keeps_tokens: false,
+                unix_ms_at_start: 1_700_000_000_000,
+                request_timeout_ms: 5_000,
+            };
+            let auth = ServerAuth::new(
+                SLOT,
+                "remote",
+                crate::url::HttpUrl::parse(url).unwrap(),
+                &setup,
+                crate::oauth::secrets::SecretRng::new([7; 32]),
+            );
+            let mut rig = Rig {
+                t: HttpTransport::new(
+                    SLOT,
+                    "remote",
+                    Wire::Streamable,
+                    url,
+                    &[],
+                    5_000,
+                    Some(auth),
+                ),
+                out: Outbox::new(LogLevel::Debug, MonoTime::ZERO),
+                timers: TimerTable::default(),
+                oauth: Vec::new(),
             };
             rig.t.open(&mut rig.out, &mut rig.timers);
             rig
@@ -1553,6 +1945,7 @@ mod tests {
                         });
                     }
                     Action::CancelHttp { exchange } => dropped.push(exchange.seq),
+                    Action::OAuth(a) => self.oauth.push(a),
                     Action::Log(_) => {}
                     other @ (Action::WriteAcp(_)
                     | Action::WriteMcp { .. }
@@ -1568,7 +1961,6 @@ mod tests {
                     | Action::TruncateTranscript { .. }
                     | Action::CloseTranscript { .. }
                     | Action::ListTranscripts { .. }
-                    | Action::OAuth(_)
                     | Action::Exit { .. }) => panic!("unexpected action {other:?}"),
                 }
             }
@@ -1979,6 +2371,146 @@ mod tests {
         assert!(
             matches!(&got[..], [Delivery::Dead(why)] if why.contains("not on the server's own origin")),
             "a credential never goes to another origin: {got:?}"
+        );
+    }
+
+    /// The authorization server of the OAuth tests: protected resource metadata, its own
+    /// metadata, and a token endpoint answering `token` (status, body).
+    fn authorization_server(rig: &mut Rig, token: (u16, Value)) -> Vec<Delivery> {
+        let mut got = Vec::new();
+        for _ in 0..10 {
+            let (sent, _) = rig.sent();
+            let Some(req) = sent.into_iter().next() else {
+                break;
+            };
+            let body = if req
+                .url
+                .ends_with("/.well-known/oauth-protected-resource/mcp")
+            {
+                json!({"resource": "http://127.0.0.1:8/mcp", "authorization_servers": ["http://127.0.0.1:9"]})
+            } else if req.url.ends_with("/.well-known/oauth-authorization-server") {
+                json!({
+                    "issuer": "http://127.0.0.1:9",
+                    "authorization_endpoint": "http://127.0.0.1:9/authorize",
+                    "token_endpoint": "http://127.0.0.1:9/token",
+                    "grant_types_supported": ["client_credentials"],
+                    "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+                })
+            } else if req.url == "http://127.0.0.1:9/token" {
+                assert!(
+                    req.header("authorization")
+                        .is_some_and(|a| a.starts_with("Basic "))
+                );
+                let text = token.1.to_string();
+                got.extend(rig.answer(
+                    req.seq,
+                    token.0,
+                    &[("content-type", "application/json")],
+                    &text,
+                ));
+                continue;
+            } else {
+                // The MCP server's own request: hand it back to the caller.
+                rig.t.flights.get(&req.seq).expect("in flight");
+                got.push(Delivery::Message(Message::Notification {
+                    method: format!(
+                        "sent {} {}",
+                        req.header("authorization").unwrap_or("-"),
+                        req.body
+                    ),
+                    params: Value::Null,
+                }));
+                let _ = req;
+                break;
+            };
+            got.extend(rig.answer(
+                req.seq,
+                200,
+                &[("content-type", "application/json")],
+                &body.to_string(),
+            ));
+        }
+        got
+    }
+
+    fn client_credentials() -> Value {
+        json!({"servers": {"http://127.0.0.1:8/mcp": {"client_id": "svc", "client_secret": "s3", "grant": "client_credentials"}}})
+    }
+
+    #[test]
+    fn m11_a_401_runs_the_authorization_over_the_server_s_exchanges_and_resends_with_the_token() {
+        let mut rig = Rig::with_oauth(&client_credentials());
+        let init = frame(
+            FrameKind::Initialize(McpRequestId(1)),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+        );
+        rig.send(init, None);
+        let (sent, _) = rig.sent();
+        assert_eq!(sent[0].header("authorization"), None, "no token yet");
+        let got = rig.answer(
+            sent[0].seq,
+            401,
+            &[(
+                "www-authenticate",
+                r#"Bearer resource_metadata="http://127.0.0.1:8/.well-known/oauth-protected-resource/mcp""#,
+            )],
+            "",
+        );
+        assert!(got.is_empty(), "held, not failed: {got:?}");
+        // The request waits for the authorization, which may take longer than its own deadline.
+        let got = authorization_server(
+            &mut rig,
+            (
+                200,
+                json!({"access_token": "tok-1", "token_type": "Bearer", "expires_in": 3600}),
+            ),
+        );
+        let [Delivery::Message(Message::Notification { method, .. })] = &got[..] else {
+            panic!("the initialize went again: {got:?}");
+        };
+        assert!(method.starts_with("sent Bearer tok-1 "), "{method}");
+        assert!(method.contains("\"initialize\""), "{method}");
+        assert!(
+            rig.oauth.is_empty(),
+            "client credentials need no listener or file: {:?}",
+            rig.oauth
+        );
+    }
+
+    #[test]
+    fn m11_a_refused_authorization_fails_the_held_handshake_as_unauthorized() {
+        let mut rig = Rig::with_oauth(&client_credentials());
+        rig.send(
+            frame(
+                FrameKind::Initialize(McpRequestId(1)),
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+            ),
+            None,
+        );
+        let (sent, _) = rig.sent();
+        rig.answer(sent[0].seq, 401, &[("www-authenticate", "Bearer")], "");
+        let got = authorization_server(&mut rig, (401, json!({"error": "invalid_client"})));
+        let [
+            Delivery::Unauthorized(why),
+            Delivery::RequestFailed { id, reason },
+        ] = &got[..]
+        else {
+            panic!("{got:?}");
+        };
+        assert_eq!(*id, McpRequestId(1));
+        assert!(
+            why.starts_with("not authorized: ") && why.contains("invalid_client"),
+            "{why}"
+        );
+        assert_eq!(why, reason);
+        // A plain 403 later is an ordinary error, not an authorization matter.
+        let mut rig = Rig::with_oauth(&client_credentials());
+        rig.send(request(5, "tools/list"), None);
+        let (sent, _) = rig.sent();
+        let got = rig.answer(sent[0].seq, 403, &[("content-type", "text/plain")], "nope");
+        assert!(
+            matches!(&got[..], [Delivery::RequestFailed { reason, .. }] if reason == "answered HTTP 403 (Forbidden): nope"),
+            "{got:?}"
         );
     }
 }

@@ -10,17 +10,20 @@ use super::session::{McpSession, SessionEvent, SessionState};
 use super::stdio::{Process, STDOUT_CLOSED_GRACE_MS, StdioTransport};
 use super::{Expired, HookTarget, ListLost, McpEvent, McpRequest, Purpose, StartState, failed};
 use crate::acp::{EntryTransport, McpServerEntry};
+use crate::authorization::{AuthSetup, ServerAuth};
 use crate::config::{HookAllowlist, LogLevel};
 use crate::ids::{ExchangeId, McpRequestId, ProcKey, ServerSlot, SessionId};
-use crate::io::HttpEvent;
 use crate::io::{Action, Signal, SpawnSpec};
+use crate::io::{HttpEvent, OAuthInput};
 use crate::jsonrpc::{self, LineEvent};
 use crate::llm::ToolDef;
+use crate::oauth::secrets::SecretRng;
 use crate::outbox::Outbox;
 use crate::time::MonoTime;
 use crate::timers::{ServerTimer, Timer, TimerTable};
 use crate::tool_schema::SchemaDialect;
 use crate::tools;
+use crate::url::HttpUrl;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -79,6 +82,9 @@ pub(crate) struct Server {
     deaths: u32,
     /// The agent's shutdown closed it (SPEC P1, M8).
     shut_down: bool,
+    /// Its authorization failed before it ever served (SPEC M11): it stays without tools, the
+    /// session starts anyway; the text says why (`not authorized: …`).
+    unauthorized: Option<String>,
 }
 
 impl Server {
@@ -144,6 +150,9 @@ impl Server {
 
     /// The start failure reason, if the server died before becoming ready the first time.
     fn start_failure(&self) -> Option<&str> {
+        if self.unauthorized.is_some() {
+            return None;
+        }
         match self.mcp.state() {
             SessionState::Closed { reason } if !self.listed_once => Some(reason),
             SessionState::Connecting
@@ -218,6 +227,9 @@ pub(crate) struct ServerTable {
     inherited_env: Vec<(String, String)>,
     /// `MCP_HOOK_SERVERS`, for the warning about hooks that will not be called (case C56).
     hook_allowlist: HookAllowlist,
+    /// What every HTTP server's OAuth authorization is built from, and the generator its
+    /// secrets fork from (SPEC M11); `None`: servers are not authorized by the agent.
+    authorization: Option<(AuthSetup, SecretRng)>,
 }
 
 impl ServerTable {
@@ -230,7 +242,14 @@ impl ServerTable {
             client_version,
             inherited_env: Vec::new(),
             hook_allowlist: HookAllowlist::Off,
+            authorization: None,
         }
+    }
+
+    /// HTTP servers created from now on without a configured `authorization` header are
+    /// authorized with OAuth (SPEC M11), from `setup`; their secrets come from `rng`.
+    pub(crate) fn set_authorization(&mut self, setup: AuthSetup, rng: SecretRng) {
+        self.authorization = Some((setup, rng));
     }
 
     /// `MCP_HOOK_SERVERS`: a server exposing hooks that it does not name is warned about once
@@ -355,6 +374,10 @@ impl ServerTable {
                 url,
                 headers,
                 self.init_timeout_ms,
+                self.authorization.as_mut().and_then(|(setup, rng)| {
+                    let url = HttpUrl::parse(url).ok()?;
+                    Some(ServerAuth::new(slot, &entry.name, url, setup, rng.fork()))
+                }),
             ))),
         };
         self.servers.insert(
@@ -375,6 +398,7 @@ impl ServerTable {
                 failed_restarts: 0,
                 deaths: 0,
                 shut_down: false,
+                unauthorized: None,
             },
         );
         slot
@@ -800,7 +824,7 @@ impl ServerTable {
                 if let Some(reason) = s.start_failure() {
                     return StartState::Failed(reason.to_string());
                 }
-                if !s.is_ready() {
+                if !s.is_ready() && s.unauthorized.is_none() {
                     all_ready = false;
                 }
             }
@@ -1071,9 +1095,64 @@ impl ServerTable {
                     }
                 }
                 Delivery::Dead(cause) => events.extend(self.kill(slot, &cause, out, timers)),
+                Delivery::Unauthorized(reason) => {
+                    let Some(s) = self.servers.get_mut(&slot) else {
+                        break;
+                    };
+                    if s.listed_once {
+                        continue;
+                    }
+                    // SPEC M11: it starts without tools; the session starts anyway.
+                    let cause = format!("MCP server '{}' is {reason}", s.name);
+                    s.unauthorized = Some(reason);
+                    events.extend(self.died(slot, cause, false, out, timers));
+                }
             }
         }
         events
+    }
+
+    /// `Input::OAuth`: what the runtime reports for the authorization of the server it names
+    /// (SPEC M11). Inputs for a server that is gone are inert (I6).
+    pub(crate) fn on_oauth(
+        &mut self,
+        input: OAuthInput,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let slot = input.server();
+        let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) else {
+            return Vec::new();
+        };
+        let deliveries = t.on_oauth(input, out, timers);
+        self.deliver(slot, deliveries, out, timers)
+    }
+
+    /// The deadline of `slot`'s authorization step passed (SPEC M11).
+    pub(crate) fn authorization_due(
+        &mut self,
+        slot: ServerSlot,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) else {
+            return Vec::new();
+        };
+        let deliveries = t.authorization_due(out, timers);
+        self.deliver(slot, deliveries, out, timers)
+    }
+
+    /// The notices of the servers in `slots` (a session that starts) that start without tools
+    /// because their authorization failed (SPEC M11).
+    pub(crate) fn start_notices(&self, slots: &[ServerSlot]) -> Vec<String> {
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot))
+            .filter_map(|s| {
+                let reason = s.unauthorized.as_deref()?;
+                Some(format!("MCP server '{}' is {reason}.", s.name))
+            })
+            .collect()
     }
 
     /// The deadline of exchange `seq` of `slot` (one carrying no request) passed.
@@ -1087,7 +1166,7 @@ impl ServerTable {
         let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) else {
             return Vec::new();
         };
-        let deliveries = t.exchange_timed_out(seq, out);
+        let deliveries = t.exchange_timed_out(seq, out, timers);
         self.deliver(slot, deliveries, out, timers)
     }
 

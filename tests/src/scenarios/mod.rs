@@ -16,6 +16,7 @@ mod interceptors;
 mod lifecycle;
 mod mcp;
 mod mcp_http;
+mod oauth;
 mod providers;
 mod security;
 mod session_hooks;
@@ -64,6 +65,9 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         mcp_http::m10_a_legacy_sse_server_serves_tool_calls,
         mcp_http::m10_a_remote_stop_hook_objects_over_http,
         mcp_http::m10_unusable_http_servers_fail_the_session_with_a_reason,
+        oauth::m11_a_server_behind_oauth_is_authorized_through_the_browser_and_its_tokens_are_kept,
+        oauth::m11_a_rejected_token_is_refreshed_and_a_missing_scope_is_stepped_up,
+        oauth::m11_client_credentials_need_no_user_and_a_failed_login_leaves_the_server_without_tools,
         mcp::m8_p1_c33_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
         security::s1_a_server_cannot_read_the_agents_environment_through_proc,
