@@ -17,6 +17,7 @@ use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{
     IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
 };
+use crate::instructions::{self, ClientPrompt};
 use crate::intercept::invoke_reply;
 use crate::interceptor::InvokeReply;
 use crate::io::{Action, Input};
@@ -87,6 +88,28 @@ pub struct Agent {
     /// The client advertised `clientCapabilities.session.notices` in `initialize`: notices go
     /// as ACP `notice` updates, else as marked message chunks (docs/clients.md).
     client_notices: bool,
+    /// The project reads in flight ([`Action::ReadProject`], SPEC A10), by request number.
+    project_reads: BTreeMap<u64, ProjectRead>,
+    /// The number of the next project read.
+    next_project_read: u64,
+}
+
+/// A session waiting for its project files (SPEC A10) before it starts.
+#[derive(Debug)]
+struct ProjectRead {
+    session: SessionId,
+    cwd: String,
+    client: Option<ClientPrompt>,
+    then: AfterRead,
+}
+
+/// What a starting session does once its project files are read.
+#[derive(Debug, Clone, Copy)]
+enum AfterRead {
+    /// `session/new`: start its servers.
+    New,
+    /// `session/load` (`replay`) or `session/resume`: open its transcript.
+    Load { replay: bool },
 }
 
 /// Test support (the `testing` feature): what a session holds, to compare a session before
@@ -167,6 +190,8 @@ impl Agent {
             ids: IdCounters::default(),
             shutdown: None,
             client_notices: false,
+            project_reads: BTreeMap::new(),
+            next_project_read: 1,
         }
     }
 
@@ -278,6 +303,7 @@ impl Agent {
             Input::TranscriptList { request, entries } => {
                 self.store.on_list(request, entries, &mut self.out);
             }
+            Input::ProjectRead { request, files } => self.on_project_read(request, &files),
         }
         self.after_step();
     }
@@ -560,11 +586,92 @@ impl Agent {
             LogLevel::Info,
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
         );
-        if slots.is_empty() {
-            self.session_ready(sid, Source::New);
-        } else {
-            for slot in slots {
-                self.servers.spawn(slot, &mut self.out);
+        self.read_project(sid, &spec.cwd, spec.system_prompt, AfterRead::New);
+    }
+
+    /// SPEC A10: a starting session's project instructions (and skills) are read before it
+    /// starts its servers or reads its transcript; with `BUZZ_AGENT_NO_HINTS` nothing is read.
+    /// Either way its system prompt is fixed here for all its requests.
+    fn read_project(
+        &mut self,
+        sid: SessionId,
+        cwd: &str,
+        client: Option<ClientPrompt>,
+        then: AfterRead,
+    ) {
+        if self.cfg.no_hints {
+            if let Some(sess) = self.sessions.get_mut(&sid) {
+                sess.system_prompt =
+                    instructions::system_prompt(&self.cfg, client.as_ref(), None, None);
+            }
+            return self.after_project_read(sid, cwd, then);
+        }
+        let request = self.next_project_read;
+        self.next_project_read += 1;
+        self.project_reads.insert(
+            request,
+            ProjectRead {
+                session: sid,
+                cwd: cwd.to_string(),
+                client,
+                then,
+            },
+        );
+        let spec = instructions::read_spec(&self.cfg, cwd);
+        self.out.push(Action::ReadProject { request, spec });
+    }
+
+    /// The project files of a starting session were read (SPEC A10): its system prompt is
+    /// built, what was cut or skipped is logged and told to the user, and the session goes on
+    /// starting. A read for a session that is gone (closed, failed, shut down) is dropped.
+    fn on_project_read(&mut self, request: u64, files: &crate::project::ProjectFiles) {
+        let Some(read) = self.project_reads.remove(&request) else {
+            return;
+        };
+        let sid = read.session;
+        let Some(sess) = self.sessions.get_mut(&sid).filter(|s| s.starting.is_some()) else {
+            return;
+        };
+        let (taken, findings) =
+            instructions::take_instructions(&files.instructions, self.cfg.instructions_max_bytes);
+        let bytes: usize = taken.files.iter().map(|(_, t)| t.len()).sum();
+        let section = instructions::instructions_section(&taken);
+        sess.system_prompt =
+            instructions::system_prompt(&self.cfg, read.client.as_ref(), section, None);
+        for f in &findings {
+            sess.notices.push(f.notice.clone());
+        }
+        for f in findings {
+            self.log(LogLevel::Warn, format!("session {sid}: {}", f.log));
+        }
+        let root = files.git_root.as_deref().unwrap_or("none");
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: {} AGENTS.md file(s), {bytes} bytes, in the system prompt (git root {root})",
+                taken.files.len()
+            ),
+        );
+        self.after_project_read(sid, &read.cwd, read.then);
+    }
+
+    /// A starting session whose project files are read goes on: `session/new` starts its
+    /// servers (or is ready at once without any), a load opens its transcript (SPEC A2, A9).
+    fn after_project_read(&mut self, sid: SessionId, cwd: &str, then: AfterRead) {
+        match then {
+            AfterRead::Load { replay } => self.store.begin_load(sid, cwd, replay, &mut self.out),
+            AfterRead::New => {
+                let slots = self
+                    .sessions
+                    .get(&sid)
+                    .map(|s| s.servers.clone())
+                    .unwrap_or_default();
+                if slots.is_empty() {
+                    self.session_ready(sid, Source::New);
+                }
+                for slot in slots {
+                    self.servers.spawn(slot, &mut self.out);
+                }
             }
         }
     }
@@ -773,7 +880,12 @@ impl Agent {
             ),
         );
         self.sessions.insert(sid, sess);
-        self.store.begin_load(sid, &spec.cwd, replay, &mut self.out);
+        self.read_project(
+            sid,
+            &spec.cwd,
+            spec.system_prompt,
+            AfterRead::Load { replay },
+        );
     }
 
     /// What the store reports about loads (SPEC A9).

@@ -8,6 +8,7 @@ use std::fmt;
 pub use crate::config::LogLevel;
 pub use crate::ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use crate::llm::HttpRequest;
+pub use crate::project::{ProjectFiles, ReadSpec};
 
 /// What the runtime observed of one LLM HTTP call ([`Action::CallLlm`]), in this order:
 /// `Head`, any number of `Body`, then `End` or `Failed`. `Failed` may also come first (no
@@ -124,6 +125,14 @@ pub enum Input {
         /// The files, in any order, or the OS error.
         entries: Result<Vec<TranscriptEntry>, String>,
     },
+    /// The answer to [`Action::ReadProject`] (SPEC A10): the project instructions and skill
+    /// folders found for a session.
+    ProjectRead {
+        /// The read's number, echoed.
+        request: u64,
+        /// What was read.
+        files: ProjectFiles,
+    },
 }
 
 /// How [`Action::OpenTranscript`] opens a session's transcript file (SPEC A9).
@@ -225,6 +234,12 @@ impl fmt::Debug for Input {
                 Ok(e) => write!(f, "TranscriptList(#{request}, {} files)", e.len()),
                 Err(e) => write!(f, "TranscriptList(#{request}, error {e})"),
             },
+            Input::ProjectRead { request, files } => write!(
+                f,
+                "ProjectRead(#{request}, {} instruction file(s), {} skill folder(s))",
+                files.instructions.len(),
+                files.skills.len()
+            ),
         }
     }
 }
@@ -536,6 +551,15 @@ pub enum Action {
         /// A number to echo.
         request: u64,
     },
+    /// Read a session's project instructions and skills as `spec` says, bounded (see
+    /// [`crate::project`]); answer with [`Input::ProjectRead`] (SPEC A10). Blocking file IO:
+    /// off the loop.
+    ReadProject {
+        /// A number to echo.
+        request: u64,
+        /// What to read.
+        spec: ReadSpec,
+    },
     /// Write a log line to stderr ([`LogRecord::render`] gives its text).
     Log(LogRecord),
     /// Exit the process with this status after flushing stdout (SPEC P1: 0 after a clean
@@ -570,6 +594,9 @@ impl fmt::Debug for Action {
             }
             Action::CloseTranscript { file } => write!(f, "CloseTranscript({file})"),
             Action::ListTranscripts { request } => write!(f, "ListTranscripts(#{request})"),
+            Action::ReadProject { request, spec } => {
+                write!(f, "ReadProject(#{request}, {})", spec.cwd)
+            }
             Action::Log(r) => write!(f, "Log({:?}, {})", r.level, r.message),
             Action::Exit { code } => write!(f, "Exit({code})"),
         }

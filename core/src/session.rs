@@ -45,6 +45,9 @@ pub(crate) struct Session {
     pub(crate) notices: Vec<String>,
     /// The client presents ACP `notice` updates (`clientCapabilities.session.notices`).
     pub(crate) client_notices: bool,
+    /// The system prompt of every request of this session (SPEC A10, L11): built once when
+    /// the session opens (`instructions.rs`), so its bytes never change between rounds.
+    pub(crate) system_prompt: Option<String>,
 }
 
 impl Session {
@@ -66,6 +69,7 @@ impl Session {
             remembered: BTreeMap::new(),
             notices: Vec::new(),
             client_notices: false,
+            system_prompt: None,
         }
     }
 

@@ -279,7 +279,7 @@ impl Turn {
         let (system, messages, cache) = match &summary_messages {
             None => {
                 let (messages, cache) = sess.transcript.with_cache();
-                (cx.cfg.system_prompt.as_deref(), messages, Some(cache))
+                (sess.system_prompt.as_deref(), messages, Some(cache))
             }
             Some(summary) => (Some(compaction::SUMMARY_SYSTEM_PROMPT), &summary[..], None),
         };

@@ -1297,6 +1297,7 @@ impl<'a> Checker<'a> {
                 | Action::TruncateTranscript { .. }
                 | Action::CloseTranscript { .. }
                 | Action::ListTranscripts { .. }
+                | Action::ReadProject { .. }
                 | Action::Exit { .. } => {}
             }
         }

@@ -115,6 +115,11 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
                         });
                     }
                 }
+                read @ Action::ReadProject { .. } => {
+                    if let Some(failed) = crate::project::start(read, &tx) {
+                        immediate.push_back(failed);
+                    }
+                }
                 Action::Log(record) => log.write(record.render(log_format)),
                 Action::Exit { code } => exit_code = code,
                 transcript @ (Action::OpenTranscript { .. }

@@ -15,6 +15,7 @@
 //! | [`stdio`] | the ACP client's stdin (a reader thread) and stdout (non-blocking writes) |
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
 //! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
+//! | [`project`] | a session's `AGENTS.md` files and skill folders, read bounded (SPEC A10) |
 //! | [`extras`] | `demo`, `example-server`, `hooks check`, linked only where a binary names them |
 //! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting |
 //! | `util` | `race` of two futures |
@@ -28,6 +29,7 @@ pub mod driver;
 pub mod extras;
 pub mod http;
 pub mod log;
+pub mod project;
 pub mod runtime;
 pub mod stdio;
 pub mod store;

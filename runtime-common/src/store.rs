@@ -149,6 +149,7 @@ impl Store {
             | Action::SignalProcessGroup { .. }
             | Action::CallLlm { .. }
             | Action::CancelLlm { .. }
+            | Action::ReadProject { .. }
             | Action::Log(_)
             | Action::Exit { .. } => return None,
         };

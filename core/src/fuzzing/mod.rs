@@ -243,6 +243,7 @@ pub fn check_action(a: &Action) {
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
+        | Action::ReadProject { .. }
         | Action::Log(_)
         | Action::Exit { .. } => return,
     };
@@ -428,6 +429,7 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
+        | Action::ReadProject { .. }
         | Action::Log(_)
         | Action::Exit { .. } => {}
     }

@@ -336,6 +336,7 @@ impl World {
             | Action::TruncateTranscript { .. }
             | Action::CloseTranscript { .. }
             | Action::ListTranscripts { .. }
+            | Action::ReadProject { .. }
             | Action::Log(_)
             | Action::Exit { .. } => {}
         }
