@@ -94,6 +94,18 @@ pub struct Agent {
     next_project_read: u64,
 }
 
+/// `text` as a sentence: its first letter upper-case, a full stop at the end.
+fn sentence(text: &str) -> String {
+    let mut chars = text.chars();
+    let first: String = chars
+        .next()
+        .map(|c| c.to_uppercase().collect())
+        .unwrap_or_default();
+    let rest: String = chars.collect();
+    let end = if rest.ends_with('.') { "" } else { "." };
+    format!("{first}{rest}{end}")
+}
+
 /// A session waiting for its project files (SPEC A10) before it starts.
 #[derive(Debug)]
 struct ProjectRead {
@@ -632,24 +644,36 @@ impl Agent {
         let Some(sess) = self.sessions.get_mut(&sid).filter(|s| s.starting.is_some()) else {
             return;
         };
-        let (taken, findings) =
+        let (taken, mut findings) =
             instructions::take_instructions(&files.instructions, self.cfg.instructions_max_bytes);
         let bytes: usize = taken.files.iter().map(|(_, t)| t.len()).sum();
         let section = instructions::instructions_section(&taken);
+        // The runtime's own findings: folders it could not look at, skills over the count.
+        findings.extend(files.problems.iter().map(|p| {
+            instructions::Finding::new("skill_skipped", format!("skills: {p}"), sentence(p))
+        }));
+        let (skills, skill_findings, warnings) =
+            crate::skills::take_skills(&files.skills, crate::project::MAX_SKILL_BYTES);
+        findings.extend(skill_findings);
+        let listing = crate::skills::skills_section(&skills);
         sess.system_prompt =
-            instructions::system_prompt(&self.cfg, read.client.as_ref(), section, None);
+            instructions::system_prompt(&self.cfg, read.client.as_ref(), section, listing);
+        let names: Vec<String> = skills.iter().map(|s| s.name.clone()).collect();
+        sess.skills = skills;
         for f in &findings {
             sess.notices.push(f.notice.clone());
         }
-        for f in findings {
-            self.log(LogLevel::Warn, format!("session {sid}: {}", f.log));
+        for line in findings.into_iter().map(|f| f.log).chain(warnings) {
+            self.log(LogLevel::Warn, format!("session {sid}: {line}"));
         }
         let root = files.git_root.as_deref().unwrap_or("none");
         self.log(
             LogLevel::Info,
             format!(
-                "session {sid}: {} AGENTS.md file(s), {bytes} bytes, in the system prompt (git root {root})",
-                taken.files.len()
+                "session {sid}: {} AGENTS.md file(s), {bytes} bytes, and {} skill(s) [{}] in the system prompt (git root {root})",
+                taken.files.len(),
+                names.len(),
+                names.join(", ")
             ),
         );
         self.after_project_read(sid, &read.cwd, read.then);

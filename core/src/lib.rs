@@ -131,6 +131,7 @@ mod body_cache_props;
 mod compaction;
 pub mod config;
 mod cx;
+mod frontmatter;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod history;
@@ -151,6 +152,7 @@ pub mod project;
 mod record;
 mod session;
 mod shutdown;
+mod skills;
 mod sse;
 mod store;
 #[cfg(feature = "testing")]

@@ -48,6 +48,9 @@ pub(crate) struct Session {
     /// The system prompt of every request of this session (SPEC A10, L11): built once when
     /// the session opens (`instructions.rs`), so its bytes never change between rounds.
     pub(crate) system_prompt: Option<String>,
+    /// The session's skills (SPEC A10), listed in its system prompt and loaded with the
+    /// built-in `load_skill`.
+    pub(crate) skills: Vec<crate::skills::Skill>,
 }
 
 impl Session {
@@ -70,6 +73,7 @@ impl Session {
             notices: Vec::new(),
             client_notices: false,
             system_prompt: None,
+            skills: Vec::new(),
         }
     }
 

@@ -260,7 +260,10 @@ impl Turn {
         cx: &mut Cx<'_>,
     ) {
         let (defs, routes) = match purpose {
-            CallPurpose::Round => cx.servers.visible_tools(&sess.servers),
+            CallPurpose::Round => crate::mcp::with_builtins(
+                crate::skills::builtin_tools(&sess.skills),
+                cx.servers.visible_tools(&sess.servers),
+            ),
             CallPurpose::Summary => (Vec::new(), BTreeMap::new()),
         };
         let call = cx.ids.next_llm_call();

@@ -1555,7 +1555,8 @@ mod tests {
         let prefix = crate::tools::server_prefix("My Files");
         let route = &routes[&format!("{prefix}__read")];
         assert_eq!(
-            route.server, odd,
+            route.target,
+            super::super::ToolTarget::Server(odd),
             "the mapped name reaches the right server"
         );
         assert_eq!(

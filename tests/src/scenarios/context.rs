@@ -256,3 +256,224 @@ pub fn a10_no_hints_reads_nothing_and_a_cut_or_binary_file_is_warned_and_noticed
     );
     agent.finish();
 }
+
+/// A skill folder `dir/<folder>` with `SKILL.md` (`name`, `description`, a body holding
+/// `BODY-<name>`) and the extra files `extra`.
+fn skill(dir: &Path, folder: &str, name: &str, description: &str, extra: &[&str]) {
+    let body = format!("# {name}\n\nBODY-{name}: follow these steps.\n");
+    write(
+        &dir.join(folder).join("SKILL.md"),
+        &format!(
+            "---\nname: {name}\ndescription: {description}\nmetadata:\n  author: e2e\n---\n{body}"
+        ),
+    );
+    for f in extra {
+        write(&dir.join(folder).join(f), "extra file\n");
+    }
+}
+
+/// SPEC A10: the skills of the cwd's `.agents/skills` and the user's `~/.agents/skills` are
+/// listed by name and description only; `load_skill` (offered first, shown to the client as a
+/// `read` call titled `Load skill`, asked for like any tool) returns the body and names the
+/// skill's other files. A broken, a duplicate, an oversized (a sparse 100 MB `SKILL.md`) skill
+/// and a symbolic link loop are each skipped with a WARN and a notice; the session starts.
+pub fn a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body(ctx: &Ctx) {
+    let s = Scratch::new();
+    let p = Project::new(&s);
+    let skills = p.cwd.join(".agents/skills");
+    skill(
+        &skills,
+        "release-notes",
+        "release-notes",
+        "Writes release notes from the changelog.",
+        &["scripts/draft.sh", "template.md"],
+    );
+    skill(
+        &skills,
+        "pdf-tools",
+        "pdf-tools",
+        "Extracts text from PDF files.\n  Use for PDFs.",
+        &[],
+    );
+    skill(
+        &p.home.join(".agents/skills"),
+        "greeting",
+        "greeting",
+        "Greets people politely.",
+        &[],
+    );
+    // Broken ones, each skipped.
+    write(&skills.join("broken/SKILL.md"), "# no frontmatter at all\n");
+    skill(&skills, "zz-copy", "pdf-tools", "A second pdf-tools.", &[]);
+    let big = skills.join("huge/SKILL.md");
+    write(&big, "---\nname: huge\ndescription: Huge.\n---\n");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&big)
+        .and_then(|f| f.set_len(100 * 1024 * 1024))
+        .expect("a sparse 100 MB SKILL.md");
+    std::os::unix::fs::symlink(skills.join("loop"), skills.join("loop")).expect("a link loop");
+    let mut env = p.env();
+    env.push(("BUZZ_AGENT_PERMISSION".into(), "ask".into()));
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("c1", "load_skill", json!({"name": "release-notes"}))]),
+            Reply::text("notes drafted"),
+        ])
+        .env(&env_refs(&env))
+        .spawn();
+    agent.initialize();
+    let r = agent.request("session/new", json!({"cwd": p.cwd, "mcpServers": []}));
+    let result = agent.result(&r).clone();
+    let sid = result["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    let notices: Vec<String> = result["_meta"]["buzz"]["notices"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    for (path, why) in [
+        (skills.join("broken/SKILL.md"), "the frontmatter is broken"),
+        (skills.join("zz-copy/SKILL.md"), "already taken"),
+        (big.clone(), "over the 64 KiB limit"),
+    ] {
+        let path = path_str(&path);
+        assert!(
+            notices.iter().any(|n| n.contains(&path) && n.contains(why)),
+            "{path}: {why}: {notices:?}"
+        );
+        wait_stderr(
+            &agent,
+            &format!("skills: {path} skipped: "),
+            Duration::from_secs(5),
+        );
+    }
+    let looped = path_str(&skills.join("loop"));
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains(&looped) && n.contains("cannot be read")),
+        "{notices:?}"
+    );
+    let resp = agent.prompt(&sid, "write the release notes");
+    assert_end_turn(&agent, &resp);
+    let reqs = llm.requests();
+    let system = reqs[0].system_text().expect("a system prompt");
+    positions(
+        &system,
+        &[
+            "PKG-RULE",
+            "# Skills",
+            "- pdf-tools: Extracts text from PDF files. Use for PDFs.",
+            "- release-notes: Writes release notes from the changelog.",
+            "- greeting: Greets people politely.",
+        ],
+    );
+    assert!(
+        !system.contains("BODY-"),
+        "bodies are never listed: {system}"
+    );
+    assert!(
+        !system.contains("huge") && !system.contains("A second"),
+        "{system}"
+    );
+    assert_eq!(
+        reqs[0].tool_names().first().map(String::as_str),
+        Some("load_skill")
+    );
+    let loaded = reqs[1]
+        .tool_result_for("c1")
+        .expect("the load_skill result");
+    positions(
+        &loaded,
+        &["BODY-release-notes", "scripts/draft.sh", "template.md"],
+    );
+    assert!(!loaded.contains("BODY-pdf-tools"), "{loaded}");
+    let asked = agent.permission_requests();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["params"]["toolCall"]["kind"], "read");
+    assert_eq!(asked[0]["params"]["toolCall"]["title"], "Load skill");
+    let ups = agent.session_updates(&sid);
+    let announced = crate::harness::tool_call_announcements(&ups);
+    assert_eq!(announced[0]["kind"], "read", "{announced:?}");
+    assert_eq!(announced[0]["title"], "Load skill");
+    crate::harness::assert_tool_updates_well_formed(&ups);
+    agent.finish();
+}
+
+/// SPEC A10: 10,000 skill folders (64, then links to one of them) cost a bounded read: the session starts at once, 64 are
+/// read and listed, and one WARN and notice say how many were left out. With
+/// `BUZZ_AGENT_NO_HINTS=1` no skill is listed and `load_skill` is not offered.
+pub fn a10_ten_thousand_skills_are_capped_and_no_hints_offers_none(ctx: &Ctx) {
+    let s = Scratch::new();
+    let p = Project::new(&s);
+    let skills = p.cwd.join(".agents/skills");
+    // 64 folders, then 9,936 links to one of them (each a skill folder to the reader; links
+    // are the cheapest entries to make).
+    for i in 0..64 {
+        let name = format!("s{i:05}");
+        write(
+            &skills.join(&name).join("SKILL.md"),
+            &format!("---\nname: {name}\ndescription: Skill {i}.\n---\nbody {i}\n"),
+        );
+    }
+    for i in 64..10_000 {
+        std::os::unix::fs::symlink("s00000", skills.join(format!("s{i:05}"))).expect("a link");
+    }
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("many")])
+        .env(&env_refs(&p.env()))
+        .spawn();
+    agent.initialize();
+    let started = std::time::Instant::now();
+    let r = agent.request("session/new", json!({"cwd": p.cwd, "mcpServers": []}));
+    let took = started.elapsed();
+    let result = agent.result(&r).clone();
+    assert!(took < Duration::from_secs(20), "session/new took {took:?}");
+    let sid = result["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    let notices = result["_meta"]["buzz"]["notices"].to_string();
+    assert!(
+        notices.contains("9936 more skill folder(s) were not read"),
+        "{notices}"
+    );
+    wait_stderr(
+        &agent,
+        "skills: 9936 more skill folder(s) were not read",
+        Duration::from_secs(5),
+    );
+    assert_end_turn(&agent, &agent.prompt(&sid, "hello"));
+    let system = llm.requests()[0].system_text().expect("a system prompt");
+    assert!(
+        system.contains("- s00063: Skill 63.") && !system.contains("s00064"),
+        "{system}"
+    );
+    agent.finish();
+
+    let mut env = p.env();
+    env.push(("BUZZ_AGENT_NO_HINTS".into(), "true".into()));
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("none")])
+        .env(&env_refs(&env))
+        .spawn();
+    agent.initialize();
+    let sid = agent.new_session(&p.cwd, json!([]));
+    assert_end_turn(&agent, &agent.prompt(&sid, "hello"));
+    let req = &llm.requests()[0];
+    assert_eq!(
+        req.system_text(),
+        None,
+        "no skills, no instructions: {:?}",
+        req.system_text()
+    );
+    assert!(req.tool_names().is_empty(), "{:?}", req.tool_names());
+    agent.finish();
+}
