@@ -207,16 +207,14 @@ impl Agent {
         }
     }
 
-    /// The environment the runtime itself received. MCP children get it minus the agent's own
-    /// variables (SPEC M1: provider keys, `BUZZ_AGENT_*`, `MCP_HOOK_SERVERS`), plus the
-    /// client's `env` entries, which win.
+    /// The environment the runtime itself received. MCP children get only its allowlisted
+    /// part (SPEC S1, [`crate::config::child_environment`]: `HOME`, `PATH`, the locale, … and
+    /// what `BUZZ_AGENT_CHILD_ENV` adds, never the agent's own variables), plus the client's
+    /// `env` entries, which win (SPEC M1).
     #[must_use]
     pub fn with_inherited_env(mut self, env: impl IntoIterator<Item = (String, String)>) -> Self {
-        self.servers.set_inherited_env(
-            env.into_iter()
-                .filter(|(k, _)| !crate::config::is_agent_secret_or_own_variable(k))
-                .collect(),
-        );
+        self.servers
+            .set_inherited_env(crate::config::child_environment(env, &self.cfg.child_env));
         self
     }
 
@@ -863,7 +861,7 @@ impl Agent {
                 Some(json!({"sessionId": named})),
             );
         };
-        if self.sessions.contains_key(&sid) {
+        if self.sessions.contains_key(&sid) || self.store.has_file(sid) {
             return self.reply_err(
                 Some(&id),
                 jsonrpc::RpcError::INVALID_PARAMS,
@@ -954,6 +952,7 @@ impl Agent {
                     };
                     self.session_ready(sid, source);
                 }
+                StoreEvent::Released(sid) => self.start_queued(sid),
                 StoreEvent::LoadFailed {
                     session,
                     code,
@@ -1045,10 +1044,16 @@ impl Agent {
             Ok(t) => t,
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        if let Some(turn) = self.turns.get(&sid) {
-            let cancelled = turn.is_cancelled();
+        // Whether the prompt may wait for the session to be free: behind a cancelled turn, or
+        // behind the last answer, which waits for the disk (sent before the client read it).
+        let may_queue = match self.turns.get(&sid) {
+            Some(turn) => Some(turn.is_cancelled()),
+            None if self.store.is_holding(sid) => Some(true),
+            None => None,
+        };
+        if let Some(may_queue) = may_queue {
             match self.sessions.get_mut(&sid) {
-                Some(sess) if cancelled && sess.queued.is_none() => sess.queued = Some((id, text)),
+                Some(sess) if may_queue && sess.queued.is_none() => sess.queued = Some((id, text)),
                 Some(_) | None => self.reply_err(
                     Some(&id),
                     jsonrpc::RpcError::INVALID_PARAMS,
@@ -1108,8 +1113,7 @@ impl Agent {
             }
             TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
         }
-        let queued = self.sessions.get_mut(&sid).and_then(|s| s.queued.take());
-        match end {
+        let answer = match end {
             TurnEnd::Stopped(reason) => {
                 self.log(
                     LogLevel::Info,
@@ -1118,25 +1122,39 @@ impl Agent {
                         turn.rounds()
                     ),
                 );
-                self.reply_ok(
+                jsonrpc::encode_result(
                     turn.rpc(),
                     &json!({"stopReason": reason.as_str(), "_meta": turn.meta()}),
-                );
+                )
             }
             TurnEnd::Failed(message) => {
                 self.log(
                     LogLevel::Error,
                     format!("session {sid}: turn failed: {message}"),
                 );
-                self.reply_err(
+                jsonrpc::encode_error(
                     Some(turn.rpc()),
-                    jsonrpc::RpcError::SERVER_ERROR,
-                    message,
-                    None,
-                );
+                    &RpcError {
+                        code: RpcError::SERVER_ERROR,
+                        message,
+                        data: None,
+                    },
+                )
             }
+        };
+        // SPEC A9: the answer goes out once the turn's records, `turn_end` included, are on
+        // the disk; a queued prompt starts after it (SPEC I8: its updates follow the answer).
+        self.store.send_when_synced(sid, answer, &mut self.out);
+        self.start_queued(sid);
+    }
+
+    /// Starts the prompt queued for `sid` (behind a cancelled turn, or behind an answer that
+    /// waits for the disk) once neither is left.
+    fn start_queued(&mut self, sid: SessionId) {
+        if self.turns.contains_key(&sid) || self.store.is_holding(sid) {
+            return;
         }
-        if let Some((id, text)) = queued {
+        if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
             self.start_turn(sid, id, text);
         }
     }
@@ -1685,13 +1703,12 @@ impl Agent {
         let Some(rpc) = ending.finish(sess, &mut self.out) else {
             return;
         };
-        // A9: what the session recorded is written, and its file closed (its lock released:
-        // another agent may load it now).
+        // A9: what the session recorded is written (then synced and its file closed, its lock
+        // released: another agent may load it now).
         if let Some(sess) = self.sessions.get_mut(&sid) {
             self.store.sync(sess);
         }
         self.store.flush(sid, &mut self.out);
-        self.store.close(sid, &mut self.out);
         if let Some(sess) = self.sessions.remove(&sid)
             && self.shutdown.is_none()
         {
@@ -1708,7 +1725,9 @@ impl Agent {
             LogLevel::Info,
             format!("session {sid}: closed ({})", reason.as_str()),
         );
-        self.reply_ok(&rpc, &json!({}));
+        // SPEC A9: the file is synced and closed (its lock released) before the answer.
+        let answer = jsonrpc::encode_result(&rpc, &json!({}));
+        self.store.close_then_send(sid, Some(answer), &mut self.out);
     }
 
     fn run_shutdown_actions(&mut self, actions: Vec<ShutdownAction>) {
@@ -1726,6 +1745,8 @@ impl Agent {
                 self.out.push(Action::SignalProcessGroup { proc, signal });
             }
             if action == ShutdownAction::KillAllGroupsAndExit {
+                // The runtime finishes the queued syncs before it writes these (SPEC A9).
+                self.store.release_all(&mut self.out);
                 self.log(LogLevel::Info, "shutdown complete; exiting".into());
                 self.out.push(Action::Exit { code: 0 });
             }

@@ -11,8 +11,8 @@ use crate::config::{Config, ProviderKind};
 use crate::history::History;
 use crate::llm::builders::{self, ChatOptions, ResponsesOptions};
 use crate::llm::{
-    BodyCache, ChatReasoningField, HttpRequest, LlmRequest, Message, ReasoningBlock, ToolCall,
-    ToolDef,
+    BodyCache, ChatReasoningField, HttpRequest, LlmRequest, Message, PromptCache, ReasoningBlock,
+    ToolCall, ToolDef,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -129,6 +129,9 @@ enum Route {
     },
     Anthropic {
         system: bool,
+        /// Prompt caching (SPEC L11): breakpoints at the end of the previous cached request
+        /// (`History::cache_mark`) and of the conversation.
+        caching: bool,
     },
     Responses {
         include_encrypted_reasoning: bool,
@@ -143,7 +146,8 @@ fn route() -> impl Strategy<Value = Route> {
             max_completion_tokens: m,
             system,
         }),
-        any::<bool>().prop_map(|system| Route::Anthropic { system }),
+        (any::<bool>(), any::<bool>())
+            .prop_map(|(system, caching)| Route::Anthropic { system, caching }),
         (any::<bool>(), any::<bool>()).prop_map(|(i, system)| Route::Responses {
             include_encrypted_reasoning: i,
             system,
@@ -183,11 +187,12 @@ fn build(
     messages: &[Message],
     cache: Option<&mut BodyCache>,
     cfg: &Config,
+    previous_len: Option<usize>,
 ) -> HttpRequest {
     let tools = tools();
     let system = match route {
         Route::Chat { system, .. }
-        | Route::Anthropic { system }
+        | Route::Anthropic { system, .. }
         | Route::Responses { system, .. } => system.then_some("Be \"brief\".\n"),
     };
     let req = LlmRequest {
@@ -196,6 +201,15 @@ fn build(
         messages,
         tools: &tools,
         max_output_tokens: 1024,
+        cache: match route {
+            Route::Anthropic { caching: true, .. } => Some(PromptCache {
+                key: "sess_1",
+                previous_len,
+            }),
+            Route::Anthropic { caching: false, .. }
+            | Route::Chat { .. }
+            | Route::Responses { .. } => None,
+        },
     };
     match route {
         Route::Chat {
@@ -209,6 +223,7 @@ fn build(
             &ChatOptions {
                 max_completion_tokens,
                 reasoning_content,
+                ..ChatOptions::default()
             },
             cache,
         ),
@@ -222,6 +237,7 @@ fn build(
             &req,
             &ResponsesOptions {
                 include_encrypted_reasoning,
+                ..ResponsesOptions::default()
             },
             cache,
         ),
@@ -240,9 +256,14 @@ fn check(initial: Vec<Message>, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
             }
             Op::Build(route) => {
-                let fresh = build(route, &history, None, &cfg);
+                let mark = history.cache_mark();
+                let fresh = build(route, &history, None, &cfg, mark);
                 let (messages, cache) = history.with_cache();
-                let cached = build(route, messages, Some(cache), &cfg);
+                let cached = build(route, messages, Some(cache), &cfg, mark);
+                if matches!(route, Route::Anthropic { caching: true, .. }) {
+                    let len = history.len();
+                    history.set_cache_mark(len);
+                }
                 prop_assert_eq!(&cached.url, &fresh.url);
                 prop_assert_eq!(&cached.headers, &fresh.headers);
                 let (c, f) = (cached.body.to_vec(), fresh.body.to_vec());
@@ -257,22 +278,25 @@ fn check(initial: Vec<Message>, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Replace(messages) => history = History::from(messages),
             Op::DropFront(n) => {
-                let messages = history.rewrite();
+                let messages = history.rewrite(0);
                 let n = n.min(messages.len());
                 messages.drain(..n);
             }
             Op::InsertAt1(messages) => {
-                let all = history.rewrite();
-                let at = 1.min(all.len());
-                all.splice(at..at, messages);
+                let at = 1.min(history.len());
+                history.rewrite(at).splice(at..at, messages);
             }
             Op::EditLast(call) => {
-                if let Some(Message::Assistant { tool_calls, .. }) = history.rewrite().last_mut() {
+                let last = history.len().saturating_sub(1);
+                if let Some(Message::Assistant { tool_calls, .. }) =
+                    history.rewrite(last).last_mut()
+                {
                     tool_calls.push(call);
                 }
             }
             Op::Pop => {
-                history.rewrite().pop();
+                let last = history.len().saturating_sub(1);
+                history.rewrite(last).pop();
             }
         }
     }
@@ -340,9 +364,9 @@ fn a_tool_round_serializes_only_what_it_appended() {
             text: "x".repeat(1000),
             is_error: false,
         });
-        let fresh = build(route, &history, None, &cfg);
+        let fresh = build(route, &history, None, &cfg, None);
         let (messages, cache) = history.with_cache();
-        let cached = build(route, messages, Some(cache), &cfg);
+        let cached = build(route, messages, Some(cache), &cfg, None);
         assert_eq!(cached.body, fresh.body);
         let (_, cache) = history.with_cache();
         cached_sizes.push(cache.cached_bytes());
@@ -357,6 +381,6 @@ fn a_tool_round_serializes_only_what_it_appended() {
         assert!((1000..1300).contains(&grown), "{cached_sizes:?}");
     }
     // A rewrite drops it.
-    history.rewrite().remove(0);
+    history.rewrite(0).remove(0);
     assert_eq!(history.with_cache().1.cached_bytes(), 0);
 }

@@ -1,5 +1,5 @@
-//! Configuration read from the environment, once, at start (SPEC C1–C3; M1 for the variables
-//! withheld from MCP children).
+//! Configuration read from the environment, once, at start (SPEC C1–C3; M1 and S1 for the
+//! environment MCP children get: [`child_environment`]).
 //!
 //! The core never reads the environment or the file system: the runtime passes a snapshot of
 //! the environment as a `BTreeMap` and a closure that reads the system-prompt file
@@ -20,6 +20,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+pub use crate::oauth::settings::OAuthConfig;
 
 /// Which LLM API the agent talks to (C2 `BUZZ_AGENT_PROVIDER`, `OPENAI_COMPAT_API`; L6–L8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +181,18 @@ pub struct Config {
     /// `ANTHROPIC_API_VERSION` (default `2023-06-01`), the `anthropic-version` header. Always
     /// filled (with the default) even for OpenAI-compatible providers.
     pub anthropic_version: String,
+    /// `BUZZ_AGENT_PROMPT_CACHING` (default true): prompt caching (L11). On the Anthropic route
+    /// every round's request marks `cache_control` breakpoints (the end of the tools and system
+    /// prompt, the end of the previous request, the end of the conversation); on the OpenAI
+    /// routes `prompt_cache_key` is sent where [`Config::prompt_cache_key`] allows. Off: none
+    /// of either.
+    pub prompt_caching: bool,
+    /// `OPENAI_COMPAT_PROMPT_CACHE_KEY` (default unset = `auto`): whether the OpenAI routes send
+    /// `prompt_cache_key` (one per session) with prompt caching on. `None` (auto): only to
+    /// OpenAI's own API (a base URL on `api.openai.com`), since other servers may reject a field
+    /// they do not know; `Some(true)`: to any server (a gateway in front of OpenAI);
+    /// `Some(false)`: never.
+    pub prompt_cache_key: Option<bool>,
     /// `BUZZ_AGENT_SYSTEM_PROMPT` (as given, untrimmed), or the content of the file named by
     /// `BUZZ_AGENT_SYSTEM_PROMPT_FILE` (path trimmed; a leading BOM and trailing whitespace of
     /// the content removed); both set (non-blank) is an error. `None` if unset or blank.
@@ -213,6 +227,11 @@ pub struct Config {
     /// `BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES` (default 51200), 1024..=8388608: per tool result
     /// text, bytes, middle-elided beyond.
     pub max_tool_result_text_bytes: usize,
+    /// `BUZZ_AGENT_CHILD_ENV` (default empty; S1): more of the agent's environment variables
+    /// MCP servers get, beyond [`CHILD_ENV_ALLOWLIST`]: exact names, `PREFIX*` patterns, or
+    /// `*` (every variable but the agent's own). Comma list, trimmed, empties and duplicates
+    /// dropped; see [`child_environment`].
+    pub child_env: Vec<String>,
     /// `MCP_HOOK_SERVERS` (default off) (C3).
     pub hook_servers: HookAllowlist,
     /// `BUZZ_AGENT_INTERCEPTOR_SERVERS` (default off; C3 syntax): the servers asked for
@@ -257,6 +276,17 @@ pub struct Config {
     /// [`Config::from_env_map`], which the runtime replaces with 16 bytes from the OS. An
     /// agent without one numbers its sessions `sess_1`, `sess_2`, … (the core's own tests).
     pub session_id_seed: Option<u128>,
+    /// Authorization to remote MCP servers (SPEC M11): per-server clients and the time a
+    /// login may take (the defaults until remote servers are started).
+    pub oauth: OAuthConfig,
+    /// The 32 bytes PKCE verifiers, OAuth `state` values and JWT ids are derived from
+    /// (DESIGN: randomness is an input): derived from `BUZZ_AGENT_SEED`, else all zero from
+    /// [`Config::from_env_map`], which the runtime replaces with 32 bytes from the OS.
+    pub oauth_seed: [u8; 32],
+    /// The wall clock at [`MonoTime::ZERO`](crate::MonoTime::ZERO), in milliseconds since
+    /// the Unix epoch: set by the runtime when it starts its clock (0 until then). Only OAuth
+    /// reads it (JWT `iat`/`exp`, token expiry kept across runs).
+    pub unix_ms_at_start: u64,
     /// `BUZZ_AGENT_NO_HINTS` (default false): no project instructions and no skills are read
     /// (SPEC A10, docs/context.md).
     pub no_hints: bool,
@@ -289,6 +319,8 @@ impl fmt::Debug for Config {
             .field("models", &self.models)
             .field("base_url", &self.base_url)
             .field("anthropic_version", &self.anthropic_version)
+            .field("prompt_caching", &self.prompt_caching)
+            .field("prompt_cache_key", &self.prompt_cache_key)
             .field("system_prompt", &prompt)
             .field("max_rounds", &self.max_rounds)
             .field("max_output_tokens", &self.max_output_tokens)
@@ -306,6 +338,7 @@ impl fmt::Debug for Config {
                 "max_tool_result_text_bytes",
                 &self.max_tool_result_text_bytes,
             )
+            .field("child_env", &self.child_env)
             .field("hook_servers", &self.hook_servers)
             .field("interceptor_servers", &self.interceptor_servers)
             .field("hook_timeout_ms", &self.hook_timeout_ms)
@@ -320,6 +353,9 @@ impl fmt::Debug for Config {
             .field("fixed_seed", &self.fixed_seed)
             .field("seed", &self.seed)
             .field("session_id_seed", &self.session_id_seed.map(|_| "<set>"))
+            .field("oauth", &self.oauth)
+            .field("oauth_seed", &"<set>")
+            .field("unix_ms_at_start", &self.unix_ms_at_start)
             .field("no_hints", &self.no_hints)
             .field("instructions_max_bytes", &self.instructions_max_bytes)
             .field("user_instructions", &self.user_instructions)
@@ -505,6 +541,9 @@ const LOG: &str = "BUZZ_AGENT_LOG";
 const LOG_FORMAT: &str = "BUZZ_AGENT_LOG_FORMAT";
 const STATE_DIR: &str = "BUZZ_AGENT_STATE_DIR";
 const SEED: &str = "BUZZ_AGENT_SEED";
+const PROMPT_CACHING: &str = "BUZZ_AGENT_PROMPT_CACHING";
+const PROMPT_CACHE_KEY: &str = "OPENAI_COMPAT_PROMPT_CACHE_KEY";
+const CHILD_ENV: &str = "BUZZ_AGENT_CHILD_ENV";
 const NO_HINTS: &str = "BUZZ_AGENT_NO_HINTS";
 const INSTRUCTIONS_MAX_BYTES: &str = "BUZZ_AGENT_INSTRUCTIONS_MAX_BYTES";
 
@@ -582,6 +621,8 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (OPENAI_API, "chat", "chat = Chat Completions, responses = Responses API"),
     (MODEL, "", "model name; overrides ANTHROPIC_MODEL / OPENAI_COMPAT_MODEL"),
     (MODELS, "", "comma-separated model ids a client may switch a session to (its model picker)"),
+    (PROMPT_CACHING, "true", "prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key (boolean)"),
+    (PROMPT_CACHE_KEY, "auto", "send prompt_cache_key on the OpenAI routes: auto = only to api.openai.com, or a boolean"),
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
@@ -609,6 +650,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (LOG_FORMAT, "text", "stderr log format: text, or json (one JSON object per line)"),
     (STATE_DIR, "$XDG_STATE_HOME/buzz-agent/sessions, else ~/.local/state/buzz-agent/sessions", "where session transcripts are kept (an absolute path), or off: sessions are not persisted"),
     (SEED, "random", "fixed seed for reproducible runs (retry jitter, session ids); use with a fresh BUZZ_AGENT_STATE_DIR or off"),
+    (CHILD_ENV, "", "comma-separated names (NAME, or PREFIX* for every variable starting so) of more of the agent's environment variables to pass to MCP servers; * passes all but the agent's own"),
     (NO_HINTS, "false", "read no AGENTS.md project instructions and no .agents/skills skills (boolean)"),
     (INSTRUCTIONS_MAX_BYTES, "32768", "bytes of AGENTS.md text a session's system prompt takes in all; the rest is cut with a warning"),
 ];
@@ -643,15 +685,115 @@ pub fn help_text() -> String {
     s
 }
 
-/// Whether `name` is withheld from MCP children's environment (M1): the provider keys
-/// `ANTHROPIC_API_KEY` and `OPENAI_COMPAT_API_KEY`, every `BUZZ_AGENT_*` variable and
-/// `MCP_HOOK_SERVERS`. Case-sensitive; every other variable passes through.
+/// Whether `name` is one of the agent's own variables, which never reach an MCP child, whatever
+/// `BUZZ_AGENT_CHILD_ENV` says (M1, S1): the provider keys `ANTHROPIC_API_KEY` and
+/// `OPENAI_COMPAT_API_KEY`, every `BUZZ_AGENT_*` variable and `MCP_HOOK_SERVERS`.
+/// Case-sensitive. (Other variables pass only when [`child_environment`] allows them.)
 #[must_use]
 pub fn is_agent_secret_or_own_variable(name: &str) -> bool {
     name == ANTHROPIC_API_KEY
         || name == OPENAI_API_KEY
         || name == HOOK_SERVERS
         || name.starts_with("BUZZ_AGENT_")
+}
+
+/// The variables of the agent's environment every MCP server gets (SPEC S1), as the official
+/// MCP SDKs do (their `DEFAULT_INHERITED_ENV_VARS`) plus the locale, time zone, temporary and
+/// XDG base directories: `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`, `LANG`, every
+/// `LC_*`, `TMPDIR`, `TZ` and the `XDG_*` base directories. A pattern ending in `*` matches
+/// every name that starts with what comes before it. `BUZZ_AGENT_CHILD_ENV` adds more
+/// ([`Config::child_env`]); the client's `env` entries come on top (SPEC M1).
+pub const CHILD_ENV_ALLOWLIST: &[&str] = &[
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "TERM",
+    "USER",
+    "LANG",
+    "LC_*",
+    "TMPDIR",
+    "TZ",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_DIRS",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_DIRS",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
+    "XDG_STATE_HOME",
+];
+
+/// Whether `name` matches the allowlist `pattern`: `*` matches everything, `PREFIX*` every
+/// name starting with `PREFIX`, anything else exactly (case-sensitive, as the environment is).
+fn env_pattern_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+/// The part of the agent's environment `env` that MCP servers get (SPEC S1): the variables
+/// [`CHILD_ENV_ALLOWLIST`] or `extra` (`BUZZ_AGENT_CHILD_ENV`, [`Config::child_env`]) name,
+/// never the agent's own ([`is_agent_secret_or_own_variable`]), in `env`'s order. The client's
+/// `env` entries of a server are added on top by the server table.
+///
+/// ```
+/// use buzz_agent_core::config::child_environment;
+/// let env = [("PATH", "/bin"), ("GITHUB_TOKEN", "ghp_x"), ("LC_ALL", "C"), ("NPM_CONFIG_CACHE", "/c")]
+///     .map(|(k, v)| (k.to_string(), v.to_string()));
+/// let names = |extra: &[String]| -> Vec<String> {
+///     child_environment(env.clone(), extra).into_iter().map(|(k, _)| k).collect()
+/// };
+/// assert_eq!(names(&[]), ["PATH", "LC_ALL"]);
+/// assert_eq!(names(&["NPM_CONFIG_*".into()]), ["PATH", "LC_ALL", "NPM_CONFIG_CACHE"]);
+/// ```
+#[must_use]
+pub fn child_environment(
+    env: impl IntoIterator<Item = (String, String)>,
+    extra: &[String],
+) -> Vec<(String, String)> {
+    env.into_iter()
+        .filter(|(name, _)| {
+            !is_agent_secret_or_own_variable(name)
+                && CHILD_ENV_ALLOWLIST
+                    .iter()
+                    .copied()
+                    .chain(extra.iter().map(String::as_str))
+                    .any(|p| env_pattern_matches(p, name))
+        })
+        .collect()
+}
+
+/// `BUZZ_AGENT_CHILD_ENV` (SPEC S1): comma-separated variable names (`[A-Za-z_][A-Za-z0-9_]*`),
+/// `PREFIX*` patterns or `*`. Naming one of the agent's own variables (a provider key,
+/// `BUZZ_AGENT_*`, `MCP_HOOK_SERVERS`) is an error: those never reach a server (a server that
+/// needs a key gets it from its own `env` entry in `session/new`).
+fn child_env(env: &Env<'_>) -> Result<Vec<String>, ConfigError> {
+    let entries = env.list(CHILD_ENV);
+    for entry in &entries {
+        let name = entry.strip_suffix('*').unwrap_or(entry);
+        let well_formed = (name.is_empty() && entry == "*")
+            || (!name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        if !well_formed {
+            return Err(env.invalid(
+                CHILD_ENV,
+                format!(
+                    "comma-separated variable names (letters, digits and _), each optionally ending in * to match a prefix, or * alone; {entry:?} is not one"
+                ),
+            ));
+        }
+        if entry == name && is_agent_secret_or_own_variable(name) {
+            return Err(env.invalid(
+                CHILD_ENV,
+                format!(
+                    "names of variables MCP servers may get; {name} is the agent's own and never reaches a server (give a server what it needs in its env entry of session/new)"
+                ),
+            ));
+        }
+    }
+    Ok(entries)
 }
 
 /// The `BUZZ_AGENT_*` variables in `env` that the agent does not know (probably typos), in
@@ -957,6 +1099,13 @@ fn without_trailing_slash(path: &str) -> String {
     }
 }
 
+/// The OAuth secret seed of a fixed `BUZZ_AGENT_SEED` (reproducible runs).
+fn oauth_seed_of(seed: u64) -> [u8; 32] {
+    crate::oauth::secrets::sha256(
+        &[b"buzz-agent oauth seed".as_slice(), &seed.to_le_bytes()].concat(),
+    )
+}
+
 /// The session-id seed of a fixed `BUZZ_AGENT_SEED`: both halves of the 128 bits from it.
 fn expand_seed(seed: u64) -> u128 {
     (u128::from(seed) << 64) | u128::from(seed ^ 0x5851_f42d_4c95_7f2d)
@@ -1067,6 +1216,16 @@ impl Config {
             None => None,
             Some(_) => c.opt(env.uint(SEED, 0_u64)),
         };
+        let prompt_cache_key = match env.get(PROMPT_CACHE_KEY).map(str::to_ascii_lowercase) {
+            None => Ok(None),
+            Some(v) if v == "auto" => Ok(None),
+            Some(_) => env.flag(PROMPT_CACHE_KEY, false).map(Some).map_err(|_| {
+                env.invalid(
+                    PROMPT_CACHE_KEY,
+                    "auto, or a boolean: 1/0/true/false/yes/no/on/off",
+                )
+            }),
+        };
         let log_format = match env.get(LOG_FORMAT).map(str::to_ascii_lowercase).as_deref() {
             None | Some("text") => Ok(LogFormat::Text),
             Some("json") => Ok(LogFormat::Json),
@@ -1082,6 +1241,8 @@ impl Config {
             models: env.list(MODELS),
             base_url,
             anthropic_version,
+            prompt_caching: c.or(env.flag(PROMPT_CACHING, true), true),
+            prompt_cache_key: c.or(prompt_cache_key, None),
             system_prompt,
             max_rounds: c.or(env.uint(MAX_ROUNDS, 0), 0),
             max_output_tokens: max_output_tokens.unwrap_or(1),
@@ -1096,6 +1257,7 @@ impl Config {
             max_sessions,
             max_line_bytes: c.or(env.uint(MAX_LINE_BYTES, 4_194_304), 1024),
             max_tool_result_text_bytes: c.or(env.uint(MAX_TOOL_RESULT_TEXT_BYTES, 51_200), 1024),
+            child_env: c.or(child_env(&env), Vec::new()),
             hook_servers: c.or(
                 parse_server_allowlist(&env, HOOK_SERVERS),
                 HookAllowlist::Off,
@@ -1116,6 +1278,9 @@ impl Config {
             fixed_seed,
             seed: fixed_seed.unwrap_or(0),
             session_id_seed: fixed_seed.map(expand_seed),
+            oauth: OAuthConfig::default(),
+            oauth_seed: fixed_seed.map_or([0; 32], oauth_seed_of),
+            unix_ms_at_start: 0,
             no_hints: c.or(env.flag(NO_HINTS, false), false),
             instructions_max_bytes: c.or(env.uint(INSTRUCTIONS_MAX_BYTES, 32_768), 1024),
             user_instructions: user_instructions(&env),
@@ -1143,6 +1308,8 @@ impl Config {
             models: Vec::new(),
             base_url: base_url.trim_end_matches('/').to_owned(),
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
+            prompt_caching: true,
+            prompt_cache_key: None,
             system_prompt: None,
             max_rounds: 0,
             max_output_tokens: 32_768,
@@ -1157,6 +1324,7 @@ impl Config {
             max_sessions: None,
             max_line_bytes: 4_194_304,
             max_tool_result_text_bytes: 51_200,
+            child_env: Vec::new(),
             hook_servers: HookAllowlist::Off,
             interceptor_servers: HookAllowlist::Off,
             hook_timeout_ms: 2500,
@@ -1171,6 +1339,9 @@ impl Config {
             fixed_seed: None,
             seed: 0,
             session_id_seed: None,
+            oauth: OAuthConfig::default(),
+            oauth_seed: [0; 32],
+            unix_ms_at_start: 0,
             // The core's tests drive no file reads unless they ask for them.
             no_hints: true,
             instructions_max_bytes: 32_768,
@@ -1223,6 +1394,18 @@ mod tests {
             Ok(c) => c,
             Err(e) => unreachable!("expected a config, got {e}"),
         }
+    }
+
+    #[test]
+    fn m11_a_fixed_seed_fixes_the_oauth_seed_and_none_leaves_it_to_the_runtime() {
+        let a = ok(&anthropic(&[(SEED, "42")]));
+        let b = ok(&anthropic(&[(SEED, "42")]));
+        let c = ok(&anthropic(&[(SEED, "43")]));
+        assert_eq!(a.oauth_seed, b.oauth_seed);
+        assert_ne!(a.oauth_seed, c.oauth_seed);
+        assert_ne!(a.oauth_seed, [0; 32]);
+        assert_eq!(ok(&anthropic(&[])).oauth_seed, [0; 32]);
+        assert!(!format!("{a:?}").contains(&format!("{:?}", a.oauth_seed)));
     }
 
     #[test]
@@ -1338,6 +1521,47 @@ mod tests {
         let mut env = anthropic(&[(MODEL, "opus")]);
         env.remove(ANTHROPIC_MODEL);
         assert_eq!(ok(&env).model, "opus");
+    }
+
+    #[test]
+    fn l11_prompt_caching_is_on_by_default_and_a_boolean_turns_it_off() {
+        assert!(ok(&anthropic(&[])).prompt_caching);
+        for (value, on) in [
+            ("0", false),
+            ("off", false),
+            ("FALSE", false),
+            ("yes", true),
+        ] {
+            assert_eq!(
+                ok(&anthropic(&[(PROMPT_CACHING, value)])).prompt_caching,
+                on,
+                "{value}"
+            );
+        }
+        let e = err(&anthropic(&[(PROMPT_CACHING, "sometimes")]));
+        assert!(
+            e.to_string()
+                .starts_with("BUZZ_AGENT_PROMPT_CACHING: invalid value \"sometimes\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn l11_the_prompt_cache_key_is_auto_unless_a_boolean_says_otherwise() {
+        let openai = |v: &str| {
+            let env = env_of(&[
+                (PROVIDER, "openai"),
+                (OPENAI_MODEL, "m"),
+                (PROMPT_CACHE_KEY, v),
+            ]);
+            load(&env).map(|c| c.prompt_cache_key)
+        };
+        assert_eq!(openai(""), Ok(None));
+        assert_eq!(openai(" Auto "), Ok(None));
+        assert_eq!(openai("1"), Ok(Some(true)));
+        assert_eq!(openai("off"), Ok(Some(false)));
+        let e = openai("maybe").unwrap_err().to_string();
+        assert!(e.contains("expected auto, or a boolean"), "{e}");
     }
 
     #[test]
@@ -1896,7 +2120,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 40);
+        assert_eq!(count, 43);
     }
 
     #[test]
@@ -1977,6 +2201,100 @@ mod tests {
         assert_ne!(
             ok(&anthropic(&[(SEED, "43")])).session_id_seed,
             c.session_id_seed
+        );
+    }
+
+    fn child_names(env: &[(&str, &str)], extra: &[&str]) -> Vec<String> {
+        let extra: Vec<String> = extra.iter().map(|e| (*e).to_owned()).collect();
+        child_environment(env_of(env), &extra)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    #[test]
+    fn s1_children_get_only_the_allowlist_and_what_buzz_agent_child_env_adds() {
+        let env = [
+            ("HOME", "/home/u"),
+            ("PATH", "/bin"),
+            ("LANG", "C.UTF-8"),
+            ("LC_ALL", "C"),
+            ("XDG_CACHE_HOME", "/c"),
+            ("TZ", "UTC"),
+            ("GITHUB_TOKEN", "ghp_secret"),
+            ("AWS_SECRET_ACCESS_KEY", "aws"),
+            ("SSH_AUTH_SOCK", "/tmp/agent.sock"),
+            ("OPENAI_API_KEY", "sk-openai"),
+            ("HF_TOKEN", "hf"),
+            ("NPM_CONFIG_CACHE", "/npm"),
+            ("NPM_CONFIG_REGISTRY", "https://r"),
+            (ANTHROPIC_API_KEY, "sk-ant"),
+            (OPENAI_API_KEY, "sk-compat"),
+            (HOOK_SERVERS, "*"),
+            ("BUZZ_AGENT_LOG", "debug"),
+            ("LCX", "not a locale"),
+        ];
+        // BTreeMap order: names sorted.
+        assert_eq!(
+            child_names(&env, &[]),
+            ["HOME", "LANG", "LC_ALL", "PATH", "TZ", "XDG_CACHE_HOME"]
+        );
+        assert_eq!(
+            child_names(&env, &["NPM_CONFIG_*", "HF_TOKEN"]),
+            [
+                "HF_TOKEN",
+                "HOME",
+                "LANG",
+                "LC_ALL",
+                "NPM_CONFIG_CACHE",
+                "NPM_CONFIG_REGISTRY",
+                "PATH",
+                "TZ",
+                "XDG_CACHE_HOME"
+            ]
+        );
+        // `*` passes everything but the agent's own variables, whatever a pattern says.
+        let all = child_names(&env, &["*", "BUZZ_*", "ANTHROPIC_*"]);
+        assert!(all.contains(&"GITHUB_TOKEN".to_owned()) && all.contains(&"LCX".to_owned()));
+        for own in [
+            ANTHROPIC_API_KEY,
+            OPENAI_API_KEY,
+            HOOK_SERVERS,
+            "BUZZ_AGENT_LOG",
+        ] {
+            assert!(!all.contains(&own.to_owned()), "{own}");
+        }
+        assert_eq!(all.len(), env.len() - 4);
+    }
+
+    #[test]
+    fn s1_buzz_agent_child_env_is_parsed_and_refuses_the_agents_own_variables() {
+        assert_eq!(ok(&anthropic(&[])).child_env, Vec::<String>::new());
+        assert_eq!(
+            ok(&anthropic(&[(
+                CHILD_ENV,
+                " NPM_CONFIG_*, ,HF_TOKEN,HF_TOKEN,_X "
+            )]))
+            .child_env,
+            ["NPM_CONFIG_*", "HF_TOKEN", "_X"]
+        );
+        assert_eq!(ok(&anthropic(&[(CHILD_ENV, "*")])).child_env, ["*"]);
+        for bad in ["A B", "1X", "X-Y", "**", "*X", "A=1"] {
+            let e = err(&anthropic(&[(CHILD_ENV, bad)]));
+            assert_eq!(e.variable(), CHILD_ENV, "{bad}");
+            assert!(e.to_string().contains("variable names"), "{bad}: {e}");
+        }
+        for own in [ANTHROPIC_API_KEY, "BUZZ_AGENT_MODEL", HOOK_SERVERS] {
+            let e = err(&anthropic(&[(CHILD_ENV, &format!("PATHX,{own}"))]));
+            assert!(
+                e.to_string().contains(&format!("{own} is the agent's own")),
+                "{e}"
+            );
+        }
+        // A pattern may cover the agent's variables; they are still withheld.
+        assert_eq!(
+            ok(&anthropic(&[(CHILD_ENV, "BUZZ_*")])).child_env,
+            ["BUZZ_*"]
         );
     }
 
@@ -2235,7 +2553,7 @@ mod tests {
             .collect();
         assert_eq!(variable_names(), listed);
         assert_eq!(variable_names().first(), Some(&PROVIDER));
-        assert_eq!(variable_names().len(), 40);
+        assert_eq!(variable_names().len(), 43);
     }
 
     #[test]

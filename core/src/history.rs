@@ -15,6 +15,10 @@ use crate::llm::Message;
 pub(crate) struct History {
     messages: Vec<Message>,
     cache: BodyCache,
+    /// How many messages the last request built with prompt caching carried (SPEC L11): where
+    /// its conversation breakpoint was, for the next request to read back. Like the cache, only
+    /// appends keep it.
+    cache_mark: Option<usize>,
 }
 
 impl History {
@@ -29,9 +33,14 @@ impl History {
     }
 
     /// The messages for any change other than appending (compaction, truncation, hook
-    /// injections, joining a message): drops the cache, so the next request is built afresh.
-    pub(crate) fn rewrite(&mut self) -> &mut Vec<Message> {
+    /// injections, joining a message) that leaves `history[..at]` as it is: drops the cache,
+    /// so the next request is built afresh; the cache mark stays only when it lies within that
+    /// part (a hook call joining the answer after the last cached request, SPEC L11).
+    pub(crate) fn rewrite(&mut self, at: usize) -> &mut Vec<Message> {
         self.cache = BodyCache::default();
+        if self.cache_mark.is_some_and(|mark| mark > at) {
+            self.cache_mark = None;
+        }
         &mut self.messages
     }
 
@@ -39,12 +48,25 @@ impl History {
     #[must_use]
     pub(crate) fn take(&mut self) -> Vec<Message> {
         self.cache = BodyCache::default();
+        self.cache_mark = None;
         std::mem::take(&mut self.messages)
     }
 
     /// The messages and the cache of their serialized prefix, for building a request.
     pub(crate) fn with_cache(&mut self) -> (&[Message], &mut BodyCache) {
         (&self.messages, &mut self.cache)
+    }
+
+    /// How many messages the last request built with prompt caching carried, if only appends
+    /// came since (SPEC L11; [`PromptCache::previous_len`](crate::llm::PromptCache)).
+    #[must_use]
+    pub(crate) fn cache_mark(&self) -> Option<usize> {
+        self.cache_mark.filter(|&n| n <= self.messages.len())
+    }
+
+    /// A request built with prompt caching carried the first `len` messages.
+    pub(crate) fn set_cache_mark(&mut self, len: usize) {
+        self.cache_mark = Some(len);
     }
 }
 
@@ -68,6 +90,7 @@ impl From<Vec<Message>> for History {
         History {
             messages,
             cache: BodyCache::default(),
+            cache_mark: None,
         }
     }
 }
@@ -95,6 +118,7 @@ pub(crate) fn cached_after_a_chat_request(messages: &[Message], cache: &mut Body
         messages,
         tools: &[],
         max_output_tokens: 64,
+        cache: None,
     };
     let options = crate::llm::builders::ChatOptions::default();
     let _ = crate::llm::builders::chat("http://h", "", &req, &options, Some(cache));
@@ -136,7 +160,7 @@ mod tests {
         let (messages, cache) = h.with_cache();
         assert_eq!(messages.len(), 5);
         assert_eq!(cache.cached_bytes(), first, "appends keep the prefix");
-        h.rewrite().remove(0);
+        h.rewrite(0).remove(0);
         assert_eq!(h.len(), 4);
         assert_eq!(h.with_cache().1.cached_bytes(), 0, "a rewrite drops it");
         assert!(cached_after_a_request(&mut h) > 0);
@@ -144,6 +168,26 @@ mod tests {
         assert_eq!(taken.len(), 4);
         assert!(h.is_empty());
         assert_eq!(h.with_cache().1.cached_bytes(), 0, "taking drops it");
+    }
+
+    #[test]
+    fn l11_appends_keep_the_cache_mark_and_every_other_change_drops_it() {
+        let mut h = History::from(vec![user("a")]);
+        assert_eq!(h.cache_mark(), None, "no cached request yet");
+        h.set_cache_mark(1);
+        h.push(assistant("b"));
+        h.extend([user("c")]);
+        assert_eq!(h.cache_mark(), Some(1), "appends keep it");
+        h.rewrite(1).push(user("d"));
+        assert_eq!(h.cache_mark(), Some(1), "a change after it keeps it");
+        h.rewrite(0);
+        assert_eq!(h.cache_mark(), None, "a change within it drops it");
+        h.set_cache_mark(4);
+        let _ = h.take();
+        assert_eq!(h.cache_mark(), None, "taking drops it");
+        h.set_cache_mark(3);
+        assert_eq!(h.cache_mark(), None, "never past the messages held");
+        assert_eq!(h.clone().cache_mark(), None);
     }
 
     #[test]

@@ -167,8 +167,12 @@ pub enum TranscriptEvent {
     Bytes(Vec<u8>),
     /// The whole file was read.
     End,
-    /// An open, read, append or truncate failed. After a failed open the file is not held;
-    /// after a failed write the runtime ignores later writes to it.
+    /// [`Action::SyncTranscript`] with this mark is done: everything appended before it is on
+    /// the disk. One `Synced(m)` answers every sync asked with a mark up to `m` (the runtime
+    /// may sync once for several).
+    Synced(u64),
+    /// An open, read, append, truncate or sync failed. After a failed open the file is not
+    /// held; after a failed write or sync the runtime ignores later writes to it.
     Failed(TranscriptError),
 }
 
@@ -178,6 +182,7 @@ impl fmt::Debug for TranscriptEvent {
             TranscriptEvent::Opened => write!(f, "Opened"),
             TranscriptEvent::Bytes(b) => write!(f, "Bytes({} B)", b.len()),
             TranscriptEvent::End => write!(f, "End"),
+            TranscriptEvent::Synced(m) => write!(f, "Synced({m})"),
             TranscriptEvent::Failed(e) => write!(f, "Failed({e:?})"),
         }
     }
@@ -523,14 +528,26 @@ pub enum Action {
         /// The file.
         file: TranscriptId,
     },
-    /// Append `bytes` (whole JSON lines) to the open file and flush them to the file system;
-    /// a failure is reported as [`TranscriptEvent::Failed`]. Ignored for a file that is not
-    /// open (its open failed).
+    /// Append `bytes` (whole JSON lines) to the open file at once, before the ACP lines of the
+    /// same step reach stdout (`write(2)`, no sync): once written, a crash of the process
+    /// loses none of it; an OS crash or power loss may, until [`Action::SyncTranscript`]
+    /// (SPEC A9). A failure is reported as [`TranscriptEvent::Failed`]. Ignored for a file
+    /// that is not open (its open failed).
     AppendTranscript {
         /// The file.
         file: TranscriptId,
         /// The bytes to append.
         bytes: Vec<u8>,
+    },
+    /// Make everything appended to the open file before this action durable (`fdatasync(2)`;
+    /// for a file created by this process, its directory entry too, once), off the loop, then
+    /// answer [`TranscriptEvent::Synced`] with `mark` (or `Failed`). SPEC A9: once per
+    /// answered prompt and at close, never per round. Ignored for a file that is not open.
+    SyncTranscript {
+        /// The file.
+        file: TranscriptId,
+        /// A number to echo: the core's count of the bytes it had appended.
+        mark: u64,
     },
     /// Cut the open file to its first `len` bytes (a torn last line left by a crash, before
     /// the first append after a load).
@@ -589,6 +606,7 @@ impl fmt::Debug for Action {
             Action::AppendTranscript { file, bytes } => {
                 write!(f, "AppendTranscript({file}, {} B)", bytes.len())
             }
+            Action::SyncTranscript { file, mark } => write!(f, "SyncTranscript({file}, {mark})"),
             Action::TruncateTranscript { file, len } => {
                 write!(f, "TruncateTranscript({file}, {len})")
             }

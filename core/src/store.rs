@@ -41,7 +41,7 @@ use crate::session::Session;
 use crate::tools::ToolOutput;
 use crate::transcript::Transcript;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Sessions per `session/list` page.
 pub(crate) const LIST_PAGE_SIZE: usize = 50;
@@ -61,6 +61,9 @@ pub(crate) enum StoreEvent {
     Opened(SessionId),
     /// The session is loaded: install it and answer the request.
     Loaded(SessionId, Box<Restored>),
+    /// Answers held for the disk were sent (the file is synced up to them, or its writes
+    /// failed): the session may start its next turn.
+    Released(SessionId),
     /// The load failed: answer the request with this error and forget the session.
     LoadFailed {
         /// The session being loaded.
@@ -159,6 +162,16 @@ struct Recorder {
     /// The permission answers recorded.
     remembered: BTreeMap<String, bool>,
     batch: Option<RecordedBatch>,
+    /// Bytes handed to the runtime to append since the file was opened by this process.
+    appended: u64,
+    /// The highest mark a sync was asked for ([`Action::SyncTranscript`]).
+    sync_asked: u64,
+    /// The highest mark the runtime reported synced.
+    durable: u64,
+    /// ACP lines (answers) waiting for the file to be synced up to their mark, in order.
+    held: VecDeque<(u64, String)>,
+    /// The session is gone: the file closes once the last sync is done.
+    closing: bool,
 }
 
 impl Recorder {
@@ -176,7 +189,46 @@ impl Recorder {
             model: None,
             remembered: BTreeMap::new(),
             batch: None,
+            appended: 0,
+            sync_asked: 0,
+            durable: 0,
+            held: VecDeque::new(),
+            closing: false,
         }
+    }
+
+    /// Whether bytes were appended that are not known to be on the disk.
+    fn unsynced(&self) -> bool {
+        !self.broken && self.file.is_some() && self.appended > self.durable
+    }
+
+    /// Asks for a sync of everything appended so far, unless one is already asked for.
+    fn ask_sync(&mut self, out: &mut Outbox) {
+        if let Some(file) = self.file
+            && self.sync_asked < self.appended
+        {
+            self.sync_asked = self.appended;
+            out.push(Action::SyncTranscript {
+                file,
+                mark: self.appended,
+            });
+        }
+    }
+
+    /// Sends the held lines the disk now covers (all of them once the file failed), in
+    /// order; whether any was sent.
+    fn release(&mut self, out: &mut Outbox) -> bool {
+        let mut sent = false;
+        while let Some((mark, _)) = self.held.front() {
+            if !self.broken && *mark > self.durable {
+                break;
+            }
+            if let Some((_, line)) = self.held.pop_front() {
+                out.push(Action::WriteAcp(line));
+                sent = true;
+            }
+        }
+        sent
     }
 
     fn record(&mut self, r: &Record) {
@@ -529,7 +581,48 @@ impl SessionStore {
                 file
             }
         };
+        if let Some(rec) = self.recorders.get_mut(&sid) {
+            rec.appended += bytes.len() as u64;
+        }
         out.push(Action::AppendTranscript { file, bytes });
+    }
+
+    /// Sends the ACP line `line` (a `session/prompt` answer) once every record of `sid` so
+    /// far, the ones buffered now included, is on the disk (SPEC A9): the records are handed
+    /// to the runtime, a sync is asked for, and the line waits for
+    /// [`TranscriptEvent::Synced`]. A line waits behind the lines held before it. Sent at
+    /// once when nothing unsynced was written (or the session is not saved, or its writes
+    /// failed).
+    pub(crate) fn send_when_synced(&mut self, sid: SessionId, line: String, out: &mut Outbox) {
+        self.flush(sid, out);
+        match self.recorders.get_mut(&sid) {
+            Some(rec) if rec.unsynced() => {
+                rec.ask_sync(out);
+                rec.held.push_back((rec.appended, line));
+            }
+            Some(_) | None => out.push(Action::WriteAcp(line)),
+        }
+    }
+
+    /// Whether an answer of `sid` waits for the disk ([`SessionStore::send_when_synced`]).
+    pub(crate) fn is_holding(&self, sid: SessionId) -> bool {
+        self.recorders.get(&sid).is_some_and(|r| !r.held.is_empty())
+    }
+
+    /// Whether `sid`'s file is still open in this agent (recording, or closing after its last
+    /// sync).
+    pub(crate) fn has_file(&self, sid: SessionId) -> bool {
+        self.recorders.contains_key(&sid) || self.loads.contains_key(&sid)
+    }
+
+    /// At exit: every held line is sent now, its sync still queued in the runtime (which
+    /// finishes its syncs before it writes the last lines, SPEC A9).
+    pub(crate) fn release_all(&mut self, out: &mut Outbox) {
+        for rec in self.recorders.values_mut() {
+            while let Some((_, line)) = rec.held.pop_front() {
+                out.push(Action::WriteAcp(line));
+            }
+        }
     }
 
     /// Syncs and flushes every live session (after each step).
@@ -549,18 +642,57 @@ impl SessionStore {
         }
     }
 
-    /// Stops recording `sid` and closes its file (releasing its lock).
+    /// Stops recording `sid` and closes its file (releasing its lock), after a last sync of
+    /// what it wrote (SPEC A9: at close); see [`SessionStore::close_then_send`].
     pub(crate) fn close(&mut self, sid: SessionId, out: &mut Outbox) {
-        if let Some(rec) = self.recorders.remove(&sid)
-            && let Some(file) = rec.file
-        {
-            self.files.remove(&file);
-            out.push(Action::CloseTranscript { file });
-        }
+        self.close_then_send(sid, None, out);
+    }
+
+    /// [`SessionStore::close`], then `line` (the `session/close` answer): when something
+    /// written is not synced yet, the file is synced first, then closed, then the held lines
+    /// and `line` are sent, so that the answer comes after the lock is released.
+    pub(crate) fn close_then_send(
+        &mut self,
+        sid: SessionId,
+        line: Option<String>,
+        out: &mut Outbox,
+    ) {
         if let Some(load) = self.loads.remove(&sid) {
             self.files.remove(&load.file);
             out.push(Action::CloseTranscript { file: load.file });
         }
+        let Some(rec) = self.recorders.get_mut(&sid) else {
+            if let Some(line) = line {
+                out.push(Action::WriteAcp(line));
+            }
+            return;
+        };
+        rec.closing = true;
+        rec.chunk = None;
+        if rec.unsynced() {
+            rec.ask_sync(out);
+            if let Some(line) = line {
+                rec.held.push_back((rec.appended, line));
+            }
+            return;
+        }
+        if let Some(line) = line {
+            rec.held.push_back((0, line));
+        }
+        self.finish_close(sid, out);
+    }
+
+    /// Closes the file of a closing session, then sends what it held.
+    fn finish_close(&mut self, sid: SessionId, out: &mut Outbox) {
+        let Some(mut rec) = self.recorders.remove(&sid) else {
+            return;
+        };
+        if let Some(file) = rec.file {
+            self.files.remove(&file);
+            out.push(Action::CloseTranscript { file });
+        }
+        rec.broken = true; // what is left goes out now
+        rec.release(out);
     }
 
     // ------------------------------------------------------------------ loading
@@ -626,6 +758,21 @@ impl SessionStore {
             return self.on_load_event(sid, event, out);
         }
         match event {
+            TranscriptEvent::Synced(mark) => {
+                let Some(rec) = self.recorders.get_mut(&sid) else {
+                    return Vec::new();
+                };
+                rec.durable = rec.durable.max(mark);
+                if rec.closing {
+                    if !rec.unsynced() {
+                        self.finish_close(sid, out);
+                    }
+                    return Vec::new();
+                }
+                if rec.release(out) {
+                    return vec![StoreEvent::Released(sid)];
+                }
+            }
             TranscriptEvent::Failed(e) => {
                 let path = self.path_of(sid);
                 if let Some(rec) = self.recorders.get_mut(&sid)
@@ -647,6 +794,15 @@ impl SessionStore {
                     );
                     self.files.remove(&file);
                     out.push(Action::CloseTranscript { file });
+                    rec.file = None;
+                    // What waited for the disk goes out: the session goes on unsaved.
+                    let closing = rec.closing;
+                    let sent = rec.release(out);
+                    if closing {
+                        self.recorders.remove(&sid);
+                    } else if sent {
+                        return vec![StoreEvent::Released(sid)];
+                    }
                 }
             }
             TranscriptEvent::Opened | TranscriptEvent::Bytes(_) | TranscriptEvent::End => {}
@@ -738,7 +894,10 @@ impl SessionStore {
             }
             (
                 LoadPhase::Opening | LoadPhase::Opened | LoadPhase::Reading,
-                TranscriptEvent::Opened | TranscriptEvent::Bytes(_) | TranscriptEvent::End,
+                TranscriptEvent::Opened
+                | TranscriptEvent::Bytes(_)
+                | TranscriptEvent::End
+                | TranscriptEvent::Synced(_),
             ) => Vec::new(),
         }
     }
@@ -1932,14 +2091,24 @@ mod tests {
 
     #[test]
     fn a9_closing_a_session_closes_its_file_or_its_load_and_later_news_is_ignored() {
-        let (mut st, mut o, mut s) = (store(), out(), session());
-        st.on_new(SID, "/w");
-        st.on_prompt(SID, "go");
-        s.transcript.push(user("go"));
+        let (mut st, mut o, mut s, before) = recording();
+        s.transcript.push(answer("Half done.", &[]));
         st.sync(&mut s);
         st.flush(SID, &mut o);
-        drain(&mut o);
+        let appended = before + appended_bytes(&drain(&mut o));
         st.close(SID, &mut o);
+        assert_eq!(
+            drain(&mut o),
+            [Action::SyncTranscript {
+                file: TranscriptId(1),
+                mark: appended
+            }],
+            "at close, what was written is synced first"
+        );
+        assert!(
+            st.on_file_event(TranscriptId(1), TranscriptEvent::Synced(appended), &mut o)
+                .is_empty()
+        );
         assert_eq!(
             drain(&mut o),
             [Action::CloseTranscript {
@@ -1969,6 +2138,162 @@ mod tests {
             st.on_file_event(TranscriptId(2), TranscriptEvent::Opened, &mut o)
                 .is_empty()
         );
+    }
+
+    /// The bytes the appends of `actions` hand to the runtime.
+    fn appended_bytes(actions: &[Action]) -> u64 {
+        actions
+            .iter()
+            .map(|a| {
+                if let Action::AppendTranscript { bytes, .. } = a {
+                    bytes.len() as u64
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+
+    /// A store recording `SID` with its first prompt written (and synced: nothing waits).
+    fn recording() -> (SessionStore, Outbox, Session, u64) {
+        let (mut st, mut o, mut s) = (store(), out(), session());
+        st.on_new(SID, "/w");
+        st.on_prompt(SID, "go");
+        s.transcript.push(user("go"));
+        st.sync(&mut s);
+        st.flush(SID, &mut o);
+        let written = appended_bytes(&drain(&mut o));
+        st.on_file_event(TranscriptId(1), TranscriptEvent::Synced(written), &mut o);
+        assert!(drain(&mut o).is_empty());
+        (st, o, s, written)
+    }
+
+    #[test]
+    fn a9_an_answer_waits_until_the_turns_records_turn_end_included_are_synced() {
+        let (mut st, mut o, mut s, before) = recording();
+        s.transcript.push(answer("Done.", &[]));
+        st.sync(&mut s);
+        st.on_turn_end(SID, Some("end_turn"), json!({}));
+        st.send_when_synced(SID, "answer\n".into(), &mut o);
+        let actions = drain(&mut o);
+        assert_eq!(written(&actions[..1]), ["message", "turn_end"]);
+        let mark = before + appended_bytes(&actions);
+        assert_eq!(
+            actions[1..],
+            [Action::SyncTranscript {
+                file: TranscriptId(1),
+                mark
+            }],
+            "the records, then one sync; no answer yet"
+        );
+        assert!(st.is_holding(SID));
+        // A sync asked for earlier does not cover the turn.
+        assert!(
+            st.on_file_event(TranscriptId(1), TranscriptEvent::Synced(before), &mut o)
+                .is_empty()
+        );
+        assert!(drain(&mut o).is_empty());
+        let events = st.on_file_event(TranscriptId(1), TranscriptEvent::Synced(mark), &mut o);
+        assert!(matches!(events[..], [StoreEvent::Released(SID)]));
+        assert_eq!(acp_lines(&drain(&mut o)), ["answer\n"]);
+        assert!(!st.is_holding(SID));
+        // Nothing new written: the next line goes at once, without a sync.
+        st.send_when_synced(SID, "again\n".into(), &mut o);
+        assert_eq!(drain(&mut o), [Action::WriteAcp("again\n".into())]);
+    }
+
+    #[test]
+    fn a9_unsaved_sessions_answer_at_once() {
+        let mut off = SessionStore::new(&StateDir::Off);
+        let mut o = out();
+        off.on_new(SID, "/w");
+        off.send_when_synced(SID, "answer\n".into(), &mut o);
+        assert_eq!(drain(&mut o), [Action::WriteAcp("answer\n".into())]);
+        assert!(!off.is_holding(SID));
+    }
+
+    #[test]
+    fn a9_a_failed_sync_sends_what_waited_and_the_session_goes_on_unsaved() {
+        let (mut st, mut o, mut s, _) = recording();
+        s.transcript.push(answer("Done.", &[]));
+        st.sync(&mut s);
+        st.send_when_synced(SID, "answer\n".into(), &mut o);
+        drain(&mut o);
+        let failed = TranscriptEvent::Failed(TranscriptError::Io("Input/output error".into()));
+        let events = st.on_file_event(TranscriptId(1), failed, &mut o);
+        assert!(matches!(events[..], [StoreEvent::Released(SID)]));
+        let actions = drain(&mut o);
+        assert_eq!(acp_lines(&actions), ["answer\n"]);
+        assert!(actions.contains(&Action::CloseTranscript {
+            file: TranscriptId(1)
+        }));
+        assert!(actions.iter().any(
+            |a| matches!(a, Action::Log(r) if r.message.contains("goes on without being saved"))
+        ));
+        s.transcript.push(user("next"));
+        st.sync(&mut s);
+        st.send_when_synced(SID, "next\n".into(), &mut o);
+        assert_eq!(drain(&mut o), [Action::WriteAcp("next\n".into())]);
+        st.close(SID, &mut o);
+        assert!(drain(&mut o).is_empty(), "closed already");
+    }
+
+    #[test]
+    fn a9_a_close_syncs_then_closes_then_sends_what_waited_and_its_own_answer() {
+        let (mut st, mut o, mut s, _) = recording();
+        s.transcript.push(answer("Done.", &[]));
+        st.sync(&mut s);
+        st.send_when_synced(SID, "prompt answer\n".into(), &mut o);
+        let first = drain(&mut o);
+        let Some(&Action::SyncTranscript { mark, .. }) = first.last() else {
+            panic!("a sync: {first:?}");
+        };
+        st.close_then_send(SID, Some("close answer\n".into()), &mut o);
+        assert!(
+            drain(&mut o).is_empty(),
+            "the sync asked for covers the close"
+        );
+        assert!(st.has_file(SID), "open until synced");
+        assert!(
+            st.on_file_event(TranscriptId(1), TranscriptEvent::Synced(mark), &mut o)
+                .is_empty()
+        );
+        assert_eq!(
+            drain(&mut o),
+            [
+                Action::CloseTranscript {
+                    file: TranscriptId(1)
+                },
+                Action::WriteAcp("prompt answer\n".into()),
+                Action::WriteAcp("close answer\n".into()),
+            ],
+            "the lock is released before the answers"
+        );
+        assert!(!st.has_file(SID));
+        // With everything synced already, a close needs no sync.
+        let (mut st, mut o, _, _) = recording();
+        st.close_then_send(SID, Some("closed\n".into()), &mut o);
+        assert_eq!(
+            drain(&mut o),
+            [
+                Action::CloseTranscript {
+                    file: TranscriptId(1)
+                },
+                Action::WriteAcp("closed\n".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a9_at_exit_every_held_answer_is_sent() {
+        let (mut st, mut o, mut s, _) = recording();
+        s.transcript.push(answer("Done.", &[]));
+        st.sync(&mut s);
+        st.send_when_synced(SID, "answer\n".into(), &mut o);
+        drain(&mut o);
+        st.release_all(&mut o);
+        assert_eq!(drain(&mut o), [Action::WriteAcp("answer\n".into())]);
+        assert!(!st.is_holding(SID));
     }
 
     #[test]

@@ -62,6 +62,18 @@ impl Transcript {
         self.messages.with_cache()
     }
 
+    /// How many messages the last request built with prompt caching carried, if only appends
+    /// came since (SPEC L11).
+    pub(crate) fn cache_mark(&self) -> Option<usize> {
+        self.messages.cache_mark()
+    }
+
+    /// A request built with prompt caching carried the whole current history.
+    pub(crate) fn set_cache_mark(&mut self) {
+        let len = self.messages.len();
+        self.messages.set_cache_mark(len);
+    }
+
     /// Appends one message (the cache of the serialized prefix stays).
     pub(crate) fn push(&mut self, message: Message) {
         self.messages.push(message);
@@ -77,7 +89,7 @@ impl Transcript {
     pub(crate) fn last_mut(&mut self) -> Option<&mut Message> {
         let last = self.messages.len().checked_sub(1)?;
         self.mark_changed(last);
-        self.messages.rewrite().last_mut()
+        self.messages.rewrite(last).last_mut()
     }
 
     /// Inserts `messages` before position `at` (at most the length). The cache of the
@@ -88,7 +100,7 @@ impl Transcript {
             return;
         }
         self.mark_changed(at);
-        self.messages.rewrite().splice(at..at, messages);
+        self.messages.rewrite(at).splice(at..at, messages);
     }
 
     /// The whole history, taken out (it is put back with [`Transcript::replace`]).

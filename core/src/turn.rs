@@ -21,8 +21,8 @@ use crate::io::{Action, LlmEvent};
 use crate::jsonrpc::RpcError;
 use crate::jsonrpc::RpcId;
 use crate::llm::{
-    self, ErrorReaction, HttpFailure, LlmRequest, LlmResponse, Message, StopKind, StreamDelta,
-    ToolCall,
+    self, ErrorReaction, HttpFailure, LlmRequest, LlmResponse, Message, PromptCache, StopKind,
+    StreamDelta, ToolCall,
 };
 use crate::llm_call::{
     CallPurpose, FINAL_ANSWER_GRACE_MS, LlmAttempt, MAX_RESPONSE_BODY_BYTES, Step,
@@ -277,8 +277,13 @@ impl Turn {
                 cx.cfg.max_output_tokens,
             )),
         };
-        // A round sends the history through its cache of serialized messages (issue #15); a
-        // summary call's messages are not the history and are built afresh.
+        // A round sends the history through its cache of serialized messages (issue #15) and,
+        // with prompt caching on, marks its prefix for the provider's cache (SPEC L11); a
+        // summary call's messages are not the history: built afresh, and not cached (its
+        // prefix, without tools, is none the rounds read or write).
+        let key = sess.id.to_string();
+        let caching = cx.cfg.prompt_caching && summary_messages.is_none();
+        let previous_len = sess.transcript.cache_mark();
         let (system, messages, cache) = match &summary_messages {
             None => {
                 let (messages, cache) = sess.transcript.with_cache();
@@ -292,9 +297,16 @@ impl Turn {
             messages,
             tools: &defs,
             max_output_tokens: cx.cfg.max_output_tokens,
+            cache: caching.then_some(PromptCache {
+                key: &key,
+                previous_len,
+            }),
         };
         let route = llm::route(cx.cfg.provider);
         let request = route.build_request(cx.cfg, &req, &cx.llm.learned, cache);
+        if caching {
+            sess.transcript.set_cache_mark();
+        }
         let decoder = route.decoder(format!("call_{}", call.0));
         self.set_timer(
             TurnTimer::LlmIdle,

@@ -295,14 +295,18 @@ fn l3_a_tool_call_that_outlives_the_tool_timeout_reports_it_in_whole_seconds() {
 }
 
 #[test]
-fn m1_servers_inherit_the_runtime_environment_without_the_agent_s_own_variables() {
+fn m1_s1_servers_inherit_only_the_allowlisted_environment_and_what_child_env_adds() {
     let mut w = World::new(test_config(), vec![ServerSpec::new("tools", &[])]);
-    w.agent = Agent::new(test_config(), MonoTime::ZERO)
+    let mut cfg = test_config();
+    cfg.child_env = vec!["EXTRA_*".to_string()];
+    w.agent = Agent::new(cfg, MonoTime::ZERO)
         .with_version("0.0.0-test")
         .with_inherited_env([
             ("HOME".to_string(), "/home/user".to_string()),
             ("BUZZ_AGENT_MODEL".to_string(), "m".to_string()),
             ("OPENAI_COMPAT_API_KEY".to_string(), "sk-secret".to_string()),
+            ("GITHUB_TOKEN".to_string(), "ghp_secret".to_string()),
+            ("EXTRA_SETTING".to_string(), "1".to_string()),
             ("PATH".to_string(), "/usr/bin".to_string()),
         ]);
     w.start();
@@ -321,6 +325,7 @@ fn m1_servers_inherit_the_runtime_environment_without_the_agent_s_own_variables(
     assert_eq!(
         envs,
         [vec![
+            ("EXTRA_SETTING".to_string(), "1".to_string()),
             ("HOME".to_string(), "/home/user".to_string()),
             ("PATH".to_string(), "/usr/bin".to_string()),
         ]]

@@ -1294,6 +1294,7 @@ impl<'a> Checker<'a> {
                 | Action::OpenTranscript { .. }
                 | Action::ReadTranscript { .. }
                 | Action::AppendTranscript { .. }
+                | Action::SyncTranscript { .. }
                 | Action::TruncateTranscript { .. }
                 | Action::CloseTranscript { .. }
                 | Action::ListTranscripts { .. }
@@ -2660,36 +2661,48 @@ proptest! {
         );
     }
 
-    /// A9 crash safety: with every prompt run to its end, a kill -9 right after any prompt
-    /// answered (the file cut there, plus any torn piece of what came next) loses nothing:
-    /// the load gives exactly the history the agent had then, every tool call paired (I9).
+    /// A9 durability: with every prompt run to its end, an OS crash (or a power loss) right
+    /// after any prompt was answered — the file cut to what was synced when the answer was
+    /// written, plus any torn piece of what came next — loses nothing: the load gives exactly
+    /// the history the agent had then, every tool call paired (I9). And the disk was synced
+    /// once per answered prompt, never per round.
     #[test]
-    fn a9_a_kill_after_any_answered_prompt_loses_nothing_and_a_torn_tail_is_ignored(
+    fn a9_an_os_crash_after_any_answered_prompt_loses_nothing_and_a_torn_tail_is_ignored(
         case in case(), pick in any::<prop::sample::Index>(), torn in 0usize..200,
+        sync_ms in 0u64..3,
     ) {
         let mut w = build_with(&case, store_config());
+        w.disk.sync_ms = sync_ms;
         w.start();
         let sid = w.session.clone().unwrap_or_default();
         let file = format!("{sid}.jsonl");
         let mut checkpoints: Vec<(usize, Value)> = Vec::new();
+        let mut answered = 0;
         for a in &case.acts {
             if *a == Act::Prompt {
-                w.prompt("do the task");
+                let id = json!(w.prompt("do the task"));
                 w.run_idle();
-                let len = w.disk.files.get(&file).map_or(0, |(d, _)| d.len());
+                let Some((_, synced)) = w.answered_synced.iter().find(|(i, _)| *i == id) else {
+                    continue;
+                };
+                answered += 1;
+                // Nothing synced when the answer went out: a cut at 0, which the load fails.
+                let len = synced.get(&file).copied().unwrap_or(0);
                 if let Some(state) = w.agent.session_state_for_tests(&sid) {
                     checkpoints.push((len, state));
                 }
             }
         }
+        prop_assert_eq!(w.disk.syncs, answered, "one sync per answered prompt");
         prop_assume!(!checkpoints.is_empty());
         let (len, want) = pick.get(&checkpoints).clone();
-        let mut disk = w.disk.clone();
-        if let Some((data, _)) = disk.files.get_mut(&file) {
-            // What the next append had written when the process died: a torn piece of a line.
-            let next_line_end = data[len..].iter().position(|&b| b == b'\n').map_or(len, |p| len + p);
-            let cut = (len + torn).min(next_line_end);
-            data.truncate(cut);
+        let mut disk = w.disk.after_os_crash();
+        if let (Some((data, _)), Some((all, _))) = (disk.files.get_mut(&file), w.disk.files.get(&file)) {
+            // What the OS had written of the page cache when it died: a piece of a line.
+            let rest = &all[len..];
+            let next_line_end = rest.iter().position(|&b| b == b'\n').map_or(0, |p| p);
+            data.clear();
+            data.extend_from_slice(&all[..len + torn.min(next_line_end)]);
         }
         let torn_bytes = disk.files.get(&file).map_or(0, |(d, _)| d.len()) - len;
         let (w2, id, _) = load_into_new_world(&case, disk, &sid, true);
@@ -2709,6 +2722,67 @@ proptest! {
             Some(len),
             "the torn tail is cut off before anything is appended"
         );
+    }
+
+    /// A9 crash safety: a kill -9 of the agent between any two steps (the file as the
+    /// appends left it: a step's records are written before its ACP lines reach the client)
+    /// loses nothing the client saw finish: every tool call the client saw completed or
+    /// failed is replayed so after a load, and every answered prompt has its `turn_end`. Only
+    /// the round in flight is lost (its running calls replay as failed).
+    #[test]
+    fn a9_a_kill_between_any_two_steps_keeps_every_result_and_answer_the_client_saw(
+        case in case(), at in any::<prop::sample::Index>(),
+    ) {
+        let w = run_world(&case, build_with(&case, store_config()), false);
+        let sid = w.session.clone().unwrap_or_default();
+        let file = format!("{sid}.jsonl");
+        // The steps after the file was created (before, a kill loses no record: none exists).
+        let kills: Vec<(usize, usize)> = w
+            .disk_after_steps
+            .iter()
+            .filter_map(|(seen, lens)| Some((*seen, *lens.get(&file).filter(|&&l| l > 0)?)))
+            .collect();
+        if kills.is_empty() {
+            return Ok(());
+        }
+        let (seen, len) = *at.get(&kills);
+        let mut disk = w.disk.clone();
+        if let Some((data, _)) = disk.files.get_mut(&file) {
+            data.truncate(len);
+        }
+        let finals = |updates: &[Value]| -> BTreeMap<String, String> {
+            updates
+                .iter()
+                .filter(|u| u["sessionUpdate"] == "tool_call_update")
+                .filter_map(|u| {
+                    let status = u["status"].as_str()?;
+                    matches!(status, "completed" | "failed")
+                        .then(|| (u["toolCallId"].as_str().unwrap_or("").to_owned(), status.to_owned()))
+                })
+                .collect()
+        };
+        let client_saw: Vec<Value> = w.acp_out[..seen]
+            .iter()
+            .map(|(_, v)| v)
+            .filter(|v| v["method"] == "session/update" && v["params"]["sessionId"] == sid.as_str())
+            .map(|v| v["params"]["update"].clone())
+            .collect();
+        let answers = w.acp_out[..seen]
+            .iter()
+            .filter(|(_, v)| v.get("method").is_none() && v["result"]["_meta"]["buzz"].is_object())
+            .count();
+        let (w2, id, from) = load_into_new_world(&case, disk.clone(), &sid, true);
+        let r = w2.response(id).cloned().unwrap_or_default();
+        prop_assert_eq!(&r["result"]["configOptions"][0]["id"], "model", "{}", r);
+        let replayed = finals(&w2.updates_since(from, &sid));
+        for (call, status) in finals(&client_saw) {
+            prop_assert_eq!(
+                replayed.get(&call), Some(&status),
+                "{} was seen {} before the kill: {}", call, status, disk.text(&file)
+            );
+        }
+        let turn_ends = disk.text(&file).lines().filter(|l| l.contains(r#""type":"turn_end""#)).count();
+        prop_assert!(turn_ends >= answers, "{} answers seen, {} turn_end records", answers, turn_ends);
     }
 
     /// A9 crash safety: a file cut at any byte (a kill -9 at any moment, mid-round included)

@@ -123,25 +123,28 @@ pub fn load_config(program: &Program) -> Result<Config, i32> {
         };
         eprint!("{}", record.render(cfg.log_format));
     }
-    // DESIGN: randomness is an input. Without BUZZ_AGENT_SEED, the retry jitter and the
-    // session ids (SPEC A9: unique across processes and hosts) come from the OS.
+    // DESIGN: randomness is an input. Without BUZZ_AGENT_SEED, the retry jitter, the
+    // session ids (SPEC A9: unique across processes and hosts) and the OAuth secrets (PKCE
+    // verifiers, state; SPEC M11) come from the OS.
     if cfg.fixed_seed.is_none() {
         let bytes = random_bytes();
-        let (jitter, ids) = bytes.split_at(8);
+        let (jitter, rest) = bytes.split_at(8);
+        let (ids, oauth) = rest.split_at(16);
         let mut seed = [0u8; 8];
         seed.copy_from_slice(jitter);
         let mut id_seed = [0u8; 16];
         id_seed.copy_from_slice(ids);
         cfg.seed = u64::from_le_bytes(seed);
         cfg.session_id_seed = Some(u128::from_le_bytes(id_seed));
+        cfg.oauth_seed.copy_from_slice(oauth);
     }
     Ok(cfg)
 }
 
-/// 24 random bytes from the OS (`/dev/urandom`); if it cannot be read, from the standard
+/// 56 random bytes from the OS (`/dev/urandom`); if it cannot be read, from the standard
 /// library's randomly keyed hasher (also seeded by the OS) over the time and the pid.
-fn random_bytes() -> [u8; 24] {
-    let mut bytes = [0u8; 24];
+fn random_bytes() -> [u8; 56] {
+    let mut bytes = [0u8; 56];
     let read = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
     if read.is_err() {

@@ -26,7 +26,8 @@ const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// How long the last log lines may take to reach stderr before the process exits anyway (a
 /// stderr nobody reads must not hold up the exit, SPEC P1).
 const FINAL_LOG_FLUSH: Duration = Duration::from_millis(500);
-/// How long the session transcripts' last appends may take at exit (SPEC A9).
+/// How long the session transcripts' last syncs may take at exit, before the last ACP lines
+/// are written (SPEC A9).
 const FINAL_STORE_FLUSH: Duration = Duration::from_secs(5);
 
 /// Runs the agent with `config` on the runtime `rt` until the core asks to exit; returns the
@@ -39,8 +40,12 @@ const FINAL_STORE_FLUSH: Duration = Duration::from_secs(5);
 /// comes earlier than the armed one (a later deadline lets the armed one fire first, and the
 /// loop then re-arms it: one early wake-up instead of a re-registration per turn, since the
 /// LLM idle deadline moves with every streamed chunk).
-pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 {
+pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> i32 {
     let epoch = Instant::now();
+    // The wall clock at the core's time zero (OAuth: JWT times, token expiry across runs).
+    config.unix_ms_at_start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let now = || MonoTime(epoch.elapsed());
     let (tx, rx) = async_channel::bounded::<Input>(INPUT_QUEUE);
     // Stdin first: the client's `initialize` is read while the rest starts (its reply waits
@@ -125,6 +130,7 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
                 transcript @ (Action::OpenTranscript { .. }
                 | Action::ReadTranscript { .. }
                 | Action::AppendTranscript { .. }
+                | Action::SyncTranscript { .. }
                 | Action::TruncateTranscript { .. }
                 | Action::CloseTranscript { .. }
                 | Action::ListTranscripts { .. }) => {
@@ -134,14 +140,16 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
                 }
             }
         }
+        if agent.is_finished() {
+            // The last lines (answers released at exit) are written after the store's last
+            // syncs, below.
+            break;
+        }
         // One write of the turn's ACP lines, one wake-up of the log writer.
         if let Some(failed) = stdout.write_turn() {
             immediate.push_back(failed);
         }
         log.wake();
-        if agent.is_finished() {
-            break;
-        }
         if let Some(input) = immediate.pop_front() {
             agent.handle(input, now());
             continue;
@@ -183,8 +191,8 @@ pub async fn drive<R: Runtime>(rt: R, config: Config, program: &Program) -> i32 
     }
     // Tasks still sending (a reader mid-flood) stop instead of waiting for a loop that is gone.
     rx.close();
-    stdout.finish(FINAL_FLUSH);
     store.finish(FINAL_STORE_FLUSH);
+    stdout.finish(FINAL_FLUSH);
     log.flush(FINAL_LOG_FLUSH);
     exit_code
 }

@@ -17,7 +17,7 @@
 //! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
 //! | [`project`] | a session's `AGENTS.md` files and skill folders, read bounded (SPEC A10) |
 //! | [`extras`] | `demo`, `example-server`, `hooks check`, linked only where a binary names them |
-//! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting |
+//! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting, not dumpable |
 //! | `util` | `race` of two futures |
 //!
 //! What both drivers need that is not IO lives in `buzz-agent-core`, not here.
@@ -56,7 +56,8 @@ pub struct Program {
 
 /// Everything before the loop: handles the command line (help, version, the `extras`
 /// subcommands), prints [`cli::tty_hint`] when stdin is a terminal (a person, not an ACP
-/// client, started it), reads and validates the configuration, and sets up the allocator.
+/// client, started it), reads and validates the configuration, sets up the allocator and
+/// makes the process non-dumpable ([`sys::not_dumpable`], SPEC S1).
 ///
 /// # Errors
 /// The status to exit with at once: after `--help`, `--version` or a subcommand, or 2 after a
@@ -71,5 +72,15 @@ pub fn start(program: &Program) -> Result<Config, i32> {
     }
     let config = cli::load_config(program)?;
     sys::one_malloc_arena();
+    if let Err(e) = sys::not_dumpable() {
+        let record = buzz_agent_core::LogRecord {
+            level: buzz_agent_core::config::LogLevel::Warn,
+            at: buzz_agent_core::MonoTime::ZERO,
+            message: format!(
+                "cannot make the process non-dumpable ({e}); its environment stays readable through /proc"
+            ),
+        };
+        eprint!("{}", record.render(config.log_format));
+    }
     Ok(config)
 }

@@ -1,7 +1,6 @@
 //! The session transcripts on disk (SPEC A9): the file half of the core's session store. The
-//! core decides what to write and when; this opens, locks, appends, truncates, reads and lists
-//! files in the state directory, on one thread of its own (file IO blocks; the loop must not),
-//! started with the first transcript action.
+//! core decides what to write and when; this opens, locks, appends, truncates, syncs, reads
+//! and lists files in the state directory.
 //!
 //! - Files are opened directly inside the state directory only: a name with a `/` or a leading
 //!   `.` is refused, symbolic links are not followed (`O_NOFOLLOW`), and the directory listing
@@ -11,18 +10,27 @@
 //! - Every open transcript holds an exclusive `flock(2)` lock: a second agent opening the same
 //!   session is refused ([`TranscriptError::Locked`]), and the lock dies with the process, so a
 //!   `kill -9`'d agent never leaves a stale one.
-//! - Appends are written whole lines at a time, then `fdatasync(2)`'d: once the core's round is
-//!   final, a crash of the agent (or of the machine) does not lose it. Appends queue while the
-//!   thread writes and syncs; it takes them all and writes each file's queued appends with one
-//!   `writev(2)` and one `fdatasync(2)` (a group commit, [`group`]), in the order they came
-//!   and never past a truncate, close or other command queued between them.
+//! - **On the loop, at once**: open, append, truncate and close. An append is one `write(2)`
+//!   of whole lines into the page cache, made while the core's actions are executed, so a
+//!   step's records reach the kernel before that step's ACP lines reach stdout: a crash of the
+//!   process after the client saw something never loses its record. None of these waits for
+//!   the device (no sync).
+//! - **Off the loop**, on the store thread (started with the first such action): the
+//!   `fdatasync(2)` the core asks for once per answered prompt and at close
+//!   ([`Action::SyncTranscript`], answered [`TranscriptEvent::Synced`]); for a file this
+//!   process created, the first sync also `fsync`s the directories whose entries it created
+//!   (the file's, and any directory made for it), so that the file itself survives a power
+//!   loss. Syncs that queue while the thread is busy are taken together: one `fdatasync` per
+//!   file answers all of that file's queued marks ([`group`]). The listing runs there too.
 //! - A read streams the file in [`READ_CHUNK`] pieces through the loop's bounded input channel
 //!   (the thread waits while it is full), on a thread of its own, and waits too while more
 //!   than [`MAX_STDOUT_BACKLOG`] bytes wait for stdout (the replay a client has not read yet):
 //!   a long transcript never sits in memory whole, whether in the input queue or in the
-//!   stdout queue, and a client that stops reading holds up only its own load.
+//!   stdout queue, and a client that stops reading holds up only its own load. Closing a file
+//!   being read stops the read; the store thread waits for the reader to let go of the file.
 //!
-//! At exit, [`Store::finish`] lets the thread write what is queued (bounded by a deadline).
+//! At exit, [`Store::finish`] lets the thread run the syncs that are queued (bounded by a
+//! deadline) before the last ACP lines are written.
 
 use crate::runtime::InputSender;
 use buzz_agent_core::config::StateDir;
@@ -32,7 +40,7 @@ use buzz_agent_core::{
 };
 use std::collections::BTreeMap;
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{IoSlice, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -92,32 +100,53 @@ impl Backlog {
     }
 }
 
-/// The transcript actions of the core, carried to the store thread.
+/// What the store thread does.
 #[derive(Debug)]
 enum Cmd {
-    Open {
+    /// `fdatasync` the file (after `fsync`ing `dirs`), then answer `Synced(mark)`.
+    Sync {
         file: TranscriptId,
-        name: String,
-        mode: OpenMode,
+        f: Arc<File>,
+        dirs: Vec<PathBuf>,
+        mark: u64,
     },
-    Read(TranscriptId),
-    Append(TranscriptId, Vec<u8>),
-    Truncate(TranscriptId, u64),
-    Close(TranscriptId),
+    /// Stop the read of a closed file and wait for its thread to let go of the file.
+    StopRead(Reading),
+    /// List the state directory for request `.0`.
     List(u64),
 }
 
-/// The driver's handle on the store thread.
+/// An open transcript.
+struct Held {
+    f: Arc<File>,
+    /// The directories to `fsync` with the first sync: a file this process created is not
+    /// durable before its directory entry is.
+    dirs: Vec<PathBuf>,
+    /// The read in progress.
+    reading: Option<Reading>,
+}
+
+/// A read in progress: its stop flag and its thread (whose copy of the file holds the lock
+/// too).
+#[derive(Debug)]
+struct Reading {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// The transcripts of the loop: the open files (used on the loop thread) and the handle on
+/// the store thread.
 pub struct Store {
     dir: Option<PathBuf>,
     tx: InputSender,
     backlog: Arc<Backlog>,
+    files: BTreeMap<TranscriptId, Held>,
     worker: Option<(mpsc::Sender<Cmd>, mpsc::Receiver<()>)>,
 }
 
 impl Store {
-    /// The store of `dir`; its thread starts with the first action. Its inputs go to `tx`;
-    /// `backlog` counts the bytes waiting for stdout.
+    /// The store of `dir`; its thread starts with the first sync or listing. Its inputs go to
+    /// `tx`; `backlog` counts the bytes waiting for stdout.
     #[must_use]
     pub fn new(dir: &StateDir, tx: InputSender, backlog: Arc<Backlog>) -> Store {
         Store {
@@ -127,226 +156,60 @@ impl Store {
             },
             tx,
             backlog,
+            files: BTreeMap::new(),
             worker: None,
         }
     }
 
-    /// Starts one transcript action (others are not the store's and are ignored). When the
-    /// thread cannot start, opens and lists fail at once (the returned input); other actions
-    /// are dropped.
+    /// Runs one transcript action (others are not the store's and are ignored). The answer
+    /// of an open, and the failure of a write, come back at once as the returned input; the
+    /// answers of syncs, reads and listings come later through the channel.
     pub fn start(&mut self, action: Action) -> Option<Input> {
-        let cmd = match action {
-            Action::OpenTranscript { file, name, mode } => Cmd::Open { file, name, mode },
-            Action::ReadTranscript { file } => Cmd::Read(file),
-            Action::AppendTranscript { file, bytes } => Cmd::Append(file, bytes),
-            Action::TruncateTranscript { file, len } => Cmd::Truncate(file, len),
-            Action::CloseTranscript { file } => Cmd::Close(file),
-            Action::ListTranscripts { request } => Cmd::List(request),
-            Action::WriteAcp(_)
-            | Action::WriteMcp { .. }
-            | Action::SpawnMcp { .. }
-            | Action::CloseMcpStdin { .. }
-            | Action::SignalProcessGroup { .. }
-            | Action::CallLlm { .. }
-            | Action::CancelLlm { .. }
-            | Action::ReadProject { .. }
-            | Action::Log(_)
-            | Action::Exit { .. } => return None,
-        };
-        if self.worker.is_none() {
-            match self.spawn() {
-                Ok(w) => self.worker = Some(w),
-                Err(e) => return failure(&cmd, &format!("cannot start the store thread: {e}")),
-            }
-        }
-        let (cmds, _) = self.worker.as_ref()?;
-        cmds.send(cmd)
-            .err()
-            .and_then(|e| failure(&e.0, "the store thread is gone"))
-    }
-
-    fn spawn(&self) -> std::io::Result<(mpsc::Sender<Cmd>, mpsc::Receiver<()>)> {
-        let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let mut worker = Worker {
-            dir: self.dir.clone(),
-            tx: self.tx.clone(),
-            backlog: self.backlog.clone(),
-            files: BTreeMap::new(),
-            syncs: 0,
-        };
-        std::thread::Builder::new()
-            .name("store".into())
-            .spawn(move || {
-                worker.serve(&cmd_rx);
-                drop(worker.files);
-                let _ = done_tx.send(());
-            })?;
-        Ok((cmd_tx, done_rx))
-    }
-
-    /// At exit: the thread writes what is queued and closes every file; waits for it until
-    /// `timeout` passes.
-    pub fn finish(self, timeout: Duration) {
-        let Some((cmds, done)) = self.worker else {
-            return;
-        };
-        drop(cmds);
-        let _ = done.recv_timeout(timeout);
-    }
-}
-
-/// The input that answers a command the thread could not take, if it expects one.
-fn failure(cmd: &Cmd, why: &str) -> Option<Input> {
-    match cmd {
-        Cmd::Open { file, .. } | Cmd::Read(file) => Some(Input::Transcript {
-            file: *file,
-            event: TranscriptEvent::Failed(TranscriptError::Io(why.to_owned())),
-        }),
-        Cmd::List(request) => Some(Input::TranscriptList {
-            request: *request,
-            entries: Err(why.to_owned()),
-        }),
-        Cmd::Append(..) | Cmd::Truncate(..) | Cmd::Close(_) => None,
-    }
-}
-
-/// What the store thread does next, after [`group`].
-#[derive(Debug)]
-enum Step {
-    /// Append these pieces to the file, in order: one `writev(2)`, one `fdatasync(2)`.
-    Write(TranscriptId, Vec<Vec<u8>>),
-    /// Any command but an append, as it came.
-    Other(Cmd),
-}
-
-/// Groups queued commands (in the order they came) into steps: every run of appends between
-/// two other commands becomes one [`Step::Write`] per file (files in the order of their first
-/// append; a file's pieces in the order they came), so a file is synced once per run however
-/// many appends queued for it. Any other command (open, read, truncate, close, list) stays
-/// where it was, after the writes of the appends queued before it: nothing is reordered
-/// around it, and appends are reordered only across files, which share nothing.
-fn group(cmds: impl IntoIterator<Item = Cmd>) -> Vec<Step> {
-    let mut steps = Vec::new();
-    let mut run: Vec<(TranscriptId, Vec<Vec<u8>>)> = Vec::new();
-    for cmd in cmds {
-        match cmd {
-            Cmd::Append(file, bytes) => match run.iter_mut().find(|(f, _)| *f == file) {
-                Some((_, pieces)) => pieces.push(bytes),
-                None => run.push((file, vec![bytes])),
-            },
-            other => {
-                steps.extend(run.drain(..).map(|(f, p)| Step::Write(f, p)));
-                steps.push(Step::Other(other));
-            }
-        }
-    }
-    steps.extend(run.into_iter().map(|(f, p)| Step::Write(f, p)));
-    steps
-}
-
-/// Writes all of `pieces` to `f` with as few `writev(2)` calls as it takes (one, unless the
-/// kernel writes less than asked).
-fn write_pieces(f: &mut File, pieces: &[Vec<u8>]) -> std::io::Result<()> {
-    if let [one] = pieces {
-        return f.write_all(one);
-    }
-    let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
-    let mut left = &mut slices[..];
-    IoSlice::advance_slices(&mut left, 0); // skips empty pieces
-    while !left.is_empty() {
-        match f.write_vectored(left) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut left, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// An open transcript: the file (holding its lock) and the read in progress, or the failure
-/// that ended its writes.
-enum Held {
-    Open(File, Option<Reading>),
-    Failed,
-}
-
-/// A read in progress: its stop flag and its thread (whose copy of the file holds the lock
-/// too).
-struct Reading {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-/// The store thread's state.
-struct Worker {
-    dir: Option<PathBuf>,
-    tx: InputSender,
-    backlog: Arc<Backlog>,
-    files: BTreeMap<TranscriptId, Held>,
-    /// `fdatasync(2)` calls made.
-    syncs: u64,
-}
-
-impl Worker {
-    /// Serves commands until the channel closes (at exit, after the queued ones): every wake-up
-    /// takes the command that woke it and all those queued behind it, and runs them grouped
-    /// ([`group`]).
-    fn serve(&mut self, cmds: &mpsc::Receiver<Cmd>) {
-        while let Ok(cmd) = cmds.recv() {
-            for step in group(std::iter::once(cmd).chain(cmds.try_iter())) {
-                match step {
-                    Step::Write(file, pieces) => self.append(file, &pieces),
-                    Step::Other(cmd) => self.run(cmd),
-                }
-            }
-        }
-    }
-
-    /// Appends `pieces` to `file` and syncs them; on a failure the file takes no more writes,
-    /// and the core hears of it once. Ignored for a file that is not open (or failed).
-    fn append(&mut self, file: TranscriptId, pieces: &[Vec<u8>]) {
-        if let Some(Held::Open(f, _)) = self.files.get_mut(&file) {
-            let written = write_pieces(f, pieces).and_then(|()| {
-                self.syncs += 1;
-                f.sync_data()
-            });
-            if let Err(e) = written {
-                self.files.insert(file, Held::Failed);
-                self.event(
-                    file,
-                    TranscriptEvent::Failed(TranscriptError::Io(e.to_string())),
-                );
-            }
-        }
-    }
-
-    fn send(&self, input: Input) {
-        // The loop may be gone at exit: the write itself is what matters then.
-        let _ = self.tx.send_blocking(input);
-    }
-
-    fn event(&self, file: TranscriptId, event: TranscriptEvent) {
-        self.send(Input::Transcript { file, event });
-    }
-
-    fn run(&mut self, cmd: Cmd) {
-        match cmd {
-            Cmd::Open { file, name, mode } => {
-                let event = match self.open(&name, mode) {
-                    Ok(f) => {
-                        self.files.insert(file, Held::Open(f, None));
+        match action {
+            Action::OpenTranscript { file, name, mode } => {
+                let event = match open(self.dir.as_deref(), &name, mode) {
+                    Ok((f, dirs)) => {
+                        self.files.insert(
+                            file,
+                            Held {
+                                f: Arc::new(f),
+                                dirs,
+                                reading: None,
+                            },
+                        );
                         TranscriptEvent::Opened
                     }
                     Err(e) => TranscriptEvent::Failed(e),
                 };
-                self.event(file, event);
+                Some(Input::Transcript { file, event })
             }
-            Cmd::Read(file) => {
+            Action::AppendTranscript { file, bytes } => {
+                let held = self.files.get(&file)?;
+                let written = (&*held.f).write_all(&bytes);
+                self.failed(file, written.err())
+            }
+            Action::TruncateTranscript { file, len } => {
+                let held = self.files.get(&file)?;
+                let cut = held.f.set_len(len);
+                self.failed(file, cut.err())
+            }
+            Action::SyncTranscript { file, mark } => {
+                let held = self.files.get_mut(&file)?;
+                let cmd = Cmd::Sync {
+                    file,
+                    f: held.f.clone(),
+                    dirs: std::mem::take(&mut held.dirs),
+                    mark,
+                };
+                self.send(cmd)
+            }
+            Action::ReadTranscript { file } => {
                 let started = match self.files.get_mut(&file) {
-                    Some(Held::Open(f, reading)) => {
-                        f.try_clone().map_err(|e| e.to_string()).and_then(|clone| {
+                    Some(held) => held
+                        .f
+                        .try_clone()
+                        .map_err(|e| e.to_string())
+                        .and_then(|clone| {
                             let stop = Arc::new(AtomicBool::new(false));
                             let reader = Reader {
                                 file,
@@ -359,106 +222,289 @@ impl Worker {
                                 .name(format!("store-read-{}", file.0))
                                 .spawn(move || reader.run())
                                 .map_err(|e| format!("cannot start a reader thread: {e}"))?;
-                            *reading = Some(Reading { stop, thread });
+                            held.reading = Some(Reading { stop, thread });
                             Ok(())
-                        })
-                    }
-                    Some(Held::Failed) | None => Err("the file is not open".to_owned()),
+                        }),
+                    None => Err("the file is not open".to_owned()),
                 };
-                if let Err(e) = started {
-                    self.event(file, TranscriptEvent::Failed(TranscriptError::Io(e)));
-                }
+                started.err().map(|e| Input::Transcript {
+                    file,
+                    event: TranscriptEvent::Failed(TranscriptError::Io(e)),
+                })
             }
-            Cmd::Append(file, bytes) => self.append(file, &[bytes]),
-            Cmd::Truncate(file, len) => {
-                if let Some(Held::Open(f, _)) = self.files.get(&file)
-                    && let Err(e) = f.set_len(len).and_then(|()| {
+            Action::CloseTranscript { file } => {
+                // Closed here, its lock released with it; a read still going stops at its next
+                // chunk, and the store thread waits for it to let go of its copy of the file
+                // (which holds the lock too) — the loop never waits for a reader that may be
+                // waiting for the loop.
+                let reading = self.files.remove(&file)?.reading?;
+                reading.stop.store(true, Ordering::Relaxed);
+                self.send(Cmd::StopRead(reading))
+            }
+            Action::ListTranscripts { request } => self.send(Cmd::List(request)),
+            Action::WriteAcp(_)
+            | Action::WriteMcp { .. }
+            | Action::SpawnMcp { .. }
+            | Action::CloseMcpStdin { .. }
+            | Action::SignalProcessGroup { .. }
+            | Action::CallLlm { .. }
+            | Action::CancelLlm { .. }
+            | Action::ReadProject { .. }
+            | Action::Log(_)
+            | Action::Exit { .. } => None,
+        }
+    }
+
+    /// After a failed write to `file`: it takes no more, and the core hears of it once.
+    fn failed(&mut self, file: TranscriptId, error: Option<std::io::Error>) -> Option<Input> {
+        let e = error?;
+        self.files.remove(&file);
+        Some(Input::Transcript {
+            file,
+            event: TranscriptEvent::Failed(TranscriptError::Io(e.to_string())),
+        })
+    }
+
+    /// Hands `cmd` to the store thread, starting it if needed; the input answering it at once
+    /// when the thread cannot take it.
+    fn send(&mut self, cmd: Cmd) -> Option<Input> {
+        if self.worker.is_none() {
+            match self.spawn() {
+                Ok(w) => self.worker = Some(w),
+                Err(e) => return failure(cmd, &format!("cannot start the store thread: {e}")),
+            }
+        }
+        let (cmds, _) = self.worker.as_ref()?;
+        cmds.send(cmd)
+            .err()
+            .and_then(|e| failure(e.0, "the store thread is gone"))
+    }
+
+    fn spawn(&self) -> std::io::Result<(mpsc::Sender<Cmd>, mpsc::Receiver<()>)> {
+        let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let mut worker = Worker {
+            dir: self.dir.clone(),
+            tx: self.tx.clone(),
+            syncs: 0,
+        };
+        std::thread::Builder::new()
+            .name("store".into())
+            .spawn(move || {
+                worker.serve(&cmd_rx);
+                let _ = done_tx.send(());
+            })?;
+        Ok((cmd_tx, done_rx))
+    }
+
+    /// At exit: every file is closed, and the thread runs the syncs queued before (the last
+    /// answers are written after them); waits for it until `timeout` passes.
+    pub fn finish(mut self, timeout: Duration) {
+        self.files.clear();
+        let Some((cmds, done)) = self.worker.take() else {
+            return;
+        };
+        drop(cmds);
+        let _ = done.recv_timeout(timeout);
+    }
+}
+
+/// The input that answers a command the thread could not take, if it expects one.
+fn failure(cmd: Cmd, why: &str) -> Option<Input> {
+    match cmd {
+        Cmd::Sync { file, .. } => Some(Input::Transcript {
+            file,
+            event: TranscriptEvent::Failed(TranscriptError::Io(why.to_owned())),
+        }),
+        Cmd::List(request) => Some(Input::TranscriptList {
+            request,
+            entries: Err(why.to_owned()),
+        }),
+        Cmd::StopRead(_) => None,
+    }
+}
+
+/// Groups queued commands (in the order they came): every run of syncs between two other
+/// commands becomes one sync per file (files in the order of their first sync), carrying the
+/// highest mark and every directory asked for. A sync covers what was appended before it
+/// was asked for, so answering an earlier mark with a later sync is sound. Other commands
+/// stay where they were.
+fn group(cmds: impl IntoIterator<Item = Cmd>) -> Vec<Cmd> {
+    let mut steps: Vec<Cmd> = Vec::new();
+    let mut run: Vec<Cmd> = Vec::new();
+    for cmd in cmds {
+        match cmd {
+            Cmd::Sync {
+                file,
+                f,
+                dirs,
+                mark,
+            } => match run.iter_mut().find_map(|c| match c {
+                Cmd::Sync {
+                    file: g,
+                    mark: m,
+                    dirs: d,
+                    ..
+                } if *g == file => Some((m, d)),
+                _ => None,
+            }) {
+                Some((m, d)) => {
+                    *m = (*m).max(mark);
+                    d.extend(dirs);
+                }
+                None => run.push(Cmd::Sync {
+                    file,
+                    f,
+                    dirs,
+                    mark,
+                }),
+            },
+            other => {
+                steps.append(&mut run);
+                steps.push(other);
+            }
+        }
+    }
+    steps.append(&mut run);
+    steps
+}
+
+/// The path of `name` in the state directory `dir`, if `name` is a plain file name.
+fn path_in(dir: Option<&Path>, name: &str) -> Result<PathBuf, TranscriptError> {
+    let Some(dir) = dir else {
+        return Err(TranscriptError::Io("sessions are not saved (off)".into()));
+    };
+    if name.is_empty() || name.contains('/') || name.starts_with('.') || name.contains('\0') {
+        return Err(TranscriptError::Io(format!(
+            "{name:?} is not a file name in the state directory"
+        )));
+    }
+    Ok(dir.join(name))
+}
+
+/// Opens (or creates) transcript `name` in `dir` and locks it; with the directories whose
+/// entries this open created (the file's directory for a new file, and the parent of every
+/// directory made on the way), to be synced with the file's first sync.
+fn open(
+    dir: Option<&Path>,
+    name: &str,
+    mode: OpenMode,
+) -> Result<(File, Vec<PathBuf>), TranscriptError> {
+    let path = path_in(dir, name)?;
+    let io = |e: std::io::Error| TranscriptError::Io(e.to_string());
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW);
+    let mut dirs = Vec::new();
+    let file = match mode {
+        OpenMode::Create => {
+            if let Some(parent) = path.parent() {
+                // The directories missing now: each one made is an entry in its parent.
+                let missing: Vec<PathBuf> = parent
+                    .ancestors()
+                    .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+                    .map(Path::to_path_buf)
+                    .collect();
+                DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)
+                    .map_err(io)?;
+                dirs.push(parent.to_path_buf());
+                dirs.extend(
+                    missing
+                        .iter()
+                        .filter_map(|d| d.parent().map(Path::to_path_buf)),
+                );
+                dirs.dedup();
+            }
+            options.create_new(true).mode(0o600).open(&path)
+        }
+        OpenMode::Existing => options.open(&path),
+    };
+    let file = file.map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => TranscriptError::NotFound,
+        _ if e.raw_os_error() == Some(libc::ELOOP) => TranscriptError::Io(format!(
+            "{} is a symbolic link; not followed",
+            path.display()
+        )),
+        _ => io(e),
+    })?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(TranscriptError::Io(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    crate::sys::lock_exclusive(&file).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            TranscriptError::Locked
+        } else {
+            io(e)
+        }
+    })?;
+    Ok((file, dirs))
+}
+
+/// The store thread's state.
+struct Worker {
+    dir: Option<PathBuf>,
+    tx: InputSender,
+    /// `fdatasync(2)` calls made.
+    syncs: u64,
+}
+
+impl Worker {
+    /// Serves commands until the channel closes (at exit, after the queued ones): every wake-up
+    /// takes the command that woke it and all those queued behind it, and runs them grouped
+    /// ([`group`]).
+    fn serve(&mut self, cmds: &mpsc::Receiver<Cmd>) {
+        while let Ok(cmd) = cmds.recv() {
+            for cmd in group(std::iter::once(cmd).chain(cmds.try_iter())) {
+                self.run(cmd);
+            }
+        }
+    }
+
+    fn send(&self, input: Input) {
+        // The loop may be gone at exit: the sync itself is what matters then.
+        let _ = self.tx.send_blocking(input);
+    }
+
+    fn run(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Sync {
+                file,
+                f,
+                dirs,
+                mark,
+            } => {
+                let synced = dirs
+                    .iter()
+                    .try_for_each(|d| File::open(d).and_then(|d| d.sync_all()))
+                    .and_then(|()| {
                         self.syncs += 1;
                         f.sync_data()
-                    })
-                {
-                    self.files.insert(file, Held::Failed);
-                    self.event(
-                        file,
-                        TranscriptEvent::Failed(TranscriptError::Io(e.to_string())),
-                    );
-                }
+                    });
+                // The loop's copy of the file may be closed already: this one was the last.
+                drop(f);
+                let event = match synced {
+                    Ok(()) => TranscriptEvent::Synced(mark),
+                    Err(e) => TranscriptEvent::Failed(TranscriptError::Io(e.to_string())),
+                };
+                self.send(Input::Transcript { file, event });
             }
-            Cmd::Close(file) => {
-                // A read still going stops at its next chunk; its copy of the file holds the
-                // lock until its thread ends, so the close waits for that (at most a chunk's
-                // read or send, or one backlog wait): once closed, the session is free for
-                // the next open, in this agent or another.
-                if let Some(Held::Open(f, Some(reading))) = self.files.remove(&file) {
-                    reading.stop.store(true, Ordering::Relaxed);
-                    drop(f);
-                    let _ = reading.thread.join();
-                }
+            Cmd::StopRead(reading) => {
+                let _ = reading.thread.join();
             }
             Cmd::List(request) => {
                 let entries = self.list();
                 self.send(Input::TranscriptList { request, entries });
             }
         }
-    }
-
-    /// The path of `name` in the state directory, if `name` is a plain file name.
-    fn path(&self, name: &str) -> Result<PathBuf, TranscriptError> {
-        let Some(dir) = &self.dir else {
-            return Err(TranscriptError::Io("sessions are not saved (off)".into()));
-        };
-        if name.is_empty() || name.contains('/') || name.starts_with('.') || name.contains('\0') {
-            return Err(TranscriptError::Io(format!(
-                "{name:?} is not a file name in the state directory"
-            )));
-        }
-        Ok(dir.join(name))
-    }
-
-    fn open(&self, name: &str, mode: OpenMode) -> Result<File, TranscriptError> {
-        let path = self.path(name)?;
-        let io = |e: std::io::Error| TranscriptError::Io(e.to_string());
-        let mut options = OpenOptions::new();
-        options
-            .read(true)
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW);
-        let file = match mode {
-            OpenMode::Create => {
-                if let Some(dir) = path.parent() {
-                    DirBuilder::new()
-                        .recursive(true)
-                        .mode(0o700)
-                        .create(dir)
-                        .map_err(io)?;
-                }
-                options.create_new(true).mode(0o600).open(&path)
-            }
-            OpenMode::Existing => options.open(&path),
-        };
-        let file = file.map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => TranscriptError::NotFound,
-            _ if e.raw_os_error() == Some(libc::ELOOP) => TranscriptError::Io(format!(
-                "{} is a symbolic link; not followed",
-                path.display()
-            )),
-            _ => io(e),
-        })?;
-        let meta = file.metadata().map_err(io)?;
-        if !meta.is_file() {
-            return Err(TranscriptError::Io(format!(
-                "{} is not a regular file",
-                path.display()
-            )));
-        }
-        crate::sys::lock_exclusive(&file).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                TranscriptError::Locked
-            } else {
-                io(e)
-            }
-        })?;
-        Ok(file)
     }
 
     /// Every `sess_*.jsonl` regular file of the state directory with its modification time
@@ -587,95 +633,162 @@ mod tests {
         dir
     }
 
-    fn worker(dir: &Path) -> (Worker, async_channel::Receiver<Input>) {
+    fn store(dir: &Path) -> (Store, async_channel::Receiver<Input>) {
         let (tx, rx) = async_channel::unbounded();
-        (
-            Worker {
-                dir: Some(dir.to_path_buf()),
-                tx,
-                backlog: Arc::new(Backlog::default()),
-                files: BTreeMap::new(),
-                syncs: 0,
-            },
-            rx,
-        )
+        let st = Store::new(
+            &StateDir::Dir(dir.to_string_lossy().into_owned()),
+            tx,
+            Arc::new(Backlog::default()),
+        );
+        (st, rx)
     }
 
-    /// The inputs sent so far, after a moment for reader threads to finish.
+    /// The inputs sent so far, after a moment for the store and reader threads.
     fn events(rx: &async_channel::Receiver<Input>) -> Vec<Input> {
         std::thread::sleep(Duration::from_millis(50));
         std::iter::from_fn(|| rx.try_recv().ok()).collect()
     }
 
+    fn open_action(id: u64, mode: OpenMode) -> Action {
+        Action::OpenTranscript {
+            file: TranscriptId(id),
+            name: format!("sess_{id}.jsonl"),
+            mode,
+        }
+    }
+
+    fn event(file: u64, event: TranscriptEvent) -> Option<Input> {
+        Some(Input::Transcript {
+            file: TranscriptId(file),
+            event,
+        })
+    }
+
+    fn append(file: u64, bytes: &str) -> Action {
+        Action::AppendTranscript {
+            file: TranscriptId(file),
+            bytes: bytes.as_bytes().to_vec(),
+        }
+    }
+
     #[test]
-    fn a9_a_new_transcript_is_0600_in_a_0700_directory_locked_and_appended() {
+    fn a9_a_new_transcript_is_0600_in_a_0700_directory_locked_and_appended_at_once() {
         let dir = scratch("create").join("nested/sessions");
-        let (mut w, rx) = worker(&dir);
-        w.run(Cmd::Open {
-            file: TranscriptId(1),
-            name: "sess_1.jsonl".into(),
-            mode: OpenMode::Create,
-        });
-        w.run(Cmd::Append(TranscriptId(1), b"{\"v\":1}\n".to_vec()));
+        let (mut st, rx) = store(&dir);
         assert_eq!(
-            events(&rx),
-            vec![Input::Transcript {
-                file: TranscriptId(1),
-                event: TranscriptEvent::Opened
-            }]
+            st.start(open_action(1, OpenMode::Create)),
+            event(1, TranscriptEvent::Opened),
+            "an open is answered at once"
         );
-        let mode = |p: &Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
-        assert_eq!(mode(&dir), 0o700);
-        assert_eq!(mode(&dir.join("sess_1.jsonl")), 0o600);
+        assert_eq!(st.start(append(1, "{\"v\":1}\n")), None);
+        // Written before `start` returned: in the file, with no thread and no sync.
         assert_eq!(
             std::fs::read(dir.join("sess_1.jsonl")).expect("written"),
             b"{\"v\":1}\n"
         );
+        assert!(st.worker.is_none(), "appends need no thread");
+        let mode = |p: &Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("sess_1.jsonl")), 0o600);
         // A second opener (another agent) is refused while the first holds the lock.
-        let (mut other, orx) = worker(&dir);
-        other.run(Cmd::Open {
-            file: TranscriptId(9),
-            name: "sess_1.jsonl".into(),
-            mode: OpenMode::Existing,
-        });
-        assert!(matches!(
-            &events(&orx)[..],
-            [Input::Transcript {
-                event: TranscriptEvent::Failed(TranscriptError::Locked),
-                ..
-            }]
-        ));
+        let (mut other, _orx) = store(&dir);
+        assert_eq!(
+            other.start(Action::OpenTranscript {
+                file: TranscriptId(9),
+                name: "sess_1.jsonl".into(),
+                mode: OpenMode::Existing,
+            }),
+            event(9, TranscriptEvent::Failed(TranscriptError::Locked))
+        );
         // Creating it again fails: O_EXCL.
-        other.run(Cmd::Open {
-            file: TranscriptId(10),
-            name: "sess_1.jsonl".into(),
-            mode: OpenMode::Create,
-        });
         assert!(matches!(
-            &events(&orx)[..],
-            [Input::Transcript {
+            other.start(open_action(1, OpenMode::Create)),
+            Some(Input::Transcript {
                 event: TranscriptEvent::Failed(TranscriptError::Io(_)),
                 ..
-            }]
+            })
         ));
-        // Closed: the lock is released.
-        w.run(Cmd::Close(TranscriptId(1)));
-        other.run(Cmd::Open {
-            file: TranscriptId(11),
-            name: "sess_1.jsonl".into(),
-            mode: OpenMode::Existing,
-        });
-        other.run(Cmd::Read(TranscriptId(11)));
-        let got = events(&orx);
+        // Closed: the lock is released at once.
+        assert_eq!(
+            st.start(Action::CloseTranscript {
+                file: TranscriptId(1)
+            }),
+            None
+        );
+        assert_eq!(
+            other.start(Action::OpenTranscript {
+                file: TranscriptId(11),
+                name: "sess_1.jsonl".into(),
+                mode: OpenMode::Existing,
+            }),
+            event(11, TranscriptEvent::Opened)
+        );
+        assert_eq!(
+            other.start(Action::ReadTranscript {
+                file: TranscriptId(11)
+            }),
+            None
+        );
+        let got = events(&_orx);
         assert!(
             matches!(&got[..], [
-                Input::Transcript { event: TranscriptEvent::Opened, .. },
                 Input::Transcript { event: TranscriptEvent::Bytes(b), .. },
                 Input::Transcript { event: TranscriptEvent::End, .. },
             ] if b == b"{\"v\":1}\n"),
             "{got:?}"
         );
+        assert!(events(&rx).is_empty());
         let _ = std::fs::remove_dir_all(dir.parent().and_then(Path::parent).unwrap_or(&dir));
+    }
+
+    #[test]
+    fn a9_a_sync_is_answered_with_its_mark_and_a_new_file_syncs_the_directories_it_made() {
+        let root = scratch("dirs");
+        let dir = root.join("state/sessions");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        // The directories a create made: their entries live in their parents.
+        let (_, dirs) = open(Some(&dir), "sess_1.jsonl", OpenMode::Create).expect("created");
+        assert_eq!(dirs, [dir.clone(), root.join("state"), root.clone()]);
+        let (_, dirs) = open(Some(&dir), "sess_2.jsonl", OpenMode::Create).expect("created");
+        assert_eq!(
+            dirs,
+            std::slice::from_ref(&dir),
+            "only the file's own entry is new"
+        );
+        let (_, dirs) = open(Some(&dir), "sess_1.jsonl", OpenMode::Existing).expect("opened");
+        assert!(
+            dirs.is_empty(),
+            "an existing file's entry is on the disk already"
+        );
+
+        let (mut st, rx) = store(&dir);
+        st.start(open_action(3, OpenMode::Create));
+        assert_eq!(st.files[&TranscriptId(3)].dirs, std::slice::from_ref(&dir));
+        st.start(append(3, "a\n"));
+        let sync = |mark| Action::SyncTranscript {
+            file: TranscriptId(3),
+            mark,
+        };
+        assert_eq!(st.start(sync(2)), None);
+        assert!(
+            st.files[&TranscriptId(3)].dirs.is_empty(),
+            "the directory goes with the first sync only"
+        );
+        assert_eq!(
+            events(&rx),
+            [event(3, TranscriptEvent::Synced(2)).expect("an input")]
+        );
+        // A sync of a file that is not open is ignored.
+        assert_eq!(
+            st.start(Action::SyncTranscript {
+                file: TranscriptId(8),
+                mark: 1
+            }),
+            None
+        );
+        st.finish(Duration::from_secs(5));
+        assert!(events(&rx).is_empty());
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
@@ -686,33 +799,29 @@ mod tests {
         std::fs::write(root.join("secret.jsonl"), "secret\n").expect("write");
         std::os::unix::fs::symlink(root.join("secret.jsonl"), dir.join("sess_2.jsonl"))
             .expect("symlink");
-        let (mut w, rx) = worker(&dir);
+        let (mut st, rx) = store(&dir);
         for (i, name) in ["../secret.jsonl", "sess_2.jsonl", ".hidden", "a/b"]
             .iter()
             .enumerate()
         {
-            w.run(Cmd::Open {
+            let got = st.start(Action::OpenTranscript {
                 file: TranscriptId(i as u64),
                 name: (*name).into(),
                 mode: OpenMode::Existing,
             });
-        }
-        let got = events(&rx);
-        assert_eq!(got.len(), 4);
-        for e in &got {
             assert!(
                 matches!(
-                    e,
-                    Input::Transcript {
+                    got,
+                    Some(Input::Transcript {
                         event: TranscriptEvent::Failed(TranscriptError::Io(_)),
                         ..
-                    }
+                    })
                 ),
-                "{e:?}"
+                "{name}: {got:?}"
             );
         }
         // The listing skips the symbolic link too.
-        w.run(Cmd::List(1));
+        st.start(Action::ListTranscripts { request: 1 });
         assert!(matches!(
             &events(&rx)[..],
             [Input::TranscriptList { request: 1, entries: Ok(e) }] if e.is_empty()
@@ -723,21 +832,17 @@ mod tests {
     #[test]
     fn a9_a_missing_directory_lists_nothing_and_loads_nothing() {
         let dir = scratch("missing");
-        let (mut w, rx) = worker(&dir);
-        w.run(Cmd::List(3));
-        w.run(Cmd::Open {
-            file: TranscriptId(1),
-            name: "sess_1.jsonl".into(),
-            mode: OpenMode::Existing,
-        });
+        let (mut st, rx) = store(&dir);
+        st.start(Action::ListTranscripts { request: 3 });
+        assert_eq!(
+            st.start(open_action(1, OpenMode::Existing)),
+            event(1, TranscriptEvent::Failed(TranscriptError::NotFound))
+        );
         let got = events(&rx);
         assert!(
             matches!(
                 &got[..],
-                [
-                    Input::TranscriptList { request: 3, entries: Ok(e) },
-                    Input::Transcript { event: TranscriptEvent::Failed(TranscriptError::NotFound), .. },
-                ] if e.is_empty()
+                [Input::TranscriptList { request: 3, entries: Ok(e) }] if e.is_empty()
             ),
             "{got:?}"
         );
@@ -749,20 +854,17 @@ mod tests {
         let dir = scratch("backlog");
         std::fs::create_dir_all(&dir).expect("mkdir");
         std::fs::write(dir.join("sess_5.jsonl"), "x\n".repeat(20_000)).expect("write");
-        let (mut w, rx) = worker(&dir);
-        w.run(Cmd::Open {
-            file: TranscriptId(5),
-            name: "sess_5.jsonl".into(),
-            mode: OpenMode::Existing,
-        });
-        w.backlog.queued(MAX_STDOUT_BACKLOG + 1);
-        w.run(Cmd::Read(TranscriptId(5)));
+        let (mut st, rx) = store(&dir);
         assert_eq!(
-            events(&rx).len(),
-            1,
-            "opened, then nothing while stdout is backed up"
+            st.start(open_action(5, OpenMode::Existing)),
+            event(5, TranscriptEvent::Opened)
         );
-        w.backlog.written(MAX_STDOUT_BACKLOG + 1);
+        st.backlog.queued(MAX_STDOUT_BACKLOG + 1);
+        st.start(Action::ReadTranscript {
+            file: TranscriptId(5),
+        });
+        assert!(events(&rx).is_empty(), "nothing while stdout is backed up");
+        st.backlog.written(MAX_STDOUT_BACKLOG + 1);
         let got = events(&rx);
         let bytes: usize = got
             .iter()
@@ -782,22 +884,27 @@ mod tests {
                 ..
             })
         ));
-        // A read of a closed file stops.
-        w.backlog.queued(MAX_STDOUT_BACKLOG + 1);
-        w.run(Cmd::Read(TranscriptId(5)));
-        w.run(Cmd::Close(TranscriptId(5)));
-        // Closed means unlocked, at once: the parked reader's copy of the file is gone too.
-        let (mut other, orx) = worker(&dir);
-        other.run(Cmd::Open {
-            file: TranscriptId(6),
-            name: "sess_5.jsonl".into(),
-            mode: OpenMode::Existing,
+        // A read of a closed file stops, and lets go of the file: the lock is free once the
+        // store thread has seen the reader end (the next command it runs).
+        st.backlog.queued(MAX_STDOUT_BACKLOG + 1);
+        st.start(Action::ReadTranscript {
+            file: TranscriptId(5),
         });
-        let Ok(Input::Transcript { event, .. }) = orx.try_recv() else {
-            panic!("the open is answered at once");
-        };
-        assert_eq!(event, TranscriptEvent::Opened);
-        w.backlog.written(MAX_STDOUT_BACKLOG + 1);
+        st.start(Action::CloseTranscript {
+            file: TranscriptId(5),
+        });
+        st.start(Action::ListTranscripts { request: 1 });
+        let listed = rx.recv_blocking();
+        assert!(matches!(
+            listed,
+            Ok(Input::TranscriptList { request: 1, .. })
+        ));
+        let (mut other, _orx) = store(&dir);
+        assert_eq!(
+            other.start(open_action(5, OpenMode::Existing)),
+            event(5, TranscriptEvent::Opened)
+        );
+        st.backlog.written(MAX_STDOUT_BACKLOG + 1);
         assert!(events(&rx).is_empty(), "nothing after the close");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -809,8 +916,8 @@ mod tests {
         std::fs::write(dir.join("sess_1.jsonl"), "{\"head\":1}\n{\"next\":2}\n").expect("w");
         std::fs::write(dir.join("notes.txt"), "x").expect("w");
         std::fs::write(dir.join("sess_2.jsonl"), "x".repeat(20_000)).expect("w");
-        let (mut w, rx) = worker(&dir);
-        w.run(Cmd::List(7));
+        let (mut st, rx) = store(&dir);
+        st.start(Action::ListTranscripts { request: 7 });
         let got = events(&rx);
         let [
             Input::TranscriptList {
@@ -828,165 +935,110 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    fn open_cmd(id: u64, mode: OpenMode) -> Cmd {
-        Cmd::Open {
-            file: TranscriptId(id),
-            name: format!("sess_{id}.jsonl"),
-            mode,
+    fn sync_cmd(file: u64, f: &Arc<File>, mark: u64) -> Cmd {
+        Cmd::Sync {
+            file: TranscriptId(file),
+            f: f.clone(),
+            dirs: Vec::new(),
+            mark,
         }
     }
 
-    /// The steps of `cmds` in a short form: `W1:a+b` writes pieces `a` and `b` to file 1,
-    /// anything else is the command's kind and file.
+    /// The commands of `cmds` grouped, in a short form: `S1@5` syncs file 1 answering mark 5.
     fn plan(cmds: Vec<Cmd>) -> Vec<String> {
         group(cmds)
             .into_iter()
-            .map(|s| match s {
-                Step::Write(f, pieces) => format!(
-                    "W{}:{}",
-                    f.0,
-                    pieces
-                        .iter()
-                        .map(|p| String::from_utf8_lossy(p).into_owned())
-                        .collect::<Vec<_>>()
-                        .join("+")
-                ),
-                Step::Other(Cmd::Open { file, .. }) => format!("open{}", file.0),
-                Step::Other(Cmd::Truncate(f, len)) => format!("cut{}@{len}", f.0),
-                Step::Other(Cmd::Close(f)) => format!("close{}", f.0),
-                Step::Other(Cmd::Read(f)) => format!("read{}", f.0),
-                Step::Other(Cmd::List(r)) => format!("list{r}"),
-                Step::Other(Cmd::Append(..)) => unreachable!("appends are grouped"),
+            .map(|c| match c {
+                Cmd::Sync { file, mark, .. } => format!("S{}@{mark}", file.0),
+                Cmd::List(r) => format!("list{r}"),
+                Cmd::StopRead(_) => "stop".into(),
             })
             .collect()
     }
 
     #[test]
-    fn a9_queued_appends_group_per_file_in_order_and_never_past_another_command() {
-        let a = |f: u64, s: &str| Cmd::Append(TranscriptId(f), s.as_bytes().to_vec());
-        assert_eq!(
-            plan(vec![a(1, "a"), a(2, "x"), a(1, "b"), a(1, "c"), a(2, "y")]),
-            ["W1:a+b+c", "W2:x+y"],
-            "one write per file, pieces in order, files in the order of their first append"
-        );
+    fn a9_queued_syncs_are_one_per_file_answering_the_highest_mark_never_past_another_command() {
+        let dir = scratch("group");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let f = Arc::new(File::create(dir.join("f")).expect("create"));
         assert_eq!(
             plan(vec![
-                open_cmd(3, OpenMode::Create),
-                a(3, "h"),
-                a(3, "r"),
-                a(1, "a"),
-                Cmd::Truncate(TranscriptId(1), 0),
-                a(1, "b"),
-                a(3, "s"),
-                Cmd::Close(TranscriptId(3)),
-                a(1, "c"),
-                Cmd::List(4),
+                sync_cmd(1, &f, 10),
+                sync_cmd(2, &f, 3),
+                sync_cmd(1, &f, 25),
+                sync_cmd(2, &f, 4),
             ]),
-            [
-                "open3", "W3:h+r", "W1:a", "cut1@0", "W1:b", "W3:s", "close3", "W1:c", "list4"
-            ],
-            "a truncate, close or other command is never crossed"
+            ["S1@25", "S2@4"]
         );
-        assert_eq!(plan(vec![a(1, "a")]), ["W1:a"]);
+        assert_eq!(
+            plan(vec![sync_cmd(1, &f, 10), Cmd::List(4), sync_cmd(1, &f, 12)]),
+            ["S1@10", "list4", "S1@12"]
+        );
         assert!(plan(Vec::new()).is_empty());
-    }
 
-    #[test]
-    fn a9_appends_queued_behind_a_sync_are_written_with_one_write_and_one_sync() {
-        let dir = scratch("group");
-        let (mut w, rx) = worker(&dir);
+        // Served as the store thread serves them: 20 syncs queued for two files while it was
+        // busy are two fdatasyncs, answered with each file's last mark.
+        let (tx, rx) = async_channel::unbounded();
+        let mut w = Worker {
+            dir: Some(dir.clone()),
+            tx,
+            syncs: 0,
+        };
         let (cmds, queue) = mpsc::channel();
-        // Everything below is queued before the thread takes any of it, as happens while it
-        // sits in an fdatasync: a round's answer and its tool results, for two sessions.
-        cmds.send(open_cmd(1, OpenMode::Create)).expect("queued");
-        cmds.send(open_cmd(2, OpenMode::Create)).expect("queued");
-        for i in 0..10 {
-            cmds.send(Cmd::Append(
-                TranscriptId(1),
-                format!("{{\"n\":{i}}}\n").into_bytes(),
-            ))
-            .expect("queued");
-            cmds.send(Cmd::Append(
-                TranscriptId(2),
-                format!("{{\"m\":{i}}}\n").into_bytes(),
-            ))
-            .expect("queued");
+        for i in 1..=10 {
+            cmds.send(sync_cmd(1, &f, i)).expect("queued");
+            cmds.send(sync_cmd(2, &f, 100 + i)).expect("queued");
         }
         drop(cmds);
         w.serve(&queue);
-        assert_eq!(w.syncs, 2, "one fdatasync per file for 20 queued appends");
-        let want = |k: &str| {
-            (0..10)
-                .map(|i| format!("{{\"{k}\":{i}}}\n"))
-                .collect::<String>()
-        };
-        let read = |n: &str| std::fs::read_to_string(dir.join(n)).expect("written");
-        assert_eq!(read("sess_1.jsonl"), want("n"), "every append, in order");
-        assert_eq!(read("sess_2.jsonl"), want("m"));
+        assert_eq!(w.syncs, 2);
         assert_eq!(
-            events(&rx).len(),
-            2,
-            "the two opens only: appends are not answered"
+            std::iter::from_fn(|| rx.try_recv().ok()).collect::<Vec<_>>(),
+            [
+                event(1, TranscriptEvent::Synced(10)).expect("an input"),
+                event(2, TranscriptEvent::Synced(110)).expect("an input"),
+            ]
         );
-
-        // One at a time (each sent once the one before is written, so never queued behind
-        // it): written and synced at once, one sync each, nothing held back for company.
-        let (cmds, queue) = mpsc::channel();
-        let worker = std::thread::spawn(move || {
-            w.serve(&queue);
-            w
-        });
-        for i in 10..13 {
-            let line = format!("{{\"n\":{i}}}\n");
-            cmds.send(Cmd::Append(TranscriptId(1), line.clone().into_bytes()))
-                .expect("queued");
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            while !read("sess_1.jsonl").ends_with(&line) {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "append {i} never written"
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        drop(cmds);
-        let w = worker.join().expect("the store thread");
-        assert_eq!(w.syncs, 2 + 3);
-        assert!(read("sess_1.jsonl").ends_with("{\"n\":12}\n"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
-    fn a9_a_failed_group_write_is_reported_once_and_the_file_takes_no_more() {
-        let dir = scratch("groupfail");
+    fn a9_a_failed_write_is_reported_once_and_the_file_takes_no_more() {
+        let dir = scratch("writefail");
         std::fs::create_dir_all(&dir).expect("mkdir");
         let path = dir.join("sess_1.jsonl");
         std::fs::write(&path, "").expect("create");
-        let (mut w, rx) = worker(&dir);
+        let (mut st, rx) = store(&dir);
         // A handle that cannot write: every write fails (EBADF), like a full disk.
         let read_only = File::open(&path).expect("open");
-        w.files.insert(TranscriptId(1), Held::Open(read_only, None));
-        let (cmds, queue) = mpsc::channel();
-        for _ in 0..3 {
-            cmds.send(Cmd::Append(TranscriptId(1), b"{}\n".to_vec()))
-                .expect("queued");
-        }
-        drop(cmds);
-        w.serve(&queue);
-        let got = events(&rx);
-        assert!(
-            matches!(
-                &got[..],
-                [Input::Transcript {
-                    file: TranscriptId(1),
-                    event: TranscriptEvent::Failed(TranscriptError::Io(_)),
-                }]
-            ),
-            "{got:?}"
+        st.files.insert(
+            TranscriptId(1),
+            Held {
+                f: Arc::new(read_only),
+                dirs: Vec::new(),
+                reading: None,
+            },
         );
-        assert!(matches!(w.files.get(&TranscriptId(1)), Some(Held::Failed)));
-        w.run(Cmd::Append(TranscriptId(1), b"{}\n".to_vec()));
-        assert!(events(&rx).is_empty(), "nothing more for that file");
+        assert!(matches!(
+            st.start(append(1, "{}\n")),
+            Some(Input::Transcript {
+                file: TranscriptId(1),
+                event: TranscriptEvent::Failed(TranscriptError::Io(_)),
+            })
+        ));
+        assert_eq!(
+            st.start(append(1, "{}\n")),
+            None,
+            "nothing more for that file"
+        );
+        assert_eq!(
+            st.start(Action::SyncTranscript {
+                file: TranscriptId(1),
+                mark: 3
+            }),
+            None
+        );
+        assert!(events(&rx).is_empty());
         assert_eq!(std::fs::read(&path).expect("read").len(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }

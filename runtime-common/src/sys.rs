@@ -1,5 +1,6 @@
 //! The few direct system calls a driver makes: signalling a process group, wording an exit
-//! status, glibc's arena setting, and writes that never block.
+//! status, glibc's arena setting, the process's own hardening (not dumpable), and writes that
+//! never block.
 
 use buzz_agent_core::Signal;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -43,6 +44,26 @@ pub fn lock_exclusive(file: &std::fs::File) -> std::io::Result<()> {
 pub fn exit_description(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     buzz_agent_core::io::exit_description(status.code(), status.signal())
+}
+
+/// Makes the agent process not dumpable (`prctl(PR_SET_DUMPABLE, 0)`, SPEC S1): its
+/// `/proc/<pid>/environ`, `mem`, `maps` and `fd/` are then closed to every process without
+/// `CAP_SYS_PTRACE`, its MCP servers included, so the keys in the agent's environment cannot be
+/// read back by a child that runs as the same user. No core dump is written either. Children
+/// are dumpable again after their `execve`, as usual. Elsewhere than Linux this does nothing.
+///
+/// # Errors
+/// The OS error of `prctl` (never expected on Linux).
+pub fn not_dumpable() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and touches no memory of ours.
+        let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// glibc gives each thread that allocates its own arena (up to 8 per core), and every arena

@@ -156,10 +156,22 @@ impl Dialect {
         }
         let msgs = req.messages();
         let broken = match self {
-            Dialect::AnthropicThinking => anthropic_rules(&msgs, true),
-            Dialect::Anthropic => anthropic_rules(&msgs, false),
-            Dialect::OpenAiReasoning => openai_reasoning_rules(&req.body),
-            Dialect::OpenAiResponsesReasoning => responses_rules(&req.body),
+            Dialect::AnthropicThinking => {
+                anthropic_request_rules(&req.body).or_else(|| anthropic_rules(&msgs, true))
+            }
+            Dialect::Anthropic => {
+                anthropic_request_rules(&req.body).or_else(|| anthropic_rules(&msgs, false))
+            }
+            Dialect::OpenAiReasoning => known_fields(&req.body, OPENAI_CHAT_FIELDS, |f| {
+                format!("Unrecognized request argument supplied: {f}")
+            })
+            .or_else(|| openai_reasoning_rules(&req.body)),
+            Dialect::OpenAiResponsesReasoning => {
+                known_fields(&req.body, OPENAI_RESPONSES_FIELDS, |f| {
+                    format!("Unknown parameter: '{f}'.")
+                })
+                .or_else(|| responses_rules(&req.body))
+            }
             Dialect::StrictAlternation => strict_alternation_rules(&msgs),
             Dialect::DeepSeek => deepseek_rules(&msgs),
             Dialect::Ollama | Dialect::InBandErrors => None,
@@ -238,6 +250,181 @@ fn fnv1a(s: &str) -> u64 {
 }
 
 type Broken = Option<(String, &'static str)>;
+
+/// The top-level request fields of OpenAI's Chat Completions API (platform.openai.com API
+/// reference, "Create chat completion"); OpenAI answers any other with a 400 "Unrecognized
+/// request argument supplied: <field>".
+const OPENAI_CHAT_FIELDS: &[&str] = &[
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "messages",
+    "metadata",
+    "modalities",
+    "model",
+    "n",
+    "parallel_tool_calls",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "service_tier",
+    "stop",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "user",
+    "verbosity",
+    "web_search_options",
+];
+
+/// The top-level request fields of OpenAI's Responses API (API reference, "Create a model
+/// response"); any other: 400 "Unknown parameter: '<field>'." (code `unknown_parameter`).
+const OPENAI_RESPONSES_FIELDS: &[&str] = &[
+    "background",
+    "conversation",
+    "include",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "metadata",
+    "model",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "prompt",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "reasoning",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "truncation",
+    "user",
+];
+
+/// The top-level request fields of Anthropic's Messages API (docs.anthropic.com API
+/// reference, "Messages"); any other: 400 "<field>: Extra inputs are not permitted".
+const ANTHROPIC_FIELDS: &[&str] = &[
+    "container",
+    "context_management",
+    "max_tokens",
+    "mcp_servers",
+    "messages",
+    "metadata",
+    "model",
+    "output_config",
+    "service_tier",
+    "stop_sequences",
+    "stream",
+    "system",
+    "temperature",
+    "thinking",
+    "tool_choice",
+    "tools",
+    "top_k",
+    "top_p",
+];
+
+/// A strict server's rule: every top-level field of the request is one it knows (`known`);
+/// the first other one is rejected with `message(field)`.
+fn known_fields(body: &Value, known: &[&str], message: impl Fn(&str) -> String) -> Broken {
+    let unknown = body
+        .as_object()?
+        .keys()
+        .find(|k| !known.contains(&k.as_str()))?;
+    Some((message(unknown), "known request fields"))
+}
+
+/// Anthropic's rules on the request itself, before its messages: known top-level fields, and
+/// prompt caching (docs.anthropic.com "Prompt caching"): "A maximum of 4 blocks with
+/// cache_control may be provided"; a `cache_control` is `{"type": "ephemeral"}`, with an
+/// optional `ttl` of `5m` or `1h`; thinking blocks cannot carry one ("Thinking blocks cannot be
+/// explicitly marked with cache_control"; the block's schema has no such field).
+fn anthropic_request_rules(body: &Value) -> Broken {
+    if let Some(broken) = known_fields(body, ANTHROPIC_FIELDS, |f| {
+        format!("{f}: Extra inputs are not permitted")
+    }) {
+        return Some(broken);
+    }
+    let mut marks: Vec<(String, &Value)> = Vec::new();
+    if let Some(blocks) = body["system"].as_array() {
+        for (k, b) in blocks.iter().enumerate() {
+            marks.extend(b.get("cache_control").map(|c| (format!("system.{k}"), c)));
+        }
+    }
+    for (k, t) in body["tools"].as_array().into_iter().flatten().enumerate() {
+        marks.extend(t.get("cache_control").map(|c| (format!("tools.{k}"), c)));
+    }
+    for (i, m) in body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (k, b) in m["content"].as_array().into_iter().flatten().enumerate() {
+            let Some(c) = b.get("cache_control") else {
+                continue;
+            };
+            let kind = b["type"].as_str().unwrap_or("");
+            if kind == "thinking" || kind == "redacted_thinking" {
+                return Some((
+                    format!(
+                        "messages.{i}.content.{k}.{kind}.cache_control: Extra inputs are not permitted"
+                    ),
+                    "no cache_control on thinking",
+                ));
+            }
+            marks.push((format!("messages.{i}.content.{k}"), c));
+        }
+    }
+    for (at, c) in &marks {
+        let ttl_ok = c.get("ttl").is_none_or(|t| t == "5m" || t == "1h");
+        let fields_ok = c
+            .as_object()
+            .is_some_and(|o| o.keys().all(|k| k == "type" || k == "ttl"));
+        if c["type"] != "ephemeral" || !ttl_ok || !fields_ok {
+            return Some((
+                format!(
+                    "{at}.cache_control: Input should be a valid cache control: {{\"type\": \"ephemeral\"}}"
+                ),
+                "cache_control is ephemeral",
+            ));
+        }
+    }
+    if marks.len() > 4 {
+        return Some((
+            format!(
+                "A maximum of 4 blocks with cache_control may be provided. Found {}.",
+                marks.len()
+            ),
+            "at most 4 breakpoints",
+        ));
+    }
+    None
+}
 
 /// Anthropic Messages rules.
 ///
@@ -599,6 +786,97 @@ mod tests {
                 .rule
                 .contains("unmodified")
         );
+    }
+
+    #[test]
+    fn anthropic_rejects_unknown_fields_five_breakpoints_and_a_marked_thinking_block() {
+        let mark = json!({"type": "ephemeral"});
+        let text = |t: &str| json!({"type": "text", "text": t, "cache_control": mark});
+        let four = json!({"model": "m", "max_tokens": 8, "stream": true,
+            "system": [text("s")],
+            "messages": [
+                {"role": "user", "content": [text("a")]},
+                {"role": "assistant", "content": [{"type": "text", "text": "b"}]},
+                {"role": "user", "content": [text("c"), text("d")]}]});
+        for d in [Dialect::Anthropic, Dialect::AnthropicThinking] {
+            assert_eq!(d.check(&req(Wire::Anthropic, four.clone())), Ok(()));
+            let mut five = four.clone();
+            five["messages"][1]["content"][0]["cache_control"] = mark.clone();
+            let err = d.check(&req(Wire::Anthropic, five)).unwrap_err();
+            assert!(
+                err.body
+                    .contains("A maximum of 4 blocks with cache_control"),
+                "{err:?}"
+            );
+            let mut key = four.clone();
+            key["prompt_cache_key"] = json!("sess_1");
+            let err = d.check(&req(Wire::Anthropic, key)).unwrap_err();
+            assert!(
+                err.body
+                    .contains("prompt_cache_key: Extra inputs are not permitted"),
+                "{err:?}"
+            );
+            let mut long = four.clone();
+            long["system"][0]["cache_control"] = json!({"type": "persistent"});
+            assert!(d.check(&req(Wire::Anthropic, long)).is_err());
+        }
+        let sig = signature("t");
+        let marked_thinking = json!({"model": "m", "max_tokens": 8, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "t", "signature": sig, "cache_control": mark},
+                {"type": "tool_use", "id": "c", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "x"}]}]});
+        let err = Dialect::AnthropicThinking
+            .check(&req(Wire::Anthropic, marked_thinking))
+            .unwrap_err();
+        assert!(err.rule.contains("no cache_control on thinking"), "{err:?}");
+    }
+
+    #[test]
+    fn openai_profiles_reject_fields_openai_does_not_know_and_take_prompt_cache_key() {
+        let chat = json!({"model": "m", "messages": [{"role": "user", "content": "go"}],
+            "stream": true, "max_completion_tokens": 5, "prompt_cache_key": "sess_1"});
+        assert_eq!(
+            Dialect::OpenAiReasoning.check(&req(Wire::Chat, chat.clone())),
+            Ok(())
+        );
+        let mut bad = chat;
+        bad["thinking"] = json!({"type": "enabled"});
+        let err = Dialect::OpenAiReasoning
+            .check(&req(Wire::Chat, bad))
+            .unwrap_err();
+        assert!(
+            err.body
+                .contains("Unrecognized request argument supplied: thinking"),
+            "{err:?}"
+        );
+        let responses = json!({"model": "m", "input": [], "stream": true, "store": false,
+            "max_output_tokens": 5, "prompt_cache_key": "sess_1"});
+        assert_eq!(
+            Dialect::OpenAiResponsesReasoning.check(&req(Wire::Responses, responses.clone())),
+            Ok(())
+        );
+        let mut bad = responses;
+        bad["cache_control"] = json!({"type": "ephemeral"});
+        let err = Dialect::OpenAiResponsesReasoning
+            .check(&req(Wire::Responses, bad))
+            .unwrap_err();
+        assert!(
+            err.body.contains("Unknown parameter: 'cache_control'."),
+            "{err:?}"
+        );
+        // Servers that ignore what they do not know.
+        let lenient = json!({"model": "m", "messages": [{"role": "user", "content": "go"}],
+            "anything": 1});
+        for d in [
+            Dialect::Ollama,
+            Dialect::DeepSeek,
+            Dialect::StrictAlternation,
+            Dialect::InBandErrors,
+        ] {
+            assert_eq!(d.check(&req(Wire::Chat, lenient.clone())), Ok(()), "{d:?}");
+        }
     }
 
     #[test]

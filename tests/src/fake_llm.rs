@@ -298,6 +298,56 @@ impl RecordedRequest {
         }
     }
 
+    /// Where an Anthropic request marks `cache_control` breakpoints (SPEC L11), in prefix
+    /// order: `system <k>`, `tool <k>`, `message <i> block <k>` (a string `content` counts as
+    /// one block that cannot carry one).
+    pub fn cache_breakpoints(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let body = &self.body;
+        let marked = |v: &Value| v.get("cache_control").is_some();
+        for (k, t) in body["tools"].as_array().into_iter().flatten().enumerate() {
+            if marked(t) {
+                out.push(format!("tool {k}"));
+            }
+        }
+        for (k, b) in body["system"].as_array().into_iter().flatten().enumerate() {
+            if marked(b) {
+                out.push(format!("system {k}"));
+            }
+        }
+        for (i, m) in body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            for (k, b) in m["content"].as_array().into_iter().flatten().enumerate() {
+                if marked(b) {
+                    out.push(format!("message {i} block {k}"));
+                }
+            }
+        }
+        out
+    }
+
+    /// The history ([`RecordedRequest::messages`]) with every `cache_control` removed: what
+    /// a provider's prompt cache compares from one request to the next (SPEC L11).
+    pub fn messages_without_breakpoints(&self) -> Vec<Value> {
+        fn strip(v: &mut Value) {
+            match v {
+                Value::Object(map) => {
+                    map.remove("cache_control");
+                    map.values_mut().for_each(strip);
+                }
+                Value::Array(items) => items.iter_mut().for_each(strip),
+                _ => {}
+            }
+        }
+        let mut messages = self.messages();
+        messages.iter_mut().for_each(strip);
+        messages
+    }
+
     /// What breaks SPEC L4 in this request's history (see
     /// [`RecordedRequest::assert_tool_calls_paired`]), or `None`.
     pub fn pairing_error(&self) -> Option<String> {

@@ -65,6 +65,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_GRANDCHILD_PIDFILE=path` | spawns `sleep 1000`, writes `<own pid> <grandchild pid>` |
 /// | `FAKE_MCP_IGNORE_TERM=1` | ignores SIGTERM and does not exit on stdin EOF (only SIGKILL ends it) |
 /// | `FAKE_MCP_ENV_DUMP=path` | writes its environment as a JSON object at start |
+/// | `FAKE_MCP_PARENT_ENVIRON=path` | at start, with no capability in its effective set (dropped when it runs as root: it is then an unprivileged process of the agent's user), reads `/proc/<parent>/environ` and writes `{"ok":true,"environ":…}` or `{"ok":false,"error":…}` (SPEC S1: the agent is not dumpable) |
 /// | `FAKE_MCP_CWD_FILE=path` | writes its working directory at start |
 /// | `FAKE_MCP_STDERR_LINES=N` | writes `stderr line i` (i in 0..N) to stderr at start |
 /// | `FAKE_MCP_LIST_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the echo-like tool `late` and sends `notifications/tools/list_changed` |
@@ -100,6 +101,7 @@ pub struct Config {
     pub grandchild_pidfile: Option<PathBuf>,
     pub ignore_term: bool,
     pub env_dump: Option<PathBuf>,
+    pub parent_environ: Option<PathBuf>,
     pub cwd_file: Option<PathBuf>,
     pub stderr_lines: u64,
     pub list_changed_after_call: Option<u64>,
@@ -178,6 +180,7 @@ impl Config {
             grandchild_pidfile: path("FAKE_MCP_GRANDCHILD_PIDFILE"),
             ignore_term: flag("FAKE_MCP_IGNORE_TERM"),
             env_dump: path("FAKE_MCP_ENV_DUMP"),
+            parent_environ: path("FAKE_MCP_PARENT_ENVIRON"),
             cwd_file: path("FAKE_MCP_CWD_FILE"),
             stderr_lines: num("FAKE_MCP_STDERR_LINES").unwrap_or(0),
             list_changed_after_call: num("FAKE_MCP_LIST_CHANGED_AFTER_CALL"),
@@ -999,6 +1002,51 @@ fn write_file(path: &Path, text: &str) {
     }
 }
 
+/// `FAKE_MCP_PARENT_ENVIRON`: what this process can read of its parent's (the agent's)
+/// `/proc/<ppid>/environ` once its effective capability set is empty (an ordinary process of
+/// the agent's user; as root, `CAP_SYS_PTRACE` and the DAC overrides would read anything), as
+/// JSON `{"ok": true, "environ": <text>}` or `{"ok": false, "error": <why>}`.
+fn parent_environ() -> Value {
+    /// `_LINUX_CAPABILITY_VERSION_3` and the kernel's `struct __user_cap_header_struct` /
+    /// `__user_cap_data_struct` (two of them for 64 capability bits).
+    const VERSION_3: u32 = 0x2008_0522;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a valid header and two data structs, as the kernel expects
+    // for version 3; they only read and write those.
+    let dropped = unsafe {
+        libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) == 0 && {
+            data[0].effective = 0;
+            data[1].effective = 0;
+            libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) == 0
+        }
+    };
+    if !dropped {
+        return json!({"ok": false, "error": format!("cannot drop the capabilities: {}", std::io::Error::last_os_error())});
+    }
+    // SAFETY: getppid has no preconditions.
+    let ppid = unsafe { libc::getppid() };
+    match std::fs::read(format!("/proc/{ppid}/environ")) {
+        Ok(bytes) => json!({"ok": true, "environ": String::from_utf8_lossy(&bytes)}),
+        Err(e) => json!({"ok": false, "error": e.to_string()}),
+    }
+}
+
 /// The fake MCP server process: start-up effects, then [`serve`] on stdin/stdout, then exit.
 pub fn main() -> ! {
     let cfg = Config::from_lookup(|k| std::env::var(k).ok());
@@ -1017,6 +1065,9 @@ pub fn main() -> ! {
             .map(|(k, v)| (k.to_string_lossy().into_owned(), json!(v.to_string_lossy())))
             .collect();
         write_file(p, &Value::Object(env).to_string());
+    }
+    if let Some(p) = &cfg.parent_environ {
+        write_file(p, &parent_environ().to_string());
     }
     if let Some(p) = &cfg.cwd_file {
         let cwd = std::env::current_dir()

@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 /// The API key the agent is given; it must never show up in its logs (SPEC P2).
 pub const SECRET_KEY: &str = "sk-test-secret";
+/// Extra environment for [`AgentProc::spawn_with`] that the harness takes for itself: run the
+/// agent as this user and group id (the variable does not reach the agent).
+pub const AGENT_UID_VAR: &str = "BUZZ_E2E_AGENT_UID";
 /// Default time to wait for a response.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -214,6 +217,17 @@ pub fn dialect_env(dialect: Dialect, origin: &str) -> Vec<(String, String)> {
     };
     env.retain(|(k, _)| k != var);
     env.push((var.to_string(), dialect.model().to_string()));
+    if matches!(
+        dialect,
+        Dialect::OpenAiReasoning | Dialect::OpenAiResponsesReasoning
+    ) {
+        // These profiles stand in for OpenAI's own API, which takes `prompt_cache_key`; the
+        // agent sends it there by itself, and to a server at another address when told to.
+        env.push((
+            "OPENAI_COMPAT_PROMPT_CACHE_KEY".to_string(),
+            "1".to_string(),
+        ));
+    }
     if dialect == Dialect::InBandErrors {
         // Every request's first attempt fails in-band: one more attempt than the default.
         env.push(("BUZZ_AGENT_LLM_MAX_ATTEMPTS".to_string(), "4".to_string()));
@@ -332,6 +346,9 @@ struct State {
     /// [`StderrMode::File`]: the file stderr goes to.
     stderr_file: Option<PathBuf>,
     policy: PermissionPolicy,
+    /// [`AgentProc::kill_when_answered`]: the id (JSON text) whose response makes the reader
+    /// SIGKILL the agent the moment it reads it.
+    kill_on_response: Option<String>,
 }
 
 struct Shared {
@@ -404,7 +421,21 @@ impl AgentProc {
                 .tempdir()
                 .expect("a temporary state directory")
         });
+        // `BUZZ_E2E_AGENT_UID=N` (for the harness, not passed on): the agent runs as user and
+        // group N (a scenario running as root that needs an unprivileged agent).
+        let run_as: Option<u32> = env
+            .iter()
+            .find(|(k, _)| *k == AGENT_UID_VAR)
+            .and_then(|(_, v)| v.parse().ok());
+        let env: Vec<(&str, &str)> = env
+            .iter()
+            .filter(|(k, _)| *k != AGENT_UID_VAR)
+            .copied()
+            .collect();
         let mut cmd = Command::new(bin);
+        if let Some(id) = run_as {
+            cmd.uid(id).gid(id);
+        }
         cmd.env_clear()
             .env(
                 "PATH",
@@ -452,6 +483,7 @@ impl AgentProc {
                     StderrMode::Read | StderrMode::Unread => None,
                 },
                 policy: PermissionPolicy::AllowOnce,
+                kill_on_response: None,
             }),
             cv: Condvar::new(),
             verbose: std::env::var("BUZZ_E2E_VERBOSE").is_ok_and(|v| v == "1"),
@@ -479,6 +511,13 @@ impl AgentProc {
             pid,
             started: Instant::now(),
         }
+    }
+
+    /// Arms the stdout reader to SIGKILL the agent the moment it reads the response to `id`
+    /// (before it parses anything else): a client that saw its answer, and a crash right
+    /// after. Its MCP children are left to [`kill_tree`] or the drop.
+    pub fn kill_when_answered(&self, id: &Value) {
+        self.shared.lock().kill_on_response = Some(id_key(id));
     }
 
     /// The agent's pid.
@@ -1035,6 +1074,14 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
         }
         let has_method = msg.get("method").is_some();
         let id = msg.get("id").cloned();
+        if !has_method
+            && let Some(id) = &id
+            && st.kill_on_response.as_deref() == Some(id_key(id).as_str())
+        {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+            unsafe { libc::kill(shared.pid, libc::SIGKILL) };
+            st.kill_on_response = None;
+        }
         let answered_method = match (&id, has_method) {
             (Some(id), false) => st.sent_methods.get(&id_key(id)).cloned(),
             _ => None,

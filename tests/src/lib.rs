@@ -66,6 +66,7 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
             Trial::ignorable_test(name, move || Ok(Completion::ignored_with(why)))
         }));
     }
+    trials.extend(scenarios::tool_trials(&ctx));
     trials.extend(dialect_trials(agent_bin, has_extras));
     trials.extend(peers::trials(&ctx));
     let conclusion = libtest_mimic::run(&args, trials);
@@ -153,7 +154,7 @@ mod tests {
             let bare = n.rsplit("::").next().unwrap();
             let first = bare.chars().next().unwrap();
             assert!(
-                "tacmhglpkx".contains(first),
+                "tacmhglpkxs".contains(first),
                 "{n} does not start with a SPEC id"
             );
             assert!(bare[1..].starts_with(|c: char| c.is_ascii_digit()), "{n}");

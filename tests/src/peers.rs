@@ -91,7 +91,7 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
     let pip_mcp1 = format!(
         "run `python3 -m venv .venv-mcp1 && .venv-mcp1/bin/pip install -r requirements-mcp1.txt` in {dir}"
     );
-    let list: [(&str, PathBuf, &str, Peer); 12] = [
+    let list: [(&str, PathBuf, &str, Peer); 13] = [
         (
             "peers::c53_c58_acpx_default_mode_allows_filesystem_reads_denies_writes_and_sets_the_model",
             node_modules().join(FILESYSTEM_JS),
@@ -151,6 +151,12 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
             node_modules().join(EVERYTHING_JS),
             &npm,
             server_everything_echo_result_reaches_the_llm,
+        ),
+        (
+            "peers::s1_server_everything_through_npx_starts_with_the_allowlisted_environment",
+            node_modules().join(EVERYTHING_JS),
+            &npm,
+            server_everything_through_npx_starts_with_the_allowlisted_environment,
         ),
         (
             "peers::fakellm_anthropic_route_one_tool_call_then_final_text",
@@ -537,8 +543,27 @@ fn server_everything_image_and_progress_reach_the_client(ctx: &Ctx, index_js: &P
 /// reply) registers, its `echo` tool is offered as `everything__echo`, and its result reaches
 /// the next LLM request.
 fn server_everything_echo_result_reaches_the_llm(ctx: &Ctx, index_js: &Path) {
-    let s = Scratch::new();
     let server = json!({"name": "everything", "command": "node", "args": [path_str(index_js), "stdio"], "env": []});
+    everything_echo(ctx, server, &[]);
+}
+
+/// SPEC S1 with the usual launcher: `npx` (npm's own runner, which needs `PATH` and `HOME` for
+/// its cache and configuration) starts the reference server from this crate's `node_modules`
+/// with only the allowlisted environment, and its tool works. The agent has a token in its
+/// environment too, which the allowlist keeps from the server (as
+/// `mcp::m1_children_do_not_get_agent_secrets` checks).
+fn server_everything_through_npx_starts_with_the_allowlisted_environment(ctx: &Ctx, _: &Path) {
+    let dir = path_str(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let launch = "cd \"$0\" && exec npx --no-install @modelcontextprotocol/server-everything stdio";
+    let server =
+        json!({"name": "everything", "command": "sh", "args": ["-c", launch, dir], "env": []});
+    everything_echo(ctx, server, &[("GITHUB_TOKEN", "ghp-e2e-not-for-servers")]);
+}
+
+/// The reference server `server` (its `mcpServers` entry) serves one `everything__echo` call
+/// of a prompt; the agent runs with `env` on top of the usual.
+fn everything_echo(ctx: &Ctx, server: Value, env: &[(&str, &str)]) {
+    let s = Scratch::new();
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::tool_calls(vec![(
@@ -549,6 +574,7 @@ fn server_everything_echo_result_reaches_the_llm(ctx: &Ctx, index_js: &Path) {
             Reply::text("done"),
         ])
         .env(&[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30")])
+        .env(env)
         .servers([server])
         .start();
     let r = agent.prompt_timeout(&sid, "echo hello peer", Duration::from_secs(60));
@@ -1199,6 +1225,8 @@ fn hooks_check_fails_real_fastmcp_hook_mistakes(ctx: &Ctx, _: &Path) {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", std::env::temp_dir())
             .env("HOOK_MODE", mode)
+            // The server gets only what the agent would pass it (SPEC S1).
+            .env("BUZZ_AGENT_CHILD_ENV", "HOOK_MODE")
             .env("BUZZ_AGENT_HOOK_TIMEOUT_MS", "20000")
             .env("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "60");
         let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));

@@ -240,6 +240,7 @@ pub fn check_action(a: &Action) {
         | Action::OpenTranscript { .. }
         | Action::ReadTranscript { .. }
         | Action::AppendTranscript { .. }
+        | Action::SyncTranscript { .. }
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
@@ -426,6 +427,7 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
         | Action::OpenTranscript { .. }
         | Action::ReadTranscript { .. }
         | Action::AppendTranscript { .. }
+        | Action::SyncTranscript { .. }
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }

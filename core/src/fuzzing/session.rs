@@ -333,6 +333,7 @@ impl World {
             Action::OpenTranscript { .. }
             | Action::ReadTranscript { .. }
             | Action::AppendTranscript { .. }
+            | Action::SyncTranscript { .. }
             | Action::TruncateTranscript { .. }
             | Action::CloseTranscript { .. }
             | Action::ListTranscripts { .. }

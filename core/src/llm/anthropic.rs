@@ -91,6 +91,23 @@ impl ProviderRoute for AnthropicMessages {
 /// invalid signature. Reasoning state of other routes is never sent. No `thinking` request
 /// parameter is set: extended thinking is whatever the model or gateway does by default.
 ///
+/// Prompt caching (SPEC L11; with `req.cache`): `cache_control: {"type":"ephemeral"}`
+/// breakpoints, three at most (Anthropic allows four), so that each request reads what the
+/// previous one wrote and writes its own end:
+/// * the end of the tools and the system prompt, which the cache puts first (tools, then
+///   system, then messages): `system` is sent as one text block carrying the breakpoint; without
+///   a system prompt the last tool carries it;
+/// * the end of the previous request (`req.cache.previous_len`): the last block of the last
+///   turn starting at or before its last message, when that is not the last turn. Anthropic
+///   looks back at most 20 blocks from a breakpoint for a prefix it wrote, so a round that adds
+///   more blocks than that still reads the whole previous request here;
+/// * the end of the conversation: the last block of the last turn.
+///
+/// A breakpoint never goes on a `thinking` or `redacted_thinking` block (the API rejects it).
+/// Only where the breakpoints are changes between requests; the blocks themselves are the same
+/// bytes, so the prefix the cache keys on is stable (a turn carrying a breakpoint is written
+/// for the one request and kept out of the history's cache of serialized turns).
+///
 /// Linear in the history size (each message is visited once; tool-call arguments are parsed
 /// once).
 #[cfg(test)]
@@ -109,12 +126,16 @@ pub(crate) fn build_request_cached(
     req: &LlmRequest<'_>,
     cache: Option<&mut BodyCache>,
 ) -> HttpRequest {
-    let mut head = Vec::with_capacity(256 + req.system.map_or(0, str::len));
+    let caching = req.cache.is_some();
+    let system = req.system.filter(|s| !s.is_empty());
+    let mut head = Vec::with_capacity(256 + system.map_or(0, str::len));
     head.push(b'{');
     write_field(&mut head, "model", req.model);
     write_field(&mut head, "max_tokens", &req.max_output_tokens);
-    if let Some(system) = req.system.filter(|s| !s.is_empty()) {
-        write_field(&mut head, "system", system);
+    match system {
+        Some(system) if caching => write_field(&mut head, "system", &[CachedText(system)]),
+        Some(system) => write_field(&mut head, "system", system),
+        None => {}
     }
     head.extend_from_slice(b",\"messages\":[");
     let capacity = if cache.is_none() {
@@ -122,16 +143,37 @@ pub(crate) fn build_request_cached(
     } else {
         0
     };
+    // The turn holding the end of the previous request's history (SPEC L11).
+    let previous_end = req
+        .cache
+        .and_then(|c| c.previous_len)
+        .and_then(|n| n.checked_sub(1));
     let history = history_json(
         req.messages,
         cache.map(|c| (c, CacheKey::Anthropic)),
         capacity,
-        wire_turns,
+        previous_end,
+        |history, start, last| {
+            let mut turns = wire_turns(history, start, last);
+            if caching {
+                mark_breakpoints(&mut turns, previous_end);
+            }
+            turns
+        },
     );
     let mut tail = Vec::with_capacity(128);
     tail.push(b']');
     if !req.tools.is_empty() {
-        let tools: Vec<WireTool<'_>> = req.tools.iter().map(WireTool).collect();
+        let last = req.tools.len() - 1;
+        let tools: Vec<WireTool<'_>> = req
+            .tools
+            .iter()
+            .enumerate()
+            .map(|(i, tool)| WireTool {
+                tool,
+                breakpoint: caching && system.is_none() && i == last,
+            })
+            .collect();
         write_field(&mut tail, "tools", &tools);
     }
     write_field(&mut tail, "stream", &true);
@@ -149,30 +191,92 @@ pub(crate) fn build_request_cached(
     request
 }
 
-/// One role turn of `messages`.
+/// `cache_control: {"type":"ephemeral"}`, the one kind of breakpoint (SPEC L11).
 #[derive(Serialize)]
+struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
+
+/// The system prompt as one text block with a breakpoint (SPEC L11).
+struct CachedText<'a>(&'a str);
+
+impl Serialize for CachedText<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("type", "text")?;
+        map.serialize_entry("text", self.0)?;
+        map.serialize_entry("cache_control", &EPHEMERAL)?;
+        map.end()
+    }
+}
+
+/// One role turn of `messages`.
 struct Turn<'a> {
     role: &'static str,
     content: Vec<Block<'a>>,
     /// The turn's replayable reasoning blocks, put first in `content` when the turn used tools.
-    #[serde(skip)]
     reasoning: Vec<Block<'a>>,
+    /// Its last block carries a breakpoint (SPEC L11; [`mark_breakpoints`]).
+    breakpoint: bool,
+}
+
+impl Serialize for Turn<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // A user turn left without any block gets a placeholder text.
+        let placeholder = [Block::Text(EMPTY_USER_TEXT)];
+        let content: &[Block<'_>] = if self.content.is_empty() {
+            &placeholder
+        } else {
+            &self.content
+        };
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("role", self.role)?;
+        map.serialize_entry(
+            "content",
+            &Content {
+                blocks: content,
+                breakpoint: self.breakpoint,
+            },
+        )?;
+        map.end()
+    }
+}
+
+/// A turn's blocks, the last one with a breakpoint when asked (never a thinking block: the API
+/// rejects a `cache_control` there).
+struct Content<'b, 'a> {
+    blocks: &'b [Block<'a>],
+    breakpoint: bool,
+}
+
+impl Serialize for Content<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let last = self.blocks.len().saturating_sub(1);
+        serializer.collect_seq(self.blocks.iter().enumerate().map(|(i, block)| Marked {
+            block,
+            breakpoint: self.breakpoint && i == last,
+        }))
+    }
 }
 
 impl WireElement for Turn<'_> {
     fn write(&self, out: &mut Vec<u8>) {
-        if !self.content.is_empty() {
-            return push_item(out, self);
-        }
-        // A user turn left without any block gets a placeholder text.
-        push_item(
-            out,
-            &Turn {
-                role: self.role,
-                content: vec![Block::Text(EMPTY_USER_TEXT)],
-                reasoning: Vec::new(),
-            },
-        );
+        push_item(out, self);
+    }
+}
+
+/// Marks the breakpoints of SPEC L11 on `turns` (a plan of the history from some point): the
+/// last turn, and the last turn starting at or before `previous_end` (the last message of the
+/// previous request) when that is another one. The turns must be the history's from a point
+/// at or before `previous_end` (`history_json`'s `keep_fresh` makes sure).
+fn mark_breakpoints(turns: &mut [Planned<Turn<'_>>], previous_end: Option<usize>) {
+    let previous = previous_end.and_then(|end| turns.iter().rposition(|t| t.source <= end));
+    let last = turns.len().checked_sub(1);
+    for i in [previous, last].into_iter().flatten() {
+        turns[i].element.breakpoint = true;
     }
 }
 
@@ -198,10 +302,16 @@ enum Block<'a> {
     },
 }
 
-impl Serialize for Block<'_> {
+/// A block as sent, with a breakpoint when asked and allowed.
+struct Marked<'b, 'a> {
+    block: &'b Block<'a>,
+    breakpoint: bool,
+}
+
+impl Serialize for Marked<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
-        match self {
+        match self.block {
             Block::Text(text) => {
                 map.serialize_entry("type", "text")?;
                 map.serialize_entry("text", text)?;
@@ -233,6 +343,10 @@ impl Serialize for Block<'_> {
                 map.serialize_entry("is_error", is_error)?;
             }
         }
+        let thinking = matches!(self.block, Block::Thinking { .. } | Block::Redacted(_));
+        if self.breakpoint && !thinking {
+            map.serialize_entry("cache_control", &EPHEMERAL)?;
+        }
         map.end()
     }
 }
@@ -255,6 +369,7 @@ fn wire_turns(history: &[Message], start: usize, last: Last) -> Vec<Planned<Turn
                             role: "assistant",
                             content: vec![Block::Text(TOOL_RESULTS_BRIDGE)],
                             reasoning: Vec::new(),
+                            breakpoint: false,
                         },
                         source: i,
                         kind: Last::Bridge,
@@ -335,6 +450,7 @@ fn wire_turns(history: &[Message], start: usize, last: Last) -> Vec<Planned<Turn
                     role,
                     content: blocks,
                     reasoning,
+                    breakpoint: false,
                 };
                 turns.push(Planned {
                     kind: turn_kind(&element),
@@ -379,16 +495,25 @@ fn input_object(arguments: &str) -> Value {
 }
 
 /// One offered tool: `{"name","description","input_schema"}`.
-struct WireTool<'a>(&'a ToolDef);
+///
+/// `breakpoint`: the last tool when there is no system prompt to carry the first breakpoint
+/// (SPEC L11).
+struct WireTool<'a> {
+    tool: &'a ToolDef,
+    breakpoint: bool,
+}
 
 impl Serialize for WireTool<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("name", &self.0.name)?;
-        if !self.0.description.is_empty() {
-            map.serialize_entry("description", &self.0.description)?;
+        map.serialize_entry("name", &self.tool.name)?;
+        if !self.tool.description.is_empty() {
+            map.serialize_entry("description", &self.tool.description)?;
         }
-        map.serialize_entry("input_schema", &self.0.input_schema)?;
+        map.serialize_entry("input_schema", &self.tool.input_schema)?;
+        if self.breakpoint {
+            map.serialize_entry("cache_control", &EPHEMERAL)?;
+        }
         map.end()
     }
 }
@@ -1010,6 +1135,7 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
             messages,
             tools,
             max_output_tokens: 1024,
+            cache: None,
         };
         serde_json::from_slice(&build_request(&cfg(), &req).body.to_vec()).unwrap()
     }
@@ -1400,6 +1526,7 @@ data: {"type":"message_stop"}
             messages: &messages,
             tools: &tools,
             max_output_tokens: 4096,
+            cache: None,
         };
         let mut config = cfg();
         config.anthropic_version = "2024-01-01".into();
@@ -1446,6 +1573,7 @@ data: {"type":"message_stop"}
             messages: &messages,
             tools: &[],
             max_output_tokens: 100,
+            cache: None,
         };
         let request = build_request(&config, &req);
         assert!(request.headers.iter().all(|(k, _)| k != "x-api-key"));
@@ -1799,5 +1927,258 @@ data: {"type":"message_stop"}
             request_body(&messages, &[], None)["messages"][1],
             json!({"role": "assistant", "content": [{"type": "text", "text": "hello"}]})
         );
+    }
+}
+
+#[cfg(test)]
+mod caching_tests {
+    //! SPEC L11 on the Anthropic route: where the breakpoints go, how many, and that only they
+    //! move between requests.
+
+    use super::*;
+    use crate::config::ProviderKind;
+    use crate::llm::PromptCache;
+    use serde_json::json;
+
+    fn user(text: &str) -> Message {
+        Message::User { text: text.into() }
+    }
+
+    fn call(id: &str) -> Message {
+        Message::Assistant {
+            text: String::new(),
+            thinking: "why".into(),
+            reasoning: vec![ReasoningBlock::Thinking {
+                text: "why".into(),
+                signature: "sig".into(),
+            }],
+            tool_calls: vec![ToolCall {
+                id: id.into(),
+                name: "fs__read".into(),
+                arguments: "{}".into(),
+            }],
+        }
+    }
+
+    fn result(id: &str) -> Message {
+        Message::ToolResult {
+            call_id: id.into(),
+            name: "fs__read".into(),
+            text: format!("contents of {id}"),
+            is_error: false,
+        }
+    }
+
+    fn tools() -> Vec<ToolDef> {
+        ["fs__read", "fs__write"]
+            .iter()
+            .map(|name| ToolDef {
+                name: (*name).into(),
+                description: "d".into(),
+                input_schema: json!({"type": "object"}),
+            })
+            .collect()
+    }
+
+    /// The request body for `messages`, caching on with the previous request's length (or off).
+    fn body(
+        messages: &[Message],
+        system: Option<&str>,
+        caching: Option<Option<usize>>,
+        cache: Option<&mut BodyCache>,
+    ) -> Value {
+        let tools = tools();
+        let req = LlmRequest {
+            model: "claude-x",
+            system,
+            messages,
+            tools: &tools,
+            max_output_tokens: 1024,
+            cache: caching.map(|previous_len| PromptCache {
+                key: "sess_1",
+                previous_len,
+            }),
+        };
+        let cfg = Config::for_tests(ProviderKind::Anthropic, "http://h");
+        serde_json::from_slice(&build_request_cached(&cfg, &req, cache).body.to_vec()).unwrap()
+    }
+
+    /// Where the breakpoints are: `system`, `tool <i>`, `message <i> block <k>`.
+    fn breakpoints(body: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        let marked = |v: &Value| v.get("cache_control") == Some(&json!({"type": "ephemeral"}));
+        if body["system"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(marked))
+        {
+            out.push("system".to_string());
+        }
+        for (i, tool) in body["tools"].as_array().into_iter().flatten().enumerate() {
+            if marked(tool) {
+                out.push(format!("tool {i}"));
+            }
+        }
+        for (i, m) in body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            for (k, b) in m["content"].as_array().into_iter().flatten().enumerate() {
+                if marked(b) {
+                    out.push(format!("message {i} block {k}"));
+                }
+            }
+        }
+        out
+    }
+
+    /// The body with every `cache_control` removed.
+    fn unmarked(mut body: Value) -> Value {
+        fn strip(v: &mut Value) {
+            match v {
+                Value::Object(map) => {
+                    map.remove("cache_control");
+                    map.values_mut().for_each(strip);
+                }
+                Value::Array(items) => items.iter_mut().for_each(strip),
+                Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+            }
+        }
+        strip(&mut body);
+        body
+    }
+
+    #[test]
+    fn l11_breakpoints_end_the_system_prompt_the_previous_request_and_the_conversation() {
+        let history = [
+            user("go"),
+            call("c1"),
+            result("c1"),
+            call("c2"),
+            result("c2"),
+        ];
+        // The previous request carried the first three messages.
+        let b = body(&history, Some("be brief"), Some(Some(3)), None);
+        assert_eq!(
+            b["system"],
+            json!([{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}])
+        );
+        assert_eq!(
+            breakpoints(&b),
+            ["system", "message 2 block 0", "message 4 block 0"]
+        );
+        // The first request of a session: no previous end yet.
+        let first = body(&history[..1], Some("be brief"), Some(None), None);
+        assert_eq!(breakpoints(&first), ["system", "message 0 block 0"]);
+        // The previous request ended where this one does: one breakpoint there, not two.
+        let again = body(&history, Some("be brief"), Some(Some(5)), None);
+        assert_eq!(breakpoints(&again), ["system", "message 4 block 0"]);
+    }
+
+    #[test]
+    fn l11_without_a_system_prompt_the_last_tool_carries_the_first_breakpoint() {
+        let history = [user("go"), call("c1"), result("c1")];
+        let b = body(&history, None, Some(Some(1)), None);
+        assert!(b.get("system").is_none());
+        assert_eq!(
+            breakpoints(&b),
+            ["tool 1", "message 0 block 0", "message 2 block 0"]
+        );
+    }
+
+    #[test]
+    fn l11_caching_off_sends_no_breakpoint_and_the_system_prompt_as_a_string() {
+        let history = [user("go"), call("c1"), result("c1")];
+        let b = body(&history, Some("be brief"), None, None);
+        assert!(breakpoints(&b).is_empty());
+        assert_eq!(b["system"], "be brief");
+        assert!(!b.to_string().contains("cache_control"));
+        // The rest is the body caching on sends, without its breakpoints.
+        let on = body(&history, Some("be brief"), Some(Some(1)), None);
+        let mut on = unmarked(on);
+        on["system"] = json!("be brief");
+        assert_eq!(on, b);
+    }
+
+    #[test]
+    fn l11_a_round_of_more_than_20_blocks_still_reads_the_previous_requests_end() {
+        // 30 calls in one answer, 30 results: 60 blocks after the previous end.
+        let mut history = vec![user("go")];
+        let calls: Vec<ToolCall> = (0..30)
+            .map(|i| ToolCall {
+                id: format!("c{i}"),
+                name: "fs__read".into(),
+                arguments: "{}".into(),
+            })
+            .collect();
+        history.push(Message::Assistant {
+            text: String::new(),
+            thinking: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: calls,
+        });
+        history.extend((0..30).map(|i| result(&format!("c{i}"))));
+        let b = body(&history, Some("s"), Some(Some(1)), None);
+        assert_eq!(b["messages"].as_array().map(Vec::len), Some(3));
+        assert_eq!(
+            breakpoints(&b),
+            ["system", "message 0 block 0", "message 2 block 29"]
+        );
+    }
+
+    #[test]
+    fn l11_at_most_four_breakpoints_and_never_on_a_thinking_block() {
+        let mut history = vec![user("go")];
+        for i in 0..6 {
+            history.push(call(&format!("c{i}")));
+            history.push(result(&format!("c{i}")));
+        }
+        for previous in 0..=history.len() {
+            for system in [None, Some("s")] {
+                let b = body(&history, system, Some(Some(previous)), None);
+                let marks = breakpoints(&b);
+                assert!(marks.len() <= 4, "{previous}: {marks:?}");
+                for m in b["messages"].as_array().into_iter().flatten() {
+                    for block in m["content"].as_array().into_iter().flatten() {
+                        let thinking =
+                            block["type"] == "thinking" || block["type"] == "redacted_thinking";
+                        assert!(
+                            !(thinking && block.get("cache_control").is_some()),
+                            "{block}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn l11_round_after_round_only_the_breakpoints_move_and_the_history_cache_agrees() {
+        let mut history = vec![user("go")];
+        let mut cache = BodyCache::default();
+        let mut previous: Option<usize> = None;
+        let mut last_unmarked: Option<Vec<Value>> = None;
+        for round in 0..8 {
+            let fresh = body(&history, Some("s"), Some(previous), None);
+            let cached = body(&history, Some("s"), Some(previous), Some(&mut cache));
+            assert_eq!(
+                cached, fresh,
+                "round {round}: the history's cache changes nothing"
+            );
+            let messages = unmarked(fresh)["messages"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if let Some(before) = &last_unmarked {
+                // Every message of the previous request is sent again, the same but for the
+                // breakpoints (SPEC L11: the prefix stays byte-stable).
+                assert_eq!(&messages[..before.len()], &before[..], "round {round}");
+            }
+            last_unmarked = Some(messages);
+            previous = Some(history.len());
+            history.push(call(&format!("c{round}")));
+            history.push(result(&format!("c{round}")));
+        }
     }
 }

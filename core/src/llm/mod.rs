@@ -29,8 +29,8 @@ mod status;
 pub(crate) use model::decoder_tests;
 pub use model::{Body, HttpRequest, Message, ToolCall};
 pub(crate) use model::{
-    ChatReasoningField, LlmRequest, LlmResponse, ReasoningBlock, StopKind, StreamDecoder,
-    StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolDef, Usage,
+    ChatReasoningField, LlmRequest, LlmResponse, PromptCache, ReasoningBlock, StopKind,
+    StreamDecoder, StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolDef, Usage,
 };
 pub(crate) use request::BodyCache;
 pub(crate) use route::{ErrorReaction, Learned, route};

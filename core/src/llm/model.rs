@@ -244,6 +244,22 @@ pub(crate) struct LlmRequest<'a> {
     pub tools: &'a [ToolDef],
     /// Per-call output cap in tokens (`BUZZ_AGENT_MAX_OUTPUT_TOKENS`).
     pub max_output_tokens: u32,
+    /// Prompt caching for this request (SPEC L11); `None`: off, or a call whose prefix is not
+    /// the session's (the compaction summary).
+    pub cache: Option<PromptCache<'a>>,
+}
+
+/// What a route needs to cache a session's prompt prefix (SPEC L11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PromptCache<'a> {
+    /// One key per session (the session id): OpenAI's `prompt_cache_key`, where the route
+    /// sends it.
+    pub key: &'a str,
+    /// How many messages of this history the session's previous cached request carried
+    /// (`History::cache_mark`): the end of that request, whose breakpoint this request reads
+    /// back on Anthropic. `None` for the first request, and after any change of the history
+    /// but an append.
+    pub previous_len: Option<usize>,
 }
 
 /// A fully built HTTP request of one LLM call (SPEC L6–L8): the runtime sends it verbatim

@@ -14,7 +14,10 @@ use super::request::{
     assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
     write_json,
 };
-use super::route::{ErrorReaction, Learned, ProviderRoute, is_openai_reasoning_model};
+use super::route::{
+    ErrorReaction, Learned, ProviderRoute, drop_prompt_cache_key, is_openai_reasoning_model,
+    rejects_field, sends_prompt_cache_key,
+};
 use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
@@ -112,6 +115,7 @@ pub(crate) fn build_request_cached(
         req.messages,
         cache.map(|c| (c, key)),
         capacity,
+        None,
         |history, start, last| plan(history, start, last, options),
     );
     let mut tail = Vec::with_capacity(128);
@@ -133,6 +137,9 @@ pub(crate) fn build_request_cached(
         "max_tokens"
     };
     write_field(&mut tail, cap_name, &req.max_output_tokens);
+    if let Some(cache) = req.cache.filter(|_| options.prompt_cache_key) {
+        write_field(&mut tail, "prompt_cache_key", cache.key);
+    }
     tail.push(b'}');
     streaming_json_post(
         format!("{}/chat/completions", base_url.trim_end_matches('/')),
@@ -156,7 +163,8 @@ pub(crate) fn is_deepseek_reasoner(model: &str) -> bool {
 /// every model and requires it for reasoning models), for an OpenAI reasoning model name
 /// anywhere, and once a server asked for it (`learned`); else as `max_tokens`, which every
 /// OpenAI-compatible server accepts. `reasoning_content` goes on every assistant message once
-/// the server streamed it, or for `deepseek-reasoner` from the start.
+/// the server streamed it, or for `deepseek-reasoner` from the start. `prompt_cache_key` as
+/// `sends_prompt_cache_key` (route.rs) says.
 #[must_use]
 pub(crate) fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> ChatOptions {
     ChatOptions {
@@ -164,6 +172,7 @@ pub(crate) fn chat_options(cfg: &Config, model: &str, learned: &Learned) -> Chat
             || is_openai_reasoning_model(model)
             || cfg.base_url.contains("://api.openai.com"),
         reasoning_content: learned.reasoning_content || is_deepseek_reasoner(model),
+        prompt_cache_key: sends_prompt_cache_key(cfg, learned),
     }
 }
 
@@ -211,13 +220,17 @@ impl ProviderRoute for ChatCompletions {
         learned: &mut Learned,
     ) -> Option<ErrorReaction> {
         let sent = chat_options(cfg, model, learned);
-        if !wants_max_completion_tokens(status, body, &sent) {
-            return None;
+        if wants_max_completion_tokens(status, body, &sent) {
+            learned.max_completion_tokens = true;
+            return Some(ErrorReaction::Resend {
+                warn: "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
+            });
         }
-        learned.max_completion_tokens = true;
-        Some(ErrorReaction::Resend {
-            warn: "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
-        })
+        // A round's request carried the key when the options allowed it (SPEC L11).
+        if sent.prompt_cache_key && rejects_field(status, body, "prompt_cache_key") {
+            return Some(drop_prompt_cache_key(learned));
+        }
+        None
     }
 
     /// SPEC L10: a DeepSeek-style server; its thinking mode wants the field on every assistant
@@ -241,6 +254,8 @@ pub(crate) struct ChatOptions {
     /// the field, `""` when it has no reasoning (DeepSeek's thinking mode rejects an assistant
     /// message without it in a turn that called tools, SPEC L10).
     pub reasoning_content: bool,
+    /// Send the request's prompt cache key as `prompt_cache_key` (SPEC L11), when it has one.
+    pub prompt_cache_key: bool,
 }
 
 #[derive(Serialize)]
@@ -1025,6 +1040,7 @@ mod tests {
         let learned = Learned {
             max_completion_tokens: true,
             reasoning_content: false,
+            ..Learned::default()
         };
         assert!(chat_options(&local, "llama3.1", &learned).max_completion_tokens);
     }
@@ -1043,6 +1059,7 @@ mod tests {
         let learned = Learned {
             max_completion_tokens: false,
             reasoning_content: true,
+            ..Learned::default()
         };
         assert!(chat_options(&local, "qwen3", &learned).reasoning_content);
     }
@@ -1059,6 +1076,7 @@ mod tests {
         let sent_new = ChatOptions {
             max_completion_tokens: true,
             reasoning_content: false,
+            ..ChatOptions::default()
         };
         assert!(!wants_max_completion_tokens(
             400,
@@ -1389,6 +1407,7 @@ mod tests {
             messages: &messages,
             tools: &[],
             max_output_tokens: 1,
+            cache: None,
         };
         let body = body_json(&build_request(
             "http://h",
@@ -1816,6 +1835,7 @@ mod tests {
             messages: &messages,
             tools: &tools,
             max_output_tokens: 4096,
+            cache: None,
         };
         let request = build_request(
             "http://127.0.0.1:5000/v1",
@@ -1864,10 +1884,12 @@ mod tests {
             messages: &messages,
             tools: &[],
             max_output_tokens: 321,
+            cache: None,
         };
         let options = ChatOptions {
             max_completion_tokens: true,
             reasoning_content: false,
+            ..ChatOptions::default()
         };
         let body = body_json(&build_request("http://h/v1", "", &req, &options));
         assert_eq!(body["max_completion_tokens"], 321);
@@ -1893,6 +1915,7 @@ mod tests {
             messages: &messages,
             tools: &[],
             max_output_tokens: 100,
+            cache: None,
         };
         let request = build_request("http://h/v1/", "", &req, &ChatOptions::default());
         assert_eq!(request.url, "http://h/v1/chat/completions");
@@ -1963,6 +1986,7 @@ mod tests {
             messages: &messages,
             tools: &[],
             max_output_tokens: 1,
+            cache: None,
         };
         let request = build_request("http://h/v1", "k", &req, &ChatOptions::default());
         assert_eq!(
@@ -1991,6 +2015,7 @@ mod tests {
             messages,
             tools: &[],
             max_output_tokens: 1,
+            cache: None,
         };
         body_json(&build_request("http://h/v1", "", &req, options))
     }
@@ -2120,6 +2145,7 @@ mod tests {
         let options = ChatOptions {
             max_completion_tokens: false,
             reasoning_content: true,
+            ..ChatOptions::default()
         };
         let messages = [
             Message::User {
@@ -2198,6 +2224,7 @@ mod tests {
             messages: &messages,
             tools: &[],
             max_output_tokens: 1,
+            cache: None,
         };
         let body = body_json(&build_request(
             "http://h",
@@ -2325,6 +2352,7 @@ mod tests {
                 ChatOptions {
                     max_completion_tokens: false,
                     reasoning_content: true,
+                    ..ChatOptions::default()
                 },
             ),
         ] {
@@ -2339,6 +2367,7 @@ mod tests {
                 messages: &messages,
                 tools: &[],
                 max_output_tokens: 1,
+                cache: None,
             };
             let body = build_request("http://h/v1", "", &req, &options)
                 .body

@@ -14,7 +14,10 @@ use super::request::{
     BodyCache, CacheKey, ErrorText, Last, Planned, WireElement, arguments_or_empty_object,
     assemble, bearer, body_capacity, history_json, push_item, streaming_json_post, write_field,
 };
-use super::route::{Learned, ProviderRoute, is_openai_reasoning_model};
+use super::route::{
+    ErrorReaction, Learned, ProviderRoute, drop_prompt_cache_key, is_openai_reasoning_model,
+    rejects_field, sends_prompt_cache_key,
+};
 use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
@@ -98,6 +101,7 @@ pub(crate) fn build_request_cached(
         req.messages,
         cache.map(|c| (c, CacheKey::Responses)),
         capacity,
+        None,
         wire_items,
     );
     let mut tail = Vec::with_capacity(128);
@@ -111,6 +115,9 @@ pub(crate) fn build_request_cached(
         write_field(&mut tail, "include", &["reasoning.encrypted_content"]);
     }
     write_field(&mut tail, "max_output_tokens", &req.max_output_tokens);
+    if let Some(cache) = req.cache.filter(|_| options.prompt_cache_key) {
+        write_field(&mut tail, "prompt_cache_key", cache.key);
+    }
     tail.push(b'}');
     streaming_json_post(
         format!("{}/responses", base_url.trim_end_matches('/')),
@@ -122,14 +129,15 @@ pub(crate) fn build_request_cached(
 /// The Responses options for one request (SPEC L8, L10): encrypted reasoning is asked for when
 /// the model is an OpenAI reasoning model, the models that return reasoning items.
 #[must_use]
-pub(crate) fn responses_options(model: &str) -> ResponsesOptions {
+pub(crate) fn responses_options(cfg: &Config, model: &str, learned: &Learned) -> ResponsesOptions {
     ResponsesOptions {
         include_encrypted_reasoning: is_openai_reasoning_model(model),
+        prompt_cache_key: sends_prompt_cache_key(cfg, learned),
     }
 }
 
 /// The Responses route (SPEC L8): [`build_request_cached`] with [`responses_options`],
-/// [`ResponsesDecoder`]; no reaction of its own to an HTTP error.
+/// [`ResponsesDecoder`].
 pub(crate) struct Responses;
 
 impl ProviderRoute for Responses {
@@ -137,15 +145,29 @@ impl ProviderRoute for Responses {
         &self,
         cfg: &Config,
         req: &LlmRequest<'_>,
-        _learned: &Learned,
+        learned: &Learned,
         cache: Option<&mut BodyCache>,
     ) -> HttpRequest {
-        let options = responses_options(req.model);
+        let options = responses_options(cfg, req.model, learned);
         build_request_cached(&cfg.base_url, &cfg.api_key, req, &options, cache)
     }
 
     fn decoder(&self, id_prefix: String) -> Box<dyn StreamDecoder> {
         Box::new(ResponsesDecoder::new(id_prefix))
+    }
+
+    /// A server that rejects `prompt_cache_key` (SPEC L11) gets requests without it.
+    fn on_http_error(
+        &self,
+        cfg: &Config,
+        model: &str,
+        status: u16,
+        body: &[u8],
+        learned: &mut Learned,
+    ) -> Option<ErrorReaction> {
+        let sent = responses_options(cfg, model, learned);
+        (sent.prompt_cache_key && rejects_field(status, body, "prompt_cache_key"))
+            .then(|| drop_prompt_cache_key(learned))
     }
 }
 
@@ -155,6 +177,8 @@ impl ProviderRoute for Responses {
 pub(crate) struct ResponsesOptions {
     /// Ask for `include: ["reasoning.encrypted_content"]`, so reasoning items can be replayed.
     pub include_encrypted_reasoning: bool,
+    /// Send the request's prompt cache key as `prompt_cache_key` (SPEC L11), when it has one.
+    pub prompt_cache_key: bool,
 }
 
 /// `history[start..]` as `input` elements: each message gives its own items, whatever comes
@@ -660,9 +684,10 @@ mod tests {
     #[test]
     fn l8_l10_encrypted_reasoning_is_asked_of_openai_reasoning_models_only() {
         use crate::config::ProviderKind;
-        assert!(responses_options("o4-mini").include_encrypted_reasoning);
-        assert!(!responses_options("gpt-4o").include_encrypted_reasoning);
         let cfg = Config::for_tests(ProviderKind::OpenAiResponses, "http://h");
+        let none = Learned::default();
+        assert!(responses_options(&cfg, "o4-mini", &none).include_encrypted_reasoning);
+        assert!(!responses_options(&cfg, "gpt-4o", &none).include_encrypted_reasoning);
         let messages = [Message::User { text: "hi".into() }];
         for (model, asked) in [("openai/gpt-5", true), ("gpt-4.1", false)] {
             let req = LlmRequest {
@@ -671,6 +696,7 @@ mod tests {
                 messages: &messages,
                 tools: &[],
                 max_output_tokens: 8,
+                cache: None,
             };
             let body = Responses
                 .build_request(&cfg, &req, &Learned::default(), None)
@@ -883,9 +909,11 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             messages: &messages,
             tools: &[],
             max_output_tokens: 8,
+            cache: None,
         };
         let options = ResponsesOptions {
             include_encrypted_reasoning: true,
+            ..ResponsesOptions::default()
         };
         let body: Value =
             serde_json::from_slice(&build_request("http://h", "", &req, &options).body.to_vec())
@@ -1264,6 +1292,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             messages: &messages,
             tools: &tools,
             max_output_tokens: 4096,
+            cache: None,
         };
         let request = build_request(
             "http://127.0.0.1:5000/v1/",
@@ -1310,6 +1339,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             messages: &messages,
             tools: &[],
             max_output_tokens: 100,
+            cache: None,
         };
         let request = build_request("http://h/v1", "", &req, &ResponsesOptions::default());
         assert!(request.headers.iter().all(|(k, _)| k != "authorization"));
@@ -1371,6 +1401,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             messages: &messages,
             tools: &[],
             max_output_tokens: 1,
+            cache: None,
         };
         let body: Value = serde_json::from_slice(
             &build_request("http://h", "k", &req, &ResponsesOptions::default())
@@ -1413,6 +1444,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             messages: &messages,
             tools: &[],
             max_output_tokens: 1,
+            cache: None,
         };
         let body: Value = serde_json::from_slice(
             &build_request("http://h", "", &req, &ResponsesOptions::default())
@@ -1559,6 +1591,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             messages: &messages,
             tools: &[],
             max_output_tokens: 8,
+            cache: None,
         };
         let body: Value = serde_json::from_slice(
             &build_request("http://h", "", &req, &ResponsesOptions::default())

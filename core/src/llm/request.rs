@@ -175,10 +175,16 @@ pub(crate) struct HistoryJson {
 /// everything is fresh (in a buffer of `fresh_capacity` bytes). `plan(history, start, last)`
 /// must plan `history[start..]` given the element before `start`, exactly as a plan from the
 /// start plans those messages (the property tests `*_cached_body_equals_fresh_body` check it).
+///
+/// `keep_fresh`: a history index whose element (the last one starting at or before it) and
+/// everything after it stay out of the cache this time, so that the plan may write it in a
+/// form of this request only (Anthropic's breakpoint at the end of the previous request,
+/// SPEC L11); a cache that already holds it starts afresh.
 pub(crate) fn history_json<'a, E: WireElement>(
     history: &'a [Message],
     cache: Option<(&mut BodyCache, CacheKey)>,
     fresh_capacity: usize,
+    keep_fresh: Option<usize>,
     plan: impl Fn(&'a [Message], usize, Last) -> Vec<Planned<E>>,
 ) -> HistoryJson {
     let Some((cache, key)) = cache else {
@@ -191,18 +197,21 @@ pub(crate) fn history_json<'a, E: WireElement>(
             fresh,
         };
     };
-    if cache.key != Some(key) || cache.resume > history.len() {
+    if cache.key != Some(key)
+        || cache.resume > history.len()
+        || keep_fresh.is_some_and(|k| k < cache.resume)
+    {
         *cache = BodyCache {
             key: Some(key),
             ..BodyCache::default()
         };
     }
     let planned = plan(history, cache.resume, cache.last);
-    let open_from = planned
-        .iter()
-        .enumerate()
-        .filter(|(i, p)| !p.closed && *i + 1 == planned.len())
-        .map(|(_, p)| p.source)
+    let last_open = planned.last().filter(|p| !p.closed).map(|p| p.source);
+    let kept = keep_fresh.and_then(|k| planned.iter().rev().find(|p| p.source <= k));
+    let open_from = [last_open, kept.map(|p| p.source)]
+        .into_iter()
+        .flatten()
         .min()
         .unwrap_or(history.len());
     let mut fresh = Vec::new();
@@ -393,6 +402,7 @@ mod tests {
             messages: &messages,
             tools: &tools,
             max_output_tokens: 8,
+            cache: None,
         };
         // History (5 + 64) + (3 + 64) = 136, an eighth of it 17, the tool 2·3 + 2 + 512 = 520,
         // the system prompt 4, and 256.
@@ -410,7 +420,7 @@ mod tests {
     fn issue15_without_a_cache_every_element_is_fresh() {
         let history = [user("a"), user("b")];
         let starts = RefCell::new(Vec::new());
-        let h = history_json(&history, None, 16, plan_open("m", &[1], &starts));
+        let h = history_json(&history, None, 16, None, plan_open("m", &[1], &starts));
         assert_eq!(cached_text(&h), None);
         assert_eq!(text(&h.fresh), r#""m0","m1""#);
         assert_eq!(*starts.borrow(), [0]);
@@ -430,6 +440,7 @@ mod tests {
             &history,
             Some((&mut cache, chat)),
             0,
+            None,
             plan_open("m", &[1, 2], &starts),
         );
         assert_eq!(cached_text(&h).as_deref(), Some(r#""m0","m1""#));
@@ -441,6 +452,7 @@ mod tests {
             &history,
             Some((&mut cache, chat)),
             0,
+            None,
             plan_open("m", &[3], &starts),
         );
         assert_eq!(*starts.borrow(), [0, 2]);
@@ -452,6 +464,7 @@ mod tests {
             &history,
             Some((&mut cache, chat)),
             0,
+            None,
             plan_open("m", &[], &starts),
         );
         assert_eq!(cached_text(&h).as_deref(), Some(r#""m0","m1","m2","m3""#));
@@ -461,6 +474,7 @@ mod tests {
             &history,
             Some((&mut cache, chat)),
             0,
+            None,
             plan_open("m", &[], &starts),
         );
         assert_eq!(*starts.borrow(), [0, 2, 3, 4]);
@@ -478,6 +492,7 @@ mod tests {
             &history,
             Some((&mut cache, chat)),
             0,
+            None,
             plan_open("m", &[2], &starts),
         );
         assert_eq!(cache.cached_bytes(), r#""m0","m1""#.len());
@@ -486,6 +501,7 @@ mod tests {
             &history,
             Some((&mut cache, CacheKey::Anthropic)),
             0,
+            None,
             plan_open("a", &[2], &starts),
         );
         assert_eq!(cached_text(&h).as_deref(), Some(r#""a0","a1""#));
@@ -496,6 +512,7 @@ mod tests {
             &short,
             Some((&mut cache, CacheKey::Anthropic)),
             0,
+            None,
             plan_open("s", &[], &starts),
         );
         assert_eq!(*starts.borrow(), [0, 0, 0]);

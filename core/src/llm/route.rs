@@ -80,6 +80,37 @@ pub(crate) struct Learned {
     /// The Chat server streamed `reasoning_content` (DeepSeek-style reasoning, SPEC L10): every
     /// assistant message carries the field from now on, including the ones the agent writes.
     pub reasoning_content: bool,
+    /// An OpenAI route's server rejected `prompt_cache_key` (SPEC L11): it is not sent again.
+    pub no_prompt_cache_key: bool,
+}
+
+/// Whether the OpenAI routes may send `prompt_cache_key` to the configured endpoint (SPEC
+/// L11): as `OPENAI_COMPAT_PROMPT_CACHE_KEY` says, by default only to OpenAI's own API (other
+/// OpenAI-compatible servers may reject a field they do not know), and never again once the
+/// server rejected it.
+#[must_use]
+pub(crate) fn sends_prompt_cache_key(cfg: &Config, learned: &Learned) -> bool {
+    let endpoint_takes_it = cfg
+        .prompt_cache_key
+        .unwrap_or_else(|| cfg.base_url.contains("://api.openai.com"));
+    endpoint_takes_it && !learned.no_prompt_cache_key
+}
+
+/// Whether a failed request names an optional `field` it carried, as a server that does not
+/// take the field answers (OpenAI: 400 "Unrecognized request argument supplied: …"; pydantic
+/// validators such as Mistral's: 422 "Extra inputs are not permitted").
+#[must_use]
+pub(crate) fn rejects_field(status: u16, body: &[u8], field: &str) -> bool {
+    matches!(status, 400 | 422) && String::from_utf8_lossy(body).contains(field)
+}
+
+/// The reaction to a server that rejected `prompt_cache_key` (SPEC L11) on an OpenAI route:
+/// never sent again, the attempt sent again without it, one WARN.
+pub(crate) fn drop_prompt_cache_key(learned: &mut Learned) -> ErrorReaction {
+    learned.no_prompt_cache_key = true;
+    ErrorReaction::Resend {
+        warn: "llm: the server does not take prompt_cache_key; sending requests without it from now on".into(),
+    }
 }
 
 /// Whether `model` is one of OpenAI's reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5`, …,
@@ -131,6 +162,7 @@ mod tests {
             messages: &messages,
             tools: &[],
             max_output_tokens: 8,
+            cache: None,
         };
         for kind in ProviderKind::ALL {
             let (url, body) = route_facts(kind);
@@ -145,6 +177,125 @@ mod tests {
             decoder.feed(body.as_bytes(), &mut out).unwrap();
             assert!(decoder.is_complete(), "{kind:?}");
             assert!(decoder.finish(&mut out).is_ok(), "{kind:?}");
+        }
+    }
+
+    /// The body of a one-message request on `kind` at `base_url`, with prompt caching on
+    /// (`cached`) and what the route learned.
+    fn body_on(
+        kind: ProviderKind,
+        cfg: &Config,
+        cached: bool,
+        learned: &Learned,
+    ) -> serde_json::Value {
+        let messages = [Message::User { text: "hi".into() }];
+        let req = LlmRequest {
+            model: "m",
+            system: None,
+            messages: &messages,
+            tools: &[],
+            max_output_tokens: 8,
+            cache: cached.then_some(crate::llm::PromptCache {
+                key: "sess_7",
+                previous_len: None,
+            }),
+        };
+        let body = route(kind)
+            .build_request(cfg, &req, learned, None)
+            .body
+            .to_vec();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    #[test]
+    fn l11_the_openai_routes_send_the_session_key_only_where_the_endpoint_takes_it() {
+        let none = Learned::default();
+        for kind in [ProviderKind::OpenAiChat, ProviderKind::OpenAiResponses] {
+            let openai = Config::for_tests(kind, "https://api.openai.com/v1");
+            let local = Config::for_tests(kind, "http://127.0.0.1:8000/v1");
+            assert_eq!(
+                body_on(kind, &openai, true, &none)["prompt_cache_key"],
+                "sess_7"
+            );
+            // Not OpenAI's own API: a server that may not know the field does not get it.
+            assert!(
+                body_on(kind, &local, true, &none)
+                    .get("prompt_cache_key")
+                    .is_none()
+            );
+            // Caching off (or a summary call): no key anywhere.
+            assert!(
+                body_on(kind, &openai, false, &none)
+                    .get("prompt_cache_key")
+                    .is_none()
+            );
+            // The operator's word wins over the endpoint's.
+            let forced = Config {
+                prompt_cache_key: Some(true),
+                ..local.clone()
+            };
+            assert_eq!(
+                body_on(kind, &forced, true, &none)["prompt_cache_key"],
+                "sess_7"
+            );
+            let never = Config {
+                prompt_cache_key: Some(false),
+                ..openai.clone()
+            };
+            assert!(
+                body_on(kind, &never, true, &none)
+                    .get("prompt_cache_key")
+                    .is_none()
+            );
+            // Once the server rejected it, never again.
+            let rejected = Learned {
+                no_prompt_cache_key: true,
+                ..Learned::default()
+            };
+            assert!(
+                body_on(kind, &openai, true, &rejected)
+                    .get("prompt_cache_key")
+                    .is_none()
+            );
+        }
+        // Anthropic has no such field: its cache works by breakpoints.
+        let anthropic = Config {
+            prompt_cache_key: Some(true),
+            ..Config::for_tests(ProviderKind::Anthropic, "http://h")
+        };
+        let body = body_on(ProviderKind::Anthropic, &anthropic, true, &none);
+        assert!(body.get("prompt_cache_key").is_none(), "{body}");
+    }
+
+    #[test]
+    fn l11_a_server_that_rejects_the_prompt_cache_key_gets_the_attempt_again_without_it() {
+        let body =
+            br#"{"error":{"message":"Unrecognized request argument supplied: prompt_cache_key"}}"#;
+        for kind in [ProviderKind::OpenAiChat, ProviderKind::OpenAiResponses] {
+            let cfg = Config::for_tests(kind, "https://api.openai.com/v1");
+            let mut learned = Learned::default();
+            let r = route(kind);
+            let Some(ErrorReaction::Resend { warn }) =
+                r.on_http_error(&cfg, "m", 400, body, &mut learned)
+            else {
+                panic!("{kind:?}: the rejection is handled by the route");
+            };
+            assert!(warn.contains("prompt_cache_key"), "{warn}");
+            assert!(learned.no_prompt_cache_key);
+            // Sent without it now, the same answer is the server's own error (no loop).
+            assert_eq!(r.on_http_error(&cfg, "m", 400, body, &mut learned), None);
+            // A 422 of a pydantic validator names it the same way.
+            let mut fresh = Learned::default();
+            let extra = br#"{"detail":[{"loc":["body","prompt_cache_key"],"msg":"Extra inputs are not permitted"}]}"#;
+            assert!(r.on_http_error(&cfg, "m", 422, extra, &mut fresh).is_some());
+            // Not sent to this endpoint: another 400 naming it is not ours to fix.
+            let local = Config::for_tests(kind, "http://127.0.0.1:8000/v1");
+            let mut untouched = Learned::default();
+            assert_eq!(
+                r.on_http_error(&local, "m", 400, body, &mut untouched),
+                None
+            );
+            assert!(!untouched.no_prompt_cache_key);
         }
     }
 

@@ -135,7 +135,7 @@ pub(crate) struct ServerTable {
     init_timeout_ms: u64,
     /// Sent as `clientInfo.version` in `initialize`.
     client_version: String,
-    /// The agent's environment minus its own variables (SPEC M1).
+    /// The allowlisted part of the agent's environment (SPEC M1, S1).
     inherited_env: Vec<(String, String)>,
     /// `MCP_HOOK_SERVERS`, for the warning about hooks that will not be called (case C56).
     hook_allowlist: HookAllowlist,
@@ -165,7 +165,7 @@ impl ServerTable {
         self.client_version = version;
     }
 
-    /// The environment children inherit (already without the agent's own variables, SPEC M1).
+    /// The environment children inherit (already allowlisted, SPEC M1, S1).
     pub(crate) fn set_inherited_env(&mut self, env: Vec<(String, String)>) {
         self.inherited_env = env;
     }
@@ -198,8 +198,8 @@ impl ServerTable {
             .map(|_| proc.server)
     }
 
-    /// Records a server of `session` (not yet spawned; SPEC M1: the inherited environment
-    /// minus the agent's variables, then the client's entries, which win).
+    /// Records a server of `session` (not yet spawned; SPEC M1, S1: the allowlisted inherited
+    /// environment, then the client's entries, which win).
     pub(crate) fn create(
         &mut self,
         session: SessionId,

@@ -230,9 +230,27 @@ pub struct FakeDisk {
     pub chunk: usize,
     /// Clock of the modification times: ms since the epoch at world time zero.
     pub epoch_ms: u64,
+    /// File name → how many of its first bytes are on the disk: what an OS crash or a power
+    /// loss leaves ([`FakeDisk::after_os_crash`]); the rest is only in the page cache, which a
+    /// crash of the agent process alone does not lose.
+    pub synced: BTreeMap<String, usize>,
+    /// How long an `fdatasync` takes, ms.
+    pub sync_ms: u64,
+    /// `fdatasync`s done.
+    pub syncs: usize,
 }
 
 impl FakeDisk {
+    /// The disk as an OS crash leaves it: every file cut to what was synced (SPEC A9).
+    #[must_use]
+    pub fn after_os_crash(&self) -> FakeDisk {
+        let mut disk = self.clone();
+        for (name, (data, _)) in &mut disk.files {
+            data.truncate(self.synced.get(name).copied().unwrap_or(0));
+        }
+        disk
+    }
+
     /// The file's text (lossy), or "" when missing.
     #[must_use]
     pub fn text(&self, name: &str) -> String {
@@ -267,6 +285,9 @@ enum Guard {
     Alive(ProcKey),
     /// The LLM call was not cancelled/released by the core.
     LlmLive(LlmCallId),
+    /// Always; and first the disk has synced the first `.1` bytes of file `.0` (the input is
+    /// the answer to that sync).
+    Sync(String, usize),
 }
 
 #[derive(Clone, Debug)]
@@ -293,6 +314,13 @@ pub struct World {
     pub steps: Vec<Step>,
     /// Every ACP line the agent wrote, parsed.
     pub acp_out: Vec<(MonoTime, Value)>,
+    /// Every response the agent wrote (its id) with what was on the disk at that moment
+    /// ([`FakeDisk::synced`]).
+    pub answered_synced: Vec<(Value, BTreeMap<String, usize>)>,
+    /// After every step: how many ACP lines the client had read, and each file's length (what
+    /// a `kill -9` of the agent between two steps leaves: appends are written before the
+    /// step's ACP lines reach stdout).
+    pub disk_after_steps: Vec<(usize, BTreeMap<String, usize>)>,
     /// Every LLM request body, parsed.
     pub llm_requests: Vec<(MonoTime, LlmCallId, Value)>,
     /// The scripted reply given to each LLM call.
@@ -349,6 +377,8 @@ impl World {
             transcript: Vec::new(),
             steps: Vec::new(),
             acp_out: Vec::new(),
+            answered_synced: Vec::new(),
+            disk_after_steps: Vec::new(),
             llm_requests: Vec::new(),
             llm_replies: BTreeMap::new(),
             mcp_lines: BTreeMap::new(),
@@ -630,6 +660,11 @@ impl World {
                     let Some(s) = self.queue.remove(&key) else {
                         return;
                     };
+                    if let Guard::Sync(name, len) = &s.guard {
+                        let synced = self.disk.synced.entry(name.clone()).or_default();
+                        *synced = (*synced).max(*len);
+                        self.disk.syncs += 1;
+                    }
                     if self.guard_holds(&s.guard) {
                         self.describe_input(&s.input);
                         self.deliver(s.input);
@@ -643,7 +678,7 @@ impl World {
 
     fn guard_holds(&self, g: &Guard) -> bool {
         match g {
-            Guard::Always => true,
+            Guard::Always | Guard::Sync(..) => true,
             Guard::Alive(p) => self.servers.iter().any(|s| s.proc == Some(*p) && s.alive),
             Guard::LlmLive(c) => !self.released_llm.contains(c),
         }
@@ -749,6 +784,13 @@ impl World {
             self.react(&a);
             out.push(a);
         }
+        let lens = self
+            .disk
+            .files
+            .iter()
+            .map(|(name, (data, _))| (name.clone(), data.len()))
+            .collect();
+        self.disk_after_steps.push((self.acp_out.len(), lens));
         out
     }
 
@@ -835,12 +877,26 @@ impl World {
                     *at = mtime;
                 }
             }
+            Action::SyncTranscript { file, mark } => {
+                self.note(format!("-> {file} sync ({mark})"));
+                if let Some(name) = self.open_files.get(file).cloned() {
+                    let len = self.disk.files.get(&name).map_or(0, |(d, _)| d.len());
+                    let at = self.now.plus_ms(self.disk.sync_ms);
+                    let event = TranscriptEvent::Synced(*mark);
+                    let input = Input::Transcript { file: *file, event };
+                    self.schedule(at, input, Guard::Sync(name, len));
+                }
+            }
             Action::TruncateTranscript { file, len } => {
                 self.note(format!("-> {file} truncate {len}"));
                 if let Some(name) = self.open_files.get(file)
                     && let Some((data, _)) = self.disk.files.get_mut(name)
                 {
-                    data.truncate(usize::try_from(*len).unwrap_or(usize::MAX));
+                    let len = usize::try_from(*len).unwrap_or(usize::MAX);
+                    data.truncate(len);
+                    if let Some(synced) = self.disk.synced.get_mut(name) {
+                        *synced = (*synced).min(len);
+                    }
                 }
             }
             Action::CloseTranscript { file } => {
@@ -932,6 +988,12 @@ impl World {
                     Guard::Always,
                 );
             }
+        }
+        if v.get("method").is_none()
+            && let Some(id) = v.get("id")
+        {
+            self.answered_synced
+                .push((id.clone(), self.disk.synced.clone()));
         }
         self.acp_out.push((self.now, v));
     }

@@ -16,8 +16,9 @@
 //! - `interceptors` (SPEC X1): the SEP-2624 example interceptor server (the core's
 //!   `interceptor::example_server`) over stdio, configured by `EXAMPLE_INTERCEPTORS` (a JSON
 //!   array of interceptors; default: one request-phase validator, `policy/no-rm-rf`, that
-//!   denies calls whose arguments contain `rm -rf`). The variable does not start with
-//!   `BUZZ_AGENT_`, so the agent passes it on to the server (SPEC M1).
+//!   denies calls whose arguments contain `rm -rf`). The client gives it to the server with
+//!   the server's `env` entry (SPEC M1; the agent's own environment reaches a server only
+//!   through the allowlist, S1).
 
 use buzz_agent_core::interceptor::example_server::ExampleServer;
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent, RpcError};

@@ -68,7 +68,7 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
         }
     };
     let rest = &args[2..];
-    let (hook_ms, init_ms) = match timeouts() {
+    let (hook_ms, init_ms, child_env) = match settings() {
         Ok(t) => t,
         Err(errors) => {
             for e in &errors {
@@ -77,9 +77,9 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
             return 2;
         }
     };
-    let env: Vec<(String, String)> = std::env::vars()
-        .filter(|(k, _)| !buzz_agent_core::config::is_agent_secret_or_own_variable(k))
-        .collect();
+    // The environment an agent's server gets (SPEC S1).
+    let env = buzz_agent_core::config::child_environment(std::env::vars(), &child_env);
+    let env_names: Vec<String> = env.iter().map(|(k, _)| k.clone()).collect();
     let mut child = match Command::new(command)
         .args(rest)
         .env_clear()
@@ -105,6 +105,7 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
                 next_id: 1,
                 child: &mut child,
                 stderr: &stderr,
+                env_names,
             };
             check(&mut conn, hook_ms, init_ms)
         }
@@ -117,9 +118,10 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
     code
 }
 
-/// `BUZZ_AGENT_HOOK_TIMEOUT_MS` and `BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS`, validated by the same
-/// rules as the agent (the provider variables are irrelevant here and filled in if absent).
-fn timeouts() -> Result<(u64, u64), buzz_agent_core::config::ConfigErrors> {
+/// `BUZZ_AGENT_HOOK_TIMEOUT_MS`, `BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS` (in ms) and
+/// `BUZZ_AGENT_CHILD_ENV`, validated by the same rules as the agent (the provider variables
+/// are irrelevant here and filled in if absent).
+fn settings() -> Result<(u64, u64, Vec<String>), buzz_agent_core::config::ConfigErrors> {
     let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     env.entry("BUZZ_AGENT_PROVIDER".into())
         .or_insert_with(|| "openai".into());
@@ -131,7 +133,7 @@ fn timeouts() -> Result<(u64, u64), buzz_agent_core::config::ConfigErrors> {
         .or_insert_with(|| "unused".into());
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
     let cfg = buzz_agent_core::Config::from_env_map(&env, &read)?;
-    Ok((cfg.hook_timeout_ms, cfg.mcp_init_timeout_ms))
+    Ok((cfg.hook_timeout_ms, cfg.mcp_init_timeout_ms, cfg.child_env))
 }
 
 /// The server's stderr: each line forwarded to our stderr as `[server] …` (cut to
@@ -292,6 +294,8 @@ struct Conn<'a> {
     next_id: u64,
     child: &'a mut Child,
     stderr: &'a ServerStderr,
+    /// The names of the variables the server got (SPEC S1), for the hint after a failed start.
+    env_names: Vec<String>,
 }
 
 impl Conn<'_> {
@@ -476,6 +480,15 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
                 String::new()
             };
             conn.report_failure("initialize", &e, &extra);
+            println!(
+                "      the server got only these variables of this environment, as under the agent: {}; \
+                 BUZZ_AGENT_CHILD_ENV=NAME,PREFIX* passes more (an agent's client gives a server its own with its env entries)",
+                if conn.env_names.is_empty() {
+                    "none".to_string()
+                } else {
+                    conn.env_names.join(", ")
+                }
+            );
             return 1;
         }
     };

@@ -11,12 +11,20 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Run the agent binary with `args` and a clean environment plus `env`, bounded by `limit`.
+/// `hooks check` gives the server only what the agent would (SPEC S1), so the fake's and the
+/// examples' settings are named in `BUZZ_AGENT_CHILD_ENV` (unless `env` sets it).
 fn run(ctx: &Ctx, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
     let mut cmd = Command::new(&ctx.agent_bin);
     cmd.args(args)
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(env.iter().copied())
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    if args.first() == Some(&"hooks") {
+        cmd.env(
+            "BUZZ_AGENT_CHILD_ENV",
+            "BUZZ_E2E_ROLE,FAKE_MCP_*,TESTGUARD_*",
+        );
+    }
+    cmd.envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -209,8 +209,10 @@ pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
     agent.finish();
 }
 
-/// M1/P2/A2: MCP children get the agent's environment minus its own secrets and settings, plus
-/// the client's entries (which win; array or object form); logs never carry the key.
+/// SPEC M1, S1: a server gets the allowlisted part of the agent's environment (HOME, PATH, the
+/// locale, TZ …), what `BUZZ_AGENT_CHILD_ENV` adds, and the client's entries (which win);
+/// nothing else: no provider key, no `BUZZ_AGENT_*`, no `GITHUB_TOKEN`, AWS key or
+/// `SSH_AUTH_SOCK`.
 pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
     let s = Scratch::new();
     let (dump_a, dump_b) = (s.file("env-a.json"), s.file("env-b.json"));
@@ -218,7 +220,7 @@ pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
         "a",
         &[
             ("FAKE_MCP_ENV_DUMP", &dump_a),
-            ("SHARED_VAR", "from-client"),
+            ("LANG", "from-client"),
             ("CLIENT_ONLY", "yes"),
         ],
     );
@@ -232,8 +234,18 @@ pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
             ("ANTHROPIC_API_KEY", "sk-ant-secret"),
             ("MCP_HOOK_SERVERS", "*"),
             ("BUZZ_AGENT_MAX_ROUNDS", "50"),
-            ("E2E_PASSTHROUGH", "visible"),
-            ("SHARED_VAR", "from-agent"),
+            ("BUZZ_AGENT_CHILD_ENV", "E2E_EXTRA_*, E2E_NAMED"),
+            ("GITHUB_TOKEN", "ghp-secret"),
+            ("AWS_SECRET_ACCESS_KEY", "aws-secret"),
+            ("SSH_AUTH_SOCK", "/tmp/ssh-secret.sock"),
+            ("HF_TOKEN", "hf-secret"),
+            ("E2E_NOT_LISTED", "hidden"),
+            ("E2E_EXTRA_ONE", "1"),
+            ("E2E_EXTRA_TWO", "2"),
+            ("E2E_NAMED", "named"),
+            ("LANG", "C.UTF-8"),
+            ("LC_ALL", "C"),
+            ("TZ", "UTC"),
         ])
         .servers([a, b])
         .start();
@@ -241,33 +253,53 @@ pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
         serde_json::from_str(&wait_file(p, Duration::from_secs(5))).expect("env dump is JSON")
     };
     let (env_a, env_b) = (read(&dump_a), read(&dump_b));
+    let keys = |env: &serde_json::Map<String, Value>| -> Vec<String> {
+        let mut k: Vec<String> = env.keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let inherited = [
+        "E2E_EXTRA_ONE",
+        "E2E_EXTRA_TWO",
+        "E2E_NAMED",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "PATH",
+        "TZ",
+    ];
+    let expect = |client: &[&str]| -> Vec<String> {
+        let mut k: Vec<String> = inherited
+            .iter()
+            .chain(client)
+            .map(|s| (*s).to_string())
+            .collect();
+        k.sort();
+        k.dedup();
+        k
+    };
+    assert_eq!(
+        keys(&env_a),
+        expect(&["BUZZ_E2E_ROLE", "CLIENT_ONLY", "FAKE_MCP_ENV_DUMP", "LANG"]),
+        "S1: exactly the allowlist, BUZZ_AGENT_CHILD_ENV's names and the client's entries"
+    );
+    assert_eq!(
+        keys(&env_b),
+        expect(&["BUZZ_E2E_ROLE", "FAKE_MCP_ENV_DUMP", "MAPVAR"])
+    );
     for env in [&env_a, &env_b] {
-        for (k, v) in env {
-            assert!(
-                !k.starts_with("BUZZ_AGENT_")
-                    && !matches!(
-                        k.as_str(),
-                        "OPENAI_COMPAT_API_KEY" | "ANTHROPIC_API_KEY" | "MCP_HOOK_SERVERS"
-                    ),
-                "M1: the agent's own variable {k} reached an MCP server"
-            );
+        for v in env.values() {
             let v = v.as_str().unwrap_or_default();
             assert!(
-                !v.contains("sk-test-secret") && !v.contains("sk-ant-secret"),
-                "a secret leaked in {k}"
+                !v.contains("secret") && !v.contains("sk-test"),
+                "a secret leaked: {v}"
             );
         }
-        assert_eq!(
-            env["E2E_PASSTHROUGH"], "visible",
-            "other variables pass through"
-        );
-        assert!(env.contains_key("PATH"));
-        assert_eq!(env["BUZZ_E2E_ROLE"], "fake-mcp");
+        assert_eq!(env["E2E_EXTRA_ONE"], "1");
+        assert_eq!(env["TZ"], "UTC");
     }
-    assert_eq!(
-        env_a["SHARED_VAR"], "from-client",
-        "the client's entries win"
-    );
+    assert_eq!(env_a["LANG"], "from-client", "the client's entries win");
+    assert_eq!(env_b["LANG"], "C.UTF-8");
     assert_eq!(env_a["CLIENT_ONLY"], "yes");
     assert_eq!(env_b["MAPVAR"], "1", "A2: env given as an object map");
     assert!(

@@ -5,6 +5,7 @@
 use crate::Scenario;
 
 mod acp;
+mod caching;
 mod cases;
 mod cli;
 mod clients;
@@ -16,6 +17,7 @@ mod interceptors;
 mod lifecycle;
 mod mcp;
 mod providers;
+mod security;
 mod session_hooks;
 mod sessions;
 mod stderr;
@@ -28,6 +30,12 @@ macro_rules! list {
     ($($module:ident :: $name:ident),* $(,)?) => {
         vec![$((concat!(stringify!($module), "::", stringify!($name)), $module::$name as Scenario)),*]
     };
+}
+
+/// The scenarios that need a tool of the machine (`strace`): trials reported ignored, with
+/// the reason, where it is missing.
+pub(crate) fn tool_trials(ctx: &crate::Ctx) -> Vec<libtest_mimic::Trial> {
+    sessions::strace_trials(ctx)
 }
 
 pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
@@ -52,6 +60,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         mcp::c08_mcp_start_failures_name_server_and_stderr,
         mcp::m8_p1_c33_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
+        security::s1_a_server_cannot_read_the_agents_environment_through_proc,
         hooks::h5_h6_hook_objects_once_then_clears_end_turn,
         hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
         hooks::h5_i2_budget_resets_per_prompt,
@@ -120,6 +129,9 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         providers::c21_tool_call_deltas_without_ids_get_synthesised_paired_ids,
         providers::c22_usage_only_and_empty_choices_chunks_are_accepted,
         providers::c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools,
+        caching::l11_anthropic_breakpoints_roll_and_the_prefix_holds_across_an_objection_and_a_reload,
+        caching::l11_caching_off_sends_no_breakpoint_and_no_cache_key,
+        caching::l11_the_openai_routes_send_one_key_per_session_only_where_the_endpoint_takes_it,
         cases::c13_server_requests_are_answered_in_their_own_id_space,
         cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
         cases::c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_killed,
@@ -150,6 +162,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         clients::p2_the_startup_log_shows_settings_as_the_environment_takes_them,
         sessions::a9_prompt_exit_load_prompt_again_continues_the_history,
         sessions::a9_kill_9_mid_round_then_load_pairs_every_tool_call,
+        sessions::a9_kill_9_the_moment_the_answer_is_read_never_loses_the_answered_turn,
         sessions::a9_session_list_pages_newest_first_with_a_cwd_filter,
         sessions::a9_path_traversal_and_unknown_ids_are_refused_and_nothing_is_touched,
         sessions::a9_a_torn_last_line_is_ignored_with_a_warning_and_cut_off,
@@ -176,6 +189,7 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         cli::p3_c57_hooks_check_shows_the_servers_error_text_and_prefixes_its_stderr,
         cli::p3_c57_hooks_check_flags_answers_that_object_only_by_their_shape,
         cli::p3_hooks_check_reports_an_exited_server_at_once,
+        security::s1_p3_hooks_check_passes_a_server_only_the_allowlisted_environment,
         cli::p3_hooks_alone_prints_its_usage,
         cli::p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook,
         cli::a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads,

@@ -361,6 +361,8 @@ pub fn p3_h10_h11_hooks_check_covers_the_session_points(ctx: &Ctx) {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("BUZZ_E2E_ROLE", "fake-mcp")
+        // A server gets only what the agent would pass it (SPEC S1).
+        .env("BUZZ_AGENT_CHILD_ENV", "BUZZ_E2E_ROLE,FAKE_MCP_*")
         .env("FAKE_MCP_SESSION_START_TEXT", "remember the style guide")
         .env("FAKE_MCP_SESSION_END_TEXT", "")
         .stdin(Stdio::null())

@@ -309,6 +309,346 @@ pub fn a9_kill_9_mid_round_then_load_pairs_every_tool_call(ctx: &Ctx) {
     }
 }
 
+/// Processes that load the machine while a scenario runs: one spinning on a CPU, one writing
+/// and `fdatasync`ing a file in a loop (the disk's queue is never empty). Each is the leader of
+/// its own process group; dropping the `Load` kills and reaps them.
+struct Load(Vec<std::process::Child>);
+
+impl Load {
+    fn start(s: &Scratch) -> Load {
+        use std::os::unix::process::CommandExt;
+        let sync_file = s.file("disk-load.bin");
+        let scripts = [
+            "while :; do :; done".to_string(),
+            format!(
+                "while :; do dd if=/dev/zero of='{sync_file}' bs=256k count=4 conv=fdatasync status=none; done"
+            ),
+        ];
+        Load(
+            scripts
+                .iter()
+                .map(|script| {
+                    std::process::Command::new("sh")
+                        .args(["-c", script])
+                        .stdin(std::process::Stdio::null())
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
+                        .process_group(0)
+                        .spawn()
+                        .expect("spawn a load process")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            kill_tree(child.id() as i32);
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A prompt's replies: `rounds` responses with one `tools__echo` call each (their text names
+/// `tag` and the round), then the text `answer`.
+fn echo_rounds(tag: &str, rounds: usize, answer: &str) -> Vec<Reply> {
+    let mut replies: Vec<Reply> = (0..rounds)
+        .map(|r| {
+            let id = format!("call_{}_{r}", tag.replace(' ', "_"));
+            Reply::tool_calls(vec![(
+                id.as_str(),
+                "tools__echo",
+                json!({"text": format!("{tag} round {r}")}),
+            )])
+        })
+        .collect();
+    replies.push(Reply::text(answer));
+    replies
+}
+
+/// A9 (durability): the `session/prompt` answer is sent only once the turn's records are
+/// written and synced, so a `kill -9` the moment the client reads the answer never loses the
+/// answered turn: its final answer, its `turn_end` and every tool round before them are in the
+/// file. Repeated, with another process spinning on a CPU and one syncing to the same disk
+/// all the while; then the last session is resumed by a new agent, whose next request carries
+/// the answer the client saw.
+pub fn a9_kill_9_the_moment_the_answer_is_read_never_loses_the_answered_turn(ctx: &Ctx) {
+    const TRIES: usize = 8;
+    const ROUNDS: usize = 3;
+    let s = Scratch::new();
+    let _load = Load::start(&s);
+    let mut last = None;
+    for n in 0..TRIES {
+        let answer = format!("Final answer of try {n}.");
+        let replies = echo_rounds(&format!("try {n}"), ROUNDS, &answer);
+        let (llm, agent) = agent_on(ctx, &s, ctx.fake_llm(replies), &[]);
+        let sid = agent.new_session(&s.ws, json!([tools()]));
+        let id = agent.next_id();
+        agent.kill_when_answered(&id);
+        agent.send(&json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": format!("Task {n}.")}]}}));
+        let r = agent.wait_response(&id, WAIT);
+        assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+        assert!(
+            agent.wait_exit(Duration::from_secs(10)).is_some(),
+            "killed when the answer was read"
+        );
+        kill_tree(agent.pid());
+        drop(agent);
+        drop(llm);
+        let recs = records_allowing_a_torn_tail(&transcript(&s, &sid));
+        let results = recs
+            .iter()
+            .filter(|r| r["type"] == "tool_result" && r["status"] == "completed")
+            .count();
+        let answered = recs
+            .iter()
+            .any(|r| r["type"] == "message" && r["message"]["text"] == answer.as_str());
+        let ended = recs
+            .last()
+            .is_some_and(|r| r["type"] == "turn_end" && r["stopReason"] == "end_turn");
+        assert!(
+            results == ROUNDS && answered && ended,
+            "try {n}: the answered turn is in the file ({results} of {ROUNDS} results, answer \
+             {answered}, turn_end last {ended}): {recs:#?}"
+        );
+        last = Some((sid, answer));
+    }
+    let (sid, answer) = last.expect("a try");
+    let (llm, agent) = agent_on(ctx, &s, ctx.fake_llm(vec![Reply::text("Resumed.")]), &[]);
+    load_started(&agent, &s, "session/resume", &sid);
+    let r = agent.prompt(&sid, "And now?");
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    let req = last_request(&llm);
+    req.assert_tool_calls_paired();
+    assert!(
+        req.body.to_string().contains(&answer),
+        "the answer the client saw is in the history: {}",
+        req.body
+    );
+    agent.finish();
+}
+
+/// The scenarios that need `strace` (on `PATH`, allowed to trace its children): reported
+/// ignored, with the reason, where it is missing.
+pub fn strace_trials(ctx: &Ctx) -> Vec<libtest_mimic::Trial> {
+    let ctx = ctx.clone();
+    vec![libtest_mimic::Trial::ignorable_test(
+        "sessions::a9_an_answered_prompt_survives_an_os_crash_the_sync_precedes_the_answer",
+        move || {
+            let works = std::process::Command::new("strace")
+                .args(["-f", "-qq", "-e", "trace=none", "true"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !works {
+                return Ok(libtest_mimic::Completion::ignored_with(
+                    "strace is not installed or cannot trace here",
+                ));
+            }
+            a9_an_answered_prompt_survives_an_os_crash_the_sync_precedes_the_answer(&ctx);
+            Ok(libtest_mimic::Completion::Completed)
+        },
+    )]
+}
+
+/// One system call of a `strace -f -yy` log, as far as this check needs it.
+#[derive(Debug)]
+struct Call {
+    name: String,
+    /// The first argument's path (`-yy`: `5</path/file>`), or the pipe/socket description.
+    fd_path: String,
+    /// The line as strace wrote it (the data of writes in it, `-s` long).
+    line: String,
+    /// The return value, once known (an `<unfinished ...>` call gets it on its `resumed` line).
+    ret: Option<i64>,
+    /// The log lines at which it started and returned (`usize::MAX`: never returned).
+    start: usize,
+    end: usize,
+}
+
+/// The calls of a `strace -f -yy` log, in the order they started.
+fn strace_calls(log: &str) -> Vec<Call> {
+    let mut calls: Vec<Call> = Vec::new();
+    let mut open: std::collections::HashMap<(String, String), usize> = Default::default();
+    let ret_of = |rest: &str| {
+        rest.rsplit_once(" = ")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .and_then(|r| r.parse::<i64>().ok())
+    };
+    for (pos, line) in log.lines().enumerate() {
+        let Some((pid, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        if let Some(resumed) = rest.strip_prefix("<... ") {
+            let name = resumed.split_whitespace().next().unwrap_or("").to_string();
+            if let Some(i) = open.remove(&(pid.to_string(), name)) {
+                calls[i].ret = ret_of(rest);
+                calls[i].line.push_str(rest);
+                calls[i].end = pos;
+            }
+            continue;
+        }
+        let Some((name, args)) = rest.split_once('(') else {
+            continue;
+        };
+        let fd_path = args
+            .split_once('<')
+            .and_then(|(_, p)| p.split_once('>'))
+            .map(|(p, _)| p.to_string())
+            .unwrap_or_default();
+        let unfinished = rest.ends_with("<unfinished ...>");
+        if unfinished {
+            open.insert((pid.to_string(), name.to_string()), calls.len());
+        }
+        calls.push(Call {
+            name: name.to_string(),
+            fd_path,
+            line: rest.to_string(),
+            ret: if unfinished { None } else { ret_of(rest) },
+            start: pos,
+            end: if unfinished { usize::MAX } else { pos },
+        });
+    }
+    calls
+}
+
+/// A9 (power loss): an answered prompt survives an OS crash. The agent runs under `strace`
+/// for a prompt of three tool rounds; in its system calls, the answer is written to stdout
+/// only after an `fdatasync` of the transcript has returned that covers every byte written
+/// to it before, the `turn_end` record included — and it is the prompt's only `fdatasync`
+/// (none per round; the new file's directory is `fsync`ed with it). Then the crash is
+/// simulated from the trace: a copy of the transcript cut to the bytes that were on the disk
+/// when the answer was written is resumed by a new agent, whose next request carries the
+/// answer the client saw.
+pub fn a9_an_answered_prompt_survives_an_os_crash_the_sync_precedes_the_answer(ctx: &Ctx) {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new();
+    let log = s.file("strace.log");
+    let wrapper = s.dir.path().join("agent-under-strace");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec strace -f -qq -yy -s 65536 -o '{log}' \
+             -e trace=write,writev,pwrite64,pwritev,pwritev2,fdatasync,fsync,syncfs,sync_file_range \
+             -- '{}' \"$@\"\n",
+            ctx.agent_bin.display()
+        ),
+    )
+    .expect("write the wrapper");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let answer = "The answer after three rounds.";
+    let replies = echo_rounds("once", 3, answer);
+    let strace_ctx = Ctx {
+        agent_bin: wrapper.clone(),
+        ..ctx.clone()
+    };
+    let (llm, agent) = agent_on(&strace_ctx, &s, ctx.fake_llm(replies), &[]);
+    let sid = agent.new_session(&s.ws, json!([tools()]));
+    let r = agent.prompt(&sid, "Three rounds, then answer.");
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    agent.finish();
+    drop(llm);
+
+    let file = transcript(&s, &sid);
+    let path = path_str(&file);
+    let text = std::fs::read_to_string(&log).expect("the strace log");
+    let calls = strace_calls(&text);
+    let is_write = |c: &Call| {
+        matches!(
+            c.name.as_str(),
+            "write" | "writev" | "pwrite64" | "pwritev" | "pwritev2"
+        )
+    };
+    let answer_call = calls
+        .iter()
+        .find(|c| {
+            is_write(c)
+                && c.line.starts_with(&format!("{}(1<", c.name))
+                && c.line.contains(r#"\"stopReason\":\"end_turn\""#)
+        })
+        .unwrap_or_else(|| panic!("no write of the answer to stdout in the trace:\n{text}"));
+    let syncs: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.name == "fdatasync" && c.fd_path == path && c.start < answer_call.start)
+        .collect();
+    assert_eq!(
+        syncs.len(),
+        1,
+        "one fdatasync of the transcript before the answer, none per round: {syncs:#?}\n{text}"
+    );
+    let sync = syncs[0];
+    assert!(
+        sync.end < answer_call.start,
+        "the sync returned before the answer was written"
+    );
+    assert_eq!(sync.ret, Some(0), "{}", sync.line);
+    let dir = path_str(&state_dir(&s));
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.name == "fsync" && c.fd_path == dir && c.end < sync.end),
+        "the new file's directory is synced with its first sync:\n{text}"
+    );
+    // What was on the disk when the answer went out: every byte written to the file before
+    // the sync started.
+    let written: Vec<&Call> = calls
+        .iter()
+        .filter(|c| is_write(c) && c.fd_path == path && c.end < sync.start)
+        .collect();
+    assert!(
+        written
+            .iter()
+            .any(|c| c.line.contains(r#"\"type\":\"turn_end\""#)),
+        "turn_end was written before the sync:\n{text}"
+    );
+    let durable: i64 = written.iter().filter_map(|c| c.ret).sum();
+
+    // The OS crash: the page cache is gone, the disk holds what was synced.
+    let crash = Scratch::new();
+    std::fs::create_dir_all(state_dir(&crash)).expect("mkdir");
+    let bytes = std::fs::read(&file).expect("the transcript");
+    let durable = usize::try_from(durable).expect("a length");
+    assert!(durable <= bytes.len());
+    std::fs::write(transcript(&crash, &sid), &bytes[..durable]).expect("write the copy");
+    let (llm, agent) = agent_on(ctx, &crash, ctx.fake_llm(vec![Reply::text("Go on.")]), &[]);
+    load_started(&agent, &crash, "session/resume", &sid);
+    let r = agent.prompt(&sid, "And after the crash?");
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    let req = last_request(&llm);
+    req.assert_tool_calls_paired();
+    assert!(
+        req.body.to_string().contains(answer),
+        "the answered turn survived: {}",
+        req.body
+    );
+    assert_eq!(
+        req.tool_results().len(),
+        3,
+        "and its three rounds: {:?}",
+        req.tool_results()
+    );
+    agent.finish();
+}
+
+/// The records of a transcript that a crash may have left with a torn last line (which a load
+/// ignores): every whole line parses as a record.
+fn records_allowing_a_torn_tail(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let whole = match text.rfind('\n') {
+        Some(i) => &text[..=i],
+        None => "",
+    };
+    whole
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
 /// Writes a transcript file by hand (the documented format): a header and one prompt.
 fn write_session(dir: &Path, sid: &str, cwd: &str, title: &str, modified: SystemTime) {
     std::fs::create_dir_all(dir).expect("mkdir");
