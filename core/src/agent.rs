@@ -567,7 +567,7 @@ impl Agent {
             return;
         }
         let sid = self.session_ids.next_id();
-        let mut notices = Vec::with_capacity(spec.skipped.len());
+        let mut skipped_notices = Vec::with_capacity(spec.skipped.len());
         for skipped in &spec.skipped {
             // C55: the session starts without it; the user is told on the first prompt.
             self.log(
@@ -577,7 +577,7 @@ impl Agent {
                     skipped.name, skipped.reason
                 ),
             );
-            notices.push(format!(
+            skipped_notices.push(format!(
                 "MCP server '{}' was not started: {}.",
                 skipped.name, skipped.reason
             ));
@@ -588,7 +588,9 @@ impl Agent {
             slots.push(slot);
         }
         let mut sess = Session::new(sid, slots.clone(), &id);
-        sess.notices = notices;
+        for text in skipped_notices {
+            sess.notify("mcp_server_skipped", text);
+        }
         sess.client_notices = self.client_notices;
         self.sessions.insert(sid, sess);
         self.store.on_new(sid, &spec.cwd);
@@ -741,7 +743,8 @@ impl Agent {
             let available = self.available_models(current);
             result.extend(crate::acp::model_fields(current, &available));
             if !sess.notices.is_empty() {
-                result.insert("_meta".into(), json!({"buzz": {"notices": sess.notices}}));
+                let texts: Vec<&str> = sess.notices.iter().map(|n| n.text.as_str()).collect();
+                result.insert("_meta".into(), json!({"buzz": {"notices": texts}}));
             }
         }
         Value::Object(result)
@@ -765,6 +768,10 @@ impl Agent {
             return;
         };
         sess.opened = true;
+        // C56: hooks this session's servers expose but may not run; the WARN is the table's.
+        for text in crate::hooks::hooks_off(&self.servers, &sess.servers, &self.cfg.hook_servers) {
+            sess.notify("hooks_not_allowlisted", text);
+        }
         let mut cx = step_cx!(self);
         let opening = Opening::start(source, sess, &mut cx);
         self.openings.insert(sid, opening);

@@ -19,12 +19,12 @@
 //! Adding a hook point: a [`HookPoint`] variant and its name here, a [`HookRound::start`] where
 //! the turn reaches the point, and what the decided round's texts do.
 
-use crate::config::LogLevel;
+use crate::config::{HookAllowlist, LogLevel};
 use crate::cx::Cx;
 use crate::ids::{HookRoundId, ServerSlot, SessionId};
 use crate::jsonrpc::RpcError;
 use crate::llm::{Message, ToolCall};
-use crate::mcp::{HookCallRef, McpRequest, Purpose};
+use crate::mcp::{HookCallRef, McpRequest, Purpose, ServerTable};
 use crate::outbox::Outbox;
 use crate::session::Session;
 use crate::time::MonoTime;
@@ -136,6 +136,54 @@ impl HookOutcome {
             HookOutcome::Dead => "dead",
         }
     }
+}
+
+/// The notices for hooks that will not run (case C56, SPEC H2): one sentence for each server
+/// among `slots` (registration order) that exposes hook points but is not in `allowlist`
+/// (`MCP_HOOK_SERVERS`), naming the server as the client did, its hook points and the
+/// allowlist. Hook-like tools that are no hook point (`_Other`) are never called anyway and are
+/// not named. The MCP catalogue (`core/src/mcp/catalogue.rs`) logs the WARN of the same
+/// finding.
+pub(crate) fn hooks_off(
+    servers: &ServerTable,
+    slots: &[ServerSlot],
+    allowlist: &HookAllowlist,
+) -> Vec<String> {
+    let mut off: Vec<(usize, String, Vec<&str>)> = Vec::new();
+    for point in HookPoint::ALL {
+        let hook = point.tool_name();
+        for target in servers.hook_targets(slots, hook, &HookAllowlist::All) {
+            if allowlist.allows(&target.name) {
+                continue;
+            }
+            let at = slots
+                .iter()
+                .position(|s| *s == target.slot)
+                .unwrap_or(usize::MAX);
+            match off.iter_mut().find(|(i, ..)| *i == at) {
+                Some((_, _, hooks)) => hooks.push(hook),
+                None => off.push((at, target.name, vec![hook])),
+            }
+        }
+    }
+    off.sort_by_key(|(at, ..)| *at);
+    let why = match allowlist {
+        HookAllowlist::Off => "MCP_HOOK_SERVERS is not set".to_string(),
+        HookAllowlist::All | HookAllowlist::Names(_) => {
+            format!(
+                "MCP_HOOK_SERVERS ({}) does not name it",
+                allowlist.env_value()
+            )
+        }
+    };
+    off.into_iter()
+        .map(|(_, name, hooks)| {
+            format!(
+                "MCP server '{name}' has hooks ({}), but {why}: they will not run.",
+                hooks.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// How a hook's answer counts (SPEC H3, H4, I4, case C40): the text of its `content` text
@@ -641,6 +689,40 @@ mod tests {
 
     fn objection(server: &str, text: &str) -> (String, String) {
         (server.to_string(), text.to_string())
+    }
+
+    #[test]
+    fn h2_c56_servers_with_hooks_the_allowlist_does_not_name_get_one_sentence_each() {
+        let mut parts = Parts::new();
+        let guard = parts.ready_server(
+            SID,
+            "TestGuard",
+            &["_Stop", "_PostCompact", "_Other", "echo"],
+        );
+        let plain = parts.ready_server(SID, "fs", &["echo", "_Other"]);
+        let todo = parts.ready_server(SID, "todo", &["_SessionEnd", "todo_add"]);
+        let slots = [guard, plain, todo];
+        let names = HookAllowlist::Names(vec!["testguard".into(), "other".into()]);
+        assert_eq!(
+            hooks_off(&parts.servers, &slots, &names),
+            [
+                "MCP server 'TestGuard' has hooks (_Stop, _PostCompact), but MCP_HOOK_SERVERS (testguard,other) does not name it: they will not run.",
+                "MCP server 'todo' has hooks (_SessionEnd), but MCP_HOOK_SERVERS (testguard,other) does not name it: they will not run.",
+            ],
+            "registration order; `_Other` is no hook point; a server without hook points says nothing"
+        );
+        assert_eq!(
+            hooks_off(&parts.servers, &[todo], &HookAllowlist::Off),
+            [
+                "MCP server 'todo' has hooks (_SessionEnd), but MCP_HOOK_SERVERS is not set: they will not run."
+            ]
+        );
+        let todo_named = HookAllowlist::Names(vec!["todo".into()]);
+        assert_eq!(
+            hooks_off(&parts.servers, &[todo], &todo_named),
+            Vec::<String>::new()
+        );
+        assert!(hooks_off(&parts.servers, &slots, &HookAllowlist::All).is_empty());
     }
 
     #[test]

@@ -1,49 +1,18 @@
-//! Inputs (observations of the world) and actions (requests to the runtime), DESIGN.md
-//! "The core's contract", plus the small pure helpers both runtimes use to turn raw process IO
+//! Inputs (observations of the world) and actions (requests to the runtime), the core's
+//! contract (docs/architecture.md, "The core"), plus the small pure helpers both runtimes use to turn raw process IO
 //! into inputs ([`StderrLines`], [`exit_description`]). Failures of the world are inputs, never
 //! `Err`s.
 
 use std::fmt;
 
 pub use crate::config::LogLevel;
+pub use crate::http::HttpEvent;
 pub use crate::ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use crate::llm::HttpRequest;
 pub use crate::project::{ProjectFiles, ReadSpec};
 
-/// What the runtime observed of one LLM HTTP call ([`Action::CallLlm`]), in this order:
-/// `Head`, any number of `Body`, then `End` or `Failed`. `Failed` may also come first (no
-/// connection). After [`Action::CancelLlm`] the runtime may still deliver some; the core
-/// ignores them.
-#[derive(Clone, PartialEq, Eq)]
-pub enum LlmEvent {
-    /// The response's status line and headers.
-    Head {
-        /// The HTTP status code (e.g. 200, 429, 529).
-        status: u16,
-        /// Header `(name, value)` pairs in the order received, names lower-cased by the
-        /// runtime (the core reads `retry-after`, `retry-after-ms` and `date`, SPEC L5).
-        headers: Vec<(String, String)>,
-    },
-    /// The next chunk of the body, as read (any size, split anywhere; the core decodes SSE and
-    /// UTF-8 across chunks).
-    Body(Vec<u8>),
-    /// The body ended cleanly.
-    End,
-    /// A connection or IO failure before or during the body, with a one-line reason for logs
-    /// and the client's error message; retryable (SPEC L5).
-    Failed(String),
-}
-
-impl fmt::Debug for LlmEvent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LlmEvent::Head { status, .. } => write!(f, "Head({status})"),
-            LlmEvent::Body(b) => write!(f, "Body({} B)", b.len()),
-            LlmEvent::End => write!(f, "End"),
-            LlmEvent::Failed(e) => write!(f, "Failed({e})"),
-        }
-    }
-}
+/// The events of an LLM call: those of its HTTP exchange.
+pub type LlmEvent = HttpEvent;
 
 /// One observation from the world, fed to [`Agent::handle`](crate::Agent::handle).
 #[derive(Clone, PartialEq, Eq)]

@@ -136,6 +136,7 @@ mod frontmatter;
 pub mod fuzzing;
 mod history;
 mod hooks;
+pub mod http;
 mod ids;
 mod instructions;
 mod intercept;
@@ -177,8 +178,8 @@ pub use config::Config;
 pub use hooks::HookPoint;
 pub use ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use io::{
-    Action, Input, LlmEvent, LogRecord, OpenMode, Signal, SpawnSpec, TRANSCRIPT_HEAD_BYTES,
-    TranscriptEntry, TranscriptError, TranscriptEvent,
+    Action, HttpEvent, Input, LlmEvent, LogRecord, OpenMode, Signal, SpawnSpec,
+    TRANSCRIPT_HEAD_BYTES, TranscriptEntry, TranscriptError, TranscriptEvent,
 };
 pub use llm::{Body, HttpRequest};
 pub use mcp::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION};

@@ -40,9 +40,9 @@ pub(crate) struct Session {
     /// `*_always` permission answers per qualified tool name (`server__tool`): true = allow
     /// (SPEC A7).
     pub(crate) remembered: BTreeMap<String, bool>,
-    /// Notices for the user not yet shown (skipped `mcpServers` entries, SPEC A2, case C55):
-    /// the next prompt turn streams them first.
-    pub(crate) notices: Vec<String>,
+    /// Notices for the user not yet shown ([`Session::notify`]): the next prompt turn streams
+    /// them first, a running turn before its next round.
+    pub(crate) notices: Vec<Notice>,
     /// The client presents ACP `notice` updates (`clientCapabilities.session.notices`).
     pub(crate) client_notices: bool,
     /// The system prompt of every request of this session (SPEC A10, L11): built once when
@@ -53,7 +53,28 @@ pub(crate) struct Session {
     pub(crate) skills: Vec<crate::skills::Skill>,
 }
 
+/// A notice for the user, not the model: the agent's own sentence about something that changed
+/// what the user asked for (an `mcpServers` entry skipped, hooks that will not run). Shown as an
+/// ACP `notice` update (severity `warning`) to a client that presents them, else as a marked
+/// message chunk (docs/clients.md, "Notices").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Notice {
+    /// Its kind, sent as `_meta.buzz.notice` (`mcp_server_skipped`, `hooks_not_allowlisted`).
+    pub(crate) kind: &'static str,
+    /// One sentence, without the `[buzz-agent] ` mark (added when shown).
+    pub(crate) text: String,
+}
+
 impl Session {
+    /// Tells the user that something they asked for changed (the one place every such warning
+    /// goes through; the caller still logs its WARN): a warning notice of `kind` with `text`
+    /// (one sentence, no requirement ids). It is listed in the `session/new` (or load) answer's
+    /// `_meta.buzz.notices` when the session is not answered yet, and shown before the next
+    /// text the client sees: first in the next prompt, or before the running turn's next round.
+    pub(crate) fn notify(&mut self, kind: &'static str, text: String) {
+        self.notices.push(Notice { kind, text });
+    }
+
     /// A new session with `servers`, opened by `request` (answered once the session is
     /// ready, see `lifecycle.rs`).
     pub(crate) fn new(id: SessionId, servers: Vec<ServerSlot>, request: &RpcId) -> Session {

@@ -133,11 +133,8 @@ impl Turn {
     ) -> Turn {
         sess.transcript.push(Message::User { text: text.clone() });
         let mut shown = Shown::default();
-        // C55: what the user must know about the session set-up, before the first answer.
-        for notice in std::mem::take(&mut sess.notices) {
-            let text = format!("[buzz-agent] {notice}");
-            shown.notice("mcp_server_skipped", "warning", &text, sess, cx);
-        }
+        // C55, C56: what the user must know about the session set-up, before the first answer.
+        shown.pending_notices(sess, cx);
         sess.prompts += 1;
         let session_start = std::mem::take(&mut sess.start_texts);
         Turn {
@@ -198,6 +195,8 @@ impl Turn {
         if max_rounds > 0 && self.rounds >= max_rounds {
             return Some(TurnEnd::Stopped(StopReason::MaxTurnRequests));
         }
+        // Notices that arrived while the turn ran come before the round's text.
+        self.shown.pending_notices(sess, cx);
         if !self.session_start.is_empty() {
             // H10: right after the prompt, in the first LLM request of the first prompt.
             let texts = std::mem::take(&mut self.session_start);
@@ -1073,6 +1072,14 @@ impl Shown {
     /// without the prefix); any other an `agent_message_chunk` in a paragraph of its own,
     /// whose text block is annotated `audience: ["user"]`. Both carry `_meta.buzz.notice` =
     /// `kind` (docs/clients.md, "Notices"). It never enters the conversation the model sees.
+    /// Shows the session's queued notices ([`Session::notify`]) as warnings, in order.
+    fn pending_notices(&mut self, sess: &mut Session, cx: &mut Cx<'_>) {
+        for notice in std::mem::take(&mut sess.notices) {
+            let text = format!("[buzz-agent] {}", notice.text);
+            self.notice(notice.kind, "warning", &text, sess, cx);
+        }
+    }
+
     fn notice(&mut self, kind: &str, severity: &str, text: &str, sess: &Session, cx: &mut Cx<'_>) {
         let meta = json!({"buzz": {"notice": kind}});
         if sess.client_notices {
@@ -1263,6 +1270,49 @@ mod tests {
         assert_eq!(turn.meta()["buzz"]["rounds"], 1);
         assert_eq!(sess.transcript.len(), 2, "the prompt and the answer");
         assert_eq!(parts.timers.next(), None, "no timer outlives the call");
+    }
+
+    #[test]
+    fn c56_queued_notices_come_first_in_a_prompt_and_before_the_next_round_of_a_running_turn() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[("fs", &["read"])]);
+        sess.notify("hooks_not_allowlisted", "first.".into());
+        let mut turn = start(&mut parts, &mut sess, "hello");
+        assert!(sess.notices.is_empty(), "taken by the prompt");
+        // A notice that arrives while the turn runs waits for its next round.
+        sess.notify("mcp_server_skipped", "second.".into());
+        assert_eq!(turn.next_round(&mut sess, &mut parts.cx()), None);
+        let ups: Vec<Value> = Parts::acp_lines(&parts.drain())
+            .iter()
+            .map(|l| l["params"]["update"].clone())
+            .collect();
+        let shown: Vec<(&str, &str)> = ups
+            .iter()
+            .map(|u| {
+                (
+                    u["_meta"]["buzz"]["notice"].as_str().unwrap_or(""),
+                    u["content"]["text"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("hooks_not_allowlisted", "[buzz-agent] first."),
+                ("mcp_server_skipped", "\n\n[buzz-agent] second."),
+            ]
+        );
+        assert!(
+            ups.iter()
+                .all(|u| u["content"]["annotations"]["audience"] == json!(["user"])),
+            "for the user, not the model: {ups:?}"
+        );
+        assert!(sess.notices.is_empty());
+        assert_eq!(
+            sess.transcript.len(),
+            1,
+            "never in the model's conversation"
+        );
     }
 
     #[test]

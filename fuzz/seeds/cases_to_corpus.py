@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Seeds the fuzz corpora from every case in the shared cases file and writes the hand-made
+"""Seeds the fuzz corpora from every case of docs/cases.md and writes the hand-made
 seeds of the `session` and `config_env` targets (docs/fuzzing.md).
 
-Usage: python3 fuzz/seeds/cases_to_corpus.py [path/to/shared/cases/README.md]
-(default: ../shared/cases/README.md beside the repository)
+Usage: python3 fuzz/seeds/cases_to_corpus.py [FILE]
+(default: docs/cases.md)
 
 For each `### Cnn` section, every fenced block and every inline code span of its "Trigger"
 text becomes bytes (`C> `/`S> `/`A< `/`M< ` prefixes dropped, `⏎` → newline) and is written,
@@ -118,7 +118,7 @@ def config_seeds():
 
 
 if __name__ == "__main__":
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "cases", "README.md")
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "docs", "cases.md")
     n = cases(path)
     session_seeds()
     config_seeds()

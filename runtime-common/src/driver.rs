@@ -1,4 +1,4 @@
-//! The driver loop (DESIGN.md "Runtimes are thin drivers"), written once for every runtime: one
+//! The driver loop (docs/architecture.md, "The runtimes"), written once for every runtime: one
 //! loop owns the [`Agent`] by value; every IO task and thread reports [`Input`]s over one
 //! channel; executing an action never waits for its result.
 
@@ -35,8 +35,8 @@ const FINAL_STORE_FLUSH: Duration = Duration::from_secs(5);
 /// (blocked stdin or LLM threads must not keep it alive, SPEC P1).
 ///
 /// Wake-ups (issue #15): the ACP lines of one loop turn are written together, on the loop
-/// thread, without blocking ([`AcpStdout`]); LLM calls run on long-lived workers
-/// ([`http::Http`]); the loop's timer is one timer re-armed only when the core's next deadline
+/// thread, without blocking ([`AcpStdout`]); LLM calls are tasks on this executor over
+/// kept-alive connections ([`http::Http`]); the loop's timer is one timer re-armed only when the core's next deadline
 /// comes earlier than the armed one (a later deadline lets the armed one fire first, and the
 /// loop then re-arms it: one early wake-up instead of a re-registration per turn, since the
 /// LLM idle deadline moves with every streamed chunk).
@@ -53,7 +53,7 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
     let stdin = stdio::read_stdin(tx.clone());
     let log_format = config.log_format;
     let log = Log::start(log_format, epoch);
-    let mut http = http::Http::new(config.llm_timeout_ms);
+    let mut http = http::Http::new(format!("{}/{}", program.name, program.version));
     let mut agent = Agent::new(config, now())
         .with_inherited_env(
             std::env::vars_os()
@@ -89,7 +89,7 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
 
     let mut children = Children::default();
     let mut store = Store::new(&agent.config().state_dir, tx.clone(), backlog.clone());
-    let mut llm: BTreeMap<LlmCallId, http::LlmCall> = BTreeMap::new();
+    let mut llm: BTreeMap<LlmCallId, http::Exchange> = BTreeMap::new();
     // The loop's timer and the deadline it is armed for (`None`: unarmed or fired).
     let mut timer: Option<R::Timer> = None;
     let mut armed: Option<Instant> = None;
@@ -103,21 +103,18 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                 }
                 Action::CloseMcpStdin { proc } => children.close_stdin(proc),
                 Action::SignalProcessGroup { proc, signal } => children.signal(proc, signal),
-                Action::CallLlm { call, request } => match http.start(call, request, &tx) {
-                    Ok(handle) => {
-                        llm.insert(call, handle);
+                Action::CallLlm { call, request } => {
+                    let report = move |event| Input::Llm { call, event };
+                    match http.start(&rt, request.into(), report, &tx) {
+                        Ok(handle) => {
+                            llm.insert(call, handle);
+                        }
+                        Err(failed) => immediate.push_back(failed),
                     }
-                    Err(failed) => immediate.push_back(failed),
-                },
+                }
                 Action::CancelLlm { call } => {
-                    if let Some(handle) = llm.remove(&call)
-                        && handle.cancel()
-                    {
-                        // Still streaming: give the end of the body a moment, then cut it.
-                        rt.spawn(async move {
-                            R::sleep_until(Instant::now() + http::CANCEL_GRACE).await;
-                            handle.abort();
-                        });
+                    if let Some(handle) = llm.remove(&call) {
+                        handle.cancel();
                     }
                 }
                 read @ Action::ReadProject { .. } => {

@@ -1,198 +1,100 @@
-//! LLM HTTP with `ureq` on long-lived worker threads, streaming each body back as inputs
-//! (DESIGN: "HTTP goes through ureq on a blocking thread that streams body chunks back as
-//! inputs"). Idle timeouts, retries and parsing live in the core; this only moves bytes.
+//! HTTP exchanges for the LLM calls and for MCP over HTTP, as tasks on the loop's own executor
+//! over the runtime's non-blocking sockets (DESIGN "Amended 2026-12-01": the runtime opens
+//! sockets and moves bytes; the HTTP/1.1 codec is the core's `buzz_agent_core::http`). TLS is
+//! rustls (the one TLS stack in the tree) with the webpki roots, driven here over the socket.
 //!
-//! **Workers.** A worker is a thread with its own `ureq::Agent` (its own connection pool) that
-//! runs one call at a time and then waits for the next. A call goes to the worker that went
-//! idle last, so one session's rounds run on one thread over one kept-alive connection; a
-//! second worker starts only when calls overlap (several sessions, or a cancelled call still
-//! winding down). A worker idle for [`WORKER_IDLE`] exits. Before, every call started a thread
-//! and connection reuse was a race between the previous call's thread returning its connection
-//! and the next call looking for one (issue #15: 9–135 connections for one session).
+//! **Connections.** Each connection is a task that serves one exchange at a time and then waits,
+//! idle, for the next exchange to its origin, for its socket to show any sign of life (a peer
+//! closing an idle connection: end of stream, a TLS alert, a reset), or for [`IDLE`] to pass;
+//! the first two end it at once, so a connection taken for reuse is known to be open (no probe
+//! before reuse). An exchange goes to the connection of its origin that went idle last, else
+//! to a new one: one session's rounds run over one kept-alive connection.
 //!
-//! **Cancellation** (SPEC A4; L5 idle timeouts cancel the attempt too). [`LlmCall::cancel`]
-//! sets the call's flag; the worker then stops reporting and reads the rest of the body only
-//! while it is short ([`DRAIN_CAP`]), so a call the core dropped after the stream's own
-//! terminator (case C24 b) still ends cleanly and its connection is kept. If the worker is
-//! still on the call [`CANCEL_GRACE`] later (a stalled or still-streaming body), the driver
-//! calls [`LlmCall::abort`]: the worker's connections are shut down, which interrupts its
-//! blocked read at once, and the worker is retired (it exits after the call; new calls go to
-//! other workers). A connection is put back for reuse only when its body was read to the end
-//! (ureq closes it otherwise), so a call cancelled mid-stream never leaves a half-read
-//! connection behind.
+//! **One exchange** writes the core's request head and the body's pieces with one `writev`
+//! (plain TCP; through TLS the pieces are encrypted into one buffer written together), then
+//! reads the response in [`READ_CHUNK`] reads, each handed to the core's codec, whose events go
+//! to the loop at once (the same thread: no hop). Redirects are the core's business: a `3xx`
+//! goes to it like any response, so no credential ever follows a `Location`.
 //!
-//! Memory: the response head must fit ureq's input buffer (`HTTP_INPUT_BUF`, 32 KiB; a longer
-//! head is an error), and the body is read in `READ_CHUNK` (16 KiB) pieces that go to the loop
-//! as they arrive (no `read_to_end`, no line splitting here), through the loop's bounded input
-//! channel: an endless body or an endless SSE line costs a worker one chunk, and the queue at
-//! most its capacity. Lines are the core's business (its SSE decoder caps them).
+//! **Cancellation** (SPEC A4; L5 idle timeouts cancel the attempt too). After
+//! [`Exchange::cancel`] nothing more is reported; the rest of the response is read for at most
+//! [`CANCEL_GRACE`] and [`DRAIN_CAP`] bytes, so a call the core dropped after the stream's own
+//! terminator (case C24 b) still ends cleanly and keeps its connection; otherwise the
+//! connection is closed.
+//!
+//! Memory: one [`READ_CHUNK`] buffer per connection, the response head at most the core's
+//! `MAX_RESPONSE_HEAD_BYTES`, and the loop's bounded input channel between reads and the core:
+//! an endless body costs a connection one chunk at a time.
 
-use crate::runtime::InputSender;
-use buzz_agent_core::HttpRequest;
-use buzz_agent_core::{Input, LlmCallId, LlmEvent};
-use std::io::Read;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use crate::runtime::{InputSender, Runtime, Socket};
+use crate::util::{Either, race};
+use buzz_agent_core::http::{Exchange as Codec, Origin, Request, Started};
+use buzz_agent_core::{HttpEvent, Input};
+use std::collections::BTreeMap;
+use std::io::{self, IoSlice};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
-/// Read buffer size per body read, in bytes (one buffer per worker, reused).
+/// Read buffer size per connection, in bytes.
 const READ_CHUNK: usize = 16 * 1024;
-/// How long an idle worker waits for its next call before it exits, with its connection.
-pub const WORKER_IDLE: Duration = Duration::from_secs(60);
-/// Body bytes a worker still reads after its call was cancelled, to end the body cleanly and
-/// keep the connection (the rest of a finished stream is a few bytes); past this it closes it.
+/// How long an idle connection waits for its next exchange before it closes.
+pub const IDLE: Duration = Duration::from_secs(60);
+/// How long a TCP connection (and its TLS handshake) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Body bytes still read after an exchange was cancelled, to end the response cleanly and keep
+/// the connection (the rest of a finished stream is a few bytes); past this it is closed.
 pub const DRAIN_CAP: usize = 16 * 1024;
-/// How long after [`LlmCall::cancel`] a worker still on the call is aborted (its connection
-/// shut down). Long enough for the end of a finished stream to arrive, short enough that a
-/// dropped stream is not kept open (SPEC A4).
+/// How long after [`Exchange::cancel`] the rest of the response may take to arrive before the
+/// connection is closed (SPEC A4).
 pub const CANCEL_GRACE: Duration = Duration::from_millis(100);
+/// Ciphertext buffered before it is written, in bytes, while a large body goes through TLS.
+const TLS_WRITE_BATCH: usize = 256 * 1024;
 
-/// The LLM workers of the process. Cheap to share by reference; the driver holds one.
+/// The exchanges of the process: the idle connections by origin and the TLS configuration.
 pub struct Http {
-    idle_timeout_ms: u64,
-    /// Idle workers, the one that went idle last at the end.
-    idle: Arc<Mutex<Vec<Arc<Worker>>>>,
-    next_worker: u64,
+    shared: Arc<Shared>,
 }
 
-/// One worker as the pool and its calls see it.
-struct Worker {
-    /// Sends the worker its next call.
-    jobs: mpsc::Sender<Job>,
-    /// A handle on the worker's `ureq::Agent` (the same pool), for [`LlmCall::abort`].
-    agent: ureq::Agent,
-    /// `call id + 1` of the call the worker runs, 0 when none.
-    current: AtomicU64,
-    /// Set by [`LlmCall::abort`]: the worker takes no more calls and exits.
-    retired: AtomicBool,
+struct Shared {
+    /// Idle connections by origin, the one that went idle last at the end.
+    idle: Mutex<BTreeMap<Origin, Vec<IdleConn>>>,
+    /// Sent as `user-agent` when a request has none.
+    user_agent: String,
+    next_conn: Mutex<u64>,
 }
 
-/// One call given to a worker.
+/// A connection waiting for its next exchange: hand it one through `jobs`.
+struct IdleConn {
+    id: u64,
+    jobs: async_channel::Sender<Job>,
+}
+
+/// One exchange given to a connection.
 struct Job {
-    call: LlmCallId,
-    request: HttpRequest,
+    started: Started,
+    request: Request,
+    report: Box<dyn Fn(HttpEvent) -> Input + Send + Sync>,
     tx: InputSender,
-    cancelled: Arc<AtomicBool>,
+    /// Closed by [`Exchange::cancel`] (or by dropping the handle).
+    cancelled: async_channel::Receiver<()>,
 }
 
-/// A started call: cancel it when the core is done with it.
-pub struct LlmCall {
-    call: LlmCallId,
-    worker: Arc<Worker>,
-    cancelled: Arc<AtomicBool>,
+/// A started exchange: cancel it when the core is done with it.
+pub struct Exchange {
+    cancel: async_channel::Sender<()>,
 }
 
-impl LlmCall {
-    /// The core dropped the call (`CancelLlm`): the worker stops reporting it. Returns `true`
-    /// when the worker is still on it; the caller then calls [`LlmCall::abort`] after
-    /// [`CANCEL_GRACE`].
-    pub fn cancel(&self) -> bool {
-        self.cancelled.store(true, Ordering::Relaxed);
-        self.worker.current.load(Ordering::Acquire) == self.call.0 + 1
-    }
-
-    /// If the worker is still on this call: retires the worker and shuts its connections
-    /// down, which ends a read blocked on a stalled body at once.
-    pub fn abort(&self) {
-        if self.worker.current.load(Ordering::Acquire) == self.call.0 + 1 {
-            self.worker.retired.store(true, Ordering::Release);
-            self.worker.agent.clone().shutdown();
-        }
+impl Exchange {
+    /// The core dropped the exchange: nothing more is reported; the connection finishes the
+    /// response within [`CANCEL_GRACE`] or is closed.
+    pub fn cancel(&self) {
+        self.cancel.close();
     }
 }
 
-impl Http {
-    /// No worker yet: the first call starts one. Reads time out a little after the core's own
-    /// idle timeout (`idle_timeout_ms`), so a worker never waits forever on a dead peer.
-    #[must_use]
-    pub fn new(idle_timeout_ms: u64) -> Http {
-        Http {
-            idle_timeout_ms,
-            idle: Arc::new(Mutex::new(Vec::new())),
-            next_worker: 0,
-        }
-    }
-
-    /// Starts `request` on an idle worker, or on a new one; its events go to `tx` (the worker
-    /// blocks while the loop's input queue is full).
-    ///
-    /// # Errors
-    /// When no worker can be started: the `Input` reporting the call as failed (retryable,
-    /// SPEC L5), for the loop to handle.
-    pub fn start(
-        &mut self,
-        call: LlmCallId,
-        request: HttpRequest,
-        tx: &InputSender,
-    ) -> Result<LlmCall, Input> {
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let mut job = Job {
-            call,
-            request,
-            tx: tx.clone(),
-            cancelled: cancelled.clone(),
-        };
-        loop {
-            let Some(worker) = lock(&self.idle).pop() else {
-                break;
-            };
-            if worker.retired.load(Ordering::Acquire) {
-                continue;
-            }
-            // Marked busy before the worker sees the job, so a cancel right away finds it.
-            worker.current.store(call.0 + 1, Ordering::Release);
-            match worker.jobs.send(job) {
-                Ok(()) => {
-                    return Ok(LlmCall {
-                        call,
-                        worker,
-                        cancelled,
-                    });
-                }
-                // The worker exited (idle too long) between going idle and now.
-                Err(mpsc::SendError(back)) => job = back,
-            }
-        }
-        match self.spawn_worker() {
-            Ok(worker) => {
-                worker.current.store(call.0 + 1, Ordering::Release);
-                match worker.jobs.send(job) {
-                    Ok(()) => Ok(LlmCall {
-                        call,
-                        worker,
-                        cancelled,
-                    }),
-                    Err(_) => Err(failed(call, "the LLM worker exited at once")),
-                }
-            }
-            Err(e) => Err(failed(call, &format!("could not start an LLM worker: {e}"))),
-        }
-    }
-
-    /// Starts a worker thread with its own `ureq::Agent`.
-    fn spawn_worker(&mut self) -> std::io::Result<Arc<Worker>> {
-        let (jobs, rx) = mpsc::channel();
-        let worker = Arc::new(Worker {
-            jobs,
-            agent: agent(self.idle_timeout_ms),
-            current: AtomicU64::new(0),
-            retired: AtomicBool::new(false),
-        });
-        self.next_worker += 1;
-        let me = worker.clone();
-        let idle = self.idle.clone();
-        std::thread::Builder::new()
-            .name(format!("llm-{}", self.next_worker))
-            .spawn(move || run_worker(&me, &rx, &idle))?;
-        Ok(worker)
-    }
-}
-
-fn failed(call: LlmCallId, message: &str) -> Input {
-    Input::Llm {
-        call,
-        event: LlmEvent::Failed(message.to_owned()),
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.cancel.close();
     }
 }
 
@@ -200,165 +102,468 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A worker thread: runs calls until it is retired or idle for [`WORKER_IDLE`].
-fn run_worker(me: &Arc<Worker>, rx: &mpsc::Receiver<Job>, idle: &Mutex<Vec<Arc<Worker>>>) {
-    let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        let job = match rx.recv_timeout(WORKER_IDLE) {
-            Ok(job) => job,
-            Err(RecvTimeoutError::Disconnected) => return,
-            Err(RecvTimeoutError::Timeout) => {
-                if me.retired.load(Ordering::Acquire) {
-                    return;
-                }
-                let mut list = lock(idle);
-                if let Some(at) = list.iter().position(|w| Arc::ptr_eq(w, me)) {
-                    list.remove(at);
-                    return;
-                }
-                // Not in the list: the pool just took this worker and its job is on the way.
-                continue;
-            }
-        };
-        let agent = me.agent.clone();
-        run_call(&agent, job, &mut buf);
-        me.current.store(0, Ordering::Release);
-        if me.retired.load(Ordering::Acquire) {
-            return;
+impl Http {
+    /// No connection yet; requests without a `user-agent` get `user_agent`.
+    #[must_use]
+    pub fn new(user_agent: String) -> Http {
+        Http {
+            shared: Arc::new(Shared {
+                idle: Mutex::new(BTreeMap::new()),
+                user_agent,
+                next_conn: Mutex::new(0),
+            }),
         }
-        lock(idle).push(me.clone());
+    }
+
+    /// Starts `request` on an idle connection to its origin, or on a new one; its events go to
+    /// `tx` as `report(event)`.
+    ///
+    /// # Errors
+    /// When the request cannot be written (a bad URL or header): the `Input` reporting the
+    /// exchange as failed, for the loop to handle.
+    pub fn start<R: Runtime>(
+        &mut self,
+        rt: &R,
+        request: Request,
+        report: impl Fn(HttpEvent) -> Input + Send + Sync + 'static,
+        tx: &InputSender,
+    ) -> Result<Exchange, Input> {
+        let started = match Codec::start(&request, &self.shared.user_agent) {
+            Ok(s) => s,
+            Err(e) => return Err(report(HttpEvent::Failed(e.to_string()))),
+        };
+        let (cancel, cancelled) = async_channel::bounded(1);
+        let mut job = Job {
+            started,
+            request,
+            report: Box::new(report),
+            tx: tx.clone(),
+            cancelled,
+        };
+        loop {
+            let idle = {
+                let mut idle = lock(&self.shared.idle);
+                let list = idle.get_mut(&job.started.origin);
+                let conn = list.and_then(Vec::pop);
+                idle.retain(|_, v| !v.is_empty());
+                conn
+            };
+            let Some(conn) = idle else { break };
+            match conn.jobs.try_send(job) {
+                Ok(()) => return Ok(Exchange { cancel }),
+                // The connection ended between going idle and now.
+                Err(e) => job = e.into_inner(),
+            }
+        }
+        let id = {
+            let mut n = lock(&self.shared.next_conn);
+            *n += 1;
+            *n
+        };
+        rt.spawn(run_connection::<R>(self.shared.clone(), id, job));
+        Ok(Exchange { cancel })
     }
 }
 
-/// Runs one call: sends the request, reports the head and each body read, then `End` or
-/// `Failed`. Once the call is cancelled nothing more is reported; the rest of the body is read
-/// only while it stays under [`DRAIN_CAP`] (dropping an unfinished body closes its connection).
-fn run_call(agent: &ureq::Agent, job: Job, buf: &mut [u8]) {
+/// A connection's socket, in the clear or through TLS.
+enum Conn<S> {
+    Plain(S),
+    Tls(Box<Tls<S>>),
+}
+
+impl<S: Socket> Conn<S> {
+    /// The socket itself (an idle connection watches it for the peer closing).
+    fn socket(&mut self) -> &mut S {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(t) => &mut t.sock,
+        }
+    }
+
+    async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf).await,
+            Conn::Tls(t) => t.read(buf).await,
+        }
+    }
+
+    /// Writes `head` then every piece of `body`.
+    async fn write_request(&mut self, head: &[u8], request: &Request) -> io::Result<()> {
+        match self {
+            Conn::Plain(s) => {
+                let mut slices: Vec<IoSlice<'_>> = std::iter::once(head)
+                    .chain(request.body.pieces())
+                    .map(IoSlice::new)
+                    .collect();
+                write_all_vectored(s, &mut slices).await
+            }
+            Conn::Tls(t) => t.write_request(head, request).await,
+        }
+    }
+}
+
+/// Writes every byte of `slices` (as few `writev`s as the socket takes).
+async fn write_all_vectored<S: Socket>(
+    s: &mut S,
+    mut slices: &mut [IoSlice<'_>],
+) -> io::Result<()> {
+    IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        let n = s.write_vectored(slices).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
+}
+
+async fn write_all<S: Socket>(s: &mut S, bytes: &[u8]) -> io::Result<()> {
+    write_all_vectored(s, &mut [IoSlice::new(bytes)]).await
+}
+
+/// A rustls client session over a socket.
+struct Tls<S> {
+    sock: S,
+    session: rustls::ClientConnection,
+    /// Ciphertext read buffer.
+    inbuf: Vec<u8>,
+    /// The socket reached end of stream.
+    eof: bool,
+}
+
+/// The process's TLS configuration: the webpki roots, TLS 1.2 and 1.3 (rustls with ring, as
+/// before through ureq), ALPN `http/1.1`. Built on first use.
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            };
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_protocol_versions(rustls::ALL_VERSIONS)
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Ok(Arc::new(config))
+        })
+        .clone()
+}
+
+impl<S: Socket> Tls<S> {
+    /// A TLS session with `host` over `sock`, handshake done.
+    async fn connect(sock: S, host: &str) -> io::Result<Tls<S>> {
+        let config = tls_config().map_err(io::Error::other)?;
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut session = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
+        session.set_buffer_limit(None);
+        let mut tls = Tls {
+            sock,
+            session,
+            inbuf: vec![0u8; READ_CHUNK],
+            eof: false,
+        };
+        while tls.session.is_handshaking() {
+            tls.flush().await?;
+            if tls.session.wants_read() {
+                if tls.eof {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the server closed the connection during the TLS handshake",
+                    ));
+                }
+                tls.fill().await?;
+            }
+        }
+        tls.flush().await?;
+        Ok(tls)
+    }
+
+    /// Writes the ciphertext rustls has queued.
+    async fn flush(&mut self) -> io::Result<()> {
+        let mut out = Vec::new();
+        while self.session.wants_write() {
+            self.session.write_tls(&mut out)?;
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        write_all(&mut self.sock, &out).await
+    }
+
+    /// Reads ciphertext once and processes it.
+    async fn fill(&mut self) -> io::Result<()> {
+        let n = self.sock.read(&mut self.inbuf).await?;
+        if n == 0 {
+            self.eof = true;
+        }
+        let mut rd = self.inbuf.get(..n).unwrap_or(&[]);
+        loop {
+            // Called once at end of stream too, so the session learns of it.
+            self.session.read_tls(&mut rd)?;
+            self.session
+                .process_new_packets()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if rd.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match io::Read::read(&mut self.session.reader(), buf) {
+                Ok(n) => return Ok(n),
+                // End of stream without close_notify: the HTTP framing decides whether the
+                // response was whole.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.eof {
+                        return Ok(0);
+                    }
+                    self.fill().await?;
+                    self.flush().await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn write_request(&mut self, head: &[u8], request: &Request) -> io::Result<()> {
+        let mut out = Vec::new();
+        for piece in std::iter::once(head).chain(request.body.pieces()) {
+            io::Write::write_all(&mut self.session.writer(), piece)?;
+            while self.session.wants_write() {
+                self.session.write_tls(&mut out)?;
+            }
+            if out.len() >= TLS_WRITE_BATCH {
+                write_all(&mut self.sock, &out).await?;
+                out.clear();
+            }
+        }
+        write_all(&mut self.sock, &out).await
+    }
+}
+
+/// Opens a connection to `origin` within [`CONNECT_TIMEOUT`].
+async fn open<R: Runtime>(origin: &Origin) -> io::Result<Conn<R::Tcp>> {
+    let connect = async {
+        let sock = R::connect(origin.host.clone(), origin.port).await?;
+        if origin.tls {
+            Ok(Conn::Tls(Box::new(Tls::connect(sock, &origin.host).await?)))
+        } else {
+            Ok(Conn::Plain(sock))
+        }
+    };
+    match race(connect, R::sleep_until(Instant::now() + CONNECT_TIMEOUT)).await {
+        Either::First(r) => r,
+        Either::Second(()) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no connection within {} s", CONNECT_TIMEOUT.as_secs()),
+        )),
+    }
+}
+
+/// What became of an exchange, for its connection.
+enum Served {
+    /// The response ended and the connection may carry another.
+    Reusable,
+    /// The connection must close (failed, cancelled mid-response, or the server said so).
+    Close,
+    /// The loop is gone: stop.
+    LoopGone,
+}
+
+/// A connection's life: serves `job` (connecting first), then every exchange handed to it
+/// while idle, until one leaves it unusable or it has been idle for [`IDLE`].
+async fn run_connection<R: Runtime>(shared: Arc<Shared>, id: u64, first: Job) {
+    let origin = first.started.origin.clone();
+    let (jobs_tx, jobs) = async_channel::bounded::<Job>(1);
+    let mut conn: Option<Conn<R::Tcp>> = None;
+    let mut next = Some(first);
+    loop {
+        let Some(job) = next.take() else { return };
+        if conn.is_none() {
+            match open::<R>(&origin).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    let _ = job
+                        .tx
+                        .send((job.report)(HttpEvent::Failed(format!(
+                            "cannot connect to {origin}: {e}"
+                        ))))
+                        .await;
+                    return;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { return };
+        match serve::<R>(c, job).await {
+            Served::Reusable => {}
+            Served::Close | Served::LoopGone => return,
+        }
+        // Idle: go back to the pool, then wait for an exchange, the peer or the idle timeout.
+        lock(&shared.idle)
+            .entry(origin.clone())
+            .or_default()
+            .push(IdleConn {
+                id,
+                jobs: jobs_tx.clone(),
+            });
+        let Some(c) = conn.as_mut() else { return };
+        let mut probe = [0u8; 1];
+        let watched = race(jobs.recv(), async {
+            race(
+                c.socket().read(&mut probe),
+                R::sleep_until(Instant::now() + IDLE),
+            )
+            .await
+        })
+        .await;
+        match watched {
+            Either::First(Ok(job)) => next = Some(job),
+            Either::First(Err(_)) => return,
+            Either::Second(_) => {
+                // The peer closed (or spoke out of turn), or the idle time is over: this
+                // connection is done. If the pool no longer lists it, an exchange took it
+                // meanwhile and is on its way: serve it on a new connection.
+                conn = None;
+                let listed = {
+                    let mut idle = lock(&shared.idle);
+                    let list = idle.entry(origin.clone()).or_default();
+                    let at = list.iter().position(|c| c.id == id);
+                    if let Some(at) = at {
+                        list.remove(at);
+                    }
+                    idle.retain(|_, v| !v.is_empty());
+                    at.is_some()
+                };
+                if listed {
+                    return;
+                }
+                match jobs.recv().await {
+                    Ok(job) => next = Some(job),
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+}
+
+/// One exchange on an open connection (see the module docs).
+async fn serve<R: Runtime>(conn: &mut Conn<R::Tcp>, job: Job) -> Served {
     let Job {
-        call,
+        started,
         request,
+        report,
         tx,
         cancelled,
     } = job;
-    let is_cancelled = || cancelled.load(Ordering::Relaxed);
-    let emit =
-        |event: LlmEvent| !is_cancelled() && tx.send_blocking(Input::Llm { call, event }).is_ok();
-    if is_cancelled() {
-        return;
-    }
-    let mut req = agent.post(&request.url);
-    for (k, v) in &request.headers {
-        req = req.header(k.as_str(), v.as_str());
-    }
-    // The body's pieces (the history is one the session's cache shares) are read straight
-    // into ureq's output buffer: no copy of the whole body first.
-    req = req.header("content-length", request.body.len().to_string());
-    let mut pieces = Pieces {
-        pieces: request.body.pieces(),
-        current: &[],
+    let Started {
+        exchange: mut codec,
+        head,
+        ..
+    } = started;
+    let send = |event: HttpEvent| {
+        let input = report(event);
+        let tx = tx.clone();
+        async move { tx.send(input).await.is_ok() }
     };
-    let sent = req.send(ureq::SendBody::from_reader(&mut pieces));
+    let write = conn.write_request(&head, &request);
+    match race(write, cancelled.recv()).await {
+        Either::First(Ok(())) => {}
+        Either::First(Err(e)) => {
+            let alive = send(HttpEvent::Failed(format!(
+                "sending the request failed: {e}"
+            )))
+            .await;
+            return if alive {
+                Served::Close
+            } else {
+                Served::LoopGone
+            };
+        }
+        // Cancelled before the request was written: the connection is mid-request.
+        Either::Second(_) => return Served::Close,
+    }
     // The body is not needed any more: free it before the response streams (and let the
     // session's cache grow in place again).
-    drop(pieces);
     drop(request);
-    let resp = match sent {
-        Ok(r) => r,
-        Err(e) => {
-            emit(LlmEvent::Failed(e.to_string()));
-            return;
-        }
-    };
-    let status = resp.status().as_u16();
-    let headers = resp
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_ascii_lowercase(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    if !emit(LlmEvent::Head { status, headers }) && !is_cancelled() {
-        return; // the loop is gone
-    }
-    let mut reader = resp.into_body().into_reader();
+    drop(head);
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut events = Vec::new();
+    let mut cancelled_at: Option<Instant> = None;
     let mut drained = 0usize;
     loop {
-        match reader.read(buf) {
-            Ok(0) => {
-                emit(LlmEvent::End);
-                return;
-            }
+        let read = match cancelled_at {
+            None => match race(conn.read(&mut buf), cancelled.recv()).await {
+                Either::First(r) => r,
+                Either::Second(_) => {
+                    cancelled_at = Some(Instant::now());
+                    continue;
+                }
+            },
+            Some(at) => match race(conn.read(&mut buf), R::sleep_until(at + CANCEL_GRACE)).await {
+                Either::First(r) => r,
+                Either::Second(()) => return Served::Close,
+            },
+        };
+        let eof = matches!(read, Ok(0));
+        let result = match read {
+            Ok(0) => codec.finish(&mut events),
             Ok(n) => {
-                if is_cancelled() {
+                if cancelled_at.is_some() {
                     drained += n;
                     if drained > DRAIN_CAP {
-                        return;
+                        return Served::Close;
                     }
-                } else if !emit(LlmEvent::Body(buf[..n].to_vec())) && !is_cancelled() {
-                    return; // the loop is gone
                 }
+                codec.push(buf.get(..n).unwrap_or(&[]), &mut events)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                emit(LlmEvent::Failed(e.to_string()));
-                return;
-            }
-        }
-    }
-}
-
-/// A [`Read`] over a body's pieces, in order.
-struct Pieces<'a, I> {
-    pieces: I,
-    current: &'a [u8],
-}
-
-impl<'a, I: Iterator<Item = &'a [u8]>> Read for Pieces<'a, I> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let mut n = 0;
-        while n < buf.len() {
-            if self.current.is_empty() {
-                match self.pieces.next() {
-                    Some(next) => self.current = next,
-                    None => break,
+                if cancelled_at.is_some() {
+                    return Served::Close;
                 }
-                continue;
+                let alive = send(HttpEvent::Failed(format!(
+                    "reading the response failed: {e}"
+                )))
+                .await;
+                return if alive {
+                    Served::Close
+                } else {
+                    Served::LoopGone
+                };
             }
-            let take = self.current.len().min(buf.len() - n);
-            buf[n..n + take].copy_from_slice(&self.current[..take]);
-            self.current = &self.current[take..];
-            n += take;
+        };
+        if cancelled_at.is_none() {
+            for event in events.drain(..) {
+                if !send(event).await {
+                    return Served::LoopGone;
+                }
+            }
+        } else {
+            events.clear();
         }
-        Ok(n)
+        if let Err(e) = result {
+            if cancelled_at.is_none() && !send(HttpEvent::Failed(e.to_string())).await {
+                return Served::LoopGone;
+            }
+            return Served::Close;
+        }
+        if codec.is_done() {
+            return if codec.reusable() {
+                Served::Reusable
+            } else {
+                Served::Close
+            };
+        }
+        if eof {
+            return Served::Close;
+        }
     }
-}
-
-/// ureq's input buffer per connection, in bytes. It must hold the whole response head (ureq does
-/// not grow it), so it is also the response-head limit; 32 KiB is far above what LLM providers
-/// send. ureq's default (128 KiB, zero-filled per connection) was the largest heap item.
-const HTTP_INPUT_BUF: usize = 32 * 1024;
-/// ureq's output buffer per connection (request head, then the body streamed through it): one
-/// `send` per buffer. A request carries the whole history, and on a loopback or LAN link each
-/// send costs a segment's delivery and a wake-up of the reader: 64 KiB instead of 16 KiB took a
-/// session with an 840 KiB history from 67 to 55 ms of CPU (issue #15), for ~30 KiB more
-/// resident memory.
-const HTTP_OUTPUT_BUF: usize = 64 * 1024;
-
-/// A worker's HTTP agent: status codes are data (the core classifies them), reads time out a
-/// little after the core's own idle timeout so an abandoned worker never waits forever.
-#[must_use]
-pub fn agent(idle_timeout_ms: u64) -> ureq::Agent {
-    let per_read = Duration::from_millis(idle_timeout_ms.saturating_add(5_000));
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_connect(Some(Duration::from_secs(30)))
-        .timeout_per_read(Some(per_read))
-        .input_buffer_size(HTTP_INPUT_BUF)
-        .max_response_header_size(HTTP_INPUT_BUF)
-        .output_buffer_size(HTTP_OUTPUT_BUF)
-        .build()
-        .into()
 }

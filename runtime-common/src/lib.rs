@@ -11,7 +11,7 @@
 //! | [`driver`] | the loop: drain actions, handle inputs and timeouts (the core's drain rule) |
 //! | `children` | MCP child processes: spawn, pipes (stderr as capped lines, C52), exit, `killpg` |
 //! | [`log`] | stderr logging that never blocks the loop (SPEC P2, case C51) |
-//! | [`http`] | the `ureq` LLM workers, streaming bodies back as inputs |
+//! | [`http`] | HTTP exchanges (LLM calls, MCP over HTTP) as tasks over the runtime's sockets, TLS by rustls |
 //! | [`stdio`] | the ACP client's stdin (a reader thread) and stdout (non-blocking writes) |
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
 //! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
@@ -37,7 +37,7 @@ pub mod sys;
 mod util;
 
 pub use driver::drive;
-pub use runtime::{InputSender, ReadPipe, Runtime, SpawnedChild, WritePipe};
+pub use runtime::{InputSender, ReadPipe, Runtime, Socket, SpawnedChild, WritePipe};
 
 use buzz_agent_core::Config;
 

@@ -44,6 +44,29 @@ pub trait WritePipe: Send + 'static {
     fn flush(&mut self) -> impl Future<Output = io::Result<()>> + Send + '_;
 }
 
+/// A TCP connection the driver's HTTP exchanges read and write ([`Runtime::connect`]), driven
+/// by the runtime's reactor (non-blocking under the hood, no thread of its own).
+pub trait Socket: Send + 'static {
+    /// Reads up to `buf.len()` bytes; `Ok(0)` is end of stream. Cancel-safe: dropped before it
+    /// completes, it has read nothing.
+    ///
+    /// # Errors
+    /// The OS error of the read (a reset connection).
+    fn read<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a;
+
+    /// Writes from `bufs` in order, as much as one `writev` takes; the count written.
+    ///
+    /// # Errors
+    /// The OS error of the write (a reset connection).
+    fn write_vectored<'a>(
+        &'a mut self,
+        bufs: &'a [io::IoSlice<'a>],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a;
+}
+
 /// A child process started by [`Runtime::spawn_child`]: its pid (also its process group id,
 /// the command has `process_group(0)`), its three pipes and a future of its exit.
 pub struct SpawnedChild<I, O, E, X> {
@@ -107,6 +130,16 @@ pub trait Runtime: 'static {
             impl Future<Output = io::Result<ExitStatus>> + Send + 'static,
         >,
     >;
+
+    /// A TCP connection of the runtime's reactor.
+    type Tcp: Socket;
+
+    /// Opens a TCP connection to `host` (a name, resolved off the loop thread, or an IP
+    /// address) and `port`, trying each address in turn, with `TCP_NODELAY` set.
+    ///
+    /// # Errors
+    /// The OS error of the resolution or of the last connection attempt.
+    fn connect(host: String, port: u16) -> impl Future<Output = io::Result<Self::Tcp>> + Send;
 
     /// Sends [`Input::ShutdownSignal`] on `tx` each time SIGTERM, SIGINT or SIGHUP arrives
     /// (SPEC P1; SIGHUP for case C33), from tasks on this runtime.

@@ -1,17 +1,20 @@
 //! `buzz-agent-smol`: the minimal binary — the smol driver over `buzz-agent-core`
-//! (DESIGN.md "Runtimes are thin drivers"). The loop and everything that does not depend on
+//! (docs/architecture.md, "The runtimes"). The loop and everything that does not depend on
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for smol.
 //!
 //! Everything runs on one [`LocalExecutor`] on the main thread (like tokio's current-thread
 //! runtime in `buzz-agent`). Blocking work lives elsewhere, in the driver crate: stdin has a
-//! reader thread, LLM calls run `ureq` on worker threads; children are reaped by
+//! reader thread; HTTP exchanges (LLM calls, MCP over HTTP) are tasks on the executor over
+//! `smol::net` sockets; children are reaped by
 //! [`smol::process::driver`] running on the same executor. The `demo`,
 //! `example-server` and `hooks check` subcommands are left out unless the `extras` feature is
 //! on.
 
 use async_signal::{Signal, Signals};
 use buzz_agent_core::Input;
-use buzz_agent_runtime::{InputSender, Program, ReadPipe, Runtime, SpawnedChild, WritePipe};
+use buzz_agent_runtime::{
+    InputSender, Program, ReadPipe, Runtime, Socket, SpawnedChild, WritePipe,
+};
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use smol::process::Stdio;
 use smol::stream::StreamExt;
@@ -62,6 +65,25 @@ buzz_agent_runtime::pipe_newtype!(
     Pipe: AsyncRead, AsyncWrite
 );
 
+/// A smol (async-net) TCP stream as the driver's [`Socket`].
+struct Tcp(smol::net::TcpStream);
+
+impl Socket for Tcp {
+    fn read<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        self.0.read(buf)
+    }
+
+    fn write_vectored<'a>(
+        &'a mut self,
+        bufs: &'a [io::IoSlice<'a>],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        self.0.write_vectored(bufs)
+    }
+}
+
 impl Runtime for Smol {
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
         self.ex.spawn(task).detach();
@@ -111,6 +133,15 @@ impl Runtime for Smol {
             stderr: Pipe(child.stderr.take().ok_or_else(pipe)?),
             exit: async move { child.status().await },
         })
+    }
+
+    type Tcp = Tcp;
+
+    async fn connect(host: String, port: u16) -> io::Result<Tcp> {
+        // A host name is resolved on smol's blocking pool, an address literal at once.
+        let stream = smol::net::TcpStream::connect((host.as_str(), port)).await?;
+        stream.set_nodelay(true)?;
+        Ok(Tcp(stream))
     }
 
     fn watch_shutdown_signals(&self, tx: InputSender) -> io::Result<()> {

@@ -1,11 +1,13 @@
 //! `buzz-agent`: the production binary — the tokio driver over `buzz-agent-core`
-//! (DESIGN.md "Runtimes are thin drivers"). The loop and everything that does not depend on
+//! (docs/architecture.md, "The runtimes"). The loop and everything that does not depend on
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for tokio: a
-//! current-thread runtime, its timers, `tokio::process` children and `tokio::signal`. It also carries the `demo`, `example-server` and
+//! current-thread runtime, its timers, `tokio::process` children, `tokio::net` sockets and `tokio::signal`. It also carries the `demo`, `example-server` and
 //! `hooks check` subcommands (`buzz_agent_runtime::extras`).
 
 use buzz_agent_core::Input;
-use buzz_agent_runtime::{InputSender, Program, ReadPipe, Runtime, SpawnedChild, WritePipe};
+use buzz_agent_runtime::{
+    InputSender, Program, ReadPipe, Runtime, Socket, SpawnedChild, WritePipe,
+};
 use std::future::Future;
 use std::io;
 use std::os::fd::AsFd;
@@ -47,6 +49,25 @@ buzz_agent_runtime::pipe_newtype!(
     /// A tokio pipe as the driver's [`ReadPipe`] / [`WritePipe`].
     Pipe: AsyncRead, AsyncWrite
 );
+
+/// A tokio TCP stream as the driver's [`Socket`].
+struct Tcp(tokio::net::TcpStream);
+
+impl Socket for Tcp {
+    fn read<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        self.0.read(buf)
+    }
+
+    fn write_vectored<'a>(
+        &'a mut self,
+        bufs: &'a [io::IoSlice<'a>],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        self.0.write_vectored(bufs)
+    }
+}
 
 impl Runtime for Tokio {
     fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
@@ -94,6 +115,15 @@ impl Runtime for Tokio {
             stderr: Pipe(child.stderr.take().ok_or_else(pipe)?),
             exit: async move { child.wait().await },
         })
+    }
+
+    type Tcp = Tcp;
+
+    async fn connect(host: String, port: u16) -> io::Result<Tcp> {
+        // A host name is resolved on tokio's blocking pool, an address literal at once.
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+        stream.set_nodelay(true)?;
+        Ok(Tcp(stream))
     }
 
     fn watch_shutdown_signals(&self, tx: InputSender) -> io::Result<()> {

@@ -8,7 +8,9 @@ usage: acp_sdk_session.py AGENT_BINARY CWD new PROMPT
 session/list, session/load of SESSION_ID (the replayed updates are collected), one prompt. Prints
 one JSON object: what the SDK parsed (initialize result, session id, list result, the updates
 received before the load's response, the prompt response, every update).
-(the agent's configuration comes from this process's environment)
+(the agent's configuration comes from this process's environment). The agent's stderr is this
+process's stderr (`transport_kwargs={"stderr": None}`: by default the SDK pipes it and never
+reads it, which hides the agent's log; README, "The Python ACP SDK hides the agent's log").
 """
 
 import asyncio
@@ -43,7 +45,9 @@ async def main():
     agent, cwd, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     client = Client()
     report = {}
-    async with spawn_agent_process(client, agent, env=dict(os.environ), cwd=cwd) as (conn, _proc):
+    async with spawn_agent_process(
+        client, agent, env=dict(os.environ), cwd=cwd, transport_kwargs={"stderr": None}
+    ) as (conn, _proc):
         init = await conn.initialize(
             protocol_version=PROTOCOL_VERSION,
             client_capabilities=ClientCapabilities(),

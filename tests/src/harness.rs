@@ -548,6 +548,32 @@ impl AgentProc {
             .collect()
     }
 
+    /// How many TCP connections the agent holds open: its fds that are sockets
+    /// (`/proc/<pid>/fd` links to `socket:[inode]`) listed in `/proc/<pid>/net/tcp{,6}` (the
+    /// runtime's own socket pairs, e.g. tokio's signal pipe, are not TCP).
+    pub fn open_sockets(&self) -> usize {
+        let mut tcp = std::collections::BTreeSet::new();
+        for table in ["tcp", "tcp6"] {
+            let text = std::fs::read_to_string(format!("/proc/{}/net/{table}", self.pid))
+                .unwrap_or_default();
+            for line in text.lines().skip(1) {
+                if let Some(inode) = line.split_whitespace().nth(9) {
+                    tcp.insert(inode.to_string());
+                }
+            }
+        }
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.pid)) else {
+            return 0;
+        };
+        dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter_map(|target| {
+                let t = target.to_string_lossy().into_owned();
+                Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+            })
+            .filter(|inode| tcp.contains(inode))
+            .count()
+    }
+
     fn note_sent(&self, bytes: &[u8]) {
         let mut st = self.shared.lock();
         // Lines may be written in pieces: complete lines are read once their newline is sent.

@@ -1,4 +1,4 @@
-//! End-to-end suite of buzz-agent (DESIGN.md, test pyramid layer 5): real agent processes driven
+//! End-to-end suite of buzz-agent (docs/architecture.md, "How it is tested", layer 5): real agent processes driven
 //! over stdio, a fake LLM on a real TCP socket ([`fake_llm`]), a fake MCP server that is this
 //! very test binary run with `BUZZ_E2E_ROLE=fake-mcp` ([`fake_mcp`]), and real third-party peers
 //! ([`peers`]). Every scenario is named after the SPEC requirement or case it checks.
@@ -21,6 +21,7 @@ mod fuzz_seeds;
 pub mod harness;
 pub mod peers;
 pub mod procfs;
+pub mod references;
 mod scenarios;
 
 pub use harness::Ctx;

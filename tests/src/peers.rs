@@ -1,4 +1,4 @@
-//! Real third-party peers (DESIGN.md layer 5): the npm ACP client `acpx` drives the agent, and
+//! Real third-party peers (docs/architecture.md, "How it is tested", layer 5): the npm ACP client `acpx` drives the agent, and
 //! the reference MCP server `@modelcontextprotocol/server-everything` serves it. Both come from
 //! `tests/package.json` (exact versions, `npm ci` in `tests/`). The PyPI mock LLM server
 //! `fakellm` (`tests/requirements.txt`, installed into `tests/.venv`) answers the agent on the
@@ -91,7 +91,13 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
     let pip_mcp1 = format!(
         "run `python3 -m venv .venv-mcp1 && .venv-mcp1/bin/pip install -r requirements-mcp1.txt` in {dir}"
     );
-    let list: [(&str, PathBuf, &str, Peer); 13] = [
+    let list: [(&str, PathBuf, &str, Peer); 14] = [
+        (
+            "peers::c53_acpx_default_mode_denies_an_unannotated_fastmcp_tool_and_allows_a_read_only_one",
+            site_file(&venv(), "fastmcp/__init__.py"),
+            &pip,
+            acpx_default_mode_and_a_read_only_fastmcp_tool,
+        ),
         (
             "peers::c53_c58_acpx_default_mode_allows_filesystem_reads_denies_writes_and_sets_the_model",
             node_modules().join(FILESYSTEM_JS),
@@ -217,6 +223,27 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
         .collect()
 }
 
+/// The real acpx (`node <acpx_cli>`) driving the agent under test: `--agent '<binary>' --format
+/// json --timeout 60 --cwd <ws>`, run in `ws` with a clean environment (`PATH`, `HOME`) plus the
+/// agent's settings for `llm`. The caller adds its options, the command and more environment.
+fn acpx(ctx: &Ctx, acpx_cli: &Path, ws: &Path, home: &Path, llm: &FakeLlm) -> Command {
+    let agent_cmd = format!(
+        "'{}'",
+        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
+    );
+    let mut cmd = Command::new("node");
+    cmd.arg(acpx_cli)
+        .args(["--agent", &agent_cmd, "--format", "json", "--timeout", "60"])
+        .arg("--cwd")
+        .arg(ws)
+        .current_dir(ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .envs(agent_env(llm));
+    cmd
+}
+
 /// Runs `cmd` (in its own process group) with a deadline; returns (status code, stdout, stderr).
 /// The whole group is killed at the deadline and afterwards, so nothing leaks.
 fn run_bounded(mut cmd: Command, timeout: Duration) -> (Option<i32>, String, String) {
@@ -275,34 +302,12 @@ fn acpx_drives_the_agent_through_one_tool_call(ctx: &Ctx, acpx_cli: &Path) {
     let config = json!({"mcpServers": [fake_mcp_entry("fs", &[("FAKE_MCP_CALL_LOG", &log)])]});
     std::fs::write(&mcp_config, config.to_string()).expect("write mcp config");
 
-    let agent_cmd = format!(
-        "'{}'",
-        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
-    );
-    let mut cmd = Command::new("node");
-    cmd.arg(acpx_cli)
-        .args([
-            "--agent",
-            &agent_cmd,
-            "--approve-all",
-            "--format",
-            "json",
-            "--timeout",
-            "60",
-        ])
+    let mut cmd = acpx(ctx, acpx_cli, &s.ws, &home, &llm);
+    cmd.arg("--approve-all")
         .arg("--mcp-config")
         .arg(&mcp_config)
-        .arg("--cwd")
-        .arg(&s.ws)
         .args(["exec", "Echo 'peer hello' with the echo tool, then finish."])
-        .current_dir(&s.ws)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home);
-    for (k, v) in agent_env(&llm) {
-        cmd.env(k, v);
-    }
-    cmd.env("BUZZ_AGENT_PERMISSION", "ask");
+        .env("BUZZ_AGENT_PERMISSION", "ask");
     let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
     let context = format!("\n--- acpx stdout:\n{out}\n--- acpx stderr:\n{err}");
     assert_eq!(code, Some(0), "acpx exit status{context}");
@@ -377,27 +382,12 @@ fn acpx_default_mode_reads_writes_and_model(ctx: &Ctx, fs_js: &Path) {
     let server = json!({"name": "fs", "command": "node", "args": [path_str(fs_js), path_str(&s.ws)], "env": []});
     std::fs::write(&mcp_config, json!({"mcpServers": [server]}).to_string())
         .expect("write mcp config");
-    let agent_cmd = format!(
-        "'{}'",
-        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
-    );
-    let mut cmd = Command::new("node");
-    cmd.arg(&acpx_cli)
-        .args(["--agent", &agent_cmd, "--format", "json", "--timeout", "60"])
-        .args(["--model", "other-model"])
+    let mut cmd = acpx(ctx, &acpx_cli, &s.ws, &home, &llm);
+    cmd.args(["--model", "other-model"])
         .arg("--mcp-config")
         .arg(&mcp_config)
-        .arg("--cwd")
-        .arg(&s.ws)
         .args(["exec", "Read note.txt, then write new.txt."])
-        .current_dir(&s.ws)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home);
-    for (k, v) in agent_env(&llm) {
-        cmd.env(k, v);
-    }
-    cmd.env("BUZZ_AGENT_PERMISSION", "ask")
+        .env("BUZZ_AGENT_PERMISSION", "ask")
         .env("BUZZ_AGENT_MODELS", "other-model")
         .env("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30");
     let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
@@ -462,6 +452,86 @@ fn acpx_default_mode_reads_writes_and_model(ctx: &Ctx, fs_js: &Path) {
         results[1].contains("tool call not authorized"),
         "{results:?}{context}"
     );
+}
+
+/// C53 with the real acpx in its default mode and the README's first FastMCP tool
+/// (`tests/examples/tools/fastmcp_read_only.py`): a call of the tool without annotations is
+/// kind `other` and denied, the turn still ends `end_turn`, and acpx exits 5 (its "permission
+/// denied": every permission request of the prompt was denied); a call of the same tool with
+/// `readOnlyHint` is kind `read`, allowed, and acpx exits 0 (README, "Your first tool").
+fn acpx_default_mode_and_a_read_only_fastmcp_tool(ctx: &Ctx, _: &Path) {
+    let acpx_cli = node_modules().join(ACPX_CLI);
+    assert!(
+        acpx_cli.is_file(),
+        "{} missing: run `npm ci` in tests/",
+        acpx_cli.display()
+    );
+    let python = venv().join("bin").join("python");
+    let server = example("tools/fastmcp_read_only.py");
+    for (tool, kind, status, exit) in [
+        ("count_words_plain", "other", "failed", 5),
+        ("count_words", "read", "completed", 0),
+    ] {
+        let s = Scratch::new();
+        let home = s.dir.path().join("home");
+        std::fs::create_dir(&home).expect("mkdir home");
+        let llm = FakeLlm::scripted(vec![
+            Reply::tool_calls(vec![(
+                "call_1",
+                &format!("words__{tool}"),
+                json!({"text": "one two three"}),
+            )]),
+            Reply::text("counted"),
+        ]);
+        let mcp_config = s.dir.path().join("mcp.json");
+        let entry = json!({"name": "words", "command": path_str(&python), "args": [path_str(&server)], "env": []});
+        std::fs::write(&mcp_config, json!({"mcpServers": [entry]}).to_string())
+            .expect("write mcp config");
+        let mut cmd = acpx(ctx, &acpx_cli, &s.ws, &home, &llm);
+        cmd.arg("--mcp-config")
+            .arg(&mcp_config)
+            .args(["exec", "Count the words of 'one two three'."])
+            .env("BUZZ_AGENT_PERMISSION", "ask")
+            .env("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "30");
+        let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
+        let context = format!("\n--- {tool}: acpx stdout:\n{out}\n--- acpx stderr:\n{err}");
+        assert_eq!(code, Some(exit), "acpx exit status{context}");
+        let msgs: Vec<Value> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        assert!(
+            msgs.iter().any(|m| m["result"]["stopReason"] == "end_turn"),
+            "the prompt ends end_turn{context}"
+        );
+        let asked: Vec<&Value> = msgs
+            .iter()
+            .filter(|m| m["method"] == "session/request_permission")
+            .map(|m| &m["params"]["toolCall"]["kind"])
+            .collect();
+        assert_eq!(asked, [kind], "{context}");
+        let updates: Vec<Value> = msgs
+            .iter()
+            .filter(|m| m["method"] == "session/update")
+            .map(|m| m["params"]["update"].clone())
+            .collect();
+        let terminal = assert_tool_updates_well_formed(&updates);
+        assert_eq!(terminal.len(), 1, "{context}");
+        assert_eq!(terminal[0]["status"], status, "{context}");
+        let results: Vec<String> = llm.requests()[1]
+            .tool_results()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        if exit == 0 {
+            assert_eq!(results, ["3"], "{context}");
+        } else {
+            assert!(
+                results[0].contains("not authorized"),
+                "{results:?}{context}"
+            );
+        }
+    }
 }
 
 /// C59 with the reference server: `get-tiny-image`'s image reaches the client in the
@@ -1019,7 +1089,8 @@ fn acp_python_sdk_drives_a_tool_call_and_an_objection(ctx: &Ctx, _: &Path) {
 /// A9 with the official Python ACP SDK: one SDK process creates a session and prompts it; a
 /// second SDK process (so a new agent) lists the saved sessions, loads that one (the replay
 /// arrives as `session/update`s the SDK parses), and prompts again: the LLM gets the whole
-/// earlier history.
+/// earlier history. The client passes `transport_kwargs={"stderr": None}`, so the agent's log
+/// reaches the client's stderr (the README's advice).
 fn acp_python_sdk_loads_a_session_an_earlier_process_wrote(ctx: &Ctx, _: &Path) {
     let s = Scratch::new();
     let state = s.dir.path().join("state");
@@ -1045,6 +1116,10 @@ fn acp_python_sdk_loads_a_session_an_earlier_process_wrote(ctx: &Ctx, _: &Path) 
         let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
         let context = format!("\n--- client stdout:\n{out}\n--- client stderr:\n{err}");
         assert_eq!(code, Some(0), "the SDK client exit status{context}");
+        assert!(
+            err.contains("INFO  starting: provider="),
+            "with transport_kwargs={{\"stderr\": None}} the agent's log reaches the client's stderr{context}"
+        );
         out.lines()
             .rev()
             .find_map(|l| serde_json::from_str(l).ok())
@@ -1117,33 +1192,18 @@ fn acpx_persistent_session_keeps_its_history_across_an_agent_restart(ctx: &Ctx, 
         Reply::text("Noted: zebra."),
         Reply::text("The word was zebra."),
     ]);
-    let agent_cmd = format!(
-        "'{}'",
-        ctx.agent_bin.display().to_string().replace('\'', r"'\''")
-    );
-    let acpx = |args: &[&str]| {
-        let mut cmd = Command::new("node");
-        cmd.arg(acpx_cli)
-            .args(["--agent", &agent_cmd, "--approve-all", "--format", "json"])
-            .args(["--timeout", "60", "--ttl", "1"])
-            .arg("--cwd")
-            .arg(&s.ws)
+    let run_acpx = |args: &[&str]| {
+        let mut cmd = acpx(ctx, acpx_cli, &s.ws, &home, &llm);
+        cmd.args(["--approve-all", "--ttl", "1"])
             .args(args)
-            .current_dir(&s.ws)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &home)
             .env("BUZZ_AGENT_STATE_DIR", &state);
-        for (k, v) in agent_env(&llm) {
-            cmd.env(k, v);
-        }
         let (code, out, err) = run_bounded(cmd, Duration::from_secs(120));
         let context = format!("\n--- acpx {args:?} stdout:\n{out}\n--- stderr:\n{err}");
         assert_eq!(code, Some(0), "acpx exit status{context}");
         (out, context)
     };
-    acpx(&["sessions", "new"]);
-    let (out, context) = acpx(&["prompt", "Remember the word zebra."]);
+    run_acpx(&["sessions", "new"]);
+    let (out, context) = run_acpx(&["prompt", "Remember the word zebra."]);
     assert!(out.contains("end_turn"), "{context}");
     let saved = || -> Vec<PathBuf> {
         std::fs::read_dir(&state)
@@ -1173,7 +1233,7 @@ fn acpx_persistent_session_keeps_its_history_across_an_agent_restart(ctx: &Ctx, 
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (out, context) = acpx(&["prompt", "Which word was it?"]);
+    let (out, context) = run_acpx(&["prompt", "Which word was it?"]);
     assert!(out.contains("end_turn"), "{context}");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2, "{context}");

@@ -521,7 +521,7 @@ pub(crate) mod decoder_tests {
         assert!(deltas.is_empty());
     }
 
-    /// C36 / L9 for one route: `body` with every `é` written as the lone byte `E9` (invalid
+    /// C36 / L9 for one route: `body` with every `é` written as the lone byte `0xE9` (invalid
     /// UTF-8, as a Latin-1 tool would) decodes, whole, at every 2-chunk split and byte by byte,
     /// exactly like `body` with every `é` replaced by U+FFFD. Returns that outcome.
     pub(crate) fn assert_invalid_utf8_is_decoded_lossily(

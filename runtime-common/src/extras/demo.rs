@@ -38,6 +38,77 @@ pub fn run() -> i32 {
     }
 }
 
+/// `demo --llm [ADDR]`: the demo's scripted LLM alone, an OpenAI-compatible Chat Completions
+/// server on `ADDR` (default `127.0.0.1:8765`; port 0 picks a free one), for trying the agent by
+/// hand without a provider (README, "By hand, in JSON"). Every request is answered with one
+/// streamed text naming the last user message; it never calls tools. The first line on stdout
+/// is the base URL to set as `OPENAI_COMPAT_BASE_URL`. Serves until killed; returns the exit
+/// code when it cannot listen.
+pub fn run_llm(addr: Option<&str>) -> i32 {
+    let addr = addr.unwrap_or(SCRIPTED_LLM_ADDR);
+    let listener = match TcpListener::bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("demo --llm: cannot listen on {addr}: {e}");
+            return 1;
+        }
+    };
+    let url = match listener.local_addr() {
+        Ok(a) => format!("http://{a}/v1"),
+        Err(e) => {
+            eprintln!("demo --llm: {e}");
+            return 1;
+        }
+    };
+    out!("{url}");
+    eprintln!(
+        "demo --llm: a scripted OpenAI-compatible LLM (it answers every request with one sentence, and never calls tools); use it with\n  BUZZ_AGENT_PROVIDER=openai OPENAI_COMPAT_BASE_URL={url} OPENAI_COMPAT_MODEL=scripted"
+    );
+    for stream in listener.incoming().flatten() {
+        std::thread::spawn(move || {
+            let _ = serve_echo(stream);
+        });
+    }
+    0
+}
+
+/// Where `demo --llm` listens unless told otherwise.
+const SCRIPTED_LLM_ADDR: &str = "127.0.0.1:8765";
+
+/// One `demo --llm` exchange: reads a request, answers it with [`echo_reply`] as Chat
+/// Completions SSE.
+fn serve_echo(mut stream: TcpStream) -> std::io::Result<()> {
+    let body = read_request(&mut stream)?;
+    let req = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
+    write_sse(&mut stream, text(&echo_reply(&req)))
+}
+
+/// The scripted answer to a Chat Completions request: the last user message, quoted (cut to
+/// 200 characters), in a sentence that says what answered.
+fn echo_reply(req: &Value) -> String {
+    let said = req["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            parts => parts
+                .as_array()
+                .map(|p| {
+                    p.iter()
+                        .filter_map(|b| b["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default(),
+        })
+        .unwrap_or_default();
+    let mut said: String = said.trim().chars().take(200).collect();
+    if said.is_empty() {
+        said = "(nothing)".into();
+    }
+    format!("Hello! This is the scripted demo LLM, not a real model: you said \"{said}\".")
+}
+
 /// Run the interceptor demo; returns the exit code.
 pub fn run_interceptors() -> i32 {
     match interceptor_demo() {
@@ -49,22 +120,67 @@ pub fn run_interceptors() -> i32 {
     }
 }
 
+/// What the model saw of hooks and denials, as the scripted LLM reports it: `(n, line)` for
+/// the n-th request (0-based), printed right before the reply to that request. The reply is
+/// found by counting the model's rounds on the client side: each round's text starts a
+/// paragraph (SPEC A6), and every scripted reply has text. Counting, not arrival order: the
+/// LLM may see request n before this thread has printed the reply to request n−1.
+struct SeenLog {
+    rx: mpsc::Receiver<(usize, String)>,
+    pending: Vec<(usize, String)>,
+    /// Model rounds whose text has started so far.
+    rounds: usize,
+}
+
+impl SeenLog {
+    /// Called for every update before it is printed: a model chunk that opens a round prints
+    /// what the model saw in the request that round answers.
+    fn before(&mut self, v: &Value) {
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] != "agent_message_chunk" || u["_meta"]["buzz"]["notice"].is_string() {
+            return;
+        }
+        let text = u["content"]["text"].as_str().unwrap_or("");
+        if self.rounds > 0 && !text.starts_with("\n\n") {
+            return;
+        }
+        self.rounds += 1;
+        self.pending.extend(self.rx.try_iter());
+        let rounds = self.rounds;
+        self.pending.retain(|(n, line)| {
+            if *n < rounds {
+                out!("{line}");
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
 /// The scripted LLM on 127.0.0.1: the n-th request gets `script(n)` as Chat Completions SSE.
 /// Returns its port and what the model saw of hooks and denials (the newest tool result, when
 /// it is one), for the main thread to print right before the reply it caused.
-fn start_llm(script: fn(usize) -> Vec<Value>) -> Result<(u16, mpsc::Receiver<String>), String> {
+fn start_llm(script: fn(usize) -> Vec<Value>) -> Result<(u16, SeenLog), String> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let calls = Arc::new(AtomicUsize::new(0));
-    let (seen_tx, seen_rx) = mpsc::channel::<String>();
+    let (seen_tx, seen_rx) = mpsc::channel::<(usize, String)>();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             let n = calls.fetch_add(1, Ordering::SeqCst);
             let _ = serve_llm(stream, n, script, &seen_tx);
         }
     });
-    Ok((port, seen_rx))
+    Ok((
+        port,
+        SeenLog {
+            rx: seen_rx,
+            pending: Vec::new(),
+            rounds: 0,
+        },
+    ))
 }
 
 fn this_binary() -> Result<String, String> {
@@ -74,7 +190,7 @@ fn this_binary() -> Result<String, String> {
 
 fn demo() -> Result<(), String> {
     let exe = this_binary()?;
-    let (port, seen_rx) = start_llm(hook_script)?;
+    let (port, mut seen) = start_llm(hook_script)?;
     out!(
         "== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n"
     );
@@ -124,11 +240,7 @@ fn demo() -> Result<(), String> {
     let prompt = "Track and finish the release notes.";
     out!("client → session/prompt      {prompt:?}\n");
     let mut show = |v: &Value| {
-        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
-            while let Ok(seen) = seen_rx.try_recv() {
-                out!("{seen}");
-            }
-        }
+        seen.before(v);
         print_update(v);
         None
     };
@@ -186,7 +298,7 @@ fn print_update(v: &Value) {
 
 fn interceptor_demo() -> Result<(), String> {
     let exe = this_binary()?;
-    let (port, seen_rx) = start_llm(interceptor_script)?;
+    let (port, mut seen) = start_llm(interceptor_script)?;
     out!(
         "== buzz-agent demo --interceptors: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` server,\n   the bundled example interceptor server as `policy` (BUZZ_AGENT_INTERCEPTOR_SERVERS=policy;\n   its policy/no-rm-rf validator denies tool calls whose arguments contain `rm -rf`)\n"
     );
@@ -234,11 +346,7 @@ fn interceptor_demo() -> Result<(), String> {
     out!("client → session/prompt      {prompt:?}\n");
     let mut statuses = Vec::new();
     let mut show = |v: &Value| {
-        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
-            while let Ok(seen) = seen_rx.try_recv() {
-                out!("{seen}");
-            }
-        }
+        seen.before(v);
         let u = &v["params"]["update"];
         if u["sessionUpdate"] == "tool_call_update"
             && (u["status"] == "completed" || u["status"] == "failed")
@@ -319,14 +427,50 @@ fn serve_llm(
     mut stream: TcpStream,
     n: usize,
     script: fn(usize) -> Vec<Value>,
-    seen: &mpsc::Sender<String>,
+    seen: &mpsc::Sender<(usize, String)>,
 ) -> std::io::Result<()> {
+    let body = read_request(&mut stream)?;
+    // The newest hook injection or interceptor denial, if this request is the one that
+    // follows it (SPEC H6, X1).
+    if let Ok(req) = serde_json::from_slice::<Value>(&body) {
+        let msgs = req["messages"].as_array().cloned().unwrap_or_default();
+        if let Some(last) = msgs.last().filter(|m| m["role"] == "tool") {
+            let content = last["content"].as_str().unwrap_or("");
+            if let Ok(inj) = serde_json::from_str::<Value>(content)
+                .map_err(drop)
+                .and_then(|v| if v["hook"] == "_Stop" { Ok(v) } else { Err(()) })
+            {
+                let _ = seen.send((
+                    n,
+                    format!(
+                        "   [_Stop hook of `{}` objected; the model now sees: {}]",
+                        inj["server"].as_str().unwrap_or(""),
+                        inj["text"].as_str().unwrap_or("").replace('\n', " ")
+                    ),
+                ));
+            } else if content.contains("blocked by interceptor") {
+                let _ = seen.send((
+                    n,
+                    format!(
+                        "   [the model now sees the tool error: {}]",
+                        content.replace('\n', " ")
+                    ),
+                ));
+            }
+        }
+    }
+    write_sse(&mut stream, script(n))
+}
+
+/// Reads one HTTP request (head, then a `content-length` body) and returns its body; an empty
+/// body when the peer closed before sending a whole head.
+fn read_request(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         if stream.read(&mut byte)? == 0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
         head.push(byte[0]);
     }
@@ -338,30 +482,11 @@ fn serve_llm(
         .unwrap_or(0);
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body)?;
-    // The newest hook injection or interceptor denial, if this request is the one that
-    // follows it (SPEC H6, X1).
-    if let Ok(req) = serde_json::from_slice::<Value>(&body) {
-        let msgs = req["messages"].as_array().cloned().unwrap_or_default();
-        if let Some(last) = msgs.last().filter(|m| m["role"] == "tool") {
-            let content = last["content"].as_str().unwrap_or("");
-            if let Ok(inj) = serde_json::from_str::<Value>(content)
-                .map_err(drop)
-                .and_then(|v| if v["hook"] == "_Stop" { Ok(v) } else { Err(()) })
-            {
-                let _ = seen.send(format!(
-                    "   [_Stop hook of `{}` objected; the model now sees: {}]",
-                    inj["server"].as_str().unwrap_or(""),
-                    inj["text"].as_str().unwrap_or("").replace('\n', " ")
-                ));
-            } else if content.contains("blocked by interceptor") {
-                let _ = seen.send(format!(
-                    "   [the model now sees the tool error: {}]",
-                    content.replace('\n', " ")
-                ));
-            }
-        }
-    }
-    let chunks: Vec<Value> = script(n);
+    Ok(body)
+}
+
+/// Writes `chunks` as one Chat Completions event stream, `[DONE]` last, and closes.
+fn write_sse(stream: &mut TcpStream, chunks: Vec<Value>) -> std::io::Result<()> {
     let mut out = String::from(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
     );

@@ -537,13 +537,9 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
     } else {
         opts.prompt.clone()
     };
-    let cwd = match opts
-        .cwd
-        .as_deref()
-        .map_or_else(std::env::current_dir, |d| Path::new(d).canonicalize())
-    {
+    let cwd = match session_cwd(opts.cwd.as_deref()) {
         Ok(d) => d,
-        Err(e) => return fail(&format!("--cwd: {e}"), EXIT_USAGE),
+        Err(e) => return fail(&e, EXIT_USAGE),
     };
     let servers = match load_servers(&opts.mcp_configs) {
         Ok(s) => s,
@@ -601,6 +597,24 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
 }
 
 /// `initialize`, `session/new`, `session/prompt`; the exit status.
+/// The session's working directory: `--cwd DIR` made absolute (symbolic links resolved), else
+/// the current directory. The error names the path and why it cannot be used (`--cwd
+/// ~/src/ap: No such file or directory (os error 2)`, `--cwd notes.txt: not a directory`).
+fn session_cwd(dir: Option<&Path>) -> Result<PathBuf, String> {
+    let Some(dir) = dir else {
+        return std::env::current_dir()
+            .map_err(|e| format!("cannot read the current directory: {e}"));
+    };
+    let shown = dir.display();
+    let abs = dir
+        .canonicalize()
+        .map_err(|e| format!("--cwd {shown}: {e}"))?;
+    if !abs.is_dir() {
+        return Err(format!("--cwd {shown}: not a directory"));
+    }
+    Ok(abs)
+}
+
 fn session(
     agent: &mut AcpChild,
     printer: &mut Printer,
@@ -680,6 +694,30 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn p3_a_cwd_that_cannot_be_used_is_named_with_the_reason() {
+        let dir = std::env::temp_dir().join(format!("buzz-exec-cwd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("notes.txt");
+        std::fs::write(&file, "x").unwrap();
+        let missing = dir.join("no-such-dir");
+        let e = session_cwd(Some(&missing)).unwrap_err();
+        assert!(
+            e.starts_with(&format!("--cwd {}: ", missing.display())) && e.contains("No such file"),
+            "{e}"
+        );
+        assert_eq!(
+            session_cwd(Some(&file)).unwrap_err(),
+            format!("--cwd {}: not a directory", file.display())
+        );
+        assert_eq!(
+            session_cwd(Some(&dir)).unwrap(),
+            dir.canonicalize().unwrap()
+        );
+        assert_eq!(session_cwd(None).unwrap(), std::env::current_dir().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

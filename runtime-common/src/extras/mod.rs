@@ -1,5 +1,6 @@
 //! The production binary's extra subcommands (SPEC P3, E1, E2, issue 12): `demo` (an offline
-//! session; `demo --interceptors` shows an interceptor denying a dangerous call), `exec` (one
+//! session; `demo --interceptors` shows an interceptor denying a dangerous call; `demo --llm`
+//! serves only its scripted LLM, for trying the agent by hand), `exec` (one
 //! prompt from a terminal), `example-server testguard|todo|interceptors` (the bundled example
 //! hook servers and the SEP-2624 example interceptor server) and `hooks check` (a hook
 //! server's contract check). `demo` and `exec`
@@ -37,9 +38,12 @@ fn run(program: &Program, args: &[String]) -> Option<i32> {
     let arg1 = args.get(1).map(String::as_str);
     Some(match (args.first().map(String::as_str)?, arg1) {
         ("demo", None) => demo::run(),
-        ("demo", Some("--interceptors")) => demo::run_interceptors(),
+        ("demo", Some("--interceptors")) if args.len() == 2 => demo::run_interceptors(),
+        ("demo", Some("--llm")) if args.len() <= 3 => {
+            demo::run_llm(args.get(2).map(String::as_str))
+        }
         ("demo", Some(_)) => {
-            eprintln!("usage: {bin} demo [--interceptors]");
+            eprintln!("usage: {bin} demo [--interceptors | --llm [ADDR]]");
             2
         }
         ("exec", _) => exec::run(bin, &args[1..]),
@@ -65,7 +69,7 @@ fn usage(bin: &str) -> String {
     format!(
         "  {bin} hooks check -- <command> [args…]\n      spawn one MCP server, call its hooks once, report whether it follows the contract\n  \
          {bin} exec [--cwd DIR] [--mcp-config FILE] [--approve reads|all|none] \"prompt\"\n      run one prompt with the LLM this environment names; `{bin} exec --help` for more\n  \
-         {bin} demo [--interceptors]\n      an offline session: scripted LLM, the bundled todo hook server, _Stop objecting once;\n      with --interceptors, an interceptor server denying a dangerous tool call (experimental)\n  \
+         {bin} demo [--interceptors | --llm [ADDR]]\n      an offline session: scripted LLM, the bundled todo hook server, _Stop objecting once;\n      with --interceptors, an interceptor server denying a dangerous tool call (experimental);\n      with --llm, only the scripted LLM, served on ADDR (127.0.0.1:8765) for trying the agent by hand\n  \
          {bin} example-server testguard|todo|interceptors\n      run a bundled example server on stdio (TESTGUARD_CMD, TESTGUARD_TIMEOUT_MS; TODO_FILE;\n      EXAMPLE_INTERCEPTORS, a JSON array of interceptors)\n"
     )
 }

@@ -481,7 +481,10 @@ fn readme_session_env(block: &str) -> Vec<(String, String)> {
         .lines()
         .find(|l| l.contains("buzz-agent") && l.contains('|'))
         .expect("the command line of the README session");
-    let command = line.rsplit('|').next().unwrap_or("");
+    let command = line
+        .split('|')
+        .find(|segment| segment.contains("buzz-agent"))
+        .unwrap_or("");
     command
         .split_whitespace()
         .map_while(|w| w.split_once('='))
@@ -492,9 +495,10 @@ fn readme_session_env(block: &str) -> Vec<(String, String)> {
 /// A1–A3, issue 12: the README's copy-paste JSON session works as written — its three lines
 /// (`initialize`, `session/new`, `session/prompt` on the session id it names), sent at once as
 /// `printf` would, get three answers, the last `end_turn` with the model's text streamed
-/// before it — and it keeps stdin open (`sleep`), since EOF cancels the turn (P1). The
-/// environment written on its command line applies (`BUZZ_AGENT_SEED` makes the session id the
-/// third line names predictable, SPEC A9).
+/// before it — and it keeps stdin open (a `sleep` loop until the answer), since EOF cancels
+/// the turn (P1). The environment written on its command line applies (`BUZZ_AGENT_SEED` makes
+/// the session id the third line names predictable, SPEC A9). (The block as a whole, with
+/// `demo --llm` as its LLM, runs in `cli::p3_the_readme_json_by_hand_block_runs_as_written`.)
 pub fn a3_the_readme_copy_paste_session_reaches_end_turn(ctx: &Ctx) {
     let (lines, block) = readme_session_lines();
     assert_eq!(lines.len(), 3, "{block}");

@@ -1,9 +1,9 @@
-//! Real-world failure cases (`../shared/cases/README.md`) that no SPEC-area scenario covers
+//! Real-world failure cases (docs/cases.md) that no SPEC-area scenario covers
 //! whole: C13 (server→client requests), C14 (unanswered and late MCP replies), C15 (error
 //! replies, `isError`, exits), C30 (hanging and late hook servers), C31 (a `_Stop` hook that
 //! always blocks), C33 (the client killed: EOF plus a broken stdout) and C34 (`sh -c`
 //! launchers on every teardown path). Each is named after its case and the rule; where a case
-//! and SPEC.md differ, SPEC wins (noted at the assertion).
+//! and docs/spec.md differ, the spec wins (noted at the assertion).
 
 use super::setup::Setup;
 use super::util::{

@@ -204,7 +204,7 @@ pub fn c1_p3_c30_help_version_and_config_errors(ctx: &Ctx) {
     // The extras subcommands are listed exactly when the binary has them; without them they
     // are a usage error that says so.
     assert_eq!(
-        h.contains(" hooks check -- ") && h.contains(" demo [--interceptors]\n"),
+        h.contains(" hooks check -- ") && h.contains(" demo [--interceptors | --llm [ADDR]]\n"),
         ctx.has_extras,
         "{h}"
     );
@@ -819,7 +819,8 @@ pub fn l5_exec_prints_an_llm_error_and_exits_1(ctx: &Ctx) {
     assert!(!err.contains("[stop]"), "{err}");
 }
 
-/// C1, issue 12: `exec` usage errors (no prompt, a bad `--approve`, a missing or invalid
+/// C1, issue 12: `exec` usage errors (no prompt, a `--cwd` that is missing or not a directory,
+/// named with the reason, a bad `--approve`, a missing or invalid
 /// `--mcp-config`) and the agent's own configuration error all exit 2 with the reason.
 pub fn c1_exec_usage_config_file_and_configuration_errors_exit_2(ctx: &Ctx) {
     let llm = FakeLlm::scripted(vec![]);
@@ -828,8 +829,15 @@ pub fn c1_exec_usage_config_file_and_configuration_errors_exit_2(ctx: &Ctx) {
     let bad_json = s.file("bad.json");
     std::fs::write(&bad_json, "{\"mcpServers\": {\"a\": {}}}").expect("write");
     let missing = s.file("missing.json");
+    let no_dir = s.file("no-such-dir");
+    let cwd_missing = format!("--cwd {no_dir}: No such file");
     for (args, needle) in [
         (vec![], "no prompt given"),
+        (vec!["--cwd", no_dir.as_str(), "hi"], cwd_missing.as_str()),
+        (
+            vec!["--cwd", bad_json.as_str(), "hi"],
+            "bad.json: not a directory",
+        ),
         (vec!["--approve", "maybe", "hi"], "--approve \"maybe\""),
         (vec!["--mcp-config", missing.as_str(), "hi"], "missing.json"),
         (
@@ -847,5 +855,88 @@ pub fn c1_exec_usage_config_file_and_configuration_errors_exit_2(ctx: &Ctx) {
         err.contains("configuration error: BUZZ_AGENT_PROVIDER")
             && err.contains("the agent did not start"),
         "{err}"
+    );
+}
+
+/// The README's "By hand, in JSON" block, pasted into a shell as written (issue 25): with no
+/// provider in the environment it starts `demo --llm`, points the agent at it, and ends as soon
+/// as the prompt is answered, not after a fixed sleep. Only the binary's path and the port (a
+/// free one, so parallel runs do not collide) are replaced. The three answers arrive, the
+/// scripted LLM's sentence quotes the prompt, the prompt ends `end_turn`, and the whole block
+/// takes seconds.
+pub fn p3_the_readme_json_by_hand_block_runs_as_written(ctx: &Ctx) {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("read README.md");
+    let block = readme
+        .split_once("**By hand, in JSON**")
+        .and_then(|(_, rest)| rest.split_once("```sh\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block.to_string())
+        .expect("the README has the By hand, in JSON block");
+    assert!(
+        block.contains("./target/release/buzz-agent") && block.contains("127.0.0.1:8765"),
+        "{block}"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let script = block
+        .replace("./target/release/buzz-agent", &path_str(&ctx.agent_bin))
+        .replace("127.0.0.1:8765", &format!("127.0.0.1:{port}"));
+    let s = Scratch::new();
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script])
+        .current_dir(&s.ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", s.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let child = cmd.spawn().expect("spawn sh");
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(out) => out.expect("wait for sh"),
+        Err(_) => {
+            crate::harness::kill_tree(pid);
+            panic!("the README block did not finish within 60 s:\n{script}");
+        }
+    };
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let context = format!("\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}");
+    assert!(out.status.success(), "{:?}{context}", out.status);
+    let frames: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for id in [1, 2, 3] {
+        assert_eq!(
+            frames.iter().filter(|f| f["id"] == id).count(),
+            1,
+            "one answer to id {id}{context}"
+        );
+    }
+    let answer = frames.iter().find(|f| f["id"] == 3).expect("id 3");
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{context}");
+    let said: String = frames
+        .iter()
+        .filter(|f| f["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|f| f["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(
+        said.contains("scripted demo LLM") && said.contains("Say hello in five words."),
+        "{said}{context}"
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "the block waits for the answer, not a fixed time: {took:?}{context}"
     );
 }

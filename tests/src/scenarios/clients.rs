@@ -240,20 +240,55 @@ pub fn c55_lenient_session_new_skips_other_transports_and_maps_odd_names(ctx: &C
 }
 
 /// C56: `MCP_HOOK_SERVERS=testguard` and a server named `TestGuard` that exposes `_Stop`: one
-/// WARN per session and server naming it, its hooks and the allowlist; hooks stay off (no case
-/// folding).
+/// WARN per session and server naming it, its hooks and the allowlist, and the same finding as
+/// a notice to the client (in the `session/new` answer's `_meta.buzz.notices` and before the
+/// first prompt's answer, once); hooks stay off (no case folding).
 pub fn c56_a_hook_server_missing_from_the_allowlist_is_warned_about_once(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("guard.log");
-    let (_llm, agent, sid) = Setup::new(ctx, &s)
+    let (_llm, agent) = Setup::new(ctx, &s)
         .replies(vec![Reply::text("one"), Reply::text("two")])
         .env(&[("MCP_HOOK_SERVERS", "testguard")])
-        .servers([hook_server("TestGuard", &log, &[])])
-        .start();
+        .spawn();
+    agent.initialize();
+    let resp = agent.request(
+        "session/new",
+        json!({"cwd": s.ws.to_str(), "mcpServers": [hook_server("TestGuard", &log, &[])]}),
+    );
+    let result = agent.result(&resp).clone();
+    let sid = result["sessionId"].as_str().expect("sessionId").to_string();
+    // The user sees it too, not only stderr: in the answer and before the first prompt's text.
+    let sentence = "MCP server 'TestGuard' has hooks (_Stop), but MCP_HOOK_SERVERS (testguard) does not name it: they will not run.";
+    assert_eq!(
+        result["_meta"]["buzz"]["notices"],
+        json!([sentence]),
+        "{result}"
+    );
     for text in ["first", "second"] {
         let r = agent.prompt(&sid, text);
         assert_end_turn(&agent, &r);
     }
+    let ups = agent.session_updates(&sid);
+    let shown = notices(&ups);
+    assert_eq!(
+        shown,
+        [(
+            "hooks_not_allowlisted".to_string(),
+            format!("[buzz-agent] {sentence}")
+        )],
+        "one notice, on the first prompt only"
+    );
+    assert_eq!(
+        ups.iter()
+            .position(|u| u["_meta"]["buzz"]["notice"] == "hooks_not_allowlisted"),
+        Some(0),
+        "the notice comes before the first answer: {ups:#?}"
+    );
+    assert_eq!(
+        answer_text(&ups),
+        "\n\nonetwo",
+        "a paragraph after the notice; prompts are not joined"
+    );
     let line = "server 'TestGuard' exposes hooks _Other, _Stop but is not in MCP_HOOK_SERVERS (testguard); they will not be called";
     wait_stderr(&agent, line, Duration::from_secs(10));
     assert_eq!(
@@ -526,7 +561,7 @@ pub fn c60_a_client_that_presents_notices_gets_an_acp_notice(ctx: &Ctx) {
 fn requirement_id(text: &str) -> Option<String> {
     let b = text.as_bytes();
     for i in 0..b.len() {
-        // `(X9)` / `(X12)`
+        // a capital and one or two digits in parentheses, such as `(A7)` or `(H11)`
         if b[i] == b'(' && i + 3 < b.len() && b[i + 1].is_ascii_uppercase() {
             let digits = b[i + 2..].iter().take_while(|c| c.is_ascii_digit()).count();
             if (1..=2).contains(&digits) && b.get(i + 2 + digits) == Some(&b')') {

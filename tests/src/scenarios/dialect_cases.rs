@@ -1,4 +1,4 @@
-//! The provider-dialect and hook-framework cases of `../shared/cases/README.md`: C37 (several
+//! The provider-dialect and hook-framework cases of docs/cases.md: C37 (several
 //! tool calls at one `index`), C39 (reasoning state kept through a hook objection), C40 (a
 //! FastMCP hook returning `None`), C41 (`max_completion_tokens`) and C61 (never two assistant
 //! messages in a row on the Chat route). Each runs against the real agent binary, the TCP fake

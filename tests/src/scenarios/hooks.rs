@@ -211,6 +211,8 @@ pub fn h5_always_objecting_budget_1_makes_exactly_the_predicted_calls(ctx: &Ctx)
     let inj = stop_injections(&reqs[2]);
     assert_eq!(inj.len(), 1, "{inj:?}");
     assert_injection(&inj[0], "guard", "tests are still red");
+    // The log line may reach stderr a moment after the answer reached stdout.
+    wait_stderr(&agent, "budget of 1 exhausted", Duration::from_secs(10));
     let err = agent.stderr_text();
     assert!(
         err.lines().any(|l| {
