@@ -661,7 +661,7 @@ impl Agent {
         let names: Vec<String> = skills.iter().map(|s| s.name.clone()).collect();
         sess.skills = skills;
         for f in &findings {
-            sess.notices.push(f.notice.clone());
+            sess.notify(f.kind, f.notice.clone());
         }
         for line in findings.into_iter().map(|f| f.log).chain(warnings) {
             self.log(LogLevel::Warn, format!("session {sid}: {line}"));

@@ -400,6 +400,16 @@ pub fn a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body(ctx:
     assert_eq!(asked[0]["params"]["toolCall"]["kind"], "read");
     assert_eq!(asked[0]["params"]["toolCall"]["title"], "Load skill");
     let ups = agent.session_updates(&sid);
+    // The user sees the skipped skills too, not only stderr: notices before the first answer.
+    let shown: Vec<&str> = ups
+        .iter()
+        .filter(|u| u["_meta"]["buzz"]["notice"] == "skill_skipped")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert_eq!(shown.len(), notices.len(), "{shown:?} {notices:?}");
+    for (text, sentence) in shown.iter().zip(&notices) {
+        assert_eq!(text.trim_start(), format!("[buzz-agent] {sentence}"));
+    }
     let announced = crate::harness::tool_call_announcements(&ups);
     assert_eq!(announced[0]["kind"], "read", "{announced:?}");
     assert_eq!(announced[0]["title"], "Load skill");
