@@ -805,6 +805,10 @@ impl Agent {
             fields.remove("sessionId");
         }
         self.reply_ok(&rpc, &result);
+        // A prompt that came while the session was starting runs now.
+        if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
+            self.start_turn(sid, id, text);
+        }
     }
 
     /// A starting session failed (a server, or its transcript; `loading`: a `session/load` or
@@ -827,6 +831,9 @@ impl Agent {
         self.store.close(sid, &mut self.out);
         if let Some(rpc) = sess.starting {
             self.reply_err(Some(&rpc), code, message, data);
+        }
+        if let Some((queued, _)) = sess.queued {
+            self.session_not_found(&queued, &sid.to_string());
         }
     }
 
@@ -1040,22 +1047,26 @@ impl Agent {
             Ok(s) => s.to_string(),
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        let Some(sid) = SessionId::parse(&named).filter(|sid| {
-            self.sessions
-                .get(sid)
-                .is_some_and(|s| s.starting.is_none() && !s.ended)
-        }) else {
+        let Some(sid) =
+            SessionId::parse(&named).filter(|sid| self.sessions.get(sid).is_some_and(|s| !s.ended))
+        else {
             return self.session_not_found(&id, &named);
         };
         let text = match crate::acp::render_prompt(params) {
             Ok(t) => t,
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        // Whether the prompt may wait for the session to be free: behind a cancelled turn, or
-        // behind the last answer, which waits for the disk (sent before the client read it).
+        let starting = self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| s.starting.is_some());
+        // Whether the prompt may wait for the session to be free: behind a cancelled turn,
+        // behind the last answer, which waits for the disk (sent before the client read it),
+        // or behind the session's own start (a client that sends its first prompt before the
+        // session/new answer, knowing the id: its project files are still being read).
         let may_queue = match self.turns.get(&sid) {
             Some(turn) => Some(turn.is_cancelled()),
-            None if self.store.is_holding(sid) => Some(true),
+            None if starting || self.store.is_holding(sid) => Some(true),
             None => None,
         };
         if let Some(may_queue) = may_queue {
@@ -1201,6 +1212,16 @@ impl Agent {
             );
             return;
         };
+        // A prompt waiting for its session to start is answered at once.
+        if let Some((queued, _)) = self
+            .sessions
+            .get_mut(&sid)
+            .filter(|s| s.starting.is_some())
+            .and_then(|s| s.queued.take())
+        {
+            self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
+            return;
+        }
         self.cancel_turn(sid, "cancelled by the client");
     }
 
