@@ -97,7 +97,7 @@ pub struct SkillFolder {
     pub dir: String,
     /// Its `SKILL.md`, up to [`ReadSpec::max_skill_bytes`].
     pub skill_md: FileRead,
-    /// The folder's other files, relative to it (`scripts/run.sh`), sorted, at most
+    /// The folder's other files, relative to it (such as scripts/run.sh), sorted, at most
     /// [`ReadSpec::max_skill_files`] (a folder's own files are taken before its subfolders');
     /// directories are walked without following symbolic links.
     pub files: Vec<String>,
