@@ -314,6 +314,12 @@ impl Agent {
                 self.store.on_list(request, entries, &mut self.out);
             }
             Input::ProjectRead { request, files } => self.on_project_read(request, &files),
+            // No MCP server is authorized yet (the HTTP transport creates the authorizers):
+            // what the runtime reports for a listener or file nobody asked for is ignored (I6).
+            Input::OAuth(input) => self.log(
+                LogLevel::Debug,
+                format!("oauth: {input:?} for no authorization; ignored"),
+            ),
         }
         self.after_step();
     }
@@ -1410,6 +1416,8 @@ impl Agent {
                 self.route_mcp(events);
             }
             Timer::Server(slot, ServerTimer::Request(id)) => self.expire_mcp_request(slot, id),
+            // Set only by an authorization, which no server runs yet.
+            Timer::Server(_, ServerTimer::Authorization) => {}
             Timer::Turn(sid, kind) => {
                 self.step_turn(sid, |turn, sess, cx| turn.on_timer(kind, sess, cx));
             }

@@ -1278,7 +1278,11 @@ impl Config {
             fixed_seed,
             seed: fixed_seed.unwrap_or(0),
             session_id_seed: fixed_seed.map(expand_seed),
-            oauth: OAuthConfig::default(),
+            // `$BROWSER` (not ours: the user's browser, for the authorization URL).
+            oauth: OAuthConfig {
+                browser: env.get("BROWSER").map(str::to_owned),
+                ..OAuthConfig::default()
+            },
             oauth_seed: fixed_seed.map_or([0; 32], oauth_seed_of),
             unix_ms_at_start: 0,
             no_hints: c.or(env.flag(NO_HINTS, false), false),
@@ -1406,6 +1410,14 @@ mod tests {
         assert_ne!(a.oauth_seed, [0; 32]);
         assert_eq!(ok(&anthropic(&[])).oauth_seed, [0; 32]);
         assert!(!format!("{a:?}").contains(&format!("{:?}", a.oauth_seed)));
+        assert_eq!(
+            ok(&anthropic(&[("BROWSER", " firefox ")]))
+                .oauth
+                .browser
+                .as_deref(),
+            Some("firefox")
+        );
+        assert_eq!(ok(&anthropic(&[("BROWSER", " ")])).oauth.browser, None);
     }
 
     #[test]

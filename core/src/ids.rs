@@ -111,6 +111,18 @@ impl fmt::Display for TranscriptId {
     }
 }
 
+/// A loopback listener for OAuth redirects (SPEC M11), numbered per MCP server from 1 (one per
+/// authorization); the runtime keeps `(ServerSlot, ListenerId) → socket`. Shown as
+/// `redirect#N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ListenerId(pub u64);
+
+impl fmt::Display for ListenerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "redirect#{}", self.0)
+    }
+}
+
 /// An MCP server of a session: one per `mcpServers` entry of each `session/new`, unique in the
 /// process and never reused (a restart keeps the slot and bumps [`ProcKey::generation`]).
 /// Shown as `mcp#N`.

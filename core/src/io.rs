@@ -7,7 +7,7 @@ use std::fmt;
 
 pub use crate::config::LogLevel;
 pub use crate::http::HttpEvent;
-pub use crate::ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
+pub use crate::ids::{ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use crate::llm::HttpRequest;
 pub use crate::project::{ProjectFiles, ReadSpec};
 
@@ -102,6 +102,218 @@ pub enum Input {
         /// What was read.
         files: ProjectFiles,
     },
+    /// What came of an [`Action::OAuth`] (SPEC M11).
+    OAuth(OAuthInput),
+}
+
+/// The runtime's part of MCP authorization (SPEC M11): a loopback listener for the
+/// authorization redirect, the token files, the user's browser. Each names the MCP server it
+/// is for (`server`), and what comes of it ([`OAuthInput`]) names it too. HTTP requests of an
+/// authorization go through the server's HTTP exchanges.
+#[derive(Clone, PartialEq, Eq)]
+pub enum OAuthAction {
+    /// Listen on `127.0.0.1:port` (0: any free port) for the authorization redirect; answer
+    /// with [`OAuthInput::Listening`], then hand each connection's request head (at most
+    /// [`MAX_CALLBACK_HEAD_BYTES`] bytes, read for at most 10 s) to the core as
+    /// [`OAuthInput::Callback`].
+    Listen {
+        /// The server being authorized.
+        server: ServerSlot,
+        /// The listener (numbered per server).
+        listener: ListenerId,
+        /// The port, 0 for any.
+        port: u16,
+    },
+    /// Write `response` (a complete HTTP response) to the connection and close it.
+    Answer {
+        /// The server.
+        server: ServerSlot,
+        /// The listener.
+        listener: ListenerId,
+        /// The connection of [`OAuthInput::Callback`].
+        connection: u64,
+        /// The bytes to write.
+        response: Vec<u8>,
+    },
+    /// Stop listening; connections still waiting for an answer are closed.
+    StopListening {
+        /// The server.
+        server: ServerSlot,
+        /// The listener.
+        listener: ListenerId,
+    },
+    /// Read `file` (a plain name) in the `oauth/` directory of the state directory; answer
+    /// with [`OAuthInput::TokenFile`].
+    ReadTokenFile {
+        /// The server.
+        server: ServerSlot,
+        /// The file name.
+        file: String,
+    },
+    /// Replace `file` in `<state dir>/oauth/` with `bytes`: the directory is created mode
+    /// 0700, the file written mode 0600 to a temporary name, synced and renamed over the old
+    /// one, so that a crash leaves either file whole. Reported as
+    /// [`OAuthInput::TokenFileWritten`]. Writes are done in the order asked.
+    WriteTokenFile {
+        /// The server.
+        server: ServerSlot,
+        /// The file name.
+        file: String,
+        /// The content (holds tokens: never logged).
+        bytes: Vec<u8>,
+    },
+    /// Start `argv` (the user's `$BROWSER` on the authorization URL) detached, stdin/stdout/
+    /// stderr to `/dev/null`; answer with [`OAuthInput::Browser`].
+    OpenBrowser {
+        /// The server.
+        server: ServerSlot,
+        /// The program and its arguments.
+        argv: Vec<String>,
+    },
+}
+
+/// The most bytes of a request head the runtime reads from a loopback connection before it
+/// hands them to the core as they are.
+pub const MAX_CALLBACK_HEAD_BYTES: usize = 8 * 1024;
+
+/// What came of an [`OAuthAction`], for the server it named.
+#[derive(Clone, PartialEq, Eq)]
+pub enum OAuthInput {
+    /// The listener is open on this port, or why it could not be opened.
+    Listening {
+        /// The server.
+        server: ServerSlot,
+        /// The listener.
+        listener: ListenerId,
+        /// The port bound, or the OS error.
+        result: Result<u16, String>,
+    },
+    /// A connection to the listener sent this request head (up to the blank line, or what
+    /// arrived within the limits); answer with [`OAuthAction::Answer`].
+    Callback {
+        /// The server.
+        server: ServerSlot,
+        /// The listener.
+        listener: ListenerId,
+        /// The connection, numbered by the runtime.
+        connection: u64,
+        /// The request head's bytes.
+        head: Vec<u8>,
+    },
+    /// The content of a token file (`Ok(None)`: there is none), or why it could not be read.
+    TokenFile {
+        /// The server.
+        server: ServerSlot,
+        /// The file name.
+        file: String,
+        /// The bytes, or the OS error.
+        result: Result<Option<Vec<u8>>, String>,
+    },
+    /// A token file was written (or why not).
+    TokenFileWritten {
+        /// The server.
+        server: ServerSlot,
+        /// The file name.
+        file: String,
+        /// `Err`: the OS error.
+        result: Result<(), String>,
+    },
+    /// The browser was started, or why not.
+    Browser {
+        /// The server.
+        server: ServerSlot,
+        /// `Err`: the OS error.
+        result: Result<(), String>,
+    },
+}
+
+impl OAuthInput {
+    /// The server the input is for.
+    #[must_use]
+    pub fn server(&self) -> ServerSlot {
+        match self {
+            OAuthInput::Listening { server, .. }
+            | OAuthInput::Callback { server, .. }
+            | OAuthInput::TokenFile { server, .. }
+            | OAuthInput::TokenFileWritten { server, .. }
+            | OAuthInput::Browser { server, .. } => *server,
+        }
+    }
+}
+
+impl fmt::Debug for OAuthAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OAuthAction::Listen {
+                server,
+                listener,
+                port,
+            } => write!(f, "Listen({server}, {listener}, {port})"),
+            OAuthAction::Answer {
+                server,
+                listener,
+                connection,
+                response,
+            } => write!(
+                f,
+                "Answer({server}, {listener}, #{connection}, {} B)",
+                response.len()
+            ),
+            OAuthAction::StopListening { server, listener } => {
+                write!(f, "StopListening({server}, {listener})")
+            }
+            OAuthAction::ReadTokenFile { server, file } => {
+                write!(f, "ReadTokenFile({server}, {file})")
+            }
+            OAuthAction::WriteTokenFile {
+                server,
+                file,
+                bytes,
+            } => write!(f, "WriteTokenFile({server}, {file}, {} B)", bytes.len()),
+            OAuthAction::OpenBrowser { server, argv } => write!(
+                f,
+                "OpenBrowser({server}, {})",
+                argv.first().map_or("", String::as_str)
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for OAuthInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OAuthInput::Listening {
+                server,
+                listener,
+                result,
+            } => write!(f, "Listening({server}, {listener}, {result:?})"),
+            OAuthInput::Callback {
+                server,
+                listener,
+                connection,
+                head,
+            } => write!(
+                f,
+                "Callback({server}, {listener}, #{connection}, {} B)",
+                head.len()
+            ),
+            OAuthInput::TokenFile {
+                server,
+                file,
+                result,
+            } => match result {
+                Ok(Some(b)) => write!(f, "TokenFile({server}, {file}, {} B)", b.len()),
+                Ok(None) => write!(f, "TokenFile({server}, {file}, none)"),
+                Err(e) => write!(f, "TokenFile({server}, {file}, error {e})"),
+            },
+            OAuthInput::TokenFileWritten {
+                server,
+                file,
+                result,
+            } => write!(f, "TokenFileWritten({server}, {file}, {result:?})"),
+            OAuthInput::Browser { server, result } => write!(f, "Browser({server}, {result:?})"),
+        }
+    }
 }
 
 /// How [`Action::OpenTranscript`] opens a session's transcript file (SPEC A9).
@@ -214,6 +426,7 @@ impl fmt::Debug for Input {
                 files.instructions.len(),
                 files.skills.len()
             ),
+            Input::OAuth(i) => write!(f, "OAuth({i:?})"),
         }
     }
 }
@@ -546,6 +759,8 @@ pub enum Action {
         /// What to read.
         spec: ReadSpec,
     },
+    /// Do this part of an MCP server's authorization (SPEC M11).
+    OAuth(OAuthAction),
     /// Write a log line to stderr ([`LogRecord::render`] gives its text).
     Log(LogRecord),
     /// Exit the process with this status after flushing stdout (SPEC P1: 0 after a clean
@@ -584,6 +799,7 @@ impl fmt::Debug for Action {
             Action::ReadProject { request, spec } => {
                 write!(f, "ReadProject(#{request}, {})", spec.cwd)
             }
+            Action::OAuth(a) => write!(f, "OAuth({a:?})"),
             Action::Log(r) => write!(f, "Log({:?}, {})", r.level, r.message),
             Action::Exit { code } => write!(f, "Exit({code})"),
         }

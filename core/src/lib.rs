@@ -126,6 +126,11 @@
 
 mod acp;
 mod agent;
+#[allow(
+    dead_code,
+    reason = "the HTTP transport creates the authorizers (next step)"
+)]
+mod authorization;
 #[cfg(test)]
 mod body_cache_props;
 mod compaction;
@@ -176,10 +181,10 @@ mod url;
 pub use agent::Agent;
 pub use config::Config;
 pub use hooks::HookPoint;
-pub use ids::{LlmCallId, ProcKey, ServerSlot, TranscriptId};
+pub use ids::{ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use io::{
-    Action, HttpEvent, Input, LlmEvent, LogRecord, OpenMode, Signal, SpawnSpec,
-    TRANSCRIPT_HEAD_BYTES, TranscriptEntry, TranscriptError, TranscriptEvent,
+    Action, HttpEvent, Input, LlmEvent, LogRecord, OAuthAction, OAuthInput, OpenMode, Signal,
+    SpawnSpec, TRANSCRIPT_HEAD_BYTES, TranscriptEntry, TranscriptError, TranscriptEvent,
 };
 pub use llm::{Body, HttpRequest};
 pub use mcp::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION};

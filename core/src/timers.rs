@@ -26,6 +26,9 @@ pub enum TimerKey {
     Backoff,
     /// A shutdown stage (SPEC M8, P1).
     Shutdown,
+    /// A step of an MCP server's authorization: an OAuth request, or the user's login
+    /// (SPEC M11).
+    Authorization,
 }
 
 /// A timer of one MCP server.
@@ -37,6 +40,8 @@ pub(crate) enum ServerTimer {
     StdoutClosed,
     /// SIGKILL of this generation's process group after the TERM grace.
     Kill { generation: u32 },
+    /// The deadline of the step in progress of the server's authorization (SPEC M11).
+    Authorization,
 }
 
 /// The timer of a prompt turn (at most one at a time: they belong to exclusive phases).
@@ -82,6 +87,7 @@ impl Timer {
             Timer::Server(_, ServerTimer::StdoutClosed | ServerTimer::Kill { .. }) => {
                 TimerKey::ProcessKill
             }
+            Timer::Server(_, ServerTimer::Authorization) => TimerKey::Authorization,
             Timer::Permission(_) => TimerKey::Permission,
             Timer::Turn(_, TurnTimer::LlmGrace | TurnTimer::LlmIdle) => TimerKey::LlmIdle,
             Timer::Turn(_, TurnTimer::Backoff) => TimerKey::Backoff,
@@ -94,7 +100,9 @@ impl Timer {
         match self {
             Timer::Server(_, ServerTimer::Kill { .. }) => Stage::Kills,
             Timer::Server(_, ServerTimer::StdoutClosed) => Stage::ClosedStdouts,
-            Timer::Server(_, ServerTimer::Request(_)) => Stage::McpRequests,
+            Timer::Server(_, ServerTimer::Request(_) | ServerTimer::Authorization) => {
+                Stage::McpRequests
+            }
             Timer::Turn(_, TurnTimer::LlmGrace) => Stage::LlmGraces,
             Timer::Turn(_, TurnTimer::LlmIdle) => Stage::LlmIdle,
             Timer::Turn(_, TurnTimer::Backoff) => Stage::Backoffs,

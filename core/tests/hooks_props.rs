@@ -1299,6 +1299,7 @@ impl<'a> Checker<'a> {
                 | Action::CloseTranscript { .. }
                 | Action::ListTranscripts { .. }
                 | Action::ReadProject { .. }
+                | Action::OAuth(_)
                 | Action::Exit { .. } => {}
             }
         }

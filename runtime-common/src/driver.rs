@@ -6,6 +6,7 @@ use crate::Program;
 use crate::children::Children;
 use crate::http;
 use crate::log::Log;
+use crate::oauth::OAuthIo;
 use crate::runtime::Runtime;
 use crate::stdio::{self, AcpStdout};
 use crate::store::{Backlog, Store};
@@ -89,6 +90,7 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
 
     let mut children = Children::default();
     let mut store = Store::new(&agent.config().state_dir, tx.clone(), backlog.clone());
+    let mut oauth = OAuthIo::new(&agent.config().state_dir, tx.clone());
     let mut llm: BTreeMap<LlmCallId, http::Exchange> = BTreeMap::new();
     // The loop's timer and the deadline it is armed for (`None`: unarmed or fired).
     let mut timer: Option<R::Timer> = None;
@@ -120,6 +122,11 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                 read @ Action::ReadProject { .. } => {
                     if let Some(failed) = crate::project::start(read, &tx) {
                         immediate.push_back(failed);
+                    }
+                }
+                Action::OAuth(action) => {
+                    if let Some(answer) = oauth.start(action) {
+                        immediate.push_back(answer);
                     }
                 }
                 Action::Log(record) => log.write(record.render(log_format)),

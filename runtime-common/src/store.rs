@@ -250,6 +250,7 @@ impl Store {
             | Action::CallLlm { .. }
             | Action::CancelLlm { .. }
             | Action::ReadProject { .. }
+            | Action::OAuth(_)
             | Action::Log(_)
             | Action::Exit { .. } => None,
         }

@@ -245,6 +245,7 @@ pub fn check_action(a: &Action) {
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
         | Action::ReadProject { .. }
+        | Action::OAuth(_)
         | Action::Log(_)
         | Action::Exit { .. } => return,
     };
@@ -432,6 +433,7 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
         | Action::ReadProject { .. }
+        | Action::OAuth(_)
         | Action::Log(_)
         | Action::Exit { .. } => {}
     }

@@ -338,6 +338,7 @@ impl World {
             | Action::CloseTranscript { .. }
             | Action::ListTranscripts { .. }
             | Action::ReadProject { .. }
+            | Action::OAuth(_)
             | Action::Log(_)
             | Action::Exit { .. } => {}
         }

@@ -26,6 +26,8 @@ pub struct OAuthConfig {
     pub(crate) redirect_port: u16,
     /// `BUZZ_AGENT_OAUTH_TIMEOUT_SECS` in ms: how long an authorization waits for the user.
     pub(crate) user_timeout_ms: u64,
+    /// `$BROWSER` as set (the command that opens an authorization URL), if set.
+    pub(crate) browser: Option<String>,
 }
 
 impl Default for OAuthConfig {
@@ -35,6 +37,7 @@ impl Default for OAuthConfig {
             client_metadata_url: None,
             redirect_port: 0,
             user_timeout_ms: DEFAULT_USER_TIMEOUT_SECS * 1000,
+            browser: None,
         }
     }
 }

@@ -960,6 +960,8 @@ impl World {
                 };
                 self.schedule(now, input, Guard::Always);
             }
+            // These worlds run no remote MCP server, so no authorization.
+            Action::OAuth(a) => self.note(format!("-> oauth {a:?}")),
         }
     }
 
