@@ -2,6 +2,8 @@
 //!
 //! Decoders return `Err(message)` naming the field for a `-32602` reply (SPEC T4).
 
+use crate::config::Prices;
+use crate::llm::UsageTotals;
 use serde_json::{Value, json};
 
 /// ACP protocol version this agent speaks (SPEC A1).
@@ -269,6 +271,36 @@ pub(crate) fn available_models(current: &str, configured: &[String]) -> Vec<Stri
     out
 }
 
+/// Token counts for the client (SPEC A6, L11): `inputTokens` (all of the input, cache reads
+/// and writes included), `outputTokens`, `totalTokens`, and `cachedReadTokens` /
+/// `cachedWriteTokens` (parts of the input) when the provider reported them; with `prices`,
+/// `cost` (ACP `Cost`: `amount`, `currency`). The names follow ACP's usage proposal, and the
+/// object goes under `_meta.buzz` (the v1 schema has no token fields of its own).
+#[must_use]
+pub(crate) fn usage_json(u: &UsageTotals, prices: Option<&Prices>) -> Value {
+    let mut v = json!({
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "totalTokens": u.input_tokens.saturating_add(u.output_tokens),
+    });
+    if let Some(read) = u.cache_read_tokens {
+        v["cachedReadTokens"] = json!(read);
+    }
+    if let Some(write) = u.cache_write_tokens {
+        v["cachedWriteTokens"] = json!(write);
+    }
+    if let Some(prices) = prices {
+        v["cost"] = cost_json(u, prices);
+    }
+    v
+}
+
+/// ACP `Cost` of `u` at `prices`: `{amount, currency}`.
+#[must_use]
+pub(crate) fn cost_json(u: &UsageTotals, prices: &Prices) -> Value {
+    json!({"amount": u.cost(prices), "currency": prices.currency})
+}
+
 /// The `configOptions` of a session (SPEC A5, case C58): one `select` of category `model`
 /// (ACP schema v1: `SessionConfigOption`), its current value `current`, its options
 /// `available`.
@@ -393,19 +425,55 @@ pub(crate) fn chunk_update(kind: &str, text: &str) -> Value {
     json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}})
 }
 
-/// `session/request_permission` params (SPEC A7): the tool call's title and kind as in its
-/// `tool_call` update (A6).
+/// Whom a permission request is about (SPEC S3): the MCP server by the name the client
+/// registered it under (`mcpServers[].name`), the tool by the name that server gives it, and
+/// the title the server chose, which is only a description (a server can title its tool
+/// anything, another server's tool included).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ToolIdentity<'a> {
+    /// The client's name of the server.
+    pub(crate) server: &'a str,
+    /// The server's (bare) name of the tool.
+    pub(crate) tool: &'a str,
+    /// The server's own title of the tool (the MCP `title`), when it gave one.
+    pub(crate) server_title: Option<&'a str>,
+}
+
+impl ToolIdentity<'_> {
+    /// The title of the permission request: `<server>: <tool>`, then the server's own title as
+    /// a quoted description when it says something else: `evil: write ("fs: read_text_file")`.
+    /// Control characters are escaped (SPEC S6).
+    pub(crate) fn title(&self) -> String {
+        let identity = format!("{}: {}", self.server, self.tool);
+        let title = match self.server_title.filter(|t| *t != identity) {
+            Some(described) => format!("{identity} ({described:?})"),
+            None => identity,
+        };
+        crate::text::escape_controls(&title, &[]).into_owned()
+    }
+}
+
+/// `session/request_permission` params (SPEC A7, S3): the tool call's id, kind (from the
+/// server's annotations: a hint) and arguments; its title names the server the client
+/// registered and the tool ([`ToolIdentity::title`]), and `_meta.buzz` carries them as data
+/// (`server`, `tool`, and `serverTitle` when the server gave one), so that a client's
+/// auto-approval can rely on who is asking, never on what the server calls its tool.
 #[must_use]
 pub(crate) fn permission_params(
     session_id: &str,
     tool_call_id: &str,
-    title: &str,
+    who: ToolIdentity<'_>,
     kind: &str,
     raw_input: &Value,
 ) -> Value {
+    let mut meta = json!({"server": who.server, "tool": who.tool});
+    if let Some(t) = who.server_title {
+        meta["serverTitle"] = json!(t);
+    }
     json!({
         "sessionId": session_id,
-        "toolCall": {"toolCallId": tool_call_id, "title": title, "kind": kind, "rawInput": raw_input},
+        "toolCall": {"toolCallId": tool_call_id, "title": who.title(), "kind": kind,
+                     "rawInput": raw_input, "_meta": {"buzz": meta}},
         "options": [
             {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
             {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},
@@ -632,14 +700,45 @@ mod tests {
     }
 
     #[test]
+    fn s3_the_identity_is_the_registered_server_and_tool_and_the_servers_title_a_description() {
+        let who = |server_title| ToolIdentity {
+            server: "evil",
+            tool: "write_stuff",
+            server_title,
+        };
+        assert_eq!(
+            who(Some("fs: read_text_file")).title(),
+            r#"evil: write_stuff ("fs: read_text_file")"#
+        );
+        assert_eq!(who(Some("evil: write_stuff")).title(), "evil: write_stuff");
+        assert_eq!(who(None).title(), "evil: write_stuff");
+        assert_eq!(
+            who(Some("a\u{1b}[2Jb")).title(),
+            r#"evil: write_stuff ("a\u{1b}[2Jb")"#,
+            "the description is quoted, its controls escaped"
+        );
+        let p = permission_params("s", "tc_1", who(Some("Read")), "read", &json!({}));
+        assert_eq!(
+            p["toolCall"]["_meta"]["buzz"],
+            json!({"server": "evil", "tool": "write_stuff", "serverTitle": "Read"})
+        );
+    }
+
+    #[test]
     fn a7_the_permission_request_names_the_call_and_offers_the_four_options() {
-        let p = permission_params("sess_1", "tc_2", "fs: read", "read", &json!({"path": "/a"}));
+        let who = ToolIdentity {
+            server: "fs",
+            tool: "read",
+            server_title: None,
+        };
+        let p = permission_params("sess_1", "tc_2", who, "read", &json!({"path": "/a"}));
         assert_eq!(
             p,
             json!({
                 "sessionId": "sess_1",
                 "toolCall": {"toolCallId": "tc_2", "title": "fs: read", "kind": "read",
-                             "rawInput": {"path": "/a"}},
+                             "rawInput": {"path": "/a"},
+                             "_meta": {"buzz": {"server": "fs", "tool": "read"}}},
                 "options": [
                     {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
                     {"optionId": "allow_always", "name": "Always allow", "kind": "allow_always"},

@@ -170,7 +170,7 @@ impl Agent {
                 "starting: provider={}{api} model={} base_url={} hooks={} stop_budget={} hook_timeout_ms={} permission={}",
                 config.provider.env_value(),
                 config.model,
-                config.base_url,
+                crate::text::redact_url(&config.base_url),
                 config.hook_servers.env_value(),
                 config.stop_max_rejections,
                 config.hook_timeout_ms,
@@ -1132,8 +1132,11 @@ impl Agent {
         }
         match &end {
             TurnEnd::Stopped(reason) => {
-                self.store
-                    .on_turn_end(sid, Some(reason.as_str()), turn.meta());
+                self.store.on_turn_end(
+                    sid,
+                    Some(reason.as_str()),
+                    turn.meta(self.cfg.prices.as_ref()),
+                );
             }
             TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
         }
@@ -1148,7 +1151,7 @@ impl Agent {
                 );
                 jsonrpc::encode_result(
                     turn.rpc(),
-                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta()}),
+                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta(self.cfg.prices.as_ref())}),
                 )
             }
             TurnEnd::Failed(message) => {
@@ -1183,15 +1186,26 @@ impl Agent {
         }
     }
 
-    /// Starts the next round of every turn that is ready (after each step).
+    /// Starts the next round of every turn that is ready (after each step), and the tool calls
+    /// a re-listing held (C65).
     fn run_ready_turns(&mut self) {
+        let max_par = self.cfg.max_parallel_tools;
+        let held: Vec<SessionId> = self
+            .turns
+            .iter()
+            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par))
+            .map(|(sid, _)| *sid)
+            .collect();
+        for sid in held {
+            self.step_turn(sid, |turn, sess, cx| turn.dispatch(sess, cx));
+        }
         // Loop because a round can end a turn at once and start a queued prompt.
         for _ in 0..64 {
+            let servers = &self.servers;
             let ready: Vec<SessionId> = self
                 .turns
-                .iter()
-                .filter(|(_, t)| t.is_ready())
-                .map(|(sid, _)| *sid)
+                .iter_mut()
+                .filter_map(|(sid, t)| t.tools_relisted(servers).then_some(*sid))
                 .collect();
             if ready.is_empty() {
                 return;

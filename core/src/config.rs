@@ -147,6 +147,24 @@ pub enum LogFormat {
     Json,
 }
 
+/// What tokens cost (`BUZZ_AGENT_PRICES`): the prices of a million tokens, in millionths of
+/// the currency (`3.75` is `3_750_000`), for the cost figure of `usage_update` and of the
+/// prompt response (ACP `Cost`). One list for every model: the agent keeps no price table of
+/// its own, which would go stale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prices {
+    /// `currency=` (default `USD`): an ISO 4217 code, or another unit such as `credits`.
+    pub currency: String,
+    /// `input=`: input tokens neither read from nor written to the prompt cache (required).
+    pub input_micros: u64,
+    /// `output=`: output tokens (required).
+    pub output_micros: u64,
+    /// `cache_read=` (default the input price): input tokens read from the prompt cache.
+    pub cache_read_micros: u64,
+    /// `cache_write=` (default the input price): input tokens written to the prompt cache.
+    pub cache_write_micros: u64,
+}
+
 /// Where session transcripts live (SPEC A9, `BUZZ_AGENT_STATE_DIR`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateDir {
@@ -193,6 +211,10 @@ pub struct Config {
     /// they do not know; `Some(true)`: to any server (a gateway in front of OpenAI);
     /// `Some(false)`: never.
     pub prompt_cache_key: Option<bool>,
+    /// `BUZZ_AGENT_PRICES` (default unset): prices per million tokens, e.g.
+    /// `input=3,output=15,cache_read=0.3,cache_write=3.75,currency=USD`; `None`: no cost
+    /// figure is reported, only token counts.
+    pub prices: Option<Prices>,
     /// `BUZZ_AGENT_SYSTEM_PROMPT` (as given, untrimmed), or the content of the file named by
     /// `BUZZ_AGENT_SYSTEM_PROMPT_FILE` (path trimmed; a leading BOM and trailing whitespace of
     /// the content removed); both set (non-blank) is an error. `None` if unset or blank.
@@ -321,6 +343,7 @@ impl fmt::Debug for Config {
             .field("anthropic_version", &self.anthropic_version)
             .field("prompt_caching", &self.prompt_caching)
             .field("prompt_cache_key", &self.prompt_cache_key)
+            .field("prices", &self.prices)
             .field("system_prompt", &prompt)
             .field("max_rounds", &self.max_rounds)
             .field("max_output_tokens", &self.max_output_tokens)
@@ -543,6 +566,7 @@ const STATE_DIR: &str = "BUZZ_AGENT_STATE_DIR";
 const SEED: &str = "BUZZ_AGENT_SEED";
 const PROMPT_CACHING: &str = "BUZZ_AGENT_PROMPT_CACHING";
 const PROMPT_CACHE_KEY: &str = "OPENAI_COMPAT_PROMPT_CACHE_KEY";
+const PRICES: &str = "BUZZ_AGENT_PRICES";
 const CHILD_ENV: &str = "BUZZ_AGENT_CHILD_ENV";
 const NO_HINTS: &str = "BUZZ_AGENT_NO_HINTS";
 const INSTRUCTIONS_MAX_BYTES: &str = "BUZZ_AGENT_INSTRUCTIONS_MAX_BYTES";
@@ -623,6 +647,7 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (MODELS, "", "comma-separated model ids a client may switch a session to (its model picker)"),
     (PROMPT_CACHING, "true", "prompt caching: Anthropic cache_control breakpoints, OpenAI prompt_cache_key (boolean)"),
     (PROMPT_CACHE_KEY, "auto", "send prompt_cache_key on the OpenAI routes: auto = only to api.openai.com, or a boolean"),
+    (PRICES, "unset = no cost figure", "prices per million tokens for the reported cost: input=N,output=N[,cache_read=N][,cache_write=N][,currency=USD]"),
     (SYSTEM_PROMPT, "", "system prompt text (excludes BUZZ_AGENT_SYSTEM_PROMPT_FILE)"),
     (SYSTEM_PROMPT_FILE, "", "path of a file holding the system prompt (excludes BUZZ_AGENT_SYSTEM_PROMPT)"),
     (MAX_ROUNDS, "0", "LLM calls per prompt, 0 = unlimited; reaching it ends the turn max_turn_requests"),
@@ -961,6 +986,73 @@ fn elide_end(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
+/// `BUZZ_AGENT_PRICES`: comma-separated `key=price` entries (blanks trimmed), prices per
+/// million tokens as decimals with at most 6 fractional digits; `input` and `output` required,
+/// each key at most once.
+fn prices(env: &Env<'_>) -> Result<Option<Prices>, ConfigError> {
+    let Some(value) = env.get(PRICES) else {
+        return Ok(None);
+    };
+    let bad = || {
+        env.invalid(
+            PRICES,
+            "input=<price>,output=<price>[,cache_read=<price>][,cache_write=<price>][,currency=<code>], \
+             prices per million tokens such as 3 or 0.375 (at most 6 decimals), \
+             e.g. input=3,output=15,cache_read=0.3,cache_write=3.75",
+        )
+    };
+    let mut found: BTreeMap<&str, &str> = BTreeMap::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (key, v) = entry.split_once('=').ok_or_else(bad)?;
+        let key = key.trim();
+        let known = ["input", "output", "cache_read", "cache_write", "currency"];
+        if !known.contains(&key) || found.insert(key, v.trim()).is_some() {
+            return Err(bad());
+        }
+    }
+    let price = |key: &str| {
+        found
+            .get(key)
+            .map(|v| parse_micros(v).ok_or_else(bad))
+            .transpose()
+    };
+    let (Some(input), Some(output)) = (price("input")?, price("output")?) else {
+        return Err(bad());
+    };
+    let currency = match found.get("currency") {
+        Some(c) if !c.is_empty() && !c.contains(char::is_whitespace) => (*c).to_owned(),
+        Some(_) => return Err(bad()),
+        None => "USD".to_owned(),
+    };
+    Ok(Some(Prices {
+        currency,
+        input_micros: input,
+        output_micros: output,
+        cache_read_micros: price("cache_read")?.unwrap_or(input),
+        cache_write_micros: price("cache_write")?.unwrap_or(input),
+    }))
+}
+
+/// A non-negative decimal (`3`, `0.375`, `.5`) in millionths: at most 6 fractional digits.
+fn parse_micros(s: &str) -> Option<u64> {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && frac.is_empty()) || frac.len() > 6 || !digits(whole) || !digits(frac) {
+        return None;
+    }
+    let whole: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let frac: u64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<6}").parse().ok()?
+    };
+    whole.checked_mul(1_000_000)?.checked_add(frac)
+}
+
 /// A plain decimal integer: ASCII digits only (the caller trims).
 fn parse_decimal(s: &str) -> Option<u64> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -1243,6 +1335,7 @@ impl Config {
             anthropic_version,
             prompt_caching: c.or(env.flag(PROMPT_CACHING, true), true),
             prompt_cache_key: c.or(prompt_cache_key, None),
+            prices: c.or(prices(&env), None),
             system_prompt,
             max_rounds: c.or(env.uint(MAX_ROUNDS, 0), 0),
             max_output_tokens: max_output_tokens.unwrap_or(1),
@@ -1314,6 +1407,7 @@ impl Config {
             anthropic_version: DEFAULT_ANTHROPIC_VERSION.to_owned(),
             prompt_caching: true,
             prompt_cache_key: None,
+            prices: None,
             system_prompt: None,
             max_rounds: 0,
             max_output_tokens: 32_768,
@@ -1574,6 +1668,57 @@ mod tests {
         assert_eq!(openai("off"), Ok(Some(false)));
         let e = openai("maybe").unwrap_err().to_string();
         assert!(e.contains("expected auto, or a boolean"), "{e}");
+    }
+
+    #[test]
+    fn l11_prices_are_per_million_tokens_with_the_cache_prices_defaulting_to_input() {
+        assert_eq!(ok(&anthropic(&[])).prices, None);
+        let p = ok(&anthropic(&[(
+            PRICES,
+            " input=3, output=15 ,cache_read=0.3,cache_write=3.75,currency=EUR",
+        )]))
+        .prices;
+        assert_eq!(
+            p,
+            Some(Prices {
+                currency: "EUR".into(),
+                input_micros: 3_000_000,
+                output_micros: 15_000_000,
+                cache_read_micros: 300_000,
+                cache_write_micros: 3_750_000,
+            })
+        );
+        let p = ok(&anthropic(&[(PRICES, "output=.000001,input=0.5")])).prices;
+        assert_eq!(
+            p,
+            Some(Prices {
+                currency: "USD".into(),
+                input_micros: 500_000,
+                output_micros: 1,
+                cache_read_micros: 500_000,
+                cache_write_micros: 500_000,
+            })
+        );
+        for bad in [
+            "input=3",
+            "output=3",
+            "input=3,output=x",
+            "input=-1,output=2",
+            "input=1.0000001,output=2",
+            "input=1,output=2,input=3",
+            "input=1,output=2,tax=3",
+            "input 1,output=2",
+            "input=.,output=2",
+            "input=1,output=2,currency=",
+            "input=99999999999999999999,output=2",
+        ] {
+            let e = err(&anthropic(&[(PRICES, bad)])).to_string();
+            assert!(
+                e.starts_with("BUZZ_AGENT_PRICES: invalid value"),
+                "{bad}: {e}"
+            );
+            assert!(e.contains("prices per million tokens"), "{e}");
+        }
     }
 
     #[test]
@@ -2132,7 +2277,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 43);
+        assert_eq!(count, 44);
     }
 
     #[test]
@@ -2565,7 +2710,7 @@ mod tests {
             .collect();
         assert_eq!(variable_names(), listed);
         assert_eq!(variable_names().first(), Some(&PROVIDER));
-        assert_eq!(variable_names().len(), 43);
+        assert_eq!(variable_names().len(), 44);
     }
 
     #[test]

@@ -653,6 +653,60 @@ mod tests {
     }
 
     #[test]
+    fn s4_a_malformed_rewrite_of_the_result_blocks_like_a_crash() {
+        for (payload, why) in [
+            (json!("redacted"), "a string, not an object"),
+            (json!({}), "no \"content\" array"),
+            (
+                json!({"content": "redacted"}),
+                "\"content\" is a string, not an array",
+            ),
+            (
+                json!({"content": [{"text": "x"}]}),
+                "content block 0 has no string \"type\"",
+            ),
+            (
+                json!({"content": [], "isError": "no"}),
+                "\"isError\" is a string, not a boolean",
+            ),
+            (
+                json!({"content": [], "structuredContent": [1]}),
+                "\"structuredContent\" is an array, not an object",
+            ),
+        ] {
+            let (mut parts, mut sess, mut batch) = one_call_under_mutator("redact", "response");
+            batch.on_reply(
+                ToolCallIndex(0),
+                Ok(json!({"content": [{"type": "text", "text": "key=hunter2"}]})),
+                &mut parts.cx(),
+            );
+            parts.drain();
+            let reply = json!({"interceptor": "redact", "type": "mutation", "phase": "response",
+                "modified": true, "payload": payload});
+            let call_ref = InterceptRef {
+                session: SID,
+                turn: TURN,
+                index: ToolCallIndex(0),
+                response: true,
+                invocation: 0,
+            };
+            batch.on_intercept(
+                call_ref,
+                InterceptEvent::Reply(InvokeReply::Result(reply)),
+                &mut sess.remembered,
+                &mut parts.cx(),
+            );
+            let update = &Parts::acp_lines(&parts.drain())[0]["params"]["update"];
+            assert_eq!(update["status"], "failed", "{payload}");
+            let text = format!(
+                "blocked: an interceptor changed the tool result into something that is not a tool result ({why})"
+            );
+            assert_eq!(update["content"][0]["content"]["text"], text.as_str());
+            assert_eq!(only_result(batch), (text, true), "{payload}");
+        }
+    }
+
+    #[test]
     fn x1_an_invocation_s_reply_comes_back_to_the_phase_that_sent_it() {
         for (phase, response) in [("request", false), ("response", true)] {
             let (mut parts, sess, _server, mut batch) = read_under_policy(

@@ -611,7 +611,11 @@ pub struct LogRecord {
 }
 
 impl LogRecord {
-    /// The stderr line (with `\n`), in the configured format (`BUZZ_AGENT_LOG_FORMAT`).
+    /// The stderr line (with `\n`), in the configured format (`BUZZ_AGENT_LOG_FORMAT`). Either
+    /// way one record is one line, and no control character of the message reaches stderr raw
+    /// (SPEC S6: a server's stderr, log notifications, tool names are peers' text): the text
+    /// format writes them as visible escapes ([`crate::text::escape_controls`]), the JSON
+    /// format as `\u` escapes.
     #[must_use]
     pub fn render(&self, format: crate::config::LogFormat) -> String {
         let level = match self.level {
@@ -626,7 +630,7 @@ impl LogRecord {
                 format!(
                     "buzz-agent {} {level:<5} {}\n",
                     self.at,
-                    self.message.replace('\n', "\\n")
+                    crate::text::escape_controls(&self.message, &[])
                 )
             }
             crate::config::LogFormat::Json => {
@@ -635,7 +639,9 @@ impl LogRecord {
                     "level": level.to_ascii_lowercase(),
                     "msg": self.message,
                 });
-                format!("{v}\n")
+                // serde_json escapes ASCII controls; 0x80–0x9F controls and U+2028/U+2029 are written
+                // raw, so they are escaped here too (the same JSON value).
+                format!("{}\n", crate::text::escape_json_controls(&v.to_string()))
             }
         }
     }

@@ -319,7 +319,8 @@ enum ScanPhase {
 /// It tracks only what it needs: the nesting depth, whether it is inside a string (and after a
 /// `\`), and the name of the current top-level member. A number or string value of a top-level
 /// member named exactly `id` (written without escapes) is captured and decoded with
-/// `serde_json` (invalid UTF-8 lossily, L9); like `serde_json`, the last `"id"` member wins.
+/// `json::parse_bytes_lossy` (invalid UTF-8 and lone surrogates as U+FFFD, L3b, L9);
+/// like `serde_json`, the last `"id"` member wins.
 /// The text is not validated: a line that is not JSON may still yield an id, which is harmless
 /// (the answer is an error either way) and helps a client whose line was cut.
 #[derive(Debug, Clone, Default)]
@@ -388,7 +389,7 @@ impl IdScanner {
         self.id = if overflow {
             None
         } else {
-            serde_json::from_str::<Value>(&String::from_utf8_lossy(&text))
+            crate::json::parse_bytes_lossy(&text)
                 .ok()
                 .as_ref()
                 .and_then(RpcId::from_value)
@@ -645,9 +646,9 @@ pub enum Message {
 /// Why a line is not a usable JSON-RPC 2.0 message (T4).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ParseError {
-    /// Not JSON at all (including lone-surrogate escapes; invalid UTF-8 is decoded lossily
-    /// first, L9): answer -32700
-    /// with `id: null` on ACP; log and ignore on MCP (T6).
+    /// Not JSON even after the repairs of `json::parse_bytes_lossy` (invalid UTF-8,
+    /// lone surrogates, bad escapes and non-finite numbers are repaired, L3b, L9): answer
+    /// -32700 with `id: null` on ACP; log and ignore on MCP (T6).
     #[error("not JSON")]
     NotJson,
     /// JSON, but not a JSON-RPC 2.0 message: answer -32600 on ACP with `id` when readable.
@@ -700,8 +701,11 @@ pub fn json_type(v: &Value) -> &'static str {
 
 /// Decodes one line (T4, T5). The line is decoded as UTF-8 lossily (each invalid sequence
 /// becomes U+FFFD, as `String::from_utf8_lossy`; SPEC L9, C36: bad bytes never drop a frame)
-/// and parsed into a `serde_json::Value` once; a leading UTF-8 BOM and surrounding JSON
-/// whitespace are tolerated. Valid UTF-8 is not copied.
+/// and parsed into a `serde_json::Value` by `json::parse_bytes_lossy`: a lone
+/// surrogate escape becomes U+FFFD (SPEC L3b, C64), and the other repairs listed there apply,
+/// so a message real peers write is never dropped as "not JSON". A leading UTF-8 BOM and
+/// surrounding JSON whitespace are tolerated. Valid UTF-8 that is valid JSON is parsed once,
+/// without a copy.
 ///
 /// Classification, after checking for an object with `"jsonrpc":"2.0"`:
 /// - `method` present: it must be a string; with an `id` member (number or string) it is a
@@ -715,8 +719,7 @@ pub fn json_type(v: &Value) -> &'static str {
 /// Errors carry the id when it is a number or string, so the -32600 answer can echo it.
 pub fn parse_message(line: &[u8]) -> Result<Message, ParseError> {
     let line = line.strip_prefix(BOM).unwrap_or(line);
-    let text = String::from_utf8_lossy(line);
-    let value: Value = serde_json::from_str(&text).map_err(|_| ParseError::NotJson)?;
+    let value = crate::json::parse_bytes_lossy(line).map_err(|_| ParseError::NotJson)?;
     let Value::Object(mut obj) = value else {
         return Err(ParseError::Invalid {
             id: None,
@@ -1562,15 +1565,45 @@ mod tests {
             assert_eq!(parse(l), Err(ParseError::NotJson), "{l}");
         }
         assert_eq!(parse_message(b"\xFF\xFE{}"), Err(ParseError::NotJson));
-        assert_eq!(
-            parse(r#"{"jsonrpc":"2.0","method":"m","params":{"t":"\ud800"}}"#),
-            Err(ParseError::NotJson)
-        );
         let e = ParseError::NotJson;
         assert_eq!(
             encode_error(e.id(), &e.to_rpc_error()),
             "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}\n"
         );
+    }
+
+    #[test]
+    fn c64_a_prompt_ending_in_a_lone_surrogate_is_a_request_with_its_own_id() {
+        let line = br#"{"jsonrpc":"2.0","id":555,"method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"cut here \ud83d"}]}}"#;
+        let Ok(Message::Request { id, method, params }) = parse_message(line) else {
+            unreachable!("{:?}", parse_message(line))
+        };
+        assert_eq!((id, method.as_str()), (num("555"), "session/prompt"));
+        assert_eq!(params["prompt"][0]["text"], "cut here \u{FFFD}");
+    }
+
+    #[test]
+    fn c64_a_tool_reply_with_a_pair_and_two_lone_surrogates_is_a_response() {
+        let line = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"\ud83d\ude00 \ud83d \udc00"}]}}"#;
+        let Ok(Message::Response {
+            id,
+            outcome: Ok(result),
+        }) = parse_message(line)
+        else {
+            unreachable!("{:?}", parse_message(line))
+        };
+        assert_eq!(id, json!(7));
+        assert_eq!(result["content"][0]["text"], "😀 \u{FFFD} \u{FFFD}");
+        // The text serialises back without any escape a strict peer would reject.
+        let out = encode_result(&num("7"), &result);
+        assert!(!out.contains("\\u"), "{out}");
+    }
+
+    #[test]
+    fn c64_the_id_scanner_reads_a_string_id_holding_a_lone_surrogate() {
+        let mut scan = IdScanner::new();
+        scan.feed(br#"{"id":"a\ud800","method":"m"}"#);
+        assert_eq!(scan.into_id(), Some(RpcId::Str("a\u{FFFD}".into())));
     }
 
     #[test]

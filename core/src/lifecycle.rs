@@ -17,7 +17,7 @@
 //! inputs from the agent's routing (hook outcomes by round id, `interceptors/list` replies by
 //! server).
 
-use crate::config::LogLevel;
+use crate::config::{HookAllowlist, LogLevel};
 use crate::cx::Cx;
 use crate::hooks::{EndReason, HookMeta, HookOutcome, HookPoint, HookRound};
 use crate::ids::{HookRoundId, McpRequestId, ServerSlot};
@@ -78,6 +78,9 @@ pub(crate) struct Opening {
     listings: BTreeMap<ServerSlot, Listing>,
     /// Registration order of the interceptor servers.
     order: Vec<ServerSlot>,
+    /// Interceptor servers the allowlist names that the session does not have (SPEC S4: a
+    /// gate that is missing blocks, it is never silently dropped).
+    missing: Vec<String>,
 }
 
 impl Opening {
@@ -97,7 +100,17 @@ impl Opening {
             round,
             listings: BTreeMap::new(),
             order: Vec::new(),
+            missing: Vec::new(),
         };
+        if let HookAllowlist::Names(names) = &cx.cfg.interceptor_servers {
+            let present: BTreeSet<String> =
+                sess.servers.iter().map(|s| cx.servers.name(*s)).collect();
+            opening.missing = names
+                .iter()
+                .filter(|n| !present.contains(*n))
+                .cloned()
+                .collect();
+        }
         for (slot, name, ready) in cx
             .servers
             .allowed(&sess.servers, &cx.cfg.interceptor_servers)
@@ -187,14 +200,15 @@ impl Opening {
                 return;
             }
         };
-        for rejected in &page.rejected {
-            cx.out.log(
-                LogLevel::Warn,
-                format!(
-                    "interceptor: server '{}' listed an interceptor that cannot be read; ignored: {rejected}",
-                    listing.name
-                ),
-            );
+        // S4: a descriptor that cannot be understood is a gate of unknown shape; leaving it
+        // out would drop it silently, so the listing fails (the session's calls are blocked).
+        if !page.rejected.is_empty() {
+            let why: Vec<String> = page.rejected.iter().map(ToString::to_string).collect();
+            listing.done = Some(Err(format!(
+                "it listed an interceptor that cannot be understood: {}",
+                why.join("; ")
+            )));
+            return;
         }
         listing.found.extend(page.interceptors);
         listing.pages += 1;
@@ -273,6 +287,16 @@ impl Opening {
                     interceptors.add_broken(&listing.name, why);
                 }
             }
+        }
+        for name in self.missing {
+            out.log(
+                LogLevel::Error,
+                format!(
+                    "interceptor: session {}: interceptor server '{name}' is allowlisted but not in the session; every tool call of the session is blocked (fail-closed)",
+                    sess.id
+                ),
+            );
+            interceptors.add_broken(&name, "the session has no server of that name".into());
         }
         (texts, interceptors)
     }
@@ -602,6 +626,98 @@ mod tests {
             )),
             "{logs:#?}"
         );
+    }
+
+    #[test]
+    fn s4_an_allowlisted_interceptor_server_missing_from_the_session_blocks_with_one_line() {
+        let mut parts = Parts::new();
+        parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into(), "guard".into()]);
+        let sess = session(&mut parts, &[("p", &[]), ("fs", &["echo"])]);
+        let p = sess.servers[0];
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let asked = Parts::mcp_lines(&parts.drain());
+        assert_eq!(asked.len(), 1, "only p can be asked: {asked:#?}");
+        opening.on_list_reply(
+            p,
+            Err(ListLost::Error(RpcError::new(
+                RpcError::METHOD_NOT_FOUND,
+                "Method not found",
+            ))),
+            &sess,
+            &mut parts.cx(),
+        );
+        assert!(opening.is_done());
+        let (_, interceptors) = opening.finish(&sess, &mut parts.out);
+        assert!(
+            interceptors.screens(Phase::Request) && interceptors.screens(Phase::Response),
+            "a missing gate blocks both phases"
+        );
+        let logs = Parts::logs(&parts.drain());
+        let missing: Vec<&String> = logs.iter().filter(|l| l.contains("'guard'")).collect();
+        assert_eq!(
+            missing,
+            [
+                "interceptor: session sess_1: interceptor server 'guard' is allowlisted but not in the session; every tool call of the session is blocked (fail-closed)"
+            ],
+            "{logs:#?}"
+        );
+
+        // `*` names no server in particular: nothing can be missing.
+        parts.cfg.interceptor_servers = HookAllowlist::All;
+        let sess = session(&mut parts, &[("fs", &["echo"])]);
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        opening.on_list_reply(
+            sess.servers[0],
+            Err(ListLost::Error(RpcError::new(
+                RpcError::METHOD_NOT_FOUND,
+                "Method not found",
+            ))),
+            &sess,
+            &mut parts.cx(),
+        );
+        let (_, interceptors) = opening.finish(&sess, &mut parts.out);
+        assert!(!interceptors.screens(Phase::Request));
+    }
+
+    #[test]
+    fn s4_a_descriptor_that_cannot_be_understood_fails_the_listing_at_session_start() {
+        for bad in [
+            json!({"name": "typo", "type": "validaton",
+                "hooks": [{"events": ["tools/call"], "phase": "request"}]}),
+            json!({"name": "typo", "type": "validation",
+                "hooks": [{"events": ["tools/call"], "phase": "reqest"}]}),
+        ] {
+            let mut parts = Parts::new();
+            parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into()]);
+            let sess = session(&mut parts, &[("p", &[])]);
+            let p = sess.servers[0];
+            let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+            parts.drain();
+            opening.on_list_reply(
+                p,
+                Ok(json!({"interceptors": [
+                    {"name": "fine", "type": "validation",
+                        "hooks": [{"events": ["tools/call"], "phase": "request"}]},
+                    bad], "nextCursor": "2"})),
+                &sess,
+                &mut parts.cx(),
+            );
+            assert!(
+                Parts::mcp_lines(&parts.drain()).is_empty(),
+                "no next page is asked for once the listing failed"
+            );
+            assert!(opening.is_done());
+            let (_, interceptors) = opening.finish(&sess, &mut parts.out);
+            assert!(interceptors.members().is_empty());
+            assert!(interceptors.screens(Phase::Request), "{bad}: fails closed");
+            let logs = Parts::logs(&parts.drain());
+            assert_eq!(logs.len(), 1, "one clear line: {logs:#?}");
+            assert!(
+                logs[0].starts_with("interceptor: session sess_1: server 'p' could not list its interceptors (it listed an interceptor that cannot be understood: interceptor \"typo\": ")
+                    && logs[0].ends_with("every tool call of the session is blocked (fail-closed)"),
+                "{logs:#?}"
+            );
+        }
     }
 
     #[test]

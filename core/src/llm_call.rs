@@ -124,9 +124,9 @@ impl LlmAttempt {
         self.attempt
     }
 
-    /// The request as failures name it: `POST <url>`.
+    /// The request as failures name it: `POST <url>`, the URL's credentials redacted (SPEC S2).
     pub(crate) fn target(&self) -> String {
-        format!("POST {}", self.url)
+        format!("POST {}", crate::text::redact_url(&self.url))
     }
 
     /// Whether text of this response already reached the client.

@@ -5,6 +5,7 @@
 use crate::ids::{ServerSlot, SessionId};
 use crate::interceptor::Interceptors;
 use crate::jsonrpc::RpcId;
+use crate::llm::UsageTotals;
 use crate::transcript::Transcript;
 use std::collections::BTreeMap;
 
@@ -51,6 +52,9 @@ pub(crate) struct Session {
     /// The session's skills (SPEC A10), listed in its system prompt and loaded with the
     /// built-in `load_skill`.
     pub(crate) skills: Vec<crate::skills::Skill>,
+    /// The tokens of every LLM call of the session in this process (SPEC A6, L11): the
+    /// cumulative cost of `usage_update`.
+    pub(crate) usage: UsageTotals,
 }
 
 /// A notice for the user, not the model: the agent's own sentence about something that changed
@@ -95,6 +99,7 @@ impl Session {
             client_notices: false,
             system_prompt: None,
             skills: Vec::new(),
+            usage: UsageTotals::default(),
         }
     }
 

@@ -1,13 +1,11 @@
-//! Server-sent events (W3C `text/event-stream`) over a byte stream split anywhere, and a
-//! lenient JSON parser for event payloads (SPEC L9).
+//! Server-sent events (W3C `text/event-stream`) over a byte stream split anywhere (SPEC L9).
+//! Event payloads are JSON decoded by [`crate::json::parse_lossy`].
 //!
 //! [`SseParser`] is bytes in, [`SseEvent`]s out: a body may be cut mid-line, mid-UTF-8
 //! character or between the `\r` and `\n` of a CRLF, and the events come out the same. Every
 //! byte is looked at a constant number of times, so a long stream is never rescanned per chunk.
 
 use std::borrow::Cow;
-
-use serde_json::Value;
 
 /// One dispatched server-sent event (W3C "dispatch the event").
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -251,93 +249,6 @@ impl SseParser {
     }
 }
 
-/// Parse a JSON text, tolerating invalid string escapes (SPEC L9: "replaced, not fatal").
-///
-/// The plain parse is tried first. Only if it fails are invalid escapes replaced by `\ufffd`
-/// (U+FFFD) and the text parsed again: lone surrogates (`\ud800` not followed by a low
-/// surrogate escape, a lone `\udc00`), `\u` with fewer than four hex digits, and unknown escapes
-/// such as `\q` (the backslash becomes U+FFFD, the character is kept). Escaped backslashes are
-/// respected: in `\\ud800` the `\\` is the escape and `ud800` plain text. Linear in `text`.
-///
-/// # Errors
-/// The text is not JSON even after replacement (the original error when nothing was replaced).
-pub(crate) fn parse_json_lossy(text: &str) -> Result<Value, serde_json::Error> {
-    match serde_json::from_str(text) {
-        Ok(value) => Ok(value),
-        Err(err) => match replace_invalid_escapes(text) {
-            Some(fixed) => serde_json::from_str(&fixed),
-            None => Err(err),
-        },
-    }
-}
-
-/// `text` with invalid `\` escapes replaced by `\ufffd`, or `None` when it has none.
-fn replace_invalid_escapes(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out: Vec<u8> = Vec::new();
-    let mut copied = 0; // bytes[..copied] are already in `out` (or replaced)
-    let mut i = 0;
-    // Every position we cut at is an ASCII byte or the end, so `out` stays valid UTF-8.
-    let replace = |out: &mut Vec<u8>, copied: &mut usize, start: usize, end: usize| {
-        out.extend_from_slice(bytes.get(*copied..start).unwrap_or_default());
-        out.extend_from_slice(b"\\ufffd");
-        *copied = end;
-    };
-    while i < bytes.len() {
-        if bytes.get(i) != Some(&b'\\') {
-            i += 1;
-            continue;
-        }
-        match bytes.get(i + 1) {
-            Some(b'u') => match hex4(bytes, i + 2) {
-                Some(0xD800..=0xDBFF) => {
-                    let paired = bytes.get(i + 6) == Some(&b'\\')
-                        && bytes.get(i + 7) == Some(&b'u')
-                        && matches!(hex4(bytes, i + 8), Some(0xDC00..=0xDFFF));
-                    if paired {
-                        i += 12;
-                    } else {
-                        replace(&mut out, &mut copied, i, i + 6);
-                        i += 6;
-                    }
-                }
-                Some(0xDC00..=0xDFFF) => {
-                    replace(&mut out, &mut copied, i, i + 6);
-                    i += 6;
-                }
-                Some(_) => i += 6,
-                None => {
-                    let mut end = i + 2;
-                    while end < i + 6 && bytes.get(end).is_some_and(u8::is_ascii_hexdigit) {
-                        end += 1;
-                    }
-                    replace(&mut out, &mut copied, i, end);
-                    i = end;
-                }
-            },
-            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-            Some(_) | None => {
-                replace(&mut out, &mut copied, i, i + 1);
-                i += 1;
-            }
-        }
-    }
-    if out.is_empty() {
-        return None; // nothing was replaced (every replacement writes `\ufffd`)
-    }
-    out.extend_from_slice(bytes.get(copied..).unwrap_or_default());
-    String::from_utf8(out).ok()
-}
-
-/// The value of four hex digits at `bytes[at..at + 4]`, if they are all there.
-fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
-    let digits = bytes.get(at..at + 4)?;
-    digits.iter().try_fold(0u16, |acc, &b| {
-        let digit = char::from(b).to_digit(16)?;
-        Some(acc * 16 + u16::try_from(digit).ok()?)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,47 +452,6 @@ mod tests {
     }
 
     #[test]
-    fn l9_valid_json_parses_unchanged() {
-        let value = parse_json_lossy(r#"{"a":"\ud83d\udc1d \u00e9 \\ud800","b":[1,2]}"#).unwrap();
-        assert_eq!(value, serde_json::json!({"a": "🐝 é \\ud800", "b": [1, 2]}));
-    }
-
-    #[test]
-    fn l9_lone_high_and_low_surrogates_become_replacement_characters() {
-        for (input, expected) in [
-            (r#"{"t":"a\ud800b"}"#, "a\u{fffd}b"),
-            (r#"{"t":"a\udc00b"}"#, "a\u{fffd}b"),
-            (r#"{"t":"\ud800"}"#, "\u{fffd}"),
-            (r#"{"t":"\ud800\u0041"}"#, "\u{fffd}A"),
-            (r#"{"t":"\ud800\ud83d\udc1d"}"#, "\u{fffd}🐝"),
-            (r#"{"t":"\udc00\ud800"}"#, "\u{fffd}\u{fffd}"),
-            (r#"{"t":"\\\ud800 é"}"#, "\\\u{fffd} é"),
-        ] {
-            let value = parse_json_lossy(input).unwrap();
-            assert_eq!(value, serde_json::json!({ "t": expected }), "{input}");
-        }
-    }
-
-    #[test]
-    fn l9_escaped_backslash_before_u_is_not_an_escape() {
-        let value = parse_json_lossy(r#"{"t":"\\ud800","u":"\udc01"}"#).unwrap();
-        assert_eq!(value, serde_json::json!({"t": "\\ud800", "u": "\u{fffd}"}));
-    }
-
-    #[test]
-    fn l9_short_hex_and_unknown_escapes_become_replacement_characters() {
-        let value = parse_json_lossy(r#"{"t":"a\u12g\qz"}"#).unwrap();
-        assert_eq!(value, serde_json::json!({"t": "a\u{fffd}g\u{fffd}qz"}));
-    }
-
-    #[test]
-    fn l9_text_that_is_not_json_is_still_an_error() {
-        assert!(parse_json_lossy(r#"{"t":"abc"#).is_err());
-        assert!(parse_json_lossy(r#"{"t":"\ud800"#).is_err());
-        assert!(parse_json_lossy("").is_err());
-    }
-
-    #[test]
     fn c52_a_line_of_the_cap_is_parsed_and_one_byte_more_overflows_however_it_arrives() {
         let at_cap = b"data: 0123456789"; // 16 bytes
         let over = b"data: 0123456789a"; // 17 bytes
@@ -616,28 +486,5 @@ mod tests {
             format!("{p:?}"),
             "SseParser(partial line 8 B, pending data 7 B)"
         );
-    }
-
-    #[test]
-    fn l9_only_a_backslash_u_right_after_a_high_surrogate_can_pair_with_it() {
-        // `\ud800` followed by `xudc00`: no backslash, no pair; the valid `\u0041` before it
-        // is kept as it is.
-        let value = parse_json_lossy(r#"{"t":"\u0041\ud800xudc00"}"#).unwrap();
-        assert_eq!(value, serde_json::json!({"t": "A\u{fffd}xudc00"}));
-        let value = parse_json_lossy(r#"{"t":"\ud800\\udc00"}"#).unwrap();
-        assert_eq!(value, serde_json::json!({"t": "\u{fffd}\\udc00"}));
-    }
-
-    #[test]
-    fn l9_every_escape_after_a_pair_a_lone_surrogate_or_a_valid_escape_is_still_checked() {
-        for (input, expected) in [
-            (r#"{"t":"\ud83d\udc1d\ud800\q"}"#, "🐝\u{fffd}\u{fffd}q"),
-            (r#"{"t":"\u0041\q"}"#, "A\u{fffd}q"),
-            (r#"{"t":"\udc00\q"}"#, "\u{fffd}\u{fffd}q"),
-            (r#"{"t":"\n\q"}"#, "\n\u{fffd}q"),
-        ] {
-            let value = parse_json_lossy(input).unwrap();
-            assert_eq!(value, serde_json::json!({ "t": expected }), "{input}");
-        }
     }
 }

@@ -84,7 +84,6 @@ impl ToolBatch {
         cx: &mut Cx<'_>,
     ) -> ToolBatch {
         let ask = cx.cfg.permission == PermissionMode::Ask;
-        let perm_ms = cx.cfg.permission_timeout_ms;
         let sid = sess.id;
         let mut pending = Vec::with_capacity(calls.len());
         let mut updates = Vec::with_capacity(calls.len());
@@ -199,42 +198,8 @@ impl ToolBatch {
             }
             batch.calls.push(c);
         }
-        let mut requests = Vec::with_capacity(asks.len());
         for &i in &asks {
-            let id = cx.ids.next_permission();
-            let Some(c) = batch.calls.get_mut(i) else {
-                continue;
-            };
-            let (title, kind) = c
-                .route
-                .as_ref()
-                .map_or((c.call.name.as_str(), "other"), |r| {
-                    (r.title.as_str(), r.kind)
-                });
-            let params =
-                crate::acp::permission_params(&session_id, &c.acp_id, title, kind, &c.args);
-            let what = format!("{title} ({})", c.acp_id);
-            requests.push(jsonrpc::encode_request(
-                id.0,
-                "session/request_permission",
-                &params,
-            ));
-            cx.permissions.insert(
-                id,
-                PermissionRequest {
-                    session: sid,
-                    turn,
-                    index: ToolCallIndex(i),
-                },
-                what,
-                cx.out.now(),
-                cx.out.now().plus_ms(perm_ms),
-                cx.timers,
-            );
-            c.state = CallState::AwaitPermission(id);
-        }
-        for line in requests {
-            cx.out.push(Action::WriteAcp(line));
+            batch.ask_permission(ToolCallIndex(i), cx);
         }
         for (i, out) in decided {
             batch.complete(ToolCallIndex(i), out, true, cx);
@@ -333,7 +298,13 @@ impl ToolBatch {
         };
         match (verdict, response) {
             (ScreenVerdict::Deny(text), _) => self.complete(index, err_out(text), true, cx),
-            (ScreenVerdict::Allow { payload, .. }, true) => {
+            (ScreenVerdict::Allow { payload, modified }, true) => {
+                // A rewritten result that is not a result blocks, as a crash does: it never
+                // reaches the model as an empty success (SPEC X1, S4).
+                if modified && let Err(why) = check_rewritten_result(&payload) {
+                    self.complete(index, err_out(why), true, cx);
+                    return;
+                }
                 let (out, failed) = tool_output(Ok(payload), cx.cfg.max_tool_result_text_bytes);
                 self.complete(index, out, failed, cx);
             }
@@ -376,38 +347,56 @@ impl ToolBatch {
         match remembered.get(&qualified) {
             Some(true) => {}
             Some(false) => self.complete(index, denied_out(), true, cx),
-            None => {
-                let id = cx.ids.next_permission();
-                let session_id = self.session.to_string();
-                let (title, kind) = c
-                    .route
-                    .as_ref()
-                    .map_or((c.call.name.as_str(), "other"), |r| {
-                        (r.title.as_str(), r.kind)
-                    });
-                let params =
-                    crate::acp::permission_params(&session_id, &c.acp_id, title, kind, &c.args);
-                let what = format!("{title} ({})", c.acp_id);
-                cx.permissions.insert(
-                    id,
-                    PermissionRequest {
-                        session: self.session,
-                        turn: self.turn,
-                        index,
-                    },
-                    what,
-                    cx.out.now(),
-                    cx.out.now().plus_ms(cx.cfg.permission_timeout_ms),
-                    cx.timers,
-                );
-                c.state = CallState::AwaitPermission(id);
-                cx.out.push(Action::WriteAcp(jsonrpc::encode_request(
-                    id.0,
-                    "session/request_permission",
-                    &params,
-                )));
-            }
+            None => self.ask_permission(index, cx),
         }
+    }
+
+    /// Sends `session/request_permission` for call `index` (SPEC A7) and waits for it, with
+    /// `BUZZ_AGENT_PERMISSION_TIMEOUT_SECS`. The request names the server the client
+    /// registered and the tool (SPEC S3); the server's own title is only its description.
+    fn ask_permission(&mut self, index: ToolCallIndex, cx: &mut Cx<'_>) {
+        let Some(c) = self.calls.get_mut(index.0) else {
+            return;
+        };
+        let Some(route) = c.route.as_ref() else {
+            return;
+        };
+        let server = cx.servers.name(route.server);
+        // The title the client would see without one from the server (SPEC A6) is no
+        // description.
+        let unset = format!("{server}: {}", route.bare);
+        let who = crate::acp::ToolIdentity {
+            server: &server,
+            tool: &route.bare,
+            server_title: (route.title != unset).then_some(route.title.as_str()),
+        };
+        let id = cx.ids.next_permission();
+        let params = crate::acp::permission_params(
+            &self.session.to_string(),
+            &c.acp_id,
+            who,
+            route.kind,
+            &c.args,
+        );
+        let what = format!("{} ({})", who.title(), c.acp_id);
+        cx.permissions.insert(
+            id,
+            PermissionRequest {
+                session: self.session,
+                turn: self.turn,
+                index,
+            },
+            what,
+            cx.out.now(),
+            cx.out.now().plus_ms(cx.cfg.permission_timeout_ms),
+            cx.timers,
+        );
+        c.state = CallState::AwaitPermission(id);
+        cx.out.push(Action::WriteAcp(jsonrpc::encode_request(
+            id.0,
+            "session/request_permission",
+            &params,
+        )));
     }
 
     /// Whether every call is done (the turn then takes [`ToolBatch::into_results`]).
@@ -621,9 +610,28 @@ impl ToolBatch {
         cx.out.send_update(&self.session.to_string(), &update);
     }
 
+    /// Whether [`ToolBatch::pump`] would start a call now: a slot is free and a queued call's
+    /// server is not re-listing (true once a re-listing that held a call is over, C65).
+    pub(crate) fn can_dispatch(&self, servers: &crate::mcp::ServerTable, max_par: usize) -> bool {
+        let running = self
+            .calls
+            .iter()
+            .filter(|c| matches!(c.state, CallState::Running(..)))
+            .count();
+        running < max_par
+            && self.calls.iter().any(|c| {
+                matches!(c.state, CallState::Queued)
+                    && c.route
+                        .as_ref()
+                        .is_some_and(|r| !servers.is_relisting(r.server))
+            })
+    }
+
     /// Dispatches queued calls up to `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (SPEC L2); a call whose
-    /// server is dead or not ready ends at once ("recovering", SPEC M9).
-    fn pump(&mut self, cx: &mut Cx<'_>) {
+    /// server is dead or not ready ends at once ("recovering", SPEC M9); a call whose server
+    /// is re-listing its tools waits for the list, and a tool the new list dropped ends with
+    /// an error saying so (C65).
+    pub(crate) fn pump(&mut self, cx: &mut Cx<'_>) {
         let max_par = cx.cfg.max_parallel_tools;
         let timeout = cx.cfg.tool_timeout_ms;
         loop {
@@ -635,11 +643,15 @@ impl ToolBatch {
             if running >= max_par {
                 break;
             }
-            let Some(i) = self
-                .calls
-                .iter()
-                .position(|c| matches!(c.state, CallState::Queued))
-            else {
+            // C65: a call to a server re-listing its tools waits for the new list (the turn
+            // pumps again once it is there, see `ToolBatch::can_dispatch`).
+            let Some(i) = self.calls.iter().position(|c| {
+                matches!(c.state, CallState::Queued)
+                    && !c
+                        .route
+                        .as_ref()
+                        .is_some_and(|r| cx.servers.is_relisting(r.server))
+            }) else {
                 break;
             };
             let c = &mut self.calls[i];
@@ -670,6 +682,15 @@ impl ToolBatch {
                 let name = cx.servers.name(server);
                 let text =
                     format!("server '{name}' is recovering; the call was not run ({reason})");
+                self.complete(ToolCallIndex(i), err_out(text), true, cx);
+                continue;
+            }
+            if !cx.servers.lists_tool(server, &bare) {
+                // C65: the server's tool list changed during this round and dropped the tool.
+                let name = cx.servers.name(server);
+                let text = format!(
+                    "tool '{bare}' is no longer offered by server '{name}' (its tool list changed during this round); the call was not run"
+                );
                 self.complete(ToolCallIndex(i), err_out(text), true, cx);
                 continue;
             }
@@ -786,6 +807,57 @@ fn run_builtin(route: Option<&ToolRoute>, args: &Value, sess: &Session) -> ToolO
     }
 }
 
+/// Checks that a response payload an interceptor changed is still an MCP `CallToolResult`
+/// (MCP 2025-11-25 schema: an object with a `content` array of content blocks, each an object
+/// with a string `type`; `isError`, when present, a boolean; `structuredContent`, when
+/// present, an object). Errors: the text the model and the client see (SPEC X1, S4).
+fn check_rewritten_result(payload: &Value) -> Result<(), String> {
+    let fail = |what: String| {
+        Err(format!(
+            "blocked: an interceptor changed the tool result into something that is not a tool result ({what})"
+        ))
+    };
+    let Value::Object(o) = payload else {
+        return fail(format!(
+            "{}, not an object",
+            crate::jsonrpc::json_type(payload)
+        ));
+    };
+    match o.get("content") {
+        Some(Value::Array(blocks)) => {
+            if let Some(i) = blocks
+                .iter()
+                .position(|b| !b.get("type").is_some_and(Value::is_string))
+            {
+                return fail(format!("content block {i} has no string \"type\""));
+            }
+        }
+        Some(other) => {
+            return fail(format!(
+                "\"content\" is {}, not an array",
+                crate::jsonrpc::json_type(other)
+            ));
+        }
+        None => return fail("no \"content\" array".into()),
+    }
+    if let Some(e) = o.get("isError").filter(|e| !e.is_boolean() && !e.is_null()) {
+        return fail(format!(
+            "\"isError\" is {}, not a boolean",
+            crate::jsonrpc::json_type(e)
+        ));
+    }
+    if let Some(sc) = o
+        .get("structuredContent")
+        .filter(|v| !v.is_object() && !v.is_null())
+    {
+        return fail(format!(
+            "\"structuredContent\" is {}, not an object",
+            crate::jsonrpc::json_type(sc)
+        ));
+    }
+    Ok(())
+}
+
 fn err_out(text: String) -> ToolOutput {
     ToolOutput::plain(text, true)
 }
@@ -799,7 +871,7 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
     if raw.trim().is_empty() {
         return Ok(json!({}));
     }
-    match crate::sse::parse_json_lossy(raw) {
+    match crate::json::parse_lossy(raw) {
         Ok(Value::Object(m)) => Ok(Value::Object(m)),
         Ok(other) => Err(format!(
             "arguments must be a JSON object, got {}",

@@ -8,29 +8,30 @@
 //! owns its phase, its counters, its [`StopGate`] and its [`Compactor`], and its own timer
 //! (`Timer::Turn`: LLM idle / grace, backoff).
 
-use crate::acp::{PermissionAnswer, chunk_update};
+use crate::acp::{PermissionAnswer, chunk_update, cost_json, usage_json};
 use crate::compaction::{self, Compaction, Compactor};
-use crate::config::LogLevel;
+use crate::config::{LogLevel, Prices};
 use crate::cx::Cx;
 use crate::hooks::{
     GateOpening, GateVerdict, HookMeta, HookOutcome, HookPoint, HookRound, StopGate,
     append_injections, append_session_start,
 };
-use crate::ids::{HookRoundId, LlmCallId, ToolCallIndex, TurnNo};
+use crate::ids::{HookRoundId, LlmCallId, ServerSlot, ToolCallIndex, TurnNo};
 use crate::io::{Action, LlmEvent};
 use crate::jsonrpc::RpcError;
 use crate::jsonrpc::RpcId;
 use crate::llm::{
     self, ErrorReaction, HttpFailure, LlmRequest, LlmResponse, Message, PromptCache, StopKind,
-    StreamDelta, ToolCall,
+    StreamDelta, ToolCall, Usage, UsageTotals,
 };
 use crate::llm_call::{
     CallPurpose, FINAL_ANSWER_GRACE_MS, LlmAttempt, MAX_RESPONSE_BODY_BYTES, Step,
 };
-use crate::mcp::{InterceptRef, ToolRoute};
+use crate::mcp::{InterceptRef, ServerTable, ToolRoute};
 use crate::session::Session;
 use crate::timers::{Timer, TurnTimer};
 use crate::tool_calls::{InterceptEvent, ToolBatch};
+use crate::tool_schema::SchemaDialect;
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -94,6 +95,9 @@ enum Phase {
     Tools(ToolBatch),
     /// A `_Stop` or `_PostCompact` hook round (SPEC H5, H7).
     Gate(HookRound),
+    /// Before the round's LLM request: servers re-list their tools after
+    /// `notifications/tools/list_changed`, `(server, completed listings)` (SPEC M14, C65).
+    AwaitTools(Vec<(ServerSlot, u64)>),
 }
 
 /// One `session/prompt` (SPEC L1: fresh counters per prompt).
@@ -102,6 +106,9 @@ pub(crate) struct Turn {
     no: TurnNo,
     /// LLM rounds started.
     rounds: u32,
+    /// The round (`rounds` before it starts) that already waited for re-listings: a round
+    /// waits once, so a server that keeps changing its list cannot hold the turn (SPEC M14).
+    relist_waited: Option<u32>,
     /// `max_tokens` recoveries used (SPEC L1).
     recoveries: u32,
     cancelled: bool,
@@ -117,6 +124,9 @@ pub(crate) struct Turn {
     /// The session's `_SessionStart` texts, taken by its first prompt and injected into that
     /// prompt's first LLM request; dropped if the turn ends before it (SPEC H10).
     session_start: Vec<(String, String)>,
+    /// The tokens of the turn's LLM calls, compaction summaries included (the prompt
+    /// response's `_meta`, SPEC A8).
+    usage: UsageTotals,
 }
 
 impl Turn {
@@ -141,6 +151,7 @@ impl Turn {
             rpc,
             no,
             rounds: 0,
+            relist_waited: None,
             recoveries: 0,
             cancelled: false,
             gate: StopGate::new(cx.cfg.stop_max_rejections, cx.cfg.require_reply),
@@ -150,6 +161,7 @@ impl Turn {
             routes: BTreeMap::new(),
             shown,
             session_start,
+            usage: UsageTotals::default(),
         }
     }
 
@@ -178,9 +190,21 @@ impl Turn {
         matches!(self.phase, Phase::Ready)
     }
 
-    /// The `_meta` of the prompt response (SPEC H9).
-    pub(crate) fn meta(&self) -> Value {
-        self.gate.meta(self.rounds)
+    /// The `_meta` of the prompt response (SPEC A8, H9): the gate's figures, and the turn's
+    /// token counts (with their cost at `prices`) under `usage` once a call reported usage
+    /// (none is not zero tokens).
+    pub(crate) fn meta(&self, prices: Option<&Prices>) -> Value {
+        let mut meta = self.gate.meta(self.rounds);
+        if self.usage.calls > 0 {
+            meta["usage"] = usage_json(&self.usage, prices);
+        }
+        meta
+    }
+
+    /// A call of this turn reported `usage`: it counts for the turn and the session.
+    fn count_usage(&mut self, usage: &Usage, sess: &mut Session) {
+        self.usage.add(usage);
+        sess.usage.add(usage);
     }
 
     // ------------------------------------------------------------------ rounds
@@ -220,10 +244,53 @@ impl Turn {
                 cx,
             );
         }
+        if self.relist_waited != Some(self.rounds) {
+            // M14, C65: a tool list that changed during the last round (the notification came
+            // before the results) is re-listed before the next request, not one round late.
+            let relisting = cx.servers.relisting(&sess.servers);
+            if !relisting.is_empty() {
+                self.relist_waited = Some(self.rounds);
+                cx.out.log(
+                    LogLevel::Debug,
+                    format!(
+                        "session {}: the next round waits for {} server(s) re-listing their tools",
+                        sess.id,
+                        relisting.len()
+                    ),
+                );
+                self.phase = Phase::AwaitTools(relisting);
+                return None;
+            }
+        }
         self.rounds += 1;
         cx.servers.restart_due(sess.id, cx.out, cx.timers);
         self.start_llm_attempt(1, CallPurpose::Round, sess, cx);
         None
+    }
+
+    /// Whether the tool batch holds a call it can start now (one was held while its server
+    /// re-listed its tools, C65).
+    pub(crate) fn can_dispatch(&self, servers: &ServerTable, max_par: usize) -> bool {
+        matches!(&self.phase, Phase::Tools(b) if b.can_dispatch(servers, max_par))
+    }
+
+    /// Starts the calls the batch can start now ([`Turn::can_dispatch`]).
+    pub(crate) fn dispatch(&mut self, sess: &mut Session, cx: &mut Cx<'_>) -> Option<TurnEnd> {
+        if let Phase::Tools(batch) = &mut self.phase {
+            batch.pump(cx);
+        }
+        self.after_tools(sess)
+    }
+
+    /// A turn waiting for re-listings (SPEC M14) becomes ready once every one of them is over
+    /// (completed, failed, timed out, or its server gone); returns whether it is ready now.
+    pub(crate) fn tools_relisted(&mut self, servers: &ServerTable) -> bool {
+        if let Phase::AwaitTools(waiting) = &self.phase
+            && waiting.iter().all(|(slot, n)| servers.relisted(*slot, *n))
+        {
+            self.phase = Phase::Ready;
+        }
+        self.is_ready()
     }
 
     /// Compacts before the next round (SPEC K1): a summary call, or truncation.
@@ -258,15 +325,17 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) {
+        let model = sess.model(&cx.cfg.model).to_string();
+        // M14: each tool's schema in the form this provider accepts.
+        let dialect = SchemaDialect::of(&cx.cfg.provider, &cx.cfg.base_url, &model);
         let (defs, routes) = match purpose {
             CallPurpose::Round => crate::mcp::with_builtins(
                 crate::skills::builtin_tools(&sess.skills),
-                cx.servers.visible_tools(&sess.servers),
+                cx.servers.offered_tools(&sess.servers, dialect, cx.out),
             ),
             CallPurpose::Summary => (Vec::new(), BTreeMap::new()),
         };
         let call = cx.ids.next_llm_call();
-        let model = sess.model(&cx.cfg.model).to_string();
         let summary_messages = match purpose {
             CallPurpose::Round => None,
             CallPurpose::Summary => Some(compaction::summary_messages(
@@ -495,9 +564,11 @@ impl Turn {
         // `…/chat/completions`).
         let on = match &self.phase {
             Phase::Llm(a) => format!(" on {}", a.target()),
-            Phase::Ready | Phase::Backoff { .. } | Phase::Tools(_) | Phase::Gate(_) => {
-                String::new()
-            }
+            Phase::Ready
+            | Phase::Backoff { .. }
+            | Phase::Tools(_)
+            | Phase::Gate(_)
+            | Phase::AwaitTools(_) => String::new(),
         };
         match llm::classify_status(status, &message) {
             HttpFailure::Retryable => {
@@ -517,6 +588,25 @@ impl Turn {
                 sess,
                 cx,
             ),
+            HttpFailure::Redirect => {
+                // S2: a redirect is never followed with the key; say where it pointed.
+                let to = headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case("location"))
+                    .map_or_else(
+                        || "no location".to_string(),
+                        |(_, v)| crate::text::redact_url(v.trim()).into_owned(),
+                    );
+                self.attempt_failed(
+                    format!(
+                        "HTTP {status}{on}: the provider redirected the request to {to}; redirects are not followed with an API key (set the base URL to the address it should use)"
+                    ),
+                    false,
+                    None,
+                    sess,
+                    cx,
+                )
+            }
             HttpFailure::ContextTooLong if self.compactor.try_reactive(self.cancelled) => {
                 // L5: compact, then the round runs again.
                 self.phase = Phase::Ready;
@@ -557,6 +647,9 @@ impl Turn {
         let Phase::Llm(a) = &self.phase else {
             return None;
         };
+        // S2: an error text (the HTTP library's, the provider's) may quote the URL and its
+        // credentials; logs, the client's error and the transcript get it without them.
+        let message = crate::text::scrub_url_secrets(&message, &cx.cfg.base_url).into_owned();
         let (call, attempt, streamed, purpose) = (a.call(), a.attempt(), a.streamed(), a.purpose());
         self.release(call, sess, cx);
         if retryable && attempt < max && !streamed {
@@ -627,7 +720,8 @@ impl Turn {
                 | Phase::Backoff { .. }
                 | Phase::Ready
                 | Phase::Tools(_)
-                | Phase::Gate(_),
+                | Phase::Gate(_)
+                | Phase::AwaitTools(_),
                 _,
             ) => None,
         }
@@ -642,12 +736,21 @@ impl Turn {
         cx: &mut Cx<'_>,
     ) -> Option<TurnEnd> {
         if let Some(u) = resp.usage {
+            self.count_usage(&u, sess);
             // Peer-supplied counts: saturating, never an overflow panic.
             let used = u.input_tokens.saturating_add(u.output_tokens);
-            cx.out.send_update(
-                &sess.id.to_string(),
-                &json!({"sessionUpdate": "usage_update", "used": used, "size": cx.cfg.max_context_tokens}),
-            );
+            // SPEC A6, L11: this call's counts as the provider reported them, and the
+            // session's cumulative cost when prices are configured.
+            let mut update = json!({
+                "sessionUpdate": "usage_update",
+                "used": used,
+                "size": cx.cfg.max_context_tokens,
+                "_meta": {"buzz": usage_json(&UsageTotals::of(&u), None)},
+            });
+            if let Some(prices) = &cx.cfg.prices {
+                update["cost"] = cost_json(&sess.usage, prices);
+            }
+            cx.out.send_update(&sess.id.to_string(), &update);
             sess.transcript.record_usage(u.input_tokens);
         }
         llm::route(cx.cfg.provider).on_response(&resp, &mut cx.llm.learned);
@@ -656,10 +759,16 @@ impl Turn {
             text,
             thinking,
             reasoning,
-            tool_calls,
+            mut tool_calls,
             stop,
             ..
         } = resp;
+        // L3b: arguments holding lone surrogate escapes (or other faults the decoder repairs)
+        // are kept as the repaired text, so what runs is what is replayed, and no request
+        // carries a lone escape.
+        for call in &mut tool_calls {
+            crate::json::repair_in_place(&mut call.arguments);
+        }
         let history = &mut sess.transcript;
         match stop {
             StopKind::Refusal => {
@@ -933,6 +1042,10 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) -> Option<TurnEnd> {
+        if let Some(u) = &resp.usage {
+            // A summary is billed like any call; it is not the context, so no usage_update.
+            self.count_usage(u, sess);
+        }
         let Some(handoff) = self.compactor.apply_summary(
             &mut sess.transcript,
             &resp.text,
@@ -982,7 +1095,9 @@ impl Turn {
                 self.release(a.call(), sess, cx);
                 Some(TurnEnd::Stopped(StopReason::Cancelled))
             }
-            Phase::Backoff { .. } | Phase::Ready => Some(TurnEnd::Stopped(StopReason::Cancelled)),
+            Phase::Backoff { .. } | Phase::Ready | Phase::AwaitTools(_) => {
+                Some(TurnEnd::Stopped(StopReason::Cancelled))
+            }
             Phase::Tools(mut batch) => {
                 // A4: in-flight calls get notifications/cancelled; every announced call ends.
                 batch.cancel(why, cx);
@@ -1267,9 +1382,107 @@ mod tests {
         assert!(actions.contains(&Action::CancelLlm { call }));
         let chunk = &Parts::acp_lines(&actions)[0]["params"]["update"];
         assert_eq!(chunk["content"]["text"], "Hi!");
-        assert_eq!(turn.meta()["buzz"]["rounds"], 1);
+        assert_eq!(turn.meta(None)["buzz"]["rounds"], 1);
         assert_eq!(sess.transcript.len(), 2, "the prompt and the answer");
         assert_eq!(parts.timers.next(), None, "no timer outlives the call");
+    }
+
+    #[test]
+    fn a6_l11_usage_reaches_the_client_per_call_and_the_prompt_response_as_the_turns_totals() {
+        let mut parts = Parts::new();
+        parts.cfg.prices = Some(Prices {
+            currency: "USD".into(),
+            input_micros: 3_000_000,
+            output_micros: 15_000_000,
+            cache_read_micros: 300_000,
+            cache_write_micros: 3_750_000,
+        });
+        let mut sess = session(&mut parts, &[("fs", &["read"])]);
+        let mut turn = start(&mut parts, &mut sess, "hello");
+        assert!(
+            turn.meta(None).get("usage").is_none(),
+            "no call reported usage yet: no figures (none is not zero tokens)"
+        );
+        let with_usage = |text: &str, finish: &str, usage: &str| {
+            let body = String::from_utf8(answer(text, finish)).unwrap_or_default();
+            let usage = format!("data: {{\"choices\":[],\"usage\":{usage}}}\n\ndata: [DONE]");
+            body.replace("data: [DONE]", &usage).into_bytes()
+        };
+        // Round 1: a tool call, 1,000 input tokens of which 800 read from the cache.
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let tool = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",",
+            "\"function\":{\"name\":\"fs__read\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":10,",
+            "\"prompt_tokens_details\":{\"cached_tokens\":800}}}\n\ndata: [DONE]\n\n"
+        );
+        assert_eq!(
+            respond(
+                &mut turn,
+                call,
+                200,
+                tool.as_bytes().to_vec(),
+                &mut sess,
+                &mut parts
+            ),
+            None
+        );
+        let updates: Vec<Value> = Parts::acp_lines(&parts.drain())
+            .into_iter()
+            .map(|l| l["params"]["update"].clone())
+            .filter(|u| u["sessionUpdate"] == "usage_update")
+            .collect();
+        assert_eq!(updates.len(), 1, "{updates:?}");
+        assert_eq!(updates[0]["used"], 1010);
+        assert_eq!(
+            updates[0]["_meta"]["buzz"],
+            json!({"inputTokens": 1000, "outputTokens": 10, "totalTokens": 1010,
+                   "cachedReadTokens": 800})
+        );
+        // 200 × $3 + 800 × $0.30 + 10 × $15 per million tokens.
+        let cost = updates[0]["cost"]["amount"].as_f64().unwrap_or(0.0);
+        assert!((cost - 0.000_99).abs() < 1e-12, "{cost}");
+        assert_eq!(updates[0]["cost"]["currency"], "USD");
+        // Round 2 (after the tool result): a text answer.
+        let (index, out) = (
+            ToolCallIndex(0),
+            ToolOutput::plain("contents".into(), false),
+        );
+        let _ = turn.on_tool_result(index, out, false, &mut sess, &mut parts.cx());
+        assert!(turn.is_ready());
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            with_usage(
+                "Done.",
+                "stop",
+                r#"{"prompt_tokens":1100,"completion_tokens":5}"#,
+            ),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
+        let meta = turn.meta(parts.cfg.prices.as_ref());
+        let usage = &meta["usage"];
+        assert_eq!(usage["inputTokens"], 2100);
+        assert_eq!(usage["outputTokens"], 15);
+        assert_eq!(usage["totalTokens"], 2115);
+        assert_eq!(usage["cachedReadTokens"], 800, "the calls that reported it");
+        assert!(usage.get("cachedWriteTokens").is_none(), "never reported");
+        let turn_cost = usage["cost"]["amount"].as_f64().unwrap_or(0.0);
+        assert!(
+            (turn_cost - (0.000_99 + 0.003_375)).abs() < 1e-12,
+            "{turn_cost}"
+        );
+        assert!(
+            turn.meta(None)["usage"].get("cost").is_none(),
+            "no prices, no cost"
+        );
+        assert_eq!(sess.usage.calls, 2, "the session counts them too");
     }
 
     #[test]
@@ -1347,7 +1560,7 @@ mod tests {
         );
         assert_eq!(end, None);
         assert!(turn.is_ready(), "another round");
-        assert_eq!(turn.meta()["buzz"]["stopObjections"], 1);
+        assert_eq!(turn.meta(None)["buzz"]["stopObjections"], 1);
         let Some(Message::ToolResult { text, .. }) = sess.transcript.messages().last() else {
             panic!("the injection ends the history");
         };

@@ -310,25 +310,11 @@ impl HttpUrl {
         })
     }
 
-    /// The full URL with any userinfo replaced by `***` (SPEC S2: a user or password in a URL
-    /// is never printed).
+    /// The URL as sent with its credentials replaced by `***`: the userinfo and the values of
+    /// key, token, secret, password and signature query parameters (SPEC S2: never printed;
+    /// the one rule for every printed URL, [`crate::text::redact_url`]).
     pub(crate) fn redacted(&self) -> String {
-        let mut s = String::new();
-        s.push_str(if self.https { "https://" } else { "http://" });
-        if self.userinfo.is_some() {
-            s.push_str("***@");
-        }
-        s.push_str(&self.host);
-        if let Some(p) = self.port {
-            s.push(':');
-            s.push_str(&p.to_string());
-        }
-        s.push_str(&self.path);
-        if let Some(q) = &self.query {
-            s.push('?');
-            s.push_str(q);
-        }
-        s
+        crate::text::redact_url(&self.as_sent()).into_owned()
     }
 
     /// The full URL as it is sent (userinfo kept, fragment dropped: a fragment never leaves
@@ -627,6 +613,9 @@ mod tests {
         assert!(!format!("{u:?}").contains("secret"));
         assert_eq!(u.as_sent(), "https://user:secret@x.com/p");
         assert_eq!(u.canonical(), "https://x.com/p");
+        // S2: a key in the query is a credential too.
+        let k = url("https://x.com/mcp?api_key=sk-1&v=2");
+        assert_eq!(k.to_string(), "https://x.com/mcp?api_key=***&v=2");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Seeds the fuzz corpora from every case of docs/cases.md and writes the hand-made
-seeds of the `session` and `config_env` targets (docs/fuzzing.md).
+seeds of the `session` and `config_env` targets, and hand-made seeds with lone surrogate escapes
+for every JSON-reading target (docs/fuzzing.md).
 
 Usage: python3 fuzz/seeds/cases_to_corpus.py [FILE]
 (default: docs/cases.md)
@@ -71,6 +72,49 @@ def cases(path):
     return n
 
 
+def surrogate_seeds():
+    # Lone surrogate escapes as JavaScript and Python write them (SPEC L3b, case C64), and the
+    # other faults the JSON decoder repairs (raw control characters, NaN), at every boundary.
+    lines = [
+        rb'{"jsonrpc":"2.0","id":1,"method":"m","params":["\ud83d"]}',
+        rb'{"jsonrpc":"2.0","id":"\udc00x","result":1}',
+        rb'{"jsonrpc":"2.0","method":"n","params":["\ud83d\ude00\udc00"]}',
+        b'{"jsonrpc":"2.0","id":2,"result":[NaN,"a\tb",-Infinity]}',
+        rb'{"jsonrpc":"2.0","id":3,"method":"m","params":{"\ud800k":"\\ud800"}}',
+    ]
+    write("line_codec", "lone-surrogates", HEADERS["line_codec"] + b"\n".join(lines) + b"\n")
+    acp = [
+        rb'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}',
+        rb'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/tmp/ws","mcpServers":[]}}',
+        rb'{"jsonrpc":"2.0","id":555,"method":"session/prompt","params":{"sessionId":"x","prompt":[{"type":"text","text":"cut here \ud83d"}]}}',
+        rb'{"jsonrpc":"2.0","id":"\ud83d","method":"session/list","params":{}}',
+        rb'{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"\udc00"}}',
+    ]
+    write("acp_input", "lone-surrogates", HEADERS["acp_input"] + b"\n".join(acp) + b"\n")
+    mcp = [
+        rb'{"id":1,"jsonrpc":"2.0","result":{"capabilities":{"tools":{"listChanged":true}},"protocolVersion":"2025-11-25","serverInfo":{"name":"fake\ud83d","version":"1.0.0"}}}',
+        rb'{"id":2,"jsonrpc":"2.0","result":{"tools":[{"name":"echo","description":"cut \udc00","inputSchema":{"type":"object"}}]}}',
+        rb'{"id":3,"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"pair \ud83d\ude00, cut \ud83d, orphan \udc00 END"}]}}',
+    ]
+    write("mcp_output", "lone-surrogates", HEADERS["mcp_output"] + b"\n".join(mcp) + b"\n")
+    chat = (rb'data: {"choices":[{"index":0,"delta":{"content":"cut \ud83d"},"finish_reason":null}]}' + b"\n\n"
+            + rb'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"fs__echo","arguments":"{\"text\":\"\\ud83d\"}"}}]},"finish_reason":null}]}' + b"\n\n"
+            + rb'data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}' + b"\n\ndata: [DONE]\n\n")
+    write("sse_chat", "lone-surrogates", HEADERS["sse_chat"] + chat)
+    anthropic = (b"event: message_start\n" + rb'data: {"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[]}}' + b"\n\n"
+                 + b"event: content_block_start\n" + rb'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":"\udc00"}}' + b"\n\n"
+                 + b"event: content_block_delta\n" + rb'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"cut \ud83d"}}' + b"\n\n"
+                 + b"event: content_block_start\n" + rb'data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t1","name":"fs__echo","input":{}}}' + b"\n\n"
+                 + b"event: content_block_delta\n" + rb'data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"text\":\"\\ud83d\"}"}}' + b"\n\n"
+                 + b"event: message_delta\n" + rb'data: {"type":"message_delta","delta":{"stop_reason":"tool_use"}}' + b"\n\n"
+                 + b"event: message_stop\n" + rb'data: {"type":"message_stop"}' + b"\n\n")
+    write("sse_anthropic", "lone-surrogates", HEADERS["sse_anthropic"] + anthropic)
+    responses = (b"event: response.output_text.delta\n" + rb'data: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"cut \ud83d"}' + b"\n\n"
+                 + b"event: response.output_item.done\n" + rb'data: {"type":"response.output_item.done","output_index":1,"item":{"id":"fc_0","type":"function_call","arguments":"{\"text\":\"\\udc00\"}","call_id":"c1","name":"fs__echo"}}' + b"\n\n"
+                 + b"event: response.completed\n" + rb'data: {"type":"response.completed","response":{"id":"r","status":"completed","output":[]}}' + b"\n\n")
+    write("sse_responses", "lone-surrogates", HEADERS["sse_responses"] + responses)
+
+
 def session_seeds():
     # cfg byte, context byte, server count byte, then (op, arg) pairs (core/src/fuzzing/session.rs).
     P, C, LT, LTOOL, LERR, LCUT, MCP, EXIT, MRAW, ARAW, PERM, NEWS, SETM, LRAW = (
@@ -92,6 +136,12 @@ def session_seeds():
                    ord("{"), ord("x"), 10, 0, 0, ARAW, 3, ord("["), ord("]"), ord("{"), NEWS, 1,
                    SETM, 0, P, 1, LT, 1],
         # small context: compaction with _PostCompact on server b
+        # L3b: tool-call arguments and a tool reply with lone surrogate escapes, on each route
+        "lone-surrogates-chat": [0, 10, 0, P, 3, ord("g"), ord("o"), ord("!"), LTOOL, 0, 0x40,
+                                 MCP, 0, 0x83, LT, 0, T, 10],
+        "lone-surrogates-anthropic": [1, 10, 0, P, 0, LTOOL, 1, 0x40, 0x40, MCP, 0, 0x83, MCP, 0,
+                                      0x80, LT, 0, T, 10],
+        "lone-surrogates-responses": [2, 10, 0, P, 0, LTOOL, 0, 0x40, MCP, 0, 0x83, LT, 0, T, 10],
         "compaction": [8, 0, 1, P, 60] + [ord("w")] * 60 + [LT, 2, P, 60] + [ord("v")] * 60 +
                       [LT, 2, MCP, 1, 3, LT, 0, T, 40],
     }
@@ -120,6 +170,7 @@ def config_seeds():
 if __name__ == "__main__":
     path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "docs", "cases.md")
     n = cases(path)
+    surrogate_seeds()
     session_seeds()
     config_seeds()
     print(f"{n} cases written")

@@ -39,6 +39,8 @@ pub enum Dialect {
     /// OpenRouter / LiteLLM / vLLM in front of a flaky upstream: the first attempt of every
     /// request gets an error object inside a 200 SSE stream (L5: a failed attempt, retried).
     InBandErrors,
+    /// Gemini's OpenAI-compatible endpoint: tool schemas must be Gemini's OpenAPI subset (M14).
+    Gemini,
 }
 
 /// A request a profile refused: the status and body the real server answers, and the rule.
@@ -51,7 +53,7 @@ pub struct Rejection {
 
 impl Dialect {
     /// Every profile, in the order of the docs table.
-    pub const ALL: [Dialect; 8] = [
+    pub const ALL: [Dialect; 9] = [
         Dialect::AnthropicThinking,
         Dialect::Anthropic,
         Dialect::OpenAiReasoning,
@@ -60,6 +62,7 @@ impl Dialect {
         Dialect::StrictAlternation,
         Dialect::DeepSeek,
         Dialect::InBandErrors,
+        Dialect::Gemini,
     ];
 
     /// The trial-name form, e.g. `anthropic_thinking`.
@@ -73,6 +76,7 @@ impl Dialect {
             Dialect::StrictAlternation => "strict_alternation",
             Dialect::DeepSeek => "deepseek",
             Dialect::InBandErrors => "inband_errors",
+            Dialect::Gemini => "gemini",
         }
     }
 
@@ -85,7 +89,8 @@ impl Dialect {
             | Dialect::Ollama
             | Dialect::StrictAlternation
             | Dialect::DeepSeek
-            | Dialect::InBandErrors => Wire::Chat,
+            | Dialect::InBandErrors
+            | Dialect::Gemini => Wire::Chat,
         }
     }
 
@@ -99,6 +104,7 @@ impl Dialect {
             Dialect::StrictAlternation => "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
             Dialect::DeepSeek => "deepseek-reasoner",
             Dialect::InBandErrors => "anthropic/claude-sonnet-4.5",
+            Dialect::Gemini => "gemini-2.5-flash",
         }
     }
 
@@ -138,7 +144,10 @@ impl Dialect {
                 let text = reply.thinking().map_or_else(thought, str::to_string);
                 reply.with_thinking(text)
             }
-            Dialect::OpenAiReasoning | Dialect::StrictAlternation | Dialect::InBandErrors => reply,
+            Dialect::OpenAiReasoning
+            | Dialect::StrictAlternation
+            | Dialect::InBandErrors
+            | Dialect::Gemini => reply,
         }
     }
 
@@ -153,6 +162,9 @@ impl Dialect {
             // Anthropic: "`tool_use` ids were found without `tool_result` blocks immediately
             // after").
             return Err(self.reject(&why, "tool call pairing"));
+        }
+        if let Some((message, rule)) = self.tool_rules(req) {
+            return Err(self.reject(&message, rule));
         }
         let msgs = req.messages();
         let broken = match self {
@@ -174,7 +186,7 @@ impl Dialect {
             }
             Dialect::StrictAlternation => strict_alternation_rules(&msgs),
             Dialect::DeepSeek => deepseek_rules(&msgs),
-            Dialect::Ollama | Dialect::InBandErrors => None,
+            Dialect::Ollama | Dialect::InBandErrors | Dialect::Gemini => None,
         };
         match broken {
             Some((message, rule)) => Err(self.reject(&message, rule)),
@@ -191,6 +203,9 @@ impl Dialect {
             // vLLM's (and mistral_common's) error shape.
             Dialect::StrictAlternation => json!({"object": "error", "message": message,
                 "type": "BadRequestError", "param": null, "code": 400}),
+            // Google's error shape (the OpenAI-compatible endpoint passes it through).
+            Dialect::Gemini => json!({"error": {"code": 400, "message": message,
+                "status": "INVALID_ARGUMENT"}}),
             Dialect::OpenAiReasoning
             | Dialect::OpenAiResponsesReasoning
             | Dialect::Ollama
@@ -231,6 +246,194 @@ impl Dialect {
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
         format!("data: {error}\n\ndata: {end}\n\ndata: [DONE]\n\n")
     }
+}
+
+impl Dialect {
+    /// The tool-schema rules of this server (SPEC M14, case C63): the first offered tool it
+    /// rejects, as its 400 message and the rule.
+    ///
+    /// * Anthropic (and OpenRouter in front of Claude, which passes the schema on):
+    ///   `input_schema` must be `type: "object"`, and "input_schema does not support oneOf,
+    ///   allOf, or anyOf at the top level" (makenotion/notion-mcp-server#340,
+    ///   DeusData/codebase-memory-mcp#1524).
+    /// * OpenAI (Chat Completions and Responses, function tools without strict mode): "schema
+    ///   must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top
+    ///   level" (langchain-ai/langchainjs#9804, Dicklesworthstone/flywheel_connectors#49).
+    /// * Gemini: the `Schema` object, a subset of OpenAPI 3.0 (ai.google.dev `Schema`, the
+    ///   js-genai `Schema` type): any other key is `Unknown name "…" at '…': Cannot find field`
+    ///   (zed-industries/zed#44875 `const`, openswarm-ai/openswarm#24 `$schema`,
+    ///   `additionalProperties`, `propertyNames`); a `type` list is not a repeated field; enum
+    ///   values are strings; an object's `properties` must not be empty ("should be non-empty
+    ///   for OBJECT type", agno-agi/agno#2112).
+    fn tool_rules(self, req: &RecordedRequest) -> Broken {
+        let tools = req.body["tools"].as_array().cloned().unwrap_or_default();
+        for (i, tool) in tools.iter().enumerate() {
+            let (name, schema) = match req.wire() {
+                Wire::Anthropic => (&tool["name"], tool.get("input_schema")),
+                Wire::Chat => (
+                    &tool["function"]["name"],
+                    tool["function"].get("parameters"),
+                ),
+                Wire::Responses => (&tool["name"], tool.get("parameters")),
+            };
+            let name = name.as_str().unwrap_or("");
+            let broken = match self {
+                Dialect::AnthropicThinking | Dialect::Anthropic | Dialect::InBandErrors => {
+                    anthropic_schema_rules(i, schema)
+                }
+                Dialect::OpenAiReasoning | Dialect::OpenAiResponsesReasoning => {
+                    openai_schema_rules(name, schema)
+                }
+                Dialect::Gemini => schema.and_then(|s| {
+                    let at = format!("tools[0].function_declarations[{i}].parameters");
+                    gemini_schema_rules(s, &at, true)
+                }),
+                Dialect::Ollama | Dialect::StrictAlternation | Dialect::DeepSeek => None,
+            };
+            if broken.is_some() {
+                return broken;
+            }
+        }
+        None
+    }
+}
+
+const ROOT_COMBINATORS: [&str; 3] = ["oneOf", "allOf", "anyOf"];
+
+fn anthropic_schema_rules(i: usize, schema: Option<&Value>) -> Broken {
+    let schema = schema.unwrap_or(&Value::Null);
+    if schema["type"] != "object" {
+        return Some((
+            format!("tools.{i}.custom.input_schema.type: Input should be 'object'"),
+            "input_schema is an object",
+        ));
+    }
+    if ROOT_COMBINATORS.iter().any(|k| schema.get(k).is_some()) {
+        return Some((
+            format!(
+                "tools.{i}.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf at the top level"
+            ),
+            "no root combinators",
+        ));
+    }
+    None
+}
+
+fn openai_schema_rules(name: &str, schema: Option<&Value>) -> Broken {
+    // No `parameters` is a function without arguments.
+    let schema = schema?;
+    let top = ["oneOf", "anyOf", "allOf", "enum", "not"];
+    if schema["type"] != "object" || top.iter().any(|k| schema.get(k).is_some()) {
+        return Some((
+            format!(
+                "Invalid schema for function '{name}': schema must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top level."
+            ),
+            "object root without combinators",
+        ));
+    }
+    None
+}
+
+/// The keys of Gemini's `Schema` object.
+const GEMINI_KEYS: [&str; 22] = [
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "properties",
+    "required",
+    "items",
+    "anyOf",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "minProperties",
+    "maxProperties",
+    "minimum",
+    "maximum",
+    "pattern",
+    "example",
+    "default",
+    "propertyOrdering",
+];
+
+fn gemini_schema_rules(schema: &Value, at: &str, root: bool) -> Broken {
+    let Some(map) = schema.as_object() else {
+        return Some((
+            format!(
+                "Invalid JSON payload received. Invalid value at '{at}': expected a Schema object."
+            ),
+            "schema objects",
+        ));
+    };
+    for (key, value) in map {
+        if !GEMINI_KEYS.contains(&key.as_str()) {
+            return Some((
+                format!(
+                    "Invalid JSON payload received. Unknown name \"{key}\" at '{at}': Cannot find field."
+                ),
+                "the OpenAPI subset",
+            ));
+        }
+        match key.as_str() {
+            "type" if !value.is_string() => {
+                return Some((
+                    format!(
+                        "Invalid JSON payload received. Proto field is not repeating, cannot start list. (at '{at}.type')"
+                    ),
+                    "one type name",
+                ));
+            }
+            "enum" => {
+                if let Some(bad) = value
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|v| !v.is_string())
+                {
+                    return Some((
+                        format!("Invalid value at '{at}.enum[0]' (TYPE_STRING), {bad}"),
+                        "string enums",
+                    ));
+                }
+            }
+            "properties" => {
+                let props = value.as_object().cloned().unwrap_or_default();
+                if props.is_empty() {
+                    let whole = if root { "GenerateContentRequest." } else { "" };
+                    return Some((
+                        format!("* {whole}{at}.properties: should be non-empty for OBJECT type"),
+                        "non-empty properties",
+                    ));
+                }
+                for (k, child) in props.values().enumerate() {
+                    if let Some(b) =
+                        gemini_schema_rules(child, &format!("{at}.properties[{k}].value"), false)
+                    {
+                        return Some(b);
+                    }
+                }
+            }
+            "items" => {
+                if let Some(b) = gemini_schema_rules(value, &format!("{at}.items"), false) {
+                    return Some(b);
+                }
+            }
+            "anyOf" => {
+                for (k, child) in value.as_array().into_iter().flatten().enumerate() {
+                    if let Some(b) = gemini_schema_rules(child, &format!("{at}.any_of[{k}]"), false)
+                    {
+                        return Some(b);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The signature the fake issues for a thinking text (so a changed text or signature shows).

@@ -98,6 +98,35 @@ impl RecordedRequest {
             .unwrap_or_default()
     }
 
+    /// Every offered tool as `(name, description, input schema)` on every route (Chat
+    /// `function.parameters`, Responses `parameters`, Anthropic `input_schema`); the schema
+    /// is `None` for a tool sent without one.
+    pub fn tool_schemas(&self) -> Vec<(String, String, Option<Value>)> {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        self.body["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| match self.wire() {
+                Wire::Chat => (
+                    text(&t["function"]["name"]),
+                    text(&t["function"]["description"]),
+                    t["function"].get("parameters").cloned(),
+                ),
+                Wire::Responses => (
+                    text(&t["name"]),
+                    text(&t["description"]),
+                    t.get("parameters").cloned().filter(|p| !p.is_null()),
+                ),
+                Wire::Anthropic => (
+                    text(&t["name"]),
+                    text(&t["description"]),
+                    t.get("input_schema").cloned(),
+                ),
+            })
+            .collect()
+    }
+
     /// The text of every user message of the history, concatenated (tool results excluded).
     pub fn user_text(&self) -> String {
         self.messages()
@@ -495,6 +524,8 @@ enum Body {
         calls: Vec<(String, String, String)>,
         finish: String,
         usage: Option<(u64, u64)>,
+        /// Of the input tokens, `(read from, written to)` the prompt cache ([`Reply::cache_usage`]).
+        cache: Option<(u64, u64)>,
         done: bool,
         style: Style,
         /// How many deltas the text and the thinking are split into.
@@ -605,6 +636,7 @@ impl Reply {
             calls: Vec::new(),
             finish: "stop".into(),
             usage: Some((100, 10)),
+            cache: None,
             done: true,
             style: Style::default(),
             parts: DEFAULT_PARTS,
@@ -636,6 +668,7 @@ impl Reply {
                 .collect(),
             finish: "tool_calls".into(),
             usage: Some((100, 10)),
+            cache: None,
             done: true,
             style: Style::default(),
             parts: DEFAULT_PARTS,
@@ -674,6 +707,18 @@ impl Reply {
     pub fn finish_reason(mut self, reason: &str) -> Self {
         if let Body::Scripted { finish, .. } = &mut self.body {
             *finish = reason.to_string();
+        }
+        self
+    }
+
+    /// Of the usage's input tokens, `read` came from the prompt cache and `write` went to it
+    /// (SPEC L11), spelled per route: Chat `prompt_tokens_details.cached_tokens` (and
+    /// OpenRouter's `cache_write_tokens` when `write > 0`), Anthropic `cache_read_input_tokens`
+    /// and `cache_creation_input_tokens` beside the rest as `input_tokens`, Responses
+    /// `input_tokens_details.cached_tokens`.
+    pub fn cache_usage(mut self, read: u64, write: u64) -> Self {
+        if let Body::Scripted { cache, .. } = &mut self.body {
+            *cache = Some((read, write));
         }
         self
     }
@@ -785,6 +830,7 @@ impl Reply {
                 calls,
                 finish,
                 usage,
+                cache,
                 done,
                 style,
                 parts,
@@ -795,6 +841,7 @@ impl Reply {
                     calls,
                     finish,
                     usage: *usage,
+                    cache: *cache,
                     done: *done,
                     style,
                     parts: *parts,
@@ -864,6 +911,7 @@ struct Script<'a> {
     calls: &'a [(String, String, String)],
     finish: &'a str,
     usage: Option<(u64, u64)>,
+    cache: Option<(u64, u64)>,
     done: bool,
     style: &'a Style,
     parts: usize,
@@ -897,6 +945,7 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
         calls,
         finish,
         usage,
+        cache,
         done,
         style,
         parts,
@@ -940,7 +989,7 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
     }
     out.push(chunk(json!({}), json!(finish)));
     if let Some((prompt, completion)) = usage {
-        let obj = json!({
+        let mut obj = json!({
             "id": "chatcmpl-fake",
             "object": "chat.completion.chunk",
             "created": 1_700_000_000,
@@ -949,6 +998,12 @@ fn chat_events(s: &Script<'_>) -> Vec<String> {
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                       "total_tokens": prompt + completion},
         });
+        if let Some((read, write)) = cache {
+            obj["usage"]["prompt_tokens_details"] = json!({"cached_tokens": read});
+            if write > 0 {
+                obj["usage"]["prompt_tokens_details"]["cache_write_tokens"] = json!(write);
+            }
+        }
         out.push(format!("data: {obj}\n\n"));
     }
     if done {
@@ -979,6 +1034,12 @@ fn anthropic_events(s: &Script<'_>) -> Vec<String> {
     });
     if let Some((input, _)) = s.usage {
         message["usage"] = json!({"input_tokens": input, "output_tokens": 1});
+        if let Some((read, write)) = s.cache {
+            // Anthropic counts the three parts apart: `input_tokens` is the rest.
+            message["usage"] = json!({"input_tokens": input.saturating_sub(read + write),
+                "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+                "output_tokens": 1});
+        }
     }
     let mut out = vec![
         anthropic_event(
@@ -1185,8 +1246,12 @@ fn responses_events(s: &Script<'_>) -> Vec<String> {
     }
     if s.done {
         let usage = s.usage.map_or(Value::Null, |(input, output)| {
-            json!({"input_tokens": input, "output_tokens": output,
-                   "total_tokens": input + output})
+            let mut u = json!({"input_tokens": input, "output_tokens": output,
+                   "total_tokens": input + output});
+            if let Some((read, _)) = s.cache {
+                u["input_tokens_details"] = json!({"cached_tokens": read});
+            }
+            u
         });
         let (kind, status, details) = match s.finish {
             "length" => (
@@ -1580,6 +1645,23 @@ enum Served {
     Cut,
 }
 
+/// What every provider answers a body that is not JSON (a lone surrogate escape is enough:
+/// strict JSON parsers reject it, SPEC L3b): a 400 in the route's error shape, not one of the
+/// scenario's requests. `None` for a JSON body, or when bodies are not recorded.
+fn not_json_body(req: &RecordedRequest, recorded: bool) -> Option<Reply> {
+    if !recorded || req.method != "POST" || !req.body.is_string() {
+        return None;
+    }
+    let message = "We could not parse the JSON body of your request: the body is not valid JSON";
+    let body = match req.wire() {
+        Wire::Anthropic => json!({"type": "error",
+            "error": {"type": "invalid_request_error", "message": message}}),
+        Wire::Chat | Wire::Responses => json!({"error": {"message": message,
+            "type": "invalid_request_error", "param": null, "code": null}}),
+    };
+    Some(Reply::status(400, vec![], body.to_string()).uncounted())
+}
+
 /// Records `req`, asks the handler and writes its reply (with `connection: close` when `close`).
 fn serve_request(
     conn: &mut TcpStream,
@@ -1597,7 +1679,10 @@ fn serve_request(
             .map_err(|_| std::io::Error::other("poisoned"))?;
         let poisoned = |_| std::io::Error::other("poisoned");
         let index = shared.requests.lock().map_err(poisoned)?.len();
-        let reply = (shared.handler)(index, &req);
+        let reply = match not_json_body(&req, shared.options.record_bodies) {
+            Some(rejection) => rejection,
+            None => (shared.handler)(index, &req),
+        };
         shared
             .all_requests
             .lock()

@@ -37,8 +37,9 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59), `unlock` (changes the list from `unlock`, `old_tool` to `unlock`, `secret_number` (answers `42`), sends `notifications/tools/list_changed`, then its reply; the changed list is answered 300 ms late; case C65), and the schema tools of [`odd_schema`] (`search`, `create_attachment`, `choose`, `merged`, `typed`, `conditional`, `bare`; case C63) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
+/// | `FAKE_MCP_READ_TITLE=text` | the MCP `title` of the `read` tool (default `Read Note`): a server may title its tool as another server's (SPEC S3) |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
 /// | `FAKE_MCP_DELAY_MS` | delay before every model-tool `tools/call` reply (not hooks) |
@@ -68,6 +69,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_PARENT_ENVIRON=path` | at start, with no capability in its effective set (dropped when it runs as root: it is then an unprivileged process of the agent's user), reads `/proc/<parent>/environ` and writes `{"ok":true,"environ":…}` or `{"ok":false,"error":…}` (SPEC S1: the agent is not dumpable) |
 /// | `FAKE_MCP_CWD_FILE=path` | writes its working directory at start |
 /// | `FAKE_MCP_STDERR_LINES=N` | writes `stderr line i` (i in 0..N) to stderr at start |
+/// | `FAKE_MCP_HOSTILE_TEXT=text` | terminal injection (SPEC S6): writes `text` and a newline to stderr at start, sends it as an `error` `notifications/message` after `notifications/initialized`, titles and describes its tool `hostile` with it (a call answers it as text), and lists a second tool named `x` + `text` |
 /// | `FAKE_MCP_LIST_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the echo-like tool `late` and sends `notifications/tools/list_changed` |
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -104,6 +106,8 @@ pub struct Config {
     pub parent_environ: Option<PathBuf>,
     pub cwd_file: Option<PathBuf>,
     pub stderr_lines: u64,
+    pub hostile_text: Option<String>,
+    pub read_title: String,
     pub list_changed_after_call: Option<u64>,
 }
 
@@ -183,6 +187,10 @@ impl Config {
             parent_environ: path("FAKE_MCP_PARENT_ENVIRON"),
             cwd_file: path("FAKE_MCP_CWD_FILE"),
             stderr_lines: num("FAKE_MCP_STDERR_LINES").unwrap_or(0),
+            hostile_text: get("FAKE_MCP_HOSTILE_TEXT").filter(|t| !t.is_empty()),
+            read_title: get("FAKE_MCP_READ_TITLE")
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "Read Note".into()),
             list_changed_after_call: num("FAKE_MCP_LIST_CHANGED_AFTER_CALL"),
         }
     }
@@ -230,6 +238,19 @@ impl Config {
                     "Returns legacy-encoded (not UTF-8) text",
                     obj(json!({}), &[]),
                 ),
+                "surrogates" => (
+                    "Returns text cut inside surrogate pairs",
+                    obj(json!({}), &[]),
+                ),
+                "unlock" => (
+                    "Unlocks `secret_number` (and removes `old_tool`)",
+                    obj(json!({}), &[]),
+                ),
+                "old_tool" => ("A tool that goes away on `unlock`", obj(json!({}), &[])),
+                "secret_number" => (
+                    "Tells the secret number; listed after `unlock`",
+                    obj(json!({}), &[]),
+                ),
                 "reject" => ("Answers a JSON-RPC error", obj(json!({}), &[])),
                 "read" => (
                     "Reads a note (echoes `text`)",
@@ -251,16 +272,19 @@ impl Config {
                     "Pretends to run a shell command",
                     obj(json!({"command": {"type": "string"}}), &["command"]),
                 ),
-                _ => (
-                    "Unknown catalogue entry, echoes `text`",
-                    obj(json!({}), &[]),
-                ),
+                other => match odd_schema(other) {
+                    Some(odd) => odd,
+                    None => (
+                        "Unknown catalogue entry, echoes `text`",
+                        obj(json!({}), &[]),
+                    ),
+                },
             };
             let mut tool = json!({"name": name, "description": description, "inputSchema": schema});
             // C53: the MCP tool title and annotations ACP clients decide permissions by.
             match name.as_str() {
                 "read" => {
-                    tool["title"] = json!("Read Note");
+                    tool["title"] = json!(self.read_title);
                     tool["annotations"] = json!({"readOnlyHint": true});
                 }
                 "delete" => tool["annotations"] = json!({"destructiveHint": true}),
@@ -274,6 +298,16 @@ impl Config {
                 "description": "Echoes `text` back",
                 "inputSchema": obj(json!({"text": {"type": "string"}}), &[]),
             }));
+        }
+        if let Some(text) = &self.hostile_text {
+            out.push(
+                json!({"name": "hostile", "title": text, "description": text,
+                            "inputSchema": obj(json!({}), &[])}),
+            );
+            out.push(
+                json!({"name": format!("x{text}"), "description": "a name with controls",
+                            "inputSchema": obj(json!({}), &[])}),
+            );
         }
         let hook = |name: &str| json!({"name": name, "description": "hook", "inputSchema": {"type": "object"}});
         if self.stop {
@@ -300,6 +334,11 @@ pub enum InterceptBehavior {
     Allow,
     /// `deny`: `valid: false`, severity `error`, with `message` (a validator).
     Deny(String),
+    /// `vague`: `valid: false` with `message` and no overall severity (a validator).
+    Vague(String),
+    /// `rewrite`: a mutator answering `modified: true` with `payload` as given, whatever it
+    /// is (a result that is not a result, for the malformed-rewrite tests).
+    Rewrite(Value),
     /// `set`: a mutator setting `arguments.<key>` to the value, for each pair of `set`.
     Set(serde_json::Map<String, Value>),
     /// `error`: a JSON-RPC error -32603.
@@ -311,10 +350,12 @@ pub enum InterceptBehavior {
 }
 
 /// One interceptor of `FAKE_MCP_INTERCEPTORS`: `{"name", "type": "validation"|"mutation",
-/// "phase"?: "request"|"response"|"both" (default request), "behavior": "allow"|"deny"|"set"|
-/// "error"|"crash"|"hang", "message"? (deny), "set"? (an object, for set), "mode"?, "failOpen"?,
-/// "priorityHint"?}`. Written independently of the agent's own codec, in the shape of the
-/// SEP-2624 conformance suite (`hooks: [{events, phase}]`).
+/// "phase"?: "request"|"response"|"both" (default request), "behavior": "allow"|"deny"|"vague"|
+/// "set"|"rewrite"|"error"|"crash"|"hang", "message"? (deny, vague), "set"? (an object, for
+/// set), "payload"? (for rewrite), "mode"?, "failOpen"?, "priorityHint"?, "descriptor"?}`.
+/// `descriptor`, when given, is listed verbatim instead of the one built from the other fields
+/// (for descriptors with typos). Written independently of the agent's own codec, in the shape
+/// of the SEP-2624 conformance suite (`hooks: [{events, phase}]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FakeInterceptor {
     pub name: String,
@@ -323,6 +364,8 @@ pub struct FakeInterceptor {
     pub behavior: InterceptBehavior,
     /// The descriptor fields passed through as given: `mode`, `failOpen`, `priorityHint`.
     pub extra: serde_json::Map<String, Value>,
+    /// A descriptor listed verbatim (`descriptor`).
+    pub raw: Option<Value>,
 }
 
 impl FakeInterceptor {
@@ -340,6 +383,8 @@ impl FakeInterceptor {
                 };
                 let behavior = match e["behavior"].as_str().unwrap_or("allow") {
                     "deny" => InterceptBehavior::Deny(s("message")),
+                    "vague" => InterceptBehavior::Vague(s("message")),
+                    "rewrite" => InterceptBehavior::Rewrite(e["payload"].clone()),
                     "set" => {
                         InterceptBehavior::Set(e["set"].as_object().cloned().unwrap_or_default())
                     }
@@ -360,6 +405,7 @@ impl FakeInterceptor {
                     phases,
                     behavior,
                     extra,
+                    raw: e.get("descriptor").cloned(),
                 }
             })
             .collect()
@@ -367,6 +413,9 @@ impl FakeInterceptor {
 
     /// The `interceptors/list` descriptor.
     pub fn descriptor(&self) -> Value {
+        if let Some(raw) = &self.raw {
+            return raw.clone();
+        }
         let mut d = json!({
             "name": self.name,
             "type": self.kind,
@@ -442,10 +491,64 @@ pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
     wrote
 }
 
+/// The catalogue tools whose `inputSchema` uses JSON Schema that providers take only in
+/// part (SPEC M14, case C63), as real servers write them; each answers `<name> <arguments as
+/// compact JSON>`:
+/// * `search`: a plain schema (`query`);
+/// * `create_attachment`: a pure root `anyOf` of `content` / `source_url` (Notion's
+///   `notion-create-attachment`, case C63);
+/// * `choose`: a root `oneOf` of two branches told apart by a `const` `action`, each closed
+///   with `additionalProperties: false`;
+/// * `merged`: a root `allOf` whose first branch is a `$ref` into `$defs`;
+/// * `typed`: `$schema`, a `type` array, `const`, `exclusiveMinimum`, a map
+///   (`additionalProperties` schema) and a nested `$ref`;
+/// * `conditional`: a root `if`/`then`;
+/// * `bare`: `{"type":"object"}` only (no `properties`).
+pub fn odd_schema(name: &str) -> Option<(&'static str, Value)> {
+    let schema = match name {
+        "search" => json!({"type": "object", "properties": {"query": {"type": "string"}},
+            "required": ["query"]}),
+        "create_attachment" => json!({"type": "object", "anyOf": [
+            {"properties": {"content": {"type": "string"}}, "required": ["content"]},
+            {"properties": {"source_url": {"type": "string"}}, "required": ["source_url"]}]}),
+        "choose" => json!({"type": "object", "oneOf": [
+            {"properties": {"action": {"type": "string", "const": "create"},
+                            "name": {"type": "string"}},
+             "required": ["action", "name"], "additionalProperties": false},
+            {"properties": {"action": {"type": "string", "const": "delete"},
+                            "id": {"type": "integer"}},
+             "required": ["action", "id"], "additionalProperties": false}]}),
+        "merged" => json!({"type": "object", "allOf": [{"$ref": "#/$defs/Base"},
+            {"properties": {"force": {"type": "boolean"}}}],
+            "$defs": {"Base": {"properties": {"path": {"type": "string"}}, "required": ["path"]}}}),
+        "typed" => json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object", "properties": {
+                "note": {"type": ["string", "null"]},
+                "mode": {"const": "fast"},
+                "ratio": {"type": "number", "exclusiveMinimum": 0},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "target": {"$ref": "#/$defs/Target"}},
+            "required": ["mode"],
+            "$defs": {"Target": {"type": "object", "properties": {"id": {"type": "string"}}}}}),
+        "conditional" => json!({"type": "object", "properties": {
+                "kind": {"type": "string"}, "size": {"type": "integer"}},
+            "if": {"properties": {"kind": {"const": "big"}}}, "then": {"required": ["size"]}}),
+        "bare" => json!({"type": "object"}),
+        _ => return None,
+    };
+    Some(("A tool with a schema providers take only in part", schema))
+}
+
 /// The text of the `latin1` tool, byte for byte (case C36): Latin-1 `é` and CP949 bytes.
 pub const LATIN1_TEXT_RAW: &[u8] = b"int caf\xE9 = 1; // \xB0\xA1\xC7\xD1 END";
 /// [`LATIN1_TEXT_RAW`] decoded lossily, as the agent must see it (SPEC L9).
 pub const LATIN1_TEXT_LOSSY: &str = "int caf\u{FFFD} = 1; // \u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD} END";
+
+/// The text of the `surrogates` tool as written inside its reply's JSON string (case C64): a
+/// valid pair (😀), then a lone high and a lone low surrogate escape.
+pub const SURROGATE_TEXT_RAW: &str = r"pair \ud83d\ude00, cut \ud83d, orphan \udc00 END";
+/// [`SURROGATE_TEXT_RAW`] as the agent must decode it (SPEC L3b).
+pub const SURROGATE_TEXT_LOSSY: &str = "pair \u{1F600}, cut \u{FFFD}, orphan \u{FFFD} END";
 
 /// The `media` tool's content (case C59): the text both readers get, a 1×1 PNG (base64),
 /// a text for the user only and one for the model only.
@@ -509,6 +612,8 @@ struct Server {
     replied: AtomicU64,
     /// The tool `late` was added.
     late: std::sync::atomic::AtomicBool,
+    /// `unlock` was called: `secret_number` replaces `old_tool` (case C65).
+    unlocked: std::sync::atomic::AtomicBool,
     /// The id of the `initialize` request (for `FAKE_MCP_SERVER_REQUESTS`).
     init_id: Mutex<Option<Value>>,
     /// Responses received to the server's own requests, in arrival order.
@@ -608,6 +713,16 @@ impl Server {
             }
             return;
         };
+        if let (true, Some(text)) = (
+            method == "notifications/initialized",
+            &self.cfg.hostile_text,
+        ) {
+            self.out.send(
+                &json!({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "error", "logger": "hostile", "data": text}}),
+                false,
+            );
+        }
         if method == "notifications/initialized" && self.cfg.server_requests {
             let collide = self
                 .init_id
@@ -661,6 +776,21 @@ impl Server {
             }
             "tools/list" => {
                 let mut all = self.cfg.tool_list();
+                if self.cfg.tools.iter().any(|t| t == "unlock") {
+                    // C65: `old_tool` before `unlock`, `secret_number` after it; the list that
+                    // changed is answered 300 ms late, so a client that does not wait for it
+                    // offers the old one.
+                    let unlocked = self.unlocked.load(Ordering::SeqCst);
+                    let gone = if unlocked {
+                        "old_tool"
+                    } else {
+                        "secret_number"
+                    };
+                    all.retain(|t| t["name"] != gone);
+                    if unlocked {
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                }
                 if self.late.load(Ordering::SeqCst) {
                     all.push(json!({"name": "late", "description": "Echoes `text` back (added later)",
                                     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}));
@@ -738,6 +868,13 @@ impl Server {
                 json!({"valid": false, "severity": "error",
                        "messages": [{"message": message, "severity": "error"}]}),
             ),
+            InterceptBehavior::Vague(message) => with(
+                base,
+                json!({"valid": false, "messages": [{"message": message, "severity": "warn"}]}),
+            ),
+            InterceptBehavior::Rewrite(payload) => {
+                with(base, json!({"modified": true, "payload": payload}))
+            }
             InterceptBehavior::Set(pairs) => {
                 let mut payload = params["payload"].clone();
                 if let Some(args) = payload["arguments"].as_object_mut() {
@@ -825,6 +962,10 @@ impl Server {
                 sleep(delay);
                 ok(id, text_result(text, false))
             }
+            "hostile" if self.cfg.hostile_text.is_some() => ok(
+                id,
+                text_result(self.cfg.hostile_text.as_deref().unwrap_or_default(), false),
+            ),
             _ => {
                 let known = self.cfg.tools.iter().any(|t| t == name)
                     || (name == "late" && self.late.load(Ordering::SeqCst))
@@ -903,6 +1044,34 @@ impl Server {
                         self.replied.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
+                    "unlock" => {
+                        // C65: the list changes, the notification goes out, then the reply.
+                        self.unlocked.store(true, Ordering::SeqCst);
+                        self.out.send(
+                            &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                            false,
+                        );
+                        ok(id, text_result("unlocked", false))
+                    }
+                    "old_tool" | "secret_number" => {
+                        let listed =
+                            self.unlocked.load(Ordering::SeqCst) == (name == "secret_number");
+                        if listed {
+                            let text = if name == "old_tool" { "old" } else { "42" };
+                            ok(id, text_result(text, false))
+                        } else {
+                            err(id, -32602, &format!("unknown tool: {name}"))
+                        }
+                    }
+                    "surrogates" => {
+                        // C64: perfect JSON-RPC except for the lone surrogate escapes.
+                        let line = format!(
+                            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{SURROGATE_TEXT_RAW}\"}}]}}}}\n"
+                        );
+                        self.out.raw_bytes(line.as_bytes());
+                        self.replied.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
                     "reject" => err(id, -32602, "Invalid arguments"),
                     "delete" => ok(
                         id,
@@ -937,6 +1106,9 @@ impl Server {
                         id,
                         text_result(&format!("ran: {}", text_arg("command")), false),
                     ),
+                    other if odd_schema(other).is_some() => {
+                        ok(id, text_result(&format!("{other} {args}"), false))
+                    }
                     _ => ok(id, text_result(&text_arg("text"), false)),
                 }
             }
@@ -980,6 +1152,7 @@ pub fn serve(cfg: Config, input: impl BufRead, out: Out, exit: Exit) {
         exit,
         replied: AtomicU64::new(0),
         late: std::sync::atomic::AtomicBool::new(false),
+        unlocked: std::sync::atomic::AtomicBool::new(false),
         init_id: Mutex::new(None),
         answers: Mutex::new(Vec::new()),
         answered: Condvar::new(),
@@ -1077,6 +1250,9 @@ pub fn main() -> ! {
     }
     for i in 0..cfg.stderr_lines {
         eprintln!("stderr line {i}");
+    }
+    if let Some(text) = &cfg.hostile_text {
+        eprintln!("{text}");
     }
     if let Some(p) = &cfg.grandchild_pidfile {
         match std::process::Command::new("sleep")

@@ -391,6 +391,34 @@ fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
+/// A line the harness sent, as far as it needs it (its `id` and `method`): strict JSON, or a
+/// line with surrogate escapes (case C64: clients write lone ones) read with every surrogate
+/// escape as U+FFFD. Independent of the agent's own decoder on purpose.
+fn sent_message(line: &str) -> Option<Value> {
+    if let Ok(msg) = serde_json::from_str::<Value>(line) {
+        return Some(msg);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("\\u") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let surrogate = tail
+            .get(2..6)
+            .and_then(|h| u16::from_str_radix(h, 16).ok())
+            .is_some_and(|u| (0xD800..=0xDFFF).contains(&u));
+        if surrogate {
+            out.push_str("\\ufffd");
+            rest = &tail[6..];
+        } else {
+            out.push_str(&tail[..2]);
+            rest = &tail[2..];
+        }
+    }
+    out.push_str(rest);
+    serde_json::from_str(&out).ok()
+}
+
 impl AgentProc {
     /// Spawns `bin` with an empty environment except `PATH`, `HOME` and `env`, all three stdio
     /// streams piped, in its own process group. Unless `env` names `BUZZ_AGENT_STATE_DIR`, the
@@ -584,7 +612,7 @@ impl AgentProc {
         for line in complete.split(|&b| b == b'\n') {
             let line = String::from_utf8_lossy(line);
             let line = line.trim_start_matches('\u{feff}').trim_end_matches('\r');
-            let Ok(msg) = serde_json::from_str::<Value>(line) else {
+            let Some(msg) = sent_message(line) else {
                 continue;
             };
             if let (Some(method), Some(id)) = (msg.get("method"), msg.get("id")) {

@@ -415,8 +415,14 @@ fn acpx_default_mode_reads_writes_and_model(ctx: &Ctx, fs_js: &Path) {
     assert_eq!(
         asked,
         [
-            ("Read Text File".to_string(), "read".to_string()),
-            ("Write File".to_string(), "edit".to_string())
+            (
+                r#"fs: read_text_file ("Read Text File")"#.to_string(),
+                "read".to_string()
+            ),
+            (
+                r#"fs: write_file ("Write File")"#.to_string(),
+                "edit".to_string()
+            )
         ],
         "{context}"
     );
@@ -891,7 +897,7 @@ fn python_hook_framework(ctx: &Ctx, python: &Path, script: &str, framework: &str
         json!({"name": mode, "command": path_str(python), "args": [path_str(&script)],
                "env": [{"name": "HOOK_MODE", "value": mode}]})
     });
-    let (llm, agent, sid) = Setup::new(ctx, &s)
+    let (llm, agent) = Setup::new(ctx, &s)
         .handler(|_, req| {
             if req.tool_names().is_empty() {
                 Reply::text("SUMMARY: the user asked for a long task; nothing done yet.")
@@ -906,8 +912,20 @@ fn python_hook_framework(ctx: &Ctx, python: &Path, script: &str, framework: &str
             ("BUZZ_AGENT_MAX_CONTEXT_TOKENS", "6000"),
             ("BUZZ_AGENT_MAX_OUTPUT_TOKENS", "1000"),
         ])
-        .servers(servers)
-        .start();
+        .spawn();
+    agent.initialize();
+    // Four Python frameworks start at once (FastMCP 4 takes ~28 s on a loaded 2-core machine):
+    // wait as long as the servers' own start-up timeout above, not the default 30 s.
+    let servers: Vec<Value> = servers.collect();
+    let r = agent.request_timeout(
+        "session/new",
+        json!({"cwd": s.ws, "mcpServers": servers}),
+        Duration::from_secs(75),
+    );
+    let sid = agent.result(&r)["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{framework}: session/new: {r}"))
+        .to_string();
     let prompt = format!("{} Now finish.", "Do the long task. ".repeat(360));
     let r = agent.prompt_timeout(&sid, &prompt, Duration::from_secs(120));
     let res = agent.result(&r);

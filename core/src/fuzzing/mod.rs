@@ -196,8 +196,22 @@ pub fn line_codec(data: &[u8]) {
 }
 
 /// Properties of one complete line: the parser never panics, the id scanner agrees with it,
-/// and an answer echoing the id parses back with the same id (T5).
+/// an answer echoing the id parses back with the same id (T5) and is strict JSON; the lossy
+/// JSON decoder gives what the strict one gives on strict JSON, and what it decodes from
+/// anything else serialises back to strict JSON with no lone surrogate escape (L3b, L9).
 fn check_line(line: &[u8]) {
+    let strict = serde_json::from_slice::<Value>(line).ok();
+    let lossy = crate::json::parse_bytes_lossy(line).ok();
+    if strict.is_some() {
+        assert_eq!(lossy, strict, "L9: the lossy decoder changed strict JSON");
+    }
+    if let Some(v) = &lossy {
+        let back = v.to_string();
+        assert!(
+            serde_json::from_str::<Value>(&back).is_ok() && !has_lone_surrogate_escape(&back),
+            "L3b: a decoded value does not serialise to strict JSON: {back}"
+        );
+    }
     let mut scan = IdScanner::new();
     scan.feed(line);
     let scanned = scan.into_id();
@@ -206,6 +220,10 @@ fn check_line(line: &[u8]) {
     }
     if let Ok(Message::Request { id, .. }) = jsonrpc::parse_message(line) {
         let answer = jsonrpc::encode_result(&id, &Value::Null);
+        assert!(
+            serde_json::from_str::<Value>(&answer).is_ok(),
+            "L3b: the answer is not strict JSON: {answer}"
+        );
         match jsonrpc::parse_message(answer.as_bytes()) {
             Ok(Message::Response { id: back, .. }) => assert_eq!(back, id.to_value()),
             other => panic!("T5: echoed answer does not parse back: {other:?}"),
@@ -227,15 +245,82 @@ pub fn fuzz_config(provider: ProviderKind) -> Config {
     c
 }
 
+/// Whether a JSON text holds a `\uD800`–`\uDFFF` escape that is not half of a pair (SPEC
+/// L3b): what a strict peer rejects. Escapes are read whole, so `\\ud800` is not one.
+#[must_use]
+pub fn has_lone_surrogate_escape(text: &str) -> bool {
+    let b = text.as_bytes();
+    let hex = |at: usize| {
+        b.get(at..at + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u16::from_str_radix(h, 16).ok())
+    };
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        if b.get(i + 1) != Some(&b'u') {
+            i += 2;
+            continue;
+        }
+        match hex(i + 2) {
+            Some(0xD800..=0xDBFF) => {
+                let low = b.get(i + 6) == Some(&b'\\')
+                    && b.get(i + 7) == Some(&b'u')
+                    && matches!(hex(i + 8), Some(0xDC00..=0xDFFF));
+                if !low {
+                    return true;
+                }
+                i += 12;
+            }
+            Some(0xDC00..=0xDFFF) => return true,
+            Some(_) | None => i += 2,
+        }
+    }
+    false
+}
+
+/// The `arguments` texts of the assistant tool calls in an LLM request body (Chat
+/// `tool_calls[].function.arguments`, Responses `function_call.arguments`; Anthropic sends
+/// `input` objects, which are JSON values already).
+fn replayed_arguments(body: &Value) -> Vec<&str> {
+    let mut out = Vec::new();
+    for m in body["messages"].as_array().into_iter().flatten() {
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            out.extend(c["function"]["arguments"].as_str());
+        }
+    }
+    for item in body["input"].as_array().into_iter().flatten() {
+        if item["type"] == "function_call" {
+            out.extend(item["arguments"].as_str());
+        }
+    }
+    out
+}
+
 /// Every action one step produced, checked for the properties that hold for every action:
-/// `WriteAcp` and `WriteMcp` are one line (T1) that parses as one JSON-RPC message.
+/// `WriteAcp` and `WriteMcp` are one line (T1) of strict JSON (no lone surrogate escape, L3b)
+/// that parses as one JSON-RPC message; an LLM request body is strict JSON and replays no
+/// tool-call arguments holding a lone surrogate escape (L3b).
 pub fn check_action(a: &Action) {
     let line = match a {
         Action::WriteAcp(l) | Action::WriteMcp { line: l, .. } => l,
+        Action::CallLlm { request, .. } => {
+            let body: Value = serde_json::from_slice(&request.body.to_vec())
+                .unwrap_or_else(|e| panic!("L3b: an LLM request body is not strict JSON: {e}"));
+            for args in replayed_arguments(&body) {
+                assert!(
+                    !has_lone_surrogate_escape(args),
+                    "L3b: replayed arguments hold a lone surrogate escape: {args:?}"
+                );
+            }
+            return;
+        }
         Action::SpawnMcp { .. }
         | Action::CloseMcpStdin { .. }
         | Action::SignalProcessGroup { .. }
-        | Action::CallLlm { .. }
         | Action::CancelLlm { .. }
         | Action::OpenTranscript { .. }
         | Action::ReadTranscript { .. }
@@ -253,6 +338,9 @@ pub fn check_action(a: &Action) {
         .strip_suffix('\n')
         .expect("T1: a frame ends with a newline");
     assert!(!body.contains('\n'), "T1: a frame is one line: {line:?}");
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(body) {
+        panic!("L3b: a frame we wrote is not strict JSON ({e}): {line}");
+    }
     if let Err(e) = jsonrpc::parse_message(body.as_bytes()) {
         panic!("a frame we wrote does not parse back ({e}): {line}");
     }

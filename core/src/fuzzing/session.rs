@@ -598,6 +598,9 @@ pub fn run(data: &[u8]) -> Vec<String> {
                                 let name = names[usize::from(pick) % names.len()];
                                 let args = if pick & 0x80 != 0 {
                                     "{bad"
+                                } else if pick & 0x40 != 0 {
+                                    // L3b: a model cutting text inside a surrogate pair.
+                                    "{\"text\":\"cut \\ud83d\"}"
                                 } else {
                                     "{\"text\":\"t\"}"
                                 };
@@ -689,7 +692,23 @@ pub fn run(data: &[u8]) -> Vec<String> {
                 else {
                     continue;
                 };
-                let kind = r.u8() % 5;
+                let pick = r.u8();
+                let kind = pick % 5;
+                if pick & 0x80 != 0 {
+                    // L3b: the reply's text holds a pair, a lone high and a lone low surrogate.
+                    let line = format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"\\ud83d\\ude00 \\ud83d \\udc00\"}}]}}}}\n"
+                    );
+                    d.feed(
+                        Input::McpBytes {
+                            proc,
+                            bytes: line.into_bytes(),
+                        },
+                        &mut react,
+                    );
+                    d.settle(20_000, &mut react);
+                    continue;
+                }
                 let msg = match (name.starts_with('_'), kind) {
                     (_, 0) => {
                         json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "crashed"}})

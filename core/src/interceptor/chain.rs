@@ -641,7 +641,7 @@ impl Chain {
                             cause: DenialCause::Invalid(r.messages),
                         });
                     } else if !r.valid {
-                        let sev = r.severity.map_or("no severity", |s| s.as_str());
+                        let sev = r.severity.map_or("unknown", |s| s.as_str());
                         self.log(
                             now,
                             LogLevel::Warn,
@@ -1230,22 +1230,47 @@ mod tests {
     }
 
     #[test]
-    fn x1_invalid_with_severity_warn_info_or_none_does_not_block_but_is_logged() {
-        for severity in [Some("warn"), Some("info"), None] {
+    fn x1_invalid_with_severity_warn_or_info_does_not_block_but_is_logged() {
+        for severity in ["warn", "info"] {
             let mut chain = start(&[validator("soft")], Phase::Request, call_payload());
             let (_, d) = run(&mut chain, |name, _| {
-                let mut r = json!({"interceptor": name, "type": "validation", "valid": false,
-                    "messages": [{"message": "looks odd", "severity": "warn"}]});
-                if let Some(s) = severity {
-                    r["severity"] = json!(s);
-                }
-                InvokeReply::Result(r)
+                InvokeReply::Result(
+                    json!({"interceptor": name, "type": "validation", "valid": false,
+                    "severity": severity,
+                    "messages": [{"message": "looks odd", "severity": "warn"}]}),
+                )
             });
             assert!(d.verdict.as_ref().unwrap().is_allow(), "{severity:?}");
             let warn = logs_containing(&d, "does not block");
             assert_eq!(warn.len(), 1, "{severity:?}");
             assert_eq!(warn[0].level, LogLevel::Warn);
             assert!(warn[0].message.contains("looks odd"));
+        }
+    }
+
+    #[test]
+    fn s4_invalid_without_a_severity_blocks_and_an_audit_validator_logs_it() {
+        for mode in [Mode::Enforce, Mode::Audit] {
+            let mut member = validator("vague");
+            member.interceptor.mode = mode;
+            let mut chain = start(&[member], Phase::Request, call_payload());
+            let (_, d) = run(&mut chain, |name, _| {
+                InvokeReply::Result(
+                    json!({"interceptor": name, "type": "validation", "valid": false,
+                    "messages": [{"message": "not sure about this", "severity": "warn"}]}),
+                )
+            });
+            let verdict = d.verdict.clone().unwrap();
+            if mode == Mode::Enforce {
+                assert_eq!(
+                    verdict.denial_text().as_deref(),
+                    Some("blocked by interceptor 'vague': not sure about this"),
+                    "no severity fails closed"
+                );
+            } else {
+                assert!(verdict.is_allow(), "audit never blocks");
+                assert_eq!(logs_containing(&d, "audit: would deny").len(), 1);
+            }
         }
     }
 

@@ -499,13 +499,19 @@ fn parse_hook(v: &Value) -> Result<Vec<Hook>, WireError> {
     let Value::Object(o) = v else {
         return Err(wire_err("a hook must be an object {events, phase}"));
     };
+    // Every event must be a string and there must be one: a hook whose events cannot be read
+    // would otherwise hook nothing, a gate silently gone (SPEC S4).
     let events: Vec<String> = match o.get("events") {
-        Some(Value::Array(es)) => es
+        Some(Value::Array(es)) if !es.is_empty() => es
             .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        Some(_) | None => return Err(wire_err("a hook needs an array \"events\"")),
+            .map(|e| e.as_str().map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| wire_err("a hook's \"events\" must all be strings"))?,
+        Some(_) | None => {
+            return Err(wire_err(
+                "a hook needs a non-empty array of strings \"events\"",
+            ));
+        }
     };
     let phase = o.get("phase").and_then(Value::as_str);
     let phases: &[Phase] = match phase {
@@ -739,11 +745,13 @@ pub struct ValidationResult {
 }
 
 impl ValidationResult {
-    /// Whether this result blocks in `enforce` mode: `valid: false` with severity `error`
-    /// (SEP-2624 §4.3.1: "Only validations with severity error MUST block"; SPEC X1).
+    /// Whether this result blocks in `enforce` mode: `valid: false` with severity `error`, or
+    /// with no severity at all (SEP-2624 §4.3.1: "Only validations with severity error MUST
+    /// block"; a verdict of invalid that does not say how bad fails closed, SPEC X1, S4).
+    /// `valid: false` with `warn` or `info` does not block.
     #[must_use]
     pub fn blocks(&self) -> bool {
-        !self.valid && self.severity == Some(Severity::Error)
+        !self.valid && self.severity.is_none_or(|s| s == Severity::Error)
     }
 }
 
@@ -987,6 +995,14 @@ mod tests {
                 "\"phase\" must be",
             ),
             (
+                json!({"name": "x", "type": "validation", "hooks": [{"events": [], "phase": "request"}]}),
+                "non-empty array of strings \"events\"",
+            ),
+            (
+                json!({"name": "x", "type": "validation", "hooks": [{"events": ["tools/call", 7], "phase": "request"}]}),
+                "\"events\" must all be strings",
+            ),
+            (
                 json!({"name": "x", "type": "mutation", "hooks": [{"events": ["*"], "phase": "request"}], "priorityHint": 1.5}),
                 "\"priorityHint\" must be an integer",
             ),
@@ -1124,7 +1140,7 @@ mod tests {
     }
 
     #[test]
-    fn x1_only_invalid_with_severity_error_blocks() {
+    fn x1_s4_only_invalid_with_severity_error_or_none_blocks() {
         let block = |valid: bool, severity: Option<Severity>| {
             ValidationResult {
                 interceptor: String::new(),
@@ -1140,8 +1156,9 @@ mod tests {
         assert!(block(false, Some(Severity::Error)));
         assert!(!block(false, Some(Severity::Warn)));
         assert!(!block(false, Some(Severity::Info)));
-        assert!(!block(false, None));
+        assert!(block(false, None), "S4: no severity fails closed");
         assert!(!block(true, Some(Severity::Error)));
+        assert!(!block(true, None));
     }
 
     #[test]

@@ -16,11 +16,12 @@ use super::request::{
 use super::route::{Learned, ProviderRoute};
 use super::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
 use crate::config::Config;
+use crate::json::parse_lossy;
 use crate::llm::{
     HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind, StreamDecoder,
     StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
-use crate::sse::{SseEvent, parse_json_lossy};
+use crate::sse::SseEvent;
 
 /// Text sent for a user turn that would otherwise be empty: Anthropic rejects empty content
 /// and blank text blocks.
@@ -488,7 +489,7 @@ fn turn_kind(turn: &Turn<'_>) -> Last {
 
 /// Tool-call arguments as the `input` object: `{}` when blank, invalid or not an object.
 fn input_object(arguments: &str) -> Value {
-    match parse_json_lossy(arguments) {
+    match parse_lossy(arguments) {
         Ok(value @ Value::Object(_)) => value,
         Ok(_) | Err(_) => Value::Object(serde_json::Map::new()),
     }
@@ -520,11 +521,12 @@ impl Serialize for WireTool<'_> {
 
 /// Decoder of one streamed Messages body (SPEC L6, L9; cases C24, C26).
 ///
-/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_json_lossy`], so lone
+/// * Each SSE event's `data:` is a JSON object (parsed with [`parse_lossy`], so lone
 ///   surrogates become U+FFFD) whose `type` names the event (the SSE `event:` name is the
 ///   fallback). Unknown event and block types, `ping` and unknown fields are ignored.
 /// * `message_start`: `message.usage` gives the input tokens (`input_tokens` +
-///   `cache_creation_input_tokens` + `cache_read_input_tokens`, tokens).
+///   `cache_creation_input_tokens` + `cache_read_input_tokens`, tokens; the two cache counts
+///   are kept apart too, as the cache write and read of [`Usage`]).
 /// * `content_block_start` opens block `index`: `text` (initial text, if any, is streamed),
 ///   `thinking` (initial `thinking` / `signature` kept), `redacted_thinking` (`data` kept),
 ///   `tool_use` (`id`, `name` and `input` kept).
@@ -786,6 +788,8 @@ impl AnthropicDecoder {
         Some(Usage {
             input_tokens: input,
             output_tokens: self.output_tokens.unwrap_or(0),
+            cache_read_tokens: read,
+            cache_write_tokens: creation,
         })
     }
 }
@@ -1163,7 +1167,8 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
                 stop: StopKind::EndTurn,
                 usage: Some(Usage {
                     input_tokens: 25,
-                    output_tokens: 15
+                    output_tokens: 15,
+                    ..Usage::default()
                 }),
             }
         );
@@ -1198,10 +1203,12 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
                     "{\"location\": \"San Francisco\", \"unit\": \"°C\"}"
                 )],
                 stop: StopKind::ToolUse,
-                // 472 + 100 cache creation + 28 cache read.
+                // 472 + 100 cache creation + 28 cache read, the cache counts kept apart.
                 usage: Some(Usage {
                     input_tokens: 600,
-                    output_tokens: 89
+                    output_tokens: 89,
+                    cache_read_tokens: Some(28),
+                    cache_write_tokens: Some(100),
                 }),
             }
         );
@@ -1247,7 +1254,8 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
             response.usage,
             Some(Usage {
                 input_tokens: 0,
-                output_tokens: 12
+                output_tokens: 12,
+                ..Usage::default()
             })
         );
         // A non-empty start input is kept as its JSON text.
@@ -1861,16 +1869,18 @@ data: {"type":"message_stop"}
 
     #[test]
     fn l6_input_tokens_alone_are_a_usage_with_no_output_tokens() {
-        for usage in [
-            json!({"input_tokens": 9}),
-            json!({"cache_read_input_tokens": 9}),
+        for (usage, read) in [
+            (json!({"input_tokens": 9}), None),
+            (json!({"cache_read_input_tokens": 9}), Some(9)),
         ] {
             let body = stream(&[json!({"type": "message_start", "message": {"usage": usage}})]);
             assert_eq!(
                 ok(&decode_every_split(&body)).usage,
                 Some(Usage {
                     input_tokens: 9,
-                    output_tokens: 0
+                    output_tokens: 0,
+                    cache_read_tokens: read,
+                    cache_write_tokens: None,
                 }),
                 "{usage}"
             );

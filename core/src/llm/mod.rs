@@ -30,7 +30,7 @@ pub(crate) use model::decoder_tests;
 pub use model::{Body, HttpRequest, Message, ToolCall};
 pub(crate) use model::{
     ChatReasoningField, LlmRequest, LlmResponse, PromptCache, ReasoningBlock, StopKind,
-    StreamDecoder, StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolDef, Usage,
+    StreamDecoder, StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolDef, Usage, UsageTotals,
 };
 pub(crate) use request::BodyCache;
 pub(crate) use route::{ErrorReaction, Learned, route};

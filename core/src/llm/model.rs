@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::config::Prices;
+
 /// The text of the short assistant message put between tool results and a following user
 /// message (SPEC L10): strict chat templates and Mistral's validator reject a user message right
 /// after a tool result ("Unexpected role 'user' after role 'tool'"), and on Anthropic a user
@@ -230,7 +232,9 @@ pub(crate) struct ToolDef {
     /// Provider-safe name (`^[A-Za-z0-9_-]{1,64}$`, SPEC M3).
     pub name: String,
     pub description: String,
-    /// JSON Schema with `type: "object"` at the root (SPEC M3, C19).
+    /// JSON Schema with `type: "object"` at the root (SPEC M3, C19), in the form the route's
+    /// provider accepts (SPEC M14, `tool_schema`); `Value::Null` (Gemini only): the tool takes
+    /// no arguments and is sent without `parameters`.
     pub input_schema: Value,
 }
 
@@ -361,7 +365,7 @@ impl std::fmt::Debug for HttpRequest {
         write!(
             f,
             "POST {} headers={:?} body={} B",
-            self.url,
+            crate::text::redact_url(&self.url),
             names,
             self.body.len()
         )
@@ -381,11 +385,72 @@ pub(crate) enum StopKind {
     Refusal,
 }
 
-/// Token usage reported by one response.
+/// Token usage reported by one response, in tokens, as the provider counted them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Usage {
+    /// Every input token of the call, those read from or written to the prompt cache included
+    /// (Anthropic reports the three parts apart; they are summed here).
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The part of `input_tokens` read from the provider's prompt cache (SPEC L11: Anthropic
+    /// `cache_read_input_tokens`, OpenAI `cached_tokens`); `None` when the provider said
+    /// nothing about it.
+    pub cache_read_tokens: Option<u64>,
+    /// The part of `input_tokens` written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`); `None` when not reported.
+    pub cache_write_tokens: Option<u64>,
+}
+
+/// Token counts summed over calls (a turn's, a session's), saturating; the cache counts are
+/// known once any call reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct UsageTotals {
+    /// LLM calls that reported usage.
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: Option<u64>,
+    pub cache_write_tokens: Option<u64>,
+}
+
+impl UsageTotals {
+    /// Adds one call's usage.
+    pub(crate) fn add(&mut self, u: &Usage) {
+        fn sum(total: &mut Option<u64>, part: Option<u64>) {
+            if let Some(n) = part {
+                *total = Some(total.unwrap_or(0).saturating_add(n));
+            }
+        }
+        self.calls = self.calls.saturating_add(1);
+        self.input_tokens = self.input_tokens.saturating_add(u.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(u.output_tokens);
+        sum(&mut self.cache_read_tokens, u.cache_read_tokens);
+        sum(&mut self.cache_write_tokens, u.cache_write_tokens);
+    }
+
+    /// One call's usage as totals.
+    pub(crate) fn of(u: &Usage) -> UsageTotals {
+        let mut t = UsageTotals::default();
+        t.add(u);
+        t
+    }
+
+    /// What these tokens cost at `prices` (per million tokens, `BUZZ_AGENT_PRICES`), in the
+    /// prices' currency: cache reads and writes at their own prices, the rest of the input at
+    /// the input price, the output at the output price.
+    #[must_use]
+    pub(crate) fn cost(&self, prices: &Prices) -> f64 {
+        let read = self.cache_read_tokens.unwrap_or(0);
+        let write = self.cache_write_tokens.unwrap_or(0);
+        let plain = self.input_tokens.saturating_sub(read).saturating_sub(write);
+        // Token counts and micro-prices are far below 2^53: the products are exact enough.
+        #[allow(clippy::cast_precision_loss)]
+        let micros = plain as f64 * prices.input_micros as f64
+            + read as f64 * prices.cache_read_micros as f64
+            + write as f64 * prices.cache_write_micros as f64
+            + self.output_tokens as f64 * prices.output_micros as f64;
+        micros / 1e12
+    }
 }
 
 /// A complete decoded response.

@@ -22,11 +22,12 @@ use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
 };
 use crate::config::Config;
+use crate::json::parse_lossy;
 use crate::llm::{
     ChatReasoningField, HttpRequest, LlmRequest, LlmResponse, Message, ReasoningBlock, StopKind,
     StreamDecoder, StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolCall, ToolDef, Usage,
 };
-use crate::sse::{SseEvent, parse_json_lossy};
+use crate::sse::SseEvent;
 
 /// Build the streaming `POST {base_url}/chat/completions` request (SPEC L7).
 ///
@@ -585,6 +586,9 @@ struct WireTool<'a> {
 struct WireFunction<'a> {
     name: &'a str,
     description: &'a str,
+    /// Omitted for a tool sent without parameters (`Value::Null`, SPEC M14: Gemini rejects an
+    /// object schema with no properties; the Chat API reads no `parameters` as no arguments).
+    #[serde(skip_serializing_if = "Value::is_null")]
     parameters: &'a Value,
 }
 
@@ -604,7 +608,7 @@ struct ChunkView {
 
 /// Decoder of one streamed Chat Completions body (SPEC L7, L9; cases C21–C24, C26).
 ///
-/// * Each SSE `data:` payload is a JSON chunk (parsed with [`parse_json_lossy`], so lone
+/// * Each SSE `data:` payload is a JSON chunk (parsed with [`parse_lossy`], so lone
 ///   surrogates become U+FFFD); `data: [DONE]` ends the stream and later bytes are ignored.
 ///   Only choice `index` 0 is used (a choice without `index` counts as 0); chunks with empty,
 ///   missing or `null` `choices` are fine (C22); unknown fields are ignored.
@@ -620,7 +624,10 @@ struct ChunkView {
 ///   come out in index order (calls sharing an index in arrival order); a slot that never got a
 ///   name is dropped; a missing or duplicate id is replaced by `{id_prefix}_{index}`.
 /// * Usage comes from the last chunk with a non-null `usage` (`prompt_tokens` → input,
-///   `completion_tokens` → output): cumulative usage is not double counted (C22).
+///   `completion_tokens` → output; `prompt_tokens_details.cached_tokens`, else DeepSeek's
+///   `prompt_cache_hit_tokens` → cache read; OpenRouter's
+///   `prompt_tokens_details.cache_write_tokens` → cache write): cumulative usage is not
+///   double counted (C22).
 /// * `finish_reason` `null` or `""` is not terminal (C23). `stop` → end turn, `tool_calls`
 ///   and `function_call` → tool use, `length` → max tokens, `content_filter` → refusal; the
 ///   Anthropic spellings `end_turn`, `tool_use`, `max_tokens`, `refusal` are accepted as
@@ -734,9 +741,21 @@ impl ChatDecoder {
     ) {
         if usage.is_object() {
             let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+            let detail = |key: &str| {
+                usage
+                    .get("prompt_tokens_details")
+                    .and_then(|d| d.get(key))
+                    .and_then(Value::as_u64)
+            };
             self.usage = Some(Usage {
                 input_tokens: count("prompt_tokens"),
                 output_tokens: count("completion_tokens"),
+                // OpenAI, vLLM, OpenRouter: `prompt_tokens_details.cached_tokens`; DeepSeek:
+                // `prompt_cache_hit_tokens`. Both are part of `prompt_tokens`.
+                cache_read_tokens: detail("cached_tokens")
+                    .or_else(|| usage.get("prompt_cache_hit_tokens").and_then(Value::as_u64)),
+                // OpenRouter, for providers that bill cache writes.
+                cache_write_tokens: detail("cache_write_tokens"),
             });
         }
         if let Some(choices) = choices.as_array() {
@@ -978,7 +997,7 @@ fn stop_kind(reason: &str) -> StopKind {
 fn arguments_complete(arguments: &str) -> bool {
     arguments.trim().is_empty()
         || serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_ok()
-        || parse_json_lossy(arguments).is_ok()
+        || parse_lossy(arguments).is_ok()
 }
 
 /// The string value, when it is a non-empty string.
@@ -1294,7 +1313,8 @@ mod tests {
                 stop: StopKind::EndTurn,
                 usage: Some(Usage {
                     input_tokens: 12,
-                    output_tokens: 4
+                    output_tokens: 4,
+                    ..Usage::default()
                 }),
             }
         );
@@ -1325,7 +1345,8 @@ mod tests {
                 stop: StopKind::ToolUse,
                 usage: Some(Usage {
                     input_tokens: 100,
-                    output_tokens: 30
+                    output_tokens: 30,
+                    ..Usage::default()
                 }),
             }
         );
@@ -1509,7 +1530,8 @@ mod tests {
             response.usage,
             Some(Usage {
                 input_tokens: 611,
-                output_tokens: 13
+                output_tokens: 13,
+                ..Usage::default()
             })
         );
         assert_eq!(outcome.deltas, vec![StreamDelta::Text("Hi".into())]);
@@ -1534,9 +1556,60 @@ mod tests {
             ok(&outcome).usage,
             Some(Usage {
                 input_tokens: 611,
-                output_tokens: 13
+                output_tokens: 13,
+                ..Usage::default()
             })
         );
+    }
+
+    #[test]
+    fn l11_cache_reads_and_writes_are_read_in_each_servers_spelling() {
+        let with_usage = |usage: serde_json::Value| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}},\"finish_reason\":\"stop\"}}]}}\n\ndata: {{\"choices\":[],\"usage\":{usage}}}\n\ndata: [DONE]\n\n"
+            )
+        };
+        for (usage, read, write) in [
+            // OpenAI (and vLLM): the cached part of `prompt_tokens`.
+            (
+                json!({"prompt_tokens": 900, "completion_tokens": 7,
+                       "prompt_tokens_details": {"cached_tokens": 768}}),
+                Some(768),
+                None,
+            ),
+            // OpenRouter in front of a provider that bills cache writes.
+            (
+                json!({"prompt_tokens": 900, "completion_tokens": 7,
+                       "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 850}}),
+                Some(0),
+                Some(850),
+            ),
+            // DeepSeek.
+            (
+                json!({"prompt_tokens": 900, "completion_tokens": 7,
+                       "prompt_cache_hit_tokens": 640, "prompt_cache_miss_tokens": 260}),
+                Some(640),
+                None,
+            ),
+            // A server that says nothing about its cache.
+            (
+                json!({"prompt_tokens": 900, "completion_tokens": 7}),
+                None,
+                None,
+            ),
+        ] {
+            let outcome = decode_every_split(&with_usage(usage.clone()));
+            assert_eq!(
+                ok(&outcome).usage,
+                Some(Usage {
+                    input_tokens: 900,
+                    output_tokens: 7,
+                    cache_read_tokens: read,
+                    cache_write_tokens: write,
+                }),
+                "{usage}"
+            );
+        }
     }
 
     #[test]

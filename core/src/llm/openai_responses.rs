@@ -343,7 +343,7 @@ struct WireTool<'a> {
 /// Decoder of one streamed Responses body (SPEC L8, L9; cases C24, C26).
 ///
 /// * Each SSE event's `data:` is a JSON object (parsed with
-///   [`parse_json_lossy`](crate::sse::parse_json_lossy)) whose `type` names the event (the SSE
+///   [`parse_lossy`](crate::json::parse_lossy)) whose `type` names the event (the SSE
 ///   `event:` name is the fallback). Unknown events and fields are ignored; a `data: [DONE]`
 ///   (some compatible servers add one) is ignored too.
 /// * `response.output_text.delta` → [`StreamDelta::Text`]; `response.output_text.done` only
@@ -357,7 +357,8 @@ struct WireTool<'a> {
 ///   `.done` replaces with the final `arguments`. Calls come out in `output_index` order; a
 ///   nameless one is dropped; a missing or duplicate `call_id` becomes `{id_prefix}_{index}`.
 /// * `response.completed` / `response.incomplete` end the stream (later bytes are ignored) and
-///   give `usage` (`input_tokens`, `output_tokens`). `incomplete_details.reason`
+///   give `usage` (`input_tokens`, `output_tokens`, `input_tokens_details.cached_tokens` as
+///   the cache read). `incomplete_details.reason`
 ///   `content_filter` → refusal; `max_output_tokens` and any other reason → max tokens.
 /// * `response.failed` (`response.error`) and `error` events (`{code,message}` at the top level
 ///   or in `error`) → [`StreamError::Provider`], retryable unless the code or type names an
@@ -571,6 +572,10 @@ impl EventHandler for ResponsesDecoder {
                     self.usage = Some(Usage {
                         input_tokens: count("input_tokens"),
                         output_tokens: count("output_tokens"),
+                        cache_read_tokens: usage
+                            .pointer("/input_tokens_details/cached_tokens")
+                            .and_then(Value::as_u64),
+                        cache_write_tokens: None,
                     });
                 }
                 // Reasoning items a server lists only in the final response.
@@ -819,6 +824,33 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
     }
 
     #[test]
+    fn l11_the_cached_part_of_the_input_is_the_cache_read() {
+        let body = |usage: Value| {
+            let event = json!({"type": "response.completed",
+                "response": {"status": "completed", "usage": usage}});
+            format!("event: response.completed\ndata: {event}\n\n")
+        };
+        let cached = json!({"input_tokens": 2000, "output_tokens": 30,
+            "input_tokens_details": {"cached_tokens": 1920}});
+        assert_eq!(
+            ok(&decode_every_split(&body(cached))).usage,
+            Some(Usage {
+                input_tokens: 2000,
+                output_tokens: 30,
+                cache_read_tokens: Some(1920),
+                cache_write_tokens: None,
+            })
+        );
+        let silent = json!({"input_tokens": 2000, "output_tokens": 30});
+        assert_eq!(
+            ok(&decode_every_split(&body(silent)))
+                .usage
+                .and_then(|u| u.cache_read_tokens),
+            None
+        );
+    }
+
+    #[test]
     fn c52_an_endless_line_in_a_responses_stream_is_cut_off_at_16_mib() {
         crate::llm::decoder_tests::assert_endless_line_is_cut_off(&make);
     }
@@ -980,7 +1012,8 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
                 stop: StopKind::EndTurn,
                 usage: Some(Usage {
                     input_tokens: 37,
-                    output_tokens: 11
+                    output_tokens: 11,
+                    ..Usage::default()
                 }),
             }
         );
@@ -1010,7 +1043,8 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
                 stop: StopKind::ToolUse,
                 usage: Some(Usage {
                     input_tokens: 120,
-                    output_tokens: 40
+                    output_tokens: 40,
+                    ..Usage::default()
                 }),
             }
         );

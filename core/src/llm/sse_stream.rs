@@ -12,10 +12,11 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::json::parse_lossy;
 use crate::llm::{
     LlmResponse, ReasoningBlock, StopKind, StreamDecoder, StreamDelta, StreamError, ToolCall, Usage,
 };
-use crate::sse::{SseEvent, SseParser, parse_json_lossy};
+use crate::sse::{SseEvent, SseParser};
 
 /// The SSE side of one decoder: the parser, a reused events buffer, the sticky error and
 /// whether the response was already handed out.
@@ -170,7 +171,7 @@ fn handle_events<H: EventHandler>(
 }
 
 /// The JSON payload of an event's (trimmed, non-empty) `data`, parsed with
-/// [`parse_json_lossy`]. `Ok(None)` when it is not JSON but was flushed at EOF (`at_eof`: a cut
+/// [`parse_lossy`]. `Ok(None)` when it is not JSON but was flushed at EOF (`at_eof`: a cut
 /// event, judged by `finish`, not a provider error).
 ///
 /// # Errors
@@ -182,7 +183,7 @@ pub(crate) fn parse_event_json(
     at_eof: bool,
     what: &str,
 ) -> Result<Option<Value>, StreamError> {
-    match parse_json_lossy(data) {
+    match parse_lossy(data) {
         Ok(value) => Ok(Some(value)),
         Err(_) if at_eof => Ok(None),
         Err(_) if error_event => Err(StreamError::Provider {

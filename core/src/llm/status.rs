@@ -12,6 +12,9 @@ pub(crate) enum HttpFailure {
     Auth,
     /// 400 saying the context is too long (SPEC K1 reactive compaction).
     ContextTooLong,
+    /// 3xx: the provider redirected the request. Never followed, as the request carries the API
+    /// key (SPEC S2); the attempt fails, naming where it pointed, and is not retried.
+    Redirect,
     /// Any other status: the provider's message, never retried.
     Fatal,
 }
@@ -22,6 +25,7 @@ pub(crate) fn classify_status(status: u16, body: &str) -> HttpFailure {
     match status {
         408 | 409 | 429 | 500..=599 => HttpFailure::Retryable,
         401 | 403 => HttpFailure::Auth,
+        300..=399 => HttpFailure::Redirect,
         400 | 413 if is_context_too_long(body) => HttpFailure::ContextTooLong,
         _ => HttpFailure::Fatal,
     }
@@ -47,7 +51,7 @@ pub(crate) fn is_context_too_long(body: &str) -> bool {
 #[must_use]
 pub(crate) fn error_message(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
-    let msg = match serde_json::from_str::<serde_json::Value>(&text) {
+    let msg = match crate::json::parse_lossy(&text) {
         Ok(v) => v
             .pointer("/error/message")
             .or_else(|| v.get("message"))
@@ -130,6 +134,9 @@ mod tests {
         );
         assert_eq!(classify_status(400, "bad"), HttpFailure::Fatal);
         assert_eq!(classify_status(404, ""), HttpFailure::Fatal);
+        for s in [300, 301, 302, 303, 307, 308, 399] {
+            assert_eq!(classify_status(s, ""), HttpFailure::Redirect, "S2: {s}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::config::{HookAllowlist, LogLevel};
 use crate::ids::ServerSlot;
 use crate::llm::ToolDef;
 use crate::outbox::Outbox;
+use crate::tool_schema::{self, Offered, SchemaDialect};
 use crate::tools;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +29,9 @@ pub(crate) struct McpTool {
     pub(crate) title: String,
     /// The ACP kind of its calls, from its annotations (SPEC A6, case C53).
     pub(crate) kind: &'static str,
+    /// Its schema as the last provider asked for takes it (SPEC M14), converted on first use
+    /// and kept until the next listing or another provider's rules.
+    offered: Option<(SchemaDialect, Offered)>,
 }
 
 /// Who runs a tool the model may call.
@@ -93,6 +97,36 @@ impl Catalogue {
         self.hooks.contains(hook)
     }
 
+    /// Whether the last listing has a (non-hook) tool the server calls `bare`.
+    pub(crate) fn has_tool(&self, bare: &str) -> bool {
+        self.tools.iter().any(|t| t.bare == bare)
+    }
+
+    /// The tool `exposed` as sent to a provider with `dialect`'s schema rules (SPEC M14,
+    /// `tool_schema`): converted on first use after a listing (or when the rules change, a
+    /// session switching models), logging the rewrite's one WARN then; `None` for a name it
+    /// does not offer.
+    pub(crate) fn offered(
+        &mut self,
+        exposed: &str,
+        dialect: SchemaDialect,
+        server: &str,
+        out: &mut Outbox,
+    ) -> Option<ToolDef> {
+        let t = self.tools.iter_mut().find(|t| t.exposed == exposed)?;
+        let offered = match &t.offered {
+            Some((d, o)) if *d == dialect => o,
+            Some(_) | None => {
+                let o = tool_schema::offer(&t.schema, dialect);
+                if let Some(w) = o.warning(server, &t.bare, dialect) {
+                    out.log(LogLevel::Warn, w);
+                }
+                &t.offered.insert((dialect, o)).1
+            }
+        };
+        Some(offered.tool_def(&t.exposed, &t.description))
+    }
+
     /// Replaces the catalogue with a complete `tools/list` (`raw`, every page's `tools` in
     /// order), SPEC M3, M4, H1, A6: a tool without a name or with an unusable schema is dropped
     /// with a warning; `_` names are hooks; a second tool with the same exposed name gets a
@@ -150,6 +184,7 @@ impl Catalogue {
                 schema,
                 title: tools::tool_title(name, bare, &t),
                 kind: tools::tool_kind(bare, t.get("annotations")),
+                offered: None,
             });
         }
         let count = tools_out.len();
@@ -182,7 +217,8 @@ impl Catalogue {
 
 /// The tools the model may call now, from the catalogues of the offering servers in
 /// registration order (`(slot, prefix, catalogue)`): every non-hook tool, the first of equal
-/// exposed names winning (SPEC M3, M4, M9, I10), with the route of each exposed name.
+/// exposed names winning (SPEC M3, M4, M9, I10), with the route of each exposed name. The
+/// schemas are the servers' own; [`Catalogue::offered`] gives each in a provider's form.
 pub(crate) fn visible_tools<'a>(
     offering: impl IntoIterator<Item = (ServerSlot, &'a str, &'a Catalogue)>,
 ) -> (Vec<ToolDef>, BTreeMap<String, ToolRoute>) {

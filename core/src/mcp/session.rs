@@ -258,6 +258,12 @@ impl McpSession {
             .collect()
     }
 
+    /// Whether a `tools/list` is in flight (the first listing, or a re-listing after
+    /// `notifications/tools/list_changed`).
+    pub(crate) fn is_listing(&self) -> bool {
+        self.pending.values().any(|p| *p == Purpose::ListTools)
+    }
+
     /// Starts a `tools/list` (first page) unless one is in flight; a list change meanwhile makes
     /// it run again after (SPEC M2, M6).
     pub(crate) fn start_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {

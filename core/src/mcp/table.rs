@@ -17,6 +17,7 @@ use crate::llm::ToolDef;
 use crate::outbox::Outbox;
 use crate::time::MonoTime;
 use crate::timers::{ServerTimer, Timer, TimerTable};
+use crate::tool_schema::SchemaDialect;
 use crate::tools;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,6 +53,9 @@ pub(crate) struct Server {
     restarting: bool,
     /// Whether a `tools/list` ever completed (the server served at least once).
     listed_once: bool,
+    /// How many `tools/list`s completed (a turn waiting for a re-listing compares it, SPEC
+    /// M14).
+    listings: u64,
     /// Consecutive hook timeouts (SPEC H4, DESIGN I5).
     consecutive_hook_timeouts: u32,
     /// M9: failed restarts in a row.
@@ -184,6 +188,43 @@ impl ServerTable {
             .unwrap_or_default()
     }
 
+    /// The servers among `slots` that serve and are re-listing their tools (a
+    /// `notifications/tools/list_changed` arrived), each with its count of completed listings:
+    /// what the next LLM request of a turn waits for (SPEC M14, case C65).
+    pub(crate) fn relisting(&self, slots: &[ServerSlot]) -> Vec<(ServerSlot, u64)> {
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot).map(|s| (*slot, s)))
+            .filter(|(_, s)| s.is_ready() && s.mcp.is_listing())
+            .map(|(slot, s)| (slot, s.listings))
+            .collect()
+    }
+
+    /// Whether the re-listing that `relisting` reported as `(slot, listings)` is over: a
+    /// listing completed since, none is in flight any more (it failed or timed out), or the
+    /// server is gone.
+    pub(crate) fn relisted(&self, slot: ServerSlot, listings: u64) -> bool {
+        self.servers
+            .get(&slot)
+            .is_none_or(|s| s.listings > listings || !s.mcp.is_listing() || !s.is_ready())
+    }
+
+    /// Whether the server in `slot` serves and is re-listing its tools (a call to it waits, so
+    /// that it runs against the list the server announced, C65).
+    pub(crate) fn is_relisting(&self, slot: ServerSlot) -> bool {
+        self.servers
+            .get(&slot)
+            .is_some_and(|s| s.is_ready() && s.mcp.is_listing())
+    }
+
+    /// Whether the server in `slot` still lists the tool it calls `bare` (a re-listing after
+    /// `notifications/tools/list_changed` may have removed it since the round began, C65).
+    pub(crate) fn lists_tool(&self, slot: ServerSlot, bare: &str) -> bool {
+        self.servers
+            .get(&slot)
+            .is_some_and(|s| s.catalogue.has_tool(bare))
+    }
+
     /// The session of the server in `slot`.
     pub(crate) fn session_of(&self, slot: ServerSlot) -> Option<SessionId> {
         self.servers.get(&slot).map(|s| s.session)
@@ -232,6 +273,7 @@ impl ServerTable {
                 restart_at: None,
                 restarting: false,
                 listed_once: false,
+                listings: 0,
                 consecutive_hook_timeouts: 0,
                 failed_restarts: 0,
                 deaths: 0,
@@ -648,6 +690,7 @@ impl ServerTable {
 
     /// The tools the model may call now: every offering server's non-hook tools, in
     /// registration order (`slots`), merged by the catalogue's rules (SPEC M3, M4, M9, I10).
+    /// The schemas are the servers' own ([`ServerTable::offered_tools`] for a request).
     pub(crate) fn visible_tools(
         &self,
         slots: &[ServerSlot],
@@ -659,6 +702,29 @@ impl ServerTable {
                 .filter(|s| s.offers_tools())
                 .map(|s| (s.slot, s.prefix.as_str(), &s.catalogue)),
         )
+    }
+
+    /// [`ServerTable::visible_tools`] as an LLM request offers them: each schema in the form
+    /// `dialect`'s provider accepts (SPEC M14, case C63), converted once per listing.
+    pub(crate) fn offered_tools(
+        &mut self,
+        slots: &[ServerSlot],
+        dialect: SchemaDialect,
+        out: &mut Outbox,
+    ) -> (Vec<ToolDef>, BTreeMap<String, ToolRoute>) {
+        let (mut defs, routes) = self.visible_tools(slots);
+        for def in &mut defs {
+            let Some(s) = routes
+                .get(&def.name)
+                .and_then(|r| self.servers.get_mut(&r.server))
+            else {
+                continue;
+            };
+            if let Some(offered) = s.catalogue.offered(&def.name, dialect, &s.name, out) {
+                *def = offered;
+            }
+        }
+        (defs, routes)
     }
 
     /// The servers among `slots` (registration order) that expose `hook` and are allowlisted
@@ -913,6 +979,7 @@ impl ServerTable {
                 };
                 s.catalogue.install(tools, owner, &self.hook_allowlist, out);
                 s.listed_once = true;
+                s.listings = s.listings.saturating_add(1);
                 let mut events = Vec::new();
                 if ready_now {
                     events.push(McpEvent::StartSettled { session: s.session });
@@ -2349,5 +2416,111 @@ mod tests {
         );
         rig.bytes(proc, changed);
         assert_eq!(lists(&rig.drain()), 0, "a listing is in flight");
+    }
+
+    /// The WARN lines of `actions`.
+    fn warns(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::Log(r) = a
+                    && r.level == LogLevel::Warn
+                {
+                    Some(r.message.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn c63_offered_tools_are_converted_once_per_listing_and_provider_with_one_warn() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("n", &[]);
+        let any_of = json!({"type": "object", "anyOf": [
+            {"properties": {"content": {"type": "string"}}, "required": ["content"]},
+            {"properties": {"source_url": {"type": "string"}}, "required": ["source_url"]}]});
+        let list = json!({"tools": [{"name": "create_attachment", "inputSchema": any_of}]});
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        );
+        rig.answer(proc, "tools/list", list.clone());
+        rig.drain();
+        let (defs, _) = rig
+            .table
+            .offered_tools(&[slot], SchemaDialect::Anthropic, &mut rig.out);
+        assert!(defs[0].input_schema.get("anyOf").is_none(), "{:?}", defs[0]);
+        let first = warns(&rig.drain());
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert!(
+            first[0].starts_with("mcp 'n': tool 'create_attachment':"),
+            "{first:?}"
+        );
+        let (again, _) = rig
+            .table
+            .offered_tools(&[slot], SchemaDialect::Anthropic, &mut rig.out);
+        assert_eq!(again, defs);
+        assert!(warns(&rig.drain()).is_empty(), "converted once");
+        rig.table
+            .offered_tools(&[slot], SchemaDialect::Gemini, &mut rig.out);
+        assert_eq!(
+            warns(&rig.drain()).len(),
+            1,
+            "another provider's rules: anew"
+        );
+        // A new listing starts afresh.
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        );
+        rig.answer(proc, "tools/list", list);
+        rig.drain();
+        rig.table
+            .offered_tools(&[slot], SchemaDialect::Gemini, &mut rig.out);
+        assert_eq!(warns(&rig.drain()).len(), 1);
+        let (plain, _) = rig.table.visible_tools(&[slot]);
+        assert!(
+            plain[0].input_schema.get("anyOf").is_some(),
+            "the source stays as listed"
+        );
+    }
+
+    #[test]
+    fn c65_a_relisting_is_reported_until_its_list_arrives_or_the_listing_ends() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("s", &["unlock", "old_tool"]);
+        assert!(rig.table.relisting(&[slot]).is_empty());
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        );
+        let waiting = rig.table.relisting(&[slot]);
+        assert_eq!(waiting, vec![(slot, 1)]);
+        assert!(!rig.table.relisted(slot, 1));
+        rig.answer(
+            proc,
+            "tools/list",
+            json!({"tools": [{"name": "unlock"}, {"name": "secret_number"}]}),
+        );
+        assert!(rig.table.relisted(slot, 1), "the new list arrived");
+        let (defs, _) = rig.table.visible_tools(&[slot]);
+        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["s__unlock", "s__secret_number"],
+            "the removed tool is gone"
+        );
+        // A listing that dies with its server ends the wait too.
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+        );
+        assert_eq!(rig.table.relisting(&[slot]), vec![(slot, 2)]);
+        rig.table
+            .on_exited(proc, "exit status 1", &mut rig.out, &mut rig.timers);
+        assert!(rig.table.relisted(slot, 2));
+        assert!(rig.table.relisting(&[slot]).is_empty());
     }
 }

@@ -75,10 +75,13 @@ impl Approve {
         }
     }
 
-    /// Whether a tool call of `kind` is allowed.
-    fn allows(self, kind: &str) -> bool {
+    /// Whether a tool call of `kind` is allowed; `registered`: the request names (in its
+    /// `_meta`) a server this command started. `reads` allows only a `read` of such a server
+    /// (SPEC S3: the kind comes from the server's own annotations, so only the identity the
+    /// agent vouches for makes it one of ours).
+    fn allows(self, kind: &str, registered: bool) -> bool {
         match self {
-            Approve::Reads => kind == "read",
+            Approve::Reads => kind == "read" && registered,
             Approve::All => true,
             Approve::None => false,
         }
@@ -321,6 +324,8 @@ struct Printer {
     ended_line: bool,
     titles: HashMap<String, String>,
     approve: Approve,
+    /// The names of the MCP servers this command registered (`--mcp-config`).
+    servers: Vec<String>,
 }
 
 impl Printer {
@@ -335,6 +340,9 @@ impl Printer {
         if t.is_empty() {
             return;
         }
+        // The model's text keeps its line breaks and tabs; no other control character (an
+        // ANSI or OSC sequence, a carriage return) reaches the terminal raw (SPEC S6).
+        let t = buzz_agent_core::text::escape_controls(t, &['\n', '\t']);
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(t.as_bytes()).and_then(|()| out.flush());
         self.mid_line = !t.ends_with('\n');
@@ -349,10 +357,13 @@ impl Printer {
         }
     }
 
+    /// One report line on stderr. Tool titles, inputs, results and notices are peers' text:
+    /// every control character in it is written as a visible escape, so the line stays one
+    /// line and the terminal obeys none of it (SPEC S6).
     fn info(&mut self, line: &str) {
         self.end_line();
         let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{line}");
+        let _ = writeln!(err, "{}", buzz_agent_core::text::escape_controls(line, &[]));
     }
 
     fn title(&self, u: &Value) -> String {
@@ -436,7 +447,9 @@ impl Printer {
         let call = &params["toolCall"];
         let title = self.title(call);
         let kind = call["kind"].as_str().unwrap_or("other");
-        let allow = self.approve.allows(kind);
+        let server = call["_meta"]["buzz"]["server"].as_str();
+        let registered = server.is_some_and(|s| self.servers.iter().any(|n| n == s));
+        let allow = self.approve.allows(kind, registered);
         let wanted = if allow { "allow_once" } else { "reject_once" };
         let option = params["options"]
             .as_array()
@@ -446,6 +459,12 @@ impl Printer {
             .and_then(|o| o["optionId"].as_str());
         let verdict = if allow { "allowed" } else { "denied" };
         let why = match (self.approve, allow) {
+            (Approve::Reads, false) if kind == "read" => match server {
+                Some(s) => format!(
+                    " (--approve reads allows reads of the servers it started only; {s:?} is not one of them)"
+                ),
+                None => " (--approve reads allows reads of the servers it started only; the request names no server)".to_string(),
+            },
             (Approve::Reads, false) => format!(
                 " (--approve reads allows kind read only; this is kind {kind}; --approve all allows it)"
             ),
@@ -567,6 +586,10 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
         ended_line: false,
         titles: HashMap::new(),
         approve: opts.approve,
+        servers: servers
+            .iter()
+            .filter_map(|s| s["name"].as_str().map(str::to_string))
+            .collect(),
     };
     let code = session(&mut agent, &mut printer, &cwd, servers, &prompt, bin);
     printer.end_line();
@@ -758,12 +781,18 @@ mod tests {
     }
 
     #[test]
-    fn approve_reads_allows_only_kind_read() {
-        assert!(Approve::Reads.allows("read"));
+    fn s3_approve_reads_allows_only_kind_read_of_a_server_it_started() {
+        assert!(Approve::Reads.allows("read", true));
+        assert!(
+            !Approve::Reads.allows("read", false),
+            "S3: an unknown server"
+        );
         for kind in ["edit", "delete", "execute", "fetch", "other", ""] {
-            assert!(!Approve::Reads.allows(kind), "{kind}");
-            assert!(Approve::All.allows(kind));
-            assert!(!Approve::None.allows(kind));
+            for registered in [true, false] {
+                assert!(!Approve::Reads.allows(kind, registered), "{kind}");
+                assert!(Approve::All.allows(kind, registered));
+                assert!(!Approve::None.allows(kind, registered));
+            }
         }
     }
 

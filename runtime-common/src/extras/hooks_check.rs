@@ -54,6 +54,12 @@ pub fn usage(bin: &str) -> String {
     )
 }
 
+/// Peer text (the server's stderr, its tool names, its error messages) as the terminal may
+/// show it: every control character written as a visible escape (SPEC S6).
+fn esc(text: &str) -> std::borrow::Cow<'_, str> {
+    buzz_agent_core::text::escape_controls(text, &[])
+}
+
 /// Run the check; returns the exit code.
 pub fn run(bin: &str, args: &[String]) -> i32 {
     let command = match args {
@@ -168,7 +174,7 @@ impl ServerStderr {
                 }
                 let line = String::from_utf8_lossy(&buf);
                 let line = line.trim_end_matches(['\n', '\r']);
-                eprintln!("[server] {line}");
+                eprintln!("[server] {}", esc(line));
                 let (lock, _) = &*shared;
                 let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
                 if st.tail.len() == STDERR_TAIL_LINES {
@@ -248,7 +254,7 @@ fn read_stdout(mut stdout: std::process::ChildStdout) -> Receiver<Value> {
                         }
                         Err(_) => eprintln!(
                             "[server stdout, not JSON, ignored] {}",
-                            String::from_utf8_lossy(&l[..l.len().min(200)])
+                            esc(&String::from_utf8_lossy(&l[..l.len().min(200)]))
                         ),
                     },
                     LineEvent::TooLong { .. } => {
@@ -376,7 +382,7 @@ impl Conn<'_> {
 
     /// Prints the failure of `what`; after an exit, the server's last stderr lines too.
     fn report_failure(&self, what: &str, failure: &Failure, extra: &str) {
-        println!("FAIL  {what}: {failure}{extra}");
+        println!("FAIL  {}", esc(&format!("{what}: {failure}{extra}")));
         if let Failure::Exited(_) = failure {
             let tail = self.stderr.tail(Duration::from_millis(500));
             if tail.is_empty() {
@@ -384,7 +390,7 @@ impl Conn<'_> {
             } else {
                 println!("      its last stderr lines:");
                 for line in tail {
-                    println!("      [server] {line}");
+                    println!("      [server] {}", esc(&line));
                 }
             }
         }
@@ -536,7 +542,7 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
         if v.is_empty() {
             "none".to_string()
         } else {
-            v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            esc(&v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")).into_owned()
         }
     };
     let hooks: Vec<&String> = names.iter().filter(|n| n.starts_with('_')).collect();
@@ -550,7 +556,10 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
     let misses = near_misses(&names);
     for h in &hooks {
         if !KNOWN_HOOKS.contains(&h.as_str()) && !misses.iter().any(|(n, _)| n == h) {
-            println!("note  {h}: not a known hook point; hidden from the model and never called");
+            println!(
+                "note  {}: not a known hook point; hidden from the model and never called",
+                esc(h)
+            );
         }
     }
     for (name, hook) in &misses {
@@ -560,7 +569,8 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
             "offered to the model as a tool"
         };
         println!(
-            "note  {name}: looks like the hook point {hook}, but names are exact (case too): never called as a hook; {seen}"
+            "note  {}: looks like the hook point {hook}, but names are exact (case too): never called as a hook; {seen}",
+            esc(name)
         );
     }
     if !KNOWN_HOOKS.iter().any(|k| names.iter().any(|n| n == k)) {
@@ -573,7 +583,7 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
         } else {
             let shown: Vec<String> = misses
                 .iter()
-                .map(|(n, hook)| format!("{n} (rename it {hook})"))
+                .map(|(n, hook)| format!("{} (rename it {hook})", esc(n)))
                 .collect();
             println!("      near misses: {}", shown.join(", "));
         }

@@ -258,3 +258,88 @@ pub fn l11_the_openai_routes_send_one_key_per_session_only_where_the_endpoint_ta
         );
     }
 }
+
+/// A6/L11 on every route: each `usage_update` carries the call's input, output, cache-read and
+/// cache-write tokens as the provider reported them (under `_meta.buzz`; cache writes only where
+/// the route reports them) and, with `BUZZ_AGENT_PRICES`, the session's cumulative `cost`; the
+/// prompt response's `_meta.usage` has the turn's totals and cost. Every frame is checked
+/// against the ACP schema by the harness.
+pub fn a6_l11_usage_with_cache_tokens_and_cost_reaches_the_client_on_every_route(ctx: &Ctx) {
+    for wire in Wire::ALL {
+        let s = Scratch::new();
+        let (_llm, agent, sid) = Setup::new(ctx, &s)
+            .replies(vec![
+                echo("call_1", "x")
+                    .usage(Some((1000, 10)))
+                    .cache_usage(800, 150),
+                Reply::text("done")
+                    .usage(Some((1100, 5)))
+                    .cache_usage(1000, 0),
+            ])
+            .wire(wire)
+            .env(&[(
+                "BUZZ_AGENT_PRICES",
+                "input=3,output=15,cache_read=0.3,cache_write=3.75",
+            )])
+            .servers([tools()])
+            .start();
+        let r = agent.prompt(&sid, "Echo once.");
+        assert_end_turn(&agent, &r);
+        let usage: Vec<Value> = agent
+            .session_updates(&sid)
+            .into_iter()
+            .filter(|u| u["sessionUpdate"] == "usage_update")
+            .collect();
+        let totals = agent.result(&r)["_meta"]["usage"].clone();
+        agent.finish();
+        // Anthropic always reports its cache writes; Chat only through OpenRouter's field,
+        // which the fake sends when there are any; the Responses API has no such count.
+        let writes = |n: u64| match wire {
+            Wire::Anthropic => Some(n),
+            Wire::Chat => (n > 0).then_some(n),
+            Wire::Responses => None,
+        };
+        let expect = |input: u64, output: u64, read: u64, write: u64| {
+            let mut v = json!({"inputTokens": input, "outputTokens": output,
+                               "totalTokens": input + output, "cachedReadTokens": read});
+            if let Some(w) = writes(write) {
+                v["cachedWriteTokens"] = json!(w);
+            }
+            v
+        };
+        assert_eq!(usage.len(), 2, "{wire:?}: {usage:?}");
+        assert_eq!(usage[0]["used"], 1010, "{wire:?}");
+        assert_eq!(
+            usage[0]["_meta"]["buzz"],
+            expect(1000, 10, 800, 150),
+            "{wire:?}"
+        );
+        assert_eq!(
+            usage[1]["_meta"]["buzz"],
+            expect(1100, 5, 1000, 0),
+            "{wire:?}"
+        );
+        // Per million tokens: input $3, output $15, cache read $0.30, cache write $3.75.
+        let write_1 = writes(150).unwrap_or(0);
+        let first = ((1000 - 800 - write_1) as f64 * 3.0
+            + 800.0 * 0.3
+            + write_1 as f64 * 3.75
+            + 10.0 * 15.0)
+            / 1e6;
+        let second = first + (100.0 * 3.0 + 1000.0 * 0.3 + 5.0 * 15.0) / 1e6;
+        for (u, want) in [(&usage[0], first), (&usage[1], second)] {
+            let amount = u["cost"]["amount"].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                (amount - want).abs() < 1e-12,
+                "{wire:?}: {amount} != {want}"
+            );
+            assert_eq!(u["cost"]["currency"], "USD", "{wire:?}");
+        }
+        let mut want_totals = expect(2100, 15, 1800, 150);
+        want_totals["cost"] = json!({"amount": second, "currency": "USD"});
+        let got = totals["cost"]["amount"].as_f64().unwrap_or(f64::NAN);
+        assert!((got - second).abs() < 1e-12, "{wire:?}: {totals}");
+        want_totals["cost"]["amount"] = totals["cost"]["amount"].clone();
+        assert_eq!(totals, want_totals, "{wire:?}: the turn's totals");
+    }
+}

@@ -1052,3 +1052,179 @@ pub fn c36_invalid_utf8_mcp_reply_is_decoded_lossily(ctx: &Ctx) {
     );
     agent.finish();
 }
+
+// ---- C64 ----------------------------------------------------------------------------------------
+
+/// C64 / SPEC L3b: lone surrogate escapes, as JavaScript and Python serialisers write them, at
+/// every JSON boundary of a session. (a) A tool reply line holding a surrogate pair, a lone high
+/// and a lone low surrogate is decoded with U+FFFD for each lone one: the call completes at once
+/// (the tool timeout is far longer than the test), the server stays usable, and no LLM request
+/// carries a lone escape (the fake LLM answers 400 to a body that is not strict JSON). (b) A
+/// `session/prompt` line with id 555 whose text ends in a lone `\ud83d` is answered under id 555
+/// and its text reaches the model with U+FFFD. (c) Tool-call arguments the model streams with a
+/// lone escape run with U+FFFD and are replayed as that repaired text.
+pub fn c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered(ctx: &Ctx) {
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_1", "fs__surrogates", json!({}))]),
+            Reply::text("read it"),
+            Reply::text("your text arrived"),
+            Reply::tool_calls_raw(vec![(
+                "call_2",
+                "fs__echo",
+                r#"{"text":"model cut \ud83d"}"#.to_string(),
+            )]),
+            Reply::text("done"),
+        ])
+        // A tool timeout far longer than the test: a dropped frame would hang the call.
+        .env(&[("BUZZ_AGENT_TOOL_TIMEOUT_SECS", "600")])
+        .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "surrogates,echo")])
+        .start();
+    // (a) the tool reply.
+    let started = Instant::now();
+    let r = agent.prompt(&sid, "read the snapshot");
+    assert_end_turn(&agent, &r);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "C64: the call completed at once, not after the tool timeout: {:?}",
+        started.elapsed()
+    );
+    let reqs = llm.requests();
+    assert_eq!(
+        reqs[1].tool_result_for("call_1").as_deref(),
+        Some(fake_mcp::SURROGATE_TEXT_LOSSY),
+        "C64: each lone surrogate is U+FFFD, the pair stays one character"
+    );
+    // (b) the prompt line, written by hand so its escape is on the wire as a client writes it.
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","id":555,"method":"session/prompt","params":{{"sessionId":"{sid}","prompt":[{{"type":"text","text":"cut here \ud83d"}}]}}}}"#
+    );
+    agent.send_raw(format!("{line}\n").as_bytes());
+    let r = agent.wait_response(&json!(555), Duration::from_secs(30));
+    assert_eq!(
+        agent.result(&r)["stopReason"],
+        "end_turn",
+        "C64: id 555 is answered under its own id: {r}"
+    );
+    assert!(
+        agent.null_id_responses().is_empty(),
+        "no -32700 for the line"
+    );
+    let reqs = llm.requests();
+    assert!(
+        reqs[2].user_text().ends_with("cut here \u{FFFD}"),
+        "C64: the prompt reached the model with U+FFFD: {:?}",
+        reqs[2].user_text()
+    );
+    // (c) the model's own arguments; and the server still serves.
+    let r = agent.prompt(&sid, "echo it");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    let last = &reqs[4];
+    assert_eq!(
+        last.tool_result_for("call_2").as_deref(),
+        Some("model cut \u{FFFD}"),
+        "C64: the arguments ran with U+FFFD and the server stays usable"
+    );
+    let (_, _, replayed) = last
+        .assistant_tool_calls()
+        .into_iter()
+        .find(|(id, _, _)| id == "call_2")
+        .unwrap_or_else(|| panic!("call_2 is not in the history{}", agent.context()));
+    assert_eq!(
+        serde_json::from_str::<Value>(&replayed).ok(),
+        Some(json!({"text": "model cut \u{FFFD}"})),
+        "C64: the arguments are replayed as the strict JSON that ran: {replayed:?}"
+    );
+    assert_eq!(
+        llm.all_requests().len(),
+        llm.requests().len(),
+        "C64: no request was refused as not JSON"
+    );
+    let err = agent.stderr_text();
+    assert!(
+        !err.contains("non-JSON-RPC") && !err.contains("killed") && !err.contains("not JSON"),
+        "C64: no frame was dropped and the server was not killed{}",
+        agent.context()
+    );
+    agent.finish();
+}
+
+// ---- C65 ----------------------------------------------------------------------------------------
+
+/// C65 / SPEC M14: servers `s` and `t` list `unlock` and `old_tool`; on `tools/call unlock`
+/// one changes its list to `unlock`, `secret_number`, writes
+/// `notifications/tools/list_changed`, then the reply (and answers the changed list 300 ms
+/// late). Prompt 1 (the case): the model calls `s__unlock`, then at once `s__secret_number`:
+/// the very next LLM request offers `s__secret_number` and no longer `s__old_tool`, and the
+/// call runs. Prompt 2: the model calls `t__unlock` and, in the same response, `t__old_tool`
+/// (one call at a time): the call to the tool removed while the round ran ends with an error
+/// that says so, and the server never sees it.
+pub fn c65_a_tool_list_changed_during_a_round_is_offered_in_the_very_next_request(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log_t = s.file("t.log");
+    let tools = ("FAKE_MCP_TOOLS", "unlock,old_tool,secret_number");
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("call_u", "s__unlock", json!({}))]),
+            Reply::tool_calls(vec![("call_n", "s__secret_number", json!({}))]),
+            Reply::text("The secret number is 42."),
+            Reply::tool_calls(vec![
+                ("call_tu", "t__unlock", json!({})),
+                ("call_to", "t__old_tool", json!({})),
+            ]),
+            Reply::text("The old tool is gone."),
+        ])
+        .env(&[("BUZZ_AGENT_MAX_PARALLEL_TOOLS", "1")])
+        .fake_mcp("s", &[tools])
+        .fake_mcp("t", &[tools, ("FAKE_MCP_CALL_LOG", &log_t)])
+        .start();
+    let r = agent.prompt(&sid, "unlock it and tell me the number");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3);
+    let offered = |i: usize, server: &str| -> Vec<String> {
+        reqs[i]
+            .tool_names()
+            .into_iter()
+            .filter(|n| n.starts_with(server))
+            .collect()
+    };
+    assert_eq!(offered(0, "s__"), ["s__unlock", "s__old_tool"]);
+    assert_eq!(
+        offered(1, "s__"),
+        ["s__unlock", "s__secret_number"],
+        "C65: the very next request offers the announced tool and not the removed one"
+    );
+    assert_eq!(
+        reqs[1].tool_result_for("call_u").as_deref(),
+        Some("unlocked")
+    );
+    assert_eq!(
+        reqs[2].tool_result_for("call_n").as_deref(),
+        Some("42"),
+        "C65: the call to the announced tool runs"
+    );
+
+    let r = agent.prompt(&sid, "unlock the other one and use the old tool");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 5);
+    let removed = reqs[4].tool_result_for("call_to").unwrap_or_default();
+    assert!(
+        removed.contains("no longer offered by server 't'")
+            && removed.contains("tool list changed"),
+        "C65: a call to a tool removed mid-round gets a clear error: {removed:?}"
+    );
+    let called: Vec<Value> = fake_mcp::logged_tool_calls(&log_of(&log_t))
+        .into_iter()
+        .map(|c| c["params"]["name"].clone())
+        .collect();
+    assert_eq!(
+        called,
+        [json!("unlock")],
+        "the removed tool was never called on the server"
+    );
+    agent.finish();
+}

@@ -621,7 +621,7 @@ pub fn p3_hooks_alone_prints_its_usage(ctx: &Ctx) {
 }
 
 /// Writes an `--mcp-config` file in the Claude Code / Cursor format.
-fn mcp_config(s: &Scratch, servers: serde_json::Value) -> String {
+pub(crate) fn mcp_config(s: &Scratch, servers: serde_json::Value) -> String {
     let path = s.file("mcp.json");
     std::fs::write(&path, json!({"mcpServers": servers}).to_string()).expect("write mcp.json");
     path
@@ -629,11 +629,15 @@ fn mcp_config(s: &Scratch, servers: serde_json::Value) -> String {
 
 /// The agent's environment for `exec` against `llm` (the agent's own variables; `exec` sets
 /// `BUZZ_AGENT_PERMISSION=ask` itself).
-fn exec_env(llm: &FakeLlm) -> Vec<(String, String)> {
+pub(crate) fn exec_env(llm: &FakeLlm) -> Vec<(String, String)> {
     agent_env(llm)
 }
 
-fn exec(ctx: &Ctx, args: &[&str], env: &[(String, String)]) -> (Option<i32>, String, String) {
+pub(crate) fn exec(
+    ctx: &Ctx,
+    args: &[&str],
+    env: &[(String, String)],
+) -> (Option<i32>, String, String) {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut all = vec!["exec"];
     all.extend_from_slice(args);
@@ -772,7 +776,9 @@ pub fn a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads(ctx: &Ctx) {
                     "{err}"
                 );
                 assert!(
-                    err.contains("[permission] Read Note (read): allowed (--approve reads)"),
+                    err.contains(
+                        r#"[permission] fs: read ("Read Note") (read): allowed (--approve reads)"#
+                    ),
                     "{err}"
                 );
                 assert_eq!(fake_mcp::count_calls(&logged, "read"), 1, "the read ran");

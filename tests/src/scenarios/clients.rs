@@ -90,9 +90,16 @@ pub fn c53_tool_call_kind_and_title_come_from_the_mcp_tool(ctx: &Ctx) {
             )
         })
         .collect();
+    // S3: a permission request names the registered server and the tool; the server's own
+    // title is only a quoted description.
     assert_eq!(
         asked,
-        expected[..3],
+        [
+            (r#"fs: read ("Read Note")"#, "read"),
+            ("fs: delete", "delete"),
+            ("fs: echo", "other"),
+        ]
+        .map(|(t, k)| (t.to_string(), k.to_string())),
         "the unknown tool is never asked about"
     );
     assert_eq!(llm.requests().len(), 2);

@@ -337,3 +337,84 @@ pub fn c61_chat_objection_is_one_assistant_message_with_text_and_the_call(ctx: &
     );
     agent.finish();
 }
+
+/// C63 / SPEC M14: on the Anthropic route, against a server that rejects a root
+/// `anyOf`/`oneOf`/`allOf` (the Anthropic profile), a server `n` lists `search` and
+/// `create_attachment`, whose schema is a pure root `anyOf` (Notion's). The prompt ends
+/// `end_turn` (before: every request was refused with a 400 naming the tool); `n__search` is
+/// offered as it is; `n__create_attachment` is offered as one object schema with both
+/// properties and the lost rule in its description, and its call runs; one WARN names server,
+/// tool and keyword, once for the session, not once per request.
+pub fn c63_one_tool_with_a_root_any_of_no_longer_fails_every_anthropic_prompt(ctx: &Ctx) {
+    use crate::dialects::{Dialect, Violations};
+    use crate::fake_llm::FakeLlm;
+    let s = Scratch::new();
+    let violations = Violations::default();
+    let llm = FakeLlm::dialect(Dialect::Anthropic, violations.clone(), |i, _| match i {
+        0 => Reply::tool_calls(vec![(
+            "toolu_1",
+            "n__create_attachment",
+            json!({"source_url": "https://example.com/a.pdf"}),
+        )]),
+        1 => Reply::text("Attached."),
+        _ => Reply::text("Still fine."),
+    });
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .llm(llm)
+        .fake_mcp("n", &[("FAKE_MCP_TOOLS", "search,create_attachment")])
+        .start();
+    let r = agent.prompt(&sid, "attach the report");
+    assert_end_turn(&agent, &r);
+    let r2 = agent.prompt(&sid, "and again");
+    assert_end_turn(&agent, &r2);
+    let broken = violations.lock().map(|v| v.clone()).unwrap_or_default();
+    assert!(broken.is_empty(), "C63: the provider refused: {broken:?}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3);
+    let tools = reqs[0].tool_schemas();
+    let find = |name: &str| {
+        tools
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} is not offered: {tools:?}"))
+    };
+    let (_, _, search) = find("n__search");
+    assert_eq!(
+        search,
+        fake_mcp::odd_schema("search").map(|(_, s)| s),
+        "a plain schema goes out as the server wrote it"
+    );
+    let (_, description, schema) = find("n__create_attachment");
+    let schema = schema.unwrap_or_default();
+    assert!(schema.get("anyOf").is_none(), "{schema}");
+    assert_eq!(schema["properties"]["content"], json!({"type": "string"}));
+    assert_eq!(
+        schema["properties"]["source_url"],
+        json!({"type": "string"})
+    );
+    assert!(
+        description
+            .contains("at least one of these sets of arguments: (1) content, (2) source_url"),
+        "{description:?}"
+    );
+    assert_eq!(
+        reqs[1].tool_result_for("toolu_1").as_deref(),
+        Some(r#"create_attachment {"source_url":"https://example.com/a.pdf"}"#)
+    );
+    let warns: Vec<String> = agent
+        .stderr_text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("create_attachment"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warns.len(), 1, "C63: one WARN for the session: {warns:?}");
+    assert!(
+        warns[0].contains("mcp 'n'")
+            && warns[0].contains("tool 'create_attachment'")
+            && warns[0].contains("anyOf"),
+        "the WARN names server, tool and keyword: {}",
+        warns[0]
+    );
+    agent.finish();
+}

@@ -158,7 +158,13 @@ pub fn h5_h6_hook_objects_once_then_clears_end_turn(ctx: &Ctx) {
             .any(|u| u.to_string().contains("_Stop") || u.to_string().contains("3 tests failing")),
         "H8: a hook shows in session/update: {ups:#?}"
     );
-    // H9: one line per call.
+    // H9: one line per call. The log is written apart from the answer (it never blocks the
+    // loop, SPEC P2), so the last line may come just after it.
+    wait_stderr(
+        &agent,
+        "point=_Stop server=guard outcome=empty",
+        Duration::from_secs(5),
+    );
     let err = agent.stderr_text();
     for outcome in ["objection", "empty"] {
         let needle = format!("point=_Stop server=guard outcome={outcome}");

@@ -601,3 +601,97 @@ pub fn x1_p3_demo_interceptors_shows_a_dangerous_call_denied(ctx: &Ctx) {
     assert!(denied < seen && seen < safe, "{out}");
     assert!(out.contains("stopReason: \"end_turn\""), "{out}");
 }
+
+/// SPEC S4: every way an interceptor gate can go missing blocks the call, with one clear log
+/// line: an allowlisted interceptor server the session does not have, a descriptor whose
+/// `type` or hook `phase` has a typo, and `valid: false` without a severity. The MCP server
+/// never receives the call; the client and the model see why.
+pub fn s4_every_way_an_interceptor_gate_goes_missing_blocks_the_call(ctx: &Ctx) {
+    let hooks = json!([{"events": ["tools/call"], "phase": "request"}]);
+    let cases = [
+        (
+            "policy,guard",
+            json!([{"name": "ok", "type": "validation", "behavior": "allow"}]),
+            "interceptor server 'guard' is allowlisted but not in the session; every tool call of the session is blocked (fail-closed)",
+            "blocked: interceptor server 'guard' could not list its interceptors (the session has no server of that name) and fails closed",
+        ),
+        (
+            "policy",
+            json!([{"name": "typo", "descriptor":
+                {"name": "typo", "type": "validaton", "hooks": hooks}}]),
+            "server 'policy' could not list its interceptors (it listed an interceptor that cannot be understood: interceptor \"typo\": \"type\" must be",
+            "blocked: interceptor server 'policy' could not list its interceptors (it listed an interceptor that cannot be understood: ",
+        ),
+        (
+            "policy",
+            json!([{"name": "typo", "descriptor": {"name": "typo", "type": "validation",
+                "hooks": [{"events": ["tools/call"], "phase": "reqest"}]}}]),
+            "server 'policy' could not list its interceptors (it listed an interceptor that cannot be understood: interceptor \"typo\": a hook \"phase\" must be",
+            "blocked: interceptor server 'policy' could not list its interceptors (it listed an interceptor that cannot be understood: ",
+        ),
+        (
+            "policy",
+            json!([{"name": "vague", "type": "validation", "behavior": "vague",
+                    "message": "echo looks risky"}]),
+            "'vague' (server 'policy') denied: echo looks risky",
+            "blocked by interceptor 'vague': echo looks risky",
+        ),
+    ];
+    for (allowlist, interceptors, logged, shown) in cases {
+        let s = Scratch::new();
+        let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .handler(echo_then_text(json!({"text": "hi"})))
+            .env(&[("BUZZ_AGENT_INTERCEPTOR_SERVERS", allowlist)])
+            .servers([fs(&fs_log), policy("policy", &p_log, &interceptors, "")])
+            .start();
+        assert_end_turn(&agent, &agent.prompt(&sid, "echo hi"));
+        assert!(
+            received(&fs_log).is_empty(),
+            "{allowlist} {interceptors}: blocked"
+        );
+        let updates = terminal_updates(&agent.session_updates(&sid));
+        assert_eq!(updates.len(), 1, "{updates:?}");
+        assert_eq!(updates[0].0, "failed");
+        assert!(updates[0].1.starts_with(shown), "{shown}\n{updates:?}");
+        assert!(
+            llm.requests()[1]
+                .tool_result_for("call_1")
+                .is_some_and(|t| t.contains(shown)),
+            "the model sees why"
+        );
+        wait_stderr(&agent, logged, Duration::from_secs(5));
+        agent.finish();
+    }
+}
+
+/// SPEC S4 (a malformed rewrite): a response-phase mutator whose new result is not a
+/// `CallToolResult` blocks the result as a crash does; the model never gets an empty success.
+pub fn s4_a_malformed_rewrite_of_a_tool_result_blocks_it(ctx: &Ctx) {
+    for payload in [json!({"content": "redacted"}), json!("redacted"), json!({})] {
+        let s = Scratch::new();
+        let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+        let rewrite = json!([{"name": "scrub", "type": "mutation", "phase": "response",
+                              "behavior": "rewrite", "payload": payload}]);
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .handler(echo_then_text(json!({"text": "hi"})))
+            .env(&[("BUZZ_AGENT_INTERCEPTOR_SERVERS", "policy")])
+            .servers([fs(&fs_log), policy("policy", &p_log, &rewrite, "")])
+            .start();
+        assert_end_turn(&agent, &agent.prompt(&sid, "echo hi"));
+        assert_eq!(received(&fs_log), [json!({"text": "hi"})], "the call ran");
+        let shown = "blocked: an interceptor changed the tool result into something that is not a tool result (";
+        let updates = terminal_updates(&agent.session_updates(&sid));
+        assert_eq!(updates[0].0, "failed", "{payload}: {updates:?}");
+        assert!(updates[0].1.starts_with(shown), "{updates:?}");
+        let reqs = llm.requests();
+        assert!(
+            reqs[1]
+                .tool_result_for("call_1")
+                .is_some_and(|t| t.contains(shown)),
+            "the model gets the error, not an empty success: {:#?}",
+            reqs[1].messages()
+        );
+        agent.finish();
+    }
+}

@@ -534,3 +534,97 @@ pub fn c02_c11_mcp_banner_never_reaches_agent_stdout(ctx: &Ctx) {
     );
     agent.finish();
 }
+
+/// SPEC M14 / case C63, under every dialect profile: a server whose tools use JSON Schema the
+/// providers take only in part (root `anyOf`, `oneOf` with `const` discriminators, `allOf`
+/// with a `$ref`, `type` arrays, `const`, `exclusiveMinimum`, maps, `if`/`then`, no
+/// `properties`; [`fake_mcp::odd_schema`]). Every tool is offered (none dropped), every
+/// schema has an object root without combinators (a profile rejects what its server rejects,
+/// and the trial fails on it), the rules a folded root lost are in the tool's description,
+/// and calls to the rewritten tools reach the server with the model's arguments.
+pub fn m14_odd_tool_schemas_are_offered_in_a_form_the_provider_accepts(ctx: &Ctx) {
+    let names = [
+        "search",
+        "create_attachment",
+        "choose",
+        "merged",
+        "typed",
+        "conditional",
+        "bare",
+    ];
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![
+                (
+                    "call_a",
+                    "n__create_attachment",
+                    json!({"source_url": "https://example.com/a.pdf"}),
+                ),
+                ("call_c", "n__choose", json!({"action": "delete", "id": 7})),
+                ("call_t", "n__typed", json!({"mode": "fast", "note": null})),
+            ]),
+            Reply::text("done"),
+        ])
+        .fake_mcp("n", &[("FAKE_MCP_TOOLS", &names.join(","))])
+        .start();
+    let r = agent.prompt(&sid, "attach it");
+    assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let offered = reqs[0].tool_schemas();
+    let offered_names: Vec<&str> = offered.iter().map(|(n, _, _)| n.as_str()).collect();
+    for name in names {
+        assert!(
+            offered_names.contains(&format!("n__{name}").as_str()),
+            "M14: n__{name} is offered, never dropped: {offered_names:?}"
+        );
+    }
+    for (name, description, schema) in &offered {
+        let Some(schema) = schema else {
+            assert_eq!(
+                name, "n__bare",
+                "only a tool without arguments goes without a schema"
+            );
+            continue;
+        };
+        assert_eq!(schema["type"], "object", "{name}: {schema}");
+        for k in ["anyOf", "oneOf", "allOf"] {
+            assert!(
+                schema.get(k).is_none(),
+                "M14: {name} has a root {k}: {schema}"
+            );
+        }
+        if name == "n__create_attachment" {
+            assert!(
+                description.contains("(1) content, (2) source_url"),
+                "M14: the folded rule is in the description: {description:?}"
+            );
+        }
+    }
+    let results = &reqs[1];
+    assert_eq!(
+        results.tool_result_for("call_a").as_deref(),
+        Some(r#"create_attachment {"source_url":"https://example.com/a.pdf"}"#)
+    );
+    assert_eq!(
+        results.tool_result_for("call_c").as_deref(),
+        Some(r#"choose {"action":"delete","id":7}"#)
+    );
+    assert_eq!(
+        results.tool_result_for("call_t").as_deref(),
+        Some(r#"typed {"mode":"fast","note":null}"#)
+    );
+    let err = agent.stderr_text();
+    for tool in ["create_attachment", "choose", "merged"] {
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.contains("WARN") && l.contains(&format!("tool '{tool}'")))
+                .count(),
+            1,
+            "M14: one WARN for {tool}{}",
+            agent.context()
+        );
+    }
+    agent.finish();
+}
