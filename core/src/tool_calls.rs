@@ -361,14 +361,18 @@ impl ToolBatch {
         let Some(route) = c.route.as_ref() else {
             return;
         };
-        let server = cx.servers.name(route.server);
+        // A built-in tool is the agent's own: it names itself (SPEC A10, S3).
+        let server = route
+            .server()
+            .map_or_else(|| "buzz-agent".to_string(), |slot| cx.servers.name(slot));
         // The title the client would see without one from the server (SPEC A6) is no
         // description.
         let unset = format!("{server}: {}", route.bare);
         let who = crate::acp::ToolIdentity {
             server: &server,
             tool: &route.bare,
-            server_title: (route.title != unset).then_some(route.title.as_str()),
+            server_title: (route.server().is_some() && route.title != unset)
+                .then_some(route.title.as_str()),
         };
         let id = cx.ids.next_permission();
         let params = crate::acp::permission_params(
@@ -623,7 +627,8 @@ impl ToolBatch {
                 matches!(c.state, CallState::Queued)
                     && c.route
                         .as_ref()
-                        .is_some_and(|r| !servers.is_relisting(r.server))
+                        .and_then(ToolRoute::server)
+                        .is_some_and(|slot| !servers.is_relisting(slot))
             })
     }
 
@@ -650,7 +655,8 @@ impl ToolBatch {
                     && !c
                         .route
                         .as_ref()
-                        .is_some_and(|r| cx.servers.is_relisting(r.server))
+                        .and_then(ToolRoute::server)
+                        .is_some_and(|slot| cx.servers.is_relisting(slot))
             }) else {
                 break;
             };

@@ -67,6 +67,16 @@ pub(crate) struct ToolRoute {
     pub(crate) kind: &'static str,
 }
 
+impl ToolRoute {
+    /// The MCP server that offers the tool; `None` for a built-in.
+    pub(crate) fn server(&self) -> Option<ServerSlot> {
+        match self.target {
+            ToolTarget::Server(slot) => Some(slot),
+            ToolTarget::Builtin(_) => None,
+        }
+    }
+}
+
 /// What one server offers: its tools and its hooks, from its last complete `tools/list`.
 #[derive(Debug, Default)]
 pub(crate) struct Catalogue {

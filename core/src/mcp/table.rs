@@ -716,7 +716,8 @@ impl ServerTable {
         for def in &mut defs {
             let Some(s) = routes
                 .get(&def.name)
-                .and_then(|r| self.servers.get_mut(&r.server))
+                .and_then(ToolRoute::server)
+                .and_then(|slot| self.servers.get_mut(&slot))
             else {
                 continue;
             };

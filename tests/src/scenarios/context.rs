@@ -398,7 +398,11 @@ pub fn a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body(ctx:
     let asked = agent.permission_requests();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["params"]["toolCall"]["kind"], "read");
-    assert_eq!(asked[0]["params"]["toolCall"]["title"], "Load skill");
+    // The agent's own tool names the agent as who asks (no server's title).
+    assert_eq!(
+        asked[0]["params"]["toolCall"]["title"],
+        "buzz-agent: load_skill"
+    );
     let ups = agent.session_updates(&sid);
     // The user sees the skipped skills too, not only stderr: notices before the first answer.
     let shown: Vec<&str> = ups
