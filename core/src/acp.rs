@@ -120,6 +120,8 @@ pub(crate) struct NewSession {
     pub servers: Vec<McpServerEntry>,
     /// Entries of a transport other than stdio, in the order given (SPEC A2, C55).
     pub skipped: Vec<SkippedServer>,
+    /// The client's `_meta.systemPrompt` (SPEC A10).
+    pub system_prompt: Option<crate::instructions::ClientPrompt>,
 }
 
 /// Decode `session/new` params (SPEC A2, cases C06, C07, C55); [`decode_session_setup`] with the
@@ -299,6 +301,7 @@ pub(crate) fn decode_session_setup(
         cwd,
         servers,
         skipped,
+        system_prompt: crate::instructions::client_prompt(params),
     })
 }
 

@@ -17,6 +17,7 @@ use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{
     IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
 };
+use crate::instructions::{self, ClientPrompt};
 use crate::intercept::invoke_reply;
 use crate::interceptor::InvokeReply;
 use crate::io::{Action, Input};
@@ -87,6 +88,40 @@ pub struct Agent {
     /// The client advertised `clientCapabilities.session.notices` in `initialize`: notices go
     /// as ACP `notice` updates, else as marked message chunks (docs/clients.md).
     client_notices: bool,
+    /// The project reads in flight ([`Action::ReadProject`], SPEC A10), by request number.
+    project_reads: BTreeMap<u64, ProjectRead>,
+    /// The number of the next project read.
+    next_project_read: u64,
+}
+
+/// `text` as a sentence: its first letter upper-case, a full stop at the end.
+fn sentence(text: &str) -> String {
+    let mut chars = text.chars();
+    let first: String = chars
+        .next()
+        .map(|c| c.to_uppercase().collect())
+        .unwrap_or_default();
+    let rest: String = chars.collect();
+    let end = if rest.ends_with('.') { "" } else { "." };
+    format!("{first}{rest}{end}")
+}
+
+/// A session waiting for its project files (SPEC A10) before it starts.
+#[derive(Debug)]
+struct ProjectRead {
+    session: SessionId,
+    cwd: String,
+    client: Option<ClientPrompt>,
+    then: AfterRead,
+}
+
+/// What a starting session does once its project files are read.
+#[derive(Debug, Clone, Copy)]
+enum AfterRead {
+    /// `session/new`: start its servers.
+    New,
+    /// `session/load` (`replay`) or `session/resume`: open its transcript.
+    Load { replay: bool },
 }
 
 /// Test support (the `testing` feature): what a session holds, to compare a session before
@@ -176,6 +211,8 @@ impl Agent {
             ids: IdCounters::default(),
             shutdown: None,
             client_notices: false,
+            project_reads: BTreeMap::new(),
+            next_project_read: 1,
         }
     }
 
@@ -297,6 +334,7 @@ impl Agent {
                     .on_oauth(input, &mut self.out, &mut self.timers);
                 self.route_mcp(events);
             }
+            Input::ProjectRead { request, files } => self.on_project_read(request, &files),
         }
         self.after_step();
     }
@@ -581,11 +619,104 @@ impl Agent {
             LogLevel::Info,
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
         );
-        if slots.is_empty() {
-            self.session_ready(sid, Source::New);
-        } else {
-            for slot in slots {
-                self.servers.spawn(slot, &mut self.out, &mut self.timers);
+        self.read_project(sid, &spec.cwd, spec.system_prompt, AfterRead::New);
+    }
+
+    /// SPEC A10: a starting session's project instructions (and skills) are read before it
+    /// starts its servers or reads its transcript; with `BUZZ_AGENT_NO_HINTS` nothing is read.
+    /// Either way its system prompt is fixed here for all its requests.
+    fn read_project(
+        &mut self,
+        sid: SessionId,
+        cwd: &str,
+        client: Option<ClientPrompt>,
+        then: AfterRead,
+    ) {
+        if self.cfg.no_hints {
+            if let Some(sess) = self.sessions.get_mut(&sid) {
+                sess.system_prompt =
+                    instructions::system_prompt(&self.cfg, client.as_ref(), None, None);
+            }
+            return self.after_project_read(sid, cwd, then);
+        }
+        let request = self.next_project_read;
+        self.next_project_read += 1;
+        self.project_reads.insert(
+            request,
+            ProjectRead {
+                session: sid,
+                cwd: cwd.to_string(),
+                client,
+                then,
+            },
+        );
+        let spec = instructions::read_spec(&self.cfg, cwd);
+        self.out.push(Action::ReadProject { request, spec });
+    }
+
+    /// The project files of a starting session were read (SPEC A10): its system prompt is
+    /// built, what was cut or skipped is logged and told to the user, and the session goes on
+    /// starting. A read for a session that is gone (closed, failed, shut down) is dropped.
+    fn on_project_read(&mut self, request: u64, files: &crate::project::ProjectFiles) {
+        let Some(read) = self.project_reads.remove(&request) else {
+            return;
+        };
+        let sid = read.session;
+        let Some(sess) = self.sessions.get_mut(&sid).filter(|s| s.starting.is_some()) else {
+            return;
+        };
+        let (taken, mut findings) =
+            instructions::take_instructions(&files.instructions, self.cfg.instructions_max_bytes);
+        let bytes: usize = taken.files.iter().map(|(_, t)| t.len()).sum();
+        let section = instructions::instructions_section(&taken);
+        // The runtime's own findings: folders it could not look at, skills over the count.
+        findings.extend(files.problems.iter().map(|p| {
+            instructions::Finding::new("skill_skipped", format!("skills: {p}"), sentence(p))
+        }));
+        let (skills, skill_findings, warnings) =
+            crate::skills::take_skills(&files.skills, crate::project::MAX_SKILL_BYTES);
+        findings.extend(skill_findings);
+        let listing = crate::skills::skills_section(&skills);
+        sess.system_prompt =
+            instructions::system_prompt(&self.cfg, read.client.as_ref(), section, listing);
+        let names: Vec<String> = skills.iter().map(|s| s.name.clone()).collect();
+        sess.skills = skills;
+        for f in &findings {
+            sess.notify(f.kind, f.notice.clone());
+        }
+        for line in findings.into_iter().map(|f| f.log).chain(warnings) {
+            self.log(LogLevel::Warn, format!("session {sid}: {line}"));
+        }
+        let root = files.git_root.as_deref().unwrap_or("none");
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: {} AGENTS.md file(s), {bytes} bytes, and {} skill(s) [{}] in the system prompt (git root {root})",
+                taken.files.len(),
+                names.len(),
+                names.join(", ")
+            ),
+        );
+        self.after_project_read(sid, &read.cwd, read.then);
+    }
+
+    /// A starting session whose project files are read goes on: `session/new` starts its
+    /// servers (or is ready at once without any), a load opens its transcript (SPEC A2, A9).
+    fn after_project_read(&mut self, sid: SessionId, cwd: &str, then: AfterRead) {
+        match then {
+            AfterRead::Load { replay } => self.store.begin_load(sid, cwd, replay, &mut self.out),
+            AfterRead::New => {
+                let slots = self
+                    .sessions
+                    .get(&sid)
+                    .map(|s| s.servers.clone())
+                    .unwrap_or_default();
+                if slots.is_empty() {
+                    self.session_ready(sid, Source::New);
+                }
+                for slot in slots {
+                    self.servers.spawn(slot, &mut self.out, &mut self.timers);
+                }
             }
         }
     }
@@ -699,6 +830,10 @@ impl Agent {
             fields.remove("sessionId");
         }
         self.reply_ok(&rpc, &result);
+        // A prompt that came while the session was starting runs now.
+        if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
+            self.start_turn(sid, id, text);
+        }
     }
 
     /// A starting session failed (a server, or its transcript; `loading`: a `session/load` or
@@ -721,6 +856,9 @@ impl Agent {
         self.store.close(sid, &mut self.out);
         if let Some(rpc) = sess.starting {
             self.reply_err(Some(&rpc), code, message, data);
+        }
+        if let Some((queued, _)) = sess.queued {
+            self.session_not_found(&queued, &sid.to_string());
         }
     }
 
@@ -803,7 +941,12 @@ impl Agent {
             ),
         );
         self.sessions.insert(sid, sess);
-        self.store.begin_load(sid, &spec.cwd, replay, &mut self.out);
+        self.read_project(
+            sid,
+            &spec.cwd,
+            spec.system_prompt,
+            AfterRead::Load { replay },
+        );
     }
 
     /// What the store reports about loads (SPEC A9).
@@ -929,22 +1072,26 @@ impl Agent {
             Ok(s) => s.to_string(),
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        let Some(sid) = SessionId::parse(&named).filter(|sid| {
-            self.sessions
-                .get(sid)
-                .is_some_and(|s| s.starting.is_none() && !s.ended)
-        }) else {
+        let Some(sid) =
+            SessionId::parse(&named).filter(|sid| self.sessions.get(sid).is_some_and(|s| !s.ended))
+        else {
             return self.session_not_found(&id, &named);
         };
         let text = match crate::acp::render_prompt(params) {
             Ok(t) => t,
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        // Whether the prompt may wait for the session to be free: behind a cancelled turn, or
-        // behind the last answer, which waits for the disk (sent before the client read it).
+        let starting = self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| s.starting.is_some());
+        // Whether the prompt may wait for the session to be free: behind a cancelled turn,
+        // behind the last answer, which waits for the disk (sent before the client read it),
+        // or behind the session's own start (a client that sends its first prompt before the
+        // session/new answer, knowing the id: its project files are still being read).
         let may_queue = match self.turns.get(&sid) {
             Some(turn) => Some(turn.is_cancelled()),
-            None if self.store.is_holding(sid) => Some(true),
+            None if starting || self.store.is_holding(sid) => Some(true),
             None => None,
         };
         if let Some(may_queue) = may_queue {
@@ -1104,6 +1251,16 @@ impl Agent {
             );
             return;
         };
+        // A prompt waiting for its session to start is answered at once.
+        if let Some((queued, _)) = self
+            .sessions
+            .get_mut(&sid)
+            .filter(|s| s.starting.is_some())
+            .and_then(|s| s.queued.take())
+        {
+            self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
+            return;
+        }
         self.cancel_turn(sid, "cancelled by the client");
     }
 

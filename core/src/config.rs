@@ -354,6 +354,18 @@ pub struct Config {
     /// the Unix epoch: set by the runtime when it starts its clock (0 until then). Only OAuth
     /// reads it (JWT `iat`/`exp`, token expiry kept across runs).
     pub unix_ms_at_start: u64,
+    /// `BUZZ_AGENT_NO_HINTS` (default false): no project instructions and no skills are read
+    /// (SPEC A10, docs/context.md).
+    pub no_hints: bool,
+    /// `BUZZ_AGENT_INSTRUCTIONS_MAX_BYTES` (default 32768), 1024..=1048576: bytes of
+    /// `AGENTS.md` text a session's system prompt takes in all; the file where the budget runs
+    /// out is cut with a warning, later ones are left out (SPEC A10).
+    pub instructions_max_bytes: usize,
+    /// The user-wide instructions file: `$XDG_CONFIG_HOME/buzz-agent/AGENTS.md` (when that
+    /// variable is an absolute path), else `$HOME/.config/buzz-agent/AGENTS.md`, else none.
+    pub user_instructions: Option<String>,
+    /// The user's skills directory: `$HOME/.agents/skills`, else none.
+    pub user_skills_dir: Option<String>,
 }
 
 impl fmt::Debug for Config {
@@ -414,6 +426,10 @@ impl fmt::Debug for Config {
             .field("oauth", &self.oauth)
             .field("oauth_seed", &"<set>")
             .field("unix_ms_at_start", &self.unix_ms_at_start)
+            .field("no_hints", &self.no_hints)
+            .field("instructions_max_bytes", &self.instructions_max_bytes)
+            .field("user_instructions", &self.user_instructions)
+            .field("user_skills_dir", &self.user_skills_dir)
             .finish()
     }
 }
@@ -603,6 +619,8 @@ const THINKING_SUMMARY: &str = "BUZZ_AGENT_THINKING_SUMMARY";
 const CHILD_ENV: &str = "BUZZ_AGENT_CHILD_ENV";
 const OAUTH_CLIENTS_FILE: &str = "BUZZ_AGENT_OAUTH_CLIENTS_FILE";
 const OAUTH_TIMEOUT_SECS: &str = "BUZZ_AGENT_OAUTH_TIMEOUT_SECS";
+const NO_HINTS: &str = "BUZZ_AGENT_NO_HINTS";
+const INSTRUCTIONS_MAX_BYTES: &str = "BUZZ_AGENT_INSTRUCTIONS_MAX_BYTES";
 
 const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -640,6 +658,7 @@ const NUMBERS: &[(&str, u64, u64)] = &[
     (PERMISSION_TIMEOUT_SECS, 1, MAX_SECS),
     (OAUTH_TIMEOUT_SECS, 1, MAX_SECS),
     (SEED, 0, u64::MAX),
+    (INSTRUCTIONS_MAX_BYTES, 1024, 1_048_576),
 ];
 
 /// `u32::MAX` as a `u64`.
@@ -713,6 +732,8 @@ const VARIABLES: &[(&str, &str, &str)] = &[
     (STATE_DIR, "$XDG_STATE_HOME/buzz-agent/sessions, else ~/.local/state/buzz-agent/sessions", "where session transcripts are kept (an absolute path), or off: sessions are not persisted"),
     (SEED, "random", "fixed seed for reproducible runs (retry jitter, session ids); use with a fresh BUZZ_AGENT_STATE_DIR or off"),
     (CHILD_ENV, "", "comma-separated names (NAME, or PREFIX* for every variable starting so) of more of the agent's environment variables to pass to MCP servers; * passes all but the agent's own"),
+    (NO_HINTS, "false", "read no AGENTS.md project instructions and no .agents/skills skills (boolean)"),
+    (INSTRUCTIONS_MAX_BYTES, "32768", "bytes of AGENTS.md text a session's system prompt takes in all; the rest is cut with a warning"),
 ];
 
 /// The names of every variable the agent reads (C1), in `--help` order.
@@ -1233,6 +1254,21 @@ fn state_dir(env: &Env<'_>) -> Result<StateDir, ConfigError> {
     }
 }
 
+/// The user-wide instructions file (SPEC A10): `$XDG_CONFIG_HOME/buzz-agent/AGENTS.md` (a
+/// relative `XDG_CONFIG_HOME` is ignored, as the XDG Base Directory spec says), else
+/// `$HOME/.config/buzz-agent/AGENTS.md`.
+fn user_instructions(env: &Env<'_>) -> Option<String> {
+    let file = crate::project::INSTRUCTIONS_FILE;
+    env.get("XDG_CONFIG_HOME")
+        .filter(|p| p.starts_with('/'))
+        .map(|p| format!("{}/buzz-agent/{file}", p.trim_end_matches('/')))
+        .or_else(|| {
+            env.get("HOME")
+                .filter(|p| p.starts_with('/'))
+                .map(|p| format!("{}/.config/buzz-agent/{file}", p.trim_end_matches('/')))
+        })
+}
+
 /// An absolute path without its trailing `/`s (`/` itself stays `/`).
 fn without_trailing_slash(path: &str) -> String {
     let trimmed = path.trim_end_matches('/');
@@ -1439,6 +1475,13 @@ impl Config {
             oauth: c.or(oauth(&env, read_file), OAuthConfig::default()),
             oauth_seed: fixed_seed.map_or([0; 32], oauth_seed_of),
             unix_ms_at_start: 0,
+            no_hints: c.or(env.flag(NO_HINTS, false), false),
+            instructions_max_bytes: c.or(env.uint(INSTRUCTIONS_MAX_BYTES, 32_768), 1024),
+            user_instructions: user_instructions(&env),
+            user_skills_dir: env
+                .get("HOME")
+                .filter(|p| p.starts_with('/'))
+                .map(|p| format!("{}/{}", p.trim_end_matches('/'), crate::project::SKILLS_DIR)),
         };
         match ConfigErrors::from_vec(c.errors) {
             Some(errors) => Err(errors),
@@ -1496,6 +1539,11 @@ impl Config {
             oauth: OAuthConfig::default(),
             oauth_seed: [0; 32],
             unix_ms_at_start: 0,
+            // The core's tests drive no file reads unless they ask for them.
+            no_hints: true,
+            instructions_max_bytes: 32_768,
+            user_instructions: None,
+            user_skills_dir: None,
         }
     }
 }
@@ -1618,6 +1666,7 @@ mod tests {
         let mut expected = Config::for_tests(ProviderKind::Anthropic, DEFAULT_ANTHROPIC_BASE_URL);
         expected.api_key = "sk-1".into();
         expected.model = "claude".into();
+        expected.no_hints = false;
         assert_eq!(c, expected);
         assert_eq!(c.base_url, "https://api.anthropic.com");
         assert_eq!(c.anthropic_version, "2023-06-01");
@@ -1952,7 +2001,7 @@ mod tests {
     }
 
     /// (variable, value given, expected field value read back)
-    fn numeric_fields(c: &Config) -> [(&'static str, u64); 18] {
+    fn numeric_fields(c: &Config) -> [(&'static str, u64); 19] {
         [
             (MAX_ROUNDS, u64::from(c.max_rounds)),
             (MAX_OUTPUT_TOKENS, u64::from(c.max_output_tokens)),
@@ -1975,6 +2024,7 @@ mod tests {
             (PERMISSION_TIMEOUT_SECS, c.permission_timeout_ms),
             (OAUTH_TIMEOUT_SECS, c.oauth.user_timeout_ms),
             (SEED, c.fixed_seed.unwrap_or(0)),
+            (INSTRUCTIONS_MAX_BYTES, c.instructions_max_bytes as u64),
         ]
     }
 
@@ -2403,7 +2453,37 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count);
-        assert_eq!(count, 44);
+        assert_eq!(count, 48);
+    }
+
+    #[test]
+    fn a10_hints_are_on_by_default_and_the_user_files_follow_xdg_then_home() {
+        let c = ok(&anthropic(&[
+            ("HOME", "/home/u/"),
+            ("XDG_CONFIG_HOME", "rel"),
+        ]));
+        assert!(!c.no_hints);
+        assert_eq!(c.instructions_max_bytes, 32_768);
+        assert_eq!(
+            c.user_instructions.as_deref(),
+            Some("/home/u/.config/buzz-agent/AGENTS.md"),
+            "a relative XDG_CONFIG_HOME is ignored"
+        );
+        assert_eq!(c.user_skills_dir.as_deref(), Some("/home/u/.agents/skills"));
+        let c = ok(&anthropic(&[
+            ("XDG_CONFIG_HOME", "/cfg"),
+            (NO_HINTS, "yes"),
+            (INSTRUCTIONS_MAX_BYTES, "4096"),
+        ]));
+        assert!(c.no_hints);
+        assert_eq!(c.instructions_max_bytes, 4096);
+        assert_eq!(
+            c.user_instructions.as_deref(),
+            Some("/cfg/buzz-agent/AGENTS.md")
+        );
+        assert_eq!(c.user_skills_dir, None, "no HOME, no user skills");
+        let e = err(&anthropic(&[(INSTRUCTIONS_MAX_BYTES, "100")]));
+        assert!(e.to_string().contains(INSTRUCTIONS_MAX_BYTES), "{e}");
     }
 
     #[test]

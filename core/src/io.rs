@@ -9,6 +9,7 @@ pub use crate::config::LogLevel;
 pub use crate::http::HttpEvent;
 pub use crate::ids::{ExchangeId, ListenerId, LlmCallId, ProcKey, ServerSlot, TranscriptId};
 pub use crate::llm::HttpRequest;
+pub use crate::project::{ProjectFiles, ReadSpec};
 
 /// The events of an LLM call: those of its HTTP exchange.
 pub type LlmEvent = HttpEvent;
@@ -99,6 +100,14 @@ pub enum Input {
         request: u64,
         /// The files, in any order, or the OS error.
         entries: Result<Vec<TranscriptEntry>, String>,
+    },
+    /// The answer to [`Action::ReadProject`] (SPEC A10): the project instructions and skill
+    /// folders found for a session.
+    ProjectRead {
+        /// The read's number, echoed.
+        request: u64,
+        /// What was read.
+        files: ProjectFiles,
     },
     /// What came of an [`Action::OAuth`] (SPEC M11).
     OAuth(OAuthInput),
@@ -419,6 +428,12 @@ impl fmt::Debug for Input {
                 Ok(e) => write!(f, "TranscriptList(#{request}, {} files)", e.len()),
                 Err(e) => write!(f, "TranscriptList(#{request}, error {e})"),
             },
+            Input::ProjectRead { request, files } => write!(
+                f,
+                "ProjectRead(#{request}, {} instruction file(s), {} skill folder(s))",
+                files.instructions.len(),
+                files.skills.len()
+            ),
             Input::OAuth(i) => write!(f, "OAuth({i:?})"),
         }
     }
@@ -764,6 +779,15 @@ pub enum Action {
         /// A number to echo.
         request: u64,
     },
+    /// Read a session's project instructions and skills as `spec` says, bounded (see
+    /// [`crate::project`]); answer with [`Input::ProjectRead`] (SPEC A10). Blocking file IO:
+    /// off the loop.
+    ReadProject {
+        /// A number to echo.
+        request: u64,
+        /// What to read.
+        spec: ReadSpec,
+    },
     /// Do this part of an MCP server's authorization (SPEC M11).
     OAuth(OAuthAction),
     /// Write a log line to stderr ([`LogRecord::render`] gives its text).
@@ -803,6 +827,9 @@ impl fmt::Debug for Action {
             }
             Action::CloseTranscript { file } => write!(f, "CloseTranscript({file})"),
             Action::ListTranscripts { request } => write!(f, "ListTranscripts(#{request})"),
+            Action::ReadProject { request, spec } => {
+                write!(f, "ReadProject(#{request}, {})", spec.cwd)
+            }
             Action::OAuth(a) => write!(f, "OAuth({a:?})"),
             Action::Log(r) => write!(f, "Log({:?}, {})", r.level, r.message),
             Action::Exit { code } => write!(f, "Exit({code})"),

@@ -136,12 +136,14 @@ mod body_cache_props;
 mod compaction;
 pub mod config;
 mod cx;
+mod frontmatter;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod history;
 mod hooks;
 pub mod http;
 mod ids;
+mod instructions;
 mod intercept;
 pub mod interceptor;
 pub mod io;
@@ -155,9 +157,11 @@ mod mcp;
 mod oauth;
 mod outbox;
 mod permissions;
+pub mod project;
 mod record;
 mod session;
 mod shutdown;
+mod skills;
 mod sse;
 mod store;
 #[cfg(feature = "testing")]

@@ -47,6 +47,12 @@ pub(crate) struct Session {
     pub(crate) notices: Vec<Notice>,
     /// The client presents ACP `notice` updates (`clientCapabilities.session.notices`).
     pub(crate) client_notices: bool,
+    /// The system prompt of every request of this session (SPEC A10, L11): built once when
+    /// the session opens (`instructions.rs`), so its bytes never change between rounds.
+    pub(crate) system_prompt: Option<String>,
+    /// The session's skills (SPEC A10), listed in its system prompt and loaded with the
+    /// built-in `load_skill`.
+    pub(crate) skills: Vec<crate::skills::Skill>,
     /// The tokens of every LLM call of the session in this process (SPEC A6, L11): the
     /// cumulative cost of `usage_update`.
     pub(crate) usage: UsageTotals,
@@ -96,6 +102,8 @@ impl Session {
             remembered: BTreeMap::new(),
             notices: Vec::new(),
             client_notices: false,
+            system_prompt: None,
+            skills: Vec::new(),
             usage: UsageTotals::default(),
             thought_level: None,
         }

@@ -14,7 +14,7 @@ use crate::interceptor::Interceptors;
 use crate::interceptor::{InvokeReply, Phase};
 use crate::jsonrpc;
 use crate::llm::{Message, ToolCall};
-use crate::mcp::{InterceptRef, McpRequest, Purpose, ToolCallRef, ToolRoute};
+use crate::mcp::{Builtin, InterceptRef, McpRequest, Purpose, ToolCallRef, ToolRoute, ToolTarget};
 use crate::permissions::PermissionRequest;
 use crate::session::Session;
 use crate::store::AnnouncedCall;
@@ -53,6 +53,9 @@ struct BatchCall {
     /// The parsed arguments (a JSON object) once accepted.
     args: Value,
     state: CallState,
+    /// A built-in tool's result (SPEC A10: `load_skill`), computed from the session when the
+    /// call is accepted and given once it may run (after its permission).
+    builtin: Option<ToolOutput>,
 }
 
 /// The tool calls of one response of one turn.
@@ -107,6 +110,7 @@ impl ToolBatch {
                     route,
                     args: Value::Null,
                     state: CallState::Queued,
+                    builtin: None,
                 },
                 parsed,
             ));
@@ -156,6 +160,22 @@ impl ToolBatch {
                             c.call.name
                         )),
                     )),
+                    Ok(args) if is_builtin(c.route.as_ref()) => {
+                        // A built-in runs in the core: no interceptor screens it (X1 screens
+                        // MCP tools/call); permission is asked as for any tool (A7).
+                        c.builtin = Some(run_builtin(c.route.as_ref(), &args, sess));
+                        c.args = args;
+                        let qualified = c
+                            .route
+                            .as_ref()
+                            .map(|r| r.qualified.clone())
+                            .unwrap_or_default();
+                        match (ask, sess.remembered.get(&qualified)) {
+                            (false, _) | (true, Some(true)) => {}
+                            (true, Some(false)) => decided.push((i, denied_out())),
+                            (true, None) => asks.push(i),
+                        }
+                    }
                     Ok(args) if screen_requests => {
                         // X1: the request phase runs before permission and dispatch.
                         c.args = args;
@@ -206,7 +226,10 @@ impl ToolBatch {
             return;
         };
         let payload = json!({"name": route.bare, "arguments": c.args});
-        let server = cx.servers.name(route.server);
+        let ToolTarget::Server(slot) = route.target else {
+            return;
+        };
+        let server = cx.servers.name(slot);
         let of = self.screen_of(index);
         let screen = Screen::start(interceptors, Phase::Request, payload, of, &server, cx);
         if let Some(c) = self.calls.get_mut(index.0) {
@@ -338,14 +361,18 @@ impl ToolBatch {
         let Some(route) = c.route.as_ref() else {
             return;
         };
-        let server = cx.servers.name(route.server);
+        // A built-in tool is the agent's own: it names itself (SPEC A10, S3).
+        let server = route
+            .server()
+            .map_or_else(|| "buzz-agent".to_string(), |slot| cx.servers.name(slot));
         // The title the client would see without one from the server (SPEC A6) is no
         // description.
         let unset = format!("{server}: {}", route.bare);
         let who = crate::acp::ToolIdentity {
             server: &server,
             tool: &route.bare,
-            server_title: (route.title != unset).then_some(route.title.as_str()),
+            server_title: (route.server().is_some() && route.title != unset)
+                .then_some(route.title.as_str()),
         };
         let id = cx.ids.next_permission();
         let params = crate::acp::permission_params(
@@ -431,7 +458,10 @@ impl ToolBatch {
                     .calls
                     .get(index.0)
                     .and_then(|c| c.route.as_ref())
-                    .map(|r| cx.servers.name(r.server))
+                    .and_then(|r| match r.target {
+                        ToolTarget::Server(slot) => Some(cx.servers.name(slot)),
+                        ToolTarget::Builtin(_) => None,
+                    })
                     .unwrap_or_default();
                 let of = self.screen_of(index);
                 let screen = Screen::start(interceptors, Phase::Response, result, of, &server, cx);
@@ -597,7 +627,8 @@ impl ToolBatch {
                 matches!(c.state, CallState::Queued)
                     && c.route
                         .as_ref()
-                        .is_some_and(|r| !servers.is_relisting(r.server))
+                        .and_then(ToolRoute::server)
+                        .is_some_and(|slot| !servers.is_relisting(slot))
             })
     }
 
@@ -624,19 +655,32 @@ impl ToolBatch {
                     && !c
                         .route
                         .as_ref()
-                        .is_some_and(|r| cx.servers.is_relisting(r.server))
+                        .and_then(ToolRoute::server)
+                        .is_some_and(|slot| cx.servers.is_relisting(slot))
             }) else {
                 break;
             };
-            let c = &self.calls[i];
+            let c = &mut self.calls[i];
             let Some(ToolRoute {
-                server,
+                target,
                 bare,
                 qualified,
                 ..
             }) = c.route.clone()
             else {
                 break;
+            };
+            let server = match target {
+                ToolTarget::Server(slot) => slot,
+                ToolTarget::Builtin(_) => {
+                    // Its result was computed when it was accepted; it is given now.
+                    let out = c.builtin.take().unwrap_or_else(|| {
+                        err_out(format!("the built-in tool {bare} has no result"))
+                    });
+                    let failed = out.is_error;
+                    self.complete(ToolCallIndex(i), out, failed, cx);
+                    continue;
+                }
             };
             let args = c.args.clone();
             let acp_id = c.acp_id.clone();
@@ -752,6 +796,21 @@ fn apply_mutation(c: &mut BatchCall, payload: &Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `route` leads to a built-in tool.
+fn is_builtin(route: Option<&ToolRoute>) -> bool {
+    route.is_some_and(|r| matches!(r.target, ToolTarget::Builtin(_)))
+}
+
+/// The result of a built-in tool call with `args` in `sess` (SPEC A10).
+fn run_builtin(route: Option<&ToolRoute>, args: &Value, sess: &Session) -> ToolOutput {
+    match route.map(|r| r.target) {
+        Some(ToolTarget::Builtin(Builtin::LoadSkill)) => {
+            crate::skills::load_skill(&sess.skills, args)
+        }
+        Some(ToolTarget::Server(_)) | None => err_out("not a built-in tool".into()),
+    }
 }
 
 /// Checks that a response payload an interceptor changed is still an MCP `CallToolResult`

@@ -329,7 +329,10 @@ impl Turn {
         // M14: each tool's schema in the form this provider accepts.
         let dialect = SchemaDialect::of(&cx.cfg.provider, &cx.cfg.base_url, &model);
         let (defs, routes) = match purpose {
-            CallPurpose::Round => cx.servers.offered_tools(&sess.servers, dialect, cx.out),
+            CallPurpose::Round => crate::mcp::with_builtins(
+                crate::skills::builtin_tools(&sess.skills),
+                cx.servers.offered_tools(&sess.servers, dialect, cx.out),
+            ),
             CallPurpose::Summary => (Vec::new(), BTreeMap::new()),
         };
         let call = cx.ids.next_llm_call();
@@ -354,7 +357,7 @@ impl Turn {
         let (system, messages, cache) = match &summary_messages {
             None => {
                 let (messages, cache) = sess.transcript.with_cache();
-                (cx.cfg.system_prompt.as_deref(), messages, Some(cache))
+                (sess.system_prompt.as_deref(), messages, Some(cache))
             }
             Some(summary) => (Some(compaction::SUMMARY_SYSTEM_PROMPT), &summary[..], None),
         };

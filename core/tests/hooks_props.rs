@@ -1300,6 +1300,7 @@ impl<'a> Checker<'a> {
                 | Action::TruncateTranscript { .. }
                 | Action::CloseTranscript { .. }
                 | Action::ListTranscripts { .. }
+                | Action::ReadProject { .. }
                 | Action::OAuth(_)
                 | Action::Exit { .. } => {}
             }

@@ -120,6 +120,11 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                         handle.cancel();
                     }
                 }
+                read @ Action::ReadProject { .. } => {
+                    if let Some(failed) = crate::project::start(read, &tx) {
+                        immediate.push_back(failed);
+                    }
+                }
                 Action::OAuth(action) => {
                     if let Some(answer) = oauth.start(action) {
                         immediate.push_back(answer);

@@ -15,6 +15,7 @@
 //! | [`stdio`] | the ACP client's stdin (a reader thread) and stdout (non-blocking writes) |
 //! | [`cli`] | `--help`, `--version`, configuration from the environment |
 //! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
+//! | [`project`] | a session's `AGENTS.md` files and skill folders, read bounded (SPEC A10) |
 //! | [`oauth`] | MCP authorization's IO (SPEC M11): the loopback redirect listener, the token files, `$BROWSER` |
 //! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting, not dumpable |
 //! | `util` | `race` of two futures |
@@ -30,6 +31,7 @@ pub mod driver;
 pub mod http;
 pub mod log;
 pub mod oauth;
+pub mod project;
 pub mod runtime;
 pub mod stdio;
 pub mod store;

@@ -249,6 +249,7 @@ impl Store {
             | Action::SignalProcessGroup { .. }
             | Action::CallLlm { .. }
             | Action::CancelLlm { .. }
+            | Action::ReadProject { .. }
             | Action::OAuth(_)
             | Action::Http { .. }
             | Action::CancelHttp { .. }

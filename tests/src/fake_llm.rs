@@ -54,6 +54,31 @@ impl RecordedRequest {
         self.body[key].as_array().cloned().unwrap_or_default()
     }
 
+    /// The system prompt as sent: the `system` (or `developer`) message of Chat Completions,
+    /// Anthropic's `system` (a string, or the texts of its blocks joined), the Responses API's
+    /// `instructions`; `None` when there is none.
+    pub fn system_text(&self) -> Option<String> {
+        match self.wire() {
+            Wire::Chat => self
+                .messages()
+                .iter()
+                .find(|m| m["role"] == "system" || m["role"] == "developer")
+                .map(|m| content_text(&m["content"])),
+            Wire::Anthropic => match &self.body["system"] {
+                Value::String(s) => Some(s.clone()),
+                Value::Array(blocks) => Some(
+                    blocks
+                        .iter()
+                        .filter_map(|b| b["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(""),
+                ),
+                _ => None,
+            },
+            Wire::Responses => self.body["instructions"].as_str().map(str::to_string),
+        }
+    }
+
     /// The function names of `body.tools` (`tools[].function.name` for Chat Completions,
     /// `tools[].name` for Anthropic and Responses).
     pub fn tool_names(&self) -> Vec<String> {

@@ -343,6 +343,7 @@ pub fn check_action(a: &Action) {
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
+        | Action::ReadProject { .. }
         | Action::OAuth(_)
         | Action::Log(_)
         | Action::Exit { .. } => return,
@@ -536,6 +537,7 @@ pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
         | Action::TruncateTranscript { .. }
         | Action::CloseTranscript { .. }
         | Action::ListTranscripts { .. }
+        | Action::ReadProject { .. }
         | Action::OAuth(_)
         | Action::Log(_)
         | Action::Exit { .. } => {}

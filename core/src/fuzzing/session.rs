@@ -339,6 +339,7 @@ impl World {
             | Action::TruncateTranscript { .. }
             | Action::CloseTranscript { .. }
             | Action::ListTranscripts { .. }
+            | Action::ReadProject { .. }
             | Action::OAuth(_)
             | Action::Log(_)
             | Action::Exit { .. } => {}

@@ -95,11 +95,28 @@ pub(crate) struct McpTool {
     offered: Option<(SchemaDialect, Offered)>,
 }
 
+/// Who runs a tool the model may call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ToolTarget {
+    /// An MCP server (SPEC M3).
+    Server(ServerSlot),
+    /// A built-in tool of the core (SPEC A10: `load_skill`).
+    Builtin(Builtin),
+}
+
+/// The core's built-in tools (DESIGN "Built-in tools"): provider-safe names that never start
+/// with `_` and are never `<server>__<tool>` names, offered before the MCP tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Builtin {
+    /// `load_skill` (SPEC A10, `skills.rs`).
+    LoadSkill,
+}
+
 /// Where a tool name the model may call leads (SPEC M3, L2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ToolRoute {
-    /// The server that offers it.
-    pub(crate) server: ServerSlot,
+    /// The server that offers it, or the core itself.
+    pub(crate) target: ToolTarget,
     /// The name the server knows.
     pub(crate) bare: String,
     /// `<prefix>__<tool>` (the server's tool prefix, SPEC M3, A2), the key of remembered
@@ -109,6 +126,16 @@ pub(crate) struct ToolRoute {
     pub(crate) title: String,
     /// The ACP kind of a call (SPEC A6).
     pub(crate) kind: &'static str,
+}
+
+impl ToolRoute {
+    /// The MCP server that offers the tool; `None` for a built-in.
+    pub(crate) fn server(&self) -> Option<ServerSlot> {
+        match self.target {
+            ToolTarget::Server(slot) => Some(slot),
+            ToolTarget::Builtin(_) => None,
+        }
+    }
 }
 
 /// What one server offers: its tools and its hooks, from its last complete `tools/list`.
@@ -281,7 +308,7 @@ pub(crate) fn visible_tools<'a>(
             routes.insert(
                 t.exposed.clone(),
                 ToolRoute {
-                    server: slot,
+                    target: ToolTarget::Server(slot),
                     bare: t.bare.clone(),
                     qualified: format!("{prefix}{}{}", tools::QUALIFIER, t.bare),
                     title: t.title.clone(),
@@ -289,6 +316,36 @@ pub(crate) fn visible_tools<'a>(
                 },
             );
         }
+    }
+    (defs, routes)
+}
+
+/// The tools of one request: the built-ins first, then the MCP tools of `mcp` (from
+/// [`visible_tools`]). An MCP tool with a built-in's exposed name is dropped (a server may not
+/// shadow a built-in; MCP names are `<prefix>__<tool>` or carry a hash suffix, so this cannot
+/// happen by accident).
+pub(crate) fn with_builtins(
+    builtins: Vec<(ToolDef, ToolRoute)>,
+    mcp: (Vec<ToolDef>, BTreeMap<String, ToolRoute>),
+) -> (Vec<ToolDef>, BTreeMap<String, ToolRoute>) {
+    if builtins.is_empty() {
+        return mcp;
+    }
+    let (mcp_defs, mcp_routes) = mcp;
+    let mut defs = Vec::with_capacity(builtins.len() + mcp_defs.len());
+    let mut routes = BTreeMap::new();
+    for (def, route) in builtins {
+        routes.insert(def.name.clone(), route);
+        defs.push(def);
+    }
+    for def in mcp_defs {
+        if routes.contains_key(&def.name) {
+            continue;
+        }
+        if let Some(route) = mcp_routes.get(&def.name) {
+            routes.insert(def.name.clone(), route.clone());
+        }
+        defs.push(def);
     }
     (defs, routes)
 }
@@ -390,8 +447,44 @@ mod tests {
             visible_tools([(ServerSlot(1), "srv", &a), (ServerSlot(2), "srv", &b)]);
         let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["srv__echo", "srv__grep"], "I10: no hook is offered");
-        assert_eq!(routes["srv__echo"].server, ServerSlot(1));
-        assert_eq!(routes["srv__grep"].server, ServerSlot(2));
+        assert_eq!(
+            routes["srv__echo"].target,
+            ToolTarget::Server(ServerSlot(1))
+        );
+        assert_eq!(
+            routes["srv__grep"].target,
+            ToolTarget::Server(ServerSlot(2))
+        );
         assert_eq!(routes["srv__grep"].qualified, "srv__grep");
+    }
+
+    #[test]
+    fn a10_built_ins_come_first_and_no_server_shadows_one() {
+        let (mut c, _) = install(vec![json!({"name": "echo"})], &HookAllowlist::Off);
+        // A catalogue entry that somehow took the built-in's name (cannot come from install).
+        let mut shadow = c.tools[0].clone();
+        shadow.exposed = "load_skill".into();
+        c.tools.push(shadow);
+        let mcp = visible_tools([(ServerSlot(1), "srv", &c)]);
+        let route = ToolRoute {
+            target: ToolTarget::Builtin(Builtin::LoadSkill),
+            bare: "load_skill".into(),
+            qualified: "load_skill".into(),
+            title: "Load skill".into(),
+            kind: "read",
+        };
+        let def = ToolDef {
+            name: "load_skill".into(),
+            description: "built in".into(),
+            input_schema: json!({"type": "object"}),
+        };
+        let (defs, routes) = with_builtins(vec![(def, route.clone())], mcp);
+        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["load_skill", "srv__echo"]);
+        assert_eq!(routes["load_skill"], route);
+        assert_eq!(
+            routes["srv__echo"].target,
+            ToolTarget::Server(ServerSlot(1))
+        );
     }
 }

@@ -1961,6 +1961,7 @@ mod tests {
                     | Action::TruncateTranscript { .. }
                     | Action::CloseTranscript { .. }
                     | Action::ListTranscripts { .. }
+                    | Action::ReadProject { .. }
                     | Action::Exit { .. }) => panic!("unexpected action {other:?}"),
                 }
             }

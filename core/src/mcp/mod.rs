@@ -20,7 +20,7 @@ mod session;
 mod stdio;
 mod table;
 
-pub(crate) use catalogue::ToolRoute;
+pub(crate) use catalogue::{Builtin, ToolRoute, ToolTarget, with_builtins};
 pub(crate) use stdio::KILL_GRACE_MS;
 pub(crate) use table::ServerTable;
 

@@ -877,7 +877,8 @@ impl ServerTable {
         for def in &mut defs {
             let Some(s) = routes
                 .get(&def.name)
-                .and_then(|r| self.servers.get_mut(&r.server))
+                .and_then(ToolRoute::server)
+                .and_then(|slot| self.servers.get_mut(&slot))
             else {
                 continue;
             };
@@ -1941,7 +1942,8 @@ mod tests {
         let prefix = crate::tools::server_prefix("My Files");
         let route = &routes[&format!("{prefix}__read")];
         assert_eq!(
-            route.server, odd,
+            route.target,
+            super::super::ToolTarget::Server(odd),
             "the mapped name reaches the right server"
         );
         assert_eq!(

@@ -953,6 +953,16 @@ impl World {
                 };
                 self.schedule(now, input, Guard::Always);
             }
+            // The simulated world holds no project instructions or skills (SPEC A10).
+            Action::ReadProject { request, spec } => {
+                self.note(format!("-> read project #{request} {}", spec.cwd));
+                let now = self.now;
+                let input = Input::ProjectRead {
+                    request: *request,
+                    files: buzz_agent_core::project::ProjectFiles::default(),
+                };
+                self.schedule(now, input, Guard::Always);
+            }
             // These worlds run no remote MCP server, so no authorization.
             Action::OAuth(a) => self.note(format!("-> oauth {a:?}")),
         }

@@ -10,6 +10,7 @@ mod cases;
 mod cli;
 mod clients;
 mod compaction;
+mod context;
 mod dialect_cases;
 mod hooks;
 mod interceptors;
@@ -191,6 +192,10 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         sessions::a9_an_unparseable_transcript_is_32000_naming_file_and_line_and_left_alone,
         sessions::a9_session_resume_continues_without_replay,
         sessions::a9_state_dir_off_saves_nothing_and_the_default_follows_xdg,
+        context::a10_instructions_reach_the_first_request_user_file_then_root_down_to_the_cwd,
+        context::a10_no_hints_reads_nothing_and_a_cut_or_binary_file_is_warned_and_noticed,
+        context::a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body,
+        context::a10_ten_thousand_skills_are_capped_and_no_hints_offers_none,
     ]
 }
 
