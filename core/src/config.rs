@@ -2886,7 +2886,7 @@ mod tests {
             .collect();
         assert_eq!(variable_names(), listed);
         assert_eq!(variable_names().first(), Some(&PROVIDER));
-        assert_eq!(variable_names().len(), 44);
+        assert_eq!(variable_names().len(), 48);
     }
 
     #[test]
