@@ -2,7 +2,7 @@
 //!
 //! Every JSON text that comes from outside — an ACP line on stdin, an MCP server's stdout line,
 //! an MCP HTTP body or SSE event, a provider's SSE event or error body, a model's tool-call
-//! arguments — is decoded here (directly, or through [`crate::jsonrpc::parse_message`]), so
+//! arguments — is decoded here (directly, or through the JSON-RPC codec's `parse_message`), so
 //! that what real serialisers write never drops a whole message:
 //!
 //! - invalid UTF-8 becomes U+FFFD (as `String::from_utf8_lossy`, C36);
