@@ -22,12 +22,13 @@ use crate::intercept::invoke_reply;
 use crate::interceptor::InvokeReply;
 use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
-use crate::lifecycle::{Ending, Opening, Source};
+use crate::lifecycle::{Ending, Source};
 use crate::llm_call::LlmCalls;
 use crate::mcp::{Expired, InterceptRef, ListLost, McpEvent, ServerTable, StartState, ToolCallRef};
 use crate::outbox::Outbox;
 use crate::permissions::{PermissionRequest, PermissionTimer, Permissions};
 use crate::session::Session;
+use crate::session_entry::{HookRouted, Lifecycle, SessionEntry};
 use crate::shutdown::{Shutdown, ShutdownAction};
 use crate::store::{SessionStore, StoreEvent};
 use crate::time::MonoTime;
@@ -67,14 +68,9 @@ pub struct Agent {
     acp_in: LineBuffer,
     /// Reused buffer of the line events of one input.
     line_events: Vec<LineEvent>,
-    sessions: BTreeMap<SessionId, Session>,
-    /// The running turn of each session that has one.
-    turns: BTreeMap<SessionId, Turn>,
-    /// Sessions whose servers are ready and whose `_SessionStart` round or `interceptors/list`
-    /// requests are not decided yet (SPEC H10, X1).
-    openings: BTreeMap<SessionId, Opening>,
-    /// Sessions whose `_SessionEnd` round is not decided yet (SPEC H11).
-    endings: BTreeMap<SessionId, Ending>,
+    /// One entry per session: the session, its lifecycle, its turn and its queued prompt
+    /// (`session_entry.rs`).
+    sessions: BTreeMap<SessionId, SessionEntry>,
     /// Where new session ids come from (SPEC A9: random).
     session_ids: SessionIds,
     /// Transcripts on disk (SPEC A9).
@@ -133,10 +129,11 @@ impl Agent {
     /// starting session.
     #[must_use]
     pub fn session_state_for_tests(&self, id: &str) -> Option<Value> {
-        let sess = self
+        let sess = &self
             .sessions
             .get(&SessionId::parse(id)?)
-            .filter(|s| s.starting.is_none())?;
+            .filter(|e| !e.is_starting())?
+            .session;
         let t = &sess.transcript;
         Some(json!({
             "messages": t.messages().iter().map(crate::record::message_to_json).collect::<Vec<Value>>(),
@@ -202,9 +199,6 @@ impl Agent {
             acp_in: LineBuffer::recovering_ids(max_line),
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
-            turns: BTreeMap::new(),
-            openings: BTreeMap::new(),
-            endings: BTreeMap::new(),
             session_ids,
             store,
             permissions: Permissions::default(),
@@ -392,7 +386,13 @@ impl Agent {
     fn after_step(&mut self) {
         self.run_ready_turns();
         // SPEC A9: what this step made final is recorded now (one append per session).
-        self.store.sync_all(&mut self.sessions, &mut self.out);
+        self.store.sync_all(
+            self.sessions
+                .values_mut()
+                .filter(|e| !e.is_starting())
+                .map(|e| &mut e.session),
+            &mut self.out,
+        );
         self.check_shutdown_progress();
     }
 
@@ -608,12 +608,12 @@ impl Agent {
             let slot = self.servers.create(sid, &spec.cwd, entry);
             slots.push(slot);
         }
-        let mut sess = Session::new(sid, slots.clone(), &id);
+        let mut sess = Session::new(sid, slots.clone());
         for text in skipped_notices {
             sess.notify("mcp_server_skipped", text);
         }
         sess.client_notices = self.client_notices;
-        self.sessions.insert(sid, sess);
+        self.sessions.insert(sid, SessionEntry::starting(sess, id));
         self.store.on_new(sid, &spec.cwd);
         self.log(
             LogLevel::Info,
@@ -633,8 +633,8 @@ impl Agent {
         then: AfterRead,
     ) {
         if self.cfg.no_hints {
-            if let Some(sess) = self.sessions.get_mut(&sid) {
-                sess.system_prompt =
+            if let Some(entry) = self.sessions.get_mut(&sid) {
+                entry.session.system_prompt =
                     instructions::system_prompt(&self.cfg, client.as_ref(), None, None);
             }
             return self.after_project_read(sid, cwd, then);
@@ -662,7 +662,12 @@ impl Agent {
             return;
         };
         let sid = read.session;
-        let Some(sess) = self.sessions.get_mut(&sid).filter(|s| s.starting.is_some()) else {
+        let Some(sess) = self
+            .sessions
+            .get_mut(&sid)
+            .filter(|e| e.is_starting())
+            .map(|e| &mut e.session)
+        else {
             return;
         };
         let (taken, mut findings) =
@@ -709,7 +714,7 @@ impl Agent {
                 let slots = self
                     .sessions
                     .get(&sid)
-                    .map(|s| s.servers.clone())
+                    .map(|e| e.session.servers.clone())
                     .unwrap_or_default();
                 if slots.is_empty() {
                     self.session_ready(sid, Source::New);
@@ -724,14 +729,11 @@ impl Agent {
     /// A server of a starting session became ready or failed: answer `session/new` when every
     /// server is ready, or fail it (and stop the others) when one failed (SPEC A2).
     pub(crate) fn check_session_start(&mut self, sid: SessionId) {
-        let Some(sess) = self.sessions.get(&sid) else {
+        let Some(entry) = self.sessions.get(&sid).filter(|e| e.is_starting()) else {
             return;
         };
-        if sess.starting.is_none() {
-            return;
-        }
         let loading = self.store.is_loading(sid);
-        match self.servers.start_state(&sess.servers) {
+        match self.servers.start_state(&entry.session.servers) {
             StartState::Waiting => {}
             StartState::Failed(reason) => {
                 let method = if loading {
@@ -745,7 +747,7 @@ impl Agent {
             // SPEC A9: the servers of a stored session are up; now its transcript is read.
             StartState::Ready if loading => self.store.read(sid, &mut self.out),
             StartState::Ready => {
-                if !self.openings.contains_key(&sid) && !sess.opened {
+                if entry.is_before_opening() {
                     self.session_ready(sid, Source::New);
                 }
             }
@@ -759,7 +761,7 @@ impl Agent {
     pub(crate) fn session_result(&self, sid: SessionId) -> Value {
         let mut result = serde_json::Map::new();
         result.insert("sessionId".into(), Value::String(sid.to_string()));
-        if let Some(sess) = self.sessions.get(&sid) {
+        if let Some(sess) = self.sessions.get(&sid).map(|e| &e.session) {
             let current = sess.model(&self.cfg.model);
             let available = self.available_models(current);
             result.extend(crate::acp::model_fields(current, &available));
@@ -785,10 +787,10 @@ impl Agent {
     /// `interceptors/list` start now (SPEC H10, X1); the opening request is answered when they
     /// are decided, within one hook timeout.
     pub(crate) fn session_ready(&mut self, sid: SessionId, source: Source) {
-        let Some(sess) = self.sessions.get_mut(&sid) else {
+        let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        sess.opened = true;
+        let sess = &mut entry.session;
         // SPEC M11: servers whose authorization failed start without tools; the user is told.
         for text in self.servers.start_notices(&sess.servers) {
             sess.notify("mcp_server_unauthorized", text);
@@ -798,27 +800,20 @@ impl Agent {
             sess.notify("hooks_not_allowlisted", text);
         }
         let mut cx = step_cx!(self);
-        let opening = Opening::start(source, sess, &mut cx);
-        self.openings.insert(sid, opening);
-        self.check_opening(sid);
+        if entry.begin_opening(source, &mut cx) {
+            self.check_opening(sid);
+        }
     }
 
     /// Finishes the opening of `sid` once its round and listings are decided: the texts wait
     /// for the first prompt, the interceptors screen the session's calls, and the opening
     /// request is answered (SPEC A2, H10, X1).
     fn check_opening(&mut self, sid: SessionId) {
-        if !self.openings.get(&sid).is_some_and(Opening::is_done) {
-            return;
-        }
-        let (Some(opening), Some(sess)) = (self.openings.remove(&sid), self.sessions.get_mut(&sid))
+        let Some((source, rpc)) = self
+            .sessions
+            .get_mut(&sid)
+            .and_then(|e| e.finish_opening(&mut self.out))
         else {
-            return;
-        };
-        let source = opening.source();
-        let (texts, interceptors) = opening.finish(sess, &mut self.out);
-        sess.start_texts = texts;
-        sess.interceptors = interceptors;
-        let Some(rpc) = sess.starting.take() else {
             return;
         };
         // `session/new` answers with the session id; `session/load` and `session/resume` with
@@ -831,7 +826,7 @@ impl Agent {
         }
         self.reply_ok(&rpc, &result);
         // A prompt that came while the session was starting runs now.
-        if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
+        if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|e| e.queued.take()) {
             self.start_turn(sid, id, text);
         }
     }
@@ -840,10 +835,10 @@ impl Agent {
     /// `session/resume`): forget it, stop its servers, close its file and answer its request
     /// with `code` and `message`.
     fn abandon_start(&mut self, sid: SessionId, loading: bool, code: i64, message: String) {
-        let Some(sess) = self.sessions.remove(&sid) else {
+        let Some(entry) = self.sessions.remove(&sid) else {
             return;
         };
-        for slot in sess.servers {
+        for &slot in &entry.session.servers {
             self.servers.stop(
                 slot,
                 "session start failed",
@@ -854,10 +849,12 @@ impl Agent {
         // A load names the session it failed to open (C03); a new session never existed.
         let data = loading.then(|| json!({"sessionId": sid.to_string()}));
         self.store.close(sid, &mut self.out);
-        if let Some(rpc) = sess.starting {
-            self.reply_err(Some(&rpc), code, message, data);
+        if let Lifecycle::Starting { request } | Lifecycle::Opening { request, .. } =
+            &entry.lifecycle
+        {
+            self.reply_err(Some(request), code, message, data);
         }
-        if let Some((queued, _)) = sess.queued {
+        if let Some((queued, _)) = entry.queued {
             self.session_not_found(&queued, &sid.to_string());
         }
     }
@@ -929,8 +926,7 @@ impl Agent {
             .iter()
             .map(|entry| self.servers.create(sid, &spec.cwd, entry))
             .collect();
-        let mut sess = Session::new(sid, slots, &id);
-        sess.starting = Some(id);
+        let sess = Session::new(sid, slots);
         self.log(
             LogLevel::Info,
             format!(
@@ -940,7 +936,7 @@ impl Agent {
                 self.store.path_of(sid)
             ),
         );
-        self.sessions.insert(sid, sess);
+        self.sessions.insert(sid, SessionEntry::starting(sess, id));
         self.read_project(
             sid,
             &spec.cwd,
@@ -958,7 +954,7 @@ impl Agent {
                     let slots = self
                         .sessions
                         .get(&sid)
-                        .map(|s| s.servers.clone())
+                        .map(|e| e.session.servers.clone())
                         .unwrap_or_default();
                     if slots.is_empty() {
                         self.store.read(sid, &mut self.out);
@@ -968,7 +964,7 @@ impl Agent {
                     }
                 }
                 StoreEvent::Loaded(sid, restored) => {
-                    let Some(sess) = self.sessions.get_mut(&sid) else {
+                    let Some(sess) = self.sessions.get_mut(&sid).map(|e| &mut e.session) else {
                         continue;
                     };
                     sess.transcript = restored.transcript;
@@ -1056,14 +1052,30 @@ impl Agent {
         sid: SessionId,
         step: impl FnOnce(&mut Turn, &mut Session, &mut Cx<'_>) -> Option<TurnEnd>,
     ) {
-        let (Some(turn), Some(sess)) = (self.turns.get_mut(&sid), self.sessions.get_mut(&sid))
-        else {
+        let Some(entry) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let Some(turn) = entry.turn.as_mut() else {
             return;
         };
         let mut cx = step_cx!(self);
-        if let Some(end) = step(turn, sess, &mut cx) {
+        if let Some(end) = step(turn, &mut entry.session, &mut cx) {
             self.end_turn(sid, end);
         }
+    }
+
+    /// Whether session `sid` has a running turn.
+    fn has_turn(&self, sid: SessionId) -> bool {
+        self.sessions.get(&sid).is_some_and(|e| e.turn.is_some())
+    }
+
+    /// The number of session `sid`'s running turn, if any (late answers of an earlier turn
+    /// are dropped by comparing it).
+    fn turn_no(&self, sid: SessionId) -> Option<crate::ids::TurnNo> {
+        self.sessions
+            .get(&sid)
+            .and_then(|e| e.turn.as_ref())
+            .map(Turn::no)
     }
 
     /// `session/prompt` (SPEC A3): starts a turn, or queues the prompt behind a cancelled one.
@@ -1072,8 +1084,8 @@ impl Agent {
             Ok(s) => s.to_string(),
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        let Some(sid) =
-            SessionId::parse(&named).filter(|sid| self.sessions.get(sid).is_some_and(|s| !s.ended))
+        let Some(sid) = SessionId::parse(&named)
+            .filter(|sid| self.sessions.get(sid).is_some_and(|e| !e.is_ending()))
         else {
             return self.session_not_found(&id, &named);
         };
@@ -1081,28 +1093,29 @@ impl Agent {
             Ok(t) => t,
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        let starting = self
-            .sessions
-            .get(&sid)
-            .is_some_and(|s| s.starting.is_some());
+        let Some(entry) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let starting = entry.is_starting();
         // Whether the prompt may wait for the session to be free: behind a cancelled turn,
         // behind the last answer, which waits for the disk (sent before the client read it),
         // or behind the session's own start (a client that sends its first prompt before the
         // session/new answer, knowing the id: its project files are still being read).
-        let may_queue = match self.turns.get(&sid) {
+        let may_queue = match &entry.turn {
             Some(turn) => Some(turn.is_cancelled()),
             None if starting || self.store.is_holding(sid) => Some(true),
             None => None,
         };
         if let Some(may_queue) = may_queue {
-            match self.sessions.get_mut(&sid) {
-                Some(sess) if may_queue && sess.queued.is_none() => sess.queued = Some((id, text)),
-                Some(_) | None => self.reply_err(
+            if may_queue && entry.queued.is_none() {
+                entry.queued = Some((id, text));
+            } else {
+                self.reply_err(
                     Some(&id),
                     jsonrpc::RpcError::INVALID_PARAMS,
                     "prompt already in flight".into(),
                     Some(json!({"sessionId": sid.to_string()})),
-                ),
+                );
             }
             return;
         }
@@ -1128,27 +1141,27 @@ impl Agent {
             );
             self.log(LogLevel::Debug, msg);
         }
-        let Some(sess) = self.sessions.get_mut(&sid) else {
+        let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
         // SPEC A9: what came before is recorded first, then the prompt the client sent.
-        self.store.sync(sess);
+        self.store.sync(&mut entry.session);
         self.store.on_prompt(sid, &text);
         let mut cx = step_cx!(self);
-        let turn = Turn::start(no, rpc, text, sess, &mut cx);
-        self.turns.insert(sid, turn);
+        entry.turn = Some(Turn::start(no, rpc, text, &mut entry.session, &mut cx));
     }
 
     /// Answers the prompt of the turn of `sid` and forgets the turn; a queued prompt starts
     /// next (SPEC A3, A8).
     fn end_turn(&mut self, sid: SessionId, end: TurnEnd) {
-        let Some(turn) = self.turns.remove(&sid) else {
+        let Some(entry) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let Some(turn) = entry.turn.take() else {
             return;
         };
         self.timers.clear_turn(sid);
-        if let Some(sess) = self.sessions.get_mut(&sid) {
-            self.store.sync(sess);
-        }
+        self.store.sync(&mut entry.session);
         match &end {
             TurnEnd::Stopped(reason) => {
                 self.store.on_turn_end(
@@ -1197,10 +1210,10 @@ impl Agent {
     /// Starts the prompt queued for `sid` (behind a cancelled turn, or behind an answer that
     /// waits for the disk) once neither is left.
     fn start_queued(&mut self, sid: SessionId) {
-        if self.turns.contains_key(&sid) || self.store.is_holding(sid) {
+        if self.has_turn(sid) || self.store.is_holding(sid) {
             return;
         }
-        if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
+        if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|e| e.queued.take()) {
             self.start_turn(sid, id, text);
         }
     }
@@ -1210,9 +1223,13 @@ impl Agent {
     fn run_ready_turns(&mut self) {
         let max_par = self.cfg.max_parallel_tools;
         let held: Vec<SessionId> = self
-            .turns
+            .sessions
             .iter()
-            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par))
+            .filter(|(_, e)| {
+                e.turn
+                    .as_ref()
+                    .is_some_and(|t| t.can_dispatch(&self.servers, max_par))
+            })
             .map(|(sid, _)| *sid)
             .collect();
         for sid in held {
@@ -1222,9 +1239,14 @@ impl Agent {
         for _ in 0..64 {
             let servers = &self.servers;
             let ready: Vec<SessionId> = self
-                .turns
+                .sessions
                 .iter_mut()
-                .filter_map(|(sid, t)| t.tools_relisted(servers).then_some(*sid))
+                .filter_map(|(sid, e)| {
+                    e.turn
+                        .as_mut()
+                        .is_some_and(|t| t.tools_relisted(servers))
+                        .then_some(*sid)
+                })
                 .collect();
             if ready.is_empty() {
                 return;
@@ -1255,8 +1277,8 @@ impl Agent {
         if let Some((queued, _)) = self
             .sessions
             .get_mut(&sid)
-            .filter(|s| s.starting.is_some())
-            .and_then(|s| s.queued.take())
+            .filter(|e| e.is_starting())
+            .and_then(|e| e.queued.take())
         {
             self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
             return;
@@ -1266,7 +1288,7 @@ impl Agent {
 
     /// Cancels the running turn of `sid` (SPEC A4). Idle or unknown: nothing happens.
     fn cancel_turn(&mut self, sid: SessionId, why: &str) {
-        if !self.turns.contains_key(&sid) {
+        if !self.has_turn(sid) {
             self.log(
                 LogLevel::Debug,
                 format!("session {sid}: cancel with no running turn ignored"),
@@ -1278,11 +1300,7 @@ impl Agent {
 
     /// A permission answer (or its timeout) for a tool call of a turn (SPEC A7).
     fn route_permission_answer(&mut self, req: PermissionRequest, answer: PermissionAnswer) {
-        if self
-            .turns
-            .get(&req.session)
-            .is_some_and(|t| t.no() == req.turn)
-        {
+        if self.turn_no(req.session) == Some(req.turn) {
             self.step_turn(req.session, |turn, sess, cx| {
                 turn.on_permission(req.index, answer, sess, cx)
             });
@@ -1291,11 +1309,7 @@ impl Agent {
 
     /// A tool call of a turn ended (SPEC L2, L3).
     fn route_tool_result(&mut self, call: ToolCallRef, out: ToolOutput, failed: bool) {
-        if self
-            .turns
-            .get(&call.session)
-            .is_some_and(|t| t.no() == call.turn)
-        {
+        if self.turn_no(call.session) == Some(call.turn) {
             self.step_turn(call.session, |turn, sess, cx| {
                 turn.on_tool_result(call.index, out, failed, sess, cx)
             });
@@ -1306,27 +1320,16 @@ impl Agent {
     /// `_SessionEnd` round, or to a round of its turn.
     fn route_hook_outcome(&mut self, call: crate::mcp::HookCallRef, outcome: HookOutcome) {
         let sid = call.session;
-        if let Some(opening) = self
-            .openings
-            .get_mut(&sid)
-            .filter(|o| o.has_round(call.round))
-        {
-            opening.on_hook_outcome(call.index, outcome, &mut self.out);
-            self.check_opening(sid);
+        let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
+        };
+        let mut cx = step_cx!(self);
+        match entry.on_hook_outcome(call.round, call.index, outcome, &mut cx) {
+            HookRouted::Opening => self.check_opening(sid),
+            HookRouted::Ending => self.check_ending(sid),
+            HookRouted::Turn(Some(end)) => self.end_turn(sid, end),
+            HookRouted::Turn(None) | HookRouted::Nobody => {}
         }
-        if let Some(ending) = self
-            .endings
-            .get_mut(&sid)
-            .filter(|e| e.has_round(call.round))
-        {
-            ending.on_hook_outcome(call.index, outcome, &mut self.out);
-            self.check_ending(sid);
-            return;
-        }
-        self.step_turn(sid, |turn, sess, cx| {
-            turn.on_hook_outcome(call.round, call.index, outcome, sess, cx)
-        });
     }
 
     /// A page of an interceptor server's `interceptors/list` came back (SPEC X1).
@@ -1336,22 +1339,18 @@ impl Agent {
         server: ServerSlot,
         reply: Result<Value, ListLost>,
     ) {
-        let (Some(opening), Some(sess)) = (self.openings.get_mut(&sid), self.sessions.get(&sid))
-        else {
+        let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
         let mut cx = step_cx!(self);
-        opening.on_list_reply(server, reply, sess, &mut cx);
-        self.check_opening(sid);
+        if entry.on_interceptor_list(server, reply, &mut cx) {
+            self.check_opening(sid);
+        }
     }
 
     /// An `interceptor/invoke` of a tool call's chain came back, was lost or timed out.
     fn route_intercept(&mut self, call: InterceptRef, event: InterceptEvent) {
-        if self
-            .turns
-            .get(&call.session)
-            .is_some_and(|t| t.no() == call.turn)
-        {
+        if self.turn_no(call.session) == Some(call.turn) {
             self.step_turn(call.session, |turn, sess, cx| {
                 turn.on_intercept(call, event, sess, cx)
             });
@@ -1381,11 +1380,7 @@ impl Agent {
         for event in events {
             match event {
                 McpEvent::ToolReply { call, reply } => {
-                    if self
-                        .turns
-                        .get(&call.session)
-                        .is_some_and(|t| t.no() == call.turn)
-                    {
+                    if self.turn_no(call.session) == Some(call.turn) {
                         self.step_turn(call.session, |turn, sess, cx| {
                             turn.on_tool_reply(call.index, reply, sess, cx)
                         });
@@ -1585,8 +1580,12 @@ impl Agent {
             }
             Err(m) => return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        match SessionId::parse(&sid).and_then(|id| self.sessions.get_mut(&id)) {
-            Some(s) if s.starting.is_none() => {
+        match SessionId::parse(&sid)
+            .and_then(|id| self.sessions.get_mut(&id))
+            .filter(|e| !e.is_starting())
+            .map(|e| &mut e.session)
+        {
+            Some(s) => {
                 let sid = s.id;
                 s.model_override = Some(model.clone());
                 self.log(
@@ -1628,7 +1627,7 @@ impl Agent {
             return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
         }
         let Some(sess_id) = SessionId::parse(&sid)
-            .filter(|s| self.sessions.get(s).is_some_and(|s| s.starting.is_none()))
+            .filter(|s| self.sessions.get(s).is_some_and(|e| !e.is_starting()))
         else {
             return self.reply_err(
                 Some(id),
@@ -1640,7 +1639,7 @@ impl Agent {
         let current = self
             .sessions
             .get(&sess_id)
-            .map(|s| s.model(&self.cfg.model).to_string())
+            .map(|e| e.session.model(&self.cfg.model).to_string())
             .unwrap_or_default();
         let available = self.available_models(&current);
         let value = params.get("value").and_then(Value::as_str).map(str::trim);
@@ -1652,8 +1651,8 @@ impl Agent {
             return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
         };
         let model = model.to_string();
-        if let Some(s) = self.sessions.get_mut(&sess_id) {
-            s.model_override = Some(model.clone());
+        if let Some(e) = self.sessions.get_mut(&sess_id) {
+            e.session.model_override = Some(model.clone());
         }
         self.log(
             LogLevel::Info,
@@ -1678,7 +1677,11 @@ impl Agent {
         // Cancel every turn and answer pending requests (P1).
         let sids: Vec<SessionId> = self.sessions.keys().copied().collect();
         for &sid in &sids {
-            let starting = self.sessions.get_mut(&sid).and_then(|s| s.starting.take());
+            // An opening's answer is given now; its round and listings are abandoned.
+            let starting = self
+                .sessions
+                .get_mut(&sid)
+                .and_then(SessionEntry::refuse_opening);
             if self.store.is_loading(sid) {
                 self.store.close(sid, &mut self.out);
             }
@@ -1690,17 +1693,15 @@ impl Agent {
                     None,
                 );
             }
-            if let Some((id, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
+            if let Some((id, _)) = self.sessions.get_mut(&sid).and_then(|e| e.queued.take()) {
                 self.reply_ok(&id, &json!({"stopReason": "cancelled"}));
             }
             self.cancel_turn(sid, "agent shutting down");
             // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
-            if self.turns.contains_key(&sid) {
+            if self.has_turn(sid) {
                 self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
             }
         }
-        // An opening's answer was just given; its round and listings are abandoned.
-        self.openings.clear();
         self.llm.release_all(&mut self.out);
         self.permissions.clear(&mut self.timers);
         // H11: every session that opened ends exactly once.
@@ -1708,8 +1709,9 @@ impl Agent {
             self.start_ending(sid, reason, None);
         }
         let keep: BTreeSet<ServerSlot> = self
-            .endings
+            .sessions
             .values()
+            .filter_map(SessionEntry::ending_round)
             .flat_map(Ending::waiting_servers)
             .collect();
         self.servers
@@ -1738,18 +1740,16 @@ impl Agent {
             Ok(s) => s.to_string(),
             Err(m) => return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        let Some(sid) = SessionId::parse(&named).filter(|sid| {
-            self.sessions
-                .get(sid)
-                .is_some_and(|s| s.starting.is_none() && !s.ended)
-        }) else {
+        let Some(sid) = SessionId::parse(&named)
+            .filter(|sid| self.sessions.get(sid).is_some_and(SessionEntry::is_open))
+        else {
             return self.session_not_found(&id, &named);
         };
-        if let Some((queued, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
+        if let Some((queued, _)) = self.sessions.get_mut(&sid).and_then(|e| e.queued.take()) {
             self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
         }
         self.cancel_turn(sid, "session closed");
-        if self.turns.contains_key(&sid) {
+        if self.has_turn(sid) {
             self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
         }
         self.start_ending(sid, EndReason::Close, Some(id));
@@ -1758,44 +1758,33 @@ impl Agent {
     /// The `_SessionEnd` point of `sid` (SPEC H11): once per session that opened; `close` is
     /// the `session/close` request to answer when it is done.
     fn start_ending(&mut self, sid: SessionId, reason: EndReason, close: Option<RpcId>) {
-        let Some(sess) = self.sessions.get_mut(&sid) else {
+        let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        if sess.ended || !sess.opened {
-            return;
-        }
-        sess.ended = true;
         let mut cx = step_cx!(self);
-        let ending = Ending::start(reason, close, sess, &mut cx);
-        self.endings.insert(sid, ending);
-        self.check_ending(sid);
+        if entry.begin_ending(reason, close, &mut cx) {
+            self.check_ending(sid);
+        }
     }
 
     /// Finishes the ending of `sid` once its round is decided: the texts are logged; after a
     /// `session/close` the session's servers are stopped, the session is forgotten and the
     /// request is answered.
     fn check_ending(&mut self, sid: SessionId) {
-        if !self.endings.get(&sid).is_some_and(Ending::is_done) {
-            return;
-        }
-        let (Some(ending), Some(sess)) = (self.endings.remove(&sid), self.sessions.get(&sid))
-        else {
+        let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let reason = ending.reason();
-        let Some(rpc) = ending.finish(sess, &mut self.out) else {
+        let Some((reason, Some(rpc))) = entry.finish_ending(&mut self.out) else {
             return;
         };
         // A9: what the session recorded is written (then synced and its file closed, its lock
         // released: another agent may load it now).
-        if let Some(sess) = self.sessions.get_mut(&sid) {
-            self.store.sync(sess);
-        }
+        self.store.sync(&mut entry.session);
         self.store.flush(sid, &mut self.out);
-        if let Some(sess) = self.sessions.remove(&sid)
+        if let Some(entry) = self.sessions.remove(&sid)
             && self.shutdown.is_none()
         {
-            for slot in sess.servers {
+            for slot in entry.session.servers {
                 self.servers.stop(
                     slot,
                     "the session was closed",
@@ -1842,7 +1831,7 @@ impl Agent {
         let now = self.out.now();
         let alive = self.servers.any_leader_alive();
         let spawned = self.servers.any_spawned();
-        let waiting = !self.endings.is_empty();
+        let waiting = self.sessions.values().any(|e| e.ending_round().is_some());
         let Some(sh) = self.shutdown.as_mut() else {
             return;
         };

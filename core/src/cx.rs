@@ -39,7 +39,6 @@ pub(crate) mod rig {
     use crate::config::{Config, HookAllowlist, LogLevel, PermissionMode, ProviderKind};
     use crate::ids::{IdCounters, ServerSlot, SessionId};
     use crate::io::Action;
-    use crate::jsonrpc::RpcId;
     use crate::llm::ToolCall;
     use crate::llm_call::LlmCalls;
     use crate::mcp::ServerTable;
@@ -144,8 +143,7 @@ pub(crate) mod rig {
             sid: SessionId,
         ) -> (Session, BTreeMap<String, ToolRoute>) {
             let slot = self.ready_server(sid, "fs", &["read", "write", "shell"]);
-            let mut sess = Session::new(sid, vec![slot], &RpcId::Num(1.into()));
-            sess.starting = None;
+            let sess = Session::new(sid, vec![slot]);
             let (_, routes) = self.servers.visible_tools(&sess.servers);
             (sess, routes)
         }

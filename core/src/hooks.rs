@@ -679,7 +679,6 @@ mod tests {
     use crate::cx::rig::Parts;
     use crate::ids::ServerSlot;
     use crate::io::Action;
-    use crate::jsonrpc::RpcId;
 
     const SID: SessionId = SessionId(1);
 
@@ -855,9 +854,7 @@ mod tests {
             .iter()
             .map(|(name, tools)| parts.ready_server(SID, name, tools))
             .collect();
-        let mut s = Session::new(SID, slots, &RpcId::Num(1.into()));
-        s.starting = None;
-        s
+        Session::new(SID, slots)
     }
 
     #[test]

@@ -160,6 +160,7 @@ mod permissions;
 pub mod project;
 mod record;
 mod session;
+mod session_entry;
 mod shutdown;
 mod skills;
 mod sse;

@@ -424,7 +424,7 @@ mod tests {
             .iter()
             .map(|(name, tools)| parts.ready_server(SID, name, tools))
             .collect();
-        Session::new(SID, slots, &RpcId::Num(1.into()))
+        Session::new(SID, slots)
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! An ACP session (SPEC A2): its MCP servers, its conversation, its model and what the user
-//! allowed. The running prompt turn is kept beside it by the agent (see `turn.rs`), so a turn
-//! can borrow its session while the agent holds both.
+//! allowed. Its lifecycle, running prompt turn (see `turn.rs`) and queued prompt are kept
+//! beside it in its entry (`session_entry.rs`), so a turn can borrow its session while the
+//! router holds both.
 
 use crate::config::{Config, Effort};
 use crate::ids::{ServerSlot, SessionId};
 use crate::interceptor::Interceptors;
-use crate::jsonrpc::RpcId;
 use crate::llm::UsageTotals;
 use crate::transcript::Transcript;
 use std::collections::BTreeMap;
@@ -17,15 +17,6 @@ pub(crate) struct Session {
     pub(crate) id: SessionId,
     /// Its MCP servers in registration order (SPEC H3: hooks run and answer in this order).
     pub(crate) servers: Vec<ServerSlot>,
-    /// `Some(request id)` while `session/new`, `session/load` or `session/resume` waits for
-    /// the handshakes (SPEC A2) or the stored transcript (SPEC A9), then for the
-    /// `_SessionStart` round and the `interceptors/list` requests (SPEC H10, X1).
-    pub(crate) starting: Option<RpcId>,
-    /// Whether the servers were all ready once (the `_SessionStart` point was reached): such
-    /// a session gets exactly one `_SessionEnd` (SPEC H11).
-    pub(crate) opened: bool,
-    /// Whether its `_SessionEnd` point was reached (it never runs twice, SPEC H11).
-    pub(crate) ended: bool,
     /// The decided `_SessionStart` texts `(server, text)`, waiting for the first prompt, which
     /// takes them (SPEC H10).
     pub(crate) start_texts: Vec<(String, String)>,
@@ -37,8 +28,6 @@ pub(crate) struct Session {
     pub(crate) transcript: Transcript,
     /// The model set with `session/set_model`, else the configured one.
     pub(crate) model_override: Option<String>,
-    /// A prompt that arrived after a cancel and waits for the cancelled turn (SPEC A3).
-    pub(crate) queued: Option<(RpcId, String)>,
     /// `*_always` permission answers per qualified tool name (`server__tool`): true = allow
     /// (SPEC A7).
     pub(crate) remembered: BTreeMap<String, bool>,
@@ -84,21 +73,17 @@ impl Session {
         self.notices.push(Notice { kind, text });
     }
 
-    /// A new session with `servers`, opened by `request` (answered once the session is
-    /// ready, see `lifecycle.rs`).
-    pub(crate) fn new(id: SessionId, servers: Vec<ServerSlot>, request: &RpcId) -> Session {
+    /// A new session with `servers` (its lifecycle is kept beside it, see
+    /// `session_entry.rs`).
+    pub(crate) fn new(id: SessionId, servers: Vec<ServerSlot>) -> Session {
         Session {
             id,
-            starting: Some(request.clone()),
-            opened: false,
-            ended: false,
             start_texts: Vec::new(),
             interceptors: Interceptors::default(),
             prompts: 0,
             servers,
             transcript: Transcript::default(),
             model_override: None,
-            queued: None,
             remembered: BTreeMap::new(),
             notices: Vec::new(),
             client_notices: false,
@@ -127,7 +112,7 @@ mod tests {
 
     #[test]
     fn a5_a_session_s_model_is_the_one_set_else_the_configured_one() {
-        let mut s = Session::new(SessionId(1), Vec::new(), &RpcId::Num(1.into()));
+        let mut s = Session::new(SessionId(1), Vec::new());
         assert_eq!(s.model("configured"), "configured");
         s.model_override = Some("picked".into());
         assert_eq!(s.model("configured"), "picked");

@@ -625,20 +625,19 @@ impl SessionStore {
         }
     }
 
-    /// Syncs and flushes every live session (after each step).
-    pub(crate) fn sync_all(
+    /// Syncs and flushes every live session of `sessions`: those whose opening request is
+    /// answered (after each step; a starting one is not recorded yet).
+    pub(crate) fn sync_all<'a>(
         &mut self,
-        sessions: &mut BTreeMap<SessionId, Session>,
+        sessions: impl IntoIterator<Item = &'a mut Session>,
         out: &mut Outbox,
     ) {
         if self.recorders.is_empty() {
             return;
         }
-        for (sid, sess) in sessions.iter_mut() {
-            if sess.starting.is_none() {
-                self.sync(sess);
-                self.flush(*sid, out);
-            }
+        for sess in sessions {
+            self.sync(sess);
+            self.flush(sess.id, out);
         }
     }
 
@@ -1327,9 +1326,7 @@ mod tests {
     }
 
     fn session() -> Session {
-        let mut s = Session::new(SID, Vec::new(), &RpcId::Num(1.into()));
-        s.starting = None;
-        s
+        Session::new(SID, Vec::new())
     }
 
     fn drain(out: &mut Outbox) -> Vec<Action> {
@@ -2038,11 +2035,7 @@ mod tests {
     fn a9_each_session_has_its_own_file_and_a_failed_write_stops_only_its_own() {
         let (mut st, mut o) = (store(), out());
         let two = SessionId(2);
-        let mut sessions = [
-            session(),
-            Session::new(two, Vec::new(), &RpcId::Num(2.into())),
-        ];
-        sessions[1].starting = None;
+        let mut sessions = [session(), Session::new(two, Vec::new())];
         for s in &mut sessions {
             st.on_new(s.id, "/w");
             st.on_prompt(s.id, "go");
@@ -2328,27 +2321,17 @@ mod tests {
     #[test]
     fn a9_after_each_step_every_started_session_is_recorded() {
         let (mut st, mut o) = (store(), out());
-        let mut sessions = BTreeMap::new();
-        sessions.insert(SID, session());
+        let mut sessions = [session()];
         st.on_new(SID, "/w");
         st.sync_all(&mut sessions, &mut o);
         assert!(drain(&mut o).is_empty(), "no prompt yet");
         st.on_prompt(SID, "go");
-        if let Some(s) = sessions.get_mut(&SID) {
-            s.transcript.push(user("go"));
-        }
+        sessions[0].transcript.push(user("go"));
         st.sync_all(&mut sessions, &mut o);
         assert_eq!(
             written(&drain(&mut o)),
             ["open sess_1.jsonl Create", "session", "update", "message"]
         );
-        // A session whose servers are still starting is not recorded yet.
-        if let Some(s) = sessions.get_mut(&SID) {
-            s.starting = Some(RpcId::Num(2.into()));
-            s.transcript.push(answer("Done.", &[]));
-        }
-        st.sync_all(&mut sessions, &mut o);
-        assert!(drain(&mut o).is_empty());
     }
 
     #[test]

@@ -1291,9 +1291,7 @@ mod tests {
             .iter()
             .map(|(name, tools)| parts.ready_server(SID, name, tools))
             .collect();
-        let mut s = Session::new(SID, slots, &RpcId::Num(1.into()));
-        s.starting = None;
-        s
+        Session::new(SID, slots)
     }
 
     fn start(parts: &mut Parts, sess: &mut Session, text: &str) -> Turn {
