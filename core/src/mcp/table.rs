@@ -837,7 +837,7 @@ impl ServerTable {
     }
 
     /// The number of servers in the table (live ones and stopped ones not yet swept).
-    #[cfg(any(test, feature = "testing"))]
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.servers.len()
     }
@@ -1842,9 +1842,12 @@ mod tests {
     fn spawned(actions: &[Action]) -> Vec<ProcKey> {
         actions
             .iter()
-            .filter_map(|a| match a {
-                Action::SpawnMcp { proc, .. } => Some(*proc),
-                _ => None,
+            .filter_map(|a| {
+                if let Action::SpawnMcp { proc, .. } = a {
+                    Some(*proc)
+                } else {
+                    None
+                }
             })
             .collect()
     }
