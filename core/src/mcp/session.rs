@@ -642,15 +642,7 @@ impl McpSession {
             )
         };
         if let Some(c) = next {
-            self.request(
-                "tools/list",
-                &json!({"cursor": c}),
-                Purpose::ListTools,
-                self.list_timeout_ms,
-                out,
-                timers,
-            );
-            return SessionEvent::HandshakeStep;
+            return self.request_page("tools/list", Purpose::ListTools, &c, out, timers);
         }
         let ready_now = self.state == SessionState::Listing;
         if ready_now {
@@ -703,21 +695,35 @@ impl McpSession {
             )
         };
         if let Some(c) = next {
-            self.request(
-                "prompts/list",
-                &json!({"cursor": c}),
-                Purpose::ListPrompts,
-                self.list_timeout_ms,
-                out,
-                timers,
-            );
-            return SessionEvent::HandshakeStep;
+            return self.request_page("prompts/list", Purpose::ListPrompts, &c, out, timers);
         }
         let prompts = std::mem::take(&mut self.prompt_acc);
         if self.prompt_relist_wanted {
             self.start_prompt_listing(out, timers);
         }
         SessionEvent::Prompts(Ok(prompts))
+    }
+}
+
+impl McpSession {
+    /// Asks for the page of `method` at `cursor` (SPEC M2, A11).
+    fn request_page(
+        &mut self,
+        method: &str,
+        purpose: Purpose,
+        cursor: &str,
+        out: &Outbox,
+        timers: &mut TimerTable,
+    ) -> SessionEvent {
+        self.request(
+            method,
+            &json!({"cursor": cursor}),
+            purpose,
+            self.list_timeout_ms,
+            out,
+            timers,
+        );
+        SessionEvent::HandshakeStep
     }
 }
 

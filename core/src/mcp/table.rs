@@ -1507,6 +1507,17 @@ mod tests {
             slot
         }
 
+        /// Adds `name` and reports its first generation spawned: `initialize` is on its way.
+        fn spawned(&mut self, name: &str) -> (ServerSlot, ProcKey) {
+            let slot = self.add(name);
+            let proc = ProcKey {
+                server: slot,
+                generation: 0,
+            };
+            self.table.on_spawned(proc, &mut self.out, &mut self.timers);
+            (slot, proc)
+        }
+
         /// Answers `request` of `proc` with `result` as one stdout line.
         fn reply(&mut self, proc: ProcKey, id: u64, result: Value) -> Vec<McpEvent> {
             let line = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string() + "\n";
@@ -2789,12 +2800,7 @@ mod tests {
     #[test]
     fn a11_prompts_are_listed_after_the_tools_page_by_page_and_relisted_on_a_change() {
         let mut rig = Rig::new();
-        let slot = rig.add("docs");
-        let proc = ProcKey {
-            server: slot,
-            generation: 0,
-        };
-        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        let (slot, proc) = rig.spawned("docs");
         let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"prompts": {"listChanged": true}}});
         assert!(rig.answer(proc, "initialize", init).is_empty());
         // A change before the server is ready is part of the first listing: nothing is sent.
@@ -2890,12 +2896,7 @@ mod tests {
     #[test]
     fn a11_a_prompts_list_that_times_out_only_warns_and_the_server_keeps_serving() {
         let mut rig = Rig::new();
-        let slot = rig.add("docs");
-        let proc = ProcKey {
-            server: slot,
-            generation: 0,
-        };
-        rig.table.on_spawned(proc, &mut rig.out, &mut rig.timers);
+        let (slot, proc) = rig.spawned("docs");
         let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"prompts": {}}});
         rig.answer(proc, "initialize", init);
         rig.answer(proc, "tools/list", json!({"tools": [{"name": "read"}]}));
