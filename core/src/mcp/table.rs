@@ -6,6 +6,7 @@
 
 use super::catalogue::{self, Catalogue, Owner, ToolRoute};
 use super::http::{Delivery, HttpTransport, Wire};
+use super::prompts::{self, Prompt};
 use super::session::{McpSession, SessionEvent, SessionState};
 use super::stdio::{Process, STDOUT_CLOSED_GRACE_MS, StdioTransport};
 use super::{Expired, HookTarget, ListLost, McpEvent, McpRequest, Purpose, StartState, failed};
@@ -63,6 +64,8 @@ pub(crate) struct Server {
     mcp: McpSession,
     /// Its tools and hooks from the last complete `tools/list`.
     catalogue: Catalogue,
+    /// Its prompts from the last complete `prompts/list`, offered as commands (SPEC A11).
+    prompts: Vec<Prompt>,
     /// M9, while the session is closed: when a lazy restart is allowed; `None` for a server
     /// that never served, was stopped, or is permanently dead (its tools then leave the
     /// model's list).
@@ -339,6 +342,22 @@ impl ServerTable {
             .is_some_and(|s| s.catalogue.has_tool(bare))
     }
 
+    /// The ACP commands (`AvailableCommand`s) of the servers among `slots`, in their order:
+    /// each prompt of a server that is not stopped or permanently dead, as `<prefix>:<prompt>`
+    /// (SPEC A11).
+    pub(crate) fn commands(&self, slots: &[ServerSlot]) -> Vec<serde_json::Value> {
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot))
+            .filter(|s| !(s.is_dead() && s.restart_at.is_none()))
+            .flat_map(|s| {
+                s.prompts
+                    .iter()
+                    .map(|p| prompts::available_command(&s.prefix, p))
+            })
+            .collect()
+    }
+
     /// The session of the server in `slot`.
     pub(crate) fn session_of(&self, slot: ServerSlot) -> Option<SessionId> {
         self.servers.get(&slot).map(|s| s.session)
@@ -410,6 +429,7 @@ impl ServerTable {
                 transport,
                 mcp: McpSession::new(slot, &entry.name, self.init_timeout_ms),
                 catalogue: Catalogue::default(),
+                prompts: Vec::new(),
                 restart_at: None,
                 restarting: false,
                 listed_once: false,
@@ -1082,6 +1102,17 @@ impl ServerTable {
                     Some((Expired::Handshake, self.kill(slot, &cause, out, timers)))
                 }
             }
+            Purpose::ListPrompts => {
+                let secs = self.init_timeout_ms / 1000;
+                let s = self.servers.get_mut(&slot)?;
+                s.mcp.forget(id, timers);
+                let name = s.name.clone();
+                out.log(
+                    LogLevel::Warn,
+                    format!("mcp '{name}': prompts/list timed out after {secs} s"),
+                );
+                Some((Expired::Handshake, Vec::new()))
+            }
             Purpose::Tool(call) => Some((Expired::Tool(call), Vec::new())),
             Purpose::Hook(call) => Some((Expired::Hook(call), Vec::new())),
             Purpose::ListInterceptors(session) => {
@@ -1359,6 +1390,23 @@ impl ServerTable {
                 out.log(LogLevel::Warn, reason.clone());
                 failed(slot, purpose, &reason).into_iter().collect()
             }
+            SessionEvent::Prompts(Err(cause)) => {
+                s.consecutive_hook_timeouts = 0;
+                out.log(LogLevel::Warn, format!("mcp '{}': {cause}", s.name));
+                Vec::new()
+            }
+            SessionEvent::Prompts(Ok(entries)) => {
+                s.consecutive_hook_timeouts = 0;
+                let (list, warns) = prompts::parse_list(&entries, &s.name);
+                for w in warns {
+                    out.log(LogLevel::Warn, w);
+                }
+                if list == s.prompts {
+                    return Vec::new();
+                }
+                s.prompts = list;
+                vec![McpEvent::CommandsChanged { session: s.session }]
+            }
             SessionEvent::Progress { token, text } => vec![McpEvent::Progress {
                 server: slot,
                 token,
@@ -1408,7 +1456,7 @@ impl ServerTable {
                 s.consecutive_hook_timeouts = 0;
                 match purpose {
                     // The session handles its own handshake answers.
-                    Purpose::Initialize | Purpose::ListTools => Vec::new(),
+                    Purpose::Initialize | Purpose::ListTools | Purpose::ListPrompts => Vec::new(),
                     Purpose::Tool(call) => {
                         if outcome.is_ok() {
                             s.deaths = 0; // M9: a successful call
@@ -1548,6 +1596,17 @@ mod tests {
             let slot = self.table.create(SESSION, "/w", &entry);
             self.table.spawn(slot, &mut self.out, &mut self.timers);
             slot
+        }
+
+        /// Adds `name` and reports its first generation spawned: `initialize` is on its way.
+        fn spawned(&mut self, name: &str) -> (ServerSlot, ProcKey) {
+            let slot = self.add(name);
+            let proc = ProcKey {
+                server: slot,
+                generation: 0,
+            };
+            self.table.on_spawned(proc, &mut self.out, &mut self.timers);
+            (slot, proc)
         }
 
         /// Answers `request` of `proc` with `result` as one stdout line.
@@ -3035,6 +3094,132 @@ mod tests {
         );
         rig.bytes(proc, changed);
         assert_eq!(lists(&rig.drain()), 0, "a listing is in flight");
+    }
+
+    #[test]
+    fn a11_prompts_are_listed_after_the_tools_page_by_page_and_relisted_on_a_change() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.spawned("docs");
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"prompts": {"listChanged": true}}});
+        assert!(rig.answer(proc, "initialize", init).is_empty());
+        // A change before the server is ready is part of the first listing: nothing is sent.
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n",
+        );
+        let sent = Rig::written(&rig.drain(), proc);
+        assert!(
+            sent.iter().all(|l| l["method"] != "prompts/list"),
+            "prompts wait for the tools: {sent:?}"
+        );
+        let list_id = sent
+            .iter()
+            .find(|l| l["method"] == "tools/list")
+            .and_then(|l| l["id"].as_u64())
+            .unwrap_or(0);
+        let events = rig.reply(proc, list_id, json!({"tools": [{"name": "read"}]}));
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        let events = rig.answer(
+            proc,
+            "prompts/list",
+            json!({"prompts": [{"name": "review", "arguments": [{"name": "file", "required": true}]}],
+                   "nextCursor": "2"}),
+        );
+        assert!(
+            events.is_empty(),
+            "a page with a cursor is not the list yet"
+        );
+        let actions = rig.drain();
+        let page2 = Rig::written(&actions, proc);
+        assert_eq!(
+            page2.last().map(|l| l["params"].clone()),
+            Some(json!({"cursor": "2"}))
+        );
+        let id = page2.last().and_then(|l| l["id"].as_u64()).unwrap_or(0);
+        let events = rig.reply(
+            proc,
+            id,
+            json!({"prompts": [{"name": "_Stop"}, {"name": "plain", "description": "A plain one"}]}),
+        );
+        assert_eq!(events, vec![McpEvent::CommandsChanged { session: SESSION }]);
+        assert_eq!(
+            rig.table.commands(&[slot]),
+            vec![
+                json!({"name": "docs:review", "description": "", "input": {"hint": "<file>"}}),
+                json!({"name": "docs:plain", "description": "A plain one", "input": null}),
+            ]
+        );
+        // list_changed on a ready server lists again; the same list is no change.
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n",
+        );
+        let same = json!({"prompts": [{"name": "review", "arguments": [{"name": "file", "required": true}]},
+                                      {"name": "plain", "description": "A plain one"}]});
+        assert!(rig.answer(proc, "prompts/list", same).is_empty());
+        // A failed listing keeps the prompts and warns.
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n",
+        );
+        let actions = rig.drain();
+        let id = Rig::written(&actions, proc)
+            .last()
+            .and_then(|l| l["id"].as_u64())
+            .unwrap_or(0);
+        let line =
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "db down"}})
+                .to_string()
+                + "\n";
+        assert!(rig.bytes(proc, line.as_bytes()).is_empty());
+        assert_eq!(
+            warns(&rig.drain()),
+            ["mcp 'docs': prompts/list failed: -32603 db down"]
+        );
+        assert_eq!(rig.table.commands(&[slot]).len(), 2);
+    }
+
+    #[test]
+    fn a11_a_server_without_the_prompts_capability_is_never_asked_for_prompts() {
+        let mut rig = Rig::new();
+        let (_, proc) = rig.ready("fs", &["read"]);
+        let changed = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n";
+        rig.bytes(proc, changed);
+        let sent = Rig::written(&rig.drain(), proc);
+        assert!(
+            sent.iter().all(|l| l["method"] != "prompts/list"),
+            "{sent:?}"
+        );
+    }
+
+    #[test]
+    fn a11_a_prompts_list_that_times_out_only_warns_and_the_server_keeps_serving() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.spawned("docs");
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"prompts": {}}});
+        rig.answer(proc, "initialize", init);
+        rig.answer(proc, "tools/list", json!({"tools": [{"name": "read"}]}));
+        let actions = rig.drain();
+        let id = Rig::written(&actions, proc)
+            .iter()
+            .find(|l| l["method"] == "prompts/list")
+            .and_then(|l| l["id"].as_u64())
+            .unwrap_or(0);
+        let expired = rig
+            .table
+            .expire(slot, McpRequestId(id), &mut rig.out, &mut rig.timers);
+        assert_eq!(
+            expired.map(|(e, ev)| (e, ev.len())),
+            Some((Expired::Handshake, 0))
+        );
+        assert_eq!(
+            warns(&rig.drain()),
+            [format!(
+                "mcp 'docs': prompts/list timed out after {} s",
+                INIT_MS / 1000
+            )]
+        );
+        assert!(rig.table.get(slot).is_some_and(Server::is_ready));
     }
 
     /// The WARN lines of `actions`.
