@@ -560,7 +560,8 @@ pub(crate) fn message_from_json(v: &Value) -> Result<Message, String> {
 
 /// Provider reasoning state as JSON (SPEC L10): `{"type":"thinking","text","signature"}`,
 /// `{"type":"redacted","data"}`, `{"type":"responses_item","item"}`,
-/// `{"type":"chat_field","field"}` or `{"type":"chat_details","details"}`, kept verbatim.
+/// `{"type":"chat_field","field"}`, `{"type":"chat_details","details"}` or
+/// `{"type":"anthropic_content","content"}`, kept verbatim.
 fn reasoning_to_json(r: &ReasoningBlock) -> Value {
     match r {
         ReasoningBlock::Thinking { text, signature } => {
@@ -571,6 +572,9 @@ fn reasoning_to_json(r: &ReasoningBlock) -> Value {
         ReasoningBlock::ChatField(field) => json!({"type": "chat_field", "field": field.name()}),
         ReasoningBlock::ChatDetails(details) => {
             json!({"type": "chat_details", "details": details})
+        }
+        ReasoningBlock::AnthropicContent(content) => {
+            json!({"type": "anthropic_content", "content": content})
         }
     }
 }
@@ -600,6 +604,9 @@ fn reasoning_from_json(v: &Value) -> Result<ReasoningBlock, String> {
             other => Err(format!("reasoning: unknown chat field {other:?}")),
         },
         "chat_details" => Ok(ReasoningBlock::ChatDetails(f.value("details")?.clone())),
+        "anthropic_content" => Ok(ReasoningBlock::AnthropicContent(
+            f.value("content")?.clone(),
+        )),
         other => Err(format!("reasoning: unknown type {other:?}")),
     }
 }
@@ -653,6 +660,10 @@ mod tests {
                     ReasoningBlock::ChatField(ChatReasoningField::ReasoningContent),
                     ReasoningBlock::ChatField(ChatReasoningField::Reasoning),
                     ReasoningBlock::ChatDetails(json!([{"type": "reasoning.text", "text": "t"}])),
+                    ReasoningBlock::AnthropicContent(json!([
+                        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+                        {"type": "text", "text": "answer"}
+                    ])),
                 ],
                 tool_calls: vec![ToolCall {
                     id: "call_1".into(),

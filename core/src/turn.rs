@@ -40,6 +40,12 @@ use std::collections::BTreeMap;
 pub(crate) const MAX_TOKENS_NUDGE: &str =
     "Your reply was cut off because it hit the output token limit; continue in smaller steps.";
 
+/// How many `pause_turn` responses one prompt continues (SPEC L13, case C69); the next one
+/// ends the turn (`end_turn`, with a WARN), so a gateway that keeps pausing cannot hold a turn
+/// when `BUZZ_AGENT_MAX_ROUNDS` is unlimited. Anthropic's server-tool loop pauses after 10
+/// iterations, so 8 continuations allow about 90.
+pub(crate) const MAX_PAUSES: u32 = 8;
+
 /// Why a prompt turn ended (ACP `stopReason`, SPEC A3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StopReason {
@@ -111,6 +117,8 @@ pub(crate) struct Turn {
     relist_waited: Option<u32>,
     /// `max_tokens` recoveries used (SPEC L1).
     recoveries: u32,
+    /// `pause_turn` continuations used (SPEC L13, [`MAX_PAUSES`]).
+    pauses: u32,
     cancelled: bool,
     gate: StopGate,
     compactor: Compactor,
@@ -153,6 +161,7 @@ impl Turn {
             rounds: 0,
             relist_waited: None,
             recoveries: 0,
+            pauses: 0,
             cancelled: false,
             gate: StopGate::new(cx.cfg.stop_max_rejections, cx.cfg.require_reply),
             compactor: Compactor::default(),
@@ -810,6 +819,35 @@ impl Turn {
                     Some(TurnEnd::Stopped(StopReason::MaxTokens))
                 }
             }
+            StopKind::Pause if self.pauses < MAX_PAUSES => {
+                // L13, C69: not the end of the turn. The paused response (its server-tool
+                // blocks verbatim) is the last assistant turn of the next request, which the
+                // model continues; no `_Stop` gate here.
+                self.pauses += 1;
+                history.push(Message::Assistant {
+                    text,
+                    thinking,
+                    reasoning,
+                    tool_calls: Vec::new(),
+                });
+                self.shown.paused();
+                None
+            }
+            StopKind::Pause => {
+                cx.out.log(
+                    LogLevel::Warn,
+                    format!(
+                        "llm: the provider paused the turn {MAX_PAUSES} times in a row; the turn ends here"
+                    ),
+                );
+                history.push(Message::Assistant {
+                    text,
+                    thinking,
+                    reasoning,
+                    tool_calls: Vec::new(),
+                });
+                Some(TurnEnd::Stopped(StopReason::EndTurn))
+            }
             StopKind::EndTurn | StopKind::ToolUse if !tool_calls.is_empty() => {
                 history.push(Message::Assistant {
                     text,
@@ -1132,12 +1170,22 @@ struct Shown {
     tail: String,
     /// A new round or a notice began since the last text: the next text opens a paragraph.
     break_due: bool,
+    /// The last response paused (SPEC L13): the next round continues its text.
+    continues: bool,
 }
 
 impl Shown {
-    /// A new round starts: its first text opens a new paragraph if anything was shown before.
+    /// A new round starts: its first text opens a new paragraph if anything was shown before,
+    /// unless the round continues a paused response.
     fn new_round(&mut self) {
-        self.break_due = !self.tail.is_empty();
+        if !std::mem::take(&mut self.continues) {
+            self.break_due = !self.tail.is_empty();
+        }
+    }
+
+    /// The response paused (`pause_turn`): the next round's text goes on from it.
+    fn paused(&mut self) {
+        self.continues = true;
     }
 
     /// The newlines that must precede the next text for a paragraph break (none, `\n` or
@@ -1535,6 +1583,100 @@ mod tests {
             sess.transcript.len(),
             1,
             "never in the model's conversation"
+        );
+    }
+
+    /// An Anthropic Messages SSE body: a `server_tool_use` block when `server_tool`, a text
+    /// block with `text`, then `stop_reason`.
+    fn anthropic_answer(server_tool: bool, text: &str, stop_reason: &str) -> Vec<u8> {
+        let mut events =
+            vec![r#"{"type":"message_start","message":{"usage":{"input_tokens":5}}}"#.to_owned()];
+        let mut index = 0;
+        if server_tool {
+            events.push(r#"{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"q"}}}"#.to_owned());
+            index = 1;
+        }
+        events.push(format!(
+            r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"text","text":"{text}"}}}}"#
+        ));
+        events.push(format!(
+            r#"{{"type":"message_delta","delta":{{"stop_reason":"{stop_reason}"}},"usage":{{"output_tokens":3}}}}"#
+        ));
+        events.push(r#"{"type":"message_stop"}"#.to_owned());
+        events
+            .iter()
+            .map(|e| format!("data: {e}\n\n"))
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    #[test]
+    fn c69_a_pause_turn_is_continued_with_the_paused_response_and_the_gate_runs_once_at_the_end() {
+        let mut parts = Parts::new();
+        parts.cfg.provider = crate::config::ProviderKind::Anthropic;
+        parts.cfg.prompt_caching = false;
+        let mut sess = session(&mut parts, &[("guard", &["_Stop"])]);
+        let mut turn = start(&mut parts, &mut sess, "what is new?");
+        turn.next_round(&mut sess, &mut parts.cx());
+        let (call, _) = last_call(&parts.drain());
+        let paused = anthropic_answer(true, "Searching: ", "pause_turn");
+        let end = respond(&mut turn, call, 200, paused, &mut sess, &mut parts);
+        assert_eq!(end, None);
+        assert!(turn.is_ready(), "L13: no gate at a pause, the turn goes on");
+        let actions = parts.drain();
+        assert!(Parts::mcp_lines(&actions).is_empty(), "{actions:?}");
+        assert_eq!(turn.next_round(&mut sess, &mut parts.cx()), None);
+        let (call, body) = last_call(&parts.drain());
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        assert_eq!(messages.len(), 2, "{body:#}");
+        assert_eq!(
+            messages[1]["content"],
+            json!([
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+                {"type": "text", "text": "Searching: "}
+            ]),
+            "the paused response is the last turn, as it came"
+        );
+        let done = anthropic_answer(false, "found it.", "end_turn");
+        let end = respond(&mut turn, call, 200, done, &mut sess, &mut parts);
+        assert_eq!(end, None, "now the _Stop round runs");
+        let actions = parts.drain();
+        let hook_calls = Parts::mcp_lines(&actions);
+        assert_eq!(hook_calls.len(), 1, "{actions:?}");
+        assert_eq!(hook_calls[0]["params"]["name"], "_Stop");
+        let shown: Vec<String> = Parts::acp_lines(&actions)
+            .iter()
+            .filter_map(|l| {
+                l["params"]["update"]["content"]["text"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        assert_eq!(shown, ["found it."], "the continuation is no new paragraph");
+        assert_eq!(turn.rounds(), 2);
+    }
+
+    #[test]
+    fn c69_a_provider_that_keeps_pausing_ends_the_turn_after_the_last_continuation() {
+        let mut parts = Parts::new();
+        parts.cfg.provider = crate::config::ProviderKind::Anthropic;
+        let mut sess = session(&mut parts, &[]);
+        let mut turn = start(&mut parts, &mut sess, "search forever");
+        for round in 0..=MAX_PAUSES {
+            assert_eq!(turn.next_round(&mut sess, &mut parts.cx()), None);
+            let (call, _) = last_call(&parts.drain());
+            let paused = anthropic_answer(true, "more", "pause_turn");
+            let end = respond(&mut turn, call, 200, paused, &mut sess, &mut parts);
+            if round < MAX_PAUSES {
+                assert_eq!(end, None, "continuation {round}");
+            } else {
+                assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
+            }
+        }
+        assert!(
+            Parts::logs(&parts.drain())
+                .iter()
+                .any(|l| l.contains("paused the turn 8 times in a row")),
         );
     }
 

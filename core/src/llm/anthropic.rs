@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::request::{
     BodyCache, CacheKey, Last, Planned, WireElement, assemble, body_capacity, history_json,
@@ -483,6 +483,8 @@ enum Block<'a> {
         text: &'a str,
         is_error: bool,
     },
+    /// A block of a [`ReasoningBlock::AnthropicContent`], sent as it came (an object).
+    Raw(&'a serde_json::Map<String, Value>),
 }
 
 /// A block as sent, with a breakpoint when asked and allowed.
@@ -495,6 +497,13 @@ impl Serialize for Marked<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         match self.block {
+            Block::Raw(block) => {
+                for (key, value) in *block {
+                    if key != "cache_control" {
+                        map.serialize_entry(key, value)?;
+                    }
+                }
+            }
             Block::Text(text) => {
                 map.serialize_entry("type", "text")?;
                 map.serialize_entry("text", text)?;
@@ -526,7 +535,14 @@ impl Serialize for Marked<'_, '_> {
                 map.serialize_entry("is_error", is_error)?;
             }
         }
-        let thinking = matches!(self.block, Block::Thinking { .. } | Block::Redacted(_));
+        let thinking = match self.block {
+            Block::Thinking { .. } | Block::Redacted(_) => true,
+            Block::Raw(block) => matches!(
+                block.get("type").and_then(Value::as_str),
+                Some("thinking" | "redacted_thinking")
+            ),
+            Block::Text(_) | Block::ToolUse { .. } | Block::ToolResult { .. } => false,
+        };
         if self.breakpoint && !thinking {
             map.serialize_entry("cache_control", &EPHEMERAL)?;
         }
@@ -581,6 +597,43 @@ fn wire_turns(history: &[Message], start: usize, last: Last) -> Vec<Planned<Turn
                 Vec::new(),
             ),
             Message::Assistant {
+                reasoning,
+                tool_calls,
+                ..
+            } if verbatim_content(reasoning).is_some() => {
+                // L13, C69: the response's own blocks as they came (server tools included),
+                // then the calls that joined it later (a hook's, H6).
+                let content = verbatim_content(reasoning).unwrap_or_default();
+                let mut blocks: Vec<Block<'_>> = content
+                    .iter()
+                    .filter_map(Value::as_object)
+                    .filter(|b| {
+                        b.get("type").and_then(Value::as_str) != Some("text")
+                            || b.get("text")
+                                .and_then(Value::as_str)
+                                .is_some_and(|t| !t.trim().is_empty())
+                    })
+                    .map(Block::Raw)
+                    .collect();
+                let sent = |id: &str| {
+                    content.iter().any(|b| {
+                        b.get("type").and_then(Value::as_str) == Some("tool_use")
+                            && b.get("id").and_then(Value::as_str) == Some(id)
+                    })
+                };
+                blocks.extend(tool_calls.iter().filter(|c| !sent(&c.id)).map(|call| {
+                    Block::ToolUse {
+                        id: &call.id,
+                        name: &call.name,
+                        input: input_object(&call.arguments),
+                    }
+                }));
+                if blocks.is_empty() {
+                    continue; // never an empty assistant turn
+                }
+                ("assistant", blocks, Vec::new())
+            }
+            Message::Assistant {
                 text,
                 thinking: _,
                 reasoning,
@@ -608,7 +661,8 @@ fn wire_turns(history: &[Message], start: usize, last: Last) -> Vec<Planned<Turn
                     ReasoningBlock::Thinking { .. }
                     | ReasoningBlock::ResponsesItem(_)
                     | ReasoningBlock::ChatField(_)
-                    | ReasoningBlock::ChatDetails(_) => None,
+                    | ReasoningBlock::ChatDetails(_)
+                    | ReasoningBlock::AnthropicContent(_) => None,
                 });
                 ("assistant", blocks, replayable.collect())
             }
@@ -657,6 +711,19 @@ fn wire_turns(history: &[Message], start: usize, last: Last) -> Vec<Planned<Turn
         }
     }
     turns
+}
+
+/// The verbatim content blocks of an Anthropic response, when kept (SPEC L13, case C69).
+fn verbatim_content(reasoning: &[ReasoningBlock]) -> Option<&[Value]> {
+    reasoning.iter().find_map(|r| match r {
+        ReasoningBlock::AnthropicContent(Value::Array(blocks)) => Some(blocks.as_slice()),
+        ReasoningBlock::AnthropicContent(_)
+        | ReasoningBlock::Thinking { .. }
+        | ReasoningBlock::Redacted { .. }
+        | ReasoningBlock::ResponsesItem(_)
+        | ReasoningBlock::ChatField(_)
+        | ReasoningBlock::ChatDetails(_) => None,
+    })
 }
 
 /// What a planner resuming after `turn` must know: its role, and whether it ends with a tool
@@ -723,10 +790,16 @@ impl Serialize for WireTool<'_> {
 ///   `permission_error`, `not_found_error`, `request_too_large` or `billing_error`; a complete
 ///   event whose data is not JSON is a retryable provider error too. Errors are sticky.
 ///
-/// Stop reasons: `end_turn`, `stop_sequence`, `pause_turn` (only server tools pause, and none
-/// are offered) and unknown ones → end turn; `tool_use` → tool use; `max_tokens` → max tokens;
-/// `refusal` → refusal. An end turn with tool calls is tool use, a tool use without calls is end
-/// turn (as for Chat Completions, C23).
+/// Stop reasons: `end_turn`, `stop_sequence` and unknown ones → end turn; `tool_use` → tool
+/// use; `max_tokens` and `model_context_window_exceeded` → max tokens; `refusal` → refusal;
+/// `pause_turn` (a gateway's or the API's server tools paused a long turn) → pause, a tool use
+/// if calls of the agent's own tools came with it. An end turn with tool calls is tool use, a
+/// tool use without calls is end turn (as for Chat Completions, C23).
+///
+/// A response holding a block the agent does not model (server tools: `server_tool_use`,
+/// `web_search_tool_result`, …) also keeps its whole content verbatim
+/// ([`ReasoningBlock::AnthropicContent`]), so the assistant turn goes back as it came
+/// (SPEC L13, case C69).
 ///
 /// Tool calls come out in block order: a block whose accumulated `partial_json` is blank uses the
 /// `input` of its `content_block_start` as JSON text (C26: no deltas for a parameterless tool);
@@ -753,7 +826,11 @@ pub(crate) struct AnthropicDecoder {
 
 /// One content block being assembled.
 enum BlockSlot {
-    Text,
+    /// A text block: its text and the citations its `citations_delta`s (or its start) gave.
+    Text {
+        text: String,
+        citations: Vec<Value>,
+    },
     Thinking {
         text: String,
         signature: String,
@@ -768,8 +845,13 @@ enum BlockSlot {
         start_input: Option<Value>,
         json: String,
     },
-    /// A block type we do not use (server tool results, citations, …).
-    Other,
+    /// A block type the agent does not model (`server_tool_use`, `web_search_tool_result`,
+    /// `mcp_tool_use`, …): its `content_block_start` object, and the `partial_json` streamed
+    /// for its `input` (server tool calls stream their input as client ones do).
+    Other {
+        block: Value,
+        json: String,
+    },
 }
 
 impl std::fmt::Debug for AnthropicDecoder {
@@ -839,7 +921,12 @@ impl AnthropicDecoder {
             "text" => {
                 let text = field("text");
                 self.streamed.push_text(&text, out);
-                BlockSlot::Text
+                let citations = block
+                    .and_then(|b| b.get("citations"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                BlockSlot::Text { text, citations }
             }
             "thinking" => {
                 let text = field("thinking");
@@ -861,7 +948,10 @@ impl AnthropicDecoder {
                     .cloned(),
                 json: String::new(),
             },
-            _ => BlockSlot::Other,
+            _ => BlockSlot::Other {
+                block: block.cloned().unwrap_or(Value::Null),
+                json: String::new(),
+            },
         };
         self.blocks.insert(index, slot);
     }
@@ -874,8 +964,18 @@ impl AnthropicDecoder {
         let piece = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or("");
         match delta.get("type").and_then(Value::as_str).unwrap_or("") {
             "text_delta" => {
-                self.blocks.entry(index).or_insert(BlockSlot::Text);
-                self.streamed.push_text(piece("text"), out);
+                let piece = piece("text");
+                if let BlockSlot::Text { text, .. } = self.text_slot(index) {
+                    text.push_str(piece);
+                }
+                self.streamed.push_text(piece, out);
+            }
+            "citations_delta" => {
+                if let (BlockSlot::Text { citations, .. }, Some(citation)) =
+                    (self.text_slot(index), delta.get("citation"))
+                {
+                    citations.push(citation.clone());
+                }
             }
             "thinking_delta" => {
                 let thought = piece("thinking");
@@ -899,13 +999,21 @@ impl AnthropicDecoder {
                         start_input: None,
                         json: String::new(),
                     });
-                if let BlockSlot::ToolUse { json, .. } = slot {
+                if let BlockSlot::ToolUse { json, .. } | BlockSlot::Other { json, .. } = slot {
                     json.push_str(piece("partial_json"));
                 }
             }
-            // `citations_delta` and delta types added later.
+            // Delta types added later.
             _ => {}
         }
+    }
+
+    /// The text block at `index`, opened if the stream skipped its start.
+    fn text_slot(&mut self, index: u64) -> &mut BlockSlot {
+        self.blocks.entry(index).or_insert_with(|| BlockSlot::Text {
+            text: String::new(),
+            citations: Vec::new(),
+        })
     }
 
     /// The thinking block at `index`, opened if the stream skipped its start.
@@ -918,20 +1026,38 @@ impl AnthropicDecoder {
             })
     }
 
-    /// Reasoning blocks and tool calls in block order (ids present and unique).
+    /// Reasoning blocks and tool calls in block order (ids present and unique). When a block
+    /// the agent does not model was streamed (a server tool's), the whole content comes last
+    /// as one [`ReasoningBlock::AnthropicContent`], verbatim but for the repairs the request
+    /// rules need: empty text and unsigned thinking blocks left out, tool ids as synthesised,
+    /// an `input` that is not an object sent as `{}` (SPEC L13, case C69).
     fn take_blocks(&mut self) -> (Vec<ReasoningBlock>, Vec<ToolCall>) {
         let blocks = std::mem::take(&mut self.blocks);
+        let verbatim = blocks
+            .values()
+            .any(|b| matches!(b, BlockSlot::Other { .. }));
+        let mut content = Vec::new();
         let mut reasoning = Vec::new();
         let mut calls = Vec::new();
         let mut ids = CallIds::new(&self.id_prefix);
         for (index, slot) in blocks {
             match slot {
                 BlockSlot::Thinking { text, signature } => {
+                    if verbatim && !signature.is_empty() {
+                        content.push(
+                            json!({"type": "thinking", "thinking": text, "signature": signature}),
+                        );
+                    }
                     if !text.is_empty() || !signature.is_empty() {
                         reasoning.push(ReasoningBlock::Thinking { text, signature });
                     }
                 }
-                BlockSlot::Redacted { data } => reasoning.push(ReasoningBlock::Redacted { data }),
+                BlockSlot::Redacted { data } => {
+                    if verbatim {
+                        content.push(json!({"type": "redacted_thinking", "data": data}));
+                    }
+                    reasoning.push(ReasoningBlock::Redacted { data });
+                }
                 BlockSlot::ToolUse {
                     id,
                     name,
@@ -946,14 +1072,39 @@ impl AnthropicDecoder {
                         Some(input) if json.trim().is_empty() => input.to_string(),
                         Some(_) | None => json,
                     };
+                    if verbatim {
+                        let input = input_object(&arguments);
+                        content.push(
+                            json!({"type": "tool_use", "id": id, "name": name, "input": input}),
+                        );
+                    }
                     calls.push(ToolCall {
                         id,
                         name,
                         arguments,
                     });
                 }
-                BlockSlot::Text | BlockSlot::Other => {}
+                BlockSlot::Text { text, citations } => {
+                    if verbatim && !text.is_empty() {
+                        let mut block = json!({"type": "text", "text": text});
+                        if !citations.is_empty() {
+                            block["citations"] = Value::Array(citations);
+                        }
+                        content.push(block);
+                    }
+                }
+                BlockSlot::Other { mut block, json } => {
+                    if let Value::Object(map) = &mut block {
+                        if !json.trim().is_empty() {
+                            map.insert("input".to_owned(), input_object(&json));
+                        }
+                        content.push(block);
+                    }
+                }
             }
+        }
+        if verbatim && !content.is_empty() {
+            reasoning.push(ReasoningBlock::AnthropicContent(Value::Array(content)));
         }
         (reasoning, calls)
     }
@@ -1055,6 +1206,10 @@ impl EventHandler for AnthropicDecoder {
                 StopKind::EndTurn
             }
             Some(StopKind::EndTurn | StopKind::ToolUse) | None => StopKind::ToolUse,
+            // A pause with calls of the agent's tools does not happen (only server tools
+            // pause); if one comes, the calls are run as for a tool use.
+            Some(StopKind::Pause) if tool_calls.is_empty() => StopKind::Pause,
+            Some(StopKind::Pause) => StopKind::ToolUse,
             Some(stop @ (StopKind::MaxTokens | StopKind::Refusal)) => stop,
         };
         let usage = self.usage();
@@ -1064,13 +1219,15 @@ impl EventHandler for AnthropicDecoder {
     }
 }
 
-/// `stop_reason` → [`StopKind`] (SPEC L6; `pause_turn` and unknown reasons → end turn).
+/// `stop_reason` → [`StopKind`] (SPEC L6, L13; docs/dialects.md, stop reasons; unknown
+/// reasons → end turn).
 fn stop_kind(reason: &str) -> StopKind {
     match reason {
         "tool_use" => StopKind::ToolUse,
         "max_tokens" | "model_context_window_exceeded" => StopKind::MaxTokens,
         "refusal" => StopKind::Refusal,
-        // "end_turn", "stop_sequence", "pause_turn" and reasons added later.
+        "pause_turn" => StopKind::Pause,
+        // "end_turn", "stop_sequence" and reasons added later.
         _ => StopKind::EndTurn,
     }
 }
@@ -1293,7 +1450,8 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
                     ReasoningBlock::Redacted { .. }
                     | ReasoningBlock::ResponsesItem(_)
                     | ReasoningBlock::ChatField(_)
-                    | ReasoningBlock::ChatDetails(_) => "",
+                    | ReasoningBlock::ChatDetails(_)
+                    | ReasoningBlock::AnthropicContent(_) => "",
                 })
                 .collect(),
             reasoning,
@@ -1581,7 +1739,8 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
         for (reason, stop) in [
             ("end_turn", StopKind::EndTurn),
             ("stop_sequence", StopKind::EndTurn),
-            ("pause_turn", StopKind::EndTurn),
+            ("pause_turn", StopKind::Pause),
+            ("model_context_window_exceeded", StopKind::MaxTokens),
             ("something_new", StopKind::EndTurn),
             ("max_tokens", StopKind::MaxTokens),
             ("refusal", StopKind::Refusal),
@@ -1603,6 +1762,108 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
         let response = ok(&decode_every_split(&c26_max)).clone();
         assert_eq!(response.stop, StopKind::MaxTokens);
         assert_eq!(response.tool_calls.len(), 1);
+    }
+
+    /// Case C69's first response: a server tool's search, its result, text, `pause_turn`.
+    const C69_PAUSED: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"usage":{"input_tokens":50,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"rust 2026"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":" edition\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_01","content":[{"type":"web_search_result","url":"https://example.com/r","title":"Rust","encrypted_content":"EqgfCioIARgBIiQ3YTAw","page_age":null}]}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"The 2026 edition "}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"citations_delta","citation":{"type":"web_search_result_location","url":"https://example.com/r","title":"Rust","encrypted_index":"Eo8BCioIAhgB","cited_text":"edition"}}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":2}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"pause_turn","stop_sequence":null},"usage":{"output_tokens":40}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+
+    #[test]
+    fn c69_pause_turn_keeps_the_server_tool_blocks_verbatim_at_every_split() {
+        let r = ok(&decode_every_split(C69_PAUSED)).clone();
+        assert_eq!(r.stop, StopKind::Pause);
+        assert_eq!(r.text, "The 2026 edition ");
+        assert!(
+            r.tool_calls.is_empty(),
+            "a server tool is not the agent's to run"
+        );
+        assert_eq!(
+            r.reasoning,
+            vec![ReasoningBlock::AnthropicContent(json!([
+                {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search",
+                 "input": {"query": "rust 2026 edition"}},
+                {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [
+                    {"type": "web_search_result", "url": "https://example.com/r", "title": "Rust",
+                     "encrypted_content": "EqgfCioIARgBIiQ3YTAw", "page_age": null}]},
+                {"type": "text", "text": "The 2026 edition ", "citations": [
+                    {"type": "web_search_result_location", "url": "https://example.com/r",
+                     "title": "Rust", "encrypted_index": "Eo8BCioIAhgB", "cited_text": "edition"}]}
+            ]))]
+        );
+        // A response without such blocks keeps no verbatim copy.
+        assert!(ok(&decode_every_split(PLAIN_TEXT)).reasoning.is_empty());
+    }
+
+    #[test]
+    fn c69_a_paused_turn_is_sent_back_as_it_came_and_a_joined_call_follows_it() {
+        let paused = ok(&decode_every_split(C69_PAUSED)).clone();
+        let Some(ReasoningBlock::AnthropicContent(content)) = paused.reasoning.first().cloned()
+        else {
+            panic!("no verbatim content: {paused:?}");
+        };
+        let history = vec![
+            user("what is new in rust?"),
+            assistant(&paused.text, paused.reasoning.clone(), vec![]),
+        ];
+        let body = request_body(&history, &[], None);
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 2, "{body:#}");
+        assert_eq!(messages[1]["role"], "assistant");
+        assert_eq!(messages[1]["content"], content, "verbatim, nothing added");
+        // The continuation (another assistant message) joins the same turn, and a call
+        // that joined the message later (a hook's) comes after the verbatim blocks.
+        let mut joined = history.clone();
+        joined[1] = assistant(
+            &paused.text,
+            paused.reasoning.clone(),
+            vec![call("toolu_h", "hooks___Stop", "{}")],
+        );
+        joined.push(assistant("is out.", vec![], vec![]));
+        let body = request_body(&joined, &[], None);
+        let turn = body["messages"][1]["content"].as_array().unwrap().clone();
+        assert_eq!(body["messages"].as_array().unwrap().len(), 2, "{body:#}");
+        assert_eq!(turn[..3], content.as_array().unwrap()[..]);
+        assert_eq!(turn[3]["type"], "tool_use");
+        assert_eq!(turn[3]["id"], "toolu_h");
+        assert_eq!(turn[4], json!({"type": "text", "text": "is out."}));
     }
 
     #[test]

@@ -146,6 +146,13 @@ pub enum ReasoningBlock {
     /// Chat Completions (OpenRouter and gateways in front of it): the `reasoning_details`
     /// array, its streamed pieces merged by `index`, sent back verbatim.
     ChatDetails(Value),
+    /// Anthropic: the response's whole `content` array, verbatim in block order (text with
+    /// its citations, signed thinking, `tool_use`, and the blocks the agent does not model:
+    /// `server_tool_use`, `web_search_tool_result`, `mcp_tool_use`, …), kept when the response
+    /// holds such a block. The assistant turn is then sent as these blocks (SPEC L13, case C69:
+    /// a `pause_turn` response goes back as it came so the model continues it; Anthropic
+    /// "Server tools", "pause_turn").
+    AnthropicContent(Value),
 }
 
 /// The Chat Completions field a server streams reasoning text in.
@@ -177,7 +184,9 @@ impl ReasoningBlock {
         match self {
             ReasoningBlock::Thinking { signature, .. } => signature.len(),
             ReasoningBlock::Redacted { data } => data.len(),
-            ReasoningBlock::ResponsesItem(v) | ReasoningBlock::ChatDetails(v) => json_text_len(v),
+            ReasoningBlock::ResponsesItem(v)
+            | ReasoningBlock::ChatDetails(v)
+            | ReasoningBlock::AnthropicContent(v) => json_text_len(v),
             ReasoningBlock::ChatField(_) => 0,
         }
     }
@@ -204,6 +213,9 @@ impl std::fmt::Debug for ReasoningBlock {
             ReasoningBlock::ResponsesItem(v) => write!(f, "ResponsesItem({} B)", json_text_len(v)),
             ReasoningBlock::ChatField(field) => write!(f, "ChatField({})", field.name()),
             ReasoningBlock::ChatDetails(v) => write!(f, "ChatDetails({} B)", json_text_len(v)),
+            ReasoningBlock::AnthropicContent(v) => {
+                write!(f, "AnthropicContent({} B)", json_text_len(v))
+            }
         }
     }
 }
@@ -385,6 +397,9 @@ pub(crate) enum StopKind {
     MaxTokens,
     /// Refusal or content filter (`refusal`, `content_filter`).
     Refusal,
+    /// Anthropic `pause_turn`: a long-running server-tool turn paused; the turn goes on with
+    /// the paused response sent back as the last assistant turn (SPEC L13, case C69).
+    Pause,
 }
 
 /// Token usage reported by one response, in tokens, as the provider counted them.

@@ -484,7 +484,8 @@ impl Serialize for AssistantMessage<'_> {
                         ReasoningBlock::ChatField(_)
                         | ReasoningBlock::Thinking { .. }
                         | ReasoningBlock::Redacted { .. }
-                        | ReasoningBlock::ResponsesItem(_) => {}
+                        | ReasoningBlock::ResponsesItem(_)
+                        | ReasoningBlock::AnthropicContent(_) => {}
                     }
                 }
                 calls.extend(tool_calls);
@@ -960,10 +961,14 @@ impl EventHandler for ChatDecoder {
             .map(|((index, _), slot)| (index, slot));
         let tool_calls = take_calls(slots, &self.id_prefix);
         let stop = match self.finish_reason.take() {
-            Some(StopKind::EndTurn | StopKind::ToolUse) if tool_calls.is_empty() => {
+            // `stop_kind` never gives a pause: nothing on this route can be sent back to
+            // continue one.
+            Some(StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause)
+                if tool_calls.is_empty() =>
+            {
                 StopKind::EndTurn
             }
-            Some(StopKind::EndTurn | StopKind::ToolUse) => StopKind::ToolUse,
+            Some(StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause) => StopKind::ToolUse,
             Some(stop @ (StopKind::MaxTokens | StopKind::Refusal)) => stop,
             None if !self.done => {
                 return Err(StreamError::Truncated(

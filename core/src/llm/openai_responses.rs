@@ -672,9 +672,14 @@ impl EventHandler for ResponsesDecoder {
         let end = self.end()?;
         let tool_calls = take_calls(std::mem::take(&mut self.calls), &self.id_prefix);
         let stop = match end {
-            StopKind::EndTurn | StopKind::ToolUse if !tool_calls.is_empty() => StopKind::ToolUse,
-            StopKind::EndTurn | StopKind::ToolUse if self.refused => StopKind::Refusal,
-            StopKind::EndTurn | StopKind::ToolUse => StopKind::EndTurn,
+            // `end` never gives a pause (Anthropic only).
+            StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause if !tool_calls.is_empty() => {
+                StopKind::ToolUse
+            }
+            StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause if self.refused => {
+                StopKind::Refusal
+            }
+            StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause => StopKind::EndTurn,
             stop @ (StopKind::MaxTokens | StopKind::Refusal) => stop,
         };
         let reasoning = std::mem::take(&mut self.reasoning_items)
