@@ -480,3 +480,100 @@ pub fn s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working(ctx
     );
     agent.finish();
 }
+
+/// SPEC S8: a state directory another user could write to (group- or world-writable, or
+/// another user's) is never used: the agent says so once at start, naming the directory and
+/// what is wrong; a session planted there, remembering `allow_always` for a tool, is not
+/// loaded (`-32000` with the same reason) and not listed, and a new session is not saved
+/// there. Once the directory is the user's own again, the same transcript loads and its
+/// remembered answer runs the tool without asking (so the refusal is what kept it out).
+pub fn s8_a_state_directory_others_can_write_to_is_never_used_nor_its_permission_memory(ctx: &Ctx) {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new();
+    let dir = s.dir.path().join("state").join("sessions");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let sid = format!("sess_{:032x}", (1u128 << 127) | 8);
+    let planted = [
+        json!({"v": 1, "type": "session", "sessionId": sid, "cwd": s.ws, "title": "planted"}),
+        json!({"v": 1, "type": "message", "message": {"role": "user", "text": "planted"}}),
+        json!({"v": 1, "type": "permission", "tool": "fs__echo", "allow": true}),
+    ];
+    let text: String = planted.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(dir.join(format!("{sid}.jsonl")), &text).expect("plant");
+    let dir_text = path_str(&dir);
+    let run = |why: Option<&str>| {
+        let (_llm, agent) = Setup::new(ctx, &s)
+            .replies(vec![
+                Reply::text("Fresh."),
+                Reply::tool_calls(vec![("c1", "fs__echo", json!({"text": "hi"}))]),
+                Reply::text("Done."),
+            ])
+            .env(&[
+                ("BUZZ_AGENT_STATE_DIR", &dir_text),
+                ("BUZZ_AGENT_PERMISSION", "ask"),
+            ])
+            .spawn();
+        agent.initialize();
+        let servers = json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "echo")])]);
+        let fresh = agent.new_session(&s.ws, servers.clone());
+        let r = agent.prompt(&fresh, "Hello.");
+        assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+        let load = agent.request(
+            "session/load",
+            json!({"sessionId": sid, "cwd": s.ws, "mcpServers": servers}),
+        );
+        let list = agent.request("session/list", json!({}));
+        match why {
+            Some(why) => {
+                wait_stderr(&agent, why, Duration::from_secs(5));
+                let stderr = agent.stderr_text();
+                let start = stderr.lines().find(|l| l.contains(why)).unwrap_or_default();
+                assert!(
+                    start.contains(" ERROR ")
+                        && start.contains(&dir_text)
+                        && start.contains("not saved there or loaded from it"),
+                    "one clear line at start: {stderr}"
+                );
+                let (code, message) = agent.error(&load);
+                assert_eq!(code, -32000, "{load}");
+                assert!(message.contains(why), "{message}");
+                assert!(agent.error(&list).1.contains(why), "{list}");
+                agent.finish();
+                let names: Vec<_> = std::fs::read_dir(&dir)
+                    .expect("the directory")
+                    .map(|e| e.expect("an entry").file_name())
+                    .collect();
+                assert_eq!(names.len(), 1, "the new session is not saved: {names:?}");
+            }
+            None => {
+                assert_eq!(
+                    agent.result(&load)["configOptions"][0]["id"],
+                    "model",
+                    "{load}"
+                );
+                let r = agent.prompt(&sid, "Echo.");
+                assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{r}");
+                assert!(
+                    agent.permission_requests().is_empty(),
+                    "the remembered allow_always runs the tool without asking"
+                );
+                agent.finish();
+            }
+        }
+    };
+    let chmod = |m: u32| {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(m)).expect("chmod");
+    };
+    chmod(0o770);
+    run(Some("is writable by its group (mode 0770)"));
+    chmod(0o777);
+    run(Some("is writable by others (mode 0777)"));
+    chmod(0o700);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&dir, Some(NOBODY), None).expect("chown");
+        run(Some("belongs to uid 65534, not to this user (uid 0)"));
+        std::os::unix::fs::chown(&dir, Some(0), None).expect("chown");
+    }
+    run(None);
+}
