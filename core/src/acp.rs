@@ -2,7 +2,7 @@
 //!
 //! Decoders return `Err(message)` naming the field for a `-32602` reply (SPEC T4).
 
-use crate::config::Prices;
+use crate::config::{Effort, Prices};
 use crate::llm::UsageTotals;
 use serde_json::{Value, json};
 
@@ -14,7 +14,8 @@ pub(crate) const PROTOCOL_VERSION: u64 = 1;
 /// # Errors
 /// A missing or non-integer `protocolVersion` (→ `-32602`).
 /// `persist`: sessions are saved (SPEC A9), so `loadSession` and the `session/list` and
-/// `session/resume` capabilities are advertised.
+/// `session/resume` capabilities are advertised. `sessionCapabilities.additionalDirectories`
+/// is always advertised: the directories become MCP roots (SPEC M13).
 pub(crate) fn initialize_result(
     params: &Value,
     version: &str,
@@ -32,14 +33,14 @@ pub(crate) fn initialize_result(
             "loadSession": persist,
             "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
             "mcpCapabilities": {"http": true, "sse": true},
-            "sessionCapabilities": {"close": {}}
+            "sessionCapabilities": {"close": {}, "additionalDirectories": {}}
         },
         "agentInfo": {"name": "buzz-agent", "version": version},
         "authMethods": []
     });
     if persist {
         result["agentCapabilities"]["sessionCapabilities"] =
-            json!({"close": {}, "list": {}, "resume": {}});
+            json!({"close": {}, "list": {}, "resume": {}, "additionalDirectories": {}});
     }
     Ok(result)
 }
@@ -117,6 +118,10 @@ pub(crate) struct SkippedServer {
 pub(crate) struct NewSession {
     /// Absolute path (SPEC A2, case C07).
     pub cwd: String,
+    /// The client's `additionalDirectories` (absolute paths, in the order given, without
+    /// repeats or the `cwd` itself): further workspace roots, offered to MCP servers as roots
+    /// with the `cwd` (SPEC M13).
+    pub additional_directories: Vec<String>,
     pub servers: Vec<McpServerEntry>,
     /// Entries of a transport other than stdio, in the order given (SPEC A2, C55).
     pub skipped: Vec<SkippedServer>,
@@ -167,6 +172,7 @@ pub(crate) fn decode_session_setup(
     if cwd.is_empty() || !cwd.starts_with('/') {
         return Err(("cwd must be an absolute path".into(), json!({"cwd": cwd})));
     }
+    let additional_directories = additional_directories(params, method, &cwd)?;
     let list = match params.get("mcpServers") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a.clone(),
@@ -299,10 +305,51 @@ pub(crate) fn decode_session_setup(
     }
     Ok(NewSession {
         cwd,
+        additional_directories,
         servers,
         skipped,
         system_prompt: crate::instructions::client_prompt(params),
     })
+}
+
+/// The `additionalDirectories` of `method`'s params (ACP `NewSessionRequest` and the load and
+/// resume requests; SPEC M13): absent or `null` is none; each must be an absolute path like
+/// the `cwd`; repeats and the `cwd` itself are dropped.
+///
+/// # Errors
+/// `(message, data)` for a `-32602` reply naming the offending item.
+fn additional_directories(
+    params: &Value,
+    method: &str,
+    cwd: &str,
+) -> Result<Vec<String>, (String, Value)> {
+    let list = match params.get("additionalDirectories") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err((
+                format!("{method}: additionalDirectories must be an array of absolute paths"),
+                json!({"field": "additionalDirectories"}),
+            ));
+        }
+    };
+    let mut dirs: Vec<String> = Vec::with_capacity(list.len());
+    for (i, d) in list.iter().enumerate() {
+        match d.as_str() {
+            Some(p) if p.starts_with('/') => {
+                if p != cwd && !dirs.iter().any(|x| x == p) {
+                    dirs.push(p.to_string());
+                }
+            }
+            _ => {
+                return Err((
+                    format!("{method}: additionalDirectories[{i}] must be an absolute path"),
+                    json!({"path": format!("additionalDirectories[{i}]")}),
+                ));
+            }
+        }
+    }
+    Ok(dirs)
 }
 
 /// An entry's `env` or `headers`: an array of `{name, value}` or an object map (SPEC A2,
@@ -396,14 +443,21 @@ pub(crate) fn cost_json(u: &UsageTotals, prices: &Prices) -> Value {
     json!({"amount": u.cost(prices), "currency": prices.currency})
 }
 
-/// The `configOptions` of a session (SPEC A5, case C58): one `select` of category `model`
-/// (ACP schema v1: `SessionConfigOption`), its current value `current`, its options
-/// `available`.
+/// The `configOptions` of a session (SPEC A5, case C58; SPEC L12; ACP schema v1:
+/// `SessionConfigOption`): a `select` of category `model` (current value `current`, options
+/// `available`), then a `select` of category `thought_level` for the reasoning effort (current
+/// value [`effort_value`] of `effort`, options [`EFFORT_VALUES`]).
 #[must_use]
-pub(crate) fn config_options(current: &str, available: &[String]) -> Value {
+pub(crate) fn config_options(current: &str, available: &[String], effort: Option<Effort>) -> Value {
     let options: Vec<Value> = available
         .iter()
         .map(|m| json!({"value": m, "name": m}))
+        .collect();
+    let levels: Vec<Value> = EFFORT_VALUES
+        .iter()
+        .map(|(value, name, description)| {
+            json!({"value": value, "name": name, "description": description})
+        })
         .collect();
     json!([{
         "id": MODEL_CONFIG_ID,
@@ -413,20 +467,73 @@ pub(crate) fn config_options(current: &str, available: &[String]) -> Value {
         "type": "select",
         "currentValue": current,
         "options": options
+    }, {
+        "id": THOUGHT_LEVEL_CONFIG_ID,
+        "name": "Thinking effort",
+        "description": "How much the model may reason before it answers, from the next request on",
+        "category": "thought_level",
+        "type": "select",
+        "currentValue": effort_value(effort),
+        "options": levels
     }])
 }
 
-/// The model fields of a `session/new` (or `session/load`) result (SPEC A5, case C58): the
-/// `configOptions` model selector, and the `models` state (`currentModelId`,
-/// `availableModels`) of the unstable `session/set_model` for the clients that use it.
+/// The `configId` of the reasoning-effort selector (SPEC L12).
+pub(crate) const THOUGHT_LEVEL_CONFIG_ID: &str = "thought_level";
+
+/// The values of the reasoning-effort selector (SPEC L12): `(value, name, description)`.
+/// `default` sends no reasoning parameter (the provider's default); the others are the
+/// [`Effort`]s in their configuration spelling.
+pub(crate) const EFFORT_VALUES: [(&str, &str, &str); 5] = [
+    (
+        "default",
+        "Provider default",
+        "No reasoning parameter: whatever the model does by default",
+    ),
+    ("low", "Low", "Little reasoning, fastest answers"),
+    ("medium", "Medium", "Some reasoning"),
+    ("high", "High", "Thorough reasoning"),
+    ("max", "Max", "The most reasoning the provider offers"),
+];
+
+/// The selector value of `effort` (SPEC L12): its spelling, or `default` for none.
 #[must_use]
-pub(crate) fn model_fields(current: &str, available: &[String]) -> serde_json::Map<String, Value> {
+pub(crate) fn effort_value(effort: Option<Effort>) -> &'static str {
+    effort.map_or("default", Effort::as_str)
+}
+
+/// The effort a selector value `value` stands for (SPEC L12): `Some(None)` for `default`,
+/// `None` when `value` is not one of [`EFFORT_VALUES`] (exact spelling).
+#[must_use]
+pub(crate) fn parse_effort_value(value: &str) -> Option<Option<Effort>> {
+    if value == "default" {
+        return Some(None);
+    }
+    Effort::ALL
+        .into_iter()
+        .find(|e| e.as_str() == value)
+        .map(Some)
+}
+
+/// The model fields of a `session/new` (or `session/load`) result (SPEC A5, case C58, SPEC
+/// L12): the `configOptions` (model and reasoning-effort selectors, the session's effort
+/// `effort`), and the `models` state (`currentModelId`, `availableModels`) of the unstable
+/// `session/set_model` for the clients that use it.
+#[must_use]
+pub(crate) fn model_fields(
+    current: &str,
+    available: &[String],
+    effort: Option<Effort>,
+) -> serde_json::Map<String, Value> {
     let models: Vec<Value> = available
         .iter()
         .map(|m| json!({"modelId": m, "name": m}))
         .collect();
     let mut map = serde_json::Map::new();
-    map.insert("configOptions".into(), config_options(current, available));
+    map.insert(
+        "configOptions".into(),
+        config_options(current, available, effort),
+    );
     map.insert(
         "models".into(),
         json!({"currentModelId": current, "availableModels": models}),
@@ -636,14 +743,14 @@ mod tests {
         assert_eq!(r["agentCapabilities"]["loadSession"], false);
         assert_eq!(
             r["agentCapabilities"]["sessionCapabilities"],
-            json!({"close": {}}),
-            "H11: close needs no store"
+            json!({"close": {}, "additionalDirectories": {}}),
+            "H11: close needs no store; M13: additional directories become MCP roots"
         );
         let on = initialize_result(&json!({"protocolVersion": 1}), "0.1.0", true).unwrap();
         assert_eq!(on["agentCapabilities"]["loadSession"], true, "A9");
         assert_eq!(
             on["agentCapabilities"]["sessionCapabilities"],
-            json!({"close": {}, "list": {}, "resume": {}})
+            json!({"close": {}, "list": {}, "resume": {}, "additionalDirectories": {}})
         );
         assert_eq!(r["protocolVersion"], 1);
         assert_eq!(
@@ -805,7 +912,7 @@ mod tests {
         let configured = ["a".to_string(), "b".into(), "a".into()];
         assert_eq!(available_models("b", &configured), ["a", "b"]);
         assert_eq!(available_models("z", &configured), ["a", "b", "z"]);
-        let fields = model_fields("b", &available_models("b", &configured));
+        let fields = model_fields("b", &available_models("b", &configured), None);
         assert_eq!(fields["configOptions"][0]["currentValue"], "b");
         assert_eq!(fields["configOptions"][0]["category"], "model");
         assert_eq!(fields["models"]["currentModelId"], "b");
@@ -816,11 +923,74 @@ mod tests {
     }
 
     #[test]
+    fn l12_the_effort_selector_follows_the_session_s_effort_and_reads_its_own_values() {
+        let options = config_options("m", &["m".to_string()], Some(Effort::High));
+        let level = &options[1];
+        assert_eq!(level["id"], "thought_level");
+        assert_eq!(level["category"], "thought_level");
+        assert_eq!(level["type"], "select");
+        assert_eq!(level["currentValue"], "high");
+        let values: Vec<&str> = level["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["value"].as_str())
+            .collect();
+        assert_eq!(values, ["default", "low", "medium", "high", "max"]);
+        assert_eq!(config_options("m", &[], None)[1]["currentValue"], "default");
+        for value in values {
+            let effort = parse_effort_value(value).expect(value);
+            assert_eq!(effort_value(effort), value);
+        }
+        for bad in ["", "High", " low", "none", "xhigh"] {
+            assert_eq!(parse_effort_value(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn c07_relative_cwds_are_rejected() {
         for cwd in [".", "~", "", "rel/dir"] {
             let e = decode_new_session(&json!({"cwd": cwd, "mcpServers": []})).unwrap_err();
             assert_eq!(e.0, "cwd must be an absolute path");
             assert_eq!(e.1, json!({"cwd": cwd}));
+        }
+    }
+
+    #[test]
+    fn m13_additional_directories_are_absolute_kept_in_order_without_repeats() {
+        let ok = decode_new_session(&json!({"cwd": "/w",
+            "additionalDirectories": ["/lib", "/w", "/docs", "/lib"]}))
+        .unwrap();
+        assert_eq!(ok.additional_directories, ["/lib", "/docs"]);
+        for none in [
+            json!({"cwd": "/w"}),
+            json!({"cwd": "/w", "additionalDirectories": null}),
+        ] {
+            assert!(
+                decode_new_session(&none)
+                    .unwrap()
+                    .additional_directories
+                    .is_empty()
+            );
+        }
+        for (bad, path) in [
+            (
+                json!(["/a", "rel"]),
+                json!({"path": "additionalDirectories[1]"}),
+            ),
+            (json!([7]), json!({"path": "additionalDirectories[0]"})),
+            (json!("/a"), json!({"field": "additionalDirectories"})),
+        ] {
+            let e = decode_session_setup(
+                &json!({"cwd": "/w", "additionalDirectories": bad}),
+                "session/load",
+            )
+            .unwrap_err();
+            assert!(
+                e.0.starts_with("session/load: additionalDirectories"),
+                "{e:?}"
+            );
+            assert_eq!(e.1, path);
         }
     }
 
