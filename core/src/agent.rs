@@ -1142,11 +1142,13 @@ impl Agent {
     /// Answers the prompt of the turn of `sid` and forgets the turn; a queued prompt starts
     /// next (SPEC A3, A8).
     fn end_turn(&mut self, sid: SessionId, end: TurnEnd) {
-        let Some(turn) = self.turns.remove(&sid) else {
+        let Some(mut turn) = self.turns.remove(&sid) else {
             return;
         };
         self.timers.clear_turn(sid);
         if let Some(sess) = self.sessions.get_mut(&sid) {
+            // SPEC L13: what the turn leaves in the history, then recorded.
+            turn.settle(&end, sess);
             self.store.sync(sess);
         }
         match &end {

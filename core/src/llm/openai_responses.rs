@@ -1057,6 +1057,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
                     output_tokens: 11,
                     ..Usage::default()
                 }),
+                stop_details: None,
             }
         );
     }
@@ -1088,6 +1089,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
                     output_tokens: 40,
                     ..Usage::default()
                 }),
+                stop_details: None,
             }
         );
     }
