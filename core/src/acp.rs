@@ -2,7 +2,7 @@
 //!
 //! Decoders return `Err(message)` naming the field for a `-32602` reply (SPEC T4).
 
-use crate::config::Prices;
+use crate::config::{Effort, Prices};
 use crate::llm::UsageTotals;
 use serde_json::{Value, json};
 
@@ -396,14 +396,21 @@ pub(crate) fn cost_json(u: &UsageTotals, prices: &Prices) -> Value {
     json!({"amount": u.cost(prices), "currency": prices.currency})
 }
 
-/// The `configOptions` of a session (SPEC A5, case C58): one `select` of category `model`
-/// (ACP schema v1: `SessionConfigOption`), its current value `current`, its options
-/// `available`.
+/// The `configOptions` of a session (SPEC A5, case C58; SPEC L12; ACP schema v1:
+/// `SessionConfigOption`): a `select` of category `model` (current value `current`, options
+/// `available`), then a `select` of category `thought_level` for the reasoning effort (current
+/// value [`effort_value`] of `effort`, options [`EFFORT_VALUES`]).
 #[must_use]
-pub(crate) fn config_options(current: &str, available: &[String]) -> Value {
+pub(crate) fn config_options(current: &str, available: &[String], effort: Option<Effort>) -> Value {
     let options: Vec<Value> = available
         .iter()
         .map(|m| json!({"value": m, "name": m}))
+        .collect();
+    let levels: Vec<Value> = EFFORT_VALUES
+        .iter()
+        .map(|(value, name, description)| {
+            json!({"value": value, "name": name, "description": description})
+        })
         .collect();
     json!([{
         "id": MODEL_CONFIG_ID,
@@ -413,20 +420,73 @@ pub(crate) fn config_options(current: &str, available: &[String]) -> Value {
         "type": "select",
         "currentValue": current,
         "options": options
+    }, {
+        "id": THOUGHT_LEVEL_CONFIG_ID,
+        "name": "Thinking effort",
+        "description": "How much the model may reason before it answers, from the next request on",
+        "category": "thought_level",
+        "type": "select",
+        "currentValue": effort_value(effort),
+        "options": levels
     }])
 }
 
-/// The model fields of a `session/new` (or `session/load`) result (SPEC A5, case C58): the
-/// `configOptions` model selector, and the `models` state (`currentModelId`,
-/// `availableModels`) of the unstable `session/set_model` for the clients that use it.
+/// The `configId` of the reasoning-effort selector (SPEC L12).
+pub(crate) const THOUGHT_LEVEL_CONFIG_ID: &str = "thought_level";
+
+/// The values of the reasoning-effort selector (SPEC L12): `(value, name, description)`.
+/// `default` sends no reasoning parameter (the provider's default); the others are the
+/// [`Effort`]s in their configuration spelling.
+pub(crate) const EFFORT_VALUES: [(&str, &str, &str); 5] = [
+    (
+        "default",
+        "Provider default",
+        "No reasoning parameter: whatever the model does by default",
+    ),
+    ("low", "Low", "Little reasoning, fastest answers"),
+    ("medium", "Medium", "Some reasoning"),
+    ("high", "High", "Thorough reasoning"),
+    ("max", "Max", "The most reasoning the provider offers"),
+];
+
+/// The selector value of `effort` (SPEC L12): its spelling, or `default` for none.
 #[must_use]
-pub(crate) fn model_fields(current: &str, available: &[String]) -> serde_json::Map<String, Value> {
+pub(crate) fn effort_value(effort: Option<Effort>) -> &'static str {
+    effort.map_or("default", Effort::as_str)
+}
+
+/// The effort a selector value `value` stands for (SPEC L12): `Some(None)` for `default`,
+/// `None` when `value` is not one of [`EFFORT_VALUES`] (exact spelling).
+#[must_use]
+pub(crate) fn parse_effort_value(value: &str) -> Option<Option<Effort>> {
+    if value == "default" {
+        return Some(None);
+    }
+    Effort::ALL
+        .into_iter()
+        .find(|e| e.as_str() == value)
+        .map(Some)
+}
+
+/// The model fields of a `session/new` (or `session/load`) result (SPEC A5, case C58, SPEC
+/// L12): the `configOptions` (model and reasoning-effort selectors, the session's effort
+/// `effort`), and the `models` state (`currentModelId`, `availableModels`) of the unstable
+/// `session/set_model` for the clients that use it.
+#[must_use]
+pub(crate) fn model_fields(
+    current: &str,
+    available: &[String],
+    effort: Option<Effort>,
+) -> serde_json::Map<String, Value> {
     let models: Vec<Value> = available
         .iter()
         .map(|m| json!({"modelId": m, "name": m}))
         .collect();
     let mut map = serde_json::Map::new();
-    map.insert("configOptions".into(), config_options(current, available));
+    map.insert(
+        "configOptions".into(),
+        config_options(current, available, effort),
+    );
     map.insert(
         "models".into(),
         json!({"currentModelId": current, "availableModels": models}),
@@ -805,7 +865,7 @@ mod tests {
         let configured = ["a".to_string(), "b".into(), "a".into()];
         assert_eq!(available_models("b", &configured), ["a", "b"]);
         assert_eq!(available_models("z", &configured), ["a", "b", "z"]);
-        let fields = model_fields("b", &available_models("b", &configured));
+        let fields = model_fields("b", &available_models("b", &configured), None);
         assert_eq!(fields["configOptions"][0]["currentValue"], "b");
         assert_eq!(fields["configOptions"][0]["category"], "model");
         assert_eq!(fields["models"]["currentModelId"], "b");
@@ -813,6 +873,31 @@ mod tests {
             fields["models"]["availableModels"],
             json!([{"modelId": "a", "name": "a"}, {"modelId": "b", "name": "b"}])
         );
+    }
+
+    #[test]
+    fn l12_the_effort_selector_follows_the_session_s_effort_and_reads_its_own_values() {
+        let options = config_options("m", &["m".to_string()], Some(Effort::High));
+        let level = &options[1];
+        assert_eq!(level["id"], "thought_level");
+        assert_eq!(level["category"], "thought_level");
+        assert_eq!(level["type"], "select");
+        assert_eq!(level["currentValue"], "high");
+        let values: Vec<&str> = level["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["value"].as_str())
+            .collect();
+        assert_eq!(values, ["default", "low", "medium", "high", "max"]);
+        assert_eq!(config_options("m", &[], None)[1]["currentValue"], "default");
+        for value in values {
+            let effort = parse_effort_value(value).expect(value);
+            assert_eq!(effort_value(effort), value);
+        }
+        for bad in ["", "High", " low", "none", "xhigh"] {
+            assert_eq!(parse_effort_value(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -129,8 +129,9 @@ enum AfterRead {
 #[cfg(feature = "testing")]
 impl Agent {
     /// Session `id`'s conversation as JSON: `{"messages": [...] (the transcript record form),
-    /// "lastInputTokens", "usageMark", "callsIssued", "model", "remembered"}`; `None` for an unknown or
-    /// starting session.
+    /// "lastInputTokens", "usageMark", "callsIssued", "model", "thoughtLevel" (the reasoning
+    /// effort set with `session/set_config_option`: `default` or an effort; `null` when none
+    /// was), "remembered"}`; `None` for an unknown or starting session.
     #[must_use]
     pub fn session_state_for_tests(&self, id: &str) -> Option<Value> {
         let sess = self
@@ -144,6 +145,7 @@ impl Agent {
             "usageMark": t.usage_mark,
             "callsIssued": t.calls_issued(),
             "model": sess.model_override,
+            "thoughtLevel": sess.thought_level.map(crate::acp::effort_value),
             "remembered": sess.remembered,
         }))
     }
@@ -762,7 +764,11 @@ impl Agent {
         if let Some(sess) = self.sessions.get(&sid) {
             let current = sess.model(&self.cfg.model);
             let available = self.available_models(current);
-            result.extend(crate::acp::model_fields(current, &available));
+            result.extend(crate::acp::model_fields(
+                current,
+                &available,
+                sess.effort(&self.cfg),
+            ));
             if !sess.notices.is_empty() {
                 let texts: Vec<&str> = sess.notices.iter().map(|n| n.text.as_str()).collect();
                 result.insert("_meta".into(), json!({"buzz": {"notices": texts}}));
@@ -830,10 +836,36 @@ impl Agent {
             fields.remove("sessionId");
         }
         self.reply_ok(&rpc, &result);
+        self.advertise_commands(sid);
         // A prompt that came while the session was starting runs now.
         if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
             self.start_turn(sid, id, text);
         }
+    }
+
+    /// Tells the client the commands of session `sid` (its servers' prompts, SPEC A11) with an
+    /// `available_commands_update`, once the session is answered and whenever they differ from
+    /// what it was last told; nothing while there never were any.
+    fn advertise_commands(&mut self, sid: SessionId) {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        if sess.starting.is_some() || !sess.opened || sess.ended {
+            return;
+        }
+        let commands = self.servers.commands(&sess.servers);
+        let unchanged = match &sess.commands_sent {
+            Some(sent) => *sent == commands,
+            None => commands.is_empty(),
+        };
+        if unchanged {
+            return;
+        }
+        self.out.send_update(
+            &sid.to_string(),
+            &json!({"sessionUpdate": "available_commands_update", "availableCommands": commands}),
+        );
+        sess.commands_sent = Some(commands);
     }
 
     /// A starting session failed (a server, or its transcript; `loading`: a `session/load` or
@@ -973,6 +1005,7 @@ impl Agent {
                     };
                     sess.transcript = restored.transcript;
                     sess.model_override = restored.model;
+                    sess.thought_level = restored.thought_level;
                     sess.remembered = restored.remembered;
                     // L10: a DeepSeek-style server's history keeps it one after a restart.
                     if sess.transcript.messages().iter().any(|m| {
@@ -1211,10 +1244,11 @@ impl Agent {
     /// a re-listing held (C65).
     fn run_ready_turns(&mut self) {
         let max_par = self.cfg.max_parallel_tools;
+        let now = self.out.now();
         let held: Vec<SessionId> = self
             .turns
             .iter()
-            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par))
+            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par, now))
             .map(|(sid, _)| *sid)
             .collect();
         for sid in held {
@@ -1426,6 +1460,7 @@ impl Agent {
                     self.route_intercept(call, InterceptEvent::Reply(InvokeReply::Lost(reason)));
                 }
                 McpEvent::StartSettled { session } => self.check_session_start(session),
+                McpEvent::CommandsChanged { session } => self.advertise_commands(session),
                 McpEvent::Relist { server } => {
                     self.servers
                         .start_listing(server, &mut self.out, &mut self.timers);
@@ -1442,7 +1477,8 @@ impl Agent {
                     server: slot,
                     generation,
                 };
-                self.servers.term_grace_over(proc, &mut self.out);
+                self.servers
+                    .term_grace_over(proc, &mut self.out, &mut self.timers);
             }
             Timer::Server(slot, ServerTimer::StdoutClosed) => {
                 let events = self
@@ -1591,13 +1627,15 @@ impl Agent {
             Some(s) if s.starting.is_none() => {
                 let sid = s.id;
                 s.model_override = Some(model.clone());
+                let effort = s.effort(&self.cfg);
                 self.log(
                     LogLevel::Info,
                     format!("session {sid}: model set to {model}"),
                 );
                 // A client that shows the model selector (configOptions) sees the change too,
                 // before the answer.
-                let options = crate::acp::config_options(&model, &self.available_models(&model));
+                let options =
+                    crate::acp::config_options(&model, &self.available_models(&model), effort);
                 self.out.send_update(
                     &sid.to_string(),
                     &json!({"sessionUpdate": "config_option_update", "configOptions": options}),
@@ -1613,9 +1651,11 @@ impl Agent {
         }
     }
 
-    /// `session/set_config_option` (SPEC A5, case C58): `configId` `model` with one of the
-    /// advertised models as `value` sets the session's model; the answer is the full
-    /// `configOptions`. Unknown session, option or value → `-32602`.
+    /// `session/set_config_option` (SPEC A5, case C58; SPEC L12): `configId` `model` with one
+    /// of the advertised models as `value` sets the session's model; `configId`
+    /// `thought_level` with one of the advertised levels sets its reasoning effort from the
+    /// next request on. The answer is the full `configOptions`. Unknown session, option or
+    /// value → `-32602`.
     fn on_set_config_option(&mut self, id: &RpcId, params: &Value) {
         const METHOD: &str = "session/set_config_option";
         let fields = crate::acp::string_field(params, METHOD, "sessionId").and_then(|sid| {
@@ -1625,8 +1665,12 @@ impl Agent {
             Ok(f) => f,
             Err(m) => return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
         };
-        if config_id != crate::acp::MODEL_CONFIG_ID {
-            let m = format!("{METHOD}: unknown configId '{config_id}' (this agent has: model)");
+        if config_id != crate::acp::MODEL_CONFIG_ID
+            && config_id != crate::acp::THOUGHT_LEVEL_CONFIG_ID
+        {
+            let m = format!(
+                "{METHOD}: unknown configId '{config_id}' (this agent has: model, thought_level)"
+            );
             return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
         }
         let Some(sess_id) = SessionId::parse(&sid)
@@ -1639,29 +1683,45 @@ impl Agent {
                 Some(json!({"sessionId": sid})),
             );
         };
-        let current = self
-            .sessions
-            .get(&sess_id)
-            .map(|s| s.model(&self.cfg.model).to_string())
-            .unwrap_or_default();
+        let Some(sess) = self.sessions.get(&sess_id) else {
+            return;
+        };
+        let current = sess.model(&self.cfg.model).to_string();
+        let mut effort = sess.effort(&self.cfg);
         let available = self.available_models(&current);
         let value = params.get("value").and_then(Value::as_str).map(str::trim);
-        let Some(model) = value.filter(|v| available.iter().any(|m| m == v)) else {
-            let m = format!(
-                "{METHOD}: value must be one of the advertised models: {}",
-                available.join(", ")
+        let (model, line) = if config_id == crate::acp::THOUGHT_LEVEL_CONFIG_ID {
+            let Some(level) = value.and_then(crate::acp::parse_effort_value) else {
+                let values: Vec<&str> = crate::acp::EFFORT_VALUES.iter().map(|v| v.0).collect();
+                let m = format!("{METHOD}: value must be one of {}", values.join(", "));
+                return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+            };
+            if let Some(s) = self.sessions.get_mut(&sess_id) {
+                s.thought_level = Some(level);
+            }
+            effort = level;
+            let line = format!(
+                "session {sess_id}: thinking effort set to {}",
+                crate::acp::effort_value(level)
             );
-            return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+            (current, line)
+        } else {
+            let Some(model) = value.filter(|v| available.iter().any(|m| m == v)) else {
+                let m = format!(
+                    "{METHOD}: value must be one of the advertised models: {}",
+                    available.join(", ")
+                );
+                return self.reply_err(Some(id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
+            };
+            let model = model.to_string();
+            if let Some(s) = self.sessions.get_mut(&sess_id) {
+                s.model_override = Some(model.clone());
+            }
+            let line = format!("session {sess_id}: model set to {model}");
+            (model, line)
         };
-        let model = model.to_string();
-        if let Some(s) = self.sessions.get_mut(&sess_id) {
-            s.model_override = Some(model.clone());
-        }
-        self.log(
-            LogLevel::Info,
-            format!("session {sess_id}: model set to {model}"),
-        );
-        let options = crate::acp::config_options(&model, &self.available_models(&model));
+        self.log(LogLevel::Info, line);
+        let options = crate::acp::config_options(&model, &self.available_models(&model), effort);
         self.reply_ok(id, &json!({"configOptions": options}));
     }
 

@@ -8,6 +8,7 @@
 //! agent), and a record of a known version with a `type` it does not know is skipped, so that
 //! a later agent can add record types without a new version.
 
+use crate::config::Effort;
 use crate::llm::{ChatReasoningField, Message, ReasoningBlock, ToolCall};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
@@ -80,6 +81,9 @@ pub(crate) enum Record {
     },
     /// `session/set_model` (`None`: back to the configured model).
     Model(Option<String>),
+    /// The reasoning effort set with `session/set_config_option` (SPEC L12; `None`: the
+    /// provider's default, no reasoning parameter).
+    ThoughtLevel(Option<Effort>),
     /// A remembered `*_always` permission answer for a qualified tool name (SPEC A7).
     Permission {
         /// `server__tool`.
@@ -155,6 +159,9 @@ impl Record {
                 *failed,
             ),
             Record::Model(model) => Line::start(out, "model").field("modelId", model).end(),
+            Record::ThoughtLevel(effort) => Line::start(out, "thought_level")
+                .field("effort", &effort.map(Effort::as_str))
+                .end(),
             Record::Permission { tool, allow } => Line::start(out, "permission")
                 .field("allow", allow)
                 .field("tool", tool)
@@ -226,6 +233,14 @@ impl Record {
                 failed: f.string("status")? == "failed",
             },
             "model" => Record::Model(f.opt_string("modelId")?),
+            "thought_level" => Record::ThoughtLevel(match f.opt_string("effort")? {
+                None => None,
+                Some(e) => Some(Effort::parse(&e).ok_or_else(|| {
+                    format!(
+                        "thought_level: effort must be low, medium, high, max or null, not {e:?}"
+                    )
+                })?),
+            }),
             "permission" => Record::Permission {
                 tool: f.string("tool")?,
                 allow: f.bool("allow")?,
@@ -730,6 +745,8 @@ mod tests {
             },
             Record::Model(Some("m".into())),
             Record::Model(None),
+            Record::ThoughtLevel(Some(Effort::Max)),
+            Record::ThoughtLevel(None),
             Record::Permission {
                 tool: "fs__read".into(),
                 allow: false,
@@ -856,6 +873,10 @@ mod tests {
             Record::Model(model) => {
                 o.insert("modelId".into(), json!(model));
                 "model"
+            }
+            Record::ThoughtLevel(effort) => {
+                o.insert("effort".into(), json!(effort.map(Effort::as_str)));
+                "thought_level"
             }
             Record::Permission { tool, allow } => {
                 o.insert("tool".into(), json!(tool));

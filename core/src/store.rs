@@ -30,7 +30,7 @@
 //! last line is cut off (WARN), and tool calls left without a result by a crash are closed with
 //! an error result (SPEC I9), recorded, and replayed as failed.
 
-use crate::config::{LogLevel, StateDir};
+use crate::config::{Effort, LogLevel, StateDir};
 use crate::ids::{SessionId, TranscriptId};
 use crate::io::{Action, OpenMode, TranscriptEntry, TranscriptError, TranscriptEvent};
 use crate::jsonrpc::{RpcError, RpcId};
@@ -82,6 +82,9 @@ pub(crate) struct Restored {
     pub(crate) transcript: Transcript,
     /// The model set with `session/set_model`.
     pub(crate) model: Option<String>,
+    /// The reasoning effort set with `session/set_config_option` (SPEC L12), as
+    /// `Session::thought_level` keeps it.
+    pub(crate) thought_level: Option<Option<Effort>>,
     /// Remembered permission answers.
     pub(crate) remembered: BTreeMap<String, bool>,
     /// Whether the client asked for the replay (`session/load`) or not (`session/resume`).
@@ -159,6 +162,8 @@ struct Recorder {
     usage: (u64, usize),
     /// The model recorded.
     model: Option<String>,
+    /// The reasoning effort recorded (SPEC L12).
+    thought_level: Option<Option<Effort>>,
     /// The permission answers recorded.
     remembered: BTreeMap<String, bool>,
     batch: Option<RecordedBatch>,
@@ -187,6 +192,7 @@ impl Recorder {
             synced: 0,
             usage: (0, 0),
             model: None,
+            thought_level: None,
             remembered: BTreeMap::new(),
             batch: None,
             appended: 0,
@@ -294,6 +300,12 @@ impl Recorder {
             self.model.clone_from(&sess.model_override);
             self.record(&Record::Model(self.model.clone()));
         }
+        if let Some(level) = sess.thought_level
+            && self.thought_level != Some(level)
+        {
+            self.thought_level = Some(level);
+            self.record(&Record::ThoughtLevel(level));
+        }
         for (tool, allow) in &sess.remembered {
             if self.remembered.get(tool) != Some(allow) {
                 self.remembered.insert(tool.clone(), *allow);
@@ -348,6 +360,7 @@ struct Loader {
     usage: (u64, usize),
     calls: u64,
     model: Option<String>,
+    thought_level: Option<Option<Effort>>,
     remembered: BTreeMap<String, bool>,
     /// Record types skipped (warned once each).
     unknown: BTreeSet<String>,
@@ -722,6 +735,7 @@ impl SessionStore {
                 usage: (0, 0),
                 calls: 0,
                 model: None,
+                thought_level: None,
                 remembered: BTreeMap::new(),
                 unknown: BTreeSet::new(),
             },
@@ -928,6 +942,7 @@ impl SessionStore {
         rec.synced = load.history.len();
         rec.usage = load.usage;
         rec.model.clone_from(&load.model);
+        rec.thought_level = load.thought_level;
         rec.remembered.clone_from(&load.remembered);
         for r in &repairs {
             rec.record(r);
@@ -962,6 +977,7 @@ impl SessionStore {
             Box::new(Restored {
                 transcript,
                 model: load.model,
+                thought_level: load.thought_level,
                 remembered: load.remembered,
                 replayed: load.replay,
             }),
@@ -1161,6 +1177,7 @@ impl Loader {
                 | Record::ToolCall { .. }
                 | Record::ToolResult { .. }
                 | Record::Model(_)
+                | Record::ThoughtLevel(_)
                 | Record::Permission { .. }
                 | Record::TurnEnd { .. }
                 | Record::Unknown(_) => Err("not a session header".into()),
@@ -1252,6 +1269,7 @@ impl Loader {
                 }
             }
             Record::Model(m) => self.model = m,
+            Record::ThoughtLevel(e) => self.thought_level = Some(e),
             Record::Permission { tool, allow } => {
                 self.remembered.insert(tool, allow);
             }

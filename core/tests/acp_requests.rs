@@ -342,3 +342,86 @@ fn p1_the_agent_is_finished_only_once_it_asked_to_exit() {
     assert_eq!(w.exited, Some(0));
     assert!(w.agent.is_finished());
 }
+
+#[test]
+fn l12_set_config_option_sets_the_thinking_effort_from_the_next_request_and_a_load_keeps_it() {
+    let mut w = World::new(store_config(), vec![]);
+    let sid = w.start();
+    w.prompt("before");
+    w.run_idle();
+    let high = w.request(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "thought_level", "value": "high"}),
+    );
+    let wrong = w.request(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "thought_level", "value": "huge"}),
+    );
+    w.run_idle();
+    assert_eq!(error_code(&w, wrong), -32602, "{:?}", w.response(wrong));
+    let options = w
+        .response(high)
+        .map(|r| r["result"]["configOptions"].clone())
+        .unwrap_or_default();
+    assert_eq!(options[0]["currentValue"], "test-model", "{options}");
+    assert_eq!(options[1]["id"], "thought_level", "{options}");
+    assert_eq!(options[1]["currentValue"], "high", "{options}");
+    w.prompt("after");
+    w.run_idle();
+    let efforts: Vec<Value> = w
+        .llm_requests
+        .iter()
+        .map(|(_, _, body)| body["reasoning_effort"].clone())
+        .collect();
+    assert_eq!(
+        efforts,
+        [Value::Null, json!("high")],
+        "from the next request on"
+    );
+
+    // A new process loads the session: the effort it chose holds, and is advertised.
+    let mut w2 = World::new(store_config(), vec![]).with_disk(w.disk.clone());
+    w2.initialize();
+    let load = w2.load_session(&sid, true);
+    let loaded = w2.response(load).cloned().unwrap_or_default();
+    assert_eq!(
+        loaded["result"]["configOptions"][1]["currentValue"], "high",
+        "{loaded}"
+    );
+    w2.session = Some(sid.clone());
+    w2.prompt("loaded");
+    w2.run_idle();
+    assert_eq!(
+        w2.llm_requests
+            .last()
+            .map(|(_, _, b)| b["reasoning_effort"].clone()),
+        Some(json!("high"))
+    );
+    // Back to the provider's default: no reasoning parameter, recorded as such.
+    let default = w2.request(
+        "session/set_config_option",
+        json!({"sessionId": sid, "configId": "thought_level", "value": "default"}),
+    );
+    w2.run_idle();
+    assert_eq!(
+        w2.response(default)
+            .map(|r| r["result"]["configOptions"][1]["currentValue"].clone()),
+        Some(json!("default"))
+    );
+    w2.prompt("plain");
+    w2.run_idle();
+    let last = w2
+        .llm_requests
+        .last()
+        .map(|(_, _, b)| b.clone())
+        .unwrap_or_default();
+    assert!(last.get("reasoning_effort").is_none(), "{last}");
+    let mut w3 = World::new(store_config(), vec![]).with_disk(w2.disk.clone());
+    w3.initialize();
+    let load = w3.load_session(&sid, false);
+    assert_eq!(
+        w3.response(load)
+            .map(|r| r["result"]["configOptions"][1]["currentValue"].clone()),
+        Some(json!("default"))
+    );
+}

@@ -91,6 +91,18 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
     let mut children = Children::default();
     let mut store = Store::new(&agent.config().state_dir, tx.clone(), backlog.clone());
     let mut oauth = OAuthIo::new(&agent.config().state_dir, tx.clone());
+    // SPEC S8: a state directory another user could write to is never used; said once here,
+    // and every load, listing and new transcript fails with the same reason.
+    if let Err(why) = store.check() {
+        let record = LogRecord {
+            level: LogLevel::Error,
+            at: now(),
+            message: format!(
+                "{why}: sessions are not saved there or loaded from it until it belongs to this user and no one else can write to it (chmod go-w)"
+            ),
+        };
+        log.write(record.render(log_format));
+    }
     let mut llm: BTreeMap<LlmCallId, http::Exchange> = BTreeMap::new();
     let mut exchanges: BTreeMap<ExchangeId, http::Exchange> = BTreeMap::new();
     // The loop's timer and the deadline it is armed for (`None`: unarmed or fired).

@@ -321,6 +321,10 @@ fn file_failure(job: &FileJob, why: &str) -> Input {
 }
 
 fn run_file_job(dir: &Path, job: FileJob) -> Input {
+    // SPEC S8: no token is read from, or written to, a directory another user can write to.
+    if let Err(why) = crate::store::check_state_dir(dir) {
+        return file_failure(&job, &format!("{why}; tokens are not kept there"));
+    }
     match job {
         FileJob::Read(server, file) => {
             let result = read_token_file(dir, &file);
@@ -599,6 +603,38 @@ mod tests {
         assert!(matches!(
             recv(&rx),
             Input::OAuth(OAuthInput::TokenFile { result: Err(_), .. })
+        ));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn s8_no_token_is_read_or_written_where_another_user_can_write() {
+        let dir = scratch("s8");
+        let (mut io, rx) = io(&dir);
+        std::fs::create_dir_all(dir.join("oauth")).unwrap();
+        std::fs::write(dir.join("oauth/a.json"), b"planted").unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        io.start(read("a.json"));
+        assert!(matches!(
+            recv(&rx),
+            Input::OAuth(OAuthInput::TokenFile { result: Err(e), .. })
+                if e.contains("without the sticky bit") && e.contains("tokens are not kept there")
+        ));
+        io.start(OAuthAction::WriteTokenFile {
+            server: S,
+            file: "b.json".into(),
+            bytes: b"secret".to_vec(),
+        });
+        assert!(matches!(
+            recv(&rx),
+            Input::OAuth(OAuthInput::TokenFileWritten { result: Err(_), .. })
+        ));
+        assert!(!dir.join("oauth/b.json").exists());
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        io.start(read("a.json"));
+        assert!(matches!(
+            recv(&rx),
+            Input::OAuth(OAuthInput::TokenFile { result: Ok(Some(b)), .. }) if b == b"planted"
         ));
         let _ = std::fs::remove_dir_all(dir);
     }

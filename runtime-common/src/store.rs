@@ -29,6 +29,14 @@
 //!   stdout queue, and a client that stops reading holds up only its own load. Closing a file
 //!   being read stops the read; the store thread waits for the reader to let go of the file.
 //!
+//! - **The directory must be the user's own** (SPEC S8): before every open and listing, the
+//!   state directory must belong to the agent's user and be writable by no one else, and each
+//!   of its parents must belong to that user or root and be writable by no one else unless it
+//!   has the sticky bit (`/tmp`), as OpenSSH's `StrictModes` asks of `~/.ssh`
+//!   ([`check_state_dir`]). A transcript must be the user's and writable by no one else. Else
+//!   nothing there is opened, created or listed, so a session planted by another user (with
+//!   its remembered `allow_always` answers) is never loaded; the driver says so once at start.
+//!
 //! At exit, [`Store::finish`] lets the thread run the syncs that are queued (bounded by a
 //! deadline) before the last ACP lines are written.
 
@@ -41,7 +49,7 @@ use buzz_agent_core::{
 use std::collections::BTreeMap;
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
@@ -159,6 +167,16 @@ impl Store {
             files: BTreeMap::new(),
             worker: None,
         }
+    }
+
+    /// Whether the state directory may hold sessions ([`check_state_dir`]); `Ok` when
+    /// sessions are not saved at all. The driver checks it once at start to say why sessions
+    /// will not be saved; every open and listing checks it again.
+    ///
+    /// # Errors
+    /// Why the directory is refused, naming it (or the parent at fault).
+    pub fn check(&self) -> Result<(), String> {
+        self.dir.as_deref().map_or(Ok(()), check_state_dir)
     }
 
     /// Runs one transcript action (others are not the store's and are ignored). The answer
@@ -372,6 +390,100 @@ fn group(cmds: impl IntoIterator<Item = Cmd>) -> Vec<Cmd> {
     steps
 }
 
+/// Checks that `dir` can hold session transcripts (SPEC S8): the directory, when it exists,
+/// belongs to the agent's effective user and is writable by neither its group nor others; and
+/// each existing parent (after resolving symbolic links) belongs to that user or to root and is
+/// writable by neither group nor others unless its sticky bit is set (then no one else can
+/// rename or remove an entry they do not own). A missing directory is fine when its existing
+/// parents are: the agent creates it 0700 and checks it again before using it.
+///
+/// # Errors
+/// One sentence naming the directory at fault and what is wrong with it (owner, or mode in
+/// octal), without the consequence (the caller words it).
+pub fn check_state_dir(dir: &Path) -> Result<(), String> {
+    let me = crate::sys::euid();
+    let shown = dir.display();
+    let io = |p: &Path, e: std::io::Error| format!("cannot check {}: {e}", p.display());
+    let (resolved, exists) = match std::fs::canonicalize(dir) {
+        Ok(p) => (p, true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // The nearest parent that exists is where the directory will be made.
+            let Some(parent) = dir.ancestors().skip(1).find(|p| p.exists()) else {
+                return Ok(());
+            };
+            (
+                std::fs::canonicalize(parent).map_err(|e| io(parent, e))?,
+                false,
+            )
+        }
+        Err(e) => return Err(io(dir, e)),
+    };
+    let mut parents = resolved.ancestors();
+    if exists {
+        let meta = std::fs::metadata(&resolved).map_err(|e| io(&resolved, e))?;
+        let mode = meta.mode() & 0o7777;
+        if !meta.is_dir() {
+            return Err(format!("the state directory {shown} is not a directory"));
+        }
+        if meta.uid() != me {
+            return Err(format!(
+                "the state directory {shown} belongs to uid {}, not to this user (uid {me})",
+                meta.uid()
+            ));
+        }
+        if mode & 0o002 != 0 {
+            return Err(format!(
+                "the state directory {shown} is writable by others (mode {mode:04o})"
+            ));
+        }
+        if mode & 0o020 != 0 {
+            return Err(format!(
+                "the state directory {shown} is writable by its group (mode {mode:04o})"
+            ));
+        }
+        parents.next();
+    }
+    for parent in parents {
+        let meta = std::fs::metadata(parent).map_err(|e| io(parent, e))?;
+        let mode = meta.mode() & 0o7777;
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(format!(
+                "{}, a parent of the state directory {shown}, belongs to uid {} (neither this user nor root)",
+                parent.display(),
+                meta.uid()
+            ));
+        }
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Err(format!(
+                "{}, a parent of the state directory {shown}, is writable by group or others without the sticky bit (mode {mode:04o})",
+                parent.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that an opened or listed transcript (`meta` of `path`) is the user's own and writable
+/// by no one else (SPEC S8): the agent creates them 0600, so anything else was put there.
+fn check_transcript(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    let me = crate::sys::euid();
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != me {
+        return Err(format!(
+            "{} belongs to uid {}, not to this user (uid {me}); not used",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by group or others (mode {mode:04o}); not used",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 /// The path of `name` in the state directory `dir`, if `name` is a plain file name.
 fn path_in(dir: Option<&Path>, name: &str) -> Result<PathBuf, TranscriptError> {
     let Some(dir) = dir else {
@@ -395,6 +507,10 @@ fn open(
 ) -> Result<(File, Vec<PathBuf>), TranscriptError> {
     let path = path_in(dir, name)?;
     let io = |e: std::io::Error| TranscriptError::Io(e.to_string());
+    let refused = |why: String| TranscriptError::Io(format!("{why}; sessions are not kept there"));
+    if let Some(dir) = dir {
+        check_state_dir(dir).map_err(refused)?;
+    }
     let mut options = OpenOptions::new();
     options
         .read(true)
@@ -422,6 +538,8 @@ fn open(
                         .filter_map(|d| d.parent().map(Path::to_path_buf)),
                 );
                 dirs.dedup();
+                // Made by this open, or there before it: checked again now that it exists.
+                check_state_dir(parent).map_err(refused)?;
             }
             options.create_new(true).mode(0o600).open(&path)
         }
@@ -442,6 +560,7 @@ fn open(
             path.display()
         )));
     }
+    check_transcript(&path, &meta).map_err(TranscriptError::Io)?;
     crate::sys::lock_exclusive(&file).map_err(|e| {
         if e.kind() == std::io::ErrorKind::WouldBlock {
             TranscriptError::Locked
@@ -516,6 +635,7 @@ impl Worker {
         let Some(dir) = &self.dir else {
             return Ok(Vec::new());
         };
+        check_state_dir(dir).map_err(|why| format!("{why}; sessions are not kept there"))?;
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -595,6 +715,8 @@ fn entry_of(path: &Path, name: String) -> Option<TranscriptEntry> {
         .open(path)
         .ok()?;
     let meta = file.metadata().ok()?;
+    // A file the agent would refuse to load is not listed either.
+    check_transcript(path, &meta).ok()?;
     let modified_ms = meta
         .modified()
         .ok()?
@@ -1044,5 +1166,137 @@ mod tests {
         assert!(events(&rx).is_empty());
         assert_eq!(std::fs::read(&path).expect("read").len(), 0);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn failed_with(got: Option<Input>) -> String {
+        match got {
+            Some(Input::Transcript {
+                event: TranscriptEvent::Failed(TranscriptError::Io(why)),
+                ..
+            }) => why,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    fn listed(st: &mut Store, rx: &async_channel::Receiver<Input>) -> Result<usize, String> {
+        st.start(Action::ListTranscripts { request: 1 });
+        match <[Input; 1]>::try_from(events(rx)) {
+            Ok([Input::TranscriptList { entries, .. }]) => entries.map(|e| e.len()),
+            other => panic!("one listing: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn s8_a_state_directory_others_can_write_to_or_another_user_owns_is_never_used() {
+        let root = scratch("s8-dir");
+        let dir = root.join("sessions");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("sess_1.jsonl"), "{}\n").expect("write");
+        let chmod = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+        };
+        let (mut st, rx) = store(&dir);
+        for (mode, why) in [
+            (0o770, "is writable by its group (mode 0770)"),
+            (0o703, "is writable by others (mode 0703)"),
+            (0o777, "is writable by others (mode 0777)"),
+        ] {
+            chmod(&dir, mode);
+            let refusal = st.check().expect_err("refused");
+            assert!(refusal.contains(why), "{refusal}");
+            assert!(refusal.contains(&dir.display().to_string()), "{refusal}");
+            let open = failed_with(st.start(open_action(1, OpenMode::Existing)));
+            assert!(
+                open.contains(why) && open.contains("not kept there"),
+                "{open}"
+            );
+            let create = failed_with(st.start(open_action(2, OpenMode::Create)));
+            assert!(create.contains(why), "{create}");
+            assert!(!dir.join("sess_2.jsonl").exists(), "nothing created");
+            let list = listed(&mut st, &rx).expect_err("the listing is refused");
+            assert!(list.contains(why), "{list}");
+        }
+        chmod(&dir, 0o700);
+        assert_eq!(st.check(), Ok(()));
+        assert_eq!(listed(&mut st, &rx), Ok(1));
+        assert_eq!(
+            st.start(open_action(1, OpenMode::Existing)),
+            event(1, TranscriptEvent::Opened)
+        );
+        st.start(Action::CloseTranscript {
+            file: TranscriptId(1),
+        });
+        // A parent others can write to lets them swap the directory: refused, unless its
+        // sticky bit keeps them from renaming what is not theirs (as /tmp).
+        chmod(&root, 0o777);
+        let refusal = st.check().expect_err("refused");
+        assert!(
+            refusal.contains(&format!(
+                "{}, a parent of the state directory",
+                root.display()
+            )) && refusal.contains("without the sticky bit (mode 0777)"),
+            "{refusal}"
+        );
+        failed_with(st.start(open_action(1, OpenMode::Existing)));
+        chmod(&root, 0o1777);
+        assert_eq!(st.check(), Ok(()));
+        chmod(&root, 0o700);
+        // Another user's directory, or another user's file in ours (only root can make them).
+        if crate::sys::euid() == 0 {
+            std::os::unix::fs::chown(&dir, Some(65534), None).expect("chown");
+            let refusal = failed_with(st.start(open_action(1, OpenMode::Existing)));
+            assert!(
+                refusal.contains("belongs to uid 65534, not to this user (uid 0)"),
+                "{refusal}"
+            );
+            std::os::unix::fs::chown(&dir, Some(0), None).expect("chown");
+            std::os::unix::fs::chown(dir.join("sess_1.jsonl"), Some(65534), None).expect("chown");
+            let refusal = failed_with(st.start(open_action(1, OpenMode::Existing)));
+            assert!(refusal.contains("belongs to uid 65534"), "{refusal}");
+            assert_eq!(listed(&mut st, &rx), Ok(0), "nor listed");
+            std::os::unix::fs::chown(dir.join("sess_1.jsonl"), Some(0), None).expect("chown");
+        }
+        // A transcript others can write to was not written by the agent alone.
+        chmod(&dir.join("sess_1.jsonl"), 0o666);
+        let refusal = failed_with(st.start(open_action(1, OpenMode::Existing)));
+        assert!(
+            refusal.contains("is writable by group or others (mode 0666)"),
+            "{refusal}"
+        );
+        assert_eq!(listed(&mut st, &rx), Ok(0), "nor listed");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn s8_a_missing_directory_is_made_only_under_safe_parents() {
+        let root = scratch("s8-missing");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        let dir = root.join("a/b/sessions");
+        let (mut st, _rx) = store(&dir);
+        assert_eq!(st.check(), Ok(()), "missing, under safe parents");
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o757)).expect("chmod");
+        assert!(st.check().is_err());
+        let refusal = failed_with(st.start(open_action(1, OpenMode::Create)));
+        assert!(
+            refusal.contains("a parent of the state directory"),
+            "{refusal}"
+        );
+        assert!(
+            !root.join("a").exists(),
+            "nothing made under an unsafe parent"
+        );
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert_eq!(
+            st.start(open_action(1, OpenMode::Create)),
+            event(1, TranscriptEvent::Opened)
+        );
+        // A parent made by someone else, writable by all: nothing is made in it.
+        let other = root.join("c");
+        std::fs::create_dir(&other).expect("mkdir");
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let (mut st2, _rx2) = store(&other.join("sessions"));
+        failed_with(st2.start(open_action(3, OpenMode::Create)));
+        assert!(!other.join("sessions").exists());
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

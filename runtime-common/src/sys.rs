@@ -119,3 +119,10 @@ pub fn nowait_unsupported(e: &std::io::Error) -> bool {
     let errno = false;
     errno || e.kind() == std::io::ErrorKind::Unsupported
 }
+
+/// The effective user id of the agent (whose files the state directory must hold, SPEC S8).
+#[must_use]
+pub fn euid() -> u32 {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}

@@ -12,6 +12,7 @@
 
 pub mod acp_schema;
 pub mod bench;
+pub mod conformance;
 pub mod conformance_auth;
 pub mod dialects;
 pub mod differential;
@@ -73,7 +74,11 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
     trials.extend(scenarios::tool_trials(&ctx));
     trials.extend(dialect_trials(agent_bin, has_extras));
     trials.extend(peers::trials(&ctx));
+    trials.extend(conformance::trials(&ctx.agent_bin));
     let conclusion = libtest_mimic::run(&args, trials);
+    if let Some(figures) = conformance::summary() {
+        eprintln!("{figures}");
+    }
     let schema = acp_schema::counts();
     if schema.validated > 0 {
         eprintln!(
@@ -130,9 +135,10 @@ pub fn serve_role_if_asked() {
         Ok("fake-mcp") => fake_mcp::main(),
         Ok("fake-mcp-http") => fake_mcp_http::main(),
         Ok("fake-browser") => fake_oauth::browse_main(),
+        Ok("conformance-client") => conformance::client_main(),
         Ok(other) if !other.is_empty() => {
             eprintln!(
-                "buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp, fake-mcp-http, fake-browser)"
+                "buzz-agent-e2e: unknown BUZZ_E2E_ROLE {other:?} (known: fake-mcp, fake-mcp-http, fake-browser, conformance-client)"
             );
             std::process::exit(2);
         }

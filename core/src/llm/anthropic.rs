@@ -31,8 +31,8 @@ pub(crate) const EMPTY_USER_TEXT: &str = "(empty message)";
 /// when `is_error` is true.
 pub(crate) const EMPTY_ERROR_TEXT: &str = "Error";
 
-/// The Anthropic Messages route (SPEC L6): [`build_request_cached`], [`AnthropicDecoder`]; no
-/// reaction of its own to an HTTP error.
+/// The Anthropic Messages route (SPEC L6): [`build_request_cached`], [`AnthropicDecoder`]; its
+/// own reaction to an HTTP error is the other form of `thinking` (SPEC L12).
 pub(crate) struct AnthropicMessages;
 
 impl ProviderRoute for AnthropicMessages {
@@ -46,23 +46,25 @@ impl ProviderRoute for AnthropicMessages {
         build_request_with(cfg, req, learned, cache)
     }
 
-    /// SPEC L12: a 400 naming `thinking` (or `adaptive`, `budget_tokens`) for a request that
-    /// carried the form chosen for its model (an older model rejects `adaptive`, a newer one
-    /// `enabled` with a budget): the other form from now on, once.
+    /// SPEC L12: a 400 refusing the form of `thinking` the request carried for `model` (an
+    /// older model refuses `adaptive`, a newer one `enabled` with a budget;
+    /// [`rejects_thinking_form`]): the other form from now on, once. Any other 400, one about
+    /// the conversation's thinking blocks or the budget's size included, is left to the
+    /// route-neutral handling.
     fn on_http_error(
         &self,
         _cfg: &Config,
-        _model: &str,
+        model: &str,
         effort: Option<Effort>,
         status: u16,
         body: &[u8],
         learned: &mut Learned,
     ) -> Option<ErrorReaction> {
-        let text = String::from_utf8_lossy(body);
-        let names_it = ["thinking", "adaptive", "budget_tokens", "output_config"]
-            .iter()
-            .any(|f| text.contains(f));
-        if effort.is_none() || status != 400 || !names_it || learned.other_thinking_form {
+        if effort.is_none() || status != 400 || learned.other_thinking_form {
+            return None;
+        }
+        // Not swapped yet: the request carried the form chosen for the model.
+        if !rejects_thinking_form(body, takes_adaptive_thinking(model)) {
             return None;
         }
         learned.other_thinking_form = true;
@@ -309,6 +311,51 @@ fn continues_loop_without_thinking(messages: &[Message]) -> bool {
         if reasoning.iter().any(|b| matches!(b,
             ReasoningBlock::Thinking { signature, .. } if !signature.is_empty())
             || matches!(b, ReasoningBlock::Redacted { .. })))
+}
+
+/// Whether an Anthropic 400 `body` refuses the form of the `thinking` request parameter that
+/// was sent (`sent_adaptive`: `{"type":"adaptive"}` with `output_config`, else `{"type":
+/// "enabled","budget_tokens"}`), as the API words it (platform.claude.com, "Thinking
+/// troubleshooting"):
+/// * to `enabled` on an adaptive-only model: `"thinking.type.enabled" is not supported for this
+///   model. Use "thinking.type.adaptive" and "output_config.effort" …`;
+/// * to `adaptive` on an older model: `adaptive thinking is not supported on this model`, or,
+///   from an endpoint that does not know the form, a validation error of `thinking.type` or
+///   `output_config` (`thinking.type: Input should be 'enabled' or 'disabled'`, `output_config:
+///   Extra inputs are not permitted`).
+///
+/// Not a form refusal: an error about the conversation (`messages.…`: a thinking block's
+/// signature, a tool loop that must open with thinking) or about the budget's size (`max_tokens`
+/// must be greater than `thinking.budget_tokens`, a budget under 1,024): the other form would
+/// not help.
+fn rejects_thinking_form(body: &[u8], sent_adaptive: bool) -> bool {
+    let message = super::status::error_message(body).to_ascii_lowercase();
+    let message = message.trim_start_matches(['"', '`', '\'', ' ']);
+    if message.starts_with("messages")
+        || message.contains("max_tokens")
+        || message.contains("greater than")
+    {
+        return false;
+    }
+    let refuses = [
+        "not supported",
+        "unsupported",
+        "does not support",
+        "input should be",
+        "extra inputs are not permitted",
+    ]
+    .iter()
+    .any(|r| message.contains(r));
+    let refuses_enabled = message.contains("thinking.type.enabled");
+    let names_form = if sent_adaptive {
+        !refuses_enabled
+            && (message.contains("adaptive")
+                || message.starts_with("thinking.type")
+                || message.starts_with("output_config"))
+    } else {
+        refuses_enabled || message.contains("budget_tokens")
+    };
+    refuses && names_form
 }
 
 /// Whether `model` takes `thinking: {"type":"adaptive"}` (Anthropic: Claude Opus 4.6, Sonnet

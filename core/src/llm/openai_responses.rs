@@ -48,9 +48,10 @@ use crate::sse::SseEvent;
 /// `{"type":"function_call_output","call_id","output"}` with `Error: ` prefixed to an error
 /// result.
 ///
-/// Reasoning (SPEC L10, case C39): with `options.include_encrypted_reasoning` the body asks
-/// for `include: ["reasoning.encrypted_content"]` (set for OpenAI reasoning models, which are
-/// the ones that return reasoning items; others may reject the value). Reasoning items that
+/// Reasoning (SPEC L10, case C39): with `options.include_encrypted_reasoning`, or with a
+/// reasoning effort sent (SPEC L12: the operator says the model reasons), the body asks for
+/// `include: ["reasoning.encrypted_content"]` (set for OpenAI reasoning models, which are the
+/// ones that return reasoning items; others may reject the value). Reasoning items that
 /// carry `encrypted_content` are replayed verbatim before the items of their assistant message
 /// — the only form a stateless (`store: false`) request may send back: an item with only an id
 /// is answered "Items are not persisted when `store` is set to false". A reasoning item must be
@@ -111,7 +112,9 @@ pub(crate) fn build_request_cached(
     }
     write_field(&mut tail, "stream", &true);
     write_field(&mut tail, "store", &false);
-    if options.include_encrypted_reasoning {
+    // An effort sent says the model reasons (SPEC L12): its reasoning must come back too.
+    let effort_sent = req.effort.is_some() && options.reasoning;
+    if options.include_encrypted_reasoning || effort_sent {
         write_field(&mut tail, "include", &["reasoning.encrypted_content"]);
     }
     write_field(&mut tail, "max_output_tokens", &req.max_output_tokens);

@@ -392,6 +392,24 @@ mod tests {
             json!({"effort": "medium"})
         );
         assert!(resp(&cfg, None).get("reasoning").is_none());
+        // An effort says the model reasons: its encrypted reasoning is asked for, so that a
+        // stateless request can send it back (L10); not without one, nor once dropped.
+        let include = json!(["reasoning.encrypted_content"]);
+        assert_eq!(resp(&cfg, Some(Effort::Low))["include"], include);
+        assert!(resp(&cfg, None).get("include").is_none());
+        let dropped = Learned {
+            no_reasoning_effort: true,
+            ..Learned::default()
+        };
+        let without = effort_body(
+            ProviderKind::OpenAiResponses,
+            &cfg,
+            "m",
+            &hi,
+            Some(Effort::Low),
+            &dropped,
+        );
+        assert!(without.get("include").is_none(), "{without}");
         cfg.thinking_summary = Some("auto".into());
         assert_eq!(
             resp(&cfg, Some(Effort::High))["reasoning"],
@@ -534,29 +552,102 @@ mod tests {
             let sent = effort_body(kind, &cfg, "m", &hi, Some(Effort::Low), &learned);
             assert!(sent.get("reasoning_effort").is_none() && sent.get("reasoning").is_none());
         }
+    }
+
+    /// An Anthropic 400 body with `message`.
+    fn anthropic_400(message: &str) -> Vec<u8> {
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn l12_only_a_400_refusing_the_form_of_thinking_sent_swaps_the_form() {
         let cfg = Config::for_tests(ProviderKind::Anthropic, "http://h/");
-        let mut learned = Learned::default();
-        let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"thinking.type: adaptive is not supported for this model"}}"#;
-        let r = route(ProviderKind::Anthropic).on_http_error(
-            &cfg,
-            "m",
-            Some(Effort::Low),
-            400,
-            body,
-            &mut learned,
-        );
-        assert!(r.is_some() && learned.other_thinking_form);
-        assert_eq!(
-            route(ProviderKind::Anthropic).on_http_error(
-                &cfg,
-                "m",
-                Some(Effort::Low),
-                400,
-                body,
-                &mut learned
+        let anthropic = route(ProviderKind::Anthropic);
+        // (model, message, whether it refuses the form the request carried for that model)
+        let adaptive_refused = "adaptive thinking is not supported on this model";
+        let enabled_refused = "\"thinking.type.enabled\" is not supported for this model. Use \"thinking.type.adaptive\" and \"output_config.effort\" to control thinking behavior.";
+        for (model, message, swaps) in [
+            ("claude-opus-4-6", adaptive_refused, true),
+            (
+                "claude-opus-4-6",
+                "thinking.type: Input should be 'enabled' or 'disabled'",
+                true,
             ),
-            None,
-            "the other form once, no loop"
-        );
+            (
+                "claude-opus-4-6",
+                "output_config: Extra inputs are not permitted",
+                true,
+            ),
+            ("claude-sonnet-4-5", enabled_refused, true),
+            // The refusal of the form not sent: nonsense for this request, not a reason.
+            ("claude-sonnet-4-5", adaptive_refused, false),
+            ("claude-opus-4-6", enabled_refused, false),
+            // About the conversation's thinking blocks, or the budget's size: the other form
+            // would not help.
+            (
+                "claude-sonnet-4-5",
+                "messages.1.content.0: Invalid `signature` in `thinking` block",
+                false,
+            ),
+            (
+                "claude-sonnet-4-5",
+                "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `text`. When `thinking` is enabled, a final `assistant` message must start with a thinking block.",
+                false,
+            ),
+            (
+                "claude-sonnet-4-5",
+                "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation",
+                false,
+            ),
+            (
+                "claude-sonnet-4-5",
+                "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+                false,
+            ),
+            (
+                "claude-opus-4-6",
+                "prompt is too long: 210000 tokens > 200000 maximum",
+                false,
+            ),
+            (
+                "claude-opus-4-6",
+                "tools.0.custom.name: String should match pattern",
+                false,
+            ),
+        ] {
+            let body = anthropic_400(message);
+            let mut learned = Learned::default();
+            let r =
+                anthropic.on_http_error(&cfg, model, Some(Effort::Low), 400, &body, &mut learned);
+            assert_eq!(r.is_some(), swaps, "{model}: {message}");
+            assert_eq!(learned.other_thinking_form, swaps, "{model}: {message}");
+            // Without an effort the request carried no thinking: nothing to swap.
+            let mut none = Learned::default();
+            assert_eq!(
+                anthropic.on_http_error(&cfg, model, None, 400, &body, &mut none),
+                None
+            );
+            // Another status is never a form refusal.
+            assert_eq!(
+                anthropic.on_http_error(&cfg, model, Some(Effort::Low), 422, &body, &mut none),
+                None
+            );
+            if swaps {
+                assert_eq!(
+                    anthropic.on_http_error(
+                        &cfg,
+                        model,
+                        Some(Effort::Low),
+                        400,
+                        &body,
+                        &mut learned
+                    ),
+                    None,
+                    "the other form once, no loop"
+                );
+            }
+        }
     }
 }

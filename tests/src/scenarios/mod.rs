@@ -9,9 +9,11 @@ mod caching;
 mod cases;
 mod cli;
 mod clients;
+mod commands;
 mod compaction;
 mod context;
 mod dialect_cases;
+mod effort;
 mod hooks;
 mod interceptors;
 mod lifecycle;
@@ -77,6 +79,9 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         security::s2_credentials_in_the_base_url_are_redacted_everywhere,
         security::s3_a_permission_request_names_the_registered_server_whatever_title_the_server_chose,
         security::s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working,
+        security::s8_a_state_directory_others_can_write_to_is_never_used_nor_its_permission_memory,
+        security::names_that_collide_a_tool_never_takes_the_name_of_another_servers_hook,
+        security::names_that_collide_a_forged_exposed_name_leads_to_one_server,
         hooks::h5_h6_hook_objects_once_then_clears_end_turn,
         hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
         hooks::h5_i2_budget_resets_per_prompt,
@@ -151,6 +156,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         caching::l11_caching_off_sends_no_breakpoint_and_no_cache_key,
         caching::l11_the_openai_routes_send_one_key_per_session_only_where_the_endpoint_takes_it,
         caching::a6_l11_usage_with_cache_tokens_and_cost_reaches_the_client_on_every_route,
+        effort::l12_effort_reaches_every_route_and_set_config_option_changes_it_from_the_next_request,
         cases::c13_server_requests_are_answered_in_their_own_id_space,
         cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
         cases::c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered,
@@ -199,6 +205,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         context::a10_no_hints_reads_nothing_and_a_cut_or_binary_file_is_warned_and_noticed,
         context::a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body,
         context::a10_ten_thousand_skills_are_capped_and_no_hints_offers_none,
+        commands::a11_prompts_are_offered_as_commands_and_a_list_change_sends_the_new_list,
     ]
 }
 
