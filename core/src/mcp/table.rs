@@ -4,7 +4,7 @@
 //! concerns, and owns what spans generations: which session a server serves, its death and
 //! M9 restart accounting, and the H4 count of consecutive hook timeouts.
 
-use super::catalogue::{self, Catalogue, Owner, ToolRoute};
+use super::catalogue::{self, Catalogue, NameClaims, Owner, ToolRoute};
 use super::http::{Delivery, HttpTransport, Wire};
 use super::prompts::{self, Prompt};
 use super::session::{McpSession, SessionEvent, SessionState};
@@ -258,6 +258,9 @@ pub(crate) struct ServerTable {
     inherited_env: Vec<(String, String)>,
     /// `MCP_HOOK_SERVERS`, for the warning about hooks that will not be called (case C56).
     hook_allowlist: HookAllowlist,
+    /// Per session, the exposed tool names its servers' tools hold for the whole session
+    /// (names that collide, issue 26). Kept while the session's servers are.
+    claims: BTreeMap<SessionId, NameClaims>,
     /// What every HTTP server's OAuth authorization is built from, and the generator its
     /// secrets fork from (SPEC M11); `None`: servers are not authorized by the agent.
     authorization: Option<(AuthSetup, SecretRng)>,
@@ -273,6 +276,7 @@ impl ServerTable {
             client_version,
             inherited_env: Vec::new(),
             hook_allowlist: HookAllowlist::Off,
+            claims: BTreeMap::new(),
             authorization: None,
         }
     }
@@ -1437,10 +1441,13 @@ impl ServerTable {
                     s.restarting = false;
                 }
                 let owner = Owner {
+                    slot,
                     name: &s.name,
                     prefix: &s.prefix,
                 };
-                s.catalogue.install(tools, owner, &self.hook_allowlist, out);
+                let claims = self.claims.entry(s.session).or_default();
+                s.catalogue
+                    .install(tools, owner, claims, &self.hook_allowlist, out);
                 s.listed_once = true;
                 s.listings = s.listings.saturating_add(1);
                 let mut events = Vec::new();
