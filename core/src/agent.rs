@@ -1359,10 +1359,11 @@ impl Agent {
     /// a re-listing held (C65).
     fn run_ready_turns(&mut self) {
         let max_par = self.cfg.max_parallel_tools;
+        let now = self.out.now();
         let held: Vec<SessionId> = self
             .turns
             .iter()
-            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par))
+            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par, now))
             .map(|(sid, _)| *sid)
             .collect();
         for sid in held {
@@ -1595,7 +1596,8 @@ impl Agent {
                     server: slot,
                     generation,
                 };
-                self.servers.term_grace_over(proc, &mut self.out);
+                self.servers
+                    .term_grace_over(proc, &mut self.out, &mut self.timers);
             }
             Timer::Server(slot, ServerTimer::StdoutClosed) => {
                 let events = self

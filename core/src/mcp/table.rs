@@ -4,7 +4,7 @@
 //! concerns, and owns what spans generations: which session a server serves, its death and
 //! M9 restart accounting, and the H4 count of consecutive hook timeouts.
 
-use super::catalogue::{self, Catalogue, Owner, ToolRoute};
+use super::catalogue::{self, Catalogue, NameClaims, Owner, ToolRoute};
 use super::http::{Delivery, HttpTransport, Wire};
 use super::prompts::{self, Prompt};
 use super::session::{McpSession, SessionEvent, SessionState};
@@ -88,6 +88,9 @@ pub(crate) struct Server {
     /// Its authorization failed before it ever served (SPEC M11): it stays without tools, the
     /// session starts anyway; the text says why (`not authorized: …`).
     unauthorized: Option<String>,
+    /// Stopped for good ([`ServerTable::stop`]: its session closed or failed to start): it
+    /// leaves the table as soon as nothing of it is pending (see [`ServerTable::sweep`]).
+    retired: bool,
 }
 
 impl Server {
@@ -142,6 +145,31 @@ impl Server {
 
     fn is_dead(&self) -> bool {
         self.mcp.is_closed()
+    }
+
+    /// Whether anything of the transport is still to come: a process that runs or is being
+    /// spawned, a SIGKILL still to send to a generation's group (SPEC M8), an HTTP exchange
+    /// in flight (the `DELETE` of a stop, SPEC M10).
+    fn transport_pending(&self, timers: &TimerTable) -> bool {
+        match &self.transport {
+            Transport::Stdio(t) => {
+                t.process_pending() || !timers.pending_kills(self.slot).is_empty()
+            }
+            Transport::Http(t) => t.busy(),
+        }
+    }
+
+    /// M9: dead, allowed to restart, its backoff over at `now` (the previous process may still
+    /// be being reaped).
+    fn restart_is_due(&self, now: MonoTime) -> bool {
+        self.is_dead() && self.restart_at.is_some_and(|t| t <= now)
+    }
+
+    /// M9: whether the previous generation is gone (reaped, or never spawned), so a restart
+    /// may spawn the next one.
+    fn reaped(&self) -> bool {
+        self.stdio()
+            .is_none_or(|t| matches!(t.process(), Process::NotSpawned | Process::Exited))
     }
 
     /// Whether the model may see its tools (SPEC M9: a recovering server keeps them listed; a
@@ -245,6 +273,9 @@ pub(crate) struct ServerTable {
     inherited_env: Vec<(String, String)>,
     /// `MCP_HOOK_SERVERS`, for the warning about hooks that will not be called (case C56).
     hook_allowlist: HookAllowlist,
+    /// Per session, the exposed tool names its servers' tools hold for the whole session
+    /// (names that collide, issue 26). Kept while the session's servers are.
+    claims: BTreeMap<SessionId, NameClaims>,
     /// What every HTTP server's OAuth authorization is built from, and the generator its
     /// secrets fork from (SPEC M11); `None`: servers are not authorized by the agent.
     authorization: Option<(AuthSetup, SecretRng)>,
@@ -260,6 +291,7 @@ impl ServerTable {
             client_version,
             inherited_env: Vec::new(),
             hook_allowlist: HookAllowlist::Off,
+            claims: BTreeMap::new(),
             authorization: None,
         }
     }
@@ -319,14 +351,6 @@ impl ServerTable {
         self.servers
             .get(&slot)
             .is_none_or(|s| s.listings > listings || !s.mcp.is_listing() || !s.is_ready())
-    }
-
-    /// Whether the server in `slot` serves and is re-listing its tools (a call to it waits, so
-    /// that it runs against the list the server announced, C65).
-    pub(crate) fn is_relisting(&self, slot: ServerSlot) -> bool {
-        self.servers
-            .get(&slot)
-            .is_some_and(|s| s.is_ready() && s.mcp.is_listing())
     }
 
     /// Whether the server in `slot` still lists the tool it calls `bare` (a re-listing after
@@ -455,6 +479,7 @@ impl ServerTable {
                 deaths: 0,
                 shut_down: false,
                 unauthorized: None,
+                retired: false,
             },
         );
         slot
@@ -493,34 +518,64 @@ impl ServerTable {
         let due: Vec<ServerSlot> = self
             .servers
             .values()
-            .filter(|s| {
-                s.session == session
-                    && s.is_dead()
-                    && s.stdio().is_none_or(|t| {
-                        matches!(t.process(), Process::NotSpawned | Process::Exited)
-                    })
-                    && s.restart_at.is_some_and(|t| t <= now)
-            })
+            .filter(|s| s.session == session && s.restart_is_due(now) && s.reaped())
             .map(|s| s.slot)
             .collect();
         for slot in due {
-            let Some(s) = self.servers.get_mut(&slot) else {
-                continue;
-            };
-            if let Some(t) = s.stdio_mut() {
-                t.next_generation();
-            }
-            s.mcp.reopen(timers);
-            timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
-            s.restart_at = None;
-            s.restarting = true;
-            let msg = match s.stdio() {
-                Some(t) => format!("mcp '{}': restarting ({})", s.name, t.proc()),
-                None => format!("mcp '{}': restarting", s.name),
-            };
-            out.log(LogLevel::Info, msg);
-            self.spawn(slot, out, timers);
+            self.restart(slot, out, timers);
         }
+    }
+
+    /// M9 restart on call: a tool call found `slot` dead with its backoff over, so the server
+    /// restarts now (if its previous process is reaped; else once it is) and the call waits
+    /// for it ([`ServerTable::holds_calls`]) instead of failing.
+    pub(crate) fn restart_for_call(
+        &mut self,
+        slot: ServerSlot,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let now = out.now();
+        if self
+            .servers
+            .get(&slot)
+            .is_some_and(|s| s.restart_is_due(now) && s.reaped())
+        {
+            self.restart(slot, out, timers);
+        }
+    }
+
+    /// Starts the next generation of a dead server (SPEC M9): spawn, handshake, list.
+    fn restart(&mut self, slot: ServerSlot, out: &mut Outbox, timers: &mut TimerTable) {
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
+        if let Some(t) = s.stdio_mut() {
+            t.next_generation();
+        }
+        s.mcp.reopen(timers);
+        timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
+        s.restart_at = None;
+        s.restarting = true;
+        let msg = match s.stdio() {
+            Some(t) => format!("mcp '{}': restarting ({})", s.name, t.proc()),
+            None => format!("mcp '{}': restarting", s.name),
+        };
+        out.log(LogLevel::Info, msg);
+        self.spawn(slot, out, timers);
+    }
+
+    /// Whether a tool call to `slot` waits rather than being sent or failed now: the server
+    /// re-lists its tools (the call runs against the new list, C65), or it restarts (SPEC M9:
+    /// the handshake of a restart is in progress, bounded by its timeout, or the restart is
+    /// due and waits for the previous process to be reaped, bounded by the kill grace). The
+    /// agent dispatches held calls again after each step.
+    pub(crate) fn holds_calls(&self, slot: ServerSlot, now: MonoTime) -> bool {
+        self.servers.get(&slot).is_some_and(|s| {
+            (s.is_ready() && s.mcp.is_listing())
+                || (s.restarting && !s.is_dead() && !s.is_ready())
+                || (s.restart_is_due(now) && !s.reaped())
+        })
     }
 
     /// Sends `request` to `slot` with one deadline `request.timeout_ms` from now; its id, or
@@ -609,15 +664,20 @@ impl ServerTable {
         let Some(slot) = self.current(proc) else {
             return Vec::new();
         };
-        let Some(s) = self.servers.get(&slot) else {
+        let Some(s) = self.servers.get_mut(&slot) else {
             return Vec::new();
         };
+        if let Some(t) = s.stdio_mut() {
+            t.spawn_failed();
+        }
         let reason = format!(
             "MCP server '{}' failed to start: spawning '{}' failed: {error}",
             s.name,
             s.stdio().map(|t| t.spec().command.as_str()).unwrap_or("")
         );
-        self.died(slot, reason, false, out, timers)
+        let events = self.died(slot, reason, false, out, timers);
+        self.sweep(slot, timers);
+        events
     }
 
     /// `Input::McpStderrLine`: kept for error messages and forwarded to the log with a prefix
@@ -663,6 +723,7 @@ impl ServerTable {
                     LogLevel::Debug,
                     format!("mcp '{}': process reaped ({status})", s.name),
                 );
+                self.sweep(slot, timers);
                 return Vec::new();
             }
             SessionState::Ready => s.describe_death(&format!("exited ({status})")),
@@ -815,6 +876,30 @@ impl ServerTable {
             .stdio()
             .is_some_and(|t| timers.contains(Timer::kill(t.proc())));
         s.end_transport(!kill_pending, out, timers);
+        s.retired = true;
+        self.sweep(slot, timers);
+    }
+
+    /// Forgets a retired server once nothing of it is pending (its process reaped or never
+    /// spawned, no SIGKILL left to send, no HTTP exchange in flight), with every timer of it:
+    /// nothing of a stopped server outlives it in the core (its spawn spec and environment,
+    /// its tool lists, its buffers), so memory follows the live sessions (issue 27). Later
+    /// inputs naming it are inert (I6).
+    fn sweep(&mut self, slot: ServerSlot, timers: &mut TimerTable) {
+        if self
+            .servers
+            .get(&slot)
+            .is_some_and(|s| s.retired && !s.transport_pending(timers))
+        {
+            self.servers.remove(&slot);
+            timers.clear_server(slot);
+        }
+    }
+
+    /// The number of servers in the table (live ones and stopped ones not yet swept).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.servers.len()
     }
 
     /// Agent shutdown (SPEC P1, M8 first stage): every server's stdin is closed, every server
@@ -1080,11 +1165,17 @@ impl ServerTable {
 
     /// The TERM grace of `proc`'s group passed (its timer was taken by the agent): SIGKILL the
     /// whole group, even if the leader already exited (SPEC M8).
-    pub(crate) fn term_grace_over(&self, proc: ProcKey, out: &mut Outbox) {
+    pub(crate) fn term_grace_over(
+        &mut self,
+        proc: ProcKey,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
         out.push(Action::SignalProcessGroup {
             proc,
             signal: Signal::Kill,
         });
+        self.sweep(proc.server, timers);
     }
 
     /// The stdout-closed grace of `slot` passed: the server is killed and dead.
@@ -1135,7 +1226,9 @@ impl ServerTable {
             return Vec::new();
         }
         let deliveries = t.on_event(exchange.seq, event, out, timers);
-        self.deliver(slot, deliveries, out, timers)
+        let events = self.deliver(slot, deliveries, out, timers);
+        self.sweep(slot, timers);
+        events
     }
 
     /// Hands what an HTTP transport learned to the session and the table, in order.
@@ -1236,7 +1329,9 @@ impl ServerTable {
             return Vec::new();
         };
         let deliveries = t.exchange_timed_out(seq, out, timers);
-        self.deliver(slot, deliveries, out, timers)
+        let events = self.deliver(slot, deliveries, out, timers);
+        self.sweep(slot, timers);
+        events
     }
 
     /// The `retry` wait of `slot`'s event streams passed: due resumptions start (SPEC M10).
@@ -1383,10 +1478,13 @@ impl ServerTable {
                     s.restarting = false;
                 }
                 let owner = Owner {
+                    slot,
                     name: &s.name,
                     prefix: &s.prefix,
                 };
-                s.catalogue.install(tools, owner, &self.hook_allowlist, out);
+                let claims = self.claims.entry(s.session).or_default();
+                s.catalogue
+                    .install(tools, owner, claims, &self.hook_allowlist, out);
                 s.listed_once = true;
                 s.listings = s.listings.saturating_add(1);
                 let mut events = Vec::new();
@@ -1848,6 +1946,98 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn spawned(actions: &[Action]) -> Vec<ProcKey> {
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::SpawnMcp { proc, .. } = a {
+                    Some(*proc)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn m9_a_call_after_the_backoff_restarts_the_server_and_waits_for_its_handshake() {
+        let mut rig = Rig::new();
+        let (slot, p0) = rig.ready("fs", &["read"]);
+        // Killed (a tool timeout): its TERM is sent, its leader not reaped yet.
+        rig.table
+            .kill(slot, "timed out", &mut rig.out, &mut rig.timers);
+        rig.drain();
+        let now = |rig: &Rig| rig.out.now();
+        // Within the backoff: the call fails at once, nothing restarts.
+        rig.at(RESTART_BASE_MS - 1);
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        assert!(spawned(&rig.drain()).is_empty());
+        assert!(!rig.table.holds_calls(slot, now(&rig)));
+        assert!(rig.table.unavailable(slot).is_some());
+        // Past the backoff, the old leader still exiting: the call waits for the reap.
+        rig.at(RESTART_BASE_MS);
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        assert!(spawned(&rig.drain()).is_empty(), "not before the reap");
+        assert!(rig.table.holds_calls(slot, now(&rig)));
+        rig.table
+            .on_exited(p0, "killed by signal 15", &mut rig.out, &mut rig.timers);
+        assert!(
+            !rig.table.holds_calls(slot, now(&rig)),
+            "reaped: the call is dispatched again"
+        );
+        // The call restarts it and waits through the handshake.
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        let p1 = generation(slot, 1);
+        assert_eq!(spawned(&rig.drain()), vec![p1]);
+        assert!(rig.table.holds_calls(slot, now(&rig)));
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        assert!(spawned(&rig.drain()).is_empty(), "one restart at a time");
+        rig.table.on_spawned(p1, &mut rig.out, &mut rig.timers);
+        rig.answer(p1, "initialize", json!({"protocolVersion": "2025-06-18"}));
+        assert!(rig.table.holds_calls(slot, now(&rig)), "listing");
+        rig.answer(p1, "tools/list", json!({"tools": [{"name": "read"}]}));
+        assert!(!rig.table.holds_calls(slot, now(&rig)));
+        assert_eq!(rig.table.unavailable(slot), None, "ready: the call is sent");
+    }
+
+    #[test]
+    fn m9_a_restart_whose_handshake_times_out_releases_the_waiting_call_to_fail() {
+        let mut rig = Rig::new();
+        let (slot, p0) = rig.ready("fs", &["read"]);
+        rig.table
+            .on_exited(p0, "exit status 1", &mut rig.out, &mut rig.timers);
+        fire_kill(&mut rig, p0);
+        rig.at(RESTART_BASE_MS);
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        let p1 = generation(slot, 1);
+        rig.table.on_spawned(p1, &mut rig.out, &mut rig.timers);
+        rig.drain();
+        assert!(rig.table.holds_calls(slot, rig.out.now()));
+        let (at, timer) = rig.timers.next().expect("the handshake deadline");
+        assert_eq!(at, MonoTime::ZERO.plus_ms(RESTART_BASE_MS + INIT_MS));
+        let Timer::Server(_, ServerTimer::Request(id)) = timer else {
+            panic!("{timer:?}");
+        };
+        rig.at(RESTART_BASE_MS + INIT_MS);
+        rig.timers.clear(timer);
+        rig.table.expire(slot, id, &mut rig.out, &mut rig.timers);
+        assert!(
+            !rig.table.holds_calls(slot, rig.out.now()),
+            "the wait is bounded by the handshake timeout"
+        );
+        let reason = rig.table.unavailable(slot).unwrap_or_default();
+        assert!(reason.contains("handshake timed out"), "{reason}");
+        // Its next restart backs off longer (a failed restart): not due yet.
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        assert!(spawned(&rig.drain()).is_empty());
     }
 
     #[test]
@@ -2765,8 +2955,124 @@ mod tests {
             rig.table.unavailable(slot).as_deref(),
             Some("MCP server 'fs' stopped: session start failed")
         );
-        rig.table.term_grace_over(proc, &mut rig.out);
+        rig.table
+            .term_grace_over(proc, &mut rig.out, &mut rig.timers);
         assert_eq!(signals(&rig.drain()), vec![(proc, Signal::Kill)]);
+    }
+
+    /// The agent's part of a due kill timer: taken from the table, then handed over.
+    fn fire_kill(rig: &mut Rig, proc: ProcKey) {
+        assert!(
+            rig.timers.clear(Timer::kill(proc)).is_some(),
+            "{proc} has a kill timer"
+        );
+        rig.table
+            .term_grace_over(proc, &mut rig.out, &mut rig.timers);
+    }
+
+    #[test]
+    fn m8_a_stopped_server_leaves_the_table_once_reaped_and_killed_in_either_order() {
+        let mut rig = Rig::new();
+        // Exit first (the leader heeds the TERM), then the group's SIGKILL.
+        let (a, pa) = rig.ready("a", &["read"]);
+        rig.tool_call(a, 0);
+        rig.table
+            .stop(a, "the session was closed", &mut rig.out, &mut rig.timers);
+        rig.table
+            .on_exited(pa, "exit status 0", &mut rig.out, &mut rig.timers);
+        assert_eq!(rig.table.len(), 1, "the group still gets its SIGKILL");
+        fire_kill(&mut rig, pa);
+        assert_eq!(
+            signals(&rig.drain()),
+            vec![(pa, Signal::Term), (pa, Signal::Kill)]
+        );
+        assert_eq!(rig.table.len(), 0, "nothing of a stopped server is kept");
+        assert_eq!(rig.timers.len(), 0, "and no timer of it");
+        // A leader deaf to TERM: the SIGKILL first, then its exit.
+        let (b, pb) = rig.ready("b", &["read"]);
+        rig.table
+            .stop(b, "the session was closed", &mut rig.out, &mut rig.timers);
+        fire_kill(&mut rig, pb);
+        assert_eq!(rig.table.len(), 1, "its leader is not reaped yet");
+        rig.table
+            .on_exited(pb, "killed by signal 9", &mut rig.out, &mut rig.timers);
+        assert_eq!((rig.table.len(), rig.timers.len()), (0, 0));
+        // Inputs that name a forgotten server are inert.
+        assert!(rig.bytes(pb, b"{}\n").is_empty());
+        rig.table.on_stderr_line(pb, "late".into(), &mut rig.out);
+        assert!(rig.table.is_dead(b) && rig.table.name(b).is_empty());
+        rig.drain();
+    }
+
+    #[test]
+    fn m8_a_server_stopped_before_its_spawn_was_answered_or_after_it_failed_is_forgotten() {
+        let mut rig = Rig::new();
+        // Stopped while its spawn is in flight: kept until the spawn is answered.
+        let a = rig.add("a");
+        let pa = generation(a, 0);
+        rig.table
+            .stop(a, "session start failed", &mut rig.out, &mut rig.timers);
+        assert_eq!(rig.table.len(), 1, "a process may be about to exist");
+        rig.table.on_spawned(pa, &mut rig.out, &mut rig.timers);
+        rig.table
+            .on_exited(pa, "exit status 0", &mut rig.out, &mut rig.timers);
+        fire_kill(&mut rig, pa);
+        assert_eq!(rig.table.len(), 0);
+        // Its spawn failed, then it was stopped: nothing to wait for.
+        let b = rig.add("b");
+        rig.table.on_spawn_failed(
+            generation(b, 0),
+            "No such file or directory",
+            &mut rig.out,
+            &mut rig.timers,
+        );
+        rig.table
+            .stop(b, "session start failed", &mut rig.out, &mut rig.timers);
+        assert_eq!(rig.table.len(), 0);
+        // Stopped in flight, then the spawn failed.
+        let c = rig.add("c");
+        rig.table
+            .stop(c, "session start failed", &mut rig.out, &mut rig.timers);
+        rig.table.on_spawn_failed(
+            generation(c, 0),
+            "No such file or directory",
+            &mut rig.out,
+            &mut rig.timers,
+        );
+        assert_eq!((rig.table.len(), rig.timers.len()), (0, 0));
+        rig.drain();
+    }
+
+    #[test]
+    fn m8_m9_servers_of_1500_sessions_restarted_then_stopped_leave_nothing_behind() {
+        let mut rig = Rig::new();
+        let mut now = 0;
+        for _ in 0..1500 {
+            let (slot, p0) = rig.ready("fs", &["read", "write"]);
+            // It dies once and restarts (a second generation), then its session closes.
+            rig.table
+                .on_exited(p0, "exit status 1", &mut rig.out, &mut rig.timers);
+            fire_kill(&mut rig, p0);
+            now += RESTART_BASE_MS;
+            rig.at(now);
+            rig.table
+                .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+            let p1 = generation(slot, 1);
+            rig.handshake(p1, &["read"]);
+            assert!(rig.table.servers[&slot].is_ready());
+            rig.table.stop(
+                slot,
+                "the session was closed",
+                &mut rig.out,
+                &mut rig.timers,
+            );
+            rig.table
+                .on_exited(p1, "exit status 0", &mut rig.out, &mut rig.timers);
+            fire_kill(&mut rig, p1);
+            rig.drain();
+        }
+        assert_eq!(rig.table.len(), 0, "memory follows live servers only");
+        assert_eq!(rig.timers.len(), 0);
     }
 
     #[test]

@@ -80,6 +80,8 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         security::s3_a_permission_request_names_the_registered_server_whatever_title_the_server_chose,
         security::s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working,
         security::s8_a_state_directory_others_can_write_to_is_never_used_nor_its_permission_memory,
+        security::names_that_collide_a_tool_never_takes_the_name_of_another_servers_hook,
+        security::names_that_collide_a_forged_exposed_name_leads_to_one_server,
         hooks::h5_h6_hook_objects_once_then_clears_end_turn,
         hooks::h5_always_objecting_budget_1_makes_exactly_the_predicted_calls,
         hooks::h5_i2_budget_resets_per_prompt,
