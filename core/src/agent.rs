@@ -836,10 +836,36 @@ impl Agent {
             fields.remove("sessionId");
         }
         self.reply_ok(&rpc, &result);
+        self.advertise_commands(sid);
         // A prompt that came while the session was starting runs now.
         if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
             self.start_turn(sid, id, text);
         }
+    }
+
+    /// Tells the client the commands of session `sid` (its servers' prompts, SPEC A11) with an
+    /// `available_commands_update`, once the session is answered and whenever they differ from
+    /// what it was last told; nothing while there never were any.
+    fn advertise_commands(&mut self, sid: SessionId) {
+        let Some(sess) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        if sess.starting.is_some() || !sess.opened || sess.ended {
+            return;
+        }
+        let commands = self.servers.commands(&sess.servers);
+        let unchanged = match &sess.commands_sent {
+            Some(sent) => *sent == commands,
+            None => commands.is_empty(),
+        };
+        if unchanged {
+            return;
+        }
+        self.out.send_update(
+            &sid.to_string(),
+            &json!({"sessionUpdate": "available_commands_update", "availableCommands": commands}),
+        );
+        sess.commands_sent = Some(commands);
     }
 
     /// A starting session failed (a server, or its transcript; `loading`: a `session/load` or
@@ -1216,10 +1242,11 @@ impl Agent {
     /// a re-listing held (C65).
     fn run_ready_turns(&mut self) {
         let max_par = self.cfg.max_parallel_tools;
+        let now = self.out.now();
         let held: Vec<SessionId> = self
             .turns
             .iter()
-            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par))
+            .filter(|(_, t)| t.can_dispatch(&self.servers, max_par, now))
             .map(|(sid, _)| *sid)
             .collect();
         for sid in held {
@@ -1431,6 +1458,7 @@ impl Agent {
                     self.route_intercept(call, InterceptEvent::Reply(InvokeReply::Lost(reason)));
                 }
                 McpEvent::StartSettled { session } => self.check_session_start(session),
+                McpEvent::CommandsChanged { session } => self.advertise_commands(session),
                 McpEvent::Relist { server } => {
                     self.servers
                         .start_listing(server, &mut self.out, &mut self.timers);
@@ -1447,7 +1475,8 @@ impl Agent {
                     server: slot,
                     generation,
                 };
-                self.servers.term_grace_over(proc, &mut self.out);
+                self.servers
+                    .term_grace_over(proc, &mut self.out, &mut self.timers);
             }
             Timer::Server(slot, ServerTimer::StdoutClosed) => {
                 let events = self

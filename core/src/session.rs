@@ -8,6 +8,7 @@ use crate::interceptor::Interceptors;
 use crate::jsonrpc::RpcId;
 use crate::llm::UsageTotals;
 use crate::transcript::Transcript;
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// One session.
@@ -60,6 +61,9 @@ pub(crate) struct Session {
     /// `Some(None)` is the provider's default (no parameter); `None`: as configured
     /// (`BUZZ_AGENT_THINKING_EFFORT`).
     pub(crate) thought_level: Option<Option<Effort>>,
+    /// The commands last sent to the client with `available_commands_update` (SPEC A11);
+    /// `None`: none sent yet.
+    pub(crate) commands_sent: Option<Vec<Value>>,
 }
 
 /// A notice for the user, not the model: the agent's own sentence about something that changed
@@ -106,6 +110,7 @@ impl Session {
             skills: Vec::new(),
             usage: UsageTotals::default(),
             thought_level: None,
+            commands_sent: None,
         }
     }
 

@@ -224,6 +224,20 @@ impl TimerTable {
         due
     }
 
+    /// Removes every timer of `server` (it left the server table).
+    pub(crate) fn clear_server(&mut self, server: ServerSlot) {
+        let from = Timer::Server(server, ServerTimer::Request(McpRequestId(0)));
+        let mine: Vec<Timer> = self
+            .at
+            .range(from..)
+            .take_while(|(timer, _)| matches!(timer, Timer::Server(s, _) if *s == server))
+            .map(|(timer, _)| *timer)
+            .collect();
+        for timer in mine {
+            self.clear(timer);
+        }
+    }
+
     /// The process generations of `server` whose group still has a SIGKILL pending.
     pub(crate) fn pending_kills(&self, server: ServerSlot) -> Vec<ProcKey> {
         let from = Timer::Server(server, ServerTimer::Kill { generation: 0 });

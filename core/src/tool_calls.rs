@@ -18,6 +18,7 @@ use crate::mcp::{Builtin, InterceptRef, McpRequest, Purpose, ToolCallRef, ToolRo
 use crate::permissions::PermissionRequest;
 use crate::session::Session;
 use crate::store::AnnouncedCall;
+use crate::time::MonoTime;
 use crate::tools::ToolOutput;
 use crate::{io::Action, jsonrpc::RpcError};
 use serde_json::{Value, json};
@@ -614,9 +615,15 @@ impl ToolBatch {
         cx.out.send_update(&self.session.to_string(), &update);
     }
 
-    /// Whether [`ToolBatch::pump`] would start a call now: a slot is free and a queued call's
-    /// server is not re-listing (true once a re-listing that held a call is over, C65).
-    pub(crate) fn can_dispatch(&self, servers: &crate::mcp::ServerTable, max_par: usize) -> bool {
+    /// Whether [`ToolBatch::pump`] would start (or end) a call now: a slot is free and a queued
+    /// call's server does not hold it (true once a re-listing, C65, or a restart, SPEC M9,
+    /// that held a call is over; `now` decides whether a restart is due).
+    pub(crate) fn can_dispatch(
+        &self,
+        servers: &crate::mcp::ServerTable,
+        max_par: usize,
+        now: MonoTime,
+    ) -> bool {
         let running = self
             .calls
             .iter()
@@ -628,14 +635,16 @@ impl ToolBatch {
                     && c.route
                         .as_ref()
                         .and_then(ToolRoute::server)
-                        .is_some_and(|slot| !servers.is_relisting(slot))
+                        .is_some_and(|slot| !servers.holds_calls(slot, now))
             })
     }
 
-    /// Dispatches queued calls up to `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (SPEC L2); a call whose
-    /// server is dead or not ready ends at once ("recovering", SPEC M9); a call whose server
-    /// is re-listing its tools waits for the list, and a tool the new list dropped ends with
-    /// an error saying so (C65).
+    /// Dispatches queued calls up to `BUZZ_AGENT_MAX_PARALLEL_TOOLS` (SPEC L2). A call to a
+    /// dead server whose restart backoff is over restarts it and waits for it (SPEC M9), as
+    /// does a call to a server already restarting; a call whose server is dead within its
+    /// backoff, or not ready, ends at once ("recovering", M9); a call whose server is
+    /// re-listing its tools waits for the list, and a tool the new list dropped ends with an
+    /// error saying so (C65).
     pub(crate) fn pump(&mut self, cx: &mut Cx<'_>) {
         let max_par = cx.cfg.max_parallel_tools;
         let timeout = cx.cfg.tool_timeout_ms;
@@ -648,15 +657,16 @@ impl ToolBatch {
             if running >= max_par {
                 break;
             }
-            // C65: a call to a server re-listing its tools waits for the new list (the turn
-            // pumps again once it is there, see `ToolBatch::can_dispatch`).
+            // C65, M9: a call to a server re-listing its tools or restarting waits for it (the
+            // turn pumps again once it is over, see `ToolBatch::can_dispatch`).
+            let now = cx.out.now();
             let Some(i) = self.calls.iter().position(|c| {
                 matches!(c.state, CallState::Queued)
                     && !c
                         .route
                         .as_ref()
                         .and_then(ToolRoute::server)
-                        .is_some_and(|slot| cx.servers.is_relisting(slot))
+                        .is_some_and(|slot| cx.servers.holds_calls(slot, now))
             }) else {
                 break;
             };
@@ -682,6 +692,12 @@ impl ToolBatch {
                     continue;
                 }
             };
+            // M9: a dead server whose backoff is over restarts for this call, which waits.
+            cx.servers.restart_for_call(server, cx.out, cx.timers);
+            if cx.servers.holds_calls(server, now) {
+                continue;
+            }
+            let c = &mut self.calls[i];
             let args = c.args.clone();
             let acp_id = c.acp_id.clone();
             if let Some(reason) = cx.servers.unavailable(server) {

@@ -29,6 +29,7 @@ use crate::llm_call::{
 };
 use crate::mcp::{InterceptRef, ServerTable, ToolRoute};
 use crate::session::Session;
+use crate::time::MonoTime;
 use crate::timers::{Timer, TurnTimer};
 use crate::tool_calls::{InterceptEvent, ToolBatch};
 use crate::tool_schema::SchemaDialect;
@@ -279,8 +280,13 @@ impl Turn {
 
     /// Whether the tool batch holds a call it can start now (one was held while its server
     /// re-listed its tools, C65).
-    pub(crate) fn can_dispatch(&self, servers: &ServerTable, max_par: usize) -> bool {
-        matches!(&self.phase, Phase::Tools(b) if b.can_dispatch(servers, max_par))
+    pub(crate) fn can_dispatch(
+        &self,
+        servers: &ServerTable,
+        max_par: usize,
+        now: MonoTime,
+    ) -> bool {
+        matches!(&self.phase, Phase::Tools(b) if b.can_dispatch(servers, max_par, now))
     }
 
     /// Starts the calls the batch can start now ([`Turn::can_dispatch`]).

@@ -71,6 +71,9 @@ pub enum StopMode {
 /// | `FAKE_MCP_STDERR_LINES=N` | writes `stderr line i` (i in 0..N) to stderr at start |
 /// | `FAKE_MCP_HOSTILE_TEXT=text` | terminal injection (SPEC S6): writes `text` and a newline to stderr at start, sends it as an `error` `notifications/message` after `notifications/initialized`, titles and describes its tool `hostile` with it (a call answers it as text), and lists a second tool named `x` + `text` |
 /// | `FAKE_MCP_LIST_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the echo-like tool `late` and sends `notifications/tools/list_changed` |
+/// | `FAKE_MCP_PROMPTS` | comma list of prompts from [`prompt_list`] (`review`, `greet`, `media`, `broken`, `_hidden`): the server declares `capabilities.prompts` (`listChanged`) and answers `prompts/list` and `prompts/get` (an unknown name or a missing required argument is `-32602`, as the MCP SDKs answer); unset: no prompts capability, `prompts/*` are `-32601` |
+/// | `FAKE_MCP_PROMPT_PAGE_SIZE=N` | `prompts/list` pages of N prompts with `nextCursor` |
+/// | `FAKE_MCP_PROMPTS_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the prompt `later` and sends `notifications/prompts/list_changed` |
 #[derive(Debug, Clone)]
 pub struct Config {
     pub tools: Vec<String>,
@@ -109,6 +112,9 @@ pub struct Config {
     pub hostile_text: Option<String>,
     pub read_title: String,
     pub list_changed_after_call: Option<u64>,
+    pub prompts: Vec<String>,
+    pub prompt_page_size: Option<usize>,
+    pub prompts_changed_after_call: Option<u64>,
 }
 
 /// Banner text the fake writes on stdout with `FAKE_MCP_GARBAGE=1` (never valid JSON).
@@ -192,7 +198,44 @@ impl Config {
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| "Read Note".into()),
             list_changed_after_call: num("FAKE_MCP_LIST_CHANGED_AFTER_CALL"),
+            prompts: get("FAKE_MCP_PROMPTS")
+                .unwrap_or_default()
+                .split(',')
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect(),
+            prompt_page_size: num("FAKE_MCP_PROMPT_PAGE_SIZE")
+                .filter(|&n| n > 0)
+                .map(|n| n as usize),
+            prompts_changed_after_call: num("FAKE_MCP_PROMPTS_CHANGED_AFTER_CALL"),
         }
+    }
+
+    /// The prompts of `FAKE_MCP_PROMPTS` (MCP `Prompt`s), in order, and `later` once added.
+    pub fn prompt_list(&self, later: bool) -> Vec<Value> {
+        let mut names: Vec<&str> = self.prompts.iter().map(String::as_str).collect();
+        if later {
+            names.push("later");
+        }
+        names
+            .into_iter()
+            .filter_map(|name| {
+                Some(match name {
+                    "review" => json!({"name": "review", "title": "Code review",
+                        "description": "Reviews a file with an optional focus",
+                        "arguments": [
+                            {"name": "file", "description": "The file to review", "required": true},
+                            {"name": "focus", "description": "What to look at", "required": false}]}),
+                    "greet" => json!({"name": "greet", "description": "Greets the team"}),
+                    "media" => json!({"name": "media",
+                        "description": "Text, an image, an embedded resource and an assistant line"}),
+                    "broken" => json!({"name": "broken", "description": "Always fails"}),
+                    "_hidden" => json!({"name": "_hidden", "description": "A hook server's own prompt"}),
+                    "later" => json!({"name": "later", "description": "Added after a tool call"}),
+                    _ => return None,
+                })
+            })
+            .collect()
     }
 
     /// The tool list, in `tools/list` order: catalogue tools, `t0..`, then hooks.
@@ -612,6 +655,8 @@ struct Server {
     replied: AtomicU64,
     /// The tool `late` was added.
     late: std::sync::atomic::AtomicBool,
+    /// The prompt `later` was added (`FAKE_MCP_PROMPTS_CHANGED_AFTER_CALL`).
+    later_prompt: std::sync::atomic::AtomicBool,
     /// `unlock` was called: `secret_number` replaces `old_tool` (case C65).
     unlocked: std::sync::atomic::AtomicBool,
     /// The id of the `initialize` request (for `FAKE_MCP_SERVER_REQUESTS`).
@@ -761,7 +806,11 @@ impl Server {
                     &id,
                     json!({
                         "protocolVersion": version,
-                        "capabilities": {"tools": {"listChanged": true}},
+                        "capabilities": if self.cfg.prompts.is_empty() {
+                            json!({"tools": {"listChanged": true}})
+                        } else {
+                            json!({"tools": {"listChanged": true}, "prompts": {"listChanged": true}})
+                        },
                         "serverInfo": {"name": "fake-mcp", "version": "1.0.0"},
                     }),
                 ));
@@ -814,6 +863,29 @@ impl Server {
                 };
                 self.reply(&ok(&id, result));
             }
+            "prompts/list" if !self.cfg.prompts.is_empty() => {
+                let all = self
+                    .cfg
+                    .prompt_list(self.later_prompt.load(Ordering::SeqCst));
+                let start = msg["params"]["cursor"]
+                    .as_str()
+                    .and_then(|c| c.strip_prefix('p'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0)
+                    .min(all.len());
+                let end = self
+                    .cfg
+                    .prompt_page_size
+                    .map_or(all.len(), |size| (start + size).min(all.len()));
+                let mut r = json!({"prompts": all[start..end]});
+                if end < all.len() {
+                    r["nextCursor"] = json!(format!("p{end}"));
+                }
+                self.reply(&ok(&id, r));
+            }
+            "prompts/get" if !self.cfg.prompts.is_empty() => {
+                self.reply(&self.get_prompt(&id, &msg["params"]));
+            }
             "interceptors/list" if !self.cfg.interceptors.is_empty() => {
                 let list: Vec<Value> = self
                     .cfg
@@ -840,6 +912,63 @@ impl Server {
                 self.reply(&err(&id, -32601, &format!("method not found: {method}")));
             }
         }
+    }
+
+    /// `prompts/get` (MCP 2025-11-25 server/prompts), as the SDKs answer it: `-32602` for a
+    /// prompt that is not listed or a required argument that is missing; `broken` fails with
+    /// `-32603`.
+    fn get_prompt(&self, id: &Value, params: &Value) -> Value {
+        let name = params["name"].as_str().unwrap_or_default();
+        let listed = self
+            .cfg
+            .prompt_list(self.later_prompt.load(Ordering::SeqCst));
+        let Some(prompt) = listed.iter().find(|p| p["name"] == name) else {
+            return err(id, -32602, &format!("Prompt {name} not found"));
+        };
+        let args = &params["arguments"];
+        for a in prompt["arguments"].as_array().into_iter().flatten() {
+            let arg = a["name"].as_str().unwrap_or_default();
+            if a["required"] == true && args[arg].as_str().is_none() {
+                return err(
+                    id,
+                    -32602,
+                    &format!("Invalid arguments for prompt {name}: {arg} is required"),
+                );
+            }
+        }
+        if args
+            .as_object()
+            .into_iter()
+            .flatten()
+            .any(|(_, v)| !v.is_string())
+        {
+            return err(id, -32602, "Invalid arguments: values must be strings");
+        }
+        let text = |role: &str, text: String| json!({"role": role, "content": {"type": "text", "text": text}});
+        let messages = match name {
+            "review" => {
+                let file = args["file"].as_str().unwrap_or_default();
+                let mut t = format!("Please review {file}.");
+                if let Some(focus) = args["focus"].as_str() {
+                    t.push_str(&format!(" Focus on: {focus}."));
+                }
+                vec![text("user", t)]
+            }
+            "greet" => vec![text("user", "Say hello to the team.".into())],
+            "media" => vec![
+                text("user", "Describe this picture.".into()),
+                json!({"role": "user", "content": {"type": "image", "mimeType": "image/png", "data": MEDIA_PNG}}),
+                json!({"role": "user", "content": {"type": "resource", "resource":
+                    {"uri": "file:///notes/plan.md", "mimeType": "text/markdown", "text": "# Plan\nship it"}}}),
+                text("assistant", "I will describe it.".into()),
+            ],
+            "later" => vec![text("user", "A prompt added later.".into())],
+            _ => return err(id, -32603, "prompt store unavailable"),
+        };
+        ok(
+            id,
+            json!({"description": prompt["description"], "messages": messages}),
+        )
     }
 
     /// `interceptor/invoke` (SPEC X1), answered as the interceptor's behaviour says.
@@ -1123,6 +1252,13 @@ impl Server {
                     false,
                 );
             }
+            if self.cfg.prompts_changed_after_call == Some(n) {
+                self.later_prompt.store(true, Ordering::SeqCst);
+                self.out.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}),
+                    false,
+                );
+            }
         }
     }
 }
@@ -1164,6 +1300,7 @@ pub fn start(cfg: Config, out: Out, exit: Exit) -> Handle {
         exit,
         replied: AtomicU64::new(0),
         late: std::sync::atomic::AtomicBool::new(false),
+        later_prompt: std::sync::atomic::AtomicBool::new(false),
         unlocked: std::sync::atomic::AtomicBool::new(false),
         init_id: Mutex::new(None),
         answers: Mutex::new(Vec::new()),

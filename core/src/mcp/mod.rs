@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `table.rs` | [`ServerTable`] / `Server` | one server per `mcpServers` entry of each session: which session it serves, its death and M9 restart accounting, the H4 timeout count; routes inputs to the parts below and reports [`McpEvent`]s |
 //! | `session.rs` | `McpSession` | the MCP session machine (initialize → initialized → list → ready → closed, its diagram in that file): request ids and purposes in flight, each with one deadline, the paginated `tools/list`, server→client requests and notifications. It does not know its transport |
+//! | `prompts.rs` | `Prompt` | what a server's `prompts/list` offers, and the ACP commands the client is shown for them (SPEC A11) |
 //! | `catalogue.rs` | `Catalogue` | what a server offers: tools under exposed names with usable schemas, hooks, and the merged list the model sees ([`ToolRoute`]s back) |
 //! | `stdio.rs` | `StdioTransport` | the child process of each generation: spawn, stdin lines, stdout line buffer, stderr tail, process-group kill |
 //! | `http.rs` | `HttpTransport` | Streamable HTTP (and the legacy HTTP+SSE wire): a `POST` per frame, JSON or event-stream answers, the session id and protocol version headers, the `GET` stream, resumption, a new session after a `404`, `DELETE` |
@@ -16,6 +17,7 @@
 mod auth;
 mod catalogue;
 mod http;
+mod prompts;
 mod session;
 mod stdio;
 mod table;
@@ -69,6 +71,8 @@ pub(crate) enum Purpose {
     Initialize,
     /// A page of `tools/list` (SPEC M2).
     ListTools,
+    /// A page of `prompts/list` (SPEC A11).
+    ListPrompts,
     /// A model tool call (SPEC L2).
     Tool(ToolCallRef),
     /// A hook call of a hook round (SPEC H3).
@@ -134,6 +138,9 @@ pub(crate) enum McpEvent {
     /// A server of `session` became ready or failed before ever serving: `session/new` may be
     /// answered now (SPEC A2).
     StartSettled { session: SessionId },
+    /// The prompts a server of `session` offers as commands changed (SPEC A11): the client is
+    /// told the session's commands again.
+    CommandsChanged { session: SessionId },
     /// The server's tool list changed while it was being listed: list it again, after the
     /// events before this one were routed.
     Relist { server: ServerSlot },
@@ -190,7 +197,7 @@ pub(crate) struct HookTarget {
 /// The event that fails a request's owner when its server (`slot`) died.
 fn failed(slot: ServerSlot, purpose: Purpose, reason: &str) -> Option<McpEvent> {
     match purpose {
-        Purpose::Initialize | Purpose::ListTools => None,
+        Purpose::Initialize | Purpose::ListTools | Purpose::ListPrompts => None,
         Purpose::Tool(call) => Some(McpEvent::ToolFailed {
             call,
             reason: reason.to_string(),

@@ -38,7 +38,7 @@ use crate::timers::{ServerTimer, Timer, TimerTable};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// `tools/list` pages followed at most (SPEC M2).
+/// `tools/list` (and `prompts/list`) pages followed at most (SPEC M2, A11).
 const MAX_LIST_PAGES: u32 = 100;
 
 /// Where a session is in its lifecycle (the diagram in the module docs).
@@ -123,6 +123,9 @@ pub(crate) enum SessionEvent {
         /// Why, e.g. `answered HTTP 500 (Internal Server Error)`.
         reason: String,
     },
+    /// The last `prompts/list` page arrived (`Ok`: the raw prompts of every page, in order),
+    /// or the listing failed (`Err`: the cause, completing `mcp '<name>': `) (SPEC A11).
+    Prompts(Result<Vec<Value>, String>),
     /// `notifications/progress` of a request of ours (SPEC A6, case C59).
     Progress {
         /// The `progressToken`, as sent.
@@ -150,6 +153,13 @@ pub(crate) struct McpSession {
     list_acc: ToolListing,
     list_cursors: BTreeSet<String>,
     relist_wanted: bool,
+    /// The server declared `capabilities.prompts` in its `initialize` answer (SPEC A11).
+    offers_prompts: bool,
+    /// Prompts collected from the `prompts/list` pages in flight.
+    prompt_acc: Vec<Value>,
+    prompt_cursors: BTreeSet<String>,
+    /// `notifications/prompts/list_changed` came while prompts were being listed.
+    prompt_relist_wanted: bool,
     /// The protocol version the server's `initialize` answer settled on.
     version: Option<String>,
     /// Frames for the transport, in order.
@@ -170,6 +180,10 @@ impl McpSession {
             list_acc: ToolListing::default(),
             list_cursors: BTreeSet::new(),
             relist_wanted: false,
+            offers_prompts: false,
+            prompt_acc: Vec::new(),
+            prompt_cursors: BTreeSet::new(),
+            prompt_relist_wanted: false,
             version: None,
             outgoing: VecDeque::new(),
         }
@@ -252,6 +266,8 @@ impl McpSession {
     pub(crate) fn reopen(&mut self, timers: &mut TimerTable) {
         self.take_pending(timers);
         self.list_acc.take();
+        self.prompt_acc.clear();
+        self.offers_prompts = false;
         self.outgoing.clear();
         self.version = None;
         self.state = SessionState::Connecting;
@@ -314,6 +330,7 @@ impl McpSession {
                 cause: format!("tools/list {reason}"),
                 fatal: self.state == SessionState::Listing,
             },
+            Purpose::ListPrompts => SessionEvent::Prompts(Err(format!("prompts/list {reason}"))),
             Purpose::Tool(_)
             | Purpose::Hook(_)
             | Purpose::ListInterceptors(_)
@@ -362,6 +379,35 @@ impl McpSession {
             "tools/list",
             &json!({}),
             Purpose::ListTools,
+            self.list_timeout_ms,
+            out,
+            timers,
+        );
+    }
+
+    /// Whether a `prompts/list` is in flight (SPEC A11).
+    fn is_listing_prompts(&self) -> bool {
+        self.pending.values().any(|p| *p == Purpose::ListPrompts)
+    }
+
+    /// Starts a `prompts/list` (first page) of a server that declared prompts, unless one is
+    /// in flight; a list change meanwhile makes it run again after (SPEC A11, MCP
+    /// server/prompts).
+    pub(crate) fn start_prompt_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {
+        if !self.offers_prompts {
+            return;
+        }
+        if self.is_listing_prompts() {
+            self.prompt_relist_wanted = true;
+            return;
+        }
+        self.prompt_relist_wanted = false;
+        self.prompt_acc.clear();
+        self.prompt_cursors.clear();
+        self.request(
+            "prompts/list",
+            &json!({}),
+            Purpose::ListPrompts,
             self.list_timeout_ms,
             out,
             timers,
@@ -438,6 +484,13 @@ impl McpSession {
                     self.start_listing(out, timers);
                 }
             }
+            "notifications/prompts/list_changed" => {
+                // A11: the first listing starts when the server is ready; a change before
+                // that is in it.
+                if self.is_ready() {
+                    self.start_prompt_listing(out, timers);
+                }
+            }
             "notifications/message" => {
                 let level = match params
                     .get("level")
@@ -504,6 +557,7 @@ impl McpSession {
         Some(match purpose {
             Purpose::Initialize => self.on_initialize_answer(outcome, out, timers),
             Purpose::ListTools => self.on_list_page(outcome, out, timers),
+            Purpose::ListPrompts => self.on_prompt_page(outcome, out, timers),
             Purpose::Tool(_)
             | Purpose::Hook(_)
             | Purpose::ListInterceptors(_)
@@ -541,6 +595,10 @@ impl McpSession {
             };
         }
         self.version = Some(version.to_string());
+        self.offers_prompts = result
+            .get("capabilities")
+            .and_then(|c| c.get("prompts"))
+            .is_some_and(Value::is_object);
         self.notify("notifications/initialized", &json!({}));
         if self.state == SessionState::Initializing {
             self.state = SessionState::Listing;
@@ -572,56 +630,133 @@ impl McpSession {
         {
             out.log(LogLevel::Warn, w);
         }
-        let cursor = result
-            .get("nextCursor")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let mut warn = None;
-        let next = match cursor {
-            Some(c) if !c.is_empty() && !self.list_acc.is_cut() => {
-                let page_no = self.list_cursors.len() as u32 + 1;
-                if self.list_cursors.contains(&c) {
-                    warn = Some(format!(
-                        "mcp '{}': tools/list repeated cursor {c:?}; stopping",
-                        self.name
-                    ));
-                    None
-                } else if page_no >= MAX_LIST_PAGES {
-                    warn = Some(format!(
-                        "mcp '{}': tools/list exceeded {MAX_LIST_PAGES} pages; stopping",
-                        self.name
-                    ));
-                    None
-                } else {
-                    self.list_cursors.insert(c.clone());
-                    Some(c)
-                }
-            }
-            _ => None,
-        };
-        if let Some(w) = warn {
-            out.log(LogLevel::Warn, w);
-        }
-        if let Some(c) = next {
-            self.request(
+        let next = if self.list_acc.is_cut() {
+            None
+        } else {
+            next_cursor(
+                &result,
+                &mut self.list_cursors,
                 "tools/list",
-                &json!({"cursor": c}),
-                Purpose::ListTools,
-                self.list_timeout_ms,
+                &self.name,
                 out,
-                timers,
-            );
-            return SessionEvent::HandshakeStep;
+            )
+        };
+        if let Some(c) = next {
+            return self.request_page("tools/list", Purpose::ListTools, &c, out, timers);
         }
         let ready_now = self.state == SessionState::Listing;
         if ready_now {
             self.state = SessionState::Ready;
+        }
+        if ready_now {
+            // A11: the prompts are listed once the tools are, never delaying the start.
+            self.start_prompt_listing(out, timers);
         }
         SessionEvent::Listed {
             tools: self.list_acc.take(),
             ready_now,
             relist: self.relist_wanted,
         }
+    }
+
+    /// A `prompts/list` page (SPEC A11): the next page is asked for (as for `tools/list`, SPEC
+    /// M2), the listing runs again when the list changed meanwhile, or the prompts of every
+    /// page are handed on. A failure keeps the prompts listed before.
+    fn on_prompt_page(
+        &mut self,
+        outcome: Result<Value, RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> SessionEvent {
+        let result = match outcome {
+            Ok(v) => v,
+            Err(e) => {
+                return SessionEvent::Prompts(Err(format!(
+                    "prompts/list failed: {} {}",
+                    e.code, e.message
+                )));
+            }
+        };
+        if let Some(list) = result.get("prompts").and_then(Value::as_array) {
+            let room =
+                (super::prompts::MAX_PROMPTS_PER_SERVER + 1).saturating_sub(self.prompt_acc.len());
+            self.prompt_acc.extend(list.iter().take(room).cloned());
+        }
+        let full = self.prompt_acc.len() > super::prompts::MAX_PROMPTS_PER_SERVER;
+        let next = if full {
+            None
+        } else {
+            next_cursor(
+                &result,
+                &mut self.prompt_cursors,
+                "prompts/list",
+                &self.name,
+                out,
+            )
+        };
+        if let Some(c) = next {
+            return self.request_page("prompts/list", Purpose::ListPrompts, &c, out, timers);
+        }
+        let prompts = std::mem::take(&mut self.prompt_acc);
+        if self.prompt_relist_wanted {
+            self.start_prompt_listing(out, timers);
+        }
+        SessionEvent::Prompts(Ok(prompts))
+    }
+}
+
+impl McpSession {
+    /// Asks for the page of `method` at `cursor` (SPEC M2, A11).
+    fn request_page(
+        &mut self,
+        method: &str,
+        purpose: Purpose,
+        cursor: &str,
+        out: &Outbox,
+        timers: &mut TimerTable,
+    ) -> SessionEvent {
+        self.request(
+            method,
+            &json!({"cursor": cursor}),
+            purpose,
+            self.list_timeout_ms,
+            out,
+            timers,
+        );
+        SessionEvent::HandshakeStep
+    }
+}
+
+/// The cursor of the next page of a paginated list (`method`, of server `name`; SPEC M2):
+/// the page's non-empty `nextCursor`, unless it repeats one already followed (`seen`) or the
+/// list is over [`MAX_LIST_PAGES`] pages, which stop the listing with a WARN.
+fn next_cursor(
+    page: &Value,
+    seen: &mut BTreeSet<String>,
+    method: &str,
+    name: &str,
+    out: &mut Outbox,
+) -> Option<String> {
+    let c = page
+        .get("nextCursor")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())?;
+    let page_no = seen.len() as u32 + 1;
+    if seen.contains(c) {
+        out.log(
+            LogLevel::Warn,
+            format!("mcp '{name}': {method} repeated cursor {c:?}; stopping"),
+        );
+        None
+    } else if page_no >= MAX_LIST_PAGES {
+        out.log(
+            LogLevel::Warn,
+            format!("mcp '{name}': {method} exceeded {MAX_LIST_PAGES} pages; stopping"),
+        );
+        None
+    } else {
+        seen.insert(c.to_string());
+        Some(c.to_string())
     }
 }
 

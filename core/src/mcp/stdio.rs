@@ -26,8 +26,10 @@ const BAD_LINES_AT_WARN: u32 = 100;
 /// What became of the current generation's process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Process {
-    /// `SpawnMcp` was asked for and not answered yet, or it failed: there is no process.
+    /// Not asked for yet, or the spawn failed: there is no process.
     NotSpawned,
+    /// `SpawnMcp` was asked for and not answered yet: a process may be about to exist.
+    Spawning,
     /// The leader runs (it may be exiting after a signal).
     Running,
     /// The leader exited and was reaped (its group may still hold grandchildren).
@@ -90,7 +92,13 @@ impl StdioTransport {
     /// follow a server that served, so every generation after the first had a spawned
     /// predecessor.
     pub(crate) fn ever_spawned(&self) -> bool {
-        self.proc.generation > 0 || self.process != Process::NotSpawned
+        self.proc.generation > 0 || matches!(self.process, Process::Running | Process::Exited)
+    }
+
+    /// Whether a process of the current generation runs or may be about to (a spawn not
+    /// answered yet): the server cannot be forgotten yet.
+    pub(crate) fn process_pending(&self) -> bool {
+        matches!(self.process, Process::Running | Process::Spawning)
     }
 
     /// Whether its stdin was closed by the agent's shutdown.
@@ -99,7 +107,8 @@ impl StdioTransport {
     }
 
     /// Asks the runtime to spawn the current generation (SPEC M1).
-    pub(crate) fn spawn(&self, out: &mut Outbox) {
+    pub(crate) fn spawn(&mut self, out: &mut Outbox) {
+        self.process = Process::Spawning;
         let spec = &self.spec;
         out.log(
             LogLevel::Info,
@@ -129,6 +138,11 @@ impl StdioTransport {
     /// `Input::McpSpawned` for the current generation: the leader runs.
     pub(crate) fn spawned(&mut self) {
         self.process = Process::Running;
+    }
+
+    /// `Input::McpSpawnFailed` for the current generation: there is no process.
+    pub(crate) fn spawn_failed(&mut self) {
+        self.process = Process::NotSpawned;
     }
 
     /// `Input::McpExited` for the current generation: the leader was reaped.

@@ -6,6 +6,7 @@
 
 use super::catalogue::{self, Catalogue, Owner, ToolRoute};
 use super::http::{Delivery, HttpTransport, Wire};
+use super::prompts::{self, Prompt};
 use super::session::{McpSession, SessionEvent, SessionState};
 use super::stdio::{Process, STDOUT_CLOSED_GRACE_MS, StdioTransport};
 use super::{Expired, HookTarget, ListLost, McpEvent, McpRequest, Purpose, StartState, failed};
@@ -63,6 +64,8 @@ pub(crate) struct Server {
     mcp: McpSession,
     /// Its tools and hooks from the last complete `tools/list`.
     catalogue: Catalogue,
+    /// Its prompts from the last complete `prompts/list`, offered as commands (SPEC A11).
+    prompts: Vec<Prompt>,
     /// M9, while the session is closed: when a lazy restart is allowed; `None` for a server
     /// that never served, was stopped, or is permanently dead (its tools then leave the
     /// model's list).
@@ -85,6 +88,9 @@ pub(crate) struct Server {
     /// Its authorization failed before it ever served (SPEC M11): it stays without tools, the
     /// session starts anyway; the text says why (`not authorized: …`).
     unauthorized: Option<String>,
+    /// Stopped for good ([`ServerTable::stop`]: its session closed or failed to start): it
+    /// leaves the table as soon as nothing of it is pending (see [`ServerTable::sweep`]).
+    retired: bool,
 }
 
 impl Server {
@@ -139,6 +145,31 @@ impl Server {
 
     fn is_dead(&self) -> bool {
         self.mcp.is_closed()
+    }
+
+    /// Whether anything of the transport is still to come: a process that runs or is being
+    /// spawned, a SIGKILL still to send to a generation's group (SPEC M8), an HTTP exchange
+    /// in flight (the `DELETE` of a stop, SPEC M10).
+    fn transport_pending(&self, timers: &TimerTable) -> bool {
+        match &self.transport {
+            Transport::Stdio(t) => {
+                t.process_pending() || !timers.pending_kills(self.slot).is_empty()
+            }
+            Transport::Http(t) => t.busy(),
+        }
+    }
+
+    /// M9: dead, allowed to restart, its backoff over at `now` (the previous process may still
+    /// be being reaped).
+    fn restart_is_due(&self, now: MonoTime) -> bool {
+        self.is_dead() && self.restart_at.is_some_and(|t| t <= now)
+    }
+
+    /// M9: whether the previous generation is gone (reaped, or never spawned), so a restart
+    /// may spawn the next one.
+    fn reaped(&self) -> bool {
+        self.stdio()
+            .is_none_or(|t| matches!(t.process(), Process::NotSpawned | Process::Exited))
     }
 
     /// Whether the model may see its tools (SPEC M9: a recovering server keeps them listed; a
@@ -303,20 +334,28 @@ impl ServerTable {
             .is_none_or(|s| s.listings > listings || !s.mcp.is_listing() || !s.is_ready())
     }
 
-    /// Whether the server in `slot` serves and is re-listing its tools (a call to it waits, so
-    /// that it runs against the list the server announced, C65).
-    pub(crate) fn is_relisting(&self, slot: ServerSlot) -> bool {
-        self.servers
-            .get(&slot)
-            .is_some_and(|s| s.is_ready() && s.mcp.is_listing())
-    }
-
     /// Whether the server in `slot` still lists the tool it calls `bare` (a re-listing after
     /// `notifications/tools/list_changed` may have removed it since the round began, C65).
     pub(crate) fn lists_tool(&self, slot: ServerSlot, bare: &str) -> bool {
         self.servers
             .get(&slot)
             .is_some_and(|s| s.catalogue.has_tool(bare))
+    }
+
+    /// The ACP commands (`AvailableCommand`s) of the servers among `slots`, in their order:
+    /// each prompt of a server that is not stopped or permanently dead, as `<prefix>:<prompt>`
+    /// (SPEC A11).
+    pub(crate) fn commands(&self, slots: &[ServerSlot]) -> Vec<serde_json::Value> {
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot))
+            .filter(|s| !(s.is_dead() && s.restart_at.is_none()))
+            .flat_map(|s| {
+                s.prompts
+                    .iter()
+                    .map(|p| prompts::available_command(&s.prefix, p))
+            })
+            .collect()
     }
 
     /// The session of the server in `slot`.
@@ -390,6 +429,7 @@ impl ServerTable {
                 transport,
                 mcp: McpSession::new(slot, &entry.name, self.init_timeout_ms),
                 catalogue: Catalogue::default(),
+                prompts: Vec::new(),
                 restart_at: None,
                 restarting: false,
                 listed_once: false,
@@ -399,6 +439,7 @@ impl ServerTable {
                 deaths: 0,
                 shut_down: false,
                 unauthorized: None,
+                retired: false,
             },
         );
         slot
@@ -437,34 +478,64 @@ impl ServerTable {
         let due: Vec<ServerSlot> = self
             .servers
             .values()
-            .filter(|s| {
-                s.session == session
-                    && s.is_dead()
-                    && s.stdio().is_none_or(|t| {
-                        matches!(t.process(), Process::NotSpawned | Process::Exited)
-                    })
-                    && s.restart_at.is_some_and(|t| t <= now)
-            })
+            .filter(|s| s.session == session && s.restart_is_due(now) && s.reaped())
             .map(|s| s.slot)
             .collect();
         for slot in due {
-            let Some(s) = self.servers.get_mut(&slot) else {
-                continue;
-            };
-            if let Some(t) = s.stdio_mut() {
-                t.next_generation();
-            }
-            s.mcp.reopen(timers);
-            timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
-            s.restart_at = None;
-            s.restarting = true;
-            let msg = match s.stdio() {
-                Some(t) => format!("mcp '{}': restarting ({})", s.name, t.proc()),
-                None => format!("mcp '{}': restarting", s.name),
-            };
-            out.log(LogLevel::Info, msg);
-            self.spawn(slot, out, timers);
+            self.restart(slot, out, timers);
         }
+    }
+
+    /// M9 restart on call: a tool call found `slot` dead with its backoff over, so the server
+    /// restarts now (if its previous process is reaped; else once it is) and the call waits
+    /// for it ([`ServerTable::holds_calls`]) instead of failing.
+    pub(crate) fn restart_for_call(
+        &mut self,
+        slot: ServerSlot,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let now = out.now();
+        if self
+            .servers
+            .get(&slot)
+            .is_some_and(|s| s.restart_is_due(now) && s.reaped())
+        {
+            self.restart(slot, out, timers);
+        }
+    }
+
+    /// Starts the next generation of a dead server (SPEC M9): spawn, handshake, list.
+    fn restart(&mut self, slot: ServerSlot, out: &mut Outbox, timers: &mut TimerTable) {
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
+        if let Some(t) = s.stdio_mut() {
+            t.next_generation();
+        }
+        s.mcp.reopen(timers);
+        timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
+        s.restart_at = None;
+        s.restarting = true;
+        let msg = match s.stdio() {
+            Some(t) => format!("mcp '{}': restarting ({})", s.name, t.proc()),
+            None => format!("mcp '{}': restarting", s.name),
+        };
+        out.log(LogLevel::Info, msg);
+        self.spawn(slot, out, timers);
+    }
+
+    /// Whether a tool call to `slot` waits rather than being sent or failed now: the server
+    /// re-lists its tools (the call runs against the new list, C65), or it restarts (SPEC M9:
+    /// the handshake of a restart is in progress, bounded by its timeout, or the restart is
+    /// due and waits for the previous process to be reaped, bounded by the kill grace). The
+    /// agent dispatches held calls again after each step.
+    pub(crate) fn holds_calls(&self, slot: ServerSlot, now: MonoTime) -> bool {
+        self.servers.get(&slot).is_some_and(|s| {
+            (s.is_ready() && s.mcp.is_listing())
+                || (s.restarting && !s.is_dead() && !s.is_ready())
+                || (s.restart_is_due(now) && !s.reaped())
+        })
     }
 
     /// Sends `request` to `slot` with one deadline `request.timeout_ms` from now; its id, or
@@ -553,15 +624,20 @@ impl ServerTable {
         let Some(slot) = self.current(proc) else {
             return Vec::new();
         };
-        let Some(s) = self.servers.get(&slot) else {
+        let Some(s) = self.servers.get_mut(&slot) else {
             return Vec::new();
         };
+        if let Some(t) = s.stdio_mut() {
+            t.spawn_failed();
+        }
         let reason = format!(
             "MCP server '{}' failed to start: spawning '{}' failed: {error}",
             s.name,
             s.stdio().map(|t| t.spec().command.as_str()).unwrap_or("")
         );
-        self.died(slot, reason, false, out, timers)
+        let events = self.died(slot, reason, false, out, timers);
+        self.sweep(slot, timers);
+        events
     }
 
     /// `Input::McpStderrLine`: kept for error messages and forwarded to the log with a prefix
@@ -607,6 +683,7 @@ impl ServerTable {
                     LogLevel::Debug,
                     format!("mcp '{}': process reaped ({status})", s.name),
                 );
+                self.sweep(slot, timers);
                 return Vec::new();
             }
             SessionState::Ready => s.describe_death(&format!("exited ({status})")),
@@ -759,6 +836,30 @@ impl ServerTable {
             .stdio()
             .is_some_and(|t| timers.contains(Timer::kill(t.proc())));
         s.end_transport(!kill_pending, out, timers);
+        s.retired = true;
+        self.sweep(slot, timers);
+    }
+
+    /// Forgets a retired server once nothing of it is pending (its process reaped or never
+    /// spawned, no SIGKILL left to send, no HTTP exchange in flight), with every timer of it:
+    /// nothing of a stopped server outlives it in the core (its spawn spec and environment,
+    /// its tool lists, its buffers), so memory follows the live sessions (issue 27). Later
+    /// inputs naming it are inert (I6).
+    fn sweep(&mut self, slot: ServerSlot, timers: &mut TimerTable) {
+        if self
+            .servers
+            .get(&slot)
+            .is_some_and(|s| s.retired && !s.transport_pending(timers))
+        {
+            self.servers.remove(&slot);
+            timers.clear_server(slot);
+        }
+    }
+
+    /// The number of servers in the table (live ones and stopped ones not yet swept).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.servers.len()
     }
 
     /// Agent shutdown (SPEC P1, M8 first stage): every server's stdin is closed, every server
@@ -1001,6 +1102,17 @@ impl ServerTable {
                     Some((Expired::Handshake, self.kill(slot, &cause, out, timers)))
                 }
             }
+            Purpose::ListPrompts => {
+                let secs = self.init_timeout_ms / 1000;
+                let s = self.servers.get_mut(&slot)?;
+                s.mcp.forget(id, timers);
+                let name = s.name.clone();
+                out.log(
+                    LogLevel::Warn,
+                    format!("mcp '{name}': prompts/list timed out after {secs} s"),
+                );
+                Some((Expired::Handshake, Vec::new()))
+            }
             Purpose::Tool(call) => Some((Expired::Tool(call), Vec::new())),
             Purpose::Hook(call) => Some((Expired::Hook(call), Vec::new())),
             Purpose::ListInterceptors(session) => {
@@ -1012,11 +1124,17 @@ impl ServerTable {
 
     /// The TERM grace of `proc`'s group passed (its timer was taken by the agent): SIGKILL the
     /// whole group, even if the leader already exited (SPEC M8).
-    pub(crate) fn term_grace_over(&self, proc: ProcKey, out: &mut Outbox) {
+    pub(crate) fn term_grace_over(
+        &mut self,
+        proc: ProcKey,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
         out.push(Action::SignalProcessGroup {
             proc,
             signal: Signal::Kill,
         });
+        self.sweep(proc.server, timers);
     }
 
     /// The stdout-closed grace of `slot` passed: the server is killed and dead.
@@ -1067,7 +1185,9 @@ impl ServerTable {
             return Vec::new();
         }
         let deliveries = t.on_event(exchange.seq, event, out, timers);
-        self.deliver(slot, deliveries, out, timers)
+        let events = self.deliver(slot, deliveries, out, timers);
+        self.sweep(slot, timers);
+        events
     }
 
     /// Hands what an HTTP transport learned to the session and the table, in order.
@@ -1168,7 +1288,9 @@ impl ServerTable {
             return Vec::new();
         };
         let deliveries = t.exchange_timed_out(seq, out, timers);
-        self.deliver(slot, deliveries, out, timers)
+        let events = self.deliver(slot, deliveries, out, timers);
+        self.sweep(slot, timers);
+        events
     }
 
     /// The `retry` wait of `slot`'s event streams passed: due resumptions start (SPEC M10).
@@ -1268,6 +1390,23 @@ impl ServerTable {
                 out.log(LogLevel::Warn, reason.clone());
                 failed(slot, purpose, &reason).into_iter().collect()
             }
+            SessionEvent::Prompts(Err(cause)) => {
+                s.consecutive_hook_timeouts = 0;
+                out.log(LogLevel::Warn, format!("mcp '{}': {cause}", s.name));
+                Vec::new()
+            }
+            SessionEvent::Prompts(Ok(entries)) => {
+                s.consecutive_hook_timeouts = 0;
+                let (list, warns) = prompts::parse_list(&entries, &s.name);
+                for w in warns {
+                    out.log(LogLevel::Warn, w);
+                }
+                if list == s.prompts {
+                    return Vec::new();
+                }
+                s.prompts = list;
+                vec![McpEvent::CommandsChanged { session: s.session }]
+            }
             SessionEvent::Progress { token, text } => vec![McpEvent::Progress {
                 server: slot,
                 token,
@@ -1317,7 +1456,7 @@ impl ServerTable {
                 s.consecutive_hook_timeouts = 0;
                 match purpose {
                     // The session handles its own handshake answers.
-                    Purpose::Initialize | Purpose::ListTools => Vec::new(),
+                    Purpose::Initialize | Purpose::ListTools | Purpose::ListPrompts => Vec::new(),
                     Purpose::Tool(call) => {
                         if outcome.is_ok() {
                             s.deaths = 0; // M9: a successful call
@@ -1457,6 +1596,17 @@ mod tests {
             let slot = self.table.create(SESSION, "/w", &entry);
             self.table.spawn(slot, &mut self.out, &mut self.timers);
             slot
+        }
+
+        /// Adds `name` and reports its first generation spawned: `initialize` is on its way.
+        fn spawned(&mut self, name: &str) -> (ServerSlot, ProcKey) {
+            let slot = self.add(name);
+            let proc = ProcKey {
+                server: slot,
+                generation: 0,
+            };
+            self.table.on_spawned(proc, &mut self.out, &mut self.timers);
+            (slot, proc)
         }
 
         /// Answers `request` of `proc` with `result` as one stdout line.
@@ -1746,6 +1896,98 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn spawned(actions: &[Action]) -> Vec<ProcKey> {
+        actions
+            .iter()
+            .filter_map(|a| {
+                if let Action::SpawnMcp { proc, .. } = a {
+                    Some(*proc)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn m9_a_call_after_the_backoff_restarts_the_server_and_waits_for_its_handshake() {
+        let mut rig = Rig::new();
+        let (slot, p0) = rig.ready("fs", &["read"]);
+        // Killed (a tool timeout): its TERM is sent, its leader not reaped yet.
+        rig.table
+            .kill(slot, "timed out", &mut rig.out, &mut rig.timers);
+        rig.drain();
+        let now = |rig: &Rig| rig.out.now();
+        // Within the backoff: the call fails at once, nothing restarts.
+        rig.at(RESTART_BASE_MS - 1);
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        assert!(spawned(&rig.drain()).is_empty());
+        assert!(!rig.table.holds_calls(slot, now(&rig)));
+        assert!(rig.table.unavailable(slot).is_some());
+        // Past the backoff, the old leader still exiting: the call waits for the reap.
+        rig.at(RESTART_BASE_MS);
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        assert!(spawned(&rig.drain()).is_empty(), "not before the reap");
+        assert!(rig.table.holds_calls(slot, now(&rig)));
+        rig.table
+            .on_exited(p0, "killed by signal 15", &mut rig.out, &mut rig.timers);
+        assert!(
+            !rig.table.holds_calls(slot, now(&rig)),
+            "reaped: the call is dispatched again"
+        );
+        // The call restarts it and waits through the handshake.
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        let p1 = generation(slot, 1);
+        assert_eq!(spawned(&rig.drain()), vec![p1]);
+        assert!(rig.table.holds_calls(slot, now(&rig)));
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        assert!(spawned(&rig.drain()).is_empty(), "one restart at a time");
+        rig.table.on_spawned(p1, &mut rig.out, &mut rig.timers);
+        rig.answer(p1, "initialize", json!({"protocolVersion": "2025-06-18"}));
+        assert!(rig.table.holds_calls(slot, now(&rig)), "listing");
+        rig.answer(p1, "tools/list", json!({"tools": [{"name": "read"}]}));
+        assert!(!rig.table.holds_calls(slot, now(&rig)));
+        assert_eq!(rig.table.unavailable(slot), None, "ready: the call is sent");
+    }
+
+    #[test]
+    fn m9_a_restart_whose_handshake_times_out_releases_the_waiting_call_to_fail() {
+        let mut rig = Rig::new();
+        let (slot, p0) = rig.ready("fs", &["read"]);
+        rig.table
+            .on_exited(p0, "exit status 1", &mut rig.out, &mut rig.timers);
+        fire_kill(&mut rig, p0);
+        rig.at(RESTART_BASE_MS);
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        let p1 = generation(slot, 1);
+        rig.table.on_spawned(p1, &mut rig.out, &mut rig.timers);
+        rig.drain();
+        assert!(rig.table.holds_calls(slot, rig.out.now()));
+        let (at, timer) = rig.timers.next().expect("the handshake deadline");
+        assert_eq!(at, MonoTime::ZERO.plus_ms(RESTART_BASE_MS + INIT_MS));
+        let Timer::Server(_, ServerTimer::Request(id)) = timer else {
+            panic!("{timer:?}");
+        };
+        rig.at(RESTART_BASE_MS + INIT_MS);
+        rig.timers.clear(timer);
+        rig.table.expire(slot, id, &mut rig.out, &mut rig.timers);
+        assert!(
+            !rig.table.holds_calls(slot, rig.out.now()),
+            "the wait is bounded by the handshake timeout"
+        );
+        let reason = rig.table.unavailable(slot).unwrap_or_default();
+        assert!(reason.contains("handshake timed out"), "{reason}");
+        // Its next restart backs off longer (a failed restart): not due yet.
+        rig.table
+            .restart_for_call(slot, &mut rig.out, &mut rig.timers);
+        assert!(spawned(&rig.drain()).is_empty());
     }
 
     #[test]
@@ -2663,8 +2905,124 @@ mod tests {
             rig.table.unavailable(slot).as_deref(),
             Some("MCP server 'fs' stopped: session start failed")
         );
-        rig.table.term_grace_over(proc, &mut rig.out);
+        rig.table
+            .term_grace_over(proc, &mut rig.out, &mut rig.timers);
         assert_eq!(signals(&rig.drain()), vec![(proc, Signal::Kill)]);
+    }
+
+    /// The agent's part of a due kill timer: taken from the table, then handed over.
+    fn fire_kill(rig: &mut Rig, proc: ProcKey) {
+        assert!(
+            rig.timers.clear(Timer::kill(proc)).is_some(),
+            "{proc} has a kill timer"
+        );
+        rig.table
+            .term_grace_over(proc, &mut rig.out, &mut rig.timers);
+    }
+
+    #[test]
+    fn m8_a_stopped_server_leaves_the_table_once_reaped_and_killed_in_either_order() {
+        let mut rig = Rig::new();
+        // Exit first (the leader heeds the TERM), then the group's SIGKILL.
+        let (a, pa) = rig.ready("a", &["read"]);
+        rig.tool_call(a, 0);
+        rig.table
+            .stop(a, "the session was closed", &mut rig.out, &mut rig.timers);
+        rig.table
+            .on_exited(pa, "exit status 0", &mut rig.out, &mut rig.timers);
+        assert_eq!(rig.table.len(), 1, "the group still gets its SIGKILL");
+        fire_kill(&mut rig, pa);
+        assert_eq!(
+            signals(&rig.drain()),
+            vec![(pa, Signal::Term), (pa, Signal::Kill)]
+        );
+        assert_eq!(rig.table.len(), 0, "nothing of a stopped server is kept");
+        assert_eq!(rig.timers.len(), 0, "and no timer of it");
+        // A leader deaf to TERM: the SIGKILL first, then its exit.
+        let (b, pb) = rig.ready("b", &["read"]);
+        rig.table
+            .stop(b, "the session was closed", &mut rig.out, &mut rig.timers);
+        fire_kill(&mut rig, pb);
+        assert_eq!(rig.table.len(), 1, "its leader is not reaped yet");
+        rig.table
+            .on_exited(pb, "killed by signal 9", &mut rig.out, &mut rig.timers);
+        assert_eq!((rig.table.len(), rig.timers.len()), (0, 0));
+        // Inputs that name a forgotten server are inert.
+        assert!(rig.bytes(pb, b"{}\n").is_empty());
+        rig.table.on_stderr_line(pb, "late".into(), &mut rig.out);
+        assert!(rig.table.is_dead(b) && rig.table.name(b).is_empty());
+        rig.drain();
+    }
+
+    #[test]
+    fn m8_a_server_stopped_before_its_spawn_was_answered_or_after_it_failed_is_forgotten() {
+        let mut rig = Rig::new();
+        // Stopped while its spawn is in flight: kept until the spawn is answered.
+        let a = rig.add("a");
+        let pa = generation(a, 0);
+        rig.table
+            .stop(a, "session start failed", &mut rig.out, &mut rig.timers);
+        assert_eq!(rig.table.len(), 1, "a process may be about to exist");
+        rig.table.on_spawned(pa, &mut rig.out, &mut rig.timers);
+        rig.table
+            .on_exited(pa, "exit status 0", &mut rig.out, &mut rig.timers);
+        fire_kill(&mut rig, pa);
+        assert_eq!(rig.table.len(), 0);
+        // Its spawn failed, then it was stopped: nothing to wait for.
+        let b = rig.add("b");
+        rig.table.on_spawn_failed(
+            generation(b, 0),
+            "No such file or directory",
+            &mut rig.out,
+            &mut rig.timers,
+        );
+        rig.table
+            .stop(b, "session start failed", &mut rig.out, &mut rig.timers);
+        assert_eq!(rig.table.len(), 0);
+        // Stopped in flight, then the spawn failed.
+        let c = rig.add("c");
+        rig.table
+            .stop(c, "session start failed", &mut rig.out, &mut rig.timers);
+        rig.table.on_spawn_failed(
+            generation(c, 0),
+            "No such file or directory",
+            &mut rig.out,
+            &mut rig.timers,
+        );
+        assert_eq!((rig.table.len(), rig.timers.len()), (0, 0));
+        rig.drain();
+    }
+
+    #[test]
+    fn m8_m9_servers_of_1500_sessions_restarted_then_stopped_leave_nothing_behind() {
+        let mut rig = Rig::new();
+        let mut now = 0;
+        for _ in 0..1500 {
+            let (slot, p0) = rig.ready("fs", &["read", "write"]);
+            // It dies once and restarts (a second generation), then its session closes.
+            rig.table
+                .on_exited(p0, "exit status 1", &mut rig.out, &mut rig.timers);
+            fire_kill(&mut rig, p0);
+            now += RESTART_BASE_MS;
+            rig.at(now);
+            rig.table
+                .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+            let p1 = generation(slot, 1);
+            rig.handshake(p1, &["read"]);
+            assert!(rig.table.servers[&slot].is_ready());
+            rig.table.stop(
+                slot,
+                "the session was closed",
+                &mut rig.out,
+                &mut rig.timers,
+            );
+            rig.table
+                .on_exited(p1, "exit status 0", &mut rig.out, &mut rig.timers);
+            fire_kill(&mut rig, p1);
+            rig.drain();
+        }
+        assert_eq!(rig.table.len(), 0, "memory follows live servers only");
+        assert_eq!(rig.timers.len(), 0);
     }
 
     #[test]
@@ -2736,6 +3094,132 @@ mod tests {
         );
         rig.bytes(proc, changed);
         assert_eq!(lists(&rig.drain()), 0, "a listing is in flight");
+    }
+
+    #[test]
+    fn a11_prompts_are_listed_after_the_tools_page_by_page_and_relisted_on_a_change() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.spawned("docs");
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"prompts": {"listChanged": true}}});
+        assert!(rig.answer(proc, "initialize", init).is_empty());
+        // A change before the server is ready is part of the first listing: nothing is sent.
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n",
+        );
+        let sent = Rig::written(&rig.drain(), proc);
+        assert!(
+            sent.iter().all(|l| l["method"] != "prompts/list"),
+            "prompts wait for the tools: {sent:?}"
+        );
+        let list_id = sent
+            .iter()
+            .find(|l| l["method"] == "tools/list")
+            .and_then(|l| l["id"].as_u64())
+            .unwrap_or(0);
+        let events = rig.reply(proc, list_id, json!({"tools": [{"name": "read"}]}));
+        assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+        let events = rig.answer(
+            proc,
+            "prompts/list",
+            json!({"prompts": [{"name": "review", "arguments": [{"name": "file", "required": true}]}],
+                   "nextCursor": "2"}),
+        );
+        assert!(
+            events.is_empty(),
+            "a page with a cursor is not the list yet"
+        );
+        let actions = rig.drain();
+        let page2 = Rig::written(&actions, proc);
+        assert_eq!(
+            page2.last().map(|l| l["params"].clone()),
+            Some(json!({"cursor": "2"}))
+        );
+        let id = page2.last().and_then(|l| l["id"].as_u64()).unwrap_or(0);
+        let events = rig.reply(
+            proc,
+            id,
+            json!({"prompts": [{"name": "_Stop"}, {"name": "plain", "description": "A plain one"}]}),
+        );
+        assert_eq!(events, vec![McpEvent::CommandsChanged { session: SESSION }]);
+        assert_eq!(
+            rig.table.commands(&[slot]),
+            vec![
+                json!({"name": "docs:review", "description": "", "input": {"hint": "<file>"}}),
+                json!({"name": "docs:plain", "description": "A plain one", "input": null}),
+            ]
+        );
+        // list_changed on a ready server lists again; the same list is no change.
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n",
+        );
+        let same = json!({"prompts": [{"name": "review", "arguments": [{"name": "file", "required": true}]},
+                                      {"name": "plain", "description": "A plain one"}]});
+        assert!(rig.answer(proc, "prompts/list", same).is_empty());
+        // A failed listing keeps the prompts and warns.
+        rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n",
+        );
+        let actions = rig.drain();
+        let id = Rig::written(&actions, proc)
+            .last()
+            .and_then(|l| l["id"].as_u64())
+            .unwrap_or(0);
+        let line =
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "db down"}})
+                .to_string()
+                + "\n";
+        assert!(rig.bytes(proc, line.as_bytes()).is_empty());
+        assert_eq!(
+            warns(&rig.drain()),
+            ["mcp 'docs': prompts/list failed: -32603 db down"]
+        );
+        assert_eq!(rig.table.commands(&[slot]).len(), 2);
+    }
+
+    #[test]
+    fn a11_a_server_without_the_prompts_capability_is_never_asked_for_prompts() {
+        let mut rig = Rig::new();
+        let (_, proc) = rig.ready("fs", &["read"]);
+        let changed = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/prompts/list_changed\"}\n";
+        rig.bytes(proc, changed);
+        let sent = Rig::written(&rig.drain(), proc);
+        assert!(
+            sent.iter().all(|l| l["method"] != "prompts/list"),
+            "{sent:?}"
+        );
+    }
+
+    #[test]
+    fn a11_a_prompts_list_that_times_out_only_warns_and_the_server_keeps_serving() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.spawned("docs");
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"prompts": {}}});
+        rig.answer(proc, "initialize", init);
+        rig.answer(proc, "tools/list", json!({"tools": [{"name": "read"}]}));
+        let actions = rig.drain();
+        let id = Rig::written(&actions, proc)
+            .iter()
+            .find(|l| l["method"] == "prompts/list")
+            .and_then(|l| l["id"].as_u64())
+            .unwrap_or(0);
+        let expired = rig
+            .table
+            .expire(slot, McpRequestId(id), &mut rig.out, &mut rig.timers);
+        assert_eq!(
+            expired.map(|(e, ev)| (e, ev.len())),
+            Some((Expired::Handshake, 0))
+        );
+        assert_eq!(
+            warns(&rig.drain()),
+            [format!(
+                "mcp 'docs': prompts/list timed out after {} s",
+                INIT_MS / 1000
+            )]
+        );
+        assert!(rig.table.get(slot).is_some_and(Server::is_ready));
     }
 
     /// The WARN lines of `actions`.

@@ -16,6 +16,7 @@ use crate::harness::{
 };
 use crate::procfs;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -869,24 +870,32 @@ pub fn a4_c04_cancel_when_idle_and_twice_is_harmless(ctx: &Ctx) {
 
 // ---- M9 dead servers, M6 list_changed ----------------------------------------------------------
 
-/// M9/M7: a server that crashed keeps its tools listed; a call right after fails fast with
-/// `recovering`; after the backoff a later round restarts it lazily (new handshake) and its
-/// call succeeds.
+/// M9/M7: a server that crashed keeps its tools listed; a call within the backoff fails fast
+/// with `recovering`; a call made once the backoff is over restarts it (no round started
+/// after the backoff, so nothing else restarts it), waits through its slow handshake and
+/// succeeds.
 pub fn m9_crashed_server_recovers_after_backoff(ctx: &Ctx) {
     let s = Scratch::new();
     let log = s.file("calls.log");
     let echo =
         |id: &str, text: &str| Reply::tool_calls(vec![(id, "fs__echo", json!({"text": text}))]);
     let log2 = log.clone();
+    // The `initialize`s logged when round 3 began: its top comes within the backoff.
+    let inits_at_round_3 = Arc::new(AtomicUsize::new(usize::MAX));
+    let seen = inits_at_round_3.clone();
     let llm = FakeLlm::with_handler(move |i, _| match i {
         0 => echo("call_a", "a"),
         1 => echo("call_b", "b"),
-        // Right after the crash: still inside the 0.5 s backoff.
-        2 => echo("call_c", "c").delay_ms(1000),
-        // This round starts after the backoff: the restart runs while the model thinks.
+        // Right after the crash: inside the 0.5 s backoff.
+        2 => echo("call_c", "c"),
+        // The model thinks past the backoff; its call finds the server dead and restarts it.
         3 => {
-            await_logged(&log2, "tools/list", 2);
-            echo("call_d", "d")
+            let inits = log_of(&log2)
+                .iter()
+                .filter(|m| m["method"] == "initialize")
+                .count();
+            seen.store(inits, Ordering::SeqCst);
+            echo("call_d", "d").delay_ms(1000)
         }
         _ => Reply::text("all done"),
     });
@@ -894,7 +903,11 @@ pub fn m9_crashed_server_recovers_after_backoff(ctx: &Ctx) {
         .llm(llm)
         .fake_mcp(
             "fs",
-            &[("FAKE_MCP_CRASH_AFTER", "1"), ("FAKE_MCP_CALL_LOG", &log)],
+            &[
+                ("FAKE_MCP_CRASH_AFTER", "1"),
+                ("FAKE_MCP_CALL_LOG", &log),
+                ("FAKE_MCP_INIT_DELAY_MS", "400"),
+            ],
         )
         .start();
     let r = agent.prompt_timeout(&sid, "echo a b c d", Duration::from_secs(40));
@@ -919,12 +932,17 @@ pub fn m9_crashed_server_recovers_after_backoff(ctx: &Ctx) {
     let c = last.tool_result_for("call_c").unwrap_or_default();
     assert!(
         c.contains("server 'fs' is recovering"),
-        "M9: a call to a dead server fails fast: {c:?}"
+        "M9: a call to a dead server within its backoff fails fast: {c:?}"
+    );
+    assert_eq!(
+        inits_at_round_3.load(Ordering::SeqCst),
+        1,
+        "no restart before the call that found the backoff over"
     );
     assert_eq!(
         last.tool_result_for("call_d").as_deref(),
         Some("d"),
-        "M9: after the lazy restart the call succeeds"
+        "M9: the call after the backoff restarts the server, waits for it and succeeds"
     );
     let logged = log_of(&log);
     let inits = logged

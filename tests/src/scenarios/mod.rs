@@ -9,6 +9,7 @@ mod caching;
 mod cases;
 mod cli;
 mod clients;
+mod commands;
 mod compaction;
 mod context;
 mod dialect_cases;
@@ -199,6 +200,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         context::a10_no_hints_reads_nothing_and_a_cut_or_binary_file_is_warned_and_noticed,
         context::a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body,
         context::a10_ten_thousand_skills_are_capped_and_no_hints_offers_none,
+        commands::a11_prompts_are_offered_as_commands_and_a_list_change_sends_the_new_list,
     ]
 }
 
