@@ -22,9 +22,15 @@ pub(crate) fn is_valid_server_name(name: &str) -> bool {
 /// dropped, the rest cut to 32 bytes (`mcp` when nothing is left), then `_` and 8 hex digits of
 /// a stable hash of the original name. `fs` → `fs`; `My Files` → `My_Files_` + hash;
 /// `ünï` → `mcp_` + hash. The result never contains `__`, so `<prefix>__<tool>` stays readable.
+///
+/// A valid name that ends in `_` gets the stand-in too (`g_` → `g_` + hash): with it as the
+/// prefix, its tool `Stop` would be `g___Stop`, the name under which the hook `_Stop` of a
+/// server `g` is injected (SPEC H6). Since no prefix contains `__` or ends in `_`, the first
+/// `__` of `<prefix>__<name>` ends the prefix, so a qualified name identifies one server and
+/// one name, and a tool (whose name does not start with `_`) never shares one with a hook.
 #[must_use]
 pub(crate) fn server_prefix(name: &str) -> String {
-    if is_valid_server_name(name) {
+    if is_valid_server_name(name) && !name.ends_with('_') {
         return name.to_string();
     }
     let mut base = String::with_capacity(name.len());
@@ -496,6 +502,34 @@ mod tests {
         assert!(server_prefix("github/copilot").starts_with("github_copilot_"));
         assert!(server_prefix("ünï").starts_with("n_"));
         assert!(server_prefix("ü ï").starts_with("mcp_"));
+    }
+
+    #[test]
+    fn names_that_collide_a_tool_never_takes_the_qualified_name_of_another_servers_tool_or_hook() {
+        // `g_` + `Stop` and `g` + `_Stop` (the H6 injection name) were both `g___Stop`.
+        let g_ = server_prefix("g_");
+        assert!(g_.starts_with("g_") && g_.len() == 10, "{g_}");
+        assert_ne!(exposed_name(&g_, "Stop"), exposed_name("g", "_Stop"));
+        assert_eq!(exposed_name("g", "_Stop"), "g___Stop");
+        // Every (server, name) pair of a set of tricky ones gives its own qualified name.
+        let servers = [
+            "g", "g_", "g__", "_g", "a", "a_b", "a__b", "a-", "a_", "x y", "x_y",
+        ];
+        let names = ["Stop", "_Stop", "b", "b__c", "_b", "c_", "b___Stop"];
+        let mut seen = std::collections::BTreeMap::new();
+        for server in servers {
+            let prefix = server_prefix(server);
+            assert!(
+                !prefix.ends_with('_') && !prefix.contains(QUALIFIER),
+                "{prefix}"
+            );
+            for name in names {
+                let qualified = format!("{prefix}{QUALIFIER}{name}");
+                if let Some(other) = seen.insert(qualified.clone(), (server, name)) {
+                    panic!("{qualified}: {other:?} and {:?}", (server, name));
+                }
+            }
+        }
     }
 
     #[test]

@@ -151,10 +151,74 @@ pub(crate) struct Catalogue {
 /// The server a catalogue belongs to, as [`Catalogue::install`] names it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Owner<'a> {
+    /// Its slot (the claim on its tools' names, [`NameClaims`]).
+    pub(crate) slot: ServerSlot,
     /// The name the client gave (logs, titles, the hook allowlist).
     pub(crate) name: &'a str,
     /// Its tool prefix (SPEC M3, A2).
     pub(crate) prefix: &'a str,
+}
+
+/// The exposed tool names of one session, each claimed for the whole session by the tool that
+/// listed it first (issue 26, names that collide): a later tool of another server, or another
+/// tool of the same server, that would be offered under a claimed name is renamed or dropped
+/// at listing time. A claim outlives its server's death and its tool's removal from a later
+/// listing, so a name the model once called never leads to another server's tool.
+///
+/// Qualified names (`<prefix>__<tool>`, the key of remembered permission answers) need no
+/// claim: prefixes are unique in a session (A2) and never contain `__` or end in `_`
+/// ([`tools::server_prefix`]), so each one is one server's. Exposed names do: the hash suffix
+/// of a long or sanitized name ([`tools::exposed_name`], 32 bits) can be forged, so that two
+/// servers' tools get the same exposed name.
+#[derive(Debug, Default)]
+pub(crate) struct NameClaims {
+    /// Exposed name → (server slot, the server's name, the tool's bare name).
+    owners: BTreeMap<String, (ServerSlot, String, String)>,
+}
+
+impl NameClaims {
+    /// The exposed name of tool `bare` of `owner`: `plain`, or, when another tool holds it (or
+    /// it is in `taken`, the names given earlier in this listing), the shortened name with the
+    /// stable hash of `bare`; claimed for that tool. `Err(None)` when both are this listing's
+    /// (a duplicate), `Err(Some(holder))` when another tool holds them.
+    fn place(
+        &mut self,
+        plain: &str,
+        owner: Owner<'_>,
+        bare: &str,
+        taken: &BTreeSet<String>,
+    ) -> Result<String, Option<String>> {
+        let renamed = format!(
+            "{}_{:08x}",
+            &plain[..plain.len().min(55)],
+            tools::fnv1a(bare.as_bytes()) & 0xffff_ffff
+        );
+        let mut holder = None;
+        for candidate in [plain, renamed.as_str()] {
+            if taken.contains(candidate) {
+                continue;
+            }
+            match self.owners.get(candidate) {
+                Some((slot, _, held)) if *slot == owner.slot && held == bare => {
+                    return Ok(candidate.to_string());
+                }
+                Some(other) => {
+                    holder.get_or_insert_with(|| self.describe(candidate, other));
+                }
+                None => {
+                    let claim = (owner.slot, owner.name.to_string(), bare.to_string());
+                    self.owners.insert(candidate.to_string(), claim);
+                    return Ok(candidate.to_string());
+                }
+            }
+        }
+        Err(holder)
+    }
+
+    /// Who holds `name`, for a WARN.
+    fn describe(&self, name: &str, (_, server, bare): &(ServerSlot, String, String)) -> String {
+        format!("{name} is tool '{bare}' of server '{server}'")
+    }
 }
 
 impl Catalogue {
@@ -200,17 +264,19 @@ impl Catalogue {
 
     /// Replaces the catalogue with a complete `tools/list` (`raw`, every page's `tools` in
     /// order), SPEC M3, M4, H1, A6: a tool without a name or with an unusable schema is dropped
-    /// with a warning; `_` names are hooks; a second tool with the same exposed name gets a
-    /// hash suffix once and is then dropped. Logs the warnings, the C56 warning about hooks the
-    /// allowlist does not name (once), and the server's ready line.
+    /// with a warning; `_` names are hooks; a tool whose exposed name another tool of the
+    /// session holds (`claims`, the same server's included) gets a hash suffix once and is then
+    /// dropped. Logs the warnings, the C56 warning about hooks the allowlist does not name
+    /// (once), and the server's ready line.
     pub(crate) fn install(
         &mut self,
         raw: Vec<Value>,
         owner: Owner<'_>,
+        claims: &mut NameClaims,
         allowlist: &HookAllowlist,
         out: &mut Outbox,
     ) {
-        let Owner { name, prefix } = owner;
+        let Owner { name, prefix, .. } = owner;
         let mut tools_out: Vec<McpTool> = Vec::new();
         let mut hooks = BTreeSet::new();
         let mut warnings = Vec::new();
@@ -231,18 +297,30 @@ impl Catalogue {
                     continue;
                 }
             };
-            let mut exposed = tools::exposed_name(prefix, bare);
-            if !seen_exposed.insert(exposed.clone()) {
-                exposed = format!(
-                    "{}_{:08x}",
-                    &exposed[..exposed.len().min(55)],
-                    tools::fnv1a(bare.as_bytes()) & 0xffff_ffff
-                );
-                if !seen_exposed.insert(exposed.clone()) {
+            let plain = tools::exposed_name(prefix, bare);
+            let exposed = match claims.place(&plain, owner, bare, &seen_exposed) {
+                Ok(e) => e,
+                Err(None) => {
                     warnings.push(format!("mcp '{name}': dropping duplicate tool '{bare}'"));
                     continue;
                 }
+                Err(Some(holder)) => {
+                    warnings.push(format!(
+                        "mcp '{name}': dropping tool '{bare}': its names are taken ({holder})"
+                    ));
+                    continue;
+                }
+            };
+            if exposed != plain
+                && !seen_exposed.contains(&plain)
+                && let Some(holder) = claims.owners.get(&plain)
+            {
+                warnings.push(format!(
+                    "mcp '{name}': tool '{bare}' is offered as {exposed}: {}",
+                    claims.describe(&plain, holder)
+                ));
             }
+            seen_exposed.insert(exposed.clone());
             let description = t
                 .get("description")
                 .and_then(Value::as_str)
@@ -358,13 +436,23 @@ mod tests {
     use serde_json::json;
 
     fn install(raw: Vec<Value>, allowlist: &HookAllowlist) -> (Catalogue, Vec<String>) {
-        let mut out = Outbox::new(LogLevel::Debug, MonoTime::ZERO);
-        let mut c = Catalogue::default();
         let owner = Owner {
+            slot: ServerSlot(1),
             name: "srv",
             prefix: "srv",
         };
-        c.install(raw, owner, allowlist, &mut out);
+        install_as(owner, raw, &mut NameClaims::default(), allowlist)
+    }
+
+    fn install_as(
+        owner: Owner<'_>,
+        raw: Vec<Value>,
+        claims: &mut NameClaims,
+        allowlist: &HookAllowlist,
+    ) -> (Catalogue, Vec<String>) {
+        let mut out = Outbox::new(LogLevel::Debug, MonoTime::ZERO);
+        let mut c = Catalogue::default();
+        c.install(raw, owner, claims, allowlist, &mut out);
         let logs = std::iter::from_fn(|| out.pop())
             .map(|a| {
                 let Action::Log(r) = a else {
@@ -485,6 +573,63 @@ mod tests {
         assert_eq!(
             routes["srv__echo"].target,
             ToolTarget::Server(ServerSlot(1))
+        );
+    }
+
+    /// Two server names forged so that their `echo` tools get the same exposed name (the first
+    /// 55 bytes and the 32-bit hash of the qualified name agree).
+    const FORGED: [&str; 2] = [
+        "forged-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaass9eimhx",
+        "forged-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa2n51vgvs",
+    ];
+
+    #[test]
+    fn names_that_collide_an_exposed_name_is_one_tools_for_the_whole_session() {
+        let [a_name, b_name] = FORGED;
+        assert_eq!(
+            tools::exposed_name(a_name, "echo"),
+            tools::exposed_name(b_name, "echo"),
+            "the forgery holds"
+        );
+        let allow = HookAllowlist::Off;
+        let owner = |slot, name| Owner {
+            slot: ServerSlot(slot),
+            name,
+            prefix: name,
+        };
+        let mut claims = NameClaims::default();
+        let echo = || vec![json!({"name": "echo"})];
+        let (a, _) = install_as(owner(1, a_name), echo(), &mut claims, &allow);
+        let (b, logs) = install_as(owner(2, b_name), echo(), &mut claims, &allow);
+        let plain = tools::exposed_name(a_name, "echo");
+        let renamed = b.tools[0].exposed.clone();
+        assert_eq!(a.tools[0].exposed, plain);
+        assert_ne!(renamed, plain, "the later server's tool is renamed");
+        assert!(tools::is_provider_safe(&renamed));
+        assert!(
+            logs.iter().any(|l| l
+                == &format!("mcp '{b_name}': tool 'echo' is offered as {renamed}: {plain} is tool 'echo' of server '{a_name}'")),
+            "{logs:?}"
+        );
+        let (_, routes) = visible_tools([(ServerSlot(1), a_name, &a), (ServerSlot(2), b_name, &b)]);
+        assert_eq!(routes[&plain].target, ToolTarget::Server(ServerSlot(1)));
+        assert_eq!(routes[&renamed].target, ToolTarget::Server(ServerSlot(2)));
+        // The first server is gone (dead, or its listing dropped the tool): its name leads
+        // nowhere, never to the other server's tool, whatever the other lists again.
+        let (b, _) = install_as(owner(2, b_name), echo(), &mut claims, &allow);
+        assert_eq!(b.tools[0].exposed, renamed, "a re-listing keeps the name");
+        let (a, _) = install_as(owner(1, a_name), Vec::new(), &mut claims, &allow);
+        let (_, routes) = visible_tools([(ServerSlot(1), a_name, &a), (ServerSlot(2), b_name, &b)]);
+        assert!(!routes.contains_key(&plain), "{routes:?}");
+        let (_, routes) = visible_tools([(ServerSlot(2), b_name, &b)]);
+        assert_eq!(routes.keys().collect::<Vec<_>>(), [&renamed]);
+        // A third server forged onto both names gets neither: its tool is dropped.
+        let (c, logs) = install_as(owner(3, a_name), echo(), &mut claims, &allow);
+        assert!(c.tools.is_empty());
+        assert!(
+            logs.iter()
+                .any(|l| l.contains("dropping tool 'echo': its names are taken")),
+            "{logs:?}"
         );
     }
 }

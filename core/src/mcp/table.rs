@@ -4,7 +4,7 @@
 //! concerns, and owns what spans generations: which session a server serves, its death and
 //! M9 restart accounting, and the H4 count of consecutive hook timeouts.
 
-use super::catalogue::{self, Catalogue, Owner, ToolRoute};
+use super::catalogue::{self, Catalogue, NameClaims, Owner, ToolRoute};
 use super::http::{Delivery, HttpTransport, Wire};
 use super::prompts::{self, Prompt};
 use super::session::{McpSession, SessionEvent, SessionState};
@@ -258,6 +258,9 @@ pub(crate) struct ServerTable {
     inherited_env: Vec<(String, String)>,
     /// `MCP_HOOK_SERVERS`, for the warning about hooks that will not be called (case C56).
     hook_allowlist: HookAllowlist,
+    /// Per session, the exposed tool names its servers' tools hold for the whole session
+    /// (names that collide, issue 26). Kept while the session's servers are.
+    claims: BTreeMap<SessionId, NameClaims>,
     /// What every HTTP server's OAuth authorization is built from, and the generator its
     /// secrets fork from (SPEC M11); `None`: servers are not authorized by the agent.
     authorization: Option<(AuthSetup, SecretRng)>,
@@ -273,6 +276,7 @@ impl ServerTable {
             client_version,
             inherited_env: Vec::new(),
             hook_allowlist: HookAllowlist::Off,
+            claims: BTreeMap::new(),
             authorization: None,
         }
     }
@@ -373,11 +377,13 @@ impl ServerTable {
     }
 
     /// Records a server of `session` (not yet spawned; SPEC M1, S1: the allowlisted inherited
-    /// environment, then the client's entries, which win).
+    /// environment, then the client's entries, which win). A stdio server runs in `cwd`; every
+    /// server is offered `cwd` and `additional` as its roots (SPEC M13).
     pub(crate) fn create(
         &mut self,
         session: SessionId,
         cwd: &str,
+        additional: &[String],
         entry: &McpServerEntry,
     ) -> ServerSlot {
         let slot = ServerSlot(self.next_slot);
@@ -419,6 +425,8 @@ impl ServerTable {
                 }),
             ))),
         };
+        let mut mcp = McpSession::new(slot, &entry.name, self.init_timeout_ms);
+        mcp.set_roots(super::roots::roots_of(cwd, additional));
         self.servers.insert(
             slot,
             Server {
@@ -427,7 +435,7 @@ impl ServerTable {
                 name: entry.name.clone(),
                 prefix: tools::server_prefix(&entry.name),
                 transport,
-                mcp: McpSession::new(slot, &entry.name, self.init_timeout_ms),
+                mcp,
                 catalogue: Catalogue::default(),
                 prompts: Vec::new(),
                 restart_at: None,
@@ -1437,10 +1445,13 @@ impl ServerTable {
                     s.restarting = false;
                 }
                 let owner = Owner {
+                    slot,
                     name: &s.name,
                     prefix: &s.prefix,
                 };
-                s.catalogue.install(tools, owner, &self.hook_allowlist, out);
+                let claims = self.claims.entry(s.session).or_default();
+                s.catalogue
+                    .install(tools, owner, claims, &self.hook_allowlist, out);
                 s.listed_once = true;
                 s.listings = s.listings.saturating_add(1);
                 let mut events = Vec::new();
@@ -1513,7 +1524,7 @@ impl ServerTable {
         timers: &mut TimerTable,
     ) -> ServerSlot {
         let entry = McpServerEntry::stdio(name, "fake-mcp", &[]);
-        let slot = self.create(session, "/w", &entry);
+        let slot = self.create(session, "/w", &[], &entry);
         self.spawn(slot, out, timers);
         let proc = ProcKey {
             server: slot,
@@ -1593,7 +1604,7 @@ mod tests {
 
         fn add(&mut self, name: &str) -> ServerSlot {
             let entry = McpServerEntry::stdio(name, "fake-mcp", &[("K", "client")]);
-            let slot = self.table.create(SESSION, "/w", &entry);
+            let slot = self.table.create(SESSION, "/w", &[], &entry);
             self.table.spawn(slot, &mut self.out, &mut self.timers);
             slot
         }
