@@ -9,6 +9,7 @@
 //! | `stdio.rs` | `StdioTransport` | the child process of each generation: spawn, stdin lines, stdout line buffer, stderr tail, process-group kill |
 //! | `http.rs` | `HttpTransport` | Streamable HTTP (and the legacy HTTP+SSE wire): a `POST` per frame, JSON or event-stream answers, the session id and protocol version headers, the `GET` stream, resumption, a new session after a `404`, `DELETE` |
 //! | `auth.rs` | `Authorization` | the header an HTTP server's requests carry, and what becomes of a `401`/`403` |
+//! | `roots.rs` | `roots_of` | the session's directories as the MCP roots `roots/list` answers (SPEC M13) |
 //!
 //! The table never sees a turn or a hook round: a request carries a [`Purpose`] naming who
 //! waits for it, and replies, failures and settled start-ups come back to the agent as
@@ -18,11 +19,13 @@ mod auth;
 mod catalogue;
 mod http;
 mod prompts;
+mod roots;
 mod session;
 mod stdio;
 mod table;
 
 pub(crate) use catalogue::{Builtin, ToolRoute, ToolTarget, with_builtins};
+pub(crate) use prompts::{PendingCommand, bind_arguments, parse_command, render_messages, usage};
 pub(crate) use stdio::KILL_GRACE_MS;
 pub(crate) use table::ServerTable;
 
@@ -73,6 +76,8 @@ pub(crate) enum Purpose {
     ListTools,
     /// A page of `prompts/list` (SPEC A11).
     ListPrompts,
+    /// The `prompts/get` of a command the user typed in `session` (SPEC A11).
+    GetPrompt(SessionId),
     /// A model tool call (SPEC L2).
     Tool(ToolCallRef),
     /// A hook call of a hook round (SPEC H3).
@@ -141,6 +146,12 @@ pub(crate) enum McpEvent {
     /// The prompts a server of `session` offers as commands changed (SPEC A11): the client is
     /// told the session's commands again.
     CommandsChanged { session: SessionId },
+    /// The `prompts/get` of a command of `session` was answered (`Ok`: its result), or failed
+    /// (`Err`: why, naming the server) (SPEC A11).
+    PromptGot {
+        session: SessionId,
+        reply: Result<Value, String>,
+    },
     /// The server's tool list changed while it was being listed: list it again, after the
     /// events before this one were routed.
     Relist { server: ServerSlot },
@@ -169,6 +180,9 @@ pub(crate) enum Expired {
     ListInterceptors(SessionId),
     /// An `interceptor/invoke` (SPEC X1): counted as for a hook (H4), then its chain learns.
     Intercept(InterceptRef),
+    /// The `prompts/get` of a command of the session (SPEC A11): the agent cancels it and
+    /// answers the prompt with an error; the server keeps serving.
+    GetPrompt(SessionId),
 }
 
 /// Whether the servers of a starting session are all up (SPEC A2).
@@ -198,6 +212,10 @@ pub(crate) struct HookTarget {
 fn failed(slot: ServerSlot, purpose: Purpose, reason: &str) -> Option<McpEvent> {
     match purpose {
         Purpose::Initialize | Purpose::ListTools | Purpose::ListPrompts => None,
+        Purpose::GetPrompt(session) => Some(McpEvent::PromptGot {
+            session,
+            reply: Err(reason.to_string()),
+        }),
         Purpose::Tool(call) => Some(McpEvent::ToolFailed {
             call,
             reason: reason.to_string(),

@@ -245,6 +245,21 @@ impl Server {
     }
 }
 
+/// A command found by [`ServerTable::find_command`] (SPEC A11).
+#[derive(Debug, Clone)]
+pub(crate) struct FoundCommand {
+    /// The server offering it.
+    pub(crate) slot: ServerSlot,
+    /// Its prompt.
+    pub(crate) prompt: Prompt,
+    /// The server's tool prefix (the command's first part).
+    pub(crate) prefix: String,
+    /// The server's name as the client gave it (messages).
+    pub(crate) server: String,
+    /// Whether the server can be asked now.
+    pub(crate) ready: bool,
+}
+
 /// Every MCP server of the process, by slot.
 #[derive(Debug)]
 pub(crate) struct ServerTable {
@@ -362,6 +377,27 @@ impl ServerTable {
             .collect()
     }
 
+    /// The command `name` (`<prefix>:<prompt>`, without the `/`) among the servers in `slots`
+    /// that are not stopped or permanently dead (SPEC A11): its server, the prompt, the
+    /// server's prefix and name, and whether it is ready to be asked now.
+    pub(crate) fn find_command(&self, slots: &[ServerSlot], name: &str) -> Option<FoundCommand> {
+        let (prefix, prompt) = name.split_once(':')?;
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot).map(|s| (*slot, s)))
+            .filter(|(_, s)| s.prefix == prefix && !(s.is_dead() && s.restart_at.is_none()))
+            .find_map(|(slot, s)| {
+                let p = s.prompts.iter().find(|p| p.name == prompt)?;
+                Some(FoundCommand {
+                    slot,
+                    prompt: p.clone(),
+                    prefix: s.prefix.clone(),
+                    server: s.name.clone(),
+                    ready: s.is_ready(),
+                })
+            })
+    }
+
     /// The session of the server in `slot`.
     pub(crate) fn session_of(&self, slot: ServerSlot) -> Option<SessionId> {
         self.servers.get(&slot).map(|s| s.session)
@@ -377,11 +413,13 @@ impl ServerTable {
     }
 
     /// Records a server of `session` (not yet spawned; SPEC M1, S1: the allowlisted inherited
-    /// environment, then the client's entries, which win).
+    /// environment, then the client's entries, which win). A stdio server runs in `cwd`; every
+    /// server is offered `cwd` and `additional` as its roots (SPEC M13).
     pub(crate) fn create(
         &mut self,
         session: SessionId,
         cwd: &str,
+        additional: &[String],
         entry: &McpServerEntry,
     ) -> ServerSlot {
         let slot = ServerSlot(self.next_slot);
@@ -423,6 +461,8 @@ impl ServerTable {
                 }),
             ))),
         };
+        let mut mcp = McpSession::new(slot, &entry.name, self.init_timeout_ms);
+        mcp.set_roots(super::roots::roots_of(cwd, additional));
         self.servers.insert(
             slot,
             Server {
@@ -431,7 +471,7 @@ impl ServerTable {
                 name: entry.name.clone(),
                 prefix: tools::server_prefix(&entry.name),
                 transport,
-                mcp: McpSession::new(slot, &entry.name, self.init_timeout_ms),
+                mcp,
                 catalogue: Catalogue::default(),
                 prompts: Vec::new(),
                 restart_at: None,
@@ -1117,6 +1157,7 @@ impl ServerTable {
                 );
                 Some((Expired::Handshake, Vec::new()))
             }
+            Purpose::GetPrompt(session) => Some((Expired::GetPrompt(session), Vec::new())),
             Purpose::Tool(call) => Some((Expired::Tool(call), Vec::new())),
             Purpose::Hook(call) => Some((Expired::Hook(call), Vec::new())),
             Purpose::ListInterceptors(session) => {
@@ -1477,6 +1518,12 @@ impl ServerTable {
                         call,
                         reply: outcome,
                     }],
+                    Purpose::GetPrompt(session) => vec![McpEvent::PromptGot {
+                        session,
+                        reply: outcome.map_err(|e| {
+                            format!("MCP server '{}' answered {} {}", s.name, e.code, e.message)
+                        }),
+                    }],
                     Purpose::ListInterceptors(session) => vec![McpEvent::InterceptorList {
                         session,
                         server: slot,
@@ -1520,7 +1567,7 @@ impl ServerTable {
         timers: &mut TimerTable,
     ) -> ServerSlot {
         let entry = McpServerEntry::stdio(name, "fake-mcp", &[]);
-        let slot = self.create(session, "/w", &entry);
+        let slot = self.create(session, "/w", &[], &entry);
         self.spawn(slot, out, timers);
         let proc = ProcKey {
             server: slot,
@@ -1600,7 +1647,7 @@ mod tests {
 
         fn add(&mut self, name: &str) -> ServerSlot {
             let entry = McpServerEntry::stdio(name, "fake-mcp", &[("K", "client")]);
-            let slot = self.table.create(SESSION, "/w", &entry);
+            let slot = self.table.create(SESSION, "/w", &[], &entry);
             self.table.spawn(slot, &mut self.out, &mut self.timers);
             slot
         }
