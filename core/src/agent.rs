@@ -25,7 +25,10 @@ use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
 use crate::lifecycle::{Ending, Opening, Source};
 use crate::llm_call::LlmCalls;
-use crate::mcp::{Expired, InterceptRef, ListLost, McpEvent, ServerTable, StartState, ToolCallRef};
+use crate::mcp::{
+    Expired, InterceptRef, ListLost, McpEvent, McpRequest, Purpose, ServerTable, StartState,
+    ToolCallRef,
+};
 use crate::outbox::Outbox;
 use crate::permissions::{PermissionRequest, PermissionTimer, Permissions};
 use crate::session::Session;
@@ -978,7 +981,7 @@ impl Agent {
         self.advertise_commands(sid);
         // A prompt that came while the session was starting runs now.
         if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
-            self.start_turn(sid, id, text);
+            self.begin_prompt(sid, id, text);
         }
     }
 
@@ -1265,8 +1268,10 @@ impl Agent {
         // behind the last answer, which waits for the disk (sent before the client read it),
         // or behind the session's own start (a client that sends its first prompt before the
         // session/new answer, knowing the id: its project files are still being read).
+        let running_command = self.sessions.get(&sid).is_some_and(|s| s.command.is_some());
         let may_queue = match self.turns.get(&sid) {
             Some(turn) => Some(turn.is_cancelled()),
+            None if running_command => Some(false),
             None if starting || self.store.is_holding(sid) => Some(true),
             None => None,
         };
@@ -1282,7 +1287,119 @@ impl Agent {
             }
             return;
         }
-        self.start_turn(sid, id, text);
+        self.begin_prompt(sid, id, text);
+    }
+
+    /// A prompt of the free session `sid` starts: a command of the session (`/<server>:<prompt>
+    /// …`, SPEC A11) runs its `prompts/get` first; any other text starts the turn.
+    fn begin_prompt(&mut self, sid: SessionId, rpc: RpcId, text: String) {
+        let found = crate::mcp::parse_command(&text).and_then(|(name, rest)| {
+            let sess = self.sessions.get(&sid)?;
+            let found = self.servers.find_command(&sess.servers, name)?;
+            Some((name.to_string(), rest.to_string(), found))
+        });
+        let Some((name, rest, found)) = found else {
+            return self.start_turn(sid, rpc, text);
+        };
+        let (args, extra) = match crate::mcp::bind_arguments(&found.prompt, &rest) {
+            Ok(bound) => bound,
+            Err(why) => {
+                let usage = crate::mcp::usage(&found.prefix, &found.prompt);
+                return self.reply_err(
+                    Some(&rpc),
+                    jsonrpc::RpcError::INVALID_PARAMS,
+                    format!("The command /{name} cannot run: {why} (usage: {usage})."),
+                    Some(json!({"sessionId": sid.to_string()})),
+                );
+            }
+        };
+        if !found.ready {
+            return self.reply_err(
+                Some(&rpc),
+                jsonrpc::RpcError::SERVER_ERROR,
+                format!(
+                    "The command /{name} cannot run now: MCP server '{}' is not running.",
+                    found.server
+                ),
+                Some(json!({"sessionId": sid.to_string()})),
+            );
+        }
+        let params = json!({"name": found.prompt.name, "arguments": args});
+        let request = McpRequest {
+            method: "prompts/get",
+            params: &params,
+            purpose: Purpose::GetPrompt(sid),
+            timeout_ms: self.cfg.tool_timeout_ms,
+        };
+        let Some(request) =
+            self.servers
+                .send_request(found.slot, request, &mut self.out, &mut self.timers)
+        else {
+            return self.start_turn(sid, rpc, text);
+        };
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: command /{name}: prompts/get of MCP server '{}'",
+                found.server
+            ),
+        );
+        if let Some(sess) = self.sessions.get_mut(&sid) {
+            sess.command = Some(crate::mcp::PendingCommand {
+                rpc,
+                server: found.slot,
+                request,
+                command: name,
+                extra,
+            });
+        }
+    }
+
+    /// The `prompts/get` of the command of `sid` was answered (SPEC A11): its messages start
+    /// the turn as the user's words; a failure answers the prompt with an error naming the
+    /// command and the server, and the session goes on.
+    fn on_prompt_got(&mut self, sid: SessionId, reply: Result<Value, String>) {
+        let Some(pending) = self.sessions.get_mut(&sid).and_then(|s| s.command.take()) else {
+            return;
+        };
+        let cap = self.cfg.max_tool_result_text_bytes;
+        match reply.and_then(|r| crate::mcp::render_messages(&r, cap)) {
+            Ok(mut text) => {
+                if let Some(extra) = pending.extra {
+                    text.push_str("\n\n");
+                    text.push_str(&extra);
+                }
+                self.start_turn(sid, pending.rpc, text);
+            }
+            Err(why) => {
+                let message = format!("The command /{} failed: {why}.", pending.command);
+                self.log(LogLevel::Warn, format!("session {sid}: {message}"));
+                self.reply_err(
+                    Some(&pending.rpc),
+                    jsonrpc::RpcError::SERVER_ERROR,
+                    message,
+                    Some(json!({"sessionId": sid.to_string()})),
+                );
+            }
+        }
+    }
+
+    /// A command of `sid` still waiting for its `prompts/get` is given up (`why` is sent to
+    /// the server with `notifications/cancelled`) and its prompt answered `cancelled` (SPEC
+    /// A4, A11); whether there was one.
+    fn cancel_command(&mut self, sid: SessionId, why: &str) -> bool {
+        let Some(pending) = self.sessions.get_mut(&sid).and_then(|s| s.command.take()) else {
+            return false;
+        };
+        self.servers.cancel_request(
+            pending.server,
+            pending.request,
+            why,
+            &mut self.out,
+            &mut self.timers,
+        );
+        self.reply_ok(&pending.rpc, &json!({"stopReason": "cancelled"}));
+        true
     }
 
     fn session_not_found(&mut self, id: &RpcId, sid: &str) {
@@ -1318,11 +1435,13 @@ impl Agent {
     /// Answers the prompt of the turn of `sid` and forgets the turn; a queued prompt starts
     /// next (SPEC A3, A8).
     fn end_turn(&mut self, sid: SessionId, end: TurnEnd) {
-        let Some(turn) = self.turns.remove(&sid) else {
+        let Some(mut turn) = self.turns.remove(&sid) else {
             return;
         };
         self.timers.clear_turn(sid);
         if let Some(sess) = self.sessions.get_mut(&sid) {
+            // SPEC L13: what the turn leaves in the history, then recorded.
+            turn.settle(&end, sess);
             self.store.sync(sess);
         }
         match &end {
@@ -1377,7 +1496,7 @@ impl Agent {
             return;
         }
         if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
-            self.start_turn(sid, id, text);
+            self.begin_prompt(sid, id, text);
         }
     }
 
@@ -1436,6 +1555,9 @@ impl Agent {
             .and_then(|s| s.queued.take())
         {
             self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
+            return;
+        }
+        if self.cancel_command(sid, "cancelled by the client") {
             return;
         }
         self.cancel_turn(sid, "cancelled by the client");
@@ -1608,6 +1730,7 @@ impl Agent {
                 } => self.on_elicitation(server, generation, request, &params),
                 McpEvent::StartSettled { session } => self.check_session_start(session),
                 McpEvent::CommandsChanged { session } => self.advertise_commands(session),
+                McpEvent::PromptGot { session, reply } => self.on_prompt_got(session, reply),
                 McpEvent::Relist { server } => {
                     self.servers
                         .start_listing(server, &mut self.out, &mut self.timers);
@@ -1689,6 +1812,23 @@ impl Agent {
         self.route_mcp(events);
         match expired {
             Expired::Handshake => {}
+            Expired::GetPrompt(sid) => {
+                let secs = self.cfg.tool_timeout_ms / 1000;
+                self.servers.cancel_request(
+                    slot,
+                    id,
+                    &format!("timeout after {secs}s"),
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                let name = self.servers.name(slot);
+                self.on_prompt_got(
+                    sid,
+                    Err(format!(
+                        "MCP server '{name}' did not answer within {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
+                    )),
+                );
+            }
             Expired::Tool(call) => {
                 let secs = self.cfg.tool_timeout_ms / 1000;
                 self.servers.cancel_request(
@@ -1902,6 +2042,7 @@ impl Agent {
             if let Some((id, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
                 self.reply_ok(&id, &json!({"stopReason": "cancelled"}));
             }
+            self.cancel_command(sid, "agent shutting down");
             self.cancel_turn(sid, "agent shutting down");
             // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
             if self.turns.contains_key(&sid) {
@@ -1957,6 +2098,7 @@ impl Agent {
         if let Some((queued, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
             self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
         }
+        self.cancel_command(sid, "session closed");
         self.cancel_turn(sid, "session closed");
         if self.turns.contains_key(&sid) {
             self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));

@@ -391,6 +391,7 @@ impl McpSession {
             Purpose::ListPrompts => SessionEvent::Prompts(Err(format!("prompts/list {reason}"))),
             Purpose::Tool(_)
             | Purpose::Hook(_)
+            | Purpose::GetPrompt(_)
             | Purpose::ListInterceptors(_)
             | Purpose::Intercept(_) => SessionEvent::Lost {
                 purpose,
@@ -633,6 +634,7 @@ impl McpSession {
             Purpose::ListPrompts => self.on_prompt_page(outcome, out, timers),
             Purpose::Tool(_)
             | Purpose::Hook(_)
+            | Purpose::GetPrompt(_)
             | Purpose::ListInterceptors(_)
             | Purpose::Intercept(_) => SessionEvent::Reply { purpose, outcome },
         })

@@ -245,6 +245,21 @@ impl Server {
     }
 }
 
+/// A command found by [`ServerTable::find_command`] (SPEC A11).
+#[derive(Debug, Clone)]
+pub(crate) struct FoundCommand {
+    /// The server offering it.
+    pub(crate) slot: ServerSlot,
+    /// Its prompt.
+    pub(crate) prompt: Prompt,
+    /// The server's tool prefix (the command's first part).
+    pub(crate) prefix: String,
+    /// The server's name as the client gave it (messages).
+    pub(crate) server: String,
+    /// Whether the server can be asked now.
+    pub(crate) ready: bool,
+}
+
 /// Every MCP server of the process, by slot.
 #[derive(Debug)]
 pub(crate) struct ServerTable {
@@ -394,6 +409,27 @@ impl ServerTable {
                     .map(|p| prompts::available_command(&s.prefix, p))
             })
             .collect()
+    }
+
+    /// The command `name` (`<prefix>:<prompt>`, without the `/`) among the servers in `slots`
+    /// that are not stopped or permanently dead (SPEC A11): its server, the prompt, the
+    /// server's prefix and name, and whether it is ready to be asked now.
+    pub(crate) fn find_command(&self, slots: &[ServerSlot], name: &str) -> Option<FoundCommand> {
+        let (prefix, prompt) = name.split_once(':')?;
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot).map(|s| (*slot, s)))
+            .filter(|(_, s)| s.prefix == prefix && !(s.is_dead() && s.restart_at.is_none()))
+            .find_map(|(slot, s)| {
+                let p = s.prompts.iter().find(|p| p.name == prompt)?;
+                Some(FoundCommand {
+                    slot,
+                    prompt: p.clone(),
+                    prefix: s.prefix.clone(),
+                    server: s.name.clone(),
+                    ready: s.is_ready(),
+                })
+            })
     }
 
     /// The session of the server in `slot`.
@@ -1156,6 +1192,7 @@ impl ServerTable {
                 );
                 Some((Expired::Handshake, Vec::new()))
             }
+            Purpose::GetPrompt(session) => Some((Expired::GetPrompt(session), Vec::new())),
             Purpose::Tool(call) => Some((Expired::Tool(call), Vec::new())),
             Purpose::Hook(call) => Some((Expired::Hook(call), Vec::new())),
             Purpose::ListInterceptors(session) => {
@@ -1521,6 +1558,12 @@ impl ServerTable {
                     Purpose::Hook(call) => vec![McpEvent::HookReply {
                         call,
                         reply: outcome,
+                    }],
+                    Purpose::GetPrompt(session) => vec![McpEvent::PromptGot {
+                        session,
+                        reply: outcome.map_err(|e| {
+                            format!("MCP server '{}' answered {} {}", s.name, e.code, e.message)
+                        }),
                     }],
                     Purpose::ListInterceptors(session) => vec![McpEvent::InterceptorList {
                         session,
