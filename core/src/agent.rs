@@ -13,6 +13,7 @@
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
 use crate::cx::Cx;
+use crate::elicitation::{ElicitationModes, Elicitations};
 use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{
     IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
@@ -87,6 +88,10 @@ pub struct Agent {
     /// The client advertised `clientCapabilities.session.notices` in `initialize`: notices go
     /// as ACP `notice` updates, else as marked message chunks (docs/clients.md).
     client_notices: bool,
+    /// The elicitation modes the client presents (`clientCapabilities.elicitation`, SPEC M12).
+    elicitation_modes: ElicitationModes,
+    /// The ACP `elicitation/create` requests waiting for the client (SPEC M12).
+    elicitations: Elicitations,
     /// The project reads in flight ([`Action::ReadProject`], SPEC A10), by request number.
     project_reads: BTreeMap<u64, ProjectRead>,
     /// The number of the next project read.
@@ -210,6 +215,8 @@ impl Agent {
             ids: IdCounters::default(),
             shutdown: None,
             client_notices: false,
+            elicitation_modes: ElicitationModes::default(),
+            elicitations: Elicitations::default(),
             project_reads: BTreeMap::new(),
             next_project_read: 1,
         }
@@ -507,6 +514,9 @@ impl Agent {
             ) {
                 Ok(r) => {
                     self.client_notices = crate::acp::client_shows_notices(&params);
+                    self.elicitation_modes = ElicitationModes::of_client(&params);
+                    self.servers
+                        .set_elicitation(self.elicitation_modes.mcp_capability());
                     self.reply_ok(&id, &r);
                 }
                 Err(m) => self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
@@ -553,6 +563,10 @@ impl Agent {
             return;
         };
         let out = PermissionRequestId(out);
+        if let Some(pending) = self.elicitations.take(out) {
+            self.on_elicitation_answer(pending, outcome);
+            return;
+        }
         let Some(req) = self.permissions.take(out, &mut self.timers) else {
             self.log(
                 LogLevel::Debug,
@@ -571,6 +585,129 @@ impl Agent {
             }
         };
         self.route_permission_answer(req, answer);
+    }
+
+    /// A server's `elicitation/create` (SPEC M12): forwarded to the client as its own
+    /// `elicitation/create` when it presents the mode, else declined at once; a request that
+    /// cannot be shown is `-32602`. The model never sees it.
+    fn on_elicitation(
+        &mut self,
+        server: ServerSlot,
+        generation: u64,
+        request: RpcId,
+        params: &Value,
+    ) {
+        let name = self.servers.name(server);
+        let ask = match crate::elicitation::decode(params) {
+            Ok(ask) => ask,
+            Err(why) => {
+                self.log(
+                    LogLevel::Warn,
+                    format!("MCP server '{name}' asked for input that cannot be shown: {why}"),
+                );
+                let err = RpcError {
+                    code: RpcError::INVALID_PARAMS,
+                    message: format!("Invalid params: {why}"),
+                    data: None,
+                };
+                self.servers.answer_server_request(
+                    server,
+                    generation,
+                    &request,
+                    Err(&err),
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                return;
+            }
+        };
+        let session = self
+            .servers
+            .session_of(server)
+            .filter(|sid| self.sessions.contains_key(sid));
+        let shown = session
+            .filter(|_| ask.presentable(self.elicitation_modes) && self.elicitations.has_room());
+        let Some(session) = shown else {
+            let why = if ask.presentable(self.elicitation_modes) {
+                "too many requests wait for the user"
+            } else {
+                "the client does not present such requests"
+            };
+            self.log(
+                LogLevel::Info,
+                format!(
+                    "MCP server '{name}' asked for input ({} mode); declined: {why}",
+                    ask.mode()
+                ),
+            );
+            self.servers.answer_server_request(
+                server,
+                generation,
+                &request,
+                Ok(&crate::elicitation::declined()),
+                &mut self.out,
+                &mut self.timers,
+            );
+            return;
+        };
+        let id = self.ids.next_permission();
+        let mut acp = ask.acp_params(&session.to_string());
+        // The user sees which server asks (S3: the name the client registered).
+        acp["message"] = json!(format!("MCP server '{name}' asks: {}", ask.message()));
+        self.log(
+            LogLevel::Info,
+            format!(
+                "MCP server '{name}' asked for input ({} mode); asking the client (request {id})",
+                ask.mode()
+            ),
+        );
+        self.elicitations.insert(
+            id,
+            crate::elicitation::Pending {
+                session,
+                server,
+                generation,
+                request,
+                ask,
+            },
+        );
+        self.out.push(Action::WriteAcp(jsonrpc::encode_request(
+            id.0,
+            "elicitation/create",
+            &acp,
+        )));
+    }
+
+    /// The client answered an `elicitation/create` (SPEC M12): the server gets the action
+    /// (an accepted form with its defaults filled); a failed request is `cancel`.
+    fn on_elicitation_answer(
+        &mut self,
+        pending: crate::elicitation::Pending,
+        outcome: Result<Value, RpcError>,
+    ) {
+        let answer = match outcome {
+            Ok(result) => crate::elicitation::answer(&result, &pending.ask),
+            Err(e) => {
+                self.log(
+                    LogLevel::Warn,
+                    format!(
+                        "acp: elicitation request for MCP server '{}' failed: {} {}; the server is told cancel",
+                        self.servers.name(pending.server),
+                        e.code,
+                        e.message
+                    ),
+                );
+                json!({"action": "cancel"})
+            }
+        };
+        self.servers.answer_server_request(
+            pending.server,
+            pending.generation,
+            &pending.request,
+            Ok(&answer),
+            &mut self.out,
+            &mut self.timers,
+        );
     }
 
     fn on_session_new(&mut self, id: RpcId, params: &Value) {
@@ -877,6 +1014,7 @@ impl Agent {
         let Some(entry) = self.sessions.remove(&sid) else {
             return;
         };
+        self.elicitations.forget_session(sid);
         for &slot in &entry.session.servers {
             self.servers.stop(
                 slot,
@@ -1589,6 +1727,12 @@ impl Agent {
                 McpEvent::InterceptLost { call, reason } => {
                     self.route_intercept(call, InterceptEvent::Reply(InvokeReply::Lost(reason)));
                 }
+                McpEvent::Elicit {
+                    server,
+                    generation,
+                    request,
+                    params,
+                } => self.on_elicitation(server, generation, request, &params),
                 McpEvent::StartSettled { session } => self.check_session_start(session),
                 McpEvent::CommandsChanged { session } => self.advertise_commands(session),
                 McpEvent::PromptGot { session, reply } => self.on_prompt_got(session, reply),
@@ -1998,6 +2142,7 @@ impl Agent {
         // released: another agent may load it now).
         self.store.sync(&mut entry.session);
         self.store.flush(sid, &mut self.out);
+        self.elicitations.forget_session(sid);
         if let Some(entry) = self.sessions.remove(&sid)
             && self.shutdown.is_none()
         {

@@ -680,7 +680,8 @@ pub fn server_requests(prefix: &str, collide: &Value) -> Vec<Value> {
                "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "summarise"}}],
                           "maxTokens": 50}}),
         json!({"jsonrpc": "2.0", "id": format!("{prefix}-4"), "method": "elicitation/create",
-               "params": {"message": "pick", "requestedSchema": {"type": "object", "properties": {}}}}),
+               "params": {"message": "pick", "requestedSchema": {"type": "object", "properties": {
+                   "choice": {"type": "string", "enum": ["a", "b"], "default": "a"}}}}}),
     ]
 }
 

@@ -119,6 +119,14 @@ pub(crate) enum McpEvent {
     },
     /// A hook call's server died before it answered (fail-open, SPEC H4, I4).
     HookDead { call: HookCallRef },
+    /// `server` asks the user for input (`elicitation/create`, SPEC M12): answer `request`
+    /// with [`ServerTable::answer_server_request`] for the session `generation` it came from.
+    Elicit {
+        server: ServerSlot,
+        generation: u64,
+        request: crate::jsonrpc::RpcId,
+        params: Value,
+    },
     /// `notifications/progress` for a request of `server` (SPEC A6, case C59): the
     /// `progressToken` as sent and the progress text to show.
     Progress {

@@ -279,6 +279,8 @@ pub(crate) struct ServerTable {
     /// What every HTTP server's OAuth authorization is built from, and the generator its
     /// secrets fork from (SPEC M11); `None`: servers are not authorized by the agent.
     authorization: Option<(AuthSetup, SecretRng)>,
+    /// The `elicitation` capability servers created from now on declare (SPEC M12).
+    elicitation: Option<serde_json::Value>,
 }
 
 impl ServerTable {
@@ -293,7 +295,39 @@ impl ServerTable {
             hook_allowlist: HookAllowlist::Off,
             claims: BTreeMap::new(),
             authorization: None,
+            elicitation: None,
         }
+    }
+
+    /// The `elicitation` capability that servers created from now on declare in
+    /// `initialize` (SPEC M12: what the ACP client presents), `None` for none.
+    pub(crate) fn set_elicitation(&mut self, capability: Option<serde_json::Value>) {
+        self.elicitation = capability;
+    }
+
+    /// Answers the server request `request` of `slot`'s session generation `generation` (an
+    /// `elicitation/create`, SPEC M12); dropped when the server died or restarted since.
+    pub(crate) fn answer_server_request(
+        &mut self,
+        slot: ServerSlot,
+        generation: u64,
+        request: &jsonrpc::RpcId,
+        outcome: Result<&serde_json::Value, &jsonrpc::RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
+        if s.mcp.generation() != generation || s.is_dead() {
+            out.log(
+                LogLevel::Debug,
+                format!("mcp '{}': an answer for a closed session dropped", s.name),
+            );
+            return;
+        }
+        s.mcp.respond(request, outcome);
+        s.flush(out, timers);
     }
 
     /// HTTP servers created from now on without a configured `authorization` header are
@@ -463,6 +497,7 @@ impl ServerTable {
         };
         let mut mcp = McpSession::new(slot, &entry.name, self.init_timeout_ms);
         mcp.set_roots(super::roots::roots_of(cwd, additional));
+        mcp.set_elicitation(self.elicitation.clone());
         self.servers.insert(
             slot,
             Server {
@@ -1452,6 +1487,12 @@ impl ServerTable {
                 s.prompts = list;
                 vec![McpEvent::CommandsChanged { session: s.session }]
             }
+            SessionEvent::Elicit { request, params } => vec![McpEvent::Elicit {
+                server: slot,
+                generation: s.mcp.generation(),
+                request,
+                params,
+            }],
             SessionEvent::Progress { token, text } => vec![McpEvent::Progress {
                 server: slot,
                 token,
