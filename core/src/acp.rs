@@ -14,7 +14,8 @@ pub(crate) const PROTOCOL_VERSION: u64 = 1;
 /// # Errors
 /// A missing or non-integer `protocolVersion` (→ `-32602`).
 /// `persist`: sessions are saved (SPEC A9), so `loadSession` and the `session/list` and
-/// `session/resume` capabilities are advertised.
+/// `session/resume` capabilities are advertised. `sessionCapabilities.additionalDirectories`
+/// is always advertised: the directories become MCP roots (SPEC M13).
 pub(crate) fn initialize_result(
     params: &Value,
     version: &str,
@@ -32,14 +33,14 @@ pub(crate) fn initialize_result(
             "loadSession": persist,
             "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
             "mcpCapabilities": {"http": true, "sse": true},
-            "sessionCapabilities": {"close": {}}
+            "sessionCapabilities": {"close": {}, "additionalDirectories": {}}
         },
         "agentInfo": {"name": "buzz-agent", "version": version},
         "authMethods": []
     });
     if persist {
         result["agentCapabilities"]["sessionCapabilities"] =
-            json!({"close": {}, "list": {}, "resume": {}});
+            json!({"close": {}, "list": {}, "resume": {}, "additionalDirectories": {}});
     }
     Ok(result)
 }
@@ -117,6 +118,10 @@ pub(crate) struct SkippedServer {
 pub(crate) struct NewSession {
     /// Absolute path (SPEC A2, case C07).
     pub cwd: String,
+    /// The client's `additionalDirectories` (absolute paths, in the order given, without
+    /// repeats or the `cwd` itself): further workspace roots, offered to MCP servers as roots
+    /// with the `cwd` (SPEC M13).
+    pub additional_directories: Vec<String>,
     pub servers: Vec<McpServerEntry>,
     /// Entries of a transport other than stdio, in the order given (SPEC A2, C55).
     pub skipped: Vec<SkippedServer>,
@@ -167,6 +172,7 @@ pub(crate) fn decode_session_setup(
     if cwd.is_empty() || !cwd.starts_with('/') {
         return Err(("cwd must be an absolute path".into(), json!({"cwd": cwd})));
     }
+    let additional_directories = additional_directories(params, method, &cwd)?;
     let list = match params.get("mcpServers") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a.clone(),
@@ -299,10 +305,51 @@ pub(crate) fn decode_session_setup(
     }
     Ok(NewSession {
         cwd,
+        additional_directories,
         servers,
         skipped,
         system_prompt: crate::instructions::client_prompt(params),
     })
+}
+
+/// The `additionalDirectories` of `method`'s params (ACP `NewSessionRequest` and the load and
+/// resume requests; SPEC M13): absent or `null` is none; each must be an absolute path like
+/// the `cwd`; repeats and the `cwd` itself are dropped.
+///
+/// # Errors
+/// `(message, data)` for a `-32602` reply naming the offending item.
+fn additional_directories(
+    params: &Value,
+    method: &str,
+    cwd: &str,
+) -> Result<Vec<String>, (String, Value)> {
+    let list = match params.get("additionalDirectories") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err((
+                format!("{method}: additionalDirectories must be an array of absolute paths"),
+                json!({"field": "additionalDirectories"}),
+            ));
+        }
+    };
+    let mut dirs: Vec<String> = Vec::with_capacity(list.len());
+    for (i, d) in list.iter().enumerate() {
+        match d.as_str() {
+            Some(p) if p.starts_with('/') => {
+                if p != cwd && !dirs.iter().any(|x| x == p) {
+                    dirs.push(p.to_string());
+                }
+            }
+            _ => {
+                return Err((
+                    format!("{method}: additionalDirectories[{i}] must be an absolute path"),
+                    json!({"path": format!("additionalDirectories[{i}]")}),
+                ));
+            }
+        }
+    }
+    Ok(dirs)
 }
 
 /// An entry's `env` or `headers`: an array of `{name, value}` or an object map (SPEC A2,
@@ -696,14 +743,14 @@ mod tests {
         assert_eq!(r["agentCapabilities"]["loadSession"], false);
         assert_eq!(
             r["agentCapabilities"]["sessionCapabilities"],
-            json!({"close": {}}),
-            "H11: close needs no store"
+            json!({"close": {}, "additionalDirectories": {}}),
+            "H11: close needs no store; M13: additional directories become MCP roots"
         );
         let on = initialize_result(&json!({"protocolVersion": 1}), "0.1.0", true).unwrap();
         assert_eq!(on["agentCapabilities"]["loadSession"], true, "A9");
         assert_eq!(
             on["agentCapabilities"]["sessionCapabilities"],
-            json!({"close": {}, "list": {}, "resume": {}})
+            json!({"close": {}, "list": {}, "resume": {}, "additionalDirectories": {}})
         );
         assert_eq!(r["protocolVersion"], 1);
         assert_eq!(
@@ -906,6 +953,44 @@ mod tests {
             let e = decode_new_session(&json!({"cwd": cwd, "mcpServers": []})).unwrap_err();
             assert_eq!(e.0, "cwd must be an absolute path");
             assert_eq!(e.1, json!({"cwd": cwd}));
+        }
+    }
+
+    #[test]
+    fn m13_additional_directories_are_absolute_kept_in_order_without_repeats() {
+        let ok = decode_new_session(&json!({"cwd": "/w",
+            "additionalDirectories": ["/lib", "/w", "/docs", "/lib"]}))
+        .unwrap();
+        assert_eq!(ok.additional_directories, ["/lib", "/docs"]);
+        for none in [
+            json!({"cwd": "/w"}),
+            json!({"cwd": "/w", "additionalDirectories": null}),
+        ] {
+            assert!(
+                decode_new_session(&none)
+                    .unwrap()
+                    .additional_directories
+                    .is_empty()
+            );
+        }
+        for (bad, path) in [
+            (
+                json!(["/a", "rel"]),
+                json!({"path": "additionalDirectories[1]"}),
+            ),
+            (json!([7]), json!({"path": "additionalDirectories[0]"})),
+            (json!("/a"), json!({"field": "additionalDirectories"})),
+        ] {
+            let e = decode_session_setup(
+                &json!({"cwd": "/w", "additionalDirectories": bad}),
+                "session/load",
+            )
+            .unwrap_err();
+            assert!(
+                e.0.starts_with("session/load: additionalDirectories"),
+                "{e:?}"
+            );
+            assert_eq!(e.1, path);
         }
     }
 

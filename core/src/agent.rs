@@ -613,7 +613,9 @@ impl Agent {
         }
         let mut slots = Vec::with_capacity(spec.servers.len());
         for entry in &spec.servers {
-            let slot = self.servers.create(sid, &spec.cwd, entry);
+            let slot = self
+                .servers
+                .create(sid, &spec.cwd, &spec.additional_directories, entry);
             slots.push(slot);
         }
         let mut sess = Session::new(sid, slots.clone(), &id);
@@ -965,7 +967,10 @@ impl Agent {
         let slots: Vec<ServerSlot> = spec
             .servers
             .iter()
-            .map(|entry| self.servers.create(sid, &spec.cwd, entry))
+            .map(|entry| {
+                self.servers
+                    .create(sid, &spec.cwd, &spec.additional_directories, entry)
+            })
             .collect();
         let mut sess = Session::new(sid, slots, &id);
         sess.starting = Some(id);

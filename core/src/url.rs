@@ -430,6 +430,25 @@ fn remove_dot_segments(path: &str) -> String {
     if s.is_empty() { "/".to_owned() } else { s }
 }
 
+/// The bytes a `file:` URI path keeps as they are: ASCII alphanumerics, `-._~` (RFC 3986
+/// unreserved) and the `/` separators; every other byte is `%XX`.
+const FILE_PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
+/// The `file://` URI of the absolute local path `path` (RFC 8089, empty authority; the path's
+/// UTF-8 bytes percent-encoded outside [`FILE_PATH`]): `/home/me/my dir` →
+/// `file:///home/me/my%20dir`. An MCP root's `uri` (MCP 2025-11-25 client/roots).
+pub(crate) fn file_uri(path: &str) -> String {
+    format!(
+        "file://{}",
+        percent_encoding::utf8_percent_encode(path, FILE_PATH)
+    )
+}
+
 /// The bytes form-encoding leaves as they are: ASCII alphanumerics and `*-._` (WHATWG URL
 /// §5.2, `application/x-www-form-urlencoded` serializer); space becomes `+`, everything else
 /// `%XX`.
@@ -496,6 +515,17 @@ mod tests {
         assert_eq!(url("http://x:8080/").origin(), "http://x:8080");
         assert_eq!(url("http://x:8080/").port_or_default(), 8080);
         assert_eq!(url("https://x").port_or_default(), 443);
+    }
+
+    #[test]
+    fn m13_a_file_uri_keeps_slashes_and_unreserved_bytes_and_encodes_the_rest() {
+        assert_eq!(file_uri("/home/me/proj"), "file:///home/me/proj");
+        assert_eq!(
+            file_uri("/tmp/my dir/a#b?c%d"),
+            "file:///tmp/my%20dir/a%23b%3Fc%25d"
+        );
+        assert_eq!(file_uri("/w/~x-y_z.rs"), "file:///w/~x-y_z.rs");
+        assert_eq!(file_uri("/w/é"), "file:///w/%C3%A9", "UTF-8 bytes");
     }
 
     #[test]

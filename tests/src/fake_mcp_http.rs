@@ -7,8 +7,12 @@
 //! It rejects what the official SDKs' servers reject: a `POST` without `application/json` and
 //! `text/event-stream` in `Accept` (406), a body that is not `application/json` (415), a request
 //! after `initialize` without `Mcp-Session-Id` (400) or with an unknown one (404, as after a
-//! restart: the sessions live in the process), and one without `MCP-Protocol-Version` (400; the
-//! spec says the client MUST send it).
+//! restart: the sessions live in the process), one without `MCP-Protocol-Version` (400; the
+//! spec says the client MUST send it), and a request other than `ping` in a session whose
+//! `notifications/initialized` it has not received yet (400, as the official Python SDK's
+//! server session refuses one "before initialization was complete": separate `POST`s may
+//! reach a server in any order, so a client must not send a request before `initialized`
+//! was accepted).
 //!
 //! | variable | effect |
 //! |---|---|
@@ -208,6 +212,8 @@ struct HttpServer {
     router: Arc<Router>,
     handle: fake_mcp::Handle,
     sessions: Mutex<BTreeSet<String>>,
+    /// The sessions whose `notifications/initialized` arrived.
+    initialized: Mutex<BTreeSet<String>>,
     next: AtomicU64,
     event_ids: AtomicU64,
 }
@@ -440,6 +446,22 @@ impl HttpServer {
             }
         };
         let text = msg.to_string();
+        if msg["method"] == "notifications/initialized" {
+            lock(&self.initialized).insert(session.clone());
+        }
+        let request = msg.get("id").is_some() && msg.get("method").is_some();
+        if request
+            && !is_init
+            && msg["method"] != "ping"
+            && !lock(&self.initialized).contains(&session)
+        {
+            return self.refuse(
+                w,
+                req,
+                400,
+                "Bad Request: Received request before initialization was complete",
+            );
+        }
         let Some(id) = msg.get("id").filter(|_| msg.get("method").is_some()) else {
             // A notification or a response: accepted, handled.
             self.log(req, 202);
@@ -656,6 +678,7 @@ pub fn main() -> ! {
         router,
         handle: fake_mcp::start(cfg, out, exit),
         sessions: Mutex::new(BTreeSet::new()),
+        initialized: Mutex::new(BTreeSet::new()),
         next: AtomicU64::new(1),
         event_ids: AtomicU64::new(1),
     });

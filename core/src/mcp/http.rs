@@ -7,9 +7,12 @@
 //! application/json, text/event-stream`, the entry's headers, and once the server gave one,
 //! `Mcp-Session-Id` and `MCP-Protocol-Version`. A request's answer is one JSON body or an event
 //! stream carrying the response (and any server requests and notifications before it); a
-//! notification's or a response's answer is `202 Accepted`. After `notifications/initialized`
-//! the optional `GET` stream for server-initiated messages is opened; `405`, `404` or `406` on
-//! it means there is none. A `404` on a request that carried the session id means the session
+//! notification's or a response's answer is `202 Accepted`. Each frame after
+//! `notifications/initialized` waits until that `POST` is answered (the server has then taken
+//! it: separate `POST`s can reach it in any order, and a server may refuse a request before
+//! `initialized`; the legacy wire waits the same way); then the waiting frames go out in order
+//! and the optional `GET` stream for server-initiated messages is opened; `405`, `404` or
+//! `406` on it means there is none. A `404` on a request that carried the session id means the session
 //! expired: the transport initializes a new session itself (once), then sends the request
 //! again. An event stream that closes before its response is resumed with a `GET` carrying
 //! `Last-Event-ID`, after the stream's `retry` (bounded attempts). `DELETE` ends the session.
@@ -193,6 +196,10 @@ pub(crate) struct HttpTransport {
     held_reinit: Option<Frame>,
     /// The `GET` stream waits for the authorization.
     listen_after_auth: bool,
+    /// `notifications/initialized` was sent (or is held) and not answered yet: every later
+    /// frame of the session waits in `held` (MCP 2025-11-25 basic/lifecycle: no request
+    /// before the server has `initialized`).
+    initialized_pending: bool,
     /// What the authorization decided while a frame was being sent, for the next delivery.
     undelivered: Vec<Delivery>,
     /// The legacy wire's `endpoint`.
@@ -295,6 +302,7 @@ impl HttpTransport {
             held: Vec::new(),
             held_reinit: None,
             listen_after_auth: false,
+            initialized_pending: false,
             undelivered: Vec::new(),
             endpoint: None,
             listen: None,
@@ -332,6 +340,7 @@ impl HttpTransport {
         self.held.clear();
         self.held_reinit = None;
         self.listen_after_auth = false;
+        self.initialized_pending = false;
         self.endpoint = None;
         self.listen_reopens = 0;
         if self.wire == Wire::Legacy {
@@ -357,13 +366,20 @@ impl HttpTransport {
         if let FrameKind::Initialize(_) = frame.kind {
             self.initialize = Some(frame.clone());
         }
+        let handshake = matches!(
+            frame.kind,
+            FrameKind::Initialize(_) | FrameKind::Initialized
+        );
         let held = match self.wire {
             Wire::Streamable => {
                 self.phase == Phase::Reinitializing
                     && !matches!(frame.kind, FrameKind::Initialize(_))
             }
             Wire::Legacy => self.endpoint.is_none(),
-        };
+        } || (self.initialized_pending && !handshake);
+        if matches!(frame.kind, FrameKind::Initialized) {
+            self.initialized_pending = true;
+        }
         if held {
             self.held.push(frame);
             return;
@@ -377,10 +393,33 @@ impl HttpTransport {
             self.undelivered.extend(got);
             return;
         }
-        let opens_listen =
-            self.wire == Wire::Streamable && matches!(frame.kind, FrameKind::Initialized);
         self.post(Purpose::Post { frame }, out, timers);
-        if opens_listen && self.listen.is_none() {
+    }
+
+    /// Once `notifications/initialized` is neither held nor waiting for its answer (answered,
+    /// failed, timed out, refused), the frames that waited for it go out in order and the
+    /// Streamable `GET` stream is opened (the legacy stream is open from the start).
+    fn after_initialized(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        if !self.initialized_pending {
+            return;
+        }
+        let is_initialized = |f: &Frame| matches!(f.kind, FrameKind::Initialized);
+        let waiting = self.held.iter().any(is_initialized)
+            || self.flights.values().any(|f| {
+                matches!(f.reader, Reader::Head)
+                    && matches!(&f.purpose, Purpose::Post { frame } if is_initialized(frame))
+            });
+        if waiting {
+            return;
+        }
+        self.initialized_pending = false;
+        if self.phase != Phase::Open {
+            return;
+        }
+        for frame in std::mem::take(&mut self.held) {
+            self.send(frame, None, out, timers);
+        }
+        if self.wire == Wire::Streamable && self.listen.is_none() && !self.listen_after_auth {
             self.listen_reopens = 0;
             self.start_listen(out);
         }
@@ -568,6 +607,7 @@ impl HttpTransport {
         self.held.clear();
         self.held_reinit = None;
         self.listen_after_auth = false;
+        self.initialized_pending = false;
         if let Some(a) = self.auth.oauth() {
             a.close(out, timers);
         }
@@ -665,6 +705,7 @@ impl HttpTransport {
                     LogLevel::Debug,
                     format!("mcp '{}': an exchange got no answer; dropped", self.url),
                 );
+                self.after_initialized(out, timers);
                 Vec::new()
             }
         }
@@ -735,11 +776,13 @@ impl HttpTransport {
             HttpEvent::End => {
                 self.drop_exchange(seq, out, timers);
                 self.on_end(f, out, timers, &mut got);
+                self.after_initialized(out, timers);
                 return got;
             }
             HttpEvent::Failed(reason) => {
                 self.drop_exchange(seq, out, timers);
                 self.on_failed(f, &reason, out, timers, &mut got);
+                self.after_initialized(out, timers);
                 return got;
             }
         };
@@ -751,6 +794,7 @@ impl HttpTransport {
         } else {
             self.drop_exchange(seq, out, timers);
         }
+        self.after_initialized(out, timers);
         got
     }
 
@@ -1074,6 +1118,8 @@ impl HttpTransport {
                         }
                     }
                     self.listen_after_auth = false;
+                    // `initialized` failed with the frames that waited for it.
+                    self.initialized_pending = false;
                     out.log(
                         LogLevel::Warn,
                         format!("MCP server '{}' is {reason}", self.name),
@@ -2018,12 +2064,17 @@ mod tests {
                 ),
                 Some("2025-11-25"),
             );
-            let (mut sent, _) = self.sent();
-            assert_eq!(sent.len(), 2, "initialized, then the GET stream: {sent:?}");
-            let get = sent.remove(1);
+            let (sent, _) = self.sent();
+            assert_eq!(sent.len(), 1, "initialized alone: {sent:?}");
             let got = self.answer(sent[0].seq, 202, &[], "");
             assert!(got.is_empty(), "{got:?}");
-            get
+            let (mut sent, _) = self.sent();
+            assert_eq!(
+                sent.len(),
+                1,
+                "the GET stream once initialized was taken: {sent:?}"
+            );
+            sent.remove(0)
         }
     }
 
@@ -2078,6 +2129,114 @@ mod tests {
         assert!(
             !rig.timers
                 .contains(Timer::Server(SLOT, ServerTimer::HttpRetry))
+        );
+    }
+
+    /// `initialize` answered; `initialized` sent, not answered yet. Returns its `POST`.
+    fn initialized_in_flight(rig: &mut Rig) -> Sent {
+        let init = frame(
+            FrameKind::Initialize(McpRequestId(1)),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+        );
+        rig.send(init, None);
+        let (sent, _) = rig.sent();
+        let json = [
+            ("content-type", "application/json"),
+            ("mcp-session-id", "abc"),
+        ];
+        rig.answer(sent[0].seq, 200, &json, &response(1));
+        let initialized = frame(
+            FrameKind::Initialized,
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        rig.send(initialized, Some("2025-11-25"));
+        let (mut sent, _) = rig.sent();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        sent.remove(0)
+    }
+
+    fn methods(sent: &[Sent]) -> Vec<String> {
+        sent.iter()
+            .map(|s| {
+                s.body["method"]
+                    .as_str()
+                    .map_or_else(|| format!("{:?}", s.method), str::to_string)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn m10_frames_after_initialized_wait_until_its_post_is_answered_then_go_in_order() {
+        // Answered 202: the requests that waited go out in order, then the GET stream.
+        let mut rig = Rig::new(Wire::Streamable);
+        let initialized = initialized_in_flight(&mut rig);
+        rig.send(request(2, "tools/list"), None);
+        rig.send(request(3, "prompts/list"), None);
+        assert!(
+            rig.sent().0.is_empty(),
+            "nothing before initialized is taken"
+        );
+        let got = rig.on(initialized.seq, head(202, &[]));
+        assert!(got.is_empty(), "{got:?}");
+        let (sent, _) = rig.sent();
+        assert_eq!(methods(&sent), ["tools/list", "prompts/list", "Get"]);
+        assert!(
+            sent.iter()
+                .all(|s| s.header("mcp-session-id") == Some("abc"))
+        );
+        // Later frames go at once.
+        rig.send(request(4, "tools/call"), None);
+        assert_eq!(methods(&rig.sent().0), ["tools/call"]);
+
+        // An error answer, a failed exchange or no answer in time: the session goes on
+        // (initialized is a notification), and what waited goes out.
+        for outcome in ["500", "failed", "timeout"] {
+            let mut rig = Rig::new(Wire::Streamable);
+            let initialized = initialized_in_flight(&mut rig);
+            rig.send(request(2, "tools/list"), None);
+            assert!(rig.sent().0.is_empty(), "{outcome}");
+            match outcome {
+                "500" => {
+                    rig.answer(
+                        initialized.seq,
+                        500,
+                        &[("content-type", "text/plain")],
+                        "no",
+                    );
+                }
+                "failed" => {
+                    rig.on(initialized.seq, HttpEvent::Failed("reset".into()));
+                }
+                _ => {
+                    rig.t
+                        .exchange_timed_out(initialized.seq, &mut rig.out, &mut rig.timers);
+                }
+            }
+            let (sent, _) = rig.sent();
+            assert_eq!(methods(&sent), ["tools/list", "Get"], "{outcome}");
+        }
+
+        // The legacy wire: its POSTs too can reach the server in any order.
+        let mut rig = Rig::new(Wire::Legacy);
+        let stream = rig.sent().0.remove(0).seq;
+        rig.on(stream, head(200, &[("content-type", "text/event-stream")]));
+        rig.on(
+            stream,
+            HttpEvent::Body(b"event: endpoint\ndata: /messages?session=9\n\n".to_vec()),
+        );
+        let initialized = frame(
+            FrameKind::Initialized,
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        rig.send(initialized, None);
+        rig.send(request(2, "tools/list"), None);
+        let (sent, _) = rig.sent();
+        assert_eq!(methods(&sent), ["notifications/initialized"]);
+        rig.answer(sent[0].seq, 202, &[], "Accepted");
+        assert_eq!(
+            methods(&rig.sent().0),
+            ["tools/list"],
+            "and no GET of its own"
         );
     }
 
@@ -2160,9 +2319,18 @@ mod tests {
             .iter()
             .filter_map(|s| s.body["method"].as_str())
             .collect();
+        assert_eq!(methods, ["notifications/initialized"], "alone first");
+        let got = rig.answer(sent[0].seq, 202, &[], "");
+        assert!(got.is_empty(), "{got:?}");
+        let (sent, _) = rig.sent();
+        let methods: Vec<&str> = sent
+            .iter()
+            .filter_map(|s| s.body["method"].as_str())
+            .collect();
         assert_eq!(
             methods,
-            ["notifications/initialized", "tools/call", "tools/list"]
+            ["tools/call", "tools/list"],
+            "the requests that waited, in order, once initialized was taken"
         );
         assert!(
             sent.iter()

@@ -9,6 +9,7 @@
 //! | `stdio.rs` | `StdioTransport` | the child process of each generation: spawn, stdin lines, stdout line buffer, stderr tail, process-group kill |
 //! | `http.rs` | `HttpTransport` | Streamable HTTP (and the legacy HTTP+SSE wire): a `POST` per frame, JSON or event-stream answers, the session id and protocol version headers, the `GET` stream, resumption, a new session after a `404`, `DELETE` |
 //! | `auth.rs` | `Authorization` | the header an HTTP server's requests carry, and what becomes of a `401`/`403` |
+//! | `roots.rs` | `roots_of` | the session's directories as the MCP roots `roots/list` answers (SPEC M13) |
 //!
 //! The table never sees a turn or a hook round: a request carries a [`Purpose`] naming who
 //! waits for it, and replies, failures and settled start-ups come back to the agent as
@@ -18,6 +19,7 @@ mod auth;
 mod catalogue;
 mod http;
 mod prompts;
+mod roots;
 mod session;
 mod stdio;
 mod table;

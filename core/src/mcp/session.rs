@@ -188,6 +188,9 @@ pub(crate) struct McpSession {
     version: Option<String>,
     /// Frames for the transport, in order.
     outgoing: VecDeque<Frame>,
+    /// The `roots` of a `roots/list` answer (SPEC M13): the session's directories as MCP
+    /// `Root`s, see [`super::roots::roots_of`].
+    roots: Value,
 }
 
 impl McpSession {
@@ -210,7 +213,13 @@ impl McpSession {
             prompt_relist_wanted: false,
             version: None,
             outgoing: VecDeque::new(),
+            roots: Value::Array(Vec::new()),
         }
+    }
+
+    /// The roots `roots/list` answers with (SPEC M13): a JSON array of MCP `Root`s.
+    pub(crate) fn set_roots(&mut self, roots: Value) {
+        self.roots = roots;
     }
 
     /// The lifecycle state.
@@ -251,8 +260,10 @@ impl McpSession {
     }
 
     /// Connecting → Initializing: the transport is open, `initialize` is sent (SPEC M2:
-    /// protocol version 2025-11-25, `clientInfo` with `client_version`). Ignored in any other
-    /// state.
+    /// protocol version 2025-11-25, `clientInfo` with `client_version`; the client
+    /// capabilities name the server requests [`on_message`](Self::on_message) serves:
+    /// `roots`, M13).
+    /// Ignored in any other state.
     pub(crate) fn open(&mut self, client_version: &str, out: &Outbox, timers: &mut TimerTable) {
         if self.state != SessionState::Connecting {
             return;
@@ -260,7 +271,7 @@ impl McpSession {
         self.state = SessionState::Initializing;
         let params = json!({
             "protocolVersion": MCP_PROTOCOL_VERSION,
-            "capabilities": {},
+            "capabilities": {"roots": {"listChanged": false}},
             "clientInfo": {"name": "buzz-agent", "version": client_version}
         });
         let id = self.request(
@@ -440,8 +451,9 @@ impl McpSession {
 
     /// One JSON-RPC message of the server, already parsed by its transport (which decides how
     /// loudly to report a frame that is not JSON-RPC, SPEC T6): a response is matched to its
-    /// request, a request is answered (`ping` → `{}`, others `-32601`, SPEC M6), a notification
-    /// is acted on. `None` when nothing is left for the owner (a log line, an answer queued, a
+    /// request, a request is answered (`ping` → `{}`, `roots/list` → the roots (M13), others
+    /// `-32601`, SPEC M6; one whose id is over 1 KiB is not answered but cuts the server off,
+    /// SPEC S5), a notification is acted on. `None` when nothing is left for the owner (a log line, an answer queued, a
     /// late reply dropped, I6).
     pub(crate) fn on_message(
         &mut self,
@@ -469,6 +481,9 @@ impl McpSession {
     fn on_server_request(&mut self, id: &RpcId, method: &str) {
         let frame = if method == "ping" {
             jsonrpc::encode_result(id, &json!({}))
+        } else if method == "roots/list" {
+            // M13: the session's directories; they do not change during a session.
+            jsonrpc::encode_result(id, &json!({"roots": self.roots}))
         } else {
             let err = RpcError {
                 code: jsonrpc::RpcError::METHOD_NOT_FOUND,
@@ -1043,6 +1058,42 @@ mod tests {
             "only the id within the cap is answered: {sent:?}"
         );
         assert_eq!(sent[0]["id"], json!(at_cap));
+    }
+
+    #[test]
+    fn m13_initialize_declares_roots_and_roots_list_answers_the_session_directories() {
+        let mut rig = Rig::new();
+        let roots = super::super::roots::roots_of("/w/my app", &["/lib".to_string()]);
+        rig.mcp.set_roots(roots.clone());
+        rig.mcp.open("1", &rig.out, &mut rig.timers);
+        let init = rig.sent();
+        assert_eq!(
+            init[0]["params"]["capabilities"],
+            json!({"roots": {"listChanged": false}})
+        );
+        let message = jsonrpc::Message::Request {
+            id: serde_json::from_value(json!("r-1")).expect("an id"),
+            method: "roots/list".into(),
+            params: Value::Null,
+        };
+        assert_eq!(
+            rig.mcp.on_message(message, &mut rig.out, &mut rig.timers),
+            None
+        );
+        assert_eq!(
+            rig.sent(),
+            [json!({"jsonrpc": "2.0", "id": "r-1", "result": {"roots": [
+                {"uri": "file:///w/my%20app", "name": "my app"},
+                {"uri": "file:///lib", "name": "lib"}
+            ]}})]
+        );
+        assert_eq!(
+            roots,
+            json!([
+                {"uri": "file:///w/my%20app", "name": "my app"},
+                {"uri": "file:///lib", "name": "lib"}
+            ])
+        );
     }
 
     #[test]

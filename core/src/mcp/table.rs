@@ -377,11 +377,13 @@ impl ServerTable {
     }
 
     /// Records a server of `session` (not yet spawned; SPEC M1, S1: the allowlisted inherited
-    /// environment, then the client's entries, which win).
+    /// environment, then the client's entries, which win). A stdio server runs in `cwd`; every
+    /// server is offered `cwd` and `additional` as its roots (SPEC M13).
     pub(crate) fn create(
         &mut self,
         session: SessionId,
         cwd: &str,
+        additional: &[String],
         entry: &McpServerEntry,
     ) -> ServerSlot {
         let slot = ServerSlot(self.next_slot);
@@ -423,6 +425,8 @@ impl ServerTable {
                 }),
             ))),
         };
+        let mut mcp = McpSession::new(slot, &entry.name, self.init_timeout_ms);
+        mcp.set_roots(super::roots::roots_of(cwd, additional));
         self.servers.insert(
             slot,
             Server {
@@ -431,7 +435,7 @@ impl ServerTable {
                 name: entry.name.clone(),
                 prefix: tools::server_prefix(&entry.name),
                 transport,
-                mcp: McpSession::new(slot, &entry.name, self.init_timeout_ms),
+                mcp,
                 catalogue: Catalogue::default(),
                 prompts: Vec::new(),
                 restart_at: None,
@@ -1540,7 +1544,7 @@ impl ServerTable {
         timers: &mut TimerTable,
     ) -> ServerSlot {
         let entry = McpServerEntry::stdio(name, "fake-mcp", &[]);
-        let slot = self.create(session, "/w", &entry);
+        let slot = self.create(session, "/w", &[], &entry);
         self.spawn(slot, out, timers);
         let proc = ProcKey {
             server: slot,
@@ -1620,7 +1624,7 @@ mod tests {
 
         fn add(&mut self, name: &str) -> ServerSlot {
             let entry = McpServerEntry::stdio(name, "fake-mcp", &[("K", "client")]);
-            let slot = self.table.create(SESSION, "/w", &entry);
+            let slot = self.table.create(SESSION, "/w", &[], &entry);
             self.table.spawn(slot, &mut self.out, &mut self.timers);
             slot
         }

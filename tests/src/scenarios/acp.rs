@@ -24,7 +24,7 @@ pub fn a1_initialize_capabilities(ctx: &Ctx) {
     assert_eq!(caps["loadSession"], true, "{r}");
     assert_eq!(
         caps["sessionCapabilities"],
-        json!({"close": {}, "list": {}, "resume": {}}),
+        json!({"close": {}, "list": {}, "resume": {}, "additionalDirectories": {}}),
         "{r}"
     );
     assert_eq!(

@@ -66,8 +66,9 @@ fn launcher_group(agent: &AgentProc, pidfile: &str) -> (i32, i32, i32) {
 /// C13/M6/T5: a server sends `ping`, `roots/list`, `sampling/createMessage` and
 /// `elicitation/create` after `notifications/initialized` and again while each of our
 /// `tools/call`s is pending (the sampling request reusing that call's own numeric id). `ping`
-/// gets `{}`, the other three -32601 (SPEC M6: we advertise no client capability, so
-/// `roots/list` is -32601 too), each answer echoes the id with its exact type, exactly once; the
+/// gets `{}`, `roots/list` the session cwd (M13: the one client capability declared is
+/// `roots`), sampling and elicitation -32601 (SPEC M6), each answer echoes the id with its
+/// exact type, exactly once; the
 /// server's request 5 never resolves our request 5 (the call completes with its own text), and
 /// answering while our call is pending does not deadlock. The server keeps working.
 pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
@@ -125,9 +126,14 @@ pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
         .expect("initialize logged");
     assert_eq!(
         init["params"]["capabilities"],
-        json!({}),
-        "no client capability is advertised (so -32601 is right for roots/sampling/elicitation)"
+        json!({"roots": {"listChanged": false}}),
+        "M13: roots is declared (so -32601 is right for sampling and elicitation)"
     );
+    let ws = s.ws.to_str().expect("a UTF-8 workspace path");
+    let name =
+        s.ws.file_name()
+            .and_then(|n| n.to_str())
+            .expect("a last component");
     let mut batches = vec![("init".to_string(), init["id"].clone())];
     for call in fake_mcp::logged_tool_calls(&logged) {
         let id = call["id"].clone();
@@ -148,8 +154,14 @@ pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
             [&json!({"jsonrpc": "2.0", "id": ping_id, "result": {}})],
             "C13/M6: ping → {{}} once"
         );
+        let roots_id = json!(format!("{prefix}-2"));
+        assert_eq!(
+            answers_to(&roots_id),
+            [&json!({"jsonrpc": "2.0", "id": roots_id,
+                     "result": {"roots": [{"uri": format!("file://{ws}"), "name": name}]}})],
+            "M13: roots/list → the session cwd as a file:// URI, once"
+        );
         for (id, method) in [
-            (json!(format!("{prefix}-2")), "roots/list"),
             (collide.clone(), "sampling/createMessage"),
             (json!(format!("{prefix}-4")), "elicitation/create"),
         ] {

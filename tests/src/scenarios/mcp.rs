@@ -308,3 +308,73 @@ pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
     );
     agent.finish();
 }
+
+/// M13: a server's `roots/list` is answered with the session cwd and then the client's
+/// `additionalDirectories` (a repeat and the cwd itself dropped), as `file://` URIs with the
+/// path percent-encoded, each named by its last component; `initialize` declared `roots`.
+/// A relative additional directory is `-32602` like a relative cwd.
+pub fn m13_roots_list_answers_the_cwd_and_the_additional_directories(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("fs.log");
+    let lib = s
+        .dir
+        .path()
+        .canonicalize()
+        .expect("canonical")
+        .join("my lib");
+    std::fs::create_dir(&lib).expect("mkdir lib");
+    let lib = lib.to_str().expect("UTF-8").to_string();
+    let ws = s.ws.to_str().expect("UTF-8").to_string();
+    let (_llm, agent) = Setup::new(ctx, &s).spawn();
+    agent.initialize();
+    let server = fake_mcp_entry(
+        "fs",
+        &[
+            ("FAKE_MCP_SERVER_REQUESTS", "1"),
+            ("FAKE_MCP_CALL_LOG", &log),
+        ],
+    );
+    let r = agent.request(
+        "session/new",
+        json!({"cwd": ws, "additionalDirectories": [lib, ws, lib], "mcpServers": [server]}),
+    );
+    assert!(agent.result(&r)["sessionId"].is_string(), "{r}");
+    let answer = |log: &str| -> Option<Value> {
+        log_of(log)
+            .into_iter()
+            .find(|m| m["id"] == "init-2" && m.get("method").is_none())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answer(&log).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no roots/list answer logged{}",
+            agent.context()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let logged = log_of(&log);
+    let init = logged
+        .iter()
+        .find(|m| m["method"] == "initialize")
+        .expect("initialize logged");
+    assert_eq!(
+        init["params"]["capabilities"]["roots"],
+        json!({"listChanged": false}),
+        "{init}"
+    );
+    let encoded = lib.replace(' ', "%20");
+    assert_eq!(
+        answer(&log).expect("answered")["result"],
+        json!({"roots": [
+            {"uri": format!("file://{ws}"), "name": "ws"},
+            {"uri": format!("file://{encoded}"), "name": "my lib"}
+        ]})
+    );
+    let bad = agent.request(
+        "session/new",
+        json!({"cwd": ws, "additionalDirectories": ["relative"], "mcpServers": []}),
+    );
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    agent.finish();
+}

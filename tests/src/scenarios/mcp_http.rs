@@ -8,7 +8,7 @@ use super::setup::Setup;
 use super::util::{Scratch, assert_end_turn, log_of, stop_calls, stop_json};
 use crate::fake_llm::Reply;
 use crate::fake_mcp;
-use crate::fake_mcp_http::{HttpFake, posts, read_http_log};
+use crate::fake_mcp_http::{HttpFake, posted_method, posts, read_http_log};
 use crate::harness::Ctx;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -32,8 +32,8 @@ fn wait_log(path: &str, what: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Valu
 
 /// M10: a tool call over Streamable HTTP answered as an event stream: `initialize` without a
 /// session id, every later request with the session id the server gave and the protocol
-/// version, the entry's headers on each, the `GET` stream opened after `initialized`, and a
-/// `DELETE` of the session when the agent exits.
+/// version, the entry's headers on each, no request and no `GET` stream before the server
+/// accepted `initialized`, and a `DELETE` of the session when the agent exits.
 pub fn m10_tools_over_streamable_http_carry_the_session_and_end_with_delete(ctx: &Ctx) {
     let s = Scratch::new();
     let http_log = s.file("http.log");
@@ -65,12 +65,17 @@ pub fn m10_tools_over_streamable_http_carry_the_session_and_end_with_delete(ctx:
     assert_eq!(sent[0], ("initialize".into(), None), "{log:#?}");
     let session = log[0]["headers"]["mcp-session-id"].as_str();
     assert!(session.is_none(), "initialize carries no session id");
-    // `notifications/initialized` and `tools/list` go out together (two connections): the
-    // server may see them in either order.
-    let mut methods: Vec<&str> = sent.iter().map(|(m, _)| m.as_str()).collect();
-    if let Some(pair) = methods.get_mut(1..3) {
-        pair.sort_unstable();
-    }
+    // Nothing goes out before `notifications/initialized` was accepted: separate POSTs could
+    // reach the server in any order (the fake refuses a request before it with 400).
+    let methods: Vec<&str> = sent.iter().map(|(m, _)| m.as_str()).collect();
+    let initialized_at = log
+        .iter()
+        .position(|e| posted_method(e).as_deref() == Some("notifications/initialized"));
+    let get_at = log.iter().position(|e| e["method"] == "GET");
+    assert!(
+        initialized_at.is_some() && get_at > initialized_at,
+        "the GET stream after initialized: {log:#?}"
+    );
     assert_eq!(
         methods,
         [

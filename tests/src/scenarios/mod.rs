@@ -73,6 +73,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         oauth::m11_client_credentials_need_no_user_and_a_failed_login_leaves_the_server_without_tools,
         mcp::m8_p1_c33_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
+        mcp::m13_roots_list_answers_the_cwd_and_the_additional_directories,
         security::s1_a_server_cannot_read_the_agents_environment_through_proc,
         security::s6_peer_text_reaches_the_text_and_json_logs_escaped,
         security::s2_a_redirect_is_never_followed_with_the_api_key,

@@ -956,8 +956,8 @@ pub fn a9_state_dir_off_saves_nothing_and_the_default_follows_xdg(ctx: &Ctx) {
     assert_eq!(init["agentCapabilities"]["loadSession"], false, "{init}");
     assert_eq!(
         init["agentCapabilities"]["sessionCapabilities"],
-        json!({"close": {}}),
-        "only session/close, which needs no store: {init}"
+        json!({"close": {}, "additionalDirectories": {}}),
+        "only session/close, which needs no store, and the M13 roots: {init}"
     );
     let sid = agent.new_session(&s.ws, json!([]));
     let r = agent.prompt(&sid, "Hello.");
