@@ -13,6 +13,8 @@
 #   BENCH_RUNS=N               runs per cell (default 5); the table shows medians
 #   BENCH_QUICK=1              small workloads (seconds; CI smoke), no targets column
 #   BENCH_WORKLOADS=a,b        only these: rounds, rounds-long, rounds-4k, hooks, stream, startup
+#   BENCH_COST=0               skip the cost workload (billed input tokens with prompt caching
+#                              on and off; run after the table, not in quick mode)
 #   BENCH_PEER=/path/to/agent  any other ACP agent as one more column (several: comma-separated);
 #                              it gets the same environment (OpenAI-compatible provider at the
 #                              fake LLM: OPENAI_COMPAT_* and OPENAI_BASE_URL/_API_KEY/_MODEL)
@@ -25,7 +27,20 @@ TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 echo "== building the agents (release) and the harness (profile harness)" >&2
 cargo build --release -p buzz-agent -p buzz-agent-smol \
     --bin buzz-agent --bin buzz-agent-smol >&2
-cargo build --profile harness -p buzz-agent-e2e --bin bench >&2
+cargo build --profile harness -p buzz-agent-e2e --bin bench --bin cost >&2
 
-exec "$TARGET_DIR/harness/bench" \
-    "$TARGET_DIR/release/buzz-agent" "$TARGET_DIR/release/buzz-agent-smol" "$@"
+status=0
+"$TARGET_DIR/harness/bench" \
+    "$TARGET_DIR/release/buzz-agent" "$TARGET_DIR/release/buzz-agent-smol" "$@" || status=$?
+
+# The cost workload (issue 23): billed input tokens of a 200-round session on the Anthropic
+# route, prompt caching on and off, against a fake applying Anthropic's caching rules. Not in
+# quick mode; BENCH_COST=0 skips it.
+quick="${BENCH_QUICK:-}"
+for a in "$@"; do [ "$a" = --quick ] && quick=1; done
+if [ "${BENCH_COST:-1}" != 0 ] && { [ -z "$quick" ] || [ "$quick" = 0 ]; }; then
+    echo "== cost: billed input tokens, Anthropic route (docs/performance.md)" >&2
+    echo
+    "$TARGET_DIR/harness/cost" "$TARGET_DIR/release/buzz-agent" || status=$?
+fi
+exit "$status"

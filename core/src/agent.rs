@@ -13,6 +13,7 @@
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
 use crate::cx::Cx;
+use crate::elicitation::{ElicitationModes, Elicitations};
 use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{
     IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
@@ -24,7 +25,10 @@ use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, ParseError, RpcError, RpcId};
 use crate::lifecycle::{Ending, Opening, Source};
 use crate::llm_call::LlmCalls;
-use crate::mcp::{Expired, InterceptRef, ListLost, McpEvent, ServerTable, StartState, ToolCallRef};
+use crate::mcp::{
+    Expired, InterceptRef, ListLost, McpEvent, McpRequest, Purpose, ServerTable, StartState,
+    ToolCallRef,
+};
 use crate::outbox::Outbox;
 use crate::permissions::{PermissionRequest, PermissionTimer, Permissions};
 use crate::session::Session;
@@ -88,6 +92,10 @@ pub struct Agent {
     /// The client advertised `clientCapabilities.session.notices` in `initialize`: notices go
     /// as ACP `notice` updates, else as marked message chunks (docs/clients.md).
     client_notices: bool,
+    /// The elicitation modes the client presents (`clientCapabilities.elicitation`, SPEC M12).
+    elicitation_modes: ElicitationModes,
+    /// The ACP `elicitation/create` requests waiting for the client (SPEC M12).
+    elicitations: Elicitations,
     /// The project reads in flight ([`Action::ReadProject`], SPEC A10), by request number.
     project_reads: BTreeMap<u64, ProjectRead>,
     /// The number of the next project read.
@@ -213,6 +221,8 @@ impl Agent {
             ids: IdCounters::default(),
             shutdown: None,
             client_notices: false,
+            elicitation_modes: ElicitationModes::default(),
+            elicitations: Elicitations::default(),
             project_reads: BTreeMap::new(),
             next_project_read: 1,
         }
@@ -510,6 +520,9 @@ impl Agent {
             ) {
                 Ok(r) => {
                     self.client_notices = crate::acp::client_shows_notices(&params);
+                    self.elicitation_modes = ElicitationModes::of_client(&params);
+                    self.servers
+                        .set_elicitation(self.elicitation_modes.mcp_capability());
                     self.reply_ok(&id, &r);
                 }
                 Err(m) => self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None),
@@ -556,6 +569,10 @@ impl Agent {
             return;
         };
         let out = PermissionRequestId(out);
+        if let Some(pending) = self.elicitations.take(out) {
+            self.on_elicitation_answer(pending, outcome);
+            return;
+        }
         let Some(req) = self.permissions.take(out, &mut self.timers) else {
             self.log(
                 LogLevel::Debug,
@@ -574,6 +591,129 @@ impl Agent {
             }
         };
         self.route_permission_answer(req, answer);
+    }
+
+    /// A server's `elicitation/create` (SPEC M12): forwarded to the client as its own
+    /// `elicitation/create` when it presents the mode, else declined at once; a request that
+    /// cannot be shown is `-32602`. The model never sees it.
+    fn on_elicitation(
+        &mut self,
+        server: ServerSlot,
+        generation: u64,
+        request: RpcId,
+        params: &Value,
+    ) {
+        let name = self.servers.name(server);
+        let ask = match crate::elicitation::decode(params) {
+            Ok(ask) => ask,
+            Err(why) => {
+                self.log(
+                    LogLevel::Warn,
+                    format!("MCP server '{name}' asked for input that cannot be shown: {why}"),
+                );
+                let err = RpcError {
+                    code: RpcError::INVALID_PARAMS,
+                    message: format!("Invalid params: {why}"),
+                    data: None,
+                };
+                self.servers.answer_server_request(
+                    server,
+                    generation,
+                    &request,
+                    Err(&err),
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                return;
+            }
+        };
+        let session = self
+            .servers
+            .session_of(server)
+            .filter(|sid| self.sessions.contains_key(sid));
+        let shown = session
+            .filter(|_| ask.presentable(self.elicitation_modes) && self.elicitations.has_room());
+        let Some(session) = shown else {
+            let why = if ask.presentable(self.elicitation_modes) {
+                "too many requests wait for the user"
+            } else {
+                "the client does not present such requests"
+            };
+            self.log(
+                LogLevel::Info,
+                format!(
+                    "MCP server '{name}' asked for input ({} mode); declined: {why}",
+                    ask.mode()
+                ),
+            );
+            self.servers.answer_server_request(
+                server,
+                generation,
+                &request,
+                Ok(&crate::elicitation::declined()),
+                &mut self.out,
+                &mut self.timers,
+            );
+            return;
+        };
+        let id = self.ids.next_permission();
+        let mut acp = ask.acp_params(&session.to_string());
+        // The user sees which server asks (S3: the name the client registered).
+        acp["message"] = json!(format!("MCP server '{name}' asks: {}", ask.message()));
+        self.log(
+            LogLevel::Info,
+            format!(
+                "MCP server '{name}' asked for input ({} mode); asking the client (request {id})",
+                ask.mode()
+            ),
+        );
+        self.elicitations.insert(
+            id,
+            crate::elicitation::Pending {
+                session,
+                server,
+                generation,
+                request,
+                ask,
+            },
+        );
+        self.out.push(Action::WriteAcp(jsonrpc::encode_request(
+            id.0,
+            "elicitation/create",
+            &acp,
+        )));
+    }
+
+    /// The client answered an `elicitation/create` (SPEC M12): the server gets the action
+    /// (an accepted form with its defaults filled); a failed request is `cancel`.
+    fn on_elicitation_answer(
+        &mut self,
+        pending: crate::elicitation::Pending,
+        outcome: Result<Value, RpcError>,
+    ) {
+        let answer = match outcome {
+            Ok(result) => crate::elicitation::answer(&result, &pending.ask),
+            Err(e) => {
+                self.log(
+                    LogLevel::Warn,
+                    format!(
+                        "acp: elicitation request for MCP server '{}' failed: {} {}; the server is told cancel",
+                        self.servers.name(pending.server),
+                        e.code,
+                        e.message
+                    ),
+                );
+                json!({"action": "cancel"})
+            }
+        };
+        self.servers.answer_server_request(
+            pending.server,
+            pending.generation,
+            &pending.request,
+            Ok(&answer),
+            &mut self.out,
+            &mut self.timers,
+        );
     }
 
     fn on_session_new(&mut self, id: RpcId, params: &Value) {
@@ -847,7 +987,7 @@ impl Agent {
         self.advertise_commands(sid);
         // A prompt that came while the session was starting runs now.
         if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
-            self.start_turn(sid, id, text);
+            self.begin_prompt(sid, id, text);
         }
     }
 
@@ -883,6 +1023,7 @@ impl Agent {
         let Some(sess) = self.sessions.remove(&sid) else {
             return;
         };
+        self.elicitations.forget_session(sid);
         for slot in sess.servers {
             self.servers.stop(
                 slot,
@@ -1133,8 +1274,10 @@ impl Agent {
         // behind the last answer, which waits for the disk (sent before the client read it),
         // or behind the session's own start (a client that sends its first prompt before the
         // session/new answer, knowing the id: its project files are still being read).
+        let running_command = self.sessions.get(&sid).is_some_and(|s| s.command.is_some());
         let may_queue = match self.turns.get(&sid) {
             Some(turn) => Some(turn.is_cancelled()),
+            None if running_command => Some(false),
             None if starting || self.store.is_holding(sid) => Some(true),
             None => None,
         };
@@ -1150,7 +1293,119 @@ impl Agent {
             }
             return;
         }
-        self.start_turn(sid, id, text);
+        self.begin_prompt(sid, id, text);
+    }
+
+    /// A prompt of the free session `sid` starts: a command of the session (`/<server>:<prompt>
+    /// …`, SPEC A11) runs its `prompts/get` first; any other text starts the turn.
+    fn begin_prompt(&mut self, sid: SessionId, rpc: RpcId, text: String) {
+        let found = crate::mcp::parse_command(&text).and_then(|(name, rest)| {
+            let sess = self.sessions.get(&sid)?;
+            let found = self.servers.find_command(&sess.servers, name)?;
+            Some((name.to_string(), rest.to_string(), found))
+        });
+        let Some((name, rest, found)) = found else {
+            return self.start_turn(sid, rpc, text);
+        };
+        let (args, extra) = match crate::mcp::bind_arguments(&found.prompt, &rest) {
+            Ok(bound) => bound,
+            Err(why) => {
+                let usage = crate::mcp::usage(&found.prefix, &found.prompt);
+                return self.reply_err(
+                    Some(&rpc),
+                    jsonrpc::RpcError::INVALID_PARAMS,
+                    format!("The command /{name} cannot run: {why} (usage: {usage})."),
+                    Some(json!({"sessionId": sid.to_string()})),
+                );
+            }
+        };
+        if !found.ready {
+            return self.reply_err(
+                Some(&rpc),
+                jsonrpc::RpcError::SERVER_ERROR,
+                format!(
+                    "The command /{name} cannot run now: MCP server '{}' is not running.",
+                    found.server
+                ),
+                Some(json!({"sessionId": sid.to_string()})),
+            );
+        }
+        let params = json!({"name": found.prompt.name, "arguments": args});
+        let request = McpRequest {
+            method: "prompts/get",
+            params: &params,
+            purpose: Purpose::GetPrompt(sid),
+            timeout_ms: self.cfg.tool_timeout_ms,
+        };
+        let Some(request) =
+            self.servers
+                .send_request(found.slot, request, &mut self.out, &mut self.timers)
+        else {
+            return self.start_turn(sid, rpc, text);
+        };
+        self.log(
+            LogLevel::Info,
+            format!(
+                "session {sid}: command /{name}: prompts/get of MCP server '{}'",
+                found.server
+            ),
+        );
+        if let Some(sess) = self.sessions.get_mut(&sid) {
+            sess.command = Some(crate::mcp::PendingCommand {
+                rpc,
+                server: found.slot,
+                request,
+                command: name,
+                extra,
+            });
+        }
+    }
+
+    /// The `prompts/get` of the command of `sid` was answered (SPEC A11): its messages start
+    /// the turn as the user's words; a failure answers the prompt with an error naming the
+    /// command and the server, and the session goes on.
+    fn on_prompt_got(&mut self, sid: SessionId, reply: Result<Value, String>) {
+        let Some(pending) = self.sessions.get_mut(&sid).and_then(|s| s.command.take()) else {
+            return;
+        };
+        let cap = self.cfg.max_tool_result_text_bytes;
+        match reply.and_then(|r| crate::mcp::render_messages(&r, cap)) {
+            Ok(mut text) => {
+                if let Some(extra) = pending.extra {
+                    text.push_str("\n\n");
+                    text.push_str(&extra);
+                }
+                self.start_turn(sid, pending.rpc, text);
+            }
+            Err(why) => {
+                let message = format!("The command /{} failed: {why}.", pending.command);
+                self.log(LogLevel::Warn, format!("session {sid}: {message}"));
+                self.reply_err(
+                    Some(&pending.rpc),
+                    jsonrpc::RpcError::SERVER_ERROR,
+                    message,
+                    Some(json!({"sessionId": sid.to_string()})),
+                );
+            }
+        }
+    }
+
+    /// A command of `sid` still waiting for its `prompts/get` is given up (`why` is sent to
+    /// the server with `notifications/cancelled`) and its prompt answered `cancelled` (SPEC
+    /// A4, A11); whether there was one.
+    fn cancel_command(&mut self, sid: SessionId, why: &str) -> bool {
+        let Some(pending) = self.sessions.get_mut(&sid).and_then(|s| s.command.take()) else {
+            return false;
+        };
+        self.servers.cancel_request(
+            pending.server,
+            pending.request,
+            why,
+            &mut self.out,
+            &mut self.timers,
+        );
+        self.reply_ok(&pending.rpc, &json!({"stopReason": "cancelled"}));
+        true
     }
 
     fn session_not_found(&mut self, id: &RpcId, sid: &str) {
@@ -1186,11 +1441,13 @@ impl Agent {
     /// Answers the prompt of the turn of `sid` and forgets the turn; a queued prompt starts
     /// next (SPEC A3, A8).
     fn end_turn(&mut self, sid: SessionId, end: TurnEnd) {
-        let Some(turn) = self.turns.remove(&sid) else {
+        let Some(mut turn) = self.turns.remove(&sid) else {
             return;
         };
         self.timers.clear_turn(sid);
         if let Some(sess) = self.sessions.get_mut(&sid) {
+            // SPEC L13: what the turn leaves in the history, then recorded.
+            turn.settle(&end, sess);
             self.store.sync(sess);
         }
         match &end {
@@ -1245,7 +1502,7 @@ impl Agent {
             return;
         }
         if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
-            self.start_turn(sid, id, text);
+            self.begin_prompt(sid, id, text);
         }
     }
 
@@ -1304,6 +1561,9 @@ impl Agent {
             .and_then(|s| s.queued.take())
         {
             self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
+            return;
+        }
+        if self.cancel_command(sid, "cancelled by the client") {
             return;
         }
         self.cancel_turn(sid, "cancelled by the client");
@@ -1468,8 +1728,15 @@ impl Agent {
                 McpEvent::InterceptLost { call, reason } => {
                     self.route_intercept(call, InterceptEvent::Reply(InvokeReply::Lost(reason)));
                 }
+                McpEvent::Elicit {
+                    server,
+                    generation,
+                    request,
+                    params,
+                } => self.on_elicitation(server, generation, request, &params),
                 McpEvent::StartSettled { session } => self.check_session_start(session),
                 McpEvent::CommandsChanged { session } => self.advertise_commands(session),
+                McpEvent::PromptGot { session, reply } => self.on_prompt_got(session, reply),
                 McpEvent::Relist { server } => {
                     self.servers
                         .start_listing(server, &mut self.out, &mut self.timers);
@@ -1551,6 +1818,23 @@ impl Agent {
         self.route_mcp(events);
         match expired {
             Expired::Handshake => {}
+            Expired::GetPrompt(sid) => {
+                let secs = self.cfg.tool_timeout_ms / 1000;
+                self.servers.cancel_request(
+                    slot,
+                    id,
+                    &format!("timeout after {secs}s"),
+                    &mut self.out,
+                    &mut self.timers,
+                );
+                let name = self.servers.name(slot);
+                self.on_prompt_got(
+                    sid,
+                    Err(format!(
+                        "MCP server '{name}' did not answer within {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
+                    )),
+                );
+            }
             Expired::Tool(call) => {
                 let secs = self.cfg.tool_timeout_ms / 1000;
                 self.servers.cancel_request(
@@ -1764,6 +2048,7 @@ impl Agent {
             if let Some((id, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
                 self.reply_ok(&id, &json!({"stopReason": "cancelled"}));
             }
+            self.cancel_command(sid, "agent shutting down");
             self.cancel_turn(sid, "agent shutting down");
             // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
             if self.turns.contains_key(&sid) {
@@ -1819,6 +2104,7 @@ impl Agent {
         if let Some((queued, _)) = self.sessions.get_mut(&sid).and_then(|s| s.queued.take()) {
             self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
         }
+        self.cancel_command(sid, "session closed");
         self.cancel_turn(sid, "session closed");
         if self.turns.contains_key(&sid) {
             self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
@@ -1863,6 +2149,7 @@ impl Agent {
             self.store.sync(sess);
         }
         self.store.flush(sid, &mut self.out);
+        self.elicitations.forget_session(sid);
         if let Some(sess) = self.sessions.remove(&sid)
             && self.shutdown.is_none()
         {

@@ -136,6 +136,7 @@ mod body_cache_props;
 mod compaction;
 pub mod config;
 mod cx;
+mod elicitation;
 mod frontmatter;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -64,6 +64,9 @@ pub(crate) struct Session {
     /// The commands last sent to the client with `available_commands_update` (SPEC A11);
     /// `None`: none sent yet.
     pub(crate) commands_sent: Option<Vec<Value>>,
+    /// A command the user typed, waiting for its `prompts/get` (SPEC A11): the session is busy
+    /// until it is answered (then its turn starts) or fails.
+    pub(crate) command: Option<crate::mcp::PendingCommand>,
 }
 
 /// A notice for the user, not the model: the agent's own sentence about something that changed
@@ -111,6 +114,7 @@ impl Session {
             usage: UsageTotals::default(),
             thought_level: None,
             commands_sent: None,
+            command: None,
         }
     }
 

@@ -103,6 +103,17 @@ impl Transcript {
         self.messages.rewrite(at).splice(at..at, messages);
     }
 
+    /// Drops the messages from position `len` on (nothing when the history is not longer). The
+    /// cache of the serialized prefix goes.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        if len >= self.messages.len() {
+            return;
+        }
+        self.mark_changed(len);
+        self.messages.rewrite(len).truncate(len);
+        self.usage_mark = self.usage_mark.min(len);
+    }
+
     /// The whole history, taken out (it is put back with [`Transcript::replace`]).
     pub(crate) fn take_messages(&mut self) -> Vec<Message> {
         self.mark_changed(0);

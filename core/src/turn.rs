@@ -37,6 +37,17 @@ use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
+/// The assistant message that closes a prompt cancelled before an answer (SPEC L13, C77).
+pub(crate) const CANCELLED_MARK: &str = "(The user cancelled this request before it was answered.)";
+
+/// The assistant message that closes a prompt whose LLM call failed (SPEC L13).
+pub(crate) const FAILED_MARK: &str = "(This request failed before it was answered.)";
+
+/// The assistant message that closes a prompt that ran out of rounds before an answer
+/// (`BUZZ_AGENT_MAX_ROUNDS` after a nudge; SPEC L13).
+pub(crate) const OUT_OF_ROUNDS_MARK: &str =
+    "(This request ran out of rounds before it was answered.)";
+
 /// Nudge appended after a `max_tokens`-truncated response (SPEC L1).
 pub(crate) const MAX_TOKENS_NUDGE: &str =
     "Your reply was cut off because it hit the output token limit; continue in smaller steps.";
@@ -133,6 +144,9 @@ pub(crate) struct Turn {
     /// The session's `_SessionStart` texts, taken by its first prompt and injected into that
     /// prompt's first LLM request; dropped if the turn ends before it (SPEC H10).
     session_start: Vec<(String, String)>,
+    /// The `_SessionStart` texts this turn injected: given back to the session when a refusal
+    /// takes the turn out of the history, so the next prompt carries them (SPEC H10, L13).
+    injected_start: Vec<(String, String)>,
     /// The tokens of the turn's LLM calls, compaction summaries included (the prompt
     /// response's `_meta`, SPEC A8).
     usage: UsageTotals,
@@ -171,6 +185,7 @@ impl Turn {
             routes: BTreeMap::new(),
             shown,
             session_start,
+            injected_start: Vec::new(),
             usage: UsageTotals::default(),
         }
     }
@@ -235,6 +250,7 @@ impl Turn {
             // H10: right after the prompt, in the first LLM request of the first prompt.
             let texts = std::mem::take(&mut self.session_start);
             append_session_start(&mut sess.transcript, &texts);
+            self.injected_start.clone_from(&texts);
             cx.out.log(
                 LogLevel::Info,
                 format!(
@@ -310,6 +326,9 @@ impl Turn {
 
     /// Compacts before the next round (SPEC K1): a summary call, or truncation.
     fn compact(&mut self, why: &str, sess: &mut Session, cx: &mut Cx<'_>) -> Option<TurnEnd> {
+        // L13: the `_SessionStart` texts go into the summary (or with the truncated part), so
+        // a refusal later in this turn does not give them back.
+        self.injected_start.clear();
         match self
             .compactor
             .begin(self.rounds, cx.cfg.max_handoffs, sess.id, why, cx.out)
@@ -786,6 +805,7 @@ impl Turn {
             reasoning,
             mut tool_calls,
             stop,
+            stop_details,
             ..
         } = resp;
         // L3b: arguments holding lone surrogate escapes (or other faults the decoder repairs)
@@ -797,14 +817,21 @@ impl Turn {
         let history = &mut sess.transcript;
         match stop {
             StopKind::Refusal => {
-                if !text.is_empty() {
-                    history.push(Message::Assistant {
-                        text,
-                        thinking,
-                        reasoning,
-                        tool_calls: Vec::new(),
-                    });
-                }
+                // L13, C77: the client learns why; the turn leaves the history when it ends
+                // ([`Turn::settle`]), so what was refused is not sent again.
+                let why =
+                    stop_details.map_or_else(String::new, |d| format!(" Its explanation: {d}"));
+                cx.out.log(
+                    LogLevel::Info,
+                    format!(
+                        "session {}: the provider refused the request.{why}",
+                        sess.id
+                    ),
+                );
+                let text = format!(
+                    "[buzz-agent] the provider refused this request; it is left out of the conversation, so the next prompt does not repeat it.{why}"
+                );
+                self.shown.notice("refusal", "warning", &text, sess, cx);
                 Some(TurnEnd::Stopped(StopReason::Refusal))
             }
             StopKind::MaxTokens => {
@@ -1121,6 +1148,48 @@ impl Turn {
     fn summary_failed(&mut self, why: &str, sess: &mut Session, cx: &mut Cx<'_>) {
         compaction::log_summary_failed(sess.id, why, cx.out);
         self.truncate(sess, cx);
+    }
+
+    // ------------------------------------------------------------------ the end (L13)
+
+    /// What the turn leaves in the history once it ended with `end` (SPEC L13, case C77;
+    /// docs/dialects.md, "What an ended turn leaves"), before the session records it:
+    /// * `refusal`: the turn goes — its prompt and everything after it (the provider refuses
+    ///   any request that still carries what it refused); `_SessionStart` texts it carried go
+    ///   back to the session for the next prompt (H10);
+    /// * `cancelled`, an error, `max_turn_requests`: a history that ends in a user message
+    ///   (the prompt, a nudge, the line after `_SessionStart` results) gets a short assistant
+    ///   message saying the request was not answered, so the next prompt is a user turn of
+    ///   its own and not merged into this one as if the user had written both;
+    /// * `end_turn`, `max_tokens`: the history ends with the model's answer; nothing to do.
+    pub(crate) fn settle(&mut self, end: &TurnEnd, sess: &mut Session) {
+        let history = &mut sess.transcript;
+        let mark = match end {
+            TurnEnd::Stopped(StopReason::Refusal) => {
+                let prompt = history.messages().iter().rposition(
+                    |m| matches!(m, Message::User { text } if *text == self.prompt_text),
+                );
+                if let Some(at) = prompt {
+                    history.truncate(at);
+                    let mut texts = std::mem::take(&mut self.injected_start);
+                    texts.append(&mut sess.start_texts);
+                    sess.start_texts = texts;
+                }
+                return;
+            }
+            TurnEnd::Stopped(StopReason::EndTurn | StopReason::MaxTokens) => return,
+            TurnEnd::Stopped(StopReason::Cancelled) => CANCELLED_MARK,
+            TurnEnd::Stopped(StopReason::MaxTurnRequests) => OUT_OF_ROUNDS_MARK,
+            TurnEnd::Failed(_) => FAILED_MARK,
+        };
+        if matches!(history.messages().last(), Some(Message::User { .. })) {
+            history.push(Message::Assistant {
+                text: mark.to_owned(),
+                thinking: String::new(),
+                reasoning: Vec::new(),
+                tool_calls: Vec::new(),
+            });
+        }
     }
 
     // ------------------------------------------------------------------ cancel (A4)
@@ -1616,15 +1685,27 @@ mod tests {
             .into_bytes()
     }
 
-    #[test]
-    fn c69_a_pause_turn_is_continued_with_the_paused_response_and_the_gate_runs_once_at_the_end() {
+    /// The Anthropic route without prompt caching, and a session with a `_Stop` hook server.
+    fn anthropic_with_guard() -> (Parts, Session) {
         let mut parts = Parts::new();
         parts.cfg.provider = crate::config::ProviderKind::Anthropic;
         parts.cfg.prompt_caching = false;
-        let mut sess = session(&mut parts, &[("guard", &["_Stop"])]);
-        let mut turn = start(&mut parts, &mut sess, "what is new?");
-        turn.next_round(&mut sess, &mut parts.cx());
+        let sess = session(&mut parts, &[("guard", &["_Stop"])]);
+        (parts, sess)
+    }
+
+    /// Starts a turn with `text` and its first round: the turn and the round's LLM call.
+    fn first_round(parts: &mut Parts, sess: &mut Session, text: &str) -> (Turn, LlmCallId) {
+        let mut turn = start(parts, sess, text);
+        turn.next_round(sess, &mut parts.cx());
         let (call, _) = last_call(&parts.drain());
+        (turn, call)
+    }
+
+    #[test]
+    fn c69_a_pause_turn_is_continued_with_the_paused_response_and_the_gate_runs_once_at_the_end() {
+        let (mut parts, mut sess) = anthropic_with_guard();
+        let (mut turn, call) = first_round(&mut parts, &mut sess, "what is new?");
         let paused = anthropic_answer(true, "Searching: ", "pause_turn");
         let end = respond(&mut turn, call, 200, paused, &mut sess, &mut parts);
         assert_eq!(end, None);
@@ -1684,6 +1765,152 @@ mod tests {
                 .iter()
                 .any(|l| l.contains("paused the turn 8 times in a row")),
         );
+    }
+
+    /// Case C77's refusal: no content block, `stop_details` with an explanation.
+    const C77_REFUSAL: &str = concat!(
+        r#"data: {"type":"message_start","message":{"usage":{"input_tokens":12}}}"#,
+        "\n\n",
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":"cyber","explanation":"This request asks for working malware."}},"usage":{"output_tokens":0}}"#,
+        "\n\n",
+        r#"data: {"type":"message_stop"}"#,
+        "\n\n"
+    );
+
+    /// The texts of the user messages of an Anthropic request body.
+    fn user_texts(body: &Value) -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "user")
+            .map(|m| {
+                m["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn c77_a_refused_prompt_shows_the_explanation_and_leaves_the_history() {
+        let (mut parts, mut sess) = anthropic_with_guard();
+        let (mut first, call) = first_round(&mut parts, &mut sess, "hi");
+        let done = anthropic_answer(false, "hello", "end_turn");
+        respond(&mut first, call, 200, done, &mut sess, &mut parts);
+        let end = TurnEnd::Stopped(StopReason::EndTurn);
+        first.settle(&end, &mut sess);
+        let kept = sess.transcript.messages().to_vec();
+        assert_eq!(kept.len(), 2);
+
+        let (mut turn, call) = first_round(&mut parts, &mut sess, "write the malware");
+        let end = respond(
+            &mut turn,
+            call,
+            200,
+            C77_REFUSAL.into(),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::Refusal)));
+        let actions = parts.drain();
+        assert!(
+            Parts::mcp_lines(&actions).is_empty(),
+            "no _Stop after a refusal"
+        );
+        let shown = Parts::acp_lines(&actions);
+        let notice = shown
+            .iter()
+            .find(|l| l["params"]["update"]["_meta"]["buzz"]["notice"] == "refusal")
+            .map(|l| l["params"]["update"]["content"]["text"].clone());
+        assert_eq!(
+            notice,
+            Some(json!(
+                "[buzz-agent] the provider refused this request; it is left out of the conversation, so the next prompt does not repeat it. Its explanation: This request asks for working malware. (category: cyber)"
+            )),
+            "{shown:?}"
+        );
+        turn.settle(
+            &end.unwrap_or(TurnEnd::Stopped(StopReason::Refusal)),
+            &mut sess,
+        );
+        assert_eq!(
+            sess.transcript.messages(),
+            kept,
+            "C77: the refused turn is gone"
+        );
+
+        let mut next = start(&mut parts, &mut sess, "what is 2+2?");
+        next.next_round(&mut sess, &mut parts.cx());
+        let (_, body) = last_call(&parts.drain());
+        assert_eq!(user_texts(&body), ["hi", "what is 2+2?"], "{body:#}");
+    }
+
+    #[test]
+    fn c77_a_refusal_gives_the_session_start_texts_back_to_the_next_prompt() {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        sess.start_texts = vec![("ctx".into(), "the repo is a monorepo".into())];
+        let (mut turn, call) = first_round(&mut parts, &mut sess, "refuse me");
+        let refused = answer("", "content_filter");
+        let end = respond(&mut turn, call, 200, refused, &mut sess, &mut parts);
+        let end = end.unwrap_or(TurnEnd::Failed(String::new()));
+        assert_eq!(end, TurnEnd::Stopped(StopReason::Refusal));
+        turn.settle(&end, &mut sess);
+        assert!(sess.transcript.messages().is_empty());
+        assert_eq!(
+            sess.start_texts.len(),
+            1,
+            "H10: the next prompt carries them"
+        );
+        let mut next = start(&mut parts, &mut sess, "hello");
+        next.next_round(&mut sess, &mut parts.cx());
+        let (_, body) = last_call(&parts.drain());
+        assert!(
+            body.to_string().contains("the repo is a monorepo"),
+            "{body:#}"
+        );
+        assert!(!body.to_string().contains("refuse me"), "{body:#}");
+    }
+
+    #[test]
+    fn c77_a_prompt_cancelled_or_failed_before_an_answer_stays_as_its_own_marked_turn() {
+        for (how, mark) in [("cancel", CANCELLED_MARK), ("fail", FAILED_MARK)] {
+            let mut parts = Parts::new();
+            parts.cfg.llm_max_attempts = 1;
+            let mut sess = session(&mut parts, &[]);
+            let (mut turn, call) = first_round(&mut parts, &mut sess, "first words");
+            let end = if how == "cancel" {
+                turn.cancel("session/cancel", &mut sess, &mut parts.cx())
+            } else {
+                respond(&mut turn, call, 500, b"{}".to_vec(), &mut sess, &mut parts)
+            };
+            let end = end.unwrap_or(TurnEnd::Stopped(StopReason::EndTurn));
+            turn.settle(&end, &mut sess);
+            let mut next = start(&mut parts, &mut sess, "second words");
+            next.next_round(&mut sess, &mut parts.cx());
+            let (_, body) = last_call(&parts.drain());
+            let messages: Vec<(String, String)> = body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| {
+                    let role = m["role"].as_str().unwrap_or("").to_owned();
+                    (role, m["content"].as_str().unwrap_or("").to_owned())
+                })
+                .collect();
+            let expected = [
+                ("user", "first words"),
+                ("assistant", mark),
+                ("user", "second words"),
+            ]
+            .map(|(r, t)| (r.to_owned(), t.to_owned()));
+            assert_eq!(messages, expected, "{how}: {end:?}");
+        }
     }
 
     #[test]
@@ -1937,7 +2164,7 @@ mod tests {
     }
 
     #[test]
-    fn l10_an_answer_is_kept_with_text_thinking_or_reasoning_state_and_a_refusal_with_text() {
+    fn l10_l13_an_answer_is_kept_with_text_thinking_or_reasoning_state_and_a_refusal_never() {
         let resp = |text: &str, thinking: &str, reasoning: Vec<ReasoningBlock>, stop| LlmResponse {
             text: text.into(),
             thinking: thinking.into(),
@@ -1945,6 +2172,7 @@ mod tests {
             tool_calls: vec![],
             stop,
             usage: None,
+            stop_details: None,
         };
         let redacted = || vec![ReasoningBlock::Redacted { data: "x".into() }];
         for (response, kept) in [
@@ -1952,7 +2180,8 @@ mod tests {
             (resp("", "hmm", vec![], StopKind::EndTurn), true),
             (resp("", "", redacted(), StopKind::EndTurn), true),
             (resp("", "", vec![], StopKind::EndTurn), false),
-            (resp("I can't", "", vec![], StopKind::Refusal), true),
+            // L13: a refused turn leaves the history (`settle`), its text with it.
+            (resp("I can't", "", vec![], StopKind::Refusal), false),
             (resp("", "", vec![], StopKind::Refusal), false),
         ] {
             let mut parts = Parts::new();

@@ -600,6 +600,11 @@ struct TurnM {
     recoveries: u32,
     handoffs: u32,
     phase: PhaseM,
+    /// L13: what the history held when the turn started — `_Stop` and `_SessionStart`
+    /// injection pairs, and the `_SessionStart` texts the turn took — which a refusal (the
+    /// turn leaves the history) brings back; `None` once a compaction rewrote the history in
+    /// this turn.
+    at_start: Option<(Option<usize>, Option<usize>, Vec<(String, String)>)>,
 }
 
 /// What the next round's request must carry right after a hook round.
@@ -798,11 +803,14 @@ impl<'a> Checker<'a> {
         self.turn_rpcs.insert(id);
         self.prompts_started += 1;
         // H10: the session's first prompt carries the _SessionStart texts in its first request.
-        let inject = if self.prompts_started == 1 && !self.start_texts.is_empty() {
-            Inject::SessionStart(std::mem::take(&mut self.start_texts))
-        } else {
+        // L13: a refused first prompt gives them back to the next one.
+        let took = std::mem::take(&mut self.start_texts);
+        let inject = if took.is_empty() {
             Inject::None
+        } else {
+            Inject::SessionStart(took.clone())
         };
+        let at_start = Some((self.stop_injections, self.session_pairs, took));
         self.turn = Some(TurnM {
             rpc: id,
             objections: 0,
@@ -814,6 +822,7 @@ impl<'a> Checker<'a> {
             recoveries: 0,
             handoffs: 0,
             phase: PhaseM::Await,
+            at_start,
         });
         exp.push(Te::LlmCall {
             attempt: 1,
@@ -842,6 +851,18 @@ impl<'a> Checker<'a> {
             summary,
             inject,
         });
+    }
+
+    /// A compaction rewrote the history (K1): the injection counts are known again only as
+    /// 0 after a summary (`summary`), else at the next request; and what the running turn
+    /// started with is no longer what a refusal would bring back (L13).
+    fn history_rewritten(&mut self, summary: bool) {
+        let count = summary.then_some(0);
+        self.stop_injections = count;
+        self.session_pairs = count;
+        if let Some(t) = self.turn.as_mut() {
+            t.at_start = None;
+        }
     }
 
     fn end_turn(&mut self, stop: &'static str, exp: &mut Vec<Te>) {
@@ -1108,8 +1129,7 @@ impl<'a> Checker<'a> {
                 }
             } else if summary {
                 // K1: a failed summary falls back to truncation, and the round goes on.
-                self.stop_injections = None;
-                self.session_pairs = None;
+                self.history_rewritten(false);
                 self.next_round(Inject::None, exp);
             } else {
                 self.fail_turn(exp);
@@ -1131,8 +1151,7 @@ impl<'a> Checker<'a> {
                     turn.handoffs += 1;
                     let meta = json!({"point": "_PostCompact", "sessionId": self.session, "attempt": turn.handoffs,
                         "budgetRemaining": 0});
-                    self.stop_injections = Some(0);
-                    self.session_pairs = Some(0);
+                    self.history_rewritten(true);
                     self.start_round("_PostCompact", t, false, meta, &mut fx.logs);
                     fx.round_started = Some("_PostCompact");
                 }
@@ -1143,8 +1162,7 @@ impl<'a> Checker<'a> {
                 | LlmReply::Never => {
                     // No summary text: truncation fallback (the model scripts no Raw or
                     // Stream replies).
-                    self.stop_injections = None;
-                    self.session_pairs = None;
+                    self.history_rewritten(false);
                     self.next_round(Inject::None, exp);
                 }
             }
@@ -1165,7 +1183,22 @@ impl<'a> Checker<'a> {
                     self.end_turn("max_tokens", exp);
                 }
             }
-            LlmReply::Finish { .. } => self.end_turn("refusal", exp),
+            LlmReply::Finish { .. } => {
+                // L13, C77: the refused turn leaves the history; what it took comes back.
+                let at_start = self.turn.as_mut().and_then(|t| t.at_start.take());
+                match at_start {
+                    Some((injections, pairs, took)) => {
+                        self.stop_injections = injections;
+                        self.session_pairs = pairs;
+                        self.start_texts = took;
+                    }
+                    None => {
+                        self.stop_injections = None;
+                        self.session_pairs = None;
+                    }
+                }
+                self.end_turn("refusal", exp);
+            }
             LlmReply::Tools { calls, .. } => {
                 let titles: Vec<&str> = obs.announced.iter().map(|a| a.1.as_str()).collect();
                 // C53: an offered tool's title is `<server>: <tool>` (the world's tools have
@@ -1311,8 +1344,7 @@ impl<'a> Checker<'a> {
             .iter()
             .any(|l| l.contains("oldest history unit(s)") && !l.contains("dropped 0 "))
         {
-            self.stop_injections = None;
-            self.session_pairs = None;
+            self.history_rewritten(false);
         }
         let had_turn = self.turn.is_some();
         let tools_reply = matches!(&st.input, StepInput::Input(Input::Llm { call, event: LlmEvent::Body(_) })

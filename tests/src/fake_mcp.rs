@@ -71,7 +71,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_STDERR_LINES=N` | writes `stderr line i` (i in 0..N) to stderr at start |
 /// | `FAKE_MCP_HOSTILE_TEXT=text` | terminal injection (SPEC S6): writes `text` and a newline to stderr at start, sends it as an `error` `notifications/message` after `notifications/initialized`, titles and describes its tool `hostile` with it (a call answers it as text), and lists a second tool named `x` + `text` |
 /// | `FAKE_MCP_LIST_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the echo-like tool `late` and sends `notifications/tools/list_changed` |
-/// | `FAKE_MCP_PROMPTS` | comma list of prompts from [`prompt_list`] (`review`, `greet`, `media`, `broken`, `_hidden`): the server declares `capabilities.prompts` (`listChanged`) and answers `prompts/list` and `prompts/get` (an unknown name or a missing required argument is `-32602`, as the MCP SDKs answer); unset: no prompts capability, `prompts/*` are `-32601` |
+/// | `FAKE_MCP_PROMPTS` | comma list of prompts from [`prompt_list`] (`review`, `greet`, `media`, `broken`, `hang` (never answered), `_hidden`): the server declares `capabilities.prompts` (`listChanged`) and answers `prompts/list` and `prompts/get` (an unknown name or a missing required argument is `-32602`, as the MCP SDKs answer); unset: no prompts capability, `prompts/*` are `-32601` |
 /// | `FAKE_MCP_PROMPT_PAGE_SIZE=N` | `prompts/list` pages of N prompts with `nextCursor` |
 /// | `FAKE_MCP_PING_FLOOD=N` | on its first `tools/call` (never answered) the server stops reading its stdin for good and sends `ping` requests whose string ids are N bytes long, until [`PING_FLOOD_BYTES`] are sent or stdout fails (SPEC S5: a server that never reads its answers) |
 /// | `FAKE_MCP_PROMPTS_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the prompt `later` and sends `notifications/prompts/list_changed` |
@@ -238,6 +238,7 @@ impl Config {
                     "media" => json!({"name": "media",
                         "description": "Text, an image, an embedded resource and an assistant line"}),
                     "broken" => json!({"name": "broken", "description": "Always fails"}),
+                    "hang" => json!({"name": "hang", "description": "Never answers"}),
                     "_hidden" => json!({"name": "_hidden", "description": "A hook server's own prompt"}),
                     "later" => json!({"name": "later", "description": "Added after a tool call"}),
                     _ => return None,
@@ -687,7 +688,8 @@ pub fn server_requests(prefix: &str, collide: &Value) -> Vec<Value> {
                "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "summarise"}}],
                           "maxTokens": 50}}),
         json!({"jsonrpc": "2.0", "id": format!("{prefix}-4"), "method": "elicitation/create",
-               "params": {"message": "pick", "requestedSchema": {"type": "object", "properties": {}}}}),
+               "params": {"message": "pick", "requestedSchema": {"type": "object", "properties": {
+                   "choice": {"type": "string", "enum": ["a", "b"], "default": "a"}}}}}),
     ]
 }
 
@@ -918,7 +920,9 @@ impl Server {
                 self.reply(&ok(&id, r));
             }
             "prompts/get" if !self.cfg.prompts.is_empty() => {
-                self.reply(&self.get_prompt(&id, &msg["params"]));
+                if msg["params"]["name"] != "hang" {
+                    self.reply(&self.get_prompt(&id, &msg["params"]));
+                }
             }
             "interceptors/list" if !self.cfg.interceptors.is_empty() => {
                 let list: Vec<Value> = self

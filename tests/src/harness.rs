@@ -346,6 +346,9 @@ struct State {
     /// [`StderrMode::File`]: the file stderr goes to.
     stderr_file: Option<PathBuf>,
     policy: PermissionPolicy,
+    /// [`AgentProc::set_elicitation_answer`]: how `elicitation/create` is answered (`None`:
+    /// `-32601`, a client without elicitation).
+    elicitation: Option<PermissionFn>,
     /// [`AgentProc::kill_when_answered`]: the id (JSON text) whose response makes the reader
     /// SIGKILL the agent the moment it reads it.
     kill_on_response: Option<String>,
@@ -511,6 +514,7 @@ impl AgentProc {
                     StderrMode::Read | StderrMode::Unread => None,
                 },
                 policy: PermissionPolicy::AllowOnce,
+                elicitation: None,
                 kill_on_response: None,
             }),
             cv: Condvar::new(),
@@ -778,6 +782,15 @@ impl AgentProc {
             .into_iter()
             .filter(|m| m["method"] == "session/request_permission")
             .collect()
+    }
+
+    /// Answers `elicitation/create` (SPEC M12) from now on with `answer(params)` as the
+    /// `result` (`None`: no reply). Advertise the capability in `initialize` yourself.
+    pub fn set_elicitation_answer(
+        &self,
+        answer: impl Fn(&Value) -> Option<Value> + Send + Sync + 'static,
+    ) {
+        self.shared.lock().elicitation = Some(Arc::new(answer));
     }
 
     /// Changes how permission requests are answered from now on.
@@ -1181,6 +1194,13 @@ fn read_stdout(stdout: impl Read, shared: &Shared, stdin: &Stdin) {
                 let reply = if msg["method"] == "session/request_permission" {
                     st.policy
                         .answer(&params)
+                        .map(|result| json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                } else if let Some(answer) = st
+                    .elicitation
+                    .as_ref()
+                    .filter(|_| msg["method"] == "elicitation/create")
+                {
+                    answer(&params)
                         .map(|result| json!({"jsonrpc": "2.0", "id": id, "result": result}))
                 } else {
                     Some(json!({"jsonrpc": "2.0", "id": id,

@@ -1,4 +1,6 @@
-//! Smoke test of the benchmark (issue #15), so it cannot rot: the `bench` binary in quick mode
+//! Smoke test of the benchmark (issue #15), so it cannot rot, and the cost workload's goals
+//! (issue 23, SPEC L11: `l11_cost_billed_input_stays_within_the_goals` runs the `cost` binary
+//! against both agent binaries at 200 rounds). The benchmark: the `bench` binary in quick mode
 //! (`--quick --runs 1`) on the tool-rounds and streaming workloads, with the IO floor and both
 //! agent binaries of this target directory as columns. It checks that every cell completed,
 //! that the table has the figures, and that the floor sent the LLM the same history as the
@@ -31,7 +33,51 @@ fn main() {
         quick_run_prints_the_table(&bench, &agents);
         Ok(Completion::Completed)
     });
-    libtest_mimic::run(&args, vec![trial]).exit();
+    let cost = Trial::ignorable_test("l11_cost_billed_input_stays_within_the_goals", || {
+        let cost = PathBuf::from(env!("CARGO_BIN_EXE_cost"));
+        for a in AGENTS {
+            let path = cost.with_file_name(a);
+            if let Some(outcome) = missing_sibling(&path, a, in_ci()) {
+                return outcome;
+            }
+            cost_goals_hold(&cost, &path);
+        }
+        Ok(Completion::Completed)
+    });
+    libtest_mimic::run(&args, vec![trial, cost]).exit();
+}
+
+/// The cost workload (issue 23, SPEC L11) at its full size: `cost` exits 0 only when every
+/// session ends and caching on bills at most 0.15× the uncached input (0.20× with a `_Stop`
+/// objection and a compaction); its table has the three rows, caching off at 1×.
+fn cost_goals_hold(cost: &PathBuf, agent: &PathBuf) {
+    let out = Command::new(cost).arg(agent).output().expect("run cost");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "cost failed for {} ({}):\n{stdout}\n{stderr}",
+        agent.display(),
+        out.status
+    );
+    let ratios: Vec<f64> = stdout
+        .lines()
+        .skip(2)
+        .filter_map(|l| {
+            l.trim_end_matches('|')
+                .rsplit('|')
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(ratios.len(), 3, "{stdout}");
+    assert!(ratios[0] <= 0.15 && ratios[2] <= 0.20, "{stdout}");
+    assert!(
+        (ratios[1] - 1.0).abs() < 1e-9,
+        "caching off bills every token: {stdout}"
+    );
 }
 
 fn quick_run_prints_the_table(bench: &PathBuf, agents: &[PathBuf]) {

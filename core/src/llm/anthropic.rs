@@ -830,8 +830,8 @@ impl Serialize for WireTool<'_> {
 ///   [`StreamDelta::Thought`]; `signature_delta` appended to the block's signature;
 ///   `input_json_delta` `partial_json` appended to the block's arguments. A delta for a block
 ///   that was never started opens one of the matching kind.
-/// * `message_delta`: `delta.stop_reason` and `usage` (`output_tokens`, cumulative; input
-///   fields when present). `message_stop` completes the stream; later bytes are ignored.
+/// * `message_delta`: `delta.stop_reason`, `delta.stop_details` (a refusal's explanation and
+///   category) and `usage` (`output_tokens`, cumulative; input fields when present). `message_stop` completes the stream; later bytes are ignored.
 /// * `error` (`{"type":"error","error":{"type","message"}}`) → [`StreamError::Provider`],
 ///   retryable unless its type is `invalid_request_error`, `authentication_error`,
 ///   `permission_error`, `not_found_error`, `request_too_large` or `billing_error`; a complete
@@ -867,6 +867,8 @@ pub(crate) struct AnthropicDecoder {
     output_tokens: Option<u64>,
     /// The last `stop_reason`, mapped.
     stop_reason: Option<StopKind>,
+    /// `stop_details` as text (see [`stop_details_text`]).
+    stop_details: Option<String>,
     /// `message_stop` was seen.
     done: bool,
 }
@@ -929,6 +931,7 @@ impl AnthropicDecoder {
             input_tokens: [None; 3],
             output_tokens: None,
             stop_reason: None,
+            stop_details: None,
             done: false,
         }
     }
@@ -1215,6 +1218,13 @@ impl EventHandler for AnthropicDecoder {
                 {
                     self.stop_reason = Some(stop_kind(reason));
                 }
+                if let Some(details) = value
+                    .pointer("/delta/stop_details")
+                    .or_else(|| value.get("stop_details"))
+                    .and_then(stop_details_text)
+                {
+                    self.stop_details = Some(details);
+                }
                 if let Some(usage) = value.get("usage") {
                     self.read_usage(usage);
                 }
@@ -1260,9 +1270,32 @@ impl EventHandler for AnthropicDecoder {
             Some(stop @ (StopKind::MaxTokens | StopKind::Refusal)) => stop,
         };
         let usage = self.usage();
-        Ok(self
+        let mut response = self
             .streamed
-            .take_response(reasoning, tool_calls, stop, usage))
+            .take_response(reasoning, tool_calls, stop, usage);
+        response.stop_details = self.stop_details.take();
+        Ok(response)
+    }
+}
+
+/// A `stop_details` object (`{"type":"refusal","category","explanation"}`, both nullable) as
+/// the text the client is shown: the explanation, then `(category: …)`; `None`
+/// when it has neither (SPEC L13, case C77).
+fn stop_details_text(details: &Value) -> Option<String> {
+    let field = |key: &str| {
+        details
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
+    match (field("explanation"), field("category")) {
+        (Some(explanation), Some(category)) => {
+            Some(format!("{explanation} (category: {category})"))
+        }
+        (Some(explanation), None) => Some(explanation.to_owned()),
+        (None, Some(category)) => Some(format!("category: {category}")),
+        (None, None) => None,
     }
 }
 
@@ -1558,6 +1591,7 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
                     output_tokens: 15,
                     ..Usage::default()
                 }),
+                stop_details: None,
             }
         );
     }
@@ -1598,6 +1632,7 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
                     cache_read_tokens: Some(28),
                     cache_write_tokens: Some(100),
                 }),
+                stop_details: None,
             }
         );
     }

@@ -484,6 +484,10 @@ pub(crate) struct LlmResponse {
     pub tool_calls: Vec<ToolCall>,
     pub stop: StopKind,
     pub usage: Option<Usage>,
+    /// Why the provider stopped, in its words, when it said (Anthropic `stop_details` of a
+    /// `refusal`: its `explanation`, then `(category: …)`); shown to the client
+    /// (SPEC L13, case C77).
+    pub stop_details: Option<String>,
 }
 
 /// An incremental piece of a streamed response, forwarded to the client as it arrives (SPEC A6).

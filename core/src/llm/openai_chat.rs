@@ -1336,6 +1336,7 @@ mod tests {
                     output_tokens: 4,
                     ..Usage::default()
                 }),
+                stop_details: None,
             }
         );
     }
@@ -1368,6 +1369,7 @@ mod tests {
                     output_tokens: 30,
                     ..Usage::default()
                 }),
+                stop_details: None,
             }
         );
     }

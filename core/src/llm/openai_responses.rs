@@ -1060,6 +1060,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
                     output_tokens: 11,
                     ..Usage::default()
                 }),
+                stop_details: None,
             }
         );
     }
@@ -1091,6 +1092,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
                     output_tokens: 40,
                     ..Usage::default()
                 }),
+                stop_details: None,
             }
         );
     }

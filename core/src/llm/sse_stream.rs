@@ -238,6 +238,7 @@ impl StreamedText {
             tool_calls,
             stop,
             usage,
+            stop_details: None,
         }
     }
 }

@@ -25,6 +25,7 @@ mod stdio;
 mod table;
 
 pub(crate) use catalogue::{Builtin, ToolRoute, ToolTarget, with_builtins};
+pub(crate) use prompts::{PendingCommand, bind_arguments, parse_command, render_messages, usage};
 pub(crate) use stdio::KILL_GRACE_MS;
 pub(crate) use table::ServerTable;
 
@@ -75,6 +76,8 @@ pub(crate) enum Purpose {
     ListTools,
     /// A page of `prompts/list` (SPEC A11).
     ListPrompts,
+    /// The `prompts/get` of a command the user typed in `session` (SPEC A11).
+    GetPrompt(SessionId),
     /// A model tool call (SPEC L2).
     Tool(ToolCallRef),
     /// A hook call of a hook round (SPEC H3).
@@ -116,6 +119,14 @@ pub(crate) enum McpEvent {
     },
     /// A hook call's server died before it answered (fail-open, SPEC H4, I4).
     HookDead { call: HookCallRef },
+    /// `server` asks the user for input (`elicitation/create`, SPEC M12): answer `request`
+    /// with [`ServerTable::answer_server_request`] for the session `generation` it came from.
+    Elicit {
+        server: ServerSlot,
+        generation: u64,
+        request: crate::jsonrpc::RpcId,
+        params: Value,
+    },
     /// `notifications/progress` for a request of `server` (SPEC A6, case C59): the
     /// `progressToken` as sent and the progress text to show.
     Progress {
@@ -143,6 +154,12 @@ pub(crate) enum McpEvent {
     /// The prompts a server of `session` offers as commands changed (SPEC A11): the client is
     /// told the session's commands again.
     CommandsChanged { session: SessionId },
+    /// The `prompts/get` of a command of `session` was answered (`Ok`: its result), or failed
+    /// (`Err`: why, naming the server) (SPEC A11).
+    PromptGot {
+        session: SessionId,
+        reply: Result<Value, String>,
+    },
     /// The server's tool list changed while it was being listed: list it again, after the
     /// events before this one were routed.
     Relist { server: ServerSlot },
@@ -171,6 +188,9 @@ pub(crate) enum Expired {
     ListInterceptors(SessionId),
     /// An `interceptor/invoke` (SPEC X1): counted as for a hook (H4), then its chain learns.
     Intercept(InterceptRef),
+    /// The `prompts/get` of a command of the session (SPEC A11): the agent cancels it and
+    /// answers the prompt with an error; the server keeps serving.
+    GetPrompt(SessionId),
 }
 
 /// Whether the servers of a starting session are all up (SPEC A2).
@@ -200,6 +220,10 @@ pub(crate) struct HookTarget {
 fn failed(slot: ServerSlot, purpose: Purpose, reason: &str) -> Option<McpEvent> {
     match purpose {
         Purpose::Initialize | Purpose::ListTools | Purpose::ListPrompts => None,
+        Purpose::GetPrompt(session) => Some(McpEvent::PromptGot {
+            session,
+            reply: Err(reason.to_string()),
+        }),
         Purpose::Tool(call) => Some(McpEvent::ToolFailed {
             call,
             reason: reason.to_string(),

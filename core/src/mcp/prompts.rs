@@ -8,8 +8,14 @@
 //! cannot be typed as one word (empty, whitespace or control characters, over
 //! [`MAX_PROMPT_NAME_BYTES`]), or that repeat a name, are not offered (one WARN each). A
 //! server offers at most [`MAX_PROMPTS_PER_SERVER`] prompts.
+//!
+//! A user prompt that starts with `/<command>` (a command of the session) is run: its words
+//! are bound to the prompt's arguments ([`bind_arguments`]), `prompts/get` is sent, and the
+//! messages it answers become the text of the user's turn ([`render_messages`]).
 
-use serde_json::{Value, json};
+use crate::ids::{McpRequestId, ServerSlot};
+use crate::jsonrpc::RpcId;
+use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 
 /// The most prompts one server's `prompts/list` may give (SPEC S5 for prompts); the rest is
@@ -182,6 +188,134 @@ pub(crate) fn available_command(prefix: &str, prompt: &Prompt) -> Value {
     })
 }
 
+/// A command of a session waiting for its `prompts/get` (SPEC A11): the `session/prompt` to
+/// answer (or to start the turn of), and what to send after the prompt's messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PendingCommand {
+    /// The `session/prompt` request.
+    pub(crate) rpc: RpcId,
+    /// The server asked.
+    pub(crate) server: ServerSlot,
+    /// The `prompts/get` request in flight.
+    pub(crate) request: McpRequestId,
+    /// The command as typed, without its `/` (for messages).
+    pub(crate) command: String,
+    /// The user's text after the command of a prompt without arguments (sent after the
+    /// prompt's messages); `None` when there was none.
+    pub(crate) extra: Option<String>,
+}
+
+/// The command word and the rest of a user prompt `text` that starts with `/`: `/docs:review
+/// src/main.rs` → `("docs:review", "src/main.rs")`. `None` when `text` does not start with `/`
+/// or has no word after it.
+pub(crate) fn parse_command(text: &str) -> Option<(&str, &str)> {
+    let body = text.strip_prefix('/')?;
+    let end = body.find(char::is_whitespace).unwrap_or(body.len());
+    let (word, rest) = body.split_at(end);
+    (!word.is_empty()).then(|| (word, rest.trim()))
+}
+
+/// How prompt `prompt` of the server with prefix `prefix` is typed: `/docs:review <file>
+/// [focus]`.
+pub(crate) fn usage(prefix: &str, prompt: &Prompt) -> String {
+    let name = command_name(prefix, &prompt.name);
+    match prompt.input_hint() {
+        Some(hint) => format!("/{name} {hint}"),
+        None => format!("/{name}"),
+    }
+}
+
+/// The next word of `text` (after leading whitespace) and what follows it: a word in double
+/// quotes may hold spaces (`"two words"`); otherwise a word ends at whitespace.
+fn next_word(text: &str) -> Option<(String, &str)> {
+    let text = text.trim_start();
+    if text.is_empty() {
+        return None;
+    }
+    if let Some(quoted) = text.strip_prefix('"')
+        && let Some(end) = quoted.find('"')
+    {
+        return Some((quoted[..end].to_string(), &quoted[end + 1..]));
+    }
+    let end = text.find(char::is_whitespace).unwrap_or(text.len());
+    Some((text[..end].to_string(), &text[end..]))
+}
+
+/// The text of the last argument: `rest` trimmed, without the quotes when it is one quoted
+/// word.
+fn last_argument(rest: &str) -> String {
+    let rest = rest.trim();
+    match rest.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(inner) if !inner.contains('"') => inner.to_string(),
+        _ => rest.to_string(),
+    }
+}
+
+/// Binds the text typed after a command (`rest`) to the arguments of `prompt` (SPEC A11): one
+/// word per argument in order (`"…"` quotes a word with spaces), the last argument taking all
+/// the text that is left; arguments without text are not sent. A prompt without arguments
+/// takes no words: the text, if any, is handed back to be sent after the prompt's messages.
+///
+/// # Errors
+/// A sentence naming the first required argument without text.
+pub(crate) fn bind_arguments(
+    prompt: &Prompt,
+    rest: &str,
+) -> Result<(Map<String, Value>, Option<String>), String> {
+    let mut args = Map::new();
+    if prompt.arguments.is_empty() {
+        let extra = rest.trim();
+        return Ok((args, (!extra.is_empty()).then(|| extra.to_string())));
+    }
+    let mut left = rest;
+    let last = prompt.arguments.len() - 1;
+    for (i, arg) in prompt.arguments.iter().enumerate() {
+        let value = if i == last {
+            Some(last_argument(left)).filter(|v| !v.is_empty())
+        } else {
+            next_word(left).map(|(word, after)| {
+                left = after;
+                word
+            })
+        };
+        match value {
+            Some(v) => {
+                args.insert(arg.name.clone(), Value::String(v));
+            }
+            None if arg.required => {
+                return Err(format!("the argument <{}> is missing", arg.name));
+            }
+            None => {}
+        }
+    }
+    Ok((args, None))
+}
+
+/// The text of the user's turn from a `prompts/get` result (MCP `GetPromptResult`, SPEC A11):
+/// the content of every message, in order, converted as a tool result's is (SPEC L3: text as
+/// it is, an embedded text resource as `[resource: uri]` and its text, images, audio and blobs
+/// as a short marker, a block for the user alone left out), one paragraph each, the whole
+/// middle-elided over `cap` bytes. The messages' roles are not kept: the turn is one user
+/// message.
+///
+/// # Errors
+/// A sentence when the result has no `messages` array or they hold no text.
+pub(crate) fn render_messages(result: &Value, cap: usize) -> Result<String, String> {
+    let Some(messages) = result.get("messages").and_then(Value::as_array) else {
+        return Err("its prompts/get answer has no messages".into());
+    };
+    let parts: Vec<String> = messages
+        .iter()
+        .filter_map(|m| m.get("content"))
+        .map(|c| crate::tools::convert_result(&json!({"content": [c]}), cap).text)
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err("its prompts/get answer holds no text".into());
+    }
+    Ok(crate::tools::elide_middle(parts.join("\n\n"), cap))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +383,99 @@ mod tests {
             MAX_DESCRIPTION_CHARS
         );
         assert!(prompts[0].description.ends_with('…'));
+    }
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    fn review() -> Prompt {
+        Prompt {
+            name: "review".into(),
+            description: String::new(),
+            arguments: vec![
+                PromptArg {
+                    name: "file".into(),
+                    required: true,
+                },
+                PromptArg {
+                    name: "focus".into(),
+                    required: false,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a11_a_command_is_the_first_word_after_the_slash() {
+        assert_eq!(
+            parse_command("/docs:review  src/a.rs  "),
+            Some(("docs:review", "src/a.rs"))
+        );
+        assert_eq!(parse_command("/docs:greet"), Some(("docs:greet", "")));
+        assert_eq!(parse_command("/ x"), None);
+        assert_eq!(parse_command("docs:greet"), None);
+    }
+
+    #[test]
+    fn a11_words_bind_in_order_and_the_last_argument_takes_the_rest() {
+        let p = review();
+        let (args, extra) =
+            bind_arguments(&p, "src/a.rs error handling and logs").unwrap_or_default();
+        assert_eq!(
+            Value::Object(args),
+            json!({"file": "src/a.rs", "focus": "error handling and logs"})
+        );
+        assert_eq!(extra, None);
+        let (args, _) = bind_arguments(&p, r#""my file.rs" "the tests""#).unwrap_or_default();
+        assert_eq!(
+            Value::Object(args),
+            json!({"file": "my file.rs", "focus": "the tests"})
+        );
+        let (args, _) = bind_arguments(&p, "a.rs").unwrap_or_default();
+        assert_eq!(
+            Value::Object(args),
+            json!({"file": "a.rs"}),
+            "no empty optional argument"
+        );
+        assert_eq!(
+            bind_arguments(&p, "   "),
+            Err("the argument <file> is missing".into())
+        );
+        assert_eq!(usage("docs", &p), "/docs:review <file> [focus]");
+    }
+
+    #[test]
+    fn a11_a_prompt_without_arguments_hands_the_text_back() {
+        let p = Prompt {
+            name: "greet".into(),
+            description: String::new(),
+            arguments: Vec::new(),
+        };
+        let (args, extra) = bind_arguments(&p, " and be brief ").unwrap_or_default();
+        assert!(args.is_empty());
+        assert_eq!(extra.as_deref(), Some("and be brief"));
+        assert_eq!(bind_arguments(&p, "").map(|(_, e)| e), Ok(None));
+    }
+
+    #[test]
+    fn a11_messages_become_one_text_converted_as_tool_results_are() {
+        let result = json!({"messages": [
+            {"role": "user", "content": {"type": "text", "text": "Describe this."}},
+            {"role": "user", "content": {"type": "image", "mimeType": "image/png", "data": "AAAA"}},
+            {"role": "user", "content": {"type": "resource", "resource": {"uri": "file:///p.md", "text": "# Plan"}}},
+            {"role": "assistant", "content": {"type": "text", "text": "I will."}},
+            {"role": "user", "content": {"type": "text", "text": "for the user only",
+                                         "annotations": {"audience": ["user"]}}},
+        ]});
+        assert_eq!(
+            render_messages(&result, 10_000),
+            Ok("Describe this.\n\n[image elided: image/png, 3 bytes]\n\n[resource: file:///p.md]\n# Plan\n\nI will.".into())
+        );
+        assert!(render_messages(&json!({}), 100).is_err());
+        assert!(render_messages(&json!({"messages": []}), 100).is_err());
+        let long = json!({"messages": [{"role": "user", "content": {"type": "text", "text": "x".repeat(5000)}}]});
+        assert!(render_messages(&long, 1000).is_ok_and(|t| t.len() < 1200));
     }
 }

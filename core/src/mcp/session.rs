@@ -150,6 +150,14 @@ pub(crate) enum SessionEvent {
         /// Why, e.g. `sent a request id of 1048578 bytes (over 1 KiB); killed`.
         cause: String,
     },
+    /// The server asks the user for input (`elicitation/create`, SPEC M12): the owner answers
+    /// `request` with [`McpSession::respond`].
+    Elicit {
+        /// The server's request id, to echo.
+        request: RpcId,
+        /// Its params, as sent.
+        params: Value,
+    },
     /// `notifications/progress` of a request of ours (SPEC A6, case C59).
     Progress {
         /// The `progressToken`, as sent.
@@ -191,6 +199,11 @@ pub(crate) struct McpSession {
     /// The `roots` of a `roots/list` answer (SPEC M13): the session's directories as MCP
     /// `Root`s, see [`super::roots::roots_of`].
     roots: Value,
+    /// The `elicitation` capability declared in `initialize` (SPEC M12), if any.
+    elicitation: Option<Value>,
+    /// Which transport generation this is, counted by [`reopen`](McpSession::reopen): an
+    /// answer meant for an earlier one is not sent to a later one.
+    generation: u64,
 }
 
 impl McpSession {
@@ -214,7 +227,36 @@ impl McpSession {
             version: None,
             outgoing: VecDeque::new(),
             roots: Value::Array(Vec::new()),
+            elicitation: None,
+            generation: 0,
         }
+    }
+
+    /// The `elicitation` capability to declare in `initialize` (SPEC M12: the modes the ACP
+    /// client presents), `None` for none.
+    pub(crate) fn set_elicitation(&mut self, capability: Option<Value>) {
+        self.elicitation = capability;
+    }
+
+    /// The transport generation (0 for the first, one more per [`reopen`](Self::reopen)).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Queues the answer to the server's request `request` (an `elicitation/create`, SPEC
+    /// M12), unless the session closed meanwhile.
+    pub(crate) fn respond(&mut self, request: &RpcId, outcome: Result<&Value, &RpcError>) {
+        if self.is_closed() {
+            return;
+        }
+        let text = match outcome {
+            Ok(result) => jsonrpc::encode_result(request, result),
+            Err(e) => jsonrpc::encode_error(Some(request), e),
+        };
+        self.outgoing.push_back(Frame {
+            text,
+            kind: FrameKind::Response,
+        });
     }
 
     /// The roots `roots/list` answers with (SPEC M13): a JSON array of MCP `Root`s.
@@ -269,9 +311,13 @@ impl McpSession {
             return;
         }
         self.state = SessionState::Initializing;
+        let mut capabilities = json!({"roots": {"listChanged": false}});
+        if let Some(elicitation) = &self.elicitation {
+            capabilities["elicitation"] = elicitation.clone();
+        }
         let params = json!({
             "protocolVersion": MCP_PROTOCOL_VERSION,
-            "capabilities": {"roots": {"listChanged": false}},
+            "capabilities": capabilities,
             "clientInfo": {"name": "buzz-agent", "version": client_version}
         });
         let id = self.request(
@@ -305,6 +351,7 @@ impl McpSession {
         self.offers_prompts = false;
         self.outgoing.clear();
         self.version = None;
+        self.generation += 1;
         self.state = SessionState::Connecting;
     }
 
@@ -368,6 +415,7 @@ impl McpSession {
             Purpose::ListPrompts => SessionEvent::Prompts(Err(format!("prompts/list {reason}"))),
             Purpose::Tool(_)
             | Purpose::Hook(_)
+            | Purpose::GetPrompt(_)
             | Purpose::ListInterceptors(_)
             | Purpose::Intercept(_) => SessionEvent::Lost {
                 purpose,
@@ -452,8 +500,9 @@ impl McpSession {
     /// One JSON-RPC message of the server, already parsed by its transport (which decides how
     /// loudly to report a frame that is not JSON-RPC, SPEC T6): a response is matched to its
     /// request, a request is answered (`ping` → `{}`, `roots/list` → the roots (M13), others
-    /// `-32601`, SPEC M6; one whose id is over 1 KiB is not answered but cuts the server off,
-    /// SPEC S5), a notification is acted on. `None` when nothing is left for the owner (a log line, an answer queued, a
+    /// `-32601`, SPEC M6) or handed to the owner (`elicitation/create`, M12); one whose id is
+    /// over 1 KiB is not answered but cuts the server off (SPEC S5); a notification
+    /// is acted on. `None` when nothing is left for the owner (a log line, an answer queued, a
     /// late reply dropped, I6).
     pub(crate) fn on_message(
         &mut self,
@@ -465,12 +514,11 @@ impl McpSession {
             jsonrpc::Message::Response { id, outcome } => {
                 self.on_response(&id, outcome, out, timers)
             }
-            jsonrpc::Message::Request { id, method, .. } => {
+            jsonrpc::Message::Request { id, method, params } => {
                 if let Some(cut) = id_over_cap(&id) {
                     return Some(cut);
                 }
-                self.on_server_request(&id, &method);
-                None
+                self.on_server_request(id, &method, params)
             }
             jsonrpc::Message::Notification { method, params } => {
                 self.on_notification(&method, &params, out, timers)
@@ -478,24 +526,36 @@ impl McpSession {
         }
     }
 
-    fn on_server_request(&mut self, id: &RpcId, method: &str) {
+    fn on_server_request(
+        &mut self,
+        id: RpcId,
+        method: &str,
+        params: Value,
+    ) -> Option<SessionEvent> {
         let frame = if method == "ping" {
-            jsonrpc::encode_result(id, &json!({}))
+            jsonrpc::encode_result(&id, &json!({}))
         } else if method == "roots/list" {
             // M13: the session's directories; they do not change during a session.
-            jsonrpc::encode_result(id, &json!({"roots": self.roots}))
+            jsonrpc::encode_result(&id, &json!({"roots": self.roots}))
+        } else if method == "elicitation/create" {
+            // M12: the user answers, through the ACP client (or the agent declines).
+            return Some(SessionEvent::Elicit {
+                request: id,
+                params,
+            });
         } else {
             let err = RpcError {
                 code: jsonrpc::RpcError::METHOD_NOT_FOUND,
                 message: format!("Method not found: {method}"),
                 data: None,
             };
-            jsonrpc::encode_error(Some(id), &err)
+            jsonrpc::encode_error(Some(&id), &err)
         };
         self.outgoing.push_back(Frame {
             text: frame,
             kind: FrameKind::Response,
         });
+        None
     }
 
     fn on_notification(
@@ -602,6 +662,7 @@ impl McpSession {
             Purpose::ListPrompts => self.on_prompt_page(outcome, out, timers),
             Purpose::Tool(_)
             | Purpose::Hook(_)
+            | Purpose::GetPrompt(_)
             | Purpose::ListInterceptors(_)
             | Purpose::Intercept(_) => SessionEvent::Reply { purpose, outcome },
         })
@@ -1008,6 +1069,43 @@ mod tests {
         assert_eq!(rig.sent()[0]["id"], json!(b.0 + 1));
         // A late answer to a request of the closed session is inert (I6).
         assert_eq!(rig.answer(&json!(a.0), json!({})), None);
+    }
+
+    #[test]
+    fn m12_elicitation_is_declared_as_set_handed_to_the_owner_and_answered_once() {
+        let mut rig = Rig::new();
+        rig.mcp.set_elicitation(Some(json!({"form": {}})));
+        rig.mcp.open("1", &rig.out, &mut rig.timers);
+        assert_eq!(
+            rig.sent()[0]["params"]["capabilities"],
+            json!({"roots": {"listChanged": false}, "elicitation": {"form": {}}})
+        );
+        let params = json!({"message": "name?", "requestedSchema": {"type": "object"}});
+        let request: RpcId = serde_json::from_value(json!(9)).expect("an id");
+        let message = jsonrpc::Message::Request {
+            id: request.clone(),
+            method: "elicitation/create".into(),
+            params: params.clone(),
+        };
+        assert_eq!(
+            rig.mcp.on_message(message, &mut rig.out, &mut rig.timers),
+            Some(SessionEvent::Elicit {
+                request: request.clone(),
+                params
+            })
+        );
+        assert!(rig.sent().is_empty(), "the owner answers");
+        rig.mcp.respond(&request, Ok(&json!({"action": "decline"})));
+        assert_eq!(
+            rig.sent(),
+            [json!({"jsonrpc": "2.0", "id": 9, "result": {"action": "decline"}})]
+        );
+        assert_eq!(rig.mcp.generation(), 0);
+        rig.mcp.close("gone".into(), &mut rig.timers);
+        rig.mcp.respond(&request, Ok(&json!({"action": "decline"})));
+        assert!(rig.sent().is_empty(), "nothing goes to a closed session");
+        rig.mcp.reopen(&mut rig.timers);
+        assert_eq!(rig.mcp.generation(), 1);
     }
 
     #[test]

@@ -245,6 +245,21 @@ impl Server {
     }
 }
 
+/// A command found by [`ServerTable::find_command`] (SPEC A11).
+#[derive(Debug, Clone)]
+pub(crate) struct FoundCommand {
+    /// The server offering it.
+    pub(crate) slot: ServerSlot,
+    /// Its prompt.
+    pub(crate) prompt: Prompt,
+    /// The server's tool prefix (the command's first part).
+    pub(crate) prefix: String,
+    /// The server's name as the client gave it (messages).
+    pub(crate) server: String,
+    /// Whether the server can be asked now.
+    pub(crate) ready: bool,
+}
+
 /// Every MCP server of the process, by slot.
 #[derive(Debug)]
 pub(crate) struct ServerTable {
@@ -264,6 +279,8 @@ pub(crate) struct ServerTable {
     /// What every HTTP server's OAuth authorization is built from, and the generator its
     /// secrets fork from (SPEC M11); `None`: servers are not authorized by the agent.
     authorization: Option<(AuthSetup, SecretRng)>,
+    /// The `elicitation` capability servers created from now on declare (SPEC M12).
+    elicitation: Option<serde_json::Value>,
 }
 
 impl ServerTable {
@@ -278,7 +295,39 @@ impl ServerTable {
             hook_allowlist: HookAllowlist::Off,
             claims: BTreeMap::new(),
             authorization: None,
+            elicitation: None,
         }
+    }
+
+    /// The `elicitation` capability that servers created from now on declare in
+    /// `initialize` (SPEC M12: what the ACP client presents), `None` for none.
+    pub(crate) fn set_elicitation(&mut self, capability: Option<serde_json::Value>) {
+        self.elicitation = capability;
+    }
+
+    /// Answers the server request `request` of `slot`'s session generation `generation` (an
+    /// `elicitation/create`, SPEC M12); dropped when the server died or restarted since.
+    pub(crate) fn answer_server_request(
+        &mut self,
+        slot: ServerSlot,
+        generation: u64,
+        request: &jsonrpc::RpcId,
+        outcome: Result<&serde_json::Value, &jsonrpc::RpcError>,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) {
+        let Some(s) = self.servers.get_mut(&slot) else {
+            return;
+        };
+        if s.mcp.generation() != generation || s.is_dead() {
+            out.log(
+                LogLevel::Debug,
+                format!("mcp '{}': an answer for a closed session dropped", s.name),
+            );
+            return;
+        }
+        s.mcp.respond(request, outcome);
+        s.flush(out, timers);
     }
 
     /// HTTP servers created from now on without a configured `authorization` header are
@@ -362,6 +411,27 @@ impl ServerTable {
             .collect()
     }
 
+    /// The command `name` (`<prefix>:<prompt>`, without the `/`) among the servers in `slots`
+    /// that are not stopped or permanently dead (SPEC A11): its server, the prompt, the
+    /// server's prefix and name, and whether it is ready to be asked now.
+    pub(crate) fn find_command(&self, slots: &[ServerSlot], name: &str) -> Option<FoundCommand> {
+        let (prefix, prompt) = name.split_once(':')?;
+        slots
+            .iter()
+            .filter_map(|slot| self.servers.get(slot).map(|s| (*slot, s)))
+            .filter(|(_, s)| s.prefix == prefix && !(s.is_dead() && s.restart_at.is_none()))
+            .find_map(|(slot, s)| {
+                let p = s.prompts.iter().find(|p| p.name == prompt)?;
+                Some(FoundCommand {
+                    slot,
+                    prompt: p.clone(),
+                    prefix: s.prefix.clone(),
+                    server: s.name.clone(),
+                    ready: s.is_ready(),
+                })
+            })
+    }
+
     /// The session of the server in `slot`.
     pub(crate) fn session_of(&self, slot: ServerSlot) -> Option<SessionId> {
         self.servers.get(&slot).map(|s| s.session)
@@ -427,6 +497,7 @@ impl ServerTable {
         };
         let mut mcp = McpSession::new(slot, &entry.name, self.init_timeout_ms);
         mcp.set_roots(super::roots::roots_of(cwd, additional));
+        mcp.set_elicitation(self.elicitation.clone());
         self.servers.insert(
             slot,
             Server {
@@ -1140,6 +1211,7 @@ impl ServerTable {
                 );
                 Some((Expired::Handshake, Vec::new()))
             }
+            Purpose::GetPrompt(session) => Some((Expired::GetPrompt(session), Vec::new())),
             Purpose::Tool(call) => Some((Expired::Tool(call), Vec::new())),
             Purpose::Hook(call) => Some((Expired::Hook(call), Vec::new())),
             Purpose::ListInterceptors(session) => {
@@ -1435,6 +1507,12 @@ impl ServerTable {
                 vec![McpEvent::CommandsChanged { session: s.session }]
             }
             SessionEvent::CutOff { cause } => self.kill(slot, &cause, out, timers),
+            SessionEvent::Elicit { request, params } => vec![McpEvent::Elicit {
+                server: slot,
+                generation: s.mcp.generation(),
+                request,
+                params,
+            }],
             SessionEvent::Progress { token, text } => vec![McpEvent::Progress {
                 server: slot,
                 token,
@@ -1500,6 +1578,12 @@ impl ServerTable {
                     Purpose::Hook(call) => vec![McpEvent::HookReply {
                         call,
                         reply: outcome,
+                    }],
+                    Purpose::GetPrompt(session) => vec![McpEvent::PromptGot {
+                        session,
+                        reply: outcome.map_err(|e| {
+                            format!("MCP server '{}' answered {} {}", s.name, e.code, e.message)
+                        }),
                     }],
                     Purpose::ListInterceptors(session) => vec![McpEvent::InterceptorList {
                         session,

@@ -10,6 +10,7 @@
 //! hits all alike, and [`table`] prints the medians with their ratio to the floor.
 
 pub mod agent;
+pub mod cost;
 pub mod floor;
 pub mod table;
 

@@ -66,9 +66,10 @@ fn launcher_group(agent: &AgentProc, pidfile: &str) -> (i32, i32, i32) {
 /// C13/M6/T5: a server sends `ping`, `roots/list`, `sampling/createMessage` and
 /// `elicitation/create` after `notifications/initialized` and again while each of our
 /// `tools/call`s is pending (the sampling request reusing that call's own numeric id). `ping`
-/// gets `{}`, `roots/list` the session cwd (M13: the one client capability declared is
-/// `roots`), sampling and elicitation -32601 (SPEC M6), each answer echoes the id with its
-/// exact type, exactly once; the
+/// gets `{}`, `roots/list` the session cwd (M13), `elicitation/create` `decline` (M12: this
+/// client presents no elicitation, so none is declared and a server asking anyway is
+/// declined), sampling -32601 (SPEC M6), each answer echoes the id with its exact type,
+/// exactly once; the
 /// server's request 5 never resolves our request 5 (the call completes with its own text), and
 /// answering while our call is pending does not deadlock. The server keeps working.
 pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
@@ -127,7 +128,7 @@ pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
     assert_eq!(
         init["params"]["capabilities"],
         json!({"roots": {"listChanged": false}}),
-        "M13: roots is declared (so -32601 is right for sampling and elicitation)"
+        "M13: roots is declared; M12: no elicitation for a client without it; no sampling"
     );
     let ws = s.ws.to_str().expect("a UTF-8 workspace path");
     let name =
@@ -161,15 +162,16 @@ pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
                      "result": {"roots": [{"uri": format!("file://{ws}"), "name": name}]}})],
             "M13: roots/list → the session cwd as a file:// URI, once"
         );
-        for (id, method) in [
-            (collide.clone(), "sampling/createMessage"),
-            (json!(format!("{prefix}-4")), "elicitation/create"),
-        ] {
-            let a = answers_to(&id);
-            assert_eq!(a.len(), 1, "{method} {id}: exactly one answer: {a:#?}");
-            assert_eq!(a[0]["error"]["code"], -32601, "{method}: {}", a[0]);
-            assert!(a[0].get("result").is_none(), "{method}: {}", a[0]);
-        }
+        let elicit_id = json!(format!("{prefix}-4"));
+        assert_eq!(
+            answers_to(&elicit_id),
+            [&json!({"jsonrpc": "2.0", "id": elicit_id, "result": {"action": "decline"}})],
+            "M12: a client without elicitation → decline, once"
+        );
+        let a = answers_to(collide);
+        assert_eq!(a.len(), 1, "sampling {collide}: exactly one answer: {a:#?}");
+        assert_eq!(a[0]["error"]["code"], -32601, "sampling: {}", a[0]);
+        assert!(a[0].get("result").is_none(), "sampling: {}", a[0]);
         assert!(
             answers_to(&json!(collide.to_string())).is_empty(),
             "T5: the numeric id {collide} is echoed as a number, not a string"

@@ -418,3 +418,220 @@ pub fn c63_one_tool_with_a_root_any_of_no_longer_fails_every_anthropic_prompt(ct
     );
     agent.finish();
 }
+
+// ---- C69, C77 (SPEC L13) ------------------------------------------------------------------------
+
+/// Case C69's first response, as an Anthropic gateway that adds server tools streams it: a
+/// `server_tool_use` (input streamed), its `web_search_tool_result`, text with a citation, and
+/// `stop_reason: "pause_turn"`.
+pub const C69_PAUSED: &str = concat!(
+    "event: message_start\n",
+    r#"data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"usage":{"input_tokens":50,"output_tokens":1}}}"#,
+    "\n\nevent: content_block_start\n",
+    r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{}}}"#,
+    "\n\nevent: content_block_delta\n",
+    r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"rust 2026 edition\"}"}}"#,
+    "\n\nevent: content_block_stop\n",
+    r#"data: {"type":"content_block_stop","index":0}"#,
+    "\n\nevent: content_block_start\n",
+    r#"data: {"type":"content_block_start","index":1,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_01","content":[{"type":"web_search_result","url":"https://example.com/r","title":"Rust","encrypted_content":"EqgfCioIARgBIiQ3YTAw","page_age":null}]}}"#,
+    "\n\nevent: content_block_stop\n",
+    r#"data: {"type":"content_block_stop","index":1}"#,
+    "\n\nevent: content_block_start\n",
+    r#"data: {"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}"#,
+    "\n\nevent: content_block_delta\n",
+    r#"data: {"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"The 2026 edition "}}"#,
+    "\n\nevent: content_block_delta\n",
+    r#"data: {"type":"content_block_delta","index":2,"delta":{"type":"citations_delta","citation":{"type":"web_search_result_location","url":"https://example.com/r","title":"Rust","encrypted_index":"Eo8BCioIAhgB","cited_text":"edition"}}}"#,
+    "\n\nevent: content_block_stop\n",
+    r#"data: {"type":"content_block_stop","index":2}"#,
+    "\n\nevent: message_delta\n",
+    r#"data: {"type":"message_delta","delta":{"stop_reason":"pause_turn","stop_sequence":null},"usage":{"output_tokens":40}}"#,
+    "\n\nevent: message_stop\n",
+    r#"data: {"type":"message_stop"}"#,
+    "\n\n",
+);
+
+/// C69 / SPEC L13: on the Anthropic route a response that ends `pause_turn` is not the end of
+/// the turn. The fake answers the continuation only when the request ends with the paused
+/// response as it came (server-tool blocks verbatim); a `_Stop` hook answers `""`. Expected:
+/// 2 requests, the whole answer shown (no paragraph break at the pause), `end_turn`, and
+/// `_Stop` called once, after the real end. Before: the turn ended at the pause with half the
+/// answer, and `_Stop` ran there.
+pub fn c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("h.log");
+    let expected_turn = json!([
+        {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search",
+         "input": {"query": "rust 2026 edition"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [
+            {"type": "web_search_result", "url": "https://example.com/r", "title": "Rust",
+             "encrypted_content": "EqgfCioIARgBIiQ3YTAw", "page_age": null}]},
+        {"type": "text", "text": "The 2026 edition ", "citations": [
+            {"type": "web_search_result_location", "url": "https://example.com/r",
+             "title": "Rust", "encrypted_index": "Eo8BCioIAhgB", "cited_text": "edition"}]}
+    ]);
+    let wanted = expected_turn.clone();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .wire(Wire::Anthropic)
+        .env(&[
+            ("MCP_HOOK_SERVERS", "h"),
+            ("BUZZ_AGENT_PROMPT_CACHING", "0"),
+        ])
+        .handler(move |i, req| {
+            let last = req.messages().last().cloned().unwrap_or_default();
+            match i {
+                0 => Reply::raw_sse(C69_PAUSED),
+                _ if last["role"] == "assistant" && last["content"] == wanted => {
+                    Reply::text("is out.")
+                }
+                _ => Reply::status(400, vec![], "the paused turn was not sent back"),
+            }
+        })
+        .servers([hook_server(
+            "h",
+            &log,
+            &[("FAKE_MCP_STOP_OBJECT_TIMES", "0")],
+        )])
+        .start();
+    let r = agent.prompt(&sid, "what is new in rust?");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "C69: one continuation");
+    assert_eq!(
+        reqs[1].messages().last().map(|m| m["content"].clone()),
+        Some(expected_turn),
+        "C69: the paused response is the last assistant turn, as it came"
+    );
+    assert_eq!(
+        crate::harness::agent_text(&agent.session_updates(&sid)),
+        "The 2026 edition is out.",
+        "the whole answer, the continuation on from the paused text"
+    );
+    assert_eq!(
+        stop_calls(&log).len(),
+        1,
+        "C69: _Stop once, at the real end"
+    );
+    agent.finish();
+}
+
+/// The reply each route gives a request it refuses: Anthropic case C77's stream (no content
+/// block, `stop_reason: "refusal"` with `stop_details`), Chat `finish_reason:
+/// "content_filter"`, Responses `response.incomplete` for `content_filter`.
+fn refusal_reply(wire: Wire) -> Reply {
+    match wire {
+        Wire::Anthropic => Reply::raw_sse(concat!(
+            "event: message_start\n",
+            r#"data: {"type":"message_start","message":{"id":"msg_r","type":"message","role":"assistant","content":[],"stop_reason":null,"usage":{"input_tokens":20,"output_tokens":0}}}"#,
+            "\n\nevent: message_delta\n",
+            r#"data: {"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":"cyber","explanation":"This request asks for working malware."}},"usage":{"output_tokens":0}}"#,
+            "\n\nevent: message_stop\n",
+            r#"data: {"type":"message_stop"}"#,
+            "\n\n",
+        )),
+        Wire::Chat | Wire::Responses => Reply::text("").finish_reason("content_filter"),
+    }
+}
+
+/// C77 / SPEC L13, on all three routes: the provider refuses every request that still
+/// carries the refused words. Prompt 1 ends `refusal` without a `_Stop` call, and the client
+/// is told (on Anthropic with the `stop_details` explanation); prompt 2 "what is 2+2?" is
+/// answered `end_turn`: its request carries neither prompt 1's words nor two user turns in a
+/// row. Before: the two prompts were one user turn, and every later prompt was refused.
+pub fn c77_after_a_refusal_the_next_prompt_is_answered_on_every_route(ctx: &Ctx) {
+    for wire in [Wire::Anthropic, Wire::Chat, Wire::Responses] {
+        let s = Scratch::new();
+        let log = s.file("h.log");
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .env(&[("MCP_HOOK_SERVERS", "h")])
+            .handler(move |_, req| {
+                if req.body.to_string().contains("zero-day worm") {
+                    refusal_reply(wire)
+                } else {
+                    Reply::text("4")
+                }
+            })
+            .servers([hook_server(
+                "h",
+                &log,
+                &[("FAKE_MCP_STOP_OBJECT_TIMES", "0")],
+            )])
+            .start();
+        let r = agent.prompt(&sid, "write me a zero-day worm");
+        assert_eq!(agent.result(&r)["stopReason"], "refusal", "{wire:?}: {r}");
+        assert!(
+            stop_calls(&log).is_empty(),
+            "{wire:?}: no _Stop after a refusal"
+        );
+        let shown = crate::harness::agent_text(&agent.session_updates(&sid));
+        assert!(
+            shown.contains("the provider refused this request"),
+            "{wire:?}: {shown}"
+        );
+        if wire == Wire::Anthropic {
+            assert!(
+                shown.contains("This request asks for working malware. (category: cyber)"),
+                "C77: the explanation reaches the client: {shown}"
+            );
+        }
+        let r = agent.prompt(&sid, "what is 2+2?");
+        assert_end_turn(&agent, &r);
+        let reqs = llm.requests();
+        assert_eq!(reqs.len(), 2, "{wire:?}");
+        let users: Vec<String> = reqs[1]
+            .messages()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| crate::fake_llm::content_text(&m["content"]))
+            .collect();
+        assert_eq!(users, ["what is 2+2?"], "C77 {wire:?}: {:?}", reqs[1].body);
+        assert_eq!(stop_calls(&log).len(), 1, "{wire:?}");
+        agent.finish();
+    }
+}
+
+/// SPEC L13: a prompt cancelled while the model had not answered stays in the history as its
+/// own turn, closed by a short assistant note, so the next prompt is not merged into it (as
+/// if the user had written both): `[user p1, assistant note, user p2]`, on every route.
+pub fn l13_a_cancelled_prompt_stays_as_its_own_marked_turn(ctx: &Ctx) {
+    for wire in [Wire::Anthropic, Wire::Chat, Wire::Responses] {
+        let s = Scratch::new();
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .handler(|i, _| match i {
+                0 => Reply::text("too late").delay_ms(30_000),
+                _ => Reply::text("ok"),
+            })
+            .start();
+        let first = agent.start_prompt(&sid, "first words");
+        llm.wait_requests(1, Duration::from_secs(10));
+        agent.cancel(&sid);
+        let r1 = agent.wait_response(&first, Duration::from_secs(10));
+        assert_eq!(agent.result(&r1)["stopReason"], "cancelled", "{r1}");
+        let r2 = agent.prompt(&sid, "second words");
+        assert_end_turn(&agent, &r2);
+        let reqs = llm.requests();
+        let turns: Vec<(String, String)> = reqs[reqs.len() - 1]
+            .messages()
+            .iter()
+            .filter(|m| m["role"] == "user" || m["role"] == "assistant")
+            .map(|m| {
+                let text = crate::fake_llm::content_text(&m["content"]);
+                (m["role"].as_str().unwrap_or("").to_owned(), text)
+            })
+            .collect();
+        let expected = [
+            ("user", "first words"),
+            (
+                "assistant",
+                "(The user cancelled this request before it was answered.)",
+            ),
+            ("user", "second words"),
+        ]
+        .map(|(r, t)| (r.to_owned(), t.to_owned()));
+        assert_eq!(turns, expected, "{wire:?}");
+        agent.finish();
+    }
+}

@@ -378,3 +378,73 @@ pub fn m13_roots_list_answers_the_cwd_and_the_additional_directories(ctx: &Ctx) 
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
     agent.finish();
 }
+
+/// M12: a client that presents forms (`clientCapabilities.elicitation.form`) gets a server's
+/// `elicitation/create` as its own, with the server named in the message; `initialize` to the
+/// server declared `elicitation: {form: {}}`; the client's `accept` with the field left out
+/// reaches the server with the schema's default filled in. The model never sees it.
+pub fn m12_a_server_elicitation_goes_to_a_client_that_presents_forms_and_back(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("fs.log");
+    let (llm, agent) = Setup::new(ctx, &s).spawn();
+    agent.set_elicitation_answer(|_| Some(json!({"action": "accept", "content": {}})));
+    let init = agent.request(
+        "initialize",
+        json!({"protocolVersion": 1,
+               "clientCapabilities": {"elicitation": {"form": {}}},
+               "clientInfo": {"name": "buzz-agent-e2e", "version": "0"}}),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    let server = fake_mcp_entry(
+        "fs",
+        &[
+            ("FAKE_MCP_SERVER_REQUESTS", "1"),
+            ("FAKE_MCP_CALL_LOG", &log),
+        ],
+    );
+    let _sid = agent.new_session(&s.ws, json!([server]));
+    let answer = |log: &str| -> Option<Value> {
+        log_of(log)
+            .into_iter()
+            .find(|m| m["id"] == "init-4" && m.get("method").is_none())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while answer(&log).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no elicitation answer logged{}",
+            agent.context()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        answer(&log).expect("answered")["result"],
+        json!({"action": "accept", "content": {"choice": "a"}}),
+        "the default of the field the user left out"
+    );
+    let asked: Vec<Value> = agent
+        .agent_requests()
+        .into_iter()
+        .filter(|m| m["method"] == "elicitation/create")
+        .collect();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    let params = &asked[0]["params"];
+    assert_eq!(params["mode"], "form");
+    assert_eq!(params["message"], "MCP server 'fs' asks: pick");
+    assert_eq!(
+        params["requestedSchema"]["properties"]["choice"]["default"],
+        "a"
+    );
+    assert!(params["sessionId"].is_string(), "{params}");
+    let logged = log_of(&log);
+    let init = logged
+        .iter()
+        .find(|m| m["method"] == "initialize")
+        .expect("initialize logged");
+    assert_eq!(
+        init["params"]["capabilities"]["elicitation"],
+        json!({"form": {}})
+    );
+    assert!(llm.requests().is_empty(), "no prompt, no model request");
+    agent.finish();
+}

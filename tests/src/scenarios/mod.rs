@@ -74,6 +74,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         mcp::m8_p1_c33_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
         mcp::m13_roots_list_answers_the_cwd_and_the_additional_directories,
+        mcp::m12_a_server_elicitation_goes_to_a_client_that_presents_forms_and_back,
         security::s1_a_server_cannot_read_the_agents_environment_through_proc,
         security::s6_peer_text_reaches_the_text_and_json_logs_escaped,
         security::s2_a_redirect_is_never_followed_with_the_api_key,
@@ -177,6 +178,9 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered,
         dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
         dialect_cases::c63_one_tool_with_a_root_any_of_no_longer_fails_every_anthropic_prompt,
+        dialect_cases::c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end,
+        dialect_cases::c77_after_a_refusal_the_next_prompt_is_answered_on_every_route,
+        dialect_cases::l13_a_cancelled_prompt_stays_as_its_own_marked_turn,
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
         stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
         stderr::a6_unread_stdout_never_blocks_the_loop_and_loses_no_line,
@@ -206,6 +210,8 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         context::a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body,
         context::a10_ten_thousand_skills_are_capped_and_no_hints_offers_none,
         commands::a11_prompts_are_offered_as_commands_and_a_list_change_sends_the_new_list,
+        commands::a11_a_command_runs_prompts_get_and_its_messages_are_the_users_turn,
+        commands::a11_a_cancel_while_prompts_get_is_in_flight_answers_cancelled,
     ]
 }
 
