@@ -40,7 +40,7 @@ fn main() {
             if let Some(outcome) = missing_sibling(&path, a, in_ci()) {
                 return outcome;
             }
-            cost_goals_hold(&cost, &path);
+            l11_cost_billed_input_stays_within_the_goals(&cost, &path);
         }
         Ok(Completion::Completed)
     });
@@ -50,7 +50,7 @@ fn main() {
 /// The cost workload (issue 23, SPEC L11) at its full size: `cost` exits 0 only when every
 /// session ends and caching on bills at most 0.15× the uncached input (0.20× with a `_Stop`
 /// objection and a compaction); its table has the three rows, caching off at 1×.
-fn cost_goals_hold(cost: &PathBuf, agent: &PathBuf) {
+fn l11_cost_billed_input_stays_within_the_goals(cost: &PathBuf, agent: &PathBuf) {
     let out = Command::new(cost).arg(agent).output().expect("run cost");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
