@@ -320,6 +320,12 @@ impl Agent {
                     .on_write_failed(proc, &mut self.out, &mut self.timers);
                 self.route_mcp(events);
             }
+            Input::McpStdinFull { proc } => {
+                let events = self
+                    .servers
+                    .on_stdin_full(proc, &mut self.out, &mut self.timers);
+                self.route_mcp(events);
+            }
             Input::Llm { call, event } => {
                 if let Some(sid) = self.llm.session_of(call) {
                     self.step_turn(sid, |turn, sess, cx| {

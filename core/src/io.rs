@@ -70,6 +70,12 @@ pub enum Input {
         /// The process.
         proc: ProcKey,
     },
+    /// A line for a server's stdin was dropped: more than [`MAX_MCP_STDIN_QUEUE_BYTES`] were
+    /// already waiting for it (it stopped reading its stdin, SPEC S5). The server is cut off.
+    McpStdinFull {
+        /// The process.
+        proc: ProcKey,
+    },
     /// Progress of an LLM call.
     Llm {
         /// The call of [`Action::CallLlm`].
@@ -178,6 +184,11 @@ pub enum OAuthAction {
         argv: Vec<String>,
     },
 }
+
+/// The most bytes of lines a runtime keeps waiting for one server's stdin (SPEC S5): twice the
+/// 16 MiB stdout line cap, so one whole answer of the largest size fits behind another. The
+/// line that would go over it is dropped and reported as [`Input::McpStdinFull`].
+pub const MAX_MCP_STDIN_QUEUE_BYTES: usize = 32 * 1024 * 1024;
 
 /// The most bytes of a request head the runtime reads from a loopback connection before it
 /// hands them to the core as they are.
@@ -421,6 +432,7 @@ impl fmt::Debug for Input {
             }
             Input::McpExited { proc, status } => write!(f, "McpExited({proc}, {status})"),
             Input::McpWriteFailed { proc } => write!(f, "McpWriteFailed({proc})"),
+            Input::McpStdinFull { proc } => write!(f, "McpStdinFull({proc})"),
             Input::Llm { call, event } => write!(f, "Llm({call}, {event:?})"),
             Input::Http { exchange, event } => write!(f, "Http({exchange}, {event:?})"),
             Input::Transcript { file, event } => write!(f, "Transcript({file}, {event:?})"),

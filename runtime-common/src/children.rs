@@ -4,7 +4,9 @@
 //!
 //! A line for a child's stdin is written on the loop thread when the pipe has room (one
 //! non-blocking write, no task hop), else handed to the child's writer task, which waits for
-//! room; lines stay in order either way.
+//! room; lines stay in order either way. At most [`MAX_MCP_STDIN_QUEUE_BYTES`] wait for the
+//! task (SPEC S5): the line that would go over is dropped, as is every later one, and the core
+//! hears `McpStdinFull` once, so a server that stops reading its stdin cannot grow the agent.
 //!
 //! Every reader holds a fixed amount whatever the child writes (case C52): stdout goes to the
 //! core in chunks (its codec caps lines), stderr through the core's [`StderrLines`] splitter,
@@ -13,7 +15,7 @@
 use crate::runtime::{InputSender, ReadPipe, Runtime, WritePipe};
 use crate::sys::{exit_description, nowait_unsupported, signal_group, write_nowait};
 use crate::util::race;
-use buzz_agent_core::io::StderrLines;
+use buzz_agent_core::io::{MAX_MCP_STDIN_QUEUE_BYTES, StderrLines};
 use buzz_agent_core::{Input, ProcKey, Signal, SpawnSpec};
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -38,9 +40,11 @@ struct Child {
     /// A duplicate of the stdin pipe's write end, for writes on the loop thread that never
     /// block ([`write_nowait`]); `None` once the pipe takes no such writes or stdin is closing.
     direct: Option<OwnedFd>,
-    /// Lines handed to the writer task and not written yet. A line is written directly only
+    /// Bytes handed to the writer task and not written yet. A line is written directly only
     /// when this is 0, so lines reach the child in order.
     queued: Arc<AtomicUsize>,
+    /// The queue went over [`MAX_MCP_STDIN_QUEUE_BYTES`]: nothing more is written or queued.
+    full: bool,
     /// Process group id (= the leader's pid, `process_group(0)`).
     pgid: i32,
 }
@@ -118,6 +122,7 @@ impl Children {
                 stdin: Some(in_tx),
                 direct: child.stdin_fd,
                 queued,
+                full: false,
                 pgid: i32::try_from(child.pid).unwrap_or(0),
             },
         );
@@ -127,11 +132,14 @@ impl Children {
     /// Writes one line to the child's stdin: at once on this thread when the pipe has room
     /// and nothing is queued before it; else (what is left of it) through the writer task.
     /// A failed direct write leaves the line to the task, which reports the failure.
-    pub fn write(&mut self, proc: ProcKey, line: String) {
-        let Some(c) = self.map.get_mut(&proc) else {
-            return;
-        };
-        let Some(tx) = &c.stdin else { return };
+    /// Returns `McpStdinFull`, once per child, for the loop to handle next when the line
+    /// would take a non-empty queue over [`MAX_MCP_STDIN_QUEUE_BYTES`]; the line is dropped.
+    pub fn write(&mut self, proc: ProcKey, line: String) -> Option<Input> {
+        let c = self.map.get_mut(&proc)?;
+        if c.full {
+            return None;
+        }
+        let tx = c.stdin.as_ref()?;
         let mut done = 0;
         if let Some(fd) = &c.direct
             && c.queued.load(Ordering::Acquire) == 0
@@ -150,14 +158,22 @@ impl Children {
             }
         }
         if done == line.len() {
-            return;
+            return None;
+        }
+        let left = line.len() - done;
+        let queued = c.queued.load(Ordering::Acquire);
+        // One line of any size may wait alone (the agent made it; a server that reads takes it).
+        if queued > 0 && queued + left > MAX_MCP_STDIN_QUEUE_BYTES {
+            c.full = true;
+            return Some(Input::McpStdinFull { proc });
         }
         let mut rest = line.into_bytes();
         rest.drain(..done);
-        c.queued.fetch_add(1, Ordering::AcqRel);
+        c.queued.fetch_add(left, Ordering::AcqRel);
         if tx.try_send(Some(rest)).is_err() {
-            c.queued.fetch_sub(1, Ordering::AcqRel);
+            c.queued.fetch_sub(left, Ordering::AcqRel);
         }
+        None
     }
 
     /// Closes the child's stdin once the lines queued before are written.
@@ -197,7 +213,7 @@ async fn write_stdin(
             let _ = tx.send(Input::McpWriteFailed { proc }).await;
             return;
         }
-        queued.fetch_sub(1, Ordering::AcqRel);
+        queued.fetch_sub(line.len(), Ordering::AcqRel);
     }
     // Dropping `stdin` closes it.
 }

@@ -112,7 +112,11 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
         while let Some(action) = agent.poll_action() {
             match action {
                 Action::WriteAcp(line) => stdout.push(&line),
-                Action::WriteMcp { proc, line } => children.write(proc, line),
+                Action::WriteMcp { proc, line } => {
+                    if let Some(full) = children.write(proc, line) {
+                        immediate.push_back(full);
+                    }
+                }
                 Action::SpawnMcp { proc, spec } => {
                     immediate.push_back(children.spawn(&rt, proc, spec, &tx));
                 }

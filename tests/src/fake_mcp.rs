@@ -73,6 +73,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_LIST_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the echo-like tool `late` and sends `notifications/tools/list_changed` |
 /// | `FAKE_MCP_PROMPTS` | comma list of prompts from [`prompt_list`] (`review`, `greet`, `media`, `broken`, `hang` (never answered), `_hidden`): the server declares `capabilities.prompts` (`listChanged`) and answers `prompts/list` and `prompts/get` (an unknown name or a missing required argument is `-32602`, as the MCP SDKs answer); unset: no prompts capability, `prompts/*` are `-32601` |
 /// | `FAKE_MCP_PROMPT_PAGE_SIZE=N` | `prompts/list` pages of N prompts with `nextCursor` |
+/// | `FAKE_MCP_PING_FLOOD=N` | on its first `tools/call` (never answered) the server stops reading its stdin for good and sends `ping` requests whose string ids are N bytes long, until [`PING_FLOOD_BYTES`] are sent or stdout fails (SPEC S5: a server that never reads its answers) |
 /// | `FAKE_MCP_PROMPTS_CHANGED_AFTER_CALL=N` | after replying to model-tool call number N: adds the prompt `later` and sends `notifications/prompts/list_changed` |
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -115,7 +116,13 @@ pub struct Config {
     pub prompts: Vec<String>,
     pub prompt_page_size: Option<usize>,
     pub prompts_changed_after_call: Option<u64>,
+    /// `FAKE_MCP_PING_FLOOD`: the length of each ping's id.
+    pub ping_flood: Option<usize>,
 }
+
+/// How many bytes of pings `FAKE_MCP_PING_FLOOD` sends at most: far more than any cap of the
+/// agent, so a missing cap shows in its memory.
+pub const PING_FLOOD_BYTES: usize = 256 * 1024 * 1024;
 
 /// Banner text the fake writes on stdout with `FAKE_MCP_GARBAGE=1` (never valid JSON).
 pub const GARBAGE_BANNER: &str = "FAKE-MCP BANNER: server v1.2.3 starting (not json)";
@@ -208,6 +215,7 @@ impl Config {
                 .filter(|&n| n > 0)
                 .map(|n| n as usize),
             prompts_changed_after_call: num("FAKE_MCP_PROMPTS_CHANGED_AFTER_CALL"),
+            ping_flood: num("FAKE_MCP_PING_FLOOD").map(|n| n as usize),
         }
     }
 
@@ -702,6 +710,29 @@ impl Server {
         self.out.send(msg, self.cfg.garbage)
     }
 
+    /// `FAKE_MCP_PING_FLOOD`: runs on the reading thread, so nothing is read any more; pings
+    /// with `len`-byte ids until [`PING_FLOOD_BYTES`] are sent or stdout fails, then idles
+    /// until killed.
+    fn flood_pings(&self, len: usize) -> ! {
+        let mut sent = 0;
+        let mut n = 0u64;
+        while sent < PING_FLOOD_BYTES {
+            let head = format!("flood-{n}-");
+            let id = format!("{head}{}", "x".repeat(len.saturating_sub(head.len())));
+            sent += id.len();
+            if !self.out.send(
+                &json!({"jsonrpc": "2.0", "id": id, "method": "ping"}),
+                false,
+            ) {
+                break;
+            }
+            n += 1;
+        }
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+
     fn die(&self) {
         eprintln!("{CRASH_STDERR}");
         let _ = std::io::stderr().flush();
@@ -760,6 +791,9 @@ impl Server {
             }
             return;
         };
+        if let (true, Some(len)) = (method == "tools/call", self.cfg.ping_flood) {
+            self.flood_pings(len);
+        }
         if let (true, Some(text)) = (
             method == "notifications/initialized",
             &self.cfg.hostile_text,

@@ -85,6 +85,23 @@ pub(crate) enum FrameKind {
     Response,
 }
 
+/// The longest id (its JSON text, in bytes) a server-to-client request may carry (SPEC S5).
+/// The answer echoes the id, so a server that never reads its stdin and sends requests with
+/// huge ids would otherwise make the agent hold every answer; MCP SDKs number their ids.
+pub(crate) const MAX_SERVER_REQUEST_ID_BYTES: usize = 1024;
+
+/// [`SessionEvent::CutOff`] for a server request whose id is over
+/// [`MAX_SERVER_REQUEST_ID_BYTES`]; `None` for any other. The request is not answered.
+fn id_over_cap(id: &RpcId) -> Option<SessionEvent> {
+    let bytes = match id {
+        RpcId::Num(n) => n.to_string().len(),
+        RpcId::Str(s) => s.len() + 2,
+    };
+    (bytes > MAX_SERVER_REQUEST_ID_BYTES).then(|| SessionEvent::CutOff {
+        cause: format!("sent a request id of {bytes} bytes (over 1 KiB); killed"),
+    })
+}
+
 /// What a server's message meant, for the owner of the session to act on.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum SessionEvent {
@@ -126,6 +143,13 @@ pub(crate) enum SessionEvent {
     /// The last `prompts/list` page arrived (`Ok`: the raw prompts of every page, in order),
     /// or the listing failed (`Err`: the cause, completing `mcp '<name>': `) (SPEC A11).
     Prompts(Result<Vec<Value>, String>),
+    /// The server sent what no server may (SPEC S5: a request id over
+    /// [`MAX_SERVER_REQUEST_ID_BYTES`]): it is cut off. `cause` completes
+    /// `MCP server '<name>' …`.
+    CutOff {
+        /// Why, e.g. `sent a request id of 1048578 bytes (over 1 KiB); killed`.
+        cause: String,
+    },
     /// The server asks the user for input (`elicitation/create`, SPEC M12): the owner answers
     /// `request` with [`McpSession::respond`].
     Elicit {
@@ -476,7 +500,8 @@ impl McpSession {
     /// One JSON-RPC message of the server, already parsed by its transport (which decides how
     /// loudly to report a frame that is not JSON-RPC, SPEC T6): a response is matched to its
     /// request, a request is answered (`ping` → `{}`, `roots/list` → the roots (M13), others
-    /// `-32601`, SPEC M6) or handed to the owner (`elicitation/create`, M12), a notification
+    /// `-32601`, SPEC M6) or handed to the owner (`elicitation/create`, M12); one whose id is
+    /// over 1 KiB is not answered but cuts the server off (SPEC S5); a notification
     /// is acted on. `None` when nothing is left for the owner (a log line, an answer queued, a
     /// late reply dropped, I6).
     pub(crate) fn on_message(
@@ -490,6 +515,9 @@ impl McpSession {
                 self.on_response(&id, outcome, out, timers)
             }
             jsonrpc::Message::Request { id, method, params } => {
+                if let Some(cut) = id_over_cap(&id) {
+                    return Some(cut);
+                }
                 self.on_server_request(id, &method, params)
             }
             jsonrpc::Message::Notification { method, params } => {
@@ -1098,6 +1126,36 @@ mod tests {
         assert_eq!(sent[0], json!({"jsonrpc": "2.0", "id": 5, "result": {}}));
         assert_eq!(sent[1]["id"], "x");
         assert_eq!(sent[1]["error"]["code"], -32601);
+    }
+
+    #[test]
+    fn s5_a_server_request_with_an_id_over_1_kib_is_not_answered_and_cuts_the_server_off() {
+        let mut rig = Rig::new();
+        let at_cap = "i".repeat(MAX_SERVER_REQUEST_ID_BYTES - 2);
+        let over = "i".repeat(MAX_SERVER_REQUEST_ID_BYTES - 1);
+        let mut events = Vec::new();
+        for id in [json!(at_cap), json!(over)] {
+            let message = jsonrpc::Message::Request {
+                id: serde_json::from_value(id).expect("an id"),
+                method: "ping".into(),
+                params: Value::Null,
+            };
+            events.push(rig.mcp.on_message(message, &mut rig.out, &mut rig.timers));
+        }
+        assert_eq!(events[0], None, "an id of exactly 1 KiB is answered");
+        assert_eq!(
+            events[1],
+            Some(SessionEvent::CutOff {
+                cause: "sent a request id of 1025 bytes (over 1 KiB); killed".into()
+            })
+        );
+        let sent = rig.sent();
+        assert_eq!(
+            sent.len(),
+            1,
+            "only the id within the cap is answered: {sent:?}"
+        );
+        assert_eq!(sent[0]["id"], json!(at_cap));
     }
 
     #[test]

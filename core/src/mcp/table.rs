@@ -829,6 +829,25 @@ impl ServerTable {
         self.died(slot, reason, true, out, timers)
     }
 
+    /// `Input::McpStdinFull` (SPEC S5): the server stopped reading its stdin while more than
+    /// 32 MiB waited for it; it is killed (one WARN) and its calls fail.
+    pub(crate) fn on_stdin_full(
+        &mut self,
+        proc: ProcKey,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        let Some(slot) = self.current(proc) else {
+            return Vec::new();
+        };
+        self.kill(
+            slot,
+            "stopped reading its stdin with more than 32 MiB waiting for it; killed",
+            out,
+            timers,
+        )
+    }
+
     /// Marks a server dead, fails its requests in flight (SPEC M7), schedules its M9 restart
     /// (or makes it permanently dead) and, with `kill_group`, makes sure its process group is
     /// gone (TERM now, KILL after the grace, SPEC M8/H4).
@@ -1487,6 +1506,7 @@ impl ServerTable {
                 s.prompts = list;
                 vec![McpEvent::CommandsChanged { session: s.session }]
             }
+            SessionEvent::CutOff { cause } => self.kill(slot, &cause, out, timers),
             SessionEvent::Elicit { request, params } => vec![McpEvent::Elicit {
                 server: slot,
                 generation: s.mcp.generation(),

@@ -81,6 +81,8 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         security::s2_credentials_in_the_base_url_are_redacted_everywhere,
         security::s3_a_permission_request_names_the_registered_server_whatever_title_the_server_chose,
         security::s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working,
+        security::s5_a_server_sending_request_ids_over_1_kib_is_cut_off_and_others_keep_working,
+        security::s5_a_server_that_stops_reading_its_stdin_is_cut_off_at_32_mib_queued,
         security::s8_a_state_directory_others_can_write_to_is_never_used_nor_its_permission_memory,
         security::names_that_collide_a_tool_never_takes_the_name_of_another_servers_hook,
         security::names_that_collide_a_forged_exposed_name_leads_to_one_server,

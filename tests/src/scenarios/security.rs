@@ -481,6 +481,85 @@ pub fn s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working(ctx
     agent.finish();
 }
 
+/// One SPEC S5 flood session: the server `flood` (`FAKE_MCP_PING_FLOOD=id_bytes`) stops
+/// reading its stdin at the model's first call and sends pings with `id_bytes`-byte ids (256 MiB
+/// in all); the model then calls `fs__echo`. Asserts the WARN naming `flood` and `cause`
+/// appears once, the first call fails, the other server still answers; returns the agent's
+/// peak RSS in KiB.
+fn s5_flood_session(ctx: &Ctx, id_bytes: usize, cause: &str) -> u64 {
+    let s = Scratch::new();
+    let id_text = id_bytes.to_string();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("c1", "flood__echo", json!({"text": "flooded"}))]),
+            Reply::tool_calls(vec![("c2", "fs__echo", json!({"text": "still here"}))]),
+            Reply::text("Done."),
+        ])
+        .servers([
+            fake_mcp_entry(
+                "flood",
+                &[
+                    ("FAKE_MCP_TOOLS", "echo"),
+                    ("FAKE_MCP_PING_FLOOD", &id_text),
+                ],
+            ),
+            fake_mcp_entry("fs", &[]),
+        ])
+        .start();
+    let r = agent.prompt(&sid, "echo twice");
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let hwm = crate::procfs::peak_rss_kib(agent.pid()).expect("the agent's VmHWM");
+    let warn = format!("MCP server 'flood' {cause}");
+    wait_stderr(&agent, &warn, Duration::from_secs(5));
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3, "{}", agent.context());
+    let first = reqs[1].tool_result_for("c1").expect("c1 answered");
+    assert!(
+        !first.contains("flooded"),
+        "the cut-off call fails: {first}"
+    );
+    assert_eq!(
+        reqs[2].tool_result_for("c2").as_deref(),
+        Some("still here"),
+        "the other server keeps working"
+    );
+    agent.finish_keep();
+    let log = agent.stderr_text();
+    assert_eq!(
+        log.lines().filter(|l| l.contains(&warn)).count(),
+        1,
+        "one WARN: {}",
+        agent.stderr_tail(20)
+    );
+    hwm
+}
+
+/// SPEC S5: a server that stops reading its stdin and sends pings with 1 MiB ids is cut off
+/// at the first one (not answered: an answer would echo the id), with one WARN; its call fails,
+/// the other server keeps working, and the agent's memory stays bounded.
+pub fn s5_a_server_sending_request_ids_over_1_kib_is_cut_off_and_others_keep_working(ctx: &Ctx) {
+    let hwm = s5_flood_session(
+        ctx,
+        1024 * 1024,
+        "sent a request id of 1048578 bytes (over 1 KiB); killed",
+    );
+    eprintln!("S5: peak RSS {hwm} KiB with 1 MiB ids");
+    assert!(hwm < 40 * 1024, "peak RSS {hwm} KiB");
+}
+
+/// SPEC S5: a server that stops reading its stdin while its 1,000-byte pings are answered (256
+/// MiB of answers) is cut off once 32 MiB wait for its stdin, with one WARN; its call fails,
+/// the other server keeps working, and the agent's memory stays near the cap.
+pub fn s5_a_server_that_stops_reading_its_stdin_is_cut_off_at_32_mib_queued(ctx: &Ctx) {
+    let hwm = s5_flood_session(
+        ctx,
+        1000,
+        "stopped reading its stdin with more than 32 MiB waiting for it; killed",
+    );
+    eprintln!("S5: peak RSS {hwm} KiB with an unread stdin");
+    assert!(hwm < 128 * 1024, "peak RSS {hwm} KiB");
+}
+
 /// SPEC S8: a state directory another user could write to (group- or world-writable, or
 /// another user's) is never used: the agent says so once at start, naming the directory and
 /// what is wrong; a session planted there, remembering `allow_always` for a tool, is not
