@@ -584,7 +584,7 @@ mod tests {
     ];
 
     #[test]
-    fn names_that_collide_an_exposed_name_is_one_tools_for_the_whole_session() {
+    fn m3_names_that_collide_an_exposed_name_is_one_tools_for_the_whole_session() {
         let [a_name, b_name] = FORGED;
         assert_eq!(
             tools::exposed_name(a_name, "echo"),

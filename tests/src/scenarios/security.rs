@@ -662,7 +662,7 @@ pub fn s8_a_state_directory_others_can_write_to_is_never_used_nor_its_permission
 /// prefix is a stand-in now (`g_` + hash), so the model sees the hook's injection as
 /// `g___Stop` and `g_`'s tool under another name; a model call to `g___Stop` is an unknown
 /// tool and reaches no server.
-pub fn names_that_collide_a_tool_never_takes_the_name_of_another_servers_hook(ctx: &Ctx) {
+pub fn m3_names_that_collide_a_tool_never_takes_the_name_of_another_servers_hook(ctx: &Ctx) {
     let s = Scratch::new();
     let (hook_log, tool_log) = (s.file("g.log"), s.file("g_.log"));
     let (llm, agent, sid) = Setup::new(ctx, &s)
@@ -719,7 +719,7 @@ pub fn names_that_collide_a_tool_never_takes_the_name_of_another_servers_hook(ct
 /// same exposed name (the first 55 bytes and the 32-bit hash suffix agree). The name belongs
 /// to the server that listed it first for the whole session; the other's tool is offered
 /// under a name of its own with one WARN naming both, and each name leads to its own server.
-pub fn names_that_collide_a_forged_exposed_name_leads_to_one_server(ctx: &Ctx) {
+pub fn m3_names_that_collide_a_forged_exposed_name_leads_to_one_server(ctx: &Ctx) {
     let [a, b] = [
         "forged-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaass9eimhx",
         "forged-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa2n51vgvs",
