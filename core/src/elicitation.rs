@@ -15,7 +15,7 @@
 //! This file is the pure part: which modes the client presents, the MCP capability declared
 //! from them, the server's request checked and turned into the ACP request, the client's
 //! answer turned into the server's (defaults filled), and the table of ACP requests in flight.
-//! The agent routes ([`crate::agent`]); the MCP session answers ([`crate::mcp`]).
+//! The agent's router sends these requests on; the MCP session answers the server.
 
 use crate::ids::{PermissionRequestId, ServerSlot, SessionId};
 use crate::jsonrpc::RpcId;
