@@ -1813,6 +1813,20 @@ impl Agent {
         }
     }
 
+    /// Sends the server `notifications/cancelled` for a request past the tool timeout (SPEC M5)
+    /// and gives the timeout in whole seconds, for the error texts.
+    fn cancel_timed_out(&mut self, slot: ServerSlot, id: McpRequestId) -> u64 {
+        let secs = self.cfg.tool_timeout_ms / 1000;
+        self.servers.cancel_request(
+            slot,
+            id,
+            &format!("timeout after {secs}s"),
+            &mut self.out,
+            &mut self.timers,
+        );
+        secs
+    }
+
     fn expire_mcp_request(&mut self, slot: ServerSlot, id: McpRequestId) {
         let Some((expired, events)) =
             self.servers
@@ -1824,14 +1838,7 @@ impl Agent {
         match expired {
             Expired::Handshake => {}
             Expired::GetPrompt(sid) => {
-                let secs = self.cfg.tool_timeout_ms / 1000;
-                self.servers.cancel_request(
-                    slot,
-                    id,
-                    &format!("timeout after {secs}s"),
-                    &mut self.out,
-                    &mut self.timers,
-                );
+                let secs = self.cancel_timed_out(slot, id);
                 let name = self.servers.name(slot);
                 self.on_prompt_got(
                     sid,
@@ -1841,14 +1848,7 @@ impl Agent {
                 );
             }
             Expired::Tool(call) => {
-                let secs = self.cfg.tool_timeout_ms / 1000;
-                self.servers.cancel_request(
-                    slot,
-                    id,
-                    &format!("timeout after {secs}s"),
-                    &mut self.out,
-                    &mut self.timers,
-                );
+                let secs = self.cancel_timed_out(slot, id);
                 let out = ToolOutput::plain(
                     format!("tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"),
                     true,
