@@ -633,6 +633,22 @@ mod tests {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier))
     }
 
+    /// Accepts one request on the redirect listener, reads its whole head (closing with unread
+    /// bytes would reset the connection, and the browser would see an error, not `answer`),
+    /// answers, and gives the request line.
+    fn answer_callback(callback: &TcpListener, answer: &[u8]) -> String {
+        let (mut conn, _) = callback.accept().unwrap();
+        let mut reader = BufReader::new(conn.try_clone().unwrap());
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let mut header = String::new();
+        while reader.read_line(&mut header).unwrap_or(0) > 2 {
+            header.clear();
+        }
+        conn.write_all(answer).unwrap();
+        line
+    }
+
     #[test]
     fn m11_the_fake_runs_a_whole_pkce_flow_and_refuses_a_wrong_verifier() {
         let auth = FakeAuth::start(AuthOptions::default());
@@ -657,14 +673,10 @@ mod tests {
             form_component(resource),
         );
         let seen = std::thread::spawn(move || {
-            let (mut conn, _) = callback.accept().unwrap();
-            let mut line = String::new();
-            BufReader::new(conn.try_clone().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-                .unwrap();
-            line
+            answer_callback(
+                &callback,
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+            )
         });
         let mut visited = Vec::new();
         assert_eq!(browse(&url, &mut visited), 200, "{visited:?}");
@@ -707,16 +719,10 @@ mod tests {
             )
             .unwrap();
             move || {
-                let (mut conn, _) = callback.accept().unwrap();
-                let mut line = String::new();
-                BufReader::new(conn.try_clone().unwrap())
-                    .read_line(&mut line)
-                    .unwrap();
-                conn.write_all(
+                answer_callback(
+                    &callback,
                     b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
                 )
-                .unwrap();
-                line
             }
         });
         assert_eq!(browse(&url, &mut visited), 200, "{visited:?}");
