@@ -647,7 +647,8 @@ struct ChunkView {
 /// * `finish_reason` `null` or `""` is not terminal (C23). `stop` → end turn, `tool_calls`
 ///   and `function_call` → tool use, `length` → max tokens, `content_filter` → refusal; the
 ///   Anthropic spellings `end_turn`, `tool_use`, `max_tokens`, `refusal` are accepted as
-///   aliases; anything else → end turn. The last non-empty reason wins.
+///   aliases; `abort` (vLLM, SGLang: the server dropped the request) → a retryable
+///   [`StreamError::Provider`]; anything else → end turn. The last non-empty reason wins.
 /// * An `error` object in a chunk (OpenAI, OpenRouter, LiteLLM, SGLang; OpenRouter adds
 ///   `finish_reason: "error"`), a chunk with `"object":"error"` (vLLM), or an `event: error`
 ///   event → retryable [`StreamError::Provider`], never a short answer; a complete chunk that
@@ -677,6 +678,9 @@ pub(crate) struct ChatDecoder {
     details: Vec<Value>,
     /// The last non-empty `finish_reason`, mapped.
     finish_reason: Option<StopKind>,
+    /// The last non-empty `finish_reason` was `abort` (vLLM, SGLang: the server dropped the
+    /// request): a failed attempt, not an answer.
+    aborted: bool,
     /// `data: [DONE]` was seen.
     done: bool,
 }
@@ -744,6 +748,7 @@ impl ChatDecoder {
             reasoning_field: None,
             details: Vec::new(),
             finish_reason: None,
+            aborted: false,
             done: false,
         }
     }
@@ -809,6 +814,7 @@ impl ChatDecoder {
             }
         }
         if let Some(reason) = non_empty_str(choice.get("finish_reason")) {
+            self.aborted = reason == "abort";
             self.finish_reason = Some(stop_kind(reason));
         }
     }
@@ -956,6 +962,15 @@ impl EventHandler for ChatDecoder {
     /// tool-use finish without any call is end turn. With `length` the (possibly cut) calls are
     /// kept: the loop does not run them (L1).
     fn take_response(&mut self) -> Result<LlmResponse, StreamError> {
+        if self.aborted {
+            // vLLM and SGLang end a request their engine dropped (preempted, shut down, its
+            // client gone) with `abort`: what came is not the model's answer, and the same
+            // request may well succeed again (SPEC L5).
+            return Err(StreamError::Provider {
+                message: "the server aborted the response (finish_reason \"abort\")".to_owned(),
+                retryable: true,
+            });
+        }
         let slots = std::mem::take(&mut self.calls)
             .into_iter()
             .map(|((index, _), slot)| (index, slot));
@@ -1762,6 +1777,21 @@ mod tests {
         assert_eq!(ok(&decode_every_split(&filtered)).stop, StopKind::Refusal);
         let odd = C24A.replace("\"stop\"", "\"eos_token\"");
         assert_eq!(ok(&decode_every_split(&odd)).stop, StopKind::EndTurn);
+    }
+
+    #[test]
+    fn l5_an_abort_finish_is_a_retryable_failed_attempt_not_an_answer() {
+        // vLLM's stream of a request its engine aborted: what came, then `abort`, `[DONE]`.
+        let aborted = C24A.replace("\"stop\"", "\"abort\"") + "data: [DONE]\n\n";
+        let outcome = decode_every_split(&aborted);
+        let Err(error) = &outcome.result else {
+            panic!("an aborted stream is not an answer: {:?}", outcome.result);
+        };
+        assert!(error.is_retryable(), "{error}");
+        assert!(error.to_string().contains("abort"), "{error}");
+        // Only the last reason counts: an `abort` followed by a real end is that end.
+        let ended = C24A.replace("\"stop\"", "\"abort\"") + &C24A.replace("Done.", "");
+        assert_eq!(ok(&decode_every_split(&ended)).stop, StopKind::EndTurn);
     }
 
     #[test]
