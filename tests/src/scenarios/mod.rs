@@ -117,6 +117,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         compaction::h7_postcompact_timeout_goes_on_without_it,
         compaction::k1_summary_failure_falls_back_to_truncation,
         compaction::l5_k1_context_too_long_400_compacts_then_succeeds,
+        compaction::k1_l5_a_full_context_window_stop_compacts_and_the_round_runs_again,
         compaction::l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery,
         lifecycle::a7_every_malformed_or_negative_outcome_denies,
         lifecycle::a7_allow_runs_exactly_once_after_the_answer,
