@@ -84,6 +84,8 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         security::s5_a_server_sending_request_ids_over_1_kib_is_cut_off_and_others_keep_working,
         security::s5_a_server_that_stops_reading_its_stdin_is_cut_off_at_32_mib_queued,
         security::s8_a_state_directory_others_can_write_to_is_never_used_nor_its_permission_memory,
+        security::s7_a_grandchild_that_calls_setsid_does_not_outlive_the_agent,
+        security::s7_no_process_group_is_signalled_after_its_leader_was_reaped,
         security::m3_names_that_collide_a_tool_never_takes_the_name_of_another_servers_hook,
         security::m3_names_that_collide_a_forged_exposed_name_leads_to_one_server,
         hooks::h5_h6_hook_objects_once_then_clears_end_turn,
