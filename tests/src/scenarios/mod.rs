@@ -182,6 +182,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c77_after_a_refusal_the_next_prompt_is_answered_on_every_route,
         dialect_cases::l13_a_cancelled_prompt_stays_as_its_own_marked_turn,
         dialect_cases::l5_a_vllm_abort_finish_is_retried_a_bounded_number_of_times,
+        dialect_cases::l8_a_model_only_the_responses_api_serves_moves_the_session_to_the_responses_route,
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
         stderr::c52_endless_server_stderr_line_is_cut_and_skipped_without_buffering,
         stderr::a6_unread_stdout_never_blocks_the_loop_and_loses_no_line,
