@@ -66,19 +66,29 @@ fn c41_max_tokens_rejected_is_retried_once_as_max_completion_tokens_and_remember
 fn c41_a_second_rejection_under_the_new_name_fails_the_prompt_without_looping() {
     let mut cfg = test_config();
     cfg.model = "gpt-5.4".into(); // a known reasoning model: the new name from the first request
+    let b = refused_prompt_fails(cfg, 400, C41_BODY);
+    assert_eq!(b.len(), 1, "no rename retry when the name was already sent");
+    assert_eq!(b[0]["max_completion_tokens"], json!(32_768));
+}
+
+/// One prompt on `cfg` whose every request is refused with `status` and `body`: panics unless
+/// the prompt fails with the provider's error; the request bodies sent.
+fn refused_prompt_fails(
+    cfg: buzz_agent_core::config::Config,
+    status: u16,
+    body: &str,
+) -> Vec<Value> {
     let mut w = World::new(cfg, vec![ServerSpec::new("fs", &[])]);
     w.start();
     w.llm([LlmReply::Raw {
-        status: 400,
-        body: C41_BODY.into(),
+        status,
+        body: body.into(),
     }]);
     let p = w.prompt("one");
     w.run_idle();
-    let b = bodies(&w);
-    assert_eq!(b.len(), 1, "no rename retry when the name was already sent");
-    assert_eq!(b[0]["max_completion_tokens"], json!(32_768));
     let resp = w.response(p).cloned().unwrap_or(Value::Null);
     assert_eq!(resp["error"]["code"], -32000, "{resp}");
+    bodies(&w)
 }
 
 /// An Anthropic Messages SSE body: an optional signed thinking block, a text block, then
@@ -413,15 +423,6 @@ fn l8_a_model_only_the_responses_api_serves_moves_to_the_responses_route_within_
 fn l8_a_responses_route_refusal_naming_v1_responses_fails_the_prompt_without_looping() {
     let mut cfg = test_config();
     cfg.provider = ProviderKind::OpenAiResponses;
-    let mut w = World::new(cfg, vec![ServerSpec::new("fs", &[])]);
-    w.start();
-    w.llm([LlmReply::Raw {
-        status: 404,
-        body: RESPONSES_ONLY_BODY.into(),
-    }]);
-    let p = w.prompt("one");
-    w.run_idle();
-    assert_eq!(bodies(&w).len(), 1, "nothing to upgrade to on Responses");
-    let resp = w.response(p).cloned().unwrap_or(Value::Null);
-    assert_eq!(resp["error"]["code"], -32000, "{resp}");
+    let b = refused_prompt_fails(cfg, 404, RESPONSES_ONLY_BODY);
+    assert_eq!(b.len(), 1, "nothing to upgrade to on Responses");
 }
