@@ -1802,14 +1802,25 @@ mod tests {
     fn c77_l7_streamed_refusal_deltas_are_text_and_make_a_refusal() {
         // OpenAI's stream of a refusal: `refusal` deltas (the first one empty, `content` null),
         // then `finish_reason: "stop"`.
-        let body = concat!(
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,\"refusal\":\"\"},\"finish_reason\":null}]}\n\n",
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"I'm sorry, \"},\"finish_reason\":null}]}\n\n",
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"I can't help with that.\"},\"finish_reason\":null}]}\n\n",
-            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
-            "data: [DONE]\n\n",
-        );
-        let outcome = decode_every_split(body);
+        let chunk = |delta: Value, finish: Value| {
+            let choice = serde_json::json!({"index": 0, "delta": delta, "finish_reason": finish});
+            format!("data: {}\n\n", serde_json::json!({"choices": [choice]}))
+        };
+        let body = [
+            chunk(
+                serde_json::json!({"role": "assistant", "content": null, "refusal": ""}),
+                Value::Null,
+            ),
+            chunk(serde_json::json!({"refusal": "I'm sorry, "}), Value::Null),
+            chunk(
+                serde_json::json!({"refusal": "I can't help with that."}),
+                Value::Null,
+            ),
+            chunk(serde_json::json!({}), "stop".into()),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let outcome = decode_every_split(&body);
         let response = ok(&outcome);
         assert_eq!(response.stop, StopKind::Refusal);
         assert_eq!(response.text, "I'm sorry, I can't help with that.");
@@ -1823,6 +1834,7 @@ mod tests {
         // Without a finish reason, ended by `[DONE]`, it is a refusal too; an empty refusal
         // field alone is not.
         let no_finish = body.replace(",\"finish_reason\":\"stop\"", "");
+        assert_ne!(no_finish, body);
         assert_eq!(ok(&decode_every_split(&no_finish)).stop, StopKind::Refusal);
         let empty = C24A.replace(
             "\"content\":\"Done.\"",
