@@ -645,9 +645,11 @@ struct ChunkView {
 ///   `prompt_tokens_details.cache_write_tokens` → cache write): cumulative usage is not
 ///   double counted (C22).
 /// * `finish_reason` `null` or `""` is not terminal (C23). `stop` → end turn, `tool_calls`
-///   and `function_call` → tool use, `length` → max tokens, `content_filter` → refusal; the
+///   and `function_call` → tool use, `length` → max tokens, `model_length` (Mistral) →
+///   context full, `content_filter` → refusal; the
 ///   Anthropic spellings `end_turn`, `tool_use`, `max_tokens`, `refusal` are accepted as
-///   aliases; anything else → end turn. The last non-empty reason wins.
+///   aliases; `abort` (vLLM, SGLang: the server dropped the request) → a retryable
+///   [`StreamError::Provider`]; anything else → end turn. The last non-empty reason wins.
 /// * An `error` object in a chunk (OpenAI, OpenRouter, LiteLLM, SGLang; OpenRouter adds
 ///   `finish_reason: "error"`), a chunk with `"object":"error"` (vLLM), or an `event: error`
 ///   event → retryable [`StreamError::Provider`], never a short answer; a complete chunk that
@@ -677,6 +679,9 @@ pub(crate) struct ChatDecoder {
     details: Vec<Value>,
     /// The last non-empty `finish_reason`, mapped.
     finish_reason: Option<StopKind>,
+    /// The last non-empty `finish_reason` was `abort` (vLLM, SGLang: the server dropped the
+    /// request): a failed attempt, not an answer.
+    aborted: bool,
     /// `data: [DONE]` was seen.
     done: bool,
 }
@@ -744,6 +749,7 @@ impl ChatDecoder {
             reasoning_field: None,
             details: Vec::new(),
             finish_reason: None,
+            aborted: false,
             done: false,
         }
     }
@@ -809,6 +815,7 @@ impl ChatDecoder {
             }
         }
         if let Some(reason) = non_empty_str(choice.get("finish_reason")) {
+            self.aborted = reason == "abort";
             self.finish_reason = Some(stop_kind(reason));
         }
     }
@@ -956,6 +963,15 @@ impl EventHandler for ChatDecoder {
     /// tool-use finish without any call is end turn. With `length` the (possibly cut) calls are
     /// kept: the loop does not run them (L1).
     fn take_response(&mut self) -> Result<LlmResponse, StreamError> {
+        if self.aborted {
+            // vLLM and SGLang end a request their engine dropped (preempted, shut down, its
+            // client gone) with `abort`: what came is not the model's answer, and the same
+            // request may well succeed again (SPEC L5).
+            return Err(StreamError::Provider {
+                message: "the server aborted the response (finish_reason \"abort\")".to_owned(),
+                retryable: true,
+            });
+        }
         let slots = std::mem::take(&mut self.calls)
             .into_iter()
             .map(|((index, _), slot)| (index, slot));
@@ -969,7 +985,7 @@ impl EventHandler for ChatDecoder {
                 StopKind::EndTurn
             }
             Some(StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause) => StopKind::ToolUse,
-            Some(stop @ (StopKind::MaxTokens | StopKind::Refusal)) => stop,
+            Some(stop @ (StopKind::MaxTokens | StopKind::ContextFull | StopKind::Refusal)) => stop,
             None if !self.done => {
                 return Err(StreamError::Truncated(
                     "stream ended without [DONE] and without a finish_reason".to_owned(),
@@ -1008,6 +1024,8 @@ fn stop_kind(reason: &str) -> StopKind {
     match reason {
         "tool_calls" | "function_call" | "tool_use" => StopKind::ToolUse,
         "length" | "max_tokens" => StopKind::MaxTokens,
+        // Mistral: the prompt and the answer filled the context window.
+        "model_length" => StopKind::ContextFull,
         "content_filter" | "refusal" => StopKind::Refusal,
         _ => StopKind::EndTurn,
     }
@@ -1765,6 +1783,21 @@ mod tests {
     }
 
     #[test]
+    fn l5_an_abort_finish_is_a_retryable_failed_attempt_not_an_answer() {
+        // vLLM's stream of a request its engine aborted: what came, then `abort`, `[DONE]`.
+        let aborted = C24A.replace("\"stop\"", "\"abort\"") + "data: [DONE]\n\n";
+        let outcome = decode_every_split(&aborted);
+        let Err(error) = &outcome.result else {
+            panic!("an aborted stream is not an answer: {:?}", outcome.result);
+        };
+        assert!(error.is_retryable(), "{error}");
+        assert!(error.to_string().contains("abort"), "{error}");
+        // Only the last reason counts: an `abort` followed by a real end is that end.
+        let ended = C24A.replace("\"stop\"", "\"abort\"") + &C24A.replace("Done.", "");
+        assert_eq!(ok(&decode_every_split(&ended)).stop, StopKind::EndTurn);
+    }
+
+    #[test]
     fn l5_error_object_in_a_chunk_is_a_retryable_provider_error_and_sticks() {
         let body = concat!(
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n",
@@ -2358,6 +2391,7 @@ mod tests {
             ("tool_use", "Some(ToolUse)"),
             ("length", "Some(MaxTokens)"),
             ("max_tokens", "Some(MaxTokens)"),
+            ("model_length", "Some(ContextFull)"),
             ("content_filter", "Some(Refusal)"),
             ("refusal", "Some(Refusal)"),
             ("stop", "Some(EndTurn)"),

@@ -592,6 +592,46 @@ pub fn c77_after_a_refusal_the_next_prompt_is_answered_on_every_route(ctx: &Ctx)
     }
 }
 
+/// SPEC L5 on the Chat route: vLLM (and SGLang) end a request their engine dropped with
+/// `finish_reason: "abort"`. Expected: a failed attempt retried after the back-off, the next
+/// attempt's answer shown, `end_turn`; a server that aborts every attempt fails the prompt
+/// after `BUZZ_AGENT_LLM_MAX_ATTEMPTS` (2 here) with an `llm:` error naming the abort. Before:
+/// the aborted stream ended the turn `end_turn` with no answer.
+pub fn l5_a_vllm_abort_finish_is_retried_a_bounded_number_of_times(ctx: &Ctx) {
+    let s = Scratch::new();
+    let aborted = || Reply::text("").finish_reason("abort");
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .env(&[("BUZZ_AGENT_LLM_MAX_ATTEMPTS", "2")])
+        .handler(move |i, _| match i {
+            1 => Reply::text("after the abort"),
+            _ => aborted(),
+        })
+        .start();
+    let r = agent.prompt(&sid, "hello");
+    assert_end_turn(&agent, &r);
+    assert_eq!(
+        crate::harness::agent_text(&agent.session_updates(&sid)),
+        "after the abort"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        2,
+        "the aborted attempt was retried once"
+    );
+    let r = agent.prompt(&sid, "again");
+    let (_, message) = agent.error(&r);
+    assert!(
+        message.starts_with("llm:") && message.contains("abort"),
+        "the prompt fails naming the abort: {message}"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        4,
+        "two attempts for the second prompt, no more"
+    );
+    agent.finish();
+}
+
 /// SPEC L13: a prompt cancelled while the model had not answered stays in the history as its
 /// own turn, closed by a short assistant note, so the next prompt is not merged into it (as
 /// if the user had written both): `[user p1, assistant note, user p2]`, on every route.
