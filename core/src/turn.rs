@@ -852,6 +852,23 @@ impl Turn {
                     Some(TurnEnd::Stopped(StopReason::MaxTokens))
                 }
             }
+            StopKind::ContextFull => {
+                // K1, L5: the prompt and the answer filled the context window, so a nudge to
+                // go on would be cut at once. The cut answer is kept (its calls never run);
+                // the context is compacted and the round runs again, once per prompt as for a
+                // context-too-long answer; after that the turn ends `max_tokens`.
+                history.push(Message::Assistant {
+                    text,
+                    thinking,
+                    reasoning,
+                    tool_calls: Vec::new(),
+                });
+                if self.compactor.try_reactive(self.cancelled) {
+                    self.compact("the model's context window is full", sess, cx)
+                } else {
+                    Some(TurnEnd::Stopped(StopReason::MaxTokens))
+                }
+            }
             StopKind::Pause if self.pauses < MAX_PAUSES => {
                 // L13, C69: not the end of the turn. The paused response (its server-tool
                 // blocks verbatim) is the last assistant turn of the next request, which the
@@ -1422,6 +1439,20 @@ mod tests {
         Turn::start(no, RpcId::Num(7.into()), text.into(), sess, &mut parts.cx())
     }
 
+    /// Whether a log line of `actions` contains `needle`.
+    fn logged(actions: &[Action], needle: &str) -> bool {
+        Parts::logs(actions).iter().any(|l| l.contains(needle))
+    }
+
+    /// A turn on a session without servers, its first round's LLM call asked for (the
+    /// actions drained).
+    fn plain_first_round(text: &str) -> (Parts, Session, Turn, LlmCallId) {
+        let mut parts = Parts::new();
+        let mut sess = session(&mut parts, &[]);
+        let (turn, call) = first_round(&mut parts, &mut sess, text);
+        (parts, sess, turn, call)
+    }
+
     /// The last LLM call asked for, with its JSON body.
     fn last_call(actions: &[Action]) -> (LlmCallId, serde_json::Value) {
         actions
@@ -1758,11 +1789,7 @@ mod tests {
                 assert_eq!(end, Some(TurnEnd::Stopped(StopReason::EndTurn)));
             }
         }
-        assert!(
-            Parts::logs(&parts.drain())
-                .iter()
-                .any(|l| l.contains("paused the turn 8 times in a row")),
-        );
+        assert!(logged(&parts.drain(), "paused the turn 8 times in a row"));
     }
 
     /// Case C77's refusal: no content block, `stop_details` with an explanation.
@@ -1955,11 +1982,7 @@ mod tests {
 
     #[test]
     fn l5_a_429_backs_off_by_its_retry_after_then_retries_the_same_round() {
-        let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
-        let mut turn = start(&mut parts, &mut sess, "hi");
-        turn.next_round(&mut sess, &mut parts.cx());
-        let (call, _) = last_call(&parts.drain());
+        let (mut parts, mut sess, mut turn, call) = plain_first_round("hi");
         let end = respond(&mut turn, call, 429, b"{}".to_vec(), &mut sess, &mut parts);
         assert_eq!(end, None);
         assert_eq!(
@@ -1975,9 +1998,7 @@ mod tests {
         let (retry, _) = last_call(&actions);
         assert_ne!(retry, call);
         assert!(
-            Parts::logs(&actions)
-                .iter()
-                .any(|l| l.contains(&format!("{retry} attempt 2"))),
+            logged(&actions, &format!("{retry} attempt 2")),
             "{actions:?}"
         );
         assert_eq!(turn.rounds(), 1, "a retry is the same round");
@@ -2049,11 +2070,7 @@ mod tests {
 
     #[test]
     fn c24_an_answer_without_its_terminator_is_taken_when_the_server_closes() {
-        let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
-        let mut turn = start(&mut parts, &mut sess, "hi");
-        turn.next_round(&mut sess, &mut parts.cx());
-        let (call, _) = last_call(&parts.drain());
+        let (mut parts, mut sess, mut turn, call) = plain_first_round("hi");
         let end = respond(
             &mut turn,
             call,
@@ -2067,11 +2084,7 @@ mod tests {
 
     #[test]
     fn c24_b_a_whole_answer_ends_after_the_grace_while_the_connection_stays_open() {
-        let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
-        let mut turn = start(&mut parts, &mut sess, "hi");
-        turn.next_round(&mut sess, &mut parts.cx());
-        let (call, _) = last_call(&parts.drain());
+        let (mut parts, mut sess, mut turn, call) = plain_first_round("hi");
         let head = LlmEvent::Head {
             status: 200,
             headers: vec![],
@@ -2086,9 +2099,7 @@ mod tests {
             None
         );
         assert!(
-            Parts::logs(&parts.drain())
-                .iter()
-                .any(|l| l.contains("no data from the provider")),
+            logged(&parts.drain(), "no data from the provider"),
             "not taken as an answer"
         );
         parts.timers.clear_turn(SID);
@@ -2119,11 +2130,7 @@ mod tests {
 
     #[test]
     fn k1_l5_a_context_too_long_answer_compacts_instead_of_failing() {
-        let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
-        let mut turn = start(&mut parts, &mut sess, "hi");
-        turn.next_round(&mut sess, &mut parts.cx());
-        let (call, _) = last_call(&parts.drain());
+        let (mut parts, mut sess, mut turn, call) = plain_first_round("hi");
         let too_long =
             br#"{"error":{"message":"This model's maximum context length is 8192 tokens"}}"#;
         let end = respond(
@@ -2136,11 +2143,10 @@ mod tests {
         );
         assert_eq!(end, None, "compaction, not a failure");
         let actions = parts.drain();
-        assert!(
-            Parts::logs(&actions)
-                .iter()
-                .any(|l| l.contains("the provider said the context is too long")),
-        );
+        assert!(logged(
+            &actions,
+            "the provider said the context is too long"
+        ),);
         // Once per turn: the same answer to the summary request compacts no more.
         let (summary, _) = last_call(&actions);
         assert_ne!(summary, call);
@@ -2152,12 +2158,11 @@ mod tests {
             &mut sess,
             &mut parts,
         );
-        let logs = Parts::logs(&parts.drain());
+        let actions = parts.drain();
         assert!(
-            !logs
-                .iter()
-                .any(|l| l.contains("the provider said the context is too long")),
-            "{logs:#?}"
+            !logged(&actions, "the provider said the context is too long"),
+            "{:#?}",
+            Parts::logs(&actions)
         );
     }
 
@@ -2263,12 +2268,50 @@ mod tests {
     }
 
     #[test]
-    fn a4_cancel_mid_stream_drops_the_call_and_later_bytes_change_nothing() {
-        let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
-        let mut turn = start(&mut parts, &mut sess, "hi");
+    fn k1_l5_a_full_context_window_compacts_once_then_ends_max_tokens_never_nudges() {
+        let (mut parts, mut sess, mut turn, call) = plain_first_round("read it all");
+        // Mistral's spelling; Anthropic's `model_context_window_exceeded` maps to the same.
+        let full = || answer("Once", "model_length");
+        let end = respond(&mut turn, call, 200, full(), &mut sess, &mut parts);
+        assert_eq!(end, None, "compaction, not the end");
+        let actions = parts.drain();
+        assert!(
+            logged(&actions, "the model's context window is full"),
+            "{:#?}",
+            Parts::logs(&actions)
+        );
+        let (summary, body) = last_call(&actions);
+        assert!(
+            body.to_string().contains(compaction::SUMMARY_SYSTEM_PROMPT),
+            "the next call is the summary: {body}"
+        );
+        let end = respond(
+            &mut turn,
+            summary,
+            200,
+            answer("the summary", "stop"),
+            &mut sess,
+            &mut parts,
+        );
+        assert_eq!(end, None);
+        assert!(turn.is_ready(), "the round runs again after the summary");
         turn.next_round(&mut sess, &mut parts.cx());
-        let (call, _) = last_call(&parts.drain());
+        let (again, body) = last_call(&parts.drain());
+        assert!(body.to_string().contains("the summary"), "{body}");
+        // Once per prompt: a second full window ends the turn.
+        let end = respond(&mut turn, again, 200, full(), &mut sess, &mut parts);
+        assert_eq!(end, Some(TurnEnd::Stopped(StopReason::MaxTokens)));
+        assert!(
+            !sess.transcript.messages().contains(&Message::User {
+                text: MAX_TOKENS_NUDGE.into()
+            }),
+            "a full window is not nudged"
+        );
+    }
+
+    #[test]
+    fn a4_cancel_mid_stream_drops_the_call_and_later_bytes_change_nothing() {
+        let (mut parts, mut sess, mut turn, call) = plain_first_round("hi");
         turn.on_llm_event(
             call,
             LlmEvent::Head {

@@ -40,8 +40,9 @@ pub fn run() -> i32 {
 
 /// `demo --llm [ADDR]`: the demo's scripted LLM alone, an OpenAI-compatible Chat Completions
 /// server on `ADDR` (default `127.0.0.1:8765`; port 0 picks a free one), for trying the agent by
-/// hand without a provider (README, "By hand, in JSON"). Every request is answered with one
-/// streamed text naming the last user message; it never calls tools. The first line on stdout
+/// hand without a provider (README, "By hand, in JSON", and the fixture project). Every request
+/// is answered with one streamed text naming the last user message and what the system prompt
+/// holds ([`echo_reply`]); the only tool it calls is `load_skill`, for a skill the prompt names. The first line on stdout
 /// is the base URL to set as `OPENAI_COMPAT_BASE_URL`. Serves until killed; returns the exit
 /// code when it cannot listen.
 pub fn run_llm(addr: Option<&str>) -> i32 {
@@ -62,7 +63,7 @@ pub fn run_llm(addr: Option<&str>) -> i32 {
     };
     out!("{url}");
     eprintln!(
-        "demo --llm: a scripted OpenAI-compatible LLM (it answers every request with one sentence, and never calls tools); use it with\n  BUZZ_AGENT_PROVIDER=openai OPENAI_COMPAT_BASE_URL={url} OPENAI_COMPAT_MODEL=scripted"
+        "demo --llm: a scripted OpenAI-compatible LLM (it answers every request with one sentence, and calls no tool but load_skill); use it with\n  BUZZ_AGENT_PROVIDER=openai OPENAI_COMPAT_BASE_URL={url} OPENAI_COMPAT_MODEL=scripted"
     );
     for stream in listener.incoming().flatten() {
         std::thread::spawn(move || {
@@ -80,33 +81,126 @@ const SCRIPTED_LLM_ADDR: &str = "127.0.0.1:8765";
 fn serve_echo(mut stream: TcpStream) -> std::io::Result<()> {
     let body = read_request(&mut stream)?;
     let req = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
-    write_sse(&mut stream, text(&echo_reply(&req)))
+    write_sse(&mut stream, echo_reply(&req))
 }
 
-/// The scripted answer to a Chat Completions request: the last user message, quoted (cut to
-/// 200 characters), in a sentence that says what answered.
-fn echo_reply(req: &Value) -> String {
-    let said = req["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .map(|m| match &m["content"] {
-            Value::String(s) => s.clone(),
-            parts => parts
-                .as_array()
-                .map(|p| {
-                    p.iter()
-                        .filter_map(|b| b["text"].as_str())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_default(),
-        })
+/// The scripted answer to a Chat Completions request (docs/context.md shows it on the fixture
+/// project `tests/fixtures/project`):
+/// - after a `load_skill` result: one sentence quoting the first line of the skill's body;
+/// - when the last message is the user's and names a skill that `load_skill` offers: a
+///   `load_skill` call;
+/// - else one sentence quoting the last user message (cut to 200 characters), naming the
+///   `AGENTS.md` files of the system prompt (quoting the first line of the most specific one)
+///   and the skills offered.
+fn echo_reply(req: &Value) -> Vec<Value> {
+    let messages = req["messages"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    if let Some(loaded) = messages
+        .last()
+        .filter(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str())
+        .and_then(|c| c.strip_prefix("<skill name=\""))
+    {
+        let (name, rest) = loaded.split_once('"').unwrap_or((loaded, ""));
+        let body = rest.split_once('\n').map_or("", |(_, body)| body);
+        return text(&format!(
+            "This is the scripted demo LLM: I loaded the skill {name}, which begins \"{}\"; a real model would now follow it.",
+            first_line(body)
+        ));
+    }
+    let said = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .map(|m| text_of(&m["content"]))
         .unwrap_or_default();
+    let skills = offered_skills(req);
+    let asked = messages.last().is_some_and(|m| m["role"] == "user");
+    if let Some(skill) = skills.iter().find(|s| asked && said.contains(s.as_str())) {
+        return tool_call(
+            &format!("The skill {skill} fits this task; loading it."),
+            "load_skill",
+            json!({"name": skill}),
+        );
+    }
     let mut said: String = said.trim().chars().take(200).collect();
     if said.is_empty() {
         said = "(nothing)".into();
     }
-    format!("Hello! This is the scripted demo LLM, not a real model: you said \"{said}\".")
+    let mut reply =
+        format!("Hello! This is the scripted demo LLM, not a real model: you said \"{said}\".");
+    let system = messages
+        .iter()
+        .find(|m| m["role"] == "system")
+        .map(|m| text_of(&m["content"]))
+        .unwrap_or_default();
+    let files: Vec<&str> = system
+        .split("<instructions path=\"")
+        .skip(1)
+        .filter_map(|f| f.split_once("\">\n"))
+        .map(|(path, _)| path)
+        .collect();
+    if let Some(last) = system
+        .rsplit("<instructions path=\"")
+        .next()
+        .filter(|_| !files.is_empty())
+    {
+        let text = last.split_once("\">\n").map_or("", |(_, t)| t);
+        reply.push_str(&format!(
+            " My system prompt holds {} AGENTS.md file(s) ({}); the last begins \"{}\".",
+            files.len(),
+            files.join(", "),
+            first_line(text)
+        ));
+    }
+    if !skills.is_empty() {
+        reply.push_str(&format!(
+            " Skills offered: {} (name one in your prompt and I load it).",
+            skills.join(", ")
+        ));
+    }
+    text(&reply)
+}
+
+/// A message's text: its string content, or its text parts joined by spaces.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        parts => parts
+            .as_array()
+            .map(|p| {
+                p.iter()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// The first line of `text` that is neither blank nor a Markdown heading, cut to 120
+/// characters.
+fn first_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap_or("")
+        .chars()
+        .take(120)
+        .collect()
+}
+
+/// The skill names the request's `load_skill` tool offers (its `name` argument's `enum`).
+fn offered_skills(req: &Value) -> Vec<String> {
+    req["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["function"]["name"] == "load_skill")
+        .and_then(|t| t["function"]["parameters"]["properties"]["name"]["enum"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect()
 }
 
 /// Run the interceptor demo; returns the exit code.

@@ -448,7 +448,10 @@ impl Printer {
         let title = self.title(call);
         let kind = call["kind"].as_str().unwrap_or("other");
         let server = call["_meta"]["buzz"]["server"].as_str();
-        let registered = server.is_some_and(|s| self.servers.iter().any(|n| n == s));
+        // The agent's own built-in tools (`load_skill`) name the agent itself, which this
+        // command started too.
+        let registered =
+            server.is_some_and(|s| s == AGENT_ITSELF || self.servers.iter().any(|n| n == s));
         let allow = self.approve.allows(kind, registered);
         let wanted = if allow { "allow_once" } else { "reject_once" };
         let option = params["options"]
@@ -478,6 +481,9 @@ impl Printer {
         }
     }
 }
+
+/// The server a permission request names for the agent's own built-in tools (SPEC A10, S3).
+const AGENT_ITSELF: &str = "buzz-agent";
 
 /// The text of a tool call's `content` (`[{type:"content", content:{type:"text", text}}]`),
 /// first line only.

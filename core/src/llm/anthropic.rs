@@ -838,7 +838,7 @@ impl Serialize for WireTool<'_> {
 ///   event whose data is not JSON is a retryable provider error too. Errors are sticky.
 ///
 /// Stop reasons: `end_turn`, `stop_sequence` and unknown ones → end turn; `tool_use` → tool
-/// use; `max_tokens` and `model_context_window_exceeded` → max tokens; `refusal` → refusal;
+/// use; `max_tokens` → max tokens; `model_context_window_exceeded` → context full; `refusal` → refusal;
 /// `pause_turn` (a gateway's or the API's server tools paused a long turn) → pause, a tool use
 /// if calls of the agent's own tools came with it. An end turn with tool calls is tool use, a
 /// tool use without calls is end turn (as for Chat Completions, C23).
@@ -1267,7 +1267,7 @@ impl EventHandler for AnthropicDecoder {
             // pause); if one comes, the calls are run as for a tool use.
             Some(StopKind::Pause) if tool_calls.is_empty() => StopKind::Pause,
             Some(StopKind::Pause) => StopKind::ToolUse,
-            Some(stop @ (StopKind::MaxTokens | StopKind::Refusal)) => stop,
+            Some(stop @ (StopKind::MaxTokens | StopKind::ContextFull | StopKind::Refusal)) => stop,
         };
         let usage = self.usage();
         let mut response = self
@@ -1304,7 +1304,8 @@ fn stop_details_text(details: &Value) -> Option<String> {
 fn stop_kind(reason: &str) -> StopKind {
     match reason {
         "tool_use" => StopKind::ToolUse,
-        "max_tokens" | "model_context_window_exceeded" => StopKind::MaxTokens,
+        "max_tokens" => StopKind::MaxTokens,
+        "model_context_window_exceeded" => StopKind::ContextFull,
         "refusal" => StopKind::Refusal,
         "pause_turn" => StopKind::Pause,
         // "end_turn", "stop_sequence" and reasons added later.
@@ -1822,7 +1823,7 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
             ("end_turn", StopKind::EndTurn),
             ("stop_sequence", StopKind::EndTurn),
             ("pause_turn", StopKind::Pause),
-            ("model_context_window_exceeded", StopKind::MaxTokens),
+            ("model_context_window_exceeded", StopKind::ContextFull),
             ("something_new", StopKind::EndTurn),
             ("max_tokens", StopKind::MaxTokens),
             ("refusal", StopKind::Refusal),

@@ -395,6 +395,10 @@ pub(crate) enum StopKind {
     ToolUse,
     /// Output was cut by the token cap (`length`, `max_tokens`).
     MaxTokens,
+    /// Output was cut because prompt and answer filled the model's context window (Anthropic
+    /// `model_context_window_exceeded`, Mistral `model_length`): the context is compacted
+    /// before the next round, as for a context-too-long answer (SPEC K1, L5).
+    ContextFull,
     /// Refusal or content filter (`refusal`, `content_filter`).
     Refusal,
     /// Anthropic `pause_turn`: a long-running server-tool turn paused; the turn goes on with

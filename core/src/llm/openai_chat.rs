@@ -645,7 +645,8 @@ struct ChunkView {
 ///   `prompt_tokens_details.cache_write_tokens` → cache write): cumulative usage is not
 ///   double counted (C22).
 /// * `finish_reason` `null` or `""` is not terminal (C23). `stop` → end turn, `tool_calls`
-///   and `function_call` → tool use, `length` → max tokens, `content_filter` → refusal; the
+///   and `function_call` → tool use, `length` → max tokens, `model_length` (Mistral) →
+///   context full, `content_filter` → refusal; the
 ///   Anthropic spellings `end_turn`, `tool_use`, `max_tokens`, `refusal` are accepted as
 ///   aliases; `abort` (vLLM, SGLang: the server dropped the request) → a retryable
 ///   [`StreamError::Provider`]; anything else → end turn. The last non-empty reason wins.
@@ -984,7 +985,7 @@ impl EventHandler for ChatDecoder {
                 StopKind::EndTurn
             }
             Some(StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause) => StopKind::ToolUse,
-            Some(stop @ (StopKind::MaxTokens | StopKind::Refusal)) => stop,
+            Some(stop @ (StopKind::MaxTokens | StopKind::ContextFull | StopKind::Refusal)) => stop,
             None if !self.done => {
                 return Err(StreamError::Truncated(
                     "stream ended without [DONE] and without a finish_reason".to_owned(),
@@ -1023,6 +1024,8 @@ fn stop_kind(reason: &str) -> StopKind {
     match reason {
         "tool_calls" | "function_call" | "tool_use" => StopKind::ToolUse,
         "length" | "max_tokens" => StopKind::MaxTokens,
+        // Mistral: the prompt and the answer filled the context window.
+        "model_length" => StopKind::ContextFull,
         "content_filter" | "refusal" => StopKind::Refusal,
         _ => StopKind::EndTurn,
     }
@@ -2388,6 +2391,7 @@ mod tests {
             ("tool_use", "Some(ToolUse)"),
             ("length", "Some(MaxTokens)"),
             ("max_tokens", "Some(MaxTokens)"),
+            ("model_length", "Some(ContextFull)"),
             ("content_filter", "Some(Refusal)"),
             ("refusal", "Some(Refusal)"),
             ("stop", "Some(EndTurn)"),

@@ -683,7 +683,7 @@ impl EventHandler for ResponsesDecoder {
                 StopKind::Refusal
             }
             StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause => StopKind::EndTurn,
-            stop @ (StopKind::MaxTokens | StopKind::Refusal) => stop,
+            stop @ (StopKind::MaxTokens | StopKind::ContextFull | StopKind::Refusal) => stop,
         };
         let reasoning = std::mem::take(&mut self.reasoning_items)
             .into_values()

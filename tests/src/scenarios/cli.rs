@@ -864,21 +864,31 @@ pub fn c1_exec_usage_config_file_and_configuration_errors_exit_2(ctx: &Ctx) {
     );
 }
 
-/// The README's "By hand, in JSON" block, pasted into a shell as written (issue 25): with no
-/// provider in the environment it starts `demo --llm`, points the agent at it, and ends as soon
-/// as the prompt is answered, not after a fixed sleep. Only the binary's path and the port (a
-/// free one, so parallel runs do not collide) are replaced. The three answers arrive, the
-/// scripted LLM's sentence quotes the prompt, the prompt ends `end_turn`, and the whole block
-/// takes seconds.
-pub fn p3_the_readme_json_by_hand_block_runs_as_written(ctx: &Ctx) {
+/// The first ```` ```sh ```` block after `marker` in README.md.
+fn readme_block(marker: &str) -> String {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("read README.md");
-    let block = readme
-        .split_once("**By hand, in JSON**")
+    readme
+        .split_once(marker)
         .and_then(|(_, rest)| rest.split_once("```sh\n"))
         .and_then(|(_, rest)| rest.split_once("```"))
         .map(|(block, _)| block.to_string())
-        .expect("the README has the By hand, in JSON block");
+        .unwrap_or_else(|| panic!("the README has a sh block after {marker:?}"))
+}
+
+/// What a README block printed, and how long it took.
+struct BlockRun {
+    stdout: String,
+    /// stdout and stderr, for assertion messages.
+    context: String,
+    took: Duration,
+}
+
+/// Runs a README block with `sh -c` in `dir`, in an environment holding only `PATH` and a
+/// scratch `HOME` (a fresh shell with no provider configured), as written but for the binary's
+/// path and the scripted LLM's port (a free one, so parallel runs do not collide); at most 60 s.
+/// Panics unless it exits 0.
+fn run_readme_block(ctx: &Ctx, block: &str, dir: &std::path::Path) -> BlockRun {
     assert!(
         block.contains("./target/release/buzz-agent") && block.contains("127.0.0.1:8765"),
         "{block}"
@@ -893,7 +903,7 @@ pub fn p3_the_readme_json_by_hand_block_runs_as_written(ctx: &Ctx) {
     let s = Scratch::new();
     let mut cmd = Command::new("sh");
     cmd.args(["-c", &script])
-        .current_dir(&s.ws)
+        .current_dir(dir)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", s.dir.path())
@@ -915,11 +925,28 @@ pub fn p3_the_readme_json_by_hand_block_runs_as_written(ctx: &Ctx) {
         }
     };
     let took = started.elapsed();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let context = format!("\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}");
     assert!(out.status.success(), "{:?}{context}", out.status);
-    let frames: Vec<serde_json::Value> = stdout
+    BlockRun {
+        stdout,
+        context,
+        took,
+    }
+}
+
+/// The README's "By hand, in JSON" block, pasted into a shell as written (issue 25): with no
+/// provider in the environment it starts `demo --llm`, points the agent at it, and ends as soon
+/// as the prompt is answered, not after a fixed sleep. Only the binary's path and the port are
+/// replaced. The three answers arrive, the scripted LLM's sentence quotes the prompt, the
+/// prompt ends `end_turn`, and the whole block takes seconds.
+pub fn p3_the_readme_json_by_hand_block_runs_as_written(ctx: &Ctx) {
+    let s = Scratch::new();
+    let run = run_readme_block(ctx, &readme_block("**By hand, in JSON**"), &s.ws);
+    let context = &run.context;
+    let frames: Vec<serde_json::Value> = run
+        .stdout
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
@@ -942,7 +969,62 @@ pub fn p3_the_readme_json_by_hand_block_runs_as_written(ctx: &Ctx) {
         "{said}{context}"
     );
     assert!(
-        took < Duration::from_secs(15),
-        "the block waits for the answer, not a fixed time: {took:?}{context}"
+        run.took < Duration::from_secs(15),
+        "the block waits for the answer, not a fixed time: {:?}{context}",
+        run.took
+    );
+}
+
+/// The README's "Project instructions and skills, offline" block, run as written from the
+/// repository's root (issue 24; SPEC A10 on the fixture project `tests/fixtures/project`): the
+/// first `exec` answer quotes the fixture's `AGENTS.md` (so its text reached the model's
+/// request) and names both of its skills; in the second the model calls `load_skill`, shown as
+/// a `read` tool call, and quotes the skill's body.
+pub fn a10_p3_the_readme_fixture_project_shows_its_instructions_and_loads_a_skill(ctx: &Ctx) {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let fixture = root.join("tests/fixtures/project");
+    let block = readme_block("**Project instructions and skills, offline.**");
+    assert!(
+        block.contains("--cwd tests/fixtures/project"),
+        "the block runs on the fixture: {block}"
+    );
+    let run = run_readme_block(ctx, &block, root);
+    let context = &run.context;
+    let first_rule = |path: &std::path::Path| -> String {
+        let text = std::fs::read_to_string(path).expect("read the fixture");
+        let body = text.rsplit("---\n").next().unwrap_or(&text).to_string();
+        body.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .expect("a first line")
+            .to_string()
+    };
+    let rule = first_rule(&fixture.join("AGENTS.md"));
+    let agents_md = path_str(
+        &fixture
+            .join("AGENTS.md")
+            .canonicalize()
+            .expect("the fixture"),
+    );
+    assert!(
+        run.stdout.contains(&rule) && run.stdout.contains(&agents_md),
+        "the fixture's instructions reached the model: {rule:?}{context}"
+    );
+    let skill = fixture.join(".agents/skills/release-notes/SKILL.md");
+    assert!(
+        run.stdout
+            .contains("Skills offered: changelog-check, release-notes")
+            || run
+                .stdout
+                .contains("Skills offered: release-notes, changelog-check"),
+        "both skills are listed{context}"
+    );
+    let step = first_rule(&skill);
+    assert!(
+        context.contains("[tool] Load skill (read) {\"name\":\"release-notes\"}")
+            && run.stdout.contains(&format!(
+                "I loaded the skill release-notes, which begins \"{step}\""
+            )),
+        "load_skill returned the body{context}"
     );
 }

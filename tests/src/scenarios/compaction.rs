@@ -528,6 +528,80 @@ pub fn l5_k1_context_too_long_400_compacts_then_succeeds(ctx: &Ctx) {
     agent.finish();
 }
 
+/// K1/L5: a response that stops because the prompt and the answer filled the model's context
+/// window (Anthropic `model_context_window_exceeded`, Mistral's Chat `model_length`) is not
+/// nudged like a max-tokens cut: the context is compacted (one summary call that carries the
+/// cut answer) and the round runs again from [summary, live prompt], `end_turn`. Once per
+/// prompt: a prompt whose retried round fills the window again ends `max_tokens`. Before: the
+/// nudge was appended to the full context (Anthropic) or the cut answer ended the turn (Mistral).
+pub fn k1_l5_a_full_context_window_stop_compacts_and_the_round_runs_again(ctx: &Ctx) {
+    for (wire, reason) in [
+        (Wire::Anthropic, "model_context_window_exceeded"),
+        (Wire::Chat, "model_length"),
+    ] {
+        let s = Scratch::new();
+        let live = "LIVE: read every file";
+        let (llm, agent, sid) = Setup::new(ctx, &s)
+            .wire(wire)
+            .handler(move |_, req| {
+                let users = user_texts(req);
+                let last = users.last().cloned().unwrap_or_default();
+                if is_summary_request(req) {
+                    Reply::text(SUMMARY_TEXT)
+                } else if last.ends_with(live)
+                    && users.iter().any(|u| u.starts_with(SUMMARY_HEADER))
+                {
+                    Reply::text("all read")
+                } else {
+                    Reply::text("PARTIAL answer").finish_reason(reason)
+                }
+            })
+            .fake_mcp("fs", &[])
+            .start();
+        let r = agent.prompt(&sid, live);
+        assert_eq!(agent.result(&r)["stopReason"], "end_turn", "{wire:?}: {r}");
+        let reqs = llm.requests();
+        let summaries: Vec<bool> = reqs.iter().map(is_summary_request).collect();
+        assert_eq!(
+            summaries,
+            [false, true, false],
+            "{wire:?}: the round, the summary, the round again"
+        );
+        assert_summary_request(&reqs[1], &[live, "PARTIAL answer"]);
+        let users = user_texts(&reqs[2]);
+        assert!(
+            users.concat().starts_with(SUMMARY_HEADER) && users.concat().ends_with(live),
+            "{wire:?}: [summary, live prompt]: {users:?}"
+        );
+        assert!(
+            agent_text(&agent.session_updates(&sid)).ends_with("all read"),
+            "{wire:?}"
+        );
+
+        let r = agent.prompt(&sid, "THIRD: always full");
+        assert_eq!(
+            agent.result(&r)["stopReason"],
+            "max_tokens",
+            "{wire:?}: {r}"
+        );
+        let reqs = llm.requests();
+        assert_eq!(
+            reqs.len(),
+            6,
+            "{wire:?}: one compaction per prompt, then the end"
+        );
+        for req in &reqs {
+            assert!(
+                !req.body.to_string().contains("hit the output token limit"),
+                "{wire:?}: a full window is not nudged: {}",
+                req.body
+            );
+            req.assert_tool_calls_paired();
+        }
+        agent.finish();
+    }
+}
+
 /// L1/L4: a response cut by the output cap (`finish_reason: length`) with a partial tool call:
 /// the call is not run, the next request ends with the nudge, and the model recovers to
 /// `end_turn`. Recoveries are per prompt (3 → four cut responses end `max_tokens`), and with

@@ -6,7 +6,7 @@
 
 use super::setup::Setup;
 use super::util::{Scratch, assert_end_turn, path_str, wait_stderr};
-use crate::fake_llm::Reply;
+use crate::fake_llm::{FakeLlm, Reply};
 use crate::harness::{AgentProc, Ctx};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -67,6 +67,41 @@ fn new_session_with_meta(agent: &AgentProc, cwd: &Path, meta: Value) -> Value {
         "session/new",
         json!({"cwd": cwd, "mcpServers": [], "_meta": meta}),
     )
+}
+
+/// The fake LLM (answering one text, `reply`) and an initialized agent in project `p`'s
+/// environment.
+fn start(ctx: &Ctx, s: &Scratch, p: &Project, reply: &str) -> (FakeLlm, AgentProc) {
+    let (llm, agent) = Setup::new(ctx, s)
+        .replies(vec![Reply::text(reply)])
+        .env(&env_refs(&p.env()))
+        .spawn();
+    agent.initialize();
+    (llm, agent)
+}
+
+/// A session opened by `session/new` in a cwd, with no MCP servers.
+struct Opened {
+    sid: String,
+    /// The answer's `_meta.buzz.notices`.
+    notices: Vec<String>,
+    /// How long the answer took.
+    took: Duration,
+}
+
+/// `session/new` in `cwd` with no MCP servers; panics on an error answer.
+fn open_session(agent: &AgentProc, cwd: &Path) -> Opened {
+    let started = std::time::Instant::now();
+    let r = agent.request("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let took = started.elapsed();
+    let result = agent.result(&r);
+    let sid = result["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    let notices =
+        serde_json::from_value(result["_meta"]["buzz"]["notices"].clone()).unwrap_or_default();
+    Opened { sid, notices, took }
 }
 
 /// The positions of `needles` in `text`, panicking (with the text) on a missing one.
@@ -204,21 +239,7 @@ pub fn a10_no_hints_reads_nothing_and_a_cut_or_binary_file_is_warned_and_noticed
         .env(&env_refs(&env))
         .spawn();
     agent.initialize();
-    let r = agent.request("session/new", json!({"cwd": p.cwd, "mcpServers": []}));
-    let result = agent.result(&r).clone();
-    let sid = result["sessionId"]
-        .as_str()
-        .expect("a session id")
-        .to_string();
-    let notices: Vec<String> = result["_meta"]["buzz"]["notices"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let Opened { sid, notices, .. } = open_session(&agent, &p.cwd);
     let big_path = path_str(&big);
     let bin_path = path_str(&p.cwd.join("AGENTS.md"));
     assert!(
@@ -253,6 +274,49 @@ pub fn a10_no_hints_reads_nothing_and_a_cut_or_binary_file_is_warned_and_noticed
         system.len() < 4096,
         "the budget holds: {} bytes",
         system.len()
+    );
+    agent.finish();
+}
+
+/// SPEC A10, bad input: an `AGENTS.md` that cannot be read — the git root's a directory, the
+/// cwd's a FIFO with no writer (tests run as root, so a file without read permission would be
+/// read anyway) — is skipped with a WARN naming it and a notice in the `session/new` answer;
+/// the FIFO is never waited on (the answer comes at once), the user-wide file still reaches
+/// the system prompt, and the session answers its prompt.
+pub fn a10_an_agents_md_that_is_a_directory_or_a_fifo_is_skipped_with_a_warning(ctx: &Ctx) {
+    let s = Scratch::new();
+    let p = Project::new(&s);
+    let dir = p.root.join("AGENTS.md");
+    std::fs::remove_file(&dir).expect("remove the root's file");
+    std::fs::create_dir(&dir).expect("a directory named AGENTS.md");
+    let fifo = p.cwd.join("AGENTS.md");
+    std::fs::remove_file(&fifo).expect("remove the cwd's file");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    let (llm, agent) = start(ctx, &s, &p, "still here");
+    let Opened { sid, notices, took } = open_session(&agent, &p.cwd);
+    assert!(
+        took < Duration::from_secs(10),
+        "the FIFO is not waited on: session/new took {took:?}"
+    );
+    let notices = notices.join("\n");
+    for path in [path_str(&dir), path_str(&fifo)] {
+        assert!(
+            notices.contains(&format!("The project instructions in {path} were not read")),
+            "{path}: {notices}"
+        );
+        let warning = format!("instructions: {path} skipped: ");
+        wait_stderr(&agent, &warning, Duration::from_secs(5));
+    }
+    assert_end_turn(&agent, &agent.prompt(&sid, "hello"));
+    let system = llm.requests()[0].system_text().expect("a system prompt");
+    assert!(system.contains("USER-RULE"), "{system}");
+    assert!(
+        !system.contains("ROOT-RULE") && !system.contains("PKG-RULE"),
+        "{system}"
     );
     agent.finish();
 }
@@ -323,21 +387,7 @@ pub fn a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body(ctx:
         .env(&env_refs(&env))
         .spawn();
     agent.initialize();
-    let r = agent.request("session/new", json!({"cwd": p.cwd, "mcpServers": []}));
-    let result = agent.result(&r).clone();
-    let sid = result["sessionId"]
-        .as_str()
-        .expect("a session id")
-        .to_string();
-    let notices: Vec<String> = result["_meta"]["buzz"]["notices"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let Opened { sid, notices, .. } = open_session(&agent, &p.cwd);
     for (path, why) in [
         (skills.join("broken/SKILL.md"), "the frontmatter is broken"),
         (skills.join("zz-copy/SKILL.md"), "already taken"),
@@ -440,21 +490,10 @@ pub fn a10_ten_thousand_skills_are_capped_and_no_hints_offers_none(ctx: &Ctx) {
     for i in 64..10_000 {
         std::os::unix::fs::symlink("s00000", skills.join(format!("s{i:05}"))).expect("a link");
     }
-    let (llm, agent) = Setup::new(ctx, &s)
-        .replies(vec![Reply::text("many")])
-        .env(&env_refs(&p.env()))
-        .spawn();
-    agent.initialize();
-    let started = std::time::Instant::now();
-    let r = agent.request("session/new", json!({"cwd": p.cwd, "mcpServers": []}));
-    let took = started.elapsed();
-    let result = agent.result(&r).clone();
+    let (llm, agent) = start(ctx, &s, &p, "many");
+    let Opened { sid, notices, took } = open_session(&agent, &p.cwd);
     assert!(took < Duration::from_secs(20), "session/new took {took:?}");
-    let sid = result["sessionId"]
-        .as_str()
-        .expect("a session id")
-        .to_string();
-    let notices = result["_meta"]["buzz"]["notices"].to_string();
+    let notices = notices.join("\n");
     assert!(
         notices.contains("9936 more skill folder(s) were not read"),
         "{notices}"
