@@ -274,7 +274,8 @@ pub(crate) struct ServerTable {
     /// `MCP_HOOK_SERVERS`, for the warning about hooks that will not be called (case C56).
     hook_allowlist: HookAllowlist,
     /// Per session, the exposed tool names its servers' tools hold for the whole session
-    /// (names that collide, issue 26). Kept while the session's servers are.
+    /// (names that collide, issue 26). Kept while the session has a server in the table;
+    /// forgotten with its last one ([`ServerTable::sweep`]).
     claims: BTreeMap<SessionId, NameClaims>,
     /// What every HTTP server's OAuth authorization is built from, and the generator its
     /// secrets fork from (SPEC M11); `None`: servers are not authorized by the agent.
@@ -949,7 +950,12 @@ impl ServerTable {
             .get(&slot)
             .is_some_and(|s| s.retired && !s.transport_pending(timers))
         {
-            self.servers.remove(&slot);
+            if let Some(s) = self.servers.remove(&slot)
+                && !self.servers.values().any(|o| o.session == s.session)
+            {
+                // The session's last server is gone: so are the names its tools held.
+                self.claims.remove(&s.session);
+            }
             timers.clear_server(slot);
         }
     }
@@ -1707,8 +1713,13 @@ mod tests {
         }
 
         fn add(&mut self, name: &str) -> ServerSlot {
+            self.add_in(SESSION, name)
+        }
+
+        /// Adds `name` to `session`'s servers and spawns it.
+        fn add_in(&mut self, session: SessionId, name: &str) -> ServerSlot {
             let entry = McpServerEntry::stdio(name, "fake-mcp", &[("K", "client")]);
-            let slot = self.table.create(SESSION, "/w", &[], &entry);
+            let slot = self.table.create(session, "/w", &[], &entry);
             self.table.spawn(slot, &mut self.out, &mut self.timers);
             slot
         }
@@ -1772,13 +1783,23 @@ mod tests {
 
         /// Spawns and lists `name` with `tools` (names; `_` names are hooks): a ready server.
         fn ready(&mut self, name: &str, tools: &[&str]) -> (ServerSlot, ProcKey) {
-            let slot = self.add(name);
+            self.ready_in(SESSION, name, tools)
+        }
+
+        /// [`Rig::ready`] for a server of `session`.
+        fn ready_in(
+            &mut self,
+            session: SessionId,
+            name: &str,
+            tools: &[&str],
+        ) -> (ServerSlot, ProcKey) {
+            let slot = self.add_in(session, name);
             let proc = ProcKey {
                 server: slot,
                 generation: 0,
             };
             let events = self.handshake(proc, tools);
-            assert_eq!(events, vec![McpEvent::StartSettled { session: SESSION }]);
+            assert_eq!(events, vec![McpEvent::StartSettled { session }]);
             self.drain();
             (slot, proc)
         }
@@ -3112,8 +3133,9 @@ mod tests {
     fn m8_m9_servers_of_1500_sessions_restarted_then_stopped_leave_nothing_behind() {
         let mut rig = Rig::new();
         let mut now = 0;
-        for _ in 0..1500 {
-            let (slot, p0) = rig.ready("fs", &["read", "write"]);
+        for n in 0..1500 {
+            let session = SessionId(100 + n);
+            let (slot, p0) = rig.ready_in(session, "fs", &["read", "write"]);
             // It dies once and restarts (a second generation), then its session closes.
             rig.table
                 .on_exited(p0, "exit status 1", &mut rig.out, &mut rig.timers);
@@ -3121,7 +3143,7 @@ mod tests {
             now += RESTART_BASE_MS;
             rig.at(now);
             rig.table
-                .restart_due(SESSION, &mut rig.out, &mut rig.timers);
+                .restart_due(session, &mut rig.out, &mut rig.timers);
             let p1 = generation(slot, 1);
             rig.handshake(p1, &["read"]);
             assert!(rig.table.servers[&slot].is_ready());
@@ -3138,6 +3160,7 @@ mod tests {
         }
         assert_eq!(rig.table.len(), 0, "memory follows live servers only");
         assert_eq!(rig.timers.len(), 0);
+        assert!(rig.table.claims.is_empty(), "nor the names sessions held");
     }
 
     #[test]
