@@ -65,19 +65,12 @@ pub const SCENARIOS: [&str; 26] = [
 
 /// The scenarios known to fail on both binaries, each with the reason. Their trials check
 /// that they still fail; a scenario that passes must be taken off this list.
-pub const KNOWN_FAILING: &[(&str, &str)] = &[
-    (
-        "elicitation-sep1034-client-defaults",
-        "elicitation (SPEC M12) is not built yet: the agent answers the server's \
-         elicitation/create with -32601",
-    ),
-    (
-        "auth/2025-03-26-oauth-metadata-backcompat",
-        "the fixture's authorization server metadata, fetched from the server's origin, names \
+pub const KNOWN_FAILING: &[(&str, &str)] = &[(
+    "auth/2025-03-26-oauth-metadata-backcompat",
+    "the fixture's authorization server metadata, fetched from the server's origin, names \
          the issuer <origin>/oauth; RFC 8414 section 3.3 requires them to be identical and the \
          agent keeps that check (docs/conformance.md)",
-    ),
-];
+)];
 
 /// Scenarios passed in this process (for the figures printed after the run).
 static PASSED: AtomicUsize = AtomicUsize::new(0);
@@ -281,6 +274,16 @@ fn script(i: usize, req: &RecordedRequest) -> Reply {
     }
 }
 
+/// The driver's ACP `initialize` params: protocol version 1, no file system or terminal, and
+/// elicitation in form mode (`clientCapabilities.elicitation.form`).
+fn initialize_params() -> Value {
+    json!({"protocolVersion": 1,
+           "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false},
+                                  "terminal": false,
+                                  "elicitation": {"form": {}}},
+           "clientInfo": {"name": "buzz-conformance-client", "version": "0"}})
+}
+
 /// The `conformance-client` role: the client command of the suite. Its last argument is the
 /// scenario server's URL; `BUZZ_CONFORMANCE_AGENT` names the agent binary;
 /// `MCP_CONFORMANCE_SCENARIO` and `MCP_CONFORMANCE_CONTEXT` are the suite's. Exits 0 when the
@@ -315,7 +318,11 @@ pub fn client_main() -> ! {
     }
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let agent = AgentProc::spawn_with(&agent_bin, &env, dir.path(), StderrMode::Read);
-    agent.initialize();
+    // A client that presents forms: the server's `elicitation/create` comes to it, and it
+    // accepts with every field left out (the agent fills the schema's defaults, SPEC M12).
+    agent.set_elicitation_answer(|_| Some(json!({"action": "accept", "content": {}})));
+    let init = agent.request("initialize", initialize_params());
+    agent.result(&init);
     let entry = json!({"type": "http", "name": SERVER_NAME, "url": url, "headers": []});
     let sid = agent.new_session(dir.path(), json!([entry]));
     let r = agent.prompt_timeout(&sid, "Use the tools of the conf server.", DEFAULT_TIMEOUT);

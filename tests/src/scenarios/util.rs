@@ -243,6 +243,13 @@ pub fn assert_end_turn(agent: &AgentProc, resp: &Value) {
     );
 }
 
+/// The requests the agent sent to the client whose `method` is `method`, in order.
+pub fn agent_requests_of(agent: &AgentProc, method: &str) -> Vec<Value> {
+    let mut all = agent.agent_requests();
+    all.retain(|m| m["method"] == method);
+    all
+}
+
 /// The whole JSON of every request body, to search for text that must never reach the model.
 pub fn bodies(reqs: &[RecordedRequest]) -> String {
     reqs.iter()
