@@ -5,7 +5,9 @@
 //! happened.
 
 use super::setup::Setup;
-use super::util::{Scratch, assert_end_turn, bodies, hook_server, log_of, stop_calls, wait_stderr};
+use super::util::{
+    Scratch, assert_end_turn, bodies, hook_server, log_of, stop_calls, strs_of, wait_stderr,
+};
 use crate::fake_llm::{RecordedRequest, Reply};
 use crate::fake_mcp;
 use crate::harness::{
@@ -328,12 +330,7 @@ pub fn c58_models_are_advertised_and_both_ways_of_setting_one_work(ctx: &Ctx) {
     assert_eq!(option["category"], "model");
     assert_eq!(option["type"], "select");
     assert_eq!(option["currentValue"], current);
-    let values: Vec<&str> = option["options"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|o| o["value"].as_str())
-        .collect();
+    let values = strs_of(&option["options"], "value");
     assert_eq!(values, [current, "other-model", "big-model"]);
     assert_eq!(result["models"]["currentModelId"], current);
     assert_eq!(

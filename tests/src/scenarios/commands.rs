@@ -4,7 +4,7 @@
 //! `notifications/prompts/list_changed` sends the new list.
 
 use super::setup::Setup;
-use super::util::{Scratch, assert_end_turn};
+use super::util::{Scratch, assert_end_turn, strs_of};
 use crate::fake_llm::Reply;
 use crate::harness::{AgentProc, Ctx};
 use serde_json::{Value, json};
@@ -73,12 +73,7 @@ pub fn a11_prompts_are_offered_as_commands_and_a_list_change_sends_the_new_list(
     );
     assert_end_turn(&agent, &agent.prompt(&sid, "echo something"));
     let second = wait_commands(&agent, &sid, 2);
-    let names: Vec<&str> = second
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
+    let names = strs_of(&second, "name");
     assert_eq!(names, ["docs:review", "docs:greet", "docs:later"]);
     // Give a stray duplicate time to arrive: the list is sent once per change.
     std::thread::sleep(Duration::from_millis(300));

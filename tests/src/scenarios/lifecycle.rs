@@ -5,7 +5,7 @@
 use super::setup::Setup;
 use super::util::{
     Scratch, assert_exits_cleanly, assert_no_survivors, hook_server, is_cancel_of, log_of,
-    read_pids, stubborn_launcher, wait_for, wait_logged_call,
+    read_pids, statuses, strs_of, stubborn_launcher, wait_for, wait_logged_call,
 };
 use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, content_text};
 use crate::fake_mcp::{self, CRASH_STDERR};
@@ -169,12 +169,7 @@ pub fn a7_every_malformed_or_negative_outcome_denies(ctx: &Ctx) {
         let req = agent.permission_requests()[n].clone();
         let p = &req["params"];
         assert_eq!(p["sessionId"], json!(sid), "{case}: {req}");
-        let kinds: Vec<&str> = p["options"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o["kind"].as_str())
-            .collect();
+        let kinds = strs_of(&p["options"], "kind");
         for k in ["allow_once", "allow_always", "reject_once", "reject_always"] {
             assert!(kinds.contains(&k), "{case}: option {k} missing: {req}");
         }
@@ -465,11 +460,7 @@ pub fn a7_parallel_calls_each_ask(ctx: &Ctx) {
     assert_eq!(args.len(), 2, "{args:?}");
     assert!(args.contains(&json!({"text": "A"})) && args.contains(&json!({"a": 20, "b": 22})));
     let terminal = assert_tool_updates_well_formed(&agent.session_updates(&sid));
-    let statuses: Vec<&str> = terminal
-        .iter()
-        .map(|t| t["status"].as_str().unwrap_or_default())
-        .collect();
-    assert_eq!(statuses, ["completed", "failed", "completed"]);
+    assert_eq!(statuses(&terminal), ["completed", "failed", "completed"]);
     agent.finish();
 }
 
@@ -960,11 +951,7 @@ pub fn m9_crashed_server_recovers_after_backoff(ctx: &Ctx) {
         "c never reached a server"
     );
     let terminal = assert_tool_updates_well_formed(&agent.session_updates(&sid));
-    let statuses: Vec<&str> = terminal
-        .iter()
-        .map(|t| t["status"].as_str().unwrap_or_default())
-        .collect();
-    assert_eq!(statuses, ["completed", "failed", "failed", "completed"]);
+    assert_eq!(statuses(&terminal), ["completed", "failed", "failed", "completed"]);
     agent.finish();
 }
 

@@ -2,7 +2,7 @@
 //! C02, C11, C26.
 
 use super::setup::Setup;
-use super::util::{Scratch, log_of};
+use super::util::{Scratch, log_of, statuses};
 use crate::fake_llm::{Reply, Wire};
 use crate::fake_mcp::{self, CRASH_STDERR, GARBAGE_AFTER_REPLY, GARBAGE_BANNER, big_text};
 use crate::harness::{
@@ -240,10 +240,7 @@ pub fn l2_unknown_and_hook_tool_names_are_unknown_tool(ctx: &Ctx) {
 
     let ups = agent.session_updates(&sid);
     let terminal = assert_tool_updates_well_formed(&ups);
-    let statuses: Vec<&str> = terminal
-        .iter()
-        .map(|t| t["status"].as_str().unwrap_or_default())
-        .collect();
+    let statuses = statuses(&terminal);
     assert_eq!(
         statuses,
         ["failed", "failed", "failed", "completed"],
@@ -311,10 +308,7 @@ pub fn l2_c26_invalid_tool_arguments_are_error_results_and_empty_means_empty_obj
         "C26: empty arguments are {{}}"
     );
     let terminal = assert_tool_updates_well_formed(&agent.session_updates(&sid));
-    let statuses: Vec<&str> = terminal
-        .iter()
-        .map(|t| t["status"].as_str().unwrap_or_default())
-        .collect();
+    let statuses = statuses(&terminal);
     assert_eq!(
         &statuses[2..],
         ["completed", "completed", "completed"],

@@ -233,6 +233,20 @@ pub fn buzz_meta(agent: &AgentProc, resp: &Value) -> Value {
     agent.result(resp)["_meta"]["buzz"].clone()
 }
 
+/// The string `key` of each object in the JSON array `list`, in order (objects without it
+/// skipped; none when `list` is not an array).
+pub fn strs_of<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
+    let items = list.as_array().map_or(&[][..], Vec::as_slice);
+    items.iter().filter_map(|o| o.get(key)?.as_str()).collect()
+}
+
+/// The `status` of each tool call's last update, in order (as
+/// [`crate::harness::assert_tool_updates_well_formed`] returns them).
+pub fn statuses(terminal: &[Value]) -> Vec<&str> {
+    let status = |t: &Value| t["status"].as_str().unwrap_or_default();
+    terminal.iter().map(status).collect()
+}
+
 /// The prompt response is a result with `stopReason: end_turn`.
 pub fn assert_end_turn(agent: &AgentProc, resp: &Value) {
     assert_eq!(
