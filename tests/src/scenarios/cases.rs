@@ -7,9 +7,9 @@
 
 use super::setup::Setup;
 use super::util::{
-    Scratch, assert_end_turn, assert_no_survivors, bodies, buzz_meta, count_lines, hook_attempts,
-    hook_server, is_cancel_of, log_of, read_pids, stop_calls, stop_json, stubborn_launcher,
-    wait_for,
+    Scratch, assert_end_turn, assert_no_survivors, bodies, buzz_meta, count_lines, first_request,
+    hook_attempts, hook_server, is_cancel_of, log_of, read_pids, stop_calls, stop_json,
+    stubborn_launcher, wait_for,
 };
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::fake_mcp::{self, CRASH_STDERR, EXIT_AFTER_INIT_STDERR};
@@ -121,10 +121,7 @@ pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
     );
 
     let logged = log_of(&log);
-    let init = logged
-        .iter()
-        .find(|m| m["method"] == "initialize")
-        .expect("initialize logged");
+    let init = first_request(&logged, "initialize");
     assert_eq!(
         init["params"]["capabilities"],
         json!({"roots": {"listChanged": false}}),

@@ -4,8 +4,8 @@
 
 use super::setup::Setup;
 use super::util::{
-    Scratch, assert_end_turn, bodies, buzz_meta, hook_attempts, hook_server, is_cancel_of, log_of,
-    read_pids, stop_calls, stop_json, wait_stderr,
+    Scratch, assert_end_turn, bodies, buzz_meta, call_then_always, hook_attempts, hook_server,
+    is_cancel_of, log_of, read_pids, stop_calls, stop_json, wait_stderr,
 };
 use crate::fake_llm::{FakeLlm, HistoryItem, RecordedRequest, Reply};
 use crate::fake_mcp;
@@ -185,10 +185,11 @@ pub fn h5_always_objecting_budget_1_makes_exactly_the_predicted_calls(ctx: &Ctx)
     let s = Scratch::new();
     let log = s.file("guard.log");
     let (llm, agent, sid) = Setup::new(ctx, &s)
-        .handler(|i, _| match i {
-            0 => Reply::tool_calls(vec![("call_1", "guard__echo", json!({"text": "x"}))]),
-            _ => Reply::text("I am done."),
-        })
+        .handler(call_then_always(
+            "guard__echo",
+            json!({"text": "x"}),
+            "I am done.",
+        ))
         .env(&[
             ("MCP_HOOK_SERVERS", "guard"),
             ("BUZZ_AGENT_STOP_MAX_REJECTIONS", "1"),

@@ -4,8 +4,9 @@
 
 use super::setup::Setup;
 use super::util::{
-    Scratch, assert_exits_cleanly, assert_no_survivors, hook_server, is_cancel_of, log_of,
-    read_pids, statuses, strs_of, stubborn_launcher, wait_for, wait_logged_call,
+    Scratch, assert_exits_cleanly, assert_no_survivors, call_then_always, hook_server,
+    is_cancel_of, log_of, read_pids, statuses, strs_of, stubborn_launcher, wait_for,
+    wait_logged_call,
 };
 use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, content_text};
 use crate::fake_mcp::{self, CRASH_STDERR};
@@ -951,7 +952,10 @@ pub fn m9_crashed_server_recovers_after_backoff(ctx: &Ctx) {
         "c never reached a server"
     );
     let terminal = assert_tool_updates_well_formed(&agent.session_updates(&sid));
-    assert_eq!(statuses(&terminal), ["completed", "failed", "failed", "completed"]);
+    assert_eq!(
+        statuses(&terminal),
+        ["completed", "failed", "failed", "completed"]
+    );
     agent.finish();
 }
 
@@ -1115,10 +1119,11 @@ pub fn p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly(ctx: &Ctx) {
         let s = Scratch::new();
         let (pids_a, pids_b, log) = (s.file("a.pids"), s.file("b.pids"), s.file("a.log"));
         let (_llm, agent, sid) = Setup::new(ctx, &s)
-            .handler(|i, _| match i {
-                0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
-                _ => Reply::text("unexpected extra round"),
-            })
+            .handler(call_then_always(
+                "a__slow",
+                json!({"ms": 60000}),
+                "unexpected extra round",
+            ))
             .fake_mcp(
                 "a",
                 &[

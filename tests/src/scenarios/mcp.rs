@@ -3,8 +3,8 @@
 
 use super::setup::Setup;
 use super::util::{
-    Scratch, agent_requests_of, assert_exits_cleanly, assert_no_survivors, is_cancel_of, log_of,
-    read_pids, wait_file, wait_logged_call,
+    Scratch, agent_requests_of, assert_exits_cleanly, assert_no_survivors, call_then_always,
+    first_request, is_cancel_of, log_of, read_pids, wait_file, wait_logged_call,
 };
 use crate::fake_llm::Reply;
 use crate::fake_mcp::FAIL_START_STDERR;
@@ -147,10 +147,11 @@ pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
         ],
     );
     let (llm, agent, sid) = Setup::new(ctx, &s)
-        .handler(|i, _| match i {
-            0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
-            _ => Reply::text("unexpected extra round"),
-        })
+        .handler(call_then_always(
+            "a__slow",
+            json!({"ms": 60000}),
+            "unexpected extra round",
+        ))
         .servers([a, b])
         .start();
     let (server_a, grand_a) = read_pids(&pid_a);
@@ -354,10 +355,7 @@ pub fn m13_roots_list_answers_the_cwd_and_the_additional_directories(ctx: &Ctx) 
         std::thread::sleep(Duration::from_millis(20));
     }
     let logged = log_of(&log);
-    let init = logged
-        .iter()
-        .find(|m| m["method"] == "initialize")
-        .expect("initialize logged");
+    let init = first_request(&logged, "initialize");
     assert_eq!(
         init["params"]["capabilities"]["roots"],
         json!({"listChanged": false}),
@@ -433,10 +431,7 @@ pub fn m12_a_server_elicitation_goes_to_a_client_that_presents_forms_and_back(ct
     );
     assert!(params["sessionId"].is_string(), "{params}");
     let logged = log_of(&log);
-    let init = logged
-        .iter()
-        .find(|m| m["method"] == "initialize")
-        .expect("initialize logged");
+    let init = first_request(&logged, "initialize");
     assert_eq!(
         init["params"]["capabilities"]["elicitation"],
         json!({"form": {}})

@@ -4,8 +4,8 @@
 use super::cli::{exec, exec_env, mcp_config};
 use super::setup::Setup;
 use super::util::{
-    Scratch, assert_end_turn, assert_exits_cleanly, assert_no_survivors, call_then, log_of,
-    path_str, read_pids, wait_file, wait_stderr,
+    Scratch, assert_end_turn, assert_exits_cleanly, assert_no_survivors, call_then,
+    call_then_always, log_of, path_str, read_pids, wait_file, wait_stderr,
 };
 use crate::fake_llm::{FakeLlm, Reply, Wire};
 use crate::harness::{AGENT_UID_VAR, Ctx, SECRET_KEY, current_exe, fake_mcp_entry};
@@ -442,10 +442,11 @@ pub fn s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working(ctx
     let s = Scratch::new();
     let many_log = s.file("many.log");
     let (llm, agent, sid) = Setup::new(ctx, &s)
-        .handler(|i, _| match i {
-            0 => Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "still here"}))]),
-            _ => Reply::text("Done."),
-        })
+        .handler(call_then_always(
+            "fs__echo",
+            json!({"text": "still here"}),
+            "Done.",
+        ))
         .servers([
             fake_mcp_entry(
                 "many",

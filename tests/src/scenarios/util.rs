@@ -219,6 +219,19 @@ pub fn stubborn_launcher(name: &str, pidfile: &str, extra: &[(&str, &str)]) -> V
 
 // ---- prompt responses and LLM requests ----------------------------------------------------------
 
+/// A fake LLM handler whose first answer is one tool call (`call_1`: `tool` with `args`) and
+/// every later one `text`.
+pub fn call_then_always(
+    tool: &'static str,
+    args: Value,
+    text: &'static str,
+) -> impl Fn(usize, &RecordedRequest) -> Reply + Send + Sync + 'static {
+    move |round, _| match round {
+        0 => Reply::tool_calls(vec![("call_1", tool, args.clone())]),
+        _ => Reply::text(text),
+    }
+}
+
 /// The model's replies for a prompt that makes one tool call (`call_1`: `tool` with `args`)
 /// and then answers `text`.
 pub fn call_then(tool: &str, args: Value, text: &str) -> Vec<Reply> {
@@ -231,6 +244,13 @@ pub fn call_then(tool: &str, args: Value, text: &str) -> Vec<Reply> {
 /// `result._meta.buzz` of a prompt response (SPEC A8).
 pub fn buzz_meta(agent: &AgentProc, resp: &Value) -> Value {
     agent.result(resp)["_meta"]["buzz"].clone()
+}
+
+/// The first message of `logged` (a fake server's call log) whose method is `method`; panics
+/// when there is none.
+pub fn first_request<'a>(logged: &'a [Value], method: &str) -> &'a Value {
+    let found = logged.iter().find(|m| m["method"] == method);
+    found.unwrap_or_else(|| panic!("no {method} logged: {logged:#?}"))
 }
 
 /// The string `key` of each object in the JSON array `list`, in order (objects without it
