@@ -6,7 +6,6 @@ use super::util::{
     Scratch, agent_requests_of, assert_exits_cleanly, assert_no_survivors, call_then_always,
     first_request, is_cancel_of, log_of, read_pids, wait_file, wait_logged_call,
 };
-use crate::fake_llm::Reply;
 use crate::fake_mcp::FAIL_START_STDERR;
 use crate::harness::{AgentProc, Ctx, fake_mcp_entry};
 use crate::procfs;

@@ -263,8 +263,15 @@ pub fn strs_of<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
 /// The `status` of each tool call's last update, in order (as
 /// [`crate::harness::assert_tool_updates_well_formed`] returns them).
 pub fn statuses(terminal: &[Value]) -> Vec<&str> {
-    let status = |t: &Value| t["status"].as_str().unwrap_or_default();
-    terminal.iter().map(status).collect()
+    terminal.iter().map(status_of).collect()
+}
+
+/// The `status` of one tool call update (empty when it has none).
+fn status_of(update: &Value) -> &str {
+    update
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// The prompt response is a result with `stopReason: end_turn`.
