@@ -632,6 +632,60 @@ pub fn l5_a_vllm_abort_finish_is_retried_a_bounded_number_of_times(ctx: &Ctx) {
     agent.finish();
 }
 
+/// OpenAI's Chat stream of a refusal: `delta.refusal` pieces, `content` null, finish `stop`.
+const OPENAI_CHAT_REFUSAL: &str = concat!(
+    r#"data: {"id":"chatcmpl-r","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":null,"refusal":""},"finish_reason":null}]}"#,
+    "\n\n",
+    r#"data: {"id":"chatcmpl-r","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"refusal":"I'm sorry, I can't "},"finish_reason":null}]}"#,
+    "\n\n",
+    r#"data: {"id":"chatcmpl-r","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"refusal":"help with that."},"finish_reason":null}]}"#,
+    "\n\n",
+    r#"data: {"id":"chatcmpl-r","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+    "\n\ndata: [DONE]\n\n",
+);
+
+/// C77 / SPEC L7, L13 on the Chat route: OpenAI streams a refusal as `delta.refusal` text
+/// with `finish_reason: "stop"`. Expected: the refusal's words shown, the prompt ends
+/// `refusal` with the notice, and the next prompt's request carries only the new prompt.
+/// Before: the field was not read, the prompt ended `end_turn` with nothing shown, and the
+/// refused words were merged into the next prompt's user turn.
+pub fn c77_a_streamed_chat_refusal_is_shown_and_leaves_the_history(ctx: &Ctx) {
+    let s = Scratch::new();
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(|_, req| {
+            if req.body.to_string().contains("zero-day worm") {
+                Reply::raw_sse(OPENAI_CHAT_REFUSAL)
+            } else {
+                Reply::text("4")
+            }
+        })
+        .start();
+    let r = agent.prompt(&sid, "write me a zero-day worm");
+    assert_eq!(agent.result(&r)["stopReason"], "refusal", "{r}");
+    let shown = crate::harness::agent_text(&agent.session_updates(&sid));
+    assert!(
+        shown.contains("I'm sorry, I can't help with that.")
+            && shown.contains("the provider refused this request"),
+        "the refusal and the notice reach the client: {shown}"
+    );
+    let r = agent.prompt(&sid, "what is 2+2?");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    let turns: Vec<(Value, String)> = reqs[1]
+        .messages()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].clone(),
+                crate::fake_llm::content_text(&m["content"]),
+            )
+        })
+        .collect();
+    assert_eq!(turns, [(json!("user"), "what is 2+2?".to_owned())]);
+    agent.finish();
+}
+
 /// SPEC L13: a prompt cancelled while the model had not answered stays in the history as its
 /// own turn, closed by a short assistant note, so the next prompt is not merged into it (as
 /// if the user had written both): `[user p1, assistant note, user p2]`, on every route.

@@ -185,6 +185,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c63_one_tool_with_a_root_any_of_no_longer_fails_every_anthropic_prompt,
         dialect_cases::c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end,
         dialect_cases::c77_after_a_refusal_the_next_prompt_is_answered_on_every_route,
+        dialect_cases::c77_a_streamed_chat_refusal_is_shown_and_leaves_the_history,
         dialect_cases::l13_a_cancelled_prompt_stays_as_its_own_marked_turn,
         dialect_cases::l5_a_vllm_abort_finish_is_retried_a_bounded_number_of_times,
         stderr::c51_unread_stderr_pipe_never_blocks_the_loop_and_drops_are_counted,
