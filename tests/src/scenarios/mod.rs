@@ -19,6 +19,7 @@ mod interceptors;
 mod lifecycle;
 mod mcp;
 mod mcp_http;
+mod mcp_http_faults;
 mod mcp_http_hooks;
 mod oauth;
 mod providers;
@@ -72,6 +73,8 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         mcp_http_hooks::h4_m10_a_silent_remote_hook_times_out_twice_and_its_session_is_dropped,
         mcp_http_hooks::h5_m10_a_remote_hook_that_always_objects_spends_the_budget_exactly,
         mcp_http_hooks::x1_m10_a_remote_validator_denies_a_tool_call,
+        mcp_http_faults::m10_a2_a_remote_server_that_cannot_start_fails_session_new_with_its_name_and_why,
+        mcp_http_faults::m10_m5_a_remote_call_that_fails_or_floods_leaves_the_other_server_serving,
         oauth::m11_a_server_behind_oauth_is_authorized_through_the_browser_and_its_tokens_are_kept,
         oauth::m11_a_rejected_token_is_refreshed_and_a_missing_scope_is_stepped_up,
         oauth::m11_client_credentials_need_no_user_and_a_failed_login_leaves_the_server_without_tools,
