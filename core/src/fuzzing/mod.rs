@@ -19,6 +19,7 @@
     reason = "a fuzz body reports a violated property by panicking"
 )]
 
+pub mod invariants;
 pub mod session;
 
 use crate::Agent;
@@ -476,12 +477,7 @@ impl Driver {
         let now = self.now;
         self.agent.handle_timeout(now);
         self.drain(react);
-        if let Some((t, k)) = self.agent.poll_timeout() {
-            assert!(
-                t > now,
-                "I11: after handle_timeout({now}) poll_timeout is {t} ({k:?})"
-            );
-        }
+        invariants::Invariants::after_timeout(now, self.agent.poll_timeout());
         true
     }
 
