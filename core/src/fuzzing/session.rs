@@ -209,49 +209,35 @@ impl World {
     fn react(&mut self, a: &Action, q: &mut VecDeque<Input>) {
         self.transcript.push(format!("{a:?}"));
         self.checks.action(a);
-        match a {
-            Action::WriteAcp(line) => self.on_acp(line),
-            Action::WriteMcp { proc, line } => self.on_mcp(*proc, line, q),
-            Action::SpawnMcp { proc, spec } => {
-                self.servers.insert(
-                    *proc,
-                    FakeServer {
-                        name: spec.name.clone(),
-                        alive: true,
-                        calls: VecDeque::new(),
-                    },
-                );
-                q.push_back(Input::McpSpawned { proc: *proc });
-            }
-            Action::SignalProcessGroup { proc, .. } | Action::CloseMcpStdin { proc } => {
-                if let Some(s) = self.servers.get_mut(proc).filter(|s| s.alive) {
-                    s.alive = false;
-                    s.calls.clear();
-                    q.push_back(Input::McpStdoutClosed { proc: *proc });
-                    q.push_back(Input::McpExited {
-                        proc: *proc,
-                        status: "killed by signal 15".into(),
-                    });
-                }
-            }
-            Action::CallLlm { call, .. } => {
-                self.llm.push_back(*call);
-            }
-            Action::CancelLlm { call } => self.llm.retain(|c| c != call),
-            // The scripted sessions name stdio servers only: no HTTP server answers.
-            Action::Http { .. } | Action::CancelHttp { .. } => {}
-            // The fuzz agents keep no sessions on disk (the state directory is off).
-            Action::OpenTranscript { .. }
-            | Action::ReadTranscript { .. }
-            | Action::AppendTranscript { .. }
-            | Action::SyncTranscript { .. }
-            | Action::TruncateTranscript { .. }
-            | Action::CloseTranscript { .. }
-            | Action::ListTranscripts { .. }
-            | Action::ReadProject { .. }
-            | Action::OAuth(_)
-            | Action::Log(_)
-            | Action::Exit { .. } => {}
+        // No other action needs an answer: no HTTP server answers (the scripted sessions name
+        // stdio servers only) and the fuzz agents keep no sessions on disk.
+        if let Action::WriteAcp(line) = a {
+            self.on_acp(line);
+        } else if let Action::WriteMcp { proc, line } = a {
+            self.on_mcp(*proc, line, q);
+        } else if let Action::SpawnMcp { proc, spec } = a {
+            let server = FakeServer {
+                name: spec.name.clone(),
+                alive: true,
+                calls: VecDeque::new(),
+            };
+            self.servers.insert(*proc, server);
+            q.push_back(Input::McpSpawned { proc: *proc });
+        } else if let Action::SignalProcessGroup { proc, .. } | Action::CloseMcpStdin { proc } = a
+            && let Some(s) = self.servers.get_mut(proc).filter(|s| s.alive)
+        {
+            s.alive = false;
+            s.calls.clear();
+            q.push_back(Input::McpStdoutClosed { proc: *proc });
+            let status = "killed by signal 15".into();
+            q.push_back(Input::McpExited {
+                proc: *proc,
+                status,
+            });
+        } else if let Action::CallLlm { call, .. } = a {
+            self.llm.push_back(*call);
+        } else if let Action::CancelLlm { call } = a {
+            self.llm.retain(|c| c != call);
         }
     }
 
