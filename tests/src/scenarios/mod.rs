@@ -236,6 +236,7 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         security::s3_exec_approve_reads_shows_the_real_server,
         cli::p3_hooks_alone_prints_its_usage,
         cli::p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook,
+        cli::m10_exec_connects_the_http_entries_of_an_mcp_config,
         cli::a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads,
         cli::l5_exec_prints_an_llm_error_and_exits_1,
         cli::c1_exec_usage_config_file_and_configuration_errors_exit_2,
