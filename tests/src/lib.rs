@@ -12,6 +12,7 @@
 
 pub mod acp_schema;
 pub mod bench;
+pub mod cli;
 pub mod conformance;
 pub mod conformance_auth;
 pub mod dialects;

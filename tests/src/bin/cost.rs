@@ -12,6 +12,7 @@
 //! With `BUZZ_E2E_ROLE=fake-mcp` this binary is the fake MCP server the sessions use.
 
 use buzz_agent_e2e::bench::cost::{self, Session};
+use buzz_agent_e2e::cli::Args;
 use std::path::PathBuf;
 
 const USAGE: &str = "usage: cost [--rounds N] [--bytes B] <agent-binary>";
@@ -21,29 +22,23 @@ fn main() {
     let mut rounds = 200;
     let mut bytes = 2048;
     let mut bin: Option<PathBuf> = None;
-    let mut args = std::env::args().skip(1);
+    let mut args = Args::new("cost", USAGE);
     while let Some(a) = args.next() {
-        let mut number = |what: &str| -> usize {
-            args.next()
-                .and_then(|n| n.parse().ok())
-                .filter(|n| *n >= 1)
-                .unwrap_or_else(|| usage(&format!("{what} needs a positive number")))
-        };
         match a.as_str() {
-            "--rounds" => rounds = number("--rounds"),
-            "--bytes" => bytes = number("--bytes"),
+            "--rounds" => rounds = args.number("--rounds"),
+            "--bytes" => bytes = args.number("--bytes"),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return;
             }
-            _ if a.starts_with('-') => usage(&format!("unknown option {a}")),
+            _ if a.starts_with('-') => args.fail(&format!("unknown option {a}")),
             _ if bin.is_none() => bin = Some(PathBuf::from(a)),
-            _ => usage("one agent binary"),
+            _ => args.fail("one agent binary"),
         }
     }
-    let bin = bin.unwrap_or_else(|| usage("an agent binary"));
-    let bin =
-        std::fs::canonicalize(&bin).unwrap_or_else(|e| usage(&format!("{}: {e}", bin.display())));
+    let bin = bin.unwrap_or_else(|| args.fail("an agent binary"));
+    let bin = std::fs::canonicalize(&bin)
+        .unwrap_or_else(|e| args.fail(&format!("{}: {e}", bin.display())));
     let session = |caching, objection_and_compaction| Session {
         rounds,
         result_bytes: bytes,
@@ -92,10 +87,4 @@ fn main() {
     if failed {
         std::process::exit(1);
     }
-}
-
-/// Prints `msg` and the usage; exits 2.
-fn usage(msg: &str) -> ! {
-    eprintln!("cost: {msg}\n{USAGE}");
-    std::process::exit(2);
 }

@@ -16,6 +16,7 @@
 //! wall time also waits for this client to read the replay; `idle_rss_kib`: the same agent
 //! after `initialize`, before the load).
 
+use buzz_agent_e2e::cli::Args;
 use buzz_agent_e2e::harness::AgentProc;
 use buzz_agent_e2e::procfs;
 use serde_json::{Value, json};
@@ -29,29 +30,24 @@ fn main() {
     let mut result_bytes = 2048usize;
     let mut runs = 3usize;
     let mut bins = Vec::new();
-    let mut args = std::env::args().skip(1);
+    let mut args = Args::new(
+        "session_load",
+        "usage: session_load [--rounds N] [--result-bytes B] [--runs R] <agent-binary>…",
+    );
     while let Some(a) = args.next() {
-        let mut number = |what: &str| -> usize {
-            args.next()
-                .and_then(|n| n.parse().ok())
-                .filter(|n| *n >= 1)
-                .unwrap_or_else(|| fail(&format!("{what} needs a positive number")))
-        };
         match a.as_str() {
-            "--rounds" => rounds = number("--rounds"),
-            "--result-bytes" => result_bytes = number("--result-bytes"),
-            "--runs" => runs = number("--runs"),
+            "--rounds" => rounds = args.number("--rounds"),
+            "--result-bytes" => result_bytes = args.number("--result-bytes"),
+            "--runs" => runs = args.number("--runs"),
             "-h" | "--help" => {
-                println!(
-                    "usage: session_load [--rounds N] [--result-bytes B] [--runs R] <agent-binary>…"
-                );
+                println!("{}", args.usage());
                 return;
             }
             _ => bins.push(a),
         }
     }
     if bins.is_empty() {
-        fail("usage: session_load [--rounds N] [--result-bytes B] [--runs R] <agent-binary>…");
+        args.fail("an agent binary");
     }
     let scratch = tempfile::Builder::new()
         .prefix("buzz-session-load-")

@@ -17,6 +17,7 @@
 //! Exits 1 when a session does not complete as scripted, or when the growth is above `G` KiB
 //! (default 1,024: the acceptance bound of issue 27).
 
+use buzz_agent_e2e::cli::Args;
 use buzz_agent_e2e::fake_llm::{FakeLlm, Options, Reply};
 use buzz_agent_e2e::harness::{AgentProc, agent_env, fake_mcp_entry};
 use buzz_agent_e2e::procfs;
@@ -37,29 +38,23 @@ fn main() {
     let mut restarts = false;
     let mut max_growth_kib = 1024u64;
     let mut bins = Vec::new();
-    let mut args = std::env::args().skip(1);
+    let mut args = Args::new("soak", USAGE);
     while let Some(a) = args.next() {
-        let mut number = |what: &str| -> u64 {
-            args.next()
-                .and_then(|n| n.parse().ok())
-                .filter(|n| *n >= 1)
-                .unwrap_or_else(|| fail(&format!("{what} needs a positive number")))
-        };
         match a.as_str() {
-            "--sessions" => sessions = number("--sessions") as usize,
-            "--every" => every = number("--every") as usize,
-            "--max-growth-kib" => max_growth_kib = number("--max-growth-kib"),
+            "--sessions" => sessions = args.number("--sessions"),
+            "--every" => every = args.number("--every"),
+            "--max-growth-kib" => max_growth_kib = args.number("--max-growth-kib"),
             "--restarts" => restarts = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return;
             }
-            _ if a.starts_with('-') => fail(&format!("unknown option {a}\n{USAGE}")),
+            _ if a.starts_with('-') => args.fail(&format!("unknown option {a}")),
             _ => bins.push(a),
         }
     }
     if bins.is_empty() || every > sessions {
-        fail(USAGE);
+        args.fail("an agent binary, and --every at most --sessions");
     }
     let mut over = false;
     for bin in &bins {
