@@ -115,6 +115,82 @@ def surrogate_seeds():
     write("sse_responses", "lone-surrogates", HEADERS["sse_responses"] + responses)
 
 
+def sse(events):
+    # An SSE body: each (event, data) pair as `event:`/`data:` lines (no `event:` line when the
+    # event is None), blank line after each.
+    out = b""
+    for event, data in events:
+        if event is not None:
+            out += b"event: " + event.encode() + b"\n"
+        out += b"data: " + data + b"\n\n"
+    return out
+
+
+def stop_seeds():
+    # Stops that are not the end (SPEC L13, case C69: Anthropic `pause_turn` after server-tool
+    # blocks the agent keeps verbatim) and refusals (case C77: Anthropic `stop_reason: refusal`
+    # with `stop_details`, Chat `content_filter` and a `refusal` delta, Responses a streamed
+    # refusal and `incomplete` with `content_filter`).
+    paused = sse([
+        ("message_start", rb'{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[],"stop_reason":null,"usage":{"input_tokens":50,"output_tokens":1}}}'),
+        ("content_block_start", rb'{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{}}}'),
+        ("content_block_delta", rb'{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"rust 2026"}}'),
+        ("content_block_delta", rb'{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":" edition\"}"}}'),
+        ("content_block_stop", rb'{"type":"content_block_stop","index":0}'),
+        ("content_block_start", rb'{"type":"content_block_start","index":1,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_01","content":[{"type":"web_search_result","url":"https://example.com/r","title":"Rust","encrypted_content":"EqgfCioIARgB","page_age":null}]}}'),
+        ("content_block_stop", rb'{"type":"content_block_stop","index":1}'),
+        ("content_block_start", rb'{"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}'),
+        ("content_block_delta", rb'{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"The 2026 edition "}}'),
+        ("content_block_delta", rb'{"type":"content_block_delta","index":2,"delta":{"type":"citations_delta","citation":{"type":"web_search_result_location","url":"https://example.com/r","title":"Rust","encrypted_index":"Eo8B","cited_text":"edition"}}}'),
+        ("content_block_stop", rb'{"type":"content_block_stop","index":2}'),
+        ("message_delta", rb'{"type":"message_delta","delta":{"stop_reason":"pause_turn","stop_sequence":null},"usage":{"output_tokens":40}}'),
+        ("message_stop", rb'{"type":"message_stop"}'),
+    ])
+    write("sse_anthropic", "case-C69-pause-turn", HEADERS["sse_anthropic"] + paused)
+    refused = sse([
+        ("message_start", rb'{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","content":[],"stop_reason":null,"usage":{"input_tokens":20,"output_tokens":0}}}'),
+        ("message_delta", rb'{"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":"cyber","explanation":"This request asks for \ud83d malware."}},"usage":{"output_tokens":0}}'),
+        ("message_stop", rb'{"type":"message_stop"}'),
+    ])
+    write("sse_anthropic", "case-C77-refusal", HEADERS["sse_anthropic"] + refused)
+    # A refusal after some text, with a null explanation.
+    refused_late = sse([
+        ("message_start", rb'{"type":"message_start","message":{"id":"msg_3","type":"message","role":"assistant","content":[]}}'),
+        ("content_block_start", rb'{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}'),
+        ("content_block_delta", rb'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Sure, here is"}}'),
+        ("content_block_stop", rb'{"type":"content_block_stop","index":0}'),
+        ("message_delta", rb'{"type":"message_delta","delta":{"stop_reason":"refusal","stop_details":{"type":"refusal","category":null,"explanation":null}}}'),
+        ("message_stop", rb'{"type":"message_stop"}'),
+    ])
+    write("sse_anthropic", "case-C77-refusal-after-text", HEADERS["sse_anthropic"] + refused_late)
+    chat = sse([
+        (None, rb'{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":null,"refusal":"I cannot help with that."},"finish_reason":null}]}'),
+        (None, rb'{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"refusal"}]}'),
+        (None, rb'{"id":"c","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":6}}'),
+        (None, b"[DONE]"),
+    ])
+    write("sse_chat", "case-C77-refusal", HEADERS["sse_chat"] + chat)
+    chat_filter = sse([
+        (None, rb'{"id":"c","choices":[{"index":0,"delta":{"content":"Part of an answer"},"finish_reason":null}]}'),
+        (None, rb'{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"content_filter"}]}'),
+        (None, b"[DONE]"),
+    ])
+    write("sse_chat", "case-C77-content-filter", HEADERS["sse_chat"] + chat_filter)
+    responses = sse([
+        ("response.created", rb'{"type":"response.created","response":{"id":"r","status":"in_progress","output":[]}}'),
+        ("response.output_item.added", rb'{"type":"response.output_item.added","output_index":0,"item":{"id":"msg_1","type":"message","role":"assistant","content":[]}}'),
+        ("response.refusal.delta", rb'{"type":"response.refusal.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"I cannot help with that."}'),
+        ("response.refusal.done", rb'{"type":"response.refusal.done","item_id":"msg_1","output_index":0,"content_index":0,"refusal":"I cannot help with that."}'),
+        ("response.completed", rb'{"type":"response.completed","response":{"id":"r","status":"completed","output":[{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"refusal","refusal":"I cannot help with that."}]}]}}'),
+    ])
+    write("sse_responses", "case-C77-refusal", HEADERS["sse_responses"] + responses)
+    responses_filter = sse([
+        ("response.output_text.delta", rb'{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Part of"}'),
+        ("response.incomplete", rb'{"type":"response.incomplete","response":{"id":"r","status":"incomplete","incomplete_details":{"reason":"content_filter"},"output":[]}}'),
+    ])
+    write("sse_responses", "case-C77-content-filter", HEADERS["sse_responses"] + responses_filter)
+
+
 def session_seeds():
     # cfg byte, context byte, server count byte, then (op, arg) pairs (core/src/fuzzing/session.rs).
     P, C, LT, LTOOL, LERR, LCUT, MCP, EXIT, MRAW, ARAW, PERM, NEWS, SETM, LRAW = (
@@ -149,20 +225,49 @@ def session_seeds():
         write("session", name, bytes(ops))
 
 
+def variable_order():
+    # The constants of config::VARIABLES in order: a selector byte is an index into it.
+    text = open(os.path.join(ROOT, "core", "src", "config.rs"), encoding="utf-8").read()
+    table = text.split("const VARIABLES: &[(&str, &str, &str)] = &[", 1)[1].split("\n];", 1)[0]
+    return re.findall(r"^    \(([A-Z_]+),", table, re.M)
+
+
 def config_seeds():
     # entries: selector (index into config::variable_names), length, value.
     def entry(sel, value):
-        v = value.encode()
+        v = value.encode() if isinstance(value, str) else value
         return bytes([sel, len(v)]) + v
+    order = variable_order()
+    at = order.index
     seeds = {
-        "openai-minimal": entry(0, "openai") + entry(7, "gpt-x"),
-        "anthropic-full": entry(0, "anthropic") + entry(1, "sk-test") + entry(2, "claude")
-        + entry(12, "10") + entry(13, "1024") + entry(14, "2048") + entry(25, "*")
-        + entry(26, "300") + entry(30, "allow") + entry(32, "debug") + entry(33, "json"),
-        "bad-values": entry(0, "openai") + entry(7, "m") + entry(13, "99999999999999999999")
-        + entry(26, "-1") + entry(28, "maybe") + entry(8, "ftp://x"),
-        "system-file": entry(0, "openai") + entry(7, "m") + entry(11, "/missing/prompt.txt"),
+        "openai-minimal": entry(at("PROVIDER"), "openai") + entry(at("OPENAI_MODEL"), "gpt-x"),
+        "anthropic-full": entry(at("PROVIDER"), "anthropic") + entry(at("ANTHROPIC_API_KEY"), "sk-test")
+        + entry(at("ANTHROPIC_MODEL"), "claude") + entry(at("MAX_ROUNDS"), "10")
+        + entry(at("MAX_OUTPUT_TOKENS"), "1024") + entry(at("MAX_CONTEXT_TOKENS"), "2048")
+        + entry(at("HOOK_SERVERS"), "*") + entry(at("HOOK_TIMEOUT_MS"), "300")
+        + entry(at("PERMISSION"), "allow") + entry(at("LOG"), "debug") + entry(at("LOG_FORMAT"), "json"),
+        "bad-values": entry(at("PROVIDER"), "openai") + entry(at("OPENAI_MODEL"), "m")
+        + entry(at("MAX_OUTPUT_TOKENS"), "99999999999999999999") + entry(at("HOOK_TIMEOUT_MS"), "-1")
+        + entry(at("REQUIRE_REPLY"), "maybe") + entry(at("OPENAI_BASE_URL"), "ftp://x"),
+        "system-file": entry(at("PROVIDER"), "openai") + entry(at("OPENAI_MODEL"), "m")
+        + entry(at("SYSTEM_PROMPT_FILE"), "/missing/prompt.txt"),
     }
+    # SPEC L3b, case C64: lone surrogates as an environment carries them: JSON-style `\ud83d`
+    # escapes taken literally, and the bytes a surrogate has in WTF-8 / CESU-8 (Python's
+    # surrogateescape), which the target decodes lossily, in every free-text variable.
+    lone = b"\xed\xa0\xbd"
+    seeds["lone-surrogates"] = (
+        entry(at("PROVIDER"), "anthropic") + entry(at("ANTHROPIC_API_KEY"), b"sk-" + lone)
+        + entry(at("ANTHROPIC_MODEL"), "claude-\\ud83d") + entry(at("MODELS"), b"a," + lone + b",\\udc00")
+        + entry(at("SYSTEM_PROMPT"), b"be brief \\ud83d\\ude00 \\udc00 " + lone)
+        + entry(at("HOOK_SERVERS"), b"todo,\\ud800," + lone) + entry(at("REPLY_TOOLS"), "fs__\\udfff")
+        + entry(at("PROMPT_CACHE_KEY"), b"k\\ud83d" + lone) + entry(at("CHILD_ENV"), b"X_*," + lone)
+        + entry(at("PERMISSION"), b"ask" + lone) + entry(at("LOG"), "info"))
+    seeds["lone-surrogates-openai"] = (
+        entry(at("PROVIDER"), "openai") + entry(at("OPENAI_MODEL"), b"m" + lone)
+        + entry(at("OPENAI_BASE_URL"), "http://127.0.0.1:1/v1/\\ud83d")
+        + entry(at("SYSTEM_PROMPT_FILE"), b"/prompt-" + lone + b".txt")
+        + entry(at("PRICES"), b"input=1,output=2,currency=\\ud83d"))
     for name, data in seeds.items():
         write("config_env", name, data)
 
@@ -171,6 +276,7 @@ if __name__ == "__main__":
     path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "docs", "cases.md")
     n = cases(path)
     surrogate_seeds()
+    stop_seeds()
     session_seeds()
     config_seeds()
     print(f"{n} cases written")

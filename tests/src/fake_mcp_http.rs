@@ -702,6 +702,21 @@ pub fn main() -> ! {
     std::process::exit(0)
 }
 
+/// The port a server process started by a test writes to `port_file` once it listens;
+/// panics with `why()` when none came within `timeout`.
+pub fn wait_port_file(port_file: &Path, timeout: Duration, why: impl Fn() -> String) -> u16 {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(p) = std::fs::read_to_string(port_file)
+            && let Ok(p) = p.trim().parse()
+        {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "{}", why());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A fake HTTP MCP server process started by a test; killed (and reaped) on drop.
 pub struct HttpFake {
     child: Option<Child>,
@@ -739,20 +754,9 @@ impl HttpFake {
             .spawn()
             .expect("spawn the fake HTTP MCP server");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(p) = std::fs::read_to_string(&port_file)
-                && let Ok(p) = p.trim().parse()
-            {
-                self.port = p;
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the fake HTTP MCP server did not start listening"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.port = wait_port_file(&port_file, Duration::from_secs(10), || {
+            "the fake HTTP MCP server did not start listening".into()
+        });
     }
 
     /// `http://127.0.0.1:<port>/mcp` (legacy: `/sse`).

@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod http;
+
 /// `tests/node_modules` of this crate.
 pub fn node_modules() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("node_modules")
@@ -91,7 +93,19 @@ pub fn trials(ctx: &Ctx) -> Vec<Trial> {
     let pip_mcp1 = format!(
         "run `python3 -m venv .venv-mcp1 && .venv-mcp1/bin/pip install -r requirements-mcp1.txt` in {dir}"
     );
-    let list: [(&str, PathBuf, &str, Peer); 14] = [
+    let list: [(&str, PathBuf, &str, Peer); 16] = [
+        (
+            "peers::m10_m12_fastmcp_http_server_serves_tools_an_elicitation_and_survives_a_restart",
+            site_file(&venv(), "fastmcp/__init__.py"),
+            &pip,
+            http::m10_m12_fastmcp_http_server_serves_tools_an_elicitation_and_survives_a_restart,
+        ),
+        (
+            "peers::m10_h5_fastmcp_http_policy_server_objects_once_then_allows",
+            site_file(&venv(), "fastmcp/__init__.py"),
+            &pip,
+            http::m10_h5_fastmcp_http_policy_server_objects_once_then_allows,
+        ),
         (
             "peers::c53_acpx_default_mode_denies_an_unannotated_fastmcp_tool_and_allows_a_read_only_one",
             site_file(&venv(), "fastmcp/__init__.py"),

@@ -16,7 +16,8 @@ use super::request::{
 };
 use super::route::{
     ErrorReaction, Learned, ProviderRoute, drop_prompt_cache_key, drop_reasoning_effort,
-    is_openai_reasoning_model, openai_effort, rejects_field, sends_prompt_cache_key,
+    is_openai_reasoning_model, names_responses_api, openai_effort, rejects_field,
+    sends_prompt_cache_key, upgrade_to_responses,
 };
 use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
@@ -192,7 +193,9 @@ pub(crate) fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatO
 }
 
 /// The Chat Completions route (SPEC L7): [`build_request_cached`] with [`chat_options`],
-/// [`ChatDecoder`]; a 400 naming `max_completion_tokens` renames the output cap once (C41);
+/// [`ChatDecoder`]; a 400 or 404 naming `v1/responses` sends the model's requests on the
+/// Responses route from then on (SPEC L8, `route_kind`, route.rs); a 400 naming
+/// `max_completion_tokens` renames the output cap once (C41);
 /// a streamed `reasoning_content` puts the field on every assistant message from then on
 /// (SPEC L10).
 pub(crate) struct ChatCompletions;
@@ -225,12 +228,17 @@ impl ProviderRoute for ChatCompletions {
         body: &[u8],
         learned: &mut Learned,
     ) -> Option<ErrorReaction> {
+        // SPEC L8: a model served only by the Responses API goes there (not back here: no
+        // loop).
+        if names_responses_api(status, body) {
+            return Some(upgrade_to_responses(learned, model));
+        }
         let sent = chat_options(cfg, model, learned);
         if wants_max_completion_tokens(status, body, &sent) {
             learned.max_completion_tokens = true;
-            return Some(ErrorReaction::Resend {
-                warn: "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
-            });
+            return Some(ErrorReaction::resend(
+                "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
+            ));
         }
         // A round's request carried the key when the options allowed it (SPEC L11).
         if sent.prompt_cache_key && rejects_field(status, body, "prompt_cache_key") {
@@ -628,7 +636,9 @@ struct ChunkView {
 ///   surrogates become U+FFFD); `data: [DONE]` ends the stream and later bytes are ignored.
 ///   Only choice `index` 0 is used (a choice without `index` counts as 0); chunks with empty,
 ///   missing or `null` `choices` are fine (C22); unknown fields are ignored.
-/// * `delta.content` → [`StreamDelta::Text`] as it arrives; `delta.reasoning_content`, else
+/// * `delta.content` → [`StreamDelta::Text`] as it arrives; `delta.refusal` (OpenAI: the model
+///   refused, the finish reason stays `stop`) → text too, and a response without tool calls
+///   is then a refusal; `delta.reasoning_content`, else
 ///   `delta.reasoning` (servers that send both send the same text) → [`StreamDelta::Thought`].
 /// * Tool-call deltas are merged by `index` (C21): any start, gaps allowed; id and name are the
 ///   first non-empty ones; arguments are concatenated (a JSON object instead of a string is
@@ -679,6 +689,9 @@ pub(crate) struct ChatDecoder {
     details: Vec<Value>,
     /// The last non-empty `finish_reason`, mapped.
     finish_reason: Option<StopKind>,
+    /// `delta.refusal` text was streamed (OpenAI: the model refused; the finish reason stays
+    /// `stop`).
+    refused: bool,
     /// The last non-empty `finish_reason` was `abort` (vLLM, SGLang: the server dropped the
     /// request): a failed attempt, not an answer.
     aborted: bool,
@@ -749,6 +762,7 @@ impl ChatDecoder {
             reasoning_field: None,
             details: Vec::new(),
             finish_reason: None,
+            refused: false,
             aborted: false,
             done: false,
         }
@@ -792,6 +806,10 @@ impl ChatDecoder {
     fn handle_choice(&mut self, choice: &Value, out: &mut Vec<StreamDelta>) {
         if let Some(delta) = choice.get("delta") {
             if let Some(text) = non_empty_str(delta.get("content")) {
+                self.streamed.push_text(text, out);
+            }
+            if let Some(text) = non_empty_str(delta.get("refusal")) {
+                self.refused = true;
                 self.streamed.push_text(text, out);
             }
             let reasoning = match non_empty_str(delta.get("reasoning_content")) {
@@ -980,6 +998,11 @@ impl EventHandler for ChatDecoder {
             // `stop_kind` never gives a pause: nothing on this route can be sent back to
             // continue one.
             Some(StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause)
+                if tool_calls.is_empty() && self.refused =>
+            {
+                StopKind::Refusal
+            }
+            Some(StopKind::EndTurn | StopKind::ToolUse | StopKind::Pause)
                 if tool_calls.is_empty() =>
             {
                 StopKind::EndTurn
@@ -991,6 +1014,7 @@ impl EventHandler for ChatDecoder {
                     "stream ended without [DONE] and without a finish_reason".to_owned(),
                 ));
             }
+            None if tool_calls.is_empty() && self.refused => StopKind::Refusal,
             None if tool_calls.is_empty() => StopKind::EndTurn,
             None => {
                 if let Some(cut) = tool_calls
@@ -1780,6 +1804,52 @@ mod tests {
         assert_eq!(ok(&decode_every_split(&filtered)).stop, StopKind::Refusal);
         let odd = C24A.replace("\"stop\"", "\"eos_token\"");
         assert_eq!(ok(&decode_every_split(&odd)).stop, StopKind::EndTurn);
+    }
+
+    #[test]
+    fn c77_l7_streamed_refusal_deltas_are_text_and_make_a_refusal() {
+        // OpenAI's stream of a refusal: `refusal` deltas (the first one empty, `content` null),
+        // then `finish_reason: "stop"`.
+        let chunk = |delta: Value, finish: Value| {
+            let choice = serde_json::json!({"index": 0, "delta": delta, "finish_reason": finish});
+            format!("data: {}\n\n", serde_json::json!({"choices": [choice]}))
+        };
+        let body = [
+            chunk(
+                serde_json::json!({"role": "assistant", "content": null, "refusal": ""}),
+                Value::Null,
+            ),
+            chunk(serde_json::json!({"refusal": "I'm sorry, "}), Value::Null),
+            chunk(
+                serde_json::json!({"refusal": "I can't help with that."}),
+                Value::Null,
+            ),
+            chunk(serde_json::json!({}), "stop".into()),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let outcome = decode_every_split(&body);
+        let response = ok(&outcome);
+        assert_eq!(response.stop, StopKind::Refusal);
+        assert_eq!(response.text, "I'm sorry, I can't help with that.");
+        assert_eq!(
+            outcome.deltas,
+            vec![
+                StreamDelta::Text("I'm sorry, ".into()),
+                StreamDelta::Text("I can't help with that.".into())
+            ]
+        );
+        // Without a finish reason, ended by `[DONE]`, it is a refusal too; an empty refusal
+        // field alone is not.
+        let no_finish = body.replace(",\"finish_reason\":\"stop\"", "");
+        assert_ne!(no_finish, body);
+        assert_eq!(ok(&decode_every_split(&no_finish)).stop, StopKind::Refusal);
+        let empty = C24A.replace(
+            "\"content\":\"Done.\"",
+            "\"content\":\"Done.\",\"refusal\":\"\"",
+        );
+        assert_ne!(empty, C24A);
+        assert_eq!(ok(&decode_every_split(&empty)).stop, StopKind::EndTurn);
     }
 
     #[test]

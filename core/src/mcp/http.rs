@@ -94,8 +94,9 @@ pub(crate) enum Delivery {
 enum Purpose {
     /// One frame `POST`ed; its text is kept to send it again (expired session, authorization).
     Post { frame: Frame },
-    /// The transport's own `initialize` for a new session after a `404`.
-    Reinitialize { frame: Frame },
+    /// The transport's own `initialize` for a new session after a `404`; `answered` once its
+    /// response came (the stream that carried it may then end, or be dropped unread).
+    Reinitialize { frame: Frame, answered: bool },
     /// The `GET` stream for server-initiated messages (legacy: the stream of every answer).
     Listen,
     /// A `GET` resuming a stream that closed before its responses: attempt `attempt`.
@@ -454,7 +455,7 @@ impl HttpTransport {
     /// `POST`s a frame (its own initialize: `Reinitialize`).
     fn post(&mut self, purpose: Purpose, out: &mut Outbox, timers: &mut TimerTable) {
         let (frame, awaiting) = match &purpose {
-            Purpose::Post { frame } | Purpose::Reinitialize { frame } => {
+            Purpose::Post { frame } | Purpose::Reinitialize { frame, .. } => {
                 let awaiting = match frame.kind {
                     // Legacy: every answer comes on the event stream, never in the POST's.
                     FrameKind::Initialize(_) | FrameKind::Request(_)
@@ -511,6 +512,15 @@ impl HttpTransport {
                 body,
             },
         });
+    }
+
+    /// `POST`s the transport's own `initialize` for a new session.
+    fn post_reinitialize(&mut self, frame: Frame, out: &mut Outbox, timers: &mut TimerTable) {
+        let purpose = Purpose::Reinitialize {
+            frame,
+            answered: false,
+        };
+        self.post(purpose, out, timers);
     }
 
     /// Opens the `GET` stream (Streamable: server-initiated messages; legacy: every answer).
@@ -901,7 +911,9 @@ impl HttpTransport {
                 f.reader = Reader::Events(Box::default());
                 return true;
             }
-            if media == "application/json" {
+            // A `202`/`204` has no body to read, whatever its content type says (FastMCP
+            // answers a notification `202` with `application/json` and no body).
+            if media == "application/json" && !matches!(status, 202 | 204) {
                 f.reader = Reader::Json(Vec::new());
                 return true;
             }
@@ -1013,7 +1025,7 @@ impl HttpTransport {
             },
             AuthVerdict::Wait => match purpose {
                 Purpose::Post { frame } => self.held.push(frame),
-                Purpose::Reinitialize { frame } => self.held_reinit = Some(frame),
+                Purpose::Reinitialize { frame, .. } => self.held_reinit = Some(frame),
                 Purpose::Listen | Purpose::Resume { .. } => self.listen_after_auth = true,
                 Purpose::Delete | Purpose::Auth { .. } => {}
             },
@@ -1084,7 +1096,7 @@ impl HttpTransport {
                         continue;
                     }
                     if let Some(frame) = self.held_reinit.take() {
-                        self.post(Purpose::Reinitialize { frame }, out, timers);
+                        self.post_reinitialize(frame, out, timers);
                     }
                     for frame in std::mem::take(&mut self.held) {
                         self.send(frame, None, out, timers);
@@ -1317,7 +1329,7 @@ impl HttpTransport {
             self.flights.remove(&seq);
             self.drop_exchange(seq, out, timers);
         }
-        self.post(Purpose::Reinitialize { frame }, out, timers);
+        self.post_reinitialize(frame, out, timers);
         // Its answer is awaited like a request's: the exchange deadline covers it.
     }
 
@@ -1430,7 +1442,12 @@ impl HttpTransport {
                 // A request's stream is done once its responses came (an endless stream after
                 // them is not read on).
                 let done = f.awaiting.is_empty()
-                    && matches!(f.purpose, Purpose::Post { .. } | Purpose::Resume { .. })
+                    && matches!(
+                        f.purpose,
+                        Purpose::Post { .. }
+                            | Purpose::Resume { .. }
+                            | Purpose::Reinitialize { .. }
+                    )
                     && f.events > 0
                     && !self.stream_may_carry_more(f);
                 !done
@@ -1438,10 +1455,17 @@ impl HttpTransport {
         }
     }
 
-    /// Whether a request's stream whose requests are answered still matters: never (the
-    /// server SHOULD close it, and anything else it sends comes on the `GET` stream too).
+    /// Whether a request's stream whose requests are answered still matters: only while it
+    /// owes the answer to the transport's own `initialize` (the server SHOULD close a stream
+    /// after its responses, and anything else it sends comes on the `GET` stream too).
     fn stream_may_carry_more(&self, f: &Flight) -> bool {
-        matches!(f.purpose, Purpose::Reinitialize { .. })
+        matches!(
+            f.purpose,
+            Purpose::Reinitialize {
+                answered: false,
+                ..
+            }
+        )
     }
 
     /// One event of a stream: a JSON-RPC message (or, legacy, the `endpoint`).
@@ -1536,6 +1560,9 @@ impl HttpTransport {
                 Ok(Message::Response { id, outcome })
                     if id.as_str().is_some_and(|s| s.starts_with(REINIT_ID)) =>
                 {
+                    if let Purpose::Reinitialize { answered, .. } = &mut f.purpose {
+                        *answered = true;
+                    }
                     self.reinitialized(outcome, out, timers, got);
                 }
                 Ok(message) => {
@@ -1721,10 +1748,13 @@ impl HttpTransport {
                     }
                 }
             }
-            Purpose::Reinitialize { .. } => got.push(Delivery::Dead(format!(
+            Purpose::Reinitialize {
+                answered: false, ..
+            } => got.push(Delivery::Dead(format!(
                 "could not start a new session: {why} before the answer to initialize"
             ))),
-            Purpose::Post { .. }
+            Purpose::Reinitialize { answered: true, .. }
+            | Purpose::Post { .. }
             | Purpose::Resume { .. }
             | Purpose::Delete
             | Purpose::Auth { .. } => {}
@@ -1867,6 +1897,8 @@ mod tests {
         timers: TimerTable,
         /// The authorization's runtime work asked for (listener, token file, browser).
         oauth: Vec<crate::io::OAuthAction>,
+        /// The lines logged.
+        logs: Vec<String>,
     }
 
     /// A request the transport asked the runtime to send.
@@ -1928,6 +1960,7 @@ mod tests {
                 out: Outbox::new(LogLevel::Debug, MonoTime::ZERO),
                 timers: TimerTable::default(),
                 oauth: Vec::new(),
+                logs: Vec::new(),
             };
             rig.t.open(&mut rig.out, &mut rig.timers);
             rig
@@ -1969,6 +2002,7 @@ mod tests {
                 out: Outbox::new(LogLevel::Debug, MonoTime::ZERO),
                 timers: TimerTable::default(),
                 oauth: Vec::new(),
+                logs: Vec::new(),
             };
             rig.t.open(&mut rig.out, &mut rig.timers);
             rig
@@ -1992,7 +2026,7 @@ mod tests {
                     }
                     Action::CancelHttp { exchange } => dropped.push(exchange.seq),
                     Action::OAuth(a) => self.oauth.push(a),
-                    Action::Log(_) => {}
+                    Action::Log(r) => self.logs.push(r.message),
                     other @ (Action::WriteAcp(_)
                     | Action::WriteMcp { .. }
                     | Action::SpawnMcp { .. }
@@ -2277,9 +2311,9 @@ mod tests {
         assert!(!rig.t.owns(seq));
     }
 
-    #[test]
-    fn m10_a_404_on_the_session_initializes_a_new_one_then_resends_and_a_second_is_dead() {
-        let mut rig = Rig::new(Wire::Streamable);
+    /// After the handshake, request 2 (`tools/call`) gets a `404`: returns the transport's own
+    /// `initialize` for the new session.
+    fn session_expired(rig: &mut Rig) -> Sent {
         rig.handshake();
         rig.send(request(2, "tools/call"), None);
         let (sent, _) = rig.sent();
@@ -2290,11 +2324,32 @@ mod tests {
             "{}",
         );
         assert!(got.is_empty(), "the model never hears of it: {got:?}");
-        let (sent, _) = rig.sent();
-        let reinit = sent
+        let (mut sent, _) = rig.sent();
+        let at = sent
             .iter()
-            .find(|s| s.body["method"] == "initialize")
+            .position(|s| s.body["method"] == "initialize")
             .expect("a new initialize");
+        sent.remove(at)
+    }
+
+    /// The new session's `initialize` (exchange `seq`) answered with session id `def`, as a
+    /// body of `content_type`: the response after `prefix` (and, for an event, its end).
+    fn new_session_answered(
+        rig: &mut Rig,
+        seq: u64,
+        content_type: &str,
+        prefix: &str,
+    ) -> Vec<Delivery> {
+        let answer = json!({"jsonrpc": "2.0", "id": "buzz-reinit-1", "result": {"protocolVersion": "2025-11-25"}});
+        let end = if prefix.is_empty() { "" } else { "\n\n" };
+        let headers = [("content-type", content_type), ("mcp-session-id", "def")];
+        rig.answer(seq, 200, &headers, &format!("{prefix}{answer}{end}"))
+    }
+
+    #[test]
+    fn m10_a_404_on_the_session_initializes_a_new_one_then_resends_and_a_second_is_dead() {
+        let mut rig = Rig::new(Wire::Streamable);
+        let reinit = session_expired(&mut rig);
         assert_eq!(reinit.header("mcp-session-id"), None);
         assert_eq!(
             reinit.body["id"], "buzz-reinit-1",
@@ -2303,16 +2358,7 @@ mod tests {
         // Requests meanwhile wait for the new session.
         rig.send(request(3, "tools/list"), None);
         assert!(rig.sent().0.is_empty());
-        let answer = json!({"jsonrpc": "2.0", "id": "buzz-reinit-1", "result": {"protocolVersion": "2025-11-25"}});
-        let got = rig.answer(
-            reinit.seq,
-            200,
-            &[
-                ("content-type", "application/json"),
-                ("mcp-session-id", "def"),
-            ],
-            &answer.to_string(),
-        );
+        let got = new_session_answered(&mut rig, reinit.seq, "application/json", "");
         assert!(got.is_empty(), "its answer is the transport's own: {got:?}");
         let (sent, _) = rig.sent();
         let methods: Vec<&str> = sent
@@ -2345,6 +2391,46 @@ mod tests {
         assert!(
             matches!(&got[..], [Delivery::Dead(why)] if why.contains("again")),
             "{got:?}"
+        );
+    }
+
+    /// FastMCP's way: the new session's `initialize` is answered on an event stream that the
+    /// server then closes; the session is open again (the stream's end is no failure once
+    /// the answer came), and a `202` with `application/json` and no body is no answer to warn
+    /// about.
+    #[test]
+    fn m10_a_new_session_answered_on_an_event_stream_that_then_closes_is_open() {
+        let mut rig = Rig::new(Wire::Streamable);
+        let reinit = session_expired(&mut rig);
+        let got = new_session_answered(
+            &mut rig,
+            reinit.seq,
+            "text/event-stream",
+            "event: message\ndata: ",
+        );
+        assert!(got.is_empty(), "the stream's end after the answer: {got:?}");
+        let (sent, _) = rig.sent();
+        assert_eq!(methods(&sent), ["notifications/initialized"], "{sent:?}");
+        let json = [("content-type", "application/json")];
+        let got = rig.answer(sent[0].seq, 202, &json, "");
+        assert!(got.is_empty(), "{got:?}");
+        let (sent, _) = rig.sent();
+        let call = sent
+            .iter()
+            .find(|s| s.body["method"] == "tools/call")
+            .expect("the request again");
+        assert_eq!(call.header("mcp-session-id"), Some("def"));
+        let got = rig.answer(
+            call.seq,
+            200,
+            &[("content-type", "text/event-stream")],
+            &format!("event: message\ndata: {}\n\n", response(2)),
+        );
+        assert!(matches!(&got[..], [d] if is_response_to(d, 2)), "{got:?}");
+        assert!(
+            rig.logs.iter().all(|l| !l.contains("not JSON-RPC")),
+            "{:?}",
+            rig.logs
         );
     }
 

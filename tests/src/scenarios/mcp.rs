@@ -3,8 +3,8 @@
 
 use super::setup::Setup;
 use super::util::{
-    Scratch, assert_exits_cleanly, assert_no_survivors, is_cancel_of, log_of, read_pids, wait_file,
-    wait_logged_call,
+    Scratch, agent_requests_of, assert_exits_cleanly, assert_no_survivors, is_cancel_of, log_of,
+    read_pids, wait_file, wait_logged_call,
 };
 use crate::fake_llm::Reply;
 use crate::fake_mcp::FAIL_START_STDERR;
@@ -422,11 +422,7 @@ pub fn m12_a_server_elicitation_goes_to_a_client_that_presents_forms_and_back(ct
         json!({"action": "accept", "content": {"choice": "a"}}),
         "the default of the field the user left out"
     );
-    let asked: Vec<Value> = agent
-        .agent_requests()
-        .into_iter()
-        .filter(|m| m["method"] == "elicitation/create")
-        .collect();
+    let asked = agent_requests_of(&agent, "elicitation/create");
     assert_eq!(asked.len(), 1, "{asked:#?}");
     let params = &asked[0]["params"];
     assert_eq!(params["mode"], "form");
