@@ -697,7 +697,9 @@ pub enum Action {
         proc: ProcKey,
     },
     /// Signal the server's whole process group (`killpg`), even if the leader already exited
-    /// (grandchildren, SPEC M8). Unknown or reaped groups are ignored by the runtime.
+    /// (grandchildren, SPEC M8). Unknown groups are ignored by the runtime; a group whose
+    /// leader it reaped is not signalled as a group again (its id may be another process's),
+    /// its members left behind are signalled one by one (SPEC S7).
     SignalProcessGroup {
         /// The process whose group is signalled.
         proc: ProcKey,

@@ -3,6 +3,7 @@
 //! [`LlmEvent`] into a [`Step`] for the turn to act on. [`LlmCalls`] is the table of calls in
 //! flight (call → session), the seeded backoff jitter and what the provider taught the agent.
 
+use crate::config::ProviderKind;
 use crate::ids::{LlmCallId, SessionId};
 use crate::io::{Action, LlmEvent};
 use crate::llm::Learned;
@@ -73,6 +74,8 @@ pub(crate) struct LlmAttempt {
     /// Bytes of a 2xx body read so far.
     body_bytes: u64,
     decoder: Box<dyn StreamDecoder>,
+    /// The route that built the request (its error reaction and what it learns apply).
+    route: ProviderKind,
     /// `POST <url>`: named in every failure (issue 12: a missing `/v1` shows as a 404 on
     /// `…/chat/completions`).
     url: String,
@@ -85,11 +88,12 @@ pub(crate) struct LlmAttempt {
 }
 
 impl LlmAttempt {
-    /// Attempt number `attempt` of call `call` to `url`, decoding with `decoder`.
+    /// Attempt number `attempt` of call `call` to `url` on `route`, decoding with `decoder`.
     pub(crate) fn new(
         call: LlmCallId,
         purpose: CallPurpose,
         attempt: u32,
+        route: ProviderKind,
         url: String,
         decoder: Box<dyn StreamDecoder>,
     ) -> LlmAttempt {
@@ -97,6 +101,7 @@ impl LlmAttempt {
             call,
             purpose,
             attempt,
+            route,
             url,
             body_head: Vec::new(),
             status: None,
@@ -122,6 +127,11 @@ impl LlmAttempt {
     /// The attempt number (from 1).
     pub(crate) fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// The route that built the request.
+    pub(crate) fn route(&self) -> ProviderKind {
+        self.route
     }
 
     /// The request as failures name it: `POST <url>`, the URL's credentials redacted (SPEC S2).
@@ -318,6 +328,7 @@ mod tests {
             LlmCallId(1),
             purpose,
             1,
+            cfg.provider,
             "http://h/v1/chat/completions".into(),
             crate::llm::route(cfg.provider).decoder("call_1".into()),
         )

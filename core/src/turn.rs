@@ -10,7 +10,7 @@
 
 use crate::acp::{PermissionAnswer, chunk_update, cost_json, usage_json};
 use crate::compaction::{self, Compaction, Compactor};
-use crate::config::{LogLevel, Prices};
+use crate::config::{LogLevel, Prices, ProviderKind};
 use crate::cx::Cx;
 use crate::hooks::{
     GateOpening, GateVerdict, HookMeta, HookOutcome, HookPoint, HookRound, StopGate,
@@ -407,7 +407,9 @@ impl Turn {
             }),
             effort,
         };
-        let route = llm::route(cx.cfg.provider);
+        // SPEC L8: the configured route, or Responses for a model only it serves.
+        let kind = llm::route_kind(cx.cfg, &model, &cx.llm.learned);
+        let route = llm::route(kind);
         let request = route.build_request(cx.cfg, &req, &cx.llm.learned, cache);
         if caching {
             sess.transcript.set_cache_mark();
@@ -427,7 +429,7 @@ impl Turn {
         }
         let url = request.url.clone();
         self.phase = Phase::Llm(Box::new(LlmAttempt::new(
-            call, purpose, attempt, url, decoder,
+            call, purpose, attempt, kind, url, decoder,
         )));
         cx.llm.insert(call, sess.id);
         cx.out.log(
@@ -588,7 +590,7 @@ impl Turn {
         cx: &mut Cx<'_>,
     ) -> Option<TurnEnd> {
         let model = sess.model(&cx.cfg.model);
-        let route = llm::route(cx.cfg.provider);
+        let route = llm::route(self.attempt_route(model, cx));
         match route.on_http_error(
             cx.cfg,
             model,
@@ -597,8 +599,8 @@ impl Turn {
             body,
             &mut cx.llm.learned,
         ) {
-            Some(ErrorReaction::Resend { warn }) => {
-                self.resend(&warn, sess, cx);
+            Some(ErrorReaction::Resend { warn, notice }) => {
+                self.resend(&warn, notice, sess, cx);
                 return None;
             }
             None => {}
@@ -668,13 +670,30 @@ impl Turn {
 
     /// The route changed what it sends after an HTTP error of its own
     /// ([`ErrorReaction::Resend`], e.g. C41): send the same attempt again at once, after its
-    /// one WARN line.
-    fn resend(&mut self, warn: &str, sess: &mut Session, cx: &mut Cx<'_>) {
+    /// one WARN line and the user's `notice` (shown now: nothing of the attempt was).
+    fn resend(&mut self, warn: &str, notice: Option<String>, sess: &mut Session, cx: &mut Cx<'_>) {
         let Phase::Llm(a) = &self.phase else { return };
         let (call, attempt, purpose) = (a.call(), a.attempt(), a.purpose());
         self.release(call, sess, cx);
         cx.out.log(LogLevel::Warn, warn.to_owned());
+        if let Some(text) = notice {
+            sess.notify("llm_route_changed", text);
+            self.shown.pending_notices(sess, cx);
+        }
         self.start_llm_attempt(attempt, purpose, sess, cx);
+    }
+
+    /// The route of the current attempt's request; without one, the route a request for
+    /// `model` would go on now.
+    fn attempt_route(&self, model: &str, cx: &Cx<'_>) -> ProviderKind {
+        match &self.phase {
+            Phase::Llm(a) => a.route(),
+            Phase::Ready
+            | Phase::Backoff { .. }
+            | Phase::Tools(_)
+            | Phase::Gate(_)
+            | Phase::AwaitTools(_) => llm::route_kind(cx.cfg, model, &cx.llm.learned),
+        }
     }
 
     /// One attempt failed: back off and retry when allowed (SPEC L5), else fall back (a
@@ -797,7 +816,8 @@ impl Turn {
             cx.out.send_update(&sess.id.to_string(), &update);
             sess.transcript.record_usage(u.input_tokens);
         }
-        llm::route(cx.cfg.provider).on_response(&resp, &mut cx.llm.learned);
+        let kind = self.attempt_route(sess.model(&cx.cfg.model), cx);
+        llm::route(kind).on_response(&resp, &mut cx.llm.learned);
         self.phase = Phase::Ready;
         let LlmResponse {
             text,

@@ -19,6 +19,20 @@ fn result(w: &World, id: u64) -> Value {
     w.response(id).map_or(Value::Null, |r| r["result"].clone())
 }
 
+/// Prompts `one`, then `two`, each to the end; panics unless both end `end_turn`.
+fn two_prompts_end_their_turns(w: &mut World) {
+    for text in ["one", "two"] {
+        let p = w.prompt(text);
+        w.run_idle();
+        assert_eq!(
+            result(w, p)["stopReason"],
+            "end_turn",
+            "{text}: {}",
+            w.transcript_text()
+        );
+    }
+}
+
 #[test]
 fn c41_max_tokens_rejected_is_retried_once_as_max_completion_tokens_and_remembered() {
     let mut cfg = test_config();
@@ -33,17 +47,7 @@ fn c41_max_tokens_rejected_is_retried_once_as_max_completion_tokens_and_remember
         LlmReply::text("first answer"),
         LlmReply::text("second answer"),
     ]);
-    let p1 = w.prompt("one");
-    w.run_idle();
-    assert_eq!(
-        result(&w, p1)["stopReason"],
-        "end_turn",
-        "{}",
-        w.transcript_text()
-    );
-    let p2 = w.prompt("two");
-    w.run_idle();
-    assert_eq!(result(&w, p2)["stopReason"], "end_turn");
+    two_prompts_end_their_turns(&mut w);
     let b = bodies(&w);
     assert_eq!(
         b.len(),
@@ -62,19 +66,29 @@ fn c41_max_tokens_rejected_is_retried_once_as_max_completion_tokens_and_remember
 fn c41_a_second_rejection_under_the_new_name_fails_the_prompt_without_looping() {
     let mut cfg = test_config();
     cfg.model = "gpt-5.4".into(); // a known reasoning model: the new name from the first request
+    let b = refused_prompt_fails(cfg, 400, C41_BODY);
+    assert_eq!(b.len(), 1, "no rename retry when the name was already sent");
+    assert_eq!(b[0]["max_completion_tokens"], json!(32_768));
+}
+
+/// One prompt on `cfg` whose every request is refused with `status` and `body`: panics unless
+/// the prompt fails with the provider's error; the request bodies sent.
+fn refused_prompt_fails(
+    cfg: buzz_agent_core::config::Config,
+    status: u16,
+    body: &str,
+) -> Vec<Value> {
     let mut w = World::new(cfg, vec![ServerSpec::new("fs", &[])]);
     w.start();
     w.llm([LlmReply::Raw {
-        status: 400,
-        body: C41_BODY.into(),
+        status,
+        body: body.into(),
     }]);
     let p = w.prompt("one");
     w.run_idle();
-    let b = bodies(&w);
-    assert_eq!(b.len(), 1, "no rename retry when the name was already sent");
-    assert_eq!(b[0]["max_completion_tokens"], json!(32_768));
     let resp = w.response(p).cloned().unwrap_or(Value::Null);
     assert_eq!(resp["error"]["code"], -32000, "{resp}");
+    bodies(&w)
 }
 
 /// An Anthropic Messages SSE body: an optional signed thinking block, a text block, then
@@ -330,4 +344,85 @@ fn c61_c39_chat_objection_joins_the_answer_and_keeps_deepseek_reasoning_valid() 
     assert_eq!(joined["tool_calls"][0]["function"]["name"], "h___Stop");
     let first_call = &b[1]["messages"][1];
     assert_eq!(first_call["reasoning_content"], "R1", "{first_call}");
+}
+
+/// OpenAI's answer on Chat Completions for a model only the Responses API serves (`o1-pro`).
+const RESPONSES_ONLY_BODY: &str = r#"{"error":{"message":"This model is only supported in v1/responses and not in v1/chat/completions.","type":"invalid_request_error","param":"model","code":null}}"#;
+
+/// A Responses API stream of one text answer (SPEC L8).
+fn responses_sse(text: &str) -> String {
+    [
+        json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": text}),
+        json!({"type": "response.completed", "response": {"status": "completed", "usage": {"input_tokens": 10, "output_tokens": 2}}}),
+    ]
+    .iter()
+    .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+    .collect()
+}
+
+#[test]
+fn l8_a_model_only_the_responses_api_serves_moves_to_the_responses_route_within_the_prompt() {
+    let mut cfg = test_config();
+    cfg.model = "o1-pro".into();
+    let mut w = World::new(cfg, vec![ServerSpec::new("fs", &[])]);
+    let sid = w.start();
+    let from = w.acp_out.len();
+    w.llm([
+        LlmReply::Raw {
+            status: 404,
+            body: RESPONSES_ONLY_BODY.into(),
+        },
+        LlmReply::Raw {
+            status: 200,
+            body: responses_sse("first answer"),
+        },
+        LlmReply::Raw {
+            status: 200,
+            body: responses_sse("second answer"),
+        },
+    ]);
+    two_prompts_end_their_turns(&mut w);
+    let b = bodies(&w);
+    assert_eq!(
+        b.len(),
+        3,
+        "the refused request, its resend, the next prompt"
+    );
+    assert!(b[0]["messages"].is_array(), "Chat first: {}", b[0]);
+    for later in &b[1..] {
+        // The Responses shape: `input` items, the output cap as `max_output_tokens`.
+        assert!(
+            later["input"].is_array() && later.get("messages").is_none(),
+            "{later}"
+        );
+        assert_eq!(later["max_output_tokens"], json!(32_768), "{later}");
+    }
+    assert_eq!(b[2]["input"][0]["content"], json!("one"), "{}", b[2]);
+    let warns: Vec<_> = w
+        .logs
+        .iter()
+        .filter(|l| l.message.contains("Responses API"))
+        .collect();
+    assert_eq!(warns.len(), 1, "{warns:?}");
+    assert_eq!(warns[0].level, buzz_agent_core::config::LogLevel::Warn);
+    let notices: Vec<_> = w
+        .updates_since(from, &sid)
+        .into_iter()
+        .filter(|u| u["_meta"]["buzz"]["notice"] == "llm_route_changed")
+        .collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(
+        notices[0]["content"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("'o1-pro'") && t.contains("Responses API")),
+        "{notices:?}"
+    );
+}
+
+#[test]
+fn l8_a_responses_route_refusal_naming_v1_responses_fails_the_prompt_without_looping() {
+    let mut cfg = test_config();
+    cfg.provider = ProviderKind::OpenAiResponses;
+    let b = refused_prompt_fails(cfg, 404, RESPONSES_ONLY_BODY);
+    assert_eq!(b.len(), 1, "nothing to upgrade to on Responses");
 }

@@ -11,17 +11,35 @@
 //! Every reader holds a fixed amount whatever the child writes (case C52): stdout goes to the
 //! core in chunks (its codec caps lines), stderr through the core's [`StderrLines`] splitter,
 //! which cuts a line at the cap and skips the rest of it without storing it.
+//!
+//! Descendants (SPEC S7). The agent is a child subreaper ([`crate::sys::child_subreaper`]), so
+//! a process whose parent exits becomes the agent's child instead of init's. A process group
+//! is signalled (`killpg`) only while its leader is not reaped: once the runtime reaped it,
+//! the group's id is a free pid that another process may take, so the group is not signalled
+//! again; its members left behind (the agent's descendants now) are signalled one by one.
+//! Processes of a server's tree that left its group (`setsid`, `setpgid`) are noted, with
+//! their start time, whenever the server's stdin is closed or its group signalled, and
+//! signalled with the group. At exit [`Children::stop_descendants`] stops every process still
+//! below the agent: SIGTERM, SIGKILL after [`DESCENDANT_GRACE`]. Exited processes that no one
+//! else waits for (orphans re-parented to the agent) are reaped by pid, never with
+//! `waitpid(-1)`: the runtimes wait for the servers they spawned by pid too (a pidfd, then
+//! `waitpid(pid)`), and their statuses stay theirs. Each signal sent is logged at debug level
+//! with the group or pid it went to.
 
 use crate::runtime::{InputSender, ReadPipe, Runtime, WritePipe};
-use crate::sys::{exit_description, nowait_unsupported, signal_group, write_nowait};
+use crate::sys::{
+    exit_description, nowait_unsupported, reap, signal_group, signal_name, signal_process,
+    write_nowait,
+};
+use crate::tree;
 use crate::util::race;
 use buzz_agent_core::io::{MAX_MCP_STDIN_QUEUE_BYTES, StderrLines};
 use buzz_agent_core::{Input, ProcKey, Signal, SpawnSpec};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes per read of a child's stdout (one buffer per child for its whole life; a full pipe
@@ -32,6 +50,15 @@ const STDERR_BUF: usize = 8 * 1024;
 /// How long to wait for stderr to drain after the child exited, so the exit report carries
 /// the last stderr lines (a grandchild holding stderr open must not delay it longer).
 const STDERR_DRAIN: Duration = Duration::from_millis(300);
+/// How long the processes still below the agent at exit have between SIGTERM and SIGKILL (a
+/// server group's grace, SPEC M8).
+pub const DESCENDANT_GRACE: Duration = Duration::from_secs(2);
+/// How long after the SIGKILL at exit the agent waits to reap what it killed.
+const REAP_AFTER_KILL: Duration = Duration::from_millis(200);
+/// How often the loop reaps orphans that exited (each one a zombie until then).
+const REAP_EVERY: Duration = Duration::from_secs(2);
+/// How often [`Children::stop_descendants`] looks again.
+const SWEEP_POLL: Duration = Duration::from_millis(20);
 
 /// One live child as the driver sees it.
 struct Child {
@@ -47,12 +74,24 @@ struct Child {
     full: bool,
     /// Process group id (= the leader's pid, `process_group(0)`).
     pgid: i32,
+    /// Set by the exit task as soon as the runtime reaped the leader: from then on the group
+    /// is never signalled (its id may be another process's).
+    reaped: Arc<AtomicBool>,
+    /// Processes of the server's tree seen outside its group, by `(pid, start time)`.
+    strays: BTreeSet<(i32, u64)>,
 }
 
-/// The live children, by process key.
+/// The live children, by process key, and what the agent knows of its other descendants.
 #[derive(Default)]
 pub struct Children {
     map: BTreeMap<ProcKey, Child>,
+    /// The leaders the runtime still waits for (pid, reaped), whatever became of their entry
+    /// in `map`: never reaped here.
+    waited: Vec<(i32, Arc<AtomicBool>)>,
+    /// When orphans were last reaped.
+    reaped_at: Option<Instant>,
+    /// Debug lines for the loop to log: each signal sent, each group not signalled.
+    notes: Vec<String>,
 }
 
 impl Children {
@@ -101,11 +140,18 @@ impl Children {
                 read_stderr(stderr, proc, tx).await;
             });
         }
+        let reaped = Arc::new(AtomicBool::new(false));
         {
             let tx = tx.clone();
             let exit = child.exit;
+            let reaped = reaped.clone();
             rt.spawn(async move {
-                let status = match exit.await {
+                let status = exit.await;
+                // On the loop thread, in the poll that reaped it (tokio, and async-process with
+                // a pidfd; its fallback reaper thread leaves a moment between): no signal of
+                // the loop goes in between.
+                reaped.store(true, Ordering::Release);
+                let status = match status {
                     Ok(s) => exit_description(s),
                     Err(e) => format!("wait failed: {e}"),
                 };
@@ -116,6 +162,8 @@ impl Children {
                 let _ = tx.send(Input::McpExited { proc, status }).await;
             });
         }
+        let pgid = i32::try_from(child.pid).unwrap_or(0);
+        self.waited.push((pgid, reaped.clone()));
         self.map.insert(
             proc,
             Child {
@@ -123,7 +171,9 @@ impl Children {
                 direct: child.stdin_fd,
                 queued,
                 full: false,
-                pgid: i32::try_from(child.pid).unwrap_or(0),
+                pgid,
+                reaped,
+                strays: BTreeSet::new(),
             },
         );
         Input::McpSpawned { proc }
@@ -176,9 +226,12 @@ impl Children {
         None
     }
 
-    /// Closes the child's stdin once the lines queued before are written.
+    /// Closes the child's stdin once the lines queued before are written (the processes of
+    /// its tree outside its group are noted first: it may exit at end of file, and they are
+    /// then no longer below it).
     pub fn close_stdin(&mut self, proc: ProcKey) {
         if let Some(c) = self.map.get_mut(&proc) {
+            c.note_strays();
             // Both write ends must close for the child to see end of file.
             c.direct = None;
             if let Some(tx) = c.stdin.take() {
@@ -187,13 +240,143 @@ impl Children {
         }
     }
 
-    /// Signals the child's process group, even after the leader exited (grandchildren, SPEC
-    /// M8). After `Kill` the group is gone for good and forgotten, so a reused pgid is never hit.
+    /// Signals the child's process group and the strays of its tree (SPEC M8, S7). While the
+    /// leader is not reaped, the group with `killpg`; after that, never the group: its members
+    /// still below the agent (grandchildren, re-parented to it) one by one, unless a live
+    /// leader's group took the same id. After `Kill` the child is forgotten.
     pub fn signal(&mut self, proc: ProcKey, signal: Signal) {
-        let Some(c) = self.map.get(&proc) else { return };
-        signal_group(c.pgid, signal);
+        let Some(c) = self.map.get_mut(&proc) else {
+            return;
+        };
+        let name = signal_name(signal);
+        let mut left = Vec::new();
+        if c.reaped.load(Ordering::Acquire) {
+            self.notes.push(format!(
+                "process group {} not signalled ({name}): its leader was reaped",
+                c.pgid
+            ));
+            let pgid = c.pgid;
+            let taken = self
+                .waited
+                .iter()
+                .any(|(pid, r)| *pid == pgid && !r.load(Ordering::Acquire));
+            let below = tree::descendants(tree::me());
+            if !taken {
+                left.extend(
+                    below
+                        .iter()
+                        .filter(|p| p.pgid == pgid && !p.zombie)
+                        .map(|p| p.pid),
+                );
+            }
+            left.extend(
+                below
+                    .iter()
+                    .filter(|p| !p.zombie && c.strays.contains(&(p.pid, p.start)))
+                    .map(|p| p.pid),
+            );
+        } else {
+            c.note_strays();
+            signal_group(c.pgid, signal);
+            self.notes
+                .push(format!("sent {name} to process group {}", c.pgid));
+            left.extend(
+                c.strays
+                    .iter()
+                    .filter(|&&(pid, start)| {
+                        tree::read(pid).is_some_and(|p| p.start == start && !p.zombie)
+                    })
+                    .map(|&(pid, _)| pid),
+            );
+        }
+        left.sort_unstable();
+        left.dedup();
+        for pid in left {
+            signal_process(pid, signal);
+            self.notes.push(format!("sent {name} to process {pid}"));
+        }
         if signal == Signal::Kill {
             self.map.remove(&proc);
+        }
+    }
+
+    /// The debug lines of the signals sent (and not sent) since the last call.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// Reaps the orphans that exited, at most once per [`REAP_EVERY`] (the loop calls this
+    /// every turn).
+    pub fn reap_now_and_then(&mut self, now: Instant) {
+        if self.reaped_at.is_none_or(|at| now >= at + REAP_EVERY) {
+            self.reaped_at = Some(now);
+            self.reap_orphans();
+        }
+    }
+
+    /// Reaps every exited child of the agent that the runtime does not wait for (SPEC S7: an
+    /// orphan re-parented to the subreaper), by pid.
+    fn reap_orphans(&mut self) {
+        self.waited.retain(|(_, r)| !r.load(Ordering::Acquire));
+        for pid in tree::children(tree::me()) {
+            if self.waited.iter().any(|(p, _)| *p == pid) {
+                continue;
+            }
+            if tree::read(pid).is_some_and(|p| p.zombie) {
+                reap(pid);
+            }
+        }
+    }
+
+    /// At exit (SPEC S7): SIGTERM to every process still below the agent that is not a zombie
+    /// (but those in the process groups `spared`: the browsers the agent opened for the user),
+    /// SIGKILL after [`DESCENDANT_GRACE`] to those still alive, and the orphans reaped.
+    /// Returns as soon as nothing is left alive.
+    pub async fn stop_descendants<R: crate::runtime::Runtime>(&mut self, spared: &[i32]) {
+        let alive = || -> Vec<i32> {
+            tree::descendants(tree::me())
+                .into_iter()
+                .filter(|p| !p.zombie && !spared.contains(&p.pgid))
+                .map(|p| p.pid)
+                .collect()
+        };
+        for (signal, wait) in [
+            (Signal::Term, DESCENDANT_GRACE),
+            (Signal::Kill, REAP_AFTER_KILL),
+        ] {
+            let left = alive();
+            if left.is_empty() {
+                break;
+            }
+            let name = signal_name(signal);
+            for pid in left {
+                signal_process(pid, signal);
+                self.notes.push(format!("sent {name} to process {pid}"));
+            }
+            let deadline = Instant::now() + wait;
+            loop {
+                self.reap_orphans();
+                if alive().is_empty() || Instant::now() >= deadline {
+                    break;
+                }
+                R::sleep_until(Instant::now() + SWEEP_POLL).await;
+            }
+        }
+        self.reap_orphans();
+    }
+}
+
+impl Child {
+    /// Notes the processes of the leader's tree outside its group, while the leader is not
+    /// reaped (its tree is then intact).
+    fn note_strays(&mut self) {
+        if self.reaped.load(Ordering::Acquire) {
+            return;
+        }
+        for p in tree::descendants(self.pgid) {
+            if p.pgid != self.pgid && !p.zombie {
+                self.strays.insert((p.pid, p.start));
+            }
         }
     }
 }

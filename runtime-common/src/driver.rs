@@ -108,7 +108,18 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
     // The loop's timer and the deadline it is armed for (`None`: unarmed or fired).
     let mut timer: Option<R::Timer> = None;
     let mut armed: Option<Instant> = None;
+    // The runtime's debug lines (each signal sent, SPEC S7), when the level asks for them.
+    let debug = agent.config().log_level >= LogLevel::Debug;
+    let log_notes = |children: &mut Children, at: MonoTime| {
+        for message in children.take_notes() {
+            if debug {
+                let level = LogLevel::Debug;
+                log.write(LogRecord { level, at, message }.render(log_format));
+            }
+        }
+    };
     loop {
+        children.reap_now_and_then(Instant::now());
         while let Some(action) = agent.poll_action() {
             match action {
                 Action::WriteAcp(line) => stdout.push(&line),
@@ -121,7 +132,10 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
                     immediate.push_back(children.spawn(&rt, proc, spec, &tx));
                 }
                 Action::CloseMcpStdin { proc } => children.close_stdin(proc),
-                Action::SignalProcessGroup { proc, signal } => children.signal(proc, signal),
+                Action::SignalProcessGroup { proc, signal } => {
+                    children.signal(proc, signal);
+                    log_notes(&mut children, now());
+                }
                 Action::CallLlm { call, request } => {
                     let report = move |event| Input::Llm { call, event };
                     match http.start(&rt, request.into(), report, &tx) {
@@ -228,6 +242,9 @@ pub async fn drive<R: Runtime>(rt: R, mut config: Config, program: &Program) -> 
     rx.close();
     store.finish(FINAL_STORE_FLUSH);
     stdout.finish(FINAL_FLUSH);
+    // SPEC S7: nothing the servers started outlives the agent (the client has its answers).
+    children.stop_descendants::<R>(oauth.browser_groups()).await;
+    log_notes(&mut children, now());
     log.flush(FINAL_LOG_FLUSH);
     exit_code
 }

@@ -9,7 +9,8 @@
 //! |---|---|
 //! | [`runtime`] | the [`Runtime`] trait and the pipe traits a binary implements |
 //! | [`driver`] | the loop: drain actions, handle inputs and timeouts (the core's drain rule) |
-//! | `children` | MCP child processes: spawn, pipes (stderr as capped lines, C52), exit, `killpg` |
+//! | `children` | MCP child processes: spawn, pipes (stderr as capped lines, C52), exit, `killpg`; every descendant stopped at exit (S7) |
+//! | `tree` | the agent's process tree from `/proc`: descendants, process groups, zombies (S7) |
 //! | [`log`] | stderr logging that never blocks the loop (SPEC P2, case C51) |
 //! | [`http`] | HTTP exchanges (LLM calls, MCP over HTTP) as tasks over the runtime's sockets, TLS by rustls |
 //! | [`stdio`] | the ACP client's stdin (a reader thread) and stdout (non-blocking writes) |
@@ -17,7 +18,7 @@
 //! | [`store`] | session transcripts on disk (SPEC A9): open, lock, append, read, list |
 //! | [`project`] | a session's `AGENTS.md` files and skill folders, read bounded (SPEC A10) |
 //! | [`oauth`] | MCP authorization's IO (SPEC M11): the loopback redirect listener, the token files, `$BROWSER` |
-//! | [`sys`] | `killpg`, exit-status wording, glibc's arena setting, not dumpable |
+//! | [`sys`] | `killpg`, `kill`, reaping orphans, exit-status wording, glibc's arena setting, not dumpable, child subreaper |
 //! | `util` | `race` of two futures |
 //!
 //! What both drivers need that is not IO lives in `buzz-agent-core`, not here. The one-shot
@@ -36,6 +37,7 @@ pub mod runtime;
 pub mod stdio;
 pub mod store;
 pub mod sys;
+mod tree;
 mod util;
 
 pub use driver::drive;
@@ -72,7 +74,8 @@ pub struct Extras {
 /// Everything before the loop: handles the command line (help, version, the `extras`
 /// subcommands), prints [`cli::tty_hint`] when stdin is a terminal (a person, not an ACP
 /// client, started it), reads and validates the configuration, sets up the allocator and
-/// makes the process non-dumpable ([`sys::not_dumpable`], SPEC S1).
+/// makes the process non-dumpable ([`sys::not_dumpable`], SPEC S1) and a child subreaper
+/// ([`sys::child_subreaper`], SPEC S7).
 ///
 /// # Errors
 /// The status to exit with at once: after `--help`, `--version` or a subcommand, or 2 after a
@@ -87,15 +90,23 @@ pub fn start(program: &Program) -> Result<Config, i32> {
     }
     let config = cli::load_config(program)?;
     sys::one_malloc_arena();
-    if let Err(e) = sys::not_dumpable() {
+    let warn = |message: String| {
         let record = buzz_agent_core::LogRecord {
             level: buzz_agent_core::config::LogLevel::Warn,
             at: buzz_agent_core::MonoTime::ZERO,
-            message: format!(
-                "cannot make the process non-dumpable ({e}); its environment stays readable through /proc"
-            ),
+            message,
         };
         eprint!("{}", record.render(config.log_format));
+    };
+    if let Err(e) = sys::not_dumpable() {
+        warn(format!(
+            "cannot make the process non-dumpable ({e}); its environment stays readable through /proc"
+        ));
+    }
+    if let Err(e) = sys::child_subreaper() {
+        warn(format!(
+            "cannot become a child subreaper ({e}); a process that leaves its server's process group may outlive the agent"
+        ));
     }
     Ok(config)
 }

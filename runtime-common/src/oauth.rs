@@ -47,6 +47,9 @@ pub struct OAuthIo {
     tx: InputSender,
     listeners: BTreeMap<(ServerSlot, ListenerId), Listener>,
     files: Option<mpsc::Sender<FileJob>>,
+    /// The process groups of the browsers started (each its own group): the user's, left
+    /// running when the agent stops its descendants at exit (SPEC S7).
+    browsers: Vec<i32>,
 }
 
 /// One open listener.
@@ -78,6 +81,7 @@ impl OAuthIo {
             tx,
             listeners: BTreeMap::new(),
             files: None,
+            browsers: Vec::new(),
         }
     }
 
@@ -117,11 +121,17 @@ impl OAuthIo {
                 file,
                 bytes,
             } => self.file_job(FileJob::Write(server, file, bytes)),
-            OAuthAction::OpenBrowser { server, argv } => Some(Input::OAuth(OAuthInput::Browser {
-                server,
-                result: open_browser(&argv),
-            })),
+            OAuthAction::OpenBrowser { server, argv } => {
+                let result = open_browser(&argv).map(|pgid| self.browsers.push(pgid));
+                Some(Input::OAuth(OAuthInput::Browser { server, result }))
+            }
         }
+    }
+
+    /// The process groups of the browsers this agent started.
+    #[must_use]
+    pub fn browser_groups(&self) -> &[i32] {
+        &self.browsers
     }
 
     /// At exit: every listener is closed.
@@ -412,8 +422,8 @@ fn write_token_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> 
     written.map_err(|e| e.to_string())
 }
 
-/// Starts the browser detached; a thread reaps it.
-fn open_browser(argv: &[String]) -> Result<(), String> {
+/// Starts the browser detached, in a process group of its own (returned); a thread reaps it.
+fn open_browser(argv: &[String]) -> Result<i32, String> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = argv.split_first() else {
         return Err("no browser command".into());
@@ -432,12 +442,13 @@ fn open_browser(argv: &[String]) -> Result<(), String> {
         }
     }
     let mut child = cmd.spawn().map_err(|e| format!("{program}: {e}"))?;
+    let pgid = i32::try_from(child.id()).unwrap_or(0);
     let _ = std::thread::Builder::new()
         .name("browser".into())
         .spawn(move || {
             let _ = child.wait();
         });
-    Ok(())
+    Ok(pgid)
 }
 
 #[cfg(test)]

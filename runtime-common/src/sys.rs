@@ -1,25 +1,80 @@
-//! The few direct system calls a driver makes: signalling a process group, wording an exit
-//! status, glibc's arena setting, the process's own hardening (not dumpable), and writes that
-//! never block.
+//! The few direct system calls a driver makes: signalling a process group or a process,
+//! reaping orphans, wording an exit status, glibc's arena setting, the process's own hardening
+//! (not dumpable, child subreaper), and writes that never block.
 
 use buzz_agent_core::Signal;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::process::ExitStatus;
 
 /// Sends `signal` to the process group `pgid` (`kill(-pgid, sig)`, i.e. `killpg`), reaching
-/// grandchildren even after the group leader exited (SPEC M8, case C34). A `pgid` of 0 or 1
-/// (unknown, or init's) is never signalled. The result is ignored: `ESRCH` (the group is gone)
-/// is the expected outcome after a clean exit.
+/// grandchildren (SPEC M8, case C34). Only while the group's leader is not reaped: after that
+/// its pid, the group's id, may be another process's (SPEC S7). A `pgid` of 0 or 1 (unknown,
+/// or init's) is never signalled. The result is ignored: `ESRCH` (the group is gone) is the
+/// expected outcome after a clean exit.
 pub fn signal_group(pgid: i32, signal: Signal) {
-    if pgid <= 1 {
-        return;
+    if pgid > 1 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+        let _ = unsafe { libc::kill(-pgid, signal_number(signal)) };
     }
-    let sig = match signal {
+}
+
+/// Sends `signal` to the one process `pid` (`kill(2)`); a `pid` of 0 or 1 is never signalled.
+/// The result is ignored (`ESRCH`: it is gone).
+pub fn signal_process(pid: i32, signal: Signal) {
+    if pid > 1 {
+        // SAFETY: kill(2) with a positive pid signals one process; no memory is involved.
+        let _ = unsafe { libc::kill(pid, signal_number(signal)) };
+    }
+}
+
+/// The signal's name as logs show it.
+#[must_use]
+pub fn signal_name(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Term => "SIGTERM",
+        Signal::Kill => "SIGKILL",
+    }
+}
+
+fn signal_number(signal: Signal) -> i32 {
+    match signal {
         Signal::Term => libc::SIGTERM,
         Signal::Kill => libc::SIGKILL,
-    };
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
-    let _ = unsafe { libc::kill(-pgid, sig) };
+    }
+}
+
+/// Reaps `pid` if it is an exited child of the agent (`waitpid(pid, WNOHANG)`): whether it
+/// was. Only for children no one else waits for (the runtime waits for the MCP servers it
+/// spawned; their statuses must stay theirs).
+pub fn reap(pid: i32) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid(2) on one pid, writing the status into a local.
+    unsafe { libc::waitpid(pid, &raw mut status, libc::WNOHANG) == pid }
+}
+
+/// Makes the agent a child subreaper (`prctl(PR_SET_CHILD_SUBREAPER, 1)`, SPEC S7): a
+/// descendant whose parent exits is re-parented to the agent rather than to init, so a
+/// grandchild that left its server's process group (`setsid`) is still the agent's to find
+/// and stop at shutdown, and the agent reaps it. Elsewhere than Linux this does nothing.
+///
+/// # Errors
+/// The OS error of `prctl` (never expected on Linux).
+pub fn child_subreaper() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    return prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    #[cfg(not(target_os = "linux"))]
+    Ok(())
+}
+
+/// `prctl(option, value)` for the options that take one integer and touch no memory.
+#[cfg(target_os = "linux")]
+fn prctl(option: libc::c_int, value: libc::c_ulong) -> std::io::Result<()> {
+    // SAFETY: prctl(2) with integer arguments only (PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER).
+    if unsafe { libc::prctl(option, value, 0, 0, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Takes the exclusive `flock(2)` lock of `file` without waiting (SPEC A9: one agent per
@@ -56,13 +111,8 @@ pub fn exit_description(status: ExitStatus) -> String {
 /// The OS error of `prctl` (never expected on Linux).
 pub fn not_dumpable() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
-    {
-        // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and touches no memory of ours.
-        let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
+    return prctl(libc::PR_SET_DUMPABLE, 0);
+    #[cfg(not(target_os = "linux"))]
     Ok(())
 }
 

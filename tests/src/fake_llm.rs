@@ -1343,6 +1343,24 @@ pub struct FakeLlm {
     pub(crate) dialect: Option<crate::dialects::Dialect>,
 }
 
+/// OpenAI's answer on Chat Completions for a model only the Responses API serves (`o1-pro`,
+/// `gpt-5-pro`, the `…-codex` models), sent with status 404.
+pub const RESPONSES_ONLY_BODY: &str = r#"{"error":{"message":"This model is only supported in v1/responses and not in v1/chat/completions.","type":"invalid_request_error","param":"model","code":null}}"#;
+
+/// What an OpenAI endpoint where `model` exists only on the Responses API answers `req`: a
+/// Chat Completions request for it gets the 404 [`RESPONSES_ONLY_BODY`] (not one of the
+/// scenario's requests, see [`Reply::uncounted`]); `None` for any other request (the script's).
+pub fn responses_only(model: &str, req: &RecordedRequest) -> Option<Reply> {
+    (req.wire() == Wire::Chat && req.body["model"] == model).then(|| {
+        Reply::status(
+            404,
+            vec![("content-type", "application/json")],
+            RESPONSES_ONLY_BODY,
+        )
+        .uncounted()
+    })
+}
+
 /// Body of the 500 answered when a script runs out.
 pub const EXHAUSTED_BODY: &str = r#"{"error":{"message":"fake llm: script exhausted"}}"#;
 

@@ -64,6 +64,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_INTERCEPTORS` | a JSON array of SEP-2624 interceptors (see [`FakeInterceptor`]): the server answers `interceptors/list` and `interceptor/invoke` (SPEC X1); unset: `-32601` like any unknown method |
 /// | `FAKE_MCP_CALL_LOG=path` | appends every received line, flushed |
 /// | `FAKE_MCP_GRANDCHILD_PIDFILE=path` | spawns `sleep 1000`, writes `<own pid> <grandchild pid>` |
+/// | `FAKE_MCP_GRANDCHILD_SETSID=1` | that grandchild calls `setsid` first: it leaves the server's process group and session |
 /// | `FAKE_MCP_IGNORE_TERM=1` | ignores SIGTERM and does not exit on stdin EOF (only SIGKILL ends it) |
 /// | `FAKE_MCP_ENV_DUMP=path` | writes its environment as a JSON object at start |
 /// | `FAKE_MCP_PARENT_ENVIRON=path` | at start, with no capability in its effective set (dropped when it runs as root: it is then an unprivileged process of the agent's user), reads `/proc/<parent>/environ` and writes `{"ok":true,"environ":…}` or `{"ok":false,"error":…}` (SPEC S1: the agent is not dumpable) |
@@ -105,6 +106,7 @@ pub struct Config {
     pub interceptors: Vec<FakeInterceptor>,
     pub call_log: Option<PathBuf>,
     pub grandchild_pidfile: Option<PathBuf>,
+    pub grandchild_setsid: bool,
     pub ignore_term: bool,
     pub env_dump: Option<PathBuf>,
     pub parent_environ: Option<PathBuf>,
@@ -195,6 +197,7 @@ impl Config {
                 .unwrap_or_default(),
             call_log: path("FAKE_MCP_CALL_LOG"),
             grandchild_pidfile: path("FAKE_MCP_GRANDCHILD_PIDFILE"),
+            grandchild_setsid: flag("FAKE_MCP_GRANDCHILD_SETSID"),
             ignore_term: flag("FAKE_MCP_IGNORE_TERM"),
             env_dump: path("FAKE_MCP_ENV_DUMP"),
             parent_environ: path("FAKE_MCP_PARENT_ENVIRON"),
@@ -1448,13 +1451,25 @@ pub fn main() -> ! {
         eprintln!("{text}");
     }
     if let Some(p) = &cfg.grandchild_pidfile {
-        match std::process::Command::new("sleep")
+        let mut sleep = std::process::Command::new("sleep");
+        sleep
             .arg("1000")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-        {
+            .stderr(std::process::Stdio::null());
+        if cfg.grandchild_setsid {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setsid(2) is async-signal-safe; the child calls nothing else before exec.
+            unsafe {
+                sleep.pre_exec(|| {
+                    if libc::setsid() < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        match sleep.spawn() {
             Ok(child) => write_file(p, &format!("{} {}\n", std::process::id(), child.id())),
             Err(e) => eprintln!("fake-mcp: cannot spawn grandchild: {e}"),
         }

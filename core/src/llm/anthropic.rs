@@ -68,9 +68,9 @@ impl ProviderRoute for AnthropicMessages {
             return None;
         }
         learned.other_thinking_form = true;
-        Some(ErrorReaction::Resend {
-            warn: "llm: the model rejected this form of extended thinking; sending the other form (adaptive or a token budget) from now on".into(),
-        })
+        Some(ErrorReaction::resend(
+            "llm: the model rejected this form of extended thinking; sending the other form (adaptive or a token budget) from now on".into(),
+        ))
     }
 
     fn decoder(&self, id_prefix: String) -> Box<dyn StreamDecoder> {

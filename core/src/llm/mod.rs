@@ -33,7 +33,7 @@ pub(crate) use model::{
     StreamDecoder, StreamDelta, StreamError, TOOL_RESULTS_BRIDGE, ToolDef, Usage, UsageTotals,
 };
 pub(crate) use request::BodyCache;
-pub(crate) use route::{ErrorReaction, Learned, route};
+pub(crate) use route::{ErrorReaction, Learned, route, route_kind};
 pub(crate) use status::{HttpFailure, classify_status, error_message, retry_after_ms};
 
 /// The route modules' own builders and options, for the property tests of the incremental

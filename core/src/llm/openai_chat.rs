@@ -16,7 +16,8 @@ use super::request::{
 };
 use super::route::{
     ErrorReaction, Learned, ProviderRoute, drop_prompt_cache_key, drop_reasoning_effort,
-    is_openai_reasoning_model, openai_effort, rejects_field, sends_prompt_cache_key,
+    is_openai_reasoning_model, names_responses_api, openai_effort, rejects_field,
+    sends_prompt_cache_key, upgrade_to_responses,
 };
 use super::sse_stream::{
     CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
@@ -192,7 +193,9 @@ pub(crate) fn wants_max_completion_tokens(status: u16, body: &[u8], sent: &ChatO
 }
 
 /// The Chat Completions route (SPEC L7): [`build_request_cached`] with [`chat_options`],
-/// [`ChatDecoder`]; a 400 naming `max_completion_tokens` renames the output cap once (C41);
+/// [`ChatDecoder`]; a 400 or 404 naming `v1/responses` sends the model's requests on the
+/// Responses route from then on (SPEC L8, `route_kind`, route.rs); a 400 naming
+/// `max_completion_tokens` renames the output cap once (C41);
 /// a streamed `reasoning_content` puts the field on every assistant message from then on
 /// (SPEC L10).
 pub(crate) struct ChatCompletions;
@@ -225,12 +228,17 @@ impl ProviderRoute for ChatCompletions {
         body: &[u8],
         learned: &mut Learned,
     ) -> Option<ErrorReaction> {
+        // SPEC L8: a model served only by the Responses API goes there (not back here: no
+        // loop).
+        if names_responses_api(status, body) {
+            return Some(upgrade_to_responses(learned, model));
+        }
         let sent = chat_options(cfg, model, learned);
         if wants_max_completion_tokens(status, body, &sent) {
             learned.max_completion_tokens = true;
-            return Some(ErrorReaction::Resend {
-                warn: "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
-            });
+            return Some(ErrorReaction::resend(
+                "llm: the server rejected max_tokens and asked for max_completion_tokens; sending the output cap under that name from now on".into(),
+            ));
         }
         // A round's request carried the key when the options allowed it (SPEC L11).
         if sent.prompt_cache_key && rejects_field(status, body, "prompt_cache_key") {

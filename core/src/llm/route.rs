@@ -59,21 +59,46 @@ pub(crate) fn route(kind: ProviderKind) -> &'static dyn ProviderRoute {
     }
 }
 
+/// The route a request for `model` goes on: the configured one (`cfg.provider`), except that
+/// on Chat Completions a model the server said is served only by the Responses API (SPEC L8;
+/// [`Learned::responses_only`]) goes on the Responses route, at the same base URL.
+#[must_use]
+pub(crate) fn route_kind(cfg: &Config, model: &str, learned: &Learned) -> ProviderKind {
+    if cfg.provider == ProviderKind::OpenAiChat && learned.responses_only.iter().any(|m| m == model)
+    {
+        ProviderKind::OpenAiResponses
+    } else {
+        cfg.provider
+    }
+}
+
 /// What a route does about an HTTP error of its own ([`ProviderRoute::on_http_error`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ErrorReaction {
-    /// The route changed what it sends (in [`Learned`]): the same attempt is sent again at
-    /// once, not counted as a retry, after one WARN line `warn`. The route must not answer the
-    /// same way to the request it now builds (no loop).
+    /// The route changed what it sends (in [`Learned`]; possibly the route itself, see
+    /// [`route_kind`]): the same attempt is sent again at once, not counted as a retry, after
+    /// one WARN line `warn` and, with `notice`, that sentence shown to the session's client as
+    /// a warning notice. The route must not answer the same way to the request it now builds
+    /// (no loop).
     Resend {
         /// The WARN line (no secrets, no requirement ids).
         warn: String,
+        /// One sentence for the user (no `[buzz-agent]` mark, no requirement ids), when what
+        /// changed is theirs to know (the model is served on another route).
+        notice: Option<String>,
     },
+}
+
+impl ErrorReaction {
+    /// [`ErrorReaction::Resend`] with only a WARN line.
+    pub(crate) fn resend(warn: String) -> ErrorReaction {
+        ErrorReaction::Resend { warn, notice: None }
+    }
 }
 
 /// What the agent learned about its provider while running; kept for the life of the process
 /// (the provider is configured once per process).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Learned {
     /// A Chat Completions 400 named `max_completion_tokens` (SPEC L7, case C41): the output cap
     /// is sent under that name from now on.
@@ -89,17 +114,45 @@ pub(crate) struct Learned {
     /// An Anthropic 400 named the form of `thinking` the agent chose for the model (adaptive
     /// or a token budget; SPEC L12): the other form is sent from now on.
     pub other_thinking_form: bool,
+    /// The models a Chat Completions server refused with an error naming `v1/responses`
+    /// (OpenAI: "This model is only supported in v1/responses and not in
+    /// v1/chat/completions."; SPEC L8): their requests go on the Responses route from now on
+    /// ([`route_kind`]).
+    pub responses_only: Vec<String>,
+}
+
+/// Whether a failed Chat Completions request was refused because its model is served only by
+/// the Responses API: a 400 or 404 whose body names `v1/responses` (OpenAI answers 404 for
+/// `o1-pro`, 400 for the `…-codex` models).
+#[must_use]
+pub(crate) fn names_responses_api(status: u16, body: &[u8]) -> bool {
+    matches!(status, 400 | 404) && String::from_utf8_lossy(body).contains("v1/responses")
+}
+
+/// The reaction to a Chat Completions server that said `model` is served only by the
+/// Responses API: its requests go there from now on, the attempt is sent again there, with one
+/// WARN and a notice for the user.
+pub(crate) fn upgrade_to_responses(learned: &mut Learned, model: &str) -> ErrorReaction {
+    if !learned.responses_only.iter().any(|m| m == model) {
+        learned.responses_only.push(model.to_owned());
+    }
+    ErrorReaction::Resend {
+        warn: format!(
+            "llm: model '{model}' is served only by the Responses API; sending its requests to /responses instead of /chat/completions from now on"
+        ),
+        notice: Some(format!(
+            "model '{model}' is served only by the OpenAI Responses API; its requests go there from now on."
+        )),
+    }
 }
 
 /// The reaction to a server that rejected the reasoning parameter `field` (SPEC L12) on an
 /// OpenAI route: never sent again, the attempt sent again without it, one WARN.
 pub(crate) fn drop_reasoning_effort(learned: &mut Learned, field: &str) -> ErrorReaction {
     learned.no_reasoning_effort = true;
-    ErrorReaction::Resend {
-        warn: format!(
-            "llm: the server does not take {field}; sending requests without a reasoning effort from now on"
-        ),
-    }
+    ErrorReaction::resend(format!(
+        "llm: the server does not take {field}; sending requests without a reasoning effort from now on"
+    ))
 }
 
 /// Whether the OpenAI routes may send `prompt_cache_key` to the configured endpoint (SPEC
@@ -126,9 +179,10 @@ pub(crate) fn rejects_field(status: u16, body: &[u8], field: &str) -> bool {
 /// never sent again, the attempt sent again without it, one WARN.
 pub(crate) fn drop_prompt_cache_key(learned: &mut Learned) -> ErrorReaction {
     learned.no_prompt_cache_key = true;
-    ErrorReaction::Resend {
-        warn: "llm: the server does not take prompt_cache_key; sending requests without it from now on".into(),
-    }
+    ErrorReaction::resend(
+        "llm: the server does not take prompt_cache_key; sending requests without it from now on"
+            .into(),
+    )
 }
 
 /// OpenAI's spelling of `effort` for `reasoning_effort` and `reasoning.effort` (SPEC L12):
@@ -307,7 +361,7 @@ mod tests {
             let cfg = Config::for_tests(kind, "https://api.openai.com/v1");
             let mut learned = Learned::default();
             let r = route(kind);
-            let Some(ErrorReaction::Resend { warn }) =
+            let Some(ErrorReaction::Resend { warn, .. }) =
                 r.on_http_error(&cfg, "m", None, 400, body, &mut learned)
             else {
                 panic!("{kind:?}: the rejection is handled by the route");
@@ -348,6 +402,59 @@ mod tests {
             assert_eq!(reaction.is_some(), chat, "{kind:?}");
             assert_eq!(learned.max_completion_tokens, chat, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn l8_only_the_chat_route_moves_a_model_the_server_names_v1_responses_for() {
+        let body = br#"{"error":{"message":"This model is only supported in v1/responses and not in v1/chat/completions."}}"#;
+        for status in [400, 404] {
+            for kind in ProviderKind::ALL {
+                let cfg = Config::for_tests(kind, "https://api.openai.com/v1");
+                let mut learned = Learned::default();
+                let reaction =
+                    route(kind).on_http_error(&cfg, "o1-pro", None, status, body, &mut learned);
+                if kind != ProviderKind::OpenAiChat {
+                    assert_eq!(reaction, None, "{kind:?}");
+                    assert_eq!(route_kind(&cfg, "o1-pro", &learned), kind);
+                    continue;
+                }
+                let Some(ErrorReaction::Resend {
+                    warn,
+                    notice: Some(notice),
+                }) = reaction
+                else {
+                    panic!("{status}: {reaction:?}");
+                };
+                assert!(
+                    warn.starts_with("llm: ") && warn.contains("'o1-pro'"),
+                    "{warn}"
+                );
+                assert!(notice.contains("'o1-pro'"), "{notice}");
+                // That model goes on Responses from now on (at the same base URL), others not.
+                assert_eq!(
+                    route_kind(&cfg, "o1-pro", &learned),
+                    ProviderKind::OpenAiResponses
+                );
+                assert_eq!(route_kind(&cfg, "gpt-4o", &learned), kind);
+                // Learned once, however often it is said.
+                let _ = route(kind).on_http_error(&cfg, "o1-pro", None, status, body, &mut learned);
+                assert_eq!(learned.responses_only, ["o1-pro"]);
+            }
+        }
+        // Another status, or a body that does not name the Responses API, is not this.
+        let cfg = Config::for_tests(ProviderKind::OpenAiChat, "https://api.openai.com/v1");
+        let chat = route(ProviderKind::OpenAiChat);
+        let mut learned = Learned::default();
+        assert_eq!(
+            chat.on_http_error(&cfg, "o1-pro", None, 500, body, &mut learned),
+            None
+        );
+        let other = br#"{"error":{"message":"The model `o1-pro` does not exist"}}"#;
+        assert_eq!(
+            chat.on_http_error(&cfg, "o1-pro", None, 404, other, &mut learned),
+            None
+        );
+        assert!(learned.responses_only.is_empty());
     }
 
     /// The body of `messages` on `kind` at `effort` for `model`.

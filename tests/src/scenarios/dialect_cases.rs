@@ -202,6 +202,114 @@ pub fn c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembere
     }
 }
 
+/// SPEC L8: an OpenAI endpoint where the configured model (`o1-pro`) exists only on the
+/// Responses API answers its Chat Completions requests as OpenAI does (404, "only supported in
+/// v1/responses"). The refused first request is sent again on `/v1/responses` within the same
+/// prompt, with one WARN and one notice for the client before the answer; the tool round and
+/// the next prompt go there at once. After a restart, a loaded session learns it again the same
+/// way (one refused request, docs/dialects.md).
+pub fn l8_a_model_only_the_responses_api_serves_moves_the_session_to_the_responses_route(
+    ctx: &Ctx,
+) {
+    const MODEL: &str = "o1-pro";
+    const WARN: &str = "served only by the Responses API";
+    let s = Scratch::new();
+    let state = super::util::path_str(&s.dir.path().join("state"));
+    let env = [
+        ("OPENAI_COMPAT_MODEL", MODEL),
+        ("BUZZ_AGENT_STATE_DIR", state.as_str()),
+    ];
+    let replies = [
+        Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "a"}))]),
+        Reply::text("one"),
+        Reply::text("two"),
+        Reply::text("three"),
+    ];
+    let llm = ctx.fake_llm_with(move |i, req| {
+        crate::fake_llm::responses_only(MODEL, req).unwrap_or_else(|| {
+            replies
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| Reply::text("extra"))
+        })
+    });
+    let tools = || {
+        json!([crate::harness::fake_mcp_entry(
+            "fs",
+            &[("FAKE_MCP_TOOLS", "echo")]
+        )])
+    };
+    let (llm, agent) = Setup::new(ctx, &s).llm(llm).env(&env).spawn();
+    agent.initialize();
+    let sid = agent.new_session(&s.ws, tools());
+    assert_end_turn(&agent, &agent.prompt(&sid, "Echo a."));
+    assert_end_turn(&agent, &agent.prompt(&sid, "Again."));
+    let warns = agent
+        .stderr_text()
+        .lines()
+        .filter(|l| l.contains(WARN))
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    assert_eq!(warns.len(), 1, "{warns:?}");
+    assert!(
+        warns[0].contains("WARN") && warns[0].contains(MODEL),
+        "{warns:?}"
+    );
+    // The notice, once, before the answer's text.
+    let updates = agent.session_updates(&sid);
+    let notice = updates
+        .iter()
+        .position(|u| u["_meta"]["buzz"]["notice"] == "llm_route_changed");
+    let answer = updates.iter().position(|u| {
+        u["sessionUpdate"] == "agent_message_chunk" && u["_meta"]["buzz"]["notice"].is_null()
+    });
+    assert!(
+        notice.is_some() && notice < answer,
+        "notice {notice:?}, answer {answer:?}: {updates:?}"
+    );
+    let notices = updates
+        .iter()
+        .filter(|u| u["_meta"]["buzz"]["notice"] == "llm_route_changed")
+        .count();
+    assert_eq!(notices, 1, "{updates:?}");
+    agent.finish();
+
+    // A new process: the switch is learned again on the loaded session's first request.
+    let (llm, agent) = Setup::new(ctx, &s).llm(llm).env(&env).spawn();
+    agent.initialize();
+    let loaded = agent.request(
+        "session/load",
+        json!({"sessionId": sid, "cwd": s.ws, "mcpServers": tools()}),
+    );
+    let _ = agent.result(&loaded);
+    assert_end_turn(&agent, &agent.prompt(&sid, "After the restart."));
+    assert_eq!(super::util::count_lines(&agent, WARN), 1);
+    agent.finish();
+
+    let all = llm.all_requests();
+    let routes: Vec<Wire> = all.iter().map(|r| r.wire()).collect();
+    assert_eq!(
+        routes,
+        [
+            Wire::Chat,
+            Wire::Responses,
+            Wire::Responses,
+            Wire::Responses,
+            Wire::Chat,
+            Wire::Responses
+        ],
+        "refused, resent, the tool round, the next prompt; after the restart refused, resent"
+    );
+    let reqs = llm.requests();
+    // The tool round went on in the Responses shape, every call paired.
+    for r in &reqs {
+        r.assert_tool_calls_paired();
+    }
+    assert_eq!(reqs[1].tool_result_for("call_1").as_deref(), Some("a"));
+    // The loaded history reached the Responses route whole.
+    assert!(reqs[3].user_text().contains("Echo a."), "{}", reqs[3].body);
+}
+
 /// An Anthropic Messages stream (SPEC L6) with a signed thinking block, a text block and
 /// `stop_reason: end_turn`, as Claude streams it with extended thinking on.
 pub fn anthropic_thinking_then_text(thinking: &str, signature: &str, text: &str) -> String {
@@ -453,12 +561,16 @@ pub const C69_PAUSED: &str = concat!(
 );
 
 /// C69 / SPEC L13: on the Anthropic route a response that ends `pause_turn` is not the end of
-/// the turn. The fake answers the continuation only when the request ends with the paused
-/// response as it came (server-tool blocks verbatim); a `_Stop` hook answers `""`. Expected:
-/// 2 requests, the whole answer shown (no paragraph break at the pause), `end_turn`, and
-/// `_Stop` called once, after the real end. Before: the turn ended at the pause with half the
-/// answer, and `_Stop` ran there.
+/// the turn. Against the `anthropic` profile (which rejects a paused turn sent back changed,
+/// and a server tool's use without its result anywhere but in the final message), the fake
+/// answers the continuation only when the request ends with the paused response as it came
+/// (server-tool blocks verbatim); a `_Stop` hook answers `""`. Expected: 2 requests, the
+/// whole answer shown (no paragraph break at the pause), `end_turn`, and `_Stop` called once,
+/// after the real end; a second prompt's request still carries the paused turn unchanged.
+/// Before: the turn ended at the pause with half the answer, and `_Stop` ran there.
 pub fn c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end(ctx: &Ctx) {
+    use crate::dialects::{Dialect, Violations};
+    use crate::fake_llm::FakeLlm;
     let s = Scratch::new();
     let log = s.file("h.log");
     let expected_turn = json!([
@@ -472,22 +584,22 @@ pub fn c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end(ctx: &Ct
              "title": "Rust", "encrypted_index": "Eo8BCioIAhgB", "cited_text": "edition"}]}
     ]);
     let wanted = expected_turn.clone();
+    let violations = Violations::default();
+    let llm = FakeLlm::dialect(Dialect::Anthropic, violations.clone(), move |i, req| {
+        let last = req.messages().last().cloned().unwrap_or_default();
+        match i {
+            0 => Reply::raw_sse(C69_PAUSED),
+            1 if last["role"] == "assistant" && last["content"] == wanted => Reply::text("is out."),
+            1 => Reply::status(400, vec![], "the paused turn was not sent back"),
+            _ => Reply::text("You're welcome."),
+        }
+    });
     let (llm, agent, sid) = Setup::new(ctx, &s)
-        .wire(Wire::Anthropic)
+        .llm(llm)
         .env(&[
             ("MCP_HOOK_SERVERS", "h"),
             ("BUZZ_AGENT_PROMPT_CACHING", "0"),
         ])
-        .handler(move |i, req| {
-            let last = req.messages().last().cloned().unwrap_or_default();
-            match i {
-                0 => Reply::raw_sse(C69_PAUSED),
-                _ if last["role"] == "assistant" && last["content"] == wanted => {
-                    Reply::text("is out.")
-                }
-                _ => Reply::status(400, vec![], "the paused turn was not sent back"),
-            }
-        })
         .servers([hook_server(
             "h",
             &log,
@@ -513,6 +625,11 @@ pub fn c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end(ctx: &Ct
         1,
         "C69: _Stop once, at the real end"
     );
+    let r = agent.prompt(&sid, "thanks");
+    assert_end_turn(&agent, &r);
+    let broken = violations.lock().map(|v| v.clone()).unwrap_or_default();
+    assert!(broken.is_empty(), "C69: the provider refused: {broken:?}");
+    assert_eq!(llm.requests().len(), 3);
     agent.finish();
 }
 

@@ -1,16 +1,24 @@
 //! Least privilege (SPEC S1–S8, issue 26): what an MCP server, its output and the model cannot
 //! reach or forge. Each scenario names the promise it holds (docs/threat-model.md lists them).
 
-use super::cli::{exec, exec_env, mcp_config};
+use super::cli::{exec, exec_approving_all, exec_env, mcp_config};
 use super::setup::Setup;
-use super::util::{Scratch, log_of, path_str, wait_file, wait_stderr};
+use super::util::{
+    Scratch, assert_end_turn, assert_exits_cleanly, assert_no_survivors, call_then, log_of,
+    path_str, read_pids, wait_file, wait_stderr,
+};
 use crate::fake_llm::{FakeLlm, Reply, Wire};
 use crate::harness::{AGENT_UID_VAR, Ctx, SECRET_KEY, current_exe, fake_mcp_entry};
+use crate::procfs;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 /// `nobody`'s user and group id.
 const NOBODY: u32 = 65534;
+/// How long an agent asked to exit (and what it stops) may take, at most (S7).
+const EXIT_WAIT: Duration = Duration::from_secs(10);
+/// The bound on an exit with nothing that ignores SIGTERM (S7).
+const EXIT_BOUND: Duration = Duration::from_secs(8);
 
 /// SPEC S1: the agent is not dumpable, so a server running as the same user (and without
 /// `CAP_SYS_PTRACE`, which no server needs) cannot read the agent's environment, and the key
@@ -169,20 +177,7 @@ pub fn s6_exec_prints_peer_text_escaped(ctx: &Ctx) {
         json!({"hostile": {"command": current_exe(),
                            "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_HOSTILE_TEXT": HOSTILE}}}),
     );
-    let ws = path_str(&s.ws);
-    let (code, out, err) = exec(
-        ctx,
-        &[
-            "--cwd",
-            &ws,
-            "--mcp-config",
-            &config,
-            "--approve",
-            "all",
-            "Call it.",
-        ],
-        &exec_env(&llm),
-    );
+    let (code, out, err) = exec_approving_all(ctx, &s, &config, "Call it.", &exec_env(&llm));
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
     assert_eq!(raw_controls(&out), Vec::<char>::new(), "{out:?}");
     assert_eq!(raw_controls(&err), Vec::<char>::new(), "{err:?}");
@@ -797,4 +792,99 @@ pub fn m3_names_that_collide_a_forged_exposed_name_leads_to_one_server(ctx: &Ctx
         "{warn} {to_a:?} {to_b:?}"
     );
     agent.finish();
+}
+
+/// SPEC S7: a server's grandchild that calls `setsid` leaves the server's process group (and
+/// session), so no `killpg` of the group reaches it; it still does not outlive its server's
+/// stop: not when the session is closed, not when the agent exits at stdin EOF or on SIGTERM
+/// (the agent is a child subreaper: once the server is gone the grandchild is the agent's).
+pub fn s7_a_grandchild_that_calls_setsid_does_not_outlive_the_agent(ctx: &Ctx) {
+    for way in ["session/close", "stdin EOF", "SIGTERM"] {
+        let s = Scratch::new();
+        let pids = s.file("a.pids");
+        let (_llm, agent, sid) = Setup::new(ctx, &s)
+            .fake_mcp(
+                "a",
+                &[
+                    ("FAKE_MCP_GRANDCHILD_PIDFILE", &pids),
+                    ("FAKE_MCP_GRANDCHILD_SETSID", "1"),
+                ],
+            )
+            .start();
+        let (server, grand) = read_pids(&pids);
+        assert_eq!(
+            procfs::stat(grand).map(|g| g.pgid),
+            Some(grand),
+            "{way}: the grandchild leads a process group of its own"
+        );
+        match way {
+            "session/close" => {
+                let closed = agent.request("session/close", json!({"sessionId": sid}));
+                assert_eq!(agent.result(&closed), &json!({}), "{closed}");
+            }
+            "stdin EOF" => {
+                assert_exits_cleanly(&agent, EXIT_WAIT, EXIT_BOUND, way, || {
+                    agent.close_stdin();
+                });
+            }
+            _ => assert_exits_cleanly(&agent, EXIT_WAIT, EXIT_BOUND, way, || {
+                // SAFETY: kill(2) on our own child's pid.
+                unsafe { libc::kill(agent.pid(), libc::SIGTERM) };
+            }),
+        }
+        assert_no_survivors(&[server, grand], &[server, grand], EXIT_WAIT, way);
+        agent.finish();
+    }
+}
+
+/// SPEC S7/M8: a process group is never signalled once its leader was reaped (the group's id
+/// is then a free pid that another process may take: a late SIGKILL once killed an unrelated
+/// process). A server crashes at its first call, leaving a `sleep` grandchild in its group;
+/// the agent's debug log shows the group not signalled after the reap and the grandchild
+/// signalled by pid instead (it is the agent's child now), and the grandchild is gone. No line
+/// of the whole run signals the group after the server's exit was logged.
+pub fn s7_no_process_group_is_signalled_after_its_leader_was_reaped(ctx: &Ctx) {
+    let s = Scratch::new();
+    let pids = s.file("a.pids");
+    let (_llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(call_then("a__echo", json!({"text": "x"}), "ok"))
+        .fake_mcp(
+            "a",
+            &[
+                ("FAKE_MCP_CRASH_AFTER", "0"),
+                ("FAKE_MCP_GRANDCHILD_PIDFILE", &pids),
+            ],
+        )
+        .start();
+    let (server, grand) = read_pids(&pids);
+    assert_end_turn(&agent, &agent.prompt(&sid, "call it"));
+    assert_no_survivors(
+        &[server, grand],
+        &[server],
+        EXIT_WAIT,
+        "M8: the crashed group",
+    );
+    let group = format!("process group {server}");
+    wait_stderr(&agent, &format!("to process {grand}"), EXIT_WAIT);
+    agent.finish_keep();
+    let log = agent.stderr_text();
+    let lines: Vec<&str> = log.lines().collect();
+    let exited = lines
+        .iter()
+        .position(|l| l.contains("MCP server 'a' exited"))
+        .unwrap_or_else(|| panic!("the crash is logged:\n{log}"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("{group} not signalled"))),
+        "the group is asked for after the reap and not signalled:\n{log}"
+    );
+    let late: Vec<&&str> = lines[exited..]
+        .iter()
+        .filter(|l| l.contains(&format!("to {group}")))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "signalled after its leader was reaped: {late:#?}"
+    );
 }

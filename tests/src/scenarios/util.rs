@@ -2,7 +2,7 @@
 //! directory, waiting on files, logs and stderr, reading a fake MCP server's call log and pid
 //! file, and the checks several areas make on a prompt response.
 
-use crate::fake_llm::RecordedRequest;
+use crate::fake_llm::{RecordedRequest, Reply};
 use crate::fake_mcp;
 use crate::harness::{AgentProc, current_exe, fake_mcp_entry};
 use crate::procfs;
@@ -218,6 +218,15 @@ pub fn stubborn_launcher(name: &str, pidfile: &str, extra: &[(&str, &str)]) -> V
 }
 
 // ---- prompt responses and LLM requests ----------------------------------------------------------
+
+/// The model's replies for a prompt that makes one tool call (`call_1`: `tool` with `args`)
+/// and then answers `text`.
+pub fn call_then(tool: &str, args: Value, text: &str) -> Vec<Reply> {
+    vec![
+        Reply::tool_calls(vec![("call_1", tool, args)]),
+        Reply::text(text),
+    ]
+}
 
 /// `result._meta.buzz` of a prompt response (SPEC A8).
 pub fn buzz_meta(agent: &AgentProc, resp: &Value) -> Value {
