@@ -13,6 +13,9 @@
 #   BENCH_RUNS=N               runs per cell (default 5); the table shows medians
 #   BENCH_QUICK=1              small workloads (seconds; CI smoke), no targets column
 #   BENCH_WORKLOADS=a,b        only these: rounds, rounds-long, rounds-4k, hooks, stream, startup
+#   BENCH_GOALS=0              skip the goals table of issue 27 (the limit probe; each binary
+#                              with sessions saved and off; syscalls per round by strace -ff;
+#                              printed after the table, not in quick mode; needs strace)
 #   BENCH_COST=0               skip the cost workload (billed input tokens with prompt caching
 #                              on and off; run after the table, not in quick mode)
 #   BENCH_PEER=/path/to/agent  any other ACP agent as one more column (several: comma-separated);
@@ -33,11 +36,25 @@ status=0
 "$TARGET_DIR/harness/bench" \
     "$TARGET_DIR/release/buzz-agent" "$TARGET_DIR/release/buzz-agent-smol" "$@" || status=$?
 
+quick="${BENCH_QUICK:-}"
+for a in "$@"; do [ "$a" = --quick ] && quick=1; done
+
+# The goals table (issue 27): the limit probe, each binary with sessions saved (the default)
+# and off, CPU as a multiple of the probe, syscalls per round, peak RSS, streaming p99.
+if [ "${BENCH_GOALS:-1}" != 0 ] && { [ -z "$quick" ] || [ "$quick" = 0 ]; }; then
+    if command -v strace >/dev/null; then
+        echo "== goals (issue 27): the limit probe, saving on and off (docs/performance.md)" >&2
+        echo
+        "$TARGET_DIR/harness/bench" --goals \
+            "$TARGET_DIR/release/buzz-agent" "$TARGET_DIR/release/buzz-agent-smol" "$@" || status=$?
+    else
+        echo "== goals table skipped: strace is not installed" >&2
+    fi
+fi
+
 # The cost workload (issue 23): billed input tokens of a 200-round session on the Anthropic
 # route, prompt caching on and off, against a fake applying Anthropic's caching rules. Not in
 # quick mode; BENCH_COST=0 skips it.
-quick="${BENCH_QUICK:-}"
-for a in "$@"; do [ "$a" = --quick ] && quick=1; done
 if [ "${BENCH_COST:-1}" != 0 ] && { [ -z "$quick" ] || [ "$quick" = 0 ]; }; then
     echo "== cost: billed input tokens, Anthropic route (docs/performance.md)" >&2
     echo

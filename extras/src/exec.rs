@@ -45,7 +45,8 @@ pub fn usage(bin: &str) -> String {
          on stdout; tool calls, permission answers and the stop reason on stderr.\n\n\
          --mcp-config FILE  {{\"mcpServers\": {{\"<name>\": {{\"command\": …, \"args\": […], \"env\": {{…}}}}}}}}\n\
                             (the format of Claude Code, Cursor and acpx; ${{VAR}} and ${{VAR:-default}}\n\
-                            are expanded; http/sse servers are skipped with a warning); repeatable\n\
+                            are expanded; {{\"url\": …, \"headers\": {{…}}}} is a remote server,\n\
+                            \"type\": \"http\" or \"sse\"); repeatable\n\
          --approve reads    allow tool calls of kind `read`, deny the rest (the default)\n\
          --approve all      allow every tool call\n\
          --approve none     deny every tool call\n\n\
@@ -202,20 +203,61 @@ fn scalar_text(v: &Value) -> Option<String> {
     }
 }
 
-/// The ACP `mcpServers` entries (`{name, command, args, env:[{name,value}]}`) of one config
-/// file's text in the de facto format of Claude Code, Cursor and acpx: an object
-/// `{"mcpServers": {"<name>": {"command", "args", "env"}}}` (`"servers"`, VS Code's key, is
-/// accepted too), or acpx's `{"mcpServers": [{"name", "command", "args", "env"}]}`. Lenient like those tools: `args` and `env` may be missing; `env` may also
-/// be an array of `{name, value}`; numbers and booleans in `args`/`env` become strings;
-/// `command` may be an array (its first word is the command, the rest leads the args);
-/// `"type": "stdio"` is accepted; `"disabled": true` skips the entry; `${VAR}` and
-/// `${VAR:-default}` are expanded in `command`, `args` and `env`; other fields are ignored.
-/// Returns the entries and the warnings (one line each): an `http`/`sse` server (a `url`, or a
-/// `type` other than `stdio`) is skipped with a warning, as the agent runs stdio servers only.
+/// An `env` or `headers` field (`field`) as ACP `[{name, value}]` pairs, each value expanded
+/// by `expand` (`${VAR}`): missing or `null` is empty; an object map (`{"PORT": 8080}`: scalars become
+/// strings) or an array of `{name, value}` is accepted.
 ///
 /// # Errors
-/// One line: not JSON, no server object, an entry without a usable `command`, a bad `args` or
-/// `env`, an unset `${VAR}`.
+/// The field of another type, a value that is an object or array, or an unset `${VAR}`.
+fn name_values(
+    value: Option<&Value>,
+    field: &str,
+    expand: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<Vec<Value>, String> {
+    let mut pairs = Vec::new();
+    match value {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (k, v) in map {
+                let v =
+                    scalar_text(v).ok_or_else(|| format!("{field} {k:?} is an object or array"))?;
+                pairs.push(json!({"name": k, "value": expand(&v)?}));
+            }
+        }
+        Some(Value::Array(list)) => {
+            for p in list {
+                let (Some(k), Some(v)) = (
+                    p.get("name").and_then(Value::as_str),
+                    p.get("value").and_then(scalar_text),
+                ) else {
+                    return Err(format!("\"{field}\" array entries must be {{name, value}}"));
+                };
+                pairs.push(json!({"name": k, "value": expand(&v)?}));
+            }
+        }
+        Some(_) => return Err(format!("\"{field}\" must be an object")),
+    }
+    Ok(pairs)
+}
+
+/// The ACP `mcpServers` entries (`{name, command, args, env:[{name,value}]}`, and
+/// `{type: "http" | "sse", name, url, headers:[{name,value}]}` for remote servers, SPEC M10) of
+/// one config file's text in the de facto format of Claude Code, Cursor and acpx: an object
+/// `{"mcpServers": {"<name>": {"command", "args", "env"}}}` (`"servers"`, VS Code's key, is
+/// accepted too), or acpx's `{"mcpServers": [{"name", "command", "args", "env"}]}`. Lenient
+/// like those tools: `args` and `env` may be missing; `env` may also be an array of
+/// `{name, value}`; numbers and booleans in `args`/`env` become strings; `command` may be an
+/// array (its first word is the command, the rest leads the args); `"type": "stdio"` is
+/// accepted; `"disabled": true` skips the entry; a remote server is `"type": "http"` (also
+/// spelled `streamable-http`), `"sse"` (the legacy HTTP+SSE transport), or a `url` without
+/// `command` and `type` (`http`), with `headers` read like `env`; `${VAR}` and
+/// `${VAR:-default}` are expanded in `command`, `args`, `env`, `url` and `headers`; other
+/// fields are ignored. Returns the entries and the warnings (one line each): a server of
+/// another transport (`"type": "ws"`) is skipped with a warning.
+///
+/// # Errors
+/// One line: not JSON, no server object, an entry without a usable `command` (or `url`: absolute
+/// `http://` or `https://`), a bad `args`, `env` or `headers`, an unset `${VAR}`.
 fn servers_from_config(
     text: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
@@ -248,20 +290,41 @@ fn servers_from_config(
             warnings.push(at("\"disabled\": true, skipped"));
             continue;
         }
-        let kind = entry.get("type").and_then(Value::as_str).unwrap_or("stdio");
         let remote = entry.contains_key("url") && !entry.contains_key("command");
-        if !kind.eq_ignore_ascii_case("stdio") || remote {
-            let transport = if kind.eq_ignore_ascii_case("stdio") {
-                "url"
-            } else {
-                kind
+        let kind = match entry.get("type").and_then(Value::as_str) {
+            Some(t) => t.to_ascii_lowercase(),
+            None if remote => "http".into(),
+            None => "stdio".into(),
+        };
+        let expand_plain = |s: &str| expand(s, lookup);
+        let expand_at = |s: &str| expand_plain(s).map_err(|e| at(&e));
+        let acp_type = match kind.as_str() {
+            "http" | "streamable-http" | "streamablehttp" => Some("http"),
+            "sse" => Some("sse"),
+            _ => None,
+        };
+        if let Some(acp_type) = acp_type {
+            let url = match entry.get("url") {
+                Some(Value::String(u)) => expand_at(u)?,
+                Some(_) => return Err(at("\"url\" must be a string")),
+                None => return Err(at("no \"url\"")),
             };
+            let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+            if !matches!(scheme.as_deref(), Some("http" | "https")) {
+                return Err(at("\"url\" must be an absolute http:// or https:// URL"));
+            }
+            let headers =
+                name_values(entry.get("headers"), "headers", &expand_plain).map_err(|e| at(&e))?;
+            out.push(json!({"type": acp_type, "name": name, "url": url, "headers": headers}));
+            continue;
+        }
+        if kind != "stdio" || remote {
+            let transport = if kind == "stdio" { "url" } else { &kind };
             warnings.push(at(&format!(
-                "skipped: transport {transport:?} is not supported (buzz-agent runs stdio MCP servers only)"
+                "skipped: transport {transport:?} is not supported (buzz-agent runs stdio, http and sse MCP servers)"
             )));
             continue;
         }
-        let expand_at = |s: &str| expand(s, lookup).map_err(|e| at(&e));
         let mut words: Vec<String> = match entry.get("command") {
             Some(Value::String(c)) if !c.trim().is_empty() => vec![expand_at(c)?],
             Some(Value::Array(parts)) if !parts.is_empty() => parts
@@ -287,29 +350,7 @@ fn servers_from_config(
             }
             Some(_) => return Err(at("\"args\" must be an array of strings")),
         }
-        let mut env: Vec<Value> = Vec::new();
-        match entry.get("env") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(map)) => {
-                for (k, v) in map {
-                    let v = scalar_text(v)
-                        .ok_or_else(|| at(&format!("env {k:?} is an object or array")))?;
-                    env.push(json!({"name": k, "value": expand_at(&v)?}));
-                }
-            }
-            Some(Value::Array(pairs)) => {
-                for p in pairs {
-                    let (Some(k), Some(v)) = (
-                        p.get("name").and_then(Value::as_str),
-                        p.get("value").and_then(scalar_text),
-                    ) else {
-                        return Err(at("\"env\" array entries must be {name, value}"));
-                    };
-                    env.push(json!({"name": k, "value": expand_at(&v)?}));
-                }
-            }
-            Some(_) => return Err(at("\"env\" must be an object")),
-        }
+        let env = name_values(entry.get("env"), "env", &expand_plain).map_err(|e| at(&e))?;
         out.push(json!({"name": name, "command": command, "args": words, "env": env}));
     }
     Ok((out, warnings))
@@ -822,8 +863,12 @@ mod tests {
             "db": {"type": "stdio", "command": ["uvx", "db-mcp"], "env": {"PORT": 5432, "DEBUG": true}},
             "bare": {"command": "srv"},
             "pairs": {"command": "srv", "env": [{"name": "A", "value": "1"}]},
-            "remote": {"type": "http", "url": "https://example.com/mcp"},
-            "old": {"url": "https://example.com/sse"},
+            "remote": {"type": "http", "url": "https://example.com/mcp",
+                       "headers": {"Authorization": "Bearer ${TOKEN:-t0}", "X-N": 7}},
+            "bare_url": {"url": "https://example.com/mcp2"},
+            "old": {"type": "SSE", "url": "http://127.0.0.1:9/sse",
+                    "headers": [{"name": "K", "value": "v"}]},
+            "ws": {"type": "ws", "url": "wss://example.com/ws"},
             "off": {"command": "x", "disabled": true}
         }}"#;
         let (servers, warnings) = servers_from_config(text, &no_env).unwrap();
@@ -843,17 +888,28 @@ mod tests {
             by("pairs").unwrap()["env"],
             json!([{"name": "A", "value": "1"}])
         );
-        assert_eq!(servers.len(), 4);
-        assert_eq!(warnings.len(), 3, "{warnings:?}");
-        assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("\"remote\"") && w.contains("\"http\""))
+        assert_eq!(
+            by("remote").unwrap(),
+            json!({"type": "http", "name": "remote", "url": "https://example.com/mcp",
+                   "headers": [{"name": "Authorization", "value": "Bearer t0"},
+                               {"name": "X-N", "value": "7"}]})
         );
+        assert_eq!(
+            by("bare_url").unwrap(),
+            json!({"type": "http", "name": "bare_url", "url": "https://example.com/mcp2",
+                   "headers": []})
+        );
+        assert_eq!(
+            by("old").unwrap(),
+            json!({"type": "sse", "name": "old", "url": "http://127.0.0.1:9/sse",
+                   "headers": [{"name": "K", "value": "v"}]})
+        );
+        assert_eq!(servers.len(), 7);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(
             warnings
                 .iter()
-                .any(|w| w.contains("\"old\"") && w.contains("\"url\""))
+                .any(|w| w.contains("\"ws\"") && w.contains("not supported"))
         );
         assert!(
             warnings
@@ -864,15 +920,17 @@ mod tests {
             servers_from_config(r#"{"servers": {"a": {"command": "x"}}}"#, &no_env).unwrap();
         assert_eq!(vscode.len(), 1);
         let acpx = r#"{"mcpServers": [{"name": "fs", "command": "srv", "args": ["a"],
-                       "env": [{"name": "K", "value": "v"}]}, {"name": "r", "type": "sse", "url": "u"}]}"#;
+                       "env": [{"name": "K", "value": "v"}]},
+                      {"name": "r", "type": "http", "url": "http://h/mcp", "headers": []}]}"#;
         let (list, warnings) = servers_from_config(acpx, &no_env).unwrap();
         assert_eq!(
             list,
             vec![
-                json!({"name": "fs", "command": "srv", "args": ["a"], "env": [{"name": "K", "value": "v"}]})
+                json!({"name": "fs", "command": "srv", "args": ["a"], "env": [{"name": "K", "value": "v"}]}),
+                json!({"type": "http", "name": "r", "url": "http://h/mcp", "headers": []}),
             ]
         );
-        assert_eq!(warnings.len(), 1);
+        assert!(warnings.is_empty(), "{warnings:?}");
         assert!(
             servers_from_config(r#"{"mcpServers": [{"command": "x"}]}"#, &no_env)
                 .unwrap_err()
@@ -905,6 +963,22 @@ mod tests {
             (
                 r#"{"mcpServers": {"a": {"command": "${NOPE}"}}}"#,
                 "NOPE is not set",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"type": "http"}}}"#,
+                "server \"a\": no \"url\"",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"url": "example.com/mcp"}}}"#,
+                "absolute http:// or https://",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"url": "https://h/${NOPE}"}}}"#,
+                "NOPE is not set",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"url": "https://h/", "headers": "x"}}}"#,
+                "server \"a\": \"headers\" must be an object",
             ),
         ] {
             let e = servers_from_config(text, &no_env).unwrap_err();

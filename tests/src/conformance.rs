@@ -10,11 +10,14 @@
 //! the server lists (arguments made from each tool's input schema), then ends its turn; the
 //! driver exits 0 when the prompt ended with `end_turn` and the agent shut down cleanly.
 //!
-//! [`trials`] is one trial per scenario (`conformance::<scenario>`), run by the suite of each
-//! binary. A scenario in [`KNOWN_FAILING`] must still fail (reported ignored, with its reason);
-//! one that starts passing fails its trial until it is taken off the list, so the list stays
-//! true. The figures (`conformance <version>: N/M client scenarios passed`) are printed after
-//! the run.
+//! [`trials`] is one trial per scenario of each [`Suite`]: the pinned release ([`PINNED`],
+//! `conformance::<scenario>`) and the 2025-11-25 client scenarios of its prerelease
+//! ([`PRERELEASE`], `conformance_prerelease::<scenario>`, installed under the npm alias
+//! `conformance-prerelease`), run by the suite of each binary. A scenario in a suite's
+//! `known_failing` must still fail (reported ignored, with its reason); one that starts passing
+//! fails its trial until it is taken off the list, so the list stays true. The figures
+//! (`MCP conformance <version>: N/M client scenarios passed`, one line per suite) are printed
+//! after the run.
 
 use crate::conformance_auth;
 use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, Wire};
@@ -26,15 +29,41 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The suite version `tests/package.json` pins (checked by a unit test below).
-pub const SUITE_VERSION: &str = "0.1.16";
-
 /// The `mcpServers` name the driver gives the scenario's server.
 pub const SERVER_NAME: &str = "conf";
 
-/// Every client scenario of the pinned suite (`conformance list`, "Client scenarios"), in the
-/// suite's order.
-pub const SCENARIOS: [&str; 26] = [
+/// One version of the official suite: where it is installed, which client scenarios run, and
+/// which of them are known to fail.
+#[derive(Debug)]
+pub struct Suite {
+    /// The version `tests/package.json` pins (checked by a unit test below).
+    pub version: &'static str,
+    /// The package's directory under `tests/node_modules` (its name in `tests/package.json`).
+    pub package: &'static str,
+    /// The trials' name prefix (`<prefix>::<scenario>`).
+    pub prefix: &'static str,
+    /// `--spec-version` for every run (`None`: the suite's default).
+    pub spec_version: Option<&'static str>,
+    /// The client scenarios run (`conformance list --client`, with `spec_version` when set), in
+    /// the suite's order, in parts ([`Suite::scenarios`] joins them).
+    pub parts: &'static [&'static [&'static str]],
+    /// The scenarios known to fail on both binaries, each with the reason. Their trials check
+    /// that they still fail; a scenario that passes must be taken off this list.
+    pub known_failing: &'static [(&'static str, &'static str)],
+    /// Scenarios passed in this process (for the figures printed after the run).
+    passed: AtomicUsize,
+    /// Scenarios run in this process.
+    ran: AtomicUsize,
+}
+
+/// Why `auth/2025-03-26-oauth-metadata-backcompat` fails, by choice (docs/conformance.md).
+const STRICT_ISSUER: &str = "the fixture's authorization server metadata, fetched from the \
+     server's origin, names the issuer <origin>/oauth; RFC 8414 section 3.3 requires them to be \
+     identical and the agent keeps that check (docs/conformance.md)";
+
+/// The client scenarios the release and the prerelease's 2025-11-25 set share, in the
+/// suites' order (the release lists them first).
+const SHARED: &[&str] = &[
     "initialize",
     "tools_call",
     "elicitation-sep1034-client-defaults",
@@ -53,29 +82,47 @@ pub const SCENARIOS: [&str; 26] = [
     "auth/token-endpoint-auth-post",
     "auth/token-endpoint-auth-none",
     "auth/pre-registration",
-    "auth/2025-03-26-oauth-metadata-backcompat",
-    "auth/2025-03-26-oauth-endpoint-fallback",
-    "auth/resource-mismatch",
-    "auth/offline-access-scope",
-    "auth/offline-access-not-supported",
-    "auth/client-credentials-jwt",
-    "auth/client-credentials-basic",
-    "auth/cross-app-access-complete-flow",
 ];
 
-/// The scenarios known to fail on both binaries, each with the reason. Their trials check
-/// that they still fail; a scenario that passes must be taken off this list.
-pub const KNOWN_FAILING: &[(&str, &str)] = &[(
-    "auth/2025-03-26-oauth-metadata-backcompat",
-    "the fixture's authorization server metadata, fetched from the server's origin, names \
-         the issuer <origin>/oauth; RFC 8414 section 3.3 requires them to be identical and the \
-         agent keeps that check (docs/conformance.md)",
-)];
+/// The pinned release: every client scenario of `conformance list` ("Client scenarios").
+pub static PINNED: Suite = Suite {
+    version: "0.1.16",
+    package: "@modelcontextprotocol/conformance",
+    prefix: "conformance",
+    spec_version: None,
+    parts: &[
+        SHARED,
+        &[
+            "auth/2025-03-26-oauth-metadata-backcompat",
+            "auth/2025-03-26-oauth-endpoint-fallback",
+            "auth/resource-mismatch",
+            "auth/offline-access-scope",
+            "auth/offline-access-not-supported",
+            "auth/client-credentials-jwt",
+            "auth/client-credentials-basic",
+            "auth/cross-app-access-complete-flow",
+        ],
+    ],
+    known_failing: &[("auth/2025-03-26-oauth-metadata-backcompat", STRICT_ISSUER)],
+    passed: AtomicUsize::new(0),
+    ran: AtomicUsize::new(0),
+};
 
-/// Scenarios passed in this process (for the figures printed after the run).
-static PASSED: AtomicUsize = AtomicUsize::new(0);
-/// Scenarios run in this process.
-static RAN: AtomicUsize = AtomicUsize::new(0);
+/// The prerelease, installed under the npm alias `conformance-prerelease`: its client
+/// scenarios for MCP 2025-11-25 (`conformance list --client --spec-version 2025-11-25`).
+pub static PRERELEASE: Suite = Suite {
+    version: "0.2.0-alpha.12",
+    package: "conformance-prerelease",
+    prefix: "conformance_prerelease",
+    spec_version: Some("2025-11-25"),
+    parts: &[SHARED, &["json-schema-2020-12-preservation"]],
+    known_failing: &[],
+    passed: AtomicUsize::new(0),
+    ran: AtomicUsize::new(0),
+};
+
+/// Every suite run, the pinned release first.
+pub static SUITES: [&Suite; 2] = [&PINNED, &PRERELEASE];
 
 /// `tests/node_modules/.bin/node`: the Node (>= 22) of the npm package `node`, which the
 /// suite needs (the system's may be older).
@@ -83,9 +130,16 @@ pub fn node_bin() -> PathBuf {
     node_modules().join(".bin/node")
 }
 
-/// The suite's command line entry point in `tests/node_modules`.
-pub fn suite_js() -> PathBuf {
-    node_modules().join("@modelcontextprotocol/conformance/dist/index.js")
+impl Suite {
+    /// The suite's command line entry point in `tests/node_modules`.
+    pub fn js(&self) -> PathBuf {
+        node_modules().join(self.package).join("dist/index.js")
+    }
+
+    /// The client scenarios run, in order.
+    pub fn scenarios(&self) -> impl Iterator<Item = &'static str> {
+        self.parts.iter().flat_map(|part| part.iter().copied())
+    }
 }
 
 /// `'text'` for `sh`, whatever `text` holds.
@@ -114,19 +168,21 @@ pub struct Outcome {
     pub log: String,
 }
 
-/// Runs `scenario` of the suite against `agent_bin` (`conformance client --scenario …
-/// --command …`) and reads its verdict.
+/// Runs `scenario` of `suite` against `agent_bin` (`conformance client --scenario …
+/// [--spec-version …] --command …`) and reads its verdict.
 ///
 /// # Panics
 /// When Node cannot be started or its output is not the suite's.
-pub fn run_scenario(agent_bin: &Path, scenario: &str) -> Outcome {
+pub fn run_scenario(suite: &Suite, agent_bin: &Path, scenario: &str) -> Outcome {
     let dir = tempfile::Builder::new()
         .prefix("buzz-conformance-")
         .tempdir()
         .expect("a temporary directory");
+    let spec_version = suite.spec_version.map(|v| ["--spec-version", v]);
     let out = Command::new(node_bin())
-        .arg(suite_js())
+        .arg(suite.js())
         .args(["client", "--scenario", scenario, "--timeout", "60000"])
+        .args(spec_version.iter().flatten())
         .arg("--command")
         .arg(client_command(agent_bin))
         .arg("--verbose")
@@ -160,65 +216,83 @@ pub fn run_scenario(agent_bin: &Path, scenario: &str) -> Outcome {
     }
 }
 
-/// One trial per scenario of [`SCENARIOS`] against `agent_bin`, named
-/// `conformance::<scenario>`. Without the suite installed: failed under `CI`, else ignored
-/// with how to install it.
+/// One trial per scenario of every suite of [`SUITES`] against `agent_bin`, named
+/// `<prefix>::<scenario>`. Without a suite installed: failed under `CI`, else ignored with how
+/// to install it.
 pub fn trials(agent_bin: &Path) -> Vec<Trial> {
-    SCENARIOS
+    SUITES
         .iter()
-        .map(|&scenario| {
-            let agent_bin = agent_bin.to_path_buf();
-            let known = KNOWN_FAILING
-                .iter()
-                .find(|(name, _)| *name == scenario)
-                .map(|(_, why)| *why);
-            Trial::ignorable_test(format!("conformance::{scenario}"), move || {
-                if !suite_js().is_file() || !node_bin().is_file() {
-                    let why = format!(
-                        "{} missing: run `npm ci` in {}",
-                        suite_js().display(),
-                        env!("CARGO_MANIFEST_DIR")
-                    );
-                    return if in_ci() {
-                        Err(Failed::from(format!("CI is set and {why}")))
-                    } else {
-                        Ok(Completion::ignored_with(why))
-                    };
-                }
-                let outcome = run_scenario(&agent_bin, scenario);
-                RAN.fetch_add(1, Ordering::Relaxed);
-                if outcome.passed {
-                    PASSED.fetch_add(1, Ordering::Relaxed);
-                }
-                match (outcome.passed, known) {
-                    (true, None) => Ok(Completion::Completed),
-                    (false, Some(why)) => Ok(Completion::ignored_with(format!(
-                        "known failure, ran and still fails: {why}"
-                    ))),
-                    (true, Some(_)) => Err(Failed::from(format!(
-                        "{scenario} passes now: take it off conformance::KNOWN_FAILING"
-                    ))),
-                    (false, None) => Err(Failed::from(format!(
-                        "{scenario} failed:\n  {}\n--- suite output:\n{}",
-                        outcome.failures.join("\n  "),
-                        outcome.log
-                    ))),
-                }
-            })
+        .flat_map(|&suite| {
+            suite
+                .scenarios()
+                .map(move |scenario| trial(suite, agent_bin.to_path_buf(), scenario))
         })
         .collect()
 }
 
-/// The figures line for the run (`None` when no scenario ran).
-pub fn summary() -> Option<String> {
-    let ran = RAN.load(Ordering::Relaxed);
-    (ran > 0).then(|| {
-        format!(
-            "MCP conformance {SUITE_VERSION}: {}/{ran} client scenarios passed ({} of the suite)",
-            PASSED.load(Ordering::Relaxed),
-            SCENARIOS.len()
-        )
+/// The trial of `scenario` of `suite` against `agent_bin`.
+fn trial(suite: &'static Suite, agent_bin: PathBuf, scenario: &'static str) -> Trial {
+    let known = suite
+        .known_failing
+        .iter()
+        .find(|(name, _)| *name == scenario)
+        .map(|(_, why)| *why);
+    Trial::ignorable_test(format!("{}::{scenario}", suite.prefix), move || {
+        if !suite.js().is_file() || !node_bin().is_file() {
+            let why = format!(
+                "{} missing: run `npm ci` in {}",
+                suite.js().display(),
+                env!("CARGO_MANIFEST_DIR")
+            );
+            return if in_ci() {
+                Err(Failed::from(format!("CI is set and {why}")))
+            } else {
+                Ok(Completion::ignored_with(why))
+            };
+        }
+        let outcome = run_scenario(suite, &agent_bin, scenario);
+        suite.ran.fetch_add(1, Ordering::Relaxed);
+        if outcome.passed {
+            suite.passed.fetch_add(1, Ordering::Relaxed);
+        }
+        match (outcome.passed, known) {
+            (true, None) => Ok(Completion::Completed),
+            (false, Some(why)) => Ok(Completion::ignored_with(format!(
+                "known failure, ran and still fails: {why}"
+            ))),
+            (true, Some(_)) => Err(Failed::from(format!(
+                "{scenario} passes now: take it off the known failures of conformance {}",
+                suite.version
+            ))),
+            (false, None) => Err(Failed::from(format!(
+                "{scenario} failed:\n  {}\n--- suite output:\n{}",
+                outcome.failures.join("\n  "),
+                outcome.log
+            ))),
+        }
     })
+}
+
+/// The figures lines of the run, one per suite that ran a scenario.
+pub fn summary() -> Vec<String> {
+    SUITES
+        .iter()
+        .filter_map(|suite| {
+            let ran = suite.ran.load(Ordering::Relaxed);
+            (ran > 0).then(|| {
+                format!(
+                    "MCP conformance {}: {}/{ran} client scenarios passed ({} of the suite{})",
+                    suite.version,
+                    suite.passed.load(Ordering::Relaxed),
+                    suite.scenarios().count(),
+                    suite
+                        .spec_version
+                        .map(|v| format!(" for {v}"))
+                        .unwrap_or_default()
+                )
+            })
+        })
+        .collect()
 }
 
 /// A value for a tool argument of JSON Schema `schema`: the first `enum` member, else by
@@ -248,30 +322,50 @@ fn arguments(schema: &Value) -> Value {
     Value::Object(args)
 }
 
+/// The arguments the scripted model gives tool `n` of `tools` (the server's tools as offered
+/// to it, `(name, input schema)`): [`arguments`] of its schema, except that an object property
+/// named `schema` gets the input schema offered for the first other tool, verbatim (as a model
+/// asked to pass a tool's schema back does; what the agent dropped from it, the model never
+/// saw).
+fn call_arguments(n: usize, tools: &[(String, Option<Value>)]) -> Value {
+    let Some(schema) = &tools[n].1 else {
+        return json!({});
+    };
+    let mut args = arguments(schema);
+    let other = tools
+        .iter()
+        .enumerate()
+        .find_map(|(m, (_, s))| s.as_ref().filter(|_| m != n));
+    if let (Some(other), true) = (other, schema["properties"]["schema"]["type"] == "object") {
+        args["schema"] = other.clone();
+    }
+    args
+}
+
 /// The scripted model: on the first request it calls every tool of [`SERVER_NAME`] it was
-/// offered, on every later one it ends its turn with a text.
+/// offered (arguments by [`call_arguments`]), on every later one it ends its turn with a text.
 fn script(i: usize, req: &RecordedRequest) -> Reply {
     let prefix = format!("{SERVER_NAME}__");
-    let calls: Vec<(String, String, Value)> = req
+    let tools: Vec<(String, Option<Value>)> = req
         .tool_schemas()
         .into_iter()
         .filter(|(name, ..)| name.starts_with(&prefix))
-        .enumerate()
-        .map(|(n, (name, _, schema))| {
-            let args = schema.as_ref().map_or_else(|| json!({}), arguments);
-            (format!("call{n}"), name, args)
-        })
+        .map(|(name, _, schema)| (name, schema))
         .collect();
-    if i == 0 && !calls.is_empty() {
-        Reply::tool_calls(
-            calls
-                .iter()
-                .map(|(id, name, args)| (id.as_str(), name.as_str(), args.clone()))
-                .collect(),
-        )
-    } else {
-        Reply::text("done")
+    if i > 0 || tools.is_empty() {
+        return Reply::text("done");
     }
+    let calls: Vec<(String, &str, Value)> = tools
+        .iter()
+        .enumerate()
+        .map(|(n, (name, _))| (format!("call{n}"), name.as_str(), call_arguments(n, &tools)))
+        .collect();
+    Reply::tool_calls(
+        calls
+            .iter()
+            .map(|(id, name, args)| (id.as_str(), *name, args.clone()))
+            .collect(),
+    )
 }
 
 /// The driver's ACP `initialize` params: protocol version 1, no file system or terminal, and
@@ -345,21 +439,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_pinned_suite_is_the_one_the_scenarios_are_listed_for() {
+    fn the_pinned_suites_are_the_ones_the_scenarios_are_listed_for() {
         let pkg: Value = serde_json::from_str(include_str!("../package.json")).unwrap();
-        assert_eq!(
-            pkg["dependencies"]["@modelcontextprotocol/conformance"],
-            SUITE_VERSION
-        );
+        let lock: Value = serde_json::from_str(include_str!("../package-lock.json")).unwrap();
+        for suite in SUITES {
+            let pinned = pkg["dependencies"][suite.package].as_str().unwrap();
+            assert!(
+                pinned == suite.version
+                    || pinned == format!("npm:@modelcontextprotocol/conformance@{}", suite.version),
+                "{}: package.json pins {pinned}, not {}",
+                suite.package,
+                suite.version
+            );
+            let locked = &lock["packages"][format!("node_modules/{}", suite.package)];
+            assert_eq!(locked["version"], suite.version, "{}", suite.package);
+            for (name, _) in suite.known_failing {
+                assert!(
+                    suite.scenarios().any(|s| s == *name),
+                    "{name} is no scenario of conformance {}",
+                    suite.version
+                );
+            }
+        }
+        assert_eq!(PINNED.scenarios().count(), 26);
+        assert_eq!(PRERELEASE.scenarios().count(), 19);
         let node = pkg["dependencies"]["node"].as_str().unwrap();
         let major: u32 = node.split('.').next().unwrap().parse().unwrap();
         assert!(major >= 22, "the suite needs Node >= 22, pinned {node}");
-        for (name, _) in KNOWN_FAILING {
-            assert!(
-                SCENARIOS.contains(name),
-                "{name} is no scenario of the suite"
-            );
-        }
     }
 
     #[test]
@@ -373,6 +479,22 @@ mod tests {
             json!({"a": 2, "b": 2, "s": "conformance", "e": "x", "f": true, "o": {"n": 2}})
         );
         assert_eq!(arguments(&json!({"type": "object"})), json!({}));
+    }
+
+    #[test]
+    fn m10_a_schema_argument_of_the_scripted_model_is_another_tools_schema_verbatim() {
+        let rich = json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                          "type": "object", "$defs": {"a": {"type": "string"}},
+                          "additionalProperties": false});
+        let echo = json!({"type": "object", "properties": {"schema": {"type": "object"}}});
+        let tools = [
+            ("conf__rich".to_string(), Some(rich.clone())),
+            ("conf__echo".to_string(), Some(echo.clone())),
+        ];
+        assert_eq!(call_arguments(1, &tools), json!({"schema": rich}));
+        assert_eq!(call_arguments(0, &tools), json!({}));
+        // Alone, a `schema` property is an object made from its own schema.
+        assert_eq!(call_arguments(0, &tools[1..]), json!({"schema": {}}));
     }
 
     #[test]

@@ -168,12 +168,12 @@ impl Dialect {
         }
         let msgs = req.messages();
         let broken = match self {
-            Dialect::AnthropicThinking => {
-                anthropic_request_rules(&req.body).or_else(|| anthropic_rules(&msgs, true))
-            }
-            Dialect::Anthropic => {
-                anthropic_request_rules(&req.body).or_else(|| anthropic_rules(&msgs, false))
-            }
+            Dialect::AnthropicThinking => anthropic_request_rules(&req.body)
+                .or_else(|| server_tool_rules(&msgs))
+                .or_else(|| anthropic_rules(&msgs, true)),
+            Dialect::Anthropic => anthropic_request_rules(&req.body)
+                .or_else(|| server_tool_rules(&msgs))
+                .or_else(|| anthropic_rules(&msgs, false)),
             Dialect::OpenAiReasoning => known_fields(&req.body, OPENAI_CHAT_FIELDS, |f| {
                 format!("Unrecognized request argument supplied: {f}")
             })
@@ -758,6 +758,184 @@ fn anthropic_rules(msgs: &[Value], thinking: bool) -> Broken {
     ))
 }
 
+/// Anthropic's server-tool rules (platform.claude.com "Server tools", the server-side loop and
+/// `pause_turn`), on assistant messages:
+/// * a `server_tool_use` (or `mcp_tool_use`) block needs its result block (`web_search_tool_result`,
+///   `web_fetch_tool_result`, … naming its id in `tool_use_id`) after it in the same message:
+///   "messages.1: `web_search` tool use with id `srvtoolu_…` was found without a corresponding
+///   `web_search_tool_result` block" (anthropics/anthropic-sdk-python#961, #1339;
+///   gsd-build/gsd-2#2869) — except in the final message: a paused turn sent back to be
+///   continued may end in a search that has not run yet ("the paused assistant turn just has to
+///   stay the last message when you resubmit", #1339);
+/// * a result block needs its use before it: "unexpected `tool_use_id` found in
+///   `…_tool_result` blocks: … Each `…_tool_result` block must have a corresponding
+///   `server_tool_use` block before it." (anthropics/claude-code#62577).
+fn server_tool_rules(msgs: &[Value]) -> Broken {
+    for (i, m) in msgs.iter().enumerate() {
+        if m["role"] != "assistant" {
+            continue;
+        }
+        let mut open: Vec<(&str, &str)> = Vec::new();
+        for (k, b) in m["content"].as_array().into_iter().flatten().enumerate() {
+            let kind = b["type"].as_str().unwrap_or("");
+            let id = b["id"].as_str().unwrap_or("");
+            if kind == "server_tool_use" || kind == "mcp_tool_use" {
+                open.push((id, b["name"].as_str().unwrap_or("")));
+            } else if kind.ends_with("_tool_result") {
+                let used = b["tool_use_id"].as_str().unwrap_or("");
+                let Some(at) = open.iter().position(|(o, _)| *o == used) else {
+                    return Some((
+                        format!(
+                            "messages.{i}.content.{k}: unexpected `tool_use_id` found in `{kind}` blocks: {used}. Each `{kind}` block must have a corresponding `server_tool_use` block before it."
+                        ),
+                        "server tool result after its use",
+                    ));
+                };
+                open.remove(at);
+            }
+        }
+        if let Some((id, name)) = open.first()
+            && i + 1 < msgs.len()
+        {
+            return Some((
+                format!(
+                    "messages.{i}: `{name}` tool use with id `{id}` was found without a corresponding `{name}_tool_result` block"
+                ),
+                "server tool use with its result",
+            ));
+        }
+    }
+    None
+}
+
+/// The paused responses (`stop_reason: "pause_turn"`) an Anthropic profile served, as content
+/// blocks (SPEC L13, case C69). "Pass the paused response back as-is in a subsequent request
+/// to let Claude continue its turn" (platform.claude.com "Server tools"); its server-tool
+/// blocks carry encrypted content the API reads back. So a paused turn comes back unchanged:
+/// every later request that holds it (the assistant message with its first block's `id`)
+/// has its blocks, verbatim (`cache_control` aside), at the start of that message.
+#[derive(Debug, Default)]
+pub struct PausedTurns(Mutex<Vec<Vec<Value>>>);
+
+impl PausedTurns {
+    /// Remembers `reply` when it is a paused Anthropic response.
+    pub fn served(&self, reply: &Reply) {
+        if let Some(blocks) = paused_blocks(&reply.sse_pieces_for(Wire::Anthropic).concat())
+            && let Ok(mut turns) = self.0.lock()
+        {
+            turns.push(blocks);
+        }
+    }
+
+    /// The rule a request breaks: a paused turn it holds, changed.
+    pub fn check(&self, msgs: &[Value]) -> Broken {
+        let turns = self.0.lock().ok()?;
+        for turn in turns.iter() {
+            let Some(id) = turn.iter().find_map(|b| b["id"].as_str()) else {
+                continue;
+            };
+            let held = msgs.iter().enumerate().find(|(_, m)| {
+                m["role"] == "assistant"
+                    && m["content"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|b| b["id"] == id))
+            });
+            let Some((i, m)) = held else {
+                continue;
+            };
+            let sent: Vec<Value> = m["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| {
+                    let mut b = b.clone();
+                    if let Some(o) = b.as_object_mut() {
+                        o.remove("cache_control");
+                    }
+                    b
+                })
+                .collect();
+            if let Some(k) = (0..turn.len()).find(|&k| sent.get(k) != Some(&turn[k])) {
+                return Some((
+                    format!(
+                        "messages.{i}.content.{k}: a paused turn must be sent back as it was returned to be continued"
+                    ),
+                    "paused turn sent back unchanged",
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// The content blocks of an Anthropic SSE body that ends `pause_turn`, assembled as the API
+/// returns them whole: each `content_block_start` block with its `text_delta`,
+/// `thinking_delta`, `signature_delta` and `citations_delta` pieces joined in, and its
+/// `input_json_delta` pieces parsed into `input`; `None` for any other stop reason.
+fn paused_blocks(sse: &str) -> Option<Vec<Value>> {
+    let mut blocks: Vec<Value> = Vec::new();
+    let mut inputs: std::collections::BTreeMap<usize, String> = std::collections::BTreeMap::new();
+    let mut paused = false;
+    for data in sse.lines().filter_map(|l| l.strip_prefix("data:")) {
+        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
+            continue;
+        };
+        let index = event["index"]
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .unwrap_or(0);
+        match event["type"].as_str().unwrap_or("") {
+            "content_block_start" => {
+                if blocks.len() <= index {
+                    blocks.resize(index + 1, Value::Null);
+                }
+                blocks[index] = event["content_block"].clone();
+            }
+            "content_block_delta" => {
+                let Some(block) = blocks.get_mut(index) else {
+                    continue;
+                };
+                let delta = &event["delta"];
+                let piece = |field: &str| delta[field].as_str().unwrap_or("").to_owned();
+                match delta["type"].as_str().unwrap_or("") {
+                    "text_delta" => append(block, "text", &piece("text")),
+                    "thinking_delta" => append(block, "thinking", &piece("thinking")),
+                    "signature_delta" => append(block, "signature", &piece("signature")),
+                    "citations_delta" => {
+                        if !block["citations"].is_array() {
+                            block["citations"] = json!([]);
+                        }
+                        if let Some(c) = block["citations"].as_array_mut() {
+                            c.push(delta["citation"].clone());
+                        }
+                    }
+                    "input_json_delta" => {
+                        inputs
+                            .entry(index)
+                            .or_default()
+                            .push_str(&piece("partial_json"));
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => paused = event["delta"]["stop_reason"] == "pause_turn",
+            _ => {}
+        }
+    }
+    for (index, text) in inputs {
+        if let (Some(block), Ok(input)) = (blocks.get_mut(index), serde_json::from_str(&text)) {
+            block["input"] = input;
+        }
+    }
+    paused.then_some(blocks)
+}
+
+/// Appends `piece` to the string field `field` of `block`.
+fn append(block: &mut Value, field: &str, piece: &str) {
+    let held = block[field].as_str().unwrap_or("").to_owned();
+    block[field] = Value::String(held + piece);
+}
+
 /// OpenAI reasoning models on Chat Completions reject `max_tokens` (case C41, verbatim body).
 fn openai_reasoning_rules(body: &Value) -> Broken {
     body.get("max_tokens").map(|_| {
@@ -901,7 +1079,8 @@ pub type Violations = Arc<Mutex<Vec<String>>>;
 
 impl FakeLlm {
     /// A fake LLM speaking `dialect`: every request is checked first (a broken rule gets the
-    /// server's 400, is recorded in `violations` and is not one of the scenario's requests);
+    /// server's 400, is recorded in `violations` and is not one of the scenario's requests;
+    /// the Anthropic profiles also check the paused turns they served, [`PausedTurns`]);
     /// `InBandErrors` answers the first attempt of every request body with an in-band error;
     /// then `handler` answers (its index counts the scenario's requests only) and the reply is
     /// styled the dialect's way.
@@ -912,8 +1091,16 @@ impl FakeLlm {
     ) -> Self {
         let seen: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
         let errors = AtomicUsize::new(0);
+        let paused = PausedTurns::default();
+        let anthropic = dialect.wire() == Wire::Anthropic;
         let mut llm = FakeLlm::with_handler(move |i, req| {
-            if let Err(rejection) = dialect.check(req) {
+            let verdict = dialect.check(req).and_then(|()| {
+                match paused.check(&req.messages()).filter(|_| anthropic) {
+                    Some((message, rule)) => Err(dialect.reject(&message, rule)),
+                    None => Ok(()),
+                }
+            });
+            if let Err(rejection) = verdict {
                 if let Ok(mut v) = violations.lock() {
                     v.push(rejection.rule.clone());
                 }
@@ -929,7 +1116,11 @@ impl FakeLlm {
                     return Reply::raw_sse(Dialect::in_band_error(n)).uncounted();
                 }
             }
-            dialect.style(handler(i, req), req, i)
+            let reply = dialect.style(handler(i, req), req, i);
+            if anthropic {
+                paused.served(&reply);
+            }
+            reply
         });
         llm.dialect = Some(dialect);
         llm
@@ -988,6 +1179,92 @@ mod tests {
                 .unwrap_err()
                 .rule
                 .contains("unmodified")
+        );
+    }
+
+    /// A paused response: a search (input streamed), its result, text with a citation.
+    const PAUSED: &str = concat!(
+        r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}}"#,
+        "\n\n",
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\": "}}"#,
+        "\n\n",
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"q\"}"}}"#,
+        "\n\n",
+        r#"data: {"type":"content_block_start","index":1,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]}}"#,
+        "\n\n",
+        r#"data: {"type":"content_block_start","index":2,"content_block":{"type":"text","text":""}}"#,
+        "\n\n",
+        r#"data: {"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"Found "}}"#,
+        "\n\n",
+        r#"data: {"type":"content_block_delta","index":2,"delta":{"type":"citations_delta","citation":{"type":"web_search_result_location","cited_text":"c"}}}"#,
+        "\n\n",
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"pause_turn"}}"#,
+        "\n\n",
+    );
+
+    #[test]
+    fn anthropic_rejects_an_unanswered_server_tool_use_and_a_changed_paused_turn() {
+        let search = json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                            "input": {"query": "q"}});
+        let result = json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+                            "content": []});
+        let user = |t: &str| json!({"role": "user", "content": [{"type": "text", "text": t}]});
+        let asst = |content: Value| json!({"role": "assistant", "content": content});
+        let check = |d: Dialect, msgs: Vec<Value>| {
+            d.check(&req(Wire::Anthropic, json!({"messages": msgs})))
+        };
+        let text = json!({"type": "text", "text": "a"});
+        let paired = asst(json!([search, result, text]));
+        assert_eq!(
+            check(Dialect::Anthropic, vec![user("q"), paired, user("more")]),
+            Ok(())
+        );
+        // A search that has not run yet is taken only in the final message (a paused turn).
+        let unpaired = asst(json!([search]));
+        assert_eq!(
+            check(Dialect::Anthropic, vec![user("q"), unpaired.clone()]),
+            Ok(())
+        );
+        let err = check(Dialect::Anthropic, vec![user("q"), unpaired, user("more")]).unwrap_err();
+        assert!(
+            err.body.contains("messages.1: `web_search` tool use with id `srvtoolu_1` was found without a corresponding `web_search_tool_result` block"),
+            "{err:?}"
+        );
+        let err = check(
+            Dialect::AnthropicThinking,
+            vec![user("q"), asst(json!([result]))],
+        )
+        .unwrap_err();
+        assert!(err.body.contains("unexpected `tool_use_id`"), "{err:?}");
+
+        let paused = PausedTurns::default();
+        paused.served(&Reply::raw_sse(PAUSED));
+        let citation = json!([{"type": "web_search_result_location", "cited_text": "c"}]);
+        let turn =
+            json!([search, result, {"type": "text", "text": "Found ", "citations": citation}]);
+        assert_eq!(paused.check(&[user("q"), asst(turn.clone())]), None);
+        // Later: the continuation joined, a cache breakpoint on it: still the same turn.
+        let mut later = turn.clone();
+        later[2]["cache_control"] = json!({"type": "ephemeral"});
+        later
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "text", "text": "it."}));
+        assert_eq!(paused.check(&[user("q"), asst(later), user("next")]), None);
+        // Changed: the citation dropped, or the text edited.
+        for (field, value) in [("citations", Value::Null), ("text", json!("Found"))] {
+            let mut changed = turn.clone();
+            changed[2][field] = value;
+            let (message, rule) = paused.check(&[user("q"), asst(changed)]).unwrap();
+            assert!(message.starts_with("messages.1.content.2: "), "{message}");
+            assert_eq!(rule, "paused turn sent back unchanged");
+        }
+        // A response that ends otherwise is not a paused turn.
+        let ended = PausedTurns::default();
+        ended.served(&Reply::raw_sse(PAUSED.replace("pause_turn", "end_turn")));
+        assert_eq!(
+            ended.check(&[user("q"), asst(json!([search, result]))]),
+            None
         );
     }
 

@@ -23,6 +23,7 @@
 //! | `FAKE_MCP_HTTP_TOKEN` | every request must carry `Authorization: Bearer <token>`, else `401` with a `WWW-Authenticate: Bearer` challenge |
 //! | `FAKE_MCP_HTTP_TOKENS_FILE` | OAuth (SPEC M11, with [`crate::fake_oauth`]): a request must carry `Authorization: Bearer <token>` for a token listed in this file (`<token> <scope>...` per line, read per request), else `401` with `WWW-Authenticate: Bearer resource_metadata="<FAKE_MCP_HTTP_RESOURCE_METADATA>"` |
 //! | `FAKE_MCP_HTTP_TOOL_SCOPES` | `tool=scope,...`: a `tools/call` of that tool with a token lacking the scope gets `403` with `error="insufficient_scope", scope="<scope>"` |
+//! | `FAKE_MCP_HTTP_FAULT` | `method=fault,...`: a request of that JSON-RPC method is answered with the fault instead (see [`Fault`]): `html` (a `502` HTML error page, as a proxy in front of a dead server), `mid500` (an event stream cut after its priming event by a proxy's `500` page; a resumption `GET` gets the `500` too), `endless` (the response, then the stream never ends), `big` (a 10 MiB JSON body), `redirect` (a `307` back to the same URL, a redirect loop) |
 //! | `FAKE_MCP_HTTP_LOG` | one JSON line per HTTP request: `method`, `path`, `session`, `version`, `accept`, `auth` (whether it carried one), `last_event_id`, `status`, `body`, `headers` (all but `authorization`) |
 //!
 //! Messages the server sends that are not a response (server requests, notifications) go on
@@ -40,6 +41,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A proxy's or a broken server's answer to one request (`FAKE_MCP_HTTP_FAULT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `502 Bad Gateway` with `content-type: text/html` and an HTML page.
+    Html,
+    /// `200` with an event stream: the priming event (with an id), half an event, then a
+    /// proxy's `500` page written into the stream and the connection closed.
+    Mid500,
+    /// The response on an event stream that is never ended (keep-alive comments every second).
+    Endless,
+    /// A JSON response with a 10 MiB text result.
+    Big,
+    /// `307 Temporary Redirect` to the URL it was sent to.
+    Redirect,
+}
+
+/// The HTML page of [`Fault::Html`] and [`Fault::Mid500`].
+const ERROR_PAGE: &str = "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body><h1>502 Bad Gateway</h1><hr><center>nginx</center></body></html>\n";
 
 /// How answers are carried (`FAKE_MCP_HTTP_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +229,8 @@ struct HttpServer {
     resource_metadata: Option<String>,
     tool_scopes: Vec<(String, String)>,
     log: Option<PathBuf>,
+    /// `FAKE_MCP_HTTP_FAULT`: the fault of each JSON-RPC method named.
+    faults: Vec<(String, Fault)>,
     router: Arc<Router>,
     handle: fake_mcp::Handle,
     sessions: Mutex<BTreeSet<String>>,
@@ -226,10 +248,13 @@ fn respond(w: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &[u
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
+        307 => "Temporary Redirect",
         404 => "Not Found",
         405 => "Method Not Allowed",
         406 => "Not Acceptable",
         415 => "Unsupported Media Type",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
         _ => "Status",
     };
     let mut head = format!(
@@ -468,19 +493,89 @@ impl HttpServer {
             self.handle.handle_line(&text);
             return respond(w, 202, &[], b"");
         };
+        let fault = self.fault_of(&msg);
+        if let Some(fault) = fault.filter(|f| *f != Fault::Endless) {
+            return self.fault(w, req, fault, id, &session);
+        }
         self.log(req, 200);
         let (tx, rx) = mpsc::channel();
         let key = id.to_string();
         lock(&self.router.pending).push((key.clone(), tx));
         self.handle.handle_line(&text);
-        let keep = self.answer(w, &rx, &key, &session);
+        let endless = fault == Some(Fault::Endless);
+        let keep = self.answer(w, &rx, &key, &session, endless);
         lock(&self.router.pending).retain(|(k, _)| *k != key);
         keep
     }
 
+    /// The fault `FAKE_MCP_HTTP_FAULT` names for the method of request `msg`.
+    fn fault_of(&self, msg: &Value) -> Option<Fault> {
+        let method = msg["method"].as_str()?;
+        self.faults
+            .iter()
+            .find(|(m, _)| m == method)
+            .map(|(_, f)| *f)
+    }
+
+    /// Answers request `id` with `fault` (not [`Fault::Endless`], which [`Self::answer`]
+    /// plays). `false`: the connection is to be closed.
+    fn fault(
+        &self,
+        w: &mut TcpStream,
+        req: &HttpRequest,
+        fault: Fault,
+        id: &Value,
+        session: &str,
+    ) -> bool {
+        let html = ("content-type", "text/html; charset=utf-8".to_string());
+        match fault {
+            Fault::Html => {
+                self.log(req, 502);
+                respond(w, 502, &[html], ERROR_PAGE.as_bytes())
+            }
+            Fault::Redirect => {
+                self.log(req, 307);
+                respond(w, 307, &[("location", req.path.clone())], b"")
+            }
+            Fault::Big => {
+                self.log(req, 200);
+                let text = "x".repeat(10 << 20);
+                let body = json!({"jsonrpc": "2.0", "id": id,
+                                  "result": {"content": [{"type": "text", "text": text}]}});
+                let headers = [
+                    ("content-type", "application/json".to_string()),
+                    ("mcp-session-id", session.to_string()),
+                ];
+                respond(w, 200, &headers, body.to_string().as_bytes())
+            }
+            Fault::Mid500 | Fault::Endless => {
+                self.log(req, 200);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nmcp-session-id: {session}\r\n\r\n"
+                );
+                let prime = self.event_ids.fetch_add(1, Ordering::SeqCst);
+                let cut = format!(
+                    "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/html\r\n\r\n{ERROR_PAGE}"
+                );
+                let _ = w.write_all(head.as_bytes()).is_ok()
+                    && chunk(w, &format!("id: {prime}\ndata: \n\n"))
+                    && chunk(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",")
+                    && w.write_all(cut.as_bytes()).and_then(|()| w.flush()).is_ok();
+                false
+            }
+        }
+    }
+
     /// Waits for the response to request `key` and writes it (`sse`: with the messages before
-    /// it). `false`: the client went away.
-    fn answer(&self, w: &mut TcpStream, rx: &Receiver<String>, key: &str, session: &str) -> bool {
+    /// it; `endless`: the stream is never ended after it). `false`: the client went away.
+    fn answer(
+        &self,
+        w: &mut TcpStream,
+        rx: &Receiver<String>,
+        key: &str,
+        session: &str,
+        endless: bool,
+    ) -> bool {
         let is_response = |line: &str| {
             serde_json::from_str::<Value>(line)
                 .is_ok_and(|m| m.get("method").is_none() && m["id"].to_string().as_str() == key)
@@ -522,7 +617,7 @@ impl HttpServer {
                     if !chunk(w, &format!("id: {n}\nevent: message\ndata: {line}\n\n")) {
                         return false;
                     }
-                    if is_response(&line) {
+                    if is_response(&line) && !endless {
                         return chunk(w, "");
                     }
                 }
@@ -577,6 +672,13 @@ impl HttpServer {
     }
 
     fn get(&self, w: &mut TcpStream, req: &HttpRequest) -> bool {
+        if req.header("last-event-id").is_some()
+            && self.faults.iter().any(|(_, f)| *f == Fault::Mid500)
+        {
+            self.log(req, 500);
+            let html = ("content-type", "text/html".to_string());
+            return respond(w, 500, &[html], ERROR_PAGE.as_bytes());
+        }
         if !self.get_allowed {
             return self.refuse(w, req, 405, "Method Not Allowed");
         }
@@ -675,6 +777,22 @@ pub fn main() -> ! {
             .map(|(t, s)| (t.trim().to_owned(), s.trim().to_owned()))
             .collect(),
         log: get("FAKE_MCP_HTTP_LOG").map(PathBuf::from),
+        faults: get("FAKE_MCP_HTTP_FAULT")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|p| p.split_once('='))
+            .filter_map(|(m, f)| {
+                let fault = match f.trim() {
+                    "html" => Fault::Html,
+                    "mid500" => Fault::Mid500,
+                    "endless" => Fault::Endless,
+                    "big" => Fault::Big,
+                    "redirect" => Fault::Redirect,
+                    _ => return None,
+                };
+                Some((m.trim().to_owned(), fault))
+            })
+            .collect(),
         router,
         handle: fake_mcp::start(cfg, out, exit),
         sessions: Mutex::new(BTreeSet::new()),

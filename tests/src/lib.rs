@@ -77,7 +77,7 @@ pub fn run_suite(agent_bin: &str, has_extras: bool) {
     trials.extend(peers::trials(&ctx));
     trials.extend(conformance::trials(&ctx.agent_bin));
     let conclusion = libtest_mimic::run(&args, trials);
-    if let Some(figures) = conformance::summary() {
+    for figures in conformance::summary() {
         eprintln!("{figures}");
     }
     let schema = acp_schema::counts();

@@ -7,7 +7,6 @@
 
 use super::Agent;
 use crate::config::LogLevel;
-use crate::cx::Cx;
 use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{ServerSlot, SessionId};
 use crate::instructions::{self, ClientPrompt};

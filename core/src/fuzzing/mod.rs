@@ -19,6 +19,7 @@
     reason = "a fuzz body reports a violated property by panicking"
 )]
 
+pub mod invariants;
 pub mod session;
 
 use crate::Agent;
@@ -306,9 +307,10 @@ fn replayed_arguments(body: &Value) -> Vec<&str> {
 /// request body is strict JSON and replays no tool-call arguments holding a lone surrogate
 /// escape (L3b).
 pub fn check_action(a: &Action) {
-    let line = match a {
-        Action::WriteAcp(l) | Action::WriteMcp { line: l, .. } => l,
-        Action::CallLlm { request, .. } => {
+    let line = if let Action::WriteAcp(l) | Action::WriteMcp { line: l, .. } = a {
+        l
+    } else {
+        if let Action::CallLlm { request, .. } = a {
             let body: Value = serde_json::from_slice(&request.body.to_vec())
                 .unwrap_or_else(|e| panic!("L3b: an LLM request body is not strict JSON: {e}"));
             for args in replayed_arguments(&body) {
@@ -317,36 +319,19 @@ pub fn check_action(a: &Action) {
                     "L3b: replayed arguments hold a lone surrogate escape: {args:?}"
                 );
             }
-            return;
-        }
-        Action::Http { request, .. } => {
-            if request.method == crate::http::Method::Post {
-                let body = request.body.to_vec();
-                if let Err(e) = jsonrpc::parse_message(&body) {
-                    panic!(
-                        "an MCP message we post does not parse back ({e}): {}",
-                        String::from_utf8_lossy(&body)
-                    );
-                }
+        } else if let Action::Http { request, .. } = a
+            && request.method == crate::http::Method::Post
+        {
+            let body = request.body.to_vec();
+            if let Err(e) = jsonrpc::parse_message(&body) {
+                panic!(
+                    "an MCP message we post does not parse back ({e}): {}",
+                    String::from_utf8_lossy(&body)
+                );
             }
-            return;
         }
-        Action::CancelHttp { .. }
-        | Action::SpawnMcp { .. }
-        | Action::CloseMcpStdin { .. }
-        | Action::SignalProcessGroup { .. }
-        | Action::CancelLlm { .. }
-        | Action::OpenTranscript { .. }
-        | Action::ReadTranscript { .. }
-        | Action::AppendTranscript { .. }
-        | Action::SyncTranscript { .. }
-        | Action::TruncateTranscript { .. }
-        | Action::CloseTranscript { .. }
-        | Action::ListTranscripts { .. }
-        | Action::ReadProject { .. }
-        | Action::OAuth(_)
-        | Action::Log(_)
-        | Action::Exit { .. } => return,
+        // The other actions carry no frame.
+        return;
     };
     let body = line
         .strip_suffix('\n')
@@ -476,12 +461,7 @@ impl Driver {
         let now = self.now;
         self.agent.handle_timeout(now);
         self.drain(react);
-        if let Some((t, k)) = self.agent.poll_timeout() {
-            assert!(
-                t > now,
-                "I11: after handle_timeout({now}) poll_timeout is {t} ({k:?})"
-            );
-        }
+        invariants::Invariants::after_timeout(now, self.agent.poll_timeout());
         true
     }
 
@@ -513,34 +493,16 @@ impl Driver {
 /// The world's default reactions: a spawned server starts at once, a signalled group exits,
 /// a closed stdin makes the server exit.
 pub fn os_reactions(a: &Action, q: &mut std::collections::VecDeque<Input>) {
-    match a {
-        Action::SpawnMcp { proc, .. } => q.push_back(Input::McpSpawned { proc: *proc }),
-        Action::SignalProcessGroup { proc, .. } | Action::CloseMcpStdin { proc } => {
-            q.push_back(Input::McpStdoutClosed { proc: *proc });
-            q.push_back(Input::McpExited {
-                proc: *proc,
-                status: "exit status 0".into(),
-            });
-        }
-        // The fuzz agents keep no sessions on disk (the state directory is off); no HTTP MCP
-        // server answers.
-        Action::WriteAcp(_)
-        | Action::WriteMcp { .. }
-        | Action::Http { .. }
-        | Action::CancelHttp { .. }
-        | Action::CallLlm { .. }
-        | Action::CancelLlm { .. }
-        | Action::OpenTranscript { .. }
-        | Action::ReadTranscript { .. }
-        | Action::AppendTranscript { .. }
-        | Action::SyncTranscript { .. }
-        | Action::TruncateTranscript { .. }
-        | Action::CloseTranscript { .. }
-        | Action::ListTranscripts { .. }
-        | Action::ReadProject { .. }
-        | Action::OAuth(_)
-        | Action::Log(_)
-        | Action::Exit { .. } => {}
+    // The other actions need no answer from the OS: the fuzz agents keep no sessions on disk
+    // (the state directory is off) and no HTTP MCP server answers.
+    if let Action::SpawnMcp { proc, .. } = a {
+        q.push_back(Input::McpSpawned { proc: *proc });
+    } else if let Action::SignalProcessGroup { proc, .. } | Action::CloseMcpStdin { proc } = a {
+        q.push_back(Input::McpStdoutClosed { proc: *proc });
+        q.push_back(Input::McpExited {
+            proc: *proc,
+            status: "exit status 0".into(),
+        });
     }
 }
 

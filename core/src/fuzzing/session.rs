@@ -8,16 +8,17 @@
 //! raw bytes), when a server dies. The whole script runs twice and the two action transcripts
 //! must be byte-identical (I12).
 //!
-//! Checked after every step: every frame parses back (T1); no request is answered twice and,
-//! after EOF and shutdown, every request was answered exactly once (I7); a `session/update`
-//! is only sent while a prompt of its session is outstanding (I8); every LLM request pairs each
-//! assistant tool call with exactly one result, after it (I9); no hook name is offered to the
-//! LLM and every `_` tool call sent to a server is a hook call carrying `_meta` (I10); after
-//! `handle_timeout(t)`, `poll_timeout` is `None` or later than `t` (I11); a prompt response
-//! never reports more `_Stop` objections than the budget (I1). I2–I6 (hook counters, rounds,
+//! Checked after every step: every frame parses back (T1, [`super::check_action`]), and I1 and
+//! I7–I11 by [`super::invariants::Invariants`], the same checks the core's simulated world
+//! (`core/tests/support`) runs: no request answered twice and, after EOF and shutdown, every
+//! request answered exactly once (I7); a turn's `session/update` only while a prompt of its
+//! session is outstanding (I8); tool calls and results paired in every LLM request (I9); no
+//! hook offered to the LLM, every `_` call to a server a hook call with `_meta` (I10); no busy
+//! loop after a timeout (I11); objections within the budget (I1). I2–I6 (hook counters, rounds,
 //! fail-open, kills, late replies) need the reference model of `core/tests/hooks_props.rs`,
 //! which checks them by property tests.
 
+use super::invariants::Invariants;
 use super::{Driver, Reader, fuzz_config, split};
 use crate::config::{PermissionMode, ProviderKind};
 use crate::io::{Action, Input, LlmCallId, LlmEvent, ProcKey};
@@ -151,17 +152,13 @@ struct FakeServer {
 
 /// The world's state between steps.
 struct World {
-    provider: ProviderKind,
-    budget: u32,
+    /// I1 and I7–I11 (the checks the core's simulated world runs too).
+    checks: Invariants,
     servers: BTreeMap<ProcKey, FakeServer>,
     /// LLM calls not answered, not released.
     llm: VecDeque<LlmCallId>,
     /// The agent's requests to the client (`session/request_permission`), by id.
     permission: VecDeque<Value>,
-    /// Answers due per request id (JSON text).
-    due: BTreeMap<String, usize>,
-    /// Outstanding prompt request ids per session.
-    prompts: BTreeMap<String, Vec<String>>,
     /// Session ids created.
     sessions: Vec<String>,
     /// `session/new` request ids not answered yet.
@@ -188,83 +185,22 @@ fn server_tools(name: &str) -> Value {
     Value::Array(tools)
 }
 
-/// The tool calls and results of one LLM request body, in order: (is a result, id).
-fn tool_pairs(provider: &ProviderKind, body: &Value) -> Vec<(bool, String)> {
-    let mut out = Vec::new();
-    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
-    match provider {
-        ProviderKind::OpenAiChat => {
-            for m in body["messages"].as_array().into_iter().flatten() {
-                for c in m["tool_calls"].as_array().into_iter().flatten() {
-                    out.push((false, s(&c["id"])));
-                }
-                if m["role"] == "tool" {
-                    out.push((true, s(&m["tool_call_id"])));
-                }
-            }
-        }
-        ProviderKind::Anthropic => {
-            for m in body["messages"].as_array().into_iter().flatten() {
-                for c in m["content"].as_array().into_iter().flatten() {
-                    match c["type"].as_str() {
-                        Some("tool_use") => out.push((false, s(&c["id"]))),
-                        Some("tool_result") => out.push((true, s(&c["tool_use_id"]))),
-                        _ => {}
-                    }
-                }
-            }
-        }
-        ProviderKind::OpenAiResponses => {
-            for item in body["input"].as_array().into_iter().flatten() {
-                match item["type"].as_str() {
-                    Some("function_call") => out.push((false, s(&item["call_id"]))),
-                    Some("function_call_output") => out.push((true, s(&item["call_id"]))),
-                    _ => {}
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The tool names offered in an LLM request body (all three routes).
-fn offered_tools(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| {
-            t["name"]
-                .as_str()
-                .or_else(|| t["function"]["name"].as_str())
-                .map(str::to_owned)
-        })
-        .collect()
-}
-
 impl World {
     fn key(id: &Value) -> String {
         id.to_string()
     }
 
-    /// Registers the requests of client bytes (each complete line) as due answers, and the
-    /// prompts among them as outstanding.
+    /// Registers client bytes with the checks, and the `session/new` requests among them.
     fn note_client_bytes(&mut self, bytes: &[u8], max: usize) {
-        for (id, n) in super::expected_answers(max, bytes) {
-            *self.due.entry(id).or_default() += n;
-        }
+        self.checks.input(&Input::AcpBytes(bytes.to_vec()));
         for line in bytes.split(|&b| b == b'\n') {
             if line.len() > max {
                 continue;
             }
-            if let Ok(Message::Request { id, method, params }) = jsonrpc::parse_message(line) {
-                let key = Self::key(&id.to_value());
-                if method == "session/prompt" {
-                    let sid = params["sessionId"].as_str().unwrap_or("").to_owned();
-                    self.prompts.entry(sid).or_default().push(key);
-                } else if method == "session/new" {
-                    self.new_session_ids.push(key);
-                }
+            if let Ok(Message::Request { id, method, .. }) = jsonrpc::parse_message(line)
+                && method == "session/new"
+            {
+                self.new_session_ids.push(Self::key(&id.to_value()));
             }
         }
     }
@@ -272,77 +208,36 @@ impl World {
     /// Reacts to one action: the OS and the servers' automatic answers, bookkeeping, checks.
     fn react(&mut self, a: &Action, q: &mut VecDeque<Input>) {
         self.transcript.push(format!("{a:?}"));
-        match a {
-            Action::WriteAcp(line) => self.on_acp(line),
-            Action::WriteMcp { proc, line } => self.on_mcp(*proc, line, q),
-            Action::SpawnMcp { proc, spec } => {
-                self.servers.insert(
-                    *proc,
-                    FakeServer {
-                        name: spec.name.clone(),
-                        alive: true,
-                        calls: VecDeque::new(),
-                    },
-                );
-                q.push_back(Input::McpSpawned { proc: *proc });
-            }
-            Action::SignalProcessGroup { proc, .. } | Action::CloseMcpStdin { proc } => {
-                if let Some(s) = self.servers.get_mut(proc).filter(|s| s.alive) {
-                    s.alive = false;
-                    s.calls.clear();
-                    q.push_back(Input::McpStdoutClosed { proc: *proc });
-                    q.push_back(Input::McpExited {
-                        proc: *proc,
-                        status: "killed by signal 15".into(),
-                    });
-                }
-            }
-            Action::CallLlm { call, request } => {
-                let body: Value = serde_json::from_slice(&request.body.to_vec())
-                    .unwrap_or_else(|e| panic!("the LLM request body is not JSON: {e}"));
-                for name in offered_tools(&body) {
-                    assert!(
-                        !name.contains("___"),
-                        "I10: the hook {name} was offered to the LLM"
-                    );
-                }
-                let pairs = tool_pairs(&self.provider, &body);
-                let mut open: Vec<&str> = Vec::new();
-                let mut seen: Vec<&str> = Vec::new();
-                for (is_result, id) in &pairs {
-                    if *is_result {
-                        let at = open.iter().position(|o| o == id);
-                        assert!(
-                            at.is_some(),
-                            "I9: tool result {id} without a preceding open call: {pairs:?}"
-                        );
-                        if let Some(at) = at {
-                            open.remove(at);
-                        }
-                    } else {
-                        assert!(!seen.contains(&id.as_str()), "I9: call id {id} used twice");
-                        seen.push(id);
-                        open.push(id);
-                    }
-                }
-                assert!(open.is_empty(), "I9: calls without a result: {open:?}");
-                self.llm.push_back(*call);
-            }
-            Action::CancelLlm { call } => self.llm.retain(|c| c != call),
-            // The scripted sessions name stdio servers only: no HTTP server answers.
-            Action::Http { .. } | Action::CancelHttp { .. } => {}
-            // The fuzz agents keep no sessions on disk (the state directory is off).
-            Action::OpenTranscript { .. }
-            | Action::ReadTranscript { .. }
-            | Action::AppendTranscript { .. }
-            | Action::SyncTranscript { .. }
-            | Action::TruncateTranscript { .. }
-            | Action::CloseTranscript { .. }
-            | Action::ListTranscripts { .. }
-            | Action::ReadProject { .. }
-            | Action::OAuth(_)
-            | Action::Log(_)
-            | Action::Exit { .. } => {}
+        self.checks.action(a);
+        // No other action needs an answer: no HTTP server answers (the scripted sessions name
+        // stdio servers only) and the fuzz agents keep no sessions on disk.
+        if let Action::WriteAcp(line) = a {
+            self.on_acp(line);
+        } else if let Action::WriteMcp { proc, line } = a {
+            self.on_mcp(*proc, line, q);
+        } else if let Action::SpawnMcp { proc, spec } = a {
+            let server = FakeServer {
+                name: spec.name.clone(),
+                alive: true,
+                calls: VecDeque::new(),
+            };
+            self.servers.insert(*proc, server);
+            q.push_back(Input::McpSpawned { proc: *proc });
+        } else if let Action::SignalProcessGroup { proc, .. } | Action::CloseMcpStdin { proc } = a
+            && let Some(s) = self.servers.get_mut(proc).filter(|s| s.alive)
+        {
+            s.alive = false;
+            s.calls.clear();
+            q.push_back(Input::McpStdoutClosed { proc: *proc });
+            let status = "killed by signal 15".into();
+            q.push_back(Input::McpExited {
+                proc: *proc,
+                status,
+            });
+        } else if let Action::CallLlm { call, .. } = a {
+            self.llm.push_back(*call);
+        } else if let Action::CancelLlm { call } = a {
+            self.llm.retain(|c| c != call);
         }
     }
 
@@ -352,38 +247,14 @@ impl World {
             (Some(id), Some("session/request_permission")) => {
                 self.permission.push_back(id.clone());
             }
-            (Some(_), Some(_)) => {}
-            (None, Some("session/update")) => {
-                let sid = v["params"]["sessionId"].as_str().unwrap_or("");
-                // Session-level updates (the model selector after `session/set_model`) belong to
-                // no turn; I8 is about a turn's updates.
-                let kind = v["params"]["update"]["sessionUpdate"]
-                    .as_str()
-                    .unwrap_or("");
-                assert!(
-                    kind == "config_option_update"
-                        || self.prompts.get(sid).is_some_and(|p| !p.is_empty()),
-                    "I8: session/update for {sid} with no prompt outstanding: {line}"
-                );
-            }
-            (None, _) => {}
+            (Some(_), Some(_)) | (None, _) => {}
             (Some(id), None) => {
                 let key = Self::key(id);
-                for p in self.prompts.values_mut() {
-                    p.retain(|k| *k != key);
-                }
                 if let Some(at) = self.new_session_ids.iter().position(|k| *k == key) {
                     self.new_session_ids.remove(at);
                     if let Some(sid) = v["result"]["sessionId"].as_str() {
                         self.sessions.push(sid.to_owned());
                     }
-                }
-                if let Some(n) = v["result"]["_meta"]["buzz"]["stopObjections"].as_u64() {
-                    assert!(
-                        n <= u64::from(self.budget),
-                        "I1: {n} objections honoured with budget {}",
-                        self.budget
-                    );
                 }
             }
         }
@@ -414,12 +285,6 @@ impl World {
             "tools/list" => q.push_back(reply(json!({"tools": server_tools(&server.name)}))),
             "tools/call" => {
                 let name = v["params"]["name"].as_str().unwrap_or("").to_owned();
-                if name.starts_with('_') {
-                    assert!(
-                        v["params"]["_meta"].get("buzz/hook").is_some(),
-                        "I10: a model call to the hook {name} reached the server"
-                    );
-                }
                 server.calls.push_back((id.clone(), name));
             }
             _ => q.push_back(Input::McpBytes {
@@ -478,13 +343,10 @@ pub fn run(data: &[u8]) -> Vec<String> {
     let max_line = cfg.max_line_bytes;
     let n_servers = 1 + usize::from(r.u8() % 2);
     let mut world = World {
-        provider,
-        budget: cfg.stop_max_rejections,
+        checks: Invariants::new(&cfg),
         servers: BTreeMap::new(),
         llm: VecDeque::new(),
         permission: VecDeque::new(),
-        due: BTreeMap::new(),
-        prompts: BTreeMap::new(),
         sessions: Vec::new(),
         new_session_ids: Vec::new(),
         next_id: 1,
@@ -814,18 +676,11 @@ pub fn run(data: &[u8]) -> Vec<String> {
                 );
             }
         }
-        // I7 so far: never more answers than requests.
-        let w = world.borrow();
-        for (id, n) in &d.answered {
-            assert!(
-                *n <= w.due.get(id).copied().unwrap_or(0),
-                "I7: request {id} answered {n} times"
-            );
-        }
     }
+    world.borrow_mut().checks.input(&Input::AcpEof);
     d.shut_down(200_000, &mut react);
     let w = world.borrow();
-    assert_eq!(d.answered, w.due, "I7: every request answered exactly once");
+    w.checks.all_answered();
     let mut transcript = w.transcript.clone();
     transcript.push(format!("finished at {}", d.now));
     transcript

@@ -1650,7 +1650,10 @@ impl HttpTransport {
         got: &mut Vec<Delivery>,
     ) {
         if let Purpose::Resume { attempt } = f.purpose {
-            let reason = format!("resuming its event stream answered {}", status_text(status));
+            let reason = format!(
+                "gave no response: resuming its event stream answered {}",
+                status_text(status)
+            );
             self.resume_failed(f, attempt, &reason, out, timers, got);
             return;
         }
@@ -1728,7 +1731,7 @@ impl HttpTransport {
                     }
                     Some(_) => {
                         let reason = format!(
-                            "{why} before the response, and {MAX_RESUME_ATTEMPTS} attempts to resume it failed"
+                            "gave no response: {why} before it, and {MAX_RESUME_ATTEMPTS} attempts to resume it failed"
                         );
                         for id in f.awaiting {
                             got.push(Delivery::RequestFailed {
@@ -1738,7 +1741,7 @@ impl HttpTransport {
                         }
                     }
                     None => {
-                        let reason = format!("{why} before the response");
+                        let reason = format!("gave no response: {why} before it");
                         for id in f.awaiting {
                             got.push(Delivery::RequestFailed {
                                 id,
@@ -1831,7 +1834,7 @@ impl HttpTransport {
                 self.resume_failed(
                     f,
                     attempt,
-                    &format!("resuming its event stream failed: {reason}"),
+                    &format!("gave no response: resuming its event stream failed: {reason}"),
                     out,
                     timers,
                     got,
@@ -1869,7 +1872,9 @@ impl HttpTransport {
                 );
             }
             (Purpose::Post { .. } | Purpose::Reinitialize { .. } | Purpose::Listen, _) => {
-                let why = format!("the connection broke before the answer ended ({reason})");
+                let why = format!(
+                    "gave no complete answer: the connection broke before it ended ({reason})"
+                );
                 for id in std::mem::take(&mut f.awaiting) {
                     got.push(Delivery::RequestFailed {
                         id,
@@ -2473,7 +2478,7 @@ mod tests {
             ": hi\n\n",
         );
         assert!(
-            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 4 && reason.contains("closed before the response")),
+            matches!(&got[..], [Delivery::RequestFailed { id, reason }] if id.0 == 4 && reason == "gave no response: the event stream closed before it"),
             "{got:?}"
         );
     }

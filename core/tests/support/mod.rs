@@ -13,6 +13,10 @@
 //! Everything is recorded: [`World::steps`] (input + the actions it produced, for model checkers)
 //! and a readable [`World::transcript`] (`+2.500s -> mcp#1.g0 #4 tools/call _Stop …`), where `->`
 //! is "the agent sends" and `<-` is "the agent receives".
+//!
+//! After every step the world runs the invariant checks of I1 and I7–I11
+//! ([`Invariants`], the same code the `session` fuzz target runs): a test that breaks one panics
+//! with the invariant's id.
 #![allow(dead_code)] // each test file uses a subset
 #![allow(
     clippy::panic,
@@ -25,6 +29,7 @@
 )]
 
 use buzz_agent_core::config::{HookAllowlist, LogLevel, PermissionMode, ProviderKind};
+use buzz_agent_core::fuzzing::invariants::Invariants;
 use buzz_agent_core::{
     Action, Agent, Config, Input, LlmCallId, LlmEvent, LogRecord, MonoTime, OpenMode, ProcKey,
     Signal, TRANSCRIPT_HEAD_BYTES, TranscriptEntry, TranscriptError, TranscriptEvent, TranscriptId,
@@ -351,6 +356,8 @@ pub struct World {
     pub disk: FakeDisk,
     /// Transcript files the agent holds open, by handle.
     open_files: BTreeMap<TranscriptId, String>,
+    /// I1 and I7–I11 after every step: the checks the `session` fuzz target runs too.
+    pub checks: Invariants,
 }
 
 /// A config for the simulated agent: OpenAI chat against [`LLM_BASE`], hooks on for every
@@ -370,6 +377,7 @@ impl World {
     /// [`World::new_session`], in this order).
     #[must_use]
     pub fn new(cfg: Config, servers: Vec<ServerSpec>) -> Self {
+        let checks = Invariants::new(&cfg);
         let agent = Agent::new(cfg, MonoTime::ZERO).with_version("0.0.0-test");
         World {
             agent,
@@ -407,6 +415,7 @@ impl World {
             prev_messages: Vec::new(),
             disk: FakeDisk::default(),
             open_files: BTreeMap::new(),
+            checks,
         }
     }
 
@@ -698,13 +707,7 @@ impl World {
             input: StepInput::Timeout,
             actions,
         });
-        // I11: no busy loop — after handle_timeout(t) and a drain, nothing is due at t.
-        if let Some((t, k)) = self.agent.poll_timeout() {
-            assert!(
-                t > now,
-                "I11 violated: after handle_timeout({now}) poll_timeout is {t} ({k:?})"
-            );
-        }
+        Invariants::after_timeout(now, self.agent.poll_timeout());
     }
 
     fn schedule(&mut self, at: MonoTime, input: Input, guard: Guard) {
@@ -767,6 +770,7 @@ impl World {
             }
         }
         let now = self.now;
+        self.checks.input(&input);
         self.agent.handle(input.clone(), now);
         let actions = self.drain();
         self.steps.push(Step {
@@ -781,6 +785,7 @@ impl World {
     fn drain(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         while let Some(a) = self.agent.poll_action() {
+            self.checks.action(&a);
             self.react(&a);
             out.push(a);
         }

@@ -48,7 +48,7 @@ pub fn run(workload: &Workload) -> Result<Figures, String> {
 }
 
 /// The CPU time of the calling thread.
-fn thread_cpu() -> Duration {
+pub(super) fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -119,7 +119,7 @@ fn startup(workload: &Workload) -> Res<Figures> {
 
 /// Spawns `servers` and runs their handshakes concurrently: every `initialize` is written before
 /// any reply is read, then every `tools/list`.
-fn start_servers(servers: &[Server]) -> Res<Vec<Mcp>> {
+pub(super) fn start_servers(servers: &[Server]) -> Res<Vec<Mcp>> {
     let mut all: Vec<Mcp> = servers.iter().map(Mcp::spawn).collect::<Res<_>>()?;
     for m in &mut all {
         m.send_initialize()?;
@@ -199,7 +199,7 @@ fn session(workload: &Workload) -> Res<Figures> {
 /// The Chat Completions `tools` array of the servers' model tools (hooks, `_`-named, excluded),
 /// as compact JSON: `{"function":{"description","name":"<server>__<tool>","parameters"},
 /// "type":"function"}`.
-fn tool_definitions(servers: &[Mcp]) -> String {
+pub(super) fn tool_definitions(servers: &[Mcp]) -> String {
     let tools: Vec<Value> = servers
         .iter()
         .flat_map(|m| {
@@ -587,11 +587,11 @@ impl Acp {
 }
 
 /// A fake MCP server process and its JSON-RPC line channel.
-struct Mcp {
+pub(super) struct Mcp {
     name: String,
     child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    pub(super) stdin: Option<ChildStdin>,
+    pub(super) stdout: BufReader<ChildStdout>,
     next_id: u64,
     pending: Vec<u64>,
     tools: Vec<Value>,
@@ -673,7 +673,7 @@ impl Mcp {
     }
 
     /// Closes stdin (the fake exits on EOF) and reaps the process.
-    fn close(mut self) {
+    pub(super) fn close(mut self) {
         drop(self.stdin.take());
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {

@@ -12,6 +12,8 @@
 pub mod agent;
 pub mod cost;
 pub mod floor;
+pub mod goals;
+pub mod limit;
 pub mod table;
 
 use crate::fake_llm::{FakeLlm, Options, PieceWrite, Reply, Wire};
@@ -57,6 +59,9 @@ pub enum Metric {
     SessionNew,
     /// One server (the slowest of the `session/new` set) started and handshaken alone, ms.
     SlowestServer,
+    /// Syscalls per LLM round of the agent's own threads (`strace -ff`, its MCP server
+    /// children left out; the limit probe: the calls it makes, counted as it makes them).
+    Syscalls,
 }
 
 /// The figures of one cell (one column, one workload, one run).
@@ -308,8 +313,14 @@ pub fn workloads(quick: bool) -> Vec<Spec> {
 pub enum Column {
     /// The IO floor ([`floor::run`]).
     Floor,
-    /// An ACP agent binary ([`agent::run`]).
-    Agent { name: String, path: PathBuf },
+    /// The limit probe ([`limit::run`]): tool-round workloads only.
+    Limit,
+    /// An ACP agent binary ([`agent::run`]) with `env` on top of the workload's.
+    Agent {
+        name: String,
+        path: PathBuf,
+        env: Vec<(String, String)>,
+    },
 }
 
 impl Column {
@@ -317,6 +328,7 @@ impl Column {
     pub fn name(&self) -> &str {
         match self {
             Column::Floor => "floor",
+            Column::Limit => "limit",
             Column::Agent { name, .. } => name,
         }
     }
@@ -328,14 +340,19 @@ impl Column {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
-        Ok(Column::Agent { name, path })
+        Ok(Column::Agent {
+            name,
+            path,
+            env: Vec::new(),
+        })
     }
 
     /// Runs `workload` once in this column.
     pub fn run(&self, workload: &Workload) -> Result<Figures, String> {
         let run = || match self {
             Column::Floor => floor::run(workload),
-            Column::Agent { path, .. } => agent::run(path, workload, &[]),
+            Column::Limit => limit::run(workload),
+            Column::Agent { path, env, .. } => agent::run(path, workload, env),
         };
         // A misbehaving agent (a timeout in the ACP client panics) fails its cell, not the
         // benchmark; the AgentProc's drop kills its process tree on the way out.
@@ -355,7 +372,7 @@ impl Column {
 pub fn disambiguate(columns: &mut [Column]) {
     let names: Vec<String> = columns.iter().map(|c| c.name().to_string()).collect();
     for c in columns.iter_mut() {
-        if let Column::Agent { name, path } = c
+        if let Column::Agent { name, path, .. } = c
             && names.iter().filter(|n| *n == name).count() > 1
             && let Some(dir) = path.parent().and_then(|d| d.file_name())
         {

@@ -40,11 +40,12 @@ fn label(m: Metric) -> &'static str {
         Metric::Initialize => "start → `initialize` reply",
         Metric::SessionNew => "`session/new`",
         Metric::SlowestServer => "slowest server alone",
+        Metric::Syscalls => "syscalls per round",
     }
 }
 
 /// A value in the metric's display unit.
-fn show(m: Metric, v: f64) -> String {
+pub(super) fn show(m: Metric, v: f64) -> String {
     let ms = |v: f64| {
         if v < 10.0 {
             format!("{v:.2} ms")
@@ -68,6 +69,7 @@ fn show(m: Metric, v: f64) -> String {
         Metric::LlmBytes => format!("{:.1} MiB", v / 1_048_576.0),
         Metric::LargestRequest => format!("{:.0} KiB", v / 1024.0),
         Metric::StreamP50 | Metric::StreamP99 => format!("{v:.0} µs"),
+        Metric::Syscalls => format!("{v:.1}"),
     }
 }
 
@@ -148,7 +150,7 @@ const MIN_SPLIT_MS: f64 = 50.0;
 /// [`Metric::KernelCpu`]: the median CPU times the kernel share of the user and system times
 /// summed over the runs (one run's split is tick-sampled, too coarse alone; below
 /// [`MIN_SPLIT_MS`] in total it is left out).
-fn medians(runs: &[Result<Figures, String>]) -> Figures {
+pub(super) fn medians(runs: &[Result<Figures, String>]) -> Figures {
     let mut all: std::collections::BTreeMap<Metric, Vec<f64>> = Default::default();
     for f in runs.iter().flatten() {
         for (&m, &v) in f {

@@ -9,12 +9,16 @@
 //! `rounds-long`, `rounds-4k`, `hooks`, `stream`, `startup`) and `BENCH_PEER=/path/to/agent`
 //! (any other ACP agent as one more column; several separated by `,`).
 //!
+//! `--goals` prints the goals table of issue 27 instead ([`buzz_agent_e2e::bench::goals`]): the
+//! limit probe and each binary with sessions saved and off, on the tool-round workloads and the
+//! stream, with syscalls per round from one `strace -ff` run per column.
+//!
 //! Exits 1 when a run failed (the table still shows the other runs' medians), 2 on bad usage.
 //! With `BUZZ_E2E_ROLE=fake-mcp` this binary is the fake MCP server the sessions use.
 
 use buzz_agent_e2e::bench::{self, Column};
 
-const USAGE: &str = "usage: bench [--quick] [--runs N] [--only NAME,…] <agent-binary>…";
+const USAGE: &str = "usage: bench [--quick] [--goals] [--runs N] [--only NAME,…] <agent-binary>…";
 
 fn main() {
     buzz_agent_e2e::serve_role_if_asked();
@@ -26,11 +30,13 @@ fn main() {
         Some(_) => usage("BENCH_RUNS must be a positive number"),
     };
     let mut only: Option<String> = env("BENCH_WORKLOADS");
+    let mut goals = false;
     let mut paths: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => quick = true,
+            "--goals" => goals = true,
             "--runs" => match args.next().and_then(|n| n.parse().ok()) {
                 Some(n) if n >= 1 => runs = n,
                 _ => usage("--runs needs a positive number"),
@@ -48,7 +54,11 @@ fn main() {
         paths.extend(peers.split(',').map(|p| p.trim().to_string()));
     }
 
-    let mut specs = bench::workloads(quick);
+    let mut specs = if goals {
+        bench::goals::specs(quick)
+    } else {
+        bench::workloads(quick)
+    };
     if let Some(only) = &only {
         let names: Vec<&str> = only.split(',').map(str::trim).collect();
         for n in &names {
@@ -63,6 +73,9 @@ fn main() {
         columns.push(Column::agent(p).unwrap_or_else(|e| usage(&e)));
     }
     bench::disambiguate(&mut columns);
+    if goals {
+        columns = bench::goals::columns(&columns);
+    }
 
     eprintln!(
         "bench: {} workload(s) × {} column(s) × {runs} run(s){}",
@@ -72,11 +85,34 @@ fn main() {
     );
     let results = bench::run(&specs, &columns, runs, |line| eprintln!("  {line}"));
     let names: Vec<&str> = columns.iter().map(Column::name).collect();
-    print!("{}", bench::table::render(&results, &names, runs, !quick));
-    let failed = results
+    let mut failed = results
         .iter()
         .flat_map(|w| w.cells.iter().flatten())
         .any(Result::is_err);
+    if goals {
+        // One strace run per agent column of the 200-round workload, for syscalls per round.
+        let mut syscalls = std::collections::BTreeMap::new();
+        if let Some(rounds) = specs.iter().find(|s| s.name == "rounds") {
+            for (k, c) in columns.iter().enumerate().skip(1) {
+                match bench::goals::syscalls(c, &rounds.workload) {
+                    Ok(n) => {
+                        eprintln!("  strace {}: {n:.1} syscalls per round", c.name());
+                        syscalls.insert(k, n);
+                    }
+                    Err(e) => {
+                        eprintln!("  strace {}: FAILED: {e}", c.name());
+                        failed = true;
+                    }
+                }
+            }
+        }
+        print!(
+            "{}",
+            bench::goals::render(&results, &names, &syscalls, runs)
+        );
+    } else {
+        print!("{}", bench::table::render(&results, &names, runs, !quick));
+    }
     if failed {
         std::process::exit(1);
     }

@@ -4,6 +4,7 @@
 
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::fake_mcp;
+use crate::fake_mcp_http::{HttpFake, read_http_log};
 use crate::harness::{Ctx, agent_env, current_exe};
 use crate::scenarios::util::{Scratch, path_str};
 use serde_json::json;
@@ -645,9 +646,30 @@ pub(crate) fn exec(
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
 
+/// `exec --cwd <the scratch workspace> --mcp-config <config> --approve all <prompt>`.
+pub(crate) fn exec_approving_all(
+    ctx: &Ctx,
+    s: &Scratch,
+    config: &str,
+    prompt: &str,
+    env: &[(String, String)],
+) -> (Option<i32>, String, String) {
+    let ws = path_str(&s.ws);
+    let args = [
+        "--cwd",
+        &ws,
+        "--mcp-config",
+        config,
+        "--approve",
+        "all",
+        prompt,
+    ];
+    exec(ctx, &args, env)
+}
+
 /// P3, E2, issue 12: `exec` runs one prompt end to end on the LLM the environment names, with
 /// the MCP servers of an `--mcp-config` file in the Claude Code format (the fake MCP server and
-/// the bundled `todo` hook server; an `http` entry skipped with a warning): the model's text
+/// the bundled `todo` hook server; a `ws` entry skipped with a warning): the model's text
 /// on stdout, `[tool]` / `[permission]` / `[stop]` lines on stderr, every tool call asked for
 /// and allowed by `--approve all`, the `todo` server's `_Stop` objecting once (shown on the
 /// `[stop]` line), exit 0 on `end_turn`.
@@ -669,25 +691,12 @@ pub fn p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook(ctx: &Ctx
         json!({
             "fs": {"command": current_exe(), "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_CALL_LOG": log}},
             "todo": {"command": path_str(&ctx.agent_bin), "args": ["example-server", "todo"]},
-            "remote": {"type": "http", "url": "https://example.invalid/mcp"},
+            "remote": {"type": "ws", "url": "wss://example.invalid/mcp"},
         }),
     );
     let mut env = exec_env(&llm);
     env.push(("MCP_HOOK_SERVERS".into(), "todo".into()));
-    let ws = path_str(&s.ws);
-    let (code, out, err) = exec(
-        ctx,
-        &[
-            "--cwd",
-            &ws,
-            "--mcp-config",
-            &config,
-            "--approve",
-            "all",
-            "Echo hello, then ship it.",
-        ],
-        &env,
-    );
+    let (code, out, err) = exec_approving_all(ctx, &s, &config, "Echo hello, then ship it.", &env);
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
     let (done, shipped) = (out.find("All done."), out.find("Shipped."));
     assert!(
@@ -696,7 +705,7 @@ pub fn p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook(ctx: &Ctx
     );
     assert!(!out.contains("[tool]") && !out.contains("[stop]"), "{out}");
     assert!(
-        err.contains("server \"remote\": skipped: transport \"http\" is not supported"),
+        err.contains("server \"remote\": skipped: transport \"ws\" is not supported"),
         "{err}"
     );
     assert!(
@@ -730,6 +739,54 @@ pub fn p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook(ctx: &Ctx
     assert_eq!(reqs.len(), 4);
     assert_eq!(reqs[0].user_text(), "Echo hello, then ship it.");
     assert_eq!(reqs[1].tool_result_for("c1").as_deref(), Some("hello"));
+}
+
+/// P3, M10: an `--mcp-config` entry with a `url` (Claude Code's remote form, no `type`) is a
+/// Streamable HTTP server of the session like an ACP `http` entry: its `headers` (with
+/// `${VAR}` expanded from `exec`'s environment) go with every request, and the model's call
+/// of its tool is answered.
+pub fn m10_exec_connects_the_http_entries_of_an_mcp_config(ctx: &Ctx) {
+    let s = Scratch::new();
+    let log = s.file("http.log");
+    let server_env = [
+        ("FAKE_MCP_TOOLS", "echo"),
+        ("FAKE_MCP_HTTP_TOKEN", "tok-123"),
+    ];
+    let mut server_env = server_env.to_vec();
+    server_env.push(("FAKE_MCP_HTTP_LOG", &log));
+    let fake = HttpFake::start(s.dir.path(), &server_env);
+    let llm = FakeLlm::scripted(vec![
+        Reply::tool_calls(vec![("c1", "remote__echo", json!({"text": "over http"}))]),
+        Reply::text("Echoed."),
+    ]);
+    let config = mcp_config(
+        &s,
+        json!({"remote": {"url": fake.url(),
+                          "headers": {"Authorization": "Bearer ${REMOTE_TOKEN}", "X-Team": "buzz"}}}),
+    );
+    let mut env = exec_env(&llm);
+    env.push(("REMOTE_TOKEN".into(), "tok-123".into()));
+    let (code, out, err) = exec_approving_all(ctx, &s, &config, "Echo.", &env);
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("Echoed."), "{out}");
+    assert!(!err.contains("warning:"), "{err}");
+    assert!(
+        err.contains("[tool] remote: echo completed: over http"),
+        "{err}"
+    );
+    let requests = read_http_log(&log);
+    assert!(
+        requests.iter().any(|r| r["method"] == "POST"),
+        "{requests:?}"
+    );
+    for r in requests.iter().filter(|r| r["method"] == "POST") {
+        assert_eq!(r["auth"], json!(true), "{r}");
+        assert_eq!(r["status"].as_u64().map(|s| s < 400), Some(true), "{r}");
+        assert_eq!(
+            r["headers"]["x-team"], "buzz",
+            "the entry's header on every request: {r}"
+        );
+    }
 }
 
 /// A7, C53, issue 12: `exec` answers permission requests by `--approve`: the default

@@ -561,12 +561,16 @@ pub const C69_PAUSED: &str = concat!(
 );
 
 /// C69 / SPEC L13: on the Anthropic route a response that ends `pause_turn` is not the end of
-/// the turn. The fake answers the continuation only when the request ends with the paused
-/// response as it came (server-tool blocks verbatim); a `_Stop` hook answers `""`. Expected:
-/// 2 requests, the whole answer shown (no paragraph break at the pause), `end_turn`, and
-/// `_Stop` called once, after the real end. Before: the turn ended at the pause with half the
-/// answer, and `_Stop` ran there.
+/// the turn. Against the `anthropic` profile (which rejects a paused turn sent back changed,
+/// and a server tool's use without its result anywhere but in the final message), the fake
+/// answers the continuation only when the request ends with the paused response as it came
+/// (server-tool blocks verbatim); a `_Stop` hook answers `""`. Expected: 2 requests, the
+/// whole answer shown (no paragraph break at the pause), `end_turn`, and `_Stop` called once,
+/// after the real end; a second prompt's request still carries the paused turn unchanged.
+/// Before: the turn ended at the pause with half the answer, and `_Stop` ran there.
 pub fn c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end(ctx: &Ctx) {
+    use crate::dialects::{Dialect, Violations};
+    use crate::fake_llm::FakeLlm;
     let s = Scratch::new();
     let log = s.file("h.log");
     let expected_turn = json!([
@@ -580,22 +584,22 @@ pub fn c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end(ctx: &Ct
              "title": "Rust", "encrypted_index": "Eo8BCioIAhgB", "cited_text": "edition"}]}
     ]);
     let wanted = expected_turn.clone();
+    let violations = Violations::default();
+    let llm = FakeLlm::dialect(Dialect::Anthropic, violations.clone(), move |i, req| {
+        let last = req.messages().last().cloned().unwrap_or_default();
+        match i {
+            0 => Reply::raw_sse(C69_PAUSED),
+            1 if last["role"] == "assistant" && last["content"] == wanted => Reply::text("is out."),
+            1 => Reply::status(400, vec![], "the paused turn was not sent back"),
+            _ => Reply::text("You're welcome."),
+        }
+    });
     let (llm, agent, sid) = Setup::new(ctx, &s)
-        .wire(Wire::Anthropic)
+        .llm(llm)
         .env(&[
             ("MCP_HOOK_SERVERS", "h"),
             ("BUZZ_AGENT_PROMPT_CACHING", "0"),
         ])
-        .handler(move |i, req| {
-            let last = req.messages().last().cloned().unwrap_or_default();
-            match i {
-                0 => Reply::raw_sse(C69_PAUSED),
-                _ if last["role"] == "assistant" && last["content"] == wanted => {
-                    Reply::text("is out.")
-                }
-                _ => Reply::status(400, vec![], "the paused turn was not sent back"),
-            }
-        })
         .servers([hook_server(
             "h",
             &log,
@@ -621,6 +625,11 @@ pub fn c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end(ctx: &Ct
         1,
         "C69: _Stop once, at the real end"
     );
+    let r = agent.prompt(&sid, "thanks");
+    assert_end_turn(&agent, &r);
+    let broken = violations.lock().map(|v| v.clone()).unwrap_or_default();
+    assert!(broken.is_empty(), "C69: the provider refused: {broken:?}");
+    assert_eq!(llm.requests().len(), 3);
     agent.finish();
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// Waits until the fake's log satisfies `cond` (the agent's `DELETE` at shutdown and its `GET`
 /// stream are concurrent with the test).
-fn wait_log(path: &str, what: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+pub(super) fn wait_log(path: &str, what: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let log = read_http_log(path);
@@ -222,13 +222,12 @@ pub fn m10_a_legacy_sse_server_serves_tool_calls(ctx: &Ctx) {
 pub fn m10_a_remote_stop_hook_objects_over_http(ctx: &Ctx) {
     let s = Scratch::new();
     let calls = s.file("calls.log");
-    let fake = HttpFake::start(
-        s.dir.path(),
+    let fake = super::mcp_http_hooks::remote_hook(
+        &s,
+        &calls,
         &[
-            ("FAKE_MCP_STOP", "1"),
             ("FAKE_MCP_STOP_OBJECT_TIMES", "1"),
             ("FAKE_MCP_STOP_TEXT", "policy: add a changelog entry"),
-            ("FAKE_MCP_CALL_LOG", &calls),
         ],
     );
     let (llm, agent, sid) = Setup::new(ctx, &s)

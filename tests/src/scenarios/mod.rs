@@ -19,6 +19,8 @@ mod interceptors;
 mod lifecycle;
 mod mcp;
 mod mcp_http;
+mod mcp_http_faults;
+mod mcp_http_hooks;
 mod oauth;
 mod providers;
 mod security;
@@ -68,6 +70,11 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         mcp_http::m10_a_legacy_sse_server_serves_tool_calls,
         mcp_http::m10_a_remote_stop_hook_objects_over_http,
         mcp_http::m10_unusable_http_servers_fail_the_session_with_a_reason,
+        mcp_http_hooks::h4_m10_a_silent_remote_hook_times_out_twice_and_its_session_is_dropped,
+        mcp_http_hooks::h5_m10_a_remote_hook_that_always_objects_spends_the_budget_exactly,
+        mcp_http_hooks::x1_m10_a_remote_validator_denies_a_tool_call,
+        mcp_http_faults::m10_a2_a_remote_server_that_cannot_start_fails_session_new_with_its_name_and_why,
+        mcp_http_faults::m10_m5_a_remote_call_that_fails_or_floods_leaves_the_other_server_serving,
         oauth::m11_a_server_behind_oauth_is_authorized_through_the_browser_and_its_tokens_are_kept,
         oauth::m11_a_rejected_token_is_refreshed_and_a_missing_scope_is_stepped_up,
         oauth::m11_client_credentials_need_no_user_and_a_failed_login_leaves_the_server_without_tools,
@@ -240,6 +247,7 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         security::s3_exec_approve_reads_shows_the_real_server,
         cli::p3_hooks_alone_prints_its_usage,
         cli::p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook,
+        cli::m10_exec_connects_the_http_entries_of_an_mcp_config,
         cli::a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads,
         cli::l5_exec_prints_an_llm_error_and_exits_1,
         cli::c1_exec_usage_config_file_and_configuration_errors_exit_2,

@@ -1,7 +1,7 @@
 //! Least privilege (SPEC S1–S8, issue 26): what an MCP server, its output and the model cannot
 //! reach or forge. Each scenario names the promise it holds (docs/threat-model.md lists them).
 
-use super::cli::{exec, exec_env, mcp_config};
+use super::cli::{exec, exec_approving_all, exec_env, mcp_config};
 use super::setup::Setup;
 use super::util::{
     Scratch, assert_end_turn, assert_exits_cleanly, assert_no_survivors, call_then,
@@ -177,20 +177,7 @@ pub fn s6_exec_prints_peer_text_escaped(ctx: &Ctx) {
         json!({"hostile": {"command": current_exe(),
                            "env": {"BUZZ_E2E_ROLE": "fake-mcp", "FAKE_MCP_HOSTILE_TEXT": HOSTILE}}}),
     );
-    let ws = path_str(&s.ws);
-    let (code, out, err) = exec(
-        ctx,
-        &[
-            "--cwd",
-            &ws,
-            "--mcp-config",
-            &config,
-            "--approve",
-            "all",
-            "Call it.",
-        ],
-        &exec_env(&llm),
-    );
+    let (code, out, err) = exec_approving_all(ctx, &s, &config, "Call it.", &exec_env(&llm));
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
     assert_eq!(raw_controls(&out), Vec::<char>::new(), "{out:?}");
     assert_eq!(raw_controls(&err), Vec::<char>::new(), "{err:?}");
