@@ -541,16 +541,10 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
     let s = Scratch::new();
     let p = Project::new(&s);
     let skills = p.cwd.join(".agents/skills");
-    skill(
-        &skills,
-        "release-notes",
-        "release-notes",
-        "Writes release notes from the changelog.",
-        &[],
-    );
+    skill(&skills, "deploy", "deploy", "Deploys to staging.", &[]);
     let state = path_str(&s.dir.path().join("state"));
     let mut env = p.env();
-    env.push(("BUZZ_AGENT_STATE_DIR".into(), state));
+    env.push(("BUZZ_AGENT_STATE_DIR".into(), state.clone()));
     let agents_md = p.cwd.join("AGENTS.md");
     let (changed, added) = (agents_md.clone(), skills.clone());
     let (llm, agent) = Setup::new(ctx, &s)
@@ -559,7 +553,7 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
                 // Between the session's first and second round: a new text and a new skill.
                 write(&changed, "PKG-RULE-V2: this package now uses std.\n");
                 skill(&added, "changelog", "changelog", "Keeps CHANGELOG.md.", &[]);
-                Reply::tool_calls(vec![("c1", "load_skill", json!({"name": "release-notes"}))])
+                Reply::tool_calls(vec![("c1", "load_skill", json!({"name": "deploy"}))])
             }
             _ => Reply::text("done"),
         })
@@ -567,18 +561,21 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
         .spawn();
     agent.initialize();
     let sid = agent.new_session(&p.cwd, json!([]));
-    assert_end_turn(&agent, &agent.prompt(&sid, "write the release notes"));
+    assert_end_turn(&agent, &agent.prompt(&sid, "deploy it"));
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2, "two rounds");
     let first = reqs[0].system_text().expect("a system prompt");
     positions(
         &first,
-        &["PKG-RULE: this package is no_std.", "- release-notes:"],
+        &[
+            "PKG-RULE: this package is no_std.",
+            "- deploy: Deploys to staging.",
+        ],
     );
     assert!(
         reqs[1]
             .tool_result_for("c1")
-            .is_some_and(|t| t.contains("BODY-release-notes")),
+            .is_some_and(|t| t.contains("BODY-deploy")),
         "the second round follows the load_skill call"
     );
     assert_eq!(
@@ -593,10 +590,7 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
     agent.finish();
 
     let mut env = p.env();
-    env.push((
-        "BUZZ_AGENT_STATE_DIR".into(),
-        path_str(&s.dir.path().join("state")),
-    ));
+    env.push(("BUZZ_AGENT_STATE_DIR".into(), state));
     let (llm, agent) = Setup::new(ctx, &s)
         .replies(vec![Reply::text("loaded")])
         .env(&env_refs(&env))
@@ -608,8 +602,8 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
     );
     agent.result(&r);
     assert_end_turn(&agent, &agent.prompt(&sid, "and the changelog"));
-    let reqs = llm.requests();
-    let loaded = reqs[0].system_text().expect("a system prompt");
+    let req = llm.requests().remove(0);
+    let loaded = req.system_text().expect("a system prompt");
     positions(
         &loaded,
         &[
@@ -618,7 +612,7 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
             "PKG-RULE-V2: this package now uses std.",
             "# Skills",
             "- changelog: Keeps CHANGELOG.md.",
-            "- release-notes:",
+            "- deploy: Deploys to staging.",
         ],
     );
     assert!(
@@ -626,7 +620,7 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
         "the old text is gone after the load: {loaded}"
     );
     assert!(
-        reqs[0].user_text().contains("write the release notes"),
+        req.user_text().contains("deploy it"),
         "the loaded session keeps its history"
     );
     agent.finish();
