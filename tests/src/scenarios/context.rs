@@ -530,3 +530,98 @@ pub fn a10_ten_thousand_skills_are_capped_and_no_hints_offers_none(ctx: &Ctx) {
     assert!(req.tool_names().is_empty(), "{:?}", req.tool_names());
     agent.finish();
 }
+
+/// SPEC A10: a session's instructions and skills are read when it starts and again on
+/// `session/load`, never on every round. Session 1 starts with the cwd's `AGENTS.md` saying
+/// `PKG-RULE` and one skill; while its first round runs (the model asks for `load_skill`), the
+/// file is rewritten and a second skill is added, and the second round's system prompt is
+/// still byte for byte the first's. The agent process ends; a new one loads the session, and
+/// its next request carries the rewritten file and both skills, not the old text.
+pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_round(ctx: &Ctx) {
+    let s = Scratch::new();
+    let p = Project::new(&s);
+    let skills = p.cwd.join(".agents/skills");
+    skill(&skills, "deploy", "deploy", "Deploys to staging.", &[]);
+    let state = path_str(&s.dir.path().join("state"));
+    let mut env = p.env();
+    env.push(("BUZZ_AGENT_STATE_DIR".into(), state.clone()));
+    let agents_md = p.cwd.join("AGENTS.md");
+    let (changed, added) = (agents_md.clone(), skills.clone());
+    let (llm, agent) = Setup::new(ctx, &s)
+        .handler(move |i, _| match i {
+            0 => {
+                // Between the session's first and second round: a new text and a new skill.
+                write(&changed, "PKG-RULE-V2: this package now uses std.\n");
+                skill(&added, "changelog", "changelog", "Keeps CHANGELOG.md.", &[]);
+                Reply::tool_calls(vec![("c1", "load_skill", json!({"name": "deploy"}))])
+            }
+            _ => Reply::text("done"),
+        })
+        .env(&env_refs(&env))
+        .spawn();
+    agent.initialize();
+    let sid = agent.new_session(&p.cwd, json!([]));
+    assert_end_turn(&agent, &agent.prompt(&sid, "deploy it"));
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "two rounds");
+    let first = reqs[0].system_text().expect("a system prompt");
+    positions(
+        &first,
+        &[
+            "PKG-RULE: this package is no_std.",
+            "- deploy: Deploys to staging.",
+        ],
+    );
+    assert!(
+        reqs[1]
+            .tool_result_for("c1")
+            .is_some_and(|t| t.contains("BODY-deploy")),
+        "the second round follows the load_skill call"
+    );
+    assert_eq!(
+        reqs[1].system_text().as_deref(),
+        Some(first.as_str()),
+        "the files are not read again on a round"
+    );
+    assert!(
+        !first.contains("PKG-RULE-V2") && !first.contains("- changelog:"),
+        "{first}"
+    );
+    agent.finish();
+
+    let mut env = p.env();
+    env.push(("BUZZ_AGENT_STATE_DIR".into(), state));
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("loaded")])
+        .env(&env_refs(&env))
+        .spawn();
+    agent.initialize();
+    let r = agent.request(
+        "session/load",
+        json!({"sessionId": sid, "cwd": p.cwd, "mcpServers": []}),
+    );
+    agent.result(&r);
+    assert_end_turn(&agent, &agent.prompt(&sid, "and the changelog"));
+    let req = llm.requests().remove(0);
+    let loaded = req.system_text().expect("a system prompt");
+    positions(
+        &loaded,
+        &[
+            "USER-RULE",
+            "ROOT-RULE",
+            "PKG-RULE-V2: this package now uses std.",
+            "# Skills",
+            "- changelog: Keeps CHANGELOG.md.",
+            "- deploy: Deploys to staging.",
+        ],
+    );
+    assert!(
+        !loaded.contains("PKG-RULE: this package is no_std."),
+        "the old text is gone after the load: {loaded}"
+    );
+    assert!(
+        req.user_text().contains("deploy it"),
+        "the loaded session keeps its history"
+    );
+    agent.finish();
+}
