@@ -446,31 +446,28 @@ impl McpSession {
     /// Whether a `tools/list` is in flight (the first listing, or a re-listing after
     /// `notifications/tools/list_changed`).
     pub(crate) fn is_listing(&self) -> bool {
-        self.pending.values().any(|p| *p == Purpose::ListTools)
+        self.is_in_flight(&Purpose::ListTools)
+    }
+
+    /// Whether a request for `purpose` is in flight.
+    fn is_in_flight(&self, purpose: &Purpose) -> bool {
+        self.pending.values().any(|p| p == purpose)
     }
 
     /// Starts a `tools/list` (first page) unless one is in flight; a list change meanwhile makes
     /// it run again after (SPEC M2, M6).
     pub(crate) fn start_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {
-        if self.pending.values().any(|p| *p == Purpose::ListTools) {
-            return;
-        }
-        self.relist_wanted = false;
-        self.list_acc.take();
-        self.list_cursors.clear();
-        self.request(
+        self.start_paged_listing(
             "tools/list",
-            &json!({}),
             Purpose::ListTools,
-            self.list_timeout_ms,
+            |s| {
+                s.relist_wanted = false;
+                s.list_acc.take();
+                s.list_cursors.clear();
+            },
             out,
             timers,
         );
-    }
-
-    /// Whether a `prompts/list` is in flight (SPEC A11).
-    fn is_listing_prompts(&self) -> bool {
-        self.pending.values().any(|p| *p == Purpose::ListPrompts)
     }
 
     /// Starts a `prompts/list` (first page) of a server that declared prompts, unless one is
@@ -480,21 +477,46 @@ impl McpSession {
         if !self.offers_prompts {
             return;
         }
-        if self.is_listing_prompts() {
-            self.prompt_relist_wanted = true;
-            return;
-        }
-        self.prompt_relist_wanted = false;
-        self.prompt_acc.clear();
-        self.prompt_cursors.clear();
-        self.request(
+        let started = self.start_paged_listing(
             "prompts/list",
-            &json!({}),
             Purpose::ListPrompts,
+            |s| {
+                s.prompt_relist_wanted = false;
+                s.prompt_acc.clear();
+                s.prompt_cursors.clear();
+            },
+            out,
+            timers,
+        );
+        if !started {
+            self.prompt_relist_wanted = true;
+        }
+    }
+
+    /// The first page of a paged listing (`method` for `purpose`, SPEC M2, A11), unless one is
+    /// in flight (then `false`, and nothing changes): `restart` first forgets the pages, cursors
+    /// and change flag of the listing before.
+    fn start_paged_listing(
+        &mut self,
+        method: &str,
+        purpose: Purpose,
+        restart: fn(&mut McpSession),
+        out: &Outbox,
+        timers: &mut TimerTable,
+    ) -> bool {
+        if self.is_in_flight(&purpose) {
+            return false;
+        }
+        restart(self);
+        self.request(
+            method,
+            &json!({}),
+            purpose,
             self.list_timeout_ms,
             out,
             timers,
         );
+        true
     }
 
     /// One JSON-RPC message of the server, already parsed by its transport (which decides how

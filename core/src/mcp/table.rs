@@ -3242,6 +3242,34 @@ mod tests {
     }
 
     #[test]
+    fn m6_a_resources_list_change_is_harmless_the_agent_lists_no_resources() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        let (id, _) = rig.tool_call(slot, 0);
+        rig.drain();
+        let events = rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/list_changed\"}\n",
+        );
+        assert!(events.is_empty(), "{events:?}");
+        let actions = rig.drain();
+        assert!(
+            Rig::written(&actions, proc).is_empty(),
+            "nothing is listed again: {actions:?}"
+        );
+        assert!(!rig.table.is_dead(slot), "the server keeps serving");
+        let events = rig.reply(
+            proc,
+            id.0,
+            json!({"content": [{"type": "text", "text": "ok"}]}),
+        );
+        assert!(
+            matches!(events.as_slice(), [McpEvent::ToolReply { .. }]),
+            "the call in flight is answered: {events:?}"
+        );
+    }
+
+    #[test]
     fn a11_prompts_are_listed_after_the_tools_page_by_page_and_relisted_on_a_change() {
         let mut rig = Rig::new();
         let (slot, proc) = rig.spawned("docs");
