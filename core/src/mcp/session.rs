@@ -457,57 +457,46 @@ impl McpSession {
     /// Starts a `tools/list` (first page) unless one is in flight; a list change meanwhile makes
     /// it run again after (SPEC M2, M6).
     pub(crate) fn start_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {
-        self.start_paged_listing(
-            "tools/list",
-            Purpose::ListTools,
-            |s| {
-                s.relist_wanted = false;
-                s.list_acc.take();
-                s.list_cursors.clear();
-            },
-            out,
-            timers,
-        );
+        self.start_paged_listing(Listing::Tools, out, timers);
     }
 
     /// Starts a `prompts/list` (first page) of a server that declared prompts, unless one is
     /// in flight; a list change meanwhile makes it run again after (SPEC A11, MCP
     /// server/prompts).
     pub(crate) fn start_prompt_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {
-        if !self.offers_prompts {
-            return;
-        }
-        let started = self.start_paged_listing(
-            "prompts/list",
-            Purpose::ListPrompts,
-            |s| {
-                s.prompt_relist_wanted = false;
-                s.prompt_acc.clear();
-                s.prompt_cursors.clear();
-            },
-            out,
-            timers,
-        );
-        if !started {
+        if self.offers_prompts && !self.start_paged_listing(Listing::Prompts, out, timers) {
             self.prompt_relist_wanted = true;
         }
     }
 
-    /// The first page of a paged listing (`method` for `purpose`, SPEC M2, A11), unless one is
-    /// in flight (then `false`, and nothing changes): `restart` first forgets the pages, cursors
-    /// and change flag of the listing before.
+    /// The first page of a paged listing (SPEC M2, A11), unless one is in flight (then
+    /// `false`, and nothing changes): the pages, cursors and change flag of the listing before
+    /// are forgotten first.
     fn start_paged_listing(
         &mut self,
-        method: &str,
-        purpose: Purpose,
-        restart: fn(&mut McpSession),
+        listing: Listing,
         out: &Outbox,
         timers: &mut TimerTable,
     ) -> bool {
+        let (method, purpose) = match listing {
+            Listing::Tools => ("tools/list", Purpose::ListTools),
+            Listing::Prompts => ("prompts/list", Purpose::ListPrompts),
+        };
         if self.is_in_flight(&purpose) {
             return false;
         }
-        restart(self);
+        match listing {
+            Listing::Tools => {
+                self.relist_wanted = false;
+                self.list_acc.take();
+                self.list_cursors.clear();
+            }
+            Listing::Prompts => {
+                self.prompt_relist_wanted = false;
+                self.prompt_acc.clear();
+                self.prompt_cursors.clear();
+            }
+        }
         self.request(
             method,
             &json!({}),
@@ -828,6 +817,15 @@ impl McpSession {
         }
         SessionEvent::Prompts(Ok(prompts))
     }
+}
+
+/// The two paged listings of a server (SPEC M2, A11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// `tools/list`.
+    Tools,
+    /// `prompts/list`.
+    Prompts,
 }
 
 impl McpSession {
