@@ -1554,11 +1554,18 @@ impl ServerTable {
                     prefix: &s.prefix,
                 };
                 let claims = self.claims.entry(s.session).or_default();
-                s.catalogue
+                let dropped = s
+                    .catalogue
                     .install(tools, owner, claims, &self.hook_allowlist, out);
                 s.listed_once = true;
                 s.listings = s.listings.saturating_add(1);
                 let mut events = Vec::new();
+                if !dropped.is_empty() {
+                    events.push(McpEvent::ToolsDropped {
+                        session: s.session,
+                        notices: dropped,
+                    });
+                }
                 if ready_now {
                     events.push(McpEvent::StartSettled { session: s.session });
                 }

@@ -188,6 +188,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         dialect_cases::c41_max_tokens_rejected_is_retried_as_max_completion_tokens_and_remembered,
         dialect_cases::c61_chat_objection_is_one_assistant_message_with_text_and_the_call,
         dialect_cases::c63_one_tool_with_a_root_any_of_no_longer_fails_every_anthropic_prompt,
+        clients::c63_a_tool_dropped_for_its_schema_is_told_to_the_client,
         dialect_cases::c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end,
         dialect_cases::c77_after_a_refusal_the_next_prompt_is_answered_on_every_route,
         dialect_cases::c77_a_streamed_chat_refusal_is_shown_and_leaves_the_history,
