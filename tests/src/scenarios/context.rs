@@ -534,7 +534,8 @@ pub fn a10_ten_thousand_skills_are_capped_and_no_hints_offers_none(ctx: &Ctx) {
 /// SPEC A10: a session's instructions and skills are read when it starts and again on
 /// `session/load`, never on every round. Session 1 starts with the cwd's `AGENTS.md` saying
 /// `PKG-RULE` and one skill; while its first round runs (the model asks for `load_skill`), the
-/// file is rewritten and a second skill is added, and the second round's system prompt is
+/// file is rewritten and a second skill is added in the git root's `.agents/skills` (the cwd is
+/// a folder below the root), and the second round's system prompt is
 /// still byte for byte the first's. The agent process ends; a new one loads the session, and
 /// its next request carries the rewritten file and both skills, not the old text.
 pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_round(ctx: &Ctx) {
@@ -546,7 +547,8 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
     let mut env = p.env();
     env.push(("BUZZ_AGENT_STATE_DIR".into(), state.clone()));
     let agents_md = p.cwd.join("AGENTS.md");
-    let (changed, added) = (agents_md.clone(), skills.clone());
+    // The second skill goes to the git root's folder (the cwd is below it).
+    let (changed, added) = (agents_md.clone(), p.root.join(".agents/skills"));
     let (llm, agent) = Setup::new(ctx, &s)
         .handler(move |i, _| match i {
             0 => {
@@ -611,8 +613,8 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
             "ROOT-RULE",
             "PKG-RULE-V2: this package now uses std.",
             "# Skills",
-            "- changelog: Keeps CHANGELOG.md.",
             "- deploy: Deploys to staging.",
+            "- changelog: Keeps CHANGELOG.md.",
         ],
     );
     assert!(
@@ -622,6 +624,53 @@ pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_r
     assert!(
         req.user_text().contains("deploy it"),
         "the loaded session keeps its history"
+    );
+    agent.finish();
+}
+
+/// SPEC A10: a server may not shadow a built-in tool. Its tool named `load_skill` is offered
+/// as `srv__load_skill`, after the one built-in `load_skill`; a call of `load_skill` is the
+/// built-in's (the skill's body) and one of `srv__load_skill` the server's. No offered name
+/// starts with `_`.
+pub fn a10_a_servers_tool_named_load_skill_never_shadows_the_built_in(ctx: &Ctx) {
+    let s = Scratch::new();
+    let p = Project::new(&s);
+    skill(
+        &p.root.join(".agents/skills"),
+        "deploy",
+        "deploy",
+        "Deploys to staging.",
+        &[],
+    );
+    let both = Reply::tool_calls(vec![
+        ("c1", "load_skill", json!({"name": "deploy"})),
+        ("c2", "srv__load_skill", json!({"text": "the server's own"})),
+    ]);
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![both, Reply::text("both ran")])
+        .env(&env_refs(&p.env()))
+        .fake_mcp("srv", &[("FAKE_MCP_ECHO_NAMES", "load_skill")])
+        .start();
+    assert_end_turn(&agent, &agent.prompt(&sid, "deploy"));
+    let reqs = llm.requests();
+    let names = reqs[0].tool_names();
+    assert_eq!(names.first().map(String::as_str), Some("load_skill"));
+    assert_eq!(
+        names.iter().filter(|n| n.as_str() == "load_skill").count(),
+        1,
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n == "srv__load_skill") && !names.iter().any(|n| n.starts_with('_')),
+        "{names:?}"
+    );
+    let built_in = reqs[1]
+        .tool_result_for("c1")
+        .expect("the load_skill result");
+    assert!(built_in.contains("BODY-deploy"), "{built_in}");
+    assert_eq!(
+        reqs[1].tool_result_for("c2").as_deref(),
+        Some("the server's own")
     );
     agent.finish();
 }

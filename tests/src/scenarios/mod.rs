@@ -225,6 +225,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         context::a10_skills_are_listed_without_bodies_and_load_skill_returns_the_body,
         context::a10_ten_thousand_skills_are_capped_and_no_hints_offers_none,
         context::a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_round,
+        context::a10_a_servers_tool_named_load_skill_never_shadows_the_built_in,
         commands::a11_prompts_are_offered_as_commands_and_a_list_change_sends_the_new_list,
         commands::a11_a_command_runs_prompts_get_and_its_messages_are_the_users_turn,
         commands::a11_a_cancel_while_prompts_get_is_in_flight_answers_cancelled,
