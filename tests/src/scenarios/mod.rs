@@ -86,6 +86,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         security::s6_peer_text_reaches_the_text_and_json_logs_escaped,
         security::s2_a_redirect_is_never_followed_with_the_api_key,
         security::s2_credentials_in_the_base_url_are_redacted_everywhere,
+        security::s2_an_mcp_servers_redirect_is_never_followed_with_its_headers,
         security::s3_a_permission_request_names_the_registered_server_whatever_title_the_server_chose,
         security::s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working,
         security::s5_a_server_sending_request_ids_over_1_kib_is_cut_off_and_others_keep_working,
