@@ -769,6 +769,13 @@ impl Agent {
                     request,
                     params,
                 } => self.on_elicitation(server, generation, request, &params),
+                McpEvent::ToolsDropped { session, notices } => {
+                    if let Some(entry) = self.sessions.get_mut(&session) {
+                        for text in notices {
+                            entry.session.notify("mcp_tool_dropped", text);
+                        }
+                    }
+                }
                 McpEvent::StartSettled { session } => self.check_session_start(session),
                 McpEvent::CommandsChanged { session } => self.advertise_commands(session),
                 McpEvent::PromptGot { session, reply } => self.on_prompt_got(session, reply),

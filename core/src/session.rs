@@ -64,7 +64,8 @@ pub(crate) struct Session {
 /// message chunk (docs/clients.md, "Notices").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Notice {
-    /// Its kind, sent as `_meta.buzz.notice` (`mcp_server_skipped`, `hooks_not_allowlisted`).
+    /// Its kind, sent as `_meta.buzz.notice` (`mcp_server_skipped`, `hooks_not_allowlisted`,
+    /// `mcp_tool_dropped`, …).
     pub(crate) kind: &'static str,
     /// One sentence, without the `[buzz-agent] ` mark (added when shown).
     pub(crate) text: String,

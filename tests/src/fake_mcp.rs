@@ -37,8 +37,9 @@ pub enum StopMode {
 ///
 /// | variable | effect |
 /// |---|---|
-/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59), `unlock` (changes the list from `unlock`, `old_tool` to `unlock`, `secret_number` (answers `42`), sends `notifications/tools/list_changed`, then its reply; the changed list is answered 300 ms late; case C65), and the schema tools of [`odd_schema`] (`search`, `create_attachment`, `choose`, `merged`, `typed`, `conditional`, `bare`; case C63) |
+/// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59), `unlock` (changes the list from `unlock`, `old_tool` to `unlock`, `secret_number` (answers `42`), sends `notifications/tools/list_changed`, then its reply; the changed list is answered 300 ms late; case C65), and the schema tools of [`odd_schema`] (`search`, `create_attachment`, `choose`, `merged`, `typed`, `conditional`, `bare`, `scalar`; case C63) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
+/// | `FAKE_MCP_ECHO_NAMES` | comma list of names: adds an echo-like tool (`text`) under each name, e.g. a built-in tool's name (SPEC A10: a server may not shadow `load_skill`) |
 /// | `FAKE_MCP_READ_TITLE=text` | the MCP `title` of the `read` tool (default `Read Note`): a server may title its tool as another server's (SPEC S3) |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
 /// | `FAKE_MCP_PROTOCOL_VERSION` | version answered to `initialize` (default: the requested one) |
@@ -80,6 +81,8 @@ pub enum StopMode {
 pub struct Config {
     pub tools: Vec<String>,
     pub tool_count: usize,
+    /// `FAKE_MCP_ECHO_NAMES`: echo-like tools under these names.
+    pub echo_names: Vec<String>,
     pub page_size: Option<usize>,
     pub protocol_version: Option<String>,
     pub delay_ms: u64,
@@ -143,12 +146,14 @@ impl Config {
         let flag = |k: &str| get(k).is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
         let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
         let path = |k: &str| get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let tools = get("FAKE_MCP_TOOLS")
-            .unwrap_or_else(|| "echo".into())
-            .split(',')
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .collect();
+        // A comma list of names, blanks dropped.
+        let names = |v: String| -> Vec<String> {
+            v.split(',')
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect()
+        };
+        let tools = names(get("FAKE_MCP_TOOLS").unwrap_or_else(|| "echo".into()));
         let stop_object_times = match get("FAKE_MCP_STOP_OBJECT_TIMES").as_deref().map(str::trim) {
             None | Some("always") | Some("") => None,
             Some(n) => n.parse().ok(),
@@ -164,6 +169,7 @@ impl Config {
         Config {
             tools,
             tool_count: num("FAKE_MCP_TOOL_COUNT").unwrap_or(0) as usize,
+            echo_names: names(get("FAKE_MCP_ECHO_NAMES").unwrap_or_default()),
             page_size: num("FAKE_MCP_PAGE_SIZE")
                 .filter(|&n| n > 0)
                 .map(|n| n as usize),
@@ -208,12 +214,7 @@ impl Config {
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| "Read Note".into()),
             list_changed_after_call: num("FAKE_MCP_LIST_CHANGED_AFTER_CALL"),
-            prompts: get("FAKE_MCP_PROMPTS")
-                .unwrap_or_default()
-                .split(',')
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty())
-                .collect(),
+            prompts: names(get("FAKE_MCP_PROMPTS").unwrap_or_default()),
             prompt_page_size: num("FAKE_MCP_PROMPT_PAGE_SIZE")
                 .filter(|&n| n > 0)
                 .map(|n| n as usize),
@@ -347,9 +348,10 @@ impl Config {
             }
             out.push(tool);
         }
-        for i in 0..self.tool_count {
+        let counted = (0..self.tool_count).map(|i| format!("t{i}"));
+        for name in counted.chain(self.echo_names.iter().cloned()) {
             out.push(json!({
-                "name": format!("t{i}"),
+                "name": name,
                 "description": "Echoes `text` back",
                 "inputSchema": obj(json!({"text": {"type": "string"}}), &[]),
             }));
@@ -558,7 +560,9 @@ pub fn flood_stderr(w: &mut impl Write, bytes: usize) -> usize {
 /// * `typed`: `$schema`, a `type` array, `const`, `exclusiveMinimum`, a map
 ///   (`additionalProperties` schema) and a nested `$ref`;
 /// * `conditional`: a root `if`/`then`;
-/// * `bare`: `{"type":"object"}` only (no `properties`).
+/// * `bare`: `{"type":"object"}` only (no `properties`);
+/// * `scalar`: `{"type":"string"}`, a root that is not an object: no provider takes it, so
+///   the agent drops the tool.
 pub fn odd_schema(name: &str) -> Option<(&'static str, Value)> {
     let schema = match name {
         "search" => json!({"type": "object", "properties": {"query": {"type": "string"}},
@@ -589,6 +593,7 @@ pub fn odd_schema(name: &str) -> Option<(&'static str, Value)> {
                 "kind": {"type": "string"}, "size": {"type": "integer"}},
             "if": {"properties": {"kind": {"const": "big"}}}, "then": {"required": ["size"]}}),
         "bare" => json!({"type": "object"}),
+        "scalar" => json!({"type": "string"}),
         _ => return None,
     };
     Some(("A tool with a schema providers take only in part", schema))
@@ -1138,6 +1143,7 @@ impl Server {
             ),
             _ => {
                 let known = self.cfg.tools.iter().any(|t| t == name)
+                    || self.cfg.echo_names.iter().any(|t| t == name)
                     || (name == "late" && self.late.load(Ordering::SeqCst))
                     || name
                         .strip_prefix('t')

@@ -107,14 +107,39 @@ impl Invariants {
     /// Checks one action the agent produced (after [`super::check_action`]'s frame checks):
     /// I1, I7 (never more answers than requests), I8, I9, I10.
     pub fn action(&mut self, a: &Action) {
-        if let Action::WriteAcp(line) = a {
-            self.acp_line(line);
-        } else if let Action::WriteMcp { line, .. } = a {
-            mcp_line(line);
+        let json = if let Action::WriteAcp(line) | Action::WriteMcp { line, .. } = a {
+            Some(serde_json::from_str::<Value>(line).expect("T1: a frame is JSON"))
         } else if let Action::CallLlm { request, .. } = a {
-            let body: Value = serde_json::from_slice(&request.body.to_vec())
-                .unwrap_or_else(|e| panic!("the LLM request body is not JSON: {e}"));
-            llm_request(self.provider, &body);
+            Some(
+                serde_json::from_slice::<Value>(&request.body.to_vec())
+                    .unwrap_or_else(|e| panic!("the LLM request body is not JSON: {e}")),
+            )
+        } else {
+            None
+        };
+        self.action_json(a, json.as_ref());
+    }
+
+    /// [`Invariants::action`] with the action's JSON parsed already (a frame, or an LLM
+    /// request body: what [`super::check_action`] returns).
+    ///
+    /// # Panics
+    /// When `json` is `None` for a frame or an LLM call.
+    pub fn action_json(&mut self, a: &Action, json: Option<&Value>) {
+        let frame = matches!(
+            a,
+            Action::WriteAcp(_) | Action::WriteMcp { .. } | Action::CallLlm { .. }
+        );
+        let Some(v) = json.filter(|_| frame) else {
+            assert!(!frame, "the JSON of {a:?} is missing");
+            return;
+        };
+        if let Action::WriteAcp(line) = a {
+            self.acp_line(line, v);
+        } else if let Action::WriteMcp { .. } = a {
+            mcp_frame(v);
+        } else {
+            llm_request(self.provider, v);
         }
     }
 
@@ -136,8 +161,7 @@ impl Invariants {
         );
     }
 
-    fn acp_line(&mut self, line: &str) {
-        let v: Value = serde_json::from_str(line).expect("T1: a frame is JSON");
+    fn acp_line(&mut self, line: &str, v: &Value) {
         match (v.get("id"), v.get("method").and_then(Value::as_str)) {
             (None, Some("session/update")) => {
                 let sid = v["params"]["sessionId"].as_str().unwrap_or("");
@@ -181,8 +205,14 @@ fn id_key(id: Option<&RpcId>) -> String {
 }
 
 /// I10 on a line to a server: a `_` tool call is a hook call, carrying the hook `_meta`.
+#[cfg(test)]
 fn mcp_line(line: &str) {
-    let v: Value = serde_json::from_str(line).expect("T1: a frame is JSON");
+    mcp_frame(&serde_json::from_str(line).expect("T1: a frame is JSON"));
+}
+
+/// I10 on a frame to a server (its JSON): a `_` tool call is a hook call, carrying the hook
+/// `_meta`.
+fn mcp_frame(v: &Value) {
     if v["method"] != "tools/call" {
         return;
     }

@@ -305,8 +305,9 @@ fn replayed_arguments(body: &Value) -> Vec<&str> {
 /// `WriteAcp` and `WriteMcp` are one line (T1) of strict JSON (no lone surrogate escape, L3b)
 /// that parses as one JSON-RPC message, and so is the body of an MCP `POST` (SPEC M10); an LLM
 /// request body is strict JSON and replays no tool-call arguments holding a lone surrogate
-/// escape (L3b).
-pub fn check_action(a: &Action) {
+/// escape (L3b). Returns the JSON of a frame or of an LLM request body, parsed once here for
+/// the checks that follow ([`React`]).
+pub fn check_action(a: &Action) -> Option<Value> {
     let line = if let Action::WriteAcp(l) | Action::WriteMcp { line: l, .. } = a {
         l
     } else {
@@ -319,6 +320,7 @@ pub fn check_action(a: &Action) {
                     "L3b: replayed arguments hold a lone surrogate escape: {args:?}"
                 );
             }
+            return Some(body);
         } else if let Action::Http { request, .. } = a
             && request.method == crate::http::Method::Post
         {
@@ -331,26 +333,33 @@ pub fn check_action(a: &Action) {
             }
         }
         // The other actions carry no frame.
-        return;
+        return None;
     };
     let body = line
         .strip_suffix('\n')
         .expect("T1: a frame ends with a newline");
     assert!(!body.contains('\n'), "T1: a frame is one line: {line:?}");
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(body) {
-        panic!("L3b: a frame we wrote is not strict JSON ({e}): {line}");
-    }
+    // serde_json's own parser is strict: a lone surrogate escape is an error.
+    let value = serde_json::from_str::<Value>(body)
+        .unwrap_or_else(|e| panic!("L3b: a frame we wrote is not strict JSON ({e}): {line}"));
     if let Err(e) = jsonrpc::parse_message(body.as_bytes()) {
         panic!("a frame we wrote does not parse back ({e}): {line}");
     }
+    Some(value)
 }
 
-/// The id of a response frame (as JSON text), `None` for requests and notifications.
-fn response_id(line: &str) -> Option<String> {
-    match jsonrpc::parse_message(line.as_bytes()) {
-        Ok(Message::Response { id, .. }) => Some(id.to_string()),
-        Ok(Message::Request { .. } | Message::Notification { .. }) | Err(_) => None,
+/// What a driver hands each action to, with the JSON [`check_action`] parsed from it (a frame
+/// or an LLM request body): the world's reaction, which may queue inputs.
+pub type React<'a> =
+    dyn FnMut(&Action, Option<&Value>, &mut std::collections::VecDeque<Input>) + 'a;
+
+/// The id of a response frame (as JSON text) from its parsed JSON, `None` for requests and
+/// notifications (the frame parsed as one JSON-RPC message, [`check_action`]).
+fn response_id(frame: &Value) -> Option<String> {
+    if frame.get("method").is_some() {
+        return None;
     }
+    frame.get("id").map(Value::to_string)
 }
 
 /// What the client's input asks to be answered: per id (JSON text, `null` for unreadable
@@ -402,43 +411,32 @@ impl Driver {
             acp_out: Vec::new(),
             queue: std::collections::VecDeque::new(),
         };
-        d.drain(&mut |_, _| {});
+        d.drain(&mut |_, _, _| {});
         d
     }
 
     /// Drains every action, checking each and handing it to `react` (which may queue inputs).
-    pub fn drain(
-        &mut self,
-        react: &mut dyn FnMut(&Action, &mut std::collections::VecDeque<Input>),
-    ) {
+    pub fn drain(&mut self, react: &mut React<'_>) {
         while let Some(a) = self.agent.poll_action() {
-            check_action(&a);
+            let json = check_action(&a);
             if let Action::WriteAcp(l) = &a {
-                if let Some(id) = response_id(l) {
+                if let Some(id) = json.as_ref().and_then(response_id) {
                     *self.answered.entry(id).or_default() += 1;
                 }
                 self.acp_out.push(l.clone());
             }
-            react(&a, &mut self.queue);
+            react(&a, json.as_ref(), &mut self.queue);
         }
     }
 
     /// Feeds one input now and drains.
-    pub fn feed(
-        &mut self,
-        input: Input,
-        react: &mut dyn FnMut(&Action, &mut std::collections::VecDeque<Input>),
-    ) {
+    pub fn feed(&mut self, input: Input, react: &mut React<'_>) {
         self.agent.handle(input, self.now);
         self.drain(react);
     }
 
     /// Delivers queued inputs (and what they cause) until none is left, at most `limit`.
-    pub fn settle(
-        &mut self,
-        limit: usize,
-        react: &mut dyn FnMut(&Action, &mut std::collections::VecDeque<Input>),
-    ) {
+    pub fn settle(&mut self, limit: usize, react: &mut React<'_>) {
         for _ in 0..limit {
             let Some(input) = self.queue.pop_front() else {
                 return;
@@ -448,10 +446,7 @@ impl Driver {
     }
 
     /// Fires the next timer (advancing time to it); false when none is pending. Checks I11.
-    pub fn fire_next_timer(
-        &mut self,
-        react: &mut dyn FnMut(&Action, &mut std::collections::VecDeque<Input>),
-    ) -> bool {
+    pub fn fire_next_timer(&mut self, react: &mut React<'_>) -> bool {
         let Some((when, _)) = self.agent.poll_timeout() else {
             return false;
         };
@@ -467,11 +462,7 @@ impl Driver {
 
     /// Closes stdin and runs queued inputs and timers until the agent exits (P1); panics if it
     /// does not within `limit` steps.
-    pub fn shut_down(
-        &mut self,
-        limit: usize,
-        react: &mut dyn FnMut(&Action, &mut std::collections::VecDeque<Input>),
-    ) {
+    pub fn shut_down(&mut self, limit: usize, react: &mut React<'_>) {
         self.feed(Input::AcpEof, react);
         for _ in 0..limit {
             if self.agent.is_finished() {
@@ -522,7 +513,7 @@ pub fn acp_input(data: &[u8]) {
     cfg.max_line_bytes = max;
     cfg.mcp_init_timeout_ms = 1000;
     let mut d = Driver::new(cfg);
-    let mut react = |a: &Action, q: &mut std::collections::VecDeque<Input>| {
+    let mut react = |a: &Action, _: Option<&Value>, q: &mut std::collections::VecDeque<Input>| {
         os_reactions(a, q);
         if let Action::CallLlm { call, .. } = a {
             // Every LLM call fails at once: prompts end without a network.
@@ -566,7 +557,7 @@ pub fn mcp_output(data: &[u8]) {
     cfg.hook_timeout_ms = 500;
     let mut d = Driver::new(cfg);
     let llm_calls = std::cell::Cell::new(0u32);
-    let mut react = |a: &Action, q: &mut std::collections::VecDeque<Input>| {
+    let mut react = |a: &Action, _: Option<&Value>, q: &mut std::collections::VecDeque<Input>| {
         os_reactions(a, q);
         if let Action::CallLlm { call, .. } = a {
             let n = llm_calls.get();
@@ -588,9 +579,7 @@ pub fn mcp_output(data: &[u8]) {
             }
         }
     };
-    let send = |d: &mut Driver,
-                react: &mut dyn FnMut(&Action, &mut std::collections::VecDeque<Input>),
-                v: Value| {
+    let send = |d: &mut Driver, react: &mut React<'_>, v: Value| {
         d.feed(Input::AcpBytes(format!("{v}\n").into_bytes()), react);
         d.settle(10_000, react);
     };
@@ -613,25 +602,22 @@ pub fn mcp_output(data: &[u8]) {
     err_lines.push(stderr, &mut lines);
     lines.extend(err_lines.finish());
     let mut lines = lines.into_iter();
-    let mut feed_stdout =
-        |d: &mut Driver,
-         part: &[u8],
-         react: &mut dyn FnMut(&Action, &mut std::collections::VecDeque<Input>)| {
-            for chunk in split(part, &cuts) {
-                d.feed(
-                    Input::McpBytes {
-                        proc,
-                        bytes: chunk.to_vec(),
-                    },
-                    react,
-                );
-                if let Some(line) = lines.next() {
-                    d.feed(Input::McpStderrLine { proc, line }, react);
-                }
-                d.settle(10_000, react);
-                d.now = d.now.plus_ms(1);
+    let mut feed_stdout = |d: &mut Driver, part: &[u8], react: &mut React<'_>| {
+        for chunk in split(part, &cuts) {
+            d.feed(
+                Input::McpBytes {
+                    proc,
+                    bytes: chunk.to_vec(),
+                },
+                react,
+            );
+            if let Some(line) = lines.next() {
+                d.feed(Input::McpStderrLine { proc, line }, react);
             }
-        };
+            d.settle(10_000, react);
+            d.now = d.now.plus_ms(1);
+        }
+    };
     feed_stdout(&mut d, before, &mut react);
     // Let the handshake time out or finish, so `session/new` is decided either way.
     for _ in 0..8 {

@@ -19,10 +19,11 @@
 //! which checks them by property tests.
 
 use super::invariants::Invariants;
-use super::{Driver, Reader, fuzz_config, split};
+use super::{Driver, React, Reader, fuzz_config, split};
 use crate::config::{PermissionMode, ProviderKind};
 use crate::io::{Action, Input, LlmCallId, LlmEvent, ProcKey};
 use crate::jsonrpc::{self, Message};
+use crate::time::MonoTime;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -164,8 +165,8 @@ struct World {
     /// `session/new` request ids not answered yet.
     new_session_ids: Vec<String>,
     next_id: u64,
-    /// The readable transcript of every action (I12).
-    transcript: Vec<String>,
+    /// Every action, in order (I12: compared whole, LLM request bodies byte for byte).
+    transcript: Vec<Action>,
 }
 
 /// A tool `name` of a server: hooks start with `_`.
@@ -205,16 +206,17 @@ impl World {
         }
     }
 
-    /// Reacts to one action: the OS and the servers' automatic answers, bookkeeping, checks.
-    fn react(&mut self, a: &Action, q: &mut VecDeque<Input>) {
-        self.transcript.push(format!("{a:?}"));
-        self.checks.action(a);
+    /// Reacts to one action (`json`: its frame or LLM body, parsed by the driver's checks):
+    /// the OS and the servers' automatic answers, bookkeeping, checks.
+    fn react(&mut self, a: &Action, json: Option<&Value>, q: &mut VecDeque<Input>) {
+        self.transcript.push(a.clone());
+        self.checks.action_json(a, json);
         // No other action needs an answer: no HTTP server answers (the scripted sessions name
         // stdio servers only) and the fuzz agents keep no sessions on disk.
-        if let Action::WriteAcp(line) = a {
-            self.on_acp(line);
-        } else if let Action::WriteMcp { proc, line } = a {
-            self.on_mcp(*proc, line, q);
+        if let (Action::WriteAcp(_), Some(v)) = (a, json) {
+            self.on_acp(v);
+        } else if let (Action::WriteMcp { proc, .. }, Some(v)) = (a, json) {
+            self.on_mcp(*proc, v, q);
         } else if let Action::SpawnMcp { proc, spec } = a {
             let server = FakeServer {
                 name: spec.name.clone(),
@@ -241,8 +243,7 @@ impl World {
         }
     }
 
-    fn on_acp(&mut self, line: &str) {
-        let v: Value = serde_json::from_str(line).expect("checked by check_action");
+    fn on_acp(&mut self, v: &Value) {
         match (v.get("id"), v.get("method").and_then(Value::as_str)) {
             (Some(id), Some("session/request_permission")) => {
                 self.permission.push_back(id.clone());
@@ -260,8 +261,7 @@ impl World {
         }
     }
 
-    fn on_mcp(&mut self, proc: ProcKey, line: &str, q: &mut VecDeque<Input>) {
-        let v: Value = serde_json::from_str(line).expect("checked by check_action");
+    fn on_mcp(&mut self, proc: ProcKey, v: &Value, q: &mut VecDeque<Input>) {
         let Some(server) = self.servers.get_mut(&proc).filter(|s| s.alive) else {
             return;
         };
@@ -313,8 +313,8 @@ impl World {
     }
 }
 
-/// Runs one script; returns the action transcript (for I12).
-pub fn run(data: &[u8]) -> Vec<String> {
+/// Runs one script; returns every action and the time it finished at (for I12).
+pub fn run(data: &[u8]) -> (Vec<Action>, MonoTime) {
     let mut r = Reader::new(data);
     let c = r.u8();
     // Any route of the one list (a new route is fuzzed without a change here).
@@ -354,18 +354,16 @@ pub fn run(data: &[u8]) -> Vec<String> {
     };
     let mut d = Driver::new(cfg);
     let world = std::cell::RefCell::new(&mut world);
-    let mut react = |a: &Action, q: &mut VecDeque<Input>| world.borrow_mut().react(a, q);
+    let mut react = |a: &Action, json: Option<&Value>, q: &mut VecDeque<Input>| {
+        world.borrow_mut().react(a, json, q);
+    };
 
-    let send =
-        |d: &mut Driver, react: &mut dyn FnMut(&Action, &mut VecDeque<Input>), bytes: Vec<u8>| {
-            world.borrow_mut().note_client_bytes(&bytes, max_line);
-            d.feed(Input::AcpBytes(bytes), react);
-            d.settle(20_000, react);
-        };
-    let request = |d: &mut Driver,
-                   react: &mut dyn FnMut(&Action, &mut VecDeque<Input>),
-                   method: &str,
-                   params: Value| {
+    let send = |d: &mut Driver, react: &mut React<'_>, bytes: Vec<u8>| {
+        world.borrow_mut().note_client_bytes(&bytes, max_line);
+        d.feed(Input::AcpBytes(bytes), react);
+        d.settle(20_000, react);
+    };
+    let request = |d: &mut Driver, react: &mut React<'_>, method: &str, params: Value| {
         let id = {
             let mut w = world.borrow_mut();
             w.next_id += 1;
@@ -679,21 +677,26 @@ pub fn run(data: &[u8]) -> Vec<String> {
     }
     world.borrow_mut().checks.input(&Input::AcpEof);
     d.shut_down(200_000, &mut react);
-    let w = world.borrow();
+    let mut w = world.borrow_mut();
     w.checks.all_answered();
-    let mut transcript = w.transcript.clone();
-    transcript.push(format!("finished at {}", d.now));
-    transcript
+    (std::mem::take(&mut w.transcript), d.now)
 }
 
 /// `session`: see the module docs. Input: a configuration byte (route, permission mode,
 /// `_Stop` budget, reply guard, parallelism), the context window byte, the server count byte,
 /// then operations (an op byte and an argument byte each, some reading more bytes).
 pub fn session(data: &[u8]) {
-    let first = run(data);
-    let second = run(data);
-    assert!(
-        first == second,
-        "I12: the same script gave a different transcript"
+    let (first, first_end) = run(data);
+    let (second, second_end) = run(data);
+    if let Some(at) = (0..first.len().max(second.len())).find(|&i| first.get(i) != second.get(i)) {
+        panic!(
+            "I12: the same script gave a different transcript at action {at}: {:?} then {:?}",
+            first.get(at),
+            second.get(at)
+        );
+    }
+    assert_eq!(
+        first_end, second_end,
+        "I12: the same script finished at another time"
     );
 }

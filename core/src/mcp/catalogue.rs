@@ -146,6 +146,9 @@ pub(crate) struct Catalogue {
     hooks: BTreeSet<String>,
     /// The "hooks are off for this server" warning was logged (case C56: once per session).
     warned_hooks_off: bool,
+    /// Tools (bare names) dropped for an unusable input schema that the user was told about
+    /// (once per tool and session; every listing still logs its WARN).
+    told_dropped: BTreeSet<String>,
 }
 
 /// The server a catalogue belongs to, as [`Catalogue::install`] names it.
@@ -267,7 +270,9 @@ impl Catalogue {
     /// with a warning; `_` names are hooks; a tool whose exposed name another tool of the
     /// session holds (`claims`, the same server's included) gets a hash suffix once and is then
     /// dropped. Logs the warnings, the C56 warning about hooks the allowlist does not name
-    /// (once), and the server's ready line.
+    /// (once), and the server's ready line. Returns the sentences for the user about tools
+    /// dropped for an unusable schema that were not told before (one per tool, naming server,
+    /// tool and what the schema says).
     pub(crate) fn install(
         &mut self,
         raw: Vec<Value>,
@@ -275,11 +280,12 @@ impl Catalogue {
         claims: &mut NameClaims,
         allowlist: &HookAllowlist,
         out: &mut Outbox,
-    ) {
+    ) -> Vec<String> {
         let Owner { name, prefix, .. } = owner;
         let mut tools_out: Vec<McpTool> = Vec::new();
         let mut hooks = BTreeSet::new();
         let mut warnings = Vec::new();
+        let mut told = Vec::new();
         let mut seen_exposed = BTreeSet::new();
         for t in raw {
             let Some(bare) = t.get("name").and_then(Value::as_str) else {
@@ -294,6 +300,11 @@ impl Catalogue {
                 Ok(s) => s,
                 Err(e) => {
                     warnings.push(format!("mcp '{name}': dropping tool '{bare}': {e}"));
+                    if self.told_dropped.insert(bare.to_string()) {
+                        told.push(format!(
+                            "MCP server '{name}' offers tool '{bare}' with an input schema the agent cannot use ({e}); it is not offered to the model."
+                        ));
+                    }
                     continue;
                 }
             };
@@ -361,6 +372,7 @@ impl Catalogue {
                 self.hooks
             ),
         );
+        told
     }
 }
 
@@ -489,6 +501,40 @@ mod tests {
             logs.last()
                 .is_some_and(|l| l.contains("ready with 1 tool(s)"))
         );
+    }
+
+    #[test]
+    fn a_tool_dropped_for_its_schema_is_told_to_the_user_once_per_tool() {
+        let owner = Owner {
+            slot: ServerSlot(1),
+            name: "srv",
+            prefix: "srv",
+        };
+        let raw = || {
+            vec![
+                json!({"name": "echo"}),
+                json!({"name": "bad", "inputSchema": {"type": "string"}}),
+            ]
+        };
+        let mut claims = NameClaims::default();
+        let mut out = Outbox::new(LogLevel::Debug, MonoTime::ZERO);
+        let mut c = Catalogue::default();
+        let told = c.install(raw(), owner, &mut claims, &HookAllowlist::Off, &mut out);
+        assert_eq!(
+            told,
+            vec![
+                "MCP server 'srv' offers tool 'bad' with an input schema the agent cannot use \
+                 (inputSchema root type is \"string\", not \"object\"); it is not offered to the \
+                 model."
+                    .to_string()
+            ]
+        );
+        let relisted = c.install(raw(), owner, &mut claims, &HookAllowlist::Off, &mut out);
+        assert!(relisted.is_empty(), "told once: {relisted:?}");
+        let warns = std::iter::from_fn(|| out.pop())
+            .filter(|a| matches!(a, Action::Log(r) if r.message.contains("dropping tool 'bad'")))
+            .count();
+        assert_eq!(warns, 2, "every listing still logs its WARN");
     }
 
     #[test]

@@ -148,6 +148,12 @@ pub(crate) enum McpEvent {
     },
     /// An `interceptor/invoke`'s server died before it answered; `reason` says how.
     InterceptLost { call: InterceptRef, reason: String },
+    /// A listing of a server of `session` dropped tools whose input schema cannot be used:
+    /// the user is told, one sentence each (the WARN is logged already).
+    ToolsDropped {
+        session: SessionId,
+        notices: Vec<String>,
+    },
     /// A server of `session` became ready or failed before ever serving: `session/new` may be
     /// answered now (SPEC A2).
     StartSettled { session: SessionId },

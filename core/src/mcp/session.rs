@@ -446,55 +446,66 @@ impl McpSession {
     /// Whether a `tools/list` is in flight (the first listing, or a re-listing after
     /// `notifications/tools/list_changed`).
     pub(crate) fn is_listing(&self) -> bool {
-        self.pending.values().any(|p| *p == Purpose::ListTools)
+        self.is_in_flight(&Purpose::ListTools)
+    }
+
+    /// Whether a request for `purpose` is in flight.
+    fn is_in_flight(&self, purpose: &Purpose) -> bool {
+        self.pending.values().any(|p| p == purpose)
     }
 
     /// Starts a `tools/list` (first page) unless one is in flight; a list change meanwhile makes
     /// it run again after (SPEC M2, M6).
     pub(crate) fn start_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {
-        if self.pending.values().any(|p| *p == Purpose::ListTools) {
-            return;
-        }
-        self.relist_wanted = false;
-        self.list_acc.take();
-        self.list_cursors.clear();
-        self.request(
-            "tools/list",
-            &json!({}),
-            Purpose::ListTools,
-            self.list_timeout_ms,
-            out,
-            timers,
-        );
-    }
-
-    /// Whether a `prompts/list` is in flight (SPEC A11).
-    fn is_listing_prompts(&self) -> bool {
-        self.pending.values().any(|p| *p == Purpose::ListPrompts)
+        self.start_paged_listing(Listing::Tools, out, timers);
     }
 
     /// Starts a `prompts/list` (first page) of a server that declared prompts, unless one is
     /// in flight; a list change meanwhile makes it run again after (SPEC A11, MCP
     /// server/prompts).
     pub(crate) fn start_prompt_listing(&mut self, out: &Outbox, timers: &mut TimerTable) {
-        if !self.offers_prompts {
-            return;
-        }
-        if self.is_listing_prompts() {
+        if self.offers_prompts && !self.start_paged_listing(Listing::Prompts, out, timers) {
             self.prompt_relist_wanted = true;
-            return;
         }
-        self.prompt_relist_wanted = false;
-        self.prompt_acc.clear();
-        self.prompt_cursors.clear();
+    }
+
+    /// The first page of a paged listing (SPEC M2, A11), unless one is in flight (then
+    /// `false`, and nothing changes): the pages, cursors and change flag of the listing before
+    /// are forgotten first.
+    fn start_paged_listing(
+        &mut self,
+        listing: Listing,
+        out: &Outbox,
+        timers: &mut TimerTable,
+    ) -> bool {
+        let (method, purpose) = match listing {
+            Listing::Tools => ("tools/list", Purpose::ListTools),
+            Listing::Prompts => ("prompts/list", Purpose::ListPrompts),
+        };
+        if self.is_in_flight(&purpose) {
+            return false;
+        }
+        match listing {
+            Listing::Tools => {
+                self.relist_wanted = false;
+                self.list_acc.take();
+                self.list_cursors.clear();
+            }
+            Listing::Prompts => {
+                self.prompt_relist_wanted = false;
+                self.prompt_acc.clear();
+                self.prompt_cursors.clear();
+            }
+        }
         self.request(
-            "prompts/list",
+            method,
             &json!({}),
-            Purpose::ListPrompts,
+            purpose,
             self.list_timeout_ms,
             out,
             timers,
         );
+        true
     }
 
     /// One JSON-RPC message of the server, already parsed by its transport (which decides how
@@ -806,6 +817,15 @@ impl McpSession {
         }
         SessionEvent::Prompts(Ok(prompts))
     }
+}
+
+/// The two paged listings of a server (SPEC M2, A11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// `tools/list`.
+    Tools,
+    /// `prompts/list`.
+    Prompts,
 }
 
 impl McpSession {

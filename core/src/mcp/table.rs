@@ -1554,11 +1554,18 @@ impl ServerTable {
                     prefix: &s.prefix,
                 };
                 let claims = self.claims.entry(s.session).or_default();
-                s.catalogue
+                let dropped = s
+                    .catalogue
                     .install(tools, owner, claims, &self.hook_allowlist, out);
                 s.listed_once = true;
                 s.listings = s.listings.saturating_add(1);
                 let mut events = Vec::new();
+                if !dropped.is_empty() {
+                    events.push(McpEvent::ToolsDropped {
+                        session: s.session,
+                        notices: dropped,
+                    });
+                }
                 if ready_now {
                     events.push(McpEvent::StartSettled { session: s.session });
                 }
@@ -3232,6 +3239,34 @@ mod tests {
         );
         rig.bytes(proc, changed);
         assert_eq!(lists(&rig.drain()), 0, "a listing is in flight");
+    }
+
+    #[test]
+    fn m6_a_resources_list_change_is_harmless_the_agent_lists_no_resources() {
+        let mut rig = Rig::new();
+        let (slot, proc) = rig.ready("fs", &["read"]);
+        let (id, _) = rig.tool_call(slot, 0);
+        rig.drain();
+        let events = rig.bytes(
+            proc,
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/list_changed\"}\n",
+        );
+        assert!(events.is_empty(), "{events:?}");
+        let actions = rig.drain();
+        assert!(
+            Rig::written(&actions, proc).is_empty(),
+            "nothing is listed again: {actions:?}"
+        );
+        assert!(!rig.table.is_dead(slot), "the server keeps serving");
+        let events = rig.reply(
+            proc,
+            id.0,
+            json!({"content": [{"type": "text", "text": "ok"}]}),
+        );
+        assert!(
+            matches!(events.as_slice(), [McpEvent::ToolReply { .. }]),
+            "the call in flight is answered: {events:?}"
+        );
     }
 
     #[test]

@@ -246,6 +246,47 @@ pub fn c55_lenient_session_new_skips_other_transports_and_maps_odd_names(ctx: &C
     agent.finish();
 }
 
+/// Initializes `agent`, opens a session with `server` and runs two prompts: the `session/new`
+/// answer lists `sentence` in `_meta.buzz.notices`, and the updates hold one notice of `kind`
+/// with it, first of all (before the first prompt's answer) and never again. The updates.
+fn one_notice_in_the_answer_and_the_first_prompt(
+    agent: &AgentProc,
+    s: &Scratch,
+    server: Value,
+    kind: &str,
+    sentence: &str,
+) -> Vec<Value> {
+    agent.initialize();
+    let resp = agent.request(
+        "session/new",
+        json!({"cwd": s.ws.to_str(), "mcpServers": [server]}),
+    );
+    let result = agent.result(&resp).clone();
+    let sid = result["sessionId"].as_str().expect("sessionId").to_string();
+    assert_eq!(
+        result["_meta"]["buzz"]["notices"],
+        json!([sentence]),
+        "{result}"
+    );
+    for text in ["first", "second"] {
+        let r = agent.prompt(&sid, text);
+        assert_end_turn(agent, &r);
+    }
+    let ups = agent.session_updates(&sid);
+    assert_eq!(
+        notices(&ups),
+        [(kind.to_string(), format!("[buzz-agent] {sentence}"))],
+        "one notice, on the first prompt only"
+    );
+    assert_eq!(
+        ups.iter()
+            .position(|u| u["_meta"]["buzz"]["notice"] == kind),
+        Some(0),
+        "the notice comes before the first answer: {ups:#?}"
+    );
+    ups
+}
+
 /// C56: `MCP_HOOK_SERVERS=testguard` and a server named `TestGuard` that exposes `_Stop`: one
 /// WARN per session and server naming it, its hooks and the allowlist, and the same finding as
 /// a notice to the client (in the `session/new` answer's `_meta.buzz.notices` and before the
@@ -257,39 +298,14 @@ pub fn c56_a_hook_server_missing_from_the_allowlist_is_warned_about_once(ctx: &C
         .replies(vec![Reply::text("one"), Reply::text("two")])
         .env(&[("MCP_HOOK_SERVERS", "testguard")])
         .spawn();
-    agent.initialize();
-    let resp = agent.request(
-        "session/new",
-        json!({"cwd": s.ws.to_str(), "mcpServers": [hook_server("TestGuard", &log, &[])]}),
-    );
-    let result = agent.result(&resp).clone();
-    let sid = result["sessionId"].as_str().expect("sessionId").to_string();
     // The user sees it too, not only stderr: in the answer and before the first prompt's text.
     let sentence = "MCP server 'TestGuard' has hooks (_Stop), but MCP_HOOK_SERVERS (testguard) does not name it: they will not run.";
-    assert_eq!(
-        result["_meta"]["buzz"]["notices"],
-        json!([sentence]),
-        "{result}"
-    );
-    for text in ["first", "second"] {
-        let r = agent.prompt(&sid, text);
-        assert_end_turn(&agent, &r);
-    }
-    let ups = agent.session_updates(&sid);
-    let shown = notices(&ups);
-    assert_eq!(
-        shown,
-        [(
-            "hooks_not_allowlisted".to_string(),
-            format!("[buzz-agent] {sentence}")
-        )],
-        "one notice, on the first prompt only"
-    );
-    assert_eq!(
-        ups.iter()
-            .position(|u| u["_meta"]["buzz"]["notice"] == "hooks_not_allowlisted"),
-        Some(0),
-        "the notice comes before the first answer: {ups:#?}"
+    let ups = one_notice_in_the_answer_and_the_first_prompt(
+        &agent,
+        &s,
+        hook_server("TestGuard", &log, &[]),
+        "hooks_not_allowlisted",
+        sentence,
     );
     assert_eq!(
         answer_text(&ups),
@@ -304,6 +320,41 @@ pub fn c56_a_hook_server_missing_from_the_allowlist_is_warned_about_once(ctx: &C
         "once per session and server"
     );
     assert!(stop_calls(&log).is_empty(), "hooks stay off");
+    agent.finish();
+}
+
+/// C63 (SPEC M14): a tool whose `inputSchema` no provider takes (root `type: "string"`) is
+/// dropped, and the user is told, not only stderr: the sentence names server, tool and what
+/// the schema says, in the `session/new` answer's `_meta.buzz.notices` and as an
+/// `mcp_tool_dropped` notice before the first prompt's answer, once; the WARN is logged; the
+/// server's other tools are offered.
+pub fn c63_a_tool_dropped_for_its_schema_is_told_to_the_client(ctx: &Ctx) {
+    let s = Scratch::new();
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("one"), Reply::text("two")])
+        .spawn();
+    let sentence = "MCP server 'n' offers tool 'scalar' with an input schema the agent cannot use (inputSchema root type is \"string\", not \"object\"); it is not offered to the model.";
+    one_notice_in_the_answer_and_the_first_prompt(
+        &agent,
+        &s,
+        fake_mcp_entry("n", &[("FAKE_MCP_TOOLS", "search,scalar")]),
+        "mcp_tool_dropped",
+        sentence,
+    );
+    let offered: Vec<String> = llm.requests()[0]
+        .tool_schemas()
+        .into_iter()
+        .map(|(name, _, _)| name)
+        .collect();
+    assert!(
+        offered.iter().any(|n| n == "n__search") && !offered.iter().any(|n| n == "n__scalar"),
+        "{offered:?}"
+    );
+    wait_stderr(
+        &agent,
+        "mcp 'n': dropping tool 'scalar'",
+        Duration::from_secs(10),
+    );
     agent.finish();
 }
 

@@ -530,3 +530,147 @@ pub fn a10_ten_thousand_skills_are_capped_and_no_hints_offers_none(ctx: &Ctx) {
     assert!(req.tool_names().is_empty(), "{:?}", req.tool_names());
     agent.finish();
 }
+
+/// SPEC A10: a session's instructions and skills are read when it starts and again on
+/// `session/load`, never on every round. Session 1 starts with the cwd's `AGENTS.md` saying
+/// `PKG-RULE` and one skill; while its first round runs (the model asks for `load_skill`), the
+/// file is rewritten and a second skill is added in the git root's `.agents/skills` (the cwd is
+/// a folder below the root), and the second round's system prompt is
+/// still byte for byte the first's. The agent process ends; a new one loads the session, and
+/// its next request carries the rewritten file and both skills, not the old text.
+pub fn a10_instructions_and_skills_are_read_again_on_session_load_not_on_every_round(ctx: &Ctx) {
+    let s = Scratch::new();
+    let p = Project::new(&s);
+    let skills = p.cwd.join(".agents/skills");
+    skill(&skills, "deploy", "deploy", "Deploys to staging.", &[]);
+    let state = path_str(&s.dir.path().join("state"));
+    let mut env = p.env();
+    env.push(("BUZZ_AGENT_STATE_DIR".into(), state.clone()));
+    let agents_md = p.cwd.join("AGENTS.md");
+    // The second skill goes to the git root's folder (the cwd is below it).
+    let (changed, added) = (agents_md.clone(), p.root.join(".agents/skills"));
+    let (llm, agent) = Setup::new(ctx, &s)
+        .handler(move |i, _| match i {
+            0 => {
+                // Between the session's first and second round: a new text and a new skill.
+                write(&changed, "PKG-RULE-V2: this package now uses std.\n");
+                skill(&added, "changelog", "changelog", "Keeps CHANGELOG.md.", &[]);
+                Reply::tool_calls(vec![("c1", "load_skill", json!({"name": "deploy"}))])
+            }
+            _ => Reply::text("done"),
+        })
+        .env(&env_refs(&env))
+        .spawn();
+    agent.initialize();
+    let sid = agent.new_session(&p.cwd, json!([]));
+    assert_end_turn(&agent, &agent.prompt(&sid, "deploy it"));
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "two rounds");
+    let first = reqs[0].system_text().expect("a system prompt");
+    positions(
+        &first,
+        &[
+            "PKG-RULE: this package is no_std.",
+            "- deploy: Deploys to staging.",
+        ],
+    );
+    assert!(
+        reqs[1]
+            .tool_result_for("c1")
+            .is_some_and(|t| t.contains("BODY-deploy")),
+        "the second round follows the load_skill call"
+    );
+    assert_eq!(
+        reqs[1].system_text().as_deref(),
+        Some(first.as_str()),
+        "the files are not read again on a round"
+    );
+    assert!(
+        !first.contains("PKG-RULE-V2") && !first.contains("- changelog:"),
+        "{first}"
+    );
+    agent.finish();
+
+    let mut env = p.env();
+    env.push(("BUZZ_AGENT_STATE_DIR".into(), state));
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![Reply::text("loaded")])
+        .env(&env_refs(&env))
+        .spawn();
+    agent.initialize();
+    let r = agent.request(
+        "session/load",
+        json!({"sessionId": sid, "cwd": p.cwd, "mcpServers": []}),
+    );
+    agent.result(&r);
+    assert_end_turn(&agent, &agent.prompt(&sid, "and the changelog"));
+    let req = llm.requests().remove(0);
+    let loaded = req.system_text().expect("a system prompt");
+    positions(
+        &loaded,
+        &[
+            "USER-RULE",
+            "ROOT-RULE",
+            "PKG-RULE-V2: this package now uses std.",
+            "# Skills",
+            "- deploy: Deploys to staging.",
+            "- changelog: Keeps CHANGELOG.md.",
+        ],
+    );
+    assert!(
+        !loaded.contains("PKG-RULE: this package is no_std."),
+        "the old text is gone after the load: {loaded}"
+    );
+    assert!(
+        req.user_text().contains("deploy it"),
+        "the loaded session keeps its history"
+    );
+    agent.finish();
+}
+
+/// SPEC A10: a server may not shadow a built-in tool. Its tool named `load_skill` is offered
+/// as `srv__load_skill`, after the one built-in `load_skill`; a call of `load_skill` is the
+/// built-in's (the skill's body) and one of `srv__load_skill` the server's. No offered name
+/// starts with `_`.
+pub fn a10_a_servers_tool_named_load_skill_never_shadows_the_built_in(ctx: &Ctx) {
+    let s = Scratch::new();
+    let p = Project::new(&s);
+    skill(
+        &p.root.join(".agents/skills"),
+        "deploy",
+        "deploy",
+        "Deploys to staging.",
+        &[],
+    );
+    let both = Reply::tool_calls(vec![
+        ("c1", "load_skill", json!({"name": "deploy"})),
+        ("c2", "srv__load_skill", json!({"text": "the server's own"})),
+    ]);
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![both, Reply::text("both ran")])
+        .env(&env_refs(&p.env()))
+        .fake_mcp("srv", &[("FAKE_MCP_ECHO_NAMES", "load_skill")])
+        .start();
+    assert_end_turn(&agent, &agent.prompt(&sid, "deploy"));
+    let reqs = llm.requests();
+    let names = reqs[0].tool_names();
+    assert_eq!(names.first().map(String::as_str), Some("load_skill"));
+    assert_eq!(
+        names.iter().filter(|n| n.as_str() == "load_skill").count(),
+        1,
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n == "srv__load_skill") && !names.iter().any(|n| n.starts_with('_')),
+        "{names:?}"
+    );
+    let built_in = reqs[1]
+        .tool_result_for("c1")
+        .expect("the load_skill result");
+    assert!(built_in.contains("BODY-deploy"), "{built_in}");
+    assert_eq!(
+        reqs[1].tool_result_for("c2").as_deref(),
+        Some("the server's own")
+    );
+    agent.finish();
+}

@@ -276,6 +276,52 @@ pub fn s2_a_redirect_is_never_followed_with_the_api_key(ctx: &Ctx) {
     }
 }
 
+/// SPEC S2 over MCP: a remote server's redirect (to another host, with a key in its query) is
+/// never followed with the entry's `Authorization` header: `session/new` fails naming the
+/// server and saying the redirect is not followed, the other host gets nothing, and neither
+/// the header's token nor the key reaches the log or the client.
+pub fn s2_an_mcp_servers_redirect_is_never_followed_with_its_headers(ctx: &Ctx) {
+    let s = Scratch::new();
+    let (_llm, agent) = Setup::new(ctx, &s).spawn();
+    agent.initialize();
+    for status in [307, 302, 308] {
+        let elsewhere = FakeLlm::scripted(Vec::new());
+        let location = format!("{}/mcp?api_key=leak-me", elsewhere.origin());
+        let remote = FakeLlm::with_handler(move |_, _| {
+            Reply::status(status, vec![("location", location.as_str())], "")
+        });
+        let url = format!("{}/mcp", remote.origin());
+        let token = json!({"name": "Authorization", "value": "Bearer s3cret-token"});
+        let servers = json!([{"type": "http", "name": "remote", "url": url, "headers": [token]}]);
+        let params = json!({"cwd": s.ws, "mcpServers": servers});
+        let r = agent.request_timeout("session/new", params, Duration::from_secs(20));
+        let (code, message) = agent.error(&r);
+        let named = message.contains("'remote'") && message.contains("redirects are not followed");
+        assert!(code == -32000 && named, "{status}: {r}");
+        let sent = remote.requests();
+        assert!(
+            sent.first().is_some_and(|q| q.headers.iter().any(|(k, v)| k
+                .eq_ignore_ascii_case("authorization")
+                && v.contains("s3cret-token"))),
+            "{status}: the header went to the server it was given for"
+        );
+        let followed = elsewhere.requests().len();
+        assert_eq!(followed, 0, "{status}: the redirect was followed");
+        let log = agent.stderr_text();
+        for secret in ["leak-me", "s3cret-token"] {
+            assert!(
+                !log.contains(secret) && !message.contains(secret),
+                "{status}: {secret} shown: {message}\n{}",
+                log.lines()
+                    .filter(|l| l.contains(secret))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    }
+    agent.finish();
+}
+
 /// SPEC S2: a user, a password or a key in a configured base URL shows nowhere: not in the
 /// log (the start-up line prints the URL redacted), not in the client's error, not in the
 /// saved transcript.
