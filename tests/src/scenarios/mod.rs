@@ -89,6 +89,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         security::s2_an_mcp_servers_redirect_is_never_followed_with_its_headers,
         security::s3_a_permission_request_names_the_registered_server_whatever_title_the_server_chose,
         security::s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working,
+        security::s5_a_server_whose_tool_list_is_over_4_mib_is_cut_off_and_others_keep_working,
         security::s5_a_server_sending_request_ids_over_1_kib_is_cut_off_and_others_keep_working,
         security::s5_a_server_that_stops_reading_its_stdin_is_cut_off_at_32_mib_queued,
         security::s8_a_state_directory_others_can_write_to_is_never_used_nor_its_permission_memory,

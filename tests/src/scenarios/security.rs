@@ -523,6 +523,63 @@ pub fn s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working(ctx
     agent.finish();
 }
 
+/// SPEC S5, the byte cap: a server listing 600 tools of about 10 KiB each (in pages of 100)
+/// has its list cut once it is over 4 MiB, with one WARN naming it and how many tools were
+/// kept: no page past the cut is asked for, the LLM requests carry exactly the kept tools, and
+/// another server's tool still works.
+pub fn s5_a_server_whose_tool_list_is_over_4_mib_is_cut_off_and_others_keep_working(ctx: &Ctx) {
+    let s = Scratch::new();
+    let big_log = s.file("big.log");
+    let big = fake_mcp_entry(
+        "big",
+        &[
+            ("FAKE_MCP_TOOLS", ""),
+            ("FAKE_MCP_TOOL_COUNT", "600"),
+            ("FAKE_MCP_DESCRIPTION_BYTES", "10000"),
+            ("FAKE_MCP_PAGE_SIZE", "100"),
+            ("FAKE_MCP_CALL_LOG", &big_log),
+        ],
+    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(call_then_always(
+            "fs__echo",
+            json!({"text": "alive"}),
+            "Ok.",
+        ))
+        .servers([big, fake_mcp_entry("fs", &[])])
+        .start();
+    assert_end_turn(&agent, &agent.prompt(&sid, "echo"));
+    let warning = "mcp 'big': tools/list is over 4 MiB after ";
+    wait_stderr(&agent, warning, Duration::from_secs(5));
+    let log = agent.stderr_text();
+    let kept: usize = log
+        .split(warning)
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the WARN says how many were kept: {log}"));
+    assert!((400..420).contains(&kept), "about 4 MiB / 10 KiB: {kept}");
+    assert_eq!(log.matches(warning).count(), 1, "one WARN");
+    let pages = log_of(&big_log)
+        .iter()
+        .filter(|m| m["method"] == "tools/list")
+        .count();
+    assert_eq!(pages, kept / 100 + 1, "no page past the cut");
+    let reqs = llm.requests();
+    let offered: Vec<(usize, bool)> = reqs
+        .iter()
+        .map(|r| {
+            let names = r.tool_names();
+            let big = names.iter().filter(|n| n.starts_with("big__")).count();
+            (big, names.iter().any(|n| n == "fs__echo"))
+        })
+        .collect();
+    assert_eq!(offered, [(kept, true), (kept, true)], "only the kept tools");
+    let echoed = reqs[1].tool_result_for("call_1").unwrap_or_default();
+    assert!(echoed.contains("alive"), "the other server keeps working");
+    agent.finish();
+}
+
 /// One SPEC S5 flood session: the server `flood` (`FAKE_MCP_PING_FLOOD=id_bytes`) stops
 /// reading its stdin at the model's first call and sends pings with `id_bytes`-byte ids (256 MiB
 /// in all); the model then calls `fs__echo`. Asserts the WARN naming `flood` and `cause`
