@@ -173,6 +173,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         caching::l11_the_openai_routes_send_one_key_per_session_only_where_the_endpoint_takes_it,
         caching::a6_l11_usage_with_cache_tokens_and_cost_reaches_the_client_on_every_route,
         effort::l12_effort_reaches_every_route_and_set_config_option_changes_it_from_the_next_request,
+        effort::l12_a_refused_form_of_anthropic_thinking_is_switched_once_to_the_other,
         cases::c13_server_requests_are_answered_in_their_own_id_space,
         cases::c36_invalid_utf8_mcp_reply_is_decoded_lossily,
         cases::c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered,
