@@ -5,7 +5,7 @@
 
 use super::setup::Setup;
 use super::util::{Scratch, assert_end_turn, path_str};
-use crate::fake_llm::{RecordedRequest, Reply, Style, Wire};
+use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, Style, Wire};
 use crate::harness::fake_mcp_entry;
 use crate::harness::{AgentProc, Ctx};
 use serde_json::{Value, json};
@@ -197,7 +197,18 @@ pub fn l12_a_refused_form_of_anthropic_thinking_is_switched_once_to_the_other(ct
         ("ANTHROPIC_MODEL", "claude-sonnet-4-6"),
         ("BUZZ_AGENT_THINKING_EFFORT", "high"),
     ];
-    let tools = || json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "echo")])]);
+    // An agent on the Anthropic route at effort `high`, with one session open.
+    let start = |s: &Scratch, llm: FakeLlm| {
+        let tools = json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "echo")])]);
+        let (llm, agent) = Setup::new(ctx, s)
+            .llm(llm)
+            .wire(Wire::Anthropic)
+            .env(&env)
+            .spawn();
+        agent.initialize();
+        let sid = agent.new_session(&s.ws, tools);
+        (llm, agent, sid)
+    };
     let kind = |r: &RecordedRequest| r.body["thinking"]["type"].as_str().map(str::to_string);
 
     // Adaptive refused: switched once to a budget, which is kept.
@@ -226,13 +237,7 @@ pub fn l12_a_refused_form_of_anthropic_thinking_is_switched_once_to_the_other(ct
             .cloned()
             .unwrap_or_else(|| Reply::text("extra"))
     });
-    let (llm, agent) = Setup::new(ctx, &s)
-        .llm(llm)
-        .wire(Wire::Anthropic)
-        .env(&env)
-        .spawn();
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, tools());
+    let (llm, agent, sid) = start(&s, llm);
     assert_end_turn(&agent, &agent.prompt(&sid, "Echo a."));
     assert_end_turn(&agent, &agent.prompt(&sid, "Again."));
     assert_eq!(super::util::count_lines(&agent, WARN), 1);
@@ -261,13 +266,7 @@ pub fn l12_a_refused_form_of_anthropic_thinking_is_switched_once_to_the_other(ct
             refuse("\"thinking.type.enabled\" is not supported for this model. Use \"thinking.type.adaptive\" and \"output_config.effort\" to control thinking behavior.")
         }
     });
-    let (llm, agent) = Setup::new(ctx, &s)
-        .llm(llm)
-        .wire(Wire::Anthropic)
-        .env(&env)
-        .spawn();
-    agent.initialize();
-    let sid = agent.new_session(&s.ws, tools());
+    let (llm, agent, sid) = start(&s, llm);
     let answer = agent.prompt(&sid, "Echo a.");
     assert!(
         answer.get("error").is_some() || answer["result"]["stopReason"] != "end_turn",
