@@ -17,10 +17,12 @@ use std::sync::{Arc, Mutex};
 /// One real-world server dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
-    /// Claude with extended thinking on (set by the model or a gateway): every response starts
-    /// with a signed thinking block; the thinking-block rules are enforced.
+    /// Claude with extended thinking on: the agent runs at an effort ([`Dialect::effort`]), so
+    /// its requests ask for thinking, and every response to one that does starts with a signed
+    /// thinking block; the thinking-block rules are enforced on the requests that ask for it.
     AnthropicThinking,
-    /// Claude without thinking: Anthropic's structural rules only.
+    /// Claude without an effort: Anthropic's structural rules, and the thinking rules only on a
+    /// request that asks for thinking (with `BUZZ_E2E_THINKING_EFFORT` set, every one).
     Anthropic,
     /// An OpenAI reasoning model on Chat Completions (`gpt-5.4`): rejects `max_tokens` (C41).
     OpenAiReasoning,
@@ -108,6 +110,18 @@ impl Dialect {
         }
     }
 
+    /// The reasoning effort the agent runs at against this profile (its
+    /// `BUZZ_AGENT_THINKING_EFFORT`, `None`: unset): `BUZZ_E2E_THINKING_EFFORT` when set and not
+    /// empty, for every profile (the whole matrix with effort on); else `high` for
+    /// `anthropic_thinking`, whose thinking is on only because its requests ask for it, and
+    /// `None` for the others.
+    pub fn effort(self) -> Option<String> {
+        match std::env::var("BUZZ_E2E_THINKING_EFFORT") {
+            Ok(effort) if !effort.is_empty() => Some(effort),
+            _ => (self == Dialect::AnthropicThinking).then(|| "high".to_string()),
+        }
+    }
+
     /// Restyles a scripted reply as this server streams it (raw SSE and status replies are the
     /// scenario's own and pass unchanged). `n` numbers the scenario's requests.
     pub fn style(self, reply: Reply, req: &RecordedRequest, n: usize) -> Reply {
@@ -116,14 +130,15 @@ impl Dialect {
         }
         let thought = || format!("Thinking about step {n}.");
         match self {
-            Dialect::AnthropicThinking => {
+            // Anthropic thinks when the request asks for it, and only then.
+            Dialect::AnthropicThinking | Dialect::Anthropic if asks_for_thinking(&req.body) => {
                 let text = reply.thinking().map_or_else(thought, str::to_string);
                 reply.with_thinking(text.clone()).with_style(Style {
                     signature: Some(signature(&text)),
                     ..Style::default()
                 })
             }
-            Dialect::Anthropic => reply.without_thinking(),
+            Dialect::AnthropicThinking | Dialect::Anthropic => reply.without_thinking(),
             Dialect::OpenAiResponsesReasoning => {
                 let text = reply.thinking().map_or_else(thought, str::to_string);
                 // Encrypted content only when asked for, as the API does.
@@ -168,12 +183,10 @@ impl Dialect {
         }
         let msgs = req.messages();
         let broken = match self {
-            Dialect::AnthropicThinking => anthropic_request_rules(&req.body)
+            Dialect::AnthropicThinking | Dialect::Anthropic => anthropic_request_rules(&req.body)
+                .or_else(|| anthropic_thinking_rules(&req.body))
                 .or_else(|| server_tool_rules(&msgs))
-                .or_else(|| anthropic_rules(&msgs, true)),
-            Dialect::Anthropic => anthropic_request_rules(&req.body)
-                .or_else(|| server_tool_rules(&msgs))
-                .or_else(|| anthropic_rules(&msgs, false)),
+                .or_else(|| anthropic_rules(&msgs, asks_for_thinking(&req.body))),
             Dialect::OpenAiReasoning => known_fields(&req.body, OPENAI_CHAT_FIELDS, |f| {
                 format!("Unrecognized request argument supplied: {f}")
             })
@@ -629,6 +642,107 @@ fn anthropic_request_rules(body: &Value) -> Broken {
     None
 }
 
+/// Whether an Anthropic request asks for extended thinking: its `thinking` is
+/// `{"type":"enabled",…}` or `{"type":"adaptive"}` (absent or `disabled`: no thinking).
+fn asks_for_thinking(body: &Value) -> bool {
+    matches!(
+        body["thinking"]["type"].as_str(),
+        Some("enabled" | "adaptive")
+    )
+}
+
+/// The models that take `thinking: {"type":"adaptive"}` (platform.claude.com "Adaptive
+/// thinking": Claude Opus 4.6, Sonnet 4.6 and later), by name prefix.
+const ADAPTIVE_MODELS: &[&str] = &["claude-opus-4-6", "claude-sonnet-4-6", "claude-opus-4-7"];
+
+/// The models that take only adaptive thinking (Claude Opus 4.7: "`thinking.type.enabled` is
+/// not supported for this model").
+const ADAPTIVE_ONLY_MODELS: &[&str] = &["claude-opus-4-7"];
+
+/// Anthropic's rules on the `thinking` parameter and what it excludes (platform.claude.com
+/// "Building with extended thinking", "Adaptive thinking" and "Thinking troubleshooting"):
+/// * `thinking.type` is `enabled`, `disabled` or `adaptive`;
+/// * `enabled` carries `budget_tokens` of at least 1,024 ("thinking.enabled.budget_tokens:
+///   Input should be greater than or equal to 1024") and below `max_tokens` ("`max_tokens` must
+///   be greater than `thinking.budget_tokens`"), and is refused by an adaptive-only model;
+/// * `adaptive` only on a model that takes it ("adaptive thinking is not supported on this
+///   model"), its effort in `output_config.effort`;
+/// * with thinking on: `temperature` absent or 1, no `top_k`, and no `tool_choice` that forces
+///   tool use (`any` or `tool`; "Thinking may not be enabled when tool_choice forces tool use").
+fn anthropic_thinking_rules(body: &Value) -> Broken {
+    let thinking = body.get("thinking")?;
+    let model = body["model"].as_str().unwrap_or("");
+    let is = |list: &[&str]| list.iter().any(|m| model.starts_with(m));
+    match thinking["type"].as_str() {
+        Some("disabled") => return None,
+        Some("enabled") => {
+            if is(ADAPTIVE_ONLY_MODELS) {
+                return Some((
+                    "\"thinking.type.enabled\" is not supported for this model. Use \"thinking.type.adaptive\" and \"output_config.effort\" to control thinking behavior.".into(),
+                    "no budget on an adaptive-only model",
+                ));
+            }
+            let budget = thinking["budget_tokens"].as_u64().unwrap_or(0);
+            if budget < 1024 {
+                return Some((
+                    "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                        .into(),
+                    "a budget of at least 1024",
+                ));
+            }
+            if budget >= body["max_tokens"].as_u64().unwrap_or(0) {
+                return Some((
+                    "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size".into(),
+                    "a budget below max_tokens",
+                ));
+            }
+        }
+        Some("adaptive") => {
+            if !is(ADAPTIVE_MODELS) {
+                return Some((
+                    "adaptive thinking is not supported on this model".into(),
+                    "adaptive only where the model takes it",
+                ));
+            }
+            let effort = body["output_config"]["effort"].as_str();
+            if effort.is_some_and(|e| !["low", "medium", "high", "max"].contains(&e)) {
+                return Some((
+                    "output_config.effort: Input should be 'low', 'medium', 'high' or 'max'".into(),
+                    "a known effort",
+                ));
+            }
+        }
+        _ => {
+            return Some((
+                "thinking.type: Input should be 'enabled', 'disabled' or 'adaptive'".into(),
+                "a known thinking type",
+            ));
+        }
+    }
+    if body
+        .get("temperature")
+        .is_some_and(|t| t.as_f64() != Some(1.0))
+    {
+        return Some((
+            "`temperature` may only be set to 1 when thinking is enabled or in adaptive mode. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#feature-compatibility".into(),
+            "temperature 1 while thinking",
+        ));
+    }
+    if body.get("top_k").is_some() {
+        return Some((
+            "`top_k` is not supported when thinking is enabled. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#feature-compatibility".into(),
+            "no top_k while thinking",
+        ));
+    }
+    if matches!(body["tool_choice"]["type"].as_str(), Some("any" | "tool")) {
+        return Some((
+            "Thinking may not be enabled when tool_choice forces tool use.".into(),
+            "no forced tool_choice while thinking",
+        ));
+    }
+    None
+}
+
 /// Anthropic Messages rules.
 ///
 /// Always (docs.anthropic.com "Messages" and "Tool use"): the first message is `user`; no
@@ -636,7 +750,8 @@ fn anthropic_request_rules(body: &Value) -> Broken {
 /// message `tool_result` blocks come first ("tool_result blocks must come FIRST in the content
 /// array").
 ///
-/// With thinking (docs.anthropic.com "Building with extended thinking", and the 400s reported
+/// With thinking (the request asks for it, [`asks_for_thinking`]; docs.anthropic.com "Building
+/// with extended thinking", and the 400s reported
 /// in n8n-io/n8n#22550, anthropics/claude-code#20705): when the request continues a tool loop
 /// (its last message is a user message of tool results only), the assistant message that opens
 /// the current assistant turn (the first one after the last user message with other content)
@@ -1144,7 +1259,8 @@ mod tests {
     #[test]
     fn anthropic_thinking_rejects_a_tool_loop_whose_turn_does_not_start_with_thinking() {
         let text = "Everything is done, I think.";
-        let good = json!({"messages": [
+        let good = json!({"model": "claude-sonnet-4-5", "max_tokens": 32768,
+            "thinking": {"type": "enabled", "budget_tokens": 16384}, "messages": [
             {"role": "user", "content": [{"type": "text", "text": "finish"}]},
             {"role": "assistant", "content": [
                 {"type": "thinking", "thinking": text, "signature": signature(text)},
@@ -1166,10 +1282,16 @@ mod tests {
             .check(&req(Wire::Anthropic, dropped.clone()))
             .unwrap_err();
         assert!(err.body.contains("Expected `thinking`"), "{err:?}");
-        assert_eq!(
-            Dialect::Anthropic.check(&req(Wire::Anthropic, dropped)),
-            Ok(())
-        );
+        // Thinking is what the request asks for, whichever Anthropic profile answers it.
+        let err = Dialect::Anthropic
+            .check(&req(Wire::Anthropic, dropped.clone()))
+            .unwrap_err();
+        assert!(err.body.contains("Expected `thinking`"), "{err:?}");
+        let mut off = dropped;
+        off.as_object_mut().unwrap().remove("thinking");
+        for d in [Dialect::Anthropic, Dialect::AnthropicThinking] {
+            assert_eq!(d.check(&req(Wire::Anthropic, off.clone())), Ok(()));
+        }
         // A changed signature.
         let mut changed = good;
         changed["messages"][1]["content"][0]["thinking"] = json!("edited");
@@ -1180,6 +1302,82 @@ mod tests {
                 .rule
                 .contains("unmodified")
         );
+    }
+
+    #[test]
+    fn anthropic_enforces_the_thinking_budget_the_adaptive_models_and_what_thinking_excludes() {
+        let base = json!({"model": "claude-sonnet-4-5", "max_tokens": 4096,
+            "thinking": {"type": "enabled", "budget_tokens": 2048},
+            "messages": [{"role": "user", "content": "go"}]});
+        let rule = |body: &Value| {
+            Dialect::Anthropic
+                .check(&req(Wire::Anthropic, body.clone()))
+                .err()
+                .map(|e| e.rule)
+        };
+        assert_eq!(rule(&base), None);
+        let with = |path: &[&str], v: Value| {
+            let mut b = base.clone();
+            let (last, head) = path.split_last().unwrap();
+            let mut at = &mut b;
+            for k in head {
+                at = &mut at[*k];
+            }
+            at[*last] = v;
+            b
+        };
+        let cases = [
+            (
+                with(&["thinking", "budget_tokens"], json!(1000)),
+                "at least 1024",
+            ),
+            (
+                with(&["thinking", "budget_tokens"], json!(4096)),
+                "below max_tokens",
+            ),
+            (
+                with(&["thinking", "type"], json!("on")),
+                "a known thinking type",
+            ),
+            (with(&["temperature"], json!(0.2)), "temperature 1"),
+            (with(&["top_k"], json!(5)), "no top_k"),
+            (
+                with(&["tool_choice"], json!({"type": "any"})),
+                "forced tool_choice",
+            ),
+            (
+                with(&["tool_choice"], json!({"type": "tool", "name": "f"})),
+                "forced tool_choice",
+            ),
+            (with(&["model"], json!("claude-opus-4-7")), "adaptive-only"),
+            (
+                with(&["thinking"], json!({"type": "adaptive"})),
+                "adaptive only where",
+            ),
+        ];
+        for (body, expected) in cases {
+            let got = rule(&body).unwrap_or_default();
+            assert!(got.contains(expected), "{expected}: {got:?} for {body}");
+        }
+        // Allowed: temperature 1, tool_choice auto, adaptive on a model that takes it, and
+        // anything at all with thinking disabled.
+        assert_eq!(rule(&with(&["temperature"], json!(1))), None);
+        assert_eq!(rule(&with(&["tool_choice"], json!({"type": "auto"}))), None);
+        let mut adaptive = with(&["model"], json!("claude-sonnet-4-6"));
+        adaptive["thinking"] = json!({"type": "adaptive"});
+        adaptive["output_config"] = json!({"effort": "high"});
+        assert_eq!(rule(&adaptive), None);
+        adaptive["output_config"] = json!({"effort": "extreme"});
+        assert!(
+            rule(&adaptive)
+                .unwrap_or_default()
+                .contains("a known effort")
+        );
+        let mut off = with(&["thinking"], json!({"type": "disabled"}));
+        off["temperature"] = json!(0.2);
+        off["top_k"] = json!(5);
+        off["tool_choice"] = json!({"type": "any"});
+        assert_eq!(rule(&off), None);
     }
 
     /// A paused response: a search (input streamed), its result, text with a citation.

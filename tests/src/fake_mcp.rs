@@ -39,6 +39,7 @@ pub enum StopMode {
 /// |---|---|
 /// | `FAKE_MCP_TOOLS` | comma list from the catalogue (default `echo`): `echo` (`text`), `add` (`a`+`b`), `slow` (sleeps `ms`), `hang`, `crash`, `big` (`bytes`, optional `fill` string), `fail` (isError `boom`), `reject` (-32602), `shell` (`command`), `noisy` (writes `bytes` bytes to stderr as lines, default 300000, see [`noisy_stderr`]), `flood` (writes `bytes` bytes to stderr with no newline, then a newline and [`FLOOD_DONE`]), `latin1` (a reply line whose text is [`LATIN1_TEXT_RAW`]: invalid UTF-8, case C36), `surrogates` (a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a surrogate pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them; case C64), `read` (title `Read Note`, `readOnlyHint`; echoes `text`), `delete` (`destructiveHint`; answers `deleted <path>`), `media` (text, a PNG image, a user-only and an assistant-only text: [`MEDIA_*`](MEDIA_PNG)), `progress` (sends `steps` (default 3) `notifications/progress` for the call's `progressToken`, 100 ms apart, then answers `done`; case C59), `unlock` (changes the list from `unlock`, `old_tool` to `unlock`, `secret_number` (answers `42`), sends `notifications/tools/list_changed`, then its reply; the changed list is answered 300 ms late; case C65), and the schema tools of [`odd_schema`] (`search`, `create_attachment`, `choose`, `merged`, `typed`, `conditional`, `bare`, `scalar`; case C63) |
 /// | `FAKE_MCP_TOOL_COUNT=N` | adds echo-like tools `t0..t{N-1}` |
+/// | `FAKE_MCP_DESCRIPTION_BYTES=N` | the descriptions of the `FAKE_MCP_TOOL_COUNT` and `FAKE_MCP_ECHO_NAMES` tools are padded to N bytes (SPEC S5: a tool list over its byte cap) |
 /// | `FAKE_MCP_ECHO_NAMES` | comma list of names: adds an echo-like tool (`text`) under each name, e.g. a built-in tool's name (SPEC A10: a server may not shadow `load_skill`) |
 /// | `FAKE_MCP_READ_TITLE=text` | the MCP `title` of the `read` tool (default `Read Note`): a server may title its tool as another server's (SPEC S3) |
 /// | `FAKE_MCP_PAGE_SIZE=N` | `tools/list` pages of N tools with `nextCursor` |
@@ -81,6 +82,8 @@ pub enum StopMode {
 pub struct Config {
     pub tools: Vec<String>,
     pub tool_count: usize,
+    /// `FAKE_MCP_DESCRIPTION_BYTES`: the echo-like tools' descriptions padded to this length.
+    pub description_bytes: usize,
     /// `FAKE_MCP_ECHO_NAMES`: echo-like tools under these names.
     pub echo_names: Vec<String>,
     pub page_size: Option<usize>,
@@ -169,6 +172,7 @@ impl Config {
         Config {
             tools,
             tool_count: num("FAKE_MCP_TOOL_COUNT").unwrap_or(0) as usize,
+            description_bytes: num("FAKE_MCP_DESCRIPTION_BYTES").unwrap_or(0) as usize,
             echo_names: names(get("FAKE_MCP_ECHO_NAMES").unwrap_or_default()),
             page_size: num("FAKE_MCP_PAGE_SIZE")
                 .filter(|&n| n > 0)
@@ -349,10 +353,14 @@ impl Config {
             out.push(tool);
         }
         let counted = (0..self.tool_count).map(|i| format!("t{i}"));
+        let mut description = String::from("Echoes `text` back");
+        if self.description_bytes > description.len() {
+            description.push_str(&" ".repeat(self.description_bytes - description.len()));
+        }
         for name in counted.chain(self.echo_names.iter().cloned()) {
             out.push(json!({
                 "name": name,
-                "description": "Echoes `text` back",
+                "description": description,
                 "inputSchema": obj(json!({"text": {"type": "string"}}), &[]),
             }));
         }

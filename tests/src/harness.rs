@@ -208,7 +208,7 @@ pub fn env_for_origin(wire: Wire, origin: &str) -> Vec<(String, String)> {
 }
 
 /// The agent's environment against a server at `origin` speaking `dialect`: its route
-/// ([`env_for_origin`]) and its model.
+/// ([`env_for_origin`]), its model and its reasoning effort ([`Dialect::effort`]).
 pub fn dialect_env(dialect: Dialect, origin: &str) -> Vec<(String, String)> {
     let mut env = env_for_origin(dialect.wire(), origin);
     let var = match dialect.wire() {
@@ -227,6 +227,9 @@ pub fn dialect_env(dialect: Dialect, origin: &str) -> Vec<(String, String)> {
             "OPENAI_COMPAT_PROMPT_CACHE_KEY".to_string(),
             "1".to_string(),
         ));
+    }
+    if let Some(effort) = dialect.effort() {
+        env.push(("BUZZ_AGENT_THINKING_EFFORT".to_string(), effort));
     }
     if dialect == Dialect::InBandErrors {
         // Every request's first attempt fails in-band: one more attempt than the default.

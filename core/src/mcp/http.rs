@@ -965,7 +965,11 @@ impl HttpTransport {
             return false;
         }
         if (300..400).contains(&status) {
-            let to = header(headers, "location").unwrap_or("nowhere");
+            // S2: where it pointed, with any credentials in that URL redacted.
+            let to = header(headers, "location")
+                .map_or(std::borrow::Cow::Borrowed("nowhere"), |l| {
+                    crate::text::redact_url(l.trim())
+                });
             let reason = format!(
                 "redirected ({}) to {to}; redirects are not followed",
                 status_text(status)

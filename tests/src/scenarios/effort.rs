@@ -5,7 +5,7 @@
 
 use super::setup::Setup;
 use super::util::{Scratch, assert_end_turn, path_str};
-use crate::fake_llm::{RecordedRequest, Reply, Style, Wire};
+use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, Style, Wire};
 use crate::harness::fake_mcp_entry;
 use crate::harness::{AgentProc, Ctx};
 use serde_json::{Value, json};
@@ -177,4 +177,107 @@ pub fn l12_effort_reaches_every_route_and_set_config_option_changes_it_from_the_
         };
         assert!(replayed, "{wire:?}: {second}");
     }
+}
+
+/// L12: a model (here behind a gateway) that refuses the form of Anthropic `thinking` the agent
+/// chose for it gets the other form, once. `claude-sonnet-4-6` takes adaptive thinking, so the
+/// first request carries `{"type":"adaptive"}`; the server answers 400 "adaptive thinking is
+/// not supported on this model", and the same round goes again with a token budget, one WARN,
+/// and every later request (the tool round, the next prompt) keeps the budget. A server that
+/// then refuses the budget too is not answered by switching back: the prompt fails after two
+/// requests, never a loop.
+pub fn l12_a_refused_form_of_anthropic_thinking_is_switched_once_to_the_other(ctx: &Ctx) {
+    const WARN: &str = "rejected this form of extended thinking";
+    let refuse = |message: &str| {
+        let body = json!({"type": "error",
+            "error": {"type": "invalid_request_error", "message": message}});
+        Reply::status(400, vec![], body.to_string()).uncounted()
+    };
+    let env = [
+        ("ANTHROPIC_MODEL", "claude-sonnet-4-6"),
+        ("BUZZ_AGENT_THINKING_EFFORT", "high"),
+    ];
+    // An agent on the Anthropic route at effort `high`, with one session open.
+    let start = |s: &Scratch, llm: FakeLlm| {
+        let tools = json!([fake_mcp_entry("fs", &[("FAKE_MCP_TOOLS", "echo")])]);
+        let (llm, agent) = Setup::new(ctx, s)
+            .llm(llm)
+            .wire(Wire::Anthropic)
+            .env(&env)
+            .spawn();
+        agent.initialize();
+        let sid = agent.new_session(&s.ws, tools);
+        (llm, agent, sid)
+    };
+    let kind = |r: &RecordedRequest| r.body["thinking"]["type"].as_str().map(str::to_string);
+
+    // Adaptive refused: switched once to a budget, which is kept.
+    let s = Scratch::new();
+    // Signed thinking, as Anthropic streams it, so the tool round may think too.
+    let signed = |reply: Reply, text: &str| {
+        reply.with_thinking(text).with_style(Style {
+            signature: Some(crate::dialects::signature(text)),
+            ..Style::default()
+        })
+    };
+    let replies = [
+        signed(
+            Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "a"}))]),
+            "Echo first.",
+        ),
+        signed(Reply::text("one"), "Now answer."),
+        signed(Reply::text("two"), "Answer again."),
+    ];
+    let llm = ctx.fake_llm_with(move |i, req| {
+        if req.body["thinking"]["type"] == "adaptive" {
+            return refuse("adaptive thinking is not supported on this model");
+        }
+        replies
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| Reply::text("extra"))
+    });
+    let (llm, agent, sid) = start(&s, llm);
+    assert_end_turn(&agent, &agent.prompt(&sid, "Echo a."));
+    assert_end_turn(&agent, &agent.prompt(&sid, "Again."));
+    assert_eq!(super::util::count_lines(&agent, WARN), 1);
+    agent.finish();
+    let all = llm.all_requests();
+    let kinds: Vec<Option<String>> = all.iter().map(kind).collect();
+    assert_eq!(kinds.len(), 4, "{kinds:?}");
+    assert_eq!(kinds[0].as_deref(), Some("adaptive"), "{kinds:?}");
+    assert!(
+        kinds[1..].iter().all(|k| k.as_deref() == Some("enabled")),
+        "{kinds:?}"
+    );
+    for r in &all[1..] {
+        let budget = r.body["thinking"]["budget_tokens"].as_u64().unwrap_or(0);
+        let max = r.body["max_tokens"].as_u64().unwrap_or(0);
+        assert!(budget >= 1024 && budget < max, "{}", r.body);
+        assert!(r.body.get("output_config").is_none(), "{}", r.body);
+    }
+
+    // Both forms refused: one switch, then the prompt fails; no switch back.
+    let s = Scratch::new();
+    let llm = ctx.fake_llm_with(move |_, req| {
+        if req.body["thinking"]["type"] == "adaptive" {
+            refuse("adaptive thinking is not supported on this model")
+        } else {
+            refuse("\"thinking.type.enabled\" is not supported for this model. Use \"thinking.type.adaptive\" and \"output_config.effort\" to control thinking behavior.")
+        }
+    });
+    let (llm, agent, sid) = start(&s, llm);
+    let answer = agent.prompt(&sid, "Echo a.");
+    assert!(
+        answer.get("error").is_some() || answer["result"]["stopReason"] != "end_turn",
+        "{answer}"
+    );
+    assert_eq!(super::util::count_lines(&agent, WARN), 1);
+    agent.finish();
+    let kinds: Vec<Option<String>> = llm.all_requests().iter().map(kind).collect();
+    assert_eq!(
+        kinds,
+        [Some("adaptive".to_string()), Some("enabled".to_string())],
+        "{kinds:?}"
+    );
 }

@@ -276,6 +276,52 @@ pub fn s2_a_redirect_is_never_followed_with_the_api_key(ctx: &Ctx) {
     }
 }
 
+/// SPEC S2 over MCP: a remote server's redirect (to another host, with a key in its query) is
+/// never followed with the entry's `Authorization` header: `session/new` fails naming the
+/// server and saying the redirect is not followed, the other host gets nothing, and neither
+/// the header's token nor the key reaches the log or the client.
+pub fn s2_an_mcp_servers_redirect_is_never_followed_with_its_headers(ctx: &Ctx) {
+    let s = Scratch::new();
+    let (_llm, agent) = Setup::new(ctx, &s).spawn();
+    agent.initialize();
+    for status in [307, 302, 308] {
+        let elsewhere = FakeLlm::scripted(Vec::new());
+        let location = format!("{}/mcp?api_key=leak-me", elsewhere.origin());
+        let remote = FakeLlm::with_handler(move |_, _| {
+            Reply::status(status, vec![("location", location.as_str())], "")
+        });
+        let url = format!("{}/mcp", remote.origin());
+        let token = json!({"name": "Authorization", "value": "Bearer s3cret-token"});
+        let servers = json!([{"type": "http", "name": "remote", "url": url, "headers": [token]}]);
+        let params = json!({"cwd": s.ws, "mcpServers": servers});
+        let r = agent.request_timeout("session/new", params, Duration::from_secs(20));
+        let (code, message) = agent.error(&r);
+        let named = message.contains("'remote'") && message.contains("redirects are not followed");
+        assert!(code == -32000 && named, "{status}: {r}");
+        let sent = remote.requests();
+        assert!(
+            sent.first().is_some_and(|q| q.headers.iter().any(|(k, v)| k
+                .eq_ignore_ascii_case("authorization")
+                && v.contains("s3cret-token"))),
+            "{status}: the header went to the server it was given for"
+        );
+        let followed = elsewhere.requests().len();
+        assert_eq!(followed, 0, "{status}: the redirect was followed");
+        let log = agent.stderr_text();
+        for secret in ["leak-me", "s3cret-token"] {
+            assert!(
+                !log.contains(secret) && !message.contains(secret),
+                "{status}: {secret} shown: {message}\n{}",
+                log.lines()
+                    .filter(|l| l.contains(secret))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    }
+    agent.finish();
+}
+
 /// SPEC S2: a user, a password or a key in a configured base URL shows nowhere: not in the
 /// log (the start-up line prints the URL redacted), not in the client's error, not in the
 /// saved transcript.
@@ -474,6 +520,63 @@ pub fn s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working(ctx
             .is_some_and(|t| t.contains("still here")),
         "the other server keeps working"
     );
+    agent.finish();
+}
+
+/// SPEC S5, the byte cap: a server listing 600 tools of about 10 KiB each (in pages of 100)
+/// has its list cut once it is over 4 MiB, with one WARN naming it and how many tools were
+/// kept: no page past the cut is asked for, the LLM requests carry exactly the kept tools, and
+/// another server's tool still works.
+pub fn s5_a_server_whose_tool_list_is_over_4_mib_is_cut_off_and_others_keep_working(ctx: &Ctx) {
+    let s = Scratch::new();
+    let big_log = s.file("big.log");
+    let big = fake_mcp_entry(
+        "big",
+        &[
+            ("FAKE_MCP_TOOLS", ""),
+            ("FAKE_MCP_TOOL_COUNT", "600"),
+            ("FAKE_MCP_DESCRIPTION_BYTES", "10000"),
+            ("FAKE_MCP_PAGE_SIZE", "100"),
+            ("FAKE_MCP_CALL_LOG", &big_log),
+        ],
+    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .handler(call_then_always(
+            "fs__echo",
+            json!({"text": "alive"}),
+            "Ok.",
+        ))
+        .servers([big, fake_mcp_entry("fs", &[])])
+        .start();
+    assert_end_turn(&agent, &agent.prompt(&sid, "echo"));
+    let warning = "mcp 'big': tools/list is over 4 MiB after ";
+    wait_stderr(&agent, warning, Duration::from_secs(5));
+    let log = agent.stderr_text();
+    let kept: usize = log
+        .split(warning)
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the WARN says how many were kept: {log}"));
+    assert!((400..420).contains(&kept), "about 4 MiB / 10 KiB: {kept}");
+    assert_eq!(log.matches(warning).count(), 1, "one WARN");
+    let pages = log_of(&big_log)
+        .iter()
+        .filter(|m| m["method"] == "tools/list")
+        .count();
+    assert_eq!(pages, kept / 100 + 1, "no page past the cut");
+    let reqs = llm.requests();
+    let offered: Vec<(usize, bool)> = reqs
+        .iter()
+        .map(|r| {
+            let names = r.tool_names();
+            let big = names.iter().filter(|n| n.starts_with("big__")).count();
+            (big, names.iter().any(|n| n == "fs__echo"))
+        })
+        .collect();
+    assert_eq!(offered, [(kept, true), (kept, true)], "only the kept tools");
+    let echoed = reqs[1].tool_result_for("call_1").unwrap_or_default();
+    assert!(echoed.contains("alive"), "the other server keeps working");
     agent.finish();
 }
 
