@@ -52,8 +52,7 @@ fn checked_breakpoints(req: &RecordedRequest, what: &str) -> Vec<String> {
 pub fn l11_anthropic_breakpoints_roll_and_the_prefix_holds_across_an_objection_and_a_reload(
     ctx: &Ctx,
 ) {
-    let s = Scratch::new();
-    let log = s.file("hooks.log");
+    let (s, [log]) = Scratch::with_files(["hooks.log"]);
     let state = path_str(&s.dir.path().join("state"));
     let env = [
         ("BUZZ_AGENT_STATE_DIR", state.as_str()),
