@@ -1829,15 +1829,7 @@ mod tests {
             .into_iter()
             .flatten()
             .filter(|m| m["role"] == "user")
-            .map(|m| {
-                m["content"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|b| b["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join("|")
-            })
+            .map(|m| crate::json::strs_of(&m["content"], "text").join("|"))
             .collect()
     }
 
