@@ -419,6 +419,14 @@ mod tests {
 
     const SID: SessionId = SessionId(1);
 
+    /// A server's `-32601` answer to `interceptors/list` (it has no interceptors).
+    fn not_implemented() -> Result<Value, ListLost> {
+        Err(ListLost::Error(RpcError::new(
+            RpcError::METHOD_NOT_FOUND,
+            "Method not found",
+        )))
+    }
+
     #[test]
     fn h10_the_opening_runs_session_start_hooks_and_keeps_their_texts_in_order() {
         let mut parts = Parts::new();
@@ -490,15 +498,7 @@ mod tests {
             &sess,
             &mut parts.cx(),
         );
-        opening.on_list_reply(
-            q,
-            Err(ListLost::Error(RpcError::new(
-                RpcError::METHOD_NOT_FOUND,
-                "Method not found",
-            ))),
-            &sess,
-            &mut parts.cx(),
-        );
+        opening.on_list_reply(q, not_implemented(), &sess, &mut parts.cx());
         assert!(opening.is_done());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         let names: Vec<&str> = interceptors
@@ -629,15 +629,7 @@ mod tests {
         let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
         let asked = Parts::mcp_lines(&parts.drain());
         assert_eq!(asked.len(), 1, "only p can be asked: {asked:#?}");
-        opening.on_list_reply(
-            p,
-            Err(ListLost::Error(RpcError::new(
-                RpcError::METHOD_NOT_FOUND,
-                "Method not found",
-            ))),
-            &sess,
-            &mut parts.cx(),
-        );
+        opening.on_list_reply(p, not_implemented(), &sess, &mut parts.cx());
         assert!(opening.is_done());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         assert!(
@@ -658,15 +650,7 @@ mod tests {
         parts.cfg.interceptor_servers = HookAllowlist::All;
         let sess = parts.session_with(SID, &[("fs", &["echo"])]);
         let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
-        opening.on_list_reply(
-            sess.servers[0],
-            Err(ListLost::Error(RpcError::new(
-                RpcError::METHOD_NOT_FOUND,
-                "Method not found",
-            ))),
-            &sess,
-            &mut parts.cx(),
-        );
+        opening.on_list_reply(sess.servers[0], not_implemented(), &sess, &mut parts.cx());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         assert!(!interceptors.screens(Phase::Request));
     }
