@@ -385,6 +385,7 @@ async fn run_connection<R: Runtime>(shared: Arc<Shared>, id: u64, first: Job) {
     let (jobs_tx, jobs) = async_channel::bounded::<Job>(1);
     let mut conn: Option<Conn<R::Tcp>> = None;
     let mut next = Some(first);
+    let mut idle = IdleTimer::<R>::default();
     loop {
         let Some(job) = next.take() else { return };
         if conn.is_none() {
@@ -416,14 +417,17 @@ async fn run_connection<R: Runtime>(shared: Arc<Shared>, id: u64, first: Job) {
             });
         let Some(c) = conn.as_mut() else { return };
         let mut probe = [0u8; 1];
-        let watched = race(jobs.recv(), async {
-            race(
-                c.socket().read(&mut probe),
-                R::sleep_until(Instant::now() + IDLE),
-            )
-            .await
-        })
-        .await;
+        let until = Instant::now() + IDLE;
+        let watched = loop {
+            let watched = race(jobs.recv(), async {
+                race(c.socket().read(&mut probe), idle.fired(until)).await
+            })
+            .await;
+            // The timer was armed for an earlier idle period: this one is not over yet.
+            if !matches!(watched, Either::Second(Either::Second(()))) || Instant::now() >= until {
+                break watched;
+            }
+        };
         match watched {
             Either::First(Ok(job)) => next = Some(job),
             Either::First(Err(_)) => return,
@@ -451,6 +455,45 @@ async fn run_connection<R: Runtime>(shared: Arc<Shared>, id: u64, first: Job) {
                 }
             }
         }
+    }
+}
+
+/// A connection's idle timeout: one timer for the connection's life, re-armed only when it
+/// fired (or was never armed), as the driver loop's timer is. Going idle moves the deadline
+/// with every exchange; re-arming for each (or a new timer per idle period) would register a
+/// timer with the reactor every round, and smol's reactor is woken for every registration
+/// (an eventfd write, then one more wait). A timer armed for an earlier idle period fires
+/// early instead, once per [`IDLE`] at most, and the caller waits again.
+struct IdleTimer<R: Runtime> {
+    timer: Option<R::Timer>,
+    /// The timer is armed and has not fired.
+    armed: bool,
+}
+
+impl<R: Runtime> Default for IdleTimer<R> {
+    fn default() -> Self {
+        IdleTimer {
+            timer: None,
+            armed: false,
+        }
+    }
+}
+
+impl<R: Runtime> IdleTimer<R> {
+    /// Completes when the timer fires: at `until`, or earlier when it was still armed for an
+    /// earlier deadline (the caller checks the time).
+    async fn fired(&mut self, until: Instant) {
+        if !self.armed {
+            match &mut self.timer {
+                Some(t) => R::reset_timer(t, until),
+                None => self.timer = Some(R::timer(until)),
+            }
+            self.armed = true;
+        }
+        if let Some(t) = &mut self.timer {
+            t.await;
+        }
+        self.armed = false;
     }
 }
 

@@ -46,7 +46,13 @@ fn main() {
     // Reap children on this executor instead of async-process's own background thread.
     ex.spawn(smol::process::driver()).detach();
     let rt = Smol { ex: ex.clone() };
-    let code = smol::block_on(ex.run(buzz_agent_runtime::drive(rt, config, &PROGRAM)));
+    // The loop is a task like the others, not the future `block_on` polls itself: a task
+    // waking it (an input sent) then only queues it on the executor, which runs it in the same
+    // pass. As the future of `block_on`, every such wake-up made `block_on` poll the reactor
+    // once more without waiting (a `timerfd_settime`, two `epoll_ctl`, an `epoll_pwait` and an
+    // eventfd read) before polling the loop again.
+    let main = ex.spawn(buzz_agent_runtime::drive(rt, config, &PROGRAM));
+    let code = smol::block_on(ex.run(main));
     // Blocked stdin or LLM threads must not keep the process alive (SPEC P1).
     std::process::exit(code);
 }

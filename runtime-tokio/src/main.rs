@@ -40,7 +40,19 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = rt.block_on(buzz_agent_runtime::drive(Tokio, config, &PROGRAM));
+    // The loop is a task like the others, not the future `block_on` polls itself: a task
+    // waking it (an input sent) then only queues it, and the scheduler runs it next. As the
+    // future of `block_on`, every such wake-up made the scheduler poll the IO driver once more
+    // without waiting (an `epoll_wait` with a zero timeout) before polling the loop again: two
+    // per tool round.
+    let code = rt.block_on(async {
+        let main = tokio::spawn(buzz_agent_runtime::drive(Tokio, config, &PROGRAM));
+        match main.await {
+            Ok(code) => code,
+            // A panic in the loop ends the process as it did from `block_on` itself.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    });
     // Blocked stdin or LLM threads must not keep the process alive (SPEC P1).
     std::process::exit(code);
 }

@@ -20,6 +20,8 @@
 //! | `FAKE_MCP_HTTP_PORT_FILE` | the port is written there once listening |
 //! | `FAKE_MCP_HTTP_MODE` | `sse` (default): a request's answer is an event stream (a priming event with an id, then the server's messages, then the response); `json`: one JSON body, server requests and notifications go on the `GET` stream; `legacy`: HTTP+SSE, a `GET /sse` stream whose `endpoint` event names `/messages?session=<id>` |
 //! | `FAKE_MCP_HTTP_GET=0` | the `GET` stream is refused with `405` |
+//! | `FAKE_MCP_HTTP_GET_DELAY_MS` | the `GET` stream's head waits this long (a slow proxy or a loaded server); messages meanwhile have no stream |
+//! | `FAKE_MCP_HTTP_DROP_UNROUTED=1` | a server message with no stream to take it is dropped, as the TypeScript SDK's transport does without an event store (default: kept for the next `GET` stream) |
 //! | `FAKE_MCP_HTTP_TOKEN` | every request must carry `Authorization: Bearer <token>`, else `401` with a `WWW-Authenticate: Bearer` challenge |
 //! | `FAKE_MCP_HTTP_TOKENS_FILE` | OAuth (SPEC M11, with [`crate::fake_oauth`]): a request must carry `Authorization: Bearer <token>` for a token listed in this file (`<token> <scope>...` per line, read per request), else `401` with `WWW-Authenticate: Bearer resource_metadata="<FAKE_MCP_HTTP_RESOURCE_METADATA>"` |
 //! | `FAKE_MCP_HTTP_TOOL_SCOPES` | `tool=scope,...`: a `tools/call` of that tool with a token lacking the scope gets `403` with `error="insufficient_scope", scope="<scope>"` |
@@ -85,6 +87,8 @@ struct Router {
     get: Mutex<Option<Sender<String>>>,
     /// Messages with nowhere to go yet.
     queue: Mutex<Vec<String>>,
+    /// `FAKE_MCP_HTTP_DROP_UNROUTED=1`: such messages are dropped instead.
+    drop_unrouted: bool,
     /// Bytes written by the server not yet ending in a newline.
     partial: Mutex<Vec<u8>>,
 }
@@ -119,7 +123,9 @@ impl Router {
             }
             *get = None;
         }
-        lock(&self.queue).push(line.to_string());
+        if !self.drop_unrouted {
+            lock(&self.queue).push(line.to_string());
+        }
     }
 }
 
@@ -222,6 +228,8 @@ fn read_request(r: &mut BufReader<TcpStream>) -> Option<HttpRequest> {
 struct HttpServer {
     mode: Mode,
     get_allowed: bool,
+    /// `FAKE_MCP_HTTP_GET_DELAY_MS`: how long the `GET` stream's head waits.
+    get_delay: Duration,
     token: Option<String>,
     /// OAuth: the file of accepted tokens, the metadata URL of the challenge, and the scope
     /// each named tool needs.
@@ -697,6 +705,7 @@ impl HttpServer {
         if let Err((status, why)) = self.check_session(req) {
             return self.refuse(w, req, status, why);
         }
+        std::thread::sleep(self.get_delay);
         self.log(req, 200);
         let rx = self.open_get();
         self.stream(w, &rx, None);
@@ -760,6 +769,7 @@ pub fn main() -> ! {
         pending: Mutex::new(Vec::new()),
         get: Mutex::new(None),
         queue: Mutex::new(Vec::new()),
+        drop_unrouted: get("FAKE_MCP_HTTP_DROP_UNROUTED").as_deref() == Some("1"),
         partial: Mutex::new(Vec::new()),
     });
     let out = Out::new(Box::new(RouterWriter(router.clone())));
@@ -767,6 +777,11 @@ pub fn main() -> ! {
     let server = Arc::new(HttpServer {
         mode,
         get_allowed: get("FAKE_MCP_HTTP_GET").as_deref() != Some("0"),
+        get_delay: Duration::from_millis(
+            get("FAKE_MCP_HTTP_GET_DELAY_MS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        ),
         token: get("FAKE_MCP_HTTP_TOKEN"),
         tokens_file: get("FAKE_MCP_HTTP_TOKENS_FILE").map(PathBuf::from),
         resource_metadata: get("FAKE_MCP_HTTP_RESOURCE_METADATA"),

@@ -56,6 +56,12 @@ const DEFAULT_RETRY_MS: u64 = 1000;
 const MAX_RETRY_MS: u64 = 30_000;
 /// Times the `GET` stream is opened again after it ended, without an event in between.
 const MAX_LISTEN_REOPENS: u32 = 3;
+/// How long, in ms, the frames after `notifications/initialized` wait for the `GET` stream's
+/// head (SPEC M10): a server that sends its own requests on that stream, not on the answer
+/// of the call they belong to, loses them while the stream is not open yet (the TypeScript
+/// SDK drops a message for a stream that does not exist). A server that never answers the
+/// `GET` costs its session this much once.
+pub(crate) const LISTEN_SETTLE_MS: u64 = 2_000;
 /// The JSON-RPC id prefix of the transport's own `initialize` after an expired session (never
 /// a number, so it cannot be mistaken for a request of the session).
 const REINIT_ID: &str = "buzz-reinit-";
@@ -207,6 +213,10 @@ pub(crate) struct HttpTransport {
     endpoint: Option<String>,
     /// The `GET` stream: its exchange, and how often it was reopened without an event.
     listen: Option<u64>,
+    /// Until when the session's frames wait in `held` for the first `GET` stream's head, so
+    /// that the stream is open before any request a server may answer with its own requests
+    /// on it (see [`LISTEN_SETTLE_MS`]); `None` once it answered, failed or the time passed.
+    listen_settle: Option<MonoTime>,
     listen_reopens: u32,
     listen_at: Option<MonoTime>,
     resumes: Vec<PendingResume>,
@@ -307,6 +317,7 @@ impl HttpTransport {
             undelivered: Vec::new(),
             endpoint: None,
             listen: None,
+            listen_settle: None,
             listen_reopens: 0,
             listen_at: None,
             resumes: Vec::new(),
@@ -342,6 +353,7 @@ impl HttpTransport {
         self.held_reinit = None;
         self.listen_after_auth = false;
         self.initialized_pending = false;
+        self.listen_settle = None;
         self.endpoint = None;
         self.listen_reopens = 0;
         if self.wire == Wire::Legacy {
@@ -377,7 +389,7 @@ impl HttpTransport {
                     && !matches!(frame.kind, FrameKind::Initialize(_))
             }
             Wire::Legacy => self.endpoint.is_none(),
-        } || (self.initialized_pending && !handshake);
+        } || ((self.initialized_pending || self.listen_settle.is_some()) && !handshake);
         if matches!(frame.kind, FrameKind::Initialized) {
             self.initialized_pending = true;
         }
@@ -398,8 +410,9 @@ impl HttpTransport {
     }
 
     /// Once `notifications/initialized` is neither held nor waiting for its answer (answered,
-    /// failed, timed out, refused), the frames that waited for it go out in order and the
-    /// Streamable `GET` stream is opened (the legacy stream is open from the start).
+    /// failed, timed out, refused), the Streamable `GET` stream is opened and the frames that
+    /// waited go out in order once its head came (or it failed, or [`LISTEN_SETTLE_MS`]
+    /// passed); the legacy stream is open from the start.
     fn after_initialized(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
         if !self.initialized_pending {
             return;
@@ -417,12 +430,32 @@ impl HttpTransport {
         if self.phase != Phase::Open {
             return;
         }
-        for frame in std::mem::take(&mut self.held) {
-            self.send(frame, None, out, timers);
-        }
         if self.wire == Wire::Streamable && self.listen.is_none() && !self.listen_after_auth {
             self.listen_reopens = 0;
             self.start_listen(out);
+            self.listen_settle = Some(out.now().plus_ms(LISTEN_SETTLE_MS));
+            self.arm_retry(timers);
+        }
+        self.release_held(out, timers);
+    }
+
+    /// The first `GET` stream answered, failed or was waited for long enough: the frames held
+    /// for it go out in order.
+    fn listen_settled(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        if self.listen_settle.take().is_none() {
+            return;
+        }
+        self.arm_retry(timers);
+        self.release_held(out, timers);
+    }
+
+    /// Sends the held frames again, in order; those still to wait are held again.
+    fn release_held(&mut self, out: &mut Outbox, timers: &mut TimerTable) {
+        if self.phase != Phase::Open {
+            return;
+        }
+        for frame in std::mem::take(&mut self.held) {
+            self.send(frame, None, out, timers);
         }
     }
 
@@ -618,6 +651,7 @@ impl HttpTransport {
         self.held_reinit = None;
         self.listen_after_auth = false;
         self.initialized_pending = false;
+        self.listen_settle = None;
         if let Some(a) = self.auth.oauth() {
             a.close(out, timers);
         }
@@ -741,16 +775,28 @@ impl HttpTransport {
                 self.start_listen(out);
             }
         }
+        if self.listen_settle.is_some_and(|t| t <= now) {
+            out.log(
+                LogLevel::Debug,
+                format!(
+                    "mcp '{}': its event stream gave no answer in {LISTEN_SETTLE_MS} ms; requests go out without it",
+                    self.name
+                ),
+            );
+            self.listen_settled(out, timers);
+        }
         self.arm_retry(timers);
     }
 
-    /// Sets the retry timer to the earliest waiting resumption or reopening.
+    /// Sets the retry timer to the earliest waiting resumption, reopening or end of the wait
+    /// for the first `GET` stream.
     fn arm_retry(&self, timers: &mut TimerTable) {
         let next = self
             .resumes
             .iter()
             .map(|r| r.at)
             .chain(self.listen_at)
+            .chain(self.listen_settle)
             .min();
         let key = Timer::Server(self.slot, ServerTimer::HttpRetry);
         match next {
@@ -777,6 +823,8 @@ impl HttpTransport {
         if self.listen == Some(seq) {
             self.listen = None;
         }
+        // Any event of the `GET` stream (its head, or its failure) ends the wait for it.
+        let settles = matches!(f.purpose, Purpose::Listen) && self.listen_settle.is_some();
         let keep = match event {
             HttpEvent::Head { status, headers } => {
                 self.on_head(&mut f, status, &headers, out, timers, &mut got)
@@ -786,13 +834,13 @@ impl HttpTransport {
             HttpEvent::End => {
                 self.drop_exchange(seq, out, timers);
                 self.on_end(f, out, timers, &mut got);
-                self.after_initialized(out, timers);
+                self.after_event(settles, out, timers);
                 return got;
             }
             HttpEvent::Failed(reason) => {
                 self.drop_exchange(seq, out, timers);
                 self.on_failed(f, &reason, out, timers, &mut got);
-                self.after_initialized(out, timers);
+                self.after_event(settles, out, timers);
                 return got;
             }
         };
@@ -804,8 +852,17 @@ impl HttpTransport {
         } else {
             self.drop_exchange(seq, out, timers);
         }
-        self.after_initialized(out, timers);
+        self.after_event(settles, out, timers);
         got
+    }
+
+    /// After an exchange's event: the frames that waited for `initialized` or for the first
+    /// `GET` stream (`settles`: this event was that stream's) may go out.
+    fn after_event(&mut self, settles: bool, out: &mut Outbox, timers: &mut TimerTable) {
+        if settles {
+            self.listen_settled(out, timers);
+        }
+        self.after_initialized(out, timers);
     }
 
     /// An answer's head: how its body is read (or the request fails now). `false`: drop it.
@@ -2081,9 +2138,18 @@ mod tests {
             got
         }
 
-        /// `initialize` answered with session id `abc`, then `initialized` sent: returns the
-        /// `GET` stream's request.
+        /// `initialize` answered with session id `abc`, then `initialized` sent and the `GET`
+        /// stream open (its head answered `200` with an event stream): returns its request.
         fn handshake(&mut self) -> Sent {
+            let get = self.initialized();
+            let got = self.on(get.seq, head(200, &[("content-type", "text/event-stream")]));
+            assert!(got.is_empty(), "{got:?}");
+            get
+        }
+
+        /// `initialize` answered with session id `abc`, then `initialized` sent and answered:
+        /// returns the `GET` stream's request, not answered yet.
+        fn initialized(&mut self) -> Sent {
             let init = frame(
                 FrameKind::Initialize(McpRequestId(1)),
                 &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
@@ -2161,11 +2227,7 @@ mod tests {
         assert_eq!(get.header("mcp-protocol-version"), Some("2025-11-25"));
 
         let mut rig = Rig::new(Wire::Streamable);
-        let get = rig.handshake();
-        rig.send(request(2, "tools/list"), None);
-        let (sent, _) = rig.sent();
-        assert_eq!(sent[0].header("mcp-session-id"), Some("abc"));
-        assert_eq!(sent[0].header("mcp-protocol-version"), Some("2025-11-25"));
+        let get = rig.initialized();
         // 405 on the GET stream: there is none, and it is not asked for again.
         let got = rig.answer(get.seq, 405, &[], "");
         assert!(got.is_empty(), "{got:?}");
@@ -2173,6 +2235,76 @@ mod tests {
             !rig.timers
                 .contains(Timer::Server(SLOT, ServerTimer::HttpRetry))
         );
+        rig.send(request(2, "tools/list"), None);
+        let (sent, _) = rig.sent();
+        assert_eq!(sent[0].header("mcp-session-id"), Some("abc"));
+        assert_eq!(sent[0].header("mcp-protocol-version"), Some("2025-11-25"));
+    }
+
+    /// The conformance suite's elicitation server (the TypeScript SDK) sends its
+    /// `elicitation/create` on the `GET` stream, and drops it when that stream is not open
+    /// yet: a call sent before the stream's head came lost its elicitation and hung.
+    #[test]
+    fn m10_requests_after_initialized_wait_for_the_event_streams_head() {
+        let mut rig = Rig::new(Wire::Streamable);
+        let get = rig.initialized();
+        assert_eq!(get.method, Method::Get);
+        rig.send(request(2, "tools/list"), None);
+        rig.send(request(3, "tools/call"), None);
+        assert!(rig.sent().0.is_empty(), "held until the stream answers");
+        let got = rig.on(get.seq, head(200, &[("content-type", "text/event-stream")]));
+        assert!(got.is_empty(), "{got:?}");
+        let (sent, _) = rig.sent();
+        let methods: Vec<&Value> = sent.iter().map(|s| &s.body["method"]).collect();
+        assert_eq!(methods, ["tools/list", "tools/call"], "in order: {sent:?}");
+        // Open since: a later frame goes out at once.
+        rig.send(request(4, "ping"), None);
+        assert_eq!(rig.sent().0.len(), 1);
+
+        // A stream that fails before its head lets them go too.
+        let mut rig = Rig::new(Wire::Streamable);
+        let get = rig.initialized();
+        rig.send(request(2, "tools/list"), None);
+        assert!(rig.sent().0.is_empty());
+        rig.on(get.seq, HttpEvent::Failed("connection reset".into()));
+        let (sent, _) = rig.sent();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0].body["method"], "tools/list");
+    }
+
+    #[test]
+    fn m10_a_get_stream_that_never_answers_holds_requests_for_the_settle_time_only() {
+        let mut rig = Rig::new(Wire::Streamable);
+        let get = rig.initialized();
+        rig.send(request(2, "tools/list"), None);
+        assert!(rig.sent().0.is_empty());
+        let retry = Timer::Server(SLOT, ServerTimer::HttpRetry);
+        let at = MonoTime::ZERO.plus_ms(LISTEN_SETTLE_MS);
+        assert_eq!(rig.timers.get(retry), Some(at));
+        rig.out
+            .advance(MonoTime::ZERO.plus_ms(LISTEN_SETTLE_MS - 1));
+        rig.t.retry_due(&mut rig.out, &mut rig.timers);
+        assert!(rig.sent().0.is_empty(), "not before the settle time");
+        rig.out.advance(at);
+        rig.t.retry_due(&mut rig.out, &mut rig.timers);
+        let (sent, dropped) = rig.sent();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0].body["method"], "tools/list");
+        assert!(dropped.is_empty(), "the stream itself stays: {dropped:?}");
+        assert!(!rig.timers.contains(retry), "nothing else to wait for");
+        assert!(
+            rig.logs
+                .iter()
+                .any(|l| l.contains("gave no answer in 2000 ms")),
+            "{:?}",
+            rig.logs
+        );
+        // Its late head changes nothing for the frames already sent.
+        assert!(
+            rig.on(get.seq, head(200, &[("content-type", "text/event-stream")]))
+                .is_empty()
+        );
+        assert!(rig.sent().0.is_empty());
     }
 
     /// `initialize` answered; `initialized` sent, not answered yet. Returns its `POST`.
@@ -2208,9 +2340,22 @@ mod tests {
             .collect()
     }
 
+    /// `sent` is the `GET` stream alone: its head is answered `200` (an event stream), and
+    /// what the transport sends then is returned.
+    fn stream_opened(rig: &mut Rig, sent: &[Sent]) -> Vec<Sent> {
+        assert_eq!(methods(sent), ["Get"], "the stream first, alone: {sent:?}");
+        let got = rig.on(
+            sent[0].seq,
+            head(200, &[("content-type", "text/event-stream")]),
+        );
+        assert!(got.is_empty(), "{got:?}");
+        rig.sent().0
+    }
+
     #[test]
     fn m10_frames_after_initialized_wait_until_its_post_is_answered_then_go_in_order() {
-        // Answered 202: the requests that waited go out in order, then the GET stream.
+        // Answered 202: the GET stream goes out, then, once it answered, the requests that
+        // waited, in order.
         let mut rig = Rig::new(Wire::Streamable);
         let initialized = initialized_in_flight(&mut rig);
         rig.send(request(2, "tools/list"), None);
@@ -2222,7 +2367,8 @@ mod tests {
         let got = rig.on(initialized.seq, head(202, &[]));
         assert!(got.is_empty(), "{got:?}");
         let (sent, _) = rig.sent();
-        assert_eq!(methods(&sent), ["tools/list", "prompts/list", "Get"]);
+        let sent = stream_opened(&mut rig, &sent);
+        assert_eq!(methods(&sent), ["tools/list", "prompts/list"]);
         assert!(
             sent.iter()
                 .all(|s| s.header("mcp-session-id") == Some("abc"))
@@ -2256,7 +2402,8 @@ mod tests {
                 }
             }
             let (sent, _) = rig.sent();
-            assert_eq!(methods(&sent), ["tools/list", "Get"], "{outcome}");
+            let sent = stream_opened(&mut rig, &sent);
+            assert_eq!(methods(&sent), ["tools/list"], "{outcome}");
         }
 
         // The legacy wire: its POSTs too can reach the server in any order.
@@ -2378,6 +2525,7 @@ mod tests {
         let got = rig.answer(sent[0].seq, 202, &[], "");
         assert!(got.is_empty(), "{got:?}");
         let (sent, _) = rig.sent();
+        let sent = stream_opened(&mut rig, &sent);
         let methods: Vec<&str> = sent
             .iter()
             .filter_map(|s| s.body["method"].as_str())
@@ -2424,6 +2572,7 @@ mod tests {
         let got = rig.answer(sent[0].seq, 202, &json, "");
         assert!(got.is_empty(), "{got:?}");
         let (sent, _) = rig.sent();
+        let sent = stream_opened(&mut rig, &sent);
         let call = sent
             .iter()
             .find(|s| s.body["method"] == "tools/call")

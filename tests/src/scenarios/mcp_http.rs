@@ -193,6 +193,54 @@ pub fn m10_a_restarted_server_gets_a_new_session_and_the_call_goes_through(ctx: 
     agent.finish();
 }
 
+/// M10, M12: a server that sends its own requests on the `GET` stream and drops those with no
+/// stream to take them (the TypeScript SDK's transport, as the conformance suite's
+/// elicitation server uses it), behind a `GET` whose head is slow: the agent's requests wait
+/// for that head, so the call's server requests reach the agent and are answered. Before,
+/// `tools/list` and the call went out at once, the call's requests were lost and the call
+/// waited for their answers (the suite's scenario hung about one run in thirty).
+pub fn m10_server_requests_on_a_slow_get_stream_are_not_lost(ctx: &Ctx) {
+    let s = Scratch::new();
+    let http_log = s.file("http.log");
+    let fake = HttpFake::start(
+        s.dir.path(),
+        &[
+            ("FAKE_MCP_TOOLS", "echo"),
+            ("FAKE_MCP_HTTP_MODE", "json"),
+            ("FAKE_MCP_SERVER_REQUESTS", "1"),
+            ("FAKE_MCP_HTTP_GET_DELAY_MS", "700"),
+            ("FAKE_MCP_HTTP_DROP_UNROUTED", "1"),
+            ("FAKE_MCP_HTTP_LOG", &http_log),
+        ],
+    );
+    let (llm, agent, sid) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![("c1", "remote__echo", json!({"text": "asked back"}))]),
+            Reply::text("done"),
+        ])
+        .servers([fake.entry("remote", &[])])
+        .start();
+    let r = agent.prompt(&sid, "echo with server requests");
+    assert_end_turn(&agent, &r);
+    let reqs = llm.requests();
+    assert_eq!(
+        reqs[1].tool_results(),
+        [("c1".to_string(), "asked back".to_string())],
+        "the call's server requests were answered{}",
+        agent.context()
+    );
+    let log = read_http_log(&http_log);
+    let get_at = log.iter().position(|e| e["method"] == "GET");
+    let list_at = log
+        .iter()
+        .position(|e| posted_method(e).as_deref() == Some("tools/list"));
+    assert!(
+        get_at.is_some() && list_at > get_at,
+        "tools/list after the GET stream answered: {log:#?}"
+    );
+    agent.finish();
+}
+
 /// M10: the legacy HTTP+SSE transport (`"type": "sse"`): the event stream's `endpoint`
 /// receives every message, the answers come on the stream.
 pub fn m10_a_legacy_sse_server_serves_tool_calls(ctx: &Ctx) {

@@ -67,6 +67,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         mcp::c08_mcp_start_failures_name_server_and_stderr,
         mcp_http::m10_tools_over_streamable_http_carry_the_session_and_end_with_delete,
         mcp_http::m10_a_restarted_server_gets_a_new_session_and_the_call_goes_through,
+        mcp_http::m10_server_requests_on_a_slow_get_stream_are_not_lost,
         mcp_http::m10_a_legacy_sse_server_serves_tool_calls,
         mcp_http::m10_a_remote_stop_hook_objects_over_http,
         mcp_http::m10_unusable_http_servers_fail_the_session_with_a_reason,
