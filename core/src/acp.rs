@@ -930,12 +930,7 @@ mod tests {
         assert_eq!(level["category"], "thought_level");
         assert_eq!(level["type"], "select");
         assert_eq!(level["currentValue"], "high");
-        let values: Vec<&str> = level["options"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o["value"].as_str())
-            .collect();
+        let values = crate::json::strs_of(&level["options"], "value");
         assert_eq!(values, ["default", "low", "medium", "high", "max"]);
         assert_eq!(config_options("m", &[], None)[1]["currentValue"], "default");
         for value in values {

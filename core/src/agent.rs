@@ -41,7 +41,6 @@ use crate::time::MonoTime;
 use crate::timers::{ServerTimer, Stage, Timer, TimerKey, TimerTable};
 use crate::tool_calls::InterceptEvent;
 use crate::tools::ToolOutput;
-use crate::turn::{StopReason, TurnEnd};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -972,15 +971,7 @@ impl Agent {
                     None,
                 );
             }
-            if let Some((id, _)) = self.sessions.get_mut(&sid).and_then(|e| e.queued.take()) {
-                self.reply_ok(&id, &json!({"stopReason": "cancelled"}));
-            }
-            self.cancel_command(sid, "agent shutting down");
-            self.cancel_turn(sid, "agent shutting down");
-            // A turn still in a hook gate is answered now: shutdown does not wait for hooks.
-            if self.has_turn(sid) {
-                self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
-            }
+            self.cancel_all_of(sid, "agent shutting down");
         }
         self.llm.release_all(&mut self.out);
         self.permissions.clear(&mut self.timers);

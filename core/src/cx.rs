@@ -136,6 +136,20 @@ pub(crate) mod rig {
             slot
         }
 
+        /// A session `sid` with a ready server for each `(name, tools)` of `servers`
+        /// ([`Self::ready_server`]).
+        pub(crate) fn session_with(
+            &mut self,
+            sid: SessionId,
+            servers: &[(&str, &[&str])],
+        ) -> Session {
+            let slots = servers
+                .iter()
+                .map(|(name, tools)| self.ready_server(sid, name, tools))
+                .collect();
+            Session::new(sid, slots)
+        }
+
         /// A started session `sid` with one ready server `fs` offering `read`, `write` and
         /// `shell`, and the routes of its tools.
         pub(crate) fn fs_session(

@@ -315,12 +315,7 @@ impl HookRound {
                 });
                 request = cx.servers.send_request(
                     target.slot,
-                    McpRequest {
-                        method: "tools/call",
-                        params: &params,
-                        purpose,
-                        timeout_ms: timeout,
-                    },
+                    McpRequest::tools_call(&params, purpose, timeout),
                     cx.out,
                     cx.timers,
                 );
@@ -677,7 +672,6 @@ pub(crate) fn append_session_start(transcript: &mut Transcript, texts: &[(String
 mod tests {
     use super::*;
     use crate::cx::rig::Parts;
-    use crate::ids::ServerSlot;
     use crate::io::Action;
 
     const SID: SessionId = SessionId(1);
@@ -849,19 +843,11 @@ mod tests {
         );
     }
 
-    fn session_with(parts: &mut Parts, servers: &[(&str, &[&str])]) -> Session {
-        let slots: Vec<ServerSlot> = servers
-            .iter()
-            .map(|(name, tools)| parts.ready_server(SID, name, tools))
-            .collect();
-        Session::new(SID, slots)
-    }
-
     #[test]
     fn h2_h3_a_round_calls_every_hook_at_once_and_decides_in_registration_order() {
         let mut parts = Parts::new();
-        let sess = session_with(
-            &mut parts,
+        let sess = parts.session_with(
+            SID,
             &[
                 ("a", &["_Stop"]),
                 ("plain", &["echo"]),
@@ -907,7 +893,7 @@ mod tests {
     #[test]
     fn h3_texts_by_name_carry_the_client_s_server_name_where_texts_carry_the_prefix() {
         let mut parts = Parts::new();
-        let sess = session_with(&mut parts, &[("My Guard", &["_Stop"]), ("b", &["_Stop"])]);
+        let sess = parts.session_with(SID, &[("My Guard", &["_Stop"]), ("b", &["_Stop"])]);
         let mut round = HookRound::start(
             HookPoint::Stop,
             &sess,
@@ -951,34 +937,25 @@ mod tests {
     #[test]
     fn i4_a_round_without_a_live_or_allowed_target_is_decided_at_once_and_objects_to_nothing() {
         let mut parts = Parts::new();
-        let sess = session_with(&mut parts, &[("guard", &["_Stop"])]);
+        let sess = parts.session_with(SID, &[("guard", &["_Stop"])]);
+        let decided_at_once = |parts: &mut Parts| {
+            let round = HookRound::start(
+                HookPoint::Stop,
+                &sess,
+                HookMeta::turn(1, 3),
+                &mut parts.cx(),
+            );
+            round.is_decided() && round.texts().is_empty()
+        };
         parts.cfg.hook_servers = crate::config::HookAllowlist::Off;
-        let round = HookRound::start(
-            HookPoint::Stop,
-            &sess,
-            HookMeta::turn(1, 3),
-            &mut parts.cx(),
-        );
-        assert!(
-            round.is_decided() && round.texts().is_empty(),
-            "H2: not allowlisted"
-        );
+        assert!(decided_at_once(&mut parts), "H2: not allowlisted");
         parts.cfg.hook_servers = crate::config::HookAllowlist::All;
         let slot = sess.servers[0];
         parts
             .servers
             .kill(slot, "test kill", &mut parts.out, &mut parts.timers);
         parts.drain();
-        let round = HookRound::start(
-            HookPoint::Stop,
-            &sess,
-            HookMeta::turn(1, 3),
-            &mut parts.cx(),
-        );
-        assert!(
-            round.is_decided() && round.texts().is_empty(),
-            "a dead server counts as dead"
-        );
+        assert!(decided_at_once(&mut parts), "a dead server counts as dead");
         assert_eq!(
             Parts::logs(&parts.drain()),
             vec!["hook: point=_Stop server=guard outcome=dead latency_ms=0"]

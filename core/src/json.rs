@@ -168,6 +168,14 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
     })
 }
 
+/// The string `key` of each object in the array `list`, in order (a test's view of a list of
+/// objects; anything else gives nothing).
+#[cfg(test)]
+pub(crate) fn strs_of<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
+    let items = list.as_array().map_or(&[][..], Vec::as_slice);
+    items.iter().filter_map(|o| o.get(key)?.as_str()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -419,19 +419,19 @@ mod tests {
 
     const SID: SessionId = SessionId(1);
 
-    fn session(parts: &mut Parts, servers: &[(&str, &[&str])]) -> Session {
-        let slots = servers
-            .iter()
-            .map(|(name, tools)| parts.ready_server(SID, name, tools))
-            .collect();
-        Session::new(SID, slots)
+    /// A server's `-32601` answer to `interceptors/list` (it has no interceptors).
+    fn not_implemented() -> Result<Value, ListLost> {
+        Err(ListLost::Error(RpcError::new(
+            RpcError::METHOD_NOT_FOUND,
+            "Method not found",
+        )))
     }
 
     #[test]
     fn h10_the_opening_runs_session_start_hooks_and_keeps_their_texts_in_order() {
         let mut parts = Parts::new();
-        let sess = session(
-            &mut parts,
+        let sess = parts.session_with(
+            SID,
             &[
                 ("a", &["_SessionStart"]),
                 ("b", &["_Stop"]),
@@ -465,7 +465,7 @@ mod tests {
     fn x1_the_opening_lists_interceptors_with_pages_and_a_32601_means_none() {
         let mut parts = Parts::new();
         parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into(), "q".into()]);
-        let sess = session(&mut parts, &[("p", &[]), ("q", &["echo"]), ("r", &[])]);
+        let sess = parts.session_with(SID, &[("p", &[]), ("q", &["echo"]), ("r", &[])]);
         let (p, q) = (sess.servers[0], sess.servers[1]);
         let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
         let asked = Parts::mcp_lines(&parts.drain());
@@ -498,15 +498,7 @@ mod tests {
             &sess,
             &mut parts.cx(),
         );
-        opening.on_list_reply(
-            q,
-            Err(ListLost::Error(RpcError::new(
-                RpcError::METHOD_NOT_FOUND,
-                "Method not found",
-            ))),
-            &sess,
-            &mut parts.cx(),
-        );
+        opening.on_list_reply(q, not_implemented(), &sess, &mut parts.cx());
         assert!(opening.is_done());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         let names: Vec<&str> = interceptors
@@ -556,7 +548,7 @@ mod tests {
     fn x1_a_listing_stops_at_a_repeated_cursor_or_after_100_pages() {
         let mut parts = Parts::new();
         parts.cfg.interceptor_servers = HookAllowlist::All;
-        let sess = session(&mut parts, &[("p", &[])]);
+        let sess = parts.session_with(SID, &[("p", &[])]);
         let p = sess.servers[0];
         let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
         parts.drain();
@@ -593,7 +585,7 @@ mod tests {
     fn x1_a_listing_that_fails_or_dies_makes_the_session_fail_closed() {
         let mut parts = Parts::new();
         parts.cfg.interceptor_servers = HookAllowlist::All;
-        let sess = session(&mut parts, &[("p", &[]), ("q", &[])]);
+        let sess = parts.session_with(SID, &[("p", &[]), ("q", &[])]);
         let (p, q) = (sess.servers[0], sess.servers[1]);
         let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
         opening.on_list_reply(
@@ -632,20 +624,12 @@ mod tests {
     fn s4_an_allowlisted_interceptor_server_missing_from_the_session_blocks_with_one_line() {
         let mut parts = Parts::new();
         parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into(), "guard".into()]);
-        let sess = session(&mut parts, &[("p", &[]), ("fs", &["echo"])]);
+        let sess = parts.session_with(SID, &[("p", &[]), ("fs", &["echo"])]);
         let p = sess.servers[0];
         let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
         let asked = Parts::mcp_lines(&parts.drain());
         assert_eq!(asked.len(), 1, "only p can be asked: {asked:#?}");
-        opening.on_list_reply(
-            p,
-            Err(ListLost::Error(RpcError::new(
-                RpcError::METHOD_NOT_FOUND,
-                "Method not found",
-            ))),
-            &sess,
-            &mut parts.cx(),
-        );
+        opening.on_list_reply(p, not_implemented(), &sess, &mut parts.cx());
         assert!(opening.is_done());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         assert!(
@@ -664,17 +648,9 @@ mod tests {
 
         // `*` names no server in particular: nothing can be missing.
         parts.cfg.interceptor_servers = HookAllowlist::All;
-        let sess = session(&mut parts, &[("fs", &["echo"])]);
+        let sess = parts.session_with(SID, &[("fs", &["echo"])]);
         let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
-        opening.on_list_reply(
-            sess.servers[0],
-            Err(ListLost::Error(RpcError::new(
-                RpcError::METHOD_NOT_FOUND,
-                "Method not found",
-            ))),
-            &sess,
-            &mut parts.cx(),
-        );
+        opening.on_list_reply(sess.servers[0], not_implemented(), &sess, &mut parts.cx());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         assert!(!interceptors.screens(Phase::Request));
     }
@@ -689,7 +665,7 @@ mod tests {
         ] {
             let mut parts = Parts::new();
             parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into()]);
-            let sess = session(&mut parts, &[("p", &[])]);
+            let sess = parts.session_with(SID, &[("p", &[])]);
             let p = sess.servers[0];
             let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
             parts.drain();
@@ -723,7 +699,7 @@ mod tests {
     #[test]
     fn h11_the_ending_tells_the_reason_and_prompt_count_and_only_logs_the_answers() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[("mem", &["_SessionEnd"])]);
+        let mut sess = parts.session_with(SID, &[("mem", &["_SessionEnd"])]);
         sess.prompts = 4;
         let mut ending = Ending::start(
             EndReason::Close,

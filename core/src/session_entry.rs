@@ -40,11 +40,25 @@
 
 use crate::cx::Cx;
 use crate::hooks::{EndReason, HookOutcome};
-use crate::ids::HookRoundId;
+use crate::ids::{HookRoundId, SessionId};
 use crate::jsonrpc::RpcId;
 use crate::lifecycle::{Ending, Opening, Source};
 use crate::session::Session;
 use crate::turn::{Turn, TurnEnd};
+use std::collections::BTreeMap;
+
+/// The session `sid` of `entries` while its entry is in the state `state` tells (for example
+/// [`SessionEntry::is_open`]); `None` for an unknown session or one in another state.
+pub(crate) fn session_if(
+    entries: &mut BTreeMap<SessionId, SessionEntry>,
+    sid: SessionId,
+    state: impl Fn(&SessionEntry) -> bool,
+) -> Option<&mut Session> {
+    entries
+        .get_mut(&sid)
+        .filter(|e| state(e))
+        .map(|e| &mut e.session)
+}
 
 /// Where a session is in its life (see the [module docs](self) for the diagram).
 #[derive(Debug)]

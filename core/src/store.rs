@@ -1845,12 +1845,7 @@ mod tests {
         drain(&mut o);
         st.on_list(2, Ok(entries), &mut o);
         let page = last_result(&mut o);
-        let ids: Vec<&str> = page["sessions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s["sessionId"].as_str())
-            .collect();
+        let ids = crate::json::strs_of(&page["sessions"], "sessionId");
         assert_eq!(ids, ["sess_10", "sess_8", "sess_6", "sess_4", "sess_2"]);
         assert!(page.get("nextCursor").is_none());
         assert!(

@@ -729,12 +729,7 @@ impl ToolBatch {
             });
             let Some(req) = cx.servers.send_request(
                 server,
-                McpRequest {
-                    method: "tools/call",
-                    params: &params,
-                    purpose,
-                    timeout_ms: timeout,
-                },
+                McpRequest::tools_call(&params, purpose, timeout),
                 cx.out,
                 cx.timers,
             ) else {

@@ -1445,15 +1445,6 @@ mod tests {
         .into_bytes()
     }
 
-    /// A session with the given ready servers (`(name, tools)`, `_` names are hooks).
-    fn session(parts: &mut Parts, servers: &[(&str, &[&str])]) -> Session {
-        let slots = servers
-            .iter()
-            .map(|(name, tools)| parts.ready_server(SID, name, tools))
-            .collect();
-        Session::new(SID, slots)
-    }
-
     fn start(parts: &mut Parts, sess: &mut Session, text: &str) -> Turn {
         let no = parts.ids.next_turn();
         Turn::start(no, RpcId::Num(7.into()), text.into(), sess, &mut parts.cx())
@@ -1468,7 +1459,7 @@ mod tests {
     /// actions drained).
     fn plain_first_round(text: &str) -> (Parts, Session, Turn, LlmCallId) {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         let (turn, call) = first_round(&mut parts, &mut sess, text);
         (parts, sess, turn, call)
     }
@@ -1541,7 +1532,7 @@ mod tests {
     #[test]
     fn l1_a_plain_answer_without_hooks_ends_the_turn() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[("fs", &["read"])]);
+        let mut sess = parts.session_with(SID, &[("fs", &["read"])]);
         let mut turn = start(&mut parts, &mut sess, "hello");
         assert!(turn.is_ready());
         assert_eq!(turn.next_round(&mut sess, &mut parts.cx()), None);
@@ -1579,7 +1570,7 @@ mod tests {
             cache_read_micros: 300_000,
             cache_write_micros: 3_750_000,
         });
-        let mut sess = session(&mut parts, &[("fs", &["read"])]);
+        let mut sess = parts.session_with(SID, &[("fs", &["read"])]);
         let mut turn = start(&mut parts, &mut sess, "hello");
         assert!(
             turn.meta(None).get("usage").is_none(),
@@ -1670,7 +1661,7 @@ mod tests {
     #[test]
     fn c56_queued_notices_come_first_in_a_prompt_and_before_the_next_round_of_a_running_turn() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[("fs", &["read"])]);
+        let mut sess = parts.session_with(SID, &[("fs", &["read"])]);
         sess.notify("hooks_not_allowlisted", "first.".into());
         let mut turn = start(&mut parts, &mut sess, "hello");
         assert!(sess.notices.is_empty(), "taken by the prompt");
@@ -1739,7 +1730,7 @@ mod tests {
         let mut parts = Parts::new();
         parts.cfg.provider = crate::config::ProviderKind::Anthropic;
         parts.cfg.prompt_caching = false;
-        let sess = session(&mut parts, &[("guard", &["_Stop"])]);
+        let sess = parts.session_with(SID, &[("guard", &["_Stop"])]);
         (parts, sess)
     }
 
@@ -1796,7 +1787,7 @@ mod tests {
     fn c69_a_provider_that_keeps_pausing_ends_the_turn_after_the_last_continuation() {
         let mut parts = Parts::new();
         parts.cfg.provider = crate::config::ProviderKind::Anthropic;
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         let mut turn = start(&mut parts, &mut sess, "search forever");
         for round in 0..=MAX_PAUSES {
             assert_eq!(turn.next_round(&mut sess, &mut parts.cx()), None);
@@ -1829,15 +1820,7 @@ mod tests {
             .into_iter()
             .flatten()
             .filter(|m| m["role"] == "user")
-            .map(|m| {
-                m["content"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|b| b["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join("|")
-            })
+            .map(|m| crate::json::strs_of(&m["content"], "text").join("|"))
             .collect()
     }
 
@@ -1898,7 +1881,7 @@ mod tests {
     #[test]
     fn c77_a_refusal_gives_the_session_start_texts_back_to_the_next_prompt() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         sess.start_texts = vec![("ctx".into(), "the repo is a monorepo".into())];
         let (mut turn, call) = first_round(&mut parts, &mut sess, "refuse me");
         let refused = answer("", "content_filter");
@@ -1927,7 +1910,7 @@ mod tests {
         for (how, mark) in [("cancel", CANCELLED_MARK), ("fail", FAILED_MARK)] {
             let mut parts = Parts::new();
             parts.cfg.llm_max_attempts = 1;
-            let mut sess = session(&mut parts, &[]);
+            let mut sess = parts.session_with(SID, &[]);
             let (mut turn, call) = first_round(&mut parts, &mut sess, "first words");
             let end = if how == "cancel" {
                 turn.cancel("session/cancel", &mut sess, &mut parts.cx())
@@ -1961,7 +1944,7 @@ mod tests {
     #[test]
     fn h5_h6_an_objection_sends_the_model_back_with_the_injection() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[("guard", &["_Stop"])]);
+        let mut sess = parts.session_with(SID, &[("guard", &["_Stop"])]);
         let mut turn = start(&mut parts, &mut sess, "fix it");
         turn.next_round(&mut sess, &mut parts.cx());
         let (call, _) = last_call(&parts.drain());
@@ -2028,7 +2011,7 @@ mod tests {
     fn l5_a_silent_provider_times_out_into_a_backoff_and_fails_after_the_last_attempt() {
         let mut parts = Parts::new();
         parts.cfg.llm_max_attempts = 2;
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         let mut turn = start(&mut parts, &mut sess, "hi");
         turn.next_round(&mut sess, &mut parts.cx());
         parts.drain();
@@ -2052,7 +2035,7 @@ mod tests {
         let mut parts = Parts::new();
         parts.cfg.max_rounds = 2;
         parts.cfg.max_token_recoveries = 5;
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         let mut turn = start(&mut parts, &mut sess, "write a novel");
         for round in 1..=2 {
             assert_eq!(
@@ -2208,7 +2191,7 @@ mod tests {
             (resp("", "", vec![], StopKind::Refusal), false),
         ] {
             let mut parts = Parts::new();
-            let mut sess = session(&mut parts, &[]);
+            let mut sess = parts.session_with(SID, &[]);
             let mut turn = start(&mut parts, &mut sess, "hi");
             let before = sess.transcript.len();
             turn.on_round_response(response.clone(), &mut sess, &mut parts.cx());
@@ -2223,7 +2206,7 @@ mod tests {
     #[test]
     fn l2_c59_a_running_call_shows_progress_and_its_result_readies_the_next_round() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[("fs", &["read"])]);
+        let mut sess = parts.session_with(SID, &[("fs", &["read"])]);
         let mut turn = start(&mut parts, &mut sess, "read it");
         turn.next_round(&mut sess, &mut parts.cx());
         let (call, _) = last_call(&parts.drain());
@@ -2267,7 +2250,7 @@ mod tests {
     fn l1_a_truncated_answer_gets_a_nudge_then_max_tokens() {
         let mut parts = Parts::new();
         parts.cfg.max_token_recoveries = 1;
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         let mut turn = start(&mut parts, &mut sess, "write a novel");
         for expected in [None, Some(TurnEnd::Stopped(StopReason::MaxTokens))] {
             turn.next_round(&mut sess, &mut parts.cx());
@@ -2361,7 +2344,7 @@ mod tests {
     fn k1_h7_a_full_context_is_summarised_then_post_compact_injects_after_the_summary() {
         let mut parts = Parts::new();
         parts.cfg.max_context_tokens = 1000;
-        let mut sess = session(&mut parts, &[("mem", &["_PostCompact"])]);
+        let mut sess = parts.session_with(SID, &[("mem", &["_PostCompact"])]);
         sess.transcript.push(Message::User {
             text: "x".repeat(950),
         });
@@ -2425,7 +2408,7 @@ mod tests {
     #[test]
     fn c60_rounds_and_notices_are_paragraphs_and_never_run_together() {
         let mut parts = Parts::new();
-        let sess = session(&mut parts, &[]);
+        let sess = parts.session_with(SID, &[]);
         let mut shown = Shown::default();
         let text = |t: &str| vec![StreamDelta::Text(t.into())];
         shown.new_round();
@@ -2532,7 +2515,7 @@ mod tests {
     #[test]
     fn a6_an_empty_text_delta_shows_nothing_and_keeps_the_break_for_the_next_text() {
         let mut parts = Parts::new();
-        let sess = session(&mut parts, &[]);
+        let sess = parts.session_with(SID, &[]);
         let mut shown = Shown::default();
         shown.record("All done.");
         shown.new_round();
@@ -2555,7 +2538,7 @@ mod tests {
     #[test]
     fn c60_a_client_that_presents_notices_gets_an_acp_notice_and_the_text_is_untouched() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         sess.client_notices = true;
         let mut shown = Shown::default();
         shown.new_round();
@@ -2593,7 +2576,7 @@ mod tests {
     #[test]
     fn h10_the_first_prompt_carries_the_session_start_texts_in_its_first_request_only() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         sess.start_texts = vec![("todo".into(), "open: docs".into())];
         let mut turn = start(&mut parts, &mut sess, "first");
         assert!(sess.start_texts.is_empty(), "the first prompt took them");
@@ -2648,7 +2631,7 @@ mod tests {
     #[test]
     fn h10_a_first_prompt_cancelled_before_its_first_request_drops_the_texts() {
         let mut parts = Parts::new();
-        let mut sess = session(&mut parts, &[]);
+        let mut sess = parts.session_with(SID, &[]);
         sess.start_texts = vec![("todo".into(), "open: docs".into())];
         let mut turn = start(&mut parts, &mut sess, "first");
         assert_eq!(

@@ -678,17 +678,14 @@ mod tests {
                 b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
             )
         });
+        // The query of the redirect the callback got (its request line's target).
+        let callback_query = |line: String| {
+            let target = line.split_whitespace().nth(1).unwrap().to_string();
+            form_decode(target.split_once('?').unwrap().1)
+        };
         let mut visited = Vec::new();
         assert_eq!(browse(&url, &mut visited), 200, "{visited:?}");
-        let line = seen.join().unwrap();
-        let query = line
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .split_once('?')
-            .unwrap()
-            .1;
-        let q = form_decode(query);
+        let q = callback_query(seen.join().unwrap());
         assert_eq!(q["state"], "s 1");
         let token = |verifier: &str, code: &str| {
             post(
@@ -726,15 +723,7 @@ mod tests {
             }
         });
         assert_eq!(browse(&url, &mut visited), 200, "{visited:?}");
-        let line = seen.join().unwrap();
-        let query = line
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .split_once('?')
-            .unwrap()
-            .1;
-        let (status, tokens) = token(&verifier, &form_decode(query)["code"]);
+        let (status, tokens) = token(&verifier, &callback_query(seen.join().unwrap())["code"]);
         assert_eq!(status, 200, "{tokens} {:?}", auth.rejections());
         let access = tokens["access_token"].as_str().unwrap();
         let file = std::fs::read_to_string(auth.tokens_file()).unwrap();

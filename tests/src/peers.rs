@@ -304,8 +304,7 @@ fn run_bounded(mut cmd: Command, timeout: Duration) -> (Option<i32>, String, Str
 /// acpx (an independent ACP client) runs a one-shot prompt against the agent with permission
 /// `ask` and `--approve-all`: one `fs__echo` call, then the final answer.
 fn acpx_drives_the_agent_through_one_tool_call(ctx: &Ctx, acpx_cli: &Path) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let home = s.dir.path().join("home");
     std::fs::create_dir(&home).expect("mkdir home");
     let llm = FakeLlm::scripted(vec![
@@ -841,8 +840,7 @@ fn fakellm_chat_route_one_tool_call_then_final_text(ctx: &Ctx, bin: &Path) {
 /// recognises (its `tool_result_contains` rule fires), then fakellm's final text ends the turn
 /// `end_turn` (SPEC L6 / L7, L4).
 fn fakellm_one_tool_call(ctx: &Ctx, bin: &Path, wire: Wire, api: &str) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let server = Fakellm::start(bin, s.dir.path());
     let agent = ctx.agent_at(wire, &server.origin, &[], &s.ws);
     agent.initialize();
@@ -1029,8 +1027,7 @@ fn hooks_fastmcp_package(ctx: &Ctx, _: &Path) {
 /// everything parsed by the SDK's own schema models. The SDK pipes the agent's stderr and never
 /// reads it (case C51); the agent logs at `debug` all the same, which must never block it.
 fn acp_python_sdk_drives_a_tool_call_and_an_objection(ctx: &Ctx, _: &Path) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let llm = FakeLlm::scripted(vec![
         Reply::tool_calls(vec![(
             "call_1",

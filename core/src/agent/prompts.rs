@@ -17,7 +17,7 @@ use crate::permissions::PermissionRequest;
 use crate::session::Session;
 use crate::tool_calls::InterceptEvent;
 use crate::tools::ToolOutput;
-use crate::turn::{Turn, TurnEnd};
+use crate::turn::{StopReason, Turn, TurnEnd};
 use serde_json::{Value, json};
 
 impl Agent {
@@ -391,6 +391,21 @@ impl Agent {
             return;
         }
         self.step_turn(sid, |turn, sess, cx| turn.cancel(why, sess, cx));
+    }
+
+    /// Everything `sid` is doing is stopped, for `why` (its close, the agent's shutdown): the
+    /// queued prompt is answered `cancelled`, the command waiting for `prompts/get` and the
+    /// turn are cancelled, and a turn still in a hook gate is answered `cancelled` now (neither
+    /// waits for hooks).
+    pub(super) fn cancel_all_of(&mut self, sid: SessionId, why: &str) {
+        if let Some((queued, _)) = self.sessions.get_mut(&sid).and_then(|e| e.queued.take()) {
+            self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
+        }
+        self.cancel_command(sid, why);
+        self.cancel_turn(sid, why);
+        if self.has_turn(sid) {
+            self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
+        }
     }
 
     /// A permission answer (or its timeout) for a tool call of a turn (SPEC A7).

@@ -15,9 +15,8 @@ use crate::jsonrpc::{self, RpcId};
 use crate::lifecycle::Source;
 use crate::mcp::{ListLost, StartState};
 use crate::session::Session;
-use crate::session_entry::{HookRouted, Lifecycle, SessionEntry};
+use crate::session_entry::{HookRouted, Lifecycle, SessionEntry, session_if};
 use crate::store::StoreEvent;
-use crate::turn::{StopReason, TurnEnd};
 use serde_json::{Value, json};
 
 /// `text` as a sentence: its first letter upper-case, a full stop at the end.
@@ -150,12 +149,7 @@ impl Agent {
             return;
         };
         let sid = read.session;
-        let Some(sess) = self
-            .sessions
-            .get_mut(&sid)
-            .filter(|e| e.is_starting())
-            .map(|e| &mut e.session)
-        else {
+        let Some(sess) = session_if(&mut self.sessions, sid, SessionEntry::is_starting) else {
             return;
         };
         let (taken, mut findings) =
@@ -199,19 +193,24 @@ impl Agent {
         match then {
             AfterRead::Load { replay } => self.store.begin_load(sid, cwd, replay, &mut self.out),
             AfterRead::New => {
-                let slots = self
-                    .sessions
-                    .get(&sid)
-                    .map(|e| e.session.servers.clone())
-                    .unwrap_or_default();
-                if slots.is_empty() {
+                if !self.spawn_servers(sid) {
                     self.session_ready(sid, Source::New);
-                }
-                for slot in slots {
-                    self.servers.spawn(slot, &mut self.out, &mut self.timers);
                 }
             }
         }
+    }
+
+    /// Spawns the MCP servers of the starting session `sid`; whether it has any.
+    fn spawn_servers(&mut self, sid: SessionId) -> bool {
+        let slots = self
+            .sessions
+            .get(&sid)
+            .map(|e| e.session.servers.clone())
+            .unwrap_or_default();
+        for &slot in &slots {
+            self.servers.spawn(slot, &mut self.out, &mut self.timers);
+        }
+        !slots.is_empty()
     }
 
     /// A server of a starting session became ready or failed: answer `session/new` when every
@@ -328,12 +327,7 @@ impl Agent {
     /// `available_commands_update`, once the session is answered and whenever they differ from
     /// what it was last told; nothing while there never were any.
     pub(super) fn advertise_commands(&mut self, sid: SessionId) {
-        let Some(sess) = self
-            .sessions
-            .get_mut(&sid)
-            .filter(|e| e.is_open())
-            .map(|e| &mut e.session)
-        else {
+        let Some(sess) = session_if(&mut self.sessions, sid, SessionEntry::is_open) else {
             return;
         };
         let commands = self.servers.commands(&sess.servers);
@@ -475,16 +469,8 @@ impl Agent {
             match event {
                 StoreEvent::Opened(sid) => {
                     // The transcript is ours: start the servers, then read it.
-                    let slots = self
-                        .sessions
-                        .get(&sid)
-                        .map(|e| e.session.servers.clone())
-                        .unwrap_or_default();
-                    if slots.is_empty() {
+                    if !self.spawn_servers(sid) {
                         self.store.read(sid, &mut self.out);
-                    }
-                    for slot in slots {
-                        self.servers.spawn(slot, &mut self.out, &mut self.timers);
                     }
                 }
                 StoreEvent::Loaded(sid, restored) => {
@@ -740,14 +726,7 @@ impl Agent {
         else {
             return self.session_not_found(&id, &named);
         };
-        if let Some((queued, _)) = self.sessions.get_mut(&sid).and_then(|e| e.queued.take()) {
-            self.reply_ok(&queued, &json!({"stopReason": "cancelled"}));
-        }
-        self.cancel_command(sid, "session closed");
-        self.cancel_turn(sid, "session closed");
-        if self.has_turn(sid) {
-            self.end_turn(sid, TurnEnd::Stopped(StopReason::Cancelled));
-        }
+        self.cancel_all_of(sid, "session closed");
         self.start_ending(sid, EndReason::Close, Some(id));
     }
 

@@ -2221,12 +2221,7 @@ data: {"type":"message_stop"}
             user("the live prompt"),
         ];
         let body = request_body(&messages, &[], None);
-        let roles: Vec<&str> = body["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|m| m["role"].as_str())
-            .collect();
+        let roles = crate::json::strs_of(&body["messages"], "role");
         assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"]);
         // The last user turn is the live prompt alone: no tool loop is open at the end, so
         // thinking rules never ask the synthetic call for a thinking block.

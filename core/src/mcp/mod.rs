@@ -101,6 +101,18 @@ pub(crate) struct McpRequest<'a> {
     pub(crate) timeout_ms: u64,
 }
 
+impl<'a> McpRequest<'a> {
+    /// A `tools/call` (a model's tool call or a hook's) with `params`.
+    pub(crate) fn tools_call(params: &'a Value, purpose: Purpose, timeout_ms: u64) -> Self {
+        McpRequest {
+            method: "tools/call",
+            params,
+            purpose,
+            timeout_ms,
+        }
+    }
+}
+
 /// What the agent must route after a table step, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum McpEvent {

@@ -447,6 +447,13 @@ impl ServerTable {
             .map(|_| proc.server)
     }
 
+    /// The server of `proc`, only if `proc` is its current generation (as [`Self::current`]).
+    fn current_mut(&mut self, proc: ProcKey) -> Option<&mut Server> {
+        self.servers
+            .get_mut(&proc.server)
+            .filter(|s| s.stdio().is_some_and(|t| t.proc() == proc))
+    }
+
     /// Records a server of `session` (not yet spawned; SPEC M1, S1: the allowlisted inherited
     /// environment, then the client's entries, which win). A stdio server runs in `cwd`; every
     /// server is offered `cwd` and `additional` as its roots (SPEC M13).
@@ -701,10 +708,8 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
-        let Some(slot) = self.current(proc) else {
-            return Vec::new();
-        };
-        let Some(s) = self.servers.get_mut(&slot) else {
+        let slot = proc.server;
+        let Some(s) = self.current_mut(proc) else {
             return Vec::new();
         };
         if let Some(t) = s.stdio_mut() {
@@ -747,10 +752,8 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
-        let Some(slot) = self.current(proc) else {
-            return Vec::new();
-        };
-        let Some(s) = self.servers.get_mut(&slot) else {
+        let slot = proc.server;
+        let Some(s) = self.current_mut(proc) else {
             return Vec::new();
         };
         timers.clear(Timer::Server(slot, ServerTimer::StdoutClosed));
@@ -810,10 +813,8 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
-        let Some(slot) = self.current(proc) else {
-            return Vec::new();
-        };
-        let Some(s) = self.servers.get(&slot) else {
+        let slot = proc.server;
+        let Some(s) = self.current_mut(proc) else {
             return Vec::new();
         };
         if s.is_dead() {
@@ -1260,9 +1261,8 @@ impl ServerTable {
         proc: ProcKey,
         bytes: &[u8],
     ) -> Option<(ServerSlot, Vec<LineEvent>)> {
-        let slot = self.current(proc)?;
-        let s = self.servers.get_mut(&slot)?;
-        Some((slot, s.stdio_mut()?.split(bytes)))
+        let s = self.current_mut(proc)?;
+        Some((proc.server, s.stdio_mut()?.split(bytes)))
     }
 
     /// `Input::Http`: what the runtime observed of an exchange of an HTTP server (SPEC M10):

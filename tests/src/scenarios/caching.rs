@@ -52,8 +52,7 @@ fn checked_breakpoints(req: &RecordedRequest, what: &str) -> Vec<String> {
 pub fn l11_anthropic_breakpoints_roll_and_the_prefix_holds_across_an_objection_and_a_reload(
     ctx: &Ctx,
 ) {
-    let s = Scratch::new();
-    let log = s.file("hooks.log");
+    let (s, [log]) = Scratch::with_files(["hooks.log"]);
     let state = path_str(&s.dir.path().join("state"));
     let env = [
         ("BUZZ_AGENT_STATE_DIR", state.as_str()),
@@ -74,22 +73,22 @@ pub fn l11_anthropic_breakpoints_roll_and_the_prefix_holds_across_an_objection_a
         Reply::text("Fixed now."),
         Reply::text("Second prompt answered."),
     ]);
-    let (llm, agent) = Setup::new(ctx, &s)
-        .llm(llm)
-        .wire(Wire::Anthropic)
-        .env(&env)
-        .spawn();
-    agent.initialize();
+    // Each process: the same fake LLM, route and environment, initialized.
+    let start = |llm| {
+        let (llm, agent) = Setup::new(ctx, &s)
+            .llm(llm)
+            .wire(Wire::Anthropic)
+            .env(&env)
+            .spawn();
+        agent.initialize();
+        (llm, agent)
+    };
+    let (llm, agent) = start(llm);
     let sid = agent.new_session(&s.ws, servers("1"));
     let r = agent.prompt(&sid, "Echo twice, then finish.");
     assert_end_turn(&agent, &r);
     agent.finish();
-    let (llm, agent) = Setup::new(ctx, &s)
-        .llm(llm)
-        .wire(Wire::Anthropic)
-        .env(&env)
-        .spawn();
-    agent.initialize();
+    let (llm, agent) = start(llm);
     let loaded = agent.request(
         "session/load",
         json!({"sessionId": sid, "cwd": s.ws, "mcpServers": servers("0")}),

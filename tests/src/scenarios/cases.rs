@@ -73,8 +73,7 @@ fn launcher_group(agent: &AgentProc, pidfile: &str) -> (i32, i32, i32) {
 /// server's request 5 never resolves our request 5 (the call completes with its own text), and
 /// answering while our call is pending does not deadlock. The server keeps working.
 pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("fs.log");
+    let (s, [log]) = Scratch::with_files(["fs.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "done"}))]),
@@ -190,8 +189,7 @@ pub fn c13_server_requests_are_answered_in_their_own_id_space(ctx: &Ctx) {
 /// timed-out call is not retried; the session takes prompts afterwards. (A call within the
 /// backoff failing at once is `lifecycle::m9_…`.)
 pub fn c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_killed(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (silent_log, silent_pids) = (s.file("silent.log"), s.file("silent.pids"));
+    let (s, [silent_log, silent_pids]) = Scratch::with_files(["silent.log", "silent.pids"]);
     let (log, pids) = (s.file("fs.log"), s.file("fs.pids"));
     // The first server process, and whether it was still alive when its late reply was due.
     let server0: Arc<Mutex<i32>> = Arc::default();
@@ -396,8 +394,7 @@ pub fn c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_ki
 /// right after answering `initialize` fails `session/new` naming the exit status and stderr; the
 /// ACP session stays alive throughout.
 pub fn c15_error_replies_iserror_and_exits_resolve_at_once_with_the_cause(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (log, pids) = (s.file("fs.log"), s.file("fs.pids"));
+    let (s, [log, pids]) = Scratch::with_files(["fs.log", "fs.pids"]);
     let inits_at_round_2: Arc<Mutex<Option<usize>>> = Arc::default();
     let llm = {
         let (log, seen) = (log.clone(), inits_at_round_2.clone());
@@ -547,8 +544,7 @@ pub fn h4_c30_late_hook_reply_never_satisfies_the_next_call_and_a_reply_resets_t
     ctx: &Ctx,
 ) {
     const LATE: &str = "LATE-OBJECTION must never be injected";
-    let s = Scratch::new();
-    let (log, pids) = (s.file("guard.log"), s.file("guard.pids"));
+    let (s, [log, pids]) = Scratch::with_files(["guard.log", "guard.pids"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|_, _| Reply::text("done"))
         .env(&[
@@ -630,8 +626,7 @@ pub fn h4_c30_late_hook_reply_never_satisfies_the_next_call_and_a_reply_resets_t
 /// ends `end_turn` within the 300 ms hook timeout plus a margin; the second consecutive timeout
 /// kills the launcher's whole process group (SIGKILL after the grace), leaving no member.
 pub fn h4_c30_c34_hanging_stubborn_hook_launcher_bounds_every_prompt_and_its_group_dies(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (log, pids) = (s.file("guard.log"), s.file("guard.pids"));
+    let (s, [log, pids]) = Scratch::with_files(["guard.log", "guard.pids"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|_, _| Reply::text("done"))
         .env(&[
@@ -797,8 +792,7 @@ impl Drop for TreeGuard {
 /// still cancels the call (`notifications/cancelled`), stops every server, exits 0 within 5 s,
 /// prints no panic, and no process of its servers survives.
 pub fn p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (log, pids) = (s.file("a.log"), s.file("a.pids"));
+    let (s, [log, pids]) = Scratch::with_files(["a.log", "a.pids"]);
     let llm = FakeLlm::with_handler(|i, _| match i {
         0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
         _ => Reply::text("unexpected extra round"),
@@ -956,8 +950,7 @@ pub fn p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly(ctx: &Ctx) 
 /// member. (2) A server writes a stdout line over 16 MiB: the pending call fails at once naming
 /// the cap, the turn goes on, and the group loses every member.
 pub fn m8_c34_sh_c_launcher_groups_die_on_start_failure_and_oversize_line(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (p_ok, p_mute, p_big) = (s.file("ok.pids"), s.file("mute.pids"), s.file("big.pids"));
+    let (s, [p_ok, p_mute, p_big]) = Scratch::with_files(["ok.pids", "mute.pids", "big.pids"]);
     let fill = "x".repeat(4096);
     let (llm, agent) = Setup::new(ctx, &s)
         .replies(vec![
@@ -1175,8 +1168,7 @@ pub fn c64_lone_surrogates_are_decoded_at_every_json_boundary_and_answered(ctx: 
 /// (one call at a time): the call to the tool removed while the round ran ends with an error
 /// that says so, and the server never sees it.
 pub fn c65_a_tool_list_changed_during_a_round_is_offered_in_the_very_next_request(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log_t = s.file("t.log");
+    let (s, [log_t]) = Scratch::with_files(["t.log"]);
     let tools = ("FAKE_MCP_TOOLS", "unlock,old_tool,secret_number");
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![

@@ -674,8 +674,7 @@ pub(crate) fn exec_approving_all(
 /// and allowed by `--approve all`, the `todo` server's `_Stop` objecting once (shown on the
 /// `[stop]` line), exit 0 on `end_turn`.
 pub fn p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let llm = FakeLlm::scripted(vec![
         Reply::tool_calls(vec![
             ("c1", "fs__echo", json!({"text": "hello"})),
@@ -746,8 +745,7 @@ pub fn p3_e2_exec_runs_a_prompt_end_to_end_with_mcp_servers_and_a_hook(ctx: &Ctx
 /// `${VAR}` expanded from `exec`'s environment) go with every request, and the model's call
 /// of its tool is answered.
 pub fn m10_exec_connects_the_http_entries_of_an_mcp_config(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("http.log");
+    let (s, [log]) = Scratch::with_files(["http.log"]);
     let server_env = [
         ("FAKE_MCP_TOOLS", "echo"),
         ("FAKE_MCP_HTTP_TOKEN", "tok-123"),
@@ -796,8 +794,7 @@ pub fn m10_exec_connects_the_http_entries_of_an_mcp_config(ctx: &Ctx) {
 /// and the turn still ends `end_turn` (exit 0).
 pub fn a7_exec_approve_reads_and_none_deny_tools_that_are_not_reads(ctx: &Ctx) {
     for approve in [None, Some("none")] {
-        let s = Scratch::new();
-        let log = s.file("calls.log");
+        let (s, [log]) = Scratch::with_files(["calls.log"]);
         let llm = FakeLlm::scripted(vec![
             Reply::tool_calls(vec![
                 ("c0", "fs__read", json!({"text": "a note"})),
@@ -888,8 +885,7 @@ pub fn l5_exec_prints_an_llm_error_and_exits_1(ctx: &Ctx) {
 pub fn c1_exec_usage_config_file_and_configuration_errors_exit_2(ctx: &Ctx) {
     let llm = FakeLlm::scripted(vec![]);
     let env = exec_env(&llm);
-    let s = Scratch::new();
-    let bad_json = s.file("bad.json");
+    let (s, [bad_json]) = Scratch::with_files(["bad.json"]);
     std::fs::write(&bad_json, "{\"mcpServers\": {\"a\": {}}}").expect("write");
     let missing = s.file("missing.json");
     let no_dir = s.file("no-such-dir");

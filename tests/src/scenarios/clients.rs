@@ -292,8 +292,7 @@ fn one_notice_in_the_answer_and_the_first_prompt(
 /// a notice to the client (in the `session/new` answer's `_meta.buzz.notices` and before the
 /// first prompt's answer, once); hooks stay off (no case folding).
 pub fn c56_a_hook_server_missing_from_the_allowlist_is_warned_about_once(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (_llm, agent) = Setup::new(ctx, &s)
         .replies(vec![Reply::text("one"), Reply::text("two")])
         .env(&[("MCP_HOOK_SERVERS", "testguard")])
@@ -438,8 +437,7 @@ pub fn c58_models_are_advertised_and_both_ways_of_setting_one_work(ctx: &Ctx) {
 /// `["assistant"]` to the model only; `tools/call` carries a `progressToken` and the server's
 /// `notifications/progress` become `in_progress` updates with progress text.
 pub fn c59_images_audience_and_progress_from_mcp_tools(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("fs.log");
+    let (s, [log]) = Scratch::with_files(["fs.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::tool_calls(vec![("c1", "fs__media", json!({}))]),
@@ -518,8 +516,7 @@ pub fn c59_images_audience_and_progress_from_mcp_tools(ctx: &Ctx) {
 /// now.": the client sees the answers a paragraph apart, and between them a notice saying a
 /// hook made the turn go on (never the objection's text).
 pub fn c60_answers_after_an_objection_are_paragraphs_and_a_notice_says_why(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (_llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::text("All done."),
@@ -571,8 +568,7 @@ pub fn c60_answers_after_an_objection_are_paragraphs_and_a_notice_says_why(ctx: 
 /// C60 with a client that advertised `clientCapabilities.session.notices`: the objection notice
 /// is an ACP `notice` update (schema-checked like every frame), and no message chunk carries it.
 pub fn c60_a_client_that_presents_notices_gets_an_acp_notice(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (_llm, agent) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::text("All done."),
@@ -659,8 +655,7 @@ pub fn c60_no_requirement_ids_in_any_text_a_user_or_the_model_reads(ctx: &Ctx) {
     assert_eq!(requirement_id("case C53 here").as_deref(), Some("C53"));
     assert_eq!(requirement_id("CO2 (a) C3PO x(A)"), None);
 
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|i, _| match i {
             0 => Reply::tool_calls(vec![

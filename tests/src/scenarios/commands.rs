@@ -89,8 +89,7 @@ pub fn a11_prompts_are_offered_as_commands_and_a_list_change_sends_the_new_list(
 /// required argument or a failing `prompts/get` is an error naming the command, and the
 /// session goes on; a `/word` that is no command reaches the model as typed.
 pub fn a11_a_command_runs_prompts_get_and_its_messages_are_the_users_turn(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::text("reviewed"),
@@ -172,8 +171,7 @@ pub fn a11_a_command_runs_prompts_get_and_its_messages_are_the_users_turn(ctx: &
 /// prompt `cancelled`, tells the server (`notifications/cancelled` with the request's id), and
 /// the next prompt runs.
 pub fn a11_a_cancel_while_prompts_get_is_in_flight_answers_cancelled(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (_llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![Reply::text("next")])
         .fake_mcp(

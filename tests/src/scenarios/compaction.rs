@@ -156,8 +156,7 @@ fn compaction_env() -> Vec<(&'static str, &'static str)> {
 /// the NEXT request is exactly [summary user message, `_PostCompact` call + JSON result, live
 /// prompt]; the turn ends `end_turn`; every request is provider-valid.
 pub fn k1_h7_compaction_summary_then_postcompact_then_live_prompt(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let live = "Fetch two big results, then write the report.";
     let post = "todo: [ ] write the report";
     let (llm, agent, sid) = Setup::new(ctx, &s)
@@ -284,8 +283,7 @@ fn compaction_with_hook(
     extra_agent: &[(&'static str, &'static str)],
     server_env: &[(&str, &str)],
 ) -> (RecordedRequest, Duration, Vec<Value>, &'static str) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let live = "Collect the data and report.";
     let mut senv = vec![
         ("FAKE_MCP_TOOLS", "big"),
@@ -607,8 +605,7 @@ pub fn k1_l5_a_full_context_window_stop_compacts_and_the_round_runs_again(ctx: &
 /// `end_turn`. Recoveries are per prompt (3 → four cut responses end `max_tokens`), and with
 /// BUZZ_AGENT_MAX_TOKEN_RECOVERIES=0 the first cut ends the prompt `max_tokens`.
 pub fn l1_max_tokens_partial_tool_call_not_run_nudge_then_recovery(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let cut = || {
         Reply::tool_calls_raw(vec![(
             "call_cut",

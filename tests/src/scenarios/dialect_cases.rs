@@ -20,8 +20,7 @@ use std::time::Duration;
 /// `stopObjections: 0`. Its objection (text mirrored in `structuredContent`) reaches the model
 /// once, as the text — never as `{"result":…}`.
 pub fn c40_fastmcp_none_is_empty_and_its_text_objects_once(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("fm.log");
+    let (s, [log]) = Scratch::with_files(["fm.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|_, _| Reply::text("All done."))
         .env(&[("MCP_HOOK_SERVERS", "fm")])
@@ -106,8 +105,7 @@ pub fn ollama_index0_calls(calls: &[(&str, &str, Value)]) -> String {
 /// `tools/call`, and the next request has one assistant message with both calls (each
 /// `arguments` a valid JSON string) followed by both `role:"tool"` results.
 pub fn c37_two_calls_at_index_0_run_as_two_calls(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::raw_sse(ollama_index0_calls(&[
@@ -336,8 +334,7 @@ pub fn anthropic_thinking_then_text(thinking: &str, signature: &str, text: &str)
 /// text "All done.", tool_use h___Stop]` — a thinking model accepts it — and the turn ends
 /// after 2 calls with `stopObjections: 1`.
 pub fn c39_stop_objection_while_thinking_keeps_the_signed_thinking_block(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("h.log");
+    let (s, [log]) = Scratch::with_files(["h.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::raw_sse(anthropic_thinking_then_text(
@@ -571,8 +568,7 @@ pub const C69_PAUSED: &str = concat!(
 pub fn c69_a_pause_turn_is_continued_and_stop_runs_once_at_the_real_end(ctx: &Ctx) {
     use crate::dialects::{Dialect, Violations};
     use crate::fake_llm::FakeLlm;
-    let s = Scratch::new();
-    let log = s.file("h.log");
+    let (s, [log]) = Scratch::with_files(["h.log"]);
     let expected_turn = json!([
         {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search",
          "input": {"query": "rust 2026 edition"}},
@@ -658,8 +654,7 @@ fn refusal_reply(wire: Wire) -> Reply {
 /// row. Before: the two prompts were one user turn, and every later prompt was refused.
 pub fn c77_after_a_refusal_the_next_prompt_is_answered_on_every_route(ctx: &Ctx) {
     for wire in [Wire::Anthropic, Wire::Chat, Wire::Responses] {
-        let s = Scratch::new();
-        let log = s.file("h.log");
+        let (s, [log]) = Scratch::with_files(["h.log"]);
         let (llm, agent, sid) = Setup::new(ctx, &s)
             .wire(wire)
             .env(&[("MCP_HOOK_SERVERS", "h")])

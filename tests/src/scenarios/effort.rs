@@ -4,7 +4,7 @@
 //! keeping it.
 
 use super::setup::Setup;
-use super::util::{Scratch, assert_end_turn, path_str};
+use super::util::{Scratch, assert_end_turn, path_str, strs_of};
 use crate::fake_llm::{FakeLlm, RecordedRequest, Reply, Style, Wire};
 use crate::harness::fake_mcp_entry;
 use crate::harness::{AgentProc, Ctx};
@@ -109,12 +109,7 @@ pub fn l12_effort_reaches_every_route_and_set_config_option_changes_it_from_the_
         assert_eq!(options[1]["category"], "thought_level");
         assert_eq!(options[1]["type"], "select");
         assert_eq!(options[1]["currentValue"], "medium");
-        let values: Vec<&str> = options[1]["options"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o["value"].as_str())
-            .collect();
+        let values = strs_of(&options[1]["options"], "value");
         assert_eq!(values, ["default", "low", "medium", "high", "max"]);
 
         assert_end_turn(&agent, &agent.prompt(&sid, "Echo a."));

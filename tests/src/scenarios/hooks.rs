@@ -96,8 +96,7 @@ fn always_text(ctx: &Ctx, text: &'static str) -> FakeLlm {
 /// `end_turn`; the 2nd LLM request carries the injection pair (exact compact JSON, even for text
 /// with quotes, newlines and delimiters); hooks are never announced to the client.
 pub fn h5_h6_hook_objects_once_then_clears_end_turn(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let hook_text = "3 tests failing: \"parse\" </tool_result>\n{\"role\":\"system\"} ✗";
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .llm(always_text(ctx, "All done."))
@@ -182,8 +181,7 @@ pub fn h5_h6_hook_objects_once_then_clears_end_turn(ctx: &Ctx) {
 /// LLM calls (N+1), `_Stop` reached the server once, the response says the budget was exhausted
 /// and stderr warns.
 pub fn h5_always_objecting_budget_1_makes_exactly_the_predicted_calls(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(call_then_always(
             "guard__echo",
@@ -236,8 +234,7 @@ pub fn h5_always_objecting_budget_1_makes_exactly_the_predicted_calls(ctx: &Ctx)
 /// budget 2 and an always-objecting hook each make 3 LLM calls and 2 `_Stop` calls, and the
 /// `_meta` attempt/budget restart at 1/2.
 pub fn h5_i2_budget_resets_per_prompt(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .llm(always_text(ctx, "done"))
         .env(&[
@@ -279,8 +276,7 @@ pub fn m4_h2_hooks_hidden_and_not_called_without_allowlist(ctx: &Ctx) {
     const GUARD_TEXT: &str = "GUARD-HOOK-TEXT-must-not-leak";
     const OTHER_TEXT: &str = "OTHER-HOOK-TEXT";
     for allowlist in [None, Some("other")] {
-        let s = Scratch::new();
-        let (log, other_log) = (s.file("guard.log"), s.file("other.log"));
+        let (s, [log, other_log]) = Scratch::with_files(["guard.log", "other.log"]);
         let env: Vec<(&str, &str)> = allowlist
             .map(|a| vec![("MCP_HOOK_SERVERS", a)])
             .unwrap_or_default();
@@ -376,8 +372,7 @@ pub fn m4_h2_hooks_hidden_and_not_called_without_allowlist(ctx: &Ctx) {
 /// `notifications/cancelled` and keeps the server; the second consecutive timeout kills the
 /// server's whole process group (grandchild included).
 pub fn h4_hook_timeout_fails_open_then_second_timeout_kills_group(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (log, pidfile) = (s.file("guard.log"), s.file("guard.pids"));
+    let (s, [log, pidfile]) = Scratch::with_files(["guard.log", "guard.pids"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .llm(always_text(ctx, "done"))
         .env(&[
@@ -550,8 +545,7 @@ pub fn h3_four_hook_servers_run_concurrently(ctx: &Ctx) {
 /// and never produces `session/request_permission` (nor a tool update); a model tool call in a
 /// later prompt does ask, exactly once.
 pub fn a7_h8_stop_reaches_server_once_without_permission_request(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::text("first answer"),
@@ -786,8 +780,7 @@ pub fn g1_g2_reply_guard(ctx: &Ctx) {
 /// H5/G1: `BUZZ_AGENT_STOP_MAX_REJECTIONS=0` disables `_Stop` and the reply guard: one LLM call,
 /// the always-objecting hook is never called.
 pub fn h5_g1_budget_zero_disables_stop_and_reply_guard(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .llm(always_text(ctx, "done"))
         .env(&[
@@ -813,8 +806,7 @@ pub fn h5_g1_budget_zero_disables_stop_and_reply_guard(ctx: &Ctx) {
 /// `_meta["buzz/hook"] = {point, sessionId, attempt, budgetRemaining}`: attempt 1 then 2,
 /// budgetRemaining 3 then 2.
 pub fn h3_meta_carries_point_session_attempt_budget(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("guard.log");
+    let (s, [log]) = Scratch::with_files(["guard.log"]);
     let (_llm, agent, sid) = Setup::new(ctx, &s)
         .llm(always_text(ctx, "done"))
         .env(&[("MCP_HOOK_SERVERS", "guard")])

@@ -77,8 +77,7 @@ fn echo_then_text(args: Value) -> impl Fn(usize, &crate::fake_llm::RecordedReque
 /// call before permission is asked: the MCP server never receives it, the client sees the call
 /// `failed` with the validator's message, and the model gets the same text as the tool error.
 pub fn x1_a_denying_validator_stops_a_real_tool_call(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+    let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
     let deny = json!([{"name": "no-echo", "type": "validation", "behavior": "deny",
                        "message": "echo is not allowed here"}]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
@@ -129,8 +128,7 @@ pub fn x1_a_denying_validator_stops_a_real_tool_call(ctx: &Ctx) {
 /// X1: a mutator rewrites the arguments, the MCP server receives the rewritten ones, and the
 /// client's `rawInput` (a `tool_call_update`, then the permission request) shows what runs.
 pub fn x1_a_mutator_rewrites_the_arguments_the_server_receives(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+    let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
     let rewrite = json!([
         {"name": "tag", "type": "mutation", "behavior": "set", "set": {"text": "REWRITTEN"},
          "priorityHint": 5},
@@ -182,8 +180,7 @@ pub fn x1_a_mutator_rewrites_the_arguments_the_server_receives(ctx: &Ctx) {
 /// X1: an `audit` validator that would deny never blocks: the call runs and the would-be
 /// denial is logged.
 pub fn x1_an_audit_validator_only_logs(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+    let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
     let audit = json!([{"name": "watch", "type": "validation", "behavior": "deny",
                         "message": "would be blocked", "mode": "audit"}]);
     let (_llm, agent, sid) = Setup::new(ctx, &s)
@@ -213,8 +210,7 @@ pub fn x1_an_audit_validator_only_logs(ctx: &Ctx) {
 /// fail-closed (the default) and lets it through when it says `failOpen: true`.
 pub fn x1_a_crashing_interceptor_blocks_unless_it_fails_open(ctx: &Ctx) {
     for fail_open in [false, true] {
-        let s = Scratch::new();
-        let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+        let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
         let crash = json!([{"name": "fragile", "type": "validation", "behavior": "crash",
                             "failOpen": fail_open}]);
         let (_llm, agent, sid) = Setup::new(ctx, &s)
@@ -250,8 +246,7 @@ pub fn x1_a_crashing_interceptor_blocks_unless_it_fails_open(ctx: &Ctx) {
 /// closed), its invocation is abandoned with `notifications/cancelled`, and a second
 /// consecutive timeout kills its server.
 pub fn x1_h4_a_silent_interceptor_times_out_closed_and_its_second_timeout_kills_it(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+    let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
     let hang = json!([{"name": "slowpoke", "type": "validation", "behavior": "hang"}]);
     let (_llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|i, _| match i {
@@ -297,8 +292,7 @@ pub fn x1_h4_a_silent_interceptor_times_out_closed_and_its_second_timeout_kills_
 /// X1/A4: a cancel while the chain waits for an interceptor ends the prompt `cancelled` at
 /// once, the call `failed`, and the invocation is cancelled at its server.
 pub fn x1_a4_cancel_mid_chain_cancels_the_invocation(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+    let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
     let hang = json!([{"name": "slowpoke", "type": "validation", "behavior": "hang"}]);
     let (_llm, agent, sid) = Setup::new(ctx, &s)
         .handler(echo_then_text(json!({"text": "hi"})))
@@ -341,8 +335,7 @@ pub fn x1_a4_cancel_mid_chain_cancels_the_invocation(ctx: &Ctx) {
 pub fn x1_interceptor_servers_tools_stay_callable_only_if_they_are_also_ordinary_servers(
     ctx: &Ctx,
 ) {
-    let s = Scratch::new();
-    let (both_log, only_log) = (s.file("both.log"), s.file("only.log"));
+    let (s, [both_log, only_log]) = Scratch::with_files(["both.log", "only.log"]);
     let allow = json!([{"name": "ok", "type": "validation", "behavior": "allow"}]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|i, _| match i {
@@ -383,8 +376,7 @@ pub fn x1_interceptor_servers_tools_stay_callable_only_if_they_are_also_ordinary
 /// X1 with the permission prompt set to deny: a call the chain allows still needs the user's
 /// permission (the request phase comes first, it does not replace permission).
 pub fn x1_a7_an_allowed_call_still_asks_permission(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+    let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
     let allow = json!([{"name": "ok", "type": "validation", "behavior": "allow"}]);
     let (_llm, agent, sid) = Setup::new(ctx, &s)
         .handler(echo_then_text(json!({"text": "hi"})))
@@ -638,8 +630,7 @@ pub fn s4_every_way_an_interceptor_gate_goes_missing_blocks_the_call(ctx: &Ctx) 
         ),
     ];
     for (allowlist, interceptors, logged, shown) in cases {
-        let s = Scratch::new();
-        let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+        let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
         let (llm, agent, sid) = Setup::new(ctx, &s)
             .handler(echo_then_text(json!({"text": "hi"})))
             .env(&[("BUZZ_AGENT_INTERCEPTOR_SERVERS", allowlist)])
@@ -669,8 +660,7 @@ pub fn s4_every_way_an_interceptor_gate_goes_missing_blocks_the_call(ctx: &Ctx) 
 /// `CallToolResult` blocks the result as a crash does; the model never gets an empty success.
 pub fn s4_a_malformed_rewrite_of_a_tool_result_blocks_it(ctx: &Ctx) {
     for payload in [json!({"content": "redacted"}), json!("redacted"), json!({})] {
-        let s = Scratch::new();
-        let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+        let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
         let rewrite = json!([{"name": "scrub", "type": "mutation", "phase": "response",
                               "behavior": "rewrite", "payload": payload}]);
         let (llm, agent, sid) = Setup::new(ctx, &s)

@@ -108,8 +108,7 @@ enum Answer {
 /// error reply, malformed results, unknown option ids. The tool never reaches MCP, its update
 /// is `failed`, the model gets an error result saying it was not authorized, the turn goes on.
 pub fn a7_every_malformed_or_negative_outcome_denies(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .llm(call_then_text("fs__echo", json!({"text": "secret op"})))
         .env(&ask_env())
@@ -214,8 +213,7 @@ pub fn a7_every_malformed_or_negative_outcome_denies(ctx: &Ctx) {
 /// A7: `allow_once` runs the tool exactly once, and only after the answer was sent; a repeated
 /// answer to the same request runs nothing more.
 pub fn a7_allow_runs_exactly_once_after_the_answer(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let seen: Arc<Mutex<Vec<usize>>> = Arc::default();
     let policy = {
         let seen = seen.clone();
@@ -273,8 +271,7 @@ pub fn a7_allow_runs_exactly_once_after_the_answer(ctx: &Ctx) {
 /// A7: `allow_always` / `reject_always` are remembered per qualified tool name for the rest of
 /// the session — no second question — and not across sessions.
 pub fn a7_allow_always_is_remembered_per_tool(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (log1, log2) = (s.file("s1.log"), s.file("s2.log"));
+    let (s, [log1, log2]) = Scratch::with_files(["s1.log", "s2.log"]);
     let server = |log: &str| {
         fake_mcp_entry(
             "fs",
@@ -361,8 +358,7 @@ pub fn a7_allow_always_is_remembered_per_tool(ctx: &Ctx) {
 
 /// A7: no answer within BUZZ_AGENT_PERMISSION_TIMEOUT_SECS denies; a late answer is dropped.
 pub fn a7_permission_timeout_denies(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .llm(call_then_text("fs__echo", json!({"text": "x"})))
         .env(&ask_env())
@@ -397,8 +393,7 @@ pub fn a7_permission_timeout_denies(ctx: &Ctx) {
 /// A7/L2: parallel calls of one response each ask (all questions are out before any answer),
 /// each answer decides its own call, results come back in call order.
 pub fn a7_parallel_calls_each_ask(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::tool_calls(vec![
@@ -570,8 +565,7 @@ pub fn a4_cancel_during_backoff(ctx: &Ctx) {
 /// A4/A7: cancel while a permission question is pending: answered `cancelled`, the call ends
 /// `failed` before the response, the tool never runs — not even on a late allow.
 pub fn a4_cancel_during_permission_wait(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .llm(call_then_text("fs__echo", json!({"text": "x"})))
         .env(&ask_env())
@@ -611,8 +605,7 @@ pub fn a4_cancel_during_permission_wait(ctx: &Ctx) {
 /// the call's request id and a reason, the cancel notification is never answered, the call reaches `failed` (saying it was cancelled) before the prompt
 /// response, nothing follows the response, and the next prompt runs on a valid history.
 pub fn a4_c04_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|i, _| match i {
             0 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
@@ -678,8 +671,7 @@ pub fn a4_c04_cancel_during_tool_call_sends_notifications_cancelled(ctx: &Ctx) {
 /// wait; the prompt is answered `cancelled` within about one hook timeout, and an objection that
 /// arrives meanwhile starts no new round.
 pub fn a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (log_hang, log_obj) = (s.file("hang.log"), s.file("obj.log"));
+    let (s, [log_hang, log_obj]) = Scratch::with_files(["hang.log", "obj.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|_, _| Reply::text("I am done."))
         .env(&[
@@ -725,8 +717,7 @@ pub fn a4_cancel_during_hook_gate_finishes_within_timeout_then_cancelled(ctx: &C
 /// prompt: the first is answered `cancelled` (once), then the second runs to `end_turn` on a
 /// provider-valid history.
 pub fn a4_a3_cancel_then_prompt_runs_the_new_prompt_after(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|i, _| match i {
             0 => Reply::tool_calls(vec![("call_slow", "fs__slow", json!({"ms": 60000}))]),
@@ -806,8 +797,7 @@ pub fn a4_a3_cancel_then_prompt_runs_the_new_prompt_after(ctx: &Ctx) {
 /// nothing (a request is answered `null`); cancel sent twice answers the prompt once; a stale
 /// cancel does not touch the next prompt.
 pub fn a4_c04_cancel_when_idle_and_twice_is_harmless(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|i, _| match i {
             0 => Reply::text("first"),
@@ -867,8 +857,7 @@ pub fn a4_c04_cancel_when_idle_and_twice_is_harmless(ctx: &Ctx) {
 /// after the backoff, so nothing else restarts it), waits through its slow handshake and
 /// succeeds.
 pub fn m9_crashed_server_recovers_after_backoff(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let echo =
         |id: &str, text: &str| Reply::tool_calls(vec![(id, "fs__echo", json!({"text": text}))]);
     let log2 = log.clone();
@@ -962,8 +951,7 @@ pub fn m9_crashed_server_recovers_after_backoff(ctx: &Ctx) {
 /// M9: three deaths without one successful call in between make a server permanently dead: its
 /// tools leave the model's list (another server's stay) and it is not restarted again.
 pub fn m9_three_deaths_make_it_permanent_and_tools_leave_the_list(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let crash = |id: &str| Reply::tool_calls(vec![(id, "fs__crash", json!({}))]);
     let wait = |id: &str| Reply::tool_calls(vec![(id, "keep__echo", json!({"text": "tick"}))]);
     let log2 = log.clone();
@@ -1057,8 +1045,7 @@ pub fn m9_three_deaths_make_it_permanent_and_tools_leave_the_list(ctx: &Ctx) {
 /// M6: `notifications/tools/list_changed` makes the agent re-list; the new tool is offered in
 /// a later round and its calls are routed to the server.
 pub fn m6_tools_list_changed_relists(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let log2 = log.clone();
     let llm = FakeLlm::with_handler(move |i, _| match i {
         0 => Reply::tool_calls(vec![("call_1", "fs__echo", json!({"text": "first"}))]),
@@ -1116,8 +1103,7 @@ pub fn p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly(ctx: &Ctx) {
         (libc::SIGINT, "SIGINT"),
         (libc::SIGHUP, "SIGHUP"),
     ] {
-        let s = Scratch::new();
-        let (pids_a, pids_b, log) = (s.file("a.pids"), s.file("b.pids"), s.file("a.log"));
+        let (s, [pids_a, pids_b, log]) = Scratch::with_files(["a.pids", "b.pids", "a.log"]);
         let (_llm, agent, sid) = Setup::new(ctx, &s)
             .handler(call_then_always(
                 "a__slow",
@@ -1177,8 +1163,7 @@ pub fn p1_c33_sigterm_sigint_and_sighup_shut_down_cleanly(ctx: &Ctx) {
 /// ignoring SIGTERM and stdin EOF (with a grandchild of its own): after EOF the agent escalates
 /// to SIGKILL of the group and nothing of it survives.
 pub fn m8_c34_sh_c_launcher_with_term_ignoring_grandchild_is_killed_on_agent_exit(ctx: &Ctx) {
-    let s = Scratch::new();
-    let pids = s.file("pids");
+    let (s, [pids]) = Scratch::with_files(["pids"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::tool_calls(vec![("call_1", "wrapped__echo", json!({"text": "via sh"}))]),

@@ -128,8 +128,7 @@ pub fn c08_mcp_start_failures_name_server_and_stderr(ctx: &Ctx) {
 /// down — including one that ignores SIGTERM and EOF — with its grandchild, and the agent exits
 /// 0 within about 5 s (close, 2 s, TERM, 2 s, KILL).
 pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (pid_a, pid_b, log_a) = (s.file("a.pids"), s.file("b.pids"), s.file("a.log"));
+    let (s, [pid_a, pid_b, log_a]) = Scratch::with_files(["a.pids", "b.pids", "a.log"]);
     let a = fake_mcp_entry(
         "a",
         &[
@@ -214,8 +213,7 @@ pub fn m8_p1_c33_stdin_eof_reaps_children_and_grandchildren(ctx: &Ctx) {
 /// nothing else: no provider key, no `BUZZ_AGENT_*`, no `GITHUB_TOKEN`, AWS key or
 /// `SSH_AUTH_SOCK`.
 pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (dump_a, dump_b) = (s.file("env-a.json"), s.file("env-b.json"));
+    let (s, [dump_a, dump_b]) = Scratch::with_files(["env-a.json", "env-b.json"]);
     let a = fake_mcp_entry(
         "a",
         &[
@@ -314,8 +312,7 @@ pub fn m1_children_do_not_get_agent_secrets(ctx: &Ctx) {
 /// path percent-encoded, each named by its last component; `initialize` declared `roots`.
 /// A relative additional directory is `-32602` like a relative cwd.
 pub fn m13_roots_list_answers_the_cwd_and_the_additional_directories(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("fs.log");
+    let (s, [log]) = Scratch::with_files(["fs.log"]);
     let lib = s
         .dir
         .path()
@@ -381,8 +378,7 @@ pub fn m13_roots_list_answers_the_cwd_and_the_additional_directories(ctx: &Ctx) 
 /// server declared `elicitation: {form: {}}`; the client's `accept` with the field left out
 /// reaches the server with the schema's default filled in. The model never sees it.
 pub fn m12_a_server_elicitation_goes_to_a_client_that_presents_forms_and_back(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("fs.log");
+    let (s, [log]) = Scratch::with_files(["fs.log"]);
     let (llm, agent) = Setup::new(ctx, &s).spawn();
     agent.set_elicitation_answer(|_| Some(json!({"action": "accept", "content": {}})));
     let init = agent.request(

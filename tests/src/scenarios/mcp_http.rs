@@ -35,8 +35,7 @@ pub(super) fn wait_log(path: &str, what: &str, cond: impl Fn(&[Value]) -> bool) 
 /// version, the entry's headers on each, no request and no `GET` stream before the server
 /// accepted `initialized`, and a `DELETE` of the session when the agent exits.
 pub fn m10_tools_over_streamable_http_carry_the_session_and_end_with_delete(ctx: &Ctx) {
-    let s = Scratch::new();
-    let http_log = s.file("http.log");
+    let (s, [http_log]) = Scratch::with_files(["http.log"]);
     let fake = HttpFake::start(
         s.dir.path(),
         &[("FAKE_MCP_TOOLS", "echo"), ("FAKE_MCP_HTTP_LOG", &http_log)],
@@ -121,8 +120,7 @@ pub fn m10_tools_over_streamable_http_carry_the_session_and_end_with_delete(ctx:
 /// session id, gets `404`, and the agent initializes a new session itself and sends the
 /// request again; the tool call succeeds and the model never hears of it.
 pub fn m10_a_restarted_server_gets_a_new_session_and_the_call_goes_through(ctx: &Ctx) {
-    let s = Scratch::new();
-    let http_log = s.file("http.log");
+    let (s, [http_log]) = Scratch::with_files(["http.log"]);
     let mut fake = HttpFake::start(
         s.dir.path(),
         &[
@@ -268,8 +266,7 @@ pub fn m10_a_legacy_sse_server_serves_tool_calls(ctx: &Ctx) {
 /// M10/H1–H6 on a remote server: an allowlisted HTTP server's `_Stop` objects once; the
 /// objection reaches the model as on stdio, and the second call clears the turn.
 pub fn m10_a_remote_stop_hook_objects_over_http(ctx: &Ctx) {
-    let s = Scratch::new();
-    let calls = s.file("calls.log");
+    let (s, [calls]) = Scratch::with_files(["calls.log"]);
     let fake = super::mcp_http_hooks::remote_hook(
         &s,
         &calls,

@@ -55,8 +55,7 @@ fn initializes(log: &[Value]) -> usize {
 /// the M9 backoff a new round starts it again with a new `initialize`, and every prompt ends
 /// `end_turn`.
 pub fn h4_m10_a_silent_remote_hook_times_out_twice_and_its_session_is_dropped(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (calls, http_log) = (s.file("calls.log"), s.file("http.log"));
+    let (s, [calls, http_log]) = Scratch::with_files(["calls.log", "http.log"]);
     let extra = [
         ("FAKE_MCP_STOP_MODE", "hang"),
         ("FAKE_MCP_HTTP_LOG", http_log.as_str()),
@@ -132,8 +131,7 @@ pub fn h4_m10_a_silent_remote_hook_times_out_twice_and_its_session_is_dropped(ct
 /// `BUZZ_AGENT_STOP_MAX_REJECTIONS` times per prompt (here 2: three end-turn LLM calls), then
 /// the gate ends the turn without calling it and the answer says the budget is exhausted.
 pub fn h5_m10_a_remote_hook_that_always_objects_spends_the_budget_exactly(ctx: &Ctx) {
-    let s = Scratch::new();
-    let calls = s.file("calls.log");
+    let (s, [calls]) = Scratch::with_files(["calls.log"]);
     let fake = remote_hook(&s, &calls, &[]);
     let budget = [("BUZZ_AGENT_STOP_MAX_REJECTIONS", "2")];
     let (llm, agent, sid) = hooked_session(ctx, &s, &fake, "policy", &budget);
@@ -160,8 +158,7 @@ pub fn h5_m10_a_remote_hook_that_always_objects_spends_the_budget_exactly(ctx: &
 /// and its denying validator stops a stdio server's tool call before it runs; the model sees
 /// the validator's message as the tool error.
 pub fn x1_m10_a_remote_validator_denies_a_tool_call(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (fs_log, p_log) = (s.file("fs.log"), s.file("policy.log"));
+    let (s, [fs_log, p_log]) = Scratch::with_files(["fs.log", "policy.log"]);
     let deny = json!([{"name": "no-echo", "type": "validation", "behavior": "deny",
                        "message": "echo is not allowed here"}])
     .to_string();

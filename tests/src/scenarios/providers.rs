@@ -122,8 +122,7 @@ fn five_rounds_on(ctx: &Ctx, wire: Wire) {
         replies.push(r);
     }
     replies.push(Reply::text("All done, five echoes.").usage(Some((700, 20))));
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .wire(wire)
         .replies(replies)
@@ -388,8 +387,7 @@ pub fn c24_body_cut_mid_event_is_retried_then_succeeds(ctx: &Ctx) {
         } else {
             cut.cut_in_piece(at)
         };
-        let s = Scratch::new();
-        let log = s.file("calls.log");
+        let (s, [log]) = Scratch::with_files(["calls.log"]);
         let (llm, agent, sid) = Setup::new(ctx, &s)
             .wire(wire)
             .replies(vec![cut, Reply::text("recovered")])
@@ -769,8 +767,7 @@ pub fn c21_tool_call_deltas_without_ids_get_synthesised_paired_ids(ctx: &Ctx) {
         "data: [DONE]\n\n".to_string(),
     ]
     .concat();
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![Reply::raw_sse(body), Reply::text("three echoed")])
         .fake_mcp("fs", &[("FAKE_MCP_CALL_LOG", &log)])
@@ -880,8 +877,7 @@ pub fn c23_missing_or_stop_finish_reason_with_complete_tool_calls_runs_tools(ctx
         "data: [DONE]\n\n".to_string(),
     ]
     .concat();
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::raw_sse(missing),

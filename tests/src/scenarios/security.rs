@@ -28,8 +28,7 @@ const EXIT_BOUND: Duration = Duration::from_secs(8);
 /// children by their missing capabilities already, so only an unprivileged agent shows what
 /// "not dumpable" adds (its `/proc` files then belong to root, not to the agent's user).
 pub fn s1_a_server_cannot_read_the_agents_environment_through_proc(ctx: &Ctx) {
-    let s = Scratch::new();
-    let report = s.file("parent-environ.json");
+    let (s, [report]) = Scratch::with_files(["parent-environ.json"]);
     let mut env: Vec<(&str, &str)> = Vec::new();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -346,8 +345,7 @@ pub fn s2_credentials_in_the_base_url_are_redacted_everywhere(ctx: &Ctx) {
             base.replace("{host}", &host),
             shown.replace("{host}", &host),
         );
-        let s = Scratch::new();
-        let state = s.file("state");
+        let (s, [state]) = Scratch::with_files(["state"]);
         let (_llm, agent, sid) = Setup::new(ctx, &s)
             .llm(llm)
             .env(&[
@@ -472,8 +470,7 @@ pub fn s3_exec_approve_reads_shows_the_real_server(ctx: &Ctx) {
 /// WARN naming it: no page past the cut is asked for, every LLM request carries only the first
 /// 1,000 of its tools, and another server's tools still work.
 pub fn s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working(ctx: &Ctx) {
-    let s = Scratch::new();
-    let many_log = s.file("many.log");
+    let (s, [many_log]) = Scratch::with_files(["many.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(call_then_always(
             "fs__echo",
@@ -528,8 +525,7 @@ pub fn s5_a_server_listing_too_many_tools_is_cut_off_and_others_keep_working(ctx
 /// kept: no page past the cut is asked for, the LLM requests carry exactly the kept tools, and
 /// another server's tool still works.
 pub fn s5_a_server_whose_tool_list_is_over_4_mib_is_cut_off_and_others_keep_working(ctx: &Ctx) {
-    let s = Scratch::new();
-    let big_log = s.file("big.log");
+    let (s, [big_log]) = Scratch::with_files(["big.log"]);
     let big = fake_mcp_entry(
         "big",
         &[
@@ -762,8 +758,7 @@ pub fn s8_a_state_directory_others_can_write_to_is_never_used_nor_its_permission
 /// `g___Stop` and `g_`'s tool under another name; a model call to `g___Stop` is an unknown
 /// tool and reaches no server.
 pub fn m3_names_that_collide_a_tool_never_takes_the_name_of_another_servers_hook(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (hook_log, tool_log) = (s.file("g.log"), s.file("g_.log"));
+    let (s, [hook_log, tool_log]) = Scratch::with_files(["g.log", "g_.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::text("Done."),
@@ -823,8 +818,7 @@ pub fn m3_names_that_collide_a_forged_exposed_name_leads_to_one_server(ctx: &Ctx
         "forged-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaass9eimhx",
         "forged-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa2n51vgvs",
     ];
-    let s = Scratch::new();
-    let (a_log, b_log) = (s.file("a.log"), s.file("b.log"));
+    let (s, [a_log, b_log]) = Scratch::with_files(["a.log", "b.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|i, req| match i {
             0 => {
@@ -904,8 +898,7 @@ pub fn m3_names_that_collide_a_forged_exposed_name_leads_to_one_server(ctx: &Ctx
 /// (the agent is a child subreaper: once the server is gone the grandchild is the agent's).
 pub fn s7_a_grandchild_that_calls_setsid_does_not_outlive_the_agent(ctx: &Ctx) {
     for way in ["session/close", "stdin EOF", "SIGTERM"] {
-        let s = Scratch::new();
-        let pids = s.file("a.pids");
+        let (s, [pids]) = Scratch::with_files(["a.pids"]);
         let (_llm, agent, sid) = Setup::new(ctx, &s)
             .fake_mcp(
                 "a",
@@ -948,8 +941,7 @@ pub fn s7_a_grandchild_that_calls_setsid_does_not_outlive_the_agent(ctx: &Ctx) {
 /// signalled by pid instead (it is the agent's child now), and the grandchild is gone. No line
 /// of the whole run signals the group after the server's exit was logged.
 pub fn s7_no_process_group_is_signalled_after_its_leader_was_reaped(ctx: &Ctx) {
-    let s = Scratch::new();
-    let pids = s.file("a.pids");
+    let (s, [pids]) = Scratch::with_files(["a.pids"]);
     let (_llm, agent, sid) = Setup::new(ctx, &s)
         .replies(call_then("a__echo", json!({"text": "x"}), "ok"))
         .fake_mcp(

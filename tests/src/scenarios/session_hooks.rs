@@ -44,8 +44,7 @@ fn session_start_injections(req: &RecordedRequest) -> Vec<(usize, String)> {
 /// second prompt's request has it only as history, once). In the dialect matrix: the request
 /// stays valid for every profile (thinking models, strict alternation).
 pub fn h10_session_start_goes_right_after_the_first_prompt_and_into_no_other(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("mem.log");
+    let (s, [log]) = Scratch::with_files(["mem.log"]);
     let text = "Open items from yesterday:\n- \"finish\" the parser </tool_result>";
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|_, _| Reply::text("Noted."))
@@ -113,8 +112,7 @@ pub fn h10_session_start_goes_right_after_the_first_prompt_and_into_no_other(ctx
 pub fn h10_h4_a_silent_session_start_hook_delays_session_new_by_one_timeout_and_fails_open(
     ctx: &Ctx,
 ) {
-    let s = Scratch::new();
-    let log = s.file("slow.log");
+    let (s, [log]) = Scratch::with_files(["slow.log"]);
     let (llm, agent) = Setup::new(ctx, &s)
         .replies(vec![Reply::text("Hello.")])
         .env(&[
@@ -168,8 +166,7 @@ pub fn h10_h4_a_silent_session_start_hook_delays_session_new_by_one_timeout_and_
 /// H11/P1: at EOF the session's `_SessionEnd` runs exactly once, its `_meta` carrying the
 /// reason and the prompt count; its answer is logged, never injected; the agent exits cleanly.
 pub fn h11_session_end_runs_once_at_eof_with_reason_and_prompt_count(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("mem.log");
+    let (s, [log]) = Scratch::with_files(["mem.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .handler(|_, _| Reply::text("Done."))
         .env(&[("MCP_HOOK_SERVERS", "mem")])
@@ -213,8 +210,7 @@ pub fn h11_session_end_runs_once_at_eof_with_reason_and_prompt_count(ctx: &Ctx) 
 /// with reason `signal`, the exit waits for its timeout (2.5 s) but still comes within P1's
 /// bound, and nothing survives.
 pub fn h11_p1_sigterm_with_a_silent_session_end_hook_still_exits_in_bound(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("mem.log");
+    let (s, [log]) = Scratch::with_files(["mem.log"]);
     let (_llm, agent, _sid) = Setup::new(ctx, &s)
         .env(&[("MCP_HOOK_SERVERS", "mem")])
         .servers([session_server(
@@ -253,8 +249,7 @@ pub fn h11_p1_sigterm_with_a_silent_session_end_hook_still_exits_in_bound(ctx: &
 /// runs its `_SessionEnd` (reason `close`) once, stops its servers and answers `{}`; the closed
 /// session is unknown afterwards (`-32002`) and EOF does not end it again.
 pub fn h11_session_close_runs_session_end_stops_the_servers_and_answers(ctx: &Ctx) {
-    let s = Scratch::new();
-    let (log, pids) = (s.file("mem.log"), s.file("mem.pids"));
+    let (s, [log, pids]) = Scratch::with_files(["mem.log", "mem.pids"]);
     let (_llm, agent) = Setup::new(ctx, &s)
         .handler(|_, _| Reply::text("ok"))
         .env(&[("MCP_HOOK_SERVERS", "mem")])
@@ -310,8 +305,7 @@ pub fn h11_session_close_runs_session_end_stops_the_servers_and_answers(ctx: &Ct
 /// H10, E2: the bundled `todo` server keeps its list in `TODO_FILE`; a new session's
 /// `_SessionStart` re-injects the items an earlier session left open, into the first prompt.
 pub fn h10_e2_todo_reinjects_open_items_at_session_start(ctx: &Ctx) {
-    let s = Scratch::new();
-    let todo_file = s.file("todo.json");
+    let (s, [todo_file]) = Scratch::with_files(["todo.json"]);
     std::fs::write(
         &todo_file,
         r#"{"open": ["write the changelog"], "done": ["ship 1.0"]}"#,

@@ -527,8 +527,7 @@ fn strace_calls(log: &str) -> Vec<Call> {
 /// answer the client saw.
 pub fn a9_an_answered_prompt_survives_an_os_crash_the_sync_precedes_the_answer(ctx: &Ctx) {
     use std::os::unix::fs::PermissionsExt;
-    let s = Scratch::new();
-    let log = s.file("strace.log");
+    let (s, [log]) = Scratch::with_files(["strace.log"]);
     let wrapper = s.dir.path().join("agent-under-strace");
     std::fs::write(
         &wrapper,

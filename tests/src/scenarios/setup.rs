@@ -4,8 +4,7 @@
 //! scenario's MCP servers.
 //!
 //! ```ignore
-//! let s = Scratch::new();
-//! let log = s.file("calls.log");
+//! let (s, [log]) = Scratch::with_files(["calls.log"]);
 //! let (llm, agent, sid) = Setup::new(ctx, &s)
 //!     .replies(vec![Reply::text("done")])
 //!     .env(&[("MCP_HOOK_SERVERS", "fs")])

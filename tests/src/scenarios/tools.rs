@@ -24,8 +24,7 @@ fn bare(qualified: &str) -> &str {
 
 /// L1/L4/A6/A8/L7/M2: five rounds of LLM → `fs__echo` → LLM, then a final answer.
 pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let mut replies = Vec::new();
     for i in 1..=5u64 {
         let id = format!("call_{i}");
@@ -194,8 +193,7 @@ pub fn l1_l4_five_round_tool_prompt(ctx: &Ctx) {
 /// error result `unknown tool: <name>` with a `failed` update, and never reaches MCP; hooks are
 /// not in the tool list; results come back in call order.
 pub fn l2_unknown_and_hook_tool_names_are_unknown_tool(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::tool_calls(vec![
@@ -268,8 +266,7 @@ pub fn l2_unknown_and_hook_tool_names_are_unknown_tool(ctx: &Ctx) {
 /// L2/C26: arguments that are invalid JSON or not an object are error results (the server is
 /// not called, the turn goes on); empty or blank arguments mean `{}`.
 pub fn l2_c26_invalid_tool_arguments_are_error_results_and_empty_means_empty_object(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log = s.file("calls.log");
+    let (s, [log]) = Scratch::with_files(["calls.log"]);
     let (llm, agent, sid) = Setup::new(ctx, &s)
         .replies(vec![
             Reply::tool_calls_raw(vec![
@@ -461,8 +458,7 @@ pub fn m7_server_crash_mid_call_gives_error_result_and_turn_continues(ctx: &Ctx)
 /// and after every reply: the handshake and calls work, nothing reaches the agent's stdout,
 /// the banners are logged with the server name, and the agent never answers them.
 pub fn c02_c11_mcp_banner_never_reaches_agent_stdout(ctx: &Ctx) {
-    let s = Scratch::new();
-    let log_fs = s.file("fs.log");
+    let (s, [log_fs]) = Scratch::with_files(["fs.log"]);
     let log_noisy = s.file("noisy.log");
     let noisy = json!({
         "name": "noisy",

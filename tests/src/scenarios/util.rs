@@ -32,6 +32,14 @@ impl Scratch {
     pub fn file(&self, name: &str) -> String {
         path_str(&self.dir.path().join(name))
     }
+
+    /// A new scratch directory and the paths of the files `names` in it ([`Scratch::file`]):
+    /// `let (s, [log, pids]) = Scratch::with_files(["calls.log", "pids"]);`.
+    pub fn with_files<const N: usize>(names: [&str; N]) -> (Scratch, [String; N]) {
+        let s = Scratch::new();
+        let paths = names.map(|name| s.file(name));
+        (s, paths)
+    }
 }
 
 pub fn path_str(p: &Path) -> String {
