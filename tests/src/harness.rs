@@ -291,7 +291,31 @@ pub enum PermissionPolicy {
     Custom(PermissionFn),
 }
 
-fn select_kind(params: &Value, kind: &str) -> Value {
+/// The agent `bin` as the suite starts it: in `cwd`, with only the test's `PATH` and `HOME`
+/// (add the scenario's environment with `envs`), stdin and stdout piped, in a process group of
+/// its own.
+pub fn agent_command(bin: &Path, cwd: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env_clear()
+        .env(
+            "PATH",
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+        )
+        .env(
+            "HOME",
+            std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
+        )
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .process_group(0);
+    cmd
+}
+
+/// The `session/request_permission` result selecting the option of `kind` (`allow_once`,
+/// `reject_once`, …) among the request's `params.options` (its `optionId`; `kind` itself when
+/// no option is of that kind).
+pub fn select_kind(params: &Value, kind: &str) -> Value {
     let option = params["options"]
         .as_array()
         .into_iter()
@@ -466,25 +490,12 @@ impl AgentProc {
             .filter(|(k, _)| *k != AGENT_UID_VAR)
             .copied()
             .collect();
-        let mut cmd = Command::new(bin);
+        let mut cmd = agent_command(bin, cwd);
         if let Some(id) = run_as {
             cmd.uid(id).gid(id);
         }
-        cmd.env_clear()
-            .env(
-                "PATH",
-                std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-            )
-            .env(
-                "HOME",
-                std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
-            )
-            .envs(env.iter().map(|(k, v)| (*k, *v)))
-            .current_dir(cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr_stdio)
-            .process_group(0);
+        cmd.envs(env.iter().map(|(k, v)| (*k, *v)))
+            .stderr(stderr_stdio);
         if let Some(dir) = &state {
             cmd.env("BUZZ_AGENT_STATE_DIR", dir.path().join("sessions"));
         }

@@ -14,14 +14,13 @@ use super::util::{
 use crate::fake_llm::{FakeLlm, Reply};
 use crate::fake_mcp::{self, CRASH_STDERR, EXIT_AFTER_INIT_STDERR};
 use crate::harness::{
-    AgentProc, Ctx, agent_env, assert_tool_updates_well_formed, fake_mcp_entry, kill_tree,
-    tool_update_text,
+    AgentProc, Ctx, agent_command, agent_env, assert_tool_updates_well_formed, fake_mcp_entry,
+    kill_tree, tool_update_text,
 };
 use crate::procfs;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -797,22 +796,8 @@ pub fn p1_c33_client_killed_stdin_eof_and_broken_stdout_exit_cleanly(ctx: &Ctx) 
         0 => Reply::tool_calls(vec![("call_1", "a__slow", json!({"ms": 60000}))]),
         _ => Reply::text("unexpected extra round"),
     });
-    let mut cmd = Command::new(&ctx.agent_bin);
-    cmd.env_clear()
-        .env(
-            "PATH",
-            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
-        )
-        .env(
-            "HOME",
-            std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
-        )
-        .envs(agent_env(&llm))
-        .current_dir(&s.ws)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    let mut cmd = agent_command(&ctx.agent_bin, &s.ws);
+    cmd.envs(agent_env(&llm)).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn the agent");
     let pid = child.id() as i32;
     let _guard = TreeGuard(pid);

@@ -12,7 +12,7 @@ use crate::fake_llm::{RecordedRequest, Reply};
 use crate::fake_mcp;
 use crate::harness::{
     AgentProc, Ctx, PermissionPolicy, agent_text, assert_tool_updates_well_formed, fake_mcp_entry,
-    tool_call_announcements, tool_update_text,
+    select_kind, tool_call_announcements, tool_update_text,
 };
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -686,15 +686,7 @@ pub fn c60_no_requirement_ids_in_any_text_a_user_or_the_model_reads(ctx: &Ctx) {
                 } else {
                     "allow_once"
                 };
-                let id = p["options"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|o| o["kind"] == kind)
-                    .and_then(|o| o["optionId"].as_str())
-                    .unwrap_or("")
-                    .to_string();
-                Some(json!({"outcome": {"outcome": "selected", "optionId": id}}))
+                Some(select_kind(p, kind))
             },
         )))
         .fake_mcp("fs", &[("FAKE_MCP_TOOLS", "echo,fail,reject,hang")])
