@@ -14,13 +14,14 @@
 //! The router's handlers are grouped by what they serve, each group a child module of this
 //! one: `agent/sessions.rs`, the `session/*` requests that open, list, configure and close a
 //! session and move its entry through its lifecycle; `agent/prompts.rs`, `session/prompt` and
-//! `session/cancel`, the session's commands and the steps of its turn. What is left here is the
+//! `session/cancel`, the session's commands and the steps of its turn; `agent/login.rs`, a
+//! remote server's OAuth login shown through the client (SPEC M11). What is left here is the
 //! router: the inputs and timers by owner, the ACP decoding, the MCP events, the elicitations
 //! and the shutdown.
 
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
-use crate::elicitation::{ElicitationModes, Elicitations};
+use crate::elicitation::{ElicitationModes, Elicitations, Logins};
 use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{
     IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
@@ -62,7 +63,7 @@ macro_rules! step_cx {
 }
 
 /// The MCP side of the step context ([`McpCx`](crate::cx::McpCx)), borrowed like
-/// [`step_cx!`]'s, for the machines that use only that side (the session's opening and ending).
+/// `step_cx!`'s, for the machines that use only that side (the session's opening and ending).
 macro_rules! mcp_cx {
     ($agent:expr) => {
         crate::cx::McpCx {
@@ -75,6 +76,7 @@ macro_rules! mcp_cx {
     };
 }
 
+mod login;
 mod prompts;
 mod sessions;
 
@@ -112,6 +114,8 @@ pub struct Agent {
     elicitation_modes: ElicitationModes,
     /// The ACP `elicitation/create` requests waiting for the client (SPEC M12).
     elicitations: Elicitations,
+    /// The logins shown to the client as URL elicitations (SPEC M11).
+    logins: Logins,
     /// The project reads in flight ([`Action::ReadProject`], SPEC A10), by request number.
     project_reads: BTreeMap<u64, ProjectRead>,
     /// The number of the next project read.
@@ -207,6 +211,7 @@ impl Agent {
             client_notices: false,
             elicitation_modes: ElicitationModes::default(),
             elicitations: Elicitations::default(),
+            logins: Logins::default(),
             project_reads: BTreeMap::new(),
             next_project_read: 1,
         }
@@ -559,6 +564,9 @@ impl Agent {
             return;
         };
         let out = PermissionRequestId(out);
+        if self.on_login_answer(out, &outcome) {
+            return;
+        }
         if let Some(pending) = self.elicitations.take(out) {
             self.on_elicitation_answer(pending, outcome);
             return;
@@ -796,6 +804,8 @@ impl Agent {
                     self.servers
                         .start_listing(server, &mut self.out, &mut self.timers);
                 }
+                McpEvent::Login { server, url } => self.on_login(server, &url),
+                McpEvent::LoginDone { server } => self.on_login_done(server),
             }
         }
     }
@@ -899,10 +909,8 @@ impl Agent {
             }
             Expired::Tool(call) => {
                 let secs = self.cancel_timed_out(slot, id);
-                let out = ToolOutput::plain(
-                    format!("tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"),
-                    true,
-                );
+                let out =
+                    ToolOutput::plain(tool_timeout_text(&self.servers.name(slot), secs), true);
                 self.route_tool_result(call, out, true);
                 // M5: the server is killed and marked dead.
                 let events = self.servers.kill(
@@ -1059,5 +1067,27 @@ impl Agent {
                 self.timers.clear(Timer::Shutdown);
             }
         }
+    }
+}
+
+/// The error result a model gets for a tool call to server `server` that outlived the tool
+/// timeout of `secs` seconds (SPEC M5): it names the server, so that the model (and the user
+/// reading the tool's failed update) knows which one did not answer.
+fn tool_timeout_text(server: &str, secs: u64) -> String {
+    format!(
+        "tool call to MCP server '{server}' timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn m5_a_tool_timeout_names_the_server_and_the_setting() {
+        assert_eq!(
+            tool_timeout_text("github", 660),
+            "tool call to MCP server 'github' timed out after 660 s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! Works with OpenAI and OpenAI-compatible servers (vLLM, llama.cpp, Ollama, LiteLLM,
 //! DashScope, NIM, …), so the decoder accepts the known deviations (cases C21–C24, C26).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -20,7 +21,8 @@ use super::route::{
     sends_prompt_cache_key, upgrade_to_responses,
 };
 use super::sse_stream::{
-    CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
+    CallSlot, EventHandler, JsonStr, SseState, StreamedText, non_empty, parse_event_json,
+    take_calls,
 };
 use crate::config::{Config, Effort};
 use crate::json::parse_lossy;
@@ -616,18 +618,170 @@ struct WireFunction<'a> {
     parameters: &'a Value,
 }
 
-/// The fields of a Chat chunk the decoder reads (absent = `null`); `id`, `model`, `created`
-/// and the rest are skipped without being built.
+/// A Chat chunk as the decoder reads it: the fields it looks at, typed, their strings borrowed
+/// from the payload (SPEC L7, L9). Unknown fields (`id`, `model`, `created`, `logprobs`, …) are
+/// skipped without being built.
+///
+/// The common chunk is parsed straight into it (serde derive over the payload text). A chunk it
+/// cannot take as it is — a field of another type than the view's (an object as `arguments`,
+/// a number as `content`, a float `index`), a duplicate key, a lone surrogate escape, not an
+/// object — goes the general way: parsed into a `Value` with `parse_lossy` and read into the
+/// same view with the general path's looser rules ([`ChoiceView::of`]: a field of another type
+/// counts as absent), so one handler decides for both and every such chunk decodes as before.
 #[derive(serde::Deserialize)]
-struct ChunkView {
-    #[serde(default)]
-    choices: Value,
-    #[serde(default)]
-    usage: Value,
-    #[serde(default)]
-    error: Value,
-    #[serde(default)]
-    object: Value,
+struct ChunkView<'a> {
+    #[serde(borrow)]
+    choices: Option<Vec<ChoiceView<'a>>>,
+    usage: Option<UsageView>,
+    /// Present and not `null`: the chunk is an error, decided on the general path.
+    error: Option<serde::de::IgnoredAny>,
+    /// `"error"` (vLLM, SGLang): the chunk is an error, decided on the general path.
+    #[serde(borrow)]
+    object: Option<JsonStr<'a>>,
+}
+
+/// One element of a chunk's `choices`.
+#[derive(serde::Deserialize)]
+struct ChoiceView<'a> {
+    /// Absent counts as 0.
+    index: Option<u64>,
+    #[serde(borrow)]
+    delta: Option<DeltaView<'a>>,
+    #[serde(borrow)]
+    finish_reason: Option<JsonStr<'a>>,
+}
+
+/// A choice's `delta`.
+#[derive(serde::Deserialize, Default)]
+struct DeltaView<'a> {
+    #[serde(borrow)]
+    content: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    refusal: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    reasoning_content: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    reasoning: Option<JsonStr<'a>>,
+    /// OpenRouter's entries, kept as JSON (they are sent back as they came, SPEC L10).
+    reasoning_details: Option<Cow<'a, [Value]>>,
+    #[serde(borrow)]
+    tool_calls: Option<Vec<CallView<'a>>>,
+}
+
+/// One element of a delta's `tool_calls`.
+#[derive(serde::Deserialize)]
+struct CallView<'a> {
+    index: Option<u64>,
+    #[serde(borrow)]
+    id: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    function: Option<FunctionView<'a>>,
+}
+
+/// A tool-call delta's `function`.
+#[derive(serde::Deserialize, Default)]
+struct FunctionView<'a> {
+    #[serde(borrow)]
+    name: Option<JsonStr<'a>>,
+    /// A string on the fast path; on the general path a JSON object too, as its JSON text.
+    #[serde(borrow)]
+    arguments: Option<JsonStr<'a>>,
+}
+
+/// A chunk's `usage` object.
+#[derive(serde::Deserialize)]
+struct UsageView {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    /// DeepSeek's cache read count.
+    prompt_cache_hit_tokens: Option<u64>,
+    prompt_tokens_details: Option<UsageDetailsView>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(serde::Deserialize)]
+struct UsageDetailsView {
+    cached_tokens: Option<u64>,
+    /// OpenRouter, for providers that bill cache writes.
+    cache_write_tokens: Option<u64>,
+}
+
+impl UsageView {
+    /// The general path's reading of a `usage` object (a count that is not a `u64` is absent).
+    fn of(usage: &Value) -> Self {
+        let count = |value: &Value, key: &str| value.get(key).and_then(Value::as_u64);
+        let details = usage.get("prompt_tokens_details");
+        UsageView {
+            prompt_tokens: count(usage, "prompt_tokens"),
+            completion_tokens: count(usage, "completion_tokens"),
+            prompt_cache_hit_tokens: count(usage, "prompt_cache_hit_tokens"),
+            prompt_tokens_details: details.map(|d| UsageDetailsView {
+                cached_tokens: count(d, "cached_tokens"),
+                cache_write_tokens: count(d, "cache_write_tokens"),
+            }),
+        }
+    }
+
+    fn usage(&self) -> Usage {
+        let details = self.prompt_tokens_details.as_ref();
+        Usage {
+            input_tokens: self.prompt_tokens.unwrap_or(0),
+            output_tokens: self.completion_tokens.unwrap_or(0),
+            // OpenAI, vLLM, OpenRouter: `prompt_tokens_details.cached_tokens`; DeepSeek:
+            // `prompt_cache_hit_tokens`. Both are part of `prompt_tokens`.
+            cache_read_tokens: details
+                .and_then(|d| d.cached_tokens)
+                .or(self.prompt_cache_hit_tokens),
+            cache_write_tokens: details.and_then(|d| d.cache_write_tokens),
+        }
+    }
+}
+
+impl<'a> ChoiceView<'a> {
+    /// The general path's reading of one `choices` element: a field of another type than the
+    /// view's counts as absent (a choice or delta that is not an object has no fields).
+    fn of(choice: &'a Value) -> Self {
+        ChoiceView {
+            index: choice.get("index").and_then(Value::as_u64),
+            delta: choice.get("delta").map(|delta| DeltaView {
+                content: JsonStr::of(delta.get("content")),
+                refusal: JsonStr::of(delta.get("refusal")),
+                reasoning_content: JsonStr::of(delta.get("reasoning_content")),
+                reasoning: JsonStr::of(delta.get("reasoning")),
+                reasoning_details: delta
+                    .get("reasoning_details")
+                    .and_then(Value::as_array)
+                    .map(|details| Cow::Borrowed(details.as_slice())),
+                tool_calls: delta
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .map(|calls| calls.iter().map(CallView::of).collect()),
+            }),
+            finish_reason: JsonStr::of(choice.get("finish_reason")),
+        }
+    }
+}
+
+impl<'a> CallView<'a> {
+    /// The general path's reading of one `tool_calls` element (an element that is not an
+    /// object has no fields, and still continues the current call); `arguments` that are a
+    /// JSON object are taken as their JSON text.
+    fn of(call: &'a Value) -> Self {
+        CallView {
+            index: call.get("index").and_then(Value::as_u64),
+            id: JsonStr::of(call.get("id")),
+            function: call.get("function").map(|function| FunctionView {
+                name: JsonStr::of(function.get("name")),
+                arguments: match function.get("arguments") {
+                    Some(Value::String(text)) => Some(JsonStr(Cow::Borrowed(text))),
+                    Some(object @ Value::Object(_)) => {
+                        Some(JsonStr(Cow::Owned(object.to_string())))
+                    }
+                    _ => None,
+                },
+            }),
+        }
+    }
 }
 
 /// Decoder of one streamed Chat Completions body (SPEC L7, L9; cases C21–C24, C26).
@@ -768,82 +922,61 @@ impl ChatDecoder {
         }
     }
 
-    /// A chunk's `usage` (the last one wins, C22) and its choice 0 (`Null` when absent).
-    fn handle_usage_and_choices(
+    /// A chunk's `usage` (the last one wins, C22) and its choices of index 0.
+    fn handle_chunk(
         &mut self,
-        usage: &Value,
-        choices: &Value,
+        usage: Option<&UsageView>,
+        choices: &[ChoiceView<'_>],
         out: &mut Vec<StreamDelta>,
     ) {
-        if usage.is_object() {
-            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-            let detail = |key: &str| {
-                usage
-                    .get("prompt_tokens_details")
-                    .and_then(|d| d.get(key))
-                    .and_then(Value::as_u64)
-            };
-            self.usage = Some(Usage {
-                input_tokens: count("prompt_tokens"),
-                output_tokens: count("completion_tokens"),
-                // OpenAI, vLLM, OpenRouter: `prompt_tokens_details.cached_tokens`; DeepSeek:
-                // `prompt_cache_hit_tokens`. Both are part of `prompt_tokens`.
-                cache_read_tokens: detail("cached_tokens")
-                    .or_else(|| usage.get("prompt_cache_hit_tokens").and_then(Value::as_u64)),
-                // OpenRouter, for providers that bill cache writes.
-                cache_write_tokens: detail("cache_write_tokens"),
-            });
+        if let Some(usage) = usage {
+            self.usage = Some(usage.usage());
         }
-        if let Some(choices) = choices.as_array() {
-            for choice in choices {
-                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0 {
-                    self.handle_choice(choice, out);
-                }
+        for choice in choices {
+            if choice.index.unwrap_or(0) == 0 {
+                self.handle_choice(choice, out);
             }
         }
     }
 
-    fn handle_choice(&mut self, choice: &Value, out: &mut Vec<StreamDelta>) {
-        if let Some(delta) = choice.get("delta") {
-            if let Some(text) = non_empty_str(delta.get("content")) {
+    fn handle_choice(&mut self, choice: &ChoiceView<'_>, out: &mut Vec<StreamDelta>) {
+        if let Some(delta) = &choice.delta {
+            if let Some(text) = non_empty(&delta.content) {
                 self.streamed.push_text(text, out);
             }
-            if let Some(text) = non_empty_str(delta.get("refusal")) {
+            if let Some(text) = non_empty(&delta.refusal) {
                 self.refused = true;
                 self.streamed.push_text(text, out);
             }
-            let reasoning = match non_empty_str(delta.get("reasoning_content")) {
+            let reasoning = match non_empty(&delta.reasoning_content) {
                 Some(text) => Some((ChatReasoningField::ReasoningContent, text)),
-                None => non_empty_str(delta.get("reasoning"))
-                    .map(|text| (ChatReasoningField::Reasoning, text)),
+                None => {
+                    non_empty(&delta.reasoning).map(|text| (ChatReasoningField::Reasoning, text))
+                }
             };
             if let Some((field, thought)) = reasoning {
                 self.reasoning_field.get_or_insert(field);
                 self.streamed.push_thought(thought, out);
             }
-            if let Some(details) = delta.get("reasoning_details").and_then(Value::as_array) {
-                for detail in details {
-                    merge_detail(&mut self.details, detail);
-                }
+            for detail in delta.reasoning_details.iter().flat_map(|d| d.iter()) {
+                merge_detail(&mut self.details, detail);
             }
-            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                for call in calls {
-                    self.merge_call(call);
-                }
+            for call in delta.tool_calls.iter().flatten() {
+                self.merge_call(call);
             }
         }
-        if let Some(reason) = non_empty_str(choice.get("finish_reason")) {
+        if let Some(reason) = non_empty(&choice.finish_reason) {
             self.aborted = reason == "abort";
             self.finish_reason = Some(stop_kind(reason));
         }
     }
 
     /// Merge one `delta.tool_calls[]` element into its slot (C21, C37).
-    fn merge_call(&mut self, call: &Value) {
-        let id = non_empty_str(call.get("id"));
-        let function = call.get("function");
-        let name = non_empty_str(function.and_then(|f| f.get("name")));
-        let key = match call.get("index").and_then(Value::as_u64) {
+    fn merge_call(&mut self, call: &CallView<'_>) {
+        let id = non_empty(&call.id);
+        let function = call.function.as_ref();
+        let name = function.and_then(|f| non_empty(&f.name));
+        let key = match call.index {
             Some(index) => self.key_for_index(index, id),
             None => self.key_for_unindexed(id, name.is_some()),
         };
@@ -856,12 +989,8 @@ impl ChatDecoder {
         if let Some(name) = name.filter(|_| slot.name.is_empty()) {
             name.clone_into(&mut slot.name);
         }
-        if let Some(arguments) = function.and_then(|f| f.get("arguments")) {
-            if let Some(text) = arguments.as_str() {
-                slot.arguments.push_str(text);
-            } else if arguments.is_object() {
-                slot.arguments.push_str(&arguments.to_string());
-            }
+        if let Some(arguments) = function.and_then(|f| f.arguments.as_deref()) {
+            slot.arguments.push_str(arguments);
         }
     }
 
@@ -931,11 +1060,12 @@ impl EventHandler for ChatDecoder {
         // object) goes the general way below, which decides exactly as before.
         if !is_error_event
             && data.starts_with('{')
-            && let Ok(view) = serde_json::from_str::<ChunkView>(data)
-            && view.error.is_null()
-            && view.object.as_str() != Some("error")
+            && let Ok(view) = serde_json::from_str::<ChunkView<'_>>(data)
+            && view.error.is_none()
+            && view.object.as_deref() != Some("error")
         {
-            self.handle_usage_and_choices(&view.usage, &view.choices, out);
+            let choices = view.choices.as_deref().unwrap_or_default();
+            self.handle_chunk(view.usage.as_ref(), choices, out);
             return Ok(());
         }
         let Some(chunk) = parse_event_json(data, is_error_event, at_eof, "chunk")? else {
@@ -954,12 +1084,16 @@ impl EventHandler for ChatDecoder {
                 retryable: true,
             });
         }
-        let null = Value::Null;
-        self.handle_usage_and_choices(
-            chunk.get("usage").unwrap_or(&null),
-            chunk.get("choices").unwrap_or(&null),
-            out,
-        );
+        let usage = chunk
+            .get("usage")
+            .filter(|u| u.is_object())
+            .map(UsageView::of);
+        let choices: Vec<ChoiceView<'_>> = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .map(|choices| choices.iter().map(ChoiceView::of).collect())
+            .unwrap_or_default();
+        self.handle_chunk(usage.as_ref(), &choices, out);
         Ok(())
     }
 
@@ -1308,6 +1442,249 @@ mod tests {
                     .collect::<String>()
             };
             assert_eq!(run(&cut(false)), run(&cut(true)), "after {n} chunks");
+        }
+    }
+
+    /// `body`'s chunks with a duplicate `object` key each, which the view refuses (serde
+    /// rejects a duplicate field): every chunk then goes the general path.
+    fn forced_general(body: &str) -> String {
+        const TWICE: &str = r#""object":null,"object":null"#;
+        body.split_inclusive('\n')
+            .map(|line| match line.strip_prefix("data: {") {
+                Some(rest) if rest.starts_with('}') => format!("data: {{{TWICE}{rest}"),
+                Some(rest) => format!("data: {{{TWICE},{rest}"),
+                None => line.to_owned(),
+            })
+            .collect()
+    }
+
+    /// The view borrows plain strings, decodes escaped ones and ignores unknown fields at every
+    /// level: the same events as the general path, and the escapes decoded.
+    #[test]
+    fn l9_the_chunk_view_decodes_escapes_and_skips_unknown_fields_like_the_general_path() {
+        let body = concat!(
+            r#"data: {"id":"c","created":1,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"logprobs":{"content":[{"token":"x","bytes":[1,2]}]},"delta":{"role":"assistant","content":"line\nnext \"quoted\" \u00e9 \ud83d\udc1d","extra":{"deep":[[[{}]]]}},"finish_reason":null,"future":"\ud800"}]}"#,
+            "\n\n",
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_\u0031","type":"function","function":{"name":"fs__read","arguments":"{\"path\":\"a\\\\b\"}","strict":true}}]}}]}"#,
+            "\n\n",
+            r#"data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13,"prompt_tokens_details":{"cached_tokens":2,"audio_tokens":0}}}"#,
+            "\n\n",
+            "data: [DONE]\n\n",
+        );
+        let outcome = decode_every_split(body);
+        assert_eq!(
+            outcome,
+            crate::llm::decoder_tests::run_chunks(make(), &[forced_general(body).as_bytes()])
+        );
+        let response = ok(&outcome);
+        assert_eq!(response.text, "line\nnext \"quoted\" é 🐝");
+        assert_eq!(
+            response.tool_calls,
+            vec![call("call_1", "fs__read", r#"{"path":"a\\b"}"#)]
+        );
+        assert_eq!(response.stop, StopKind::ToolUse);
+        let usage = response.usage.expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (9, 4));
+        assert_eq!(usage.cache_read_tokens, Some(2));
+    }
+
+    /// Chunks the view cannot take go the general path and decide as it always did: arguments
+    /// as an object, a float `index` (counts as 0 for a choice, as absent for a call), a
+    /// `content` that is not a string (ignored), a lone surrogate (U+FFFD).
+    #[test]
+    fn l9_chunks_the_view_refuses_decode_on_the_general_path() {
+        let body = concat!(
+            r#"data: {"choices":[{"index":0.0,"delta":{"content":"a \ud800 b"}}]}"#,
+            "\n\n",
+            r#"data: {"choices":[{"delta":{"content":["not","text"],"tool_calls":[{"index":0,"id":"call_a","function":{"name":"f","arguments":{"x":1}}}]}}]}"#,
+            "\n\n",
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":1.0,"function":{"arguments":{"y":2}}}]}}]}"#,
+            "\n\n",
+            r#"data: {"choices":[{"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1.5,"completion_tokens":2}}"#,
+            "\n\n",
+            "data: [DONE]\n\n",
+        );
+        let outcome = decode_every_split(body);
+        let response = ok(&outcome);
+        assert_eq!(response.text, "a \u{FFFD} b");
+        assert_eq!(
+            response.tool_calls,
+            vec![call("call_a", "f", r#"{"x":1}{"y":2}"#)]
+        );
+        let usage = response.usage.expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (0, 2));
+    }
+
+    /// Generators of Chat chunks for the view-against-general-path property: every field the
+    /// decoder reads, with values of the right type and of others, escapes, lone surrogates,
+    /// unknown fields, error chunks.
+    mod chunk_gen {
+        use proptest::prelude::*;
+
+        /// `{…}` of the fields that are present.
+        pub(super) fn object(fields: Vec<Option<String>>) -> String {
+            let fields: Vec<String> = fields.into_iter().flatten().collect();
+            format!("{{{}}}", fields.join(","))
+        }
+
+        /// `"name":value`, for a value among `values`, or absent.
+        pub(super) fn field(
+            name: &'static str,
+            values: &'static [&'static str],
+        ) -> impl Strategy<Value = Option<String>> {
+            prop::option::of(
+                prop::sample::select(values).prop_map(move |v| format!("\"{name}\":{v}")),
+            )
+        }
+
+        /// `"name":value` for a generated value, or absent.
+        pub(super) fn field_of(
+            name: &'static str,
+            value: impl Strategy<Value = String>,
+        ) -> impl Strategy<Value = Option<String>> {
+            prop::option::of(value.prop_map(move |v| format!("\"{name}\":{v}")))
+        }
+
+        pub(super) const TEXT: &[&str] = &[
+            r#""Hel""#,
+            r#""""#,
+            r#""a\nb \"q\" \u00e9""#,
+            r#""\ud83d\udc1d""#,
+            r#""lone \ud800""#,
+            "null",
+            "3",
+            "[]",
+            "{}",
+        ];
+        pub(super) const INDEX: &[&str] = &["0", "1", "2", "null", "1.0", "-1", r#""0""#];
+        pub(super) const ID: &[&str] = &[r#""call_1""#, r#""call_2""#, r#""""#, "null", "7"];
+        pub(super) const NAME: &[&str] =
+            &[r#""fs__read""#, r#""w\u0072ite""#, r#""""#, "null", "[]"];
+        pub(super) const ARGUMENTS: &[&str] = &[
+            r#""{\"p\":""#,
+            r#""\"a\\\\b\"}""#,
+            r#""""#,
+            r#"{"x":[1,"\u00e9"]}"#,
+            "null",
+            "5",
+            "[1]",
+        ];
+        pub(super) const FINISH: &[&str] = &[
+            r#""stop""#,
+            r#""tool_calls""#,
+            r#""length""#,
+            r#""abort""#,
+            r#""""#,
+            "null",
+            "7",
+            r#""content_filter""#,
+        ];
+        pub(super) const DETAILS: &[&str] = &[
+            r#"[{"type":"reasoning.text","text":"t","index":0}]"#,
+            r#"[{"type":"reasoning.text","text":"u","index":0,"signature":"s"}]"#,
+            r#"[{"type":"reasoning.encrypted","data":"d"}]"#,
+            "null",
+            "{}",
+        ];
+        pub(super) const USAGE: &[&str] = &[
+            "null",
+            r#"{"prompt_tokens":3,"completion_tokens":2}"#,
+            r#"{"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":1,"cache_write_tokens":2}}"#,
+            r#"{"prompt_cache_hit_tokens":4}"#,
+            r#"{"prompt_tokens":"x"}"#,
+            "5",
+            r#"{"prompt_tokens_details":null}"#,
+            r#"{"prompt_tokens_details":3}"#,
+            "{}",
+        ];
+        pub(super) const UNKNOWN: &[&str] =
+            &[r#""c1""#, r#"{"a":[1,{"b":null}]}"#, r#""\ud800""#, "true"];
+        pub(super) const OBJECT: &[&str] =
+            &[r#""chat.completion.chunk""#, r#""error""#, "null", "7"];
+        pub(super) const ERROR: &[&str] = &["null", r#"{"message":"bad gateway"}"#, r#""down""#];
+
+        fn function() -> impl Strategy<Value = String> {
+            prop_oneof![
+                8 => (field("name", NAME), field("arguments", ARGUMENTS))
+                    .prop_map(|(n, a)| object(vec![n, a])),
+                1 => Just("null".to_owned()),
+                1 => Just("\"f\"".to_owned()),
+            ]
+        }
+
+        fn call() -> impl Strategy<Value = String> {
+            prop_oneof![
+                8 => (field("index", INDEX), field("id", ID), field("type", &[r#""function""#]), field_of("function", function()))
+                    .prop_map(|(i, id, t, f)| object(vec![i, id, t, f])),
+                1 => Just("null".to_owned()),
+            ]
+        }
+
+        fn delta() -> impl Strategy<Value = String> {
+            let calls = prop_oneof![
+                8 => prop::collection::vec(call(), 0..3).prop_map(|c| format!("[{}]", c.join(","))),
+                1 => Just("null".to_owned()),
+                1 => Just("{}".to_owned()),
+            ];
+            prop_oneof![
+                8 => (
+                    field("content", TEXT),
+                    field("refusal", TEXT),
+                    field("reasoning_content", TEXT),
+                    field("reasoning", TEXT),
+                    field("reasoning_details", DETAILS),
+                    field_of("tool_calls", calls),
+                    field("role", &[r#""assistant""#]),
+                )
+                    .prop_map(|(c, r, rc, re, d, t, role)| object(vec![c, r, rc, re, d, t, role])),
+                1 => Just("null".to_owned()),
+                1 => Just("\"d\"".to_owned()),
+            ]
+        }
+
+        fn choice() -> impl Strategy<Value = String> {
+            prop_oneof![
+                8 => (field("index", INDEX), field_of("delta", delta()), field("finish_reason", FINISH), field("logprobs", UNKNOWN))
+                    .prop_map(|(i, d, f, u)| object(vec![i, d, f, u])),
+                1 => Just("null".to_owned()),
+            ]
+        }
+
+        /// One chunk's JSON text (always an object).
+        pub(super) fn chunk() -> impl Strategy<Value = String> {
+            let choices = prop_oneof![
+                8 => prop::collection::vec(choice(), 0..3).prop_map(|c| format!("[{}]", c.join(","))),
+                1 => Just("null".to_owned()),
+                1 => Just("{}".to_owned()),
+            ];
+            (
+                field("id", UNKNOWN),
+                field_of("choices", choices),
+                field("usage", USAGE),
+                prop::option::weighted(0.1, prop::sample::select(OBJECT))
+                    .prop_map(|o| o.map(|o| format!("\"object\":{o}"))),
+                prop::option::weighted(0.1, prop::sample::select(ERROR))
+                    .prop_map(|e| e.map(|e| format!("\"error\":{e}"))),
+            )
+                .prop_map(|(id, c, u, o, e)| object(vec![id, c, u, o, e]))
+        }
+    }
+
+    proptest::proptest! {
+        /// The view decides every chunk as the general (`Value`) path does: a body of generated
+        /// chunks decodes to the same deltas, response or error whether or not each chunk is
+        /// first offered to the view.
+        #[test]
+        fn l9_the_chunk_view_decodes_every_generated_body_like_the_general_path(
+            chunks in proptest::collection::vec(chunk_gen::chunk(), 1..6),
+            done in proptest::bool::ANY,
+        ) {
+            let mut body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+            if done {
+                body.push_str("data: [DONE]\n\n");
+            }
+            let run = |body: &str| crate::llm::decoder_tests::run_chunks(make(), &[body.as_bytes()]);
+            proptest::prop_assert_eq!(run(&body), run(&forced_general(&body)), "{}", body);
         }
     }
 

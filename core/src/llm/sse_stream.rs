@@ -6,9 +6,12 @@
 //! `openai_responses::ResponsesDecoder`) keeps its event logic in its own module, holds an
 //! [`SseState`] and implements [`EventHandler`]; the blanket impl below makes it a
 //! [`StreamDecoder`]. The helpers after it ([`StreamedText`], [`CallSlot`], [`CallIds`],
-//! [`parse_event_json`]) are the pieces of event logic the providers share.
+//! [`parse_event_json`], [`JsonStr`]) are the pieces of event logic the providers share.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::fmt;
+use std::ops::Deref;
 
 use serde_json::Value;
 
@@ -195,6 +198,65 @@ pub(crate) fn parse_event_json(
             retryable: true,
         }),
     }
+}
+
+/// A JSON string of an event payload read through a typed view: borrowed from the payload when
+/// it has no escapes, decoded into its own `String` when it has (an escaped string cannot be
+/// borrowed). Only a JSON string deserializes into it; any other value is a type error, which
+/// sends the payload down its decoder's general (`Value`) path. A lone surrogate escape is an
+/// error too (serde_json's strict parse), so such text is decoded by [`parse_lossy`] on that
+/// path and becomes U+FFFD as everywhere else (SPEC L3b).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct JsonStr<'a>(pub Cow<'a, str>);
+
+impl<'a> JsonStr<'a> {
+    /// The string of a `Value`, when it is one (for a decoder's general path).
+    pub(crate) fn of(value: Option<&'a Value>) -> Option<Self> {
+        value
+            .and_then(Value::as_str)
+            .map(|s| JsonStr(Cow::Borrowed(s)))
+    }
+}
+
+impl Deref for JsonStr<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for JsonStr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for JsonStr<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Takes the borrowed string when the parser can lend it.
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = JsonStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(JsonStr(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(JsonStr(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+                Ok(JsonStr(Cow::Owned(s)))
+            }
+        }
+        deserializer.deserialize_str(Visit)
+    }
+}
+
+/// The non-empty string of an optional view field.
+pub(crate) fn non_empty<'s>(text: &'s Option<JsonStr<'_>>) -> Option<&'s str> {
+    text.as_deref().filter(|s| !s.is_empty())
 }
 
 /// The visible text and the reasoning text of a response, accumulated as they stream.
