@@ -558,6 +558,72 @@ pub(crate) trait StreamDecoder: Send {
 #[cfg(test)]
 pub(crate) mod decoder_tests {
     use super::{LlmResponse, StreamDecoder, StreamDelta, StreamError};
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    /// `body` with every `data: {…}` payload that holds one of `keys` (fields of a route's
+    /// view, tried in order) given the first of them twice, the copy first with the same
+    /// value: the view refuses a duplicate field, so the event goes the route's general path,
+    /// whose `Value` is the same as without the copy. A payload with none of them (or not
+    /// strict JSON, which the view refuses anyway) is left as it is.
+    pub(crate) fn forced_general(body: &str, keys: &[&str]) -> String {
+        body.split_inclusive('\n')
+            .map(|line| {
+                let Some(rest) = line.strip_prefix("data: {") else {
+                    return line.to_owned();
+                };
+                let json = line.trim_start_matches("data: ").trim_end();
+                let Ok(map) = serde_json::from_str::<serde_json::Map<String, Value>>(json) else {
+                    return line.to_owned();
+                };
+                match keys.iter().find_map(|k| map.get(*k).map(|v| (k, v))) {
+                    Some((key, value)) => format!("data: {{\"{key}\":{value},{rest}"),
+                    None => line.to_owned(),
+                }
+            })
+            .collect()
+    }
+
+    /// Values of a generated text field: plain, empty, escaped, a surrogate pair, a lone
+    /// surrogate (the view refuses it, the general path makes it U+FFFD), and not a string.
+    pub(crate) const TEXT: &[&str] = &[
+        r#""Hel""#,
+        r#""""#,
+        r#""a\nb \"q\" \u00e9""#,
+        r#""\ud83d\udc1d""#,
+        r#""lone \ud800""#,
+        "null",
+        "3",
+        "[]",
+        "{}",
+    ];
+    /// Values of a generated index field, some of them not a `u64`.
+    pub(crate) const INDEX: &[&str] = &["0", "1", "2", "null", "1.0", "-1", r#""0""#];
+    /// Values of a field no decoder reads.
+    pub(crate) const UNKNOWN: &[&str] =
+        &[r#""c1""#, r#"{"a":[1,{"b":null}]}"#, r#""\ud800""#, "true"];
+
+    /// `{…}` of the fields that are present (for generators of stream payloads).
+    pub(crate) fn object(fields: Vec<Option<String>>) -> String {
+        let fields: Vec<String> = fields.into_iter().flatten().collect();
+        format!("{{{}}}", fields.join(","))
+    }
+
+    /// `"name":value`, for a value among `values`, or absent.
+    pub(crate) fn field(
+        name: &'static str,
+        values: &'static [&'static str],
+    ) -> impl Strategy<Value = Option<String>> {
+        prop::option::of(prop::sample::select(values).prop_map(move |v| format!("\"{name}\":{v}")))
+    }
+
+    /// `"name":value` for a generated value, or absent.
+    pub(crate) fn field_of(
+        name: &'static str,
+        value: impl Strategy<Value = String>,
+    ) -> impl Strategy<Value = Option<String>> {
+        prop::option::of(value.prop_map(move |v| format!("\"{name}\":{v}")))
+    }
 
     /// What a decoder made of one body.
     #[derive(Debug, PartialEq)]
