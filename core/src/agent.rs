@@ -885,10 +885,8 @@ impl Agent {
             }
             Expired::Tool(call) => {
                 let secs = self.cancel_timed_out(slot, id);
-                let out = ToolOutput::plain(
-                    format!("tool call timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"),
-                    true,
-                );
+                let out =
+                    ToolOutput::plain(tool_timeout_text(&self.servers.name(slot), secs), true);
                 self.route_tool_result(call, out, true);
                 // M5: the server is killed and marked dead.
                 let events = self.servers.kill(
@@ -1045,5 +1043,27 @@ impl Agent {
                 self.timers.clear(Timer::Shutdown);
             }
         }
+    }
+}
+
+/// The error result a model gets for a tool call to server `server` that outlived the tool
+/// timeout of `secs` seconds (SPEC M5): it names the server, so that the model (and the user
+/// reading the tool's failed update) knows which one did not answer.
+fn tool_timeout_text(server: &str, secs: u64) -> String {
+    format!(
+        "tool call to MCP server '{server}' timed out after {secs} s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn m5_a_tool_timeout_names_the_server_and_the_setting() {
+        assert_eq!(
+            tool_timeout_text("github", 660),
+            "tool call to MCP server 'github' timed out after 660 s (BUZZ_AGENT_TOOL_TIMEOUT_SECS)"
+        );
     }
 }

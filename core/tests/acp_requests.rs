@@ -289,7 +289,7 @@ fn l3_a_tool_call_that_outlives_the_tool_timeout_reports_it_in_whole_seconds() {
     assert!(
         second
             .as_deref()
-            .is_some_and(|m| m.contains("tool call timed out after 3 s")),
+            .is_some_and(|m| m.contains("tool call to MCP server 'tools' timed out after 3 s")),
         "{second:?}"
     );
 }

@@ -1,6 +1,6 @@
-//! The invariants I1 and I7–I11 of the design (docs/invariants.md), written once for every
-//! driver of a simulated agent: the `session` fuzz target ([`super::session`]) and the
-//! simulated world of the core's property and snapshot tests (`core/tests/support`). An
+//! The invariants I1 and I7–I12 of the design (docs/invariants.md), written once for every
+//! driver of the simulated world ([`super::world`]): the `session` fuzz target
+//! ([`super::session`]) and the core's property and snapshot tests (`core/tests/support`). An
 //! [`Invariants`] watches what the client sent and every action the agent produced, and panics,
 //! naming the invariant, at the first violation:
 //!
@@ -14,11 +14,16 @@
 //!   on all three routes;
 //! - I10: no hook is offered to the LLM, and every `_` tool call sent to a server is a hook call
 //!   carrying the hook `_meta`;
-//! - I11: after `handle_timeout(t)` and a drain, `poll_timeout` is `None` or later than `t`.
+//! - I11: after `handle_timeout(t)` and a drain, `poll_timeout` is `None` or later than `t`;
+//! - I12: two runs of the same script ([`Invariants::same_runs`]) are the same steps: the same
+//!   inputs at the same times and the same actions (LLM request bodies byte for byte), ending
+//!   at the same time.
 //!
-//! I12 (determinism) compares two runs and stays with each driver; I2–I6 need the reference
-//! model of `core/tests/hooks_props.rs`.
+//! The simulated world ([`super::world::World`]) runs these after every step for both its
+//! drivers (the core's tests and the `session` fuzz target); I2–I6 need the reference model of
+//! `core/tests/hooks_props.rs`.
 
+use super::world::Step;
 use crate::config::{Config, ProviderKind};
 use crate::io::{Action, Input};
 use crate::jsonrpc::{self, LineBuffer, LineEvent, Message, ParseError, RpcId};
@@ -151,6 +156,26 @@ impl Invariants {
                 "I11: after handle_timeout({now}) poll_timeout is {t} ({k:?})"
             );
         }
+    }
+
+    /// I12: two runs of one script gave the same steps (inputs, times, actions compared whole,
+    /// so LLM request bodies byte for byte) and ended at the same time.
+    ///
+    /// # Panics
+    /// At the first step that differs, naming it.
+    pub fn same_runs(first: (&[Step], MonoTime), second: (&[Step], MonoTime)) {
+        let (a, b) = (first.0, second.0);
+        if let Some(at) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+            panic!(
+                "I12: the same script gave a different run at step {at}: {:?} then {:?}",
+                a.get(at),
+                b.get(at)
+            );
+        }
+        assert_eq!(
+            first.1, second.1,
+            "I12: the same script finished at another time"
+        );
     }
 
     /// I7 at the end of a run (after EOF and shutdown): every request answered exactly once.

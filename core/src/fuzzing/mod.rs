@@ -12,6 +12,10 @@
 //! | `sse_chat`, `sse_anthropic`, `sse_responses` | [`sse_decoder`] | each route's stream decoder: the same deltas and response (or error) for any split of the body, sticky errors, one hand-out |
 //! | `config_env` | [`config_env`] | `Config::from_env_map` on arbitrary maps: no panic; an accepted configuration is consistent and starts an `Agent` |
 //! | `session` | [`session::session`] | an `Agent` driven by an arbitrary timed script of ACP, MCP and LLM inputs, with I1 and I7–I12 checked after every step |
+//!
+//! [`world`] is the core's one simulated world (virtual clock, every peer played in memory),
+//! driven by the `session` target and by the core's own integration tests (`core/tests/support`
+//! re-exports it); [`invariants`] holds the checks both run.
 #![allow(
     clippy::panic,
     clippy::unwrap_used,
@@ -21,6 +25,7 @@
 
 pub mod invariants;
 pub mod session;
+pub mod world;
 
 use crate::Agent;
 use crate::config::{Config, LogLevel, PermissionMode, ProviderKind};

@@ -315,8 +315,8 @@ pub fn c14_unanswered_initialize_and_timed_out_call_are_bounded_cancelled_and_ki
     last.assert_tool_calls_paired();
     let t1 = last.tool_result_for("call_1").unwrap_or_default();
     assert!(
-        t1.contains("timed out") && t1.contains("BUZZ_AGENT_TOOL_TIMEOUT_SECS"),
-        "C14: the model learns the call timed out: {t1:?}"
+        t1.contains("MCP server 'fs' timed out") && t1.contains("BUZZ_AGENT_TOOL_TIMEOUT_SECS"),
+        "C14: the model learns the call to server 'fs' timed out: {t1:?}"
     );
     let t2 = last.tool_result_for("call_2").unwrap_or_default();
     assert_eq!(
