@@ -16,7 +16,8 @@ use super::request::{
 };
 use super::route::{ErrorReaction, Learned, ProviderRoute};
 use super::sse_stream::{
-    CallIds, EventHandler, JsonStr, SseState, StreamedText, parse_event_json, present, str_or_empty,
+    CallIds, EventHandler, JsonStr, SseState, StreamedText, parse_event_json, present, read_view,
+    str_or_empty,
 };
 use crate::config::{Config, Effort};
 use crate::json::parse_lossy;
@@ -1405,10 +1406,7 @@ impl EventHandler for AnthropicDecoder {
         let is_error_event = sse_name == "error";
         // The common event is read through the view; one it refuses (see `EventView`) goes the
         // general way below, into the same view, and is decided by the same `handle`.
-        if !is_error_event
-            && data.starts_with('{')
-            && let Ok(view) = serde_json::from_str::<EventView<'_>>(data)
-        {
+        if let Some(view) = read_view::<EventView<'_>>(data, is_error_event) {
             let kind = view.kind.as_deref().unwrap_or(sse_name);
             if view.decodes_alone(kind) {
                 return self.handle(kind, &view, None, out);
@@ -2724,31 +2722,10 @@ data: {"type":"message_stop"}
     /// field the decoder reads, with values of the right type and of others, escapes, lone
     /// surrogates, unknown fields, block types the agent does not model, error events.
     mod event_gen {
-        use crate::llm::decoder_tests::{INDEX, TEXT, UNKNOWN, field, field_of, object};
+        use crate::llm::decoder_tests::{
+            UNKNOWN, field, field_of, index, object, often, sse_event, text,
+        };
         use proptest::prelude::*;
-
-        /// Mostly a well-typed value from `good`, sometimes any from `any`.
-        fn mostly(
-            good: &'static [&'static str],
-            any: &'static [&'static str],
-        ) -> BoxedStrategy<String> {
-            prop_oneof![
-                5 => prop::sample::select(good).prop_map(str::to_owned),
-                1 => prop::sample::select(any).prop_map(str::to_owned),
-            ]
-            .boxed()
-        }
-
-        fn text() -> BoxedStrategy<String> {
-            mostly(
-                &[r#""Hel""#, r#""a\nb \"q\"""#, r#""\ud83d\udc1d""#, r#""""#],
-                TEXT,
-            )
-        }
-
-        fn index() -> BoxedStrategy<String> {
-            mostly(&["0", "1", "2"], INDEX)
-        }
 
         const DELTA_KIND: &[&str] = &[
             r#""text_delta""#,
@@ -2889,9 +2866,6 @@ data: {"type":"message_stop"}
         /// The fields of an event of type `kind` (and, rarely, of any other).
         fn fields(kind: &'static str) -> BoxedStrategy<Vec<Option<String>>> {
             let index = field_of("index", index());
-            let often = |name: &'static str, value: BoxedStrategy<String>| {
-                prop::option::weighted(0.9, value.prop_map(move |v| format!("\"{name}\":{v}")))
-            };
             match kind {
                 "message_start" => (field("usage", USAGE), field("id", UNKNOWN))
                     .prop_map(|(u, id)| vec![Some(format!("\"message\":{}", object(vec![u, id])))])
@@ -2930,25 +2904,7 @@ data: {"type":"message_stop"}
                 1 => Just("ping"),
                 1 => Just("error"),
             ];
-            kind.prop_flat_map(|kind| {
-                let name = prop_oneof![
-                    10 => Just(kind),
-                    1 => prop::sample::select(KIND),
-                ];
-                let type_field = prop_oneof![
-                    10 => Just(Some(format!("\"type\":\"{kind}\""))),
-                    1 => Just(None),
-                    1 => prop::sample::select(&["null", "7"][..])
-                        .prop_map(|t| Some(format!("\"type\":{t}"))),
-                ];
-                (name, type_field, fields(kind), field("model", UNKNOWN)).prop_map(
-                    |(name, t, mut fields, x)| {
-                        fields.insert(0, t);
-                        fields.push(x);
-                        (name.to_owned(), object(fields))
-                    },
-                )
-            })
+            sse_event(kind, KIND, fields)
         }
     }
 
@@ -2963,10 +2919,7 @@ data: {"type":"message_stop"}
             events in proptest::collection::vec(event_gen::event(), 1..16),
             done in proptest::bool::ANY,
         ) {
-            let mut body: String = events
-                .iter()
-                .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
-                .collect();
+            let mut body = crate::llm::decoder_tests::sse_body(&events);
             if done {
                 body.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
             }

@@ -625,6 +625,76 @@ pub(crate) mod decoder_tests {
         prop::option::of(value.prop_map(move |v| format!("\"{name}\":{v}")))
     }
 
+    /// Mostly a well-typed value from `good`, sometimes any from `any`.
+    pub(crate) fn mostly(
+        good: &'static [&'static str],
+        any: &'static [&'static str],
+    ) -> BoxedStrategy<String> {
+        prop_oneof![
+            5 => prop::sample::select(good).prop_map(str::to_owned),
+            1 => prop::sample::select(any).prop_map(str::to_owned),
+        ]
+        .boxed()
+    }
+
+    /// A text value: mostly a string (plain, escaped, a pair, empty), sometimes any of [`TEXT`].
+    pub(crate) fn text() -> BoxedStrategy<String> {
+        mostly(
+            &[r#""Hel""#, r#""a\nb \"q\"""#, r#""\ud83d\udc1d""#, r#""""#],
+            TEXT,
+        )
+    }
+
+    /// An index value: mostly 0–2, sometimes any of [`INDEX`].
+    pub(crate) fn index() -> BoxedStrategy<String> {
+        mostly(&["0", "1", "2"], INDEX)
+    }
+
+    /// `"name":value` for a generated value, present nine times in ten.
+    pub(crate) fn often(
+        name: &'static str,
+        value: BoxedStrategy<String>,
+    ) -> BoxedStrategy<Option<String>> {
+        prop::option::weighted(0.9, value.prop_map(move |v| format!("\"{name}\":{v}"))).boxed()
+    }
+
+    /// One SSE event of a type drawn from `kind`: its name (mostly the type, sometimes another
+    /// of `names`) and its JSON object, with a `type` (mostly the name, sometimes absent or not
+    /// a string), the type's `fields` and a field no decoder reads.
+    pub(crate) fn sse_event(
+        kind: impl Strategy<Value = &'static str>,
+        names: &'static [&'static str],
+        fields: fn(&'static str) -> BoxedStrategy<Vec<Option<String>>>,
+    ) -> impl Strategy<Value = (String, String)> {
+        kind.prop_flat_map(move |kind| {
+            let name = prop_oneof![
+                10 => Just(kind),
+                1 => prop::sample::select(names),
+            ];
+            let type_field = prop_oneof![
+                10 => Just(Some(format!("\"type\":\"{kind}\""))),
+                1 => Just(None),
+                1 => prop::sample::select(&["null", "7"][..])
+                    .prop_map(|t| Some(format!("\"type\":{t}"))),
+            ];
+            (name, type_field, fields(kind), field("future", UNKNOWN)).prop_map(
+                |(name, t, mut fields, x)| {
+                    fields.insert(0, t);
+                    fields.push(x);
+                    (name.to_owned(), object(fields))
+                },
+            )
+        })
+    }
+
+    /// The SSE body of `events` (name, data).
+    pub(crate) fn sse_body(events: &[(String, String)]) -> String {
+        events
+            .iter()
+            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+            .collect()
+    }
+
     /// What a decoder made of one body.
     #[derive(Debug, PartialEq)]
     pub(crate) struct Outcome {

@@ -22,7 +22,7 @@ use super::route::{
 };
 use super::sse_stream::{
     CallSlot, EventHandler, JsonStr, SseState, StreamedText, non_empty, parse_event_json,
-    take_calls,
+    read_view, take_calls,
 };
 use crate::config::{Config, Effort};
 use crate::json::parse_lossy;
@@ -1058,9 +1058,7 @@ impl EventHandler for ChatDecoder {
         // The common chunk, read without building the fields the decoder never looks at. Any
         // chunk this cannot take as it is (an error, invalid escapes, a duplicate key, not an
         // object) goes the general way below, which decides exactly as before.
-        if !is_error_event
-            && data.starts_with('{')
-            && let Ok(view) = serde_json::from_str::<ChunkView<'_>>(data)
+        if let Some(view) = read_view::<ChunkView<'_>>(data, is_error_event)
             && view.error.is_none()
             && view.object.as_deref() != Some("error")
         {

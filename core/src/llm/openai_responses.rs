@@ -19,8 +19,8 @@ use super::route::{
     is_openai_reasoning_model, openai_effort, rejects_field, sends_prompt_cache_key,
 };
 use super::sse_stream::{
-    CallSlot, EventHandler, JsonStr, SseState, StreamedText, parse_event_json, str_or_empty,
-    take_calls,
+    CallSlot, EventHandler, JsonStr, SseState, StreamedText, parse_event_json, read_view,
+    str_or_empty, take_calls,
 };
 use crate::config::{Config, Effort};
 #[allow(unused_imports, reason = "named by doc links and by the unit tests")]
@@ -842,10 +842,7 @@ impl EventHandler for ResponsesDecoder {
         let is_error_event = sse_name == "error";
         // The common event is read through the view; one it refuses (see `EventView`) goes the
         // general way below, into the same view, and is decided by the same `handle`.
-        if !is_error_event
-            && data.starts_with('{')
-            && let Ok(view) = serde_json::from_str::<EventView<'_>>(data)
-        {
+        if let Some(view) = read_view::<EventView<'_>>(data, is_error_event) {
             let kind = view.kind.as_deref().unwrap_or(sse_name);
             if view.decodes_alone(kind, self.reasoning_items.is_empty()) {
                 return self.handle(kind, &view, None, out);
@@ -1990,31 +1987,10 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
     /// field the decoder reads, with values of the right type and of others, escapes, lone
     /// surrogates, unknown fields, reasoning items, error events.
     mod event_gen {
-        use crate::llm::decoder_tests::{INDEX, TEXT, UNKNOWN, field, field_of, object};
+        use crate::llm::decoder_tests::{
+            TEXT, UNKNOWN, field, field_of, index, mostly, object, often, sse_event, text,
+        };
         use proptest::prelude::*;
-
-        /// Mostly a well-typed value from `good`, sometimes any from `any`.
-        fn mostly(
-            good: &'static [&'static str],
-            any: &'static [&'static str],
-        ) -> BoxedStrategy<String> {
-            prop_oneof![
-                5 => prop::sample::select(good).prop_map(str::to_owned),
-                1 => prop::sample::select(any).prop_map(str::to_owned),
-            ]
-            .boxed()
-        }
-
-        fn text() -> BoxedStrategy<String> {
-            mostly(
-                &[r#""Hel""#, r#""a\nb \"q\"""#, r#""\ud83d\udc1d""#, r#""""#],
-                TEXT,
-            )
-        }
-
-        fn index() -> BoxedStrategy<String> {
-            mostly(&["0", "1", "2"], INDEX)
-        }
 
         fn item_id() -> BoxedStrategy<String> {
             mostly(&[r#""fc_1""#, r#""fc_2""#, r#""msg_1""#, r#""""#], TEXT)
@@ -2125,9 +2101,6 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
 
         /// The fields of an event of type `kind`.
         fn fields(kind: &'static str) -> BoxedStrategy<Vec<Option<String>>> {
-            let often = |name: &'static str, value: BoxedStrategy<String>| {
-                prop::option::weighted(0.9, value.prop_map(move |v| format!("\"{name}\":{v}")))
-            };
             let index = field_of("output_index", index());
             let id = field_of("item_id", item_id());
             match kind {
@@ -2185,29 +2158,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
                 1 => Just("response.failed"),
                 1 => Just("error"),
             ];
-            kind.prop_flat_map(|kind| {
-                let name = prop_oneof![
-                    10 => Just(kind),
-                    1 => prop::sample::select(KIND),
-                ];
-                let type_field = prop_oneof![
-                    10 => Just(Some(format!("\"type\":\"{kind}\""))),
-                    1 => Just(None),
-                    1 => prop::sample::select(&["null", "7"][..])
-                        .prop_map(|t| Some(format!("\"type\":{t}"))),
-                ];
-                (
-                    name,
-                    type_field,
-                    fields(kind),
-                    field("sequence_number", UNKNOWN),
-                )
-                    .prop_map(|(name, t, mut fields, x)| {
-                        fields.insert(0, t);
-                        fields.push(x);
-                        (name.to_owned(), object(fields))
-                    })
-            })
+            sse_event(kind, KIND, fields)
         }
 
         /// The event that ends a body: completed or incomplete, with a generated response.
@@ -2233,10 +2184,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             events in proptest::collection::vec(event_gen::event(), 1..16),
             end in proptest::option::of(event_gen::end()),
         ) {
-            let mut body: String = events
-                .iter()
-                .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
-                .collect();
+            let mut body = crate::llm::decoder_tests::sse_body(&events);
             body.push_str(end.as_deref().unwrap_or(""));
             let general = forced_general(&body);
             proptest::prop_assert_eq!(

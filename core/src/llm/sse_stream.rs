@@ -254,6 +254,19 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for JsonStr<'a> {
     }
 }
 
+/// An event's payload read through a route's typed view `V` (serde derive, strings borrowed):
+/// `None` for an `error` event (`error_event`) and for a payload that is not a strict JSON
+/// object of the view's shape, which then goes the route's general path.
+pub(crate) fn read_view<'a, V: serde::Deserialize<'a>>(
+    data: &'a str,
+    error_event: bool,
+) -> Option<V> {
+    if error_event || !data.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(data).ok()
+}
+
 /// The non-empty string of an optional view field.
 pub(crate) fn non_empty<'s>(text: &'s Option<JsonStr<'_>>) -> Option<&'s str> {
     text.as_deref().filter(|s| !s.is_empty())
