@@ -14,13 +14,14 @@
 //! The router's handlers are grouped by what they serve, each group a child module of this
 //! one: `agent/sessions.rs`, the `session/*` requests that open, list, configure and close a
 //! session and move its entry through its lifecycle; `agent/prompts.rs`, `session/prompt` and
-//! `session/cancel`, the session's commands and the steps of its turn. What is left here is the
+//! `session/cancel`, the session's commands and the steps of its turn; `agent/login.rs`, a
+//! remote server's OAuth login shown through the client (SPEC M11). What is left here is the
 //! router: the inputs and timers by owner, the ACP decoding, the MCP events, the elicitations
 //! and the shutdown.
 
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
-use crate::elicitation::{ElicitationModes, Elicitations};
+use crate::elicitation::{ElicitationModes, Elicitations, Logins};
 use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{
     IdCounters, McpRequestId, PermissionRequestId, ProcKey, ServerSlot, SessionId, SessionIds,
@@ -61,6 +62,7 @@ macro_rules! step_cx {
     };
 }
 
+mod login;
 mod prompts;
 mod sessions;
 
@@ -98,6 +100,8 @@ pub struct Agent {
     elicitation_modes: ElicitationModes,
     /// The ACP `elicitation/create` requests waiting for the client (SPEC M12).
     elicitations: Elicitations,
+    /// The logins shown to the client as URL elicitations (SPEC M11).
+    logins: Logins,
     /// The project reads in flight ([`Action::ReadProject`], SPEC A10), by request number.
     project_reads: BTreeMap<u64, ProjectRead>,
     /// The number of the next project read.
@@ -193,6 +197,7 @@ impl Agent {
             client_notices: false,
             elicitation_modes: ElicitationModes::default(),
             elicitations: Elicitations::default(),
+            logins: Logins::default(),
             project_reads: BTreeMap::new(),
             next_project_read: 1,
         }
@@ -545,6 +550,9 @@ impl Agent {
             return;
         };
         let out = PermissionRequestId(out);
+        if self.on_login_answer(out, &outcome) {
+            return;
+        }
         if let Some(pending) = self.elicitations.take(out) {
             self.on_elicitation_answer(pending, outcome);
             return;
@@ -782,6 +790,8 @@ impl Agent {
                     self.servers
                         .start_listing(server, &mut self.out, &mut self.timers);
                 }
+                McpEvent::Login { server, url } => self.on_login(server, &url),
+                McpEvent::LoginDone { server } => self.on_login_done(server),
             }
         }
     }

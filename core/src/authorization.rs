@@ -1,7 +1,6 @@
 //! The authorization of one remote MCP server and its traffic with the runtime (SPEC M11):
 //! [`ServerAuth`] owns the server's [`Authorizer`] and turns what it asks for into
-//! [`Action::OAuth`](crate::Action::OAuth)s (the loopback listener, the token file,
-//! `$BROWSER`), each carrying the server's slot so that the runtime's [`OAuthInput`]s come back
+//! [`Action::OAuth`](crate::Action::OAuth)s (the loopback listener, the token file), each carrying the server's slot so that the runtime's [`OAuthInput`]s come back
 //! to it; it keeps the authorizer's deadline in the [`TimerTable`]
 //! (`Timer::Server(slot, ServerTimer::Authorization)`), and hands its owner, the server's
 //! HTTP transport, what only the owner can do ([`AuthNeed`]): the HTTP requests (through the
@@ -34,8 +33,8 @@ pub(crate) enum AuthNeed {
         http: OAuthRequest,
     },
     /// Ask the user to open `url` (the authorization request): URL-mode elicitation where
-    /// the ACP client offers it, else a notice. A decline goes to [`ServerAuth::declined`].
-    /// (`$BROWSER`, when set, was already started.)
+    /// the ACP client offers it, else a notice and `$BROWSER` ([`browser_argv`]); the agent
+    /// decides. A decline goes to [`ServerAuth::declined`].
     Browse {
         /// The authorization URL.
         url: String,
@@ -66,7 +65,6 @@ pub(crate) struct AuthSetup {
 pub(crate) struct ServerAuth {
     slot: ServerSlot,
     authorizer: Authorizer,
-    browser: Option<String>,
     /// The listener in use, if any (one per flow; an input for another is stale).
     listener: Option<ListenerId>,
     next_listener: u64,
@@ -93,7 +91,6 @@ impl ServerAuth {
                 unix_ms_at_start: setup.unix_ms_at_start,
                 rng,
             }),
-            browser: setup.oauth.browser.clone(),
             listener: None,
             next_listener: 0,
         }
@@ -128,16 +125,7 @@ impl ServerAuth {
                     }));
                 }
                 AuthAction::StopListening => self.stop_listening(out),
-                AuthAction::Browse { url } => {
-                    if let Some(argv) = self.browser.as_deref().and_then(|b| browser_argv(b, &url))
-                    {
-                        out.push(Action::OAuth(OAuthAction::OpenBrowser {
-                            server: self.slot,
-                            argv,
-                        }));
-                    }
-                    needs.push(AuthNeed::Browse { url });
-                }
+                AuthAction::Browse { url } => needs.push(AuthNeed::Browse { url }),
                 AuthAction::BrowseDone => needs.push(AuthNeed::BrowseDone),
                 AuthAction::Load { file } => out.push(Action::OAuth(OAuthAction::ReadTokenFile {
                     server: self.slot,

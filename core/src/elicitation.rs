@@ -279,6 +279,118 @@ impl Elicitations {
     }
 }
 
+/// Where the ACP `elicitation/create` of a login belongs (ACP v1 elicitation scopes): the
+/// session of the server, or, while that session is not answered yet, the `session/new` (or
+/// load) request that opens it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum LoginScope {
+    /// An open session (its ACP id).
+    Session(String),
+    /// The request opening the session.
+    Request(RpcId),
+}
+
+/// How the user is asked to open a server's authorization URL (SPEC M11).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum LoginAsk {
+    /// The client presents URL mode: the params of the ACP `elicitation/create`.
+    Elicit(Value),
+    /// It does not: a notice carrying the URL (and `$BROWSER`, when set).
+    Notice(String),
+}
+
+/// How to ask the user to open `url` to authorize MCP server `name` (SPEC M11): a URL-mode
+/// `elicitation/create` in `scope` with `elicitation_id` when the client presents URL mode,
+/// else a notice with the URL.
+pub(crate) fn login_ask(
+    modes: ElicitationModes,
+    name: &str,
+    url: &str,
+    scope: &LoginScope,
+    elicitation_id: &str,
+) -> LoginAsk {
+    if !modes.url {
+        return LoginAsk::Notice(format!(
+            "MCP server '{name}' needs authorization: open {url} to log in."
+        ));
+    }
+    let mut params = json!({
+        "mode": "url",
+        "message": format!("MCP server '{name}' needs authorization: log in to give the agent access."),
+        "url": url,
+        "elicitationId": elicitation_id,
+    });
+    match scope {
+        LoginScope::Session(session) => params["sessionId"] = json!(session),
+        LoginScope::Request(request) => params["requestId"] = request.to_value(),
+    }
+    LoginAsk::Elicit(params)
+}
+
+/// What the client's answer to a login's `elicitation/create` means for the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoginAnswer {
+    /// `accept`: the user opens the URL; the redirect on the loopback listener ends it.
+    Accepted(ServerSlot),
+    /// `decline`, `cancel`, an unknown action or an error answer: the authorization of the
+    /// server is declined.
+    Declined(ServerSlot),
+}
+
+/// The logins shown through URL elicitation (SPEC M11): the ACP requests waiting for the
+/// client's answer, and the elicitation id of each server's login until it is over (for
+/// `elicitation/complete`).
+#[derive(Debug, Default)]
+pub(crate) struct Logins {
+    asks: BTreeMap<PermissionRequestId, ServerSlot>,
+    shown: BTreeMap<ServerSlot, String>,
+    next: u64,
+}
+
+impl Logins {
+    /// A new elicitation id for a login of `server` (unique in this process).
+    pub(crate) fn next_id(&mut self, server: ServerSlot) -> String {
+        self.next += 1;
+        format!("buzz-login-{}-{}", server.0, self.next)
+    }
+
+    /// Request `id` shows the login `elicitation_id` of `server`.
+    pub(crate) fn insert(
+        &mut self,
+        id: PermissionRequestId,
+        server: ServerSlot,
+        elicitation_id: String,
+    ) {
+        self.asks.insert(id, server);
+        self.shown.insert(server, elicitation_id);
+    }
+
+    /// The client answered request `id` with `result` (`None`: an error answer); `None`
+    /// when it is not a login's. A declined login is over (no `elicitation/complete`
+    /// follows).
+    pub(crate) fn answered(
+        &mut self,
+        id: PermissionRequestId,
+        result: Option<&Value>,
+    ) -> Option<LoginAnswer> {
+        let server = self.asks.remove(&id)?;
+        let accepted =
+            result.is_some_and(|r| r.get("action").and_then(Value::as_str) == Some("accept"));
+        if accepted {
+            return Some(LoginAnswer::Accepted(server));
+        }
+        self.shown.remove(&server);
+        Some(LoginAnswer::Declined(server))
+    }
+
+    /// The login of `server` is over: the params of the ACP `elicitation/complete` for the
+    /// client that was shown it (`None`: it was not, or the user declined it).
+    pub(crate) fn done(&mut self, server: ServerSlot) -> Option<Value> {
+        let id = self.shown.remove(&server)?;
+        Some(json!({"elicitationId": id}))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,5 +538,79 @@ mod tests {
         assert!(t.take(PermissionRequestId(0)).is_none());
         assert_eq!(t.take(PermissionRequestId(1)), Some(pending(1)));
         assert!(t.take(PermissionRequestId(1)).is_none(), "I6: once");
+    }
+    #[test]
+    fn m11_a_login_is_a_url_elicitation_where_the_client_presents_url_mode_else_a_notice() {
+        let url = "https://as.example/authorize?client_id=a&state=s";
+        let modes = ElicitationModes {
+            form: true,
+            url: true,
+        };
+        let opening = LoginScope::Request(RpcId::Num(7.into()));
+        assert_eq!(
+            login_ask(modes, "github", url, &opening, "buzz-login-1-1"),
+            LoginAsk::Elicit(json!({
+                "mode": "url",
+                "message": "MCP server 'github' needs authorization: log in to give the agent access.",
+                "url": url,
+                "elicitationId": "buzz-login-1-1",
+                "requestId": 7,
+            })),
+            "a session not answered yet: scoped to the request opening it"
+        );
+        let open = LoginScope::Session("sess_1".into());
+        let LoginAsk::Elicit(params) = login_ask(modes, "github", url, &open, "e2") else {
+            panic!("URL mode");
+        };
+        assert_eq!(params["sessionId"], "sess_1");
+        assert!(params.get("requestId").is_none(), "{params}");
+        let forms_only = ElicitationModes {
+            form: true,
+            url: false,
+        };
+        assert_eq!(
+            login_ask(forms_only, "github", url, &open, "e3"),
+            LoginAsk::Notice(format!(
+                "MCP server 'github' needs authorization: open {url} to log in."
+            ))
+        );
+    }
+
+    #[test]
+    fn m11_a_declined_login_is_over_and_an_accepted_one_is_completed_once() {
+        let mut logins = Logins::default();
+        let s = ServerSlot(3);
+        let first = logins.next_id(s);
+        let second = logins.next_id(s);
+        assert_ne!(first, second, "ids are unique");
+        logins.insert(PermissionRequestId(10), s, first);
+        assert_eq!(
+            logins.answered(PermissionRequestId(11), Some(&json!({"action": "accept"}))),
+            None,
+            "not a login's request"
+        );
+        assert_eq!(
+            logins.answered(PermissionRequestId(10), Some(&json!({"action": "accept"}))),
+            Some(LoginAnswer::Accepted(s))
+        );
+        assert_eq!(
+            logins.done(s),
+            Some(json!({"elicitationId": "buzz-login-3-1"}))
+        );
+        assert_eq!(logins.done(s), None, "once");
+        for answer in [
+            Some(json!({"action": "decline"})),
+            Some(json!({"action": "cancel"})),
+            Some(json!({"action": "_later"})),
+            None,
+        ] {
+            logins.insert(PermissionRequestId(12), s, second.clone());
+            assert_eq!(
+                logins.answered(PermissionRequestId(12), answer.as_ref()),
+                Some(LoginAnswer::Declined(s)),
+                "{answer:?}"
+            );
+            assert_eq!(logins.done(s), None, "a declined login is not completed");
+        }
     }
 }

@@ -132,6 +132,15 @@ impl SessionEntry {
         )
     }
 
+    /// The request opening the session while it is not answered yet (`Starting` or
+    /// `Opening`).
+    pub(crate) fn opening_request(&self) -> Option<&RpcId> {
+        match &self.lifecycle {
+            Lifecycle::Starting { request } | Lifecycle::Opening { request, .. } => Some(request),
+            Lifecycle::Open | Lifecycle::Ending { .. } => None,
+        }
+    }
+
     /// Whether the session is `Starting` (before its opening).
     pub(crate) fn is_before_opening(&self) -> bool {
         matches!(self.lifecycle, Lifecycle::Starting { .. })

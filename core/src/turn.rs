@@ -190,6 +190,12 @@ impl Turn {
         }
     }
 
+    /// Shows the session's queued notices now ([`Session::notify`]), not before the next
+    /// round: what the user must act on while the turn waits (a login, SPEC M11).
+    pub(crate) fn show_notices(&mut self, sess: &mut Session, cx: &mut Cx<'_>) {
+        self.shown.pending_notices(sess, cx);
+    }
+
     /// The turn's number.
     pub(crate) fn no(&self) -> TurnNo {
         self.no

@@ -93,6 +93,12 @@ pub(crate) enum Delivery {
     /// Its authorization failed while the session was being opened (SPEC M11): the server
     /// starts without tools; the text says why (`not authorized: …`).
     Unauthorized(String),
+    /// The user must open this authorization URL to log in (SPEC M11): the agent asks the
+    /// ACP client to show it; a decline goes to [`HttpTransport::login_declined`].
+    Login(String),
+    /// The login asked for by the last [`Delivery::Login`] is over (the redirect landed, or
+    /// the authorization ended otherwise): the user need not open the URL any more.
+    LoginDone,
 }
 
 /// What an exchange is for.
@@ -1130,8 +1136,8 @@ impl HttpTransport {
     }
 
     /// Carries out what the authorization needs (SPEC M11): its HTTP requests go out as
-    /// exchanges of this server, the URL the user must open is logged (its `$BROWSER` was
-    /// started), and the held frames go out or fail.
+    /// exchanges of this server, the URL the user must open is logged and delivered (the
+    /// agent shows it through the ACP client), and the held frames go out or fail.
     fn carry_out(
         &mut self,
         needs: Vec<AuthNeed>,
@@ -1144,14 +1150,17 @@ impl HttpTransport {
                 AuthNeed::Http { request, http } => {
                     self.start_auth_request(request, http, out, timers);
                 }
-                AuthNeed::Browse { url } => out.log(
-                    LogLevel::Warn,
-                    format!(
-                        "MCP server '{}' needs authorization: open {url} to log in",
-                        self.name
-                    ),
-                ),
-                AuthNeed::BrowseDone => {}
+                AuthNeed::Browse { url } => {
+                    out.log(
+                        LogLevel::Warn,
+                        format!(
+                            "MCP server '{}' needs authorization: open {url} to log in",
+                            self.name
+                        ),
+                    );
+                    got.push(Delivery::Login(url));
+                }
+                AuthNeed::BrowseDone => got.push(Delivery::LoginDone),
                 AuthNeed::Proceed => {
                     if self.phase == Phase::Closed {
                         continue;
@@ -1291,12 +1300,18 @@ impl HttpTransport {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<Delivery> {
-        let mut got = std::mem::take(&mut self.undelivered);
-        if let Some(a) = self.auth.oauth() {
-            let needs = a.on_input(input, out, timers);
-            self.carry_out(needs, out, timers, &mut got);
-        }
-        got
+        self.auth_step(out, timers, |a, out, timers| a.on_input(input, out, timers))
+    }
+
+    /// The user declined (or the ACP client cancelled) the login of the last
+    /// [`Delivery::Login`] (SPEC M11): the authorization fails, and what waited for it with
+    /// it (a held handshake: [`Delivery::Unauthorized`]).
+    pub(crate) fn login_declined(
+        &mut self,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<Delivery> {
+        self.auth_step(out, timers, ServerAuth::declined)
     }
 
     /// The deadline of the authorization's step in progress passed.
@@ -1305,9 +1320,20 @@ impl HttpTransport {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<Delivery> {
+        self.auth_step(out, timers, ServerAuth::on_timeout)
+    }
+
+    /// One step of the OAuth authorization from outside the server's exchanges (`step`);
+    /// what it needs is carried out. Nothing without an OAuth authorization.
+    fn auth_step(
+        &mut self,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        step: impl FnOnce(&mut ServerAuth, &mut Outbox, &mut TimerTable) -> Vec<AuthNeed>,
+    ) -> Vec<Delivery> {
         let mut got = std::mem::take(&mut self.undelivered);
         if let Some(a) = self.auth.oauth() {
-            let needs = a.on_timeout(out, timers);
+            let needs = step(a, out, timers);
             self.carry_out(needs, out, timers, &mut got);
         }
         got
@@ -2893,15 +2919,7 @@ mod tests {
     #[test]
     fn m11_a_refused_authorization_fails_the_held_handshake_as_unauthorized() {
         let mut rig = Rig::with_oauth(&client_credentials());
-        rig.send(
-            frame(
-                FrameKind::Initialize(McpRequestId(1)),
-                &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
-            ),
-            None,
-        );
-        let (sent, _) = rig.sent();
-        rig.answer(sent[0].seq, 401, &[("www-authenticate", "Bearer")], "");
+        challenged_initialize(&mut rig);
         let got = authorization_server(&mut rig, (401, json!({"error": "invalid_client"})));
         let [
             Delivery::Unauthorized(why),
@@ -2924,6 +2942,150 @@ mod tests {
         assert!(
             matches!(&got[..], [Delivery::RequestFailed { reason, .. }] if reason == "answered HTTP 403 (Forbidden): nope"),
             "{got:?}"
+        );
+    }
+    /// The loopback listener the authorization asked for.
+    fn listener_asked(oauth: &[crate::io::OAuthAction]) -> crate::ids::ListenerId {
+        oauth
+            .iter()
+            .find_map(|a| {
+                if let crate::io::OAuthAction::Listen { listener, .. } = a {
+                    Some(*listener)
+                } else {
+                    None
+                }
+            })
+            .expect("the loopback listener is asked for")
+    }
+
+    /// `initialize` (id 1) goes out and is answered `401` with a bare `Bearer` challenge.
+    fn challenged_initialize(rig: &mut Rig) {
+        rig.send(
+            frame(
+                FrameKind::Initialize(McpRequestId(1)),
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+            ),
+            None,
+        );
+        let (sent, _) = rig.sent();
+        rig.answer(sent[0].seq, 401, &[("www-authenticate", "Bearer")], "");
+    }
+
+    /// A server behind a login (a pre-registered public client, authorization code): its
+    /// `initialize` is challenged, the metadata read and the loopback listener opened; returns
+    /// the deliveries of the listener's opening (the login).
+    fn login_until_browse(rig: &mut Rig) -> Vec<Delivery> {
+        challenged_initialize(rig);
+        for _ in 0..6 {
+            let (sent, _) = rig.sent();
+            let Some(req) = sent.into_iter().next() else {
+                break;
+            };
+            let body = if req.url.contains("/.well-known/oauth-protected-resource") {
+                json!({"resource": "http://127.0.0.1:8/mcp", "authorization_servers": ["http://127.0.0.1:9"]})
+            } else {
+                json!({
+                    "issuer": "http://127.0.0.1:9",
+                    "authorization_endpoint": "http://127.0.0.1:9/authorize",
+                    "token_endpoint": "http://127.0.0.1:9/token",
+                    "code_challenge_methods_supported": ["S256"],
+                })
+            };
+            let got = rig.answer(
+                req.seq,
+                200,
+                &[("content-type", "application/json")],
+                &body.to_string(),
+            );
+            assert!(got.is_empty(), "{got:?}");
+        }
+        let listen = listener_asked(&rig.oauth);
+        rig.t.on_oauth(
+            OAuthInput::Listening {
+                server: SLOT,
+                listener: listen,
+                result: Ok(4567),
+            },
+            &mut rig.out,
+            &mut rig.timers,
+        )
+    }
+
+    #[test]
+    fn m11_the_login_url_is_delivered_for_the_client_and_a_decline_leaves_the_server_unauthorized()
+    {
+        let clients = json!({"servers": {"remote": {"client_id": "app"}}});
+        let mut rig = Rig::with_oauth(&clients);
+        let got = login_until_browse(&mut rig);
+        let [Delivery::Login(url)] = &got[..] else {
+            panic!("the URL for the user: {got:?}");
+        };
+        assert!(
+            url.starts_with("http://127.0.0.1:9/authorize?response_type=code&client_id=app")
+                && url.contains("redirect_uri=http%3A%2F%2F127.0.0.1%3A4567%2Fcallback"),
+            "{url}"
+        );
+        let _ = rig.sent();
+        assert!(
+            !rig.oauth
+                .iter()
+                .any(|a| matches!(a, crate::io::OAuthAction::OpenBrowser { .. })),
+            "the agent decides about $BROWSER: {:?}",
+            rig.oauth
+        );
+        let got = rig.t.login_declined(&mut rig.out, &mut rig.timers);
+        let [
+            Delivery::Unauthorized(why),
+            Delivery::RequestFailed { id, .. },
+        ] = &got[..]
+        else {
+            panic!("{got:?}");
+        };
+        assert_eq!(*id, McpRequestId(1));
+        assert_eq!(why, "not authorized: the authorization was declined");
+        assert!(
+            rig.t
+                .login_declined(&mut rig.out, &mut rig.timers)
+                .is_empty(),
+            "a second decline changes nothing"
+        );
+    }
+
+    #[test]
+    fn m11_a_redirect_on_the_loopback_listener_ends_the_login() {
+        let clients = json!({"servers": {"remote": {"client_id": "app"}}});
+        let mut rig = Rig::with_oauth(&clients);
+        let got = login_until_browse(&mut rig);
+        let [Delivery::Login(url)] = &got[..] else {
+            panic!("{got:?}");
+        };
+        let state = url
+            .split(['?', '&'])
+            .find_map(|p| p.strip_prefix("state="))
+            .expect("a state")
+            .to_owned();
+        let _ = rig.sent();
+        let listener = listener_asked(&rig.oauth);
+        let got = rig.t.on_oauth(
+            OAuthInput::Callback {
+                server: SLOT,
+                listener,
+                connection: 1,
+                head: format!("GET /callback?code=c0de&state={state} HTTP/1.1\r\n\r\n")
+                    .into_bytes(),
+            },
+            &mut rig.out,
+            &mut rig.timers,
+        );
+        assert_eq!(
+            got,
+            [Delivery::LoginDone],
+            "the user is done; the token is asked for"
+        );
+        let (sent, _) = rig.sent();
+        assert!(
+            sent.iter().any(|r| r.url == "http://127.0.0.1:9/token"),
+            "{sent:?}"
         );
     }
 }

@@ -181,6 +181,11 @@ pub(crate) enum McpEvent {
     /// The server's tool list changed while it was being listed: list it again, after the
     /// events before this one were routed.
     Relist { server: ServerSlot },
+    /// The user must open `url` to authorize `server` (SPEC M11): shown through the ACP
+    /// client; a decline goes to [`ServerTable::login_declined`].
+    Login { server: ServerSlot, url: String },
+    /// The login of `server` is over (its redirect landed, or its authorization ended).
+    LoginDone { server: ServerSlot },
 }
 
 /// Why an `interceptors/list` got no answer: a JSON-RPC error, or the server died (the text).

@@ -1333,9 +1333,39 @@ impl ServerTable {
                     s.unauthorized = Some(reason);
                     events.extend(self.died(slot, cause, false, out, timers));
                 }
+                Delivery::Login(url) => events.push(McpEvent::Login { server: slot, url }),
+                Delivery::LoginDone => events.push(McpEvent::LoginDone { server: slot }),
             }
         }
         events
+    }
+
+    /// One step of the HTTP transport of `slot` (`step`); what it learned is delivered.
+    /// Nothing for a server that is gone or not remote.
+    fn http_step(
+        &mut self,
+        slot: ServerSlot,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+        step: impl FnOnce(&mut HttpTransport, &mut Outbox, &mut TimerTable) -> Vec<Delivery>,
+    ) -> Vec<McpEvent> {
+        let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) else {
+            return Vec::new();
+        };
+        let deliveries = step(t, out, timers);
+        self.deliver(slot, deliveries, out, timers)
+    }
+
+    /// The user declined the login of `slot` (SPEC M11): its authorization fails; a server
+    /// that never served starts without tools. Nothing for a server that is gone or not
+    /// logging in.
+    pub(crate) fn login_declined(
+        &mut self,
+        slot: ServerSlot,
+        out: &mut Outbox,
+        timers: &mut TimerTable,
+    ) -> Vec<McpEvent> {
+        self.http_step(slot, out, timers, HttpTransport::login_declined)
     }
 
     /// `Input::OAuth`: what the runtime reports for the authorization of the server it names
@@ -1347,11 +1377,9 @@ impl ServerTable {
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
         let slot = input.server();
-        let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) else {
-            return Vec::new();
-        };
-        let deliveries = t.on_oauth(input, out, timers);
-        self.deliver(slot, deliveries, out, timers)
+        self.http_step(slot, out, timers, |t, out, timers| {
+            t.on_oauth(input, out, timers)
+        })
     }
 
     /// The deadline of `slot`'s authorization step passed (SPEC M11).
@@ -1361,11 +1389,7 @@ impl ServerTable {
         out: &mut Outbox,
         timers: &mut TimerTable,
     ) -> Vec<McpEvent> {
-        let Some(Transport::Http(t)) = self.servers.get_mut(&slot).map(|s| &mut s.transport) else {
-            return Vec::new();
-        };
-        let deliveries = t.authorization_due(out, timers);
-        self.deliver(slot, deliveries, out, timers)
+        self.http_step(slot, out, timers, HttpTransport::authorization_due)
     }
 
     /// The notices of the servers in `slots` (a session that starts) that start without tools

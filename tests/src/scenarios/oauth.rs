@@ -13,6 +13,7 @@ use crate::harness::{Ctx, current_exe};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// `$BROWSER` running the fake browser, which appends the URLs it visits to `log`.
 fn browser(log: &str) -> String {
@@ -36,6 +37,35 @@ fn protected_server(s: &Scratch, auth: &FakeAuth, extra: &[(&str, &str)]) -> Htt
     let fake = HttpFake::start(s.dir.path(), &env);
     auth.set_resource(&fake.url());
     fake
+}
+
+/// Prompts `prompt` in session `sid`: the turn ends, and the model's first call, `c1`, got
+/// `echoed` back from the server (its result in the second LLM request).
+fn assert_first_call_echoes(
+    agent: &crate::harness::AgentProc,
+    llm: &crate::fake_llm::FakeLlm,
+    sid: &str,
+    prompt: &str,
+    echoed: &str,
+) {
+    let r = agent.prompt(sid, prompt);
+    assert_end_turn(agent, &r);
+    assert_eq!(
+        llm.requests()[1].tool_results(),
+        [("c1".to_string(), echoed.to_string())],
+        "{}",
+        agent.context()
+    );
+}
+
+/// The notices of the `session/new` answer `r` (`_meta.buzz.notices`); the session started.
+fn start_notices<'a>(agent: &crate::harness::AgentProc, r: &'a Value) -> Vec<&'a str> {
+    let result = agent.result(r);
+    assert!(result["sessionId"].is_string(), "{r}");
+    result["_meta"]["buzz"]["notices"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 fn lines(path: &str) -> Vec<String> {
@@ -81,13 +111,12 @@ pub fn m11_a_server_behind_oauth_is_authorized_through_the_browser_and_its_token
         .env(&env)
         .servers([fake.entry("remote", &[])])
         .start();
-    let r = agent.prompt(&sid, "echo through the authorized server");
-    assert_end_turn(&agent, &r);
-    assert_eq!(
-        llm.requests()[1].tool_results(),
-        [("c1".to_string(), "over oauth".to_string())],
-        "{}",
-        agent.context()
+    assert_first_call_echoes(
+        &agent,
+        &llm,
+        &sid,
+        "echo through the authorized server",
+        "over oauth",
     );
     assert!(auth.rejections().is_empty(), "{:?}", auth.rejections());
     let asked = auth.request_lines();
@@ -198,14 +227,7 @@ pub fn m11_a_rejected_token_is_refreshed_and_a_missing_scope_is_stepped_up(ctx: 
         .env(&[("BROWSER", &browser)])
         .servers([fake.entry("remote", &[])])
         .start();
-    let r = agent.prompt(&sid, "one");
-    assert_end_turn(&agent, &r);
-    assert_eq!(
-        llm.requests()[1].tool_results(),
-        [("c1".to_string(), "one".to_string())],
-        "{}",
-        agent.context()
-    );
+    assert_first_call_echoes(&agent, &llm, &sid, "one", "one");
     let logins: Vec<String> = auth
         .requests()
         .into_iter()
@@ -221,6 +243,21 @@ pub fn m11_a_rejected_token_is_refreshed_and_a_missing_scope_is_stepped_up(ctx: 
             .unwrap_or_default()
     };
     assert_eq!(scope(&logins[0]), "read", "scopes_supported");
+    // The step-up's login comes while the turn waits for the call: a client without URL
+    // elicitation sees a notice carrying its URL at once (the first login came before the
+    // session was answered: nowhere to show it but the log and `$BROWSER`).
+    let shown: Vec<String> = agent
+        .session_updates(&sid)
+        .iter()
+        .filter(|u| u["_meta"]["buzz"]["notice"] == "mcp_server_login")
+        .map(|u| u.to_string())
+        .collect();
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert!(
+        shown[0].contains("MCP server 'remote' needs authorization: open http://127.0.0.1:")
+            && shown[0].contains("/authorize?response_type=code"),
+        "{shown:?}"
+    );
     let mut stepped: Vec<String> = scope(&logins[1]).split(' ').map(str::to_owned).collect();
     stepped.sort();
     assert_eq!(stepped, ["read", "write"], "{logins:?}");
@@ -301,14 +338,7 @@ pub fn m11_client_credentials_need_no_user_and_a_failed_login_leaves_the_server_
         ])
         .servers([fake.entry("robot", &[])])
         .start();
-    let r = agent.prompt(&sid, "echo");
-    assert_end_turn(&agent, &r);
-    assert_eq!(
-        llm.requests()[1].tool_results(),
-        [("c1".to_string(), "headless".to_string())],
-        "{}",
-        agent.context()
-    );
+    assert_first_call_echoes(&agent, &llm, &sid, "echo", "headless");
     let asked = auth.request_lines();
     assert!(
         !asked
@@ -346,12 +376,7 @@ pub fn m11_client_credentials_need_no_user_and_a_failed_login_leaves_the_server_
         "session/new",
         json!({"cwd": s.ws, "mcpServers": [fake.entry("remote", &[])]}),
     );
-    let result = agent.result(&r);
-    assert!(result["sessionId"].is_string(), "{r}");
-    let notices: Vec<&str> = result["_meta"]["buzz"]["notices"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let notices = start_notices(&agent, &r);
     assert!(
         notices
             .iter()
@@ -364,6 +389,161 @@ pub fn m11_client_credentials_need_no_user_and_a_failed_login_leaves_the_server_
             && log.contains("/authorize?response_type=code"),
         "the URL for the user{}",
         agent.context()
+    );
+    agent.finish();
+}
+
+/// `initialize` as a client that presents URL-mode elicitation.
+fn initialize_with_url_elicitation(agent: &crate::harness::AgentProc) {
+    let init = agent.request(
+        "initialize",
+        json!({"protocolVersion": 1,
+               "clientCapabilities": {"elicitation": {"url": {}}},
+               "clientInfo": {"name": "buzz-agent-e2e", "version": "0"}}),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+}
+
+/// The `elicitation/create` requests the agent sent.
+fn elicitations(agent: &crate::harness::AgentProc) -> Vec<Value> {
+    agent
+        .agent_requests()
+        .into_iter()
+        .filter(|m| m["method"] == "elicitation/create")
+        .collect()
+}
+
+/// M11: a client that presents URL-mode elicitation is asked to open the login itself
+/// (`elicitation/create` with the authorization URL, scoped to the `session/new` that waits
+/// for it; no `$BROWSER`); it follows the URL, the authorization server redirects to the
+/// loopback listener, the token is obtained, the client gets `elicitation/complete` for that
+/// elicitation, and the server's tools serve the session.
+pub fn m11_a_client_with_url_elicitation_shows_the_login_and_is_told_when_it_is_done(ctx: &Ctx) {
+    let s = Scratch::new();
+    let auth = FakeAuth::start(AuthOptions::default());
+    let fake = protected_server(&s, &auth, &[]);
+    let visits = s.file("browser.log");
+    let (llm, agent) = Setup::new(ctx, &s)
+        .replies(vec![
+            Reply::tool_calls(vec![(
+                "c1",
+                "remote__echo",
+                json!({"text": "via the client"}),
+            )]),
+            Reply::text("done"),
+        ])
+        .env(&[("BROWSER", &browser(&visits))])
+        .spawn();
+    let followed = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = followed.clone();
+    agent.set_elicitation_answer(move |params| {
+        let url = params["url"].as_str().unwrap_or_default().to_owned();
+        let seen = seen.clone();
+        // The user opens the URL in the client while the answer goes back.
+        std::thread::spawn(move || {
+            let mut visited = Vec::new();
+            crate::fake_oauth::browse(&url, &mut visited);
+            seen.lock().expect("visits").extend(visited);
+        });
+        Some(json!({"action": "accept"}))
+    });
+    initialize_with_url_elicitation(&agent);
+    let r = agent.request(
+        "session/new",
+        json!({"cwd": s.ws, "mcpServers": [fake.entry("remote", &[])]}),
+    );
+    let sid = agent.result(&r)["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}{}", agent.context()))
+        .to_owned();
+    let asked = elicitations(&agent);
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    let params = &asked[0]["params"];
+    assert_eq!(params["mode"], "url");
+    assert_eq!(
+        params["requestId"], r["id"],
+        "scoped to the waiting session/new"
+    );
+    assert!(
+        params["url"].as_str().is_some_and(
+            |u| u.starts_with(&format!("{}/authorize?response_type=code", auth.issuer()))
+        ),
+        "{params}"
+    );
+    assert!(
+        params["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("MCP server 'remote'")),
+        "{params}"
+    );
+    let id = params["elicitationId"].clone();
+    assert!(id.is_string(), "{params}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let visited = loop {
+        let visited = followed.lock().expect("visits").clone();
+        if !visited.is_empty() || Instant::now() > deadline {
+            break visited;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        visited
+            .iter()
+            .any(|l| l.starts_with("GET http://127.0.0.1:") && l.contains("/callback?code=")),
+        "the client's visit reached the loopback listener: {visited:?}"
+    );
+    agent.wait_until("elicitation/complete", Duration::from_secs(10), |msgs| {
+        msgs.iter()
+            .any(|m| m["method"] == "elicitation/complete" && m["params"]["elicitationId"] == id)
+    });
+    assert!(
+        lines(&visits).is_empty(),
+        "$BROWSER is not started when the client shows the login"
+    );
+    assert_first_call_echoes(
+        &agent,
+        &llm,
+        &sid,
+        "echo through the authorized server",
+        "via the client",
+    );
+    assert!(auth.rejections().is_empty(), "{:?}", auth.rejections());
+    agent.finish();
+}
+
+/// M11: the user declines the login in the client: the server's authorization is declined,
+/// it starts without tools, and the session starts with a notice saying why; nobody visits
+/// the authorization endpoint and no `elicitation/complete` follows.
+pub fn m11_a_declined_login_leaves_the_server_without_tools_and_the_session_says_why(ctx: &Ctx) {
+    let s = Scratch::new();
+    let auth = FakeAuth::start(AuthOptions::default());
+    let fake = protected_server(&s, &auth, &[]);
+    let (_llm, agent) = Setup::new(ctx, &s).spawn();
+    agent.set_elicitation_answer(|_| Some(json!({"action": "decline"})));
+    initialize_with_url_elicitation(&agent);
+    let r = agent.request_timeout(
+        "session/new",
+        json!({"cwd": s.ws, "mcpServers": [fake.entry("remote", &[])]}),
+        Duration::from_secs(20),
+    );
+    let notices = start_notices(&agent, &r);
+    assert_eq!(
+        notices,
+        ["MCP server 'remote' is not authorized: the authorization was declined."],
+        "{r}"
+    );
+    assert_eq!(elicitations(&agent).len(), 1);
+    assert!(
+        !auth.request_lines().iter().any(|l| l == "GET /authorize"),
+        "{:?}",
+        auth.request_lines()
+    );
+    assert!(
+        !agent
+            .notifications()
+            .iter()
+            .any(|m| m["method"] == "elicitation/complete"),
+        "a declined login is not completed"
     );
     agent.finish();
 }
