@@ -550,7 +550,7 @@ pub fn m11_a_declined_login_leaves_the_server_without_tools_and_the_session_says
 
 /// A TCP server on `127.0.0.1` that answers every connection with bytes that are neither
 /// HTTP nor TLS, then closes it; returns its `host:port`.
-fn garbage_server() -> String {
+pub(super) fn garbage_server() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("garbage server");
     let at = listener.local_addr().expect("its address").to_string();
     std::thread::spawn(move || {
