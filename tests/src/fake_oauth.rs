@@ -48,6 +48,10 @@ pub struct AuthOptions {
     pub refresh_tokens: bool,
     /// `grant_types_supported`.
     pub grant_types: Vec<String>,
+    /// The `authorization_servers` entry of the protected resource metadata, when not this
+    /// server itself (an authorization server elsewhere: one that fails TLS, one that answers
+    /// garbage).
+    pub authorization_server: Option<String>,
 }
 
 impl Default for AuthOptions {
@@ -68,6 +72,7 @@ impl Default for AuthOptions {
                 "refresh_token".into(),
                 "client_credentials".into(),
             ],
+            authorization_server: None,
         }
     }
 }
@@ -220,7 +225,8 @@ fn serve(
     let bad = |e: &'static str, why: String| Err((400, e, why));
     match (req.method.as_str(), path) {
         ("GET", p) if p == "/prm" || p.starts_with("/.well-known/oauth-protected-resource") => {
-            let mut prm = json!({"resource": st.resource, "authorization_servers": [issuer]});
+            let server = options.authorization_server.as_deref().unwrap_or(&issuer);
+            let mut prm = json!({"resource": st.resource, "authorization_servers": [server]});
             if let Some(s) = &options.scopes_supported {
                 prm["scopes_supported"] = json!(s);
             }

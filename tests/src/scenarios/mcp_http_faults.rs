@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 /// A2/M10: a server whose start fails makes `session/new` fail with `-32000` naming it and
 /// the cause, the other server of the request stopped with it, in bounded time: an HTML `502`
 /// page (not quoted), a redirect loop (never followed), a server that never answers
-/// `initialize` (its event stream kept open with keep-alives: the handshake timeout).
+/// `initialize` (its event stream kept open with keep-alives: the handshake timeout), an
+/// `https://` server whose TLS fails.
 pub fn m10_a2_a_remote_server_that_cannot_start_fails_session_new_with_its_name_and_why(ctx: &Ctx) {
     let s = Scratch::new();
     let handshake = [("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "2")];
@@ -60,6 +61,19 @@ pub fn m10_a2_a_remote_server_that_cannot_start_fails_session_new_with_its_name_
             "{name}: within the 2 s handshake timeout and the stop: {took:?}"
         );
     }
+    // An `https://` server whose TLS handshake fails (it answers garbage).
+    let url = format!("https://{}/mcp", super::oauth::garbage_server());
+    let r = agent.request_timeout(
+        "session/new",
+        json!({"cwd": s.ws, "mcpServers": [{"type": "http", "name": "tls", "url": url, "headers": []}]}),
+        Duration::from_secs(20),
+    );
+    let (code, msg) = agent.error(&r);
+    assert_eq!(code, -32000, "{r}");
+    assert!(
+        msg.contains("'tls' is unreachable: cannot connect to https://"),
+        "tls: {msg}"
+    );
     agent.finish();
 }
 

@@ -547,3 +547,76 @@ pub fn m11_a_declined_login_leaves_the_server_without_tools_and_the_session_says
     );
     agent.finish();
 }
+
+/// A TCP server on `127.0.0.1` that answers every connection with bytes that are neither
+/// HTTP nor TLS, then closes it; returns its `host:port`.
+pub(super) fn garbage_server() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("garbage server");
+    let at = listener.local_addr().expect("its address").to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = std::io::Read::read(&mut conn, &mut [0; 512]);
+            let _ =
+                std::io::Write::write_all(&mut conn, b"\x00\x01garbage \xff\xfe not http\r\n\r\n");
+        }
+    });
+    at
+}
+
+/// M11: the server's authorization server is unusable: an `https://` one whose TLS fails, and
+/// one answering garbage. The server starts without tools, and the session starts anyway
+/// with a notice saying why; no login is asked for.
+pub fn m11_an_authorization_server_failing_tls_or_answering_garbage_leaves_the_server_without_tools(
+    ctx: &Ctx,
+) {
+    let s = Scratch::new();
+    let garbage = garbage_server();
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .env(&[
+            ("BUZZ_AGENT_OAUTH_TIMEOUT_SECS", "5"),
+            ("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "5"),
+        ])
+        .spawn();
+    initialize_with_url_elicitation(&agent);
+    agent.set_elicitation_answer(|_| Some(json!({"action": "accept"})));
+    for (case, server, why) in [
+        (
+            "tls",
+            format!("https://{garbage}"),
+            "cannot connect to https://",
+        ),
+        (
+            "garbage",
+            format!("http://{garbage}"),
+            "invalid HTTP response",
+        ),
+    ] {
+        let auth = FakeAuth::start(AuthOptions {
+            authorization_server: Some(server),
+            ..AuthOptions::default()
+        });
+        let fake = protected_server(&s, &auth, &[]);
+        let started = Instant::now();
+        let r = agent.request_timeout(
+            "session/new",
+            json!({"cwd": s.ws, "mcpServers": [fake.entry("remote", &[])]}),
+            Duration::from_secs(30),
+        );
+        let notices = start_notices(&agent, &r);
+        assert!(
+            matches!(&notices[..], [n] if n.starts_with("MCP server 'remote' is not authorized: could not fetch ")
+                && n.contains(why)),
+            "{case}: {r}{}",
+            agent.context()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{case}: {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(elicitations(&agent).is_empty(), "no login was asked for");
+    agent.finish();
+}
