@@ -703,8 +703,8 @@ mod tests {
         let mut parts = Parts::new();
         let budget = parts.cfg.stop_max_rejections;
         let sess = parts.session_with(SID, &[("a", &["_SessionStart", "_SessionEnd"])]);
-        let _opening = Opening::start(Source::New, &sess, &mut parts.cx());
-        let _ending = Ending::start(EndReason::Close, None, &sess, &mut parts.cx());
+        let _opening = Opening::start(Source::New, &sess, &mut parts.mcp());
+        let _ending = Ending::start(EndReason::Close, None, &sess, &mut parts.mcp());
         let calls = Parts::mcp_lines(&parts.drain());
         let sid = sess.id.to_string();
         assert_eq!(
