@@ -110,9 +110,10 @@ impl EndReason {
     }
 }
 
-/// How one hook call ended (SPEC H3, H4, H9). Only `Text` carries text to the model.
+/// How one hook call ended (SPEC H3, H4, H9). Only `Text` carries text to the model. Public
+/// for `hooks check` (the extras), whose verdict is the agent's: [`classify_reply`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum HookOutcome {
+pub enum HookOutcome {
     /// Non-blank text: an objection (for `_Stop`) or an injection (for `_PostCompact`).
     Text(String),
     /// Empty after trimming.
@@ -189,7 +190,11 @@ pub(crate) fn hooks_off(
 /// How a hook's answer counts (SPEC H3, H4, I4, case C40): the text of its `content` text
 /// blocks (never `structuredContent`), middle-elided over `cap` bytes; non-blank text objects,
 /// blank text is empty, an `isError` result or a JSON-RPC error is an error (fail-open).
-pub(crate) fn classify_reply(reply: Result<Value, RpcError>, cap: usize) -> HookOutcome {
+///
+/// `reply` is the outcome of a response as [`crate::jsonrpc::parse_message`] reads it. The
+/// agent classifies every hook answer here, and `hooks check` does too, so what it reports is
+/// what the agent would do with the same answer.
+pub fn classify_reply(reply: Result<Value, RpcError>, cap: usize) -> HookOutcome {
     match reply {
         Ok(v) => {
             let out = crate::tools::hook_answer(&v, cap);
@@ -203,6 +208,24 @@ pub(crate) fn classify_reply(reply: Result<Value, RpcError>, cap: usize) -> Hook
         }
         Err(e) => HookOutcome::Error(format!("{} {}", e.code, e.message)),
     }
+}
+
+/// The `tools/call` params of the first call of `point` in a session `session_id` opened as
+/// new and, for `_SessionEnd`, closed before any prompt, with `budget_remaining` objections
+/// left (`BUZZ_AGENT_STOP_MAX_REJECTIONS`): the request the agent sends (SPEC H3, H10, H11),
+/// built by the same code. For `hooks check`, which calls each hook once.
+#[must_use]
+pub fn first_call_params(point: HookPoint, session_id: &str, budget_remaining: u32) -> Value {
+    let mut meta = HookMeta::turn(1, budget_remaining);
+    match point {
+        HookPoint::SessionStart => meta.source = Some("new"),
+        HookPoint::SessionEnd => {
+            meta.reason = Some(EndReason::Close);
+            meta.prompt_count = Some(0);
+        }
+        HookPoint::Stop | HookPoint::PostCompact => {}
+    }
+    meta.call_params(point, session_id)
 }
 
 /// One call of a round.
@@ -260,10 +283,20 @@ impl HookMeta {
         }
     }
 
-    fn to_value(self, point: HookPoint, session: &Session) -> Value {
+    /// The `tools/call` params of a call of `point` in the session `session_id`: the hook's
+    /// name, no arguments and this meta in `_meta["buzz/hook"]` (SPEC H3).
+    fn call_params(self, point: HookPoint, session_id: &str) -> Value {
+        json!({
+            "name": point.tool_name(),
+            "arguments": {},
+            "_meta": {"buzz/hook": self.to_value(point, session_id)}
+        })
+    }
+
+    fn to_value(self, point: HookPoint, session_id: &str) -> Value {
         let mut meta = json!({
             "point": point.tool_name(),
-            "sessionId": session.id.to_string(),
+            "sessionId": session_id,
             "attempt": self.attempt,
             "budgetRemaining": self.budget_remaining
         });
@@ -303,11 +336,7 @@ impl HookRound {
             let index = calls.len();
             let mut request = None;
             if target.ready {
-                let params = json!({
-                    "name": hook,
-                    "arguments": {},
-                    "_meta": {"buzz/hook": meta.to_value(point, session)}
-                });
+                let params = meta.call_params(point, &session.id.to_string());
                 let purpose = Purpose::Hook(HookCallRef {
                     session: session.id,
                     round: id,
@@ -866,6 +895,10 @@ mod tests {
             calls[0]["params"]["_meta"]["buzz/hook"],
             json!({"point": "_Stop", "sessionId": "sess_1", "attempt": 2, "budgetRemaining": 1})
         );
+        // `hooks check` sends a first `_Stop` call with the same code (attempt 1).
+        let mut first = first_call_params(HookPoint::Stop, "sess_1", 1);
+        first["_meta"]["buzz/hook"]["attempt"] = json!(2);
+        assert_eq!(calls[0]["params"], first);
         assert!(!round.is_decided());
         parts.at(40);
         assert!(!round.on_outcome(1, HookOutcome::Text("b objects".into()), &mut parts.out));

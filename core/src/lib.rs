@@ -141,7 +141,7 @@ mod frontmatter;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod history;
-mod hooks;
+pub mod hooks;
 pub mod http;
 mod ids;
 mod instructions;
@@ -192,5 +192,17 @@ pub use io::{
 };
 pub use llm::{Body, HttpRequest};
 pub use mcp::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION};
+
+/// The parts of the agent's MCP client that `hooks check` (the extras) runs over its own
+/// blocking pipes, so that it talks to a server exactly as a session does: the `initialize`
+/// params, the answers to a server's requests, the roots of a directory, and the accepted
+/// protocol versions. Read the answers with [`jsonrpc::parse_message`] and judge a hook's with
+/// [`hooks::classify_reply`].
+pub mod mcp_client {
+    pub use crate::mcp::{
+        ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION, answer_server_request, initialize_params,
+        roots_of,
+    };
+}
 pub use time::MonoTime;
 pub use timers::TimerKey;

@@ -696,6 +696,27 @@ mod tests {
         }
     }
 
+    /// `hooks check` calls each session point with `hooks::first_call_params`: the very params
+    /// a new session's opening and a prompt-less session's close send.
+    #[test]
+    fn p3_hooks_checks_params_are_what_the_opening_and_the_ending_send() {
+        let mut parts = Parts::new();
+        let budget = parts.cfg.stop_max_rejections;
+        let sess = parts.session_with(SID, &[("a", &["_SessionStart", "_SessionEnd"])]);
+        let _opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let _ending = Ending::start(EndReason::Close, None, &sess, &mut parts.cx());
+        let calls = Parts::mcp_lines(&parts.drain());
+        let sid = sess.id.to_string();
+        assert_eq!(
+            calls[0]["params"],
+            crate::hooks::first_call_params(HookPoint::SessionStart, &sid, budget)
+        );
+        assert_eq!(
+            calls[1]["params"],
+            crate::hooks::first_call_params(HookPoint::SessionEnd, &sid, budget)
+        );
+    }
+
     #[test]
     fn h11_the_ending_tells_the_reason_and_prompt_count_and_only_logs_the_answers() {
         let mut parts = Parts::new();

@@ -2,7 +2,13 @@
 //! the agent would, list its hooks and other tools, call each known hook once under the
 //! configured timeout and print, per hook: found, answered/empty/error/timeout, latency, and
 //! whether the answer would object. Plain blocking std IO: this is a one-shot diagnostic, not
-//! the agent.
+//! the agent. But what it reads and decides is the agent's own code: the server's stdout is
+//! read with the core's line codec and message parser (`jsonrpc::parse_message`: lossy UTF-8,
+//! surrogate repairs, a response is `result` or `error`), the handshake sends the agent's
+//! `initialize` params and the server's own requests get the agent's answers (`mcp_client`:
+//! `ping`, `roots/list` with the current directory, `-32601`), each hook is called with the
+//! params the agent sends (`hooks::first_call_params`) and its answer is classified by the
+//! agent's `hooks::classify_reply`, so a PASS means what the agent will do.
 //!
 //! The report goes to stdout; the server's own stderr lines go to stderr prefixed `[server] `,
 //! so that a server's log can never pass for the report. Exit 0 when the server follows the
@@ -10,7 +16,9 @@
 //! something that objects only because of its shape, the server exited); 2 on usage or
 //! configuration errors.
 
-use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent};
+use buzz_agent_core::hooks::{self, HookOutcome};
+use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent, Message, RpcError};
+use buzz_agent_core::mcp_client;
 use buzz_agent_core::{HookPoint, Signal};
 use buzz_agent_runtime::sys::signal_group;
 use serde_json::{Value, json};
@@ -74,7 +82,7 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
         }
     };
     let rest = &args[2..];
-    let (hook_ms, init_ms, child_env) = match settings() {
+    let (limits, child_env) = match settings() {
         Ok(t) => t,
         Err(errors) => {
             for e in &errors {
@@ -105,15 +113,19 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
     let stderr = ServerStderr::start(child.stderr.take());
     let code = match (child.stdin.take(), child.stdout.take()) {
         (Some(stdin), Some(stdout)) => {
+            // The roots a session in this directory tells its servers (SPEC M13).
+            let cwd = std::env::current_dir()
+                .map_or_else(|_| "/".to_string(), |d| d.to_string_lossy().into_owned());
             let mut conn = Conn {
                 stdin,
+                roots: mcp_client::roots_of(&cwd, &[]),
                 rx: read_stdout(stdout),
                 next_id: 1,
                 child: &mut child,
                 stderr: &stderr,
                 env_names,
             };
-            check(&mut conn, hook_ms, init_ms)
+            check(&mut conn, &limits)
         }
         _ => {
             println!("FAIL  the server's pipes could not be opened");
@@ -124,10 +136,21 @@ pub fn run(bin: &str, args: &[String]) -> i32 {
     code
 }
 
-/// `BUZZ_AGENT_HOOK_TIMEOUT_MS`, `BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS` (in ms) and
-/// `BUZZ_AGENT_CHILD_ENV`, validated by the same rules as the agent (the provider variables
-/// are irrelevant here and filled in if absent).
-fn settings() -> Result<(u64, u64, Vec<String>), buzz_agent_core::config::ConfigErrors> {
+/// What the check takes from the agent's configuration.
+struct Limits {
+    /// `BUZZ_AGENT_HOOK_TIMEOUT_MS`.
+    hook_ms: u64,
+    /// `BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS`, in ms.
+    init_ms: u64,
+    /// `BUZZ_AGENT_STOP_MAX_REJECTIONS`: the `budgetRemaining` a hook is told.
+    budget: u32,
+    /// The cap on a hook answer's text (`BUZZ_AGENT_MAX_TOOL_RESULT_TEXT_BYTES`).
+    text_cap: usize,
+}
+
+/// The [`Limits`] and `BUZZ_AGENT_CHILD_ENV`, validated by the same rules as the agent (the
+/// provider variables are irrelevant here and filled in if absent).
+fn settings() -> Result<(Limits, Vec<String>), buzz_agent_core::config::ConfigErrors> {
     let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     env.entry("BUZZ_AGENT_PROVIDER".into())
         .or_insert_with(|| "openai".into());
@@ -139,7 +162,13 @@ fn settings() -> Result<(u64, u64, Vec<String>), buzz_agent_core::config::Config
         .or_insert_with(|| "unused".into());
     let read = |p: &str| std::fs::read_to_string(p).map_err(|e| e.to_string());
     let cfg = buzz_agent_core::Config::from_env_map(&env, &read)?;
-    Ok((cfg.hook_timeout_ms, cfg.mcp_init_timeout_ms, cfg.child_env))
+    let limits = Limits {
+        hook_ms: cfg.hook_timeout_ms,
+        init_ms: cfg.mcp_init_timeout_ms,
+        budget: cfg.stop_max_rejections,
+        text_cap: cfg.max_tool_result_text_bytes,
+    };
+    Ok((limits, cfg.child_env))
 }
 
 /// The server's stderr: each line forwarded to our stderr as `[server] …` (cut to
@@ -232,8 +261,10 @@ fn read_capped_line(r: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> std:
     }
 }
 
-/// The server's stdout as parsed JSON messages, on a channel (closed at EOF).
-fn read_stdout(mut stdout: std::process::ChildStdout) -> Receiver<Value> {
+/// The server's stdout as JSON-RPC messages, read as the agent reads them (its line codec and
+/// `jsonrpc::parse_message`), on a channel (closed at EOF). Lines that are no message are
+/// skipped with a note on stderr, as the agent skips them.
+fn read_stdout(mut stdout: std::process::ChildStdout) -> Receiver<Message> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut lines = LineBuffer::new(16 * 1024 * 1024);
@@ -246,14 +277,15 @@ fn read_stdout(mut stdout: std::process::ChildStdout) -> Receiver<Value> {
             lines.push(&buf[..n], &mut events);
             for ev in events.drain(..) {
                 match ev {
-                    LineEvent::Line(l) => match serde_json::from_slice::<Value>(&l) {
-                        Ok(v) => {
-                            if tx.send(v).is_err() {
+                    LineEvent::Line(l) => match jsonrpc::parse_message(&l) {
+                        Ok(m) => {
+                            if tx.send(m).is_err() {
                                 return;
                             }
                         }
-                        Err(_) => eprintln!(
-                            "[server stdout, not JSON, ignored] {}",
+                        Err(e) => eprintln!(
+                            "[server stdout, not JSON-RPC ({}), ignored] {}",
+                            esc(&e.to_string()),
                             esc(&String::from_utf8_lossy(&l[..l.len().min(200)]))
                         ),
                     },
@@ -277,7 +309,7 @@ enum Failure {
     /// The server closed its stdout but is still running.
     Closed,
     /// A JSON-RPC error response.
-    Rpc { code: Value, message: String },
+    Rpc(RpcError),
     /// Writing the request failed.
     Write(String),
 }
@@ -288,7 +320,7 @@ impl std::fmt::Display for Failure {
             Failure::Timeout => f.write_str("timeout"),
             Failure::Exited(status) => write!(f, "the server exited ({status})"),
             Failure::Closed => f.write_str("the server closed its stdout"),
-            Failure::Rpc { code, message } => write!(f, "JSON-RPC error {code}: {message:?}"),
+            Failure::Rpc(e) => write!(f, "JSON-RPC error {}: {:?}", e.code, e.message),
             Failure::Write(e) => write!(f, "cannot write to the server: {e}"),
         }
     }
@@ -296,7 +328,9 @@ impl std::fmt::Display for Failure {
 
 struct Conn<'a> {
     stdin: ChildStdin,
-    rx: Receiver<Value>,
+    /// What `roots/list` is answered with.
+    roots: Value,
+    rx: Receiver<Message>,
     next_id: u64,
     child: &'a mut Child,
     stderr: &'a ServerStderr,
@@ -305,15 +339,27 @@ struct Conn<'a> {
 }
 
 impl Conn<'_> {
-    /// Send a request and wait for its response (other messages are skipped; pings answered).
-    /// A server that exits while we wait is reported as exited at once, whoever else holds its
-    /// stdout open (a launcher's grandchild).
+    /// Send a request and wait for its result; a JSON-RPC error is a [`Failure::Rpc`].
     fn request(
         &mut self,
         method: &str,
         params: &Value,
         timeout: Duration,
     ) -> Result<Value, Failure> {
+        self.call(method, params, timeout)?.map_err(Failure::Rpc)
+    }
+
+    /// Send a request and wait for its response, `result` or JSON-RPC error, as the core's
+    /// parser reads it (other messages are skipped; the server's requests answered as the
+    /// agent answers them). A server that exits while
+    /// we wait is reported as exited at once, whoever else holds its stdout open (a launcher's
+    /// grandchild).
+    fn call(
+        &mut self,
+        method: &str,
+        params: &Value,
+        timeout: Duration,
+    ) -> Result<Result<Value, RpcError>, Failure> {
         let id = self.next_id;
         self.next_id += 1;
         if let Err(e) = self
@@ -347,28 +393,26 @@ impl Conn<'_> {
                     return Err(Failure::Closed);
                 }
             };
-            if msg.get("method").and_then(Value::as_str) == Some("ping") {
-                if let Some(pid) = msg.get("id") {
-                    let pong = json!({"jsonrpc": "2.0", "id": pid, "result": {}});
-                    let _ = self.stdin.write_all(format!("{pong}\n").as_bytes());
+            match msg {
+                Message::Request {
+                    id: asked, method, ..
+                } => {
+                    // The agent's answer; an elicitation (which a user answers) gets none.
+                    if let Some(answer) =
+                        mcp_client::answer_server_request(&asked, &method, &self.roots)
+                    {
+                        let _ = self.stdin.write_all(answer.as_bytes());
+                        let _ = self.stdin.flush();
+                    }
                 }
-                continue;
+                Message::Response {
+                    id: answered,
+                    outcome,
+                } if jsonrpc::match_our_id(&answered) == Some(id) => {
+                    return Ok(outcome);
+                }
+                Message::Notification { .. } | Message::Response { .. } => {}
             }
-            if msg.get("id").and_then(jsonrpc::match_our_id) != Some(id)
-                || msg.get("method").is_some()
-            {
-                continue;
-            }
-            if let Some(err) = msg.get("error") {
-                return Err(Failure::Rpc {
-                    code: err.get("code").cloned().unwrap_or(Value::Null),
-                    message: err
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .map_or_else(|| err.to_string(), str::to_string),
-                });
-            }
-            return Ok(msg.get("result").cloned().unwrap_or(Value::Null));
         }
     }
 
@@ -446,22 +490,6 @@ fn shape_only(text: &str) -> Option<&'static str> {
     }
 }
 
-/// The text of a `tools/call` result's text blocks, joined by newlines (how the agent reads a
-/// hook's answer, SPEC H3).
-fn result_text(r: &Value) -> String {
-    let text: Vec<&str> = r
-        .get("content")
-        .and_then(Value::as_array)
-        .map(|c| {
-            c.iter()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .collect()
-        })
-        .unwrap_or_default();
-    text.join("\n")
-}
-
 /// At most `n` characters of `s`, with `…` when cut.
 fn shown(s: &str, n: usize) -> String {
     let mut out: String = s.chars().take(n).collect();
@@ -471,9 +499,10 @@ fn shown(s: &str, n: usize) -> String {
     out
 }
 
-fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
-    let init = json!({"protocolVersion": buzz_agent_core::MCP_PROTOCOL_VERSION, "capabilities": {},
-        "clientInfo": {"name": "buzz-agent", "version": env!("CARGO_PKG_VERSION")}});
+fn check(conn: &mut Conn<'_>, limits: &Limits) -> i32 {
+    let init_ms = limits.init_ms;
+    // The agent's own `initialize` (its version, its roots capability).
+    let init = mcp_client::initialize_params(env!("CARGO_PKG_VERSION"), None);
     let init_timeout = Duration::from_millis(init_ms);
     let version = match conn.request("initialize", &init, init_timeout) {
         Ok(r) => r
@@ -500,7 +529,7 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
             return 1;
         }
     };
-    if !buzz_agent_core::ACCEPTED_MCP_VERSIONS.contains(&version.as_str()) {
+    if !mcp_client::ACCEPTED_MCP_VERSIONS.contains(&version.as_str()) {
         println!("FAIL  unsupported MCP protocol version '{version}'");
         return 1;
     }
@@ -597,57 +626,67 @@ fn check(conn: &mut Conn<'_>, hook_ms: u64, init_ms: u64) -> i32 {
             println!("--    {hook}: not found");
             continue;
         }
-        let mut meta =
-            json!({"point": hook, "sessionId": "hooks-check", "attempt": 1, "budgetRemaining": 3});
-        match HookPoint::from_tool_name(hook) {
-            Some(HookPoint::SessionStart) => meta["source"] = json!("new"),
-            Some(HookPoint::SessionEnd) => {
-                meta["reason"] = json!("close");
-                meta["promptCount"] = json!(0);
-            }
-            Some(HookPoint::Stop | HookPoint::PostCompact) | None => {}
-        }
-        let params = json!({"name": hook, "arguments": {}, "_meta": {"buzz/hook": meta}});
+        let Some(point) = HookPoint::from_tool_name(hook) else {
+            continue;
+        };
+        // The request the agent sends, from the agent's own code.
+        let params = hooks::first_call_params(point, "hooks-check", limits.budget);
         let started = Instant::now();
-        let res = conn.request("tools/call", &params, Duration::from_millis(hook_ms));
+        let res = conn.call("tools/call", &params, Duration::from_millis(limits.hook_ms));
         let ms = started.elapsed().as_millis();
-        let verb = HookPoint::from_tool_name(hook).map_or("inject", HookPoint::effect);
+        let verb = point.effect();
         let verb = if verb == "log" { "be logged" } else { verb };
         match res {
-            Ok(r) if r.get("isError").and_then(Value::as_bool) == Some(true) => {
-                ok = false;
-                let text = result_text(&r);
-                let why = if text.trim().is_empty() {
-                    "no error text".to_string()
-                } else {
-                    format!("{:?}", shown(&text, 500))
-                };
-                println!(
-                    "FAIL  {hook}: found, error (isError result: {why}), {ms} ms — fails open: would not {verb}"
-                );
-            }
-            Ok(r) => {
-                let text = result_text(&r);
-                if text.trim().is_empty() {
-                    println!("ok    {hook}: found, answered empty, {ms} ms — would not {verb}");
-                } else if let Some(shape) = shape_only(&text).filter(|_| verb != "be logged") {
-                    ok = false;
-                    println!(
-                        "FAIL  {hook}: found, answered {:?}, {ms} ms — {shape}: any non-empty text would {verb}, so this always does; \
-                         to not {verb}, return an empty string (or nothing)",
-                        shown(&text, 200)
-                    );
-                } else {
-                    println!(
-                        "ok    {hook}: found, answered, {ms} ms — would {verb}: {:?}",
-                        shown(&text, 200)
-                    );
+            Ok(reply) => {
+                let rpc_error = reply.as_ref().err().cloned();
+                // The agent's verdict on this answer, by the agent's code.
+                match hooks::classify_reply(reply, limits.text_cap) {
+                    HookOutcome::Empty => {
+                        println!("ok    {hook}: found, answered empty, {ms} ms — would not {verb}");
+                    }
+                    HookOutcome::Text(text) => match shape_only(&text) {
+                        Some(shape) if verb != "be logged" => {
+                            ok = false;
+                            println!(
+                                "FAIL  {hook}: found, answered {:?}, {ms} ms — {shape}: any non-empty text would {verb}, so this always does; \
+                                 to not {verb}, return an empty string (or nothing)",
+                                shown(&text, 200)
+                            );
+                        }
+                        Some(_) | None => println!(
+                            "ok    {hook}: found, answered, {ms} ms — would {verb}: {:?}",
+                            shown(&text, 200)
+                        ),
+                    },
+                    HookOutcome::Error(why) => {
+                        ok = false;
+                        let extra = format!(", {ms} ms — fails open: would not {verb}");
+                        if let Some(e) = rpc_error {
+                            let what = format!("{hook}: found, error");
+                            conn.report_failure(&what, &Failure::Rpc(e), &extra);
+                        } else {
+                            let text = why.strip_prefix("isError: ").unwrap_or(&why);
+                            let why = if text.trim().is_empty() {
+                                "no error text".to_string()
+                            } else {
+                                format!("{:?}", shown(text, 500))
+                            };
+                            println!("FAIL  {hook}: found, error (isError result: {why}){extra}");
+                        }
+                    }
+                    other @ (HookOutcome::Timeout | HookOutcome::Dead) => {
+                        ok = false;
+                        println!(
+                            "FAIL  {hook}: found, {other:?}, {ms} ms — fails open: would not {verb}"
+                        );
+                    }
                 }
             }
             Err(Failure::Timeout) => {
                 ok = false;
                 println!(
-                    "FAIL  {hook}: found, timeout after {hook_ms} ms (BUZZ_AGENT_HOOK_TIMEOUT_MS) — fails open; a 2nd consecutive timeout kills the server"
+                    "FAIL  {hook}: found, timeout after {} ms (BUZZ_AGENT_HOOK_TIMEOUT_MS) — fails open; a 2nd consecutive timeout kills the server",
+                    limits.hook_ms
                 );
                 let id = conn.next_id - 1;
                 conn.notify(

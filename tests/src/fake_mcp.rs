@@ -31,6 +31,10 @@ pub enum StopMode {
     /// `structuredContent: {"result": text}`, no objection as `return None`:
     /// `{"content":[],"structuredContent":{"result":null}}` (case C40).
     FastMcp,
+    /// Objects with a reply line whose text is the JSON string body [`SURROGATE_TEXT_RAW`]: a
+    /// pair, a lone high and a lone low surrogate escape, as JavaScript and Python write them
+    /// (case C64); a strict JSON parser rejects the line, the agent reads it (SPEC L3b).
+    Surrogates,
 }
 
 /// The whole behaviour, read from the environment once at start.
@@ -57,7 +61,7 @@ pub enum StopMode {
 /// | `FAKE_MCP_STOP_TEXT` | objection text (default `tests are still red`) |
 /// | `FAKE_MCP_STOP_OBJECT_TIMES` | N: the first N `_Stop` calls object, later ones answer `""`; `always` (default) |
 /// | `FAKE_MCP_STOP_DELAY_MS` | delay before each `_Stop` reply |
-/// | `FAKE_MCP_STOP_MODE` | `text` (default), `error`, `iserror`, `hang`, `late` (see [`StopMode::Late`]), `fastmcp` (see [`StopMode::FastMcp`]) |
+/// | `FAKE_MCP_STOP_MODE` | `text` (default), `error`, `iserror`, `hang`, `late` (see [`StopMode::Late`]), `fastmcp` (see [`StopMode::FastMcp`]), `surrogates` (see [`StopMode::Surrogates`]) |
 /// | `FAKE_MCP_POSTCOMPACT_TEXT` | set (even empty): exposes `_PostCompact` answering it |
 /// | `FAKE_MCP_POSTCOMPACT_DELAY_MS` | delay before each `_PostCompact` reply |
 /// | `FAKE_MCP_SESSION_START_TEXT` | set (even empty): exposes `_SessionStart` answering it |
@@ -167,6 +171,7 @@ impl Config {
             Some("hang") => StopMode::Hang,
             Some("late") => StopMode::Late,
             Some("fastmcp") => StopMode::FastMcp,
+            Some("surrogates") => StopMode::Surrogates,
             _ => StopMode::Text,
         };
         Config {
@@ -1099,6 +1104,14 @@ impl Server {
                     StopMode::IsError => ok(id, text_result(text, true)),
                     StopMode::Error => err(id, -32000, "stop hook failed on purpose"),
                     StopMode::Hang => return,
+                    StopMode::Surrogates => {
+                        let line = format!(
+                            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{SURROGATE_TEXT_RAW}\"}}]}}}}\n"
+                        );
+                        self.out.raw_bytes(line.as_bytes());
+                        self.replied.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
                     StopMode::FastMcp if objects => ok(
                         id,
                         json!({"content": [{"type": "text", "text": text}],

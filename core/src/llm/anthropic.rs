@@ -3,6 +3,7 @@
 //! Works with `api.anthropic.com` and Anthropic-compatible servers (proxies, gateways), so the
 //! decoder accepts the known deviations (cases C24, C26, L9).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -14,7 +15,10 @@ use super::request::{
     push_item, streaming_json_post, write_field,
 };
 use super::route::{ErrorReaction, Learned, ProviderRoute};
-use super::sse_stream::{CallIds, EventHandler, SseState, StreamedText, parse_event_json};
+use super::sse_stream::{
+    CallIds, EventHandler, JsonStr, SseState, StreamedText, parse_event_json, present, read_view,
+    str_or_empty,
+};
 use crate::config::{Config, Effort};
 use crate::json::parse_lossy;
 use crate::llm::{
@@ -873,6 +877,169 @@ pub(crate) struct AnthropicDecoder {
     done: bool,
 }
 
+/// A Messages stream event as the decoder reads it: the fields it looks at, typed, their
+/// strings borrowed from the payload (SPEC L6, L9). Unknown fields (`id`, `model`, a block's
+/// `cache_control`, …) are skipped without being built; the few kept as JSON (`input`,
+/// `citations`, `citation`, `stop_details`) are parsed into a `Value` only when present.
+///
+/// The common event is parsed straight into it (serde derive over the payload text). An event
+/// it cannot take as it is — a field of another type than the view's (a number as `text`, a
+/// float `index`, an object as `message` that is not one), a duplicate key, a lone surrogate
+/// escape, not an object — goes the general way: parsed into a `Value` with `parse_lossy` and
+/// read into the same view with the general path's looser rules ([`EventView::of`]: a field
+/// of another type counts as absent). So do the events that need more than the view:
+/// `error` events and the start of a block the agent does not model (kept whole, as JSON).
+/// One handler ([`AnthropicDecoder::handle`]) decides for both.
+#[derive(serde::Deserialize)]
+struct EventView<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<JsonStr<'a>>,
+    /// Absent counts as 0.
+    index: Option<u64>,
+    /// A `content_block_delta`'s or a `message_delta`'s `delta`.
+    #[serde(borrow)]
+    delta: Option<DeltaView<'a>>,
+    #[serde(borrow)]
+    content_block: Option<BlockView<'a>>,
+    /// `message_start`'s `message` (only its `usage` is read).
+    message: Option<MessageView>,
+    /// `message_delta`'s `usage`.
+    usage: Option<UsageView>,
+    /// `message_delta`'s `stop_details` where some servers put it (outside `delta`).
+    #[serde(default, deserialize_with = "present")]
+    stop_details: Option<Cow<'a, Value>>,
+}
+
+/// An event's `delta`: the fields of every delta type (`text_delta`, `thinking_delta`,
+/// `signature_delta`, `input_json_delta`, `citations_delta`) and of `message_delta`'s.
+#[derive(serde::Deserialize)]
+struct DeltaView<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    text: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    thinking: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    signature: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    partial_json: Option<JsonStr<'a>>,
+    /// Present, `null` included: kept as it came (SPEC L13).
+    #[serde(default, deserialize_with = "present")]
+    citation: Option<Cow<'a, Value>>,
+    #[serde(borrow)]
+    stop_reason: Option<JsonStr<'a>>,
+    /// Present, `null` included (a `null` here hides one outside `delta`).
+    #[serde(default, deserialize_with = "present")]
+    stop_details: Option<Cow<'a, Value>>,
+}
+
+/// A `content_block_start`'s `content_block`, for the block types the agent models.
+#[derive(serde::Deserialize, Default)]
+struct BlockView<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    text: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    thinking: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    signature: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    data: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    id: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    name: Option<JsonStr<'a>>,
+    /// A `tool_use` block's `input` (C26: used when no argument text streams).
+    input: Option<Cow<'a, Value>>,
+    /// A text block's `citations`.
+    citations: Option<Cow<'a, [Value]>>,
+}
+
+/// `message_start`'s `message`.
+#[derive(serde::Deserialize)]
+struct MessageView {
+    usage: Option<UsageView>,
+}
+
+/// A `usage` object's token counts.
+#[derive(serde::Deserialize)]
+struct UsageView {
+    input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl<'a> EventView<'a> {
+    /// The general path's reading of an event: a field of another type than the view's counts
+    /// as absent (an object that is not one has no fields).
+    fn of(value: &'a Value) -> Self {
+        let borrowed = |v: Option<&'a Value>| v.map(Cow::Borrowed);
+        EventView {
+            kind: JsonStr::of(value.get("type")),
+            index: value.get("index").and_then(Value::as_u64),
+            delta: value.get("delta").map(|delta| DeltaView {
+                kind: JsonStr::of(delta.get("type")),
+                text: JsonStr::of(delta.get("text")),
+                thinking: JsonStr::of(delta.get("thinking")),
+                signature: JsonStr::of(delta.get("signature")),
+                partial_json: JsonStr::of(delta.get("partial_json")),
+                citation: borrowed(delta.get("citation")),
+                stop_reason: JsonStr::of(delta.get("stop_reason")),
+                stop_details: borrowed(delta.get("stop_details")),
+            }),
+            content_block: value.get("content_block").map(|block| BlockView {
+                kind: JsonStr::of(block.get("type")),
+                text: JsonStr::of(block.get("text")),
+                thinking: JsonStr::of(block.get("thinking")),
+                signature: JsonStr::of(block.get("signature")),
+                data: JsonStr::of(block.get("data")),
+                id: JsonStr::of(block.get("id")),
+                name: JsonStr::of(block.get("name")),
+                input: borrowed(block.get("input")),
+                citations: block
+                    .get("citations")
+                    .and_then(Value::as_array)
+                    .map(|c| Cow::Borrowed(c.as_slice())),
+            }),
+            message: value.get("message").map(|message| MessageView {
+                usage: message.get("usage").map(UsageView::of),
+            }),
+            usage: value.get("usage").map(UsageView::of),
+            stop_details: borrowed(value.get("stop_details")),
+        }
+    }
+
+    /// Whether an event of type `kind` read through the view is decided by it alone: not an
+    /// `error` (its message is read from the whole event) nor the start of a block the agent
+    /// does not model (kept whole).
+    fn decodes_alone(&self, kind: &str) -> bool {
+        match kind {
+            "error" => false,
+            "content_block_start" => matches!(
+                self.content_block.as_ref().and_then(|b| b.kind.as_deref()),
+                Some("text" | "thinking" | "redacted_thinking" | "tool_use")
+            ),
+            _ => true,
+        }
+    }
+}
+
+impl UsageView {
+    /// The general path's reading of a `usage` object (a count that is not a `u64` is absent).
+    fn of(usage: &Value) -> Self {
+        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+        UsageView {
+            input_tokens: count("input_tokens"),
+            cache_creation_input_tokens: count("cache_creation_input_tokens"),
+            cache_read_input_tokens: count("cache_read_input_tokens"),
+            output_tokens: count("output_tokens"),
+        }
+    }
+}
+
 /// One content block being assembled.
 enum BlockSlot {
     /// A text block: its text and the citations its `citations_delta`s (or its start) gave.
@@ -937,84 +1104,81 @@ impl AnthropicDecoder {
     }
 
     /// Token counts from a `usage` object; absent fields keep their last value.
-    fn read_usage(&mut self, usage: &Value) {
-        let keys = [
-            "input_tokens",
-            "cache_creation_input_tokens",
-            "cache_read_input_tokens",
+    fn read_usage(&mut self, usage: &UsageView) {
+        let counts = [
+            usage.input_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
         ];
-        for (slot, key) in self.input_tokens.iter_mut().zip(keys) {
-            if let Some(n) = usage.get(key).and_then(Value::as_u64) {
-                *slot = Some(n);
+        for (slot, count) in self.input_tokens.iter_mut().zip(counts) {
+            if count.is_some() {
+                *slot = count;
             }
         }
-        if let Some(n) = usage.get("output_tokens").and_then(Value::as_u64) {
-            self.output_tokens = Some(n);
+        if usage.output_tokens.is_some() {
+            self.output_tokens = usage.output_tokens;
         }
     }
 
-    fn start_block(&mut self, value: &Value, out: &mut Vec<StreamDelta>) {
-        let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let block = value.get("content_block");
-        let field = |key: &str| {
-            block
-                .and_then(|b| b.get(key))
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned()
-        };
-        let kind = block
-            .and_then(|b| b.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let slot = match kind {
+    /// A `content_block_start`. A block type the agent does not model is kept whole from the
+    /// event's `Value` (`raw`, the general path's: the view refuses such a start, see
+    /// [`EventView::decodes_alone`]).
+    fn start_block(
+        &mut self,
+        event: &EventView<'_>,
+        raw: Option<&Value>,
+        out: &mut Vec<StreamDelta>,
+    ) {
+        let index = event.index.unwrap_or(0);
+        let absent = BlockView::default();
+        let block = event.content_block.as_ref().unwrap_or(&absent);
+        let field = |text: &Option<JsonStr<'_>>| str_or_empty(text).to_owned();
+        let slot = match str_or_empty(&block.kind) {
             "text" => {
-                let text = field("text");
+                let text = field(&block.text);
                 self.streamed.push_text(&text, out);
-                let citations = block
-                    .and_then(|b| b.get("citations"))
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                BlockSlot::Text { text, citations }
+                let citations = block.citations.as_deref().map(<[Value]>::to_vec);
+                BlockSlot::Text {
+                    text,
+                    citations: citations.unwrap_or_default(),
+                }
             }
             "thinking" => {
-                let text = field("thinking");
+                let text = field(&block.thinking);
                 self.streamed.push_thought(&text, out);
                 BlockSlot::Thinking {
                     text,
-                    signature: field("signature"),
+                    signature: field(&block.signature),
                 }
             }
             "redacted_thinking" => BlockSlot::Redacted {
-                data: field("data"),
+                data: field(&block.data),
             },
             "tool_use" => BlockSlot::ToolUse {
-                id: field("id"),
-                name: field("name"),
-                start_input: block
-                    .and_then(|b| b.get("input"))
-                    .filter(|v| !v.is_null())
-                    .cloned(),
+                id: field(&block.id),
+                name: field(&block.name),
+                start_input: block.input.as_deref().filter(|v| !v.is_null()).cloned(),
                 json: String::new(),
             },
             _ => BlockSlot::Other {
-                block: block.cloned().unwrap_or(Value::Null),
+                block: raw
+                    .and_then(|v| v.get("content_block"))
+                    .cloned()
+                    .unwrap_or(Value::Null),
                 json: String::new(),
             },
         };
         self.blocks.insert(index, slot);
     }
 
-    fn block_delta(&mut self, value: &Value, out: &mut Vec<StreamDelta>) {
-        let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
-        let Some(delta) = value.get("delta") else {
+    fn block_delta(&mut self, event: &EventView<'_>, out: &mut Vec<StreamDelta>) {
+        let index = event.index.unwrap_or(0);
+        let Some(delta) = &event.delta else {
             return;
         };
-        let piece = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or("");
-        match delta.get("type").and_then(Value::as_str).unwrap_or("") {
+        match str_or_empty(&delta.kind) {
             "text_delta" => {
-                let piece = piece("text");
+                let piece = str_or_empty(&delta.text);
                 if let BlockSlot::Text { text, .. } = self.text_slot(index) {
                     text.push_str(piece);
                 }
@@ -1022,13 +1186,13 @@ impl AnthropicDecoder {
             }
             "citations_delta" => {
                 if let (BlockSlot::Text { citations, .. }, Some(citation)) =
-                    (self.text_slot(index), delta.get("citation"))
+                    (self.text_slot(index), &delta.citation)
                 {
-                    citations.push(citation.clone());
+                    citations.push(citation.clone().into_owned());
                 }
             }
             "thinking_delta" => {
-                let thought = piece("thinking");
+                let thought = str_or_empty(&delta.thinking);
                 if let BlockSlot::Thinking { text, .. } = self.thinking_slot(index) {
                     text.push_str(thought);
                 }
@@ -1036,7 +1200,7 @@ impl AnthropicDecoder {
             }
             "signature_delta" => {
                 if let BlockSlot::Thinking { signature, .. } = self.thinking_slot(index) {
-                    signature.push_str(piece("signature"));
+                    signature.push_str(str_or_empty(&delta.signature));
                 }
             }
             "input_json_delta" => {
@@ -1050,12 +1214,56 @@ impl AnthropicDecoder {
                         json: String::new(),
                     });
                 if let BlockSlot::ToolUse { json, .. } | BlockSlot::Other { json, .. } = slot {
-                    json.push_str(piece("partial_json"));
+                    json.push_str(str_or_empty(&delta.partial_json));
                 }
             }
             // Delta types added later.
             _ => {}
         }
+    }
+
+    /// One event of type `kind`, read into `event`; `raw` is its `Value` on the general path
+    /// (what an error and a block the agent does not model are read from).
+    fn handle(
+        &mut self,
+        kind: &str,
+        event: &EventView<'_>,
+        raw: Option<&Value>,
+        out: &mut Vec<StreamDelta>,
+    ) -> Result<(), StreamError> {
+        match kind {
+            "message_start" => {
+                if let Some(usage) = event.message.as_ref().and_then(|m| m.usage.as_ref()) {
+                    self.read_usage(usage);
+                }
+            }
+            "content_block_start" => self.start_block(event, raw, out),
+            "content_block_delta" => self.block_delta(event, out),
+            "message_delta" => {
+                let delta = event.delta.as_ref();
+                if let Some(reason) = delta
+                    .and_then(|d| d.stop_reason.as_deref())
+                    .filter(|r| !r.is_empty())
+                {
+                    self.stop_reason = Some(stop_kind(reason));
+                }
+                if let Some(details) = delta
+                    .and_then(|d| d.stop_details.as_deref())
+                    .or(event.stop_details.as_deref())
+                    .and_then(stop_details_text)
+                {
+                    self.stop_details = Some(details);
+                }
+                if let Some(usage) = &event.usage {
+                    self.read_usage(usage);
+                }
+            }
+            "message_stop" => self.done = true,
+            "error" => return Err(provider_error(raw.unwrap_or(&Value::Null))),
+            // `content_block_stop`, `ping` and event types added later carry nothing we need.
+            _ => {}
+        }
+        Ok(())
     }
 
     /// The text block at `index`, opened if the stream skipped its start.
@@ -1195,46 +1403,21 @@ impl EventHandler for AnthropicDecoder {
             return Ok(());
         }
         let sse_name = event.event.as_deref().unwrap_or("");
-        let Some(value) = parse_event_json(data, sse_name == "error", at_eof, "event")? else {
+        let is_error_event = sse_name == "error";
+        // The common event is read through the view; one it refuses (see `EventView`) goes the
+        // general way below, into the same view, and is decided by the same `handle`.
+        if let Some(view) = read_view::<EventView<'_>>(data, is_error_event) {
+            let kind = view.kind.as_deref().unwrap_or(sse_name);
+            if view.decodes_alone(kind) {
+                return self.handle(kind, &view, None, out);
+            }
+        }
+        let Some(value) = parse_event_json(data, is_error_event, at_eof, "event")? else {
             return Ok(());
         };
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(sse_name);
-        match kind {
-            "message_start" => {
-                if let Some(usage) = value.pointer("/message/usage") {
-                    self.read_usage(usage);
-                }
-            }
-            "content_block_start" => self.start_block(&value, out),
-            "content_block_delta" => self.block_delta(&value, out),
-            "message_delta" => {
-                if let Some(reason) = value
-                    .pointer("/delta/stop_reason")
-                    .and_then(Value::as_str)
-                    .filter(|r| !r.is_empty())
-                {
-                    self.stop_reason = Some(stop_kind(reason));
-                }
-                if let Some(details) = value
-                    .pointer("/delta/stop_details")
-                    .or_else(|| value.get("stop_details"))
-                    .and_then(stop_details_text)
-                {
-                    self.stop_details = Some(details);
-                }
-                if let Some(usage) = value.get("usage") {
-                    self.read_usage(usage);
-                }
-            }
-            "message_stop" => self.done = true,
-            "error" => return Err(provider_error(&value)),
-            // `content_block_stop`, `ping` and event types added later carry nothing we need.
-            _ => {}
-        }
-        Ok(())
+        let view = EventView::of(&value);
+        let kind = view.kind.as_deref().unwrap_or(sse_name);
+        self.handle(kind, &view, Some(&value), out)
     }
 
     /// True after `message_stop`.
@@ -2461,6 +2644,288 @@ data: {"type":"message_stop"}
             request_body(&messages, &[], None)["messages"][1],
             json!({"role": "assistant", "content": [{"type": "text", "text": "hello"}]})
         );
+    }
+
+    // ---------------------------------------------------------------- the event view
+
+    /// `body`'s events with a field of the view twice each, which the view refuses: every
+    /// event then goes the general path.
+    fn forced_general(body: &str) -> String {
+        const KEYS: &[&str] = &[
+            "type",
+            "index",
+            "delta",
+            "content_block",
+            "message",
+            "usage",
+            "stop_details",
+        ];
+        crate::llm::decoder_tests::forced_general(body, KEYS)
+    }
+
+    /// The view borrows plain strings, decodes escaped ones and skips unknown fields at every
+    /// level: the same outcome as the general path, and the escapes decoded.
+    #[test]
+    fn l9_the_event_view_decodes_escapes_and_skips_unknown_fields_like_the_general_path() {
+        let body = concat!(
+            "event: message_start\n",
+            r#"data: {"type":"message_start","message":{"id":"m","model":"x","content":[],"usage":{"input_tokens":7,"cache_read_input_tokens":3,"service_tier":"standard"}}}"#,
+            "\n\nevent: content_block_start\n",
+            r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":"","cache_control":{"deep":[[{}]]}}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"line\nnext \"q\" \u00e9 \ud83d\udc1d","future":"\ud800"}}"#,
+            "\n\nevent: content_block_start\n",
+            r#"data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_\u0031","name":"fs__read","input":{}}}"#,
+            "\n\nevent: content_block_delta\n",
+            r#"data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"path\":\"a\\\\b\"}"}}"#,
+            "\n\nevent: message_delta\n",
+            r#"data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":4}}"#,
+            "\n\nevent: message_stop\n",
+            r#"data: {"type":"message_stop"}"#,
+            "\n\n",
+        );
+        let outcome = decode_every_split(body);
+        assert_eq!(outcome, run_chunks(&[forced_general(body).as_bytes()]));
+        let response = ok(&outcome);
+        assert_eq!(response.text, "line\nnext \"q\" é 🐝");
+        assert_eq!(
+            response.tool_calls,
+            vec![call("toolu_1", "fs__read", r#"{"path":"a\\b"}"#)]
+        );
+        let usage = response.usage.expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (10, 4));
+        assert_eq!(usage.cache_read_tokens, Some(3));
+    }
+
+    /// A server tool's block keeps the content verbatim: a `citation` that is `null` is kept
+    /// as it came through the view too (present is not absent), as on the general path.
+    #[test]
+    fn l13_a_null_citation_is_kept_verbatim_through_the_view_as_on_the_general_path() {
+        let body = stream(&[
+            block_start(
+                0,
+                json!({"type": "server_tool_use", "id": "srv_1", "name": "web_search"}),
+            ),
+            block_start(1, json!({"type": "text", "text": "cited"})),
+            json!({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "citations_delta", "citation": null}}),
+        ]);
+        let outcome = decode_every_split(&body);
+        assert_eq!(outcome, run_chunks(&[forced_general(&body).as_bytes()]));
+        let Some(ReasoningBlock::AnthropicContent(content)) = ok(&outcome).reasoning.last() else {
+            panic!("verbatim content expected");
+        };
+        assert_eq!(content[1]["citations"], json!([null]));
+    }
+
+    /// Generators of Messages stream events for the view-against-general-path property: every
+    /// field the decoder reads, with values of the right type and of others, escapes, lone
+    /// surrogates, unknown fields, block types the agent does not model, error events.
+    mod event_gen {
+        use crate::llm::decoder_tests::{
+            UNKNOWN, field, field_of, index, object, often, sse_event, text,
+        };
+        use proptest::prelude::*;
+
+        const DELTA_KIND: &[&str] = &[
+            r#""text_delta""#,
+            r#""thinking_delta""#,
+            r#""signature_delta""#,
+            r#""input_json_delta""#,
+            r#""citations_delta""#,
+            r#""future_delta""#,
+            "null",
+            "3",
+        ];
+        const BLOCK_KIND: &[&str] = &[
+            r#""text""#,
+            r#""thinking""#,
+            r#""redacted_thinking""#,
+            r#""tool_use""#,
+            r#""tool_use""#,
+            r#""server_tool_use""#,
+            "null",
+            "5",
+        ];
+        const CITATION: &[&str] = &[
+            r#"{"type":"char_location","cited_text":"a","start_char_index":0}"#,
+            "null",
+            r#""c""#,
+        ];
+        const CITATIONS: &[&str] = &[r#"[{"type":"web","url":"u"}]"#, "[]", "null", "{}"];
+        const INPUT: &[&str] = &[r#"{}"#, r#"{"q":"\u00e9"}"#, "null", r#""s""#, "[1]"];
+        const STOP_REASON: &[&str] = &[
+            r#""end_turn""#,
+            r#""tool_use""#,
+            r#""max_tokens""#,
+            r#""refusal""#,
+            r#""pause_turn""#,
+            r#""""#,
+            "null",
+            "3",
+        ];
+        const STOP_DETAILS: &[&str] = &[
+            r#"{"type":"refusal","category":"cyber","explanation":" no "}"#,
+            r#"{"category":"bio"}"#,
+            r#"{"explanation":3}"#,
+            "null",
+            r#""x""#,
+        ];
+        const USAGE: &[&str] = &[
+            r#"{"input_tokens":3,"output_tokens":2}"#,
+            r#"{"cache_creation_input_tokens":4,"cache_read_input_tokens":5}"#,
+            r#"{"output_tokens":9}"#,
+            r#"{"input_tokens":"x"}"#,
+            r#"{"output_tokens":1.5}"#,
+            "null",
+            "5",
+            "{}",
+        ];
+        const ERROR: &[&str] = &[
+            r#"{"type":"overloaded_error","message":"Overloaded"}"#,
+            r#"{"type":"invalid_request_error","message":""}"#,
+            "null",
+        ];
+        /// Names and `type`s of the events.
+        const KIND: &[&str] = &[
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "ping",
+            "error",
+        ];
+
+        /// A `content_block_delta`'s `delta`: a type and mostly its own field, sometimes others.
+        fn block_delta() -> impl Strategy<Value = String> {
+            let own = prop_oneof![
+                (Just(r#""text_delta""#), text())
+                    .prop_map(|(k, t)| (k, Some(format!("\"text\":{t}")))),
+                (Just(r#""thinking_delta""#), text())
+                    .prop_map(|(k, t)| (k, Some(format!("\"thinking\":{t}")))),
+                (Just(r#""signature_delta""#), text())
+                    .prop_map(|(k, t)| (k, Some(format!("\"signature\":{t}")))),
+                (Just(r#""input_json_delta""#), text())
+                    .prop_map(|(k, t)| (k, Some(format!("\"partial_json\":{t}")))),
+                (Just(r#""citations_delta""#), prop::sample::select(CITATION))
+                    .prop_map(|(k, c)| (k, Some(format!("\"citation\":{c}")))),
+                prop::sample::select(DELTA_KIND).prop_map(|k| (k, None)),
+            ];
+            let others = (
+                prop::option::weighted(0.15, text())
+                    .prop_map(|t| t.map(|t| format!("\"text\":{t}"))),
+                prop::option::weighted(0.15, text())
+                    .prop_map(|t| t.map(|t| format!("\"partial_json\":{t}"))),
+                prop::option::weighted(0.1, prop::sample::select(UNKNOWN))
+                    .prop_map(|u| u.map(|u| format!("\"future\":{u}"))),
+            );
+            prop_oneof![
+                10 => (own, others).prop_map(|((kind, own), (t, p, u))| {
+                    object(vec![Some(format!("\"type\":{kind}")), own, t, p, u])
+                }),
+                1 => Just("null".to_owned()),
+                1 => Just("\"d\"".to_owned()),
+            ]
+        }
+
+        fn block() -> impl Strategy<Value = String> {
+            let text_fields = (
+                field_of("text", text()),
+                field_of("thinking", text()),
+                field_of("signature", text()),
+                field_of("data", text()),
+            );
+            prop_oneof![
+                10 => (
+                    prop::sample::select(BLOCK_KIND),
+                    text_fields,
+                    field_of("id", text()),
+                    field_of("name", text()),
+                    field("input", INPUT),
+                    field("citations", CITATIONS),
+                    field("cache_control", UNKNOWN),
+                )
+                    .prop_map(|(k, (t, th, s, d), id, n, i, c, u)| {
+                        object(vec![Some(format!("\"type\":{k}")), t, th, s, d, id, n, i, c, u])
+                    }),
+                1 => Just("null".to_owned()),
+                1 => Just("\"b\"".to_owned()),
+            ]
+        }
+
+        fn message_delta() -> impl Strategy<Value = String> {
+            prop_oneof![
+                10 => (field("stop_reason", STOP_REASON), field("stop_details", STOP_DETAILS))
+                    .prop_map(|(r, d)| object(vec![r, d])),
+                1 => Just("null".to_owned()),
+                1 => Just("7".to_owned()),
+            ]
+        }
+
+        /// The fields of an event of type `kind` (and, rarely, of any other).
+        fn fields(kind: &'static str) -> BoxedStrategy<Vec<Option<String>>> {
+            let index = field_of("index", index());
+            match kind {
+                "message_start" => (field("usage", USAGE), field("id", UNKNOWN))
+                    .prop_map(|(u, id)| vec![Some(format!("\"message\":{}", object(vec![u, id])))])
+                    .boxed(),
+                "content_block_start" => (index, often("content_block", block().boxed()))
+                    .prop_map(|(i, b)| vec![i, b])
+                    .boxed(),
+                "content_block_delta" | "content_block_stop" => {
+                    (index, often("delta", block_delta().boxed()))
+                        .prop_map(|(i, d)| vec![i, d])
+                        .boxed()
+                }
+                "message_delta" => (
+                    often("delta", message_delta().boxed()),
+                    field("usage", USAGE),
+                    prop::option::weighted(0.2, prop::sample::select(STOP_DETAILS))
+                        .prop_map(|d| d.map(|d| format!("\"stop_details\":{d}"))),
+                )
+                    .prop_map(|(d, u, s)| vec![d, u, s])
+                    .boxed(),
+                "error" => field("error", ERROR).prop_map(|e| vec![e]).boxed(),
+                _ => Just(Vec::new()).boxed(),
+            }
+        }
+
+        /// One event: its SSE name and its JSON text (always an object). The `type` is mostly
+        /// the name, sometimes another, absent or not a string; errors are rare (they end the
+        /// stream).
+        pub(super) fn event() -> impl Strategy<Value = (String, String)> {
+            let kind = prop_oneof![
+                3 => Just("message_start"),
+                6 => Just("content_block_start"),
+                12 => Just("content_block_delta"),
+                2 => Just("content_block_stop"),
+                4 => Just("message_delta"),
+                1 => Just("ping"),
+                1 => Just("error"),
+            ];
+            sse_event(kind, KIND, fields)
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// The view decides every event as the general (`Value`) path does: a body of generated
+        /// events decodes to the same deltas, response or error whether or not each event is
+        /// first offered to the view.
+        #[test]
+        fn l9_the_event_view_decodes_every_generated_body_like_the_general_path(
+            events in proptest::collection::vec(event_gen::event(), 1..16),
+            done in proptest::bool::ANY,
+        ) {
+            let mut body = crate::llm::decoder_tests::sse_body(&events);
+            if done {
+                body.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+            }
+            let general = forced_general(&body);
+            proptest::prop_assert_eq!(run_chunks(&[body.as_bytes()]), run_chunks(&[general.as_bytes()]), "{}", body);
+        }
     }
 }
 

@@ -558,6 +558,142 @@ pub(crate) trait StreamDecoder: Send {
 #[cfg(test)]
 pub(crate) mod decoder_tests {
     use super::{LlmResponse, StreamDecoder, StreamDelta, StreamError};
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    /// `body` with every `data: {…}` payload that holds one of `keys` (fields of a route's
+    /// view, tried in order) given the first of them twice, the copy first with the same
+    /// value: the view refuses a duplicate field, so the event goes the route's general path,
+    /// whose `Value` is the same as without the copy. A payload with none of them (or not
+    /// strict JSON, which the view refuses anyway) is left as it is.
+    pub(crate) fn forced_general(body: &str, keys: &[&str]) -> String {
+        body.split_inclusive('\n')
+            .map(|line| {
+                let Some(rest) = line.strip_prefix("data: {") else {
+                    return line.to_owned();
+                };
+                let json = line.trim_start_matches("data: ").trim_end();
+                let Ok(map) = serde_json::from_str::<serde_json::Map<String, Value>>(json) else {
+                    return line.to_owned();
+                };
+                match keys.iter().find_map(|k| map.get(*k).map(|v| (k, v))) {
+                    Some((key, value)) => format!("data: {{\"{key}\":{value},{rest}"),
+                    None => line.to_owned(),
+                }
+            })
+            .collect()
+    }
+
+    /// Values of a generated text field: plain, empty, escaped, a surrogate pair, a lone
+    /// surrogate (the view refuses it, the general path makes it U+FFFD), and not a string.
+    pub(crate) const TEXT: &[&str] = &[
+        r#""Hel""#,
+        r#""""#,
+        r#""a\nb \"q\" \u00e9""#,
+        r#""\ud83d\udc1d""#,
+        r#""lone \ud800""#,
+        "null",
+        "3",
+        "[]",
+        "{}",
+    ];
+    /// Values of a generated index field, some of them not a `u64`.
+    pub(crate) const INDEX: &[&str] = &["0", "1", "2", "null", "1.0", "-1", r#""0""#];
+    /// Values of a field no decoder reads.
+    pub(crate) const UNKNOWN: &[&str] =
+        &[r#""c1""#, r#"{"a":[1,{"b":null}]}"#, r#""\ud800""#, "true"];
+
+    /// `{…}` of the fields that are present (for generators of stream payloads).
+    pub(crate) fn object(fields: Vec<Option<String>>) -> String {
+        let fields: Vec<String> = fields.into_iter().flatten().collect();
+        format!("{{{}}}", fields.join(","))
+    }
+
+    /// `"name":value`, for a value among `values`, or absent.
+    pub(crate) fn field(
+        name: &'static str,
+        values: &'static [&'static str],
+    ) -> impl Strategy<Value = Option<String>> {
+        prop::option::of(prop::sample::select(values).prop_map(move |v| format!("\"{name}\":{v}")))
+    }
+
+    /// `"name":value` for a generated value, or absent.
+    pub(crate) fn field_of(
+        name: &'static str,
+        value: impl Strategy<Value = String>,
+    ) -> impl Strategy<Value = Option<String>> {
+        prop::option::of(value.prop_map(move |v| format!("\"{name}\":{v}")))
+    }
+
+    /// Mostly a well-typed value from `good`, sometimes any from `any`.
+    pub(crate) fn mostly(
+        good: &'static [&'static str],
+        any: &'static [&'static str],
+    ) -> BoxedStrategy<String> {
+        prop_oneof![
+            5 => prop::sample::select(good).prop_map(str::to_owned),
+            1 => prop::sample::select(any).prop_map(str::to_owned),
+        ]
+        .boxed()
+    }
+
+    /// A text value: mostly a string (plain, escaped, a pair, empty), sometimes any of [`TEXT`].
+    pub(crate) fn text() -> BoxedStrategy<String> {
+        mostly(
+            &[r#""Hel""#, r#""a\nb \"q\"""#, r#""\ud83d\udc1d""#, r#""""#],
+            TEXT,
+        )
+    }
+
+    /// An index value: mostly 0–2, sometimes any of [`INDEX`].
+    pub(crate) fn index() -> BoxedStrategy<String> {
+        mostly(&["0", "1", "2"], INDEX)
+    }
+
+    /// `"name":value` for a generated value, present nine times in ten.
+    pub(crate) fn often(
+        name: &'static str,
+        value: BoxedStrategy<String>,
+    ) -> BoxedStrategy<Option<String>> {
+        prop::option::weighted(0.9, value.prop_map(move |v| format!("\"{name}\":{v}"))).boxed()
+    }
+
+    /// One SSE event of a type drawn from `kind`: its name (mostly the type, sometimes another
+    /// of `names`) and its JSON object, with a `type` (mostly the name, sometimes absent or not
+    /// a string), the type's `fields` and a field no decoder reads.
+    pub(crate) fn sse_event(
+        kind: impl Strategy<Value = &'static str>,
+        names: &'static [&'static str],
+        fields: fn(&'static str) -> BoxedStrategy<Vec<Option<String>>>,
+    ) -> impl Strategy<Value = (String, String)> {
+        kind.prop_flat_map(move |kind| {
+            let name = prop_oneof![
+                10 => Just(kind),
+                1 => prop::sample::select(names),
+            ];
+            let type_field = prop_oneof![
+                10 => Just(Some(format!("\"type\":\"{kind}\""))),
+                1 => Just(None),
+                1 => prop::sample::select(&["null", "7"][..])
+                    .prop_map(|t| Some(format!("\"type\":{t}"))),
+            ];
+            (name, type_field, fields(kind), field("future", UNKNOWN)).prop_map(
+                |(name, t, mut fields, x)| {
+                    fields.insert(0, t);
+                    fields.push(x);
+                    (name.to_owned(), object(fields))
+                },
+            )
+        })
+    }
+
+    /// The SSE body of `events` (name, data).
+    pub(crate) fn sse_body(events: &[(String, String)]) -> String {
+        events
+            .iter()
+            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+            .collect()
+    }
 
     /// What a decoder made of one body.
     #[derive(Debug, PartialEq)]

@@ -22,7 +22,7 @@ use super::route::{
 };
 use super::sse_stream::{
     CallSlot, EventHandler, JsonStr, SseState, StreamedText, non_empty, parse_event_json,
-    take_calls,
+    read_view, take_calls,
 };
 use crate::config::{Config, Effort};
 use crate::json::parse_lossy;
@@ -1058,9 +1058,7 @@ impl EventHandler for ChatDecoder {
         // The common chunk, read without building the fields the decoder never looks at. Any
         // chunk this cannot take as it is (an error, invalid escapes, a duplicate key, not an
         // object) goes the general way below, which decides exactly as before.
-        if !is_error_event
-            && data.starts_with('{')
-            && let Ok(view) = serde_json::from_str::<ChunkView<'_>>(data)
+        if let Some(view) = read_view::<ChunkView<'_>>(data, is_error_event)
             && view.error.is_none()
             && view.object.as_deref() != Some("error")
         {
@@ -1445,17 +1443,10 @@ mod tests {
         }
     }
 
-    /// `body`'s chunks with a duplicate `object` key each, which the view refuses (serde
-    /// rejects a duplicate field): every chunk then goes the general path.
+    /// `body`'s chunks with a field of the view twice each, which the view refuses: every
+    /// chunk then goes the general path.
     fn forced_general(body: &str) -> String {
-        const TWICE: &str = r#""object":null,"object":null"#;
-        body.split_inclusive('\n')
-            .map(|line| match line.strip_prefix("data: {") {
-                Some(rest) if rest.starts_with('}') => format!("data: {{{TWICE}{rest}"),
-                Some(rest) => format!("data: {{{TWICE},{rest}"),
-                None => line.to_owned(),
-            })
-            .collect()
+        crate::llm::decoder_tests::forced_general(body, &["choices", "usage", "object", "error"])
     }
 
     /// The view borrows plain strings, decodes escaped ones and ignores unknown fields at every
@@ -1519,44 +1510,9 @@ mod tests {
     /// decoder reads, with values of the right type and of others, escapes, lone surrogates,
     /// unknown fields, error chunks.
     mod chunk_gen {
+        use crate::llm::decoder_tests::{INDEX, TEXT, UNKNOWN, field, field_of, object};
         use proptest::prelude::*;
 
-        /// `{…}` of the fields that are present.
-        pub(super) fn object(fields: Vec<Option<String>>) -> String {
-            let fields: Vec<String> = fields.into_iter().flatten().collect();
-            format!("{{{}}}", fields.join(","))
-        }
-
-        /// `"name":value`, for a value among `values`, or absent.
-        pub(super) fn field(
-            name: &'static str,
-            values: &'static [&'static str],
-        ) -> impl Strategy<Value = Option<String>> {
-            prop::option::of(
-                prop::sample::select(values).prop_map(move |v| format!("\"{name}\":{v}")),
-            )
-        }
-
-        /// `"name":value` for a generated value, or absent.
-        pub(super) fn field_of(
-            name: &'static str,
-            value: impl Strategy<Value = String>,
-        ) -> impl Strategy<Value = Option<String>> {
-            prop::option::of(value.prop_map(move |v| format!("\"{name}\":{v}")))
-        }
-
-        pub(super) const TEXT: &[&str] = &[
-            r#""Hel""#,
-            r#""""#,
-            r#""a\nb \"q\" \u00e9""#,
-            r#""\ud83d\udc1d""#,
-            r#""lone \ud800""#,
-            "null",
-            "3",
-            "[]",
-            "{}",
-        ];
-        pub(super) const INDEX: &[&str] = &["0", "1", "2", "null", "1.0", "-1", r#""0""#];
         pub(super) const ID: &[&str] = &[r#""call_1""#, r#""call_2""#, r#""""#, "null", "7"];
         pub(super) const NAME: &[&str] =
             &[r#""fs__read""#, r#""w\u0072ite""#, r#""""#, "null", "[]"];
@@ -1597,8 +1553,6 @@ mod tests {
             r#"{"prompt_tokens_details":3}"#,
             "{}",
         ];
-        pub(super) const UNKNOWN: &[&str] =
-            &[r#""c1""#, r#"{"a":[1,{"b":null}]}"#, r#""\ud800""#, "true"];
         pub(super) const OBJECT: &[&str] =
             &[r#""chat.completion.chunk""#, r#""error""#, "null", "7"];
         pub(super) const ERROR: &[&str] = &["null", r#"{"message":"bad gateway"}"#, r#""down""#];

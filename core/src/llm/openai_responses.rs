@@ -19,7 +19,8 @@ use super::route::{
     is_openai_reasoning_model, openai_effort, rejects_field, sends_prompt_cache_key,
 };
 use super::sse_stream::{
-    CallSlot, EventHandler, SseState, StreamedText, parse_event_json, take_calls,
+    CallSlot, EventHandler, JsonStr, SseState, StreamedText, parse_event_json, read_view,
+    str_or_empty, take_calls,
 };
 use crate::config::{Config, Effort};
 #[allow(unused_imports, reason = "named by doc links and by the unit tests")]
@@ -377,9 +378,181 @@ struct WireTool<'a> {
     strict: bool,
 }
 
+/// A Responses stream event as the decoder reads it: the fields it looks at, typed, their
+/// strings borrowed from the payload (SPEC L8, L9). Unknown fields (`sequence_number`, an
+/// item's `content`, the response's `model`, `tools`, …) are skipped without being built,
+/// `response.completed`'s copy of the whole output included.
+///
+/// The common event is parsed straight into it (serde derive over the payload text). An event
+/// it cannot take as it is — a field of another type than the view's (a number as `delta`, a
+/// float `output_index`, an `item` that is not an object), a duplicate key, a lone surrogate
+/// escape, not an object — goes the general way: parsed into a `Value` with `parse_lossy` and
+/// read into the same view with the general path's looser rules ([`EventView::of`]: a field
+/// of another type counts as absent). So do the events that need more than the view
+/// ([`EventView::decodes_alone`]): errors, and those that keep a reasoning item whole. One
+/// handler ([`ResponsesDecoder::handle`]) decides for both.
+#[derive(serde::Deserialize)]
+struct EventView<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    item_id: Option<JsonStr<'a>>,
+    output_index: Option<u64>,
+    /// A text, refusal, reasoning or arguments delta.
+    #[serde(borrow)]
+    delta: Option<JsonStr<'a>>,
+    /// `output_text.done`'s whole text.
+    #[serde(borrow)]
+    text: Option<JsonStr<'a>>,
+    /// `function_call_arguments.done`'s final arguments.
+    #[serde(borrow)]
+    arguments: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    name: Option<JsonStr<'a>>,
+    /// `output_item.added` / `.done`'s item.
+    #[serde(borrow)]
+    item: Option<ItemView<'a>>,
+    /// The response of `response.created`, `.completed`, `.incomplete`, ….
+    #[serde(borrow)]
+    response: Option<ResponseView<'a>>,
+}
+
+/// An output item: what a `function_call` gives, and the type of the others.
+#[derive(serde::Deserialize)]
+struct ItemView<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    id: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    call_id: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    name: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    arguments: Option<JsonStr<'a>>,
+}
+
+/// An event's `response`.
+#[derive(serde::Deserialize, Default)]
+struct ResponseView<'a> {
+    usage: Option<UsageView>,
+    #[serde(borrow)]
+    status: Option<JsonStr<'a>>,
+    #[serde(borrow)]
+    incomplete_details: Option<IncompleteView<'a>>,
+    /// Only the items' types: whether one is a reasoning item (see
+    /// [`EventView::decodes_alone`]).
+    #[serde(borrow)]
+    output: Option<Vec<OutputView<'a>>>,
+}
+
+/// A response's `usage`.
+#[derive(serde::Deserialize)]
+struct UsageView {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    input_tokens_details: Option<UsageDetailsView>,
+}
+
+/// `usage.input_tokens_details`.
+#[derive(serde::Deserialize)]
+struct UsageDetailsView {
+    cached_tokens: Option<u64>,
+}
+
+/// A response's `incomplete_details`.
+#[derive(serde::Deserialize)]
+struct IncompleteView<'a> {
+    #[serde(borrow)]
+    reason: Option<JsonStr<'a>>,
+}
+
+/// One element of a response's `output`, by its type.
+#[derive(serde::Deserialize)]
+struct OutputView<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<JsonStr<'a>>,
+}
+
+impl<'a> EventView<'a> {
+    /// The general path's reading of an event: a field of another type than the view's counts
+    /// as absent (an object that is not one has no fields).
+    fn of(value: &'a Value) -> Self {
+        let text = |key: &str| JsonStr::of(value.get(key));
+        EventView {
+            kind: text("type"),
+            item_id: text("item_id"),
+            output_index: value.get("output_index").and_then(Value::as_u64),
+            delta: text("delta"),
+            text: text("text"),
+            arguments: text("arguments"),
+            name: text("name"),
+            item: value.get("item").map(|item| ItemView {
+                kind: JsonStr::of(item.get("type")),
+                id: JsonStr::of(item.get("id")),
+                call_id: JsonStr::of(item.get("call_id")),
+                name: JsonStr::of(item.get("name")),
+                arguments: JsonStr::of(item.get("arguments")),
+            }),
+            response: value.get("response").map(|response| ResponseView {
+                usage: response
+                    .get("usage")
+                    .filter(|u| u.is_object())
+                    .map(|usage| UsageView {
+                        input_tokens: usage.get("input_tokens").and_then(Value::as_u64),
+                        output_tokens: usage.get("output_tokens").and_then(Value::as_u64),
+                        input_tokens_details: usage.get("input_tokens_details").map(|d| {
+                            UsageDetailsView {
+                                cached_tokens: d.get("cached_tokens").and_then(Value::as_u64),
+                            }
+                        }),
+                    }),
+                status: JsonStr::of(response.get("status")),
+                incomplete_details: response.get("incomplete_details").map(|d| IncompleteView {
+                    reason: JsonStr::of(d.get("reason")),
+                }),
+                output: response
+                    .get("output")
+                    .and_then(Value::as_array)
+                    .map(|items| {
+                        items
+                            .iter()
+                            .map(|item| OutputView {
+                                kind: JsonStr::of(item.get("type")),
+                            })
+                            .collect()
+                    }),
+            }),
+        }
+    }
+
+    /// Whether an event of type `kind` read through the view is decided by it alone (given
+    /// whether the decoder has kept no reasoning item yet): not an error (read from the whole
+    /// event), nor an event that keeps a reasoning item, which is kept whole: a finished
+    /// reasoning item, or a final response listing one when none was kept before.
+    fn decodes_alone(&self, kind: &str, no_reasoning_kept: bool) -> bool {
+        let is_reasoning = |kind: &Option<JsonStr<'_>>| kind.as_deref() == Some("reasoning");
+        match kind {
+            "response.failed" | "error" => false,
+            "response.output_item.done" => {
+                !self.item.as_ref().is_some_and(|i| is_reasoning(&i.kind))
+            }
+            "response.completed" | "response.incomplete" => {
+                let output = self.response.as_ref().and_then(|r| r.output.as_deref());
+                !(no_reasoning_kept
+                    && output
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|o| is_reasoning(&o.kind)))
+            }
+            _ => true,
+        }
+    }
+}
+
 /// Decoder of one streamed Responses body (SPEC L8, L9; cases C24, C26).
 ///
-/// * Each SSE event's `data:` is a JSON object (parsed with
+/// * Each SSE event's `data:` is a JSON object (read through [`EventView`], else parsed with
 ///   [`parse_lossy`](crate::json::parse_lossy)) whose `type` names the event (the SSE
 ///   `event:` name is the fallback). Unknown events and fields are ignored; a `data: [DONE]`
 ///   (some compatible servers add one) is ignored too.
@@ -459,8 +632,8 @@ impl ResponsesDecoder {
 
     /// The call slot an arguments event belongs to: by `output_index`, else by `item_id`,
     /// else a new slot after the last one.
-    fn slot(&mut self, value: &Value, item_id: &str) -> &mut CallSlot {
-        let index = match value.get("output_index").and_then(Value::as_u64) {
+    fn slot(&mut self, output_index: Option<u64>, item_id: &str) -> &mut CallSlot {
+        let index = match output_index {
             Some(index) => index,
             None => match self.item_index.get(item_id) {
                 Some(&index) => index,
@@ -477,11 +650,10 @@ impl ResponsesDecoder {
     }
 
     /// A `function_call` item from `output_item.added` / `.done`.
-    fn merge_item(&mut self, value: &Value, item: &Value, done: bool) {
-        let field = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
-        let (call_id, name) = (field("call_id"), field("name"));
-        let arguments = item.get("arguments").and_then(Value::as_str);
-        let slot = self.slot(value, field("id"));
+    fn merge_item(&mut self, output_index: Option<u64>, item: &ItemView<'_>, done: bool) {
+        let (call_id, name) = (str_or_empty(&item.call_id), str_or_empty(&item.name));
+        let arguments = item.arguments.as_deref();
+        let slot = self.slot(output_index, str_or_empty(&item.id));
         if slot.id.is_empty() {
             call_id.clone_into(&mut slot.id);
         }
@@ -512,6 +684,134 @@ impl ResponsesDecoder {
         }
     }
 
+    /// One event of type `kind`, read into `event`; `raw` is its `Value` on the general path
+    /// (what errors and reasoning items, kept whole, are read from).
+    fn handle(
+        &mut self,
+        kind: &str,
+        event: &EventView<'_>,
+        raw: Option<&Value>,
+        out: &mut Vec<StreamDelta>,
+    ) -> Result<(), StreamError> {
+        match kind {
+            "response.output_text.delta" => {
+                self.text_items
+                    .insert(str_or_empty(&event.item_id).to_owned());
+                self.streamed.push_text(str_or_empty(&event.delta), out);
+            }
+            "response.output_text.done" => {
+                let item = str_or_empty(&event.item_id);
+                if !item.is_empty()
+                    && !self.text_items.contains(item)
+                    && !self.text_items.contains("")
+                {
+                    self.text_items.insert(item.to_owned());
+                    self.streamed.push_text(str_or_empty(&event.text), out);
+                }
+            }
+            "response.refusal.delta" => {
+                self.refused = true;
+                self.streamed.push_text(str_or_empty(&event.delta), out);
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                self.streamed.push_thought(str_or_empty(&event.delta), out);
+            }
+            "response.reasoning_summary_part.added"
+                if !self.streamed.thinking.is_empty()
+                    && !self.streamed.thinking.ends_with('\n') =>
+            {
+                self.streamed.push_thought("\n\n", out);
+            }
+            "response.output_item.added" | "response.output_item.done" => {
+                let done = kind.ends_with(".done");
+                let Some(item) = &event.item else {
+                    return Ok(());
+                };
+                match item.kind.as_deref() {
+                    Some("function_call") => self.merge_item(event.output_index, item, done),
+                    Some("reasoning") if done => {
+                        if let Some(item) = raw.and_then(|v| v.get("item")) {
+                            self.keep_reasoning(event.output_index, item);
+                        }
+                    }
+                    Some(_) | None => {}
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let slot = self.slot(event.output_index, str_or_empty(&event.item_id));
+                slot.arguments.push_str(str_or_empty(&event.delta));
+            }
+            "response.function_call_arguments.done" => {
+                let name = str_or_empty(&event.name);
+                let slot = self.slot(event.output_index, str_or_empty(&event.item_id));
+                if let Some(arguments) = event.arguments.as_deref() {
+                    arguments.clone_into(&mut slot.arguments);
+                }
+                if slot.name.is_empty() && !name.is_empty() {
+                    name.clone_into(&mut slot.name);
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let absent = ResponseView::default();
+                let response = event.response.as_ref().unwrap_or(&absent);
+                if let Some(usage) = &response.usage {
+                    self.usage = Some(Usage {
+                        input_tokens: usage.input_tokens.unwrap_or(0),
+                        output_tokens: usage.output_tokens.unwrap_or(0),
+                        cache_read_tokens: usage
+                            .input_tokens_details
+                            .as_ref()
+                            .and_then(|d| d.cached_tokens),
+                        cache_write_tokens: None,
+                    });
+                }
+                // Reasoning items a server lists only in the final response (the view leaves
+                // such an event to the general path).
+                if self.reasoning_items.is_empty() {
+                    let output = raw
+                        .and_then(|v| v.pointer("/response/output"))
+                        .and_then(Value::as_array);
+                    for (index, item) in output.into_iter().flatten().enumerate() {
+                        if item.get("type").and_then(Value::as_str) == Some("reasoning") {
+                            self.keep_reasoning(Some(index as u64), item);
+                        }
+                    }
+                }
+                let incomplete = kind == "response.incomplete"
+                    || response.status.as_deref() == Some("incomplete");
+                self.end = Some(if incomplete {
+                    let reason = response
+                        .incomplete_details
+                        .as_ref()
+                        .and_then(|d| d.reason.as_deref());
+                    match reason {
+                        Some("content_filter") => StopKind::Refusal,
+                        // "max_output_tokens" and reasons added later: the output was cut.
+                        Some(_) | None => StopKind::MaxTokens,
+                    }
+                } else {
+                    StopKind::EndTurn
+                });
+            }
+            "response.failed" => {
+                let error = raw.and_then(|v| v.pointer("/response/error"));
+                return Err(provider_error(
+                    error.unwrap_or(&Value::Null),
+                    "response failed",
+                ));
+            }
+            "error" => {
+                let raw = raw.unwrap_or(&Value::Null);
+                let error = raw.get("error").filter(|e| e.is_object()).unwrap_or(raw);
+                return Err(provider_error(error, "stream error"));
+            }
+            // `response.created`, `response.in_progress`, part/content events, and event
+            // types added later carry nothing we need.
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// The stop the stream ended with; truncated before `response.completed` /
     /// `response.incomplete`.
     fn end(&self) -> Result<StopKind, StreamError> {
@@ -539,122 +839,21 @@ impl EventHandler for ResponsesDecoder {
             return Ok(());
         }
         let sse_name = event.event.as_deref().unwrap_or("");
-        let Some(value) = parse_event_json(data, sse_name == "error", at_eof, "event")? else {
+        let is_error_event = sse_name == "error";
+        // The common event is read through the view; one it refuses (see `EventView`) goes the
+        // general way below, into the same view, and is decided by the same `handle`.
+        if let Some(view) = read_view::<EventView<'_>>(data, is_error_event) {
+            let kind = view.kind.as_deref().unwrap_or(sse_name);
+            if view.decodes_alone(kind, self.reasoning_items.is_empty()) {
+                return self.handle(kind, &view, None, out);
+            }
+        }
+        let Some(value) = parse_event_json(data, is_error_event, at_eof, "event")? else {
             return Ok(());
         };
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(sse_name);
-        let str_of = |key: &str| value.get(key).and_then(Value::as_str).unwrap_or("");
-        match kind {
-            "response.output_text.delta" => {
-                self.text_items.insert(str_of("item_id").to_owned());
-                self.streamed.push_text(str_of("delta"), out);
-            }
-            "response.output_text.done" => {
-                let item = str_of("item_id");
-                if !item.is_empty()
-                    && !self.text_items.contains(item)
-                    && !self.text_items.contains("")
-                {
-                    self.text_items.insert(item.to_owned());
-                    self.streamed.push_text(str_of("text"), out);
-                }
-            }
-            "response.refusal.delta" => {
-                self.refused = true;
-                self.streamed.push_text(str_of("delta"), out);
-            }
-            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                self.streamed.push_thought(str_of("delta"), out);
-            }
-            "response.reasoning_summary_part.added"
-                if !self.streamed.thinking.is_empty()
-                    && !self.streamed.thinking.ends_with('\n') =>
-            {
-                self.streamed.push_thought("\n\n", out);
-            }
-            "response.output_item.added" | "response.output_item.done" => {
-                let done = kind.ends_with(".done");
-                let item = value.get("item").unwrap_or(&Value::Null);
-                match item.get("type").and_then(Value::as_str) {
-                    Some("function_call") => self.merge_item(&value, item, done),
-                    Some("reasoning") if done => {
-                        let index = value.get("output_index").and_then(Value::as_u64);
-                        self.keep_reasoning(index, item);
-                    }
-                    Some(_) | None => {}
-                }
-            }
-            "response.function_call_arguments.delta" => {
-                let slot = self.slot(&value, str_of("item_id"));
-                slot.arguments.push_str(str_of("delta"));
-            }
-            "response.function_call_arguments.done" => {
-                let arguments = value.get("arguments").and_then(Value::as_str);
-                let name = str_of("name");
-                let slot = self.slot(&value, str_of("item_id"));
-                if let Some(arguments) = arguments {
-                    arguments.clone_into(&mut slot.arguments);
-                }
-                if slot.name.is_empty() && !name.is_empty() {
-                    name.clone_into(&mut slot.name);
-                }
-            }
-            "response.completed" | "response.incomplete" => {
-                let response = value.get("response").unwrap_or(&Value::Null);
-                if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
-                    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-                    self.usage = Some(Usage {
-                        input_tokens: count("input_tokens"),
-                        output_tokens: count("output_tokens"),
-                        cache_read_tokens: usage
-                            .pointer("/input_tokens_details/cached_tokens")
-                            .and_then(Value::as_u64),
-                        cache_write_tokens: None,
-                    });
-                }
-                // Reasoning items a server lists only in the final response.
-                if self.reasoning_items.is_empty() {
-                    let output = response.get("output").and_then(Value::as_array);
-                    for (index, item) in output.into_iter().flatten().enumerate() {
-                        if item.get("type").and_then(Value::as_str) == Some("reasoning") {
-                            self.keep_reasoning(Some(index as u64), item);
-                        }
-                    }
-                }
-                let status = response.get("status").and_then(Value::as_str);
-                let incomplete = kind == "response.incomplete" || status == Some("incomplete");
-                self.end = Some(if incomplete {
-                    let reason = response
-                        .pointer("/incomplete_details/reason")
-                        .and_then(Value::as_str);
-                    match reason {
-                        Some("content_filter") => StopKind::Refusal,
-                        // "max_output_tokens" and reasons added later: the output was cut.
-                        Some(_) | None => StopKind::MaxTokens,
-                    }
-                } else {
-                    StopKind::EndTurn
-                });
-            }
-            "response.failed" => {
-                let error = value.pointer("/response/error").unwrap_or(&Value::Null);
-                return Err(provider_error(error, "response failed"));
-            }
-            "error" => {
-                let error = value
-                    .get("error")
-                    .filter(|e| e.is_object())
-                    .unwrap_or(&value);
-                return Err(provider_error(error, "stream error"));
-            }
-            // `response.created`, `response.in_progress`, part/content events, and event
-            // types added later carry nothing we need.
-            _ => {}
-        }
-        Ok(())
+        let view = EventView::of(&value);
+        let kind = view.kind.as_deref().unwrap_or(sse_name);
+        self.handle(kind, &view, Some(&value), out)
     }
 
     /// True after `response.completed` or `response.incomplete`.
@@ -1726,5 +1925,274 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
         ));
         assert_eq!(decoder.finish(&mut out), cut);
         assert_eq!(decoder.finish(&mut out), cut, "nothing was handed out");
+    }
+
+    // ---------------------------------------------------------------- the event view
+
+    /// `body`'s events with a field of the view twice each, which the view refuses: every
+    /// event then goes the general path.
+    fn forced_general(body: &str) -> String {
+        const KEYS: &[&str] = &[
+            "type",
+            "item_id",
+            "output_index",
+            "delta",
+            "text",
+            "arguments",
+            "name",
+            "item",
+            "response",
+        ];
+        crate::llm::decoder_tests::forced_general(body, KEYS)
+    }
+
+    /// The view borrows plain strings, decodes escaped ones and skips unknown fields at every
+    /// level (the final response's copy of the output included): the same outcome as the
+    /// general path, and the escapes decoded.
+    #[test]
+    fn l9_the_event_view_decodes_escapes_and_skips_unknown_fields_like_the_general_path() {
+        let body = [
+            event(
+                "response.output_text.delta",
+                r#""item_id":"msg_1","output_index":0,"delta":"line\nnext \"q\" \u00e9 \ud83d\udc1d","logprobs":[{"deep":[[{}]]}]"#,
+            ),
+            event(
+                "response.output_item.added",
+                r#""output_index":1,"item":{"type":"function_call","id":"fc_1","call_id":"call_\u0031","name":"fs__read","arguments":"","status":"in_progress"}"#,
+            ),
+            event(
+                "response.function_call_arguments.delta",
+                r#""item_id":"fc_1","output_index":1,"delta":"{\"path\":\"a\\\\b\"}""#,
+            ),
+            event(
+                "response.completed",
+                r#""response":{"id":"r","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"x"}]},{"type":"function_call","arguments":"{}"}],"usage":{"input_tokens":9,"output_tokens":4,"input_tokens_details":{"cached_tokens":2},"output_tokens_details":{"reasoning_tokens":0}}}"#,
+            ),
+        ]
+        .concat();
+        let outcome = decode_every_split(&body);
+        assert_eq!(outcome, run_chunks(&[forced_general(&body).as_bytes()]));
+        let response = ok(&outcome);
+        assert_eq!(response.text, "line\nnext \"q\" é 🐝");
+        assert_eq!(
+            response.tool_calls,
+            vec![call("call_1", "fs__read", r#"{"path":"a\\b"}"#)]
+        );
+        let usage = response.usage.expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens), (9, 4));
+        assert_eq!(usage.cache_read_tokens, Some(2));
+    }
+
+    /// Generators of Responses stream events for the view-against-general-path property: every
+    /// field the decoder reads, with values of the right type and of others, escapes, lone
+    /// surrogates, unknown fields, reasoning items, error events.
+    mod event_gen {
+        use crate::llm::decoder_tests::{
+            TEXT, UNKNOWN, field, field_of, index, mostly, object, often, sse_event, text,
+        };
+        use proptest::prelude::*;
+
+        fn item_id() -> BoxedStrategy<String> {
+            mostly(&[r#""fc_1""#, r#""fc_2""#, r#""msg_1""#, r#""""#], TEXT)
+        }
+
+        const ITEM_KIND: &[&str] = &[
+            r#""function_call""#,
+            r#""function_call""#,
+            r#""reasoning""#,
+            r#""message""#,
+            "null",
+            "4",
+        ];
+        const ENCRYPTED: &[&str] = &[r#""enc""#, r#""""#, "null", "5"];
+        const USAGE: &[&str] = &[
+            r#"{"input_tokens":3,"output_tokens":2}"#,
+            r#"{"input_tokens":5,"input_tokens_details":{"cached_tokens":1}}"#,
+            r#"{"input_tokens":"x"}"#,
+            r#"{"input_tokens_details":null}"#,
+            r#"{"input_tokens_details":3}"#,
+            "null",
+            "5",
+            "{}",
+        ];
+        const STATUS: &[&str] = &[r#""completed""#, r#""incomplete""#, "null", "1"];
+        const INCOMPLETE: &[&str] = &[
+            r#"{"reason":"max_output_tokens"}"#,
+            r#"{"reason":"content_filter"}"#,
+            r#"{"reason":7}"#,
+            "null",
+            r#""x""#,
+        ];
+        const ERROR: &[&str] = &[
+            r#"{"code":"server_error","message":"boom"}"#,
+            r#"{"type":"invalid_request_error","message":""}"#,
+            "null",
+        ];
+        /// Names and `type`s of the events.
+        const KIND: &[&str] = &[
+            "response.created",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.refusal.delta",
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_text.delta",
+            "response.reasoning_summary_part.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.completed",
+            "response.incomplete",
+            "response.failed",
+            "error",
+        ];
+
+        fn item() -> BoxedStrategy<String> {
+            prop_oneof![
+                10 => (
+                    prop::sample::select(ITEM_KIND),
+                    field_of("id", item_id()),
+                    field_of("call_id", mostly(&[r#""call_1""#, r#""call_2""#, r#""""#], TEXT)),
+                    field_of("name", text()),
+                    field_of("arguments", text()),
+                    field("encrypted_content", ENCRYPTED),
+                    field("summary", UNKNOWN),
+                )
+                    .prop_map(|(k, id, c, n, a, e, s)| {
+                        object(vec![Some(format!("\"type\":{k}")), id, c, n, a, e, s])
+                    }),
+                1 => Just("null".to_owned()),
+                1 => Just("\"i\"".to_owned()),
+            ]
+            .boxed()
+        }
+
+        /// An item of a response's `output`: often a reasoning item to keep.
+        fn output_item() -> BoxedStrategy<String> {
+            prop_oneof![
+                2 => item(),
+                1 => Just(r#"{"type":"reasoning","id":"rs_1","encrypted_content":"enc"}"#.to_owned()),
+            ]
+            .boxed()
+        }
+
+        fn response() -> BoxedStrategy<String> {
+            let output = prop_oneof![
+                8 => prop::collection::vec(output_item(), 0..3).prop_map(|i| format!("[{}]", i.join(","))),
+                1 => Just("null".to_owned()),
+                1 => Just("{}".to_owned()),
+            ];
+            prop_oneof![
+                10 => (
+                    field("usage", USAGE),
+                    field("status", STATUS),
+                    field("incomplete_details", INCOMPLETE),
+                    field_of("output", output),
+                    prop::option::weighted(0.2, prop::sample::select(ERROR))
+                        .prop_map(|e| e.map(|e| format!("\"error\":{e}"))),
+                    field("model", UNKNOWN),
+                )
+                    .prop_map(|(u, s, i, o, e, m)| object(vec![u, s, i, o, e, m])),
+                1 => Just("null".to_owned()),
+                1 => Just("3".to_owned()),
+            ]
+            .boxed()
+        }
+
+        /// The fields of an event of type `kind`.
+        fn fields(kind: &'static str) -> BoxedStrategy<Vec<Option<String>>> {
+            let index = field_of("output_index", index());
+            let id = field_of("item_id", item_id());
+            match kind {
+                "response.created"
+                | "response.completed"
+                | "response.incomplete"
+                | "response.failed" => often("response", response()).prop_map(|r| vec![r]).boxed(),
+                "response.output_item.added" | "response.output_item.done" => {
+                    (index, often("item", item()))
+                        .prop_map(|(i, it)| vec![i, it])
+                        .boxed()
+                }
+                "response.output_text.done" => (id, index, often("text", text()))
+                    .prop_map(|(d, i, t)| vec![d, i, t])
+                    .boxed(),
+                "response.function_call_arguments.done" => (
+                    id,
+                    index,
+                    often("arguments", text()),
+                    field_of("name", text()),
+                )
+                    .prop_map(|(d, i, a, n)| vec![d, i, a, n])
+                    .boxed(),
+                "response.reasoning_summary_part.added" => Just(Vec::new()).boxed(),
+                "error" => (
+                    field("error", ERROR),
+                    field("code", &[r#""rate_limit""#, "null"]),
+                    field("message", &[r#""slow down""#, "3"]),
+                )
+                    .prop_map(|(e, c, m)| vec![e, c, m])
+                    .boxed(),
+                _ => (id, index, often("delta", text()))
+                    .prop_map(|(d, i, t)| vec![d, i, t])
+                    .boxed(),
+            }
+        }
+
+        /// One event: its SSE name and its JSON text (always an object). The `type` is mostly
+        /// the name, sometimes another, absent or not a string; the events that end the
+        /// stream are rare.
+        pub(super) fn event() -> impl Strategy<Value = (String, String)> {
+            let kind = prop_oneof![
+                1 => Just("response.created"),
+                4 => Just("response.output_item.added"),
+                4 => Just("response.output_item.done"),
+                6 => Just("response.output_text.delta"),
+                2 => Just("response.output_text.done"),
+                1 => Just("response.refusal.delta"),
+                2 => Just("response.reasoning_summary_text.delta"),
+                1 => Just("response.reasoning_text.delta"),
+                1 => Just("response.reasoning_summary_part.added"),
+                6 => Just("response.function_call_arguments.delta"),
+                2 => Just("response.function_call_arguments.done"),
+                1 => Just("response.completed"),
+                1 => Just("response.failed"),
+                1 => Just("error"),
+            ];
+            sse_event(kind, KIND, fields)
+        }
+
+        /// The event that ends a body: completed or incomplete, with a generated response.
+        pub(super) fn end() -> impl Strategy<Value = String> {
+            (
+                prop::sample::select(&["response.completed", "response.incomplete"][..]),
+                response(),
+            )
+                .prop_map(|(kind, r)| {
+                    format!("event: {kind}\ndata: {{\"type\":\"{kind}\",\"response\":{r}}}\n\n")
+                })
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// The view decides every event as the general (`Value`) path does: a body of generated
+        /// events decodes to the same deltas, response or error whether or not each event is
+        /// first offered to the view.
+        #[test]
+        fn l9_the_event_view_decodes_every_generated_body_like_the_general_path(
+            events in proptest::collection::vec(event_gen::event(), 1..16),
+            end in proptest::option::of(event_gen::end()),
+        ) {
+            let mut body = crate::llm::decoder_tests::sse_body(&events);
+            body.push_str(end.as_deref().unwrap_or(""));
+            let general = forced_general(&body);
+            proptest::prop_assert_eq!(
+                run_chunks(&[body.as_bytes()]),
+                run_chunks(&[general.as_bytes()]),
+                "{}",
+                body
+            );
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! `openai_responses::ResponsesDecoder`) keeps its event logic in its own module, holds an
 //! [`SseState`] and implements [`EventHandler`]; the blanket impl below makes it a
 //! [`StreamDecoder`]. The helpers after it ([`StreamedText`], [`CallSlot`], [`CallIds`],
-//! [`parse_event_json`], [`JsonStr`]) are the pieces of event logic the providers share.
+//! [`parse_event_json`], [`JsonStr`], [`present`]) are the pieces of event logic the providers share.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -254,9 +254,36 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for JsonStr<'a> {
     }
 }
 
+/// An event's payload read through a route's typed view `V` (serde derive, strings borrowed):
+/// `None` for an `error` event (`error_event`) and for a payload that is not a strict JSON
+/// object of the view's shape, which then goes the route's general path.
+pub(crate) fn read_view<'a, V: serde::Deserialize<'a>>(
+    data: &'a str,
+    error_event: bool,
+) -> Option<V> {
+    if error_event || !data.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(data).ok()
+}
+
 /// The non-empty string of an optional view field.
 pub(crate) fn non_empty<'s>(text: &'s Option<JsonStr<'_>>) -> Option<&'s str> {
     text.as_deref().filter(|s| !s.is_empty())
+}
+
+/// `deserialize_with` of an optional view field kept as JSON whose `null` is not its absence
+/// (with `#[serde(default)]`): absent is `None`, present is `Some`, `null` included, as
+/// `Value::get` sees it on the general path.
+pub(crate) fn present<'de, 'a, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'a, Value>>, D::Error> {
+    serde::Deserialize::deserialize(deserializer).map(|value| Some(Cow::Owned(value)))
+}
+
+/// The string of an event's `key`, or `""`: how every route's general path reads a text field.
+pub(crate) fn str_or_empty<'s>(text: &'s Option<JsonStr<'_>>) -> &'s str {
+    text.as_deref().unwrap_or("")
 }
 
 /// The visible text and the reasoning text of a response, accumulated as they stream.

@@ -26,6 +26,8 @@ mod table;
 
 pub(crate) use catalogue::{Builtin, ToolRoute, ToolTarget, with_builtins};
 pub(crate) use prompts::{PendingCommand, bind_arguments, parse_command, render_messages, usage};
+pub use roots::roots_of;
+pub use session::{answer_server_request, initialize_params};
 pub(crate) use stdio::KILL_GRACE_MS;
 pub(crate) use table::ServerTable;
 

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 /// `additional` directories (absolute, without repeats, see
 /// [`crate::acp::NewSession::additional_directories`]): a JSON array of
 /// `{"uri": "file:///…", "name": "<last component>"}` (`/` itself is named `/`).
-pub(crate) fn roots_of(cwd: &str, additional: &[String]) -> Value {
+#[must_use]
+pub fn roots_of(cwd: &str, additional: &[String]) -> Value {
     let root = |path: &str| {
         let trimmed = path.trim_end_matches('/');
         let name = trimmed

@@ -167,6 +167,45 @@ pub(crate) enum SessionEvent {
     },
 }
 
+/// The `initialize` params the agent sends every server (SPEC M2): protocol version
+/// [`MCP_PROTOCOL_VERSION`], `clientInfo` `buzz-agent` with `client_version`, and the client
+/// capabilities the session serves: `roots` (M13) and, when the ACP client presents forms or
+/// URLs, `elicitation` (M12).
+#[must_use]
+pub fn initialize_params(client_version: &str, elicitation: Option<&Value>) -> Value {
+    let mut capabilities = json!({"roots": {"listChanged": false}});
+    if let Some(elicitation) = elicitation {
+        capabilities["elicitation"] = elicitation.clone();
+    }
+    json!({
+        "protocolVersion": MCP_PROTOCOL_VERSION,
+        "capabilities": capabilities,
+        "clientInfo": {"name": "buzz-agent", "version": client_version}
+    })
+}
+
+/// The agent's answer (a complete line) to a server's request `method` with `id` (SPEC M6):
+/// `ping` → `{}`, `roots/list` → `roots` (M13, see [`roots_of`](super::roots::roots_of)),
+/// any other → `-32601`. `None` for `elicitation/create` (M12), which the user answers.
+#[must_use]
+pub fn answer_server_request(id: &RpcId, method: &str, roots: &Value) -> Option<String> {
+    Some(if method == "ping" {
+        jsonrpc::encode_result(id, &json!({}))
+    } else if method == "roots/list" {
+        // M13: the session's directories; they do not change during a session.
+        jsonrpc::encode_result(id, &json!({"roots": roots}))
+    } else if method == "elicitation/create" {
+        return None;
+    } else {
+        let err = RpcError {
+            code: jsonrpc::RpcError::METHOD_NOT_FOUND,
+            message: format!("Method not found: {method}"),
+            data: None,
+        };
+        jsonrpc::encode_error(Some(id), &err)
+    })
+}
+
 /// One MCP session with a server (one process generation or one HTTP session).
 #[derive(Debug)]
 pub(crate) struct McpSession {
@@ -311,15 +350,7 @@ impl McpSession {
             return;
         }
         self.state = SessionState::Initializing;
-        let mut capabilities = json!({"roots": {"listChanged": false}});
-        if let Some(elicitation) = &self.elicitation {
-            capabilities["elicitation"] = elicitation.clone();
-        }
-        let params = json!({
-            "protocolVersion": MCP_PROTOCOL_VERSION,
-            "capabilities": capabilities,
-            "clientInfo": {"name": "buzz-agent", "version": client_version}
-        });
+        let params = initialize_params(client_version, self.elicitation.as_ref());
         let id = self.request(
             "initialize",
             &params,
@@ -543,24 +574,12 @@ impl McpSession {
         method: &str,
         params: Value,
     ) -> Option<SessionEvent> {
-        let frame = if method == "ping" {
-            jsonrpc::encode_result(&id, &json!({}))
-        } else if method == "roots/list" {
-            // M13: the session's directories; they do not change during a session.
-            jsonrpc::encode_result(&id, &json!({"roots": self.roots}))
-        } else if method == "elicitation/create" {
+        let Some(frame) = answer_server_request(&id, method, &self.roots) else {
             // M12: the user answers, through the ACP client (or the agent declines).
             return Some(SessionEvent::Elicit {
                 request: id,
                 params,
             });
-        } else {
-            let err = RpcError {
-                code: jsonrpc::RpcError::METHOD_NOT_FOUND,
-                message: format!("Method not found: {method}"),
-                data: None,
-            };
-            jsonrpc::encode_error(Some(&id), &err)
         };
         self.outgoing.push_back(Frame {
             text: frame,

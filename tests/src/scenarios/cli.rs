@@ -556,6 +556,27 @@ pub fn p3_c57_hooks_check_flags_answers_that_object_only_by_their_shape(ctx: &Ct
     );
 }
 
+/// P3, C64: `hooks check` reads and judges a hook's answer with the agent's own code (its line
+/// codec and message parser, `hooks::classify_reply`): a `_Stop` answer whose text holds lone
+/// surrogate escapes, which a strict JSON parser rejects, is an answer that would object, with
+/// the text the agent gives the model. (A checker with a parser of its own skipped the line
+/// and reported a timeout: exit 1 for a hook the agent runs.)
+pub fn p3_c64_hooks_check_judges_a_hook_answer_as_the_agent_does(ctx: &Ctx) {
+    let (code, out, err) = hooks_check(
+        ctx,
+        &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "surrogates")],
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.contains("_Stop: found, answered, ")
+            && out.contains(&format!(
+                "would object: {:?}",
+                fake_mcp::SURROGATE_TEXT_LOSSY
+            )),
+        "{out}"
+    );
+}
+
 /// P3, issue 12: a server that exits is reported as exited — its exit status and its last
 /// stderr lines — at once, even when a launcher's grandchild keeps its stdout open (without
 /// the exit check that is a 30 s handshake timeout); one that exits after the handshake is
