@@ -87,97 +87,42 @@ pub fn p3_demo_runs_offline_with_one_objection(ctx: &Ctx) {
 /// (no open item) → exit 0.
 pub fn p3_e2_hooks_check_passes_the_todo_example(ctx: &Ctx) {
     let bin = ctx.agent_bin.to_string_lossy().into_owned();
-    let out = run(
-        ctx,
-        &["hooks", "check", "--", &bin, "example-server", "todo"],
-        &[],
-        Duration::from_secs(20),
-    );
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    assert!(stdout.contains("_Stop: found, answered empty"), "{stdout}");
-    assert!(
-        stdout.contains("_PostCompact: found, answered empty"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("todo_add, todo_done, todo_list"),
-        "{stdout}"
-    );
+    let server = [bin.as_str(), "example-server", "todo"];
+    let needles = [
+        "_Stop: found, answered empty",
+        "_PostCompact: found, answered empty",
+        "todo_add, todo_done, todo_list",
+    ];
+    hooks_check_of(ctx, &server, &[], 0, &needles);
 }
 
 /// P3, E1: the bundled `testguard` objects with the failing command's output, and `hooks check`
 /// reports that the answer would object.
 pub fn p3_e1_hooks_check_shows_testguard_objection(ctx: &Ctx) {
     let bin = ctx.agent_bin.to_string_lossy().into_owned();
+    let server = [bin.as_str(), "example-server", "testguard"];
     let env = [("TESTGUARD_CMD", "echo 'FAILED test_parse'; exit 3")];
-    let out = run(
-        ctx,
-        &["hooks", "check", "--", &bin, "example-server", "testguard"],
-        &env,
-        Duration::from_secs(20),
-    );
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    assert!(
-        stdout.contains("_Stop: found, answered") && stdout.contains("would object"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("exit status 3") && stdout.contains("FAILED test_parse"),
-        "{stdout}"
-    );
-    let pass = run(
-        ctx,
-        &["hooks", "check", "--", &bin, "example-server", "testguard"],
-        &[("TESTGUARD_CMD", "true")],
-        Duration::from_secs(20),
-    );
-    assert!(
-        text(&pass.stdout).contains("_Stop: found, answered empty"),
-        "{}",
-        text(&pass.stdout)
-    );
+    let needles = [
+        "_Stop: found, answered",
+        "would object",
+        "exit status 3",
+        "FAILED test_parse",
+    ];
+    hooks_check_of(ctx, &server, &env, 0, &needles);
+    let env = [("TESTGUARD_CMD", "true")];
+    hooks_check_of(ctx, &server, &env, 0, &["_Stop: found, answered empty"]);
 }
 
 /// P3, H4: a hook that never answers is reported as a timeout under
 /// `BUZZ_AGENT_HOOK_TIMEOUT_MS`, the check fails (exit 1) and takes about one timeout.
 pub fn p3_hooks_check_reports_a_hanging_hook(ctx: &Ctx) {
-    let fake = current_exe();
     let env = [
-        ("BUZZ_E2E_ROLE", "fake-mcp"),
         ("FAKE_MCP_STOP", "1"),
         ("FAKE_MCP_STOP_MODE", "hang"),
         ("BUZZ_AGENT_HOOK_TIMEOUT_MS", "300"),
     ];
     let started = Instant::now();
-    let out = run(
-        ctx,
-        &["hooks", "check", "--", &fake],
-        &env,
-        Duration::from_secs(20),
-    );
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    assert!(
-        stdout.contains("_Stop: found, timeout after 300 ms"),
-        "{stdout}"
-    );
+    hooks_check_says(ctx, &env, 1, &["_Stop: found, timeout after 300 ms"]);
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "took {:?}",
@@ -450,42 +395,55 @@ fn fake_env<'a>(env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     all
 }
 
-/// `hooks check` against the fake MCP server with `env`; (exit code, stdout, stderr).
-fn hooks_check(ctx: &Ctx, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let fake = current_exe();
-    let out = run(
-        ctx,
-        &["hooks", "check", "--", &fake],
-        &fake_env(env),
-        Duration::from_secs(30),
-    );
-    (out.status.code(), text(&out.stdout), text(&out.stderr))
+/// `hooks check -- <server…>` with `env` (as given), which must exit `code` with every one of
+/// `needles` in its report (stdout); (stdout, stderr).
+fn hooks_check_of(
+    ctx: &Ctx,
+    server: &[&str],
+    env: &[(&str, &str)],
+    code: i32,
+    needles: &[&str],
+) -> (String, String) {
+    let mut args = vec!["hooks", "check", "--"];
+    args.extend_from_slice(server);
+    let got = run(ctx, &args, env, Duration::from_secs(30));
+    let (out, err) = (text(&got.stdout), text(&got.stderr));
+    assert_eq!(got.status.code(), Some(code), "{env:?}: {out}\n{err}");
+    for needle in needles {
+        assert!(out.contains(needle), "{env:?}: no {needle:?} in {out}");
+    }
+    (out, err)
 }
+
+/// [`hooks_check_of`] the fake MCP server with `env`.
+fn hooks_check_says(
+    ctx: &Ctx,
+    env: &[(&str, &str)],
+    code: i32,
+    needles: &[&str],
+) -> (String, String) {
+    let fake = current_exe();
+    hooks_check_of(ctx, &[&fake], &fake_env(env), code, needles)
+}
+
+/// What `hooks check` says of a server without a hook point.
+const NO_HOOK_POINT: &str =
+    "FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)";
 
 /// P3, C57: a server without a hook point fails the check with `FAIL: no hook point found`
 /// and the names that nearly are one (a misnamed `_stop`); a server with no hook-like name at
 /// all fails too, saying it has none.
 pub fn p3_c57_hooks_check_fails_without_a_hook_point_and_names_near_misses(ctx: &Ctx) {
-    let (code, out, err) = hooks_check(
-        ctx,
-        &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_NAME", "_stop")],
-    );
-    assert_eq!(code, Some(1), "{out}\n{err}");
-    assert!(
-        out.contains("FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)"),
-        "{out}"
-    );
-    assert!(
-        out.contains("near misses: _stop (rename it _Stop)"),
-        "{out}"
-    );
+    let misnamed = [("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_NAME", "_stop")];
+    let near = "near misses: _stop (rename it _Stop)";
+    let (out, _) = hooks_check_says(ctx, &misnamed, 1, &[NO_HOOK_POINT, near]);
     assert!(!out.contains("PASS"), "{out}");
-    let (code, out, err) = hooks_check(ctx, &[("FAKE_MCP_TOOLS", "echo")]);
-    assert_eq!(code, Some(1), "{out}\n{err}");
-    assert!(
-        out.contains("FAIL: no hook point found (_SessionStart, _Stop, _PostCompact, _SessionEnd)")
-            && out.contains("this server has none"),
-        "{out}"
+    let none = "this server has none";
+    hooks_check_says(
+        ctx,
+        &[("FAKE_MCP_TOOLS", "echo")],
+        1,
+        &[NO_HOOK_POINT, none],
     );
 }
 
@@ -493,20 +451,14 @@ pub fn p3_c57_hooks_check_fails_without_a_hook_point_and_names_near_misses(ctx: 
 /// JSON-RPC error's message); the server's stderr lines reach stderr prefixed `[server] `, never
 /// the report on stdout.
 pub fn p3_c57_hooks_check_shows_the_servers_error_text_and_prefixes_its_stderr(ctx: &Ctx) {
-    let (code, out, err) = hooks_check(
-        ctx,
-        &[
-            ("FAKE_MCP_STOP", "1"),
-            ("FAKE_MCP_STOP_MODE", "iserror"),
-            ("FAKE_MCP_STOP_TEXT", "database connection refused"),
-            ("FAKE_MCP_STDERR_LINES", "2"),
-        ],
-    );
-    assert_eq!(code, Some(1), "{out}\n{err}");
-    assert!(
-        out.contains("_Stop: found, error (isError result: \"database connection refused\")"),
-        "{out}"
-    );
+    let env = [
+        ("FAKE_MCP_STOP", "1"),
+        ("FAKE_MCP_STOP_MODE", "iserror"),
+        ("FAKE_MCP_STOP_TEXT", "database connection refused"),
+        ("FAKE_MCP_STDERR_LINES", "2"),
+    ];
+    let text = "_Stop: found, error (isError result: \"database connection refused\")";
+    let (out, err) = hooks_check_says(ctx, &env, 1, &[text]);
     for i in 0..2 {
         assert!(
             err.contains(&format!("[server] stderr line {i}\n")),
@@ -517,15 +469,9 @@ pub fn p3_c57_hooks_check_shows_the_servers_error_text_and_prefixes_its_stderr(c
         !out.contains("stderr line"),
         "server lines never reach the report: {out}"
     );
-    let (code, out, err) = hooks_check(
-        ctx,
-        &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "error")],
-    );
-    assert_eq!(code, Some(1), "{out}\n{err}");
-    assert!(
-        out.contains("JSON-RPC error -32000: \"stop hook failed on purpose\""),
-        "{out}"
-    );
+    let rpc = "JSON-RPC error -32000: \"stop hook failed on purpose\"";
+    let env = [("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "error")];
+    hooks_check_says(ctx, &env, 1, &[rpc]);
 }
 
 /// P3, C57: a hook answer that would object only because of its shape (a JSON object from a
@@ -537,23 +483,12 @@ pub fn p3_c57_hooks_check_flags_answers_that_object_only_by_their_shape(ctx: &Ct
         ("False", "a bare boolean"),
         ("None", "a bare null/None"),
     ] {
-        let (code, out, err) = hooks_check(
-            ctx,
-            &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_TEXT", answer)],
-        );
-        assert_eq!(code, Some(1), "{answer}: {out}\n{err}");
-        assert!(
-            out.contains(&format!("— {shape}: any non-empty text would object"))
-                && out.contains("return an empty string"),
-            "{answer}: {out}"
-        );
+        let why = format!("— {shape}: any non-empty text would object");
+        let env = [("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_TEXT", answer)];
+        hooks_check_says(ctx, &env, 1, &[&why, "return an empty string"]);
     }
-    let (code, out, _) = hooks_check(ctx, &[("FAKE_MCP_STOP", "1")]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(
-        out.contains("would object: \"tests are still red\""),
-        "{out}"
-    );
+    let objects = "would object: \"tests are still red\"";
+    hooks_check_says(ctx, &[("FAKE_MCP_STOP", "1")], 0, &[objects]);
 }
 
 /// P3, C64: `hooks check` reads and judges a hook's answer with the agent's own code (its line
@@ -562,19 +497,9 @@ pub fn p3_c57_hooks_check_flags_answers_that_object_only_by_their_shape(ctx: &Ct
 /// the text the agent gives the model. (A checker with a parser of its own skipped the line
 /// and reported a timeout: exit 1 for a hook the agent runs.)
 pub fn p3_c64_hooks_check_judges_a_hook_answer_as_the_agent_does(ctx: &Ctx) {
-    let (code, out, err) = hooks_check(
-        ctx,
-        &[("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "surrogates")],
-    );
-    assert_eq!(code, Some(0), "{out}\n{err}");
-    assert!(
-        out.contains("_Stop: found, answered, ")
-            && out.contains(&format!(
-                "would object: {:?}",
-                fake_mcp::SURROGATE_TEXT_LOSSY
-            )),
-        "{out}"
-    );
+    let env = [("FAKE_MCP_STOP", "1"), ("FAKE_MCP_STOP_MODE", "surrogates")];
+    let objects = format!("would object: {:?}", fake_mcp::SURROGATE_TEXT_LOSSY);
+    hooks_check_says(ctx, &env, 0, &["_Stop: found, answered, ", &objects]);
 }
 
 /// P3, issue 12: a server that exits is reported as exited — its exit status and its last
@@ -614,13 +539,9 @@ pub fn p3_hooks_check_reports_an_exited_server_at_once(ctx: &Ctx) {
         "took {:?}",
         started.elapsed()
     );
-    let (code, out, err) = hooks_check(ctx, &[("FAKE_MCP_EXIT_AFTER_INIT", "1")]);
-    assert_eq!(code, Some(1), "{out}\n{err}");
-    assert!(
-        out.contains("FAIL  tools/list: the server exited (exit status 3)")
-            && out.contains("[server] fatal: db locked"),
-        "{out}"
-    );
+    let exited = "FAIL  tools/list: the server exited (exit status 3)";
+    let env = [("FAKE_MCP_EXIT_AFTER_INIT", "1")];
+    hooks_check_says(ctx, &env, 1, &[exited, "[server] fatal: db locked"]);
 }
 
 /// P3, issue 12: `hooks` alone prints its usage (what `check` does, an example, the exit
