@@ -1940,43 +1940,31 @@ impl<'a> Checker<'a> {
                 "L10: a user message right after a tool result at {k}"
             );
         }
-        // I9: every assistant tool call has exactly one tool message, right after it, in order.
-        let mut i = 0;
+        // I9 (every assistant tool call has exactly one tool message, right after it, in
+        // order) is checked on every request as the world drains it (`Invariants`).
         let mut stop_pairs = 0;
         let mut session_pairs = 0;
-        while i < msgs.len() {
-            let m = &msgs[i];
-            ensure!(m["role"] != "tool", "I9: orphan tool message at {i}: {m}");
-            i += 1;
-            let Some(calls) = m["tool_calls"].as_array() else {
-                continue;
-            };
-            for c in calls {
-                let id = c["id"].as_str().unwrap_or("");
-                if id.starts_with("buzz_hook__Stop_") {
-                    stop_pairs += 1;
-                }
-                if id.starts_with("buzz_hook__SessionStart_") {
-                    session_pairs += 1;
-                }
+        for c in msgs
+            .iter()
+            .filter_map(|m| m["tool_calls"].as_array())
+            .flatten()
+        {
+            let id = c["id"].as_str().unwrap_or("");
+            if id.starts_with("buzz_hook__Stop_") {
+                stop_pairs += 1;
+            }
+            if id.starts_with("buzz_hook__SessionStart_") {
+                session_pairs += 1;
+            }
+            ensure!(
+                !id.starts_with("buzz_hook__SessionEnd_"),
+                "H11: a _SessionEnd answer was injected"
+            );
+            if id.starts_with("buzz_hook_") {
                 ensure!(
-                    !id.starts_with("buzz_hook__SessionEnd_"),
-                    "H11: a _SessionEnd answer was injected"
+                    c["function"]["arguments"] == "{}",
+                    "H6: injection arguments {c}"
                 );
-                if id.starts_with("buzz_hook_") {
-                    ensure!(
-                        c["function"]["arguments"] == "{}",
-                        "H6: injection arguments {c}"
-                    );
-                }
-                let r = msgs
-                    .get(i)
-                    .ok_or_else(|| format!("I9: tool call {id} has no result"))?;
-                ensure!(
-                    r["role"] == "tool" && r["tool_call_id"] == id,
-                    "I9: tool call {id} answered by {r}"
-                );
-                i += 1;
             }
         }
         if summary {

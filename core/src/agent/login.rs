@@ -77,7 +77,8 @@ impl Agent {
         }
     }
 
-    /// The login of `server` is over: a client that was asked to show it is told.
+    /// The login of `server` is over (or the server stops with its session): a client that
+    /// was asked to show it is told.
     pub(super) fn on_login_done(&mut self, server: ServerSlot) {
         if let Some(params) = self.logins.done(server) {
             self.out.push(Action::WriteAcp(jsonrpc::encode_notification(

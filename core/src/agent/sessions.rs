@@ -354,6 +354,8 @@ impl Agent {
         };
         self.elicitations.forget_session(sid);
         for &slot in &entry.session.servers {
+            // SPEC M11: a login the client shows is over with its server.
+            self.on_login_done(slot);
             self.servers.stop(
                 slot,
                 "session start failed",
@@ -761,6 +763,7 @@ impl Agent {
             && self.shutdown.is_none()
         {
             for slot in entry.session.servers {
+                self.on_login_done(slot);
                 self.servers.stop(
                     slot,
                     "the session was closed",

@@ -11,7 +11,8 @@
 //! - I8: a turn's `session/update` is only sent while a prompt of its session is outstanding
 //!   (session-level updates, and the replay of a `session/load`, belong to no turn);
 //! - I9: every LLM request pairs each assistant tool call with exactly one result, after it,
-//!   on all three routes;
+//!   on all three routes; on the Chat route the results follow their calls' message at once,
+//!   in call order, and no tool message stands elsewhere;
 //! - I10: no hook is offered to the LLM, and every `_` tool call sent to a server is a hook call
 //!   carrying the hook `_meta`;
 //! - I11: after `handle_timeout(t)` and a drain, `poll_timeout` is `None` or later than `t`;
@@ -258,6 +259,9 @@ fn llm_request(provider: ProviderKind, body: &Value) {
             "I10: the hook {name} was offered to the LLM"
         );
     }
+    if provider == ProviderKind::OpenAiChat {
+        chat_results_follow_their_calls(body);
+    }
     let pairs = tool_pairs(provider, body);
     let mut open: Vec<&str> = Vec::new();
     let mut seen: Vec<&str> = Vec::new();
@@ -278,6 +282,26 @@ fn llm_request(provider: ProviderKind, body: &Value) {
         }
     }
     assert!(open.is_empty(), "I9: calls without a result: {open:?}");
+}
+
+/// I9 on a Chat request: each assistant message's tool calls are answered by the tool messages
+/// right after it, one per call, in call order; a tool message anywhere else is an orphan.
+fn chat_results_follow_their_calls(body: &Value) {
+    let msgs = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    let mut i = 0;
+    while let Some(m) = msgs.get(i) {
+        assert!(m["role"] != "tool", "I9: orphan tool message at {i}: {m}");
+        i += 1;
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            let id = &c["id"];
+            let r = msgs.get(i);
+            assert!(
+                r.is_some_and(|r| r["role"] == "tool" && r["tool_call_id"] == *id),
+                "I9: tool call {id} answered by {r:?}"
+            );
+            i += 1;
+        }
+    }
 }
 
 /// The tool calls and results of one LLM request body, in order: (is a result, id).
@@ -443,6 +467,14 @@ mod tests {
         let open = json!({"input":[{"type":"function_call","call_id":"c1"}]});
         let caught = std::panic::catch_unwind(|| llm_request(ProviderKind::OpenAiResponses, &open));
         assert!(caught.is_err(), "an open call is an I9 violation");
+        // Chat: results right after their calls, in call order.
+        let swapped = json!({"messages":[{"role":"assistant","tool_calls":[{"id":"c1"},{"id":"c2"}]},
+            {"role":"tool","tool_call_id":"c2"},{"role":"tool","tool_call_id":"c1"}]});
+        let caught = std::panic::catch_unwind(|| llm_request(ProviderKind::OpenAiChat, &swapped));
+        assert!(
+            caught.is_err(),
+            "results out of call order are an I9 violation"
+        );
         let orphan = json!({"messages":[{"role":"tool","tool_call_id":"c9"}]});
         let caught = std::panic::catch_unwind(|| llm_request(ProviderKind::OpenAiChat, &orphan));
         assert!(

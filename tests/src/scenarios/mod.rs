@@ -82,6 +82,7 @@ pub(crate) fn all() -> Vec<(&'static str, Scenario)> {
         oauth::m11_a_client_with_url_elicitation_shows_the_login_and_is_told_when_it_is_done,
         oauth::m11_a_declined_login_leaves_the_server_without_tools_and_the_session_says_why,
         oauth::m11_an_authorization_server_failing_tls_or_answering_garbage_leaves_the_server_without_tools,
+        oauth::m11_a_login_the_client_shows_is_completed_when_the_session_fails_to_start,
         mcp::m8_p1_c33_stdin_eof_reaps_children_and_grandchildren,
         mcp::m1_children_do_not_get_agent_secrets,
         mcp::m13_roots_list_answers_the_cwd_and_the_additional_directories,

@@ -620,3 +620,35 @@ pub fn m11_an_authorization_server_failing_tls_or_answering_garbage_leaves_the_s
     assert!(elicitations(&agent).is_empty(), "no login was asked for");
     agent.finish();
 }
+
+/// M11: a login the client shows ends with its server: the session's other server never
+/// answers `initialize`, so `session/new` fails while the login waits for the user, and the
+/// client gets `elicitation/complete` for it (nothing is left for the user to do).
+pub fn m11_a_login_the_client_shows_is_completed_when_the_session_fails_to_start(ctx: &Ctx) {
+    let s = Scratch::new();
+    let auth = FakeAuth::start(AuthOptions::default());
+    let fake = protected_server(&s, &auth, &[]);
+    let (_llm, agent) = Setup::new(ctx, &s)
+        .env(&[("BUZZ_AGENT_MCP_INIT_TIMEOUT_SECS", "2")])
+        .spawn();
+    // The user never answers.
+    agent.set_elicitation_answer(|_| None);
+    initialize_with_url_elicitation(&agent);
+    let silent = crate::harness::fake_mcp_entry("silent", &[("FAKE_MCP_NO_INIT_REPLY", "1")]);
+    let r = agent.request_timeout(
+        "session/new",
+        json!({"cwd": s.ws, "mcpServers": [silent, fake.entry("remote", &[])]}),
+        Duration::from_secs(20),
+    );
+    let (code, msg) = agent.error(&r);
+    assert_eq!(code, -32000, "{r}");
+    assert!(msg.contains("'silent'"), "{msg}");
+    let asked = elicitations(&agent);
+    assert_eq!(asked.len(), 1, "{asked:#?}{}", agent.context());
+    let id = asked[0]["params"]["elicitationId"].clone();
+    agent.wait_until("elicitation/complete", Duration::from_secs(5), |msgs| {
+        msgs.iter()
+            .any(|m| m["method"] == "elicitation/complete" && m["params"]["elicitationId"] == id)
+    });
+    agent.finish();
+}
