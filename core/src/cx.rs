@@ -7,10 +7,11 @@
 //! | context | parts | taken by |
 //! |---|---|---|
 //! | [`McpCx`] | `cfg`, `out`, `timers`, `servers`, `ids` | hook rounds, interceptor screens, the session's opening and ending |
-//! | [`Cx`] | every part: the LLM calls, the permission requests and the store too | the turn and its tool batch |
+//! | [`ToolCx`] | the MCP side and `permissions`, `store` | the tool batch |
+//! | [`Cx`] | every part, the LLM calls too | the turn |
 //!
-//! A wider context lends a narrower one for a call ([`Cx::mcp`]): the parts are reborrowed,
-//! nothing is copied.
+//! A wider context lends a narrower one for a call ([`Cx::mcp`], [`Cx::tools`],
+//! [`ToolCx::mcp`]): the parts are reborrowed, nothing is copied.
 
 use crate::config::Config;
 use crate::ids::IdCounters;
@@ -36,6 +37,24 @@ pub(crate) struct McpCx<'a> {
     pub(crate) ids: &'a mut IdCounters,
 }
 
+/// What a tool batch may use: the MCP side, the permission requests and the session store.
+pub(crate) struct ToolCx<'a> {
+    /// The configuration in force.
+    pub(crate) cfg: &'a Config,
+    /// The action queue (and the step's time).
+    pub(crate) out: &'a mut Outbox,
+    /// Every deadline.
+    pub(crate) timers: &'a mut TimerTable,
+    /// The MCP servers.
+    pub(crate) servers: &'a mut ServerTable,
+    /// The process-wide id counters.
+    pub(crate) ids: &'a mut IdCounters,
+    /// The permission requests in flight.
+    pub(crate) permissions: &'a mut Permissions,
+    /// The session store (SPEC A9): each tool result is recorded as it happens.
+    pub(crate) store: &'a mut SessionStore,
+}
+
 /// What a turn may use: every part of the agent a step can borrow.
 pub(crate) struct Cx<'a> {
     /// The configuration in force.
@@ -58,7 +77,33 @@ pub(crate) struct Cx<'a> {
 }
 
 impl Cx<'_> {
-    /// Lends the MCP side, for a hook round or an interceptor screen.
+    /// Lends the MCP side, for a hook round.
+    pub(crate) fn mcp(&mut self) -> McpCx<'_> {
+        McpCx {
+            cfg: self.cfg,
+            out: self.out,
+            timers: self.timers,
+            servers: self.servers,
+            ids: self.ids,
+        }
+    }
+
+    /// Lends what a tool batch uses.
+    pub(crate) fn tools(&mut self) -> ToolCx<'_> {
+        ToolCx {
+            cfg: self.cfg,
+            out: self.out,
+            timers: self.timers,
+            servers: self.servers,
+            ids: self.ids,
+            permissions: self.permissions,
+            store: self.store,
+        }
+    }
+}
+
+impl ToolCx<'_> {
+    /// Lends the MCP side, for an interceptor screen.
     pub(crate) fn mcp(&mut self) -> McpCx<'_> {
         McpCx {
             cfg: self.cfg,
@@ -73,7 +118,7 @@ impl Cx<'_> {
 /// Owned parts of a step context, for the unit tests of the machines that borrow one.
 #[cfg(test)]
 pub(crate) mod rig {
-    use super::{Cx, McpCx};
+    use super::{Cx, McpCx, ToolCx};
     use crate::config::{Config, HookAllowlist, LogLevel, PermissionMode, ProviderKind};
     use crate::ids::{IdCounters, ServerSlot, SessionId};
     use crate::io::Action;
@@ -99,7 +144,7 @@ pub(crate) mod rig {
         }
     }
 
-    /// The parts; [`Parts::cx`] and [`Parts::mcp`] lend them.
+    /// The parts; [`Parts::cx`], [`Parts::tools`] and [`Parts::mcp`] lend them.
     pub(crate) struct Parts {
         pub(crate) cfg: Config,
         pub(crate) out: Outbox,
@@ -141,6 +186,19 @@ pub(crate) mod rig {
                 llm: &mut self.llm,
                 permissions: &mut self.permissions,
                 ids: &mut self.ids,
+                store: &mut self.store,
+            }
+        }
+
+        /// What a tool batch uses.
+        pub(crate) fn tools(&mut self) -> ToolCx<'_> {
+            ToolCx {
+                cfg: &self.cfg,
+                out: &mut self.out,
+                timers: &mut self.timers,
+                servers: &mut self.servers,
+                ids: &mut self.ids,
+                permissions: &mut self.permissions,
                 store: &mut self.store,
             }
         }

@@ -314,7 +314,7 @@ impl Turn {
     /// Starts the calls the batch can start now ([`Turn::can_dispatch`]).
     pub(crate) fn dispatch(&mut self, sess: &mut Session, cx: &mut Cx<'_>) -> Option<TurnEnd> {
         if let Phase::Tools(batch) = &mut self.phase {
-            batch.pump(cx);
+            batch.pump(&mut cx.tools());
         }
         self.after_tools(sess)
     }
@@ -956,7 +956,7 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) -> Option<TurnEnd> {
-        let batch = ToolBatch::start(self.no, calls, &self.routes, sess, cx);
+        let batch = ToolBatch::start(self.no, calls, &self.routes, sess, &mut cx.tools());
         self.phase = Phase::Tools(batch);
         self.after_tools(sess)
     }
@@ -973,7 +973,7 @@ impl Turn {
         let Phase::Tools(batch) = &mut self.phase else {
             return None;
         };
-        batch.on_result(index, out, failed, cx);
+        batch.on_result(index, out, failed, &mut cx.tools());
         self.after_tools(sess)
     }
 
@@ -987,7 +987,7 @@ impl Turn {
         cx: &mut Cx<'_>,
     ) {
         if let Phase::Tools(batch) = &mut self.phase {
-            batch.on_progress(server, token, text, cx);
+            batch.on_progress(server, token, text, &mut cx.tools());
         }
     }
 
@@ -1003,7 +1003,7 @@ impl Turn {
         let Phase::Tools(batch) = &mut self.phase else {
             return None;
         };
-        batch.on_reply(index, reply, cx);
+        batch.on_reply(index, reply, &mut cx.tools());
         self.after_tools(sess)
     }
 
@@ -1019,7 +1019,7 @@ impl Turn {
         let Phase::Tools(batch) = &mut self.phase else {
             return None;
         };
-        batch.on_intercept(call, event, &mut sess.remembered, cx);
+        batch.on_intercept(call, event, &mut sess.remembered, &mut cx.tools());
         self.after_tools(sess)
     }
 
@@ -1034,7 +1034,7 @@ impl Turn {
         let Phase::Tools(batch) = &mut self.phase else {
             return None;
         };
-        batch.on_permission(index, answer, &mut sess.remembered, cx);
+        batch.on_permission(index, answer, &mut sess.remembered, &mut cx.tools());
         self.after_tools(sess)
     }
 
@@ -1266,7 +1266,7 @@ impl Turn {
             }
             Phase::Tools(mut batch) => {
                 // A4: in-flight calls get notifications/cancelled; every announced call ends.
-                batch.cancel(why, cx);
+                batch.cancel(why, &mut cx.tools());
                 self.phase = Phase::Tools(batch);
                 self.after_tools(sess)
             }
