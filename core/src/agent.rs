@@ -62,6 +62,20 @@ macro_rules! step_cx {
     };
 }
 
+/// The MCP side of the step context ([`McpCx`](crate::cx::McpCx)), borrowed like
+/// `step_cx!`'s, for the machines that use only that side (the session's opening and ending).
+macro_rules! mcp_cx {
+    ($agent:expr) => {
+        crate::cx::McpCx {
+            cfg: &$agent.cfg,
+            out: &mut $agent.out,
+            timers: &mut $agent.timers,
+            servers: &mut $agent.servers,
+            ids: &mut $agent.ids,
+        }
+    };
+}
+
 mod login;
 mod prompts;
 mod sessions;

@@ -1,6 +1,16 @@
-//! The context of one step: the parts of the agent a turn, a tool batch or a hook round
-//! borrows while it handles an input. Each part is a typed sub-machine with its own methods;
-//! none of them is the agent.
+//! The contexts of one step: the parts of the agent a machine borrows while it handles an
+//! input. Each part is a typed sub-machine with its own methods; none of them is the agent.
+//!
+//! A machine takes the narrowest context that holds what it uses, so its signature says which
+//! parts it can touch:
+//!
+//! | context | parts | taken by |
+//! |---|---|---|
+//! | [`McpCx`] | `cfg`, `out`, `timers`, `servers`, `ids` | hook rounds, interceptor screens, the session's opening and ending |
+//! | [`Cx`] | every part: the LLM calls, the permission requests and the store too | the turn and its tool batch |
+//!
+//! A wider context lends a narrower one for a call ([`Cx::mcp`]): the parts are reborrowed,
+//! nothing is copied.
 
 use crate::config::Config;
 use crate::ids::IdCounters;
@@ -11,7 +21,22 @@ use crate::permissions::Permissions;
 use crate::store::SessionStore;
 use crate::timers::TimerTable;
 
-/// What a step may use besides its own state.
+/// The MCP side of a step: what a machine that only talks to MCP servers and sets deadlines
+/// may use (hook rounds, interceptor screens, the session's opening and ending).
+pub(crate) struct McpCx<'a> {
+    /// The configuration in force.
+    pub(crate) cfg: &'a Config,
+    /// The action queue (and the step's time).
+    pub(crate) out: &'a mut Outbox,
+    /// Every deadline.
+    pub(crate) timers: &'a mut TimerTable,
+    /// The MCP servers.
+    pub(crate) servers: &'a mut ServerTable,
+    /// The process-wide id counters.
+    pub(crate) ids: &'a mut IdCounters,
+}
+
+/// What a turn may use: every part of the agent a step can borrow.
 pub(crate) struct Cx<'a> {
     /// The configuration in force.
     pub(crate) cfg: &'a Config,
@@ -32,10 +57,23 @@ pub(crate) struct Cx<'a> {
     pub(crate) store: &'a mut SessionStore,
 }
 
+impl Cx<'_> {
+    /// Lends the MCP side, for a hook round or an interceptor screen.
+    pub(crate) fn mcp(&mut self) -> McpCx<'_> {
+        McpCx {
+            cfg: self.cfg,
+            out: self.out,
+            timers: self.timers,
+            servers: self.servers,
+            ids: self.ids,
+        }
+    }
+}
+
 /// Owned parts of a step context, for the unit tests of the machines that borrow one.
 #[cfg(test)]
 pub(crate) mod rig {
-    use super::Cx;
+    use super::{Cx, McpCx};
     use crate::config::{Config, HookAllowlist, LogLevel, PermissionMode, ProviderKind};
     use crate::ids::{IdCounters, ServerSlot, SessionId};
     use crate::io::Action;
@@ -61,7 +99,7 @@ pub(crate) mod rig {
         }
     }
 
-    /// The parts; [`Parts::cx`] lends them.
+    /// The parts; [`Parts::cx`] and [`Parts::mcp`] lend them.
     pub(crate) struct Parts {
         pub(crate) cfg: Config,
         pub(crate) out: Outbox,
@@ -104,6 +142,17 @@ pub(crate) mod rig {
                 permissions: &mut self.permissions,
                 ids: &mut self.ids,
                 store: &mut self.store,
+            }
+        }
+
+        /// The MCP side.
+        pub(crate) fn mcp(&mut self) -> McpCx<'_> {
+            McpCx {
+                cfg: &self.cfg,
+                out: &mut self.out,
+                timers: &mut self.timers,
+                servers: &mut self.servers,
+                ids: &mut self.ids,
             }
         }
 

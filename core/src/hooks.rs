@@ -20,7 +20,7 @@
 //! the turn reaches the point, and what the decided round's texts do.
 
 use crate::config::{HookAllowlist, LogLevel};
-use crate::cx::Cx;
+use crate::cx::McpCx;
 use crate::ids::{HookRoundId, ServerSlot, SessionId};
 use crate::jsonrpc::RpcError;
 use crate::llm::{Message, ToolCall};
@@ -322,7 +322,7 @@ impl HookRound {
         point: HookPoint,
         session: &Session,
         meta: HookMeta,
-        cx: &mut Cx<'_>,
+        cx: &mut McpCx<'_>,
     ) -> HookRound {
         let now = cx.out.now();
         let timeout = cx.cfg.hook_timeout_ms;
@@ -887,7 +887,7 @@ mod tests {
             HookPoint::Stop,
             &sess,
             HookMeta::turn(2, 1),
-            &mut parts.cx(),
+            &mut parts.mcp(),
         );
         let calls = Parts::mcp_lines(&parts.drain());
         assert_eq!(calls.len(), 2, "only the servers exposing _Stop");
@@ -931,7 +931,7 @@ mod tests {
             HookPoint::Stop,
             &sess,
             HookMeta::turn(1, 1),
-            &mut parts.cx(),
+            &mut parts.mcp(),
         );
         round.on_outcome(0, HookOutcome::Text("no".into()), &mut parts.out);
         round.on_outcome(1, HookOutcome::Text("wait".into()), &mut parts.out);
@@ -976,7 +976,7 @@ mod tests {
                 HookPoint::Stop,
                 &sess,
                 HookMeta::turn(1, 3),
-                &mut parts.cx(),
+                &mut parts.mcp(),
             );
             round.is_decided() && round.texts().is_empty()
         };

@@ -12,7 +12,7 @@
 //! the client sees it (`docs/interceptors.md`).
 
 use crate::config::LogLevel;
-use crate::cx::Cx;
+use crate::cx::McpCx;
 use crate::ids::{McpRequestId, ServerSlot, SessionId, ToolCallIndex, TurnNo};
 use crate::interceptor::wire::TOOLS_CALL;
 use crate::interceptor::{
@@ -64,7 +64,7 @@ impl Screen {
         payload: Value,
         of: ScreenOf,
         server: &str,
-        cx: &mut Cx<'_>,
+        cx: &mut McpCx<'_>,
     ) -> Screen {
         let mut screen = Screen {
             of,
@@ -105,7 +105,7 @@ impl Screen {
     }
 
     /// The reply (or the loss) of invocation `invocation` came back.
-    pub(crate) fn on_reply(&mut self, invocation: u32, reply: InvokeReply, cx: &mut Cx<'_>) {
+    pub(crate) fn on_reply(&mut self, invocation: u32, reply: InvokeReply, cx: &mut McpCx<'_>) {
         if self.in_flight.remove(&invocation).is_none() {
             return;
         }
@@ -117,7 +117,7 @@ impl Screen {
 
     /// Invocation `invocation` timed out; the agent already abandoned the request and counted
     /// the timeout against its server (H4).
-    pub(crate) fn on_timeout(&mut self, invocation: u32, cx: &mut Cx<'_>) {
+    pub(crate) fn on_timeout(&mut self, invocation: u32, cx: &mut McpCx<'_>) {
         if self.in_flight.remove(&invocation).is_none() {
             return;
         }
@@ -128,7 +128,7 @@ impl Screen {
     }
 
     /// The turn was cancelled: every invocation in flight gets `notifications/cancelled`.
-    pub(crate) fn cancel(&mut self, why: &str, cx: &mut Cx<'_>) {
+    pub(crate) fn cancel(&mut self, why: &str, cx: &mut McpCx<'_>) {
         for (_, (slot, id)) in std::mem::take(&mut self.in_flight) {
             cx.servers.cancel_request(slot, id, why, cx.out, cx.timers);
         }
@@ -136,7 +136,7 @@ impl Screen {
     }
 
     /// Carries out what the chain asks for until it waits for a reply or has decided.
-    fn pump(&mut self, cx: &mut Cx<'_>) {
+    fn pump(&mut self, cx: &mut McpCx<'_>) {
         loop {
             let Some(output) = self.chain.as_mut().and_then(Chain::poll_output) else {
                 return;
@@ -173,7 +173,7 @@ impl Screen {
     }
 
     /// Sends one invocation, or tells the chain at once that no reply will come.
-    fn send(&mut self, id: InvocationId, server: &str, params: &Value, cx: &mut Cx<'_>) {
+    fn send(&mut self, id: InvocationId, server: &str, params: &Value, cx: &mut McpCx<'_>) {
         let lost = |why: String| InvokeReply::Lost(why);
         let reply = match self.servers.get(server).copied() {
             None => Some(lost(format!(

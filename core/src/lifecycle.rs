@@ -18,7 +18,7 @@
 //! server).
 
 use crate::config::{HookAllowlist, LogLevel};
-use crate::cx::Cx;
+use crate::cx::McpCx;
 use crate::hooks::{EndReason, HookMeta, HookOutcome, HookPoint, HookRound};
 use crate::ids::{HookRoundId, McpRequestId, ServerSlot};
 use crate::interceptor::Interceptor;
@@ -86,7 +86,7 @@ pub(crate) struct Opening {
 impl Opening {
     /// `sess`'s servers are all ready: the `_SessionStart` round and every interceptor
     /// server's `interceptors/list` start now (SPEC H10, X1).
-    pub(crate) fn start(source: Source, sess: &Session, cx: &mut Cx<'_>) -> Opening {
+    pub(crate) fn start(source: Source, sess: &Session, cx: &mut McpCx<'_>) -> Opening {
         let meta = HookMeta {
             attempt: 1,
             budget_remaining: cx.cfg.stop_max_rejections,
@@ -159,7 +159,7 @@ impl Opening {
         server: ServerSlot,
         reply: Result<Value, ListLost>,
         sess: &Session,
-        cx: &mut Cx<'_>,
+        cx: &mut McpCx<'_>,
     ) {
         let Some(listing) = self.listings.get_mut(&server) else {
             return;
@@ -307,7 +307,7 @@ fn send_list(
     slot: ServerSlot,
     cursor: Option<String>,
     sess: &Session,
-    cx: &mut Cx<'_>,
+    cx: &mut McpCx<'_>,
 ) -> Option<McpRequestId> {
     let mut params = list_params(Some(TOOLS_CALL));
     if let Some(c) = cursor {
@@ -342,7 +342,7 @@ impl Ending {
         reason: EndReason,
         close: Option<RpcId>,
         sess: &Session,
-        cx: &mut Cx<'_>,
+        cx: &mut McpCx<'_>,
     ) -> Ending {
         let meta = HookMeta {
             attempt: 1,
@@ -438,7 +438,7 @@ mod tests {
                 ("c", &["_SessionStart"]),
             ],
         );
-        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.mcp());
         let calls = Parts::mcp_lines(&parts.drain());
         assert_eq!(calls.len(), 2, "only the servers exposing _SessionStart");
         assert_eq!(
@@ -467,7 +467,7 @@ mod tests {
         parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into(), "q".into()]);
         let sess = parts.session_with(SID, &[("p", &[]), ("q", &["echo"]), ("r", &[])]);
         let (p, q) = (sess.servers[0], sess.servers[1]);
-        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.mcp());
         let asked = Parts::mcp_lines(&parts.drain());
         assert_eq!(asked.len(), 2, "only the allowlisted servers: {asked:#?}");
         assert_eq!(asked[0]["method"], "interceptors/list");
@@ -485,7 +485,7 @@ mod tests {
             Ok(json!({"interceptors": [descriptor("guard", "tools/call"),
                 descriptor("prompts", "prompts/get")], "nextCursor": "2"})),
             &sess,
-            &mut parts.cx(),
+            &mut parts.mcp(),
         );
         let next = Parts::mcp_lines(&parts.drain());
         assert_eq!(
@@ -496,9 +496,9 @@ mod tests {
             p,
             Ok(json!({"interceptors": [descriptor("all", "*")]})),
             &sess,
-            &mut parts.cx(),
+            &mut parts.mcp(),
         );
-        opening.on_list_reply(q, not_implemented(), &sess, &mut parts.cx());
+        opening.on_list_reply(q, not_implemented(), &sess, &mut parts.mcp());
         assert!(opening.is_done());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         let names: Vec<&str> = interceptors
@@ -534,7 +534,7 @@ mod tests {
                 "hooks": [{"events": ["tools/call"], "phase": "request"}]}],
                 "nextCursor": next_cursor})),
             sess,
-            &mut parts.cx(),
+            &mut parts.mcp(),
         );
         let actions = parts.drain();
         let cursors = Parts::mcp_lines(&actions)
@@ -550,7 +550,7 @@ mod tests {
         parts.cfg.interceptor_servers = HookAllowlist::All;
         let sess = parts.session_with(SID, &[("p", &[])]);
         let p = sess.servers[0];
-        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.mcp());
         parts.drain();
         let (asked, _) = list_page(&mut opening, p, "one", "a", &sess, &mut parts);
         assert_eq!(asked, [json!("a")]);
@@ -567,7 +567,7 @@ mod tests {
         assert_eq!(interceptors.members().len(), 2, "both pages count");
         parts.drain();
 
-        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.mcp());
         parts.drain();
         let mut pages = 0;
         while !opening.is_done() && pages < 1000 {
@@ -587,12 +587,12 @@ mod tests {
         parts.cfg.interceptor_servers = HookAllowlist::All;
         let sess = parts.session_with(SID, &[("p", &[]), ("q", &[])]);
         let (p, q) = (sess.servers[0], sess.servers[1]);
-        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.mcp());
         opening.on_list_reply(
             p,
             Err(ListLost::Error(RpcError::new(-32603, "boom"))),
             &sess,
-            &mut parts.cx(),
+            &mut parts.mcp(),
         );
         opening.on_list_reply(
             q,
@@ -600,7 +600,7 @@ mod tests {
                 "interceptors/list timed out after 2500 ms".into(),
             )),
             &sess,
-            &mut parts.cx(),
+            &mut parts.mcp(),
         );
         assert!(opening.is_done());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
@@ -626,10 +626,10 @@ mod tests {
         parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into(), "guard".into()]);
         let sess = parts.session_with(SID, &[("p", &[]), ("fs", &["echo"])]);
         let p = sess.servers[0];
-        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.mcp());
         let asked = Parts::mcp_lines(&parts.drain());
         assert_eq!(asked.len(), 1, "only p can be asked: {asked:#?}");
-        opening.on_list_reply(p, not_implemented(), &sess, &mut parts.cx());
+        opening.on_list_reply(p, not_implemented(), &sess, &mut parts.mcp());
         assert!(opening.is_done());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         assert!(
@@ -649,8 +649,8 @@ mod tests {
         // `*` names no server in particular: nothing can be missing.
         parts.cfg.interceptor_servers = HookAllowlist::All;
         let sess = parts.session_with(SID, &[("fs", &["echo"])]);
-        let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
-        opening.on_list_reply(sess.servers[0], not_implemented(), &sess, &mut parts.cx());
+        let mut opening = Opening::start(Source::New, &sess, &mut parts.mcp());
+        opening.on_list_reply(sess.servers[0], not_implemented(), &sess, &mut parts.mcp());
         let (_, interceptors) = opening.finish(&sess, &mut parts.out);
         assert!(!interceptors.screens(Phase::Request));
     }
@@ -667,7 +667,7 @@ mod tests {
             parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into()]);
             let sess = parts.session_with(SID, &[("p", &[])]);
             let p = sess.servers[0];
-            let mut opening = Opening::start(Source::New, &sess, &mut parts.cx());
+            let mut opening = Opening::start(Source::New, &sess, &mut parts.mcp());
             parts.drain();
             opening.on_list_reply(
                 p,
@@ -676,7 +676,7 @@ mod tests {
                         "hooks": [{"events": ["tools/call"], "phase": "request"}]},
                     bad], "nextCursor": "2"})),
                 &sess,
-                &mut parts.cx(),
+                &mut parts.mcp(),
             );
             assert!(
                 Parts::mcp_lines(&parts.drain()).is_empty(),
@@ -703,8 +703,8 @@ mod tests {
         let mut parts = Parts::new();
         let budget = parts.cfg.stop_max_rejections;
         let sess = parts.session_with(SID, &[("a", &["_SessionStart", "_SessionEnd"])]);
-        let _opening = Opening::start(Source::New, &sess, &mut parts.cx());
-        let _ending = Ending::start(EndReason::Close, None, &sess, &mut parts.cx());
+        let _opening = Opening::start(Source::New, &sess, &mut parts.mcp());
+        let _ending = Ending::start(EndReason::Close, None, &sess, &mut parts.mcp());
         let calls = Parts::mcp_lines(&parts.drain());
         let sid = sess.id.to_string();
         assert_eq!(
@@ -726,7 +726,7 @@ mod tests {
             EndReason::Close,
             Some(RpcId::Num(9.into())),
             &sess,
-            &mut parts.cx(),
+            &mut parts.mcp(),
         );
         let call = &Parts::mcp_lines(&parts.drain())[0];
         assert_eq!(

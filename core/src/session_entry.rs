@@ -38,7 +38,7 @@
 //! The opening request (`session/new`, `session/load`, `session/resume`) is held by
 //! `Starting` and `Opening`: it is answered exactly once, when the entry leaves them.
 
-use crate::cx::Cx;
+use crate::cx::{Cx, McpCx};
 use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{HookRoundId, SessionId};
 use crate::jsonrpc::RpcId;
@@ -166,7 +166,7 @@ impl SessionEntry {
 
     /// `Starting` → `Opening`: every server is ready; `_SessionStart` and the interceptor
     /// listings start (SPEC H10, X1). Any other state: nothing happens (false).
-    pub(crate) fn begin_opening(&mut self, source: Source, cx: &mut Cx<'_>) -> bool {
+    pub(crate) fn begin_opening(&mut self, source: Source, cx: &mut McpCx<'_>) -> bool {
         let Lifecycle::Starting { request } = &self.lifecycle else {
             return false;
         };
@@ -182,7 +182,7 @@ impl SessionEntry {
         &mut self,
         server: crate::ids::ServerSlot,
         reply: Result<serde_json::Value, crate::mcp::ListLost>,
-        cx: &mut Cx<'_>,
+        cx: &mut McpCx<'_>,
     ) -> bool {
         let Lifecycle::Opening { opening, .. } = &mut self.lifecycle else {
             return false;
@@ -239,7 +239,7 @@ impl SessionEntry {
         &mut self,
         reason: EndReason,
         close: Option<RpcId>,
-        cx: &mut Cx<'_>,
+        cx: &mut McpCx<'_>,
     ) -> bool {
         if !self.is_open() {
             return false;
@@ -330,9 +330,12 @@ mod tests {
             e.finish_opening(&mut parts.out).is_none(),
             "not opening yet"
         );
-        assert!(e.begin_opening(Source::New, &mut parts.cx()));
+        assert!(e.begin_opening(Source::New, &mut parts.mcp()));
         assert_eq!(sent_calls(&mut parts), 1, "the _SessionStart call");
-        assert!(!e.begin_opening(Source::New, &mut parts.cx()), "opens once");
+        assert!(
+            !e.begin_opening(Source::New, &mut parts.mcp()),
+            "opens once"
+        );
         assert!(e.is_starting() && !e.is_before_opening());
         assert!(
             e.finish_opening(&mut parts.out).is_none(),
@@ -366,12 +369,12 @@ mod tests {
         assert!(e.begin_ending(
             EndReason::Close,
             Some(RpcId::Num(2.into())),
-            &mut parts.cx()
+            &mut parts.mcp()
         ));
         assert_eq!(sent_calls(&mut parts), 1, "the _SessionEnd call");
         assert!(e.is_ending() && e.ending_round().is_some());
         assert!(
-            !e.begin_ending(EndReason::Eof, None, &mut parts.cx()),
+            !e.begin_ending(EndReason::Eof, None, &mut parts.mcp()),
             "a session ends once"
         );
         assert!(e.finish_ending(&mut parts.out).is_none(), "round undecided");
@@ -400,17 +403,17 @@ mod tests {
         let mut e = entry(&mut parts);
         assert_eq!(e.refuse_opening(), Some(RpcId::Num(1.into())));
         assert!(e.is_ending() && e.ending_round().is_none());
-        assert!(!e.begin_ending(EndReason::Eof, None, &mut parts.cx()));
+        assert!(!e.begin_ending(EndReason::Eof, None, &mut parts.mcp()));
         assert!(
             parts.drain().is_empty(),
             "no hook call for a session that never opened"
         );
         // Opening: refused, then its _SessionEnd round runs.
         let mut e = entry(&mut parts);
-        assert!(e.begin_opening(Source::Load, &mut parts.cx()));
+        assert!(e.begin_opening(Source::Load, &mut parts.mcp()));
         parts.drain();
         assert_eq!(e.refuse_opening(), Some(RpcId::Num(1.into())));
-        assert!(e.begin_ending(EndReason::Signal, None, &mut parts.cx()));
+        assert!(e.begin_ending(EndReason::Signal, None, &mut parts.mcp()));
         assert_eq!(sent_calls(&mut parts), 1, "the _SessionEnd call");
         assert!(e.ending_round().is_some());
     }

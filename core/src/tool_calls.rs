@@ -232,7 +232,14 @@ impl ToolBatch {
         };
         let server = cx.servers.name(slot);
         let of = self.screen_of(index);
-        let screen = Screen::start(interceptors, Phase::Request, payload, of, &server, cx);
+        let screen = Screen::start(
+            interceptors,
+            Phase::Request,
+            payload,
+            of,
+            &server,
+            &mut cx.mcp(),
+        );
         if let Some(c) = self.calls.get_mut(index.0) {
             c.state = CallState::Screening(Box::new(screen));
         }
@@ -267,8 +274,8 @@ impl ToolBatch {
             _ => return,
         };
         match event {
-            InterceptEvent::Reply(reply) => screen.on_reply(call.invocation, reply, cx),
-            InterceptEvent::Timeout => screen.on_timeout(call.invocation, cx),
+            InterceptEvent::Reply(reply) => screen.on_reply(call.invocation, reply, &mut cx.mcp()),
+            InterceptEvent::Timeout => screen.on_timeout(call.invocation, &mut cx.mcp()),
         }
         self.after_screen(index, remembered, cx);
         self.pump(cx);
@@ -465,7 +472,14 @@ impl ToolBatch {
                     })
                     .unwrap_or_default();
                 let of = self.screen_of(index);
-                let screen = Screen::start(interceptors, Phase::Response, result, of, &server, cx);
+                let screen = Screen::start(
+                    interceptors,
+                    Phase::Response,
+                    result,
+                    of,
+                    &server,
+                    &mut cx.mcp(),
+                );
                 if let Some(c) = self.calls.get_mut(index.0) {
                     c.state = CallState::ScreeningResult(Box::new(screen));
                 }
@@ -592,7 +606,7 @@ impl ToolBatch {
                     &mut c.state
             {
                 // X1: a chain stops mid-way; its invocations in flight are cancelled.
-                screen.cancel(why, cx);
+                screen.cancel(why, &mut cx.mcp());
             }
             let out = err_out(format!("tool call cancelled: {why}"));
             self.complete(ToolCallIndex(i), out, true, cx);

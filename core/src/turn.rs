@@ -1072,7 +1072,7 @@ impl Turn {
                 budget_remaining,
             } => {
                 let meta = HookMeta::turn(attempt, budget_remaining);
-                let round = HookRound::start(HookPoint::Stop, sess, meta, cx);
+                let round = HookRound::start(HookPoint::Stop, sess, meta, &mut cx.mcp());
                 self.run_round(round, sess, cx)
             }
         }
@@ -1183,7 +1183,7 @@ impl Turn {
         self.phase = Phase::Ready;
         // H7: `_PostCompact` before the next LLM request.
         let meta = HookMeta::turn(handoff, 0);
-        let round = HookRound::start(HookPoint::PostCompact, sess, meta, cx);
+        let round = HookRound::start(HookPoint::PostCompact, sess, meta, &mut cx.mcp());
         self.run_round(round, sess, cx)
     }
 

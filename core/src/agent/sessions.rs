@@ -290,7 +290,7 @@ impl Agent {
         for text in crate::hooks::hooks_off(&self.servers, &sess.servers, &self.cfg.hook_servers) {
             sess.notify("hooks_not_allowlisted", text);
         }
-        let mut cx = step_cx!(self);
+        let mut cx = mcp_cx!(self);
         if entry.begin_opening(source, &mut cx) {
             self.check_opening(sid);
         }
@@ -586,7 +586,7 @@ impl Agent {
         let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let mut cx = step_cx!(self);
+        let mut cx = mcp_cx!(self);
         if entry.on_interceptor_list(server, reply, &mut cx) {
             self.check_opening(sid);
         }
@@ -738,7 +738,7 @@ impl Agent {
         let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let mut cx = step_cx!(self);
+        let mut cx = mcp_cx!(self);
         if entry.begin_ending(reason, close, &mut cx) {
             self.check_ending(sid);
         }
