@@ -282,25 +282,32 @@ fn this_binary() -> Result<String, String> {
     Ok(exe.to_string_lossy().into_owned())
 }
 
-fn demo() -> Result<(), String> {
-    let exe = this_binary()?;
-    let (port, mut seen) = start_llm(hook_script)?;
-    out!(
-        "== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n"
-    );
-    let mut cmd = Command::new(&exe);
+/// Starts the agent `exe` as a demo runs it and opens one session in the temporary directory
+/// with `servers` (an ACP `mcpServers` array): the scripted LLM on `port` (OpenAI Chat), every
+/// tool call allowed, no hook or interceptor server but those `env` names, and no saved session
+/// (a scripted offline session is nothing worth keeping in the user's saved sessions). The
+/// agent's log is not part of the transcript. Returns the agent, the `initialize` answer and
+/// the session id.
+fn open_session(
+    exe: &str,
+    port: u16,
+    env: &[(&str, &str)],
+    servers: Value,
+) -> Result<(AcpChild, Value, String), String> {
+    let mut cmd = Command::new(exe);
     cmd.env("BUZZ_AGENT_PROVIDER", "openai")
         .env(
             "OPENAI_COMPAT_BASE_URL",
             format!("http://127.0.0.1:{port}/v1"),
         )
         .env("OPENAI_COMPAT_MODEL", "demo-model")
-        .env("MCP_HOOK_SERVERS", "todo")
         .env("BUZZ_AGENT_PERMISSION", "allow")
         .env("BUZZ_AGENT_LOG", "info")
-        // A scripted offline session: nothing worth keeping in the user's saved sessions.
         .env("BUZZ_AGENT_STATE_DIR", "off")
-        // The agent's log is not part of the transcript.
+        .env_remove("MCP_HOOK_SERVERS")
+        .env_remove("BUZZ_AGENT_INTERCEPTOR_SERVERS")
+        .env_remove(crate::examples::INTERCEPTORS_VAR)
+        .envs(env.iter().copied())
         .stderr(Stdio::null());
     let mut agent = AcpChild::spawn(cmd)?;
     let mut quiet = |_: &Value| None;
@@ -311,16 +318,11 @@ fn demo() -> Result<(), String> {
             &mut quiet,
         )
         .map_err(|e| e.to_string())?;
-    out!(
-        "client → initialize          agent: {} {}",
-        init["result"]["agentInfo"]["name"],
-        init["result"]["agentInfo"]["version"]
-    );
     let cwd = std::env::temp_dir().to_string_lossy().into_owned();
     let new = agent
         .request(
             "session/new",
-            json!({"cwd": cwd, "mcpServers":[{"name":"todo","command": exe,"args":["example-server","todo"],"env":[]}]}),
+            json!({"cwd": cwd, "mcpServers": servers}),
             &mut quiet,
         )
         .map_err(|e| e.to_string())?;
@@ -328,6 +330,26 @@ fn demo() -> Result<(), String> {
         .as_str()
         .ok_or_else(|| format!("session/new failed: {new}"))?
         .to_string();
+    Ok((agent, init, sid))
+}
+
+fn demo() -> Result<(), String> {
+    let exe = this_binary()?;
+    let (port, mut seen) = start_llm(hook_script)?;
+    out!(
+        "== buzz-agent demo: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` hook server, MCP_HOOK_SERVERS=todo\n"
+    );
+    let (mut agent, init, sid) = open_session(
+        &exe,
+        port,
+        &[("MCP_HOOK_SERVERS", "todo")],
+        json!([{"name": "todo", "command": exe, "args": ["example-server", "todo"], "env": []}]),
+    )?;
+    out!(
+        "client → initialize          agent: {} {}",
+        init["result"]["agentInfo"]["name"],
+        init["result"]["agentInfo"]["version"]
+    );
     out!(
         "client → session/new         session {sid} with MCP server `todo` (tools todo_add/todo_done/todo_list, hooks _Stop/_PostCompact/_SessionStart/_SessionEnd)"
     );
@@ -396,43 +418,15 @@ fn interceptor_demo() -> Result<(), String> {
     out!(
         "== buzz-agent demo --interceptors: a scripted LLM on 127.0.0.1:{port}, the bundled `todo` server,\n   the bundled example interceptor server as `policy` (BUZZ_AGENT_INTERCEPTOR_SERVERS=policy;\n   its policy/no-rm-rf validator denies tool calls whose arguments contain `rm -rf`)\n"
     );
-    let mut cmd = Command::new(&exe);
-    cmd.env("BUZZ_AGENT_PROVIDER", "openai")
-        .env(
-            "OPENAI_COMPAT_BASE_URL",
-            format!("http://127.0.0.1:{port}/v1"),
-        )
-        .env("OPENAI_COMPAT_MODEL", "demo-model")
-        .env("BUZZ_AGENT_INTERCEPTOR_SERVERS", "policy")
-        .env("BUZZ_AGENT_PERMISSION", "allow")
-        .env("BUZZ_AGENT_LOG", "info")
-        .env_remove("MCP_HOOK_SERVERS")
-        .env_remove(crate::examples::INTERCEPTORS_VAR)
-        .stderr(Stdio::null());
-    let mut agent = AcpChild::spawn(cmd)?;
-    let mut quiet = |_: &Value| None;
-    agent
-        .request(
-            "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {}}),
-            &mut quiet,
-        )
-        .map_err(|e| e.to_string())?;
-    let cwd = std::env::temp_dir().to_string_lossy().into_owned();
-    let new = agent
-        .request(
-            "session/new",
-            json!({"cwd": cwd, "mcpServers": [
-                {"name": "todo", "command": exe, "args": ["example-server", "todo"], "env": []},
-                {"name": "policy", "command": exe, "args": ["example-server", "interceptors"], "env": []}
-            ]}),
-            &mut quiet,
-        )
-        .map_err(|e| e.to_string())?;
-    let sid = new["result"]["sessionId"]
-        .as_str()
-        .ok_or_else(|| format!("session/new failed: {new}"))?
-        .to_string();
+    let (mut agent, _, sid) = open_session(
+        &exe,
+        port,
+        &[("BUZZ_AGENT_INTERCEPTOR_SERVERS", "policy")],
+        json!([
+            {"name": "todo", "command": exe, "args": ["example-server", "todo"], "env": []},
+            {"name": "policy", "command": exe, "args": ["example-server", "interceptors"], "env": []}
+        ]),
+    )?;
     out!(
         "client → session/new         session {sid}: `todo` (tools) and `policy` (interceptors, asked with interceptors/list)"
     );

