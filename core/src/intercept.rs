@@ -262,7 +262,7 @@ mod tests {
     /// example server's `config` (what the start sent not drained): the parts, the session,
     /// the server logic that answers the invocations, and the batch.
     fn read_under_policy(config: Value) -> (Parts, Session, ExampleServer, ToolBatch) {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let server = policy(&mut parts, &mut sess, config);
         let calls = vec![call("a", "fs__read", "{}")];
@@ -274,7 +274,7 @@ mod tests {
     /// hooked on `phase` (what the start sent already drained): the parts, the session and the
     /// batch.
     fn one_call_under_mutator(name: &str, phase: &str) -> (Parts, Session, ToolBatch) {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let slot = parts.ready_server(SID, "policy", &[]);
         sess.servers.push(slot);
@@ -343,7 +343,7 @@ mod tests {
 
     #[test]
     fn x1_a_denying_validator_stops_the_call_and_model_and_client_see_its_messages() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let server = policy(
             &mut parts,
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn x1_a_mutator_changes_the_arguments_sent_and_raw_input_shows_them_before_permission() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.permission = PermissionMode::Ask;
         let (mut sess, routes) = setup(&mut parts);
         let server = policy(

@@ -947,7 +947,7 @@ mod tests {
 
     #[test]
     fn l2_m4_calls_that_cannot_run_fail_at_once_and_the_rest_run_in_order() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let calls = vec![
             call("a", "fs__read", r#"{"path":"x"}"#),
@@ -983,7 +983,7 @@ mod tests {
 
     #[test]
     fn l2_the_parallel_cap_holds_and_results_come_back_in_call_order() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.max_parallel_tools = 1;
         let (mut sess, routes) = setup(&mut parts);
         let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
@@ -1013,7 +1013,7 @@ mod tests {
 
     #[test]
     fn a7_permission_is_asked_and_always_answers_are_remembered_per_tool() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.permission = PermissionMode::Ask;
         let (mut sess, routes) = setup(&mut parts);
         let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
@@ -1071,7 +1071,7 @@ mod tests {
 
     #[test]
     fn a4_cancel_ends_every_call_cancels_the_running_and_forgets_the_asked() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.permission = PermissionMode::Ask;
         let (mut sess, routes) = setup(&mut parts);
         sess.remembered.insert("fs__read".into(), true);
@@ -1121,7 +1121,7 @@ mod tests {
 
     #[test]
     fn c59_calls_carry_a_progress_token_and_progress_shows_on_the_running_call() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let mut batch = ToolBatch::start(
             TURN,
@@ -1161,7 +1161,7 @@ mod tests {
 
     #[test]
     fn g2_a_shell_call_that_sends_a_message_counts_as_posting() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let quiet = ToolBatch::start(
             TURN,
@@ -1187,7 +1187,7 @@ mod tests {
 
     #[test]
     fn m9_a_call_to_a_dead_server_is_not_run() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         parts.servers.kill(
             sess.servers[0],
