@@ -6,20 +6,22 @@
 //! read with the core's line codec and message parser (`jsonrpc::parse_message`: lossy UTF-8,
 //! surrogate repairs, a response is `result` or `error`), the handshake sends the agent's
 //! `initialize` params and the server's own requests get the agent's answers (`mcp_client`:
-//! `ping`, `roots/list` with the current directory, `-32601`), each hook is called with the
+//! `ping`, `roots/list` with the current directory, `-32601`), the `tools/list` pages are asked
+//! for, cut and sorted by the agent's listing code (`mcp_client::ToolListing`, `ToolsSeen`: its
+//! caps, the tools it drops and why, its hooks), each hook is called with the
 //! params the agent sends (`hooks::first_call_params`) and its answer is classified by the
 //! agent's `hooks::classify_reply`, so a PASS means what the agent will do.
 //!
 //! The report goes to stdout; the server's own stderr lines go to stderr prefixed `[server] `,
 //! so that a server's log can never pass for the report. Exit 0 when the server follows the
 //! contract; 1 when it does not (no hook point found, a hook that fails, times out, or answers
-//! something that objects only because of its shape, the server exited); 2 on usage or
-//! configuration errors.
+//! something that objects only because of its shape, a tool list the agent cuts, the server
+//! exited); 2 on usage or configuration errors.
 
 use buzz_agent_core::hooks::{self, HookOutcome};
 use buzz_agent_core::io::StderrLines;
 use buzz_agent_core::jsonrpc::{self, LineBuffer, LineEvent, Message, RpcError};
-use buzz_agent_core::mcp_client;
+use buzz_agent_core::mcp_client::{self, ToolListing, ToolsSeen};
 use buzz_agent_core::{HookPoint, Signal};
 use buzz_agent_runtime::sys::signal_group;
 use serde_json::{Value, json};
@@ -51,15 +53,15 @@ pub fn usage(bin: &str) -> String {
     format!(
         "usage: {bin} hooks check -- <command> [args…]\n\n\
          Spawns <command> as an MCP server the way the agent does (stdio, in its own process\n\
-         group, without the agent's API keys), lists its tools, calls each hook point it exposes\n\
-         (_SessionStart, _Stop, _PostCompact, _SessionEnd) once under BUZZ_AGENT_HOOK_TIMEOUT_MS\n\
-         and reports per hook: found, answered / empty / error / timeout, the latency, and what the\n\
-         answer would do (object, inject, or be logged).\n\
+         group, without the agent's API keys), lists its tools as the agent does, calls each\n\
+         hook point it exposes (_SessionStart, _Stop, _PostCompact, _SessionEnd) once under\n\
+         BUZZ_AGENT_HOOK_TIMEOUT_MS and reports per hook: found, answered / empty / error /\n\
+         timeout, the latency, and what the answer would do (object, inject, or be logged).\n\
          The report goes to stdout; the server's own stderr lines go to stderr as `[server] …`.\n\n\
          example: {bin} hooks check -- python3 my_hook_server.py\n\n\
          exit status: 0 the server follows the hook contract; 1 it does not (no hook point found,\n\
-         a hook fails, times out or answers what objects only by its shape, the server exited);\n\
-         2 usage or configuration error."
+         a hook fails, times out or answers what objects only by its shape, the agent cuts the\n\
+         tool list, the server exited); 2 usage or configuration error."
     )
 }
 
@@ -519,57 +521,51 @@ fn check(conn: &mut Conn<'_>, limits: &Limits) -> i32 {
     }
     println!("ok    handshake (MCP {version})");
     conn.notify("notifications/initialized", &json!({}));
-    let mut tools: Vec<Value> = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..100 {
-        let params = cursor
-            .as_ref()
-            .map_or_else(|| json!({}), |c| json!({"cursor": c}));
+    // The pages the agent asks for, read and cut by the agent's rules; then what the agent
+    // makes of them (the tools it offers, its hooks, what it drops and why).
+    let mut listing = ToolListing::default();
+    let mut cuts = Vec::new();
+    let mut params = json!({});
+    loop {
         match conn.request("tools/list", &params, init_timeout) {
-            Ok(r) => {
-                tools.extend(
-                    r.get("tools")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default(),
-                );
-                cursor = r
-                    .get("nextCursor")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-                    .filter(|c| !c.is_empty());
-                if cursor.is_none() {
-                    break;
-                }
-            }
+            Ok(page) => match listing.page(&page, &mut cuts) {
+                Some(cursor) => params = json!({"cursor": cursor}),
+                None => break,
+            },
             Err(e) => {
                 conn.report_failure("tools/list", &e, "");
                 return 1;
             }
         }
     }
-    let names: Vec<String> = tools
-        .iter()
-        .filter_map(|t| t.get("name").and_then(Value::as_str))
-        .map(str::to_string)
-        .collect();
-    let list = |v: &[&String]| {
+    let seen = ToolsSeen::of(listing.take());
+    let list = |v: &[String]| {
         if v.is_empty() {
             "none".to_string()
         } else {
-            esc(&v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")).into_owned()
+            esc(&v.join(", ")).into_owned()
         }
     };
-    let hooks: Vec<&String> = names.iter().filter(|n| n.starts_with('_')).collect();
-    let visible: Vec<&String> = names.iter().filter(|n| !n.starts_with('_')).collect();
+    let hooks = &seen.hooks;
     println!(
         "ok    {} model-visible tool(s): {}",
-        visible.len(),
-        list(&visible)
+        seen.offered.len(),
+        list(&seen.offered)
     );
-    println!("      hook tool(s): {}", list(&hooks));
+    println!("      hook tool(s): {}", list(hooks));
+    for (name, why) in &seen.dropped {
+        let name = name.as_deref().map_or("a tool without a name".into(), esc);
+        println!("note  {name}: dropped: {}", esc(why));
+    }
+    for cut in &cuts {
+        println!("note  the agent stops reading the list here: {}", esc(cut));
+    }
+    // What the agent does not read may hold a hook point: no PASS for a list it cuts.
+    let cut_line = "the agent reads only part of this server's tool list (see the note above); \
+                    a hook point listed after that is never called";
+    let names: Vec<String> = seen.offered.iter().chain(hooks).cloned().collect();
     let misses = near_misses(&names);
-    for h in &hooks {
+    for h in hooks {
         if !KNOWN_HOOKS.contains(&h.as_str()) && !misses.iter().any(|(n, _)| n == h) {
             println!(
                 "note  {}: not a known hook point; hidden from the model and never called",
@@ -588,14 +584,17 @@ fn check(conn: &mut Conn<'_>, limits: &Limits) -> i32 {
             esc(name)
         );
     }
-    if !KNOWN_HOOKS.iter().any(|k| names.iter().any(|n| n == k)) {
+    if !KNOWN_HOOKS.iter().any(|k| hooks.iter().any(|n| n == k)) {
         println!("FAIL: no hook point found ({})", KNOWN_HOOKS.join(", "));
-        if misses.is_empty() {
+        if !cuts.is_empty() {
+            println!("      {cut_line}");
+        }
+        if misses.is_empty() && cuts.is_empty() {
             println!(
                 "      a hook point is a tool named exactly {}; this server has none",
                 KNOWN_HOOKS.join(", ")
             );
-        } else {
+        } else if !misses.is_empty() {
             let shown: Vec<String> = misses
                 .iter()
                 .map(|(n, hook)| format!("{} (rename it {hook})", esc(n)))
@@ -606,7 +605,7 @@ fn check(conn: &mut Conn<'_>, limits: &Limits) -> i32 {
     }
     let mut ok = true;
     for hook in KNOWN_HOOKS {
-        if !names.iter().any(|n| n == hook) {
+        if !hooks.iter().any(|n| n == hook) {
             println!("--    {hook}: not found");
             continue;
         }
@@ -687,6 +686,10 @@ fn check(conn: &mut Conn<'_>, limits: &Limits) -> i32 {
                 }
             }
         }
+    }
+    if !cuts.is_empty() {
+        ok = false;
+        println!("FAIL  {cut_line}");
     }
     if ok {
         println!("PASS  the server follows the hook contract");

@@ -25,20 +25,53 @@ pub(crate) const MAX_TOOLS_PER_SERVER: usize = 1_000;
 /// hundreds of megabytes. The entries past the cap are cut off with a WARN.
 pub(crate) const MAX_TOOL_LIST_BYTES: usize = 4 * 1024 * 1024;
 
-/// A `tools/list` being collected page by page (SPEC M2), within [`MAX_TOOLS_PER_SERVER`] and
-/// [`MAX_TOOL_LIST_BYTES`] (SPEC S5).
+/// `tools/list` (and `prompts/list`) pages followed at most (SPEC M2, A11).
+pub(super) const MAX_LIST_PAGES: u32 = 100;
+
+/// One server's `tools/list` read page by page as the agent reads it (SPEC M2, S5): the
+/// entries of every page, in order, within [`MAX_TOOLS_PER_SERVER`] and
+/// [`MAX_TOOL_LIST_BYTES`], and the cursor of the next page to ask for, until the list ends,
+/// a cap cuts it, a cursor repeats or [`MAX_LIST_PAGES`] pages were read.
+///
+/// The MCP session of every server collects its listings with it, and so does
+/// `buzz-agent hooks check`, which asks for the pages itself: feed each page's `result`
+/// (`{"tools": [...], "nextCursor": "c2"}`) to [`ToolListing::page`], ask for the page it
+/// names (`{"cursor": "c2"}`) until it names none, then [`ToolListing::take`] the entries
+/// (for [`ToolsSeen::of`]).
 #[derive(Debug, Default)]
-pub(crate) struct ToolListing {
+pub struct ToolListing {
     tools: Vec<Value>,
     bytes: usize,
     cut: bool,
+    /// The cursors followed so far.
+    cursors: BTreeSet<String>,
 }
 
 impl ToolListing {
+    /// Takes one `tools/list` result: its `tools` entries, in order, while both caps hold, then
+    /// the cursor of the next page to ask for: its non-empty `nextCursor`, unless a cap cut the
+    /// list, the cursor repeats one followed before or this was page [`MAX_LIST_PAGES`].
+    /// `None`: the listing is complete as the agent takes it. What cut or stopped it is pushed
+    /// to `warnings`, once, without the server's name (`tools/list has more than 1000 tools;
+    /// the rest is cut off`, `tools/list repeated cursor "c1"; stopping`, `tools/list exceeded
+    /// 100 pages; stopping`).
+    pub fn page(&mut self, result: &Value, warnings: &mut Vec<String>) -> Option<String> {
+        if let Some(list) = result.get("tools").and_then(Value::as_array) {
+            warnings.extend(self.add_entries(list));
+        }
+        if self.cut {
+            return None;
+        }
+        next_cursor(result, &mut self.cursors, "tools/list").unwrap_or_else(|w| {
+            warnings.push(w);
+            None
+        })
+    }
+
     /// Adds one page's entries, in order, while both caps hold. The first page that passes a
-    /// cap cuts the list there and gives the WARN text (naming `server` and the cap); after a
-    /// cut the listing should ask for no more pages (see [`ToolListing::is_cut`]).
-    pub(crate) fn add_page(&mut self, page: &[Value], server: &str) -> Option<String> {
+    /// cap cuts the list there and gives the WARN text (naming the cap); after a cut no more
+    /// entries are taken.
+    fn add_entries(&mut self, page: &[Value]) -> Option<String> {
         if self.cut {
             return None;
         }
@@ -46,14 +79,14 @@ impl ToolListing {
             if self.tools.len() >= MAX_TOOLS_PER_SERVER {
                 self.cut = true;
                 return Some(format!(
-                    "mcp '{server}': tools/list has more than {MAX_TOOLS_PER_SERVER} tools; the rest is cut off"
+                    "tools/list has more than {MAX_TOOLS_PER_SERVER} tools; the rest is cut off"
                 ));
             }
             let size = serde_json::to_string(t).map_or(0, |j| j.len());
             if self.bytes.saturating_add(size) > MAX_TOOL_LIST_BYTES {
                 self.cut = true;
                 return Some(format!(
-                    "mcp '{server}': tools/list is over {} MiB after {} tools; the rest is cut off",
+                    "tools/list is over {} MiB after {} tools; the rest is cut off",
                     MAX_TOOL_LIST_BYTES >> 20,
                     self.tools.len()
                 ));
@@ -64,16 +97,41 @@ impl ToolListing {
         None
     }
 
-    /// Whether a cap cut the list (no more pages are needed).
-    pub(crate) fn is_cut(&self) -> bool {
-        self.cut
-    }
-
-    /// The entries collected, in order; the listing starts empty again.
-    pub(crate) fn take(&mut self) -> Vec<Value> {
+    /// The entries collected, in order; the listing starts again (no entries, no cursors).
+    pub fn take(&mut self) -> Vec<Value> {
         self.bytes = 0;
         self.cut = false;
+        self.cursors.clear();
         std::mem::take(&mut self.tools)
+    }
+}
+
+/// The cursor of the next page of a paginated list (`method`, SPEC M2, A11): the page's
+/// non-empty `nextCursor`, unless it repeats one already followed (`seen`) or the list is over
+/// [`MAX_LIST_PAGES`] pages; those stop the listing, `Err` with the WARN text (without the
+/// server's name).
+pub(super) fn next_cursor(
+    page: &Value,
+    seen: &mut BTreeSet<String>,
+    method: &str,
+) -> Result<Option<String>, String> {
+    let Some(c) = page
+        .get("nextCursor")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+    else {
+        return Ok(None);
+    };
+    let page_no = seen.len() as u32 + 1;
+    if seen.contains(c) {
+        Err(format!("{method} repeated cursor {c:?}; stopping"))
+    } else if page_no >= MAX_LIST_PAGES {
+        Err(format!(
+            "{method} exceeded {MAX_LIST_PAGES} pages; stopping"
+        ))
+    } else {
+        seen.insert(c.to_string());
+        Ok(Some(c.to_string()))
     }
 }
 
@@ -266,13 +324,10 @@ impl Catalogue {
     }
 
     /// Replaces the catalogue with a complete `tools/list` (`raw`, every page's `tools` in
-    /// order), SPEC M3, M4, H1, A6: a tool without a name or with an unusable schema is dropped
-    /// with a warning; `_` names are hooks; a tool whose exposed name another tool of the
-    /// session holds (`claims`, the same server's included) gets a hash suffix once and is then
-    /// dropped. Logs the warnings, the C56 warning about hooks the allowlist does not name
-    /// (once), and the server's ready line. Returns the sentences for the user about tools
-    /// dropped for an unusable schema that were not told before (one per tool, naming server,
-    /// tool and what the schema says).
+    /// order), sorted by [`sort_listing`]. Logs the warnings, the C56 warning about hooks the
+    /// allowlist does not name (once), and the server's ready line. Returns the sentences for
+    /// the user about tools dropped for an unusable schema that were not told before (one per
+    /// tool, naming server, tool and what the schema says).
     pub(crate) fn install(
         &mut self,
         raw: Vec<Value>,
@@ -281,75 +336,38 @@ impl Catalogue {
         allowlist: &HookAllowlist,
         out: &mut Outbox,
     ) -> Vec<String> {
-        let Owner { name, prefix, .. } = owner;
-        let mut tools_out: Vec<McpTool> = Vec::new();
-        let mut hooks = BTreeSet::new();
+        let name = owner.name;
+        let Sorted {
+            tools: tools_out,
+            hooks,
+            notes,
+        } = sort_listing(raw, owner, claims);
         let mut warnings = Vec::new();
         let mut told = Vec::new();
-        let mut seen_exposed = BTreeSet::new();
-        for t in raw {
-            let Some(bare) = t.get("name").and_then(Value::as_str) else {
-                warnings.push(format!("mcp '{name}': dropping a tool without a name"));
-                continue;
-            };
-            if tools::is_hook_name(bare) {
-                hooks.insert(bare.to_string());
-                continue;
-            }
-            let schema = match tools::normalize_schema(t.get("inputSchema")) {
-                Ok(s) => s,
-                Err(e) => {
-                    warnings.push(format!("mcp '{name}': dropping tool '{bare}': {e}"));
-                    if self.told_dropped.insert(bare.to_string()) {
+        for note in notes {
+            match note {
+                ListingNote::Dropped(d) => {
+                    if let (Some(bare), DropWhy::Schema(e)) = (&d.name, &d.why)
+                        && self.told_dropped.insert(bare.clone())
+                    {
                         told.push(format!(
                             "MCP server '{name}' offers tool '{bare}' with an input schema the agent cannot use ({e}); it is not offered to the model."
                         ));
                     }
-                    continue;
+                    warnings.push(d.warning(name));
                 }
-            };
-            let plain = tools::exposed_name(prefix, bare);
-            let exposed = match claims.place(&plain, owner, bare, &seen_exposed) {
-                Ok(e) => e,
-                Err(None) => {
-                    warnings.push(format!("mcp '{name}': dropping duplicate tool '{bare}'"));
-                    continue;
-                }
-                Err(Some(holder)) => {
-                    warnings.push(format!(
-                        "mcp '{name}': dropping tool '{bare}': its names are taken ({holder})"
-                    ));
-                    continue;
-                }
-            };
-            if exposed != plain
-                && !seen_exposed.contains(&plain)
-                && let Some(holder) = claims.owners.get(&plain)
-            {
-                warnings.push(format!(
-                    "mcp '{name}': tool '{bare}' is offered as {exposed}: {}",
-                    claims.describe(&plain, holder)
-                ));
+                ListingNote::Renamed {
+                    bare,
+                    exposed,
+                    holder,
+                } => warnings.push(format!(
+                    "mcp '{name}': tool '{bare}' is offered as {exposed}: {holder}"
+                )),
             }
-            seen_exposed.insert(exposed.clone());
-            let description = t
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            tools_out.push(McpTool {
-                bare: bare.to_string(),
-                exposed,
-                description,
-                schema,
-                title: tools::tool_title(name, bare, &t),
-                kind: tools::tool_kind(bare, t.get("annotations")),
-                offered: None,
-            });
         }
         let count = tools_out.len();
         self.tools = tools_out;
-        self.hooks = hooks;
+        self.hooks = hooks.into_iter().collect();
         for w in warnings {
             out.log(LogLevel::Warn, w);
         }
@@ -373,6 +391,199 @@ impl Catalogue {
             ),
         );
         told
+    }
+}
+
+/// What one complete `tools/list` comes to, before it is installed.
+struct Sorted {
+    /// The tools the model is offered, in listing order.
+    tools: Vec<McpTool>,
+    /// The hooks (bare names starting with `_`), in listing order, each once.
+    hooks: Vec<String>,
+    /// What was dropped or renamed, in listing order.
+    notes: Vec<ListingNote>,
+}
+
+/// An entry of a listing that is not offered as the server named it.
+enum ListingNote {
+    /// Left out.
+    Dropped(Dropped),
+    /// Offered under another name than its plain exposed one, which `holder` (worded) holds.
+    Renamed {
+        bare: String,
+        exposed: String,
+        holder: String,
+    },
+}
+
+/// An entry left out of a listing: its name (`None` without one) and why.
+struct Dropped {
+    name: Option<String>,
+    why: DropWhy,
+}
+
+/// Why an entry is left out of a listing (SPEC M3, M4).
+enum DropWhy {
+    /// It has no `name`.
+    Unnamed,
+    /// Its `inputSchema` is unusable ([`tools::normalize_schema`]'s reason).
+    Schema(String),
+    /// An earlier tool of this listing is offered under both its names (the same name twice).
+    Duplicate,
+    /// Other tools of the session hold both its names (worded: which).
+    Taken(String),
+}
+
+impl Dropped {
+    /// The WARN text naming server `server`.
+    fn warning(&self, server: &str) -> String {
+        let bare = self.name.as_deref().unwrap_or("");
+        match &self.why {
+            DropWhy::Unnamed => format!("mcp '{server}': dropping a tool without a name"),
+            DropWhy::Duplicate => format!("mcp '{server}': dropping duplicate tool '{bare}'"),
+            DropWhy::Schema(_) | DropWhy::Taken(_) => {
+                format!("mcp '{server}': dropping tool '{bare}': {}", self.reason())
+            }
+        }
+    }
+
+    /// Why, as a clause (`inputSchema root type is "string", not "object"`).
+    fn reason(&self) -> String {
+        match &self.why {
+            DropWhy::Unnamed => "it has no name".to_string(),
+            DropWhy::Schema(e) => e.clone(),
+            DropWhy::Duplicate => {
+                "a duplicate: an earlier tool of the list has its name".to_string()
+            }
+            DropWhy::Taken(holder) => format!("its names are taken ({holder})"),
+        }
+    }
+}
+
+/// The rules by which a complete `tools/list` (`raw`, every page's `tools` in order) becomes
+/// what a server offers (SPEC M3, M4, H1, A6): a tool without a name or with an unusable
+/// schema is dropped; `_` names are hooks; a tool whose exposed name another tool of the
+/// session holds (`claims`, the same server's included) gets a hash suffix once and is then
+/// dropped.
+fn sort_listing(raw: Vec<Value>, owner: Owner<'_>, claims: &mut NameClaims) -> Sorted {
+    let Owner { name, prefix, .. } = owner;
+    let mut tools_out: Vec<McpTool> = Vec::new();
+    let mut hooks: Vec<String> = Vec::new();
+    let mut notes = Vec::new();
+    let mut seen_exposed = BTreeSet::new();
+    let dropped = |name: Option<&str>, why| {
+        ListingNote::Dropped(Dropped {
+            name: name.map(str::to_string),
+            why,
+        })
+    };
+    for t in raw {
+        let Some(bare) = t.get("name").and_then(Value::as_str) else {
+            notes.push(dropped(None, DropWhy::Unnamed));
+            continue;
+        };
+        if tools::is_hook_name(bare) {
+            if !hooks.iter().any(|h| h == bare) {
+                hooks.push(bare.to_string());
+            }
+            continue;
+        }
+        let schema = match tools::normalize_schema(t.get("inputSchema")) {
+            Ok(s) => s,
+            Err(e) => {
+                notes.push(dropped(Some(bare), DropWhy::Schema(e)));
+                continue;
+            }
+        };
+        let plain = tools::exposed_name(prefix, bare);
+        let exposed = match claims.place(&plain, owner, bare, &seen_exposed) {
+            Ok(e) => e,
+            Err(None) => {
+                notes.push(dropped(Some(bare), DropWhy::Duplicate));
+                continue;
+            }
+            Err(Some(holder)) => {
+                notes.push(dropped(Some(bare), DropWhy::Taken(holder)));
+                continue;
+            }
+        };
+        if exposed != plain
+            && !seen_exposed.contains(&plain)
+            && let Some(holder) = claims.owners.get(&plain)
+        {
+            notes.push(ListingNote::Renamed {
+                bare: bare.to_string(),
+                exposed: exposed.clone(),
+                holder: claims.describe(&plain, holder),
+            });
+        }
+        seen_exposed.insert(exposed.clone());
+        let description = t
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        tools_out.push(McpTool {
+            bare: bare.to_string(),
+            exposed,
+            description,
+            schema,
+            title: tools::tool_title(name, bare, &t),
+            kind: tools::tool_kind(bare, t.get("annotations")),
+            offered: None,
+        });
+    }
+    Sorted {
+        tools: tools_out,
+        hooks,
+        notes,
+    }
+}
+
+/// What the agent makes of one server's complete tool listing on its own (the entries of a
+/// [`ToolListing`]), by the rules it installs every listing with (SPEC M3, M4, H1): the tools
+/// it offers the model, the hooks it may call, and the entries it leaves out, each with the
+/// reason. For a caller that checks a server outside a session (`buzz-agent hooks check`).
+///
+/// The names the model sees (`<prefix>__<tool>`, SPEC M3) depend on the name a client gives
+/// the server, so the tools are named as the server names them. Whether the hooks run also
+/// depends on that name (`MCP_HOOK_SERVERS`); `hooks` is what a server on the allowlist runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolsSeen {
+    /// The tools offered to the model, by their names on the server, in listing order:
+    /// `["echo", "add"]`.
+    pub offered: Vec<String>,
+    /// The hook tools (names starting with `_`), in listing order, each once:
+    /// `["_Stop", "_Other"]`.
+    pub hooks: Vec<String>,
+    /// The entries left out, in listing order: the name (`None` for an entry without one)
+    /// and why (`(Some("scalar"), "inputSchema root type is \"string\", not \"object\"")`).
+    pub dropped: Vec<(Option<String>, String)>,
+}
+
+impl ToolsSeen {
+    /// The agent's view of `raw` (every page's `tools` entries, in order), as
+    /// [`Catalogue::install`] sorts a first listing of the session's only server.
+    #[must_use]
+    pub fn of(raw: Vec<Value>) -> ToolsSeen {
+        let owner = Owner {
+            slot: ServerSlot(0),
+            name: "server",
+            prefix: "server",
+        };
+        let sorted = sort_listing(raw, owner, &mut NameClaims::default());
+        ToolsSeen {
+            offered: sorted.tools.into_iter().map(|t| t.bare).collect(),
+            hooks: sorted.hooks,
+            dropped: sorted
+                .notes
+                .into_iter()
+                .filter_map(|n| match n {
+                    ListingNote::Dropped(d) => Some((d.name.clone(), d.reason())),
+                    ListingNote::Renamed { .. } => None,
+                })
+                .collect(),
+        }
     }
 }
 
@@ -537,33 +748,117 @@ mod tests {
         assert_eq!(warns, 2, "every listing still logs its WARN");
     }
 
+    /// One `tools/list` result of `tools`, with `next` as its `nextCursor`.
+    fn result(tools: Vec<Value>, next: Option<&str>) -> Value {
+        match next {
+            Some(c) => json!({"tools": tools, "nextCursor": c}),
+            None => json!({"tools": tools}),
+        }
+    }
+
     #[test]
     fn s5_a_tool_list_is_cut_at_the_tool_cap_and_at_the_byte_cap_with_one_warn() {
         let tool = |i: usize| json!({"name": format!("t{i}"), "inputSchema": {"type": "object"}});
         let mut listing = ToolListing::default();
+        let mut warns = Vec::new();
         let page: Vec<Value> = (0..600).map(tool).collect();
-        assert_eq!(listing.add_page(&page, "srv"), None);
-        assert!(!listing.is_cut());
+        let next = listing.page(&result(page, Some("c1")), &mut warns);
+        assert_eq!((next.as_deref(), warns.len()), (Some("c1"), 0));
         let page: Vec<Value> = (600..1200).map(tool).collect();
+        let next = listing.page(&result(page.clone(), Some("c2")), &mut warns);
+        assert_eq!(next, None, "no page is asked for after a cut");
         assert_eq!(
-            listing.add_page(&page, "srv").as_deref(),
-            Some("mcp 'srv': tools/list has more than 1000 tools; the rest is cut off")
+            warns,
+            ["tools/list has more than 1000 tools; the rest is cut off"]
         );
-        assert!(listing.is_cut());
-        assert_eq!(listing.add_page(&page, "srv"), None, "one WARN");
+        assert_eq!(listing.page(&result(page, None), &mut warns), None);
+        assert_eq!(warns.len(), 1, "one WARN");
         let tools = listing.take();
         assert_eq!(tools.len(), MAX_TOOLS_PER_SERVER);
         assert_eq!(tools[999]["name"], "t999", "the first ones, in order");
-        assert!(!listing.is_cut(), "a new listing starts whole");
+        let next = listing.page(&result(vec![tool(0)], Some("c1")), &mut warns);
+        assert_eq!(next.as_deref(), Some("c1"), "a new listing starts whole");
+        listing.take();
 
         // 10 tools of ~1 MiB each: the fourth crosses 4 MiB.
         let big = |i: usize| json!({"name": format!("b{i}"), "description": "d".repeat(1 << 20)});
         let page: Vec<Value> = (0..10).map(big).collect();
+        let mut warns = Vec::new();
+        assert_eq!(listing.page(&result(page, Some("c1")), &mut warns), None);
         assert_eq!(
-            listing.add_page(&page, "srv").as_deref(),
-            Some("mcp 'srv': tools/list is over 4 MiB after 3 tools; the rest is cut off")
+            warns,
+            ["tools/list is over 4 MiB after 3 tools; the rest is cut off"]
         );
         assert_eq!(listing.take().len(), 3);
+    }
+
+    #[test]
+    fn m2_a_listing_stops_at_a_repeated_cursor_and_after_100_pages() {
+        let mut listing = ToolListing::default();
+        let mut warns = Vec::new();
+        let page = |c: &str| result(vec![json!({"name": "echo"})], Some(c));
+        assert_eq!(listing.page(&page("a"), &mut warns).as_deref(), Some("a"));
+        assert_eq!(listing.page(&page("b"), &mut warns).as_deref(), Some("b"));
+        assert_eq!(listing.page(&page("a"), &mut warns), None);
+        assert_eq!(warns, ["tools/list repeated cursor \"a\"; stopping"]);
+        assert_eq!(listing.take().len(), 3, "the entries of every page read");
+
+        let mut warns = Vec::new();
+        let mut pages = 1;
+        while listing
+            .page(&page(&format!("c{pages}")), &mut warns)
+            .is_some()
+        {
+            pages += 1;
+        }
+        assert_eq!(pages, MAX_LIST_PAGES, "the first page and 99 more");
+        assert_eq!(warns, ["tools/list exceeded 100 pages; stopping"]);
+        assert_eq!(listing.take().len(), 100);
+        assert_eq!(
+            listing.page(&json!({"tools": []}), &mut warns),
+            None,
+            "the end"
+        );
+    }
+
+    #[test]
+    fn m3_m4_h1_tools_seen_are_the_catalogues_tools_hooks_and_drops() {
+        let raw = vec![
+            json!({"name": "echo", "inputSchema": {"type": "object"}}),
+            json!({"name": "scalar", "inputSchema": {"type": "string"}}),
+            json!({"name": "_Stop"}),
+            json!({"description": "no name"}),
+            json!({"name": "echo", "description": "again"}),
+            json!({"name": "read.file"}),
+            json!({"name": "echo", "description": "a third time"}),
+            json!({"name": "_Other", "inputSchema": "not a schema"}),
+        ];
+        let seen = ToolsSeen::of(raw.clone());
+        let (c, _) = install(raw, &HookAllowlist::Off);
+        let bare: Vec<&str> = c.tools.iter().map(|t| t.bare.as_str()).collect();
+        assert_eq!(seen.offered, bare, "what install offers");
+        // The second `echo` takes the hashed name, the third finds both taken.
+        assert_eq!(seen.offered, ["echo", "echo", "read.file"]);
+        assert_eq!(
+            seen.hooks,
+            ["_Stop", "_Other"],
+            "a hook's schema is not its listing's"
+        );
+        assert!(seen.hooks.iter().all(|h| c.has_hook(h)));
+        assert_eq!(
+            seen.dropped,
+            [
+                (
+                    Some("scalar".to_string()),
+                    "inputSchema root type is \"string\", not \"object\"".to_string()
+                ),
+                (None, "it has no name".to_string()),
+                (
+                    Some("echo".to_string()),
+                    "a duplicate: an earlier tool of the list has its name".to_string()
+                ),
+            ]
+        );
     }
 
     #[test]

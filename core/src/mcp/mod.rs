@@ -25,6 +25,7 @@ mod stdio;
 mod table;
 
 pub(crate) use catalogue::{Builtin, ToolRoute, ToolTarget, with_builtins};
+pub use catalogue::{ToolListing, ToolsSeen};
 pub(crate) use prompts::{PendingCommand, bind_arguments, parse_command, render_messages, usage};
 pub use roots::roots_of;
 pub use session::{answer_server_request, initialize_params};

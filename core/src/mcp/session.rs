@@ -28,7 +28,7 @@
 //! [`close`](McpSession::close) and [`reopen`](McpSession::reopen). A failed handshake step is
 //! reported as [`SessionEvent::HandshakeFailed`]; the owner decides to close.
 
-use super::catalogue::ToolListing;
+use super::catalogue::{ToolListing, next_cursor};
 use super::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION, Purpose};
 use crate::config::LogLevel;
 use crate::ids::{McpRequestId, ServerSlot};
@@ -37,9 +37,6 @@ use crate::outbox::Outbox;
 use crate::timers::{ServerTimer, Timer, TimerTable};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-
-/// `tools/list` (and `prompts/list`) pages followed at most (SPEC M2, A11).
-const MAX_LIST_PAGES: u32 = 100;
 
 /// Where a session is in its lifecycle (the diagram in the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,9 +217,9 @@ pub(crate) struct McpSession {
     next_id: u64,
     /// The deadline of each handshake and `tools/list` request, in ms.
     list_timeout_ms: u64,
-    /// Tools collected from the `tools/list` pages in flight, within the caps (SPEC S5).
+    /// Tools collected from the `tools/list` pages in flight, within the caps (SPEC S5), and
+    /// the cursors followed.
     list_acc: ToolListing,
-    list_cursors: BTreeSet<String>,
     relist_wanted: bool,
     /// The server declared `capabilities.prompts` in its `initialize` answer (SPEC A11).
     offers_prompts: bool,
@@ -257,7 +254,6 @@ impl McpSession {
             next_id: 1,
             list_timeout_ms,
             list_acc: ToolListing::default(),
-            list_cursors: BTreeSet::new(),
             relist_wanted: false,
             offers_prompts: false,
             prompt_acc: Vec::new(),
@@ -520,7 +516,6 @@ impl McpSession {
             Listing::Tools => {
                 self.relist_wanted = false;
                 self.list_acc.take();
-                self.list_cursors.clear();
             }
             Listing::Prompts => {
                 self.prompt_relist_wanted = false;
@@ -741,7 +736,7 @@ impl McpSession {
     }
 
     /// A `tools/list` page: the next page is asked for (`nextCursor`, SPEC M2: stop on a
-    /// repeated cursor or after [`MAX_LIST_PAGES`], with a warning), or the listing is done
+    /// repeated cursor or after [`MAX_LIST_PAGES`](super::catalogue::MAX_LIST_PAGES) pages, with a warning), or the listing is done
     /// (Listing → Ready).
     fn on_list_page(
         &mut self,
@@ -758,22 +753,11 @@ impl McpSession {
                 };
             }
         };
-        if let Some(list) = result.get("tools").and_then(Value::as_array)
-            && let Some(w) = self.list_acc.add_page(list, &self.name)
-        {
-            out.log(LogLevel::Warn, w);
+        let mut warnings = Vec::new();
+        let next = self.list_acc.page(&result, &mut warnings);
+        for w in warnings {
+            out.log(LogLevel::Warn, format!("mcp '{}': {w}", self.name));
         }
-        let next = if self.list_acc.is_cut() {
-            None
-        } else {
-            next_cursor(
-                &result,
-                &mut self.list_cursors,
-                "tools/list",
-                &self.name,
-                out,
-            )
-        };
         if let Some(c) = next {
             return self.request_page("tools/list", Purpose::ListTools, &c, out, timers);
         }
@@ -819,13 +803,10 @@ impl McpSession {
         let next = if full {
             None
         } else {
-            next_cursor(
-                &result,
-                &mut self.prompt_cursors,
-                "prompts/list",
-                &self.name,
-                out,
-            )
+            next_cursor(&result, &mut self.prompt_cursors, "prompts/list").unwrap_or_else(|w| {
+                out.log(LogLevel::Warn, format!("mcp '{}': {w}", self.name));
+                None
+            })
         };
         if let Some(c) = next {
             return self.request_page("prompts/list", Purpose::ListPrompts, &c, out, timers);
@@ -866,39 +847,6 @@ impl McpSession {
             timers,
         );
         SessionEvent::HandshakeStep
-    }
-}
-
-/// The cursor of the next page of a paginated list (`method`, of server `name`; SPEC M2):
-/// the page's non-empty `nextCursor`, unless it repeats one already followed (`seen`) or the
-/// list is over [`MAX_LIST_PAGES`] pages, which stop the listing with a WARN.
-fn next_cursor(
-    page: &Value,
-    seen: &mut BTreeSet<String>,
-    method: &str,
-    name: &str,
-    out: &mut Outbox,
-) -> Option<String> {
-    let c = page
-        .get("nextCursor")
-        .and_then(Value::as_str)
-        .filter(|c| !c.is_empty())?;
-    let page_no = seen.len() as u32 + 1;
-    if seen.contains(c) {
-        out.log(
-            LogLevel::Warn,
-            format!("mcp '{name}': {method} repeated cursor {c:?}; stopping"),
-        );
-        None
-    } else if page_no >= MAX_LIST_PAGES {
-        out.log(
-            LogLevel::Warn,
-            format!("mcp '{name}': {method} exceeded {MAX_LIST_PAGES} pages; stopping"),
-        );
-        None
-    } else {
-        seen.insert(c.to_string());
-        Some(c.to_string())
     }
 }
 

@@ -502,6 +502,49 @@ pub fn p3_c64_hooks_check_judges_a_hook_answer_as_the_agent_does(ctx: &Ctx) {
     hooks_check_says(ctx, &env, 0, &["_Stop: found, answered, ", &objects]);
 }
 
+/// P3: `hooks check` reads a server's tool list with the agent's own listing code. A tool the
+/// agent drops for its schema is not model-visible and is noted with the agent's reason. A list
+/// the agent cuts (at its tool cap within a page, at its page cap) hides the hooks listed after
+/// the cut: no PASS, although the server answers every hook it lists (a checker that read the
+/// whole list called them and passed).
+pub fn p3_hooks_check_lists_the_tools_and_hooks_the_agent_would_see(ctx: &Ctx) {
+    let env = [("FAKE_MCP_STOP", "1"), ("FAKE_MCP_TOOLS", "echo,scalar")];
+    let visible = "ok    1 model-visible tool(s): echo\n";
+    let dropped = "note  scalar: dropped: inputSchema root type is \"string\", not \"object\"\n";
+    hooks_check_says(ctx, &env, 0, &[visible, dropped, "PASS"]);
+
+    let never = "a hook point listed after that is never called";
+    let env = [("FAKE_MCP_STOP", "1"), ("FAKE_MCP_TOOL_COUNT", "1000")];
+    let cut = "note  the agent stops reading the list here: tools/list has more than 1000 tools; \
+               the rest is cut off\n";
+    let (out, _) = hooks_check_says(ctx, &env, 1, &[cut, NO_HOOK_POINT, never]);
+    assert!(
+        !out.contains("PASS") && !out.contains("_Stop: found"),
+        "{out}"
+    );
+
+    // 102 entries a page each: `echo`, `t0`..`t97`, `_Stop` on page 100, `_Other` and
+    // `_SessionStart` after the agent's last page.
+    let env = [
+        ("FAKE_MCP_STOP", "1"),
+        ("FAKE_MCP_SESSION_START_TEXT", ""),
+        ("FAKE_MCP_TOOL_COUNT", "98"),
+        ("FAKE_MCP_PAGE_SIZE", "1"),
+    ];
+    let stopped =
+        "note  the agent stops reading the list here: tools/list exceeded 100 pages; stopping\n";
+    let needles = [
+        "ok    99 model-visible tool(s): echo, t0, t1, ",
+        "      hook tool(s): _Stop\n",
+        stopped,
+        "--    _SessionStart: not found\n",
+        "ok    _Stop: found, answered, ",
+        never,
+    ];
+    let (out, _) = hooks_check_says(ctx, &env, 1, &needles);
+    assert!(!out.contains("PASS"), "{out}");
+}
+
 /// P3, issue 12: a server that exits is reported as exited — its exit status and its last
 /// stderr lines — at once, even when a launcher's grandchild keeps its stdout open (without
 /// the exit check that is a 30 s handshake timeout); one that exits after the handshake is

@@ -252,6 +252,7 @@ pub(crate) fn extras() -> Vec<(&'static str, Scenario)> {
         cli::p3_c57_hooks_check_shows_the_servers_error_text_and_prefixes_its_stderr,
         cli::p3_c57_hooks_check_flags_answers_that_object_only_by_their_shape,
         cli::p3_c64_hooks_check_judges_a_hook_answer_as_the_agent_does,
+        cli::p3_hooks_check_lists_the_tools_and_hooks_the_agent_would_see,
         cli::p3_hooks_check_reports_an_exited_server_at_once,
         security::s1_p3_hooks_check_passes_a_server_only_the_allowlisted_environment,
         security::s6_exec_prints_peer_text_escaped,
