@@ -196,8 +196,10 @@ pub use mcp::{ACCEPTED_MCP_VERSIONS, MCP_PROTOCOL_VERSION};
 /// The parts of the agent's MCP client that `hooks check` (the extras) runs over its own
 /// blocking pipes, so that it talks to a server exactly as a session does: the `initialize`
 /// params, the answers to a server's requests, the roots of a directory, the accepted
-/// protocol versions, and how a `tools/list` is read page by page ([`ToolListing`]) and what
-/// the agent makes of it ([`ToolsSeen`]: the tools it offers, its hooks, what it drops). Read the answers with [`jsonrpc::parse_message`] and judge a hook's with
+/// protocol versions, how a `tools/list` is read page by page
+/// ([`ToolListing`](mcp_client::ToolListing)) and what the agent makes of it
+/// ([`ToolsSeen`](mcp_client::ToolsSeen): the tools it offers, its hooks, what it drops). Read
+/// the answers with [`jsonrpc::parse_message`] and judge a hook's with
 /// [`hooks::classify_reply`].
 pub mod mcp_client {
     pub use crate::mcp::{

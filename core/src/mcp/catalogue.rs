@@ -29,9 +29,9 @@ pub(crate) const MAX_TOOL_LIST_BYTES: usize = 4 * 1024 * 1024;
 pub(super) const MAX_LIST_PAGES: u32 = 100;
 
 /// One server's `tools/list` read page by page as the agent reads it (SPEC M2, S5): the
-/// entries of every page, in order, within [`MAX_TOOLS_PER_SERVER`] and
-/// [`MAX_TOOL_LIST_BYTES`], and the cursor of the next page to ask for, until the list ends,
-/// a cap cuts it, a cursor repeats or [`MAX_LIST_PAGES`] pages were read.
+/// entries of every page, in order, within 1,000 entries (`MAX_TOOLS_PER_SERVER`) and 4 MiB
+/// (`MAX_TOOL_LIST_BYTES`), and the cursor of the next page to ask for, until the list ends,
+/// a cap cuts it, a cursor repeats or 100 pages (`MAX_LIST_PAGES`) were read.
 ///
 /// The MCP session of every server collects its listings with it, and so does
 /// `buzz-agent hooks check`, which asks for the pages itself: feed each page's `result`
@@ -50,7 +50,7 @@ pub struct ToolListing {
 impl ToolListing {
     /// Takes one `tools/list` result: its `tools` entries, in order, while both caps hold, then
     /// the cursor of the next page to ask for: its non-empty `nextCursor`, unless a cap cut the
-    /// list, the cursor repeats one followed before or this was page [`MAX_LIST_PAGES`].
+    /// list, the cursor repeats one followed before or this was page 100 (`MAX_LIST_PAGES`).
     /// `None`: the listing is complete as the agent takes it. What cut or stopped it is pushed
     /// to `warnings`, once, without the server's name (`tools/list has more than 1000 tools;
     /// the rest is cut off`, `tools/list repeated cursor "c1"; stopping`, `tools/list exceeded
@@ -563,7 +563,7 @@ pub struct ToolsSeen {
 
 impl ToolsSeen {
     /// The agent's view of `raw` (every page's `tools` entries, in order), as
-    /// [`Catalogue::install`] sorts a first listing of the session's only server.
+    /// the catalogue sorts (`Catalogue::install`) a first listing of the session's only server.
     #[must_use]
     pub fn of(raw: Vec<Value>) -> ToolsSeen {
         let owner = Owner {
