@@ -2231,12 +2231,10 @@ data: {"type":"message_stop"}
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/messages");
         assert_eq!(
             request.headers,
-            vec![
-                ("content-type".to_owned(), "application/json".to_owned()),
-                ("accept".to_owned(), "text/event-stream".to_owned()),
-                ("x-api-key".to_owned(), "test-key".to_owned()),
-                ("anthropic-version".to_owned(), "2024-01-01".to_owned()),
-            ]
+            crate::llm::decoder_tests::streaming_headers(&[
+                ("x-api-key", "test-key"),
+                ("anthropic-version", "2024-01-01"),
+            ])
         );
         let text = String::from_utf8(request.body.to_vec()).unwrap();
         assert!(

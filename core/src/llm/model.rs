@@ -738,6 +738,19 @@ pub(crate) mod decoder_tests {
         }
     }
 
+    /// The headers of a streaming JSON `POST`: `content-type: application/json`,
+    /// `accept: text/event-stream`, then `auth` (the route's key and version headers).
+    pub(crate) fn streaming_headers(auth: &[(&str, &str)]) -> Vec<(String, String)> {
+        [
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream"),
+        ]
+        .iter()
+        .chain(auth)
+        .map(|&(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+    }
+
     /// Feed `chunks` to a fresh decoder, then finish it.
     pub(crate) fn run_chunks(mut decoder: Box<dyn StreamDecoder>, chunks: &[&[u8]]) -> Outcome {
         let mut deltas = Vec::new();

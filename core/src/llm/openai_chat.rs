@@ -2354,11 +2354,7 @@ mod tests {
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/chat/completions");
         assert_eq!(
             request.headers,
-            vec![
-                ("content-type".to_owned(), "application/json".to_owned()),
-                ("accept".to_owned(), "text/event-stream".to_owned()),
-                ("authorization".to_owned(), "Bearer sk-test".to_owned()),
-            ]
+            crate::llm::decoder_tests::streaming_headers(&[("authorization", "Bearer sk-test")])
         );
         assert_eq!(
             body_json(&request),

@@ -1556,11 +1556,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/responses");
         assert_eq!(
             request.headers,
-            vec![
-                ("content-type".to_owned(), "application/json".to_owned()),
-                ("accept".to_owned(), "text/event-stream".to_owned()),
-                ("authorization".to_owned(), "Bearer sk-test".to_owned()),
-            ]
+            crate::llm::decoder_tests::streaming_headers(&[("authorization", "Bearer sk-test")])
         );
         let text = String::from_utf8(request.body.to_vec()).unwrap();
         assert!(
