@@ -21,6 +21,7 @@
 
 use crate::acp::PermissionAnswer;
 use crate::config::{Config, LogLevel};
+use crate::cx::Parts;
 use crate::elicitation::{ElicitationModes, Elicitations, Logins};
 use crate::hooks::{EndReason, HookOutcome};
 use crate::ids::{
@@ -45,37 +46,6 @@ use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The step context ([`Cx`](crate::cx::Cx)) over the agent's shared parts: the fields are borrowed one by
-/// one, so the sessions and turns stay free to borrow beside it.
-macro_rules! step_cx {
-    ($agent:expr) => {
-        crate::cx::Cx {
-            cfg: &$agent.cfg,
-            out: &mut $agent.out,
-            timers: &mut $agent.timers,
-            servers: &mut $agent.servers,
-            llm: &mut $agent.llm,
-            permissions: &mut $agent.permissions,
-            ids: &mut $agent.ids,
-            store: &mut $agent.store,
-        }
-    };
-}
-
-/// The MCP side of the step context ([`McpCx`](crate::cx::McpCx)), borrowed like
-/// `step_cx!`'s, for the machines that use only that side (the session's opening and ending).
-macro_rules! mcp_cx {
-    ($agent:expr) => {
-        crate::cx::McpCx {
-            cfg: &$agent.cfg,
-            out: &mut $agent.out,
-            timers: &mut $agent.timers,
-            servers: &mut $agent.servers,
-            ids: &mut $agent.ids,
-        }
-    };
-}
-
 mod login;
 mod prompts;
 mod sessions;
@@ -85,11 +55,12 @@ use sessions::ProjectRead;
 /// The pure agent state machine (DESIGN "The core's contract"): one per process, owned by the
 /// runtime's loop. See the [crate docs](crate) for the drain rule and a run loop.
 pub struct Agent {
-    cfg: Config,
+    /// The configuration, the action queue, the deadlines, the MCP servers, the LLM calls,
+    /// the permission requests, the id counters and the transcripts on disk (SPEC A9): what
+    /// a step lends the machines as a context (`cx.rs`).
+    parts: Parts,
     /// Reported in `initialize` (SPEC A1).
     version: String,
-    out: Outbox,
-    timers: TimerTable,
     /// stdin, split into lines (SPEC T1, T3).
     acp_in: LineBuffer,
     /// Reused buffer of the line events of one input.
@@ -99,12 +70,6 @@ pub struct Agent {
     sessions: BTreeMap<SessionId, SessionEntry>,
     /// Where new session ids come from (SPEC A9: random).
     session_ids: SessionIds,
-    /// Transcripts on disk (SPEC A9).
-    store: SessionStore,
-    servers: ServerTable,
-    llm: LlmCalls,
-    permissions: Permissions,
-    ids: IdCounters,
     /// `Some` once shutting down (SPEC P1).
     shutdown: Option<Shutdown>,
     /// The client advertised `clientCapabilities.session.notices` in `initialize`: notices go
@@ -194,19 +159,21 @@ impl Agent {
         let session_ids = SessionIds::new(config.session_id_seed);
         let store = SessionStore::new(&config.state_dir);
         Agent {
-            servers,
-            llm: LlmCalls::new(config.seed),
-            cfg: config,
+            parts: Parts {
+                servers,
+                llm: LlmCalls::new(config.seed),
+                out,
+                timers: TimerTable::default(),
+                permissions: Permissions::default(),
+                ids: IdCounters::default(),
+                store,
+                cfg: config,
+            },
             version,
-            out,
-            timers: TimerTable::default(),
             acp_in: LineBuffer::recovering_ids(max_line),
             line_events: Vec::new(),
             sessions: BTreeMap::new(),
             session_ids,
-            store,
-            permissions: Permissions::default(),
-            ids: IdCounters::default(),
             shutdown: None,
             client_notices: false,
             elicitation_modes: ElicitationModes::default(),
@@ -223,8 +190,12 @@ impl Agent {
     /// `env` entries, which win (SPEC M1).
     #[must_use]
     pub fn with_inherited_env(mut self, env: impl IntoIterator<Item = (String, String)>) -> Self {
-        self.servers
-            .set_inherited_env(crate::config::child_environment(env, &self.cfg.child_env));
+        self.parts
+            .servers
+            .set_inherited_env(crate::config::child_environment(
+                env,
+                &self.parts.cfg.child_env,
+            ));
         self
     }
 
@@ -233,20 +204,20 @@ impl Agent {
     #[must_use]
     pub fn with_version(mut self, version: &str) -> Self {
         self.version = version.to_string();
-        self.servers.set_client_version(version.to_string());
+        self.parts.servers.set_client_version(version.to_string());
         self
     }
 
     /// The configuration in force.
     #[must_use]
     pub fn config(&self) -> &Config {
-        &self.cfg
+        &self.parts.cfg
     }
 
     /// Feeds one observation made at `now` (clamped: never earlier than a time already seen).
     /// Then drain [`Agent::poll_action`]. Ignored once [`Agent::is_finished`].
     pub fn handle(&mut self, input: Input, now: MonoTime) {
-        self.out.advance(now);
+        self.parts.out.advance(now);
         if self.is_finished() {
             return;
         }
@@ -280,65 +251,90 @@ impl Agent {
                 self.begin_shutdown(EndReason::ClientGone);
             }
             Input::McpSpawned { proc } => {
-                self.servers
-                    .on_spawned(proc, &mut self.out, &mut self.timers);
+                self.parts
+                    .servers
+                    .on_spawned(proc, &mut self.parts.out, &mut self.parts.timers);
             }
             Input::McpSpawnFailed { proc, error } => {
-                let events =
-                    self.servers
-                        .on_spawn_failed(proc, &error, &mut self.out, &mut self.timers);
+                let events = self.parts.servers.on_spawn_failed(
+                    proc,
+                    &error,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
                 self.route_mcp(events);
             }
             Input::McpBytes { proc, bytes } => self.on_mcp_bytes(proc, &bytes),
             Input::McpStdoutClosed { proc } => {
-                self.servers
-                    .on_stdout_closed(proc, &mut self.out, &mut self.timers);
+                self.parts.servers.on_stdout_closed(
+                    proc,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
             }
             Input::McpStderrLine { proc, line } => {
-                self.servers.on_stderr_line(proc, line, &mut self.out);
+                self.parts
+                    .servers
+                    .on_stderr_line(proc, line, &mut self.parts.out);
             }
             Input::McpExited { proc, status } => {
-                let events = self
-                    .servers
-                    .on_exited(proc, &status, &mut self.out, &mut self.timers);
+                let events = self.parts.servers.on_exited(
+                    proc,
+                    &status,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
                 self.route_mcp(events);
             }
             Input::Http { exchange, event } => {
-                let events = self
-                    .servers
-                    .on_http(exchange, event, &mut self.out, &mut self.timers);
+                let events = self.parts.servers.on_http(
+                    exchange,
+                    event,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
                 self.route_mcp(events);
             }
             Input::McpWriteFailed { proc } => {
-                let events = self
-                    .servers
-                    .on_write_failed(proc, &mut self.out, &mut self.timers);
+                let events = self.parts.servers.on_write_failed(
+                    proc,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
                 self.route_mcp(events);
             }
             Input::McpStdinFull { proc } => {
-                let events = self
-                    .servers
-                    .on_stdin_full(proc, &mut self.out, &mut self.timers);
+                let events = self.parts.servers.on_stdin_full(
+                    proc,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
                 self.route_mcp(events);
             }
             Input::Llm { call, event } => {
-                if let Some(sid) = self.llm.session_of(call) {
+                if let Some(sid) = self.parts.llm.session_of(call) {
                     self.step_turn(sid, |turn, sess, cx| {
                         turn.on_llm_event(call, event, sess, cx)
                     });
                 }
             }
             Input::Transcript { file, event } => {
-                let events = self.store.on_file_event(file, event, &mut self.out);
+                let events = self
+                    .parts
+                    .store
+                    .on_file_event(file, event, &mut self.parts.out);
                 self.route_store(events);
             }
             Input::TranscriptList { request, entries } => {
-                self.store.on_list(request, entries, &mut self.out);
+                self.parts
+                    .store
+                    .on_list(request, entries, &mut self.parts.out);
             }
             Input::OAuth(input) => {
-                let events = self
-                    .servers
-                    .on_oauth(input, &mut self.out, &mut self.timers);
+                let events =
+                    self.parts
+                        .servers
+                        .on_oauth(input, &mut self.parts.out, &mut self.parts.timers);
                 self.route_mcp(events);
             }
             Input::ProjectRead { request, files } => self.on_project_read(request, &files),
@@ -351,16 +347,16 @@ impl Agent {
     /// requests, the shutdown stage). Afterwards, and after a drain, [`Agent::poll_timeout`] is
     /// `None` or later than `now` (DESIGN I11). Calling it early is harmless: nothing is due.
     pub fn handle_timeout(&mut self, now: MonoTime) {
-        self.out.advance(now);
+        self.parts.out.advance(now);
         if self.is_finished() {
             return;
         }
-        let now = self.out.now();
+        let now = self.parts.out.now();
         for stage in Stage::ALL {
-            for timer in self.timers.due_in_stage(now, stage) {
+            for timer in self.parts.timers.due_in_stage(now, stage) {
                 // An earlier timer of this step may have cleared or moved it.
-                if self.timers.is_due(timer, now) {
-                    self.timers.clear(timer);
+                if self.parts.timers.is_due(timer, now) {
+                    self.parts.timers.clear(timer);
                     self.on_timer(timer);
                 }
             }
@@ -372,7 +368,7 @@ impl Agent {
     /// until `None` after every `handle*`.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.out.pop()
+        self.parts.out.pop()
     }
 
     /// The earliest pending deadline and why, or `None` when nothing is timed (and always after
@@ -384,7 +380,7 @@ impl Agent {
         if self.is_finished() {
             return None;
         }
-        self.timers.next().map(|(t, timer)| (t, timer.key()))
+        self.parts.timers.next().map(|(t, timer)| (t, timer.key()))
     }
 
     /// True once the agent asked to exit ([`Action::Exit`] was queued): the runtime drains the
@@ -399,26 +395,26 @@ impl Agent {
     fn after_step(&mut self) {
         self.run_ready_turns();
         // SPEC A9: what this step made final is recorded now (one append per session).
-        self.store.sync_all(
+        self.parts.store.sync_all(
             self.sessions
                 .values_mut()
                 .filter(|e| !e.is_starting())
                 .map(|e| &mut e.session),
-            &mut self.out,
+            &mut self.parts.out,
         );
         self.check_shutdown_progress();
     }
 
     fn log(&mut self, level: LogLevel, message: String) {
-        self.out.log(level, message);
+        self.parts.out.log(level, message);
     }
 
     fn reply_ok(&mut self, id: &RpcId, result: &Value) {
-        self.out.reply_ok(id, result);
+        self.parts.out.reply_ok(id, result);
     }
 
     fn reply_err(&mut self, id: Option<&RpcId>, code: i64, message: String, data: Option<Value>) {
-        self.out.reply_err(id, code, message, data);
+        self.parts.out.reply_err(id, code, message, data);
     }
 
     // ---------------------------------------------------------------- ACP input
@@ -451,7 +447,7 @@ impl Agent {
                         jsonrpc::RpcError::INVALID_REQUEST,
                         format!(
                             "Invalid Request: line too long (over BUZZ_AGENT_MAX_LINE_BYTES={} bytes); discarded",
-                            self.cfg.max_line_bytes
+                            self.parts.cfg.max_line_bytes
                         ),
                         None,
                     );
@@ -511,12 +507,13 @@ impl Agent {
             "initialize" => match crate::acp::initialize_result(
                 &params,
                 &self.version.clone(),
-                self.store.is_on(),
+                self.parts.store.is_on(),
             ) {
                 Ok(r) => {
                     self.client_notices = crate::acp::client_shows_notices(&params);
                     self.elicitation_modes = ElicitationModes::of_client(&params);
-                    self.servers
+                    self.parts
+                        .servers
                         .set_elicitation(self.elicitation_modes.mcp_capability());
                     self.reply_ok(&id, &r);
                 }
@@ -571,7 +568,7 @@ impl Agent {
             self.on_elicitation_answer(pending, outcome);
             return;
         }
-        let Some(req) = self.permissions.take(out, &mut self.timers) else {
+        let Some(req) = self.parts.permissions.take(out, &mut self.parts.timers) else {
             self.log(
                 LogLevel::Debug,
                 format!("acp: late or unknown response id {out}; dropped"),
@@ -601,7 +598,7 @@ impl Agent {
         request: RpcId,
         params: &Value,
     ) {
-        let name = self.servers.name(server);
+        let name = self.parts.servers.name(server);
         let ask = match crate::elicitation::decode(params) {
             Ok(ask) => ask,
             Err(why) => {
@@ -614,18 +611,19 @@ impl Agent {
                     message: format!("Invalid params: {why}"),
                     data: None,
                 };
-                self.servers.answer_server_request(
+                self.parts.servers.answer_server_request(
                     server,
                     generation,
                     &request,
                     Err(&err),
-                    &mut self.out,
-                    &mut self.timers,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
                 );
                 return;
             }
         };
         let session = self
+            .parts
             .servers
             .session_of(server)
             .filter(|sid| self.sessions.contains_key(sid));
@@ -644,17 +642,17 @@ impl Agent {
                     ask.mode()
                 ),
             );
-            self.servers.answer_server_request(
+            self.parts.servers.answer_server_request(
                 server,
                 generation,
                 &request,
                 Ok(&crate::elicitation::declined()),
-                &mut self.out,
-                &mut self.timers,
+                &mut self.parts.out,
+                &mut self.parts.timers,
             );
             return;
         };
-        let id = self.ids.next_permission();
+        let id = self.parts.ids.next_permission();
         let mut acp = ask.acp_params(&session.to_string());
         // The user sees which server asks (S3: the name the client registered).
         acp["message"] = json!(format!("MCP server '{name}' asks: {}", ask.message()));
@@ -675,11 +673,13 @@ impl Agent {
                 ask,
             },
         );
-        self.out.push(Action::WriteAcp(jsonrpc::encode_request(
-            id.0,
-            "elicitation/create",
-            &acp,
-        )));
+        self.parts
+            .out
+            .push(Action::WriteAcp(jsonrpc::encode_request(
+                id.0,
+                "elicitation/create",
+                &acp,
+            )));
     }
 
     /// The client answered an `elicitation/create` (SPEC M12): the server gets the action
@@ -696,7 +696,7 @@ impl Agent {
                     LogLevel::Warn,
                     format!(
                         "acp: elicitation request for MCP server '{}' failed: {} {}; the server is told cancel",
-                        self.servers.name(pending.server),
+                        self.parts.servers.name(pending.server),
                         e.code,
                         e.message
                     ),
@@ -704,13 +704,13 @@ impl Agent {
                 json!({"action": "cancel"})
             }
         };
-        self.servers.answer_server_request(
+        self.parts.servers.answer_server_request(
             pending.server,
             pending.generation,
             &pending.request,
             Ok(&answer),
-            &mut self.out,
-            &mut self.timers,
+            &mut self.parts.out,
+            &mut self.parts.timers,
         );
     }
 
@@ -726,23 +726,24 @@ impl Agent {
     // ---------------------------------------------------------------- MCP routing
 
     fn on_mcp_bytes(&mut self, proc: ProcKey, bytes: &[u8]) {
-        let Some((slot, lines)) = self.servers.split_lines(proc, bytes) else {
+        let Some((slot, lines)) = self.parts.servers.split_lines(proc, bytes) else {
             return;
         };
         for line in lines {
-            if self.servers.is_dead(slot) {
+            if self.parts.servers.is_dead(slot) {
                 return;
             }
-            let events = self
-                .servers
-                .on_line(slot, line, &mut self.out, &mut self.timers);
+            let events =
+                self.parts
+                    .servers
+                    .on_line(slot, line, &mut self.parts.out, &mut self.parts.timers);
             self.route_mcp(events);
         }
     }
 
     /// Hands what the server table reports to its owners, in order.
     fn route_mcp(&mut self, events: Vec<McpEvent>) {
-        let cap = self.cfg.max_tool_result_text_bytes;
+        let cap = self.parts.cfg.max_tool_result_text_bytes;
         for event in events {
             match event {
                 McpEvent::ToolReply { call, reply } => {
@@ -766,7 +767,7 @@ impl Agent {
                     token,
                     text,
                 } => {
-                    if let Some(sid) = self.servers.session_of(server) {
+                    if let Some(sid) = self.parts.servers.session_of(server) {
                         self.step_turn(sid, |turn, _, cx| {
                             turn.on_progress(server, &token, &text, cx);
                             None
@@ -801,8 +802,11 @@ impl Agent {
                 McpEvent::CommandsChanged { session } => self.advertise_commands(session),
                 McpEvent::PromptGot { session, reply } => self.on_prompt_got(session, reply),
                 McpEvent::Relist { server } => {
-                    self.servers
-                        .start_listing(server, &mut self.out, &mut self.timers);
+                    self.parts.servers.start_listing(
+                        server,
+                        &mut self.parts.out,
+                        &mut self.parts.timers,
+                    );
                 }
                 McpEvent::Login { server, url } => self.on_login(server, &url),
                 McpEvent::LoginDone { server } => self.on_login_done(server),
@@ -818,39 +822,56 @@ impl Agent {
                     server: slot,
                     generation,
                 };
-                self.servers
-                    .term_grace_over(proc, &mut self.out, &mut self.timers);
+                self.parts.servers.term_grace_over(
+                    proc,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
             }
             Timer::Server(slot, ServerTimer::StdoutClosed) => {
-                let events = self
-                    .servers
-                    .stdout_grace_over(slot, &mut self.out, &mut self.timers);
+                let events = self.parts.servers.stdout_grace_over(
+                    slot,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
                 self.route_mcp(events);
             }
             Timer::Server(slot, ServerTimer::Request(id)) => self.expire_mcp_request(slot, id),
             Timer::Server(slot, ServerTimer::Authorization) => {
-                let events = self
-                    .servers
-                    .authorization_due(slot, &mut self.out, &mut self.timers);
+                let events = self.parts.servers.authorization_due(
+                    slot,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
                 self.route_mcp(events);
             }
             Timer::Server(slot, ServerTimer::Exchange(seq)) => {
-                let events =
-                    self.servers
-                        .exchange_timed_out(slot, seq, &mut self.out, &mut self.timers);
+                let events = self.parts.servers.exchange_timed_out(
+                    slot,
+                    seq,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
                 self.route_mcp(events);
             }
             Timer::Server(slot, ServerTimer::HttpRetry) => {
-                self.servers
-                    .http_retry_due(slot, &mut self.out, &mut self.timers);
+                self.parts.servers.http_retry_due(
+                    slot,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
+                );
             }
             Timer::Turn(sid, kind) => {
                 self.step_turn(sid, |turn, sess, cx| turn.on_timer(kind, sess, cx));
             }
             Timer::Permission(id) => {
                 // A7: an unanswered permission request is named every 30 s, then denied.
-                let now = self.out.now();
-                match self.permissions.on_timer(id, now, &mut self.timers) {
+                let now = self.parts.out.now();
+                match self
+                    .parts
+                    .permissions
+                    .on_timer(id, now, &mut self.parts.timers)
+                {
                     Some(PermissionTimer::Waiting { message }) => self.log(LogLevel::Warn, message),
                     Some(PermissionTimer::Expired(req)) => {
                         self.log(
@@ -863,8 +884,8 @@ impl Agent {
                 }
             }
             Timer::Shutdown => {
-                let now = self.out.now();
-                let alive = self.servers.any_leader_alive();
+                let now = self.parts.out.now();
+                let alive = self.parts.servers.any_leader_alive();
                 if let Some(sh) = self.shutdown.as_mut() {
                     let actions = sh.on_timeout(now, alive);
                     self.run_shutdown_actions(actions);
@@ -876,21 +897,22 @@ impl Agent {
     /// Sends the server `notifications/cancelled` for a request past the tool timeout (SPEC M5)
     /// and gives the timeout in whole seconds, for the error texts.
     fn cancel_timed_out(&mut self, slot: ServerSlot, id: McpRequestId) -> u64 {
-        let secs = self.cfg.tool_timeout_ms / 1000;
-        self.servers.cancel_request(
+        let secs = self.parts.cfg.tool_timeout_ms / 1000;
+        self.parts.servers.cancel_request(
             slot,
             id,
             &format!("timeout after {secs}s"),
-            &mut self.out,
-            &mut self.timers,
+            &mut self.parts.out,
+            &mut self.parts.timers,
         );
         secs
     }
 
     fn expire_mcp_request(&mut self, slot: ServerSlot, id: McpRequestId) {
         let Some((expired, events)) =
-            self.servers
-                .expire(slot, id, &mut self.out, &mut self.timers)
+            self.parts
+                .servers
+                .expire(slot, id, &mut self.parts.out, &mut self.parts.timers)
         else {
             return;
         };
@@ -899,7 +921,7 @@ impl Agent {
             Expired::Handshake => {}
             Expired::GetPrompt(sid) => {
                 let secs = self.cancel_timed_out(slot, id);
-                let name = self.servers.name(slot);
+                let name = self.parts.servers.name(slot);
                 self.on_prompt_got(
                     sid,
                     Err(format!(
@@ -909,52 +931,54 @@ impl Agent {
             }
             Expired::Tool(call) => {
                 let secs = self.cancel_timed_out(slot, id);
-                let out =
-                    ToolOutput::plain(tool_timeout_text(&self.servers.name(slot), secs), true);
+                let out = ToolOutput::plain(
+                    tool_timeout_text(&self.parts.servers.name(slot), secs),
+                    true,
+                );
                 self.route_tool_result(call, out, true);
                 // M5: the server is killed and marked dead.
-                let events = self.servers.kill(
+                let events = self.parts.servers.kill(
                     slot,
                     &format!("tool call timed out after {secs} s; killed"),
-                    &mut self.out,
-                    &mut self.timers,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
                 );
                 self.route_mcp(events);
             }
             Expired::Hook(call) => {
-                let events = self.servers.hook_timed_out(
+                let events = self.parts.servers.hook_timed_out(
                     slot,
                     id,
-                    self.cfg.hook_timeout_ms,
+                    self.parts.cfg.hook_timeout_ms,
                     "hook",
-                    &mut self.out,
-                    &mut self.timers,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
                 );
                 self.route_mcp(events);
                 self.route_hook_outcome(call, HookOutcome::Timeout);
             }
             Expired::ListInterceptors(sid) => {
-                let ms = self.cfg.hook_timeout_ms;
-                let events = self.servers.hook_timed_out(
+                let ms = self.parts.cfg.hook_timeout_ms;
+                let events = self.parts.servers.hook_timed_out(
                     slot,
                     id,
                     ms,
                     "interceptor",
-                    &mut self.out,
-                    &mut self.timers,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
                 );
                 self.route_mcp(events);
                 let why = format!("interceptors/list timed out after {ms} ms");
                 self.route_interceptor_list(sid, slot, Err(ListLost::Lost(why)));
             }
             Expired::Intercept(call) => {
-                let events = self.servers.hook_timed_out(
+                let events = self.parts.servers.hook_timed_out(
                     slot,
                     id,
-                    self.cfg.hook_timeout_ms,
+                    self.parts.cfg.hook_timeout_ms,
                     "interceptor",
-                    &mut self.out,
-                    &mut self.timers,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
                 );
                 self.route_mcp(events);
                 self.route_intercept(call, InterceptEvent::Timeout);
@@ -971,7 +995,7 @@ impl Agent {
         if self.shutdown.is_some() {
             return;
         }
-        let now = self.out.now();
+        let now = self.parts.out.now();
         // Set first so that nothing below starts anything new; replaced at the end.
         self.shutdown = Some(Shutdown::begin(now, false, 0));
         // Cancel every turn and answer pending requests (P1).
@@ -982,8 +1006,8 @@ impl Agent {
                 .sessions
                 .get_mut(&sid)
                 .and_then(SessionEntry::refuse_opening);
-            if self.store.is_loading(sid) {
-                self.store.close(sid, &mut self.out);
+            if self.parts.store.is_loading(sid) {
+                self.parts.store.close(sid, &mut self.parts.out);
             }
             if let Some(rpc) = starting {
                 self.reply_err(
@@ -995,8 +1019,8 @@ impl Agent {
             }
             self.cancel_all_of(sid, "agent shutting down");
         }
-        self.llm.release_all(&mut self.out);
-        self.permissions.clear(&mut self.timers);
+        self.parts.llm.release_all(&mut self.parts.out);
+        self.parts.permissions.clear(&mut self.parts.timers);
         // H11: every session that opened ends exactly once.
         for sid in sids {
             self.start_ending(sid, reason, None);
@@ -1007,12 +1031,13 @@ impl Agent {
             .filter_map(SessionEntry::ending_round)
             .flat_map(Ending::waiting_servers)
             .collect();
-        self.servers
-            .shut_down_all(&keep, &mut self.out, &mut self.timers);
+        self.parts
+            .servers
+            .shut_down_all(&keep, &mut self.parts.out, &mut self.parts.timers);
         self.shutdown = Some(Shutdown::begin(
             now,
             !keep.is_empty(),
-            self.cfg.hook_timeout_ms,
+            self.parts.cfg.hook_timeout_ms,
         ));
         let kept = if keep.is_empty() {
             String::new()
@@ -1029,21 +1054,26 @@ impl Agent {
         for action in actions {
             let signal = match action {
                 ShutdownAction::CloseAll => {
-                    self.servers
-                        .shut_down_all(&BTreeSet::new(), &mut self.out, &mut self.timers);
+                    self.parts.servers.shut_down_all(
+                        &BTreeSet::new(),
+                        &mut self.parts.out,
+                        &mut self.parts.timers,
+                    );
                     continue;
                 }
                 ShutdownAction::TermAllGroups => crate::io::Signal::Term,
                 ShutdownAction::KillAllGroupsAndExit => crate::io::Signal::Kill,
             };
-            for proc in self.servers.procs_to_sweep(&self.timers) {
-                self.out.push(Action::SignalProcessGroup { proc, signal });
+            for proc in self.parts.servers.procs_to_sweep(&self.parts.timers) {
+                self.parts
+                    .out
+                    .push(Action::SignalProcessGroup { proc, signal });
             }
             if action == ShutdownAction::KillAllGroupsAndExit {
                 // The runtime finishes the queued syncs before it writes these (SPEC A9).
-                self.store.release_all(&mut self.out);
+                self.parts.store.release_all(&mut self.parts.out);
                 self.log(LogLevel::Info, "shutdown complete; exiting".into());
-                self.out.push(Action::Exit { code: 0 });
+                self.parts.out.push(Action::Exit { code: 0 });
             }
         }
     }
@@ -1051,9 +1081,9 @@ impl Agent {
     /// Advance shutdown when leaders exit early, and keep its deadline current (called after
     /// every step).
     fn check_shutdown_progress(&mut self) {
-        let now = self.out.now();
-        let alive = self.servers.any_leader_alive();
-        let spawned = self.servers.any_spawned();
+        let now = self.parts.out.now();
+        let alive = self.parts.servers.any_leader_alive();
+        let spawned = self.parts.servers.any_spawned();
         let waiting = self.sessions.values().any(|e| e.ending_round().is_some());
         let Some(sh) = self.shutdown.as_mut() else {
             return;
@@ -1062,9 +1092,9 @@ impl Agent {
         let deadline = sh.deadline(alive);
         self.run_shutdown_actions(actions);
         match deadline {
-            Some(at) => self.timers.set(Timer::Shutdown, at),
+            Some(at) => self.parts.timers.set(Timer::Shutdown, at),
             None => {
-                self.timers.clear(Timer::Shutdown);
+                self.parts.timers.clear(Timer::Shutdown);
             }
         }
     }

@@ -196,12 +196,8 @@ fn build(
         | Route::Responses { system, .. } => system.then_some("Be \"brief\".\n"),
     };
     let req = LlmRequest {
-        effort: None,
-        model: "m",
         system,
-        messages,
         tools: &tools,
-        max_output_tokens: 1024,
         cache: match route {
             Route::Anthropic { caching: true, .. } => Some(PromptCache {
                 key: "sess_1",
@@ -211,6 +207,7 @@ fn build(
             | Route::Chat { .. }
             | Route::Responses { .. } => None,
         },
+        ..LlmRequest::for_tests("m", messages)
     };
     match route {
         Route::Chat {

@@ -1,16 +1,22 @@
 //! The contexts of one step: the parts of the agent a machine borrows while it handles an
 //! input. Each part is a typed sub-machine with its own methods; none of them is the agent.
 //!
-//! A machine takes the narrowest context that holds what it uses, so its signature says which
-//! parts it can touch:
+//! The agent owns its parts in one [`Parts`]. A machine takes the narrowest context that holds
+//! what it uses, so its signature says which parts it can touch:
 //!
 //! | context | parts | taken by |
 //! |---|---|---|
 //! | [`McpCx`] | `cfg`, `out`, `timers`, `servers`, `ids` | hook rounds, interceptor screens, the session's opening and ending |
-//! | [`Cx`] | every part: the LLM calls, the permission requests and the store too | the turn and its tool batch |
+//! | [`ToolCx`] | the MCP side and `permissions`, `store` | the tool batch |
+//! | [`Cx`] | every part, the LLM calls too | the turn |
 //!
-//! A wider context lends a narrower one for a call ([`Cx::mcp`]): the parts are reborrowed,
-//! nothing is copied.
+//! [`Parts`] lends each context ([`Parts::mcp`], [`Parts::tools`], [`Parts::cx`]), and a wider
+//! context lends a narrower one for a call ([`Cx::mcp`], [`Cx::tools`], [`ToolCx::mcp`]): the
+//! parts are reborrowed, nothing is copied. Lending from `Parts` borrows only the parts, so the
+//! agent's sessions stay free to borrow beside the context.
+//!
+//! The three contexts and `Parts` are written once, by `contexts!` below: each context lists
+//! only the parts it adds to the one before it, so a part's type and doc are written once.
 
 use crate::config::Config;
 use crate::ids::IdCounters;
@@ -21,59 +27,106 @@ use crate::permissions::Permissions;
 use crate::store::SessionStore;
 use crate::timers::TimerTable;
 
-/// The MCP side of a step: what a machine that only talks to MCP servers and sets deadlines
-/// may use (hook rounds, interceptor screens, the session's opening and ending).
-pub(crate) struct McpCx<'a> {
-    /// The configuration in force.
-    pub(crate) cfg: &'a Config,
-    /// The action queue (and the step's time).
-    pub(crate) out: &'a mut Outbox,
-    /// Every deadline.
-    pub(crate) timers: &'a mut TimerTable,
-    /// The MCP servers.
-    pub(crate) servers: &'a mut ServerTable,
-    /// The process-wide id counters.
-    pub(crate) ids: &'a mut IdCounters,
-}
-
-/// What a turn may use: every part of the agent a step can borrow.
-pub(crate) struct Cx<'a> {
-    /// The configuration in force.
-    pub(crate) cfg: &'a Config,
-    /// The action queue (and the step's time).
-    pub(crate) out: &'a mut Outbox,
-    /// Every deadline.
-    pub(crate) timers: &'a mut TimerTable,
-    /// The MCP servers.
-    pub(crate) servers: &'a mut ServerTable,
-    /// The LLM calls in flight, the backoff jitter and what the provider taught us.
-    pub(crate) llm: &'a mut LlmCalls,
-    /// The permission requests in flight.
-    pub(crate) permissions: &'a mut Permissions,
-    /// The process-wide id counters.
-    pub(crate) ids: &'a mut IdCounters,
-    /// The session store (SPEC A9): what the client saw and each tool result are recorded as
-    /// they happen.
-    pub(crate) store: &'a mut SessionStore,
-}
-
-impl Cx<'_> {
-    /// Lends the MCP side, for a hook round or an interceptor screen.
-    pub(crate) fn mcp(&mut self) -> McpCx<'_> {
-        McpCx {
-            cfg: self.cfg,
-            out: self.out,
-            timers: self.timers,
-            servers: self.servers,
-            ids: self.ids,
+/// Writes the contexts, each a struct of `cfg: &Config` and `&mut` borrows of the parts it
+/// lists and of every part listed before it; the owned [`Parts`] holding them all; a lend from
+/// `Parts` to each context and from each context to every narrower one.
+macro_rules! contexts {
+    // All contexts written: the owned parts.
+    (@next [$($(#[$am:meta])* $af:ident: $at:ty,)*] [$($prior:tt)*]) => {
+        /// The parts of the agent a step borrows, owned: the agent holds one, and so does each
+        /// unit test of a machine that borrows a context.
+        pub(crate) struct Parts {
+            /// The configuration in force.
+            pub(crate) cfg: Config,
+            $($(#[$am])* pub(crate) $af: $at,)*
         }
+    };
+    // One context: the parts before it (`$af`), then its own (`$f`); the narrower contexts
+    // written before it (`$pname`, lent by `$plend`, with parts `$pf`).
+    (@next [$($(#[$am:meta])* $af:ident: $at:ty,)*]
+        [$($pname:ident $plend:ident [$($pf:ident)*])*]
+        $(#[$m:meta])* $name:ident, lent by $lend:ident, adds {
+            $($(#[$fm:meta])* $f:ident: $t:ty,)*
+        }
+        $($rest:tt)*
+    ) => {
+        $(#[$m])*
+        pub(crate) struct $name<'a> {
+            /// The configuration in force.
+            pub(crate) cfg: &'a Config,
+            $($(#[$am])* pub(crate) $af: &'a mut $at,)*
+            $($(#[$fm])* pub(crate) $f: &'a mut $t,)*
+        }
+
+        impl $name<'_> {
+            $(
+                #[doc = concat!("Lends the narrower [`", stringify!($pname), "`] for a call.")]
+                pub(crate) fn $plend(&mut self) -> $pname<'_> {
+                    $pname {
+                        cfg: self.cfg,
+                        $($pf: self.$pf,)*
+                    }
+                }
+            )*
+        }
+
+        // The agent lends the tool batch's context only through the turn's; the unit tests of
+        // the batch lend it directly.
+        #[allow(dead_code)]
+        impl Parts {
+            #[doc = concat!("Lends a [`", stringify!($name), "`] over these parts.")]
+            pub(crate) fn $lend(&mut self) -> $name<'_> {
+                $name {
+                    cfg: &self.cfg,
+                    $($af: &mut self.$af,)*
+                    $($f: &mut self.$f,)*
+                }
+            }
+        }
+
+        contexts!(@next
+            [$($(#[$am])* $af: $at,)* $($(#[$fm])* $f: $t,)*]
+            [$($pname $plend [$($pf)*])* $name $lend [$($af)* $($f)*]]
+            $($rest)*);
+    };
+    ($($contexts:tt)*) => {
+        contexts!(@next [] [] $($contexts)*);
+    };
+}
+
+contexts! {
+    /// The MCP side of a step: what a machine that only talks to MCP servers and sets
+    /// deadlines may use (hook rounds, interceptor screens, the session's opening and ending).
+    McpCx, lent by mcp, adds {
+        /// The action queue (and the step's time).
+        out: Outbox,
+        /// Every deadline.
+        timers: TimerTable,
+        /// The MCP servers.
+        servers: ServerTable,
+        /// The process-wide id counters.
+        ids: IdCounters,
+    }
+
+    /// What a tool batch may use: the MCP side, the permission requests and the session store.
+    ToolCx, lent by tools, adds {
+        /// The permission requests in flight.
+        permissions: Permissions,
+        /// The session store (SPEC A9): what the client saw and each tool result are recorded
+        /// as they happen.
+        store: SessionStore,
+    }
+
+    /// What a turn may use: every part of the agent a step can borrow.
+    Cx, lent by cx, adds {
+        /// The LLM calls in flight, the backoff jitter and what the provider taught us.
+        llm: LlmCalls,
     }
 }
 
-/// Owned parts of a step context, for the unit tests of the machines that borrow one.
+/// The unit tests' own [`Parts`] and helpers around them, for the machines that borrow a context.
 #[cfg(test)]
 pub(crate) mod rig {
-    use super::{Cx, McpCx};
     use crate::config::{Config, HookAllowlist, LogLevel, PermissionMode, ProviderKind};
     use crate::ids::{IdCounters, ServerSlot, SessionId};
     use crate::io::Action;
@@ -99,22 +152,13 @@ pub(crate) mod rig {
         }
     }
 
-    /// The parts; [`Parts::cx`] and [`Parts::mcp`] lend them.
-    pub(crate) struct Parts {
-        pub(crate) cfg: Config,
-        pub(crate) out: Outbox,
-        pub(crate) timers: TimerTable,
-        pub(crate) servers: ServerTable,
-        pub(crate) llm: LlmCalls,
-        pub(crate) permissions: Permissions,
-        pub(crate) ids: IdCounters,
-        pub(crate) store: SessionStore,
-    }
+    /// The agent's parts, as the unit tests own them.
+    pub(crate) use super::Parts;
 
     impl Parts {
         /// OpenAI Chat at `http://llm.test/v1`, hooks allowed for every server, permission
         /// `allow`, debug logs, at t = 0.
-        pub(crate) fn new() -> Parts {
+        pub(crate) fn for_tests() -> Parts {
             let mut cfg = Config::for_tests(ProviderKind::OpenAiChat, "http://llm.test/v1");
             cfg.hook_servers = HookAllowlist::All;
             cfg.permission = PermissionMode::Allow;
@@ -128,31 +172,6 @@ pub(crate) mod rig {
                 ids: IdCounters::default(),
                 store: SessionStore::new(&cfg.state_dir),
                 cfg,
-            }
-        }
-
-        /// The context of one step.
-        pub(crate) fn cx(&mut self) -> Cx<'_> {
-            Cx {
-                cfg: &self.cfg,
-                out: &mut self.out,
-                timers: &mut self.timers,
-                servers: &mut self.servers,
-                llm: &mut self.llm,
-                permissions: &mut self.permissions,
-                ids: &mut self.ids,
-                store: &mut self.store,
-            }
-        }
-
-        /// The MCP side.
-        pub(crate) fn mcp(&mut self) -> McpCx<'_> {
-            McpCx {
-                cfg: &self.cfg,
-                out: &mut self.out,
-                timers: &mut self.timers,
-                servers: &mut self.servers,
-                ids: &mut self.ids,
             }
         }
 

@@ -113,13 +113,8 @@ impl std::fmt::Debug for History {
 #[cfg(test)]
 pub(crate) fn cached_after_a_chat_request(messages: &[Message], cache: &mut BodyCache) -> usize {
     let req = crate::llm::LlmRequest {
-        effort: None,
-        model: "m",
-        system: None,
-        messages,
-        tools: &[],
         max_output_tokens: 64,
-        cache: None,
+        ..crate::llm::LlmRequest::for_tests("m", messages)
     };
     let options = crate::llm::builders::ChatOptions::default();
     let _ = crate::llm::builders::chat("http://h", "", &req, &options, Some(cache));

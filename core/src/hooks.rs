@@ -715,7 +715,7 @@ mod tests {
 
     #[test]
     fn h2_c56_servers_with_hooks_the_allowlist_does_not_name_get_one_sentence_each() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let guard = parts.ready_server(
             SID,
             "TestGuard",
@@ -874,7 +874,7 @@ mod tests {
 
     #[test]
     fn h2_h3_a_round_calls_every_hook_at_once_and_decides_in_registration_order() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let sess = parts.session_with(
             SID,
             &[
@@ -925,7 +925,7 @@ mod tests {
 
     #[test]
     fn h3_texts_by_name_carry_the_client_s_server_name_where_texts_carry_the_prefix() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let sess = parts.session_with(SID, &[("My Guard", &["_Stop"]), ("b", &["_Stop"])]);
         let mut round = HookRound::start(
             HookPoint::Stop,
@@ -969,7 +969,7 @@ mod tests {
 
     #[test]
     fn i4_a_round_without_a_live_or_allowed_target_is_decided_at_once_and_objects_to_nothing() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let sess = parts.session_with(SID, &[("guard", &["_Stop"])]);
         let decided_at_once = |parts: &mut Parts| {
             let round = HookRound::start(

@@ -262,11 +262,11 @@ mod tests {
     /// example server's `config` (what the start sent not drained): the parts, the session,
     /// the server logic that answers the invocations, and the batch.
     fn read_under_policy(config: Value) -> (Parts, Session, ExampleServer, ToolBatch) {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let server = policy(&mut parts, &mut sess, config);
         let calls = vec![call("a", "fs__read", "{}")];
-        let batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.tools());
         (parts, sess, server, batch)
     }
 
@@ -274,7 +274,7 @@ mod tests {
     /// hooked on `phase` (what the start sent already drained): the parts, the session and the
     /// batch.
     fn one_call_under_mutator(name: &str, phase: &str) -> (Parts, Session, ToolBatch) {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let slot = parts.ready_server(SID, "policy", &[]);
         sess.servers.push(slot);
@@ -289,7 +289,7 @@ mod tests {
             vec![call("a", "fs__read", "{}")],
             &routes,
             &mut sess,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         parts.drain();
         (parts, sess, batch)
@@ -329,7 +329,7 @@ mod tests {
             let ev = event.clone().unwrap_or_else(|| {
                 InterceptEvent::Reply(crate::intercept::invoke_reply(server.invoke(params)))
             });
-            batch.on_intercept(call, ev, &mut sess.remembered, &mut parts.cx());
+            batch.on_intercept(call, ev, &mut sess.remembered, &mut parts.tools());
         }
         invokes.len()
     }
@@ -343,7 +343,7 @@ mod tests {
 
     #[test]
     fn x1_a_denying_validator_stops_the_call_and_model_and_client_see_its_messages() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let server = policy(
             &mut parts,
@@ -351,7 +351,7 @@ mod tests {
             json!([{"name": "no-reads", "behavior": "deny-all", "phases": "request"}]),
         );
         let calls = vec![call("a", "fs__read", r#"{"path":"x"}"#)];
-        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.tools());
         let actions = parts.drain();
         let sent = Parts::mcp_lines(&actions);
         assert_eq!(sent.len(), 1, "only the invocation: {sent:#?}");
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn x1_a_mutator_changes_the_arguments_sent_and_raw_input_shows_them_before_permission() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.permission = PermissionMode::Ask;
         let (mut sess, routes) = setup(&mut parts);
         let server = policy(
@@ -397,7 +397,7 @@ mod tests {
             ]),
         );
         let calls = vec![call("a", "fs__write", r#"{"note":"ship it"}"#)];
-        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.tools());
         let actions = parts.drain();
         assert_eq!(
             Parts::acp_lines(&actions)
@@ -430,7 +430,7 @@ mod tests {
             ToolCallIndex(0),
             PermissionAnswer::AllowOnce,
             &mut sess.remembered,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         let sent = Parts::mcp_lines(&parts.drain());
         assert_eq!(sent[0]["method"], "tools/call");
@@ -451,7 +451,7 @@ mod tests {
         batch.on_reply(
             ToolCallIndex(0),
             Ok(json!({"content": [{"type": "text", "text": "secret"}]})),
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         let actions = parts.drain();
         let invoke = &Parts::mcp_lines(&actions)[0];
@@ -474,7 +474,7 @@ mod tests {
         batch.on_reply(
             ToolCallIndex(0),
             Ok(json!({"content": [{"type": "text", "text": "key=hunter2"}]})),
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         parts.drain();
         let reply = json!({"interceptor": "redact", "type": "mutation", "phase": "response",
@@ -490,7 +490,7 @@ mod tests {
             call_ref,
             InterceptEvent::Reply(InvokeReply::Result(reply)),
             &mut sess.remembered,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         let update = &Parts::acp_lines(&parts.drain())[0]["params"]["update"];
         assert_eq!(update["status"], "completed");
@@ -505,13 +505,13 @@ mod tests {
         );
         let sent = Parts::mcp_lines(&parts.drain());
         assert_eq!(sent[0]["method"], "tools/call");
-        batch.cancel("cancelled by the client", &mut parts.cx());
+        batch.cancel("cancelled by the client", &mut parts.tools());
         parts.drain();
         assert!(batch.is_done());
         batch.on_reply(
             ToolCallIndex(0),
             Ok(json!({"content": [{"type": "text", "text": "late"}]})),
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         let actions = parts.drain();
         assert!(actions.is_empty(), "no invocation, no update: {actions:?}");
@@ -546,7 +546,7 @@ mod tests {
                 vec![call("b", "fs__read", "{}")],
                 &routes,
                 &mut sess,
-                &mut parts.cx(),
+                &mut parts.tools(),
             );
             let actions = parts.drain();
             answer(
@@ -599,7 +599,7 @@ mod tests {
             json!([{"name": "slow", "behavior": "allow-all", "phases": "request"}]),
         );
         let invoke_id = Parts::mcp_lines(&parts.drain())[0]["id"].clone();
-        batch.cancel("cancelled by the client", &mut parts.cx());
+        batch.cancel("cancelled by the client", &mut parts.tools());
         let actions = parts.drain();
         let cancel = &Parts::mcp_lines(&actions)[0];
         assert_eq!(cancel["method"], "notifications/cancelled");
@@ -622,7 +622,7 @@ mod tests {
             late,
             InterceptEvent::Timeout,
             &mut sess.remembered,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         assert!(parts.drain().is_empty());
     }
@@ -643,7 +643,7 @@ mod tests {
             call_ref,
             InterceptEvent::Reply(InvokeReply::Result(reply)),
             &mut sess.remembered,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         assert!(batch.is_done());
         assert_eq!(
@@ -678,7 +678,7 @@ mod tests {
             batch.on_reply(
                 ToolCallIndex(0),
                 Ok(json!({"content": [{"type": "text", "text": "key=hunter2"}]})),
-                &mut parts.cx(),
+                &mut parts.tools(),
             );
             parts.drain();
             let reply = json!({"interceptor": "redact", "type": "mutation", "phase": "response",
@@ -694,7 +694,7 @@ mod tests {
                 call_ref,
                 InterceptEvent::Reply(InvokeReply::Result(reply)),
                 &mut sess.remembered,
-                &mut parts.cx(),
+                &mut parts.tools(),
             );
             let update = &Parts::acp_lines(&parts.drain())[0]["params"]["update"];
             assert_eq!(update["status"], "failed", "{payload}");
@@ -718,7 +718,7 @@ mod tests {
                 batch.on_reply(
                     ToolCallIndex(0),
                     Ok(json!({"content": [{"type": "text", "text": "ok"}]})),
-                    &mut parts.cx(),
+                    &mut parts.tools(),
                 );
             }
             let invoke = Parts::mcp_lines(&parts.drain())

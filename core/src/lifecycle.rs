@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn h10_the_opening_runs_session_start_hooks_and_keeps_their_texts_in_order() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let sess = parts.session_with(
             SID,
             &[
@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn x1_the_opening_lists_interceptors_with_pages_and_a_32601_means_none() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into(), "q".into()]);
         let sess = parts.session_with(SID, &[("p", &[]), ("q", &["echo"]), ("r", &[])]);
         let (p, q) = (sess.servers[0], sess.servers[1]);
@@ -546,7 +546,7 @@ mod tests {
 
     #[test]
     fn x1_a_listing_stops_at_a_repeated_cursor_or_after_100_pages() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.interceptor_servers = HookAllowlist::All;
         let sess = parts.session_with(SID, &[("p", &[])]);
         let p = sess.servers[0];
@@ -583,7 +583,7 @@ mod tests {
 
     #[test]
     fn x1_a_listing_that_fails_or_dies_makes_the_session_fail_closed() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.interceptor_servers = HookAllowlist::All;
         let sess = parts.session_with(SID, &[("p", &[]), ("q", &[])]);
         let (p, q) = (sess.servers[0], sess.servers[1]);
@@ -622,7 +622,7 @@ mod tests {
 
     #[test]
     fn s4_an_allowlisted_interceptor_server_missing_from_the_session_blocks_with_one_line() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into(), "guard".into()]);
         let sess = parts.session_with(SID, &[("p", &[]), ("fs", &["echo"])]);
         let p = sess.servers[0];
@@ -663,7 +663,7 @@ mod tests {
             json!({"name": "typo", "type": "validation",
                 "hooks": [{"events": ["tools/call"], "phase": "reqest"}]}),
         ] {
-            let mut parts = Parts::new();
+            let mut parts = Parts::for_tests();
             parts.cfg.interceptor_servers = HookAllowlist::Names(vec!["p".into()]);
             let sess = parts.session_with(SID, &[("p", &[])]);
             let p = sess.servers[0];
@@ -700,7 +700,7 @@ mod tests {
     /// a new session's opening and a prompt-less session's close send.
     #[test]
     fn p3_hooks_checks_params_are_what_the_opening_and_the_ending_send() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let budget = parts.cfg.stop_max_rejections;
         let sess = parts.session_with(SID, &[("a", &["_SessionStart", "_SessionEnd"])]);
         let _opening = Opening::start(Source::New, &sess, &mut parts.mcp());
@@ -719,7 +719,7 @@ mod tests {
 
     #[test]
     fn h11_the_ending_tells_the_reason_and_prompt_count_and_only_logs_the_answers() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[("mem", &["_SessionEnd"])]);
         sess.prompts = 4;
         let mut ending = Ending::start(

@@ -323,7 +323,7 @@ mod tests {
 
     #[test]
     fn a2_h10_h11_a_session_goes_starting_opening_open_ending_and_answers_once() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut e = entry(&mut parts);
         assert!(e.is_starting() && e.is_before_opening() && !e.is_open());
         assert!(
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn p1_h11_shutdown_refuses_the_opening_and_only_an_opened_session_gets_session_end() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         // Starting: refused, ending at once without a round.
         let mut e = entry(&mut parts);
         assert_eq!(e.refuse_opening(), Some(RpcId::Num(1.into())));

@@ -7,7 +7,7 @@
 
 use crate::acp::PermissionAnswer;
 use crate::config::PermissionMode;
-use crate::cx::Cx;
+use crate::cx::ToolCx;
 use crate::ids::{McpRequestId, PermissionRequestId, ServerSlot, SessionId, ToolCallIndex, TurnNo};
 use crate::intercept::{Screen, ScreenOf, ScreenVerdict};
 use crate::interceptor::Interceptors;
@@ -82,7 +82,7 @@ impl ToolBatch {
         calls: Vec<ToolCall>,
         routes: &BTreeMap<String, ToolRoute>,
         sess: &mut Session,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) -> ToolBatch {
         let ask = cx.cfg.permission == PermissionMode::Ask;
         let sid = sess.id;
@@ -217,7 +217,7 @@ impl ToolBatch {
         &mut self,
         index: ToolCallIndex,
         remembered: &BTreeMap<String, bool>,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) {
         let (Some(interceptors), Some(c)) = (self.interceptors.as_ref(), self.calls.get(index.0))
         else {
@@ -261,7 +261,7 @@ impl ToolBatch {
         call: InterceptRef,
         event: InterceptEvent,
         remembered: &mut BTreeMap<String, bool>,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) {
         let index = call.index;
         let Some(c) = self.calls.get_mut(index.0) else {
@@ -288,7 +288,7 @@ impl ToolBatch {
         &mut self,
         index: ToolCallIndex,
         remembered: &BTreeMap<String, bool>,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) {
         let Some(c) = self.calls.get_mut(index.0) else {
             return;
@@ -339,7 +339,7 @@ impl ToolBatch {
         &mut self,
         index: ToolCallIndex,
         remembered: &BTreeMap<String, bool>,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) {
         if cx.cfg.permission != PermissionMode::Ask {
             return;
@@ -362,7 +362,7 @@ impl ToolBatch {
     /// Sends `session/request_permission` for call `index` (SPEC A7) and waits for it, with
     /// `BUZZ_AGENT_PERMISSION_TIMEOUT_SECS`. The request names the server the client
     /// registered and the tool (SPEC S3); the server's own title is only its description.
-    fn ask_permission(&mut self, index: ToolCallIndex, cx: &mut Cx<'_>) {
+    fn ask_permission(&mut self, index: ToolCallIndex, cx: &mut ToolCx<'_>) {
         let Some(c) = self.calls.get_mut(index.0) else {
             return;
         };
@@ -450,7 +450,7 @@ impl ToolBatch {
         &mut self,
         index: ToolCallIndex,
         reply: Result<Value, RpcError>,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) {
         let screened = self
             .interceptors
@@ -500,7 +500,7 @@ impl ToolBatch {
         index: ToolCallIndex,
         out: ToolOutput,
         failed: bool,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) {
         self.complete(index, out, failed, cx);
         self.pump(cx);
@@ -514,7 +514,7 @@ impl ToolBatch {
         index: ToolCallIndex,
         answer: PermissionAnswer,
         remembered: &mut BTreeMap<String, bool>,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) {
         let Some(c) = self.calls.get_mut(index.0) else {
             return;
@@ -555,7 +555,7 @@ impl ToolBatch {
         server: ServerSlot,
         token: &Value,
         text: &str,
-        cx: &mut Cx<'_>,
+        cx: &mut ToolCx<'_>,
     ) -> bool {
         let Some(c) = self.calls.iter().find(|c| {
             matches!(c.state, CallState::Running(s, _) if s == server)
@@ -573,7 +573,7 @@ impl ToolBatch {
 
     /// The turn was cancelled (SPEC A4): calls in flight get `notifications/cancelled`,
     /// permission requests are forgotten, and every unfinished call ends with a failed update.
-    pub(crate) fn cancel(&mut self, why: &str, cx: &mut Cx<'_>) {
+    pub(crate) fn cancel(&mut self, why: &str, cx: &mut ToolCx<'_>) {
         let cancels: Vec<(usize, CallState)> = self
             .calls
             .iter()
@@ -615,7 +615,13 @@ impl ToolBatch {
 
     /// Records call `index`'s result and sends its terminal update (SPEC A6); a call already
     /// done keeps its first result.
-    fn complete(&mut self, index: ToolCallIndex, out: ToolOutput, failed: bool, cx: &mut Cx<'_>) {
+    fn complete(
+        &mut self,
+        index: ToolCallIndex,
+        out: ToolOutput,
+        failed: bool,
+        cx: &mut ToolCx<'_>,
+    ) {
         let Some(c) = self.calls.get_mut(index.0) else {
             return;
         };
@@ -659,7 +665,7 @@ impl ToolBatch {
     /// backoff, or not ready, ends at once ("recovering", M9); a call whose server is
     /// re-listing its tools waits for the list, and a tool the new list dropped ends with an
     /// error saying so (C65).
-    pub(crate) fn pump(&mut self, cx: &mut Cx<'_>) {
+    pub(crate) fn pump(&mut self, cx: &mut ToolCx<'_>) {
         let max_par = cx.cfg.max_parallel_tools;
         let timeout = cx.cfg.tool_timeout_ms;
         loop {
@@ -941,7 +947,7 @@ mod tests {
 
     #[test]
     fn l2_m4_calls_that_cannot_run_fail_at_once_and_the_rest_run_in_order() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let calls = vec![
             call("a", "fs__read", r#"{"path":"x"}"#),
@@ -949,7 +955,7 @@ mod tests {
             call("c", "fs__write", "[1]"),
             call("d", "fs__write", ""),
         ];
-        let batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.tools());
         let actions = parts.drain();
         assert_eq!(
             statuses(&actions),
@@ -977,20 +983,20 @@ mod tests {
 
     #[test]
     fn l2_the_parallel_cap_holds_and_results_come_back_in_call_order() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.max_parallel_tools = 1;
         let (mut sess, routes) = setup(&mut parts);
         let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
-        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.tools());
         assert_eq!(Parts::mcp_lines(&parts.drain()).len(), 1, "one at a time");
         let ok = |t: &str| ToolOutput::plain(t.into(), false);
-        batch.on_result(ToolCallIndex(0), ok("first"), false, &mut parts.cx());
+        batch.on_result(ToolCallIndex(0), ok("first"), false, &mut parts.tools());
         assert_eq!(
             Parts::mcp_lines(&parts.drain()).len(),
             1,
             "the next one starts"
         );
-        batch.on_result(ToolCallIndex(1), ok("second"), false, &mut parts.cx());
+        batch.on_result(ToolCallIndex(1), ok("second"), false, &mut parts.tools());
         assert!(batch.is_done());
         let results: Vec<String> = batch
             .into_results()
@@ -1007,11 +1013,11 @@ mod tests {
 
     #[test]
     fn a7_permission_is_asked_and_always_answers_are_remembered_per_tool() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.permission = PermissionMode::Ask;
         let (mut sess, routes) = setup(&mut parts);
         let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
-        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.tools());
         let asked: Vec<_> = Parts::acp_lines(&parts.drain())
             .into_iter()
             .filter(|l| l["method"] == "session/request_permission")
@@ -1026,13 +1032,13 @@ mod tests {
             ToolCallIndex(0),
             PermissionAnswer::AllowAlways,
             &mut sess.remembered,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         batch.on_permission(
             ToolCallIndex(1),
             PermissionAnswer::RejectOnce,
             &mut sess.remembered,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         assert_eq!(
             statuses(&parts.drain())[..],
@@ -1052,7 +1058,7 @@ mod tests {
             vec![call("c", "fs__read", "{}")],
             &routes,
             &mut sess,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         assert!(
             !Parts::acp_lines(&parts.drain())
@@ -1065,14 +1071,14 @@ mod tests {
 
     #[test]
     fn a4_cancel_ends_every_call_cancels_the_running_and_forgets_the_asked() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.permission = PermissionMode::Ask;
         let (mut sess, routes) = setup(&mut parts);
         sess.remembered.insert("fs__read".into(), true);
         let calls = vec![call("a", "fs__read", "{}"), call("b", "fs__write", "{}")];
-        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.cx());
+        let mut batch = ToolBatch::start(TURN, calls, &routes, &mut sess, &mut parts.tools());
         parts.drain();
-        batch.cancel("cancelled by the client", &mut parts.cx());
+        batch.cancel("cancelled by the client", &mut parts.tools());
         let actions = parts.drain();
         let cancelled: Vec<_> = Parts::mcp_lines(&actions)
             .into_iter()
@@ -1115,25 +1121,25 @@ mod tests {
 
     #[test]
     fn c59_calls_carry_a_progress_token_and_progress_shows_on_the_running_call() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let mut batch = ToolBatch::start(
             TURN,
             vec![call("a", "fs__read", "{}")],
             &routes,
             &mut sess,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         let sent = Parts::mcp_lines(&parts.drain());
         assert_eq!(sent[0]["params"]["_meta"]["progressToken"], "tc_1");
         let server = sess.servers[0];
-        assert!(!batch.on_progress(server, &json!("tc_9"), "x", &mut parts.cx()));
-        assert!(!batch.on_progress(ServerSlot(99), &json!("tc_1"), "x", &mut parts.cx()));
+        assert!(!batch.on_progress(server, &json!("tc_9"), "x", &mut parts.tools()));
+        assert!(!batch.on_progress(ServerSlot(99), &json!("tc_1"), "x", &mut parts.tools()));
         assert!(
             parts.drain().is_empty(),
             "no update for another token or server"
         );
-        assert!(batch.on_progress(server, &json!("tc_1"), "copying (3/10)", &mut parts.cx()));
+        assert!(batch.on_progress(server, &json!("tc_1"), "copying (3/10)", &mut parts.tools()));
         let ups = Parts::acp_lines(&parts.drain());
         assert_eq!(
             ups[0]["params"]["update"],
@@ -1144,25 +1150,25 @@ mod tests {
             ToolCallIndex(0),
             ToolOutput::plain("done".into(), false),
             false,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         parts.drain();
         assert!(
-            !batch.on_progress(server, &json!("tc_1"), "late", &mut parts.cx()),
+            !batch.on_progress(server, &json!("tc_1"), "late", &mut parts.tools()),
             "a finished call shows no more progress"
         );
     }
 
     #[test]
     fn g2_a_shell_call_that_sends_a_message_counts_as_posting() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         let quiet = ToolBatch::start(
             TURN,
             vec![call("a", "fs__shell", r#"{"command":"ls"}"#)],
             &routes,
             &mut sess,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         assert!(!quiet.posted());
         let post = ToolBatch::start(
@@ -1174,14 +1180,14 @@ mod tests {
             )],
             &routes,
             &mut sess,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         assert!(post.posted());
     }
 
     #[test]
     fn m9_a_call_to_a_dead_server_is_not_run() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let (mut sess, routes) = setup(&mut parts);
         parts.servers.kill(
             sess.servers[0],
@@ -1195,7 +1201,7 @@ mod tests {
             vec![call("a", "fs__read", "{}")],
             &routes,
             &mut sess,
-            &mut parts.cx(),
+            &mut parts.tools(),
         );
         assert!(batch.is_done());
         let Some(Message::ToolResult { text, is_error, .. }) = batch.into_results().pop() else {

@@ -314,7 +314,7 @@ impl Turn {
     /// Starts the calls the batch can start now ([`Turn::can_dispatch`]).
     pub(crate) fn dispatch(&mut self, sess: &mut Session, cx: &mut Cx<'_>) -> Option<TurnEnd> {
         if let Phase::Tools(batch) = &mut self.phase {
-            batch.pump(cx);
+            batch.pump(&mut cx.tools());
         }
         self.after_tools(sess)
     }
@@ -956,7 +956,7 @@ impl Turn {
         sess: &mut Session,
         cx: &mut Cx<'_>,
     ) -> Option<TurnEnd> {
-        let batch = ToolBatch::start(self.no, calls, &self.routes, sess, cx);
+        let batch = ToolBatch::start(self.no, calls, &self.routes, sess, &mut cx.tools());
         self.phase = Phase::Tools(batch);
         self.after_tools(sess)
     }
@@ -973,7 +973,7 @@ impl Turn {
         let Phase::Tools(batch) = &mut self.phase else {
             return None;
         };
-        batch.on_result(index, out, failed, cx);
+        batch.on_result(index, out, failed, &mut cx.tools());
         self.after_tools(sess)
     }
 
@@ -987,7 +987,7 @@ impl Turn {
         cx: &mut Cx<'_>,
     ) {
         if let Phase::Tools(batch) = &mut self.phase {
-            batch.on_progress(server, token, text, cx);
+            batch.on_progress(server, token, text, &mut cx.tools());
         }
     }
 
@@ -1003,7 +1003,7 @@ impl Turn {
         let Phase::Tools(batch) = &mut self.phase else {
             return None;
         };
-        batch.on_reply(index, reply, cx);
+        batch.on_reply(index, reply, &mut cx.tools());
         self.after_tools(sess)
     }
 
@@ -1019,7 +1019,7 @@ impl Turn {
         let Phase::Tools(batch) = &mut self.phase else {
             return None;
         };
-        batch.on_intercept(call, event, &mut sess.remembered, cx);
+        batch.on_intercept(call, event, &mut sess.remembered, &mut cx.tools());
         self.after_tools(sess)
     }
 
@@ -1034,7 +1034,7 @@ impl Turn {
         let Phase::Tools(batch) = &mut self.phase else {
             return None;
         };
-        batch.on_permission(index, answer, &mut sess.remembered, cx);
+        batch.on_permission(index, answer, &mut sess.remembered, &mut cx.tools());
         self.after_tools(sess)
     }
 
@@ -1266,7 +1266,7 @@ impl Turn {
             }
             Phase::Tools(mut batch) => {
                 // A4: in-flight calls get notifications/cancelled; every announced call ends.
-                batch.cancel(why, cx);
+                batch.cancel(why, &mut cx.tools());
                 self.phase = Phase::Tools(batch);
                 self.after_tools(sess)
             }
@@ -1464,7 +1464,7 @@ mod tests {
     /// A turn on a session without servers, its first round's LLM call asked for (the
     /// actions drained).
     fn plain_first_round(text: &str) -> (Parts, Session, Turn, LlmCallId) {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[]);
         let (turn, call) = first_round(&mut parts, &mut sess, text);
         (parts, sess, turn, call)
@@ -1537,7 +1537,7 @@ mod tests {
 
     #[test]
     fn l1_a_plain_answer_without_hooks_ends_the_turn() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[("fs", &["read"])]);
         let mut turn = start(&mut parts, &mut sess, "hello");
         assert!(turn.is_ready());
@@ -1568,7 +1568,7 @@ mod tests {
 
     #[test]
     fn a6_l11_usage_reaches_the_client_per_call_and_the_prompt_response_as_the_turns_totals() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.prices = Some(Prices {
             currency: "USD".into(),
             input_micros: 3_000_000,
@@ -1666,7 +1666,7 @@ mod tests {
 
     #[test]
     fn c56_queued_notices_come_first_in_a_prompt_and_before_the_next_round_of_a_running_turn() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[("fs", &["read"])]);
         sess.notify("hooks_not_allowlisted", "first.".into());
         let mut turn = start(&mut parts, &mut sess, "hello");
@@ -1733,7 +1733,7 @@ mod tests {
 
     /// The Anthropic route without prompt caching, and a session with a `_Stop` hook server.
     fn anthropic_with_guard() -> (Parts, Session) {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.provider = crate::config::ProviderKind::Anthropic;
         parts.cfg.prompt_caching = false;
         let sess = parts.session_with(SID, &[("guard", &["_Stop"])]);
@@ -1791,7 +1791,7 @@ mod tests {
 
     #[test]
     fn c69_a_provider_that_keeps_pausing_ends_the_turn_after_the_last_continuation() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.provider = crate::config::ProviderKind::Anthropic;
         let mut sess = parts.session_with(SID, &[]);
         let mut turn = start(&mut parts, &mut sess, "search forever");
@@ -1886,7 +1886,7 @@ mod tests {
 
     #[test]
     fn c77_a_refusal_gives_the_session_start_texts_back_to_the_next_prompt() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[]);
         sess.start_texts = vec![("ctx".into(), "the repo is a monorepo".into())];
         let (mut turn, call) = first_round(&mut parts, &mut sess, "refuse me");
@@ -1914,7 +1914,7 @@ mod tests {
     #[test]
     fn c77_a_prompt_cancelled_or_failed_before_an_answer_stays_as_its_own_marked_turn() {
         for (how, mark) in [("cancel", CANCELLED_MARK), ("fail", FAILED_MARK)] {
-            let mut parts = Parts::new();
+            let mut parts = Parts::for_tests();
             parts.cfg.llm_max_attempts = 1;
             let mut sess = parts.session_with(SID, &[]);
             let (mut turn, call) = first_round(&mut parts, &mut sess, "first words");
@@ -1949,7 +1949,7 @@ mod tests {
 
     #[test]
     fn h5_h6_an_objection_sends_the_model_back_with_the_injection() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[("guard", &["_Stop"])]);
         let mut turn = start(&mut parts, &mut sess, "fix it");
         turn.next_round(&mut sess, &mut parts.cx());
@@ -2015,7 +2015,7 @@ mod tests {
 
     #[test]
     fn l5_a_silent_provider_times_out_into_a_backoff_and_fails_after_the_last_attempt() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.llm_max_attempts = 2;
         let mut sess = parts.session_with(SID, &[]);
         let mut turn = start(&mut parts, &mut sess, "hi");
@@ -2038,7 +2038,7 @@ mod tests {
 
     #[test]
     fn l1_the_round_after_the_last_allowed_one_ends_the_turn_with_max_turn_requests() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.max_rounds = 2;
         parts.cfg.max_token_recoveries = 5;
         let mut sess = parts.session_with(SID, &[]);
@@ -2196,7 +2196,7 @@ mod tests {
             (resp("I can't", "", vec![], StopKind::Refusal), false),
             (resp("", "", vec![], StopKind::Refusal), false),
         ] {
-            let mut parts = Parts::new();
+            let mut parts = Parts::for_tests();
             let mut sess = parts.session_with(SID, &[]);
             let mut turn = start(&mut parts, &mut sess, "hi");
             let before = sess.transcript.len();
@@ -2211,7 +2211,7 @@ mod tests {
 
     #[test]
     fn l2_c59_a_running_call_shows_progress_and_its_result_readies_the_next_round() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[("fs", &["read"])]);
         let mut turn = start(&mut parts, &mut sess, "read it");
         turn.next_round(&mut sess, &mut parts.cx());
@@ -2254,7 +2254,7 @@ mod tests {
 
     #[test]
     fn l1_a_truncated_answer_gets_a_nudge_then_max_tokens() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.max_token_recoveries = 1;
         let mut sess = parts.session_with(SID, &[]);
         let mut turn = start(&mut parts, &mut sess, "write a novel");
@@ -2348,7 +2348,7 @@ mod tests {
 
     #[test]
     fn k1_h7_a_full_context_is_summarised_then_post_compact_injects_after_the_summary() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         parts.cfg.max_context_tokens = 1000;
         let mut sess = parts.session_with(SID, &[("mem", &["_PostCompact"])]);
         sess.transcript.push(Message::User {
@@ -2413,7 +2413,7 @@ mod tests {
 
     #[test]
     fn c60_rounds_and_notices_are_paragraphs_and_never_run_together() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let sess = parts.session_with(SID, &[]);
         let mut shown = Shown::default();
         let text = |t: &str| vec![StreamDelta::Text(t.into())];
@@ -2520,7 +2520,7 @@ mod tests {
 
     #[test]
     fn a6_an_empty_text_delta_shows_nothing_and_keeps_the_break_for_the_next_text() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let sess = parts.session_with(SID, &[]);
         let mut shown = Shown::default();
         shown.record("All done.");
@@ -2543,7 +2543,7 @@ mod tests {
 
     #[test]
     fn c60_a_client_that_presents_notices_gets_an_acp_notice_and_the_text_is_untouched() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[]);
         sess.client_notices = true;
         let mut shown = Shown::default();
@@ -2581,7 +2581,7 @@ mod tests {
 
     #[test]
     fn h10_the_first_prompt_carries_the_session_start_texts_in_its_first_request_only() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[]);
         sess.start_texts = vec![("todo".into(), "open: docs".into())];
         let mut turn = start(&mut parts, &mut sess, "first");
@@ -2636,7 +2636,7 @@ mod tests {
 
     #[test]
     fn h10_a_first_prompt_cancelled_before_its_first_request_drops_the_texts() {
-        let mut parts = Parts::new();
+        let mut parts = Parts::for_tests();
         let mut sess = parts.session_with(SID, &[]);
         sess.start_texts = vec![("todo".into(), "open: docs".into())];
         let mut turn = start(&mut parts, &mut sess, "first");

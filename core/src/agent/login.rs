@@ -18,8 +18,9 @@ use serde_json::Value;
 impl Agent {
     /// `server` needs the user to open `url` to authorize it.
     pub(super) fn on_login(&mut self, server: ServerSlot, url: &str) {
-        let name = self.servers.name(server);
+        let name = self.parts.servers.name(server);
         let Some((sid, entry)) = self
+            .parts
             .servers
             .session_of(server)
             .and_then(|sid| Some((sid, self.sessions.get(&sid)?)))
@@ -34,7 +35,7 @@ impl Agent {
         let elicitation_id = self.logins.next_id(server);
         match login_ask(self.elicitation_modes, &name, url, &scope, &elicitation_id) {
             LoginAsk::Elicit(params) => {
-                let id = self.ids.next_permission();
+                let id = self.parts.ids.next_permission();
                 self.log(
                     LogLevel::Info,
                     format!(
@@ -42,21 +43,25 @@ impl Agent {
                     ),
                 );
                 self.logins.insert(id, server, elicitation_id);
-                self.out.push(Action::WriteAcp(jsonrpc::encode_request(
-                    id.0,
-                    "elicitation/create",
-                    &params,
-                )));
+                self.parts
+                    .out
+                    .push(Action::WriteAcp(jsonrpc::encode_request(
+                        id.0,
+                        "elicitation/create",
+                        &params,
+                    )));
             }
             LoginAsk::Notice(text) => {
                 if let Some(argv) = self
+                    .parts
                     .cfg
                     .oauth
                     .browser
                     .as_deref()
                     .and_then(|b| browser_argv(b, url))
                 {
-                    self.out
+                    self.parts
+                        .out
                         .push(Action::OAuth(OAuthAction::OpenBrowser { server, argv }));
                 }
                 // A session not answered yet has nowhere to show it (the URL is logged); an
@@ -81,10 +86,12 @@ impl Agent {
     /// was asked to show it is told.
     pub(super) fn on_login_done(&mut self, server: ServerSlot) {
         if let Some(params) = self.logins.done(server) {
-            self.out.push(Action::WriteAcp(jsonrpc::encode_notification(
-                "elicitation/complete",
-                &params,
-            )));
+            self.parts
+                .out
+                .push(Action::WriteAcp(jsonrpc::encode_notification(
+                    "elicitation/complete",
+                    &params,
+                )));
         }
     }
 
@@ -103,12 +110,14 @@ impl Agent {
                 LogLevel::Warn,
                 format!(
                     "MCP server '{}': the client declined its login",
-                    self.servers.name(server)
+                    self.parts.servers.name(server)
                 ),
             );
-            let events = self
-                .servers
-                .login_declined(server, &mut self.out, &mut self.timers);
+            let events = self.parts.servers.login_declined(
+                server,
+                &mut self.parts.out,
+                &mut self.parts.timers,
+            );
             self.route_mcp(events);
         }
         true

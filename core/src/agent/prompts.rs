@@ -34,7 +34,7 @@ impl Agent {
         let Some(turn) = entry.turn.as_mut() else {
             return;
         };
-        let mut cx = step_cx!(self);
+        let mut cx = self.parts.cx();
         if let Some(end) = step(turn, &mut entry.session, &mut cx) {
             self.end_turn(sid, end);
         }
@@ -81,7 +81,7 @@ impl Agent {
         let may_queue = match &entry.turn {
             Some(turn) => Some(turn.is_cancelled()),
             None if running_command => Some(false),
-            None if starting || self.store.is_holding(sid) => Some(true),
+            None if starting || self.parts.store.is_holding(sid) => Some(true),
             None => None,
         };
         if let Some(may_queue) = may_queue {
@@ -105,7 +105,7 @@ impl Agent {
     pub(super) fn begin_prompt(&mut self, sid: SessionId, rpc: RpcId, text: String) {
         let found = crate::mcp::parse_command(&text).and_then(|(name, rest)| {
             let sess = &self.sessions.get(&sid)?.session;
-            let found = self.servers.find_command(&sess.servers, name)?;
+            let found = self.parts.servers.find_command(&sess.servers, name)?;
             Some((name.to_string(), rest.to_string(), found))
         });
         let Some((name, rest, found)) = found else {
@@ -139,12 +139,14 @@ impl Agent {
             method: "prompts/get",
             params: &params,
             purpose: Purpose::GetPrompt(sid),
-            timeout_ms: self.cfg.tool_timeout_ms,
+            timeout_ms: self.parts.cfg.tool_timeout_ms,
         };
-        let Some(request) =
-            self.servers
-                .send_request(found.slot, request, &mut self.out, &mut self.timers)
-        else {
+        let Some(request) = self.parts.servers.send_request(
+            found.slot,
+            request,
+            &mut self.parts.out,
+            &mut self.parts.timers,
+        ) else {
             return self.start_turn(sid, rpc, text);
         };
         self.log(
@@ -176,7 +178,7 @@ impl Agent {
         else {
             return;
         };
-        let cap = self.cfg.max_tool_result_text_bytes;
+        let cap = self.parts.cfg.max_tool_result_text_bytes;
         match reply.and_then(|r| crate::mcp::render_messages(&r, cap)) {
             Ok(mut text) => {
                 if let Some(extra) = pending.extra {
@@ -209,20 +211,20 @@ impl Agent {
         else {
             return false;
         };
-        self.servers.cancel_request(
+        self.parts.servers.cancel_request(
             pending.server,
             pending.request,
             why,
-            &mut self.out,
-            &mut self.timers,
+            &mut self.parts.out,
+            &mut self.parts.timers,
         );
         self.reply_ok(&pending.rpc, &json!({"stopReason": "cancelled"}));
         true
     }
 
     fn start_turn(&mut self, sid: SessionId, rpc: RpcId, text: String) {
-        let no = self.ids.next_turn();
-        if self.out.logs(LogLevel::Debug) {
+        let no = self.parts.ids.next_turn();
+        if self.parts.out.logs(LogLevel::Debug) {
             let msg = format!(
                 "session {sid}: prompt #{}: {}",
                 no.0,
@@ -234,9 +236,9 @@ impl Agent {
             return;
         };
         // SPEC A9: what came before is recorded first, then the prompt the client sent.
-        self.store.sync(&mut entry.session);
-        self.store.on_prompt(sid, &text);
-        let mut cx = step_cx!(self);
+        self.parts.store.sync(&mut entry.session);
+        self.parts.store.on_prompt(sid, &text);
+        let mut cx = self.parts.cx();
         entry.turn = Some(Turn::start(no, rpc, text, &mut entry.session, &mut cx));
     }
 
@@ -249,19 +251,19 @@ impl Agent {
         let Some(mut turn) = entry.turn.take() else {
             return;
         };
-        self.timers.clear_turn(sid);
+        self.parts.timers.clear_turn(sid);
         // SPEC L13: what the turn leaves in the history, then recorded.
         turn.settle(&end, &mut entry.session);
-        self.store.sync(&mut entry.session);
+        self.parts.store.sync(&mut entry.session);
         match &end {
             TurnEnd::Stopped(reason) => {
-                self.store.on_turn_end(
+                self.parts.store.on_turn_end(
                     sid,
                     Some(reason.as_str()),
-                    turn.meta(self.cfg.prices.as_ref()),
+                    turn.meta(self.parts.cfg.prices.as_ref()),
                 );
             }
-            TurnEnd::Failed(message) => self.store.on_turn_end(sid, None, json!(message)),
+            TurnEnd::Failed(message) => self.parts.store.on_turn_end(sid, None, json!(message)),
         }
         let answer = match end {
             TurnEnd::Stopped(reason) => {
@@ -274,7 +276,7 @@ impl Agent {
                 );
                 jsonrpc::encode_result(
                     turn.rpc(),
-                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta(self.cfg.prices.as_ref())}),
+                    &json!({"stopReason": reason.as_str(), "_meta": turn.meta(self.parts.cfg.prices.as_ref())}),
                 )
             }
             TurnEnd::Failed(message) => {
@@ -294,14 +296,16 @@ impl Agent {
         };
         // SPEC A9: the answer goes out once the turn's records, `turn_end` included, are on
         // the disk; a queued prompt starts after it (SPEC I8: its updates follow the answer).
-        self.store.send_when_synced(sid, answer, &mut self.out);
+        self.parts
+            .store
+            .send_when_synced(sid, answer, &mut self.parts.out);
         self.start_queued(sid);
     }
 
     /// Starts the prompt queued for `sid` (behind a cancelled turn, or behind an answer that
     /// waits for the disk) once neither is left.
     pub(super) fn start_queued(&mut self, sid: SessionId) {
-        if self.has_turn(sid) || self.store.is_holding(sid) {
+        if self.has_turn(sid) || self.parts.store.is_holding(sid) {
             return;
         }
         if let Some((id, text)) = self.sessions.get_mut(&sid).and_then(|e| e.queued.take()) {
@@ -312,15 +316,15 @@ impl Agent {
     /// Starts the next round of every turn that is ready (after each step), and the tool calls
     /// a re-listing held (C65).
     pub(super) fn run_ready_turns(&mut self) {
-        let max_par = self.cfg.max_parallel_tools;
-        let now = self.out.now();
+        let max_par = self.parts.cfg.max_parallel_tools;
+        let now = self.parts.out.now();
         let held: Vec<SessionId> = self
             .sessions
             .iter()
             .filter(|(_, e)| {
                 e.turn
                     .as_ref()
-                    .is_some_and(|t| t.can_dispatch(&self.servers, max_par, now))
+                    .is_some_and(|t| t.can_dispatch(&self.parts.servers, max_par, now))
             })
             .map(|(sid, _)| *sid)
             .collect();
@@ -329,7 +333,7 @@ impl Agent {
         }
         // Loop because a round can end a turn at once and start a queued prompt.
         for _ in 0..64 {
-            let servers = &self.servers;
+            let servers = &self.parts.servers;
             let ready: Vec<SessionId> = self
                 .sessions
                 .iter_mut()

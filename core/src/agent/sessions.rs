@@ -61,7 +61,7 @@ impl Agent {
                 return;
             }
         };
-        if let Some(max) = self.cfg.max_sessions
+        if let Some(max) = self.parts.cfg.max_sessions
             && self.sessions.len() >= max
         {
             self.reply_err(
@@ -90,9 +90,10 @@ impl Agent {
         }
         let mut slots = Vec::with_capacity(spec.servers.len());
         for entry in &spec.servers {
-            let slot = self
-                .servers
-                .create(sid, &spec.cwd, &spec.additional_directories, entry);
+            let slot =
+                self.parts
+                    .servers
+                    .create(sid, &spec.cwd, &spec.additional_directories, entry);
             slots.push(slot);
         }
         let mut sess = Session::new(sid, slots.clone());
@@ -101,7 +102,7 @@ impl Agent {
         }
         sess.client_notices = self.client_notices;
         self.sessions.insert(sid, SessionEntry::starting(sess, id));
-        self.store.on_new(sid, &spec.cwd);
+        self.parts.store.on_new(sid, &spec.cwd);
         self.log(
             LogLevel::Info,
             format!("session {sid}: created with {} MCP server(s)", slots.len()),
@@ -119,10 +120,10 @@ impl Agent {
         client: Option<ClientPrompt>,
         then: AfterRead,
     ) {
-        if self.cfg.no_hints {
+        if self.parts.cfg.no_hints {
             if let Some(entry) = self.sessions.get_mut(&sid) {
                 entry.session.system_prompt =
-                    instructions::system_prompt(&self.cfg, client.as_ref(), None, None);
+                    instructions::system_prompt(&self.parts.cfg, client.as_ref(), None, None);
             }
             return self.after_project_read(sid, cwd, then);
         }
@@ -137,8 +138,8 @@ impl Agent {
                 then,
             },
         );
-        let spec = instructions::read_spec(&self.cfg, cwd);
-        self.out.push(Action::ReadProject { request, spec });
+        let spec = instructions::read_spec(&self.parts.cfg, cwd);
+        self.parts.out.push(Action::ReadProject { request, spec });
     }
 
     /// The project files of a starting session were read (SPEC A10): its system prompt is
@@ -152,8 +153,10 @@ impl Agent {
         let Some(sess) = session_if(&mut self.sessions, sid, SessionEntry::is_starting) else {
             return;
         };
-        let (taken, mut findings) =
-            instructions::take_instructions(&files.instructions, self.cfg.instructions_max_bytes);
+        let (taken, mut findings) = instructions::take_instructions(
+            &files.instructions,
+            self.parts.cfg.instructions_max_bytes,
+        );
         let bytes: usize = taken.files.iter().map(|(_, t)| t.len()).sum();
         let section = instructions::instructions_section(&taken);
         // The runtime's own findings: folders it could not look at, skills over the count.
@@ -165,7 +168,7 @@ impl Agent {
         findings.extend(skill_findings);
         let listing = crate::skills::skills_section(&skills);
         sess.system_prompt =
-            instructions::system_prompt(&self.cfg, read.client.as_ref(), section, listing);
+            instructions::system_prompt(&self.parts.cfg, read.client.as_ref(), section, listing);
         let names: Vec<String> = skills.iter().map(|s| s.name.clone()).collect();
         sess.skills = skills;
         for f in &findings {
@@ -191,7 +194,11 @@ impl Agent {
     /// servers (or is ready at once without any), a load opens its transcript (SPEC A2, A9).
     fn after_project_read(&mut self, sid: SessionId, cwd: &str, then: AfterRead) {
         match then {
-            AfterRead::Load { replay } => self.store.begin_load(sid, cwd, replay, &mut self.out),
+            AfterRead::Load { replay } => {
+                self.parts
+                    .store
+                    .begin_load(sid, cwd, replay, &mut self.parts.out)
+            }
             AfterRead::New => {
                 if !self.spawn_servers(sid) {
                     self.session_ready(sid, Source::New);
@@ -208,7 +215,9 @@ impl Agent {
             .map(|e| e.session.servers.clone())
             .unwrap_or_default();
         for &slot in &slots {
-            self.servers.spawn(slot, &mut self.out, &mut self.timers);
+            self.parts
+                .servers
+                .spawn(slot, &mut self.parts.out, &mut self.parts.timers);
         }
         !slots.is_empty()
     }
@@ -219,8 +228,8 @@ impl Agent {
         let Some(entry) = self.sessions.get(&sid).filter(|e| e.is_starting()) else {
             return;
         };
-        let loading = self.store.is_loading(sid);
-        match self.servers.start_state(&entry.session.servers) {
+        let loading = self.parts.store.is_loading(sid);
+        match self.parts.servers.start_state(&entry.session.servers) {
             StartState::Waiting => {}
             StartState::Failed(reason) => {
                 let method = if loading {
@@ -232,7 +241,7 @@ impl Agent {
                 self.abandon_start(sid, loading, jsonrpc::RpcError::SERVER_ERROR, reason);
             }
             // SPEC A9: the servers of a stored session are up; now its transcript is read.
-            StartState::Ready if loading => self.store.read(sid, &mut self.out),
+            StartState::Ready if loading => self.parts.store.read(sid, &mut self.parts.out),
             StartState::Ready => {
                 if entry.is_before_opening() {
                     self.session_ready(sid, Source::New);
@@ -249,12 +258,12 @@ impl Agent {
         let mut result = serde_json::Map::new();
         result.insert("sessionId".into(), Value::String(sid.to_string()));
         if let Some(sess) = self.sessions.get(&sid).map(|e| &e.session) {
-            let current = sess.model(&self.cfg.model);
+            let current = sess.model(&self.parts.cfg.model);
             let available = self.available_models(current);
             result.extend(crate::acp::model_fields(
                 current,
                 &available,
-                sess.effort(&self.cfg),
+                sess.effort(&self.parts.cfg),
             ));
             if !sess.notices.is_empty() {
                 let texts: Vec<&str> = sess.notices.iter().map(|n| n.text.as_str()).collect();
@@ -267,9 +276,9 @@ impl Agent {
     /// The models a session whose model is `current` may switch to (SPEC A5): `current`,
     /// `BUZZ_AGENT_MODEL`, then `BUZZ_AGENT_MODELS`.
     fn available_models(&self, current: &str) -> Vec<String> {
-        let mut configured = Vec::with_capacity(self.cfg.models.len() + 1);
-        configured.push(self.cfg.model.clone());
-        configured.extend(self.cfg.models.iter().cloned());
+        let mut configured = Vec::with_capacity(self.parts.cfg.models.len() + 1);
+        configured.push(self.parts.cfg.model.clone());
+        configured.extend(self.parts.cfg.models.iter().cloned());
         crate::acp::available_models(current, &configured)
     }
 
@@ -283,14 +292,18 @@ impl Agent {
         };
         let sess = &mut entry.session;
         // SPEC M11: servers whose authorization failed start without tools; the user is told.
-        for text in self.servers.start_notices(&sess.servers) {
+        for text in self.parts.servers.start_notices(&sess.servers) {
             sess.notify("mcp_server_unauthorized", text);
         }
         // C56: hooks this session's servers expose but may not run; the WARN is the table's.
-        for text in crate::hooks::hooks_off(&self.servers, &sess.servers, &self.cfg.hook_servers) {
+        for text in crate::hooks::hooks_off(
+            &self.parts.servers,
+            &sess.servers,
+            &self.parts.cfg.hook_servers,
+        ) {
             sess.notify("hooks_not_allowlisted", text);
         }
-        let mut cx = mcp_cx!(self);
+        let mut cx = self.parts.mcp();
         if entry.begin_opening(source, &mut cx) {
             self.check_opening(sid);
         }
@@ -303,7 +316,7 @@ impl Agent {
         let Some((source, rpc)) = self
             .sessions
             .get_mut(&sid)
-            .and_then(|e| e.finish_opening(&mut self.out))
+            .and_then(|e| e.finish_opening(&mut self.parts.out))
         else {
             return;
         };
@@ -330,7 +343,7 @@ impl Agent {
         let Some(sess) = session_if(&mut self.sessions, sid, SessionEntry::is_open) else {
             return;
         };
-        let commands = self.servers.commands(&sess.servers);
+        let commands = self.parts.servers.commands(&sess.servers);
         let unchanged = match &sess.commands_sent {
             Some(sent) => *sent == commands,
             None => commands.is_empty(),
@@ -338,7 +351,7 @@ impl Agent {
         if unchanged {
             return;
         }
-        self.out.send_update(
+        self.parts.out.send_update(
             &sid.to_string(),
             &json!({"sessionUpdate": "available_commands_update", "availableCommands": commands}),
         );
@@ -356,16 +369,16 @@ impl Agent {
         for &slot in &entry.session.servers {
             // SPEC M11: a login the client shows is over with its server.
             self.on_login_done(slot);
-            self.servers.stop(
+            self.parts.servers.stop(
                 slot,
                 "session start failed",
-                &mut self.out,
-                &mut self.timers,
+                &mut self.parts.out,
+                &mut self.parts.timers,
             );
         }
         // A load names the session it failed to open (C03); a new session never existed.
         let data = loading.then(|| json!({"sessionId": sid.to_string()}));
-        self.store.close(sid, &mut self.out);
+        self.parts.store.close(sid, &mut self.parts.out);
         if let Lifecycle::Starting { request } | Lifecycle::Opening { request, .. } =
             &entry.lifecycle
         {
@@ -387,7 +400,7 @@ impl Agent {
         } else {
             "session/resume"
         };
-        if !self.store.is_on() {
+        if !self.parts.store.is_on() {
             return self.reply_err(
                 Some(&id),
                 jsonrpc::RpcError::METHOD_NOT_FOUND,
@@ -414,7 +427,7 @@ impl Agent {
                 Some(json!({"sessionId": named})),
             );
         };
-        if self.sessions.contains_key(&sid) || self.store.has_file(sid) {
+        if self.sessions.contains_key(&sid) || self.parts.store.has_file(sid) {
             return self.reply_err(
                 Some(&id),
                 jsonrpc::RpcError::INVALID_PARAMS,
@@ -428,7 +441,7 @@ impl Agent {
                 return self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, Some(data));
             }
         };
-        if let Some(max) = self.cfg.max_sessions
+        if let Some(max) = self.parts.cfg.max_sessions
             && self.sessions.len() >= max
         {
             return self.reply_err(
@@ -442,7 +455,8 @@ impl Agent {
             .servers
             .iter()
             .map(|entry| {
-                self.servers
+                self.parts
+                    .servers
                     .create(sid, &spec.cwd, &spec.additional_directories, entry)
             })
             .collect();
@@ -453,7 +467,7 @@ impl Agent {
                 "session {sid}: {} with {} MCP server(s) from {}",
                 if replay { "loading" } else { "resuming" },
                 sess.servers.len(),
-                self.store.path_of(sid)
+                self.parts.store.path_of(sid)
             ),
         );
         self.sessions.insert(sid, SessionEntry::starting(sess, id));
@@ -472,7 +486,7 @@ impl Agent {
                 StoreEvent::Opened(sid) => {
                     // The transcript is ours: start the servers, then read it.
                     if !self.spawn_servers(sid) {
-                        self.store.read(sid, &mut self.out);
+                        self.parts.store.read(sid, &mut self.parts.out);
                     }
                 }
                 StoreEvent::Loaded(sid, restored) => {
@@ -489,7 +503,7 @@ impl Agent {
                             if reasoning.contains(&crate::llm::ReasoningBlock::ChatField(
                                 crate::llm::ChatReasoningField::ReasoningContent)))
                     }) {
-                        self.llm.learned.reasoning_content = true;
+                        self.parts.llm.learned.reasoning_content = true;
                     }
                     // H10: a loaded session opens like a new one: its `_SessionStart` round
                     // and interceptor listings, then the answer.
@@ -516,7 +530,7 @@ impl Agent {
     /// `session/list` (SPEC A9): the saved sessions, newest first, a page at a time,
     /// optionally only those of one `cwd`.
     pub(super) fn on_session_list(&mut self, id: RpcId, params: &Value) {
-        if !self.store.is_on() {
+        if !self.parts.store.is_on() {
             return self.reply_err(
                 Some(&id),
                 jsonrpc::RpcError::METHOD_NOT_FOUND,
@@ -548,9 +562,10 @@ impl Agent {
                 Some(json!({"cwd": cwd})),
             );
         }
-        if let Err(m) = self
-            .store
-            .list(id.clone(), cwd, cursor.as_deref(), &mut self.out)
+        if let Err(m) =
+            self.parts
+                .store
+                .list(id.clone(), cwd, cursor.as_deref(), &mut self.parts.out)
         {
             self.reply_err(Some(&id), jsonrpc::RpcError::INVALID_PARAMS, m, None);
         }
@@ -567,7 +582,7 @@ impl Agent {
         let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let mut cx = step_cx!(self);
+        let mut cx = self.parts.cx();
         match entry.on_hook_outcome(call.round, call.index, outcome, &mut cx) {
             HookRouted::Opening => self.check_opening(sid),
             HookRouted::Ending => self.check_ending(sid),
@@ -586,7 +601,7 @@ impl Agent {
         let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let mut cx = mcp_cx!(self);
+        let mut cx = self.parts.mcp();
         if entry.on_interceptor_list(server, reply, &mut cx) {
             self.check_opening(sid);
         }
@@ -617,7 +632,7 @@ impl Agent {
             Some(s) => {
                 let sid = s.id;
                 s.model_override = Some(model.clone());
-                let effort = s.effort(&self.cfg);
+                let effort = s.effort(&self.parts.cfg);
                 self.log(
                     LogLevel::Info,
                     format!("session {sid}: model set to {model}"),
@@ -626,7 +641,7 @@ impl Agent {
                 // before the answer.
                 let options =
                     crate::acp::config_options(&model, &self.available_models(&model), effort);
-                self.out.send_update(
+                self.parts.out.send_update(
                     &sid.to_string(),
                     &json!({"sessionUpdate": "config_option_update", "configOptions": options}),
                 );
@@ -676,8 +691,8 @@ impl Agent {
         let Some(sess) = self.sessions.get(&sess_id).map(|e| &e.session) else {
             return;
         };
-        let current = sess.model(&self.cfg.model).to_string();
-        let mut effort = sess.effort(&self.cfg);
+        let current = sess.model(&self.parts.cfg.model).to_string();
+        let mut effort = sess.effort(&self.parts.cfg);
         let available = self.available_models(&current);
         let value = params.get("value").and_then(Value::as_str).map(str::trim);
         let (model, line) = if config_id == crate::acp::THOUGHT_LEVEL_CONFIG_ID {
@@ -738,7 +753,7 @@ impl Agent {
         let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let mut cx = mcp_cx!(self);
+        let mut cx = self.parts.mcp();
         if entry.begin_ending(reason, close, &mut cx) {
             self.check_ending(sid);
         }
@@ -751,24 +766,24 @@ impl Agent {
         let Some(entry) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let Some((reason, Some(rpc))) = entry.finish_ending(&mut self.out) else {
+        let Some((reason, Some(rpc))) = entry.finish_ending(&mut self.parts.out) else {
             return;
         };
         // A9: what the session recorded is written (then synced and its file closed, its lock
         // released: another agent may load it now).
-        self.store.sync(&mut entry.session);
-        self.store.flush(sid, &mut self.out);
+        self.parts.store.sync(&mut entry.session);
+        self.parts.store.flush(sid, &mut self.parts.out);
         self.elicitations.forget_session(sid);
         if let Some(entry) = self.sessions.remove(&sid)
             && self.shutdown.is_none()
         {
             for slot in entry.session.servers {
                 self.on_login_done(slot);
-                self.servers.stop(
+                self.parts.servers.stop(
                     slot,
                     "the session was closed",
-                    &mut self.out,
-                    &mut self.timers,
+                    &mut self.parts.out,
+                    &mut self.parts.timers,
                 );
             }
         }
@@ -778,6 +793,8 @@ impl Agent {
         );
         // SPEC A9: the file is synced and closed (its lock released) before the answer.
         let answer = jsonrpc::encode_result(&rpc, &json!({}));
-        self.store.close_then_send(sid, Some(answer), &mut self.out);
+        self.parts
+            .store
+            .close_then_send(sid, Some(answer), &mut self.parts.out);
     }
 }

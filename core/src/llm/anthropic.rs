@@ -1644,7 +1644,7 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
 
     // ---------------------------------------------------------------- harness
 
-    use crate::llm::decoder_tests::Outcome;
+    use crate::llm::decoder_tests::{Outcome, call, ok};
 
     fn make() -> Box<dyn StreamDecoder> {
         Box::new(AnthropicDecoder::new("call_t1".to_owned()))
@@ -1658,13 +1658,6 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
         crate::llm::decoder_tests::decode_every_split(&make, body)
     }
 
-    fn ok(outcome: &Outcome) -> &LlmResponse {
-        match &outcome.result {
-            Ok(response) => response,
-            Err(err) => panic!("expected a response, got {err}"),
-        }
-    }
-
     #[test]
     fn c52_an_endless_line_in_an_anthropic_stream_is_cut_off_at_16_mib() {
         crate::llm::decoder_tests::assert_endless_line_is_cut_off(&make);
@@ -1675,14 +1668,6 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
         let outcome =
             crate::llm::decoder_tests::assert_invalid_utf8_is_decoded_lossily(&make, PLAIN_TEXT);
         assert_eq!(ok(&outcome).text, "Hello, h\u{FFFD}llo \u{1F41D}!");
-    }
-
-    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
-        ToolCall {
-            id: id.to_owned(),
-            name: name.to_owned(),
-            arguments: arguments.to_owned(),
-        }
     }
 
     fn thinking(text: &str, signature: &str) -> ReasoningBlock {
@@ -1738,13 +1723,9 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
 
     fn request_body(messages: &[Message], tools: &[ToolDef], system: Option<&str>) -> Value {
         let req = LlmRequest {
-            effort: None,
-            model: "claude-x",
             system,
-            messages,
             tools,
-            max_output_tokens: 1024,
-            cache: None,
+            ..LlmRequest::for_tests("claude-x", messages)
         };
         serde_json::from_slice(&build_request(&cfg(), &req).body.to_vec()).unwrap()
     }
@@ -2239,13 +2220,10 @@ data: {"type":"message_stop"}
         ];
         let messages = [user("hi")];
         let req = LlmRequest {
-            effort: None,
-            model: "claude-x",
             system: Some("Be brief."),
-            messages: &messages,
             tools: &tools,
             max_output_tokens: 4096,
-            cache: None,
+            ..LlmRequest::for_tests("claude-x", &messages)
         };
         let mut config = cfg();
         config.anthropic_version = "2024-01-01".into();
@@ -2253,12 +2231,10 @@ data: {"type":"message_stop"}
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/messages");
         assert_eq!(
             request.headers,
-            vec![
-                ("content-type".to_owned(), "application/json".to_owned()),
-                ("accept".to_owned(), "text/event-stream".to_owned()),
-                ("x-api-key".to_owned(), "test-key".to_owned()),
-                ("anthropic-version".to_owned(), "2024-01-01".to_owned()),
-            ]
+            crate::llm::decoder_tests::streaming_headers(&[
+                ("x-api-key", "test-key"),
+                ("anthropic-version", "2024-01-01"),
+            ])
         );
         let text = String::from_utf8(request.body.to_vec()).unwrap();
         assert!(
@@ -2287,13 +2263,9 @@ data: {"type":"message_stop"}
         config.api_key = String::new();
         let messages = [user("summarise")];
         let req = LlmRequest {
-            effort: None,
-            model: "m",
             system: Some(""),
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 100,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         let request = build_request(&config, &req);
         assert!(request.headers.iter().all(|(k, _)| k != "x-api-key"));
@@ -2988,16 +2960,13 @@ mod caching_tests {
     ) -> Value {
         let tools = tools();
         let req = LlmRequest {
-            effort: None,
-            model: "claude-x",
             system,
-            messages,
             tools: &tools,
-            max_output_tokens: 1024,
             cache: caching.map(|previous_len| PromptCache {
                 key: "sess_1",
                 previous_len,
             }),
+            ..LlmRequest::for_tests("claude-x", messages)
         };
         let cfg = Config::for_tests(ProviderKind::Anthropic, "http://h");
         serde_json::from_slice(&build_request_cached(&cfg, &req, cache).body.to_vec()).unwrap()

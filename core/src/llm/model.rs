@@ -267,6 +267,24 @@ pub(crate) struct LlmRequest<'a> {
     pub effort: Option<crate::config::Effort>,
 }
 
+#[cfg(test)]
+impl<'a> LlmRequest<'a> {
+    /// The unit tests' request of `messages` to `model`: no system prompt, no tools, an output
+    /// cap of 1024 tokens, no prompt caching, no effort; a test sets what it needs on top
+    /// (`LlmRequest { tools, ..LlmRequest::for_tests(model, messages) }`).
+    pub(crate) fn for_tests(model: &'a str, messages: &'a [Message]) -> Self {
+        Self {
+            model,
+            system: None,
+            messages,
+            tools: &[],
+            max_output_tokens: 1024,
+            cache: None,
+            effort: None,
+        }
+    }
+}
+
 /// What a route needs to cache a session's prompt prefix (SPEC L11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PromptCache<'a> {
@@ -557,7 +575,7 @@ pub(crate) trait StreamDecoder: Send {
 /// Test support shared by the provider decoders' unit tests (SPEC L9: any split of the bytes).
 #[cfg(test)]
 pub(crate) mod decoder_tests {
-    use super::{LlmResponse, StreamDecoder, StreamDelta, StreamError};
+    use super::{LlmResponse, StreamDecoder, StreamDelta, StreamError, ToolCall};
     use proptest::prelude::*;
     use serde_json::Value;
 
@@ -701,6 +719,36 @@ pub(crate) mod decoder_tests {
         pub result: Result<LlmResponse, StreamError>,
         pub deltas: Vec<StreamDelta>,
         pub complete: bool,
+    }
+
+    /// The response of `outcome`; panics with its error when it has none.
+    pub(crate) fn ok(outcome: &Outcome) -> &LlmResponse {
+        match &outcome.result {
+            Ok(response) => response,
+            Err(err) => panic!("expected a response, got {err}"),
+        }
+    }
+
+    /// The tool call `id` of `name` with the raw `arguments`.
+    pub(crate) fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+        }
+    }
+
+    /// The headers of a streaming JSON `POST`: `content-type: application/json`,
+    /// `accept: text/event-stream`, then `auth` (the route's key and version headers).
+    pub(crate) fn streaming_headers(auth: &[(&str, &str)]) -> Vec<(String, String)> {
+        [
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream"),
+        ]
+        .iter()
+        .chain(auth)
+        .map(|&(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
     }
 
     /// Feed `chunks` to a fresh decoder, then finish it.

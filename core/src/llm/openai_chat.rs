@@ -1385,7 +1385,7 @@ mod tests {
 
     // ---------------------------------------------------------------- harness
 
-    use crate::llm::decoder_tests::Outcome;
+    use crate::llm::decoder_tests::{Outcome, call, ok};
 
     fn make() -> Box<dyn StreamDecoder> {
         Box::new(ChatDecoder::new("call_t1".to_owned()))
@@ -1642,21 +1642,6 @@ mod tests {
         }
     }
 
-    fn ok(outcome: &Outcome) -> &LlmResponse {
-        match &outcome.result {
-            Ok(response) => response,
-            Err(err) => panic!("expected a response, got {err}"),
-        }
-    }
-
-    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
-        ToolCall {
-            id: id.to_owned(),
-            name: name.to_owned(),
-            arguments: arguments.to_owned(),
-        }
-    }
-
     #[test]
     fn c52_an_endless_line_in_a_chat_stream_is_cut_off_at_16_mib() {
         crate::llm::decoder_tests::assert_endless_line_is_cut_off(&make);
@@ -1818,13 +1803,8 @@ mod tests {
             });
         }
         let req = LlmRequest {
-            effort: None,
-            model: "m",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 1,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         let body = body_json(&build_request(
             "http://h",
@@ -2360,13 +2340,10 @@ mod tests {
         }];
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
-            effort: None,
-            model: "gpt-x",
             system: Some("Be brief."),
-            messages: &messages,
             tools: &tools,
             max_output_tokens: 4096,
-            cache: None,
+            ..LlmRequest::for_tests("gpt-x", &messages)
         };
         let request = build_request(
             "http://127.0.0.1:5000/v1",
@@ -2377,11 +2354,7 @@ mod tests {
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/chat/completions");
         assert_eq!(
             request.headers,
-            vec![
-                ("content-type".to_owned(), "application/json".to_owned()),
-                ("accept".to_owned(), "text/event-stream".to_owned()),
-                ("authorization".to_owned(), "Bearer sk-test".to_owned()),
-            ]
+            crate::llm::decoder_tests::streaming_headers(&[("authorization", "Bearer sk-test")])
         );
         assert_eq!(
             body_json(&request),
@@ -2410,13 +2383,8 @@ mod tests {
     fn c41_the_output_cap_goes_as_max_completion_tokens_when_asked() {
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
-            effort: None,
-            model: "gpt-5.4",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 321,
-            cache: None,
+            ..LlmRequest::for_tests("gpt-5.4", &messages)
         };
         let options = ChatOptions {
             max_completion_tokens: true,
@@ -2442,13 +2410,8 @@ mod tests {
             text: "summarise".into(),
         }];
         let req = LlmRequest {
-            effort: None,
-            model: "m",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 100,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         let request = build_request("http://h/v1/", "", &req, &ChatOptions::default());
         assert_eq!(request.url, "http://h/v1/chat/completions");
@@ -2514,13 +2477,9 @@ mod tests {
             },
         ];
         let req = LlmRequest {
-            effort: None,
-            model: "m",
             system: Some(""),
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 1,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         let request = build_request("http://h/v1", "k", &req, &ChatOptions::default());
         assert_eq!(
@@ -2544,13 +2503,9 @@ mod tests {
 
     fn chat_body(messages: &[Message], options: &ChatOptions) -> Value {
         let req = LlmRequest {
-            effort: None,
-            model: "m",
             system: Some("sys"),
-            messages,
-            tools: &[],
             max_output_tokens: 1,
-            cache: None,
+            ..LlmRequest::for_tests("m", messages)
         };
         body_json(&build_request("http://h/v1", "", &req, options))
     }
@@ -2754,13 +2709,8 @@ mod tests {
         }];
         messages.extend(results);
         let req = LlmRequest {
-            effort: None,
-            model: "m",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 1,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         let body = body_json(&build_request(
             "http://h",
@@ -2899,13 +2849,8 @@ mod tests {
                 thought("b", "two", field),
             ];
             let req = LlmRequest {
-                effort: None,
-                model: "m",
-                system: None,
-                messages: &messages,
-                tools: &[],
                 max_output_tokens: 1,
-                cache: None,
+                ..LlmRequest::for_tests("m", &messages)
             };
             let body = build_request("http://h/v1", "", &req, &options)
                 .body

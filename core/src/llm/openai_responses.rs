@@ -937,13 +937,8 @@ mod tests {
         let messages = [Message::User { text: "hi".into() }];
         for (model, asked) in [("openai/gpt-5", true), ("gpt-4.1", false)] {
             let req = LlmRequest {
-                effort: None,
-                model,
-                system: None,
-                messages: &messages,
-                tools: &[],
                 max_output_tokens: 8,
-                cache: None,
+                ..LlmRequest::for_tests(model, &messages)
             };
             let body = Responses
                 .build_request(&cfg, &req, &Learned::default(), None)
@@ -1044,7 +1039,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
 
     // ---------------------------------------------------------------- harness
 
-    use crate::llm::decoder_tests::Outcome;
+    use crate::llm::decoder_tests::{Outcome, call, ok};
 
     fn make() -> Box<dyn StreamDecoder> {
         Box::new(ResponsesDecoder::new("call_t1".to_owned()))
@@ -1056,13 +1051,6 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
 
     fn decode_every_split(body: &str) -> Outcome {
         crate::llm::decoder_tests::decode_every_split(&make, body)
-    }
-
-    fn ok(outcome: &Outcome) -> &LlmResponse {
-        match &outcome.result {
-            Ok(response) => response,
-            Err(err) => panic!("expected a response, got {err}"),
-        }
     }
 
     #[test]
@@ -1102,14 +1090,6 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
         let outcome =
             crate::llm::decoder_tests::assert_invalid_utf8_is_decoded_lossily(&make, PLAIN_TEXT);
         assert_eq!(ok(&outcome).text, "Hello, h\u{FFFD}llo \u{1F41D}!");
-    }
-
-    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
-        ToolCall {
-            id: id.to_owned(),
-            name: name.to_owned(),
-            arguments: arguments.to_owned(),
-        }
     }
 
     /// One SSE event with `type` = `kind` and the given extra JSON fields.
@@ -1178,13 +1158,8 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             },
         ];
         let req = LlmRequest {
-            effort: None,
-            model: "o4-mini",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 8,
-            cache: None,
+            ..LlmRequest::for_tests("o4-mini", &messages)
         };
         let options = ResponsesOptions {
             include_encrypted_reasoning: true,
@@ -1567,13 +1542,10 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
         }];
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
-            effort: None,
-            model: "gpt-x",
             system: Some("Be brief."),
-            messages: &messages,
             tools: &tools,
             max_output_tokens: 4096,
-            cache: None,
+            ..LlmRequest::for_tests("gpt-x", &messages)
         };
         let request = build_request(
             "http://127.0.0.1:5000/v1/",
@@ -1584,11 +1556,7 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
         assert_eq!(request.url, "http://127.0.0.1:5000/v1/responses");
         assert_eq!(
             request.headers,
-            vec![
-                ("content-type".to_owned(), "application/json".to_owned()),
-                ("accept".to_owned(), "text/event-stream".to_owned()),
-                ("authorization".to_owned(), "Bearer sk-test".to_owned()),
-            ]
+            crate::llm::decoder_tests::streaming_headers(&[("authorization", "Bearer sk-test")])
         );
         let text = String::from_utf8(request.body.to_vec()).unwrap();
         assert!(
@@ -1615,13 +1583,9 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             text: "summarise".into(),
         }];
         let req = LlmRequest {
-            effort: None,
-            model: "m",
             system: Some(""),
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 100,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         let request = build_request("http://h/v1", "", &req, &ResponsesOptions::default());
         assert!(request.headers.iter().all(|(k, _)| k != "authorization"));
@@ -1678,13 +1642,8 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             },
         ];
         let req = LlmRequest {
-            effort: None,
-            model: "m",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 1,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         let body: Value = serde_json::from_slice(
             &build_request("http://h", "k", &req, &ResponsesOptions::default())
@@ -1722,13 +1681,8 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             is_error: false,
         }));
         let req = LlmRequest {
-            effort: None,
-            model: "m",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 1,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         let body: Value = serde_json::from_slice(
             &build_request("http://h", "", &req, &ResponsesOptions::default())
@@ -1870,13 +1824,8 @@ data: {"type":"response.completed","sequence_number":14,"response":{"id":"resp_2
             },
         ];
         let req = LlmRequest {
-            effort: None,
-            model: "o4-mini",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 8,
-            cache: None,
+            ..LlmRequest::for_tests("o4-mini", &messages)
         };
         let body: Value = serde_json::from_slice(
             &build_request("http://h", "", &req, &ResponsesOptions::default())

@@ -344,11 +344,7 @@ mod tests {
         assert_eq!(r.url, "http://h/x");
         assert_eq!(
             r.headers,
-            vec![
-                ("content-type".to_owned(), "application/json".to_owned()),
-                ("accept".to_owned(), "text/event-stream".to_owned()),
-                ("authorization".to_owned(), "Bearer k".to_owned()),
-            ]
+            crate::llm::decoder_tests::streaming_headers(&[("authorization", "Bearer k")])
         );
         assert_eq!(r.body.to_vec(), b"{}");
         // A local server without a key: no Authorization header at all.

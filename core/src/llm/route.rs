@@ -241,13 +241,8 @@ mod tests {
     fn l6_l7_l8_every_route_is_dispatched() {
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
-            effort: None,
-            model: "m",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 8,
-            cache: None,
+            ..LlmRequest::for_tests("m", &messages)
         };
         for kind in ProviderKind::ALL {
             let (url, body) = route_facts(kind);
@@ -265,6 +260,20 @@ mod tests {
         }
     }
 
+    /// The JSON body `kind`'s route builds of `req` for `cfg` with `learned`.
+    fn sent_body(
+        kind: ProviderKind,
+        cfg: &Config,
+        req: &LlmRequest<'_>,
+        learned: &Learned,
+    ) -> serde_json::Value {
+        let body = route(kind)
+            .build_request(cfg, req, learned, None)
+            .body
+            .to_vec();
+        serde_json::from_slice(&body).unwrap()
+    }
+
     /// The body of a one-message request on `kind` at `base_url`, with prompt caching on
     /// (`cached`) and what the route learned.
     fn body_on(
@@ -275,22 +284,14 @@ mod tests {
     ) -> serde_json::Value {
         let messages = [Message::User { text: "hi".into() }];
         let req = LlmRequest {
-            effort: None,
-            model: "m",
-            system: None,
-            messages: &messages,
-            tools: &[],
             max_output_tokens: 8,
             cache: cached.then_some(crate::llm::PromptCache {
                 key: "sess_7",
                 previous_len: None,
             }),
+            ..LlmRequest::for_tests("m", &messages)
         };
-        let body = route(kind)
-            .build_request(cfg, &req, learned, None)
-            .body
-            .to_vec();
-        serde_json::from_slice(&body).unwrap()
+        sent_body(kind, cfg, &req, learned)
     }
 
     #[test]
@@ -467,19 +468,11 @@ mod tests {
         learned: &Learned,
     ) -> serde_json::Value {
         let req = LlmRequest {
-            model,
-            system: None,
-            messages,
-            tools: &[],
             max_output_tokens: 32_768,
-            cache: None,
             effort,
+            ..LlmRequest::for_tests(model, messages)
         };
-        let body = route(kind)
-            .build_request(cfg, &req, learned, None)
-            .body
-            .to_vec();
-        serde_json::from_slice(&body).unwrap()
+        sent_body(kind, cfg, &req, learned)
     }
 
     #[test]
