@@ -59,6 +59,17 @@ struct BatchCall {
     builtin: Option<ToolOutput>,
 }
 
+impl BatchCall {
+    /// The call's qualified tool name, the key of a remembered permission answer; empty for a
+    /// call with no route.
+    fn qualified(&self) -> String {
+        self.route
+            .as_ref()
+            .map(|r| r.qualified.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// The tool calls of one response of one turn.
 #[derive(Debug)]
 pub(crate) struct ToolBatch {
@@ -161,35 +172,20 @@ impl ToolBatch {
                             c.call.name
                         )),
                     )),
-                    Ok(args) if is_builtin(c.route.as_ref()) => {
-                        // A built-in runs in the core: no interceptor screens it (X1 screens
-                        // MCP tools/call); permission is asked as for any tool (A7).
-                        c.builtin = Some(run_builtin(c.route.as_ref(), &args, sess));
-                        c.args = args;
-                        let qualified = c
-                            .route
-                            .as_ref()
-                            .map(|r| r.qualified.clone())
-                            .unwrap_or_default();
-                        match (ask, sess.remembered.get(&qualified)) {
-                            (false, _) | (true, Some(true)) => {}
-                            (true, Some(false)) => decided.push((i, denied_out())),
-                            (true, None) => asks.push(i),
-                        }
-                    }
-                    Ok(args) if screen_requests => {
+                    Ok(args) if screen_requests && !is_builtin(c.route.as_ref()) => {
                         // X1: the request phase runs before permission and dispatch.
                         c.args = args;
                         screens.push(i);
                     }
                     Ok(args) => {
+                        if is_builtin(c.route.as_ref()) {
+                            // A built-in runs in the core: no interceptor screens it (X1
+                            // screens MCP tools/call); permission is asked as for any tool
+                            // (A7).
+                            c.builtin = Some(run_builtin(c.route.as_ref(), &args, sess));
+                        }
                         c.args = args;
-                        let qualified = c
-                            .route
-                            .as_ref()
-                            .map(|r| r.qualified.clone())
-                            .unwrap_or_default();
-                        match (ask, sess.remembered.get(&qualified)) {
+                        match (ask, sess.remembered.get(&c.qualified())) {
                             (false, _) | (true, Some(true)) => {}
                             (true, Some(false)) => decided.push((i, denied_out())),
                             (true, None) => asks.push(i),
@@ -219,8 +215,7 @@ impl ToolBatch {
         remembered: &BTreeMap<String, bool>,
         cx: &mut ToolCx<'_>,
     ) {
-        let (Some(interceptors), Some(c)) = (self.interceptors.as_ref(), self.calls.get(index.0))
-        else {
+        let (true, Some(c)) = (self.interceptors.is_some(), self.calls.get(index.0)) else {
             return;
         };
         let Some(route) = c.route.as_ref() else {
@@ -231,17 +226,32 @@ impl ToolBatch {
             return;
         };
         let server = cx.servers.name(slot);
-        let of = self.screen_of(index);
-        let screen = Screen::start(
-            interceptors,
-            Phase::Request,
-            payload,
-            of,
-            &server,
-            &mut cx.mcp(),
+        self.start_screen(
+            index,
+            (Phase::Request, payload, &server),
+            CallState::Screening,
+            remembered,
+            cx,
         );
+    }
+
+    /// Starts screening call `index`'s `payload` in `phase` (SPEC X1) as a call to `server`;
+    /// the call waits in `waiting` until the screen ends.
+    fn start_screen(
+        &mut self,
+        index: ToolCallIndex,
+        (phase, payload, server): (Phase, Value, &str),
+        waiting: fn(Box<Screen>) -> CallState,
+        remembered: &BTreeMap<String, bool>,
+        cx: &mut ToolCx<'_>,
+    ) {
+        let Some(interceptors) = self.interceptors.as_ref() else {
+            return;
+        };
+        let of = self.screen_of(index);
+        let screen = Screen::start(interceptors, phase, payload, of, server, &mut cx.mcp());
         if let Some(c) = self.calls.get_mut(index.0) {
-            c.state = CallState::Screening(Box::new(screen));
+            c.state = waiting(Box::new(screen));
         }
         self.after_screen(index, remembered, cx);
     }
@@ -347,11 +357,7 @@ impl ToolBatch {
         let Some(c) = self.calls.get_mut(index.0) else {
             return;
         };
-        let qualified = c
-            .route
-            .as_ref()
-            .map(|r| r.qualified.clone())
-            .unwrap_or_default();
+        let qualified = c.qualified();
         match remembered.get(&qualified) {
             Some(true) => {}
             Some(false) => self.complete(index, denied_out(), true, cx),
@@ -461,7 +467,7 @@ impl ToolBatch {
             .get(index.0)
             .is_some_and(|c| matches!(c.state, CallState::Running(..)));
         match (reply, screened) {
-            (Ok(result), Some(interceptors)) if running => {
+            (Ok(result), Some(_)) if running => {
                 let server = self
                     .calls
                     .get(index.0)
@@ -471,19 +477,13 @@ impl ToolBatch {
                         ToolTarget::Builtin(_) => None,
                     })
                     .unwrap_or_default();
-                let of = self.screen_of(index);
-                let screen = Screen::start(
-                    interceptors,
-                    Phase::Response,
-                    result,
-                    of,
-                    &server,
-                    &mut cx.mcp(),
+                self.start_screen(
+                    index,
+                    (Phase::Response, result, &server),
+                    CallState::ScreeningResult,
+                    &BTreeMap::new(),
+                    cx,
                 );
-                if let Some(c) = self.calls.get_mut(index.0) {
-                    c.state = CallState::ScreeningResult(Box::new(screen));
-                }
-                self.after_screen(index, &BTreeMap::new(), cx);
                 self.pump(cx);
             }
             (reply, _) => {
@@ -522,11 +522,7 @@ impl ToolBatch {
         if !matches!(c.state, CallState::AwaitPermission(_)) {
             return;
         }
-        let qualified = c
-            .route
-            .as_ref()
-            .map(|r| r.qualified.clone())
-            .unwrap_or_default();
+        let qualified = c.qualified();
         let allowed = match answer {
             PermissionAnswer::AllowOnce => true,
             PermissionAnswer::AllowAlways => {
