@@ -6,7 +6,9 @@
 //! nothing) clears it too: for a pipe or a stream socket that means the kernel's buffer was
 //! emptied, and data arriving after it is an event of its own (the descriptor is
 //! edge-triggered, and a pipe or socket calls epoll back on every write into an empty
-//! buffer), so the `read` that would only return `EAGAIN` is not made.
+//! buffer), so the `read` that would only return `EAGAIN` is not made. Unless the peer hung
+//! up: its end of file follows the data without an event of its own, so the reactor keeps
+//! such a direction ready for good.
 
 use crate::reactor::{self, Dir};
 use futures_lite::io::{AsyncRead, AsyncWrite};

@@ -52,6 +52,10 @@ pub enum Dir {
 struct Side {
     /// An event said so and no operation has met `EAGAIN` since.
     ready: bool,
+    /// The peer hung up (or the descriptor has an error): ready for good. A short read then
+    /// does not mean the buffer is empty (the end of file is still to be read), and no event
+    /// would follow.
+    closed: bool,
     /// The task waiting for it.
     waker: Option<Waker>,
 }
@@ -203,7 +207,8 @@ impl Reactor {
     /// waits for an event.
     pub fn clear(&self, key: usize, dir: Dir) {
         if let Some(source) = self.sources.borrow_mut().get_mut(key) {
-            source.side(dir).ready = false;
+            let side = source.side(dir);
+            side.ready = side.closed;
         }
     }
 
@@ -275,17 +280,15 @@ impl Reactor {
                 };
                 let f = ev.flags;
                 let gone = epoll::EventFlags::HUP | epoll::EventFlags::ERR;
-                if f.intersects(
-                    epoll::EventFlags::IN
-                        | epoll::EventFlags::PRI
-                        | epoll::EventFlags::RDHUP
-                        | gone,
-                ) {
+                let read_closed = epoll::EventFlags::RDHUP | gone;
+                if f.intersects(epoll::EventFlags::IN | epoll::EventFlags::PRI | read_closed) {
                     source.read.ready = true;
+                    source.read.closed |= f.intersects(read_closed);
                     wake.extend(source.read.waker.take());
                 }
                 if f.intersects(epoll::EventFlags::OUT | gone) {
                     source.write.ready = true;
+                    source.write.closed |= f.intersects(gone);
                     wake.extend(source.write.waker.take());
                 }
             }
