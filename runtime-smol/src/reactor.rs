@@ -268,6 +268,9 @@ impl Reactor {
                 Err(rustix::io::Errno::INTR) => events.clear(),
                 Err(e) => return Err(e.into()),
             }
+            // Awake: the wake-ups below (and any from this thread until it parks again) must
+            // not write the eventfd, which would only end the next wait at once.
+            self.notifier.parked.store(false, Ordering::SeqCst);
             let mut sources = self.sources.borrow_mut();
             for ev in events.iter() {
                 let key = ev.data.u64();
