@@ -110,7 +110,11 @@ impl<T: AsFd + Read + Unpin> AsyncRead for Async<T> {
 }
 
 impl<T: AsFd + Write + Unpin> AsyncWrite for Async<T> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.get_mut()
             .poll_op(cx, Dir::Write, |io| io.write(buf), |_| false)
     }

@@ -2,11 +2,14 @@
 //! (docs/architecture.md, "The runtimes"). The loop and everything that does not depend on
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for smol.
 //!
-//! Everything runs on one [`LocalExecutor`] on the main thread (like tokio's current-thread
-//! runtime in `buzz-agent`). Blocking work lives elsewhere, in the driver crate: stdin has a
-//! reader thread; HTTP exchanges (LLM calls, MCP over HTTP) are tasks on the executor over
-//! `smol::net` sockets; children are reaped by
-//! [`smol::process::driver`] running on the same executor. The `demo`,
+//! Everything runs on one [`LocalExecutor`] (smol's executor, `async-executor`) on the main
+//! thread (like tokio's current-thread runtime in `buzz-agent`), over a reactor of this binary's
+//! own rather than smol's (`async-io` and `polling` re-arm registrations and timers on every
+//! wait: docs/performance.md, "smol's reactor"): [`reactor`] (epoll, edge-triggered, each fd
+//! registered once, timers as the wait's timeout), [`exec`] (`block_on`, parking in that wait),
+//! [`io`] (a registered fd), [`timer`], [`child`] (`std::process` children, their exit on a
+//! pidfd), [`net`] (non-blocking TCP connects) and [`signals`]. Blocking work lives elsewhere,
+//! in the driver crate: stdin has a reader thread, the store a thread of its own. The `demo`,
 //! `example-server` and `hooks check` subcommands are left out unless the `extras` feature is
 //! on.
 

@@ -24,9 +24,8 @@ pub async fn connect(host: String, port: u16) -> io::Result<Async<TcpStream>> {
             Err(e) => last = Some(e),
         }
     }
-    Err(last.unwrap_or_else(|| {
-        io::Error::new(io::ErrorKind::NotFound, "the host name has no address")
-    }))
+    Err(last
+        .unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the host name has no address")))
 }
 
 async fn resolve(host: String, port: u16) -> io::Result<Vec<SocketAddr>> {

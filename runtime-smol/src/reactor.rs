@@ -170,8 +170,12 @@ impl Reactor {
             | epoll::EventFlags::OUT
             | epoll::EventFlags::RDHUP
             | epoll::EventFlags::ET;
-        if let Err(e) = epoll::add(&self.epoll, fd, epoll::EventData::new_u64(key as u64), flags)
-        {
+        if let Err(e) = epoll::add(
+            &self.epoll,
+            fd,
+            epoll::EventData::new_u64(key as u64),
+            flags,
+        ) {
             self.sources.borrow_mut().remove(key);
             return Err(e.into());
         }
@@ -312,4 +316,3 @@ impl Reactor {
         Ok(())
     }
 }
-
