@@ -147,9 +147,9 @@ impl Children {
             let reaped = reaped.clone();
             rt.spawn(async move {
                 let status = exit.await;
-                // On the loop thread, in the poll that reaped it (tokio, and async-process with
-                // a pidfd; its fallback reaper thread leaves a moment between): no signal of
-                // the loop goes in between.
+                // On the loop thread, in the poll that reaped it (tokio, and the smol binary
+                // with a pidfd; its fallback, a thread blocked in `waitpid`, leaves a moment
+                // between): no signal of the loop goes in between.
                 reaped.store(true, Ordering::Release);
                 let status = match status {
                     Ok(s) => exit_description(s),

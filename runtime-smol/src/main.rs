@@ -2,29 +2,37 @@
 //! (docs/architecture.md, "The runtimes"). The loop and everything that does not depend on
 //! the runtime are in `buzz-agent-runtime`; this file is its [`Runtime`] for smol.
 //!
-//! Everything runs on one [`LocalExecutor`] on the main thread (like tokio's current-thread
-//! runtime in `buzz-agent`). Blocking work lives elsewhere, in the driver crate: stdin has a
-//! reader thread; HTTP exchanges (LLM calls, MCP over HTTP) are tasks on the executor over
-//! `smol::net` sockets; children are reaped by
-//! [`smol::process::driver`] running on the same executor. The `demo`,
+//! Everything runs on one [`LocalExecutor`] (smol's executor, `async-executor`) on the main
+//! thread (like tokio's current-thread runtime in `buzz-agent`), over a reactor of this binary's
+//! own rather than smol's (`async-io` and `polling` re-arm registrations and timers on every
+//! wait: docs/performance.md, "smol's reactor"): [`reactor`] (epoll, edge-triggered, each fd
+//! registered once, timers as the wait's timeout), [`exec`] (`block_on`, parking in that wait),
+//! [`io`] (a registered fd), [`timer`], [`child`] (`std::process` children, their exit on a
+//! pidfd), [`net`] (non-blocking TCP connects) and [`signals`]. Blocking work lives elsewhere,
+//! in the driver crate: stdin has a reader thread, the store a thread of its own. The `demo`,
 //! `example-server` and `hooks check` subcommands are left out unless the `extras` feature is
 //! on.
 
-use async_signal::{Signal, Signals};
-use buzz_agent_core::Input;
+mod child;
+mod exec;
+mod io;
+mod net;
+mod reactor;
+mod signals;
+mod timer;
+
+use async_executor::LocalExecutor;
 use buzz_agent_runtime::{
     InputSender, Program, ReadPipe, Runtime, Socket, SpawnedChild, WritePipe,
 };
-use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use smol::process::Stdio;
-use smol::stream::StreamExt;
-use smol::{LocalExecutor, Timer};
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use std::future::Future;
-use std::io;
+use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::process::ExitStatus;
 use std::rc::Rc;
 use std::time::Instant;
+use timer::Timer;
 
 /// The minimal binary: without the `extras` feature, `demo`, `exec`, `example-server` and
 /// `hooks check` (the `buzz-agent-extras` crate) are not linked in.
@@ -43,16 +51,12 @@ fn main() {
         Err(code) => std::process::exit(code),
     };
     let ex = Rc::new(LocalExecutor::new());
-    // Reap children on this executor instead of async-process's own background thread.
-    ex.spawn(smol::process::driver()).detach();
     let rt = Smol { ex: ex.clone() };
     // The loop is a task like the others, not the future `block_on` polls itself: a task
     // waking it (an input sent) then only queues it on the executor, which runs it in the same
-    // pass. As the future of `block_on`, every such wake-up made `block_on` poll the reactor
-    // once more without waiting (a `timerfd_settime`, two `epoll_ctl`, an `epoll_pwait` and an
-    // eventfd read) before polling the loop again.
+    // pass.
     let main = ex.spawn(buzz_agent_runtime::drive(rt, config, &PROGRAM));
-    let code = smol::block_on(ex.run(main));
+    let code = exec::block_on(ex.run(main));
     // Blocked stdin or LLM threads must not keep the process alive (SPEC P1).
     std::process::exit(code);
 }
@@ -63,25 +67,25 @@ struct Smol {
 }
 
 buzz_agent_runtime::pipe_newtype!(
-    /// A smol (futures-io) pipe as the driver's [`ReadPipe`] / [`WritePipe`].
+    /// A registered pipe (futures-io) as the driver's [`ReadPipe`] / [`WritePipe`].
     Pipe: AsyncRead, AsyncWrite
 );
 
-/// A smol (async-net) TCP stream as the driver's [`Socket`].
-struct Tcp(smol::net::TcpStream);
+/// A registered TCP stream as the driver's [`Socket`].
+struct Tcp(io::Async<TcpStream>);
 
 impl Socket for Tcp {
     fn read<'a>(
         &'a mut self,
         buf: &'a mut [u8],
-    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+    ) -> impl Future<Output = std::io::Result<usize>> + Send + 'a {
         self.0.read(buf)
     }
 
     fn write_vectored<'a>(
         &'a mut self,
-        bufs: &'a [io::IoSlice<'a>],
-    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        bufs: &'a [std::io::IoSlice<'a>],
+    ) -> impl Future<Output = std::io::Result<usize>> + Send + 'a {
         self.0.write_vectored(bufs)
     }
 }
@@ -95,7 +99,7 @@ impl Runtime for Smol {
         Timer::at(deadline).await;
     }
 
-    type Timer = smol::Timer;
+    type Timer = Timer;
 
     fn timer(deadline: Instant) -> Timer {
         Timer::at(deadline)
@@ -105,56 +109,38 @@ impl Runtime for Smol {
         timer.set_at(deadline);
     }
 
-    /// `smol::process` (async-process) has no `process_group`, so the command comes in as a
-    /// `std::process::Command` (which has it) and is converted; async-process keeps the
-    /// conversion's settings and adds its own stdio wrapping and reaping.
+    /// The command's settings (its process group among them) are kept: `std::process` spawns
+    /// it ([`child::spawn`]).
     fn spawn_child(
         &self,
         cmd: std::process::Command,
-    ) -> io::Result<
+    ) -> std::io::Result<
         SpawnedChild<
             impl WritePipe,
             impl ReadPipe,
             impl ReadPipe,
-            impl Future<Output = io::Result<ExitStatus>> + Send + 'static,
+            impl Future<Output = std::io::Result<ExitStatus>> + Send + 'static,
         >,
     > {
-        let mut cmd = smol::process::Command::from(cmd);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(false);
-        let mut child = cmd.spawn()?;
-        let pipe = || io::Error::other("a piped stream is missing");
-        let stdin = child.stdin.take().ok_or_else(pipe)?;
+        let child = child::spawn(cmd)?;
         Ok(SpawnedChild {
-            stdin_fd: stdin.as_fd().try_clone_to_owned().ok(),
-            pid: child.id(),
-            stdin: Pipe(stdin),
-            stdout: Pipe(child.stdout.take().ok_or_else(pipe)?),
-            stderr: Pipe(child.stderr.take().ok_or_else(pipe)?),
-            exit: async move { child.status().await },
+            stdin_fd: child.stdin.get_ref().as_fd().try_clone_to_owned().ok(),
+            pid: child.pid,
+            stdin: Pipe(child.stdin),
+            stdout: Pipe(child.stdout),
+            stderr: Pipe(child.stderr),
+            exit: child.exit.wait(),
         })
     }
 
     type Tcp = Tcp;
 
-    async fn connect(host: String, port: u16) -> io::Result<Tcp> {
-        // A host name is resolved on smol's blocking pool, an address literal at once.
-        let stream = smol::net::TcpStream::connect((host.as_str(), port)).await?;
-        stream.set_nodelay(true)?;
-        Ok(Tcp(stream))
+    async fn connect(host: String, port: u16) -> std::io::Result<Tcp> {
+        net::connect(host, port).await.map(Tcp)
     }
 
-    fn watch_shutdown_signals(&self, tx: InputSender) -> io::Result<()> {
-        let mut signals = Signals::new([Signal::Term, Signal::Int, Signal::Hup])?;
-        self.spawn(async move {
-            while let Some(sig) = signals.next().await {
-                if sig.is_ok() && tx.send(Input::ShutdownSignal).await.is_err() {
-                    return;
-                }
-            }
-        });
+    fn watch_shutdown_signals(&self, tx: InputSender) -> std::io::Result<()> {
+        self.spawn(signals::watch(tx)?);
         Ok(())
     }
 }
