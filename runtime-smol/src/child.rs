@@ -102,9 +102,17 @@ fn exit(mut child: Child) -> Exit {
         Ok(fd) => Exit::PidFd(child, fd),
         Err(_) => {
             let (tx, rx) = async_channel::bounded(1);
-            std::thread::spawn(move || {
-                let _ = tx.send_blocking(child.wait());
-            });
+            let failed = tx.clone();
+            let waiter = std::thread::Builder::new()
+                .name("waitpid".into())
+                .spawn(move || {
+                    let _ = tx.send_blocking(child.wait());
+                });
+            // No thread to wait: the exit future reports why (the driver still signals the
+            // child's group by pid, and orphans are reaped by pid).
+            if let Err(e) = waiter {
+                let _ = failed.try_send(Err(e));
+            }
             Exit::Thread(rx)
         }
     }

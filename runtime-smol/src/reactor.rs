@@ -112,6 +112,8 @@ pub struct Reactor {
     timers: RefCell<BTreeMap<(Instant, u64), Waker>>,
     next_timer: Cell<u64>,
     events: RefCell<Vec<epoll::Event>>,
+    /// The wakers a wait makes due, kept between waits so that a round allocates nothing.
+    due: RefCell<Vec<Waker>>,
     notifier: Arc<Notifier>,
 }
 
@@ -148,6 +150,7 @@ impl Reactor {
             timers: RefCell::new(BTreeMap::new()),
             next_timer: Cell::new(0),
             events: RefCell::new(Vec::with_capacity(EVENTS)),
+            due: RefCell::new(Vec::new()),
             notifier: Arc::new(Notifier {
                 eventfd,
                 parked: AtomicBool::new(false),
@@ -261,7 +264,9 @@ impl Reactor {
             tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
             tv_nsec: d.subsec_nanos().into(),
         });
-        let mut wake = Vec::new();
+        // Taken out while the wakers run: waking a task only queues it, but the buffer is not
+        // borrowed across foreign code.
+        let mut wake = std::mem::take(&mut *self.due.borrow_mut());
         {
             let mut events = self.events.borrow_mut();
             events.clear();
@@ -310,9 +315,10 @@ impl Reactor {
                 wake.push(entry.remove());
             }
         }
-        for w in wake {
+        for w in wake.drain(..) {
             w.wake();
         }
+        *self.due.borrow_mut() = wake;
         Ok(())
     }
 }
