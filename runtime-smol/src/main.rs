@@ -18,6 +18,8 @@ mod exec;
 mod io;
 mod net;
 mod reactor;
+#[cfg(test)]
+mod reactor_tests;
 mod signals;
 mod timer;
 
